@@ -1,0 +1,156 @@
+"""Data movement of one round, for every op, with vectorised torch operations.
+
+Sources are always copied (gathered) before any destination is written, so
+in-place use (``sendBuf == recvBuf``) behaves like hardware's out-of-place
+semantics. Regular layouts become strided views (one copy per rank); only
+AlltoAllV, whose blocks differ per peer, copies block by block.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hccl_py import layout
+from hccl_py.constants import HcclCMDType, HcclReduceOp, torch_dtype_of
+from hccl_py.layout import Blocks
+from hccl_py.task import Task
+
+from .reduce import reduce_ranks
+
+_C = HcclCMDType
+
+
+def _strided(data: torch.Tensor, blocks: Blocks) -> torch.Tensor | None:
+    """A (blocks, bytes) view of ``data`` when the blocks are regular and disjoint."""
+    reg = blocks.regular()
+    if reg is None:
+        return None
+    start, nbytes, step = reg
+    n = len(blocks.starts)
+    if n > 1 and step < nbytes:
+        return None
+    return data.as_strided((n, nbytes), (step, 1), data.storage_offset() + start)
+
+
+def _data(task: Task, side: str) -> torch.Tensor:
+    return (task.send if side == "send" else task.recv).alloc.data
+
+
+def read(task: Task, side: str, round_idx: int) -> torch.Tensor:
+    """The (blocks, bytes) uint8 source of one round, as a view where possible."""
+    blocks = layout.round_blocks(task, side, round_idx)
+    data = _data(task, side)
+    view = _strided(data, blocks)
+    if view is not None:
+        return view
+    return torch.stack(
+        [data[int(s) : int(s) + int(n)] for s, n in zip(blocks.starts, blocks.sizes, strict=True)]
+    )
+
+
+def write(
+    task: Task, side: str, round_idx: int, values: torch.Tensor, skip: int | None = None
+) -> None:
+    """Write (blocks, bytes) uint8 ``values`` into one round's destination blocks."""
+    blocks = layout.round_blocks(task, side, round_idx)
+    data = _data(task, side)
+    view = _strided(data, blocks) if skip is None else None
+    if view is not None:
+        view.copy_(values)
+        return
+    for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
+        if k != skip:
+            data[s : s + n].copy_(values[k])
+
+
+def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
+    """Reinterpret (…, bytes) uint8 as (…, elements) of the task's dtype (copying if unaligned)."""
+    dtype = torch_dtype_of(task.dtype)
+    try:
+        return raw.view(dtype)
+    except RuntimeError:
+        return raw.clone().view(dtype)
+
+
+def _bytes(values: torch.Tensor) -> torch.Tensor:
+    return values.contiguous().view(torch.uint8)
+
+
+def _local(task: Task) -> int | None:
+    return task.rank if task.skip_local else None
+
+
+def _all_reduce(tasks: list[Task], r: int) -> None:
+    stacked = torch.stack([_typed(read(t, "send", r)[0], t) for t in tasks])
+    result = _bytes(reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))).reshape(1, -1)
+    for t in tasks:
+        write(t, "recv", r, result)
+
+
+def _all_gather(tasks: list[Task], r: int) -> None:
+    gathered = torch.cat([read(t, "send", r) for t in tasks])
+    for t in tasks:
+        write(t, "recv", r, gathered, skip=_local(t))
+
+
+def _reduce_scatter(tasks: list[Task], r: int) -> None:
+    stacked = torch.stack([_typed(read(t, "send", r), t) for t in tasks])
+    result = reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))
+    for j, t in enumerate(tasks):
+        write(t, "recv", r, _bytes(result[j]).reshape(1, -1))
+
+
+def _all_to_all(tasks: list[Task], r: int) -> None:
+    stacked = torch.stack([read(t, "send", r) for t in tasks])
+    for j, t in enumerate(tasks):
+        write(t, "recv", r, stacked[:, j], skip=_local(t))
+
+
+def _all_to_all_v(tasks: list[Task], r: int) -> None:
+    sources = []
+    for t in tasks:
+        blocks = layout.round_blocks(t, "send", r)
+        extent = layout.span(blocks)
+        lo, hi = extent if extent else (0, 0)
+        sources.append((blocks, lo, _data(t, "send")[lo:hi].clone()))
+    for j, t in enumerate(tasks):
+        dst = layout.round_blocks(t, "recv", r)
+        data = _data(t, "recv")
+        for i, (blocks, lo, src) in enumerate(sources):
+            n = int(dst.sizes[i])
+            if n:
+                s = int(blocks.starts[j]) - lo
+                d = int(dst.starts[i])
+                data[d : d + n].copy_(src[s : s + n])
+
+
+_ROUND = {
+    _C.HCCL_CMD_ALLREDUCE: _all_reduce,
+    _C.HCCL_CMD_ALLGATHER: _all_gather,
+    _C.HCCL_CMD_REDUCE_SCATTER: _reduce_scatter,
+    _C.HCCL_CMD_ALLTOALL: _all_to_all,
+    _C.HCCL_CMD_ALLTOALLV: _all_to_all_v,
+}
+
+
+def run_round(tasks: list[Task], round_idx: int) -> None:
+    """Execute round ``round_idx`` of one collective; ``tasks[i]`` is domain rank i's task."""
+    _ROUND[tasks[0].op](tasks, round_idx)
+
+
+def poison(task: Task, round_idx: int) -> None:
+    """Fill one round's receive blocks with NaN (floating types) or 0xFF bytes."""
+    blocks = layout.round_blocks(task, "recv", round_idx)
+    data = _data(task, "recv")
+    dtype = torch_dtype_of(task.dtype)
+    for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True):
+        region = data[s : s + n]
+        if (
+            dtype is not None
+            and dtype.is_floating_point
+            and dtype.itemsize > 1
+            and s % dtype.itemsize == 0
+        ):
+            region.view(dtype).fill_(float("nan"))
+        else:
+            region.fill_(0xFF)

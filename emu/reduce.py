@@ -1,0 +1,38 @@
+"""Deterministic reductions over ranks.
+
+Ranks are combined one after another in rank order (0, 1, ..., N-1), so the
+result never depends on thread timing. Precision: floating-point SUM
+accumulates in float32 (FP16 and BF16 inputs are widened) and rounds once to
+the element type at the end; integer SUM accumulates in int64 and wraps to the
+element type (two's complement), as integer adders do. MAX and MIN are exact;
+a NaN in any rank gives NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from hccl_py.constants import HcclReduceOp
+
+
+def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype SUM accumulates in for elements of ``dtype``."""
+    return torch.float32 if dtype.is_floating_point else torch.int64
+
+
+def reduce_ranks(stacked: torch.Tensor, op: HcclReduceOp) -> torch.Tensor:
+    """Reduce ``stacked`` (ranks first) over dim 0, in rank order, returning ``stacked.dtype``."""
+    dtype = stacked.dtype
+    if op == HcclReduceOp.HCCL_REDUCE_SUM:
+        acc = stacked[0].to(accumulator_dtype(dtype), copy=True)
+        for k in range(1, stacked.shape[0]):
+            acc += stacked[k]
+        return acc.to(dtype)
+    combine = {
+        HcclReduceOp.HCCL_REDUCE_MAX: torch.maximum,
+        HcclReduceOp.HCCL_REDUCE_MIN: torch.minimum,
+    }[op]
+    acc = stacked[0].clone()
+    for k in range(1, stacked.shape[0]):
+        acc = combine(acc, stacked[k])
+    return acc

@@ -1,0 +1,136 @@
+"""hccl_py: the AscendC kernel-side HCCL API in Python.
+
+Write the communication part of an MC2 kernel once and run it on N emulated
+ranks in one process, on gloo processes, or on Ascend NPUs through HCCL.
+Names follow AscendC (``Hccl``, ``InitV2``, ``HCCL_DATA_TYPE_FP16`` ...);
+see docs/api.md for the full reference.
+"""
+
+from __future__ import annotations
+
+from . import constants as _constants
+from .client import Hccl
+from .constants import (
+    DTYPE_INFO,
+    HCCL_FAILED,
+    HCCL_MAX_HANDLE_ID,
+    HCCL_SUCCESS,
+    INVALID_HANDLE_ID,
+    CoreType,
+    DTypeInfo,
+    HcclCMDType,
+    HcclDataType,
+    HcclReduceOp,
+    HcclServerConfig,
+    HcclServerType,
+    dtype_size,
+    hccl_dtype_of,
+    torch_dtype_of,
+)
+from .context import Config, Group, device, get_rank, get_world_size, new_group, world_group
+from .errors import (
+    HcclBoundsError,
+    HcclCoreError,
+    HcclDeadlockError,
+    HcclError,
+    HcclMismatchError,
+    HcclOverlapError,
+    HcclPeerError,
+    HcclTimeoutError,
+    HcclUnfinishedError,
+    HcclUsageError,
+    WorldError,
+)
+from .gm import NULL, GmAddr, gm_tensor
+from .kernel import (
+    AIC,
+    AIV,
+    GetBlockIdx,
+    GetBlockNum,
+    GetHcclContext,
+    GetSubBlockIdx,
+    GetTaskRatio,
+    HcclContext,
+    KernelCoreType,
+    SyncAll,
+    g_coreType,
+    launch,
+)
+from .platform import PLATFORMS, Platform
+from .runtime import run
+from .tiling import (
+    GET_TILING_DATA_WITH_STRUCT,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
+
+_enum_names = _constants.export_members(
+    globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    *_enum_names,
+    "AIC",
+    "AIV",
+    "DTYPE_INFO",
+    "GET_TILING_DATA_WITH_STRUCT",
+    "HCCL_FAILED",
+    "HCCL_MAX_HANDLE_ID",
+    "HCCL_SUCCESS",
+    "INVALID_HANDLE_ID",
+    "NULL",
+    "PLATFORMS",
+    "Config",
+    "CoreType",
+    "DTypeInfo",
+    "GetBlockIdx",
+    "GetBlockNum",
+    "GetHcclContext",
+    "GetSubBlockIdx",
+    "GetTaskRatio",
+    "GmAddr",
+    "Group",
+    "Hccl",
+    "HcclBoundsError",
+    "HcclCMDType",
+    "HcclContext",
+    "HcclCoreError",
+    "HcclDataType",
+    "HcclDeadlockError",
+    "HcclError",
+    "HcclMismatchError",
+    "HcclOverlapError",
+    "HcclPeerError",
+    "HcclReduceOp",
+    "HcclServerConfig",
+    "HcclServerType",
+    "HcclTimeoutError",
+    "HcclUnfinishedError",
+    "HcclUsageError",
+    "KernelCoreType",
+    "Mc2CcTiling",
+    "Mc2CcTilingConfig",
+    "Mc2InitTiling",
+    "Platform",
+    "SyncAll",
+    "TilingData",
+    "WorldError",
+    "device",
+    "dtype_size",
+    "g_coreType",
+    "get_rank",
+    "get_world_size",
+    "gm_tensor",
+    "hccl_dtype_of",
+    "launch",
+    "new_group",
+    "offsetof",
+    "run",
+    "torch_dtype_of",
+    "world_group",
+]

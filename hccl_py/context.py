@@ -1,0 +1,179 @@
+"""Per-thread execution context: which rank (and which core of a kernel) is running.
+
+``hp.run`` gives every rank a :class:`RankContext`; ``hp.launch`` gives every
+core a :class:`CoreContext`. Module-level helpers (``get_rank``,
+``GetBlockIdx`` ...) read them, so user code needs no handle to pass around.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .blocking import Blocker, default_timeout
+from .platform import Platform, get_platform
+
+if TYPE_CHECKING:
+    from .server import Server
+
+WORLD_GROUP_NAME = "hccl_world_group"
+
+
+@dataclass(frozen=True)
+class Config:
+    """Options of one run, shared by every rank.
+
+    - ``strict``: failed calls raise :class:`HcclError` (True) or return the C++ codes.
+    - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``).
+    - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
+      runs it only when some rank waits, queries or finalizes (exposes races).
+    - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF.
+    - ``overlap``: what to do about overlapping ranges: "error", "warn" or "ignore".
+    """
+
+    platform: Platform = field(default_factory=lambda: get_platform("A2"))
+    strict: bool = True
+    timeout: float = field(default_factory=default_timeout)
+    schedule: str = "eager"
+    poison: bool = False
+    overlap: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("eager", "late"):
+            raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
+        if self.overlap not in ("error", "warn", "ignore"):
+            raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")
+
+
+class Group:
+    """A communication domain: an ordered tuple of global ranks with a name."""
+
+    def __init__(self, ranks: Sequence[int], name: str) -> None:
+        self.ranks = tuple(int(r) for r in ranks)
+        self.name = name
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the domain (``GetRankDim``)."""
+        return len(self.ranks)
+
+    def rank_of(self, global_rank: int) -> int | None:
+        """The index of ``global_rank`` in this domain, or None if it is not a member."""
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            return None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and (self.name, self.ranks) == (other.name, other.ranks)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.ranks))
+
+    def __repr__(self) -> str:
+        return f"Group({self.name!r}, ranks={list(self.ranks)})"
+
+
+class RankContext:
+    """Everything one rank's threads share: its rank, the server, options, counters."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        config: Config,
+        server: Server,
+        blocker: Blocker,
+        device: torch.device | None = None,
+    ) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.config = config
+        self.server = server
+        self.blocker = blocker
+        self.device = device or torch.device("cpu")
+        self.world_group = Group(range(world_size), WORLD_GROUP_NAME)
+        self._seq: Counter[str] = Counter()
+        self._group_count: Counter[tuple[int, ...]] = Counter()
+        self._lock = threading.Lock()
+        self.extras: dict[str, Any] = {}
+
+    def next_seq(self, group: Group) -> int:
+        """The position of the next task this rank sends in ``group``."""
+        with self._lock:
+            seq = self._seq[group.name]
+            self._seq[group.name] += 1
+            return seq
+
+    def new_group(self, ranks: Sequence[int]) -> Group:
+        """A sub-domain; every rank that calls it with the same ranks gets an equal group."""
+        ranks = tuple(int(r) for r in ranks)
+        bad = [r for r in ranks if not 0 <= r < self.world_size]
+        if not ranks or bad or len(set(ranks)) != len(ranks):
+            raise ValueError(
+                f"new_group({list(ranks)}): ranks must be distinct and in 0..{self.world_size - 1}"
+            )
+        with self._lock:
+            k = self._group_count[ranks]
+            self._group_count[ranks] += 1
+        suffix = f"#{k}" if k else ""
+        return Group(ranks, f"group_{'_'.join(map(str, ranks))}{suffix}")
+
+
+_tls = threading.local()
+
+
+def set_rank_context(ctx: RankContext | None) -> None:
+    """Bind ``ctx`` to the calling thread (None unbinds)."""
+    _tls.rank = ctx
+
+
+def current_rank_context(required: bool = True) -> RankContext | None:
+    """The calling thread's rank context; raises outside ``hp.run`` when ``required``."""
+    ctx = getattr(_tls, "rank", None)
+    if ctx is None and required:
+        raise RuntimeError(
+            "no rank is running in this thread: call this inside a function started by "
+            "hccl_py.run(fn) (or under `python -m hccl_py run`)"
+        )
+    return ctx
+
+
+def set_core_context(ctx: Any) -> None:
+    """Bind a kernel core context to the calling thread (None unbinds)."""
+    _tls.core = ctx
+
+
+def current_core_context() -> Any:
+    """The calling thread's core context, or None outside a kernel."""
+    return getattr(_tls, "core", None)
+
+
+def get_rank() -> int:
+    """This rank's index in the world."""
+    return current_rank_context().rank
+
+
+def get_world_size() -> int:
+    """Number of ranks in the world."""
+    return current_rank_context().world_size
+
+
+def device() -> torch.device:
+    """The device this rank's tensors live on (CPU on the emulator and gloo, the NPU on HCCL)."""
+    return current_rank_context().device
+
+
+def new_group(ranks: Sequence[int]) -> Group:
+    """A communication sub-domain of the given global ranks (call it on every rank)."""
+    return current_rank_context().new_group(ranks)
+
+
+def world_group() -> Group:
+    """The domain of all ranks (``hccl_world_group``)."""
+    return current_rank_context().world_group

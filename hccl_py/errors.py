@@ -1,0 +1,112 @@
+"""Exception classes: every failure names the rank, domain, handle, op and round it concerns."""
+
+from __future__ import annotations
+
+
+class HcclError(RuntimeError):
+    """A failed HCCL call or a misuse detected by hccl_py.
+
+    The message says what went wrong; the attributes give the same facts for
+    programs (any of them may be None when it does not apply).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rank: int | None = None,
+        domain: str | None = None,
+        handle: int | None = None,
+        op: str | None = None,
+        round: int | None = None,  # noqa: A002 - the API's own word
+        expected: object = None,
+        actual: object = None,
+    ) -> None:
+        self.reason = message
+        self.rank = rank
+        self.domain = domain
+        self.handle = handle
+        self.op = op
+        self.round = round
+        self.expected = expected
+        self.actual = actual
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = [
+            f"{name} {value}"
+            for name, value in (
+                ("rank", self.rank),
+                ("domain", self.domain),
+                ("handle", self.handle),
+                ("op", self.op),
+                ("round", self.round),
+            )
+            if value is not None
+        ]
+        text = f"[{', '.join(where)}] {self.reason}" if where else self.reason
+        if self.expected is not None or self.actual is not None:
+            text += f" (expected {self.expected}, got {self.actual})"
+        return text
+
+
+class HcclUsageError(HcclError):
+    """A call the C++ API rejects (it returns -1 or does nothing there)."""
+
+
+class HcclBoundsError(HcclError):
+    """A task reads or writes outside the allocation its GM address points into."""
+
+
+class HcclOverlapError(HcclError):
+    """Receive ranges of one task overlap (rounds or rank blocks write the same bytes)."""
+
+
+class HcclMismatchError(HcclError):
+    """Ranks of one domain issued different tasks at the same position."""
+
+
+class HcclDeadlockError(HcclError):
+    """No thread of the world can make progress; the message lists who waits for what."""
+
+
+class HcclTimeoutError(HcclError):
+    """A blocking call did not finish within the configured timeout."""
+
+
+class HcclUnfinishedError(HcclError):
+    """A kernel returned with tasks left uncommitted, unwaited or unfinalized."""
+
+
+class HcclCoreError(HcclError):
+    """A call was made from the wrong core (type or block) of a kernel."""
+
+
+class HcclPeerError(HcclError):
+    """This rank was stopped because another rank failed."""
+
+
+class WorldError(HcclError):
+    """Raised by :func:`hccl_py.run` when one or more ranks failed.
+
+    ``failures`` maps each failed rank to its exception; the message lists them
+    all, root causes first.
+    """
+
+    def __init__(self, failures: dict[int, BaseException], world_size: int) -> None:
+        self.failures = dict(sorted(failures.items()))
+        roots = {r: e for r, e in self.failures.items() if not isinstance(e, HcclPeerError)}
+        lines = [f"{len(self.failures)} of {world_size} ranks failed:"]
+        for r, e in list(roots.items()) + [
+            (r, e) for r, e in self.failures.items() if r not in roots
+        ]:
+            lines.append(f"  rank {r}: {type(e).__name__}: {e}")
+            tb = getattr(e, "hccl_traceback", None)
+            if tb and r in roots:
+                lines.extend("    " + line for line in tb.rstrip().splitlines())
+        super().__init__("\n".join(lines))
+
+    @property
+    def root_causes(self) -> dict[int, BaseException]:
+        """The failures that were not caused by another rank's failure."""
+        return {r: e for r, e in self.failures.items() if not isinstance(e, HcclPeerError)}

@@ -1,0 +1,173 @@
+"""Global-memory (GM) byte addresses over torch tensors.
+
+A kernel receives its tensor arguments as :class:`GmAddr` values. Like a C++
+``GM_ADDR`` they support ``addr + nbytes`` and ``addr - nbytes``; unlike a raw
+pointer they know which rank's memory and which allocation they point into, so
+every access can be bounds-checked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+from typing import Any
+
+import torch
+
+from .constants import HcclDataType, torch_dtype_of
+from .errors import HcclBoundsError
+
+_alloc_ids = itertools.count()
+
+
+class Allocation:
+    """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
+
+    __slots__ = ("data", "rank", "name", "tensor", "uid")
+
+    def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
+        if not tensor.is_contiguous():
+            raise ValueError(
+                f"GM buffers must be contiguous tensors; got shape {tuple(tensor.shape)} "
+                f"with strides {tensor.stride()} (call .contiguous() first)"
+            )
+        self.tensor = tensor
+        self.data = tensor.reshape(-1).view(torch.uint8)
+        self.rank = rank
+        self.uid = next(_alloc_ids)
+        self.name = name or f"buf{self.uid}"
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the allocation in bytes."""
+        return self.data.numel()
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: {self.nbytes} B on rank {self.rank}>"
+
+
+class GmAddr:
+    """A byte address into one rank's global memory (or the null address)."""
+
+    __slots__ = ("alloc", "offset")
+
+    def __init__(self, alloc: Allocation | None, offset: int = 0) -> None:
+        self.alloc = alloc
+        self.offset = int(offset)
+
+    @property
+    def is_null(self) -> bool:
+        """True for the null address (a ``None`` kernel argument)."""
+        return self.alloc is None
+
+    @property
+    def rank(self) -> int | None:
+        """The rank whose memory this address points into."""
+        return None if self.alloc is None else self.alloc.rank
+
+    def __add__(self, nbytes: int) -> GmAddr:
+        if isinstance(nbytes, GmAddr):
+            return NotImplemented
+        return GmAddr(self.alloc, self.offset + int(nbytes))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: int | GmAddr) -> GmAddr | int:
+        if isinstance(other, GmAddr):
+            if other.alloc is not self.alloc:
+                raise ValueError("cannot subtract addresses of different allocations")
+            return self.offset - other.offset
+        return GmAddr(self.alloc, self.offset - int(other))
+
+    def __eq__(self, other: object) -> bool:
+        if other is None:
+            return self.is_null
+        if not isinstance(other, GmAddr):
+            return NotImplemented
+        return self.alloc is other.alloc and self.offset == other.offset
+
+    def __hash__(self) -> int:
+        return hash((id(self.alloc), self.offset))
+
+    def __bool__(self) -> bool:
+        return not self.is_null
+
+    def __repr__(self) -> str:
+        if self.alloc is None:
+            return "GmAddr(null)"
+        return f"GmAddr({self.alloc.name}+{self.offset}, rank {self.alloc.rank})"
+
+    def check_range(self, nbytes: int, what: str = "access") -> None:
+        """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
+        if self.alloc is None:
+            raise HcclBoundsError(f"{what}: null address")
+        if self.offset < 0 or self.offset + nbytes > self.alloc.nbytes:
+            raise HcclBoundsError(
+                f"{what}: bytes [{self.offset}, {self.offset + nbytes}) of {self.alloc.name} "
+                f"fall outside its {self.alloc.nbytes} bytes",
+                rank=self.alloc.rank,
+            )
+
+    def bytes_view(self, nbytes: int) -> torch.Tensor:
+        """A bounds-checked uint8 view of ``nbytes`` bytes at this address."""
+        self.check_range(nbytes, "GM view")
+        return self.alloc.data[self.offset : self.offset + nbytes]
+
+    def read_bytes(self, nbytes: int) -> bytes:
+        """Copy ``nbytes`` bytes from this address (used to read tilings from GM)."""
+        return self.bytes_view(nbytes).cpu().numpy().tobytes()
+
+
+NULL = GmAddr(None)
+
+
+def _as_torch_dtype(dtype: torch.dtype | int) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    t = torch_dtype_of(HcclDataType(dtype))
+    return torch.uint8 if t is None else t
+
+
+def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tensor:
+    """A typed, writable torch view of ``count`` elements at ``addr``.
+
+    ``dtype`` is a torch dtype or an :class:`HcclDataType` (byte-only types give
+    uint8 elements of the type's size). The address must be aligned to the
+    element size, as on hardware.
+    """
+    tdtype = _as_torch_dtype(dtype)
+    size = torch.empty((), dtype=tdtype).element_size()
+    view = addr.bytes_view(count * size)
+    if addr.offset % size:
+        raise HcclBoundsError(
+            f"gm_tensor: offset {addr.offset} of {addr.alloc.name} is not aligned "
+            f"to the {size}-byte element size of {tdtype}",
+            rank=addr.rank,
+        )
+    return view.view(tdtype)
+
+
+def tiling_allocation(struct: ctypes.Structure, rank: int | None) -> GmAddr:
+    """Copy a ctypes tiling structure into a fresh GM allocation and return its address."""
+    raw = bytes(struct)
+    buf = (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if raw
+        else torch.empty(0, dtype=torch.uint8)
+    )
+    return GmAddr(Allocation(buf, rank, name=type(struct).__name__))
+
+
+def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
+    """Convert one kernel argument the way a kernel launch passes it.
+
+    Tensors become GM addresses, ``None`` the null address, a ctypes structure
+    (a tiling) the address of a copy of its bytes; anything else is passed as is.
+    """
+    if isinstance(arg, torch.Tensor):
+        return GmAddr(Allocation(arg, rank, name))
+    if arg is None:
+        return NULL
+    if isinstance(arg, ctypes.Structure):
+        return tiling_allocation(arg, rank)
+    return arg

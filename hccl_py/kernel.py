@@ -1,0 +1,314 @@
+"""Kernel execution: ``hp.launch`` runs an AscendC-style kernel on every core of this rank.
+
+Each core is a thread with its own :class:`CoreContext`, so ``GetBlockIdx()``,
+``GetBlockNum()`` and ``g_coreType`` answer per core, and ``SyncAll()`` is a
+barrier across cores, as in AscendC.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .constants import MAX_DOMAINS
+from .context import (
+    Group,
+    RankContext,
+    current_core_context,
+    current_rank_context,
+    set_core_context,
+    set_rank_context,
+)
+from .errors import HcclCoreError
+from .gm import to_gm
+from .template import template
+
+
+class KernelCoreType(enum.IntEnum):
+    """The kind of core a kernel instance runs on (compare with ``g_coreType``)."""
+
+    AIC = 1
+    AIV = 2
+
+
+AIC = KernelCoreType.AIC
+AIV = KernelCoreType.AIV
+
+#: kernel_type -> (AIC cores per block, AIV cores per block)
+KERNEL_TYPES: dict[str, tuple[int, int]] = {
+    "aiv": (0, 1),
+    "aic": (1, 0),
+    "mix_aic_1_2": (1, 2),
+    "mix_aic_1_1": (1, 1),
+}
+
+
+@dataclass(frozen=True)
+class CoreContext:
+    """One core of a running kernel."""
+
+    launch: LaunchState
+    kind: KernelCoreType
+    block_idx: int
+    block_num: int
+    sub_block_idx: int
+
+
+class HcclContext:
+    """What ``GetHcclContext(index)`` returns: the kernel's handle on one domain."""
+
+    def __init__(self, index: int, group: Group, launch: LaunchState) -> None:
+        self.index = index
+        self.group = group
+        self.launch = launch
+
+    def __repr__(self) -> str:
+        return f"HcclContext({self.index}, {self.group.name})"
+
+
+class LaunchState:
+    """State shared by the cores of one kernel launch on one rank."""
+
+    def __init__(
+        self, rank_ctx: RankContext, groups: Mapping[int, Group], kernel_type: str, block_dim: int
+    ) -> None:
+        self.rank_ctx = rank_ctx
+        self.groups = dict(groups)
+        self.kernel_type = kernel_type
+        self.block_dim = block_dim
+        n_aic, n_aiv = KERNEL_TYPES[kernel_type]
+        self.cores_of_kind = {AIC: n_aic * block_dim, AIV: n_aiv * block_dim}
+        self.clients: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
+        self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
+
+    def core_contexts(self) -> list[CoreContext]:
+        """Every core of the launch, AIC cores first."""
+        cores = []
+        for kind in (AIC, AIV):
+            n = self.cores_of_kind[kind]
+            per_block = max(1, n // self.block_dim)
+            for idx in range(n):
+                cores.append(CoreContext(self, kind, idx, self.block_dim, idx % per_block))
+        return cores
+
+    def client_state(self, index: int, factory: Callable[[], Any]) -> Any:
+        """The client state of context ``index``, shared by every core's Hccl object."""
+        with self._lock:
+            if index not in self.clients:
+                self.clients[index] = factory()
+            return self.clients[index]
+
+    def sync_all(self, core: CoreContext, aiv_only: bool) -> None:
+        """Barrier across the launch's AIV cores (or all cores when ``aiv_only`` is False)."""
+        only_aiv = aiv_only and self.cores_of_kind[AIV] > 0
+        if only_aiv and core.kind != AIV:
+            raise HcclCoreError(
+                "SyncAll() (AIV-only by default) called on an AIC core; use SyncAll[False]()",
+                rank=self.rank_ctx.rank,
+            )
+        n = self.cores_of_kind[AIV] if only_aiv else sum(self.cores_of_kind.values())
+        blocker = self.rank_ctx.blocker
+        with blocker.cond:
+            generation = self._barrier_generation[only_aiv]
+            self._barrier_arrived[only_aiv] += 1
+            if self._barrier_arrived[only_aiv] == n:
+                self._barrier_arrived[only_aiv] = 0
+                self._barrier_generation[only_aiv] += 1
+                blocker.cond.notify_all()
+                return
+        rank = self.rank_ctx.rank
+        blocker.wait_for(
+            lambda: self._barrier_generation[only_aiv] != generation,
+            lambda: (
+                f"rank {rank} {core.kind.name} core {core.block_idx} waits in SyncAll: "
+                f"{self._barrier_arrived[only_aiv]} of {n} cores arrived"
+            ),
+        )
+
+
+def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
+    if groups is None:
+        return {0: rank_ctx.world_group}
+    if isinstance(groups, Group):
+        return {0: groups}
+    resolved = dict(groups) if isinstance(groups, Mapping) else dict(enumerate(groups))
+    for index, group in resolved.items():
+        if index not in range(MAX_DOMAINS) or not isinstance(group, Group):
+            raise ValueError(
+                f"groups maps context index 0 or 1 to a Group from hp.new_group; got {index}: {group!r}"
+            )
+        if group.rank_of(rank_ctx.rank) is None:
+            raise ValueError(f"rank {rank_ctx.rank} is not a member of {group!r}")
+    return resolved
+
+
+def launch(
+    kernel: Callable[..., Any],
+    *args: Any,
+    block_dim: int = 1,
+    kernel_type: str = "aiv",
+    groups: Any = None,
+) -> None:
+    """Run ``kernel(*args)`` on every core of this rank, as ``kernel<<<block_dim>>>`` would.
+
+    Tensor arguments arrive as GM addresses, ``None`` as the null address and a
+    ctypes tiling structure as the address of a copy of its bytes. ``groups``
+    maps context index 0/1 to domains (default: the world group for index 0).
+    Returns when every core has returned; a core's exception is re-raised.
+    """
+    if kernel_type not in KERNEL_TYPES:
+        raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
+    if not isinstance(block_dim, int) or block_dim < 1:
+        raise ValueError(f"block_dim must be a positive int, not {block_dim!r}")
+    rank_ctx = current_rank_context()
+    state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
+    gm_args = [to_gm(a, rank_ctx.rank) for a in args]
+    cores = state.core_contexts()
+    if len(cores) == 1:
+        _run_core(kernel, gm_args, cores[0])
+    else:
+        _run_cores(kernel, gm_args, cores, rank_ctx)
+    for client in state.clients.values():
+        client.check_exit()
+
+
+def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
+    previous = current_core_context()
+    set_core_context(core)
+    try:
+        kernel(*args)
+    finally:
+        set_core_context(previous)
+
+
+def _run_cores(
+    kernel: Callable[..., Any], args: list[Any], cores: list[CoreContext], rank_ctx: RankContext
+) -> None:
+    blocker = rank_ctx.blocker
+    errors: list[tuple[CoreContext, BaseException]] = []
+    done = [0]
+
+    def body(core: CoreContext) -> None:
+        set_rank_context(rank_ctx)
+        try:
+            _run_core(kernel, args, core)
+        except BaseException as exc:  # noqa: BLE001 - reported to the rank thread
+            exc.hccl_rank = rank_ctx.rank
+            exc.hccl_traceback = traceback.format_exc()
+            errors.append((core, exc))
+            blocker.fail(exc)
+        finally:
+            with blocker.cond:
+                done[0] += 1
+                blocker.cond.notify_all()
+            set_rank_context(None)
+            blocker.leave()
+
+    threads = [
+        threading.Thread(
+            target=body,
+            args=(c,),
+            name=f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}",
+            daemon=True,
+        )
+        for c in cores
+    ]
+    blocker.enter(len(threads))
+    for t in threads:
+        t.start()
+    try:
+        blocker.wait_for(
+            lambda: done[0] == len(threads),
+            lambda: (
+                f"rank {rank_ctx.rank} waits for its kernel: {done[0]} of {len(threads)} cores returned"
+            ),
+        )
+    finally:
+        if errors:
+            core, exc = errors[0]
+            if hasattr(exc, "add_note"):
+                exc.add_note(
+                    f"raised on rank {rank_ctx.rank}, {core.kind.name} core {core.block_idx}"
+                )
+            raise exc
+    for t in threads:
+        t.join()
+
+
+def _core() -> CoreContext:
+    core = current_core_context()
+    if core is None:
+        raise RuntimeError("this call is only valid inside a kernel started with hccl_py.launch")
+    return core
+
+
+def GetBlockIdx() -> int:
+    """Index of the calling core among the cores of its kind."""
+    return _core().block_idx
+
+
+def GetBlockNum() -> int:
+    """The kernel's block_dim (the number of AI Core blocks)."""
+    return _core().block_num
+
+
+def GetSubBlockIdx() -> int:
+    """Index of an AIV core inside its AI Core group (0 for AIC and plain AIV kernels)."""
+    return _core().sub_block_idx
+
+
+def GetTaskRatio() -> int:
+    """AIV cores per AIC core in a mixed kernel (1 otherwise)."""
+    n_aic, n_aiv = KERNEL_TYPES[_core().launch.kernel_type]
+    return max(1, n_aiv // max(1, n_aic))
+
+
+@template("aiv_only")
+def SyncAll(aiv_only: bool = True) -> None:
+    """Barrier across the kernel's cores: AIV cores by default, all cores with ``SyncAll[False]()``."""
+    core = _core()
+    core.launch.sync_all(core, aiv_only)
+
+
+def GetHcclContext(index: int = 0) -> HcclContext:
+    """The kernel's context for domain ``index`` (0 or 1), as ``GetHcclContext<index>()``."""
+    core = _core()
+    group = core.launch.groups.get(int(index))
+    if group is None:
+        raise ValueError(
+            f"GetHcclContext({index}): this launch has domains {sorted(core.launch.groups)}; "
+            "pass groups={0: ..., 1: ...} to hccl_py.launch"
+        )
+    return HcclContext(int(index), group, core.launch)
+
+
+class _CoreTypeProxy:
+    """``g_coreType``: compares equal to ``AIV`` or ``AIC`` according to the calling core."""
+
+    def _kind(self) -> KernelCoreType:
+        return _core().kind
+
+    def __eq__(self, other: object) -> bool:
+        return self._kind() == other
+
+    def __ne__(self, other: object) -> bool:
+        return self._kind() != other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __int__(self) -> int:
+        return int(self._kind())
+
+    def __repr__(self) -> str:
+        core = current_core_context()
+        return f"g_coreType({core.kind.name if core else 'outside a kernel'})"
+
+
+g_coreType = _CoreTypeProxy()

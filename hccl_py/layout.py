@@ -1,0 +1,114 @@
+"""Address arithmetic of spec section 3: which bytes each round of a task reads and writes.
+
+This is the single source of the arithmetic; the emulator, the torch.distributed
+server and the bounds and overlap checks all ask it. Everything is vectorised
+over rounds and peers with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .constants import HcclCMDType
+from .task import Task
+
+_C = HcclCMDType
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Byte ranges inside one allocation: block ``k`` is ``[starts[k], starts[k] + sizes[k])``."""
+
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def regular(self) -> tuple[int, int, int] | None:
+        """``(start, nbytes, step)`` when the blocks are equal-sized and evenly spaced."""
+        n = len(self.starts)
+        if n == 0 or (self.sizes != self.sizes[0]).any():
+            return None
+        if n == 1:
+            return int(self.starts[0]), int(self.sizes[0]), int(self.sizes[0])
+        steps = np.diff(self.starts)
+        if (steps != steps[0]).any() or steps[0] < 0:
+            return None
+        return int(self.starts[0]), int(self.sizes[0]), int(steps[0])
+
+
+def _stride(task: Task) -> int:
+    return task.stride if task.stride > 0 else task.count
+
+
+def _element_layout(task: Task, side: str, rounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Element offsets (relative to the side's buffer) and counts, shape (rounds, blocks)."""
+    r = rounds.astype(np.int64)[:, None]
+    peers = np.arange(task.rank_dim, dtype=np.int64)[None, :]
+    c = task.count
+    op = task.op
+    if op == _C.HCCL_CMD_ALLTOALLV:
+        counts = np.asarray(
+            task.send_counts if side == "send" else task.recv_counts, dtype=np.int64
+        )
+        displs = np.asarray(task.sdispls if side == "send" else task.rdispls, dtype=np.int64)
+        starts = displs[None, :] + r * counts[None, :]
+        return starts, np.broadcast_to(counts[None, :], starts.shape)
+    per_peer = (
+        (op == _C.HCCL_CMD_ALLGATHER and side == "recv")
+        or (op == _C.HCCL_CMD_REDUCE_SCATTER and side == "send")
+        or op == _C.HCCL_CMD_ALLTOALL
+    )
+    starts = r * c + peers * _stride(task) if per_peer else r * c + 0 * peers[:, :1]
+    return starts, np.full(starts.shape, c, dtype=np.int64)
+
+
+def byte_layout(task: Task, side: str, rounds: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """Absolute byte offsets in the side's allocation and byte sizes, shape (rounds, blocks)."""
+    rounds = np.atleast_1d(np.asarray(rounds))
+    starts, counts = _element_layout(task, side, rounds)
+    addr = task.send if side == "send" else task.recv
+    size = task.elem_size
+    return addr.offset + starts * size, counts * size
+
+
+def round_blocks(task: Task, side: str, round_idx: int) -> Blocks:
+    """The blocks that round ``round_idx`` of ``task`` reads (``side="send"``) or writes."""
+    starts, sizes = byte_layout(task, side, round_idx)
+    return Blocks(starts[0], sizes[0])
+
+
+def all_blocks(task: Task, side: str) -> Blocks:
+    """Every block of every round of ``task`` on one side, flattened (round-major)."""
+    starts, sizes = byte_layout(task, side, np.arange(task.repeat))
+    return Blocks(starts.reshape(-1), np.ascontiguousarray(sizes).reshape(-1))
+
+
+def span(blocks: Blocks) -> tuple[int, int] | None:
+    """``(lowest byte, end byte)`` touched by the non-empty blocks, or None if all are empty."""
+    nz = blocks.sizes > 0
+    if not nz.any():
+        return None
+    return int(blocks.starts[nz].min()), int((blocks.starts + blocks.sizes)[nz].max())
+
+
+def first_overlap(blocks: Blocks) -> tuple[int, int] | None:
+    """Indices ``(a, b)`` of two non-empty blocks that share bytes, or None."""
+    nz = np.flatnonzero(blocks.sizes > 0)
+    if len(nz) < 2:
+        return None
+    order = nz[np.argsort(blocks.starts[nz], kind="stable")]
+    ends = blocks.starts[order] + blocks.sizes[order]
+    running_end = np.maximum.accumulate(ends)
+    clash = np.flatnonzero(blocks.starts[order][1:] < running_end[:-1])
+    if len(clash) == 0:
+        return None
+    b = int(order[clash[0] + 1])
+    a = int(order[: clash[0] + 1][np.argmax(ends[: clash[0] + 1] > blocks.starts[b])])
+    return a, b
+
+
+def block_round_peer(task: Task, side: str, flat_index: int) -> tuple[int, int]:
+    """Turn a flat index of :func:`all_blocks` back into ``(round, block)``."""
+    n = _element_layout(task, side, np.zeros(1))[0].shape[1]
+    return divmod(flat_index, n)

@@ -1,0 +1,91 @@
+"""``hp.run``: start the ranks of a program on the chosen backend."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .blocking import default_timeout
+from .context import Config
+from .platform import get_platform
+from .server import Backend
+
+#: Backend name -> "module:Class"; modules are imported only when used.
+BACKENDS: dict[str, str] = {
+    "emu": "emu.backend:EmuBackend",
+    "gloo": "hccl_py.backends.dist:GlooBackend",
+    "hccl": "hccl_py.backends.dist:HcclBackend",
+}
+
+WORLD_SIZE_ENV = "HCCL_PY_WORLD_SIZE"
+BACKEND_ENV = "HCCL_PY_BACKEND"
+PLATFORM_ENV = "HCCL_PY_PLATFORM"
+
+#: Environment variables that mean "a launcher started this process as one rank".
+LAUNCHER_ENV = ("MS_ROLE", "RANK_ID", "RANK", "WORLD_SIZE")
+
+
+def get_backend(name: str) -> Backend:
+    """Instantiate the backend registered under ``name``."""
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+    module_name, _, cls_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeError(f"backend {name!r} is not available: {exc}") from exc
+    return getattr(module, cls_name)()
+
+
+def under_launcher() -> bool:
+    """Whether msrun, torchrun or our runner started this process as one rank."""
+    return any(v in os.environ for v in LAUNCHER_ENV)
+
+
+def default_backend() -> str:
+    """``HCCL_PY_BACKEND``, else "gloo"/"hccl" under a launcher, else "emu"."""
+    chosen = os.environ.get(BACKEND_ENV)
+    if chosen:
+        return chosen
+    if not under_launcher():
+        return "emu"
+    return "hccl" if importlib.util.find_spec("torch_npu") is not None else "gloo"
+
+
+def run(
+    fn: Callable[..., Any],
+    world_size: int | None = None,
+    backend: str | None = None,
+    platform: str | None = None,
+    timeout: float | None = None,
+    *,
+    strict: bool = True,
+    schedule: str = "eager",
+    poison: bool = False,
+    overlap: str = "error",
+    args: tuple = (),
+) -> list[Any]:
+    """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
+
+    On the emulator ``world_size`` ranks (default ``HCCL_PY_WORLD_SIZE`` or 4)
+    run as threads of this process. If any rank fails, one
+    :class:`~hccl_py.errors.WorldError` reports every rank's failure.
+    ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
+    decides which calls are allowed. See :class:`~hccl_py.context.Config` for
+    ``strict``, ``timeout``, ``schedule``, ``poison`` and ``overlap``.
+    """
+    if world_size is None and os.environ.get(WORLD_SIZE_ENV):
+        world_size = int(os.environ[WORLD_SIZE_ENV])
+    config = Config(
+        platform=get_platform(platform or os.environ.get(PLATFORM_ENV, "A2")),
+        strict=strict,
+        timeout=default_timeout() if timeout is None else float(timeout),
+        schedule=schedule,
+        poison=poison,
+        overlap=overlap,
+    )
+    return get_backend(backend or default_backend()).run(fn, tuple(args), world_size, config)

@@ -1,0 +1,91 @@
+"""Task descriptors: what one Prepare call asks the server to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .constants import HcclCMDType, HcclDataType, HcclReduceOp, dtype_size
+from .gm import GmAddr
+
+OP_NAMES: dict[HcclCMDType, str] = {
+    HcclCMDType.HCCL_CMD_ALLREDUCE: "AllReduce",
+    HcclCMDType.HCCL_CMD_ALLGATHER: "AllGather",
+    HcclCMDType.HCCL_CMD_REDUCE_SCATTER: "ReduceScatter",
+    HcclCMDType.HCCL_CMD_ALLTOALL: "AlltoAll",
+    HcclCMDType.HCCL_CMD_ALLTOALLV: "AlltoAllV",
+    HcclCMDType.HCCL_CMD_BATCH_WRITE: "BatchWrite",
+}
+
+
+def op_name(op: int) -> str:
+    """The AscendC method name of an op type (``AllGather`` for HCCL_CMD_ALLGATHER)."""
+    try:
+        return OP_NAMES[HcclCMDType(op)]
+    except (KeyError, ValueError):
+        return f"op{int(op)}"
+
+
+@dataclass(eq=False)
+class Task:
+    """One prepared task of one rank: op, buffers, counts and its place in the domain.
+
+    ``rank`` and ``rank_dim`` are the rank's index and the size of the task's
+    domain; ``seq`` is the task's position in the rank's sequence of tasks for
+    that domain (tasks with the same ``seq`` on every rank form one collective).
+    """
+
+    op: HcclCMDType
+    domain: object
+    rank: int
+    rank_dim: int
+    handle: int
+    seq: int
+    send: GmAddr
+    recv: GmAddr
+    dtype: HcclDataType
+    count: int = 0
+    reduce_op: HcclReduceOp | None = None
+    stride: int = 0
+    repeat: int = 1
+    send_counts: tuple[int, ...] | None = None
+    sdispls: tuple[int, ...] | None = None
+    recv_counts: tuple[int, ...] | None = None
+    rdispls: tuple[int, ...] | None = None
+    skip_local: bool = False
+    deps: tuple[Task, ...] = field(default_factory=tuple)
+
+    @property
+    def elem_size(self) -> int:
+        """Element size in bytes of the task's data type."""
+        return dtype_size(self.dtype)
+
+    @property
+    def name(self) -> str:
+        """The AscendC name of the op."""
+        return op_name(self.op)
+
+    @property
+    def domain_name(self) -> str:
+        """Name of the task's communication domain."""
+        return getattr(self.domain, "name", str(self.domain))
+
+    def describe(self) -> str:
+        """A one-line description for error messages."""
+        parts = [f"{HcclDataType(self.dtype).name.removeprefix('HCCL_DATA_TYPE_')}"]
+        if self.op == HcclCMDType.HCCL_CMD_ALLTOALLV:
+            parts.append(
+                f"sendCounts={list(self.send_counts)}, recvCounts={list(self.recv_counts)}"
+            )
+        else:
+            parts.append(f"count={self.count}")
+        if self.reduce_op is not None:
+            parts.append(HcclReduceOp(self.reduce_op).name.removeprefix("HCCL_REDUCE_"))
+        if self.stride:
+            parts.append(f"strideCount={self.stride}")
+        parts.append(f"repeat={self.repeat}")
+        return f"{self.name}({', '.join(parts)})"
+
+    def signature(self) -> tuple:
+        """What every rank of the domain must agree on for this task position."""
+        counts = None if self.send_counts is None else len(self.send_counts)
+        return (self.op, self.dtype, self.count, self.reduce_op, self.stride, self.repeat, counts)
