@@ -114,9 +114,9 @@ class Blocker:
         me = threading.get_ident()
         with self.cond:
             while True:
-                self.raise_if_failed()
                 if pred():
                     return
+                self.raise_if_failed()
                 job = self.take_work()
                 if job is not None:
                     self.cond.release()

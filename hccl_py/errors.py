@@ -90,7 +90,8 @@ class WorldError(HcclError):
     """Raised by :func:`hccl_py.run` when one or more ranks failed.
 
     ``failures`` maps each failed rank to its exception; the message lists them
-    all, root causes first.
+    all, root causes first, with the traceback of any exception that is not an
+    HcclError (a bug in the user's code rather than a reported misuse).
     """
 
     def __init__(self, failures: dict[int, BaseException], world_size: int) -> None:
@@ -102,7 +103,7 @@ class WorldError(HcclError):
         ]:
             lines.append(f"  rank {r}: {type(e).__name__}: {e}")
             tb = getattr(e, "hccl_traceback", None)
-            if tb and r in roots:
+            if tb and r in roots and not isinstance(e, HcclError):
                 lines.extend("    " + line for line in tb.rstrip().splitlines())
         super().__init__("\n".join(lines))
 
