@@ -44,6 +44,7 @@ class EmuBackend(Backend):
                 world.blocker.fail(exc)
             finally:
                 set_rank_context(None)
+                world.rank_returned(rank)
                 world.blocker.leave()
 
         threads = [

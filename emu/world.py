@@ -2,26 +2,40 @@
 
 Tasks with the same position (``seq``) in a domain form a *slot*. When every
 rank of the domain has submitted its task the slot is checked for agreement
-(op, counts, dtype, reduce op, repeat, stride, AlltoAllV counts pairwise);
-round ``r`` runs once every rank committed it and every InterHcclGroupSync
-dependency finished. With the eager schedule the committing thread runs it at
-once; with the late schedule it runs only when somebody waits or queries.
+(kernel launch and handle, op, counts, dtype, reduce op, repeat, stride,
+AlltoAllV counts pairwise). Like the AI CPU server, which reads one message
+queue per domain in order, the world runs the slots of a domain in Prepare
+order: round ``r`` of a slot runs once every rank committed it, every earlier
+slot of the domain finished, and every InterHcclGroupSync dependency finished.
+With the eager schedule the committing thread runs it at once; with the late
+schedule it runs only when somebody waits, queries or finalizes.
+
+A failed slot fails every later slot of its domain (the server never gets past
+it), so every rank that waits there gets the original report.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
+from hccl_py import layout
 from hccl_py.blocking import Blocker, Job
-from hccl_py.constants import HcclCMDType
+from hccl_py.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.context import Config
 from hccl_py.errors import HcclError, HcclMismatchError
 from hccl_py.server import Server
 from hccl_py.task import Task
 
 from . import executor
+
+#: How many unfinished slots a report of the world's state lists.
+STATE_LINES = 12
+#: How far a wait-for description follows a chain of blocked tasks.
+CHAIN_DEPTH = 3
 
 
 class Slot:
@@ -37,9 +51,33 @@ class Slot:
         self.error: HcclError | None = None
 
     @property
+    def domain(self) -> str:
+        """Name of the slot's domain."""
+        return self.key[0]
+
+    @property
+    def seq(self) -> int:
+        """Position of the slot in its domain."""
+        return self.key[1]
+
+    @property
     def complete(self) -> bool:
         """Every rank of the domain submitted its task."""
         return len(self.tasks) == self.rank_dim
+
+    @property
+    def repeat(self) -> int:
+        """Rounds of the slot (as the first submitted task says)."""
+        return next(iter(self.tasks.values())).repeat
+
+    @property
+    def finished(self) -> bool:
+        """Every round ran."""
+        return self.complete and self.done >= self.repeat
+
+    def sample(self) -> Task:
+        """Some rank's task, for descriptions."""
+        return next(iter(self.tasks.values()))
 
     def not_submitted(self) -> list[int]:
         """Domain ranks whose task has not arrived."""
@@ -54,24 +92,78 @@ def _global(task: Task) -> int:
     return task.domain.ranks[task.rank]
 
 
-def _mismatch(tasks: list[Task]) -> str | None:
+def _name(enum: type, value: object, prefix: str) -> str:
+    return "-" if value is None else enum(value).name.removeprefix(prefix)
+
+
+#: (field, how to read it from a task) in the order a mismatch is reported.
+_FIELDS: tuple[tuple[str, Callable[[Task], object]], ...] = (
+    ("op", lambda t: t.name),
+    ("data type", lambda t: _name(HcclDataType, t.dtype, "HCCL_DATA_TYPE_")),
+    ("count", lambda t: t.count),
+    ("reduce op", lambda t: _name(HcclReduceOp, t.reduce_op, "HCCL_REDUCE_")),
+    ("strideCount", lambda t: t.stride),
+    ("repeat", lambda t: t.repeat),
+)
+
+
+def _mismatch(tasks: list[Task]) -> HcclMismatchError | None:
     """Why the ranks' tasks of one slot disagree, or None."""
-    sigs = [t.signature() for t in tasks]
-    if any(s != sigs[0] for s in sigs):
-        lines = "; ".join(f"rank {_global(t)}: {t.describe()}" for t in tasks)
-        return f"ranks issued different tasks at the same position: {lines}"
-    if tasks[0].op == HcclCMDType.HCCL_CMD_ALLTOALLV:
+    first = tasks[0]
+    where = f"task #{first.seq} of domain {first.domain_name}"
+    for t in tasks[1:]:
+        if (t.launch, t.handle) != (first.launch, first.handle):
+            return HcclMismatchError(
+                f"ranks prepared different numbers of tasks: at {where}, rank {_global(first)} "
+                f"is at handle {first.handle} ({first.describe()}) of its kernel launch "
+                f"#{first.launch} in this domain, rank {_global(t)} at handle {t.handle} "
+                f"({t.describe()}) of launch #{t.launch}",
+                expected=f"launch #{first.launch} handle {first.handle}",
+                actual=f"launch #{t.launch} handle {t.handle}",
+            )
+    for field, read in _FIELDS:
+        want = read(first)
+        for t in tasks[1:]:
+            if read(t) != want:
+                every = "; ".join(f"rank {_global(x)}: {x.describe()}" for x in tasks)
+                return HcclMismatchError(
+                    f"ranks disagree on the {field} of {where} (handle {first.handle}): "
+                    f"rank {_global(first)} has {want}, rank {_global(t)} has {read(t)}. "
+                    f"Tasks: {every}",
+                    expected=want,
+                    actual=read(t),
+                )
+    if first.op == HcclCMDType.HCCL_CMD_ALLTOALLV:
         sends = np.array([t.send_counts for t in tasks], dtype=np.int64)
         recvs = np.array([t.recv_counts for t in tasks], dtype=np.int64)
         bad = np.argwhere(sends != recvs.T)
         if len(bad):
             i, j = (int(x) for x in bad[0])
-            return (
-                f"AlltoAllV counts disagree: rank {_global(tasks[i])} sends {sends[i, j]} elements to "
-                f"rank {_global(tasks[j])}, which expects {recvs[j, i]} from it "
-                f"(sendCounts_{i}[{j}] != recvCounts_{j}[{i}])"
+            return HcclMismatchError(
+                f"AlltoAllV counts disagree at {where} (handle {first.handle}): rank "
+                f"{_global(tasks[i])} sends {sends[i, j]} elements to rank {_global(tasks[j])}, "
+                f"which expects {recvs[j, i]} from it (sendCounts_{i}[{j}] != recvCounts_{j}[{i}])",
+                expected=int(recvs[j, i]),
+                actual=int(sends[i, j]),
             )
     return None
+
+
+def _derived(error: HcclError, reason: str) -> HcclError:
+    """An error of the same class as ``error`` with a new reason (keeps expected/actual)."""
+    return type(error)(reason, expected=error.expected, actual=error.actual)
+
+
+def _in_place(task: Task, round_idx: int) -> bool:
+    """Whether one round's receive blocks share bytes with its send blocks."""
+    if task.recv.alloc is not task.send.alloc:
+        return False
+    send = layout.round_blocks(task, "send", round_idx)
+    recv = layout.round_blocks(task, "recv", round_idx)
+    both = layout.Blocks(
+        np.concatenate([send.starts, recv.starts]), np.concatenate([send.sizes, recv.sizes])
+    )
+    return layout.first_overlap(both) is not None
 
 
 class EmuWorld(Server):
@@ -83,8 +175,15 @@ class EmuWorld(Server):
         self.blocker = Blocker(config.timeout)
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
+        self.blocker.describe_world = self._describe_world
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
+        self.unfinished: dict[Slot, None] = {}
+        self.failed_at: dict[str, Slot] = {}
+        self.finalized: dict[tuple[str, int], dict[int, int]] = {}
+        self.returned: set[int] = set()
+        self.unpoisoned: dict[Slot, dict[int, list[int]]] = {}
+        self.poisoned: dict[Slot, list[tuple[int, list[tuple[int, torch.Tensor]], Task]]] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
@@ -92,36 +191,130 @@ class EmuWorld(Server):
         slot = self.slots.get(key)
         if slot is None:
             slot = self.slots[key] = Slot(key, task.rank_dim)
+            self.unfinished[slot] = None
+            failed = self.failed_at.get(slot.domain)
+            if failed is not None and failed.seq < slot.seq:
+                self._set_error(slot, self._behind(failed))
         return slot
 
-    def _dep_slots(self, slot: Slot) -> list[tuple[Slot, int]]:
-        return [(self._slot(dep), dep.repeat) for task in slot.tasks.values() for dep in task.deps]
+    def _behind(self, failed: Slot) -> HcclError:
+        return _derived(
+            failed.error,
+            f"task #{failed.seq} of domain {failed.domain} failed, so the server never reaches "
+            f"the later tasks of the domain: {failed.error.reason}",
+        )
+
+    def _fail(self, slot: Slot, error: HcclError) -> None:
+        """Under the lock: ``slot`` failed; so does every later slot of its domain."""
+        if slot.error is not None:
+            return
+        self._set_error(slot, error)
+        first = self.failed_at.get(slot.domain)
+        if first is None or slot.seq < first.seq:
+            self.failed_at[slot.domain] = slot
+        for later in [s for s in self.unfinished if s.domain == slot.domain and s.seq > slot.seq]:
+            self._set_error(later, self._behind(slot))
+        self.blocker.cond.notify_all()
+
+    def _set_error(self, slot: Slot, error: HcclError) -> None:
+        slot.error = error
+        self.pending.pop(slot, None)
+        self.unfinished.pop(slot, None)
+        self.unpoisoned.pop(slot, None)
+        self._unpoison(slot)
+
+    def _previous(self, slot: Slot) -> Slot | None:
+        return self.slots.get((slot.domain, slot.seq - 1)) if slot.seq else None
+
+    def _dep_slots(self, slot: Slot) -> list[Slot]:
+        return [self._slot(dep) for task in slot.tasks.values() for dep in task.deps]
 
     def _ready(self, slot: Slot) -> bool:
-        if (
-            slot.running
-            or slot.error is not None
-            or not slot.complete
-            or slot.done >= slot.tasks[0].repeat
-        ):
+        if slot.running or slot.error is not None or not slot.complete or slot.finished:
             return False
         if slot.not_committed(slot.done + 1):
             return False
-        for dep, repeat in self._dep_slots(slot):
+        previous = self._previous(slot)
+        if previous is not None and not previous.finished:
+            return False
+        for dep in self._dep_slots(slot):
             if dep.error is not None:
-                slot.error = HcclError(
-                    f"a task this one depends on (InterHcclGroupSync) failed: {dep.error}"
+                self._fail(
+                    slot,
+                    _derived(
+                        dep.error,
+                        f"task #{dep.seq} of domain {dep.domain}, which this task waits for "
+                        f"through InterHcclGroupSync, failed: {dep.error.reason}",
+                    ),
                 )
                 return False
-            if dep.done < repeat:
+            if not dep.finished:
                 return False
         return True
 
+    def _reached(self, slot: Slot, task: Task) -> bool:
+        """Whether this rank's server has got to ``task``: every task it must follow finished."""
+        previous = self._previous(slot)
+        if previous is not None and not previous.finished:
+            return False
+        return all(self._slot(dep).finished for dep in task.deps)
+
+    def _poison_reached(self) -> None:
+        """Under the lock: poison committed rounds whose task the server has reached.
+
+        From then on the server may write the receive blocks at any moment, so a
+        kernel that reads them before Wait sees NaN / 0xFF. Earlier, the blocks
+        may still be another task's input. In-place rounds are left alone.
+        """
+        for slot, per_rank in list(self.unpoisoned.items()):
+            if slot.error is not None:
+                del self.unpoisoned[slot]
+                continue
+            for rank, rounds in list(per_rank.items()):
+                task = slot.tasks[rank]
+                if not self._reached(slot, task):
+                    continue
+                for r in rounds:
+                    if r >= slot.done and not _in_place(task, r):
+                        self._poison(slot, task, r)
+                del per_rank[rank]
+            if not per_rank:
+                del self.unpoisoned[slot]
+
+    def _poison(self, slot: Slot, task: Task, round_idx: int) -> None:
+        """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""
+        blocks = layout.round_blocks(task, "recv", round_idx)
+        data = task.recv.alloc.data
+        saved = [
+            (start, data[start : start + size].clone())
+            for start, size in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
+            if size
+        ]
+        self.poisoned.setdefault(slot, []).append((round_idx, saved, task))
+        executor.poison(task, round_idx)
+
+    def _unpoison(self, slot: Slot, round_idx: int | None = None) -> None:
+        """Under the lock: forget (a run round) or restore (a failed slot) poisoned bytes."""
+        kept = []
+        for r, saved, task in self.poisoned.pop(slot, []):
+            if round_idx is not None and r != round_idx:
+                kept.append((r, saved, task))
+            elif round_idx is None:
+                data = task.recv.alloc.data
+                for start, raw in saved:
+                    data[start : start + len(raw)].copy_(raw)
+        if kept:
+            self.poisoned[slot] = kept
+
     def _has_work(self) -> bool:
-        return any(self._ready(s) for s in self.pending)
+        return any(self._ready(s) for s in list(self.pending))
 
     def _take_work(self) -> Job | None:
-        for slot in self.pending:
+        if self.blocker.error is not None:
+            return None
+        if self.config.schedule == "late" and not self.blocker.quiescent():
+            return None
+        for slot in list(self.pending):
             if self._ready(slot):
                 slot.running = True
                 return functools.partial(self._execute, slot)
@@ -140,55 +333,112 @@ class EmuWorld(Server):
         with self.blocker.cond:
             slot.running = False
             if error is not None:
-                slot.error = error
+                self._fail(slot, error)
             else:
+                self._unpoison(slot, round_idx)
                 slot.done += 1
-            if slot.error is not None or slot.done >= tasks[0].repeat:
+            if slot.finished:
                 self.pending.pop(slot, None)
+                self.unfinished.pop(slot, None)
+            self._poison_reached()
             self.blocker.cond.notify_all()
 
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
         with self.blocker.cond:
+            self.blocker.raise_if_failed()
             slot = self._slot(task)
             slot.tasks[task.rank] = task
+            counts = self.finalized.get((task.domain_name, task.launch), {})
+            for rank, n_tasks in counts.items():
+                if task.handle >= n_tasks:
+                    self._fail(slot, self._count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                reason = _mismatch([slot.tasks[r] for r in range(slot.rank_dim)])
-                if reason:
-                    slot.error = HcclMismatchError(reason)
+                error = _mismatch([slot.tasks[r] for r in range(slot.rank_dim)])
+                if error is not None:
+                    self._fail(slot, error)
             self.blocker.cond.notify_all()
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.blocker.cond:
+            self.blocker.raise_if_failed()
             slot = self._slot(task)
             slot.committed[task.rank] = round_idx + 1
-            if slot.done < task.repeat and slot.error is None:
+            if slot.error is None and not slot.finished:
                 self.pending[slot] = None
             if self.config.poison:
-                executor.poison(task, round_idx)
+                self.unpoisoned.setdefault(slot, {}).setdefault(task.rank, []).append(round_idx)
+                self._poison_reached()
             self.blocker.cond.notify_all()
         if self.config.schedule == "eager":
             self.blocker.run_ready()
 
     def wait(self, task: Task, round_idx: int) -> None:
-        slot = self._slot(task)
+        with self.blocker.cond:
+            slot = self._slot(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
             lambda: self._describe_wait(slot, task, round_idx),
         )
         if slot.error is not None and slot.done <= round_idx:
             raise self._error_for(slot.error, task, round_idx)
+        self.blocker.raise_if_failed()
 
     def finished(self, task: Task) -> int:
         if self.config.schedule == "late":
             self.blocker.run_ready()
         with self.blocker.cond:
+            self.blocker.raise_if_failed()
             slot = self._slot(task)
             if slot.error is not None:
                 raise self._error_for(slot.error, task, slot.done)
-            return slot.done
+            done = slot.done
+        if done < task.repeat:
+            self.blocker.poll(
+                slot.key,
+                done,
+                lambda: f"{self._describe_wait(slot, task, done, verb='polls Query for')}",
+            )
+        return done
+
+    def finalize(self, group: object, rank: int, launch: int, n_tasks: int) -> None:
+        """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
+
+        Every rank must prepare the same number of tasks per launch: a task of
+        another rank beyond that count will never find a partner.
+        """
+        name = getattr(group, "name", str(group))
+        with self.blocker.cond:
+            self.finalized.setdefault((name, launch), {})[rank] = n_tasks
+            for slot in list(self.unfinished):
+                if slot.domain != name or slot.complete:
+                    continue
+                for t in slot.tasks.values():
+                    if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
+                        self._fail(slot, self._count_mismatch(t, rank, n_tasks))
+                        break
+
+    def rank_returned(self, rank: int) -> None:
+        """Global rank ``rank`` returned from its function: it will never submit or commit again."""
+        with self.blocker.cond:
+            self.returned.add(rank)
+            if self.blocker.error is not None and len(self.returned) == self.world_size:
+                for slot in list(self.poisoned):
+                    self._unpoison(slot)
+            self.blocker.cond.notify_all()
 
     # -------------------------------------------------------------- reports
+    @staticmethod
+    def _count_mismatch(task: Task, finalizer: int, n_tasks: int) -> HcclMismatchError:
+        return HcclMismatchError(
+            f"ranks prepared different numbers of tasks in kernel launch #{task.launch} of "
+            f"domain {task.domain_name}: rank {task.domain.ranks[finalizer]} finalized after "
+            f"{n_tasks} task(s), but rank {_global(task)} prepared handle {task.handle} "
+            f"({task.describe()}, task #{task.seq}), which no partner will ever join",
+            expected=f"{n_tasks} task(s)",
+            actual=f"at least {task.handle + 1}",
+        )
+
     @staticmethod
     def _error_for(error: HcclError, task: Task, round_idx: int) -> HcclError:
         return type(error)(
@@ -198,21 +448,74 @@ class EmuWorld(Server):
             handle=task.handle,
             op=task.name,
             round=round_idx,
+            expected=error.expected,
+            actual=error.actual,
         )
 
-    def _describe_wait(self, slot: Slot, task: Task, round_idx: int) -> str:
+    def _describe_wait(
+        self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
+    ) -> str:
         head = (
-            f"rank {_global(task)} waits for round {round_idx} of handle {task.handle} "
+            f"rank {_global(task)} {verb} round {round_idx} of handle {task.handle} "
             f"{task.describe()} in domain {task.domain_name} (task #{task.seq})"
         )
-        ranks = task.domain.ranks
+        return f"{head}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
+
+    def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
+        """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
+        ranks = slot.sample().domain.ranks
+        if slot.error is not None:
+            return f"failed: {slot.error.reason}"
+        if slot.done > round_idx:
+            return "finished"
         if not slot.complete:
-            who = [ranks[r] for r in slot.not_submitted()]
-            return f"{head}: ranks {who} have not prepared this task"
+            return self._missing(
+                f"ranks {[ranks[r] for r in slot.not_submitted()]}", "prepared this task"
+            )
         lagging = [ranks[r] for r in slot.not_committed(round_idx + 1)]
         if lagging:
-            return f"{head}: ranks {lagging} have not committed round {round_idx}"
-        deps = [dep for dep, repeat in self._dep_slots(slot) if dep.done < repeat]
-        if deps:
-            return f"{head}: blocked by InterHcclGroupSync on task #{deps[0].key[1]} of domain {deps[0].key[0]}"
-        return f"{head}: runnable"
+            return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
+        if slot.done < round_idx:
+            return f"round {slot.done} has to run first"
+        previous = self._previous(slot)
+        if previous is not None and not previous.finished:
+            what = previous.sample()
+            text = (
+                f"the server runs the tasks of a domain in Prepare order and task "
+                f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
+            )
+            return self._chain(text, previous, depth)
+        for dep in self._dep_slots(slot):
+            if not dep.finished:
+                text = (
+                    f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
+                    f"(handle {dep.sample().handle}, {dep.sample().describe()})"
+                )
+                return self._chain(text, dep, depth)
+        return "running" if slot.running else "runnable"
+
+    def _chain(self, text: str, blocker: Slot, depth: int) -> str:
+        if depth <= 1:
+            return text
+        return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
+
+    def _missing(self, who: str, what: str) -> str:
+        gone = sorted(self.returned)
+        note = f" (ranks {gone} returned from their function)" if gone else ""
+        return f"{who} have not {what}{note}"
+
+    def _describe_world(self) -> str:
+        """Under the lock: one line per unfinished slot, oldest first."""
+        slots = sorted(self.unfinished, key=lambda s: s.key)
+        lines = []
+        for slot in slots[:STATE_LINES]:
+            ranks = slot.sample().domain.ranks
+            committed = {ranks[r]: slot.committed.get(r, 0) for r in slot.tasks}
+            lines.append(
+                f"  - domain {slot.domain} task #{slot.seq} {slot.sample().describe()}: "
+                f"prepared by ranks {sorted(ranks[r] for r in slot.tasks)} of {list(ranks)}, "
+                f"rounds committed per rank {committed}, {slot.done} round(s) finished"
+            )
+        if len(slots) > STATE_LINES:
+            lines.append(f"  - ... and {len(slots) - STATE_LINES} more")
+        return "Unfinished tasks:\n" + "\n".join(lines) if lines else ""

@@ -5,6 +5,12 @@ cores) goes through :meth:`Blocker.wait_for`. A blocker counts the threads that
 run user code; when every one of them waits and no waited-for condition can
 become true, that is a deadlock, reported at once with a line per waiting
 thread instead of a hang. Each wait also has a timeout.
+
+A thread that polls instead of blocking (a ``Query`` loop) reports each poll
+through :meth:`Blocker.poll`. After :data:`SPIN_POLLS` polls that return the
+same value it counts as *spinning*; if it keeps polling the same value for
+:data:`FROZEN_POLLS` more polls while every other thread waits in vain (or
+spins too), the world is just as stuck and the poller reports the deadlock.
 """
 
 from __future__ import annotations
@@ -12,13 +18,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 
 from .errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
 
 #: Environment variable overriding the default timeout (seconds) of every blocking call.
 TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
+#: Unchanged polls after which a polling thread counts as spinning.
+SPIN_POLLS = 10_000
+#: Further unchanged polls, while no other thread can progress, that make a deadlock.
+FROZEN_POLLS = 10_000
+#: A spinning thread that has not polled for this many seconds is no longer spinning.
+SPIN_FRESH_S = 0.05
 
 Job = Callable[[], None]
 Text = str | Callable[[], str]
@@ -34,6 +47,22 @@ def _text(what: Text) -> str:
     return what() if callable(what) else what
 
 
+@dataclass
+class _Spin:
+    """What one polling thread has been seeing."""
+
+    key: Hashable
+    value: object
+    what: Text
+    unchanged: int = 0
+    frozen: int = 0
+    since: float = field(default_factory=time.monotonic)
+    last: float = field(default_factory=time.monotonic)
+
+    def describe(self) -> str:
+        return f"{_text(self.what)} [polled {self.unchanged + 1} times without change]"
+
+
 class Blocker:
     """A condition variable shared by all threads of one world (or one process).
 
@@ -41,6 +70,7 @@ class Blocker:
     return a job (a callable) that the thread then runs outside the lock. This is
     how a lazily scheduled server executes rounds only when somebody waits.
     ``has_work`` tells, without taking it, whether such a job exists.
+    ``describe_world`` (optional) returns lines on the server's state for reports.
     """
 
     def __init__(self, timeout: float | None = None, detect_deadlock: bool = True) -> None:
@@ -49,9 +79,11 @@ class Blocker:
         self.detect_deadlock = detect_deadlock
         self.active = 0
         self.blocked: dict[int, tuple[Callable[[], bool], Text]] = {}
+        self.spinning: dict[int, _Spin] = {}
         self.error: BaseException | None = None
         self.take_work: Callable[[], Job | None] = lambda: None
         self.has_work: Callable[[], bool] = lambda: False
+        self.describe_world: Callable[[], str] = lambda: ""
 
     def enter(self, n: int = 1) -> None:
         """Count ``n`` more threads that run user code (call before starting them)."""
@@ -62,6 +94,7 @@ class Blocker:
         """The calling thread stops running user code; check whether the rest are stuck."""
         with self.cond:
             self.active -= 1
+            self.spinning.pop(threading.get_ident(), None)
             self._check_deadlock()
 
     def notify(self) -> None:
@@ -97,22 +130,42 @@ class Blocker:
             job()
 
     def state(self) -> str:
-        """One line per waiting thread: what it waits for."""
+        """What every thread of the world is doing, then the server's state."""
         with self.cond:
             lines = [_text(what) for _, what in self.blocked.values()]
-        return "\n".join(f"  - {line}" for line in lines) or "  (no thread is waiting)"
+            now = time.monotonic()
+            spinners = [s for s in self.spinning.values() if self._live(s, now)]
+            lines += [s.describe() for s in spinners]
+            running = self.active - len(self.blocked) - len(spinners)
+            if running > 0:
+                lines.append(
+                    f"{running} thread(s) running outside hccl_py calls "
+                    "(computing, sleeping or stuck in user code)"
+                )
+            world = self.describe_world()
+        text = "\n".join(f"  - {line}" for line in lines) or "  (no thread is waiting)"
+        return f"{text}\n{world}" if world else text
 
-    def wait_for(self, pred: Callable[[], bool], what: Text, timeout: float | None = None) -> None:
+    def wait_for(
+        self,
+        pred: Callable[[], bool],
+        what: Text,
+        timeout: float | None = None,
+        poll: float | None = None,
+    ) -> None:
         """Block until ``pred()`` (evaluated under the lock) is true.
 
         Raises :class:`HcclDeadlockError` when no thread can make progress,
         :class:`HcclTimeoutError` after ``timeout`` seconds (default: the
         blocker's), and :class:`HcclPeerError` when the world failed meanwhile.
+        ``poll`` re-evaluates ``pred`` at least that often (seconds), for
+        conditions that change without a notification.
         """
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         me = threading.get_ident()
         with self.cond:
+            self.spinning.pop(me, None)
             while True:
                 if pred():
                     return
@@ -126,19 +179,96 @@ class Blocker:
                         self.cond.acquire()
                     continue
                 remaining = deadline - time.monotonic()
+                self.blocked[me] = (pred, what)
                 if remaining <= 0:
+                    state = self.state()
+                    self.blocked.pop(me, None)
                     raise HcclTimeoutError(
                         f"timed out after {limit:g} s waiting for {_text(what)}; "
                         f"set {TIMEOUT_ENV} or timeout= to change the limit. "
-                        f"Threads waiting now:\n{self.state()}"
+                        f"State of the world:\n{state}"
                     )
-                self.blocked[me] = (pred, what)
                 try:
                     self._check_deadlock()
                     self.raise_if_failed()
-                    self.cond.wait(remaining)
+                    self.cond.wait(remaining if poll is None else min(remaining, poll))
                 finally:
                     self.blocked.pop(me, None)
+
+    def poll(self, key: Hashable, value: object, what: Text) -> None:
+        """Record one non-blocking poll of the calling thread that observed ``value``.
+
+        ``key`` names what is polled (a task); ``what`` describes the poll for a
+        report. Raises :class:`HcclDeadlockError` when the thread has been
+        spinning on an unchanged value while no other thread can progress, and
+        :class:`HcclTimeoutError` when the value stayed unchanged for longer
+        than the timeout, as a blocking wait would.
+        """
+        me = threading.get_ident()
+        with self.cond:
+            self.raise_if_failed()
+            spin = self.spinning.get(me)
+            if spin is None or spin.key != key or spin.value != value:
+                self.spinning[me] = _Spin(key, value, what)
+                return
+            spin.unchanged += 1
+            spin.last = time.monotonic()
+            if spin.last - spin.since > self.timeout:
+                state = self.state()
+                del self.spinning[me]
+                raise HcclTimeoutError(
+                    f"timed out after {self.timeout:g} s polling: {spin.describe()}; "
+                    f"set {TIMEOUT_ENV} or timeout= to change the limit. "
+                    f"State of the world:\n{state}"
+                )
+            if spin.unchanged < SPIN_POLLS or not self.detect_deadlock:
+                return
+            if not self._frozen(me):
+                spin.frozen = 0
+                return
+            spin.frozen += 1
+            if spin.frozen >= FROZEN_POLLS:
+                self._declare_deadlock()
+                self.raise_if_failed()
+
+    def quiescent(self) -> bool:
+        """Under the lock: every thread but the caller waits (or spins); nothing else will happen."""
+        return self._others_stuck(threading.get_ident())
+
+    # ------------------------------------------------------------- internals
+    @staticmethod
+    def _live(spin: _Spin, now: float) -> bool:
+        return spin.unchanged >= SPIN_POLLS and now - spin.last < SPIN_FRESH_S
+
+    def _others_stuck(self, me: int) -> bool:
+        """Under the lock: every thread but ``me`` is blocked or spinning."""
+        now = time.monotonic()
+        others = sum(1 for ident in self.blocked if ident != me)
+        others += sum(
+            1
+            for ident, s in self.spinning.items()
+            if ident != me and ident not in self.blocked and self._live(s, now)
+        )
+        return others >= self.active - 1
+
+    def _frozen(self, me: int) -> bool:
+        """Under the lock: every thread but ``me`` waits in vain or spins, and no work is ready."""
+        if not self._others_stuck(me):
+            return False
+        return not any(pred() for pred, _ in self.blocked.values()) and not self.has_work()
+
+    def _declare_deadlock(self) -> None:
+        """Under the lock: fail the world with a report of who waits for what."""
+        now = time.monotonic()
+        lines = [f"  - {_text(what)}" for _, what in self.blocked.values()]
+        lines += [f"  - {s.describe()}" for s in self.spinning.values() if self._live(s, now)]
+        world = self.describe_world()
+        self.error = HcclDeadlockError(
+            "deadlock: every running thread waits and none of them can make progress:\n"
+            + "\n".join(lines)
+            + (f"\n{world}" if world else "")
+        )
+        self.cond.notify_all()
 
     def _check_deadlock(self) -> None:
         """Under the lock: fail the world if every active thread waits in vain."""
@@ -151,8 +281,4 @@ class Blocker:
         if self.has_work():
             self.cond.notify_all()
             return
-        lines = "\n".join(f"  - {_text(what)}" for _, what in self.blocked.values())
-        self.error = HcclDeadlockError(
-            f"deadlock: every running thread waits and none of them can make progress:\n{lines}"
-        )
-        self.cond.notify_all()
+        self._declare_deadlock()

@@ -9,6 +9,7 @@ itself, so the same client serves the emulator, gloo and HCCL.
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from .errors import (
 )
 from .gm import GmAddr
 from .kernel import AIC, AIV, CoreContext, HcclContext, KernelCoreType, current_core_context
+from .overlap import send_recv_clash
 from .task import Task, op_name
 from .template import template
 from .tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, read_cc_tiling, tiling_bytes
@@ -99,6 +101,50 @@ class ClientState:
         self.prepare_kinds: set[KernelCoreType] = set()
         self.sender: Hccl | None = None
         self.deps: list[Task] = []
+        self.objects: list[Hccl] = []
+        self.launch_idx: int | None = None
+        self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
+        self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+
+    def launch_index(self) -> int:
+        """This launch's index among the launches of this rank that sent tasks to the domain."""
+        if self.launch_idx is None:
+            counters = self.rank_ctx.extras.setdefault("launches_per_domain", {})
+            self.launch_idx = next(counters.setdefault(self.group.name, itertools.count()))
+        return self.launch_idx
+
+    def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
+        """A core starts waiting: it must be ordered before the sender's Finalize by a SyncAll."""
+        passed = self.launch.barriers_passed(core)
+        with self.rank_ctx.blocker.cond:
+            finalized = self.finalized_by
+            self.waits.append((core, passed, handle, round_idx))
+        if finalized is not None and core != finalized[0]:
+            self._unordered(finalized[0], core, handle, round_idx, "already finalized")
+
+    def check_finalize_order(self, core: CoreContext) -> None:
+        """The sending core finalizes: every other core's Waits must come before it (SyncAll)."""
+        with self.rank_ctx.blocker.cond:
+            self.finalized_by = (core, self.launch.barriers_passed(core))
+            waits = list(self.waits)
+        for other, passed, handle, round_idx in waits:
+            if other != core and not self.launch.ordered_before(other, passed, core):
+                self._unordered(core, other, handle, round_idx, "finalizes")
+
+    def _unordered(
+        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int, verb: str
+    ) -> None:
+        raise HcclCoreError(
+            f"{finalizer.kind.name} core {finalizer.block_idx} {verb} while "
+            f"{waiter.kind.name} core {waiter.block_idx} waits for handle {handle} round "
+            f"{round_idx}: no SyncAll() separates that Wait from Finalize. Finalize resets "
+            "the finish counters the other cores poll, so on hardware they may hang; call "
+            "SyncAll() after the last Wait of every core and before Finalize",
+            rank=self.rank_ctx.rank,
+            domain=self.group.name,
+            handle=handle,
+            round=round_idx,
+        )
 
     def task(self, handle: int, core: CoreContext) -> Task:
         """The task the sending core prepared for ``handle`` (waits until it exists)."""
@@ -113,19 +159,28 @@ class ClientState:
         return self.tasks[handle]
 
     def check_exit(self) -> None:
-        """Called when the kernel returns: report work the real server would hang on."""
+        """Called when the kernel returns: report work the real server would hang on.
+
+        Also reports a handle that some core waited for some but not all of its
+        rounds: such a kernel relies on Wait, and reads unfinished data.
+        """
         sender = self.sender
-        if sender is None:
-            return
         problems = []
-        for h, info in enumerate(sender._handles):
+        for h, info in enumerate(sender._handles if sender else ()):
             if info.commits < info.repeat:
                 problems.append(
                     f"handle {h} ({info.task.describe() if info.task else op_name(info.op)}): "
                     f"{info.commits} of {info.repeat} rounds committed"
                 )
-        if sender._handles and not sender._finalized:
+        if sender is not None and sender._handles and not sender._finalized:
             problems.append("Finalize() was never called")
+        for obj in self.objects:
+            for h, info in enumerate(obj._handles):
+                if 0 < info.waits < info.repeat:
+                    problems.append(
+                        f"handle {h} ({op_name(info.op)}): a core waited {info.waits} of its "
+                        f"{info.repeat} rounds; a kernel that Waits a handle must Wait every round"
+                    )
         if problems:
             raise HcclUnfinishedError(
                 "kernel returned with unfinished work that would leave the server hanging: "
@@ -152,6 +207,10 @@ class Hccl:
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
     mirrors the C++ template arguments; keywords work too.
     """
+
+    #: Set by hccl_py.framework on its internal clients: framework collectives are not
+    #: kernel API calls, so the platform's op and size restrictions do not apply to them.
+    _framework_task = False
 
     def __class_getitem__(cls, params: Any) -> Any:
         params = params if isinstance(params, tuple) else (params,)
@@ -188,12 +247,16 @@ class Hccl:
         cls: type[HcclError] = HcclUsageError,
         **facts: Any,
     ) -> Any:
-        """Record a failed call; raise it in strict mode, else return the C++ result."""
+        """Record a failed call; raise it in strict mode, else return the C++ result.
+
+        Findings that hardware would hang or corrupt memory on (``cls.always_raise``)
+        raise in every mode.
+        """
         ctx = current_rank_context(required=False)
         domain = self._state.group.name if self._state else None
         err = cls(reason, rank=ctx.rank if ctx else None, domain=domain, **facts)
         self.last_error = str(err)
-        if self._strict():
+        if self._strict() or cls.always_raise:
             raise err
         return ret
 
@@ -231,6 +294,23 @@ class Hccl:
         want = AIV if cfg.type == CoreType.ON_AIV else AIC
         return core.kind == want and core.block_idx == cfg.blockId
 
+    def _missing_sender(self, core: CoreContext) -> str | None:
+        """Why no core of this launch can send for this object's server config, or None."""
+        cfg = self.config
+        kind = (
+            core.kind
+            if cfg.type == CoreType.DEFAULT
+            else (AIV if cfg.type == CoreType.ON_AIV else AIC)
+        )
+        n = core.launch.cores_of_kind[kind]
+        if cfg.blockId < n:
+            return None
+        return (
+            f"HcclServerConfig names {kind.name} block {cfg.blockId} as the sending core, but this "
+            f"launch has {n} {kind.name} cores (block_dim={core.launch.block_dim}, "
+            f"kernel_type={core.launch.kernel_type!r}): no task would ever be sent"
+        )
+
     # ------------------------------------------------------------ initialising
     def _init(self, context: Any, tiling: Any, mode: str) -> None:
         if not isinstance(context, HcclContext):
@@ -252,6 +332,7 @@ class Hccl:
             return
         self._reset()
         self._state = context.launch.client_state(context.index, lambda: ClientState(context))
+        self._state.objects.append(self)
         self._mode = mode
         self._tiling_src = tiling
         self._ok(None)
@@ -315,7 +396,7 @@ class Hccl:
         self, op: HcclCMDType, sendBuf: Any, recvBuf: Any, dataType: Any, repeat: Any
     ) -> HcclDataType:
         platform = self._state.rank_ctx.config.platform
-        if not platform.supports(op):
+        if not platform.supports(op) and not self._framework_task:
             raise _InvalidCall(f"{op_name(op)} is not supported on {platform.name}")
         if self._mode != "Init-no-tiling" and op not in self._cc:
             raise _InvalidCall(
@@ -370,21 +451,20 @@ class Hccl:
             raise _InvalidCall(f"AlltoAllV: {name} is missing")
         if isinstance(values, GmAddr):
             try:
-                values = values.bytes_view(8 * n).clone().view(torch.int64)
+                raw = values.read_bytes(8 * n)
             except HcclBoundsError as exc:
                 raise _InvalidCall(f"AlltoAllV: cannot read {name}: {exc}") from None
+            values = np.frombuffer(raw, dtype="<u8")
         if isinstance(values, torch.Tensor):
-            values = values.detach().cpu().numpy()
-        arr = np.asarray(values)
-        if (
-            arr.ndim != 1
-            or arr.shape[0] != n
-            or not (np.issubdtype(arr.dtype, np.integer) or arr.size == 0)
-        ):
+            values = values.detach().cpu()
+        items = values.tolist() if hasattr(values, "tolist") else values
+        if not isinstance(items, (list, tuple)) or len(items) != n:
             raise _InvalidCall(f"AlltoAllV: {name} must hold {n} (rankDim) integers", actual=values)
-        if (arr < 0).any():
-            raise _InvalidCall(f"AlltoAllV: {name} must be non-negative", actual=arr.tolist())
-        return tuple(int(v) for v in arr)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+            raise _InvalidCall(f"AlltoAllV: {name} must hold integers", actual=list(items))
+        if any(v < 0 for v in items):
+            raise _InvalidCall(f"AlltoAllV: {name} must be non-negative", actual=list(items))
+        return tuple(items)
 
     def _prepare(self, op: HcclCMDType, commit: bool, check: Any) -> int:
         """Shared body of every Prepare call; ``check()`` validates and returns Task fields."""
@@ -401,6 +481,15 @@ class Hccl:
             )
         state = self._state
         handle = len(self._handles)
+        missing = self._missing_sender(core)
+        if missing:
+            return self._fail(
+                f"{name}: {missing}",
+                ret=INVALID_HANDLE_ID,
+                cls=HcclCoreError,
+                op=name,
+                handle=handle,
+            )
         sender = self._is_sender(core)
         if sender:
             if self.config.type == CoreType.DEFAULT:
@@ -429,6 +518,7 @@ class Hccl:
                 rank_dim=state.rank_dim,
                 handle=handle,
                 seq=state.rank_ctx.next_seq(state.group),
+                launch=state.launch_index(),
                 deps=tuple(state.deps),
                 skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
                 **fields,
@@ -460,7 +550,7 @@ class Hccl:
         """Client-side checks of a complete task: memory ownership, bounds, overlaps, limits."""
         me = self._state.rank_ctx.rank
         platform = self._state.rank_ctx.config.platform
-        limit = platform.max_alltoall_ranks
+        limit = None if self._framework_task else platform.max_alltoall_ranks
         alltoall = task.op in (_C.HCCL_CMD_ALLTOALL, _C.HCCL_CMD_ALLTOALLV)
         if alltoall and limit and task.rank_dim > limit:
             raise _InvalidCall(
@@ -492,7 +582,11 @@ class Hccl:
                     expected=f"[0, {addr.alloc.nbytes})",
                     actual=f"[{lo}, {hi})",
                 )
-            if platform.max_task_bytes and hi - lo > platform.max_task_bytes:
+            if (
+                platform.max_task_bytes
+                and not self._framework_task
+                and hi - lo > platform.max_task_bytes
+            ):
                 raise _InvalidCall(
                     f"one task's data exceeds {platform.max_task_bytes} bytes on {platform.name}",
                     actual=hi - lo,
@@ -505,13 +599,17 @@ class Hccl:
             return
         blocks = layout.all_blocks(task, "recv")
         clash = layout.first_overlap(blocks)
-        if clash is None:
-            return
-        (ra, ba), (rb, bb) = (layout.block_round_peer(task, "recv", i) for i in clash)
-        reason = (
-            f"receive ranges overlap: round {ra} block {ba} and round {rb} block {bb} write the same "
-            f"bytes of {task.recv.alloc.name}; with repeat > 1 use strideCount >= repeat * count"
-        )
+        rb = None
+        if clash is not None:
+            (ra, ba), (rb, bb) = (layout.block_round_peer(task, "recv", i) for i in clash)
+            reason = (
+                f"receive ranges overlap: round {ra} block {ba} and round {rb} block {bb} write the "
+                f"same bytes of {task.recv.alloc.name}; with repeat > 1 use strideCount >= repeat * count"
+            )
+        else:
+            reason = send_recv_clash(task)
+            if reason is None:
+                return
         if policy == "error":
             raise _InvalidCall(reason, cls=HcclOverlapError, round=rb)
         warnings.warn(f"rank {self._state.rank_ctx.rank}: {task.name}: {reason}", stacklevel=4)
@@ -732,6 +830,26 @@ class Hccl:
                 actual=info.commits,
             )
         core = self._core()
+        if core.kind != info.kind:
+            return self._fail(
+                f"Wait from an {core.kind.name} core of a handle prepared on {info.kind.name}",
+                cls=HcclCoreError,
+                handle=h,
+                op=name,
+                round=info.waits,
+                expected=info.kind.name,
+                actual=core.kind.name,
+            )
+        later = [g for g in range(h + 1, len(self._handles)) if self._handles[g].waits]
+        if later:
+            reason = (
+                f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
+                f"must follow Prepare order"
+            )
+            if self._strict():
+                return self._fail(reason, handle=h, op=name, round=info.waits)
+            warnings.warn(f"rank {self._state.rank_ctx.rank}: {reason}", stacklevel=2)
+        self._state.record_wait(core, h, info.waits)
         task = info.task or self._state.task(h, core)
         self._state.rank_ctx.server.wait(task, info.waits)
         info.waits += 1
@@ -782,6 +900,14 @@ class Hccl:
                         op=op_name(info.op),
                         round=info.commits,
                     )
+            self._state.check_finalize_order(self._core())
+            if self._handles:
+                server.finalize(
+                    self._state.group,
+                    self._state.rank,
+                    self._state.launch_index(),
+                    len(self._handles),
+                )
             if sync:
                 for info in self._handles:
                     server.wait(info.task, info.repeat - 1)
@@ -826,15 +952,18 @@ class Hccl:
                 ret=None,
             )
             return
+        # Only the sending core records the dependency; other cores send nothing and may
+        # run before the sending core of domain srcGroupID has prepared the task.
+        sender = self._is_sender(self._core())
         src = other.tasks.get(srcHandleID) if isinstance(srcHandleID, int) else None
-        if src is None:
+        if src is None and sender:
             self._fail(
                 f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain {srcGroupID}",
                 ret=None,
                 handle=srcHandleID,
             )
             return
-        if self._is_sender(self._core()):
+        if sender:
             self._state.deps.append(src)
         if platform.group_sync_counts_as_task:
             self._n_syncs += 1

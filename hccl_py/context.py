@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +31,12 @@ class Config:
     - ``strict``: failed calls raise :class:`HcclError` (True) or return the C++ codes.
     - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``).
     - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
-      runs it only when some rank waits, queries or finalizes (exposes races).
-    - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF.
-    - ``overlap``: what to do about overlapping ranges: "error", "warn" or "ignore".
+      runs it as late as possible: only once every other thread of the world waits
+      (in Wait, Finalize, SyncAll ...) or polls Query in vain (exposes races).
+    - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF
+      (restored if the round never runs); see docs/sanitizer.md.
+    - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or
+      send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
     """
 
     platform: Platform = field(default_factory=lambda: get_platform("A2"))
@@ -90,6 +93,7 @@ class RankContext:
         server: Server,
         blocker: Blocker,
         device: torch.device | None = None,
+        thread_init: Callable[[], None] | None = None,
     ) -> None:
         self.rank = rank
         self.world_size = world_size
@@ -97,6 +101,8 @@ class RankContext:
         self.server = server
         self.blocker = blocker
         self.device = device or torch.device("cpu")
+        #: Called in every thread that binds this context (e.g. to make the rank's NPU current).
+        self.thread_init = thread_init
         self.world_group = Group(range(world_size), WORLD_GROUP_NAME)
         self._seq: Counter[str] = Counter()
         self._group_count: Counter[tuple[int, ...]] = Counter()
@@ -122,7 +128,11 @@ class RankContext:
             k = self._group_count[ranks]
             self._group_count[ranks] += 1
         suffix = f"#{k}" if k else ""
-        return Group(ranks, f"group_{'_'.join(map(str, ranks))}{suffix}")
+        group = Group(ranks, f"group_{'_'.join(map(str, ranks))}{suffix}")
+        hook = getattr(self.server, "on_new_group", None)
+        if hook is not None:
+            hook(group)
+        return group
 
 
 _tls = threading.local()
@@ -131,6 +141,8 @@ _tls = threading.local()
 def set_rank_context(ctx: RankContext | None) -> None:
     """Bind ``ctx`` to the calling thread (None unbinds)."""
     _tls.rank = ctx
+    if ctx is not None and ctx.thread_init is not None:
+        ctx.thread_init()
 
 
 def current_rank_context(required: bool = True) -> RankContext | None:

@@ -8,7 +8,12 @@ class HcclError(RuntimeError):
 
     The message says what went wrong; the attributes give the same facts for
     programs (any of them may be None when it does not apply).
+    ``always_raise`` marks findings that hardware would hang or silently
+    corrupt memory on: they raise even with ``strict=False``, where calls that
+    the C++ API rejects return its error codes instead.
     """
+
+    always_raise = False
 
     def __init__(
         self,
@@ -57,25 +62,37 @@ class HcclUsageError(HcclError):
 class HcclBoundsError(HcclError):
     """A task reads or writes outside the allocation its GM address points into."""
 
+    always_raise = True
+
 
 class HcclOverlapError(HcclError):
     """Receive ranges of one task overlap (rounds or rank blocks write the same bytes)."""
+
+    always_raise = True
 
 
 class HcclMismatchError(HcclError):
     """Ranks of one domain issued different tasks at the same position."""
 
+    always_raise = True
+
 
 class HcclDeadlockError(HcclError):
     """No thread of the world can make progress; the message lists who waits for what."""
+
+    always_raise = True
 
 
 class HcclTimeoutError(HcclError):
     """A blocking call did not finish within the configured timeout."""
 
+    always_raise = True
+
 
 class HcclUnfinishedError(HcclError):
     """A kernel returned with tasks left uncommitted, unwaited or unfinalized."""
+
+    always_raise = True
 
 
 class HcclCoreError(HcclError):
@@ -84,6 +101,8 @@ class HcclCoreError(HcclError):
 
 class HcclPeerError(HcclError):
     """This rank was stopped because another rank failed."""
+
+    always_raise = True
 
 
 class WorldError(HcclError):

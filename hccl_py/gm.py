@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import operator
 from typing import Any
 
 import torch
@@ -68,7 +69,7 @@ class GmAddr:
     def __add__(self, nbytes: int) -> GmAddr:
         if isinstance(nbytes, GmAddr):
             return NotImplemented
-        return GmAddr(self.alloc, self.offset + int(nbytes))
+        return GmAddr(self.alloc, self.offset + _byte_count(nbytes))
 
     __radd__ = __add__
 
@@ -77,7 +78,7 @@ class GmAddr:
             if other.alloc is not self.alloc:
                 raise ValueError("cannot subtract addresses of different allocations")
             return self.offset - other.offset
-        return GmAddr(self.alloc, self.offset - int(other))
+        return GmAddr(self.alloc, self.offset - _byte_count(other))
 
     def __eq__(self, other: object) -> bool:
         if other is None:
@@ -101,6 +102,8 @@ class GmAddr:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
             raise HcclBoundsError(f"{what}: null address")
+        if nbytes < 0:
+            raise HcclBoundsError(f"{what}: negative size of {nbytes} bytes", rank=self.alloc.rank)
         if self.offset < 0 or self.offset + nbytes > self.alloc.nbytes:
             raise HcclBoundsError(
                 f"{what}: bytes [{self.offset}, {self.offset + nbytes}) of {self.alloc.name} "
@@ -119,6 +122,17 @@ class GmAddr:
 
 
 NULL = GmAddr(None)
+
+
+def _byte_count(nbytes: Any) -> int:
+    """An integral byte offset (as C++ pointer arithmetic needs; 2.5 bytes is an error)."""
+    try:
+        return operator.index(nbytes)
+    except TypeError:
+        raise TypeError(
+            f"GM addresses move by whole bytes: expected an int, got {type(nbytes).__name__} "
+            f"{nbytes!r}"
+        ) from None
 
 
 def _as_torch_dtype(dtype: torch.dtype | int) -> torch.dtype:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from .context import (
     set_core_context,
     set_rank_context,
 )
-from .errors import HcclCoreError
+from .errors import HcclCoreError, HcclDeadlockError, HcclPeerError
 from .gm import to_gm
 from .template import template
 
@@ -37,6 +38,9 @@ class KernelCoreType(enum.IntEnum):
 
 AIC = KernelCoreType.AIC
 AIV = KernelCoreType.AIV
+
+#: Seconds a failed launch waits for its other cores to stop before returning anyway.
+CORE_STOP_SECONDS = 5.0
 
 #: kernel_type -> (AIC cores per block, AIV cores per block)
 KERNEL_TYPES: dict[str, tuple[int, int]] = {
@@ -86,6 +90,8 @@ class LaunchState:
         self._lock = threading.Lock()
         self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
         self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
+        self.passed: dict[CoreContext, dict[bool, int]] = {}
+        self.returned: list[CoreContext] = []
 
     def core_contexts(self) -> list[CoreContext]:
         """Every core of the launch, AIC cores first."""
@@ -104,6 +110,32 @@ class LaunchState:
                 self.clients[index] = factory()
             return self.clients[index]
 
+    def barriers_passed(self, core: CoreContext) -> dict[bool, int]:
+        """How many AIV-only (True) and all-core (False) barriers ``core`` has passed so far."""
+        with self.rank_ctx.blocker.cond:
+            return dict(self.passed.get(core, {True: 0, False: 0}))
+
+    def ordered_before(
+        self, early: CoreContext, early_passed: dict[bool, int], late: CoreContext
+    ) -> bool:
+        """Whether a barrier separates ``early`` (when it had passed ``early_passed``) from ``late`` now."""
+        now = self.barriers_passed(late)
+        if now[False] > early_passed[False]:
+            return True
+        return early.kind == late.kind == AIV and now[True] > early_passed[True]
+
+    def core_returned(self, core: CoreContext) -> None:
+        """Under the blocker's lock: ``core`` returned from the kernel."""
+        self.returned.append(core)
+
+    def _pass(self, core: CoreContext, only_aiv: bool) -> None:
+        counts = self.passed.setdefault(core, {True: 0, False: 0})
+        counts[only_aiv] += 1
+
+    def _absent(self, only_aiv: bool) -> list[CoreContext]:
+        """Cores that returned from the kernel and so can never arrive at this barrier."""
+        return [c for c in self.returned if c.kind == AIV or not only_aiv]
+
     def sync_all(self, core: CoreContext, aiv_only: bool) -> None:
         """Barrier across the launch's AIV cores (or all cores when ``aiv_only`` is False)."""
         only_aiv = aiv_only and self.cores_of_kind[AIV] > 0
@@ -120,16 +152,29 @@ class LaunchState:
             if self._barrier_arrived[only_aiv] == n:
                 self._barrier_arrived[only_aiv] = 0
                 self._barrier_generation[only_aiv] += 1
+                self._pass(core, only_aiv)
                 blocker.cond.notify_all()
                 return
         rank = self.rank_ctx.rank
         blocker.wait_for(
-            lambda: self._barrier_generation[only_aiv] != generation,
+            lambda: self._barrier_generation[only_aiv] != generation or self._absent(only_aiv),
             lambda: (
                 f"rank {rank} {core.kind.name} core {core.block_idx} waits in SyncAll: "
                 f"{self._barrier_arrived[only_aiv]} of {n} cores arrived"
             ),
         )
+        with blocker.cond:
+            if self._barrier_generation[only_aiv] != generation:
+                self._pass(core, only_aiv)
+                return
+            blocker.raise_if_failed()
+            gone = ", ".join(f"{c.kind.name} core {c.block_idx}" for c in self._absent(only_aiv))
+            raise HcclDeadlockError(
+                f"SyncAll can never complete: {gone} returned from the kernel without arriving "
+                f"({self._barrier_arrived[only_aiv]} of {n} cores arrived); every core must call "
+                "SyncAll() the same number of times",
+                rank=rank,
+            )
 
 
 def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
@@ -206,6 +251,7 @@ def _run_cores(
         finally:
             with blocker.cond:
                 done[0] += 1
+                core.launch.core_returned(core)
                 blocker.cond.notify_all()
             set_rank_context(None)
             blocker.leave()
@@ -229,16 +275,28 @@ def _run_cores(
                 f"rank {rank_ctx.rank} waits for its kernel: {done[0]} of {len(threads)} cores returned"
             ),
         )
+    except BaseException as exc:
+        exc.hccl_rank = rank_ctx.rank
+        blocker.fail(exc)
+        raise
     finally:
+        _stop(threads)
         if errors:
-            core, exc = errors[0]
+            core, exc = next(
+                ((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), errors[0]
+            )
             if hasattr(exc, "add_note"):
                 exc.add_note(
                     f"raised on rank {rank_ctx.rank}, {core.kind.name} core {core.block_idx}"
                 )
             raise exc
+
+
+def _stop(threads: list[threading.Thread]) -> None:
+    """Join the cores of a launch; a failed world releases them at once, so this is quick."""
+    deadline = time.monotonic() + CORE_STOP_SECONDS
     for t in threads:
-        t.join()
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _core() -> CoreContext:

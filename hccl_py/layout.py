@@ -41,17 +41,36 @@ def _stride(task: Task) -> int:
     return task.stride if task.stride > 0 else task.count
 
 
+#: Byte offsets at or above this use exact Python ints instead of int64 (which would wrap).
+_INT64_SAFE = 2**62
+
+
+def _index_dtype(task: Task) -> type:
+    """The index dtype for a task's layout: ``np.int64``, or ``object`` for absurd counts.
+
+    Counts or strides near 2**62 would make int64 byte offsets wrap silently (a
+    huge task would look small or overlapping); exact Python ints make such a
+    task fail the bounds check with its true byte range instead.
+    """
+    if task.op == _C.HCCL_CMD_ALLTOALLV:
+        values = (*task.send_counts, *task.recv_counts, *task.sdispls, *task.rdispls, 0)
+        biggest = (task.repeat + 1) * max(values)
+    else:
+        biggest = (task.repeat + task.rank_dim) * max(task.count, task.stride)
+    offsets = abs(task.send.offset) + abs(task.recv.offset)
+    return np.int64 if biggest * task.elem_size + offsets < _INT64_SAFE else object
+
+
 def _element_layout(task: Task, side: str, rounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Element offsets (relative to the side's buffer) and counts, shape (rounds, blocks)."""
-    r = rounds.astype(np.int64)[:, None]
-    peers = np.arange(task.rank_dim, dtype=np.int64)[None, :]
+    dtype = _index_dtype(task)
+    r = rounds.astype(dtype)[:, None]
+    peers = np.arange(task.rank_dim, dtype=dtype)[None, :]
     c = task.count
     op = task.op
     if op == _C.HCCL_CMD_ALLTOALLV:
-        counts = np.asarray(
-            task.send_counts if side == "send" else task.recv_counts, dtype=np.int64
-        )
-        displs = np.asarray(task.sdispls if side == "send" else task.rdispls, dtype=np.int64)
+        counts = np.asarray(task.send_counts if side == "send" else task.recv_counts, dtype=dtype)
+        displs = np.asarray(task.sdispls if side == "send" else task.rdispls, dtype=dtype)
         starts = displs[None, :] + r * counts[None, :]
         return starts, np.broadcast_to(counts[None, :], starts.shape)
     per_peer = (
@@ -60,7 +79,7 @@ def _element_layout(task: Task, side: str, rounds: np.ndarray) -> tuple[np.ndarr
         or op == _C.HCCL_CMD_ALLTOALL
     )
     starts = r * c + peers * _stride(task) if per_peer else r * c + 0 * peers[:, :1]
-    return starts, np.full(starts.shape, c, dtype=np.int64)
+    return starts, np.full(starts.shape, c, dtype=dtype)
 
 
 def byte_layout(task: Task, side: str, rounds: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:

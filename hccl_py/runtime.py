@@ -53,7 +53,9 @@ def default_backend() -> str:
         return chosen
     if not under_launcher():
         return "emu"
-    return "hccl" if importlib.util.find_spec("torch_npu") is not None else "gloo"
+    from .backends.npu import npus_visible
+
+    return "hccl" if npus_visible() else "gloo"
 
 
 def run(

@@ -38,6 +38,9 @@ class Server(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
+    def finalize(self, group: Any, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
+        """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks (optional)."""
+
 
 class Backend(ABC):
     """Starts the ranks of one run and returns their results."""

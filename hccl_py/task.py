@@ -53,6 +53,9 @@ class Task:
     rdispls: tuple[int, ...] | None = None
     skip_local: bool = False
     deps: tuple[Task, ...] = field(default_factory=tuple)
+    #: Which kernel launch of this rank prepared the task, counting the launches that use
+    #: the domain (ranks must prepare the same tasks in the same launches).
+    launch: int = 0
 
     @property
     def elem_size(self) -> int:

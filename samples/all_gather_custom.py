@@ -1,12 +1,15 @@
 """The documentation's AllGather kernels, ported line for line: non-tiled and multi-round.
 
-Run: ``python samples/all_gather_custom.py`` (4 emulated ranks) or
-``python -m hccl_py run -n 8 samples/all_gather_custom.py``.
-Each rank holds 300 FP16 values equal to its rank; after the AllGather every
-rank must hold ``[0]*300 + [1]*300 + ...``.
+Run: ``python samples/all_gather_custom.py`` (4 emulated ranks),
+``python -m hccl_py run -n 8 samples/all_gather_custom.py``, or under msrun /
+torchrun on Ascend. Each rank holds 300 FP16 values; after the AllGather every
+rank holds rank 0's 300 values, then rank 1's, ... The multi-round kernel sends
+two tiles of 128 (one Prepare, repeat 2) and a tail of 44 with strideCount 300,
+so that every tile lands inside its sender's 300-element block.
 """
 
-import torch
+import numpy as np
+from _common import compare, fill_tiling, on_device, rank_data, run_sample, sender_of, zeros
 
 import hccl_py as hp
 from hccl_py import (
@@ -25,6 +28,7 @@ from hccl_py import (
 ELEMS = 300  # per rank
 TILE = 128  # multi-round kernel: two tiles of 128 and a tail of 44
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
+SIZEOF_HALF = 2
 
 
 class AllGatherCustomTilingData(TilingData):
@@ -64,8 +68,8 @@ def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
         tileNum = ELEMS // TILE
         tailLen = ELEMS % TILE
         handleId = hccl.AllGather[True](xGM, yGM, TILE, FP16, ELEMS, tileNum)
-        xGM += TILE * tileNum * 2  # sizeof(half)
-        yGM += TILE * tileNum * 2
+        xGM += TILE * tileNum * SIZEOF_HALF
+        yGM += TILE * tileNum * SIZEOF_HALF
         tailHandleId = hccl.AllGather[True](xGM, yGM, tailLen, FP16, ELEMS, 1)
         for _ in range(tileNum):
             hccl.Wait(handleId)
@@ -76,32 +80,24 @@ def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AllGatherCustomTilingData:
     """Host side: fill the init tiling and the AllGather cc tiling."""
-    tiling = AllGatherCustomTilingData()
-    cfg = Mc2CcTilingConfig(
+    config = Mc2CcTilingConfig(
         "hccl_world_group", HcclCMDType.HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"
     )
-    cfg.GetTiling(tiling.mc2InitTiling)
-    cfg.GetTiling(tiling.allGatherCcTiling)
-    return tiling
+    return fill_tiling(AllGatherCustomTilingData(), config, "allGatherCcTiling")
 
 
 def main() -> list[str]:
     rank, n = hp.get_rank(), hp.get_world_size()
-    expected = torch.arange(n, dtype=torch.float16).repeat_interleave(ELEMS)
+    expected = np.concatenate([rank_data(r, ELEMS) for r in range(n)])
     verdicts = []
     for name, kernel in (("non-tiled", all_gather_custom), ("multi-round", all_gather_tiled)):
-        x = torch.full((ELEMS,), float(rank), dtype=torch.float16, device=hp.device())
-        y = torch.zeros(ELEMS * n, dtype=torch.float16, device=hp.device())
+        x = on_device(rank_data(rank, ELEMS))
+        y = zeros(ELEMS * n)
         hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
-        got = [int(v) for v in y.view(n, ELEMS)[:, 0].tolist()]
-        ok = torch.equal(y.cpu(), expected)
-        verdicts.append(
-            f"rank {rank}: {name:11s} {'PASS' if ok else 'FAIL'} received blocks from ranks {got}"
-        )
+        senders = sender_of(y.cpu().numpy()[::ELEMS])
+        verdicts.append(compare(name, y, expected, f"received blocks from ranks {senders}"))
     return verdicts
 
 
 if __name__ == "__main__":
-    lines = [line for rank_lines in hp.run(main) for line in rank_lines]
-    print("\n".join(lines))
-    raise SystemExit(0 if all("PASS" in line for line in lines) else 1)
+    run_sample(main)

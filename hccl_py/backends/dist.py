@@ -1,0 +1,507 @@
+"""The torch.distributed server, and the "gloo" and "hccl" backends built on it.
+
+Each rank is a process. Its :class:`DistServer` keeps one process group per
+domain (the world group and every ``hp.new_group``) and one thread per domain
+that runs the domain's tasks in Prepare order, as the AI CPU server reads its
+message queue: round ``r`` of a task starts once this rank committed it, the
+previous round of the domain finished and every InterHcclGroupSync dependency
+finished. Each round becomes process-group calls (:mod:`.ops`). Wait blocks
+until the domain thread finished the round, Query reads how many rounds
+finished, Finalize waits for the last one.
+
+With task checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo), every
+rank publishes each task's descriptor through the store before its first
+round and compares it with its peers', so a mismatch that would make gloo
+hang (or corrupt data) is reported like the emulator reports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from emu.executor import poison
+from emu.world import EmuWorld, _in_place, _mismatch
+
+from .. import launcher
+from ..blocking import Blocker
+from ..context import WORLD_GROUP_NAME, Config, Group
+from ..errors import HcclError, HcclMismatchError
+from ..gm import NULL
+from ..server import Backend, Server
+from ..task import Task
+from . import npu, ops
+from . import store as kv
+from .session import Session, session_for
+
+#: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
+CHECK_ENV = "HCCL_PY_CHECK_TASKS"
+#: "exact"/"native": how AllReduce and ReduceScatter reduce (default: exact on gloo).
+REDUCE_ENV = "HCCL_PY_REDUCE"
+
+_NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "")
+    return default if value == "" else value not in ("0", "false", "False", "no")
+
+
+def _global(task: Task) -> int:
+    return task.domain.ranks[task.rank]
+
+
+def _stub(task: Task) -> Task:
+    """A picklable copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
+    return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
+
+
+class _DomainQueue:
+    """The tasks of one domain on this rank, run in Prepare order by one thread."""
+
+    def __init__(self, server: DistServer, group: Group, dom: ops.Domain) -> None:
+        self.server = server
+        self.group = group
+        self.dom = dom
+        self.tasks: dict[int, Task] = {}
+        self.committed: dict[int, int] = {}
+        self.released: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+        self.seq = 0
+        self.round = 0
+        self.running = ""
+        self.error: HcclError | None = None
+        self.failed_seq: int | None = None
+        self.stopping = False
+        self.thread = threading.Thread(
+            target=self._loop, name=f"hccl_py-{group.name}", daemon=True
+        )
+        self._store: Any = None
+
+    # --------------------------------------------------------- under the lock
+    def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
+        """``(finished, error)`` of the task's InterHcclGroupSync dependencies."""
+        for dep in task.deps:
+            queue = self.server.queues.get(dep.domain_name)
+            if queue is None:
+                return False, None
+            failed = queue.failure_at(dep.seq)
+            if failed is not None:
+                return False, _derived(
+                    failed,
+                    f"task #{dep.seq} of domain {dep.domain_name}, which this task waits for "
+                    f"through InterHcclGroupSync, failed: {failed.reason}",
+                )
+            if queue.done.get(dep.seq, 0) < dep.repeat:
+                return False, None
+        return True, None
+
+    def ready(self) -> bool:
+        """Whether the thread can start its next round now."""
+        task = self.tasks.get(self.seq)
+        if task is None or self.error is not None or self.running:
+            return False
+        rounds = self.released if self.server.late else self.committed
+        if rounds.get(self.seq, 0) <= self.round:
+            return False
+        return self._deps_state(task)[0]
+
+    def failure_at(self, seq: int) -> HcclError | None:
+        """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""
+        if self.error is None or seq < self.failed_seq:
+            return None
+        if seq == self.failed_seq:
+            return self.error
+        return _derived(
+            self.error,
+            f"task #{self.failed_seq} of domain {self.group.name} failed, so the server never "
+            f"reaches the later tasks of the domain: {self.error.reason}",
+        )
+
+    def _fail(self, error: HcclError) -> None:
+        self.error = error
+        self.failed_seq = self.seq
+        self.server.cond.notify_all()
+
+    # ------------------------------------------------------------ the thread
+    def _loop(self) -> None:
+        if self.server.session.thread_init is not None:
+            self.server.session.thread_init()
+        cond = self.server.cond
+        while True:
+            with cond:
+                while not self.stopping and self.error is None and not self.ready():
+                    task = self.tasks.get(self.seq)
+                    error = self._deps_state(task)[1] if task is not None else None
+                    if error is not None:
+                        self._fail(error)
+                        break
+                    cond.wait()
+                if self.stopping or self.error is not None:
+                    return
+                task, r = self.tasks[self.seq], self.round
+                self.running = f"running round {r} on the process group"
+            try:
+                if r == 0 and self.server.check_tasks:
+                    self.running = "comparing task descriptors with the other ranks"
+                    self._check(task)
+                    self.running = f"running round {r} on the process group"
+                ops.run_round(task, r, self.dom)
+                error = None
+            except HcclError as exc:
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
+                error = HcclError(
+                    f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            with cond:
+                self.running = ""
+                if error is not None:
+                    self._fail(error)
+                    return
+                self.done[self.seq] = r + 1
+                if r + 1 == task.repeat:
+                    self.seq, self.round = self.seq + 1, 0
+                else:
+                    self.round = r + 1
+                cond.notify_all()
+
+    def _check(self, task: Task) -> None:
+        """Compare this task with the other ranks' tasks at the same position (strict mode)."""
+        if self._store is None:
+            self._store = self.server.connect()
+        store = self._store
+        keys = [_desc_key(task.domain_name, task.seq, i) for i in range(task.rank_dim)]
+        finalized = _Finalized(store, task)
+
+        def what(missing: list[str]) -> str:
+            who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
+            return (
+                f"rank {_global(task)} waits for the other ranks' task #{task.seq} of domain "
+                f"{self.group.name} (its own: handle {task.handle}, {task.describe()}): ranks "
+                f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
+            )
+
+        def interrupt() -> None:
+            self.server.session.check_abort()
+            finalized.check(keys)
+
+        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
+        error = _mismatch([pickle.loads(raw) for raw in store.multi_get(keys)])
+        if error is not None:
+            raise error
+
+
+def _desc_key(domain: str, seq: int, rank: int) -> str:
+    return f"desc/{domain}/{seq}/{rank}"
+
+
+def _final_key(domain: str, launch: int, rank: int) -> str:
+    return f"final/{domain}/{launch}/{rank}"
+
+
+class _Finalized:
+    """Spots, while a task waits for its peers' descriptors, a peer that finalized before it."""
+
+    def __init__(self, store: Any, task: Task) -> None:
+        self.store = store
+        self.task = task
+        self.next_look = 0.0
+
+    def check(self, desc_keys: list[str]) -> None:
+        now = time.monotonic()
+        if now < self.next_look:
+            return
+        self.next_look = now + 0.05
+        task = self.task
+        for i, key in enumerate(desc_keys):
+            final = _final_key(task.domain_name, task.launch, i)
+            if i == task.rank or not self.store.check([final]) or self.store.check([key]):
+                continue
+            n_tasks = int(self.store.get(final))
+            if task.handle >= n_tasks:
+                raise EmuWorld._count_mismatch(task, i, n_tasks)
+
+
+def _derived(error: HcclError, reason: str) -> HcclError:
+    """An error of the same class as ``error`` with a new reason (keeps expected/actual)."""
+    return type(error)(reason, expected=error.expected, actual=error.actual)
+
+
+class DistServer(Server):
+    """One rank's server: process groups per domain, one thread per domain."""
+
+    def __init__(self, session: Session, run: int, config: Config, blocker: Blocker) -> None:
+        self.session = session
+        self.run = run
+        self.config = config
+        self.blocker = blocker
+        self.cond = blocker.cond
+        self.backend_name = session.backend.name
+        self.check_tasks = _flag(CHECK_ENV, session.backend.check_tasks)
+        exact = os.environ.get(REDUCE_ENV, "exact" if session.backend.exact else "native")
+        if exact not in ("exact", "native"):
+            raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {exact!r}")
+        self.reduction = ops.Reduction(exact == "exact", session.backend.widen)
+        self.late = config.schedule == "late"
+        self.domains: dict[str, ops.Domain | None] = {}
+        self.queues: dict[str, _DomainQueue] = {}
+        self.groups: list[dist.ProcessGroup] = []
+        self._publisher: Any = None
+        self._publish_lock = threading.Lock()
+        blocker.has_work = self._has_work
+
+    def connect(self) -> Any:
+        """A new store connection scoped to this run's keys."""
+        return kv.scoped(self.session.connect(), f"run{self.run}/")
+
+    def _publish(self, key: str, value: bytes) -> None:
+        """Set a key of this run from a user thread (one shared connection)."""
+        with self._publish_lock:
+            if self._publisher is None:
+                self._publisher = self.connect()
+            self._publisher.set(key, value)
+
+    # ------------------------------------------------------------ domains
+    def start(self, world: Group) -> None:
+        """Create the world domain's process group (every rank calls this at the start of a run)."""
+        self.on_new_group(world)
+
+    def on_new_group(self, group: Group) -> None:
+        """Create ``group``'s process group; every rank of the world must call it, in the same order."""
+        ranks = list(group.ranks)
+        kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
+        pg = dist.new_group(
+            ranks,
+            timeout=kv.seconds(self.config.timeout),
+            backend=self.session.backend.pg_backend,
+            **kwargs,
+        )
+        if group.rank_of(self.session.rank) is None:
+            self.domains[group.name] = None
+            return
+        self.groups.append(pg)
+        order = np.array([ranks.index(r) for r in dist.get_process_group_ranks(pg)])
+        self.domains[group.name] = ops.Domain(pg, order, self.reduction)
+
+    def _queue(self, task: Task) -> _DomainQueue:
+        """Under the lock: the queue of the task's domain (its thread starts on first use)."""
+        name = task.domain_name
+        queue = self.queues.get(name)
+        if queue is None:
+            dom = self.domains.get(name)
+            if dom is None:
+                raise HcclError(
+                    f"domain {name} has no process group on rank {self.session.rank}: create "
+                    "groups with hp.new_group on every rank, in the same order",
+                    rank=self.session.rank,
+                    domain=name,
+                )
+            queue = self.queues[name] = _DomainQueue(self, task.domain, dom)
+            queue.thread.start()
+        return queue
+
+    def _has_work(self) -> bool:
+        return any(q.running or q.ready() for q in self.queues.values())
+
+    def _release(self) -> None:
+        """Late schedule: let every committed round start (a thread waits or queries)."""
+        if self.late:
+            for queue in self.queues.values():
+                queue.released = dict(queue.committed)
+            self.cond.notify_all()
+
+    # -------------------------------------------------------- server protocol
+    def submit(self, task: Task) -> None:
+        if not ops.supported(task.op):
+            raise HcclError(
+                f"{task.name} is not supported by the {self.backend_name} backend",
+                rank=_global(task),
+                op=task.name,
+            )
+        if self.check_tasks:
+            self._publish(_desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(_stub(task)))
+        with self.cond:
+            self._queue(task).tasks[task.seq] = task
+            self.cond.notify_all()
+
+    def finalize(self, group: Any, rank: int, launch: int, n_tasks: int) -> None:
+        """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
+        if self.check_tasks:
+            self._publish(_final_key(group.name, launch, rank), str(n_tasks).encode())
+
+    def commit(self, task: Task, round_idx: int) -> None:
+        with self.cond:
+            queue = self._queue(task)
+            queue.committed[task.seq] = round_idx + 1
+            if self.config.poison and not _in_place(task, round_idx):
+                poison(task, round_idx)
+            self.cond.notify_all()
+
+    def wait(self, task: Task, round_idx: int) -> None:
+        with self.cond:
+            queue = self._queue(task)
+            self._release()
+        self.blocker.wait_for(
+            lambda: queue.done.get(task.seq, 0) > round_idx or queue.failure_at(task.seq),
+            lambda: self._describe_wait(queue, task, round_idx),
+        )
+        with self.cond:
+            error = queue.failure_at(task.seq)
+            if queue.done.get(task.seq, 0) <= round_idx and error is not None:
+                raise EmuWorld._error_for(error, task, round_idx)
+
+    def finished(self, task: Task) -> int:
+        with self.cond:
+            queue = self._queue(task)
+            self._release()
+            error = queue.failure_at(task.seq)
+            done = queue.done.get(task.seq, 0)
+        if error is not None:
+            raise EmuWorld._error_for(error, task, done)
+        if done < task.repeat:
+            self.blocker.poll(
+                (task.domain_name, task.seq),
+                done,
+                lambda: self._describe_wait(queue, task, done, "polls Query for"),
+            )
+        return done
+
+    def close(self) -> None:
+        """Stop the domain threads and destroy this run's process groups."""
+        with self.cond:
+            for queue in self.queues.values():
+                queue.stopping = True
+            self.cond.notify_all()
+        stuck = False
+        for queue in self.queues.values():
+            queue.thread.join(timeout=1.0)
+            stuck |= queue.thread.is_alive()
+        if stuck:
+            return
+        for pg in self.groups:
+            try:
+                dist.destroy_process_group(pg)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+
+    # ------------------------------------------------------------- reports
+    def _describe_wait(self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for") -> str:
+        head = (
+            f"rank {_global(task)} {verb} round {r} of handle {task.handle} {task.describe()} "
+            f"in domain {task.domain_name} (task #{task.seq})"
+        )
+        return f"{head}: {self._why(queue, task, r)}"
+
+    def _why(self, queue: _DomainQueue, task: Task, r: int) -> str:
+        """Under the lock: why round ``r`` of ``task`` has not finished on this rank."""
+        seq = task.seq
+        error = queue.failure_at(seq)
+        if error is not None:
+            return f"failed: {error.reason}"
+        if queue.done.get(seq, 0) > r:
+            return "finished"
+        if queue.committed.get(seq, 0) <= r:
+            return f"this rank has not committed round {r}"
+        if (queue.seq, queue.round) < (seq, r):
+            head = queue.tasks.get(queue.seq)
+            what = f"handle {head.handle}, {head.describe()}" if head else "not prepared yet"
+            state = queue.running or (
+                "not committed by this rank"
+                if queue.committed.get(queue.seq, 0) <= queue.round
+                else "waiting for an InterHcclGroupSync dependency"
+            )
+            return (
+                f"the domain runs its tasks in Prepare order and round {queue.round} of task "
+                f"#{queue.seq} ({what}) comes first: {state}"
+            )
+        if queue.running:
+            peers = [x for x in queue.group.ranks if x != _global(task)]
+            return (
+                f"{queue.running} with ranks {peers} (a rank that prepared a different task "
+                f"sequence would hang {self.backend_name} here; {CHECK_ENV}=1 detects that)"
+            )
+        return "waiting for an InterHcclGroupSync dependency"
+
+
+class DistBackend(Backend):
+    """Runs one rank per process over torch.distributed; see the module docstring."""
+
+    name = ""
+    pg_backend = ""
+    #: Defaults of the task check and of the reduction mode (see CHECK_ENV, REDUCE_ENV).
+    check_tasks = True
+    exact = True
+    widen: dict[torch.dtype, torch.dtype] = {}
+
+    def bind_device(self, local_rank: int) -> torch.device:
+        """This process's device."""
+        return torch.device("cpu")
+
+    def thread_binder(self, device: torch.device) -> Callable[[], None] | None:
+        """What a new thread of this rank calls first (make ``device`` current), if anything."""
+        return None
+
+    def run(
+        self, fn: Callable[..., Any], args: tuple, world_size: int | None, config: Config
+    ) -> list[Any]:
+        """Under a launcher: run ``fn`` as this process's rank; otherwise start the world."""
+        from ..runtime import under_launcher
+
+        if not under_launcher():
+            n = 4 if world_size is None else int(world_size)
+            if n < 1:
+                raise ValueError(f"world_size must be >= 1, not {world_size}")
+            return launcher.spawn_world(self.name, fn, args, n, config)
+        spec = launcher.spec_from_env()
+        if spec.role == "scheduler":
+            raise SystemExit(launcher.serve_scheduler(spec))
+        if world_size is not None and int(world_size) != spec.world_size:
+            raise ValueError(
+                f"hp.run(world_size={world_size}) but the {spec.launcher} launcher started "
+                f"{spec.world_size} ranks"
+            )
+        return session_for(spec, self, config.timeout).run(fn, args, config, gather=True)
+
+
+class GlooBackend(DistBackend):
+    """One CPU process per rank over torch.distributed's gloo (several hosts too)."""
+
+    name = "gloo"
+    pg_backend = "gloo"
+    check_tasks = True
+    exact = True
+    widen = {
+        torch.float16: torch.float32,
+        torch.bfloat16: torch.float32,
+        torch.int16: torch.int32,
+    }
+
+
+class HcclBackend(DistBackend):
+    """One process per Ascend NPU over torch_npu's HCCL process group."""
+
+    name = "hccl"
+    pg_backend = "hccl"
+    check_tasks = False
+    exact = False
+
+    def __init__(self) -> None:
+        npu.torch_npu()
+
+    def bind_device(self, local_rank: int) -> torch.device:
+        return npu.bind_device(local_rank)
+
+    def thread_binder(self, device: torch.device) -> Callable[[], None]:
+        return npu.thread_binder(device)

@@ -1,0 +1,310 @@
+"""One round of a task as torch.distributed process-group calls on views of GM buffers.
+
+The byte ranges come from :mod:`hccl_py.layout` (the single source of the
+address arithmetic); this module only chooses the collective and avoids
+copies. Data-movement ops work on raw bytes (``uint8``), so every data type
+moves alike. Extra copies per round, beyond what the collective itself does:
+
+- AllGather: none when the receive blocks are contiguous and in rank order
+  (``all_gather_single`` writes straight into the receive buffer); with a
+  stride or ``skipLocalRankCopy`` the list form of ``all_gather`` writes into
+  one view per block (the process group copies out of its own flat buffer).
+  The send block is cloned only when it shares bytes with another rank's
+  receive block.
+- AlltoAll / AlltoAllV: ``all_to_all_single`` with per-peer split sizes. The
+  send blocks are used in place when they are contiguous and in rank order,
+  otherwise packed into one temporary; the receive side likewise, otherwise
+  received into a temporary and copied into the blocks (one copy).
+- AllReduce / ReduceScatter, **exact** reduction (gloo's default): the inputs
+  of every rank are all-gathered (AllReduce) or exchanged all-to-all
+  (ReduceScatter) and reduced locally in rank order with the emulator's rule
+  (:func:`emu.reduce.reduce_ranks`), so results are bit-identical to the
+  emulator. Costs one temporary of ``rankDim`` blocks and one write.
+- AllReduce / ReduceScatter, **native** reduction (HCCL's default): the process
+  group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the
+  send block into the receive block first (none when they coincide);
+  ReduceScatter packs strided send blocks. Types the process group cannot
+  reduce (gloo: FP16/BF16 SUM accumulates in FP32, INT16 in INT32) are widened
+  into a temporary and narrowed back.
+
+When send and receive ranges of a round share bytes, the source is read into a
+temporary first, as the emulator does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from emu.reduce import reduce_ranks
+
+from .. import layout
+from ..constants import HcclCMDType, HcclReduceOp, torch_dtype_of
+from ..layout import Blocks
+from ..task import Task
+
+_C = HcclCMDType
+
+_REDUCE_OPS = {
+    HcclReduceOp.HCCL_REDUCE_SUM: dist.ReduceOp.SUM,
+    HcclReduceOp.HCCL_REDUCE_MAX: dist.ReduceOp.MAX,
+    HcclReduceOp.HCCL_REDUCE_MIN: dist.ReduceOp.MIN,
+}
+
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How a backend reduces: exactly (gather + rank-order reduce) or with the PG's own op."""
+
+    exact: bool
+    #: Native only: element type -> wider type the process group reduces in.
+    widen: Mapping[torch.dtype, torch.dtype] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A task's domain as this rank's process group sees it.
+
+    ``order[p]`` is the domain index (position in ``Group.ranks``) of process
+    group rank ``p``; it is the identity unless the PG sorted the ranks.
+    """
+
+    pg: dist.ProcessGroup
+    order: np.ndarray
+    reduction: Reduction
+
+    @property
+    def identity(self) -> bool:
+        """Whether PG ranks and domain indices coincide."""
+        return bool((self.order == np.arange(len(self.order))).all())
+
+    def to_pg(self, blocks: Blocks) -> Blocks:
+        """Per-peer blocks (domain order) in process-group rank order."""
+        return blocks if self.identity else Blocks(blocks.starts[self.order], blocks.sizes[self.order])
+
+    def to_domain(self, stacked: torch.Tensor) -> torch.Tensor:
+        """Rows received in PG rank order, reordered by domain index."""
+        return stacked if self.identity else stacked[torch.from_numpy(np.argsort(self.order))]
+
+
+# ------------------------------------------------------------------ byte views
+def _data(task: Task, side: str) -> torch.Tensor:
+    return (task.send if side == "send" else task.recv).alloc.data
+
+
+def _packed(blocks: Blocks) -> tuple[int, int] | None:
+    """``(start, end)`` when the non-empty blocks follow each other without gaps, in order."""
+    nz = blocks.sizes > 0
+    if not nz.any():
+        return 0, 0
+    starts, sizes = blocks.starts[nz], blocks.sizes[nz]
+    if (starts[1:] != starts[:-1] + sizes[:-1]).any():
+        return None
+    return int(starts[0]), int(starts[-1] + sizes[-1])
+
+
+def _gather(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
+    """The blocks' bytes, concatenated: a view when they are packed, else one copy."""
+    packed = _packed(blocks)
+    if packed is not None:
+        return data[packed[0] : packed[1]]
+    return torch.cat(
+        [data[s : s + n] for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)]
+    )
+
+
+def _scatter(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: int | None) -> None:
+    """Copy concatenated ``flat`` into the blocks, leaving block ``skip`` untouched."""
+    sizes = blocks.sizes.tolist()
+    for k, (start, part) in enumerate(zip(blocks.starts.tolist(), flat.split(sizes), strict=True)):
+        if k != skip and part.numel():
+            data[start : start + part.numel()].copy_(part)
+
+
+def _shares_bytes(task: Task, round_idx: int, exempt: int | None = None) -> bool:
+    """Whether the round's send blocks share bytes with its receive blocks (except block ``exempt``)."""
+    if task.send.alloc is not task.recv.alloc:
+        return False
+    send = layout.round_blocks(task, "send", round_idx)
+    recv = layout.round_blocks(task, "recv", round_idx)
+    for s, n in zip(send.starts.tolist(), send.sizes.tolist(), strict=True):
+        if n == 0:
+            continue
+        hit = (recv.sizes > 0) & (recv.starts < s + n) & (recv.starts + recv.sizes > s)
+        if exempt is not None and recv.starts[exempt] == s and recv.sizes[exempt] == n:
+            hit[exempt] = False
+        if hit.any():
+            return True
+    return False
+
+
+def _source(task: Task, round_idx: int, blocks: Blocks, exempt: int | None = None) -> torch.Tensor:
+    """The round's send bytes as one tensor, detached from the receive bytes when they overlap."""
+    src = _gather(_data(task, "send"), blocks)
+    if _packed(blocks) is not None and _shares_bytes(task, round_idx, exempt):
+        src = src.clone()
+    return src
+
+
+def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
+    """Reinterpret contiguous bytes as the task's element type (copying if misaligned)."""
+    dtype = torch_dtype_of(task.dtype)
+    try:
+        return raw.view(dtype)
+    except RuntimeError:
+        return raw.clone().view(dtype)
+
+
+def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
+    """Store one reduced block into the round's (single) receive block."""
+    blocks = layout.round_blocks(task, "recv", round_idx)
+    start = int(blocks.starts[0])
+    raw = values.contiguous().view(torch.uint8).reshape(-1)
+    _data(task, "recv")[start : start + raw.numel()].copy_(raw)
+
+
+# ------------------------------------------------------------------ the ops
+def _all_gather(task: Task, r: int, dom: Domain) -> None:
+    send = layout.round_blocks(task, "send", r)
+    nbytes = int(send.sizes[0])
+    if nbytes == 0:
+        return
+    recv_blocks = layout.round_blocks(task, "recv", r)
+    own = task.rank
+    src = _source(task, r, send, exempt=own)
+    recv = dom.to_pg(recv_blocks)
+    data = _data(task, "recv")
+    packed = _packed(recv)
+    if packed is not None and not task.skip_local:
+        _all_gather_single(data[packed[0] : packed[1]], src, group=dom.pg)
+        return
+    outs = [data[s : s + nbytes] for s in recv.starts.tolist()]
+    if task.skip_local:
+        outs[int(np.flatnonzero(dom.order == own)[0])] = torch.empty_like(src)
+    dist.all_gather(outs, src, group=dom.pg)
+
+
+def _exchange(task: Task, r: int, dom: Domain, recv: Blocks | None) -> torch.Tensor | None:
+    """All-to-all of the round's per-peer send blocks.
+
+    With ``recv`` (per-peer receive blocks), the received bytes land in them
+    (except this rank's own block under ``skipLocalRankCopy``) and None is
+    returned; without, every peer's block for this rank is returned
+    concatenated in domain order (ReduceScatter).
+    """
+    send = dom.to_pg(layout.round_blocks(task, "send", r))
+    src = _source(task, r, send)
+    if recv is None:
+        out_sizes = [task.count * task.elem_size] * task.rank_dim
+        out = torch.empty(sum(out_sizes), dtype=torch.uint8, device=src.device)
+        target = None
+    else:
+        recv = dom.to_pg(recv)
+        out_sizes = recv.sizes.tolist()
+        packed = _packed(recv)
+        skip = int(np.flatnonzero(dom.order == task.rank)[0]) if task.skip_local else None
+        data = _data(task, "recv")
+        direct = packed is not None and skip is None
+        out = (
+            data[packed[0] : packed[1]]
+            if direct
+            else torch.empty(sum(out_sizes), dtype=torch.uint8, device=data.device)
+        )
+        target = None if direct else (data, recv, skip)
+    dist.all_to_all_single(out, src, out_sizes, send.sizes.tolist(), group=dom.pg)
+    if target is not None:
+        _scatter(target[0], target[1], out, target[2])
+    return out if recv is None else None
+
+
+def _all_to_all(task: Task, r: int, dom: Domain) -> None:
+    _exchange(task, r, dom, layout.round_blocks(task, "recv", r))
+
+
+def _all_reduce(task: Task, r: int, dom: Domain) -> None:
+    send = layout.round_blocks(task, "send", r)
+    nbytes = int(send.sizes[0])
+    if nbytes == 0:
+        return
+    op = HcclReduceOp(task.reduce_op)
+    src = _gather(_data(task, "send"), send)
+    if dom.reduction.exact:
+        gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
+        _all_gather_single(gathered, src, group=dom.pg)
+        stacked = dom.to_domain(_typed(gathered, task).view(task.rank_dim, -1))
+        _write_result(task, r, reduce_ranks(stacked, op))
+        return
+    values = _typed(src, task)
+    narrow = dom.reduction.widen.get(values.dtype, values.dtype) == values.dtype
+    buf = _in_receive_block(task, r, values) if narrow else None
+    if buf is None:
+        buf = values.to(dom.reduction.widen.get(values.dtype, values.dtype), copy=True)
+    dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
+    if buf.data_ptr() != _receive_ptr(task, r):
+        _write_result(task, r, buf.to(values.dtype))
+
+
+def _receive_ptr(task: Task, r: int) -> int:
+    start = int(layout.round_blocks(task, "recv", r).starts[0])
+    return _data(task, "recv")[start:].data_ptr()
+
+
+def _in_receive_block(task: Task, r: int, values: torch.Tensor) -> torch.Tensor | None:
+    """The receive block as a typed buffer holding ``values`` (native in-place AllReduce), or None.
+
+    None when the block is misaligned for the element type, or the backend
+    reduces this type in a wider one.
+    """
+    start = int(layout.round_blocks(task, "recv", r).starts[0])
+    raw = _data(task, "recv")[start : start + values.numel() * values.element_size()]
+    try:
+        target = raw.view(values.dtype)
+    except RuntimeError:
+        return None
+    if target.data_ptr() != values.data_ptr():
+        target.copy_(values.clone() if _shares_bytes(task, r) else values)
+    return target
+
+
+def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
+    if task.count == 0:
+        return
+    op = HcclReduceOp(task.reduce_op)
+    if dom.reduction.exact:
+        received = _exchange(task, r, dom, None)
+        stacked = dom.to_domain(_typed(received, task).view(task.rank_dim, -1))
+        _write_result(task, r, reduce_ranks(stacked, op))
+        return
+    send = dom.to_pg(layout.round_blocks(task, "send", r))
+    values = _typed(_gather(_data(task, "send"), send), task)
+    wide = dom.reduction.widen.get(values.dtype, values.dtype)
+    src = values.to(wide, copy=wide != values.dtype)
+    out = torch.empty(task.count, dtype=wide, device=src.device)
+    _reduce_scatter_single(out, src, _REDUCE_OPS[op], group=dom.pg)
+    _write_result(task, r, out.to(values.dtype))
+
+
+_ROUND: dict[HcclCMDType, Callable[[Task, int, Domain], None]] = {
+    _C.HCCL_CMD_ALLREDUCE: _all_reduce,
+    _C.HCCL_CMD_ALLGATHER: _all_gather,
+    _C.HCCL_CMD_REDUCE_SCATTER: _reduce_scatter,
+    _C.HCCL_CMD_ALLTOALL: _all_to_all,
+    _C.HCCL_CMD_ALLTOALLV: _all_to_all,
+}
+
+
+def supported(op: HcclCMDType) -> bool:
+    """Whether rounds of ``op`` can run on a process group."""
+    return op in _ROUND
+
+
+def run_round(task: Task, round_idx: int, dom: Domain) -> None:
+    """Execute round ``round_idx`` of this rank's ``task`` as collectives on ``dom.pg``."""
+    _ROUND[task.op](task, round_idx, dom)

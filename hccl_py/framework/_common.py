@@ -1,0 +1,222 @@
+"""Argument checks shared by the framework collectives, and the agreement step.
+
+Every framework op first checks its arguments' types on the calling rank
+(a :class:`TypeError`, as MindSpore documents), then runs :func:`agree`: the
+ranks of the group exchange a small record of what they were asked to do
+(op, dtype, shapes, split sizes or counts, and any local problem such as an
+output that is too small). Every rank then holds every rank's record, so all
+of them raise the same clear error, naming the ranks and values, before any
+data moves: no rank hangs and no partial result is presented as success.
+The exchange costs two small AllGathers (record lengths, then the records).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
+from ..context import WORLD_GROUP_NAME, Group, current_rank_context
+from ..errors import HcclMismatchError
+from ._kernel import FrameworkKernel
+
+_INT64 = HcclDataType.HCCL_DATA_TYPE_INT64
+_UINT8 = HcclDataType.HCCL_DATA_TYPE_UINT8
+
+
+def where(op: str) -> str:
+    """``op`` and the calling rank, for messages about this rank's own arguments."""
+    ctx = current_rank_context(required=False)
+    return op if ctx is None else f"{op} on rank {ctx.rank}"
+
+
+def check_tensor(op: str, name: str, value: Any) -> torch.Tensor:
+    """``value`` if it is a torch tensor, else a TypeError."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where(op)}: {name} must be a torch.Tensor, not {type(value).__name__}")
+    return value
+
+
+def check_bool(op: str, name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a TypeError."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{where(op)}: {name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def check_same_dtype(op: str, **tensors: torch.Tensor) -> None:
+    """A TypeError unless every named tensor has the same dtype."""
+    dtypes = {name: t.dtype for name, t in tensors.items()}
+    if len(set(dtypes.values())) > 1:
+        listed = ", ".join(f"{name} is {dtype}" for name, dtype in dtypes.items())
+        raise TypeError(f"{where(op)}: the tensors must have the same dtype: {listed}")
+
+
+def hccl_dtype(op: str, tensor: torch.Tensor) -> HcclDataType:
+    """The HcclDataType the tensor's elements travel as (bool as UINT8); TypeError if none."""
+    try:
+        return hccl_dtype_of(tensor.dtype)
+    except TypeError:
+        raise TypeError(f"{where(op)}: dtype {tensor.dtype} cannot be communicated") from None
+
+
+def resolve_group(op: str, group: Any) -> Group:
+    """The Group a ``group=`` argument names; the calling rank must be a member.
+
+    None and ``"hccl_world_group"`` mean every rank; otherwise pass the object
+    :func:`hccl_py.new_group` returned.
+    """
+    ctx = current_rank_context()
+    if group is None or (isinstance(group, str) and group == WORLD_GROUP_NAME):
+        return ctx.world_group
+    if isinstance(group, str):
+        raise ValueError(
+            f"{where(op)}: unknown group name {group!r}; pass {WORLD_GROUP_NAME!r}, None or the "
+            "group object that hccl_py.new_group returned"
+        )
+    if not isinstance(group, Group):
+        raise TypeError(
+            f"{where(op)}: group must be a group from hccl_py.new_group, a group name or None, "
+            f"not {type(group).__name__}"
+        )
+    if group.rank_of(ctx.rank) is None:
+        raise ValueError(f"{op}: rank {ctx.rank} is not a member of {group!r}")
+    return group
+
+
+def split_sizes(op: str, name: str, value: Any) -> list[int] | None:
+    """A split-size argument (None, or a sequence of ints) as a list; TypeError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().tolist()
+    elif isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise TypeError(
+            f"{where(op)}: {name} must be a list of ints or None, not {type(value).__name__}"
+        )
+    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (int, np.integer))]
+    if bad:
+        raise TypeError(f"{where(op)}: {name} must hold ints, got {list(value)}")
+    return [int(v) for v in value]
+
+
+def reduce_op_of(op: str, value: Any) -> HcclReduceOp:
+    """A reduce operator from an HcclReduceOp, its int value, a name such as "sum",
+    or any object whose name ends in SUM, MAX or MIN (torch.distributed.ReduceOp)."""
+    allowed = (
+        HcclReduceOp.HCCL_REDUCE_SUM,
+        HcclReduceOp.HCCL_REDUCE_MAX,
+        HcclReduceOp.HCCL_REDUCE_MIN,
+    )
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        chosen = next((m for m in HcclReduceOp if m == int(value)), None)
+    else:
+        name = value if isinstance(value, str) else getattr(value, "name", str(value))
+        key = str(name).rsplit(".", 1)[-1].upper().removeprefix("HCCL_REDUCE_")
+        chosen = HcclReduceOp.__members__.get(f"HCCL_REDUCE_{key}")
+    if chosen not in allowed:
+        raise ValueError(f"{where(op)}: reduce op {value!r} is not supported; use SUM, MAX or MIN")
+    return chosen
+
+
+def rows(k: int) -> str:
+    """``"1 row"``, ``"3 rows"``."""
+    return f"{k} row" if k == 1 else f"{k} rows"
+
+
+def who(group: Group, index: int) -> str:
+    """How messages name the rank with index ``index`` in ``group``."""
+    return f"rank {group.ranks[index]}"
+
+
+def staged(out: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
+    """A contiguous buffer to receive into, and what copies it into ``out`` afterwards."""
+    if out.is_contiguous():
+        return out, None
+    buf = torch.empty(out.shape, dtype=out.dtype, device=out.device)
+    return buf, lambda: out.copy_(buf)
+
+
+def source(tensor: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values, contiguous, in memory that ``out`` does not share.
+
+    In-place calls (the input a view of the output) and ``all_reduce`` send a
+    copy, so the result never depends on when the output is written.
+    """
+    if tensor.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor.contiguous()
+
+
+def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    """``[0, v0, v0 + v1, ...]`` without the total (displacements from sizes)."""
+    values = np.asarray(values, dtype=np.int64)
+    return np.cumsum(values) - values
+
+
+def _exchange(group: Group, payload: bytes) -> list[bytes]:
+    """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
+    n = group.size
+    kernel = FrameworkKernel(group, HcclCMDType.HCCL_CMD_ALLGATHER)
+    length = torch.tensor([len(payload)], dtype=torch.int64)
+    lengths = torch.zeros(n, dtype=torch.int64)
+    handle = kernel.start(
+        "AllGather",
+        kernel.gm(length, "record_length"),
+        kernel.gm(lengths, "record_lengths"),
+        1,
+        _INT64,
+    )
+    kernel.wait(handle)
+    sizes = lengths.tolist()
+    width = max(sizes)
+    mine = torch.zeros(width, dtype=torch.uint8)
+    mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    every = torch.empty(n * width, dtype=torch.uint8)
+    kernel.start("AllGather", kernel.gm(mine, "record"), kernel.gm(every, "records"), width, _UINT8)
+    kernel.complete()
+    rows = every.view(n, width).numpy()
+    return [rows[i, : sizes[i]].tobytes() for i in range(n)]
+
+
+def mismatch(op: str, reason: str) -> HcclMismatchError:
+    """The error every rank raises when the ranks' arguments disagree."""
+    return HcclMismatchError(reason, rank=current_rank_context().rank, op=op)
+
+
+def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict[str, Any]]:
+    """Exchange what every rank was asked to do; return every rank's ``facts``.
+
+    Raises on every rank alike: :class:`HcclMismatchError` when ranks called
+    different ops, ValueError when some rank reported a local ``problem``.
+    """
+    record = {"op": op, "problem": problem, **facts}
+    raw = _exchange(group, json.dumps(record, separators=(",", ":")).encode())
+    records = [json.loads(r) for r in raw]
+    ops = [r["op"] for r in records]
+    if len(set(ops)) > 1:
+        listed = ", ".join(f"{who(group, i)} {name}" for i, name in enumerate(ops))
+        raise mismatch(
+            op, f"ranks of {group.name} called different collectives at the same point: {listed}"
+        )
+    problems = [(i, r["problem"]) for i, r in enumerate(records) if r["problem"]]
+    if problems:
+        listed = "; ".join(f"{who(group, i)}: {text}" for i, text in problems)
+        raise ValueError(f"{op}: {listed}")
+    return records
+
+
+def require_same(
+    group: Group, op: str, records: list[dict[str, Any]], key: str, label: str
+) -> None:
+    """HcclMismatchError unless every rank's ``records[i][key]`` is the same."""
+    values = [r[key] for r in records]
+    if any(v != values[0] for v in values):
+        listed = ", ".join(f"{who(group, i)} {v}" for i, v in enumerate(values))
+        raise mismatch(op, f"{label} must be the same on every rank of {group.name}: {listed}")

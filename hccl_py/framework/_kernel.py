@@ -1,0 +1,189 @@
+"""The internal kernel behind every framework collective, and its asynchronous handle.
+
+A framework op is a small single-core AIV kernel that uses hccl_py's own
+:class:`~hccl_py.client.Hccl` client (InitV2 + SetCcTilingV2 with a tiling built
+here, then Prepare/Commit/Wait/Finalize), so it runs through the rank's server
+on whichever backend is active. Unlike :func:`hccl_py.launch`, the kernel's
+core context lives in a :class:`FrameworkKernel` object rather than for the
+duration of one call: :meth:`FrameworkKernel.start` prepares and commits on the
+calling rank thread and returns, and :meth:`FrameworkKernel.complete` (called
+by :meth:`Work.wait`) waits, finalizes and runs the launch's exit check then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..client import Hccl
+from ..constants import HcclCMDType, HcclReduceOp
+from ..context import (
+    Group,
+    current_core_context,
+    current_rank_context,
+    set_core_context,
+    set_rank_context,
+)
+from ..errors import HcclUsageError
+from ..gm import GmAddr, to_gm
+from ..kernel import GetHcclContext, LaunchState
+from ..task import op_name
+from ..tiling import (
+    GROUP_NAME_SIZE,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
+
+_C = HcclCMDType
+
+#: The algorithm strings the documentation's kernels use, per op.
+ALG_CONFIG: dict[HcclCMDType, str] = {
+    _C.HCCL_CMD_ALLGATHER: "AllGather=level0:doublering",
+    _C.HCCL_CMD_ALLREDUCE: "AllReduce=level0:doublering",
+    _C.HCCL_CMD_REDUCE_SCATTER: "ReduceScatter=level0:doublering",
+    _C.HCCL_CMD_ALLTOALL: "AlltoAll=level0:fullmesh;level1:pairwise",
+    _C.HCCL_CMD_ALLTOALLV: "AlltoAllV=level0:fullmesh;level1:pairwise",
+}
+
+
+class _FrameworkTiling(TilingData):
+    _fields_ = [("mc2InitTiling", Mc2InitTiling), ("ccTiling", Mc2CcTiling)]
+
+
+def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _FrameworkTiling:
+    """The host-side tiling of one framework kernel: one cc tiling for ``op`` on ``group``.
+
+    The client takes the domain from the kernel context, so a group name longer
+    than the tiling's 128-byte field is clipped rather than refused.
+    """
+    tiling = _FrameworkTiling()
+    name = group.name.encode()[:GROUP_NAME_SIZE].decode(errors="ignore")
+    cfg = Mc2CcTilingConfig(name, op, ALG_CONFIG[op], int(reduce_op))
+    if cfg.GetTiling(tiling.mc2InitTiling) or cfg.GetTiling(tiling.ccTiling):
+        raise HcclUsageError(f"cannot build the tiling of {op_name(op)}: {cfg.last_error}")
+    return tiling
+
+
+class FrameworkKernel:
+    """One framework op: a one-core AIV kernel launch on the calling rank, held open.
+
+    ``start`` prepares and commits tasks; ``complete`` waits for them,
+    finalizes and checks, exactly as the end of :func:`hccl_py.launch` does.
+    """
+
+    def __init__(
+        self,
+        group: Group,
+        op: HcclCMDType,
+        reduce_op: HcclReduceOp = HcclReduceOp.HCCL_REDUCE_SUM,
+    ) -> None:
+        self.rank_ctx = current_rank_context()
+        self.group = group
+        self.state = LaunchState(self.rank_ctx, {0: group}, "aiv", 1)
+        (self.core,) = self.state.core_contexts()
+        self.handles: list[int] = []
+        tiling = build_tiling(group, op, reduce_op)
+        with self._on_core():
+            self.hccl = Hccl(self.rank_ctx.config.platform.server)
+            self.hccl._framework_task = True
+            self._checked(self.hccl.InitV2, GetHcclContext(0), tiling)
+            self._checked(self.hccl.SetCcTilingV2, offsetof(_FrameworkTiling, "ccTiling"))
+
+    @contextlib.contextmanager
+    def _on_core(self) -> Iterator[None]:
+        """Run the body as this kernel's core (and rank, if called from another thread)."""
+        previous_rank = current_rank_context(required=False)
+        previous_core = current_core_context()
+        set_rank_context(self.rank_ctx)
+        set_core_context(self.core)
+        try:
+            yield
+        finally:
+            set_core_context(previous_core)
+            set_rank_context(previous_rank)
+
+    def _checked(self, method: Callable[..., Any], *args: Any) -> Any:
+        """Call a client method; raise its recorded error even when strict mode is off."""
+        result = method(*args)
+        if self.hccl.last_error is not None:
+            raise HcclUsageError(self.hccl.last_error)
+        return result
+
+    def gm(self, tensor: torch.Tensor, name: str) -> GmAddr:
+        """The GM address of a contiguous tensor of this rank."""
+        return to_gm(tensor, self.rank_ctx.rank, name)
+
+    def start(self, method: str, *args: Any) -> int:
+        """Prepare ``hccl.<method>[True](*args)`` (prepare and commit); return its handle."""
+        with self._on_core():
+            handle = self._checked(getattr(self.hccl, method)[True], *args)
+        self.handles.append(handle)
+        return handle
+
+    def wait(self, handle: int) -> None:
+        """Wait for one committed handle (before preparing a task that depends on its result)."""
+        with self._on_core():
+            self._checked(self.hccl.Wait, handle)
+        self.handles.remove(handle)
+
+    def complete(self) -> None:
+        """Wait for every outstanding handle, finalize, and run the launch's exit check."""
+        with self._on_core():
+            for handle in self.handles:
+                self._checked(self.hccl.Wait, handle)
+            self.handles.clear()
+            self._checked(self.hccl.Finalize)
+        for client in self.state.clients.values():
+            client.check_exit()
+
+
+class Work:
+    """What an asynchronous framework collective returns: ``wait()`` completes it.
+
+    ``finish`` (optional) runs after the data arrived: it copies staged results
+    into the caller's tensors, so they change only on ``wait()``.
+    """
+
+    def __init__(
+        self, kernel: FrameworkKernel | None, finish: Callable[[], None] | None = None
+    ) -> None:
+        self._kernel = kernel
+        self._finish = finish
+        self._done = kernel is None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the op finished and its outputs are in place; returns True.
+
+        ``timeout`` is accepted for torch.distributed compatibility; the run's
+        timeout (``hp.run(timeout=...)``) bounds every wait.
+        """
+        if not self._done:
+            self._kernel.complete()
+            if self._finish is not None:
+                self._finish()
+            self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        """Whether ``wait()`` has completed the op."""
+        return self._done
+
+    def __repr__(self) -> str:
+        return f"<hccl_py Work {'completed' if self._done else 'pending'}>"
+
+
+def run_async(
+    kernel: FrameworkKernel, finish: Callable[[], None] | None, async_op: bool
+) -> Work | None:
+    """Return a pending handle, or complete the op now and return None (``async_op=False``)."""
+    work = Work(kernel, finish)
+    if async_op:
+        return work
+    work.wait()
+    return None

@@ -1,0 +1,158 @@
+"""What the samples share: rank data, host-side tilings, verdict lines and the entry point.
+
+Each sample's ``main`` runs once per rank (``hp.run(main)``) and returns its
+verdict lines; :func:`run_sample` prints them in the parent process and exits
+with status 1 if any line says FAIL. A verdict line reads
+``rank R: <case> PASS|FAIL|SKIP <detail>``. References are computed with numpy
+from the inputs of every rank, independently of hccl_py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+import numpy as np
+import torch
+
+import hccl_py as hp
+from hccl_py import Mc2CcTilingConfig, TilingData
+
+#: Inputs are ``rank + RANK_SPAN * (position % PERIOD)``: element 0 of a block names its
+#: sender, the pattern does not repeat at the tile sizes used (128, 100, 44), and the sums
+#: of up to 8 ranks stay exact integers in FP16.
+RANK_SPAN = 8
+PERIOD = 13
+
+#: A verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
+VERDICT_LINE = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+
+
+def rank_data(rank: int, count: int) -> np.ndarray:
+    """The FP16 input of ``rank``: ``count`` values ``rank + 8 * (i % 13)``."""
+    return (rank + RANK_SPAN * (np.arange(count) % PERIOD)).astype(np.float16)
+
+
+def sender_of(values: np.ndarray) -> list[int]:
+    """Decode the sending rank of blocks from their first elements (see :func:`rank_data`)."""
+    return [int(v) % RANK_SPAN for v in np.asarray(values).tolist()]
+
+
+def random_ints(seed: int, shape: tuple[int, ...], low: int = -1, high: int = 1) -> np.ndarray:
+    """FP16 integers in ``[low, high]``: matmuls of them are exact in FP32 and FP16."""
+    return np.random.default_rng(seed).integers(low, high + 1, size=shape).astype(np.float16)
+
+
+def on_device(array: np.ndarray) -> torch.Tensor:
+    """A contiguous copy of ``array`` on this rank's device (``hp.device()``)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).to(hp.device())
+
+
+def zeros(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """A zero tensor on this rank's device."""
+    return torch.zeros(shape, dtype=dtype, device=hp.device())
+
+
+def fill_tiling(
+    tiling: TilingData, config: Mc2CcTilingConfig, *members: str, init: bool = True
+) -> TilingData:
+    """Host side: ``GetTiling`` of the Mc2InitTiling (``init``) and of each named Mc2CcTiling.
+
+    Raises with the builder's reason if any call fails (the C++ host code would
+    return an error status there).
+    """
+    targets = (["mc2InitTiling"] if init else []) + list(members)
+    for name in targets:
+        if config.GetTiling(getattr(tiling, name)) != 0:
+            raise RuntimeError(f"GetTiling({name}) failed: {config.last_error}")
+    return tiling
+
+
+def matmul(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``c = a @ b`` with FP32 accumulation, as the cube unit computes FP16 matmuls."""
+    c.copy_((a.float() @ b.float()).to(c.dtype))
+
+
+def verdict(case: str, ok: bool, detail: str = "") -> str:
+    """One verdict line of this rank."""
+    return f"rank {hp.get_rank()}: {case:<14} {'PASS' if ok else 'FAIL'} {detail}".rstrip()
+
+
+def skip(case: str, why: str) -> str:
+    """A verdict line for a case that this run does not execute, saying why."""
+    return f"rank {hp.get_rank()}: {case:<14} SKIP {why}"
+
+
+def compare(case: str, got: torch.Tensor, expected: np.ndarray, detail: str = "") -> str:
+    """Verdict of an exact comparison; on failure the detail names the first wrong element."""
+    actual = got.detach().cpu().numpy().reshape(-1)
+    want = np.asarray(expected).reshape(-1)
+    if actual.shape != want.shape:
+        return verdict(case, False, f"{actual.size} elements, expected {want.size}")
+    bad = np.flatnonzero(actual != want)
+    if len(bad):
+        i = int(bad[0])
+        return verdict(
+            case, False, f"{len(bad)} wrong elements; first at {i}: {actual[i]} != {want[i]}"
+        )
+    return verdict(case, True, detail)
+
+
+def failed(lines: Iterable[str]) -> list[str]:
+    """The lines whose verdict is FAIL."""
+    return [line for line in lines if (m := VERDICT_LINE.match(line)) and m[3] == "FAIL"]
+
+
+def report(per_rank: Iterable[Iterable[str]]) -> int:
+    """Print every rank's verdict lines; return the exit status (1 if any line is a FAIL)."""
+    lines = [line for rank_lines in per_rank for line in rank_lines]
+    print("\n".join(lines), flush=True)
+    return 1 if failed(lines) else 0
+
+
+def run_sample(main: Callable[[], list[str]], **run_kwargs: Any) -> NoReturn:
+    """Run ``main`` on every rank (emulator, gloo or a launcher's rank) and exit with its status."""
+    raise SystemExit(report(hp.run(main, **run_kwargs)))
+
+
+def npu_hcom() -> str | None:
+    """The HCCL communicator name of the world group when running on NPUs, else None.
+
+    That name is what ``torch_npu``'s fused MC2 operators take as ``hcom``;
+    ``torch_npu`` is imported only when present.
+    """
+    if hp.device().type != "npu" or importlib.util.find_spec("torch_npu") is None:
+        return None
+    import torch.distributed as dist
+    import torch_npu  # noqa: F401 - registers the NPU backend
+
+    group = dist.distributed_c10d._get_default_group()
+    return group._get_backend(hp.device()).get_hccl_comm_name(hp.get_rank())
+
+
+def uint32_fields(*names: str) -> list[tuple[str, type]]:
+    """``uint32_t`` members of a TilingData struct, in order."""
+    return [(name, ctypes.c_uint32) for name in names]
+
+
+#: The TilingData members of a fused matmul + collective: shapes and the row tiling.
+MATMUL_TILING_FIELDS = uint32_fields(
+    "rankM", "rankK", "rankN", "tileM", "tileNum", "tailM", "tailNum"
+)
+
+
+def matmul_tiling(m: int, k: int, n: int, tile_m: int) -> dict[str, int]:
+    """Values of :data:`MATMUL_TILING_FIELDS`: ``m`` rows cut into tiles of ``tile_m`` and a tail."""
+    tile_num, tail_m = divmod(m, tile_m)
+    return dict(
+        rankM=m,
+        rankK=k,
+        rankN=n,
+        tileM=tile_m,
+        tileNum=tile_num,
+        tailM=tail_m,
+        tailNum=int(tail_m > 0),
+    )

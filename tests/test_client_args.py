@@ -1,0 +1,71 @@
+"""Prepare arguments at the edges: uint64 AlltoAllV arrays and a server config naming a missing core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from cases import RUN_TIMEOUT, init_hccl
+
+import hccl_py as hp
+from hccl_py import CoreType, Hccl, HcclDataType, HcclServerConfig
+
+FP32 = HcclDataType.HCCL_DATA_TYPE_FP32
+
+
+def _a2av_with(counts: object) -> tuple[int, str | None]:
+    """Prepare an AlltoAllV on one rank with ``counts`` as sendCounts; return (handle, reason)."""
+    seen: list = []
+
+    def kernel(x, y, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM, ops=["AlltoAllV"])
+        handle = hccl.AlltoAllV[True](x, counts, [0], FP32, y, [1], [0], FP32)
+        seen.append((handle, hccl.last_error))
+        if handle >= 0:
+            hccl.Wait(handle)
+            hccl.Finalize()
+
+    def main():
+        from cases import make_tiling
+
+        hp.launch(kernel, torch.zeros(4), torch.zeros(4), make_tiling())
+        return seen[0]
+
+    return hp.run(main, world_size=1, platform="A3", strict=False, timeout=RUN_TIMEOUT)[0]
+
+
+def test_alltoallv_uint64_list_beyond_int64_is_reported_as_out_of_bounds() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        _a2av_with([2**63])
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert f"[0, {2**63 * 4})" in str(err) and "16 bytes" in str(err)
+
+
+@pytest.mark.parametrize("counts", [[1.0], [True], ["1"]])
+def test_alltoallv_non_integer_counts_are_rejected(counts: list) -> None:
+    handle, reason = _a2av_with(counts)
+    assert handle == -1
+    assert "sendCounts must hold integers" in reason
+
+
+def test_alltoallv_accepts_uint64_numpy_counts() -> None:
+    handle, reason = _a2av_with(np.array([1], dtype=np.uint64))
+    assert (handle, reason) == (0, None)
+
+
+def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
+    def kernel(x, y, tilingGM):
+        hccl = init_hccl(Hccl(config=HcclServerConfig(CoreType.ON_AIV, 10)), tilingGM)
+        hccl.AllGather(x, y, 1, FP32)
+
+    def main():
+        from cases import make_tiling
+
+        hp.launch(kernel, torch.zeros(4), torch.zeros(16), make_tiling(), block_dim=4)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclCoreError)
+    assert "AIV block 10" in str(err) and "4 AIV cores" in str(err) and "block_dim=4" in str(err)

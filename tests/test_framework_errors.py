@@ -1,0 +1,360 @@
+"""Bad input to the framework collectives: clear errors naming the ranks and values.
+
+Each case is a bad call made on every rank of a 2-rank world (or a bad call on
+one rank beside a good one on the other). The rank catches what it raises and
+returns it with its output tensors, so the tests check that every rank failed
+with the expected error and that no output was written: a disagreement is
+detected before any data moves, never as a hang or a partial result.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from test_framework_examples import BACKENDS, TIMEOUT
+
+import hccl_py as hp
+
+SENTINEL = -5.0
+I64 = torch.int64
+
+
+def filled(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.full(shape, SENTINEL, dtype=dtype)
+
+
+def counts(*values: int, dtype: torch.dtype = I64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+Case = Callable[[int], tuple[Callable[[], Any], list[torch.Tensor]]]
+
+
+def ag_output_not_tensor(r: int):
+    return lambda: hp.all_gather_into_tensor([0.0] * 4, torch.ones(2)), []
+
+
+def ag_group_wrong_type(r: int):
+    out = filled(4, 8)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, 8), group=5), [out]
+
+
+def ag_async_not_bool(r: int):
+    out = filled(4, 8)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, 8), async_op=1), [out]
+
+
+def ag_shapes_disagree(r: int):
+    out = filled(4, 8) if r == 0 else filled(8, 4)
+    x = torch.ones(2, 8) if r == 0 else torch.ones(4, 4)
+    return lambda: hp.all_gather_into_tensor(out, x), [out]
+
+
+def ag_output_too_small(r: int):
+    out = filled(4 if r == 0 else 3, 8)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, 8)), [out]
+
+
+def ag_dtypes_disagree(r: int):
+    dtype = torch.float32 if r == 0 else torch.float64
+    out = filled(4, 8, dtype=dtype)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, 8, dtype=dtype)), [out]
+
+
+def ag_in_out_dtypes_differ(r: int):
+    out = filled(4, 8, dtype=torch.float64)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, 8)), [out]
+
+
+def ag_complex_dtype(r: int):
+    out = torch.zeros(4, dtype=torch.complex64)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2, dtype=torch.complex64)), []
+
+
+def a2a_splits_disagree(r: int):
+    """Rank 0 sends 2 rows to rank 1, which expects 1 from it."""
+    out = filled(3, 2)
+    outs = [1, 2] if r == 1 else [1, 1]
+    out = filled(sum(outs), 2)
+    data = torch.ones(3, 2) * r
+    return lambda: hp.alltoall_single(data, out, [1, 2], outs, sync_op=False), [out]
+
+
+def a2a_split_length(r: int):
+    out = filled(3, 2)
+    return lambda: hp.alltoall_single(torch.ones(3, 2), out, [1, 1, 1], [1, 2]), [out]
+
+
+def a2a_split_sum(r: int):
+    out = filled(2, 2)
+    return lambda: hp.alltoall_single(torch.ones(3, 2), out, [1, 1], [1, 1]), [out]
+
+
+def a2a_indivisible(r: int):
+    out = filled(3, 2)
+    return lambda: hp.alltoall_single(torch.ones(3, 2), out), [out]
+
+
+def a2a_split_floats(r: int):
+    out = filled(2, 2)
+    return lambda: hp.alltoall_single(torch.ones(2, 2), out, [1.0, 1.0]), [out]
+
+
+def a2a_sync_op_not_bool(r: int):
+    out = filled(2, 2)
+    return lambda: hp.alltoall_single(torch.ones(2, 2), out, sync_op="no"), [out]
+
+
+def a2a_row_shapes_disagree(r: int):
+    out = filled(2, 2 + r)
+    return lambda: hp.alltoall_single(torch.ones(2, 2 + r), out), [out]
+
+
+# global_gather's example counts (2 cards, 2 experts): x has 5 rows on both ranks.
+EXAMPLE = {0: (2, 1, 1, 1), 1: (1, 1, 2, 1)}
+
+
+def gs_counts_int32(r: int):
+    c = counts(*EXAMPLE[r], dtype=torch.int32)
+    return lambda: hp.global_scatter(torch.ones(5, 2), c, c), []
+
+
+def gs_counts_list(r: int):
+    return lambda: hp.global_scatter(torch.ones(5, 2), list(EXAMPLE[r]), counts(*EXAMPLE[r])), []
+
+
+def gs_counts_length(r: int):
+    c = counts(2, 1, 2)
+    return lambda: hp.global_scatter(torch.ones(5, 2), c, c), []
+
+
+def gs_counts_disagree(r: int):
+    """Rank 1 claims 2 rows from rank 0 for its expert 0; rank 0 sends 1."""
+    local = counts(*EXAMPLE[r])
+    glob = counts(2, 1, 2, 1) if r == 1 else counts(*EXAMPLE[r])
+    return lambda: hp.global_scatter(torch.ones(5, 2), local, glob), []
+
+
+def gg_counts_disagree(r: int):
+    local = counts(*EXAMPLE[r])
+    glob = counts(2, 1, 2, 1) if r == 1 else counts(*EXAMPLE[r])
+    x = torch.ones(int(glob.sum()), 2)
+    return lambda: hp.global_gather(x, local, glob), []
+
+
+def gs_rows_disagree_with_counts(r: int):
+    c = counts(*EXAMPLE[r])
+    return lambda: hp.global_scatter(torch.ones(4, 2), c, c), []
+
+
+def gs_negative_count(r: int):
+    c = counts(2, -1, 1, 1) if r == 0 else counts(*EXAMPLE[r])
+    return lambda: hp.global_scatter(torch.ones(int(c.sum()), 2), c, c), []
+
+
+def different_ops(r: int):
+    t = filled(3)
+    return (lambda: hp.all_reduce(t)) if r == 0 else (lambda: hp.barrier()), [t]
+
+
+def reduce_prod(r: int):
+    t = filled(3)
+    return lambda: hp.all_reduce(t, op="prod"), [t]
+
+
+def reduce_ops_disagree(r: int):
+    t = filled(3)
+    return lambda: hp.all_reduce(t, op="sum" if r == 0 else "max"), [t]
+
+
+def rs_input_shape(r: int):
+    out = filled(2)
+    return lambda: hp.reduce_scatter_tensor(out, torch.ones(3)), [out]
+
+
+def unknown_group_name(r: int):
+    out = filled(4)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2), group="tp_group"), [out]
+
+
+CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
+    "ag_output_not_tensor": (
+        ag_output_not_tensor,
+        TypeError,
+        ["output_tensor must be a torch.Tensor, not list"],
+    ),
+    "ag_group_wrong_type": (ag_group_wrong_type, TypeError, ["group must be", "not int"]),
+    "ag_async_not_bool": (ag_async_not_bool, TypeError, ["async_op must be a bool, not int"]),
+    "ag_shapes_disagree": (
+        ag_shapes_disagree,
+        hp.HcclMismatchError,
+        ["input_tensor's shape must be the same", "rank 0 [2, 8], rank 1 [4, 4]"],
+    ),
+    "ag_output_too_small": (
+        ag_output_too_small,
+        ValueError,
+        ["rank 1: output_tensor has shape [3, 8], expected [4, 8]"],
+    ),
+    "ag_dtypes_disagree": (
+        ag_dtypes_disagree,
+        hp.HcclMismatchError,
+        ["rank 0 torch.float32, rank 1 torch.float64"],
+    ),
+    "ag_in_out_dtypes_differ": (
+        ag_in_out_dtypes_differ,
+        TypeError,
+        ["output_tensor is torch.float64, input_tensor is torch.float32"],
+    ),
+    "ag_complex_dtype": (ag_complex_dtype, TypeError, ["torch.complex64 cannot be communicated"]),
+    "a2a_splits_disagree": (
+        a2a_splits_disagree,
+        hp.HcclMismatchError,
+        [
+            "rank 0 sends 2 rows to rank 1 (its in_split_sizes[1]), "
+            "but rank 1 expects 1 from rank 0 (its out_split_sizes[0])"
+        ],
+    ),
+    "a2a_split_length": (
+        a2a_split_length,
+        ValueError,
+        [
+            "in_split_sizes has 3 entries, expected one per rank (2): [1, 1, 1]",
+            "rank 0:",
+            "rank 1:",
+        ],
+    ),
+    "a2a_split_sum": (
+        a2a_split_sum,
+        ValueError,
+        ["in_split_sizes [1, 1] sums to 2, but the tensor has 3 rows"],
+    ),
+    "a2a_indivisible": (a2a_indivisible, ValueError, ["dim 0 (3) must be divisible by the 2"]),
+    "a2a_split_floats": (a2a_split_floats, TypeError, ["in_split_sizes must hold ints"]),
+    "a2a_sync_op_not_bool": (a2a_sync_op_not_bool, TypeError, ["sync_op must be a bool"]),
+    "a2a_row_shapes_disagree": (
+        a2a_row_shapes_disagree,
+        hp.HcclMismatchError,
+        ["shape after dim 0 must be the same", "rank 0 [2], rank 1 [3]"],
+    ),
+    "gs_counts_int32": (
+        gs_counts_int32,
+        TypeError,
+        ["local_count must be an int64 tensor, not torch.int32"],
+    ),
+    "gs_counts_list": (gs_counts_list, TypeError, ["local_count must be a torch.Tensor, not list"]),
+    "gs_counts_length": (gs_counts_length, ValueError, ["a positive multiple of 2); got 3 and 3"]),
+    "gs_counts_disagree": (
+        gs_counts_disagree,
+        hp.HcclMismatchError,
+        [
+            "rank 0 sends 1 row to expert 0 of rank 1 (local_count[2] = 1 on rank 0), "
+            "but rank 1 expects 2 (global_count[0] = 2 on rank 1)"
+        ],
+    ),
+    "gg_counts_disagree": (
+        gg_counts_disagree,
+        hp.HcclMismatchError,
+        ["rank 1 returns 2 rows of its expert 0 to rank 0 (global_count[0] = 2 on rank 1)"],
+    ),
+    "gs_rows_disagree_with_counts": (
+        gs_rows_disagree_with_counts,
+        ValueError,
+        ["x has 4 rows, but local_count [2, 1, 1, 1] sums to 5"],
+    ),
+    "gs_negative_count": (gs_negative_count, ValueError, ["rank 0: counts must be non-negative"]),
+    "different_ops": (
+        different_ops,
+        hp.HcclMismatchError,
+        ["called different collectives at the same point: rank 0 all_reduce, rank 1 barrier"],
+    ),
+    "reduce_prod": (reduce_prod, ValueError, ["reduce op 'prod' is not supported"]),
+    "reduce_ops_disagree": (
+        reduce_ops_disagree,
+        hp.HcclMismatchError,
+        ["rank 0 HCCL_REDUCE_SUM, rank 1 HCCL_REDUCE_MAX"],
+    ),
+    "rs_input_shape": (rs_input_shape, ValueError, ["input has shape [3] and output [2]"]),
+    "unknown_group_name": (unknown_group_name, ValueError, ["unknown group name 'tp_group'"]),
+}
+
+
+def attempt(name: str) -> tuple[BaseException | None, list[torch.Tensor]]:
+    """Make case ``name``'s call on this rank; return what it raised and the outputs after it."""
+    call, outputs = CASES[name][0](hp.get_rank())
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return exc, outputs
+    return None, outputs
+
+
+def check_failed_everywhere(name: str, results: list) -> None:
+    _, kind, fragments = CASES[name]
+    for rank, (exc, outputs) in enumerate(results):
+        assert isinstance(exc, kind), f"rank {rank}: {exc!r}"
+        assert re.search(r"\brank \d", str(exc)), f"rank {rank}: no rank named in {exc}"
+        for fragment in fragments:
+            assert fragment in str(exc), f"rank {rank}: {fragment!r} not in {exc}"
+        for out in outputs:
+            assert (out == SENTINEL).all(), f"rank {rank}: output written: {out}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_a_clear_error(name: str) -> None:
+    check_failed_everywhere(name, hp.run(attempt, world_size=2, timeout=TIMEOUT, args=(name,)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "name", ["a2a_splits_disagree", "gs_counts_disagree", "ag_output_too_small"]
+)
+def test_disagreement_is_reported_on_every_backend(name: str, backend: str) -> None:
+    results = hp.run(attempt, world_size=2, backend=backend, timeout=TIMEOUT, args=(name,))
+    check_failed_everywhere(name, results)
+
+
+def test_errors_raise_without_strict_mode() -> None:
+    results = hp.run(
+        attempt, world_size=2, timeout=TIMEOUT, strict=False, args=("a2a_splits_disagree",)
+    )
+    check_failed_everywhere("a2a_splits_disagree", results)
+
+
+def not_a_member() -> BaseException | None:
+    group = hp.new_group([0])
+    try:
+        hp.barrier(group=group)
+    except ValueError as exc:
+        return exc
+    return None
+
+
+def test_rank_outside_the_group_is_an_error() -> None:
+    ok, exc = hp.run(not_a_member, world_size=2, timeout=TIMEOUT)
+    assert ok is None
+    assert isinstance(exc, ValueError)
+    assert "barrier: rank 1 is not a member of Group('group_0', ranks=[0])" in str(exc)
+
+
+def one_rank_wrong_type() -> None:
+    out = torch.zeros(4, 8)
+    x = torch.ones(2, 8)
+    hp.all_gather_into_tensor(out, x.tolist() if hp.get_rank() == 0 else x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_failing_rank_does_not_hang_the_others(backend: str) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(one_rank_wrong_type, world_size=2, backend=backend, timeout=TIMEOUT)
+    failures = info.value.failures
+    assert isinstance(failures[0], TypeError)
+    assert isinstance(failures[1], hp.HcclError)
+
+
+def test_outside_hp_run_is_a_runtime_error() -> None:
+    with pytest.raises(RuntimeError, match="no rank is running in this thread"):
+        hp.all_gather_into_tensor(torch.zeros(2), torch.ones(1))

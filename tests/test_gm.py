@@ -1,0 +1,192 @@
+"""GM addresses: byte arithmetic, allocation and rank knowledge, typed views, bounds, tilings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cases
+import numpy as np
+import pytest
+import torch
+from cases import RUN_TIMEOUT
+
+import hccl_py as hp
+from hccl_py import GmAddr, HcclDataType
+from hccl_py.gm import to_gm
+
+FLOATS = 16  # the test allocation: 16 float32 = 64 bytes
+
+
+@pytest.fixture
+def buf() -> torch.Tensor:
+    return torch.arange(FLOATS, dtype=torch.float32)
+
+
+@pytest.fixture
+def addr(buf: torch.Tensor) -> GmAddr:
+    return to_gm(buf, rank=1, name="x")
+
+
+def test_byte_offsets_add_and_subtract(addr: GmAddr) -> None:
+    moved = addr + 12
+    assert isinstance(moved, GmAddr) and moved.offset == 12 and moved.alloc is addr.alloc
+    assert (4 + addr).offset == 4
+    assert (moved - 8).offset == 4
+    assert moved - addr == 12 and addr - moved == -12
+    p = addr
+    p += 8  # the kernels' `xGM += tileLen * tileNum * sizeof(half)`
+    assert p.offset == 8 and addr.offset == 0, "+= makes a new address"
+    assert addr + 8 == p and hash(addr + 8) == hash(p) and addr + 4 != p
+
+
+def test_offsets_must_be_whole_bytes(addr: GmAddr) -> None:
+    assert (addr + np.int64(8)).offset == 8 and (addr + torch.tensor(4)).offset == 4
+    with pytest.raises(TypeError, match="whole bytes"):
+        _ = addr + 2.5
+    with pytest.raises(TypeError, match="whole bytes"):
+        _ = addr - 1.0
+
+
+def test_subtracting_addresses_of_different_allocations_fails(addr: GmAddr) -> None:
+    other = to_gm(torch.zeros(4), rank=1)
+    with pytest.raises(ValueError, match="different allocations"):
+        _ = addr - other
+
+
+def test_address_knows_rank_and_allocation(addr: GmAddr, buf: torch.Tensor) -> None:
+    assert addr.rank == 1 and (addr + 20).rank == 1
+    assert addr.alloc.nbytes == buf.numel() * 4 == 64
+    assert addr.alloc.tensor is buf
+    assert not addr.is_null and bool(addr)
+    assert "x" in repr(addr + 4) and "rank 1" in repr(addr)
+
+
+def test_none_becomes_the_null_address() -> None:
+    null = to_gm(None, rank=0)
+    assert null is hp.NULL and null.is_null and not null and null == None  # noqa: E711
+    assert null.rank is None
+
+
+def test_other_arguments_pass_unchanged() -> None:
+    marker = object()
+    assert to_gm(marker, 0) is marker and to_gm(7, 0) == 7
+
+
+def test_gm_tensor_is_a_view_sharing_memory(addr: GmAddr, buf: torch.Tensor) -> None:
+    view = hp.gm_tensor(addr + 8, torch.float32, 4)
+    assert view.tolist() == [2.0, 3.0, 4.0, 5.0]
+    view.fill_(-1.0)  # writes through to the allocation
+    assert buf[2:6].tolist() == [-1.0] * 4 and buf[1] == 1.0 and buf[6] == 6.0
+    buf[3] = 42.0  # and the other way round
+    assert view[1] == 42.0
+
+
+def test_gm_tensor_accepts_hccl_data_types(addr: GmAddr, buf: torch.Tensor) -> None:
+    as_int = hp.gm_tensor(addr, HcclDataType.HCCL_DATA_TYPE_INT32, 2)
+    assert as_int.dtype == torch.int32
+    assert as_int.tolist() == buf[:2].view(torch.int32).tolist()
+    half = hp.gm_tensor(addr + 2, int(HcclDataType.HCCL_DATA_TYPE_FP16), 3)
+    assert half.dtype == torch.float16 and half.numel() == 3
+    raw = hp.gm_tensor(addr + 3, HcclDataType.HCCL_DATA_TYPE_HIF8, 5)  # byte-only type
+    assert raw.dtype == torch.uint8
+    assert raw.tolist() == buf.view(torch.uint8)[3:8].tolist()
+
+
+@pytest.mark.parametrize(
+    ("offset", "count", "span"),
+    [(8, 15, "[8, 68)"), (64, 1, "[64, 68)"), (-4, 1, "[-4, 0)")],
+)
+def test_bounds_errors_name_the_range_and_size(
+    addr: GmAddr, offset: int, count: int, span: str
+) -> None:
+    with pytest.raises(hp.HcclBoundsError) as info:
+        hp.gm_tensor(addr + offset, torch.float32, count)
+    text = str(info.value)
+    assert f"bytes {span}" in text and "64 bytes" in text and "x" in text and "rank 1" in text
+
+
+def test_negative_view_size_is_rejected(addr: GmAddr) -> None:
+    with pytest.raises(hp.HcclBoundsError, match="negative size of -4 bytes"):
+        hp.gm_tensor(addr + 8, torch.float32, -1)
+
+
+def test_a_view_up_to_the_last_byte_is_fine(addr: GmAddr) -> None:
+    assert hp.gm_tensor(addr + 60, torch.float32, 1).item() == 15.0
+    assert hp.gm_tensor(addr + 64, torch.float32, 0).numel() == 0
+
+
+def test_unaligned_typed_view_is_rejected(addr: GmAddr) -> None:
+    with pytest.raises(hp.HcclBoundsError, match=r"offset 2 .* not aligned .*4-byte"):
+        hp.gm_tensor(addr + 2, torch.float32, 1)
+
+
+def test_only_contiguous_tensors_are_gm_buffers() -> None:
+    with pytest.raises(ValueError, match="contiguous"):
+        to_gm(torch.zeros(4, 4).t(), rank=0)
+
+
+def test_tiling_struct_becomes_a_readable_copy() -> None:
+    tiling = cases.make_tiling()
+    gm = to_gm(tiling, rank=0)
+    assert isinstance(gm, GmAddr) and gm.alloc.nbytes == len(bytes(tiling))
+    back = hp.GET_TILING_DATA_WITH_STRUCT(cases.KernelTiling, gm)
+    assert bytes(back) == bytes(tiling)
+    tiling.mc2InitTiling.version = 7  # the GM copy does not follow the host struct
+    assert hp.GET_TILING_DATA_WITH_STRUCT(cases.KernelTiling, gm).mc2InitTiling.version == 100
+
+
+def _arg_kernel(xGM: Any, nullGM: Any, tilingGM: Any, scale: float, record: list) -> None:
+    """Record what the launch passed; double x in place through a typed view."""
+    tiling = hp.GET_TILING_DATA_WITH_STRUCT(cases.KernelTiling, tilingGM)
+    x = hp.gm_tensor(xGM, torch.float32, 4)
+    x.mul_(scale)
+    record.append(
+        (
+            type(xGM).__name__,
+            xGM.rank,
+            xGM.alloc.nbytes,
+            nullGM.is_null,
+            tiling.mc2InitTiling.mc2HcommCnt,
+            scale,
+        )
+    )
+
+
+def launch_args_rank() -> tuple[list, list]:
+    """Per rank: what the kernel saw, and x after it."""
+    x = torch.full((4,), float(hp.get_rank() + 1), device=hp.device())
+    record: list = []
+    hp.launch(_arg_kernel, x, None, cases.make_tiling(), 2.0, record)
+    return record, x.cpu().tolist()
+
+
+def test_launch_passes_tensors_as_addresses_of_this_rank() -> None:
+    out = hp.run(launch_args_rank, world_size=2, backend="emu", timeout=RUN_TIMEOUT)
+    for rank, (record, x) in enumerate(out):
+        assert record == [("GmAddr", rank, 16, True, len(cases.OPS), 2.0)]
+        assert x == [2.0 * (rank + 1)] * 4
+
+
+def _foreign_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, other: list) -> None:
+    hccl = cases.init_hccl(hp.Hccl(), tilingGM, ops=("AllGather",))
+    hccl.AllGather[True](other[0], yGM, 1, HcclDataType.HCCL_DATA_TYPE_FP32)
+
+
+def foreign_rank() -> None:
+    """Rank 0 passes an address of memory it does not own as sendBuf."""
+    foreign = [to_gm(torch.zeros(4), rank=1 - hp.get_rank())]
+    cases.probe(_foreign_kernel, foreign)
+
+
+def test_send_buffer_of_another_rank_is_rejected() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(foreign_rank, world_size=2, backend="emu", timeout=RUN_TIMEOUT)
+    for rank, err in info.value.root_causes.items():
+        assert isinstance(err, hp.HcclUsageError)
+        assert f"rank {1 - rank}'s memory" in str(err) and "sendBuf" in str(err)
+
+
+def test_reference_numpy_views_match_gm_bytes(addr: GmAddr, buf: torch.Tensor) -> None:
+    """The bytes a kernel sees at addr + k are the tensor's bytes k.. (little-endian layout)."""
+    raw = addr.read_bytes(8)
+    assert np.frombuffer(raw, dtype=np.float32).tolist() == buf[:2].tolist()

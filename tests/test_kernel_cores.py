@@ -1,0 +1,232 @@
+"""Kernel cores: block indices per kernel type, SyncAll, and which core sends the messages.
+
+Every core of a launch runs the kernel; only one core (block 0 of the core type
+that calls Prepare, or the block an HcclServerConfig names) writes the
+messages, so a task runs once however many cores call Prepare. The tests make
+the sender visible by giving every core a different recvBuf: only the
+sender's receives data.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import cases
+import numpy as np
+import pytest
+import torch
+from cases import RUN_TIMEOUT, init_hccl
+
+import hccl_py as hp
+from hccl_py import CoreType, Hccl, HcclDataType, HcclReduceOp, HcclServerConfig, HcclServerType
+
+FP32 = HcclDataType.HCCL_DATA_TYPE_FP32
+SUM = HcclReduceOp.HCCL_REDUCE_SUM
+KERNEL_TYPES = {  # kernel_type -> (AIC cores, AIV cores) per block
+    "aiv": (0, 1),
+    "aic": (1, 0),
+    "mix_aic_1_2": (1, 2),
+    "mix_aic_1_1": (1, 1),
+}
+
+
+def _whoami_kernel(record: list) -> None:
+    kind = "AIV" if hp.g_coreType == hp.AIV else "AIC" if hp.g_coreType == hp.AIC else "?"
+    record.append((kind, hp.GetBlockIdx(), hp.GetBlockNum(), hp.g_coreType != hp.AIV))
+
+
+def whoami_rank(kernel_type: str, block_dim: int) -> list:
+    """Per rank: (core type, GetBlockIdx, GetBlockNum, is-not-AIV) of every core."""
+    record: list = []
+    hp.launch(_whoami_kernel, record, block_dim=block_dim, kernel_type=kernel_type)
+    return sorted(record)
+
+
+@pytest.mark.parametrize("kernel_type", list(KERNEL_TYPES))
+@pytest.mark.parametrize("block_dim", [1, 3])
+def test_block_indices_per_kernel_type(backend: str, kernel_type: str, block_dim: int) -> None:
+    out = hp.run(
+        whoami_rank,
+        world_size=2,
+        backend=backend,
+        timeout=RUN_TIMEOUT,
+        args=(kernel_type, block_dim),
+    )
+    n_aic, n_aiv = KERNEL_TYPES[kernel_type]
+    expected = sorted(
+        [("AIC", i, block_dim, True) for i in range(n_aic * block_dim)]
+        + [("AIV", i, block_dim, False) for i in range(n_aiv * block_dim)]
+    )
+    assert out == [expected, expected]
+
+
+def test_outside_a_kernel_core_queries_fail() -> None:
+    with pytest.raises(RuntimeError, match="inside a kernel"):
+        hp.GetBlockIdx()
+
+
+# ---------------------------------------------------------------- SyncAll
+
+
+def _barrier_kernel(slotsGM: Any, record: list, all_cores: bool) -> None:
+    """Each core writes its slot, SyncAll, reads every slot; twice (the barrier is reusable)."""
+    n = hp.GetBlockNum() * (3 if all_cores else 1)
+    me = hp.GetBlockIdx() + (hp.GetBlockNum() if hp.g_coreType == hp.AIV and all_cores else 0)
+    slots = hp.gm_tensor(slotsGM, torch.int32, n)
+    seen = []
+    for phase in (1, 2):
+        time.sleep(0.002 * me)  # late writers: without a barrier the early readers miss them
+        slots[me] = phase * 100 + me
+        hp.SyncAll[not all_cores]()
+        seen.append(slots.clone().tolist())
+        hp.SyncAll[not all_cores]()
+    record.append((me, seen))
+
+
+def barrier_rank(kernel_type: str, block_dim: int) -> list:
+    """Per rank: what every core read after each SyncAll."""
+    all_cores = kernel_type == "mix_aic_1_2"
+    slots = torch.zeros(block_dim * 3, dtype=torch.int32)
+    record: list = []
+    hp.launch(
+        _barrier_kernel, slots, record, all_cores, block_dim=block_dim, kernel_type=kernel_type
+    )
+    return sorted(record)
+
+
+@pytest.mark.parametrize("kernel_type", ["aiv", "mix_aic_1_2"])
+def test_sync_all_is_a_barrier(backend: str, kernel_type: str) -> None:
+    block_dim = 4
+    out = hp.run(
+        barrier_rank,
+        world_size=1,
+        backend=backend,
+        timeout=RUN_TIMEOUT,
+        args=(kernel_type, block_dim),
+    )
+    n = block_dim * (3 if kernel_type == "mix_aic_1_2" else 1)
+    want = [[phase * 100 + i for i in range(n)] for phase in (1, 2)]
+    assert out[0] == [(me, want) for me in range(n)]
+
+
+def _aic_sync_kernel(record: list) -> None:
+    if hp.g_coreType == hp.AIC:
+        try:
+            hp.SyncAll()
+        except hp.HcclCoreError as exc:
+            record.append(str(exc))
+    else:
+        record.append("AIV")
+
+
+def test_default_sync_all_is_aiv_only() -> None:
+    def main() -> list:
+        record: list = []
+        hp.launch(_aic_sync_kernel, record, kernel_type="mix_aic_1_1")
+        return record
+
+    [record] = hp.run(main, world_size=1, backend="emu", timeout=RUN_TIMEOUT)
+    assert "AIV" in record
+    assert any("AIC" in r and "SyncAll[False]" in r for r in record if r != "AIV")
+
+
+# ----------------------------------------------------------- the sender
+
+REGION = 16  # floats of y per core
+
+
+def _sender_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, how: str) -> None:
+    """Every core prepares AllReduce SUM of 4 floats into its own region of y; one core sends."""
+    if how == "default":
+        hccl = Hccl()
+    elif how == "config":
+        hccl = Hccl(config=HcclServerConfig(CoreType.ON_AIV, 3))
+    elif how == "template":
+        hccl = Hccl[HcclServerType.HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 3)]()
+    else:  # "aic": a mixed kernel whose AIC block 1 sends; AIV cores call everything too
+        hccl = Hccl(config=HcclServerConfig(CoreType.ON_AIC, 1))
+    init_hccl(hccl, tilingGM, ops=("AllReduce",))
+    aiv = hp.g_coreType == hp.AIV
+    core = hp.GetBlockIdx() + (0 if aiv or how != "aic" else 8)
+    hd = hccl.AllReduce(xGM, yGM + core * REGION * 4, 4, FP32, SUM, 2)
+    hccl.Commit(hd)
+    hccl.Commit(hd)
+    waits = [hccl.Wait(hd), hccl.Wait(hd)]
+    record.append((core, hd, waits, hccl.Query(hd), hccl.GetRankId(), hccl.GetRankDim()))
+    hp.SyncAll[how != "aic"]()
+    hccl.Finalize()
+
+
+def sender_rank(how: str, kernel_type: str, block_dim: int) -> tuple[list, np.ndarray]:
+    """Per rank: (record, y) of the sender kernel."""
+    rank = hp.get_rank()
+    x = torch.arange(8, dtype=torch.float32) + 10 * rank
+    y = torch.zeros(REGION * 16)
+    record: list = []
+    hp.launch(
+        _sender_kernel,
+        x,
+        y,
+        cases.make_tiling(),
+        record,
+        how,
+        block_dim=block_dim,
+        kernel_type=kernel_type,
+    )
+    return sorted(record), y.numpy()
+
+
+SENDERS = {  # how -> (kernel_type, block_dim, the sending core's region)
+    "default": ("aiv", 4, 0),
+    "config": ("aiv", 4, 3),
+    "template": ("aiv", 4, 3),
+    "aic": ("mix_aic_1_2", 2, 8 + 1),
+}
+
+
+@pytest.mark.parametrize("how", list(SENDERS))
+def test_exactly_one_core_sends(backend: str, how: str) -> None:
+    kernel_type, block_dim, sender = SENDERS[how]
+    world = 2
+    out = hp.run(
+        sender_rank,
+        world_size=world,
+        backend=backend,
+        timeout=RUN_TIMEOUT,
+        args=(how, kernel_type, block_dim),
+    )
+    # two rounds of 4 floats: sum over ranks of arange(8) + 10 * rank, not multiplied by cores
+    total = sum(np.arange(8, dtype=np.float32) + 10 * r for r in range(world))
+    for rank, (record, y) in enumerate(out):
+        n_aic, n_aiv = KERNEL_TYPES[kernel_type]
+        assert len(record) == (n_aic + n_aiv) * block_dim
+        for core, hd, waits, query, rank_id, rank_dim in record:
+            assert (hd, waits, query) == (0, [0, 0], 2), f"core {core}"
+            assert (rank_id, rank_dim) == (rank, world)
+        regions = y.reshape(-1, REGION)
+        np.testing.assert_array_equal(regions[sender, :8], total)
+        assert not np.delete(regions, sender, axis=0).any(), "only the sender's recvBuf is used"
+        assert not regions[sender, 8:].any()
+
+
+def _both_types_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
+    hccl = init_hccl(Hccl(), tilingGM, ops=("AllReduce",))
+    if hp.g_coreType == hp.AIC:
+        hp.SyncAll[False]()  # let AIV block 0 prepare first
+    hccl.AllReduce[True](xGM, yGM, 4, FP32, SUM)
+    if hp.g_coreType == hp.AIV:
+        hp.SyncAll[False]()
+
+
+def test_prepare_from_both_core_types_without_config_is_rejected(backend: str) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(both_types_rank, world_size=1, backend=backend, timeout=RUN_TIMEOUT)
+    [err] = info.value.root_causes.values()
+    assert isinstance(err, hp.HcclCoreError)
+    assert "both AIC and AIV" in str(err) and "HcclServerConfig" in str(err)
+
+
+def both_types_rank() -> list:
+    """Per rank: a mixed kernel whose AIC and AIV block 0 both call Prepare."""
+    return cases.probe(_both_types_kernel, kernel_type="mix_aic_1_1")[0]

@@ -1,0 +1,182 @@
+"""Every sample runs in one command and reports PASS on every rank.
+
+Each sample is started as a subprocess, exactly as a user would
+(``python samples/X.py``, and for a few ``python -m hccl_py run -n N ...``,
+one of them on gloo processes); the runs go in parallel and each test checks
+one run's exit code and its verdict lines ``rank R: <case> PASS|FAIL|SKIP ...``.
+In-process, every sample also passes under the late schedule with poisoned
+receive buffers, which exposes reads of data whose Wait has not returned.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES_DIR = ROOT / "samples"
+VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+#: Variables that would make a sample run on another backend or as one launcher rank.
+FOREIGN_ENV = ("HCCL_PY_", "MS_ROLE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
+RUN_TIMEOUT = 180
+
+NPU_SKIP = {"torch_npu": "SKIP"}
+#: sample file -> {case: verdict expected on every rank of a 4-rank emulated run}
+SAMPLES: dict[str, dict[str, str]] = {
+    "all_gather_custom.py": {"non-tiled": "PASS", "multi-round": "PASS"},
+    "all_reduce_custom.py": {"non-tiled": "PASS", "multi-round": "PASS"},
+    "reduce_scatter_custom.py": {"three-prepares": "PASS", "repeat-3": "PASS"},
+    "alltoall_custom.py": {"non-tiled": "PASS", "multi-round": "PASS"},
+    "alltoallv_custom.py": {"equal-count": "PASS", "uneven": "PASS"},
+    "alltoall_allgather_custom.py": {"alltoall": "PASS", "allgather": "PASS"},
+    "compute_then_allreduce.py": {"matmul": "PASS", "allreduce": "PASS"},
+    "all_gather_matmul.py": {"gather_out": "PASS", "output": "PASS", **NPU_SKIP},
+    "matmul_reduce_scatter.py": {"output": "PASS", **NPU_SKIP},
+}
+#: (sample, ranks, backend, expected) for runs through ``python -m hccl_py run -n ranks``.
+CLI_RUNS: list[tuple[str, int, str, dict[str, str]]] = [
+    ("all_gather_custom.py", 8, "emu", SAMPLES["all_gather_custom.py"]),
+    ("alltoallv_custom.py", 8, "emu", {"equal-count": "PASS", "uneven": "SKIP"}),
+    ("alltoall_allgather_custom.py", 8, "emu", SAMPLES["alltoall_allgather_custom.py"]),
+    ("all_gather_matmul.py", 2, "emu", SAMPLES["all_gather_matmul.py"]),
+    ("alltoall_allgather_custom.py", 2, "gloo", SAMPLES["alltoall_allgather_custom.py"]),
+]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
+    env["HCCL_PY_TIMEOUT"] = "30"
+    return env
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+
+
+def _commands() -> dict[str, list[str]]:
+    commands = {name: [sys.executable, f"samples/{name}"] for name in SAMPLES}
+    for name, ranks, backend, _ in CLI_RUNS:
+        cli = [sys.executable, "-m", "hccl_py", "run", "-n", str(ranks), "--backend", backend]
+        commands[_cli_key(name, ranks, backend)] = [*cli, f"samples/{name}"]
+    return commands
+
+
+def _cli_key(name: str, ranks: int, backend: str) -> str:
+    return f"{name}-n{ranks}-{backend}"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Start every sample run at once; tests wait for the one they check."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        yield {key: pool.submit(_run, cmd) for key, cmd in _commands().items()}
+
+
+def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str, str]) -> None:
+    """Exit code 0 and exactly the expected verdict for every (rank, case)."""
+    out = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, out
+    verdicts = {(int(m[1]), m[2]): m[3] for m in map(VERDICT.match, proc.stdout.splitlines()) if m}
+    want = {(r, case): v for r in range(ranks) for case, v in expected.items()}
+    assert verdicts == want, out
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
+    check_run(runs[name].result(), 4, SAMPLES[name])
+
+
+@pytest.mark.parametrize(
+    ("name", "ranks", "backend", "expected"),
+    [pytest.param(*run, id=_cli_key(*run[:3])) for run in CLI_RUNS],
+)
+def test_sample_through_cli(runs, name: str, ranks: int, backend: str, expected: dict) -> None:
+    check_run(runs[_cli_key(name, ranks, backend)].result(), ranks, expected)
+
+
+def _load(name: str):
+    """Import a sample (or ``_common``) from samples/ as a module."""
+    spec = importlib.util.spec_from_file_location(name, SAMPLES_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_sample_waits_before_reading(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Late schedule + poison: a round runs only when waited for, its target is NaN till then."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load(name.removesuffix(".py"))
+    per_rank = hp.run(
+        sample.main,
+        world_size=4,
+        platform=getattr(sample, "PLATFORM", "A2"),
+        schedule="late",
+        poison=True,
+        timeout=20,
+    )
+    verdicts = {(int(m[1]), m[2]): m[3] for line in sum(per_rank, []) if (m := VERDICT.match(line))}
+    assert verdicts == {(r, c): v for r in range(4) for c, v in SAMPLES[name].items()}
+
+
+# ---------------------------------------------------------------- the verdict helpers
+def _common():
+    return _load("_common")
+
+
+def test_compare_names_the_first_wrong_element() -> None:
+    common = _common()
+    got = torch.tensor([1.0, 2.0, 5.0, 7.0], dtype=torch.float16)
+
+    def main() -> list[str]:
+        return [
+            common.compare("same", got, np.array([1, 2, 5, 7], dtype=np.float16), "ok"),
+            common.compare("diff", got, np.array([1, 2, 3, 4], dtype=np.float16)),
+            common.compare("shape", got, np.zeros(3, dtype=np.float16)),
+        ]
+
+    lines = hp.run(main, world_size=2, timeout=5)[1]
+    assert lines == [
+        "rank 1: same           PASS ok",
+        "rank 1: diff           FAIL 2 wrong elements; first at 2: 5.0 != 3.0",
+        "rank 1: shape          FAIL 4 elements, expected 3",
+    ]
+
+
+def test_run_sample_exits_1_on_any_fail(capsys: pytest.CaptureFixture[str]) -> None:
+    common = _common()
+
+    def main() -> list[str]:
+        ok = hp.get_rank() != 1
+        return [common.verdict("case", ok), common.skip("other", "not here")]
+
+    with pytest.raises(SystemExit) as exc:
+        common.run_sample(main, world_size=3, timeout=5)
+    assert exc.value.code == 1
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[2] == "rank 1: case           FAIL"
+    assert common.failed(printed) == ["rank 1: case           FAIL"]
+
+
+def test_run_sample_exits_0_when_all_pass_or_skip() -> None:
+    common = _common()
+
+    def main() -> list[str]:
+        return [common.verdict("case", True), common.skip("other", "not here")]
+
+    with pytest.raises(SystemExit) as exc:
+        common.run_sample(main, world_size=2, timeout=5)
+    assert exc.value.code == 0

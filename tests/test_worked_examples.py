@@ -1,0 +1,307 @@
+"""The worked examples of the spec (section 3 "Worked check", section 6 InterHcclGroupSync).
+
+Each tiled kernel is the documentation's multi-round form; it must leave exactly
+the same bytes as the non-tiled form and as the numpy reference. Rank
+functions are module-level so that every backend can run them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cases
+import numpy as np
+import pytest
+import reference as ref
+import torch
+from cases import RUN_TIMEOUT, init_hccl
+
+import hccl_py as hp
+from hccl_py import HCCL_SUCCESS, Hccl, HcclDataType, HcclReduceOp
+
+FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
+INT32 = HcclDataType.HCCL_DATA_TYPE_INT32
+SUM = HcclReduceOp.HCCL_REDUCE_SUM
+HALF = 2  # sizeof(half)
+ELEMS = 300  # per rank (AllGather, AllReduce; ReduceScatter receives 300 per rank)
+TILE, TILE_NUM, TAIL = 128, 2, 44  # 300 = 2 * 128 + 44
+A2A_TAIL = 100  # AlltoAll example: tiles 128, 128, tail 100
+A2A_STRIDE = TILE_NUM * TILE + A2A_TAIL  # 356
+RS_TILE, RS_TILES = 100, 3  # ReduceScatter example: 3 tiles of 100, strideCount 300
+WORLD = 4
+
+
+def _unique_fp16(rank: int, n: int) -> torch.Tensor:
+    """``n`` FP16 elements whose bit patterns are unique across ranks (data movement only)."""
+    return (torch.arange(n, dtype=torch.int16) + rank * 4096).view(torch.float16)
+
+
+def _small_fp16(rank: int, n: int) -> torch.Tensor:
+    """``n`` small integer FP16 values (sums over a few ranks stay exact)."""
+    return (torch.arange(n) % 17 + 3 * rank).to(torch.float16)
+
+
+def _launch(kernel: Any, x: torch.Tensor, y_elems: int, *extra: Any) -> np.ndarray:
+    """Run ``kernel(xGM, yGM, tilingGM, *extra)`` on 8 AIV cores; return y as int16 bit patterns."""
+    y = torch.full((y_elems,), -7.0, dtype=torch.float16, device=hp.device())
+    hp.launch(kernel, x.to(hp.device()), y, cases.make_tiling(), *extra, block_dim=8)
+    return y.cpu().view(torch.int16).numpy()
+
+
+def _finish(hccl: Hccl) -> None:
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+# ---------------------------------------------------------------- AllGather
+
+
+def _all_gather_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
+    hccl = Hccl()
+    if hp.g_coreType == hp.AIV:
+        init_hccl(hccl, tilingGM, ops=("AllGather",))
+        if not tiled:
+            handleId = hccl.AllGather[True](xGM, yGM, ELEMS, FP16, 0)
+            hccl.Wait(handleId)
+        else:
+            handleId = hccl.AllGather[True](xGM, yGM, TILE, FP16, ELEMS, TILE_NUM)
+            xGM += TILE * TILE_NUM * HALF
+            yGM += TILE * TILE_NUM * HALF
+            tailHandleId = hccl.AllGather[True](xGM, yGM, TAIL, FP16, ELEMS, 1)
+            for _ in range(TILE_NUM):
+                hccl.Wait(handleId)
+            hccl.Wait(tailHandleId)
+        _finish(hccl)
+
+
+def all_gather_rank() -> dict[str, np.ndarray]:
+    """Per rank: y of the non-tiled and the tiled AllGather."""
+    n = hp.get_world_size()
+    x = _unique_fp16(hp.get_rank(), ELEMS)
+    return {
+        form: _launch(_all_gather_kernel, x, ELEMS * n, form == "tiled")
+        for form in ("plain", "tiled")
+    }
+
+
+def test_all_gather_tiled_equals_non_tiled(backend: str) -> None:
+    out = hp.run(all_gather_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT)
+    expected = np.concatenate(
+        [_unique_fp16(j, ELEMS).view(torch.int16).numpy() for j in range(WORLD)]
+    )
+    for rank, ys in enumerate(out):
+        np.testing.assert_array_equal(ys["plain"], expected, err_msg=f"rank {rank} non-tiled")
+        np.testing.assert_array_equal(ys["tiled"], expected, err_msg=f"rank {rank} tiled")
+
+
+# ---------------------------------------------------------------- AllReduce
+
+
+def _all_reduce_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
+    hccl = Hccl()
+    if hp.g_coreType == hp.AIV:
+        init_hccl(hccl, tilingGM, ops=("AllReduce",))
+        if not tiled:
+            hccl.Wait(hccl.AllReduce[True](xGM, yGM, ELEMS, FP16, SUM))
+        else:
+            handleId = hccl.AllReduce[True](xGM, yGM, TILE, FP16, SUM, TILE_NUM)
+            tailHandleId = hccl.AllReduce[True](
+                xGM + TILE * TILE_NUM * HALF, yGM + TILE * TILE_NUM * HALF, TAIL, FP16, SUM, 1
+            )
+            for _ in range(TILE_NUM):
+                hccl.Wait(handleId)
+            hccl.Wait(tailHandleId)
+        _finish(hccl)
+
+
+def all_reduce_rank() -> dict[str, np.ndarray]:
+    """Per rank: y of the non-tiled and the tiled (128, 128, 44) AllReduce."""
+    x = _small_fp16(hp.get_rank(), ELEMS)
+    return {
+        form: _launch(_all_reduce_kernel, x, ELEMS, form == "tiled") for form in ("plain", "tiled")
+    }
+
+
+def test_all_reduce_tiled_equals_non_tiled(backend: str) -> None:
+    out = hp.run(all_reduce_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT)
+    expected = sum(_small_fp16(j, ELEMS).float() for j in range(WORLD)).half()
+    for rank, ys in enumerate(out):
+        for form, y in ys.items():
+            got = torch.from_numpy(y).view(torch.float16)
+            assert torch.equal(got, expected), f"rank {rank} {form}"
+
+
+# ------------------------------------------------------------ ReduceScatter
+
+
+def _reduce_scatter_kernel(xGM: Any, yGM: Any, tilingGM: Any, form: str) -> None:
+    hccl = Hccl()
+    if hp.g_coreType == hp.AIV:
+        init_hccl(hccl, tilingGM, ops=("ReduceScatter",))
+        if form == "plain":
+            handles = [hccl.ReduceScatter[True](xGM, yGM, ELEMS, FP16, SUM, 0)]
+        elif form == "repeat":
+            h = hccl.ReduceScatter[True](xGM, yGM, RS_TILE, FP16, SUM, ELEMS, RS_TILES)
+            handles = [h] * RS_TILES
+        else:
+            handles = [
+                hccl.ReduceScatter[True](
+                    xGM + t * RS_TILE * HALF, yGM + t * RS_TILE * HALF, RS_TILE, FP16, SUM, ELEMS, 1
+                )
+                for t in range(RS_TILES)
+            ]
+        for h in handles:
+            hccl.Wait(h)
+        _finish(hccl)
+
+
+RS_FORMS = ("plain", "repeat", "prepares")
+
+
+def reduce_scatter_rank() -> dict[str, np.ndarray]:
+    """Per rank: y of ReduceScatter non-tiled, with repeat 3, and as three Prepares."""
+    x = _small_fp16(hp.get_rank(), ELEMS * hp.get_world_size())
+    return {form: _launch(_reduce_scatter_kernel, x, ELEMS, form) for form in RS_FORMS}
+
+
+def test_reduce_scatter_repeat_equals_separate_prepares(backend: str) -> None:
+    out = hp.run(reduce_scatter_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT)
+    total = sum(_small_fp16(k, ELEMS * WORLD).float() for k in range(WORLD)).half()
+    for rank, ys in enumerate(out):
+        expected = total[rank * ELEMS : (rank + 1) * ELEMS]
+        for form in RS_FORMS:
+            got = torch.from_numpy(ys[form]).view(torch.float16)
+            assert torch.equal(got, expected), f"rank {rank} {form}"
+
+
+# ----------------------------------------------------------------- AlltoAll
+
+
+def _all_to_all_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
+    hccl = Hccl()
+    if hp.g_coreType == hp.AIV:
+        init_hccl(hccl, tilingGM, ops=("AlltoAll",))
+        if not tiled:
+            hccl.Wait(hccl.AlltoAll[True](xGM, yGM, A2A_STRIDE, FP16))
+        else:
+            handleId = hccl.AlltoAll[True](xGM, yGM, TILE, FP16, A2A_STRIDE, TILE_NUM)
+            xGM += TILE * TILE_NUM * HALF
+            yGM += TILE * TILE_NUM * HALF
+            tailHandleId = hccl.AlltoAll[True](xGM, yGM, A2A_TAIL, FP16, A2A_STRIDE, 1)
+            for _ in range(TILE_NUM):
+                hccl.Wait(handleId)
+            hccl.Wait(tailHandleId)
+        _finish(hccl)
+
+
+def all_to_all_rank() -> dict[str, np.ndarray]:
+    """Per rank: y of AlltoAll non-tiled and tiled (128, 128, tail 100, strideCount 356)."""
+    n = hp.get_world_size()
+    x = _unique_fp16(hp.get_rank(), A2A_STRIDE * n)
+    return {
+        form: _launch(_all_to_all_kernel, x, A2A_STRIDE * n, form == "tiled")
+        for form in ("plain", "tiled")
+    }
+
+
+def test_all_to_all_with_stride_and_tail_equals_non_tiled(backend: str) -> None:
+    out = hp.run(all_to_all_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT)
+    blocks = [_unique_fp16(i, A2A_STRIDE * WORLD).view(WORLD, A2A_STRIDE) for i in range(WORLD)]
+    for j, ys in enumerate(out):
+        # rank j holds, at block i, what rank i sent to j (block j of rank i's x)
+        expected = torch.cat([blocks[i][j] for i in range(WORLD)]).view(torch.int16).numpy()
+        np.testing.assert_array_equal(ys["plain"], expected, err_msg=f"rank {j} non-tiled")
+        np.testing.assert_array_equal(ys["tiled"], expected, err_msg=f"rank {j} tiled")
+
+
+# ------------------------------------------------------- InterHcclGroupSync
+
+SYNC_COUNT = 6  # int32 elements each rank sends to each peer in the AlltoAll
+
+
+def _group_sync_kernel(
+    xGM: Any, aGM: Any, yGM: Any, tilingGM: Any, commit_late: bool, record: list
+) -> None:
+    """AlltoAll x -> a on domain 0, then (after InterHcclGroupSync) AllGather a -> y on domain 1.
+
+    With ``commit_late`` the AlltoAll is committed only after the AllGather, so
+    only the sync keeps the AllGather from reading ``a`` too early.
+    """
+    hccl0 = init_hccl(Hccl(), tilingGM, 0, ops=("AlltoAll",))
+    hccl1 = init_hccl(Hccl(), tilingGM, 1, ops=("AllGather",))
+    n = hccl0.GetRankDim()
+    h0 = hccl0.AlltoAll[not commit_late](xGM, aGM, SYNC_COUNT, INT32)
+    hccl1.InterHcclGroupSync(0, h0)
+    record.append(hccl1.last_error)
+    h1 = hccl1.AllGather[True](aGM, yGM, SYNC_COUNT * n, INT32, 0)
+    if commit_late:
+        hccl0.Commit(h0)
+    record.append((h0, h1, hccl1.Wait(h1), hccl0.Wait(h0)))
+    hp.SyncAll()
+    hccl1.Finalize()
+    hccl0.Finalize()
+
+
+def _sync_input(rank: int, n: int) -> np.ndarray:
+    return (np.arange(SYNC_COUNT * n, dtype=np.int32) + 1000 * (rank + 1)).view(np.uint8)
+
+
+def group_sync_rank(commit_late: bool, block_dim: int) -> tuple[list, np.ndarray]:
+    """Per rank: the kernel's record and y (bytes) after AlltoAll -> sync -> AllGather."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    g = hp.new_group(range(n))
+    x = torch.from_numpy(_sync_input(rank, n).copy())
+    a = torch.zeros(SYNC_COUNT * n * 4, dtype=torch.uint8)
+    y = torch.zeros(SYNC_COUNT * n * n * 4, dtype=torch.uint8)
+    record: list = []
+    hp.launch(
+        _group_sync_kernel,
+        x,
+        a,
+        y,
+        cases.make_tiling(),
+        commit_late,
+        record,
+        groups={0: hp.world_group(), 1: g},
+        block_dim=block_dim,
+    )
+    return record, y.numpy()
+
+
+@pytest.mark.parametrize("block_dim", [1, 4])
+@pytest.mark.parametrize("schedule", ["eager", "late"])
+@pytest.mark.parametrize("commit_late", [False, True], ids=["commit-first", "commit-late"])
+def test_inter_group_sync_orders_domains(
+    backend: str, schedule: str, commit_late: bool, block_dim: int
+) -> None:
+    out = hp.run(
+        group_sync_rank,
+        world_size=WORLD,
+        backend=backend,
+        timeout=RUN_TIMEOUT,
+        schedule=schedule,
+        args=(commit_late, block_dim),
+    )
+    n = WORLD
+    sends = [_sync_input(r, n) for r in range(n)]
+    zeros = [np.zeros(SYNC_COUNT * n * 4, np.uint8)] * n
+    common = dict(dtype=ref.INT32, repeat=1, send_offsets=[0] * n, recv_offsets=[0] * n)
+    a = ref.all_to_all(sends, zeros, count=SYNC_COUNT, stride=0, **common)
+    y_zero = [np.zeros(SYNC_COUNT * n * n * 4, np.uint8)] * n
+    want = ref.all_gather(a, y_zero, count=SYNC_COUNT * n, stride=0, **common)
+    for rank, (record, y) in enumerate(out):
+        per_core = [None, (0, 0, HCCL_SUCCESS, HCCL_SUCCESS)]
+        assert sorted(record, key=str) == sorted(per_core * block_dim, key=str), f"rank {rank}"
+        cases.assert_bytes_equal(y, want[rank], f"rank {rank}: AllGather of the AlltoAll output")
+
+
+# -------------------------------------------------------- skipLocalRankCopy
+
+
+@pytest.mark.parametrize("op", ["AllGather", "AlltoAll"])
+def test_skip_local_rank_copy_leaves_own_block(backend: str, op: str) -> None:
+    """skipLocalRankCopy=1 (A2): the local rank's own block of recvBuf is not written."""
+    case = cases.OpCase(
+        op=op, world_size=WORLD, dtype=ref.FP16, count=5, stride=7, repeat=1, skip_local=True
+    )
+    cases.run_and_check([case], backend, platform="A2")
