@@ -1,4 +1,13 @@
-"""Command line: ``python -m hccl_py run -n N [--backend emu|gloo] script.py [args]``."""
+"""Command line: ``python -m hccl_py run -n N [--backend emu|gloo|hccl] script.py [args]``.
+
+With the emulator (the default) the script runs once, in this process, and
+``hp.run`` starts N rank threads. With gloo or hccl the runner starts N
+processes of the script, one per rank (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` set as torchrun sets them),
+prefixes their output with ``[rank k]`` and stops every rank when one fails.
+Several hosts: run the same command on each with ``--nnodes``, ``--node-rank``,
+``--master-addr`` and ``--master-port`` (node 0 hosts the rendezvous store).
+"""
 
 from __future__ import annotations
 
@@ -12,28 +21,38 @@ from .runtime import BACKEND_ENV, BACKENDS, PLATFORM_ENV, WORLD_SIZE_ENV
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m hccl_py``."""
-    parser = argparse.ArgumentParser(prog="python -m hccl_py", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hccl_py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a script that calls hccl_py.run(main) on N ranks")
-    run.add_argument("-n", "--nproc", type=int, default=4, help="number of ranks (default 4)")
-    run.add_argument("--backend", choices=sorted(BACKENDS), default=None, help="default: emu")
+    run.add_argument("-n", "--nproc", type=int, default=4, help="ranks (per node), default 4")
+    run.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        default=None,
+        help=f"default: ${BACKEND_ENV}, else emu",
+    )
     run.add_argument("--platform", choices=["A2", "A3", "950"], default=None, help="default: A2")
+    multi = run.add_argument_group("several hosts (gloo, hccl)")
+    multi.add_argument("--nnodes", type=int, default=1, help="number of hosts (default 1)")
+    multi.add_argument("--node-rank", type=int, default=0, help="this host's index (default 0)")
+    multi.add_argument(
+        "--master-addr", default="127.0.0.1", help="address of node 0 (default 127.0.0.1)"
+    )
+    multi.add_argument(
+        "--master-port", type=int, default=None, help="store port on node 0 (default: a free one)"
+    )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
-    opts = build_parser().parse_args(argv)
-    if opts.nproc < 1:
-        print(f"error: -n must be >= 1, not {opts.nproc}", file=sys.stderr)
-        return 2
+def _run_in_process(opts: argparse.Namespace) -> int:
+    """The emulator: run the script here; its hp.run starts the rank threads."""
     os.environ[WORLD_SIZE_ENV] = str(opts.nproc)
-    if opts.backend:
-        os.environ[BACKEND_ENV] = opts.backend
-    if opts.platform:
-        os.environ[PLATFORM_ENV] = opts.platform
     sys.argv = [opts.script, *opts.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
     try:
@@ -41,6 +60,44 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    opts = build_parser().parse_args(argv)
+    if opts.nproc < 1 or opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
+        print(
+            f"error: need -n >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes "
+            f"(got -n {opts.nproc}, --nnodes {opts.nnodes}, --node-rank {opts.node_rank})",
+            file=sys.stderr,
+        )
+        return 2
+    backend = opts.backend or os.environ.get(BACKEND_ENV) or "emu"
+    if opts.backend:
+        os.environ[BACKEND_ENV] = opts.backend
+    if opts.platform:
+        os.environ[PLATFORM_ENV] = opts.platform
+    if backend == "emu":
+        return _run_in_process(opts)
+    from .launcher import LaunchError, RunnerOptions, run_script
+
+    try:
+        return run_script(
+            RunnerOptions(
+                script=opts.script,
+                script_args=tuple(opts.args),
+                nproc=opts.nproc,
+                backend=backend,
+                nnodes=opts.nnodes,
+                node_rank=opts.node_rank,
+                master_addr=opts.master_addr,
+                master_port=opts.master_port,
+                platform=opts.platform,
+            )
+        )
+    except LaunchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -146,20 +146,12 @@ class Blocker:
         text = "\n".join(f"  - {line}" for line in lines) or "  (no thread is waiting)"
         return f"{text}\n{world}" if world else text
 
-    def wait_for(
-        self,
-        pred: Callable[[], bool],
-        what: Text,
-        timeout: float | None = None,
-        poll: float | None = None,
-    ) -> None:
+    def wait_for(self, pred: Callable[[], bool], what: Text, timeout: float | None = None) -> None:
         """Block until ``pred()`` (evaluated under the lock) is true.
 
         Raises :class:`HcclDeadlockError` when no thread can make progress,
         :class:`HcclTimeoutError` after ``timeout`` seconds (default: the
         blocker's), and :class:`HcclPeerError` when the world failed meanwhile.
-        ``poll`` re-evaluates ``pred`` at least that often (seconds), for
-        conditions that change without a notification.
         """
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
@@ -191,7 +183,7 @@ class Blocker:
                 try:
                     self._check_deadlock()
                     self.raise_if_failed()
-                    self.cond.wait(remaining if poll is None else min(remaining, poll))
+                    self.cond.wait(remaining)
                 finally:
                     self.blocked.pop(me, None)
 

@@ -100,6 +100,7 @@ class ClientState:
         self.tasks: dict[int, Task] = {}
         self.prepare_kinds: set[KernelCoreType] = set()
         self.sender: Hccl | None = None
+        self.sender_core: CoreContext | None = None
         self.deps: list[Task] = []
         self.objects: list[Hccl] = []
         self.launch_idx: int | None = None
@@ -535,6 +536,7 @@ class Hccl:
                     **bad.facts,
                 )
             state.sender = self
+            state.sender_core = core
             state.tasks[handle] = task
             self._handles.append(_Handle(op, task.repeat, core.kind, task=task))
             state.rank_ctx.server.submit(task)
@@ -952,17 +954,22 @@ class Hccl:
                 ret=None,
             )
             return
-        # Only the sending core records the dependency; other cores send nothing and may
-        # run before the sending core of domain srcGroupID has prepared the task.
-        sender = self._is_sender(self._core())
-        src = other.tasks.get(srcHandleID) if isinstance(srcHandleID, int) else None
+        # Only the sending core records the dependency. The task may come from another
+        # core (the sending core of domain srcGroupID) that has not prepared it yet: wait
+        # for it then; only when this core itself sends in that domain is it final.
+        core = self._core()
+        sender = self._is_sender(core)
+        valid_id = isinstance(srcHandleID, int) and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
+        src = other.tasks.get(srcHandleID) if valid_id else None
         if src is None and sender:
-            self._fail(
-                f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain {srcGroupID}",
-                ret=None,
-                handle=srcHandleID,
-            )
-            return
+            if not valid_id or other.sender_core is core:
+                self._fail(
+                    f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain {srcGroupID}",
+                    ret=None,
+                    handle=srcHandleID,
+                )
+                return
+            src = other.task(srcHandleID, core)
         if sender:
             self._state.deps.append(src)
         if platform.group_sync_counts_as_task:

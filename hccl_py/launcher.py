@@ -20,12 +20,14 @@ One process runs one rank. Such processes come from:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +42,12 @@ from .context import Config
 STORE_HOSTED_ENV = "HCCL_PY_STORE_HOSTED"
 #: Start method of the processes hp.run starts itself ("forkserver" or "spawn").
 START_METHOD_ENV = "HCCL_PY_START_METHOD"
+#: Comma-separated modules the fork server imports once, besides :data:`PRELOAD`.
+PRELOAD_ENV = "HCCL_PY_PRELOAD"
+#: What the fork server imports before forking ranks ("__main__": the main script, as spawn would).
+PRELOAD = ("__main__", "numpy", "torch", "torch.distributed", "hccl_py.backends.dist")
+#: Heavy modules preloaded too when this process uses them (test modules import them).
+WORTH_PRELOADING = ("pytest", "hypothesis")
 #: Seconds the other ranks get to stop by themselves after one rank failed, before they are killed.
 GRACE_S = 3.0
 #: How often a live process bumps its heartbeat, and after how long without one it counts as dead.
@@ -47,6 +55,8 @@ HEARTBEAT_S = 0.5
 STALE_S = 10.0
 #: Seconds a killed process gets between SIGTERM and SIGKILL.
 KILL_WAIT_S = 2.0
+#: Seconds node 0's runner keeps the store up for the ranks of the other hosts, after its own.
+OTHER_HOSTS_S = 300.0
 #: Seconds the msrun scheduler waits for workers that never registered, once the job failed.
 UNSEEN_GRACE_S = 5.0
 
@@ -67,6 +77,7 @@ class RankSpec:
     host: str
     port: int
     host_store: bool  # this process runs the store's server
+    store_path: str | None = None  # a FileStore instead of a TCPStore (the ranks hp.run starts)
 
 
 def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int:
@@ -76,7 +87,9 @@ def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int
             try:
                 return int(value)
             except ValueError:
-                raise LaunchError(f"environment variable {name}={value!r} is not an integer") from None
+                raise LaunchError(
+                    f"environment variable {name}={value!r} is not an integer"
+                ) from None
     if default is None:
         raise LaunchError(f"environment variable {' or '.join(names)} is not set")
     return default
@@ -115,7 +128,9 @@ def spec_from_env(env: Mapping[str, str] | None = None) -> RankSpec:
     host, port = _address(env, "MASTER_ADDR", "MASTER_PORT", who)
     hosted = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" or env.get(STORE_HOSTED_ENV) == "1"
     return RankSpec(
-        launcher="torchrun" if who == "torchrun" else ("hccl_py" if STORE_HOSTED_ENV in env else "env"),
+        launcher="torchrun"
+        if who == "torchrun"
+        else ("hccl_py" if STORE_HOSTED_ENV in env else "env"),
         role="worker",
         rank=rank,
         world_size=_int(env, "WORLD_SIZE", "RANK_SIZE"),
@@ -129,6 +144,16 @@ def spec_from_env(env: Mapping[str, str] | None = None) -> RankSpec:
 # ---------------------------------------------------------------- supervision
 class RankDiedError(errors.HcclError):
     """A rank's process ended without reporting an outcome (killed, crashed or exited early)."""
+
+    how = ""
+
+
+def rank_died(rank: int, how: str) -> RankDiedError:
+    """The failure of ``rank``, which ``how`` ended ("was killed by SIGKILL") without a report."""
+    error = RankDiedError(f"rank {rank} {how} before reporting an outcome")
+    error.how = how
+    error.hccl_rank = rank
+    return error
 
 
 def _exit_text(code: int) -> str:
@@ -167,8 +192,9 @@ class _Child:
 def supervise(children: Sequence[_Child], store: Any, say: Callable[[str], None]) -> dict[int, int]:
     """Wait for every child; once one fails, give the rest :data:`GRACE_S`, then kill them.
 
-    A child that dies without a report gets one written to the store's abort key
-    on its behalf, so the other ranks stop at once. Returns rank -> exit code.
+    A child that dies without reporting a failure gets one written to the
+    store's abort key on its behalf, so the other ranks stop at once. Returns
+    rank -> exit code.
     """
     codes: dict[int, int] = {}
     failed_at: float | None = None
@@ -182,13 +208,11 @@ def supervise(children: Sequence[_Child], store: Any, say: Callable[[str], None]
                 if code != 0 and failed_at is None:
                     failed_at = time.monotonic()
                     say(f"rank {child.rank} {_exit_text(code)}; stopping the other ranks")
-                    if not store.check([kv.ABORT]):
-                        died = RankDiedError(
-                            f"rank {child.rank} {_exit_text(code)} before reporting an outcome",
-                            rank=child.rank,
-                        )
-                        store.set(kv.ABORT, kv.encode_failure(died, child.rank))
-            if failed_at is None and store.check([kv.ABORT]):
+                    if not _has(store, kv.failed_key(child.rank)):  # it died silently
+                        died = rank_died(child.rank, _exit_text(code))
+                        with contextlib.suppress(RuntimeError):
+                            kv.report_abort(store, kv.encode_failure(died, child.rank))
+            if failed_at is None and _has(store, kv.ABORT):
                 failed_at = time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
                 _stop([c for c in children if c.rank not in codes])
@@ -196,6 +220,14 @@ def supervise(children: Sequence[_Child], store: Any, say: Callable[[str], None]
     finally:
         _stop([c for c in children if c.poll() is None])
     return codes
+
+
+def _has(store: Any, key: str) -> bool:
+    """Whether ``key`` exists; False when the store is unreachable (another host's runner left)."""
+    try:
+        return store.check([key])
+    except RuntimeError:
+        return False
 
 
 def _stop(children: Sequence[_Child]) -> None:
@@ -214,13 +246,19 @@ def _stop(children: Sequence[_Child]) -> None:
             child.proc.join()
 
 
-def outcome_of(store: Any, run: int, rank: int, code: int | None) -> tuple[str, Any]:
-    """A rank's reported outcome, or a :class:`RankDiedError` built from its exit code."""
+def outcome_of(
+    store: Any, run: int, rank: int, code: int | None, why: str | None = None
+) -> tuple[str, Any]:
+    """A rank's reported outcome, or a :class:`RankDiedError` saying why there is none.
+
+    ``why`` (how the rank ended, if known) defaults to a text from its exit code.
+    """
     key = kv.result_key(run, rank)
     if store.check([key]):
         return kv.decode(store.get(key))
-    how = "did not finish" if code is None else _exit_text(code)
-    return "err", RankDiedError(f"rank {rank} {how} without reporting an outcome", rank=rank)
+    if why is None:
+        why = "did not finish" if code is None else _exit_text(code)
+    return "err", rank_died(rank, why)
 
 
 # ---------------------------------------------------------------- hp.run spawning
@@ -232,7 +270,10 @@ def _mp_context() -> Any:
     )
     ctx = mp.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "hccl_py.backends.dist"])
+        extra = [m for m in os.environ.get(PRELOAD_ENV, "").split(",") if m]
+        ctx.set_forkserver_preload(
+            [*PRELOAD, *(m for m in WORTH_PRELOADING if m in sys.modules), *extra]
+        )
     return ctx
 
 
@@ -241,7 +282,8 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
 
     ``fn`` and ``args`` travel pickled (a module-level function, picklable
     arguments); the children get this process's ``sys.path`` and environment.
-    They rendezvous through a TCPStore that this process hosts on loopback.
+    They rendezvous through a FileStore in a temporary directory (no sockets:
+    nothing to collide with, and no name lookups).
     """
     from .backends.session import spawned_rank
 
@@ -253,26 +295,27 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
             f"arguments must be picklable (a module-level function, not a lambda or a local "
             f"function): {exc}"
         ) from exc
-    host = kv.connect("127.0.0.1", 0, is_master=True, timeout=config.timeout)
-    store = kv.scoped(host, kv.PREFIX)
-    ctx = _mp_context()
-    children = []
-    for rank in range(n):
-        spec = RankSpec("spawn", "worker", rank, n, rank, "127.0.0.1", host.port, False)
-        proc = ctx.Process(
-            target=spawned_rank,
-            args=(spec, backend, payload, config, dict(os.environ), list(sys.path)),
-            name=f"hccl_py-rank{rank}",
-        )
-        children.append(_Child(rank, proc))
-    try:
-        for child in children:
-            child.proc.start()
-    except BaseException:
-        _stop([c for c in children if c.proc.pid is not None])
-        raise
-    codes = supervise(children, store, lambda text: None)
-    outcomes = [outcome_of(store, 0, rank, codes.get(rank)) for rank in range(n)]
+    with tempfile.TemporaryDirectory(prefix="hccl_py-") as tmp:
+        path = os.path.join(tmp, "store")
+        store = kv.scoped(kv.file_store(path), kv.PREFIX)
+        ctx = _mp_context()
+        children = []
+        for rank in range(n):
+            spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
+            proc = ctx.Process(
+                target=spawned_rank,
+                args=(spec, backend, payload, config, dict(os.environ), list(sys.path)),
+                name=f"hccl_py-rank{rank}",
+            )
+            children.append(_Child(rank, proc))
+        try:
+            for child in children:
+                child.proc.start()
+        except BaseException:
+            _stop([c for c in children if c.proc.pid is not None])
+            raise
+        codes = supervise(children, store, lambda text: None)
+        outcomes = [outcome_of(store, 0, rank, codes.get(rank)) for rank in range(n)]
     failures = {rank: value for rank, (kind, value) in enumerate(outcomes) if kind == "err"}
     if failures:
         raise errors.WorldError(failures, n)
@@ -349,7 +392,9 @@ def run_script(opts: RunnerOptions) -> int:
     try:
         for local in range(opts.nproc):
             rank = opts.node_rank * opts.nproc + local
-            env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(opts.node_rank))
+            env = dict(
+                base_env, RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(opts.node_rank)
+            )
             proc = subprocess.Popen(
                 [sys.executable, opts.script, *opts.script_args],
                 env=env,
@@ -372,13 +417,30 @@ def run_script(opts: RunnerOptions) -> int:
     for reader in readers:
         reader.join(timeout=5.0)
     failed = {rank: code for rank, code in sorted(codes.items()) if code != 0}
+    if host is not None and opts.nnodes > 1 and not failed:
+        _wait_for_other_hosts(store, world)
     if not failed:
         return 0
-    say(f"{len(failed)} of {len(children)} ranks failed: " + ", ".join(
-        f"rank {rank} {_exit_text(code)}" for rank, code in failed.items()
-    ))
-    first = next(iter(failed.values()))
-    return first if first > 0 else 1
+    say(
+        f"{len(failed)} of {len(children)} ranks failed: "
+        + ", ".join(f"rank {rank} {_exit_text(code)}" for rank, code in failed.items())
+    )
+    if _has(store, kv.ABORT):
+        _, cause = kv.decode(store.get(kv.ABORT))
+        say(f"first failure: rank {cause.hccl_rank}: {type(cause).__name__}: {cause}")
+    code = next(iter(failed.values()))
+    return code if code > 0 else 1
+
+
+def _wait_for_other_hosts(store: Any, world: int) -> None:
+    """Node 0 hosts the store: keep it until the ranks of the other hosts have left."""
+    with contextlib.suppress(errors.HcclError):
+        kv.wait_keys(
+            store,
+            [kv.left_key(r) for r in range(world)],
+            OTHER_HOSTS_S,
+            lambda missing: f"ranks of other hosts did not finish: {missing}",
+        )
 
 
 def _sayer(lock: threading.Lock) -> Callable[[str], None]:
@@ -390,22 +452,27 @@ def _sayer(lock: threading.Lock) -> Callable[[str], None]:
 
 
 # ---------------------------------------------------------------- msrun's scheduler
-def _process_gone(where: str) -> bool:
-    """Whether the process ``host|pid`` (on this host) no longer runs (or is a zombie)."""
+def process_state(where: str) -> str:
+    """State of the process ``host|pid``: "alive", "zombie" (ended, not reaped), "gone" or "remote"."""
     host, _, pid = where.partition("|")
     if host != socket.gethostname():
-        return False
+        return "remote"
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
-        return True
+        return "gone"
     except PermissionError:
-        return False
+        return "alive"
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+            return "zombie" if stat.read().rsplit(")", 1)[1].split()[0] == "Z" else "alive"
     except OSError:
-        return False
+        return "alive"
+
+
+def process_gone(where: str) -> bool:
+    """Whether the process ``host|pid`` (on this host) has ended."""
+    return process_state(where) in ("zombie", "gone")
 
 
 def serve_scheduler(spec: RankSpec) -> int:
@@ -429,7 +496,7 @@ def serve_scheduler(spec: RankSpec) -> int:
         now = time.monotonic()
         left = {r for r in range(n) if store.check([kv.left_key(r)])}
         for r in set(range(n)) - left - gone:
-            if store.check([kv.pid_key(r)]) and _process_gone(store.get(kv.pid_key(r)).decode()):
+            if store.check([kv.pid_key(r)]) and process_gone(store.get(kv.pid_key(r)).decode()):
                 gone.add(r)
             elif store.check([kv.heartbeat_key(r)]):
                 beat = int(store.add(kv.heartbeat_key(r), 0))
@@ -441,15 +508,28 @@ def serve_scheduler(spec: RankSpec) -> int:
         failed = store.check([kv.ABORT]) or bool(gone - left)
         if failed and trouble_at is None:
             trouble_at = now
-        unseen = set(range(n)) - left - gone - set(beats)
         if trouble_at is not None and now - trouble_at > UNSEEN_GRACE_S:
-            gone |= unseen
+            gone |= set(range(n)) - left - gone - set(beats)
         if left | gone >= set(range(n)):
             break
         time.sleep(0.2)
-    for r in sorted(gone - left):
-        print(f"ERROR: hccl_py: rank {r} ended without finishing (killed or crashed)", flush=True)
+    silent = sorted(r for r in gone if r not in left and not store.check([kv.failed_key(r)]))
+    if silent:
+        # msrun reaps the worker whose failure it noticed, then kills the others with
+        # SIGKILL and never reaps them: the reaped ones ended first.
+        states = {r: process_state(store.get(kv.pid_key(r)).decode()) for r in silent}
+        first = [r for r in silent if states[r] == "gone"] or silent
+        later = [r for r in silent if r not in first]
+        print(
+            f"ERROR: hccl_py: rank(s) {first} ended without finishing and without reporting "
+            "an error (killed or crashed)"
+            + (f"; rank(s) {later} were stopped after that" if later else ""),
+            flush=True,
+        )
     if store.check([kv.ABORT]):
         _, exc = kv.decode(store.get(kv.ABORT))
-        print(f"ERROR: hccl_py: the job failed: {type(exc).__name__}: {exc}", flush=True)
+        print(
+            f"ERROR: hccl_py: the job failed: rank {exc.hccl_rank}: {type(exc).__name__}: {exc}",
+            flush=True,
+        )
     return 1 if failed else 0

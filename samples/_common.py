@@ -76,14 +76,18 @@ def matmul(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     c.copy_((a.float() @ b.float()).to(c.dtype))
 
 
+def _line(case: str, word: str, detail: str) -> str:
+    return f"rank {hp.get_rank()}: {case:<14} {word} {detail}".rstrip()
+
+
 def verdict(case: str, ok: bool, detail: str = "") -> str:
-    """One verdict line of this rank."""
-    return f"rank {hp.get_rank()}: {case:<14} {'PASS' if ok else 'FAIL'} {detail}".rstrip()
+    """One verdict line of this rank: PASS or FAIL."""
+    return _line(case, "PASS" if ok else "FAIL", detail)
 
 
 def skip(case: str, why: str) -> str:
     """A verdict line for a case that this run does not execute, saying why."""
-    return f"rank {hp.get_rank()}: {case:<14} SKIP {why}"
+    return _line(case, "SKIP", why)
 
 
 def compare(case: str, got: torch.Tensor, expected: np.ndarray, detail: str = "") -> str:
@@ -106,16 +110,37 @@ def failed(lines: Iterable[str]) -> list[str]:
     return [line for line in lines if (m := VERDICT_LINE.match(line)) and m[3] == "FAIL"]
 
 
-def report(per_rank: Iterable[Iterable[str]]) -> int:
-    """Print every rank's verdict lines; return the exit status (1 if any line is a FAIL)."""
+def report(per_rank: Iterable[Iterable[str]], show: bool = True) -> int:
+    """Print (if ``show``) every rank's verdict lines; return the exit status (1 on any FAIL)."""
     lines = [line for rank_lines in per_rank for line in rank_lines]
-    print("\n".join(lines), flush=True)
+    if show:
+        print("\n".join(lines), flush=True)
     return 1 if failed(lines) else 0
 
 
+class _RecordRank:
+    """``main`` that also notes which ranks ran in this process (picklable for gloo workers)."""
+
+    ran_here: set[int] = set()
+
+    def __init__(self, main: Callable[[], list[str]]) -> None:
+        self.main = main
+
+    def __call__(self) -> list[str]:
+        _RecordRank.ran_here.add(hp.get_rank())
+        return self.main()
+
+
 def run_sample(main: Callable[[], list[str]], **run_kwargs: Any) -> NoReturn:
-    """Run ``main`` on every rank (emulator, gloo or a launcher's rank) and exit with its status."""
-    raise SystemExit(report(hp.run(main, **run_kwargs)))
+    """Run ``main`` on every rank and exit with status 1 if any verdict is a FAIL.
+
+    The emulator and gloo return every rank's verdicts to this process, which
+    prints them. Under msrun or torchrun every process gets every rank's
+    verdicts: only the process of rank 0 prints them, and all exit alike.
+    """
+    per_rank = hp.run(_RecordRank(main), **run_kwargs)
+    ran_here = _RecordRank.ran_here
+    raise SystemExit(report(per_rank, show=not ran_here or 0 in ran_here))
 
 
 def npu_hcom() -> str | None:

@@ -89,9 +89,12 @@ def make_tiling(group1: str) -> AlltoAllAllGatherCustomTilingData:
         "AlltoAll=level0:fullmesh;level1:pairwise",
     )
     fill_tiling(tiling, config, "alltoallTiling")
-    config.SetGroupName(group1)
-    config.SetOpType(HcclCMDType.HCCL_CMD_ALLGATHER)
-    config.SetAlgConfig("AllGather=level0:doublering")
+    if (
+        config.SetGroupName(group1)
+        or config.SetOpType(HcclCMDType.HCCL_CMD_ALLGATHER)
+        or config.SetAlgConfig("AllGather=level0:doublering")
+    ):
+        raise RuntimeError(f"Mc2CcTilingConfig: {config.last_error}")
     return fill_tiling(tiling, config, "allgatherTiling", init=False)
 
 
@@ -108,8 +111,8 @@ def main() -> list[str]:
     x = on_device(sends[rank])
     y, z = zeros(n * DATA_COUNT), zeros(g.size * n * DATA_COUNT)  # alltoallGM, allgatherGM
     tiling = make_tiling(g.name)
-    groups = {0: hp.world_group(), 1: g}
-    hp.launch(alltoall_allgather_custom, x, y, z, None, tiling, block_dim=8, groups=groups)
+    domains = {0: hp.world_group(), 1: g}
+    hp.launch(alltoall_allgather_custom, x, y, z, None, tiling, block_dim=8, groups=domains)
     return [
         compare("alltoall", y, expected_alltoall, "domain 0 = world"),
         compare("allgather", z, expected_allgather, f"domain 1 = ranks {list(g.ranks)}"),

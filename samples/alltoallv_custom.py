@@ -89,10 +89,15 @@ def make_tiling() -> AlltoAllVCustomTilingData:
     return fill_tiling(AlltoAllVCustomTilingData(), config, "alltoAllVCcTiling")
 
 
+def extent(displs: list[int], counts: list[int]) -> int:
+    """Elements a buffer needs to hold every block ``[displs[j], displs[j] + counts[j])``."""
+    return max(d + c for d, c in zip(displs, counts, strict=True))
+
+
 def send_data(rank: int, tables: dict) -> np.ndarray:
     """Rank ``rank``'s send buffer: the element for peer j at position t is ``100*rank + 10*j + t``."""
     counts, displs = tables["sendCounts"][rank], tables["sdispls"][rank]
-    data = np.full(max(d + c for d, c in zip(displs, counts, strict=True)), -1, dtype=np.float16)
+    data = np.full(extent(displs, counts), -1, dtype=np.float16)
     for j, (d, c) in enumerate(zip(displs, counts, strict=True)):
         data[d : d + c] = 100 * rank + 10 * j + np.arange(c)
     return data
@@ -102,7 +107,7 @@ def reference(rank: int, tables: dict) -> np.ndarray:
     """What ``rank`` must receive, computed from every rank's send buffer."""
     n = len(tables["sendCounts"])
     counts, displs = tables["recvCounts"][rank], tables["rdispls"][rank]
-    out = np.zeros(max(d + c for d, c in zip(displs, counts, strict=True)), dtype=np.float16)
+    out = np.zeros(extent(displs, counts), dtype=np.float16)
     for i in range(n):
         s, c = tables["sdispls"][i][rank], tables["sendCounts"][i][rank]
         out[displs[i] : displs[i] + c] = send_data(i, tables)[s : s + c]

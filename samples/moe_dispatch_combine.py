@@ -68,7 +68,9 @@ def reference(p: dict[str, torch.Tensor], top_k: int) -> dict[str, torch.Tensor]
     return {"y": y.detach(), **{f"grad_{k}": v.grad for k, v in leaves.items()}}
 
 
-def moe_layer(x, router, weight, bias, top_k):
+def moe_layer(
+    x: torch.Tensor, router: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, top_k: int
+) -> tuple[torch.Tensor, int]:
     """The expert-parallel layer on this card; returns its output and how many rows it served."""
     n = hp.get_world_size()
     gates, experts = route(x, router, top_k)
@@ -87,6 +89,7 @@ def moe_layer(x, router, weight, bias, top_k):
 
 
 def max_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Largest absolute difference between a result and its reference."""
     return (got.detach().cpu() - want).abs().max().item()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 #: Backends every semantic test runs on.
-SEMANTIC_BACKENDS = ["emu"]
+SEMANTIC_BACKENDS = ["emu", "gloo"]
 #: Backends cheap enough to start one world per hypothesis example.
 FAST_BACKENDS = {"emu"}
 

@@ -2,7 +2,7 @@
 
 Each sample is started as a subprocess, exactly as a user would
 (``python samples/X.py``, and for a few ``python -m hccl_py run -n N ...``,
-one of them on gloo processes); the runs go in parallel and each test checks
+on gloo processes, or under torchrun); the runs go in parallel and each test checks
 one run's exit code and its verdict lines ``rank R: <case> PASS|FAIL|SKIP ...``.
 In-process, every sample also passes under the late schedule with poisoned
 receive buffers, which exposes reads of data whose Wait has not returned.
@@ -27,6 +27,8 @@ import hccl_py as hp
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
 VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+#: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
+RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
 #: Variables that would make a sample run on another backend or as one launcher rank.
 FOREIGN_ENV = ("HCCL_PY_", "MS_ROLE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
 RUN_TIMEOUT = 180
@@ -44,14 +46,26 @@ SAMPLES: dict[str, dict[str, str]] = {
     "all_gather_matmul.py": {"gather_out": "PASS", "output": "PASS", **NPU_SKIP},
     "matmul_reduce_scatter.py": {"output": "PASS", **NPU_SKIP},
 }
-#: (sample, ranks, backend, expected) for runs through ``python -m hccl_py run -n ranks``.
-CLI_RUNS: list[tuple[str, int, str, dict[str, str]]] = [
-    ("all_gather_custom.py", 8, "emu", SAMPLES["all_gather_custom.py"]),
-    ("alltoallv_custom.py", 8, "emu", {"equal-count": "PASS", "uneven": "SKIP"}),
-    ("alltoall_allgather_custom.py", 8, "emu", SAMPLES["alltoall_allgather_custom.py"]),
-    ("all_gather_matmul.py", 2, "emu", SAMPLES["all_gather_matmul.py"]),
-    ("alltoall_allgather_custom.py", 2, "gloo", SAMPLES["alltoall_allgather_custom.py"]),
-]
+UNEVEN_SKIPPED = {"equal-count": "PASS", "uneven": "SKIP"}
+#: run id -> (python arguments, ranks, expected verdicts) for runs other than ``python X.py``.
+OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
+    "alltoallv_custom-n8": (["-m", "hccl_py", "run", "-n", "8"], 8, UNEVEN_SKIPPED),
+    "all_gather_matmul-n2": (
+        ["-m", "hccl_py", "run", "-n", "2"],
+        2,
+        SAMPLES["all_gather_matmul.py"],
+    ),
+    "alltoall_allgather_custom-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["alltoall_allgather_custom.py"],
+    ),
+    "alltoallv_custom-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        UNEVEN_SKIPPED,
+    ),
+}
 
 
 def _env() -> dict[str, str]:
@@ -68,14 +82,10 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
 
 def _commands() -> dict[str, list[str]]:
     commands = {name: [sys.executable, f"samples/{name}"] for name in SAMPLES}
-    for name, ranks, backend, _ in CLI_RUNS:
-        cli = [sys.executable, "-m", "hccl_py", "run", "-n", str(ranks), "--backend", backend]
-        commands[_cli_key(name, ranks, backend)] = [*cli, f"samples/{name}"]
+    for run_id, (args, _, _) in OTHER_RUNS.items():
+        sample = run_id.rsplit("-", 1)[0]
+        commands[run_id] = [sys.executable, *args, f"samples/{sample}.py"]
     return commands
-
-
-def _cli_key(name: str, ranks: int, backend: str) -> str:
-    return f"{name}-n{ranks}-{backend}"
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +96,13 @@ def runs():
 
 
 def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str, str]) -> None:
-    """Exit code 0 and exactly the expected verdict for every (rank, case)."""
+    """Exit code 0 and exactly one line with the expected verdict per (rank, case)."""
     out = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, out
-    verdicts = {(int(m[1]), m[2]): m[3] for m in map(VERDICT.match, proc.stdout.splitlines()) if m}
-    want = {(r, case): v for r in range(ranks) for case, v in expected.items()}
-    assert verdicts == want, out
+    lines = [RUNNER_PREFIX.sub("", line) for line in proc.stdout.splitlines()]
+    verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
+    want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
+    assert sorted(verdicts) == sorted(want), out
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -99,12 +110,10 @@ def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
     check_run(runs[name].result(), 4, SAMPLES[name])
 
 
-@pytest.mark.parametrize(
-    ("name", "ranks", "backend", "expected"),
-    [pytest.param(*run, id=_cli_key(*run[:3])) for run in CLI_RUNS],
-)
-def test_sample_through_cli(runs, name: str, ranks: int, backend: str, expected: dict) -> None:
-    check_run(runs[_cli_key(name, ranks, backend)].result(), ranks, expected)
+@pytest.mark.parametrize("run_id", sorted(OTHER_RUNS))
+def test_sample_through_cli_and_launcher(runs, run_id: str) -> None:
+    _, ranks, expected = OTHER_RUNS[run_id]
+    check_run(runs[run_id].result(), ranks, expected)
 
 
 def _load(name: str):
@@ -123,6 +132,7 @@ def test_sample_waits_before_reading(monkeypatch: pytest.MonkeyPatch, name: str)
     per_rank = hp.run(
         sample.main,
         world_size=4,
+        backend="emu",
         platform=getattr(sample, "PLATFORM", "A2"),
         schedule="late",
         poison=True,
@@ -148,7 +158,7 @@ def test_compare_names_the_first_wrong_element() -> None:
             common.compare("shape", got, np.zeros(3, dtype=np.float16)),
         ]
 
-    lines = hp.run(main, world_size=2, timeout=5)[1]
+    lines = hp.run(main, world_size=2, backend="emu", timeout=5)[1]
     assert lines == [
         "rank 1: same           PASS ok",
         "rank 1: diff           FAIL 2 wrong elements; first at 2: 5.0 != 3.0",
@@ -164,7 +174,7 @@ def test_run_sample_exits_1_on_any_fail(capsys: pytest.CaptureFixture[str]) -> N
         return [common.verdict("case", ok), common.skip("other", "not here")]
 
     with pytest.raises(SystemExit) as exc:
-        common.run_sample(main, world_size=3, timeout=5)
+        common.run_sample(main, world_size=3, backend="emu", timeout=5)
     assert exc.value.code == 1
     printed = capsys.readouterr().out.splitlines()
     assert printed[2] == "rank 1: case           FAIL"
@@ -178,5 +188,5 @@ def test_run_sample_exits_0_when_all_pass_or_skip() -> None:
         return [common.verdict("case", True), common.skip("other", "not here")]
 
     with pytest.raises(SystemExit) as exc:
-        common.run_sample(main, world_size=2, timeout=5)
+        common.run_sample(main, world_size=2, backend="emu", timeout=5)
     assert exc.value.code == 0

@@ -211,22 +211,31 @@ def _members(cls: type) -> Iterator[tuple[str, Any]]:
             yield name, member
 
 
+def _flag(obj: Any) -> str:
+    """``[keyword]`` for a function with a template flag, else nothing."""
+    return f"[{obj._keyword}]" if isinstance(obj, TemplateFunction) else ""
+
+
+def _callable_body(name: str, obj: Any, skip_self: bool = False) -> str:
+    """A callable's signature block and docstring."""
+    target = obj.__func__ if isinstance(obj, staticmethod | classmethod) else obj
+    sig = signature(target, skip_self=skip_self)
+    return _code(f"{name}{_flag(obj)}{sig}") + "\n" + _paragraphs(_docstring(obj))
+
+
 def _render_member(cls: type, name: str, member: Any) -> str:
     if isinstance(member, property):
         head = f"#### `{cls.__name__}.{name}` (property)\n\n"
         return head + _paragraphs(_docstring(member))
-    target = member.__func__ if isinstance(member, staticmethod | classmethod) else member
-    flag = f"[{member._keyword}]" if isinstance(member, TemplateFunction) else ""
-    sig = signature(target, skip_self=True)
-    head = f"#### `{cls.__name__}.{name}{flag}`\n\n" + _code(f"{name}{sig}")
-    return head + "\n" + _paragraphs(_docstring(member))
+    head = f"#### `{cls.__name__}.{name}{_flag(member)}`\n\n"
+    return head + _callable_body(name, member, skip_self=True)
 
 
 def _paragraphs(text: str) -> str:
     return f"{text}\n\n" if text else ""
 
 
-def _render_enum(name: str, cls: type[enum.Enum]) -> str:
+def _render_enum(cls: type[enum.Enum]) -> str:
     rows = ["| member | value |", "|---|---|"]
     rows += [f"| `{m.name}` | {m.value} |" for m in cls]
     exported = all(getattr(hccl_py, m.name, None) is m for m in cls)
@@ -238,7 +247,7 @@ def _render_class(name: str, cls: type) -> str:
     bases = ", ".join(b.__name__ for b in cls.__bases__ if b is not object)
     parts = [_code(f"class {name}({bases})" if bases else f"class {name}")]
     if issubclass(cls, enum.Enum):
-        return parts[0] + "\n" + _render_enum(name, cls)
+        return parts[0] + "\n" + _render_enum(cls)
     parts.append("\n" + _paragraphs(_docstring(cls)))
     if issubclass(cls, ctypes.Structure | ctypes.Union):
         parts.append(_struct_table(cls) + "\n")
@@ -264,14 +273,10 @@ def _render_value(name: str, obj: Any, comment: str) -> str:
 
 def render_entry(name: str, obj: Any, comment: str) -> str:
     """The markdown entry of one public name."""
-    if isinstance(obj, TemplateFunction):
-        body = (
-            _code(f"{name}[{obj._keyword}]{signature(obj)}") + "\n" + _paragraphs(_docstring(obj))
-        )
-    elif inspect.isclass(obj):
+    if inspect.isclass(obj):
         body = _render_class(name, obj)
-    elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
-        body = _code(f"{name}{signature(obj)}") + "\n" + _paragraphs(_docstring(obj))
+    elif isinstance(obj, TemplateFunction) or inspect.isfunction(obj) or inspect.isbuiltin(obj):
+        body = _callable_body(name, obj)
     else:
         body = _render_value(name, obj, comment)
     return f"### `{name}`\n\n{body.rstrip()}\n"

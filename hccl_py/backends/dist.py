@@ -10,17 +10,20 @@ until the domain thread finished the round, Query reads how many rounds
 finished, Finalize waits for the last one.
 
 With task checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo), every
-rank publishes each task's descriptor through the store before its first
-round and compares it with its peers', so a mismatch that would make gloo
-hang (or corrupt data) is reported like the emulator reports it.
+rank publishes each task's descriptor through the store at Prepare and, before
+the task's first round, compares it with its peers' (with the emulator's own
+comparison), so a mismatch that would make gloo hang or corrupt data is
+reported as the emulator reports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
 import pickle
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,12 +34,12 @@ import torch
 import torch.distributed as dist
 
 from emu.executor import poison
-from emu.world import EmuWorld, _in_place, _mismatch
+from emu.world import EmuWorld, _derived, _in_place, _mismatch
 
 from .. import launcher
 from ..blocking import Blocker
-from ..context import WORLD_GROUP_NAME, Config, Group
-from ..errors import HcclError, HcclMismatchError
+from ..context import Config, Group
+from ..errors import HcclDeadlockError, HcclError, HcclPeerError
 from ..gm import NULL
 from ..server import Backend, Server
 from ..task import Task
@@ -48,6 +51,15 @@ from .session import Session, session_for
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
 #: "exact"/"native": how AllReduce and ReduceScatter reduce (default: exact on gloo).
 REDUCE_ENV = "HCCL_PY_REDUCE"
+
+#: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
+#: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
+MIN_PG_TIMEOUT_S = 30.0
+
+#: What a process group says when a peer's process ended in the middle of an operation.
+PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
+#: Seconds to wait for the report of the rank whose process ended, to name it.
+PEER_REPORT_S = 0.2
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
@@ -83,10 +95,7 @@ class _DomainQueue:
         self.error: HcclError | None = None
         self.failed_seq: int | None = None
         self.stopping = False
-        self.thread = threading.Thread(
-            target=self._loop, name=f"hccl_py-{group.name}", daemon=True
-        )
-        self._store: Any = None
+        self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
     def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
@@ -133,57 +142,94 @@ class _DomainQueue:
         self.failed_seq = self.seq
         self.server.cond.notify_all()
 
-    # ------------------------------------------------------------ the thread
+    # ------------------------------------------------------------ running rounds
+    def claim(self) -> tuple[Task, int] | None:
+        """Under the lock: take the next round if it can start now (the queue is then running)."""
+        task = self.tasks.get(self.seq)
+        if task is not None and self.error is None and not self.running:
+            error = self._deps_state(task)[1]
+            if error is not None:
+                self._fail(error)
+        if self.stopping or not self.ready():
+            return None
+        self.running = f"running round {self.round} on the process group"
+        return task, self.round
+
+    def execute(self, task: Task, r: int) -> HcclError | None:
+        """Outside the lock: run one claimed round; return its error, if any."""
+        try:
+            if r == 0 and self.server.check_tasks:
+                self.running = "comparing task descriptors with the other ranks"
+                self._check(task)
+                self.running = f"running round {r} on the process group"
+            ops.run_round(task, r, self.dom)
+        except HcclError as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
+            text = (
+                f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            if not PEER_GONE.search(str(exc)):
+                return HcclError(text)
+            try:  # a peer's process ended: say which rank failed, once someone reports it
+                self.server.session.check_abort(wait=PEER_REPORT_S)
+            except HcclPeerError as peer:
+                return peer
+            return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+        return None
+
+    def finish(self, task: Task, r: int, error: HcclError | None) -> None:
+        """Under the lock: record the outcome of a claimed round and move on."""
+        self.running = ""
+        if error is not None:
+            self._fail(error)
+            return
+        self.done[self.seq] = r + 1
+        if r + 1 == task.repeat:
+            self.seq, self.round = self.seq + 1, 0
+        else:
+            self.round = r + 1
+        self.server.cond.notify_all()
+
+    def drain(self) -> None:
+        """Run every round that can start now in the calling thread.
+
+        Single-rank domains need no peer and have no thread: like the
+        emulator's eager schedule, a Commit (late: a Wait or Query) runs the
+        round at once, and any waiting thread runs rounds that become ready.
+        """
+        cond = self.server.cond
+        while True:
+            with cond:
+                job = self.claim()
+            if job is None:
+                return
+            error = self.execute(*job)
+            with cond:
+                self.finish(*job, error)
+
     def _loop(self) -> None:
         if self.server.session.thread_init is not None:
             self.server.session.thread_init()
         cond = self.server.cond
         while True:
             with cond:
-                while not self.stopping and self.error is None and not self.ready():
-                    task = self.tasks.get(self.seq)
-                    error = self._deps_state(task)[1] if task is not None else None
-                    if error is not None:
-                        self._fail(error)
-                        break
+                job = self.claim()
+                while job is None:
+                    if self.stopping or self.error is not None:
+                        return
                     cond.wait()
-                if self.stopping or self.error is not None:
-                    return
-                task, r = self.tasks[self.seq], self.round
-                self.running = f"running round {r} on the process group"
-            try:
-                if r == 0 and self.server.check_tasks:
-                    self.running = "comparing task descriptors with the other ranks"
-                    self._check(task)
-                    self.running = f"running round {r} on the process group"
-                ops.run_round(task, r, self.dom)
-                error = None
-            except HcclError as exc:
-                error = exc
-            except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
-                error = HcclError(
-                    f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
-                    f"{type(exc).__name__}: {exc}"
-                )
+                    job = self.claim()
+            error = self.execute(*job)
             with cond:
-                self.running = ""
-                if error is not None:
-                    self._fail(error)
-                    return
-                self.done[self.seq] = r + 1
-                if r + 1 == task.repeat:
-                    self.seq, self.round = self.seq + 1, 0
-                else:
-                    self.round = r + 1
-                cond.notify_all()
+                self.finish(*job, error)
 
     def _check(self, task: Task) -> None:
         """Compare this task with the other ranks' tasks at the same position (strict mode)."""
-        if self._store is None:
-            self._store = self.server.connect()
-        store = self._store
+        store = self.server.store
         keys = [_desc_key(task.domain_name, task.seq, i) for i in range(task.rank_dim)]
-        finalized = _Finalized(store, task)
+        absentees = _Absentees(self.server, task)
 
         def what(missing: list[str]) -> str:
             who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
@@ -195,10 +241,10 @@ class _DomainQueue:
 
         def interrupt() -> None:
             self.server.session.check_abort()
-            finalized.check(keys)
+            absentees.check(keys)
 
         kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        error = _mismatch([pickle.loads(raw) for raw in store.multi_get(keys)])
+        error = _mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
         if error is not None:
             raise error
 
@@ -211,11 +257,22 @@ def _final_key(domain: str, launch: int, rank: int) -> str:
     return f"final/{domain}/{launch}/{rank}"
 
 
-class _Finalized:
-    """Spots, while a task waits for its peers' descriptors, a peer that finalized before it."""
+def returned_key(rank: int) -> str:
+    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run."""
+    return f"returned/{rank}"
 
-    def __init__(self, store: Any, task: Task) -> None:
-        self.store = store
+
+class _Absentees:
+    """Spots, while a task waits for its peers' descriptors, a peer that will never send one.
+
+    That peer finalized its kernel launch after fewer tasks (a count mismatch,
+    reported as the emulator does), returned from its function, or its process
+    is gone.
+    """
+
+    def __init__(self, server: DistServer, task: Task) -> None:
+        self.server = server
+        self.store = server.store
         self.task = task
         self.next_look = 0.0
 
@@ -226,17 +283,29 @@ class _Finalized:
         self.next_look = now + 0.05
         task = self.task
         for i, key in enumerate(desc_keys):
-            final = _final_key(task.domain_name, task.launch, i)
-            if i == task.rank or not self.store.check([final]) or self.store.check([key]):
+            if i == task.rank or self.store.check([key]):
                 continue
-            n_tasks = int(self.store.get(final))
-            if task.handle >= n_tasks:
+            final = _final_key(task.domain_name, task.launch, i)
+            n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
+            if n_tasks is not None and task.handle >= n_tasks:
                 raise EmuWorld._count_mismatch(task, i, n_tasks)
-
-
-def _derived(error: HcclError, reason: str) -> HcclError:
-    """An error of the same class as ``error`` with a new reason (keeps expected/actual)."""
-    return type(error)(reason, expected=error.expected, actual=error.actual)
+            peer = task.domain.ranks[i]
+            returned = self.store.check([returned_key(peer)])
+            how = "returned from its function" if returned else self.server.session.peers.gone(peer)
+            if how is None:
+                continue
+            # did it fail? then say so (a launcher may still be reporting a killed rank)
+            self.server.session.check_abort(wait=0.0 if returned else PEER_REPORT_S)
+            where = (
+                f"task #{task.seq} of domain {task.domain_name}, which rank {_global(task)} "
+                f"prepared (handle {task.handle}, {task.describe()})"
+            )
+            if returned:
+                raise HcclDeadlockError(
+                    f"rank {peer} returned from its function without preparing {where}: "
+                    "it would wait forever"
+                )
+            raise HcclPeerError(f"rank {peer} {how} before preparing {where}")
 
 
 class DistServer(Server):
@@ -258,20 +327,11 @@ class DistServer(Server):
         self.domains: dict[str, ops.Domain | None] = {}
         self.queues: dict[str, _DomainQueue] = {}
         self.groups: list[dist.ProcessGroup] = []
-        self._publisher: Any = None
-        self._publish_lock = threading.Lock()
+        #: This run's keys in the store, and those this rank set (deleted after the run).
+        self.store = kv.scoped(session.store, f"run{run}/")
+        self._keys: list[str] = []
         blocker.has_work = self._has_work
-
-    def connect(self) -> Any:
-        """A new store connection scoped to this run's keys."""
-        return kv.scoped(self.session.connect(), f"run{self.run}/")
-
-    def _publish(self, key: str, value: bytes) -> None:
-        """Set a key of this run from a user thread (one shared connection)."""
-        with self._publish_lock:
-            if self._publisher is None:
-                self._publisher = self.connect()
-            self._publisher.set(key, value)
+        blocker.take_work = self._take_local
 
     # ------------------------------------------------------------ domains
     def start(self, world: Group) -> None:
@@ -284,7 +344,7 @@ class DistServer(Server):
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
         pg = dist.new_group(
             ranks,
-            timeout=kv.seconds(self.config.timeout),
+            timeout=kv.seconds(max(self.config.timeout, MIN_PG_TIMEOUT_S)),
             backend=self.session.backend.pg_backend,
             **kwargs,
         )
@@ -309,7 +369,8 @@ class DistServer(Server):
                     domain=name,
                 )
             queue = self.queues[name] = _DomainQueue(self, task.domain, dom)
-            queue.thread.start()
+            if queue.group.size > 1:
+                queue.thread.start()
         return queue
 
     def _has_work(self) -> bool:
@@ -322,6 +383,21 @@ class DistServer(Server):
                 queue.released = dict(queue.committed)
             self.cond.notify_all()
 
+    def _local(self) -> list[_DomainQueue]:
+        return [q for q in self.queues.values() if q.group.size == 1]
+
+    def _run_local(self) -> None:
+        """Run the ready rounds of single-rank domains in this thread (they need no peer)."""
+        for queue in self._local():
+            queue.drain()
+
+    def _take_local(self) -> Callable[[], None] | None:
+        """Blocker hook, under the lock: a waiting thread runs a ready single-rank round."""
+        for queue in self._local():
+            if queue.ready():
+                return queue.drain
+        return None
+
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
         if not ops.supported(task.op):
@@ -331,7 +407,7 @@ class DistServer(Server):
                 op=task.name,
             )
         if self.check_tasks:
-            self._publish(_desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(_stub(task)))
+            self._set(_desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(_stub(task)))
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
@@ -339,7 +415,22 @@ class DistServer(Server):
     def finalize(self, group: Any, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
         if self.check_tasks:
-            self._publish(_final_key(group.name, launch, rank), str(n_tasks).encode())
+            self._set(_final_key(group.name, launch, rank), str(n_tasks).encode())
+
+    def returned(self) -> None:
+        """This rank returned from its function: it prepares no more tasks in this run."""
+        self._set(returned_key(self.session.rank), b"1")
+
+    def _set(self, key: str, value: bytes) -> None:
+        self.store.set(key, value)
+        self._keys.append(key)
+
+    def forget(self) -> None:
+        """Delete this rank's task descriptors (call once no rank of the run checks any more)."""
+        for key in self._keys:
+            with contextlib.suppress(Exception):
+                self.store.delete_key(key)
+        self._keys.clear()
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.cond:
@@ -348,11 +439,14 @@ class DistServer(Server):
             if self.config.poison and not _in_place(task, round_idx):
                 poison(task, round_idx)
             self.cond.notify_all()
+        if not self.late:
+            self._run_local()
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.cond:
             queue = self._queue(task)
             self._release()
+        self._run_local()
         self.blocker.wait_for(
             lambda: queue.done.get(task.seq, 0) > round_idx or queue.failure_at(task.seq),
             lambda: self._describe_wait(queue, task, round_idx),
@@ -366,6 +460,8 @@ class DistServer(Server):
         with self.cond:
             queue = self._queue(task)
             self._release()
+        self._run_local()
+        with self.cond:
             error = queue.failure_at(task.seq)
             done = queue.done.get(task.seq, 0)
         if error is not None:
@@ -386,18 +482,19 @@ class DistServer(Server):
             self.cond.notify_all()
         stuck = False
         for queue in self.queues.values():
-            queue.thread.join(timeout=1.0)
-            stuck |= queue.thread.is_alive()
+            if queue.thread.ident is not None:
+                queue.thread.join(timeout=1.0)
+                stuck |= queue.thread.is_alive()
         if stuck:
             return
         for pg in self.groups:
-            try:
+            with contextlib.suppress(Exception):  # best effort: the process is leaving anyway
                 dist.destroy_process_group(pg)
-            except Exception:  # noqa: BLE001 - best effort
-                pass
 
     # ------------------------------------------------------------- reports
-    def _describe_wait(self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for") -> str:
+    def _describe_wait(
+        self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for"
+    ) -> str:
         head = (
             f"rank {_global(task)} {verb} round {r} of handle {task.handle} {task.describe()} "
             f"in domain {task.domain_name} (task #{task.seq})"

@@ -87,11 +87,15 @@ class Domain:
 
     def to_pg(self, blocks: Blocks) -> Blocks:
         """Per-peer blocks (domain order) in process-group rank order."""
-        return blocks if self.identity else Blocks(blocks.starts[self.order], blocks.sizes[self.order])
+        return (
+            blocks if self.identity else Blocks(blocks.starts[self.order], blocks.sizes[self.order])
+        )
 
     def to_domain(self, stacked: torch.Tensor) -> torch.Tensor:
         """Rows received in PG rank order, reordered by domain index."""
-        return stacked if self.identity else stacked[torch.from_numpy(np.argsort(self.order))]
+        if self.identity:
+            return stacked
+        return stacked[torch.from_numpy(np.argsort(self.order)).to(stacked.device)]
 
 
 # ------------------------------------------------------------------ byte views
@@ -116,7 +120,10 @@ def _gather(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     if packed is not None:
         return data[packed[0] : packed[1]]
     return torch.cat(
-        [data[s : s + n] for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)]
+        [
+            data[s : s + n]
+            for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
+        ]
     )
 
 
@@ -242,35 +249,26 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
         _write_result(task, r, reduce_ranks(stacked, op))
         return
     values = _typed(src, task)
-    narrow = dom.reduction.widen.get(values.dtype, values.dtype) == values.dtype
-    buf = _in_receive_block(task, r, values) if narrow else None
-    if buf is None:
-        buf = values.to(dom.reduction.widen.get(values.dtype, values.dtype), copy=True)
+    wide = dom.reduction.widen.get(values.dtype, values.dtype)
+    target = _receive_view(task, r, values) if wide == values.dtype else None
+    if target is not None:
+        if target.data_ptr() != values.data_ptr():
+            target.copy_(values.clone() if _shares_bytes(task, r) else values)
+        dist.all_reduce(target, _REDUCE_OPS[op], group=dom.pg)
+        return
+    buf = values.to(wide, copy=True)
     dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
-    if buf.data_ptr() != _receive_ptr(task, r):
-        _write_result(task, r, buf.to(values.dtype))
+    _write_result(task, r, buf.to(values.dtype))
 
 
-def _receive_ptr(task: Task, r: int) -> int:
+def _receive_view(task: Task, r: int, like: torch.Tensor) -> torch.Tensor | None:
+    """The round's receive block typed like ``like``, or None when it is misaligned for that type."""
     start = int(layout.round_blocks(task, "recv", r).starts[0])
-    return _data(task, "recv")[start:].data_ptr()
-
-
-def _in_receive_block(task: Task, r: int, values: torch.Tensor) -> torch.Tensor | None:
-    """The receive block as a typed buffer holding ``values`` (native in-place AllReduce), or None.
-
-    None when the block is misaligned for the element type, or the backend
-    reduces this type in a wider one.
-    """
-    start = int(layout.round_blocks(task, "recv", r).starts[0])
-    raw = _data(task, "recv")[start : start + values.numel() * values.element_size()]
+    raw = _data(task, "recv")[start : start + like.numel() * like.element_size()]
     try:
-        target = raw.view(values.dtype)
+        return raw.view(like.dtype)
     except RuntimeError:
         return None
-    if target.data_ptr() != values.data_ptr():
-        target.copy_(values.clone() if _shares_bytes(task, r) else values)
-    return target
 
 
 def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:

@@ -9,6 +9,8 @@ key: when another rank fails, the waits of this rank raise at once.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import os
 import pickle
 import socket
@@ -24,7 +26,15 @@ import torch.distributed as dist
 from ..blocking import Blocker
 from ..context import Config, RankContext, set_rank_context
 from ..errors import HcclPeerError, WorldError
-from ..launcher import GRACE_S, HEARTBEAT_S, STALE_S, RankDiedError, RankSpec, outcome_of
+from ..launcher import (
+    GRACE_S,
+    HEARTBEAT_S,
+    STALE_S,
+    RankDiedError,
+    RankSpec,
+    outcome_of,
+    process_gone,
+)
 from . import store as kv
 
 if TYPE_CHECKING:
@@ -32,8 +42,8 @@ if TYPE_CHECKING:
 
 #: Seconds the store and the default process group wait for the other ranks to join.
 JOIN_TIMEOUT_S = 300.0
-#: Consecutive store failures after which a child of hp.run concludes its parent is gone.
-ORPHAN_FAILURES = 4
+#: Waiting for the other ranks' outcomes ends when they report or die, not after a time.
+FOREVER_S = 1e9
 
 
 class _GiveUp(Exception):  # noqa: N818 - internal control flow
@@ -47,9 +57,12 @@ class Session:
         self.spec = spec
         self.backend = backend
         self.timeout = max(timeout, JOIN_TIMEOUT_S)
-        self._base = kv.connect(
-            spec.host, spec.port, is_master=spec.host_store, timeout=self.timeout
+        self._base = (
+            kv.file_store(spec.store_path)
+            if spec.store_path
+            else kv.connect(spec.host, spec.port, is_master=spec.host_store, timeout=self.timeout)
         )
+        #: hccl_py's keys; one connection, shared by every thread of the process.
         self.store = kv.scoped(self._base, kv.PREFIX)
         self.rank = (
             spec.rank if spec.rank is not None else int(self.store.add(kv.RANK_COUNTER, 1)) - 1
@@ -72,6 +85,8 @@ class Session:
                 f"{dist.get_world_size()}, but the launcher says rank {self.rank} of {self.world_size}"
             )
         self.store.set(kv.pid_key(self.rank), f"{socket.gethostname()}|{os.getpid()}")
+        #: Liveness of the other ranks' processes.
+        self.peers = Peers(self.store)
         self.runs = 0
         self.blocker: Blocker | None = None
         self.abort: BaseException | None = None
@@ -80,14 +95,20 @@ class Session:
         self._watchdog = threading.Thread(target=self._watch, name="hccl_py-watchdog", daemon=True)
         self._watchdog.start()
 
-    # ------------------------------------------------------------ connections
-    def connect(self) -> Any:
-        """A new connection to the store (for a thread that polls it)."""
-        client = kv.connect(self.spec.host, self.spec.port, is_master=False, timeout=self.timeout)
-        return kv.scoped(client, kv.PREFIX)
+    def check_abort(self, wait: float | None = None) -> None:
+        """Raise :class:`HcclPeerError` if another rank failed.
 
-    def check_abort(self) -> None:
-        """Raise :class:`HcclPeerError` if another rank failed."""
+        With ``wait`` (seconds), ask the store instead of relying on the watchdog,
+        and wait that long for a report to arrive.
+        """
+        deadline = time.monotonic() + (wait or 0.0)
+        while wait is not None and self.abort is None:
+            if self.store.check([kv.ABORT]):
+                self._aborted(kv.decode(self.store.get(kv.ABORT))[1])
+            elif time.monotonic() >= deadline:
+                break
+            else:
+                time.sleep(0.02)
         exc = self.abort
         if exc is not None and getattr(exc, "hccl_rank", None) != self.rank:
             raise HcclPeerError(
@@ -97,30 +118,26 @@ class Session:
 
     def _watch(self) -> None:
         """Heartbeat and abort watch; a child of hp.run exits when its parent is gone."""
-        store = self.connect()
-        failures = 0
+        parent = os.getppid()
         while not self._stop.wait(HEARTBEAT_S / 2):
+            if self.spec.launcher == "spawn" and os.getppid() != parent:
+                print(
+                    f"hccl_py: rank {self.rank}: the parent process is gone; exiting",
+                    file=sys.stderr,
+                )
+                os._exit(1)
             try:
-                store.add(kv.heartbeat_key(self.rank), 1)
-                if self.abort is None and store.check([kv.ABORT]):
-                    self._aborted(kv.decode(store.get(kv.ABORT))[1])
-                failures = 0
-            except Exception:  # noqa: BLE001 - the store's host went away
-                failures += 1
-                if self.spec.launcher == "spawn" and failures >= ORPHAN_FAILURES:
-                    print(f"hccl_py: rank {self.rank}: lost the parent process; exiting", file=sys.stderr)
-                    os._exit(1)
+                self.store.add(kv.heartbeat_key(self.rank), 1)
+                if self.abort is None and self.store.check([kv.ABORT]):
+                    self._aborted(kv.decode(self.store.get(kv.ABORT))[1])
+            except Exception:  # noqa: BLE001 - the store's host went away; the launcher acts
+                continue
 
     def _aborted(self, exc: BaseException) -> None:
         self.abort = exc
         blocker = self.blocker
         if blocker is not None and getattr(exc, "hccl_rank", None) != self.rank:
             blocker.fail(exc)
-
-    def report_failure(self, raw: bytes) -> None:
-        """Publish this rank's failure as the job's abort reason (first reporter wins)."""
-        if self.store.add("abort_votes", 1) == 1:
-            self.store.set(kv.ABORT, raw)
 
     # ------------------------------------------------------------------ runs
     def run(self, fn: Callable[..., Any], args: tuple, config: Config, gather: bool) -> Any:
@@ -156,58 +173,56 @@ class Session:
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
             exc.hccl_traceback = traceback.format_exc()
             outcome = kv.encode_failure(exc, self.rank)
+            self.store.set(kv.failed_key(self.rank), b"1")
             if not isinstance(exc, HcclPeerError):
-                self.report_failure(outcome)
+                kv.report_abort(self.store, outcome)
         finally:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
+            server.returned()
         server.close()
         self.store.set(kv.result_key(run, self.rank), outcome)
         if not gather:
             return ok and kv.decode(outcome)[0] == "ok"
-        return self._collect(run)
+        try:
+            return self._collect(run)
+        finally:
+            server.forget()
 
     def _collect(self, run: int) -> list[Any]:
         """Every rank's outcome of run ``run``: the list of values, or a WorldError."""
         n = self.world_size
-        watch = _Liveness(self, n)
-        try:
+        watch = _Liveness(self, lambda r: kv.result_key(run, r))
+        with contextlib.suppress(_GiveUp):
             kv.wait_keys(
                 self.store,
                 [kv.result_key(run, r) for r in range(n)],
-                self.timeout,
+                FOREVER_S,
                 lambda missing: f"ranks did not report their outcome: {missing}",
                 watch.check,
             )
-        except _GiveUp:
-            pass
-        outcomes = [
-            outcome_of(self.store, run, r, None)
-            if r not in watch.dead
-            else ("err", RankDiedError(f"rank {r} {watch.dead[r]}", rank=r))
-            for r in range(n)
-        ]
+        outcomes = [outcome_of(self.store, run, r, None, watch.dead.get(r)) for r in range(n)]
         self.store.set(kv.read_key(run, self.rank), b"1")
         if self.spec.host_store:
             self._wait_readers(run)
         failures = {r: value for r, (kind, value) in enumerate(outcomes) if kind == "err"}
         if failures:
-            raise WorldError(failures, n)
+            error = WorldError(failures, n)
+            _record_for_torchrun(error)
+            raise error
         return [value for _, value in outcomes]
 
     def _wait_readers(self, run: int) -> None:
         """The store lives in this process: keep it up until every rank read the outcomes."""
-        try:
+        with contextlib.suppress(_GiveUp, Exception):  # best effort: the others may be gone
             kv.wait_keys(
                 self.store,
                 [kv.read_key(run, r) for r in range(self.world_size)],
-                self.timeout,
+                FOREVER_S,
                 lambda missing: f"ranks did not collect the outcomes: {missing}",
-                _Liveness(self, self.world_size).check,
+                _Liveness(self, lambda r: kv.read_key(run, r)).check,
             )
-        except (_GiveUp, Exception):  # noqa: BLE001 - best effort: the others are gone
-            pass
 
     def close(self) -> None:
         """Leave the world: stop the watchdog, say so in the store, destroy the default PG."""
@@ -216,54 +231,94 @@ class Session:
         self._closed = True
         self._stop.set()
         self._watchdog.join(timeout=2.0)
-        try:
+        with contextlib.suppress(Exception):  # the store's host may be gone already
             self.store.set(kv.left_key(self.rank), b"1")
-        except Exception:  # noqa: BLE001 - the store's host may be gone already
-            pass
         if self._owns_pg and dist.is_initialized():
-            try:
+            with contextlib.suppress(Exception):  # nothing left to do at exit
                 dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - nothing left to do at exit
-                pass
+
+
+class Peers:
+    """Whether the other ranks' processes still live, judged from the store.
+
+    A rank is gone when its process (on this host) no longer runs, or when its
+    heartbeat has not moved for :data:`STALE_S` seconds.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.beats: dict[int, tuple[int, float]] = {}
+
+    def gone(self, rank: int) -> str | None:
+        """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
+        where = kv.pid_key(rank)
+        if self.store.check([where]) and process_gone(self.store.get(where).decode()):
+            return "exited (killed or crashed)"
+        now = time.monotonic()
+        beat = int(self.store.add(kv.heartbeat_key(rank), 0))
+        last = self.beats.get(rank)
+        if last is None or last[0] != beat:
+            self.beats[rank] = (beat, now)
+        elif now - last[1] > STALE_S:
+            return f"stopped responding for {STALE_S:g} s (killed?)"
+        return None
 
 
 class _Liveness:
-    """Decides, while waiting for outcomes, which missing ranks are dead."""
+    """Decides, while this rank waits for every rank's key, which missing ranks are dead.
 
-    def __init__(self, session: Session, n: int) -> None:
+    A rank is dead when the launcher reported it (a :class:`RankDiedError` as
+    the abort reason) or :meth:`Peers.gone` says so. Raises :class:`_GiveUp`
+    once every missing rank is dead, or :data:`GRACE_S` after the job failed.
+    """
+
+    def __init__(self, session: Session, key: Callable[[int], str]) -> None:
         self.session = session
-        self.n = n
-        self.beats: dict[int, tuple[int, float]] = {}
+        self.key = key
         self.dead: dict[int, str] = {}
         self.next_look = 0.0
+        self.aborted_at: float | None = None
 
     def check(self) -> None:
-        """Called between polls; raises :class:`_GiveUp` when waiting longer is pointless."""
+        """Called between polls of the store."""
         now = time.monotonic()
         if now < self.next_look:
             return
-        self.next_look = now + HEARTBEAT_S
+        self.next_look = now + HEARTBEAT_S / 5
         store = self.session.store
-        for r in range(self.n):
-            if r in self.dead or store.check([kv.result_key(self.session.runs - 1, r)]):
-                continue
-            beat = int(store.add(kv.heartbeat_key(r), 0))
-            last = self.beats.get(r)
-            if last is None or last[0] != beat:
-                self.beats[r] = (beat, now)
-            elif now - last[1] > STALE_S:
-                self.dead[r] = f"stopped responding for {STALE_S:g} s without reporting (killed?)"
+        missing = [r for r in range(self.session.world_size) if not store.check([self.key(r)])]
         aborted = self.session.abort
+        if isinstance(aborted, RankDiedError):
+            self.dead.setdefault(aborted.hccl_rank, aborted.how)
+        for r in missing:
+            how = self.dead.get(r) or self.session.peers.gone(r)
+            if how is not None:
+                self.dead[r] = how
         if aborted is not None:
-            since = getattr(self, "aborted_at", None) or now
-            self.aborted_at = since
-            if now - since > GRACE_S:
+            self.aborted_at = self.aborted_at or now
+            if now - self.aborted_at > GRACE_S:
                 raise _GiveUp
-        if self.dead and all(
-            r in self.dead or store.check([kv.result_key(self.session.runs - 1, r)])
-            for r in range(self.n)
-        ):
+        if all(r in self.dead for r in missing):
             raise _GiveUp
+
+
+def _record_for_torchrun(error: WorldError) -> None:
+    """Write the failure where torchrun's agent looks for it, so its summary names the ranks.
+
+    torchrun picks the failure with the earliest timestamp as the root cause;
+    every failed rank writes the same report, which lists the root causes first.
+    """
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path or os.path.exists(path):
+        return
+    data = {
+        "message": {
+            "message": f"{type(error).__name__}: {error}",
+            "extraInfo": {"py_callstack": str(error), "timestamp": str(int(time.time()))},
+        }
+    }
+    with open(path, "w") as out:
+        json.dump(data, out)
 
 
 _SESSION: Session | None = None

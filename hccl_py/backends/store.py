@@ -1,12 +1,13 @@
 """The key-value store that the processes of a gloo or HCCL world share.
 
 Every process of a world connects to one ``torch.distributed.TCPStore``
-(hosted by the launcher, the msrun scheduler, the ``hp.run`` parent process or
-rank 0). Besides torch.distributed's own rendezvous it carries hccl_py's keys,
+(hosted by the launcher, the msrun scheduler or rank 0), or, for the ranks that
+``hp.run`` starts itself, opens one ``FileStore``. Besides torch.distributed's own rendezvous it carries hccl_py's keys,
 all under the prefix ``hccl_py/``:
 
 - ``abort``: the first failure of any rank; every process stops when it appears.
-- ``hb/<rank>``, ``pid/<rank>``, ``left/<rank>``: liveness of each rank's process.
+- ``hb/<rank>``, ``pid/<rank>``, ``left/<rank>``, ``failed/<rank>``: liveness of each
+  rank's process, and whether it reported a failure.
 - ``rank_counter``: ranks handed out to processes that were started without one.
 - ``run<i>/result/<rank>``: the outcome (value or exception) of ``hp.run`` call ``i``.
 - ``run<i>/read/<rank>``: rank has collected every outcome of run ``i``.
@@ -44,6 +45,11 @@ def pid_key(rank: int) -> str:
     return f"pid/{rank}"
 
 
+def failed_key(rank: int) -> str:
+    """Set when a rank's function failed (the rank reported it; it did not just die)."""
+    return f"failed/{rank}"
+
+
 def left_key(rank: int) -> str:
     """Set when a rank's process is done with the store (it exits)."""
     return f"left/{rank}"
@@ -78,6 +84,11 @@ def connect(
     )
 
 
+def file_store(path: str) -> dist.Store:
+    """A store in the file ``path`` for processes of one host (kept until the file is deleted)."""
+    return dist.FileStore(path, -1)
+
+
 def scoped(store: dist.Store, prefix: str) -> dist.Store:
     """``store`` seen through ``prefix`` (keys are prefixed transparently)."""
     return dist.PrefixStore(prefix, store)
@@ -85,6 +96,14 @@ def scoped(store: dist.Store, prefix: str) -> dist.Store:
 
 class RemoteError(RuntimeError):
     """A failure of another process whose exception could not be transferred as itself."""
+
+
+def report_abort(store: dist.Store, raw: bytes) -> bool:
+    """Publish a failure (:func:`encode_failure`) as the job's abort reason; the first one wins."""
+    if store.add("abort_votes", 1) != 1:
+        return False
+    store.set(ABORT, raw)
+    return True
 
 
 def encode_failure(exc: BaseException, rank: int) -> bytes:
@@ -116,6 +135,13 @@ def encode_result(value: Any, rank: int) -> bytes:
 def decode(raw: bytes) -> tuple[str, Any]:
     """``("ok", value)`` or ``("err", exception)`` from :func:`encode_result` / :func:`encode_failure`."""
     return pickle.loads(raw)
+
+
+def get_all(store: dist.Store, keys: Sequence[str]) -> list[bytes]:
+    """The values of existing keys, in one round trip where the store allows it."""
+    if hasattr(store, "multi_get"):
+        return store.multi_get(list(keys))
+    return [store.get(key) for key in keys]
 
 
 def wait_keys(

@@ -1,0 +1,294 @@
+"""The gloo backend (one process per rank over torch.distributed) beyond the shared semantic tests.
+
+The core semantic tests (worked examples, random ops, call rules) run on gloo
+through the ``backend`` fixture. This file covers what is specific to
+processes: world sizes 1-4 on the world group, the native reduction path, the
+order of ranks inside process groups, mismatches reported through the store
+exactly as the emulator reports them, local deadlocks, rank failures
+(exceptions and killed processes) and what cannot be sent to a process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from typing import Any
+
+import cases
+import numpy as np
+import pytest
+import reference as ref
+import torch
+
+import hccl_py as hp
+from hccl_py import Hccl
+
+TIMEOUT = 20.0
+FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
+
+
+def _run(fn: Any, world: int, *args: Any, backend: str = "gloo", **kwargs: Any) -> list:
+    return hp.run(
+        fn,
+        world_size=world,
+        backend=backend,
+        timeout=kwargs.pop("timeout", TIMEOUT),
+        args=args,
+        **kwargs,
+    )
+
+
+# ------------------------------------------------------------------ world sizes
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_op_on_the_world_group(world: int) -> None:
+    """One case of each op on the world group itself (no sub-group), per world size."""
+    rng = np.random.default_rng(world)
+    batch = [
+        cases.draw_case(lambda lo, hi: int(rng.integers(lo, hi + 1)), op, world) for op in cases.OPS
+    ]
+    cases.run_and_check(batch, "gloo", world_size=world)
+    assert _run(hp.device, world) == [torch.device("cpu")] * world
+
+
+# ------------------------------------------------------------------ native reductions
+def _integer_valued(case: cases.OpCase) -> cases.OpCase:
+    """The case with small integer inputs: exact whatever order a process group sums in."""
+    rng = np.random.default_rng(case.seed)
+    values = tuple(
+        tuple(float(v) for v in rng.integers(-3, 4, case.extent("send", r)))
+        for r in range(case.world_size)
+    )
+    return dataclasses.replace(case, values=values)
+
+
+def test_native_reductions_match_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HCCL_PY_REDUCE=native: the process group's own all_reduce / reduce_scatter.
+
+    Covers every reducible type (FP16/BF16 summed in FP32, INT16 in INT32 on
+    gloo), SUM/MAX/MIN, strides, repeats, offsets and sub-domains of 1..4 ranks.
+    """
+    monkeypatch.setenv("HCCL_PY_REDUCE", "native")
+    rng = np.random.default_rng(11)
+    draw = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    batch = [
+        _integer_valued(cases.draw_case(draw, op, world))
+        for op in cases.REDUCING
+        for world in (1, 2, 3, 4)
+        for _ in range(3)
+    ]
+    assert {c.dtype for c in batch} >= {ref.FP16, ref.INT16}, "the batch should widen types"
+    cases.run_and_check(batch, "gloo", world_size=4)
+
+
+def test_poisoned_late_rounds_still_land(monkeypatch: pytest.MonkeyPatch) -> None:
+    """poison=True and the late schedule on gloo: receive ranges are poisoned at Commit, then filled."""
+    batch = cases.numpy_cases(5, 6)
+    per_rank = hp.run(
+        cases.run_cases,
+        world_size=max(c.world_size for c in batch),
+        backend="gloo",
+        platform="A3",
+        timeout=TIMEOUT,
+        schedule="late",
+        poison=True,
+        args=(batch,),
+    )
+    for i, case in enumerate(batch):
+        cases.check_case(case, [results[i] for results in per_rank])
+
+
+# ------------------------------------------------------------------ rank order in groups
+def _group_kernel(sendGM: Any, recvGM: Any, tilingGM: Any, case: cases.OpCase, idx: int) -> None:
+    hccl = cases.init_hccl(Hccl(), tilingGM, ops=(case.op,))
+    send, recv = sendGM + case.offset("send", idx), recvGM + case.offset("recv", idx)
+    handle = cases.prepare(hccl, case, idx, send, recv)
+    for _ in range(case.repeat):
+        hccl.Wait(handle)
+    hccl.Finalize()
+
+
+def run_on_group(ranks: list[int], batch: list[cases.OpCase], sorted_pg: bool) -> list:
+    """Per rank: run ``batch`` on ``hp.new_group(ranks)``; the domain index is the position in ``ranks``.
+
+    With ``sorted_pg`` the process group is created with sorted ranks (as torch
+    versions without ``sort_ranks`` do), so PG ranks differ from domain indices.
+    """
+    if sorted_pg:
+        import hccl_py.backends.dist as backend_dist
+
+        backend_dist._NEW_GROUP_SORTS = False
+    group = hp.new_group(ranks)
+    idx = group.rank_of(hp.get_rank())
+    if idx is None:
+        return [None] * len(batch)
+    results = []
+    for case in batch:
+        send_np, recv_np = cases.rank_buffers(case, idx)
+        send, recv = torch.from_numpy(send_np.copy()), torch.from_numpy(recv_np.copy())
+        hp.launch(
+            _group_kernel,
+            send,
+            recv,
+            cases.make_tiling(case.skip_local),
+            case,
+            idx,
+            groups={0: group},
+        )
+        results.append(cases.CaseResult(send.numpy(), recv.numpy()))
+    return results
+
+
+@pytest.mark.parametrize("sorted_pg", [False, True], ids=["pg-in-domain-order", "pg-sorted"])
+def test_domain_order_differs_from_global_order(sorted_pg: bool) -> None:
+    """``hp.new_group([2, 0, 3])``: domain rank 0 is global rank 2; every op honours that order."""
+    ranks = [2, 0, 3]
+    rng = np.random.default_rng(3)
+    draw = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    batch = [
+        dataclasses.replace(cases.draw_case(draw, op, len(ranks)), block_dim=1, commit="template")
+        for op in (*cases.OPS, "AllGather", "AlltoAll")
+    ]
+    batch[-2:] = [dataclasses.replace(c, skip_local=True) for c in batch[-2:]]
+    per_rank = _run(run_on_group, 4, ranks, batch, sorted_pg, platform="A3")
+    assert per_rank[1] == [None] * len(batch)
+    for i, case in enumerate(batch):
+        _check_buffers(case, [per_rank[g][i] for g in ranks])
+
+
+def _check_buffers(case: cases.OpCase, results: list) -> None:
+    """Receive buffers equal the reference, send buffers are untouched."""
+    inputs = [cases.rank_buffers(case, r) for r in range(case.world_size)]
+    want = cases.expected_recvs(case, [s for s, _ in inputs], [r for _, r in inputs])
+    for idx, res in enumerate(results):
+        cases.assert_bytes_equal(res.recv, want[idx], f"{case} domain rank {idx}: recvBuf")
+        cases.assert_bytes_equal(res.send, inputs[idx][0], f"{case} domain rank {idx}: sendBuf")
+
+
+# ------------------------------------------------------------------ mismatches
+def _tiling() -> cases.KernelTiling:
+    return cases.make_tiling()
+
+
+def _gather_kernel(xGM: Any, yGM: Any, tilingGM: Any, counts: list[int]) -> None:
+    hccl = cases.init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handles = [hccl.AllGather[True](xGM, yGM, c, FP32, 0) for c in counts]
+    for handle in handles:
+        hccl.Wait(handle)
+    hccl.Finalize()
+
+
+def mismatching_rank(plan: dict[int, list[int] | None]) -> None:
+    """Rank r prepares AllGathers of ``plan[r]`` counts (None: launches nothing)."""
+    counts = plan[hp.get_rank()]
+    if counts is None:
+        return
+    x = torch.ones(8)
+    y = torch.zeros(8 * hp.get_world_size())
+    hp.launch(_gather_kernel, x, y, _tiling(), counts)
+
+
+def _root_causes(plan: dict, backend: str, **kwargs: Any) -> dict[int, BaseException]:
+    with pytest.raises(hp.WorldError) as info:
+        _run(mismatching_rank, len(plan), plan, backend=backend, **kwargs)
+    return info.value.root_causes
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [{0: [4], 1: [5]}, {0: [4], 1: [4, 4]}],
+    ids=["different-counts", "different-task-numbers"],
+)
+def test_mismatch_is_reported_as_on_the_emulator(plan: dict) -> None:
+    """Descriptors exchanged through the store give the emulator's very report (same code)."""
+    gloo = _root_causes(plan, "gloo", timeout=10.0)
+    emu = _root_causes(plan, "emu", timeout=10.0)
+    assert gloo, "every rank failed only because of a peer?"
+    for errors in (gloo, emu):
+        assert all(isinstance(e, hp.HcclMismatchError) for e in errors.values()), errors
+    assert {str(e) for e in gloo.values()} <= {str(e) for e in emu.values()}
+
+
+def test_peer_that_returned_is_named() -> None:
+    """A rank that returns without preparing the task its peer waits for: no hang, a clear report."""
+    causes = _root_causes({0: [4], 1: None}, "gloo", timeout=10.0)
+    assert isinstance(causes[0], hp.HcclDeadlockError)
+    assert "rank 1 returned from its function without preparing task #0" in str(causes[0])
+
+
+def test_mismatch_without_checks_fails_within_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HCCL_PY_CHECK_TASKS=0 (HCCL's default): nothing compares the tasks; rank 1's extra
+    AllGather ends when its peer's process is gone (or at the timeout), not in a hang."""
+    monkeypatch.setenv("HCCL_PY_CHECK_TASKS", "0")
+    with pytest.raises(hp.WorldError) as info:
+        _run(mismatching_rank, 2, {0: [4], 1: [4, 4]}, timeout=2.0)
+    failures = info.value.failures
+    assert list(failures) == [1], failures
+    assert isinstance(failures[1], (hp.HcclPeerError, hp.HcclTimeoutError)), failures[1]
+    assert "AllGather(FP32, count=4" in str(failures[1])
+
+
+# ------------------------------------------------------------------ local deadlock
+def _out_of_order_kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    hccl = cases.init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    hccl.AllGather(xGM, yGM, 4, FP32, 0)  # handle 0: prepared, never committed
+    h1 = hccl.AllGather[True](xGM, yGM + 64, 4, FP32, 0)
+    hccl.Wait(h1)
+
+
+def out_of_order_rank() -> None:
+    hp.launch(_out_of_order_kernel, torch.ones(8), torch.zeros(64), _tiling())
+
+
+def test_wait_behind_an_uncommitted_task_is_a_deadlock() -> None:
+    """Tasks of a domain run in Prepare order: waiting for a later one is reported, not hung."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(out_of_order_rank, 2)
+    for error in info.value.failures.values():
+        assert isinstance(error, hp.HcclDeadlockError), error
+        assert "Prepare order" in str(error) and "not committed by this rank" in str(error)
+
+
+# ------------------------------------------------------------------ failures
+def failing_rank(how: str) -> list[float]:
+    """All-gather once; then rank 1 fails ``how`` while the others all-gather again."""
+    x = torch.full((4,), float(hp.get_rank()))
+    y = torch.zeros(4 * hp.get_world_size())
+    hp.launch(_gather_kernel, x, y, _tiling(), [4])
+    if hp.get_rank() == 1:
+        if how == "raise":
+            raise ValueError("rank 1 gives up")
+        os.kill(os.getpid(), signal.SIGKILL)
+    hp.launch(_gather_kernel, x, y, _tiling(), [4])
+    return y.tolist()
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_failing_rank_stops_the_world(how: str) -> None:
+    """An exception or a killed process on rank 1: one WorldError naming rank 1, others stopped."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(failing_rank, 3, how, timeout=30.0)
+    error = info.value
+    assert set(error.failures) == {0, 1, 2}
+    assert list(error.root_causes) == [1]
+    cause = error.failures[1]
+    if how == "raise":
+        assert isinstance(cause, ValueError) and str(cause) == "rank 1 gives up"
+    else:
+        assert "rank 1 was killed by SIGKILL" in str(cause)
+    for rank in (0, 2):
+        assert isinstance(error.failures[rank], hp.HcclPeerError)
+        assert "because rank 1 failed" in str(error.failures[rank])
+
+
+def rank_and_size() -> tuple[int, int]:
+    return hp.get_rank(), hp.get_world_size()
+
+
+def test_results_come_back_in_rank_order() -> None:
+    assert _run(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_function_must_be_picklable() -> None:
+    with pytest.raises(TypeError, match="must be picklable"):
+        hp.run(lambda: 0, world_size=2, backend="gloo")

@@ -1,0 +1,385 @@
+"""Launching one process per rank: hccl_py's runner, torchrun and MindSpore's msrun.
+
+Each launch is a subprocess with a time limit. A small job script (written to
+a temporary directory) all-gathers twice in two ``hp.run`` calls, the second
+on a group from ``hp.new_group``, and can make rank 1 fail. The real msrun
+comes from the PyPI package ``mindspore``, installed once into a virtual
+environment outside the repository (see :func:`msrun`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hccl_py as hp
+from hccl_py import launcher, runtime
+from hccl_py.launcher import LaunchError, RankSpec, spec_from_env
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "samples" / "all_gather_custom.py"
+#: Seconds any launched job may take (start-up of 3-4 Python processes with torch included).
+JOB_TIMEOUT = 150
+#: Where the msrun virtual environment lives (override: HCCL_PY_MSRUN_VENV; or HCCL_PY_MSRUN=<msrun>).
+MSRUN_VENV = Path(
+    os.environ.get("HCCL_PY_MSRUN_VENV", Path.home() / ".cache" / "hccl_py" / "msrun-venv")
+)
+MSRUN_INSTALL_TIMEOUT = 900
+#: Variables that would make a launched script think it is already one rank of a world.
+FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
+
+JOB = """
+import os, signal, sys
+import torch
+import hccl_py as hp
+from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py import TilingData, offsetof
+
+
+class Tiling(TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("ag", Mc2CcTiling)]
+
+
+def kernel(xGM, yGM, tilingGM):
+    hccl = Hccl()
+    hccl.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling, tilingGM))
+    hccl.SetCcTilingV2(offsetof(Tiling, "ag"))
+    handle = hccl.AllGather[True](xGM, yGM, 2, hp.HCCL_DATA_TYPE_FP32, 0)
+    hccl.Wait(handle)
+    hccl.Finalize()
+
+
+def gather(group):
+    tiling = Tiling()
+    cfg = Mc2CcTilingConfig(group.name, HcclCMDType.HCCL_CMD_ALLGATHER, "")
+    cfg.GetTiling(tiling.init)
+    cfg.GetTiling(tiling.ag)
+    x = torch.full((2,), float(hp.get_rank()))
+    y = torch.zeros(2 * group.size)
+    hp.launch(kernel, x, y, tiling, groups={0: group})
+    return [int(v) for v in y[::2].tolist()]
+
+
+def main(mode):
+    print(f"fn runs as rank {hp.get_rank()} of {hp.get_world_size()}", flush=True)
+    first = gather(hp.world_group())
+    if hp.get_rank() == 1 and mode == "raise":
+        raise ValueError("rank 1 gives up")
+    if hp.get_rank() == 1 and mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return first, gather(hp.world_group())
+
+
+def reversed_group():
+    group = hp.new_group(list(reversed(range(hp.get_world_size()))))
+    return gather(group)
+
+
+if __name__ == "__main__":
+    results = hp.run(main, args=(sys.argv[1],))
+    again = hp.run(reversed_group)
+    print(f"RESULT {results} {again}", flush=True)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
+    # msrun starts "python": make it this interpreter
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["HCCL_PY_TIMEOUT"] = "30"
+    env.update(extra)
+    return env
+
+
+def _launch(command: list[str], **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        env=_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("job") / "job.py"
+    path.write_text(JOB)
+    return path
+
+
+def expected_result(n: int) -> str:
+    """The RESULT line of a successful job on ``n`` ranks."""
+    ranks = list(range(n))
+    return f"RESULT {[(ranks, ranks)] * n} {[ranks[::-1]] * n}"
+
+
+# ------------------------------------------------------------------ environment parsing
+def test_msrun_worker_and_scheduler_variables() -> None:
+    common = {"MS_WORKER_NUM": "4", "MS_SCHED_HOST": "10.0.0.1", "MS_SCHED_PORT": "8118"}
+    worker = spec_from_env(
+        {**common, "MS_ROLE": "MS_WORKER", "MS_NODE_ID": "3", "RANK_ID": "3", "DEVICE_ID": "1"}
+    )
+    assert worker == RankSpec("msrun", "worker", 3, 4, 1, "10.0.0.1", 8118, False)
+    # several hosts without --node_rank: no MS_NODE_ID; msrun leaks the scheduler's RANK_ID=0
+    dynamic = spec_from_env({**common, "MS_ROLE": "MS_WORKER", "RANK_ID": "0", "DEVICE_ID": "0"})
+    assert dynamic.rank is None and not dynamic.host_store
+    scheduler = spec_from_env({**common, "MS_ROLE": "MS_SCHED", "RANK_ID": "0"})
+    assert (scheduler.role, scheduler.host_store, scheduler.port) == ("scheduler", True, 8118)
+
+
+def test_torchrun_and_plain_variables() -> None:
+    torchrun = {
+        "RANK": "2",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "x",
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+    assert spec_from_env(torchrun) == RankSpec("torchrun", "worker", 2, 4, 0, "node0", 29500, False)
+    plain = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    assert spec_from_env(plain).host_store, "without an agent store rank 0 hosts it"
+    hosted = {**plain, launcher.STORE_HOSTED_ENV: "1"}
+    assert spec_from_env(hosted) == RankSpec("hccl_py", "worker", 0, 2, 0, "h", 1, False)
+
+
+@pytest.mark.parametrize(
+    "env, missing",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "MASTER_PORT"),
+        ({"RANK": "0", "MASTER_PORT": "1"}, "WORLD_SIZE or RANK_SIZE"),
+        ({"MS_ROLE": "MS_WORKER", "MS_WORKER_NUM": "2"}, "MS_SCHED_PORT"),
+    ],
+)
+def test_missing_variables_are_named(env: dict[str, str], missing: str) -> None:
+    with pytest.raises(LaunchError, match=missing):
+        spec_from_env(env)
+
+
+# ------------------------------------------------------------------ hccl_py's runner
+def _runner(job: Path, mode: str, n: int = 3) -> subprocess.CompletedProcess:
+    return _launch(
+        [sys.executable, "-m", "hccl_py", "run", "-n", str(n), "--backend", "gloo", str(job), mode]
+    )
+
+
+def test_runner_prefixes_output_and_reuses_the_world(job: Path) -> None:
+    """Two hp.run calls per process (the second on a reversed new_group); output per rank."""
+    out = _runner(job, "ok")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    for rank in range(3):
+        assert f"[rank {rank}] fn runs as rank {rank} of 3" in lines
+        assert f"[rank {rank}] {expected_result(3)}" in lines
+
+
+@pytest.mark.parametrize(
+    "mode, why", [("raise", "ValueError: rank 1 gives up"), ("kill", "was killed by SIGKILL")]
+)
+def test_runner_stops_every_rank_when_one_fails(job: Path, mode: str, why: str) -> None:
+    out = _runner(job, mode)
+    assert out.returncode != 0
+    assert "first failure: rank 1: " in out.stderr and why in out.stderr, out.stderr
+    assert "RESULT" not in out.stdout
+    for rank in (0, 2):  # the others stopped because of rank 1, not on a timeout
+        assert re.search(rf"\[rank {rank}\].*stopped because rank 1 failed", out.stderr), out.stderr
+
+
+def test_runner_on_two_hosts(job: Path) -> None:
+    """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback)."""
+    port = str(launcher.free_port())
+    base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
+    tail = ["--master-port", port, str(job), "ok"]
+    node1 = subprocess.Popen(
+        [*base, "--node-rank", "1", *tail],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        node0 = _launch([*base, "--node-rank", "0", *tail])
+        out1 = node1.communicate(timeout=JOB_TIMEOUT)[0]
+    finally:
+        node1.kill()
+    assert (node0.returncode, node1.returncode) == (0, 0), node0.stderr + out1
+    assert f"[rank 0] {expected_result(2)}" in node0.stdout.splitlines()
+    assert f"[rank 1] {expected_result(2)}" in out1.splitlines()
+
+
+# ------------------------------------------------------------------ torchrun
+def _torchrun(script: Path, *args: str, n: int = 2) -> subprocess.CompletedProcess:
+    port = str(launcher.free_port())
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+    return _launch([*command, "--master-port", port, str(script), *args])
+
+
+def test_sample_under_torchrun() -> None:
+    out = _torchrun(SAMPLE)
+    assert out.returncode == 0, out.stderr
+    for rank in range(2):
+        for case in ("non-tiled", "multi-round"):
+            assert re.search(
+                rf"^rank {rank}: {case} +PASS received blocks from ranks \[0, 1\]$",
+                out.stdout,
+                re.M,
+            )
+
+
+def test_torchrun_names_the_failed_rank(job: Path) -> None:
+    out = _torchrun(job, "raise", n=3)
+    assert out.returncode != 0
+    summary = out.stderr.split("Root Cause", 1)[-1]
+    assert "rank 1: ValueError: rank 1 gives up" in summary, out.stderr
+
+
+# ------------------------------------------------------------------ msrun
+def _install_msrun(venv: Path) -> None:
+    """Create ``venv`` and pip-install mindspore into it (marked complete only when it worked)."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "mindspore"]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=MSRUN_INSTALL_TIMEOUT)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        pytest.skip(f"pip install mindspore (for msrun) failed here: {' | '.join(tail)}")
+    (venv / ".complete").touch()
+
+
+@pytest.fixture(scope="session")
+def msrun() -> Path:
+    """MindSpore's msrun: ``$HCCL_PY_MSRUN``, or a cached venv, installed from PyPI when absent."""
+    if os.environ.get("HCCL_PY_MSRUN"):
+        return Path(os.environ["HCCL_PY_MSRUN"])
+    MSRUN_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(MSRUN_VENV.parent / "msrun-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time across test sessions
+        if not (MSRUN_VENV / ".complete").exists():
+            try:
+                _install_msrun(MSRUN_VENV)
+            except (subprocess.SubprocessError, OSError) as exc:
+                pytest.skip(f"could not install mindspore (for msrun): {exc}")
+    return MSRUN_VENV / "bin" / "msrun"
+
+
+def _msrun(msrun: Path, tmp_path: Path, script: Path, *args: str, n: int = 2) -> tuple:
+    logs = tmp_path / "logs"
+    command = [
+        str(msrun),
+        f"--worker_num={n}",
+        f"--local_worker_num={n}",
+        f"--master_port={launcher.free_port()}",
+        "--join=True",
+        f"--log_dir={logs}",
+        str(script),
+        *args,
+    ]
+    out = _launch(command, HCCL_PY_BACKEND="gloo")
+    read = lambda name: (logs / name).read_text() if (logs / name).exists() else ""  # noqa: E731
+    return out, read("scheduler.log"), [read(f"worker_{r}.log") for r in range(n)]
+
+
+def test_sample_under_msrun(msrun: Path, tmp_path: Path) -> None:
+    out, scheduler, workers = _msrun(msrun, tmp_path, SAMPLE)
+    assert out.returncode == 0, out.stdout + out.stderr + scheduler
+    assert "msrun scheduler hosts the rendezvous store" in scheduler
+    assert "PASS" not in scheduler, "the scheduler process must not run the function"
+    for rank in range(2):
+        for case in ("non-tiled", "multi-round"):
+            assert re.search(
+                rf"^rank {rank}: {case} +PASS received blocks from ranks \[0, 1\]$",
+                workers[0],
+                re.M,
+            )
+
+
+def test_msrun_names_the_killed_rank(msrun: Path, tmp_path: Path, job: Path) -> None:
+    started = time.monotonic()
+    out, scheduler, workers = _msrun(msrun, tmp_path, job, "kill", n=3)
+    assert out.returncode != 0
+    assert "rank(s) [1] ended without finishing" in scheduler, scheduler
+    assert "rank(s) [1] ended without finishing" in out.stdout + out.stderr, (
+        "msrun shows the scheduler's errors"
+    )
+    assert "fn runs as rank" not in scheduler
+    assert time.monotonic() - started < JOB_TIMEOUT
+
+
+# ------------------------------------------------------------------ msrun without node ranks
+def test_msrun_style_hosts_without_node_rank_get_ranks_from_the_store(job: Path) -> None:
+    """Two "hosts" with one worker each and no MS_NODE_ID: ranks come from the scheduler's store."""
+    port = str(launcher.free_port())
+    common = dict(
+        MS_WORKER_NUM="2",
+        MS_SCHED_HOST="127.0.0.1",
+        MS_SCHED_PORT=port,
+        RANK_ID="0",
+        HCCL_PY_BACKEND="gloo",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(job), "ok"],
+            cwd=ROOT,
+            env=_env(**common, MS_ROLE=role, DEVICE_ID="0"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for role in ("MS_SCHED", "MS_WORKER", "MS_WORKER")
+    ]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    assert "fn runs" not in outputs[0] and "RESULT" not in outputs[0]
+    ranks = sorted(int(re.search(r"fn runs as rank (\d) of 2", o)[1]) for o in outputs[1:])
+    assert ranks == [0, 1]
+    for output in outputs[1:]:
+        assert expected_result(2) in output
+
+
+# ------------------------------------------------------------------ torch_npu availability
+def test_hccl_backend_explains_a_missing_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "torch_npu" else real(name, *a),
+    )
+    with pytest.raises(RuntimeError, match="needs torch_npu, which is not installed"):
+        hp.run(lambda: 0, world_size=1, backend="hccl")
+
+
+def test_broken_torch_npu_is_explained_and_launchers_fall_back_to_gloo(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """torch_npu installed without CANN: its import fails; say how to fix it, and use gloo."""
+    package = tmp_path / "torch_npu"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        'raise ImportError("libhccl.so: cannot open shared object file")'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RuntimeError, match="installed but cannot be imported") as info:
+        hp.run(lambda: 0, world_size=1, backend="hccl")
+    assert "libhccl.so" in str(info.value) and "set_env.sh" in str(info.value)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv(runtime.BACKEND_ENV, raising=False)
+    with pytest.warns(UserWarning, match="falling back to backend 'gloo'"):
+        assert runtime.default_backend() == "gloo"
