@@ -3,7 +3,6 @@
 - :mod:`emu.world`: the emulated server, shared by all ranks (task matching,
   scheduling, deadlock-aware waiting).
 - :mod:`emu.executor`: moves the data of one round with vectorised torch ops.
-- :mod:`emu.reduce`: deterministic reductions.
 - :mod:`emu.backend`: starts the rank threads and collects their results.
 """
 

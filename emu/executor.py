@@ -13,9 +13,8 @@ import torch
 from hccl_py import layout
 from hccl_py.constants import HcclCMDType, HcclReduceOp, torch_dtype_of
 from hccl_py.layout import Blocks
+from hccl_py.reduce import reduce_ranks
 from hccl_py.task import Task
-
-from .reduce import reduce_ranks
 
 _C = HcclCMDType
 
@@ -136,21 +135,3 @@ _ROUND = {
 def run_round(tasks: list[Task], round_idx: int) -> None:
     """Execute round ``round_idx`` of one collective; ``tasks[i]`` is domain rank i's task."""
     _ROUND[tasks[0].op](tasks, round_idx)
-
-
-def poison(task: Task, round_idx: int) -> None:
-    """Fill one round's receive blocks with NaN (floating types) or 0xFF bytes."""
-    blocks = layout.round_blocks(task, "recv", round_idx)
-    data = _data(task, "recv")
-    dtype = torch_dtype_of(task.dtype)
-    for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True):
-        region = data[s : s + n]
-        if (
-            dtype is not None
-            and dtype.is_floating_point
-            and dtype.itemsize > 1
-            and s % dtype.itemsize == 0
-        ):
-            region.view(dtype).fill_(float("nan"))
-        else:
-            region.fill_(0xFF)

@@ -17,16 +17,15 @@ it), so every rank that waits there gets the original report.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from hccl_py import layout
+from hccl_py.agreement import count_mismatch, derived, error_for, global_rank, mismatch
 from hccl_py.blocking import Blocker, Job
-from hccl_py.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.context import Config
-from hccl_py.errors import HcclError, HcclMismatchError
+from hccl_py.errors import HcclError
+from hccl_py.poison import in_place, poison
 from hccl_py.server import Server
 from hccl_py.task import Task
 
@@ -88,84 +87,6 @@ class Slot:
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
 
-def _global(task: Task) -> int:
-    return task.domain.ranks[task.rank]
-
-
-def _name(enum: type, value: object, prefix: str) -> str:
-    return "-" if value is None else enum(value).name.removeprefix(prefix)
-
-
-#: (field, how to read it from a task) in the order a mismatch is reported.
-_FIELDS: tuple[tuple[str, Callable[[Task], object]], ...] = (
-    ("op", lambda t: t.name),
-    ("data type", lambda t: _name(HcclDataType, t.dtype, "HCCL_DATA_TYPE_")),
-    ("count", lambda t: t.count),
-    ("reduce op", lambda t: _name(HcclReduceOp, t.reduce_op, "HCCL_REDUCE_")),
-    ("strideCount", lambda t: t.stride),
-    ("repeat", lambda t: t.repeat),
-)
-
-
-def _mismatch(tasks: list[Task]) -> HcclMismatchError | None:
-    """Why the ranks' tasks of one slot disagree, or None."""
-    first = tasks[0]
-    where = f"task #{first.seq} of domain {first.domain_name}"
-    for t in tasks[1:]:
-        if (t.launch, t.handle) != (first.launch, first.handle):
-            return HcclMismatchError(
-                f"ranks prepared different numbers of tasks: at {where}, rank {_global(first)} "
-                f"is at handle {first.handle} ({first.describe()}) of its kernel launch "
-                f"#{first.launch} in this domain, rank {_global(t)} at handle {t.handle} "
-                f"({t.describe()}) of launch #{t.launch}",
-                expected=f"launch #{first.launch} handle {first.handle}",
-                actual=f"launch #{t.launch} handle {t.handle}",
-            )
-    for field, read in _FIELDS:
-        want = read(first)
-        for t in tasks[1:]:
-            if read(t) != want:
-                every = "; ".join(f"rank {_global(x)}: {x.describe()}" for x in tasks)
-                return HcclMismatchError(
-                    f"ranks disagree on the {field} of {where} (handle {first.handle}): "
-                    f"rank {_global(first)} has {want}, rank {_global(t)} has {read(t)}. "
-                    f"Tasks: {every}",
-                    expected=want,
-                    actual=read(t),
-                )
-    if first.op == HcclCMDType.HCCL_CMD_ALLTOALLV:
-        sends = np.array([t.send_counts for t in tasks], dtype=np.int64)
-        recvs = np.array([t.recv_counts for t in tasks], dtype=np.int64)
-        bad = np.argwhere(sends != recvs.T)
-        if len(bad):
-            i, j = (int(x) for x in bad[0])
-            return HcclMismatchError(
-                f"AlltoAllV counts disagree at {where} (handle {first.handle}): rank "
-                f"{_global(tasks[i])} sends {sends[i, j]} elements to rank {_global(tasks[j])}, "
-                f"which expects {recvs[j, i]} from it (sendCounts_{i}[{j}] != recvCounts_{j}[{i}])",
-                expected=int(recvs[j, i]),
-                actual=int(sends[i, j]),
-            )
-    return None
-
-
-def _derived(error: HcclError, reason: str) -> HcclError:
-    """An error of the same class as ``error`` with a new reason (keeps expected/actual)."""
-    return type(error)(reason, expected=error.expected, actual=error.actual)
-
-
-def _in_place(task: Task, round_idx: int) -> bool:
-    """Whether one round's receive blocks share bytes with its send blocks."""
-    if task.recv.alloc is not task.send.alloc:
-        return False
-    send = layout.round_blocks(task, "send", round_idx)
-    recv = layout.round_blocks(task, "recv", round_idx)
-    both = layout.Blocks(
-        np.concatenate([send.starts, recv.starts]), np.concatenate([send.sizes, recv.sizes])
-    )
-    return layout.first_overlap(both) is not None
-
-
 class EmuWorld(Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
@@ -198,7 +119,7 @@ class EmuWorld(Server):
         return slot
 
     def _behind(self, failed: Slot) -> HcclError:
-        return _derived(
+        return derived(
             failed.error,
             f"task #{failed.seq} of domain {failed.domain} failed, so the server never reaches "
             f"the later tasks of the domain: {failed.error.reason}",
@@ -241,7 +162,7 @@ class EmuWorld(Server):
             if dep.error is not None:
                 self._fail(
                     slot,
-                    _derived(
+                    derived(
                         dep.error,
                         f"task #{dep.seq} of domain {dep.domain}, which this task waits for "
                         f"through InterHcclGroupSync, failed: {dep.error.reason}",
@@ -275,7 +196,7 @@ class EmuWorld(Server):
                 if not self._reached(slot, task):
                     continue
                 for r in rounds:
-                    if r >= slot.done and not _in_place(task, r):
+                    if r >= slot.done and not in_place(task, r):
                         self._poison(slot, task, r)
                 del per_rank[rank]
             if not per_rank:
@@ -291,7 +212,7 @@ class EmuWorld(Server):
             if size
         ]
         self.poisoned.setdefault(slot, []).append((round_idx, saved, task))
-        executor.poison(task, round_idx)
+        poison(task, round_idx)
 
     def _unpoison(self, slot: Slot, round_idx: int | None = None) -> None:
         """Under the lock: forget (a run round) or restore (a failed slot) poisoned bytes."""
@@ -352,9 +273,9 @@ class EmuWorld(Server):
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
                 if task.handle >= n_tasks:
-                    self._fail(slot, self._count_mismatch(task, rank, n_tasks))
+                    self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                error = _mismatch([slot.tasks[r] for r in range(slot.rank_dim)])
+                error = mismatch([slot.tasks[r] for r in range(slot.rank_dim)])
                 if error is not None:
                     self._fail(slot, error)
             self.blocker.cond.notify_all()
@@ -381,7 +302,7 @@ class EmuWorld(Server):
             lambda: self._describe_wait(slot, task, round_idx),
         )
         if slot.error is not None and slot.done <= round_idx:
-            raise self._error_for(slot.error, task, round_idx)
+            raise error_for(slot.error, task, round_idx)
         self.blocker.raise_if_failed()
 
     def finished(self, task: Task) -> int:
@@ -391,7 +312,7 @@ class EmuWorld(Server):
             self.blocker.raise_if_failed()
             slot = self._slot(task)
             if slot.error is not None:
-                raise self._error_for(slot.error, task, slot.done)
+                raise error_for(slot.error, task, slot.done)
             done = slot.done
         if done < task.repeat:
             self.blocker.poll(
@@ -415,7 +336,7 @@ class EmuWorld(Server):
                     continue
                 for t in slot.tasks.values():
                     if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
-                        self._fail(slot, self._count_mismatch(t, rank, n_tasks))
+                        self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
 
     def rank_returned(self, rank: int) -> None:
@@ -428,35 +349,11 @@ class EmuWorld(Server):
             self.blocker.cond.notify_all()
 
     # -------------------------------------------------------------- reports
-    @staticmethod
-    def _count_mismatch(task: Task, finalizer: int, n_tasks: int) -> HcclMismatchError:
-        return HcclMismatchError(
-            f"ranks prepared different numbers of tasks in kernel launch #{task.launch} of "
-            f"domain {task.domain_name}: rank {task.domain.ranks[finalizer]} finalized after "
-            f"{n_tasks} task(s), but rank {_global(task)} prepared handle {task.handle} "
-            f"({task.describe()}, task #{task.seq}), which no partner will ever join",
-            expected=f"{n_tasks} task(s)",
-            actual=f"at least {task.handle + 1}",
-        )
-
-    @staticmethod
-    def _error_for(error: HcclError, task: Task, round_idx: int) -> HcclError:
-        return type(error)(
-            error.reason,
-            rank=_global(task),
-            domain=task.domain_name,
-            handle=task.handle,
-            op=task.name,
-            round=round_idx,
-            expected=error.expected,
-            actual=error.actual,
-        )
-
     def _describe_wait(
         self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
     ) -> str:
         head = (
-            f"rank {_global(task)} {verb} round {round_idx} of handle {task.handle} "
+            f"rank {global_rank(task)} {verb} round {round_idx} of handle {task.handle} "
             f"{task.describe()} in domain {task.domain_name} (task #{task.seq})"
         )
         return f"{head}: {self._why(slot, round_idx, CHAIN_DEPTH)}"

@@ -33,14 +33,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from emu.executor import poison
-from emu.world import EmuWorld, _derived, _in_place, _mismatch
-
 from .. import launcher
+from ..agreement import count_mismatch, derived, error_for, global_rank, mismatch
 from ..blocking import Blocker
 from ..context import Config, Group
 from ..errors import HcclDeadlockError, HcclError, HcclPeerError
 from ..gm import NULL
+from ..poison import in_place, poison
 from ..server import Backend, Server
 from ..task import Task
 from . import npu, ops
@@ -67,10 +66,6 @@ _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 def _flag(name: str, default: bool) -> bool:
     value = os.environ.get(name, "")
     return default if value == "" else value not in ("0", "false", "False", "no")
-
-
-def _global(task: Task) -> int:
-    return task.domain.ranks[task.rank]
 
 
 def _stub(task: Task) -> Task:
@@ -106,7 +101,7 @@ class _DomainQueue:
                 return False, None
             failed = queue.failure_at(dep.seq)
             if failed is not None:
-                return False, _derived(
+                return False, derived(
                     failed,
                     f"task #{dep.seq} of domain {dep.domain_name}, which this task waits for "
                     f"through InterHcclGroupSync, failed: {failed.reason}",
@@ -131,7 +126,7 @@ class _DomainQueue:
             return None
         if seq == self.failed_seq:
             return self.error
-        return _derived(
+        return derived(
             self.error,
             f"task #{self.failed_seq} of domain {self.group.name} failed, so the server never "
             f"reaches the later tasks of the domain: {self.error.reason}",
@@ -234,7 +229,7 @@ class _DomainQueue:
         def what(missing: list[str]) -> str:
             who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
             return (
-                f"rank {_global(task)} waits for the other ranks' task #{task.seq} of domain "
+                f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
                 f"{self.group.name} (its own: handle {task.handle}, {task.describe()}): ranks "
                 f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
             )
@@ -244,7 +239,7 @@ class _DomainQueue:
             absentees.check(keys)
 
         kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        error = _mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
+        error = mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
         if error is not None:
             raise error
 
@@ -288,7 +283,7 @@ class _Absentees:
             final = _final_key(task.domain_name, task.launch, i)
             n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
             if n_tasks is not None and task.handle >= n_tasks:
-                raise EmuWorld._count_mismatch(task, i, n_tasks)
+                raise count_mismatch(task, i, n_tasks)
             peer = task.domain.ranks[i]
             returned = self.store.check([returned_key(peer)])
             how = "returned from its function" if returned else self.server.session.peers.gone(peer)
@@ -297,7 +292,7 @@ class _Absentees:
             # did it fail? then say so (a launcher may still be reporting a killed rank)
             self.server.session.check_abort(wait=0.0 if returned else PEER_REPORT_S)
             where = (
-                f"task #{task.seq} of domain {task.domain_name}, which rank {_global(task)} "
+                f"task #{task.seq} of domain {task.domain_name}, which rank {global_rank(task)} "
                 f"prepared (handle {task.handle}, {task.describe()})"
             )
             if returned:
@@ -403,7 +398,7 @@ class DistServer(Server):
         if not ops.supported(task.op):
             raise HcclError(
                 f"{task.name} is not supported by the {self.backend_name} backend",
-                rank=_global(task),
+                rank=global_rank(task),
                 op=task.name,
             )
         if self.check_tasks:
@@ -436,7 +431,7 @@ class DistServer(Server):
         with self.cond:
             queue = self._queue(task)
             queue.committed[task.seq] = round_idx + 1
-            if self.config.poison and not _in_place(task, round_idx):
+            if self.config.poison and not in_place(task, round_idx):
                 poison(task, round_idx)
             self.cond.notify_all()
         if not self.late:
@@ -454,7 +449,7 @@ class DistServer(Server):
         with self.cond:
             error = queue.failure_at(task.seq)
             if queue.done.get(task.seq, 0) <= round_idx and error is not None:
-                raise EmuWorld._error_for(error, task, round_idx)
+                raise error_for(error, task, round_idx)
 
     def finished(self, task: Task) -> int:
         with self.cond:
@@ -465,7 +460,7 @@ class DistServer(Server):
             error = queue.failure_at(task.seq)
             done = queue.done.get(task.seq, 0)
         if error is not None:
-            raise EmuWorld._error_for(error, task, done)
+            raise error_for(error, task, done)
         if done < task.repeat:
             self.blocker.poll(
                 (task.domain_name, task.seq),
@@ -496,7 +491,7 @@ class DistServer(Server):
         self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for"
     ) -> str:
         head = (
-            f"rank {_global(task)} {verb} round {r} of handle {task.handle} {task.describe()} "
+            f"rank {global_rank(task)} {verb} round {r} of handle {task.handle} {task.describe()} "
             f"in domain {task.domain_name} (task #{task.seq})"
         )
         return f"{head}: {self._why(queue, task, r)}"
@@ -524,7 +519,7 @@ class DistServer(Server):
                 f"#{queue.seq} ({what}) comes first: {state}"
             )
         if queue.running:
-            peers = [x for x in queue.group.ranks if x != _global(task)]
+            peers = [x for x in queue.group.ranks if x != global_rank(task)]
             return (
                 f"{queue.running} with ranks {peers} (a rank that prepared a different task "
                 f"sequence would hang {self.backend_name} here; {CHECK_ENV}=1 detects that)"

@@ -18,7 +18,7 @@ moves alike. Extra copies per round, beyond what the collective itself does:
 - AllReduce / ReduceScatter, **exact** reduction (gloo's default): the inputs
   of every rank are all-gathered (AllReduce) or exchanged all-to-all
   (ReduceScatter) and reduced locally in rank order with the emulator's rule
-  (:func:`emu.reduce.reduce_ranks`), so results are bit-identical to the
+  (:func:`hccl_py.reduce.reduce_ranks`), so results are bit-identical to the
   emulator. Costs one temporary of ``rankDim`` blocks and one write.
 - AllReduce / ReduceScatter, **native** reduction (HCCL's default): the process
   group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the
@@ -40,11 +40,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from emu.reduce import reduce_ranks
-
 from .. import layout
 from ..constants import HcclCMDType, HcclReduceOp, torch_dtype_of
 from ..layout import Blocks
+from ..reduce import reduce_ranks
 from ..task import Task
 
 _C = HcclCMDType
