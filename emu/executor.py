@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from hccl_py import layout
-from hccl_py.constants import HcclCMDType, HcclReduceOp, torch_dtype_of
+from hccl_py.constants import HcclCMDType, HcclReduceOp
+from hccl_py.gm import as_elements
 from hccl_py.layout import Blocks
 from hccl_py.reduce import reduce_ranks
 from hccl_py.task import Task
@@ -63,12 +64,7 @@ def write(
 
 
 def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
-    """Reinterpret (…, bytes) uint8 as (…, elements) of the task's dtype (copying if unaligned)."""
-    dtype = torch_dtype_of(task.dtype)
-    try:
-        return raw.view(dtype)
-    except RuntimeError:
-        return raw.clone().view(dtype)
+    return as_elements(raw, task.dtype)
 
 
 def _bytes(values: torch.Tensor) -> torch.Tensor:

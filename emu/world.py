@@ -21,7 +21,13 @@ import functools
 import torch
 
 from hccl_py import layout
-from hccl_py.agreement import count_mismatch, derived, error_for, global_rank, mismatch
+from hccl_py.agreement import (
+    count_mismatch,
+    derived,
+    error_for,
+    mismatch,
+    wait_head,
+)
 from hccl_py.blocking import Blocker, Job
 from hccl_py.context import Config
 from hccl_py.errors import HcclError
@@ -352,11 +358,7 @@ class EmuWorld(Server):
     def _describe_wait(
         self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
     ) -> str:
-        head = (
-            f"rank {global_rank(task)} {verb} round {round_idx} of handle {task.handle} "
-            f"{task.describe()} in domain {task.domain_name} (task #{task.seq})"
-        )
-        return f"{head}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
+        return f"{wait_head(task, round_idx, verb)}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
 
     def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
         """Under the lock: why round ``round_idx`` of ``slot`` has not run."""

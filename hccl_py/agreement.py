@@ -1,4 +1,4 @@
-"""Cross-rank agreement of tasks, and the errors each rank is given: shared by every server.
+"""Cross-rank agreement of tasks, and the reports each rank is given: shared by every server.
 
 The emulator checks agreement when the last rank's task of a slot arrives; the
 torch.distributed server checks the same descriptors exchanged through its
@@ -107,4 +107,12 @@ def error_for(error: HcclError, task: Task, round_idx: int) -> HcclError:
         round=round_idx,
         expected=error.expected,
         actual=error.actual,
+    )
+
+
+def wait_head(task: Task, round_idx: int, verb: str = "waits for") -> str:
+    """The first half of a wait-for line: who waits for which round of which task."""
+    return (
+        f"rank {global_rank(task)} {verb} round {round_idx} of handle {task.handle} "
+        f"{task.describe()} in domain {task.domain_name} (task #{task.seq})"
     )

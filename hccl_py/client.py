@@ -295,6 +295,23 @@ class Hccl:
         want = AIV if cfg.type == CoreType.ON_AIV else AIC
         return core.kind == want and core.block_idx == cfg.blockId
 
+    def _core_problem(self, core: CoreContext) -> str | None:
+        """Why this core may not Prepare on this object (core misuse), or None."""
+        missing = self._missing_sender(core)
+        if missing or not self._is_sender(core):
+            return missing
+        state = self._state
+        if self.config.type == CoreType.DEFAULT:
+            state.prepare_kinds.add(core.kind)
+            if len(state.prepare_kinds) > 1:
+                return (
+                    "Prepare was called from both AIC and AIV block 0 without an "
+                    "HcclServerConfig; all calls must run on one core type"
+                )
+        if state.sender not in (None, self):
+            return "a second Hccl object sends on the same context on this core"
+        return None
+
     def _missing_sender(self, core: CoreContext) -> str | None:
         """Why no core of this launch can send for this object's server config, or None."""
         cfg = self.config
@@ -482,10 +499,10 @@ class Hccl:
             )
         state = self._state
         handle = len(self._handles)
-        missing = self._missing_sender(core)
-        if missing:
+        problem = self._core_problem(core)
+        if problem:
             return self._fail(
-                f"{name}: {missing}",
+                f"{name}: {problem}",
                 ret=INVALID_HANDLE_ID,
                 cls=HcclCoreError,
                 op=name,
@@ -493,25 +510,6 @@ class Hccl:
             )
         sender = self._is_sender(core)
         if sender:
-            if self.config.type == CoreType.DEFAULT:
-                state.prepare_kinds.add(core.kind)
-                if len(state.prepare_kinds) > 1:
-                    return self._fail(
-                        f"{name}: Prepare was called from both AIC and AIV block 0 without an "
-                        "HcclServerConfig; all calls must run on one core type",
-                        ret=INVALID_HANDLE_ID,
-                        cls=HcclCoreError,
-                        op=name,
-                        handle=handle,
-                    )
-            if state.sender not in (None, self):
-                return self._fail(
-                    f"{name}: a second Hccl object sends on the same context on this core",
-                    ret=INVALID_HANDLE_ID,
-                    cls=HcclCoreError,
-                    op=name,
-                    handle=handle,
-                )
             task = Task(
                 op=op,
                 domain=state.group,

@@ -185,3 +185,12 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     if isinstance(arg, ctypes.Structure):
         return tiling_allocation(arg, rank)
     return arg
+
+
+def as_elements(raw: torch.Tensor, data_type: int) -> torch.Tensor:
+    """Reinterpret uint8 bytes (last dim) as elements of ``data_type``, copying only if misaligned."""
+    dtype = torch_dtype_of(HcclDataType(data_type))
+    try:
+        return raw.view(dtype)
+    except RuntimeError:
+        return raw.clone().view(dtype)

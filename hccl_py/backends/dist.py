@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .. import launcher
-from ..agreement import count_mismatch, derived, error_for, global_rank, mismatch
+from ..agreement import count_mismatch, derived, error_for, global_rank, mismatch, wait_head
 from ..blocking import Blocker
 from ..context import Config, Group
 from ..errors import HcclDeadlockError, HcclError, HcclPeerError
@@ -490,11 +490,7 @@ class DistServer(Server):
     def _describe_wait(
         self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for"
     ) -> str:
-        head = (
-            f"rank {global_rank(task)} {verb} round {r} of handle {task.handle} {task.describe()} "
-            f"in domain {task.domain_name} (task #{task.seq})"
-        )
-        return f"{head}: {self._why(queue, task, r)}"
+        return f"{wait_head(task, r, verb)}: {self._why(queue, task, r)}"
 
     def _why(self, queue: _DomainQueue, task: Task, r: int) -> str:
         """Under the lock: why round ``r`` of ``task`` has not finished on this rank."""

@@ -41,7 +41,8 @@ import torch
 import torch.distributed as dist
 
 from .. import layout
-from ..constants import HcclCMDType, HcclReduceOp, torch_dtype_of
+from ..constants import HcclCMDType, HcclReduceOp
+from ..gm import as_elements
 from ..layout import Blocks
 from ..reduce import reduce_ranks
 from ..task import Task
@@ -160,12 +161,7 @@ def _source(task: Task, round_idx: int, blocks: Blocks, exempt: int | None = Non
 
 
 def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
-    """Reinterpret contiguous bytes as the task's element type (copying if misaligned)."""
-    dtype = torch_dtype_of(task.dtype)
-    try:
-        return raw.view(dtype)
-    except RuntimeError:
-        return raw.clone().view(dtype)
+    return as_elements(raw, task.dtype)
 
 
 def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
