@@ -9,23 +9,40 @@ from the inputs of every rank, independently of hccl_py.
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NoReturn
 
 import numpy as np
 import torch
 
 import hccl_py as hp
-from hccl_py import Mc2CcTilingConfig, TilingData
+from hccl_py import (
+    HCCL_SUCCESS,
+    Hccl,
+    HcclCMDType,
+    HcclReduceOp,
+    Mc2CcTilingConfig,
+    TilingData,
+    offsetof,
+)
 
 #: Inputs are ``rank + RANK_SPAN * (position % PERIOD)``: element 0 of a block names its
 #: sender, the pattern does not repeat at the tile sizes used (128, 100, 44), and the sums
 #: of up to 8 ranks stay exact integers in FP16.
 RANK_SPAN = 8
 PERIOD = 13
+
+SUM = HcclReduceOp.HCCL_REDUCE_SUM
+WORLD_GROUP = "hccl_world_group"
+#: Per op: its HcclCMDType and the documentation's algorithm config.
+OP_CONFIG = {
+    "AllReduce": (HcclCMDType.HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering"),
+    "AllGather": (HcclCMDType.HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"),
+    "ReduceScatter": (HcclCMDType.HCCL_CMD_REDUCE_SCATTER, "ReduceScatter=level0:doublering"),
+    "AlltoAll": (HcclCMDType.HCCL_CMD_ALLTOALL, "AlltoAll=level0:fullmesh;level1:pairwise"),
+    "AlltoAllV": (HcclCMDType.HCCL_CMD_ALLTOALLV, "AlltoAll=level0:fullmesh;level1:pairwise"),
+}
 
 #: A verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
 VERDICT_LINE = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
@@ -71,9 +88,61 @@ def fill_tiling(
     return tiling
 
 
-def matmul(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
-    """``c = a @ b`` with FP32 accumulation, as the cube unit computes FP16 matmuls."""
-    c.copy_((a.float() @ b.float()).to(c.dtype))
+def op_tiling(
+    tiling: TilingData,
+    group: str = WORLD_GROUP,
+    groups: Mapping[str, str] | None = None,
+    **ops: str,
+) -> TilingData:
+    """Host side: fill the init tiling, then each cc tiling ``member=op``, in that order.
+
+    One Mc2CcTilingConfig serves every member, as in the documentation's host
+    code: it is built for the first op (with reduce type SUM), and before each
+    further member its group, op type and algorithm config are set again.
+    ``groups`` maps a member to its group where that is not ``group``.
+    """
+    config = None
+    for member, op in ops.items():
+        cmd, alg_config = OP_CONFIG[op]
+        member_group = (groups or {}).get(member, group)
+        if config is None:
+            config = Mc2CcTilingConfig(member_group, cmd, alg_config, SUM)
+            fill_tiling(tiling, config, member)
+            continue
+        if (
+            config.SetGroupName(member_group)
+            or config.SetOpType(cmd)
+            or config.SetAlgConfig(alg_config)
+        ):
+            raise RuntimeError(f"Mc2CcTilingConfig({member}): {config.last_error}")
+        fill_tiling(tiling, config, member, init=False)
+    return tiling
+
+
+def init_hccl(tilingData: TilingData, member: str, index: int = 0) -> Hccl:
+    """Inside a kernel: the C++ prologue every documented kernel repeats.
+
+    ``Hccl hccl; hccl.InitV2(GetHcclContext<index>(), tiling);`` then
+    ``SetCcTilingV2(offsetof(T, member))``, where the C++ kernel returns on a
+    failure and this raises (samples never expect one).
+    """
+    hccl = Hccl()
+    hccl.InitV2(hp.GetHcclContext(index), tilingData)
+    if hccl.SetCcTilingV2(offsetof(type(tilingData), member)) != HCCL_SUCCESS:
+        raise RuntimeError(f"SetCcTilingV2({member}) failed: {hccl.last_error}")
+    return hccl
+
+
+def launch_on(
+    kernel: Callable[..., None], send: np.ndarray, recv_elems: int, tiling: TilingData, *extra: Any
+) -> torch.Tensor:
+    """Host side: ``kernel(x, y, nullptr, tiling, *extra)`` on 8 AIV cores; return ``y``.
+
+    ``x`` is a device copy of ``send`` and ``y`` ``recv_elems`` FP16 zeros.
+    """
+    y = zeros(recv_elems)
+    hp.launch(kernel, on_device(send), y, None, tiling, *extra, block_dim=8)
+    return y
 
 
 def _line(case: str, word: str, detail: str) -> str:
@@ -141,43 +210,3 @@ def run_sample(main: Callable[[], list[str]], **run_kwargs: Any) -> NoReturn:
     per_rank = hp.run(_RecordRank(main), **run_kwargs)
     ran_here = _RecordRank.ran_here
     raise SystemExit(report(per_rank, show=not ran_here or 0 in ran_here))
-
-
-def npu_hcom() -> str | None:
-    """The HCCL communicator name of the world group when running on NPUs, else None.
-
-    That name is what ``torch_npu``'s fused MC2 operators take as ``hcom``;
-    ``torch_npu`` is imported only when present.
-    """
-    if hp.device().type != "npu" or importlib.util.find_spec("torch_npu") is None:
-        return None
-    import torch.distributed as dist
-    import torch_npu  # noqa: F401 - registers the NPU backend
-
-    group = dist.distributed_c10d._get_default_group()
-    return group._get_backend(hp.device()).get_hccl_comm_name(hp.get_rank())
-
-
-def uint32_fields(*names: str) -> list[tuple[str, type]]:
-    """``uint32_t`` members of a TilingData struct, in order."""
-    return [(name, ctypes.c_uint32) for name in names]
-
-
-#: The TilingData members of a fused matmul + collective: shapes and the row tiling.
-MATMUL_TILING_FIELDS = uint32_fields(
-    "rankM", "rankK", "rankN", "tileM", "tileNum", "tailM", "tailNum"
-)
-
-
-def matmul_tiling(m: int, k: int, n: int, tile_m: int) -> dict[str, int]:
-    """Values of :data:`MATMUL_TILING_FIELDS`: ``m`` rows cut into tiles of ``tile_m`` and a tail."""
-    tile_num, tail_m = divmod(m, tile_m)
-    return dict(
-        rankM=m,
-        rankK=k,
-        rankN=n,
-        tileM=tile_m,
-        tileNum=tile_num,
-        tailM=tail_m,
-        tailNum=int(tail_m > 0),
-    )

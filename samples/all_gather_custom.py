@@ -9,21 +9,10 @@ so that every tile lands inside its sender's 300-element block.
 """
 
 import numpy as np
-from _common import compare, fill_tiling, on_device, rank_data, run_sample, sender_of, zeros
+from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample, sender_of
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
 
 ELEMS = 300  # per rank
 TILE = 128  # multi-round kernel: two tiles of 128 and a tail of 44
@@ -38,15 +27,8 @@ class AllGatherCustomTilingData(TilingData):
 def all_gather_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AllGather<true> of all 300 elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AllGatherCustomTilingData, "allGatherCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "allGatherCcTiling")
         handleId = hccl.AllGather[True](xGM, yGM, ELEMS, FP16, 0)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -56,15 +38,8 @@ def all_gather_custom(xGM, yGM, workspaceGM, tilingGM):
 def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: tiles of 128 with repeat 2, then the 44-element tail; strideCount 300."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AllGatherCustomTilingData, "allGatherCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "allGatherCcTiling")
         tileNum = ELEMS // TILE
         tailLen = ELEMS % TILE
         handleId = hccl.AllGather[True](xGM, yGM, TILE, FP16, ELEMS, tileNum)
@@ -80,10 +55,7 @@ def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AllGatherCustomTilingData:
     """Host side: fill the init tiling and the AllGather cc tiling."""
-    config = Mc2CcTilingConfig(
-        "hccl_world_group", HcclCMDType.HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"
-    )
-    return fill_tiling(AllGatherCustomTilingData(), config, "allGatherCcTiling")
+    return op_tiling(AllGatherCustomTilingData(), allGatherCcTiling="AllGather")
 
 
 def main() -> list[str]:
@@ -91,9 +63,7 @@ def main() -> list[str]:
     expected = np.concatenate([rank_data(r, ELEMS) for r in range(n)])
     verdicts = []
     for name, kernel in (("non-tiled", all_gather_custom), ("multi-round", all_gather_tiled)):
-        x = on_device(rank_data(rank, ELEMS))
-        y = zeros(ELEMS * n)
-        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
+        y = launch_on(kernel, rank_data(rank, ELEMS), ELEMS * n, make_tiling())
         senders = sender_of(y.cpu().numpy()[::ELEMS])
         verdicts.append(compare(name, y, expected, f"received blocks from ranks {senders}"))
     return verdicts

@@ -16,74 +16,35 @@ flight.
 """
 
 import numpy as np
-from _common import (
-    MATMUL_TILING_FIELDS,
-    compare,
-    fill_tiling,
-    matmul,
-    matmul_tiling,
-    npu_hcom,
-    on_device,
-    random_ints,
-    run_sample,
-    skip,
-    zeros,
-)
+from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
+from _mc2 import AIC_KERNEL, MATMUL_FIELDS, matmul, matmul_tiling, prepare_tiles, torch_npu_check
 
 import hccl_py as hp
-from hccl_py import (
-    AIC,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIC, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
 
 M, K, N = 40, 256, 64  # x1: M x K per rank, x2: K x N (torch_npu needs K >= 256)
 TILE_M = 16  # two tiles of 16 rows and a tail of 8
-BLOCK_DIM = 2  # AIC cores; core b multiplies the blocks of ranks b, b + BLOCK_DIM, ...
-AIC_KERNEL = dict(block_dim=BLOCK_DIM, kernel_type="aic")  # cube cores only
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
-SIZEOF_HALF = 2
 
 
 class AllGatherMatmulTilingData(TilingData):
     _fields_ = [
         ("mc2InitTiling", Mc2InitTiling),
         ("allGatherCcTiling", Mc2CcTiling),
-        *MATMUL_TILING_FIELDS,
+        *MATMUL_FIELDS,
     ]
 
 
 def all_gather_matmul(x1GM, x2GM, outputGM, gatherOutGM, workspaceGM, tilingGM):
+    """Core b multiplies the blocks of ranks b, b + blockNum, ... of gather_out."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherMatmulTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIC:
-        hccl.InitV2(contextGM, tilingData)
-        if (
-            hccl.SetCcTilingV2(offsetof(AllGatherMatmulTilingData, "allGatherCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tilingData, "allGatherCcTiling")
         m, k, n = tilingData.rankM, tilingData.rankK, tilingData.rankN
-        tileM, tileNum = tilingData.tileM, tilingData.tileNum
-        tailM, tailNum = tilingData.tailM, tilingData.tailNum
         rankId, rankDim = hccl.GetRankId(), hccl.GetRankDim()
 
         # Communication: one round per tile, all committed now.
-        tileHandle = hccl.AllGather[True](x1GM, gatherOutGM, tileM * k, FP16, m * k, tileNum)
-        tailOffset = tileNum * tileM * k * SIZEOF_HALF
-        tailHandle = None
-        if tailNum:
-            tailHandle = hccl.AllGather[True](
-                x1GM + tailOffset, gatherOutGM + tailOffset, tailM * k, FP16, m * k, tailNum
-            )
+        tiles = prepare_tiles(hccl.AllGather[True], x1GM, gatherOutGM, tilingData, k)
 
         x1 = hp.gm_tensor(x1GM, FP16, m * k).view(m, k)
         x2 = hp.gm_tensor(x2GM, FP16, k * n).view(k, n)
@@ -95,7 +56,7 @@ def all_gather_matmul(x1GM, x2GM, outputGM, gatherOutGM, workspaceGM, tilingGM):
         if rankId in myRanks:
             matmul(output[rankId * m : (rankId + 1) * m], x1, x2)
         row = 0
-        for handleId, rows, rounds in ((tileHandle, tileM, tileNum), (tailHandle, tailM, tailNum)):
+        for handleId, rows, rounds in tiles:
             for _ in range(rounds):
                 hccl.Wait(handleId)  # this tile of every rank has arrived
                 for r in myRanks:
@@ -110,26 +71,22 @@ def all_gather_matmul(x1GM, x2GM, outputGM, gatherOutGM, workspaceGM, tilingGM):
 def make_tiling() -> AllGatherMatmulTilingData:
     """Host side: the shapes, the row tiling of x1 and the AllGather cc tiling."""
     tiling = AllGatherMatmulTilingData(**matmul_tiling(M, K, N, TILE_M))
-    config = Mc2CcTilingConfig(
-        "hccl_world_group", HcclCMDType.HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"
-    )
-    return fill_tiling(tiling, config, "allGatherCcTiling")
+    return op_tiling(tiling, allGatherCcTiling="AllGather")
 
 
 def npu_check(x1, x2, gather_ref: np.ndarray, output_ref: np.ndarray) -> list[str]:
     """On NPUs: the same operation through torch_npu.npu_all_gather_base_mm."""
-    hcom = npu_hcom()
-    if hcom is None:
-        return [skip("torch_npu", "npu_all_gather_base_mm needs torch_npu on NPU hardware")]
-    import torch_npu
 
-    output, gather_out = torch_npu.npu_all_gather_base_mm(
-        x1, x2, hcom, hp.get_world_size(), gather_index=0
-    )
-    return [
-        compare("npu_gather", gather_out, gather_ref, "torch_npu gather_out"),
-        compare("npu_output", output, output_ref, "torch_npu output"),
-    ]
+    def check(npu_all_gather_base_mm, hcom: str) -> list[str]:
+        output, gather_out = npu_all_gather_base_mm(
+            x1, x2, hcom, hp.get_world_size(), gather_index=0
+        )
+        return [
+            compare("npu_gather", gather_out, gather_ref, "torch_npu gather_out"),
+            compare("npu_output", output, output_ref, "torch_npu output"),
+        ]
+
+    return torch_npu_check("npu_all_gather_base_mm", check)
 
 
 def main() -> list[str]:

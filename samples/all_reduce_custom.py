@@ -9,22 +9,10 @@ second Prepare; AllReduce rounds are contiguous, so no strideCount is needed.
 """
 
 import numpy as np
-from _common import compare, fill_tiling, on_device, rank_data, run_sample, zeros
+from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    HcclReduceOp,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
 
 ELEMS = 300  # per rank
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
@@ -38,15 +26,8 @@ class AllReduceCustomTilingData(TilingData):
 def all_reduce_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AllReduce<true> of all 300 elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllReduceCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AllReduceCustomTilingData, "allReduceCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "allReduceCcTiling")
         handleId = hccl.AllReduce[True](xGM, yGM, ELEMS, FP16, SUM)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -56,15 +37,8 @@ def all_reduce_custom(xGM, yGM, workspaceGM, tilingGM):
 def all_reduce_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: repeat 2 on 128-element tiles, then one 44-element tail."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllReduceCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AllReduceCustomTilingData, "allReduceCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "allReduceCcTiling")
         tileNum = 2  # number of full tiles
         tileLen = 128  # elements per full tile
         tailNum = 1  # number of tail tiles
@@ -84,10 +58,7 @@ def all_reduce_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AllReduceCustomTilingData:
     """Host side: fill the init tiling and the AllReduce cc tiling (reduce type SUM)."""
-    config = Mc2CcTilingConfig(
-        "hccl_world_group", HcclCMDType.HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering", SUM
-    )
-    return fill_tiling(AllReduceCustomTilingData(), config, "allReduceCcTiling")
+    return op_tiling(AllReduceCustomTilingData(), allReduceCcTiling="AllReduce")
 
 
 def main() -> list[str]:
@@ -96,9 +67,7 @@ def main() -> list[str]:
     expected = expected.astype(np.float16)
     verdicts = []
     for name, kernel in (("non-tiled", all_reduce_custom), ("multi-round", all_reduce_tiled)):
-        x = on_device(rank_data(rank, ELEMS))
-        y = zeros(ELEMS)
-        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
+        y = launch_on(kernel, rank_data(rank, ELEMS), ELEMS, make_tiling())
         verdicts.append(compare(name, y, expected, f"sum of {n} ranks, y[:3] = {y[:3].tolist()}"))
     return verdicts
 

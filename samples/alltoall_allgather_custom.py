@@ -12,22 +12,13 @@ AlltoAll has finished. The host passes the two domains with
 ``hp.launch(..., groups={0: hp.world_group(), 1: g})``.
 """
 
+from ctypes import c_uint32
+
 import numpy as np
-from _common import compare, fill_tiling, on_device, rank_data, run_sample, uint32_fields, zeros
+from _common import compare, init_hccl, on_device, op_tiling, rank_data, run_sample, zeros
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
 
 PLATFORM = "A3"  # InterHcclGroupSync is an Atlas A3 call
 DATA_COUNT = 64  # AlltoAll elements per peer
@@ -38,28 +29,17 @@ class AlltoAllAllGatherCustomTilingData(TilingData):
         ("mc2InitTiling", Mc2InitTiling),
         ("alltoallTiling", Mc2CcTiling),
         ("allgatherTiling", Mc2CcTiling),
-        *uint32_fields("dataCount"),
+        ("dataCount", c_uint32),
     ]
 
 
 def alltoall_allgather_custom(xGM, alltoallGM, allgatherGM, workspaceGM, tilingGM):
+    """Domain 0 (context 0) runs the AlltoAll, domain 1 (context 1) the AllGather."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllAllGatherCustomTilingData, tilingGM)
-    contextGM0 = hp.GetHcclContext(0)
-    contextGM1 = hp.GetHcclContext(1)
-
-    hccl0 = Hccl()
-    hccl1 = Hccl()
     dtype = HcclDataType.HCCL_DATA_TYPE_FP16
     if hp.g_coreType == AIV:
-        hccl0.InitV2(contextGM0, tilingData)
-        hccl1.InitV2(contextGM1, tilingData)
-        if (
-            hccl0.SetCcTilingV2(offsetof(AlltoAllAllGatherCustomTilingData, "alltoallTiling"))
-            != HCCL_SUCCESS
-            or hccl1.SetCcTilingV2(offsetof(AlltoAllAllGatherCustomTilingData, "allgatherTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl0 = init_hccl(tilingData, "alltoallTiling", 0)
+        hccl1 = init_hccl(tilingData, "allgatherTiling", 1)
         dataCount = tilingData.dataCount
         rankDim = hccl0.GetRankDim()
 
@@ -81,21 +61,13 @@ def pair_groups(n: int) -> list[list[int]]:
 
 
 def make_tiling(group1: str) -> AlltoAllAllGatherCustomTilingData:
-    """Host side: one config object fills the init tiling and both cc tilings."""
+    """Host side: one config object fills the init tiling and both cc tilings.
+
+    The AlltoAll's cc tiling is on the world group, the AllGather's on ``group1``.
+    """
     tiling = AlltoAllAllGatherCustomTilingData(dataCount=DATA_COUNT)
-    config = Mc2CcTilingConfig(
-        "hccl_world_group",
-        HcclCMDType.HCCL_CMD_ALLTOALL,
-        "AlltoAll=level0:fullmesh;level1:pairwise",
-    )
-    fill_tiling(tiling, config, "alltoallTiling")
-    if (
-        config.SetGroupName(group1)
-        or config.SetOpType(HcclCMDType.HCCL_CMD_ALLGATHER)
-        or config.SetAlgConfig("AllGather=level0:doublering")
-    ):
-        raise RuntimeError(f"Mc2CcTilingConfig: {config.last_error}")
-    return fill_tiling(tiling, config, "allgatherTiling", init=False)
+    groups = {"allgatherTiling": group1}
+    return op_tiling(tiling, alltoallTiling="AlltoAll", allgatherTiling="AllGather", groups=groups)
 
 
 def main() -> list[str]:

@@ -12,21 +12,10 @@ block i.
 """
 
 import numpy as np
-from _common import compare, fill_tiling, on_device, rank_data, run_sample, sender_of, zeros
+from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample, sender_of
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
 
 dataCount = 128  # non-tiled: elements exchanged with each peer
 tileLen = 128
@@ -44,15 +33,8 @@ class AlltoAllCustomTilingData(TilingData):
 def alltoall_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AlltoAll<true> of dataCount elements per peer."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AlltoAllCustomTilingData, "alltoAllCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "alltoAllCcTiling")
         handleId = hccl.AlltoAll[True](xGM, yGM, dataCount, FP16)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -62,15 +44,8 @@ def alltoall_custom(xGM, yGM, workspaceGM, tilingGM):
 def alltoall_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: tiles of 128 with repeat 2, then the 100-element tail; strideCount 356."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AlltoAllCustomTilingData, "alltoAllCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "alltoAllCcTiling")
         handleId = hccl.AlltoAll[True](xGM, yGM, tileLen, FP16, strideCount, tileNum)
         xGM += tileLen * tileNum * SIZEOF_HALF
         yGM += tileLen * tileNum * SIZEOF_HALF
@@ -84,12 +59,7 @@ def alltoall_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AlltoAllCustomTilingData:
     """Host side: fill the init tiling and the AlltoAll cc tiling."""
-    config = Mc2CcTilingConfig(
-        "hccl_world_group",
-        HcclCMDType.HCCL_CMD_ALLTOALL,
-        "AlltoAll=level0:fullmesh;level1:pairwise",
-    )
-    return fill_tiling(AlltoAllCustomTilingData(), config, "alltoAllCcTiling")
+    return op_tiling(AlltoAllCustomTilingData(), alltoAllCcTiling="AlltoAll")
 
 
 def main() -> list[str]:
@@ -101,9 +71,7 @@ def main() -> list[str]:
     ):
         sends = [rank_data(r, n * per_peer).reshape(n, per_peer) for r in range(n)]
         expected = np.stack([sends[i][rank] for i in range(n)])
-        x = on_device(sends[rank])
-        y = zeros(n * per_peer)
-        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
+        y = launch_on(kernel, sends[rank], n * per_peer, make_tiling())
         senders = sender_of(y.cpu().numpy()[::per_peer])
         verdicts.append(compare(name, y, expected, f"received blocks from ranks {senders}"))
     return verdicts

@@ -14,21 +14,10 @@ AlltoAllV needs platform A3 (or 950): ``hp.run(main, platform="A3")``.
 """
 
 import numpy as np
-from _common import compare, fill_tiling, on_device, run_sample, skip, zeros
+from _common import compare, init_hccl, launch_on, op_tiling, run_sample, skip
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
 
 PLATFORM = "A3"  # AlltoAllV is an Atlas A3 (and 950) call
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
@@ -57,15 +46,8 @@ class AlltoAllVCustomTilingData(TilingData):
 def alltoallv_custom(xGM, yGM, workspaceGM, tilingGM, tables):
     """One AlltoAllV<true>; each rank picks its row of the count and displacement tables."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllVCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(AlltoAllVCustomTilingData, "alltoAllVCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "alltoAllVCcTiling")
         rankId = hccl.GetRankId()
         sendCounts = tables["sendCounts"][rankId]
         sdispls = tables["sdispls"][rankId]
@@ -81,12 +63,7 @@ def alltoallv_custom(xGM, yGM, workspaceGM, tilingGM, tables):
 
 def make_tiling() -> AlltoAllVCustomTilingData:
     """Host side: fill the init tiling and the AlltoAllV cc tiling."""
-    config = Mc2CcTilingConfig(
-        "hccl_world_group",
-        HcclCMDType.HCCL_CMD_ALLTOALLV,
-        "AlltoAll=level0:fullmesh;level1:pairwise",
-    )
-    return fill_tiling(AlltoAllVCustomTilingData(), config, "alltoAllVCcTiling")
+    return op_tiling(AlltoAllVCustomTilingData(), alltoAllVCcTiling="AlltoAllV")
 
 
 def extent(displs: list[int], counts: list[int]) -> int:
@@ -122,10 +99,10 @@ def main() -> list[str]:
     )
     verdicts = []
     for name, tables in cases:
-        x = on_device(send_data(rank, tables))
         expected = reference(rank, tables)
-        y = zeros(len(expected))
-        hp.launch(alltoallv_custom, x, y, None, make_tiling(), tables, block_dim=8)
+        y = launch_on(
+            alltoallv_custom, send_data(rank, tables), len(expected), make_tiling(), tables
+        )
         verdicts.append(compare(name, y, expected, f"recvCounts {tables['recvCounts'][rank]}"))
     if not documented:
         verdicts.append(skip("uneven", f"the documented tables are for 4 ranks, not {n}"))

@@ -12,37 +12,17 @@ overlaps the matmul of tile i+1. The kernel never calls Wait: Finalize waits
 for the last round.
 """
 
+from ctypes import c_uint32
+
 import numpy as np
-from _common import (
-    compare,
-    fill_tiling,
-    matmul,
-    on_device,
-    random_ints,
-    run_sample,
-    uint32_fields,
-    zeros,
-)
+from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
+from _mc2 import AIC_KERNEL, matmul
 
 import hccl_py as hp
-from hccl_py import (
-    AIC,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    HcclReduceOp,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIC, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
 
 M, K, N = 64, 32, 16
 TILE_M = 16
-BLOCK_DIM = 2  # AIC cores; each computes TILE_M / BLOCK_DIM rows of every tile
-AIC_KERNEL = dict(block_dim=BLOCK_DIM, kernel_type="aic")  # cube cores only
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
 SUM = HcclReduceOp.HCCL_REDUCE_SUM
 
@@ -51,21 +31,15 @@ class MatmulAllReduceCustomTilingData(TilingData):
     _fields_ = [
         ("mc2InitTiling", Mc2InitTiling),
         ("allReduceCcTiling", Mc2CcTiling),
-        *uint32_fields("M", "K", "N", "tileM", "tileNum"),
+        *[(name, c_uint32) for name in ("M", "K", "N", "tileM", "tileNum")],
     ]
 
 
 def matmul_allreduce_custom(aGM, bGM, cGM, yGM, workspaceGM, tilingGM):
+    """Each AIC core computes tileM / blockNum rows of every tile."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulAllReduceCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIC:
-        hccl.InitV2(contextGM, tilingData)
-        if (
-            hccl.SetCcTilingV2(offsetof(MatmulAllReduceCustomTilingData, "allReduceCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tilingData, "allReduceCcTiling")
         m, k, n = tilingData.M, tilingData.K, tilingData.N
         tileM, tileNum = tilingData.tileM, tilingData.tileNum
         # Prepare early (no commit): the server gets ready while the cube computes.
@@ -86,10 +60,7 @@ def matmul_allreduce_custom(aGM, bGM, cGM, yGM, workspaceGM, tilingGM):
 def make_tiling() -> MatmulAllReduceCustomTilingData:
     """Host side: the matmul shape and tiling, and the AllReduce cc tiling."""
     tiling = MatmulAllReduceCustomTilingData(M=M, K=K, N=N, tileM=TILE_M, tileNum=M // TILE_M)
-    config = Mc2CcTilingConfig(
-        "hccl_world_group", HcclCMDType.HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering", SUM
-    )
-    return fill_tiling(tiling, config, "allReduceCcTiling")
+    return op_tiling(tiling, allReduceCcTiling="AllReduce")
 
 
 def inputs(rank: int) -> tuple[np.ndarray, np.ndarray]:

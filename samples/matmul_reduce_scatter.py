@@ -16,84 +16,44 @@ the last round.
 """
 
 import numpy as np
-from _common import (
-    MATMUL_TILING_FIELDS,
-    compare,
-    fill_tiling,
-    matmul,
-    matmul_tiling,
-    npu_hcom,
-    on_device,
-    random_ints,
-    run_sample,
-    skip,
-    zeros,
-)
+from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
+from _mc2 import AIC_KERNEL, MATMUL_FIELDS, matmul, matmul_tiling, prepare_tiles, torch_npu_check
 
 import hccl_py as hp
-from hccl_py import (
-    AIC,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    HcclReduceOp,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIC, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
 
 M, K, N = 24, 256, 32  # rows received per rank; x1 is (rankDim * M) x K, x2 is K x N
 TILE_M = 10  # two tiles of 10 rows and a tail of 4
-BLOCK_DIM = 2  # AIC cores; core b computes the blocks of ranks b, b + BLOCK_DIM, ...
-AIC_KERNEL = dict(block_dim=BLOCK_DIM, kernel_type="aic")  # cube cores only
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
 SUM = HcclReduceOp.HCCL_REDUCE_SUM
-SIZEOF_HALF = 2
 
 
 class MatmulReduceScatterTilingData(TilingData):
     _fields_ = [
         ("mc2InitTiling", Mc2InitTiling),
         ("reduceScatterCcTiling", Mc2CcTiling),
-        *MATMUL_TILING_FIELDS,
+        *MATMUL_FIELDS,
     ]
 
 
 def matmul_reduce_scatter(x1GM, x2GM, outputGM, workspaceGM, tilingGM):
+    """Core b computes the blocks of ranks b, b + blockNum, ... of C."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulReduceScatterTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIC:
-        hccl.InitV2(contextGM, tilingData)
-        if (
-            hccl.SetCcTilingV2(offsetof(MatmulReduceScatterTilingData, "reduceScatterCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tilingData, "reduceScatterCcTiling")
         m, k, n = tilingData.rankM, tilingData.rankK, tilingData.rankN
-        tileM, tileNum = tilingData.tileM, tilingData.tileNum
-        tailM, tailNum = tilingData.tailM, tilingData.tailNum
         rankDim = hccl.GetRankDim()
         cGM = workspaceGM  # the matmul result, rankDim * m rows
 
         # Prepare early (no commit): one round per row tile of every rank's block.
-        tileHandle = hccl.ReduceScatter(cGM, outputGM, tileM * n, FP16, SUM, m * n, tileNum)
-        tailOffset = tileNum * tileM * n * SIZEOF_HALF
-        tailHandle = None
-        if tailNum:
-            tailHandle = hccl.ReduceScatter(
-                cGM + tailOffset, outputGM + tailOffset, tailM * n, FP16, SUM, m * n, tailNum
-            )
+        tiles = prepare_tiles(hccl.ReduceScatter, cGM, outputGM, tilingData, n, SUM)
 
         x1 = hp.gm_tensor(x1GM, FP16, rankDim * m * k).view(rankDim * m, k)
         x2 = hp.gm_tensor(x2GM, FP16, k * n).view(k, n)
         c = hp.gm_tensor(cGM, FP16, rankDim * m * n).view(rankDim * m, n)
         myRanks = range(hp.GetBlockIdx(), rankDim, hp.GetBlockNum())
         row = 0
-        for handleId, rows, rounds in ((tileHandle, tileM, tileNum), (tailHandle, tailM, tailNum)):
+        for handleId, rows, rounds in tiles:
             for _ in range(rounds):
                 for r in myRanks:
                     lo = r * m + row
@@ -107,26 +67,17 @@ def matmul_reduce_scatter(x1GM, x2GM, outputGM, workspaceGM, tilingGM):
 def make_tiling() -> MatmulReduceScatterTilingData:
     """Host side: the shapes, the row tiling of each block and the ReduceScatter cc tiling."""
     tiling = MatmulReduceScatterTilingData(**matmul_tiling(M, K, N, TILE_M))
-    config = Mc2CcTilingConfig(
-        "hccl_world_group",
-        HcclCMDType.HCCL_CMD_REDUCE_SCATTER,
-        "ReduceScatter=level0:doublering",
-        SUM,
-    )
-    return fill_tiling(tiling, config, "reduceScatterCcTiling")
+    return op_tiling(tiling, reduceScatterCcTiling="ReduceScatter")
 
 
 def npu_check(x1, x2, output_ref: np.ndarray) -> list[str]:
     """On NPUs: the same operation through torch_npu.npu_mm_reduce_scatter_base."""
-    hcom = npu_hcom()
-    if hcom is None:
-        return [skip("torch_npu", "npu_mm_reduce_scatter_base needs torch_npu on NPU hardware")]
-    import torch_npu
 
-    output = torch_npu.npu_mm_reduce_scatter_base(
-        x1, x2, hcom, hp.get_world_size(), reduce_op="sum"
-    )
-    return [compare("npu_output", output, output_ref, "torch_npu output")]
+    def check(npu_mm_reduce_scatter_base, hcom: str) -> list[str]:
+        output = npu_mm_reduce_scatter_base(x1, x2, hcom, hp.get_world_size(), reduce_op="sum")
+        return [compare("npu_output", output, output_ref, "torch_npu output")]
+
+    return torch_npu_check("npu_mm_reduce_scatter_base", check)
 
 
 def main() -> list[str]:

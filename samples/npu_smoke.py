@@ -24,33 +24,16 @@ import os
 
 import numpy as np
 import torch
-from _common import fill_tiling, on_device
+from _common import OP_CONFIG, fill_tiling, on_device
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    HcclReduceOp,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, Hccl, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData, offsetof
+from hccl_py import HcclDataType as T
+from hccl_py import HcclReduceOp as R
 
-T = HcclDataType
-R = HcclReduceOp
 COUNT = 96  # elements per round
 REPEAT = 2  # rounds per Prepare (tiles); strideCount = REPEAT * COUNT
-OPS = {
-    "AllReduce": HcclCMDType.HCCL_CMD_ALLREDUCE,
-    "AllGather": HcclCMDType.HCCL_CMD_ALLGATHER,
-    "ReduceScatter": HcclCMDType.HCCL_CMD_REDUCE_SCATTER,
-    "AlltoAll": HcclCMDType.HCCL_CMD_ALLTOALL,
-    "AlltoAllV": HcclCMDType.HCCL_CMD_ALLTOALLV,
-}
+OPS = {op: cmd for op, (cmd, _) in OP_CONFIG.items()}  # AllReduce, AllGather, ..., AlltoAllV
 NP_TYPE = {
     T.HCCL_DATA_TYPE_FP32: np.float32,
     T.HCCL_DATA_TYPE_FP16: np.float16,

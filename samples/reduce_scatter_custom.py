@@ -14,22 +14,10 @@ Both commit and wait round by round.
 """
 
 import numpy as np
-from _common import compare, fill_tiling, on_device, rank_data, run_sample, zeros
+from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample
 
 import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
-    HcclDataType,
-    HcclReduceOp,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
-)
+from hccl_py import AIV, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
 
 ELEMS = 300  # received per rank
 tileLen = 100
@@ -47,15 +35,8 @@ class ReduceScatterCustomTilingData(TilingData):
 def reduce_scatter_three_prepares(xGM, yGM, workspaceGM, tilingGM):
     """Three Prepares (repeat 1), each tile's addresses advanced by tileLen elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(ReduceScatterCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(ReduceScatterCustomTilingData, "reduceScatterCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "reduceScatterCcTiling")
         handleIds = []
         for _ in range(tileNum):
             handleIds.append(hccl.ReduceScatter(xGM, yGM, tileLen, FP16, SUM, strideCount, 1))
@@ -71,15 +52,8 @@ def reduce_scatter_three_prepares(xGM, yGM, workspaceGM, tilingGM):
 def reduce_scatter_repeat(xGM, yGM, workspaceGM, tilingGM):
     """The same rounds as one Prepare with repeat 3."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(ReduceScatterCustomTilingData, tilingGM)
-    hccl = Hccl()
-    contextGM = hp.GetHcclContext(0)
     if hp.g_coreType == AIV:
-        hccl.InitV2(contextGM, tiling)
-        if (
-            hccl.SetCcTilingV2(offsetof(ReduceScatterCustomTilingData, "reduceScatterCcTiling"))
-            != HCCL_SUCCESS
-        ):
-            return
+        hccl = init_hccl(tiling, "reduceScatterCcTiling")
         handleId = hccl.ReduceScatter(xGM, yGM, tileLen, FP16, SUM, strideCount, tileNum)
         for _ in range(tileNum):
             hccl.Commit(handleId)
@@ -90,13 +64,7 @@ def reduce_scatter_repeat(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> ReduceScatterCustomTilingData:
     """Host side: fill the init tiling and the ReduceScatter cc tiling (reduce type SUM)."""
-    config = Mc2CcTilingConfig(
-        "hccl_world_group",
-        HcclCMDType.HCCL_CMD_REDUCE_SCATTER,
-        "ReduceScatter=level0:doublering",
-        SUM,
-    )
-    return fill_tiling(ReduceScatterCustomTilingData(), config, "reduceScatterCcTiling")
+    return op_tiling(ReduceScatterCustomTilingData(), reduceScatterCcTiling="ReduceScatter")
 
 
 def main() -> list[str]:
@@ -108,9 +76,7 @@ def main() -> list[str]:
         ("three-prepares", reduce_scatter_three_prepares),
         ("repeat-3", reduce_scatter_repeat),
     ):
-        x = on_device(rank_data(rank, n * ELEMS))
-        y = zeros(ELEMS)
-        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
+        y = launch_on(kernel, rank_data(rank, n * ELEMS), ELEMS, make_tiling())
         verdicts.append(compare(name, y, expected, f"block {rank} summed over {n} ranks"))
     return verdicts
 

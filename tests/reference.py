@@ -10,7 +10,8 @@ the inputs are never modified. Bytes that no round writes keep their value.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -145,29 +146,65 @@ def all_reduce(
     return out
 
 
-def all_gather(
+def _pairwise(
     sends: Buffers,
     recvs: Buffers,
     *,
     dtype: int,
-    count: int,
-    stride: int,
     repeat: int,
     send_offsets: Sequence[int],
     recv_offsets: Sequence[int],
-    skip_local: bool = False,
+    skip_local: bool,
+    place: Callable[[int, int, int], tuple[int, int, int]],
 ) -> list[np.ndarray]:
-    """Round r: rank j's block at sendBuf_j + r*count lands at recvBuf + r*count + j*stride."""
+    """Copy a block from every sender i to every receiver j in each round r.
+
+    ``place(r, i, j)`` gives ``(send start, receive start, count)`` in elements;
+    with ``skip_local`` a rank's block to itself is not copied.
+    """
     size = ELEM_SIZE[dtype]
-    step = _stride(stride, count)
     out = [np.array(r, copy=True) for r in recvs]
     for r in range(repeat):
-        for j, src in enumerate(sends):
-            block = _at(src, send_offsets[j], r * count, count, size)
-            for k, dst in enumerate(out):
-                if not (skip_local and k == j):
-                    _at(dst, recv_offsets[k], r * count + j * step, count, size)[:] = block
+        for j, dst in enumerate(out):
+            for i, src in enumerate(sends):
+                if skip_local and i == j:
+                    continue
+                src_start, dst_start, count = place(r, i, j)
+                block = _at(src, send_offsets[i], src_start, count, size)
+                _at(dst, recv_offsets[j], dst_start, count, size)[:] = block
     return out
+
+
+def _strided(
+    sends: Buffers,
+    recvs: Buffers,
+    *,
+    count: int,
+    stride: int,
+    send_by_peer: bool,
+    skip_local: bool = False,
+    **common: Any,
+) -> list[np.ndarray]:
+    """AllGather and AlltoAll: round r puts rank i's block at recvBuf_j + r*count + i*stride.
+
+    The block is read at sendBuf_i + r*count, plus j*stride for AlltoAll
+    (``send_by_peer``), where rank i keeps one block per receiver j.
+    ``common``: ``dtype``, ``repeat``, ``send_offsets``, ``recv_offsets``.
+    """
+    step = _stride(stride, count)
+    send_step = step if send_by_peer else 0
+    return _pairwise(
+        sends,
+        recvs,
+        skip_local=skip_local,
+        place=lambda r, i, j: (r * count + j * send_step, r * count + i * step, count),
+        **common,
+    )
+
+
+def all_gather(sends: Buffers, recvs: Buffers, **kwargs: Any) -> list[np.ndarray]:
+    """Round r: rank i's block at sendBuf_i + r*count lands at recvBuf + r*count + i*stride."""
+    return _strided(sends, recvs, send_by_peer=False, **kwargs)
 
 
 def reduce_scatter(
@@ -198,58 +235,31 @@ def reduce_scatter(
     return out
 
 
-def all_to_all(
-    sends: Buffers,
-    recvs: Buffers,
-    *,
-    dtype: int,
-    count: int,
-    stride: int,
-    repeat: int,
-    send_offsets: Sequence[int],
-    recv_offsets: Sequence[int],
-    skip_local: bool = False,
-) -> list[np.ndarray]:
+def all_to_all(sends: Buffers, recvs: Buffers, **kwargs: Any) -> list[np.ndarray]:
     """Round r: rank j stores rank i's block i->j (at j*stride) at recvBuf_j + r*count + i*stride."""
-    size = ELEM_SIZE[dtype]
-    step = _stride(stride, count)
-    out = [np.array(r, copy=True) for r in recvs]
-    for r in range(repeat):
-        for j, dst in enumerate(out):
-            for i, src in enumerate(sends):
-                if skip_local and i == j:
-                    continue
-                block = _at(src, send_offsets[i], r * count + j * step, count, size)
-                _at(dst, recv_offsets[j], r * count + i * step, count, size)[:] = block
-    return out
+    return _strided(sends, recvs, send_by_peer=True, **kwargs)
 
 
 def all_to_all_v(
     sends: Buffers,
     recvs: Buffers,
     *,
-    dtype: int,
     send_counts: Sequence[Sequence[int]],
     sdispls: Sequence[Sequence[int]],
     recv_counts: Sequence[Sequence[int]],
     rdispls: Sequence[Sequence[int]],
-    repeat: int,
-    send_offsets: Sequence[int],
-    recv_offsets: Sequence[int],
+    **common: Any,
 ) -> list[np.ndarray]:
     """Rank i sends sendCounts_i[j] elements at sdispls_i[j] (+ r*count) to rank j's rdispls_j[i].
 
     The arrays are indexed ``[rank][peer]``; ``recv_counts[j][i]`` must equal
     ``send_counts[i][j]``.
     """
-    size = ELEM_SIZE[dtype]
-    out = [np.array(r, copy=True) for r in recvs]
-    for r in range(repeat):
-        for j, dst in enumerate(out):
-            for i, src in enumerate(sends):
-                n = send_counts[i][j]
-                if recv_counts[j][i] != n:
-                    raise ValueError(f"sendCounts_{i}[{j}] != recvCounts_{j}[{i}]")
-                block = _at(src, send_offsets[i], sdispls[i][j] + r * n, n, size)
-                _at(dst, recv_offsets[j], rdispls[j][i] + r * n, n, size)[:] = block
-    return out
+
+    def place(r: int, i: int, j: int) -> tuple[int, int, int]:
+        n = send_counts[i][j]
+        if recv_counts[j][i] != n:
+            raise ValueError(f"sendCounts_{i}[{j}] != recvCounts_{j}[{i}]")
+        return sdispls[i][j] + r * n, rdispls[j][i] + r * n, n
+
+    return _pairwise(sends, recvs, skip_local=False, place=place, **common)

@@ -53,6 +53,24 @@ def _finish(hccl: Hccl) -> None:
     hccl.Finalize()
 
 
+def _tiles_then_tail(
+    hccl: Hccl, prepare: Any, xGM: Any, yGM: Any, tailLen: int, *args: Any
+) -> None:
+    """The documentation's multi-round form: TILE_NUM tiles of TILE in one Prepare, then a tail.
+
+    ``prepare`` is the committing op (``hccl.AllGather[True]``), ``args`` what
+    it takes between the data type and ``repeat`` (strideCount or reduce op).
+    Waits for every round.
+    """
+    handleId = prepare(xGM, yGM, TILE, FP16, *args, TILE_NUM)
+    xGM += TILE * TILE_NUM * HALF
+    yGM += TILE * TILE_NUM * HALF
+    tailHandleId = prepare(xGM, yGM, tailLen, FP16, *args, 1)
+    for _ in range(TILE_NUM):
+        hccl.Wait(handleId)
+    hccl.Wait(tailHandleId)
+
+
 # ---------------------------------------------------------------- AllGather
 
 
@@ -64,13 +82,7 @@ def _all_gather_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
             handleId = hccl.AllGather[True](xGM, yGM, ELEMS, FP16, 0)
             hccl.Wait(handleId)
         else:
-            handleId = hccl.AllGather[True](xGM, yGM, TILE, FP16, ELEMS, TILE_NUM)
-            xGM += TILE * TILE_NUM * HALF
-            yGM += TILE * TILE_NUM * HALF
-            tailHandleId = hccl.AllGather[True](xGM, yGM, TAIL, FP16, ELEMS, 1)
-            for _ in range(TILE_NUM):
-                hccl.Wait(handleId)
-            hccl.Wait(tailHandleId)
+            _tiles_then_tail(hccl, hccl.AllGather[True], xGM, yGM, TAIL, ELEMS)
         _finish(hccl)
 
 
@@ -104,13 +116,7 @@ def _all_reduce_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
         if not tiled:
             hccl.Wait(hccl.AllReduce[True](xGM, yGM, ELEMS, FP16, SUM))
         else:
-            handleId = hccl.AllReduce[True](xGM, yGM, TILE, FP16, SUM, TILE_NUM)
-            tailHandleId = hccl.AllReduce[True](
-                xGM + TILE * TILE_NUM * HALF, yGM + TILE * TILE_NUM * HALF, TAIL, FP16, SUM, 1
-            )
-            for _ in range(TILE_NUM):
-                hccl.Wait(handleId)
-            hccl.Wait(tailHandleId)
+            _tiles_then_tail(hccl, hccl.AllReduce[True], xGM, yGM, TAIL, SUM)
         _finish(hccl)
 
 
@@ -184,13 +190,7 @@ def _all_to_all_kernel(xGM: Any, yGM: Any, tilingGM: Any, tiled: bool) -> None:
         if not tiled:
             hccl.Wait(hccl.AlltoAll[True](xGM, yGM, A2A_STRIDE, FP16))
         else:
-            handleId = hccl.AlltoAll[True](xGM, yGM, TILE, FP16, A2A_STRIDE, TILE_NUM)
-            xGM += TILE * TILE_NUM * HALF
-            yGM += TILE * TILE_NUM * HALF
-            tailHandleId = hccl.AlltoAll[True](xGM, yGM, A2A_TAIL, FP16, A2A_STRIDE, 1)
-            for _ in range(TILE_NUM):
-                hccl.Wait(handleId)
-            hccl.Wait(tailHandleId)
+            _tiles_then_tail(hccl, hccl.AlltoAll[True], xGM, yGM, A2A_TAIL, A2A_STRIDE)
         _finish(hccl)
 
 

@@ -1,0 +1,111 @@
+"""What the fused matmul + collective samples share: inputs, tilings, matmul and torch_npu checks.
+
+Inputs are small integers (:func:`_common.random_ints`), so every matmul and every sum
+over ranks is exact in FP16 and FP32 whatever the order of the additions.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from _common import skip
+
+import hccl_py as hp
+from hccl_py import HcclDataType, TilingData
+
+FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
+SIZEOF_HALF = 2
+#: ``hp.launch`` arguments of the fused samples' kernels: two cube (AIC) cores only.
+AIC_KERNEL = dict(block_dim=2, kernel_type="aic")
+
+
+def uint32_fields(*names: str) -> list[tuple[str, type]]:
+    """``uint32_t`` members of a TilingData struct, in order."""
+    return [(name, ctypes.c_uint32) for name in names]
+
+
+#: The TilingData members of a fused matmul + collective: shapes and the row tiling.
+MATMUL_FIELDS = uint32_fields("rankM", "rankK", "rankN", "tileM", "tileNum", "tailM", "tailNum")
+
+
+def matmul_tiling(m: int, k: int, n: int, tile_m: int) -> dict[str, int]:
+    """Values of :data:`MATMUL_FIELDS`: ``m`` rows cut into tiles of ``tile_m`` and a tail."""
+    tile_num, tail_m = divmod(m, tile_m)
+    return dict(
+        rankM=m,
+        rankK=k,
+        rankN=n,
+        tileM=tile_m,
+        tileNum=tile_num,
+        tailM=tail_m,
+        tailNum=int(tail_m > 0),
+    )
+
+
+def prepare_tiles(
+    prepare: Callable[..., int],
+    sendGM: Any,
+    recvGM: Any,
+    tilingData: TilingData,
+    rowLen: int,
+    *args: Any,
+) -> list[tuple[int, int, int]]:
+    """Inside a kernel: Prepare one round per row tile of a ``rankM``-row block.
+
+    ``prepare`` is the Hccl call (``hccl.AllGather[True]``, ``hccl.ReduceScatter``),
+    ``args`` what it takes between the data type and ``strideCount`` (a reduce
+    op). ``tileNum`` rounds of ``tileM`` rows share one handle, the ``tailNum``
+    rounds of ``tailM`` rows another; ``strideCount = rankM * rowLen`` keeps
+    round i of every rank's block on tile i. Returns ``(handleId, rows, rounds)``
+    per Prepare, the tail's handle None when there is no tail.
+    """
+    t = tilingData
+    stride = t.rankM * rowLen
+    tileHandle = prepare(sendGM, recvGM, t.tileM * rowLen, FP16, *args, stride, t.tileNum)
+    tailHandle = None
+    if t.tailNum:
+        tailOffset = t.tileNum * t.tileM * rowLen * SIZEOF_HALF
+        tailHandle = prepare(
+            sendGM + tailOffset,
+            recvGM + tailOffset,
+            t.tailM * rowLen,
+            FP16,
+            *args,
+            stride,
+            t.tailNum,
+        )
+    return [(tileHandle, t.tileM, t.tileNum), (tailHandle, t.tailM, t.tailNum)]
+
+
+def matmul(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``c = a @ b`` with FP32 accumulation, as the cube unit computes FP16 matmuls."""
+    c.copy_((a.float() @ b.float()).to(c.dtype))
+
+
+def torch_npu_check(op: str, check: Callable[[Callable[..., Any], str], list[str]]) -> list[str]:
+    """On NPUs: ``check(torch_npu.<op>, hcom)``; elsewhere one SKIP line saying why."""
+    hcom = npu_hcom()
+    if hcom is None:
+        return [skip("torch_npu", f"{op} needs torch_npu on NPU hardware")]
+    import torch_npu
+
+    return check(getattr(torch_npu, op), hcom)
+
+
+def npu_hcom() -> str | None:
+    """The HCCL communicator name of the world group when running on NPUs, else None.
+
+    That name is what ``torch_npu``'s fused MC2 operators take as ``hcom``;
+    ``torch_npu`` is imported only when present.
+    """
+    if hp.device().type != "npu" or importlib.util.find_spec("torch_npu") is None:
+        return None
+    import torch.distributed as dist
+    import torch_npu  # noqa: F401 - registers the NPU backend
+
+    group = dist.distributed_c10d._get_default_group()
+    return group._get_backend(hp.device()).get_hccl_comm_name(hp.get_rank())
