@@ -166,20 +166,14 @@ def _exchange(group: Group, payload: bytes) -> list[bytes]:
     kernel = FrameworkKernel(group, HcclCMDType.HCCL_CMD_ALLGATHER)
     length = torch.tensor([len(payload)], dtype=torch.int64)
     lengths = torch.zeros(n, dtype=torch.int64)
-    handle = kernel.start(
-        "AllGather",
-        kernel.gm(length, "record_length"),
-        kernel.gm(lengths, "record_lengths"),
-        1,
-        _INT64,
-    )
+    handle = kernel.all_gather(length, lengths, _INT64, ("record_length", "record_lengths"))
     kernel.wait(handle)
     sizes = lengths.tolist()
     width = max(sizes)
     mine = torch.zeros(width, dtype=torch.uint8)
     mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     every = torch.empty(n * width, dtype=torch.uint8)
-    kernel.start("AllGather", kernel.gm(mine, "record"), kernel.gm(every, "records"), width, _UINT8)
+    kernel.all_gather(mine, every, _UINT8, ("record", "records"))
     kernel.complete()
     rows = every.view(n, width).numpy()
     return [rows[i, : sizes[i]].tobytes() for i in range(n)]

@@ -126,6 +126,14 @@ class FrameworkKernel:
         self.handles.append(handle)
         return handle
 
+    def all_gather(
+        self, src: torch.Tensor, dst: torch.Tensor, data_type: int, names: tuple[str, str]
+    ) -> int:
+        """Start an AllGather of all of ``src`` into ``dst``; ``names`` label the two buffers."""
+        return self.start(
+            "AllGather", self.gm(src, names[0]), self.gm(dst, names[1]), src.numel(), data_type
+        )
+
     def wait(self, handle: int) -> None:
         """Wait for one committed handle (before preparing a task that depends on its result)."""
         with self._on_core():

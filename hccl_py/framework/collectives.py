@@ -91,13 +91,7 @@ def all_gather_into_tensor(
     kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER)
     src = source(input_tensor, output_tensor)
     dst, finish = staged(output_tensor)
-    kernel.start(
-        "AllGather",
-        kernel.gm(src, "input_tensor"),
-        kernel.gm(dst, "output_tensor"),
-        src.numel(),
-        data_type,
-    )
+    kernel.all_gather(src, dst, data_type, ("input_tensor", "output_tensor"))
     return run_async(kernel, finish, async_op)
 
 
@@ -286,13 +280,7 @@ def _reduce(
     n = grp.size
     gathered = torch.empty((n, src.numel()), dtype=src.dtype, device=src.device)
     kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER)
-    kernel.start(
-        "AllGather",
-        kernel.gm(src, "input"),
-        kernel.gm(gathered, "gathered"),
-        src.numel(),
-        data_type,
-    )
+    kernel.all_gather(src, gathered, data_type, ("input", "gathered"))
     me = grp.rank_of(kernel.rank_ctx.rank)
 
     def reduce_locally() -> None:
