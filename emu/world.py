@@ -31,7 +31,7 @@ from hccl_py.agreement import (
 from hccl_py.blocking import Blocker, Job
 from hccl_py.context import Config
 from hccl_py.errors import HcclError
-from hccl_py.poison import in_place, poison
+from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.server import Server
 from hccl_py.task import Task
 

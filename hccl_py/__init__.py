@@ -9,6 +9,7 @@ see docs/api.md for the full reference.
 from __future__ import annotations
 
 from . import constants as _constants
+from . import ops
 from .client import Hccl
 from .constants import (
     DTYPE_INFO,
@@ -147,6 +148,7 @@ __all__ = [
     "launch",
     "new_group",
     "offsetof",
+    "ops",
     "reduce_scatter_tensor",
     "run",
     "torch_dtype_of",

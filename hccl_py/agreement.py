@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .constants import HcclCMDType, HcclDataType, HcclReduceOp
+from .constants import HcclDataType, HcclReduceOp
 from .errors import HcclError, HcclMismatchError
 from .task import Task
 
@@ -63,7 +63,7 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
                     expected=want,
                     actual=read(t),
                 )
-    if first.op == HcclCMDType.HCCL_CMD_ALLTOALLV:
+    if first.spec.pairwise_counts:
         sends = np.array([t.send_counts for t in tasks], dtype=np.int64)
         recvs = np.array([t.recv_counts for t in tasks], dtype=np.int64)
         bad = np.argwhere(sends != recvs.T)

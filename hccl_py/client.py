@@ -26,8 +26,6 @@ from .constants import (
     INVALID_HANDLE_ID,
     KERNEL_REDUCE_OPS,
     MAX_REPEAT,
-    MOVE_DTYPES,
-    REDUCE_DTYPES,
     CoreType,
     HcclCMDType,
     HcclDataType,
@@ -46,23 +44,13 @@ from .errors import (
 )
 from .gm import GmAddr
 from .kernel import AIC, AIV, CoreContext, HcclContext, KernelCoreType, current_core_context
-from .overlap import send_recv_clash
+from .ops import OPS
+from .sanitizer.overlap import send_recv_clash
 from .task import Task, op_name
 from .template import template
 from .tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, read_cc_tiling, tiling_bytes
 
 _C = HcclCMDType
-_KERNEL_OPS = frozenset(
-    {
-        _C.HCCL_CMD_ALLREDUCE,
-        _C.HCCL_CMD_ALLGATHER,
-        _C.HCCL_CMD_REDUCE_SCATTER,
-        _C.HCCL_CMD_ALLTOALL,
-        _C.HCCL_CMD_ALLTOALLV,
-        _C.HCCL_CMD_BATCH_WRITE,
-    }
-)
-_REDUCING = frozenset({_C.HCCL_CMD_ALLREDUCE, _C.HCCL_CMD_REDUCE_SCATTER})
 
 
 class _InvalidCall(Exception):  # noqa: N818 - internal control flow, never escapes
@@ -374,7 +362,7 @@ class Hccl:
             op = HcclCMDType(cc.opType)
         except ValueError:
             op = None
-        if op not in _KERNEL_OPS:
+        if op not in OPS:
             return self._fail(
                 f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling"
             )
@@ -427,8 +415,7 @@ class Hccl:
             dtype = HcclDataType(int(dataType))
         except (ValueError, TypeError):
             raise _InvalidCall("data type out of range", actual=dataType) from None
-        allowed = REDUCE_DTYPES if op in _REDUCING else MOVE_DTYPES
-        if dtype not in allowed:
+        if dtype not in OPS[op].dtypes:
             raise _InvalidCall(
                 f"data type {dtype.name} is not allowed for {op_name(op)}", actual=dtype.name
             )
@@ -715,7 +702,9 @@ class Hccl:
                 send=sendBuf,
                 recv=recvBuf,
                 dtype=dtype,
-                count=self._check_count("dataCount", dataCount, allow_zero=False),
+                count=self._check_count(
+                    "dataCount", dataCount, OPS[_C.HCCL_CMD_ALLTOALL].zero_count
+                ),
                 stride=self._check_count("strideCount", strideCount),
                 repeat=int(repeat),
             )

@@ -11,10 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .constants import HcclCMDType
 from .task import Task
-
-_C = HcclCMDType
 
 
 @dataclass(frozen=True)
@@ -37,10 +34,6 @@ class Blocks:
         return int(self.starts[0]), int(self.sizes[0]), int(steps[0])
 
 
-def _stride(task: Task) -> int:
-    return task.stride if task.stride > 0 else task.count
-
-
 #: Byte offsets at or above this use exact Python ints instead of int64 (which would wrap).
 _INT64_SAFE = 2**62
 
@@ -52,7 +45,7 @@ def _index_dtype(task: Task) -> type:
     huge task would look small or overlapping); exact Python ints make such a
     task fail the bounds check with its true byte range instead.
     """
-    if task.op == _C.HCCL_CMD_ALLTOALLV:
+    if task.spec.pairwise_counts:
         values = (*task.send_counts, *task.recv_counts, *task.sdispls, *task.rdispls, 0)
         biggest = (task.repeat + 1) * max(values)
     else:
@@ -66,20 +59,7 @@ def _element_layout(task: Task, side: str, rounds: np.ndarray) -> tuple[np.ndarr
     dtype = _index_dtype(task)
     r = rounds.astype(dtype)[:, None]
     peers = np.arange(task.rank_dim, dtype=dtype)[None, :]
-    c = task.count
-    op = task.op
-    if op == _C.HCCL_CMD_ALLTOALLV:
-        counts = np.asarray(task.send_counts if side == "send" else task.recv_counts, dtype=dtype)
-        displs = np.asarray(task.sdispls if side == "send" else task.rdispls, dtype=dtype)
-        starts = displs[None, :] + r * counts[None, :]
-        return starts, np.broadcast_to(counts[None, :], starts.shape)
-    per_peer = (
-        (op == _C.HCCL_CMD_ALLGATHER and side == "recv")
-        or (op == _C.HCCL_CMD_REDUCE_SCATTER and side == "send")
-        or op == _C.HCCL_CMD_ALLTOALL
-    )
-    starts = r * c + peers * _stride(task) if per_peer else r * c + 0 * peers[:, :1]
-    return starts, np.full(starts.shape, c, dtype=dtype)
+    return task.spec.layout(task, side, r, peers)
 
 
 def byte_layout(task: Task, side: str, rounds: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,50 +5,53 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .constants import HcclCMDType, HcclServerType
-
-_C = HcclCMDType
-_BASIC = frozenset(
-    {_C.HCCL_CMD_ALLREDUCE, _C.HCCL_CMD_ALLGATHER, _C.HCCL_CMD_REDUCE_SCATTER, _C.HCCL_CMD_ALLTOALL}
-)
+from .ops import OPS
 
 
 @dataclass(frozen=True)
 class Platform:
     """What one platform supports; see docs/api.md for the table."""
 
+    #: The short name the op table uses ("A2", "A3", "950").
+    short: str
     name: str
     server: HcclServerType
-    ops: frozenset[HcclCMDType]
     group_sync_counts_as_task: bool
     finalize_async_allowed: bool
     max_alltoall_ranks: int | None = None
     max_task_bytes: int | None = None
 
+    @property
+    def ops(self) -> frozenset[HcclCMDType]:
+        """The kernel ops this platform has, as the op table says."""
+        return frozenset(cmd for cmd, spec in OPS.items() if self.short in spec.platforms)
+
     def supports(self, op: HcclCMDType) -> bool:
         """Whether a Prepare of ``op`` is allowed on this platform."""
-        return op in self.ops
+        spec = OPS.get(op)
+        return spec is not None and self.short in spec.platforms
 
 
 PLATFORMS: dict[str, Platform] = {
     "A2": Platform(
+        short="A2",
         name="Atlas A2",
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
-        ops=_BASIC | {_C.HCCL_CMD_BATCH_WRITE},
         group_sync_counts_as_task=False,
         finalize_async_allowed=False,
     ),
     "A3": Platform(
+        short="A3",
         name="Atlas A3",
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
-        ops=_BASIC | {_C.HCCL_CMD_ALLTOALLV, _C.HCCL_CMD_BATCH_WRITE},
         group_sync_counts_as_task=True,
         finalize_async_allowed=True,
         max_alltoall_ranks=128,
     ),
     "950": Platform(
+        short="950",
         name="Ascend 950",
         server=HcclServerType.HCCL_SERVER_TYPE_CCU,
-        ops=_BASIC | {_C.HCCL_CMD_ALLTOALLV},
         group_sync_counts_as_task=False,
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,

@@ -6,23 +6,7 @@ from dataclasses import dataclass, field
 
 from .constants import HcclCMDType, HcclDataType, HcclReduceOp, dtype_size
 from .gm import GmAddr
-
-OP_NAMES: dict[HcclCMDType, str] = {
-    HcclCMDType.HCCL_CMD_ALLREDUCE: "AllReduce",
-    HcclCMDType.HCCL_CMD_ALLGATHER: "AllGather",
-    HcclCMDType.HCCL_CMD_REDUCE_SCATTER: "ReduceScatter",
-    HcclCMDType.HCCL_CMD_ALLTOALL: "AlltoAll",
-    HcclCMDType.HCCL_CMD_ALLTOALLV: "AlltoAllV",
-    HcclCMDType.HCCL_CMD_BATCH_WRITE: "BatchWrite",
-}
-
-
-def op_name(op: int) -> str:
-    """The AscendC method name of an op type (``AllGather`` for HCCL_CMD_ALLGATHER)."""
-    try:
-        return OP_NAMES[HcclCMDType(op)]
-    except (KeyError, ValueError):
-        return f"op{int(op)}"
+from .ops import OpSpec, op_name, spec_of
 
 
 @dataclass(eq=False)
@@ -63,6 +47,11 @@ class Task:
         return dtype_size(self.dtype)
 
     @property
+    def spec(self) -> OpSpec:
+        """The op table's entry for this task's op."""
+        return spec_of(self.op)
+
+    @property
     def name(self) -> str:
         """The AscendC name of the op."""
         return op_name(self.op)
@@ -75,7 +64,7 @@ class Task:
     def describe(self) -> str:
         """A one-line description for error messages."""
         parts = [f"{HcclDataType(self.dtype).name.removeprefix('HCCL_DATA_TYPE_')}"]
-        if self.op == HcclCMDType.HCCL_CMD_ALLTOALLV:
+        if self.spec.pairwise_counts:
             parts.append(
                 f"sendCounts={list(self.send_counts)}, recvCounts={list(self.recv_counts)}"
             )

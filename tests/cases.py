@@ -23,7 +23,6 @@ import torch
 import hccl_py as hp
 from hccl_py import (
     Hccl,
-    HcclCMDType,
     HcclDataType,
     HcclReduceOp,
     Mc2CcTiling,
@@ -36,22 +35,12 @@ from hccl_py import (
 #: Seconds any blocking call of a test run may wait (nothing in these tests should wait long).
 RUN_TIMEOUT = 20.0
 
-OPS = ("AllReduce", "AllGather", "ReduceScatter", "AlltoAll", "AlltoAllV")
-REDUCING = ("AllReduce", "ReduceScatter")
-CMD = {
-    "AllReduce": HcclCMDType.HCCL_CMD_ALLREDUCE,
-    "AllGather": HcclCMDType.HCCL_CMD_ALLGATHER,
-    "ReduceScatter": HcclCMDType.HCCL_CMD_REDUCE_SCATTER,
-    "AlltoAll": HcclCMDType.HCCL_CMD_ALLTOALL,
-    "AlltoAllV": HcclCMDType.HCCL_CMD_ALLTOALLV,
-}
-ALG_CONFIG = {
-    "AllReduce": "AllReduce=level0:doublering",
-    "AllGather": "AllGather=level0:doublering",
-    "ReduceScatter": "ReduceScatter=level0:doublering",
-    "AlltoAll": "AlltoAll=level0:fullmesh;level1:pairwise",
-    "AlltoAllV": "AlltoAll=level0:fullmesh;level1:pairwise",
-}
+#: The kernel ops the cases cover, with their facts from the op table.
+_SPECS = {name: spec for name, spec in hp.ops.BY_NAME.items() if spec.executable}
+OPS = tuple(_SPECS)
+REDUCING = tuple(name for name, spec in _SPECS.items() if spec.reduces)
+CMD = {name: spec.cmd for name, spec in _SPECS.items()}
+ALG_CONFIG = {name: spec.alg_config for name, spec in _SPECS.items()}
 CC_MEMBER = {op: f"{op[0].lower()}{op[1:]}CcTiling" for op in OPS}
 #: How a case commits: ``[True]`` template flag, ``commit=True``, one Commit before each
 #: Wait, or every Commit before the first Wait.

@@ -39,7 +39,7 @@ from ..blocking import Blocker
 from ..context import Config, Group
 from ..errors import HcclDeadlockError, HcclError, HcclPeerError
 from ..gm import NULL
-from ..poison import in_place, poison
+from ..sanitizer.poison import in_place, poison
 from ..server import Backend, Server
 from ..task import Task
 from . import npu, ops

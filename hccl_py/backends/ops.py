@@ -45,6 +45,7 @@ from ..constants import HcclCMDType, HcclReduceOp
 from ..gm import as_elements
 from ..layout import Blocks
 from ..reduce import reduce_ranks
+from ..sanitizer.overlap import first_shared
 from ..task import Task
 
 _C = HcclCMDType
@@ -135,27 +136,13 @@ def _scatter(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: int |
             data[start : start + part.numel()].copy_(part)
 
 
-def _shares_bytes(task: Task, round_idx: int, exempt: int | None = None) -> bool:
-    """Whether the round's send blocks share bytes with its receive blocks (except block ``exempt``)."""
-    if task.send.alloc is not task.recv.alloc:
-        return False
-    send = layout.round_blocks(task, "send", round_idx)
-    recv = layout.round_blocks(task, "recv", round_idx)
-    for s, n in zip(send.starts.tolist(), send.sizes.tolist(), strict=True):
-        if n == 0:
-            continue
-        hit = (recv.sizes > 0) & (recv.starts < s + n) & (recv.starts + recv.sizes > s)
-        if exempt is not None and recv.starts[exempt] == s and recv.sizes[exempt] == n:
-            hit[exempt] = False
-        if hit.any():
-            return True
-    return False
+def _source(task: Task, round_idx: int, blocks: Blocks, in_place_ok: bool = False) -> torch.Tensor:
+    """The round's send bytes as one tensor, detached from the receive bytes when they overlap.
 
-
-def _source(task: Task, round_idx: int, blocks: Blocks, exempt: int | None = None) -> torch.Tensor:
-    """The round's send bytes as one tensor, detached from the receive bytes when they overlap."""
+    ``in_place_ok``: the collective tolerates the op's exact in-place block pair.
+    """
     src = _gather(_data(task, "send"), blocks)
-    if _packed(blocks) is not None and _shares_bytes(task, round_idx, exempt):
+    if _packed(blocks) is not None and first_shared(task, round_idx, in_place_ok) is not None:
         src = src.clone()
     return src
 
@@ -180,7 +167,7 @@ def _all_gather(task: Task, r: int, dom: Domain) -> None:
         return
     recv_blocks = layout.round_blocks(task, "recv", r)
     own = task.rank
-    src = _source(task, r, send, exempt=own)
+    src = _source(task, r, send, in_place_ok=True)
     recv = dom.to_pg(recv_blocks)
     data = _data(task, "recv")
     packed = _packed(recv)
@@ -248,7 +235,8 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     target = _receive_view(task, r, values) if wide == values.dtype else None
     if target is not None:
         if target.data_ptr() != values.data_ptr():
-            target.copy_(values.clone() if _shares_bytes(task, r) else values)
+            shared = first_shared(task, r, exempt_in_place=False) is not None
+            target.copy_(values.clone() if shared else values)
         dist.all_reduce(target, _REDUCE_OPS[op], group=dom.pg)
         return
     buf = values.to(wide, copy=True)

@@ -30,7 +30,7 @@ from ..context import (
 from ..errors import HcclUsageError
 from ..gm import GmAddr, to_gm
 from ..kernel import GetHcclContext, LaunchState
-from ..task import op_name
+from ..ops import OPS, op_name
 from ..tiling import (
     GROUP_NAME_SIZE,
     Mc2CcTiling,
@@ -41,15 +41,6 @@ from ..tiling import (
 )
 
 _C = HcclCMDType
-
-#: The algorithm strings the documentation's kernels use, per op.
-ALG_CONFIG: dict[HcclCMDType, str] = {
-    _C.HCCL_CMD_ALLGATHER: "AllGather=level0:doublering",
-    _C.HCCL_CMD_ALLREDUCE: "AllReduce=level0:doublering",
-    _C.HCCL_CMD_REDUCE_SCATTER: "ReduceScatter=level0:doublering",
-    _C.HCCL_CMD_ALLTOALL: "AlltoAll=level0:fullmesh;level1:pairwise",
-    _C.HCCL_CMD_ALLTOALLV: "AlltoAllV=level0:fullmesh;level1:pairwise",
-}
 
 
 class _FrameworkTiling(TilingData):
@@ -64,7 +55,7 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
     """
     tiling = _FrameworkTiling()
     name = group.name.encode()[:GROUP_NAME_SIZE].decode(errors="ignore")
-    cfg = Mc2CcTilingConfig(name, op, ALG_CONFIG[op], int(reduce_op))
+    cfg = Mc2CcTilingConfig(name, op, OPS[op].alg_config, int(reduce_op))
     if cfg.GetTiling(tiling.mc2InitTiling) or cfg.GetTiling(tiling.ccTiling):
         raise HcclUsageError(f"cannot build the tiling of {op_name(op)}: {cfg.last_error}")
     return tiling

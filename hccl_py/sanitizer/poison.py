@@ -8,23 +8,12 @@ blocks (in-place use) are never poisoned: that would destroy the input.
 
 from __future__ import annotations
 
-import numpy as np
+from .. import layout
+from ..constants import torch_dtype_of
+from ..task import Task
+from .overlap import in_place
 
-from . import layout
-from .constants import torch_dtype_of
-from .task import Task
-
-
-def in_place(task: Task, round_idx: int) -> bool:
-    """Whether one round's receive blocks share bytes with its send blocks."""
-    if task.recv.alloc is not task.send.alloc:
-        return False
-    send = layout.round_blocks(task, "send", round_idx)
-    recv = layout.round_blocks(task, "recv", round_idx)
-    both = layout.Blocks(
-        np.concatenate([send.starts, recv.starts]), np.concatenate([send.sizes, recv.sizes])
-    )
-    return layout.first_overlap(both) is not None
+__all__ = ["in_place", "poison"]
 
 
 def poison(task: Task, round_idx: int) -> None:

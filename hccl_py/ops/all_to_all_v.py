@@ -1,0 +1,45 @@
+"""AlltoAllV: per-peer counts and displacements (uint64 arrays of rankDim entries).
+
+Rank i sends ``sendCounts_i[j]`` elements from ``sendBuf_i + sdispls_i[j]*size``
+to rank j, which stores them at ``recvBuf_j + rdispls_j[i]*size``;
+``recvCounts_j[i]`` must equal ``sendCounts_i[j]`` (checked pairwise across
+ranks). Round r shifts each displacement by ``r * count`` of its peer. All-zero
+counts are valid. Its tiling uses the AlltoAll algConfig string.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..constants import MOVE_DTYPES, HcclCMDType
+from .spec import OpSpec
+
+if TYPE_CHECKING:
+    from ..task import Task
+
+
+def _layout(
+    task: Task, side: str, r: np.ndarray, peers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    send = side == "send"
+    counts = np.asarray(task.send_counts if send else task.recv_counts, dtype=r.dtype)
+    displs = np.asarray(task.sdispls if send else task.rdispls, dtype=r.dtype)
+    starts = displs[None, :] + r * counts[None, :]
+    return starts, np.broadcast_to(counts[None, :], starts.shape)
+
+
+SPEC = OpSpec(
+    cmd=HcclCMDType.HCCL_CMD_ALLTOALLV,
+    name="AlltoAllV",
+    count_arg=None,
+    reduces=False,
+    dtypes=MOVE_DTYPES,
+    zero_count=True,
+    alg_config="AlltoAll=level0:fullmesh;level1:pairwise",
+    layout=_layout,
+    in_place=lambda rank: (rank, rank),
+    platforms=frozenset({"A3", "950"}),
+    pairwise_counts=True,
+)
