@@ -1,9 +1,9 @@
 """The in-process emulation backend: N ranks as threads of one process.
 
-- :mod:`emu.world`: the emulated server, shared by all ranks (task matching,
+- :mod:`.world`: the emulated server, shared by all ranks (task matching,
   scheduling, deadlock-aware waiting).
-- :mod:`emu.executor`: moves the data of one round with vectorised torch ops.
-- :mod:`emu.backend`: starts the rank threads and collects their results.
+- :mod:`.executor`: moves the data of one round with vectorised torch ops.
+- :mod:`.backend`: starts the rank threads and collects their results.
 """
 
 from .backend import EmuBackend

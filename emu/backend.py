@@ -8,7 +8,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from hccl_py.context import Config, RankContext, set_rank_context
+from hccl_py.config import Config
+from hccl_py.context import RankContext, set_rank_context
 from hccl_py.errors import HcclTimeoutError, WorldError
 from hccl_py.server import Backend
 

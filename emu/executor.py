@@ -12,7 +12,6 @@ import torch
 
 from hccl_py import layout
 from hccl_py.constants import HcclCMDType, HcclReduceOp
-from hccl_py.gm import as_elements
 from hccl_py.layout import Blocks
 from hccl_py.reduce import reduce_ranks
 from hccl_py.task import Task
@@ -32,14 +31,10 @@ def _strided(data: torch.Tensor, blocks: Blocks) -> torch.Tensor | None:
     return data.as_strided((n, nbytes), (step, 1), data.storage_offset() + start)
 
 
-def _data(task: Task, side: str) -> torch.Tensor:
-    return (task.send if side == "send" else task.recv).alloc.data
-
-
 def read(task: Task, side: str, round_idx: int) -> torch.Tensor:
     """The (blocks, bytes) uint8 source of one round, as a view where possible."""
     blocks = layout.round_blocks(task, side, round_idx)
-    data = _data(task, side)
+    data = task.memory(side)
     view = _strided(data, blocks)
     if view is not None:
         return view
@@ -53,7 +48,7 @@ def write(
 ) -> None:
     """Write (blocks, bytes) uint8 ``values`` into one round's destination blocks."""
     blocks = layout.round_blocks(task, side, round_idx)
-    data = _data(task, side)
+    data = task.memory(side)
     view = _strided(data, blocks) if skip is None else None
     if view is not None:
         view.copy_(values)
@@ -61,10 +56,6 @@ def write(
     for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
         if k != skip:
             data[s : s + n].copy_(values[k])
-
-
-def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
-    return as_elements(raw, task.dtype)
 
 
 def _bytes(values: torch.Tensor) -> torch.Tensor:
@@ -76,7 +67,7 @@ def _local(task: Task) -> int | None:
 
 
 def _all_reduce(tasks: list[Task], r: int) -> None:
-    stacked = torch.stack([_typed(read(t, "send", r)[0], t) for t in tasks])
+    stacked = torch.stack([t.typed(read(t, "send", r)[0]) for t in tasks])
     result = _bytes(reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))).reshape(1, -1)
     for t in tasks:
         write(t, "recv", r, result)
@@ -89,7 +80,7 @@ def _all_gather(tasks: list[Task], r: int) -> None:
 
 
 def _reduce_scatter(tasks: list[Task], r: int) -> None:
-    stacked = torch.stack([_typed(read(t, "send", r), t) for t in tasks])
+    stacked = torch.stack([t.typed(read(t, "send", r)) for t in tasks])
     result = reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))
     for j, t in enumerate(tasks):
         write(t, "recv", r, _bytes(result[j]).reshape(1, -1))
@@ -107,10 +98,10 @@ def _all_to_all_v(tasks: list[Task], r: int) -> None:
         blocks = layout.round_blocks(t, "send", r)
         extent = layout.span(blocks)
         lo, hi = extent if extent else (0, 0)
-        sources.append((blocks, lo, _data(t, "send")[lo:hi].clone()))
+        sources.append((blocks, lo, t.memory("send")[lo:hi].clone()))
     for j, t in enumerate(tasks):
         dst = layout.round_blocks(t, "recv", r)
-        data = _data(t, "recv")
+        data = t.memory("recv")
         for i, (blocks, lo, src) in enumerate(sources):
             n = int(dst.sizes[i])
             if n:
@@ -119,7 +110,8 @@ def _all_to_all_v(tasks: list[Task], r: int) -> None:
                 data[d : d + n].copy_(src[s : s + n])
 
 
-_ROUND = {
+#: The round function of every op this executor runs (tests check it covers the op table).
+ROUNDS = {
     _C.HCCL_CMD_ALLREDUCE: _all_reduce,
     _C.HCCL_CMD_ALLGATHER: _all_gather,
     _C.HCCL_CMD_REDUCE_SCATTER: _reduce_scatter,
@@ -130,4 +122,4 @@ _ROUND = {
 
 def run_round(tasks: list[Task], round_idx: int) -> None:
     """Execute round ``round_idx`` of one collective; ``tasks[i]`` is domain rank i's task."""
-    _ROUND[tasks[0].op](tasks, round_idx)
+    ROUNDS[tasks[0].op](tasks, round_idx)

@@ -22,14 +22,16 @@ import torch
 
 from hccl_py import layout
 from hccl_py.agreement import (
+    behind,
     count_mismatch,
-    derived,
+    dependency_failed,
     error_for,
     mismatch,
     wait_head,
 )
 from hccl_py.blocking import Blocker, Job
-from hccl_py.context import Config
+from hccl_py.config import Config
+from hccl_py.context import Group
 from hccl_py.errors import HcclError
 from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.server import Server
@@ -96,6 +98,8 @@ class Slot:
 class EmuWorld(Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
+    ops = frozenset(executor.ROUNDS)
+
     def __init__(self, world_size: int, config: Config) -> None:
         self.world_size = world_size
         self.config = config
@@ -125,11 +129,7 @@ class EmuWorld(Server):
         return slot
 
     def _behind(self, failed: Slot) -> HcclError:
-        return derived(
-            failed.error,
-            f"task #{failed.seq} of domain {failed.domain} failed, so the server never reaches "
-            f"the later tasks of the domain: {failed.error.reason}",
-        )
+        return behind(failed.error, failed.seq, failed.domain)
 
     def _fail(self, slot: Slot, error: HcclError) -> None:
         """Under the lock: ``slot`` failed; so does every later slot of its domain."""
@@ -168,11 +168,7 @@ class EmuWorld(Server):
             if dep.error is not None:
                 self._fail(
                     slot,
-                    derived(
-                        dep.error,
-                        f"task #{dep.seq} of domain {dep.domain}, which this task waits for "
-                        f"through InterHcclGroupSync, failed: {dep.error.reason}",
-                    ),
+                    dependency_failed(dep.error, dep.seq, dep.domain),
                 )
                 return False
             if not dep.finished:
@@ -328,13 +324,13 @@ class EmuWorld(Server):
             )
         return done
 
-    def finalize(self, group: object, rank: int, launch: int, n_tasks: int) -> None:
+    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
 
         Every rank must prepare the same number of tasks per launch: a task of
         another rank beyond that count will never find a partner.
         """
-        name = getattr(group, "name", str(group))
+        name = group.name
         with self.blocker.cond:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             for slot in list(self.unfinished):

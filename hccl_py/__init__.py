@@ -11,6 +11,7 @@ from __future__ import annotations
 from . import constants as _constants
 from . import ops
 from .client import Hccl
+from .config import Config
 from .constants import (
     DTYPE_INFO,
     HCCL_FAILED,
@@ -28,7 +29,7 @@ from .constants import (
     hccl_dtype_of,
     torch_dtype_of,
 )
-from .context import Config, Group, device, get_rank, get_world_size, new_group, world_group
+from .context import Group, device, get_rank, get_world_size, new_group, world_group
 from .errors import (
     HcclBoundsError,
     HcclCoreError,

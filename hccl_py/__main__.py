@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[PLATFORM_ENV] = opts.platform
     if backend == "emu":
         return _run_in_process(opts)
-    from .launcher import LaunchError, RunnerOptions, run_script
+    from .launcher.script import RunnerOptions, run_script
+    from .launcher.spec import LaunchError
 
     try:
         return run_script(

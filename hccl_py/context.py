@@ -10,47 +10,17 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .blocking import Blocker, default_timeout
-from .platform import Platform, get_platform
+from .blocking import Blocker
+from .config import Config
 
 if TYPE_CHECKING:
     from .server import Server
 
 WORLD_GROUP_NAME = "hccl_world_group"
-
-
-@dataclass(frozen=True)
-class Config:
-    """Options of one run, shared by every rank.
-
-    - ``strict``: failed calls raise :class:`HcclError` (True) or return the C++ codes.
-    - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``).
-    - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
-      runs it as late as possible: only once every other thread of the world waits
-      (in Wait, Finalize, SyncAll ...) or polls Query in vain (exposes races).
-    - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF
-      (restored if the round never runs); see docs/sanitizer.md.
-    - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or
-      send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
-    """
-
-    platform: Platform = field(default_factory=lambda: get_platform("A2"))
-    strict: bool = True
-    timeout: float = field(default_factory=default_timeout)
-    schedule: str = "eager"
-    poison: bool = False
-    overlap: str = "error"
-
-    def __post_init__(self) -> None:
-        if self.schedule not in ("eager", "late"):
-            raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
-        if self.overlap not in ("error", "warn", "ignore"):
-            raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")
 
 
 class Group:
@@ -129,9 +99,7 @@ class RankContext:
             self._group_count[ranks] += 1
         suffix = f"#{k}" if k else ""
         group = Group(ranks, f"group_{'_'.join(map(str, ranks))}{suffix}")
-        hook = getattr(self.server, "on_new_group", None)
-        if hook is not None:
-            hook(group)
+        self.server.on_new_group(group)
         return group
 
 

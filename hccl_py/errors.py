@@ -105,6 +105,20 @@ class HcclPeerError(HcclError):
     always_raise = True
 
 
+class InvalidCall(Exception):  # noqa: N818 - internal control flow, never reaches users
+    """A Prepare argument or task is invalid: the client turns it into -1 or an HcclError.
+
+    ``cls`` is the error class to report it as; ``facts`` its keyword fields
+    (``round``, ``expected``, ``actual`` ...).
+    """
+
+    def __init__(self, reason: str, cls: type[HcclError] = HcclUsageError, **facts: object) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.cls = cls
+        self.facts = facts
+
+
 class WorldError(HcclError):
     """Raised by :func:`hccl_py.run` when one or more ranks failed.
 

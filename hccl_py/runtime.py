@@ -8,13 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .blocking import default_timeout
-from .context import Config
+from .config import Config
 from .platform import get_platform
 from .server import Backend
 
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
-    "emu": "emu.backend:EmuBackend",
+    "emu": "hccl_py.backends.emu.backend:EmuBackend",
     "gloo": "hccl_py.backends.dist:GlooBackend",
     "hccl": "hccl_py.backends.dist:HcclBackend",
 }

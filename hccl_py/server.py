@@ -3,7 +3,7 @@
 On hardware the kernel-side client writes messages that a server (the AI CPU
 or the CCU) executes. hccl_py keeps that split: :class:`hccl_py.client.Hccl`
 validates calls and keeps the handle bookkeeping; a :class:`Server` moves the
-data. One implementation exists per backend (``emu.world`` in one process,
+data. One implementation exists per backend (``hccl_py.backends.emu``, from the ``emu/`` folder, in one process,
 ``hccl_py.backends.dist`` over torch.distributed for gloo and HCCL).
 
 A :class:`Backend` starts the ranks of a run and gives each one its server.
@@ -15,12 +15,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from .context import Config
+from .config import Config
+from .constants import HcclCMDType
+from .context import Group
 from .task import Task
 
 
 class Server(ABC):
     """Executes the tasks that the clients of one rank (or of a whole emulated world) send."""
+
+    #: The op types whose rounds this server executes (its executor's table).
+    ops: frozenset[HcclCMDType] = frozenset()
 
     @abstractmethod
     def submit(self, task: Task) -> None:
@@ -38,8 +43,24 @@ class Server(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
-    def finalize(self, group: Any, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
-        """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks (optional)."""
+    # Life-cycle hooks: every backend may implement them; the defaults do nothing.
+    def start(self, world: Group) -> None:  # noqa: B027 - optional hook
+        """A run starts on this rank with ``world`` as its world domain."""
+
+    def on_new_group(self, group: Group) -> None:  # noqa: B027 - optional hook
+        """``hp.new_group`` created ``group`` on this rank (every rank calls it, in the same order)."""
+
+    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
+        """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks."""
+
+    def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
+        """Global rank ``rank`` returned from its function: it submits and commits no more."""
+
+    def forget(self) -> None:  # noqa: B027 - optional hook
+        """Drop what this rank published for the run (no rank checks it any more)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the server's threads and resources at the end of the run."""
 
 
 class Backend(ABC):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from .constants import HcclCMDType, HcclDataType, HcclReduceOp, dtype_size
-from .gm import GmAddr
+from .gm import GmAddr, as_elements
 from .ops import OpSpec, op_name, spec_of
 
 
@@ -45,6 +47,14 @@ class Task:
     def elem_size(self) -> int:
         """Element size in bytes of the task's data type."""
         return dtype_size(self.dtype)
+
+    def memory(self, side: str) -> torch.Tensor:
+        """The bytes (uint8) of the allocation that the ``side`` ("send"/"recv") buffer points into."""
+        return (self.send if side == "send" else self.recv).alloc.data
+
+    def typed(self, raw: torch.Tensor) -> torch.Tensor:
+        """Raw bytes of this task's data reinterpreted as its element type."""
+        return as_elements(raw, self.dtype)
 
     @property
     def spec(self) -> OpSpec:

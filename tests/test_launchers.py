@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 import hccl_py as hp
-from hccl_py import launcher, runtime
-from hccl_py.launcher import LaunchError, RankSpec, spec_from_env
+from hccl_py import runtime
+from hccl_py.launcher.script import free_port
+from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "all_gather_custom.py"
@@ -151,7 +152,7 @@ def test_torchrun_and_plain_variables() -> None:
     assert spec_from_env(torchrun) == RankSpec("torchrun", "worker", 2, 4, 0, "node0", 29500, False)
     plain = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
     assert spec_from_env(plain).host_store, "without an agent store rank 0 hosts it"
-    hosted = {**plain, launcher.STORE_HOSTED_ENV: "1"}
+    hosted = {**plain, STORE_HOSTED_ENV: "1"}
     assert spec_from_env(hosted) == RankSpec("hccl_py", "worker", 0, 2, 0, "h", 1, False)
 
 
@@ -199,7 +200,7 @@ def test_runner_stops_every_rank_when_one_fails(job: Path, mode: str, why: str) 
 
 def test_runner_on_two_hosts(job: Path) -> None:
     """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback)."""
-    port = str(launcher.free_port())
+    port = str(free_port())
     base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
     tail = ["--master-port", port, str(job), "ok"]
     node1 = subprocess.Popen(
@@ -222,7 +223,7 @@ def test_runner_on_two_hosts(job: Path) -> None:
 
 # ------------------------------------------------------------------ torchrun
 def _torchrun(script: Path, *args: str, n: int = 2) -> subprocess.CompletedProcess:
-    port = str(launcher.free_port())
+    port = str(free_port())
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
     return _launch([*command, "--master-port", port, str(script), *args])
 
@@ -282,7 +283,7 @@ def _msrun(msrun: Path, tmp_path: Path, script: Path, *args: str, n: int = 2) ->
         str(msrun),
         f"--worker_num={n}",
         f"--local_worker_num={n}",
-        f"--master_port={launcher.free_port()}",
+        f"--master_port={free_port()}",
         "--join=True",
         f"--log_dir={logs}",
         str(script),
@@ -322,7 +323,7 @@ def test_msrun_names_the_killed_rank(msrun: Path, tmp_path: Path, job: Path) -> 
 # ------------------------------------------------------------------ msrun without node ranks
 def test_msrun_style_hosts_without_node_rank_get_ranks_from_the_store(job: Path) -> None:
     """Two "hosts" with one worker each and no MS_NODE_ID: ranks come from the scheduler's store."""
-    port = str(launcher.free_port())
+    port = str(free_port())
     common = dict(
         MS_WORKER_NUM="2",
         MS_SCHED_HOST="127.0.0.1",

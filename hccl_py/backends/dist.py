@@ -5,7 +5,7 @@ domain (the world group and every ``hp.new_group``) and one thread per domain
 that runs the domain's tasks in Prepare order, as the AI CPU server reads its
 message queue: round ``r`` of a task starts once this rank committed it, the
 previous round of the domain finished and every InterHcclGroupSync dependency
-finished. Each round becomes process-group calls (:mod:`.ops`). Wait blocks
+finished. Each round becomes process-group calls (:mod:`.pg_rounds`). Wait blocks
 until the domain thread finished the round, Query reads how many rounds
 finished, Finalize waits for the last one.
 
@@ -19,13 +19,9 @@ reported as the emulator reports it.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import os
 import pickle
-import re
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,17 +29,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import launcher
-from ..agreement import count_mismatch, derived, error_for, global_rank, mismatch, wait_head
+from ..agreement import error_for, global_rank, wait_head
 from ..blocking import Blocker
-from ..context import Config, Group
-from ..errors import HcclDeadlockError, HcclError, HcclPeerError
-from ..gm import NULL
+from ..config import Config
+from ..context import Group
+from ..errors import HcclError
+from ..launcher.msrun import serve_scheduler
+from ..launcher.spawn import spawn_world
+from ..launcher.spec import spec_from_env
+from ..runtime import under_launcher
 from ..sanitizer.poison import in_place, poison
 from ..server import Backend, Server
 from ..task import Task
-from . import npu, ops
+from . import npu, pg_rounds
 from . import store as kv
+from .domain_queue import DomainQueue, desc_key, final_key, returned_key, stub
 from .session import Session, session_for
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
@@ -55,11 +55,6 @@ REDUCE_ENV = "HCCL_PY_REDUCE"
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
 
-#: What a process group says when a peer's process ended in the middle of an operation.
-PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
-#: Seconds to wait for the report of the rank whose process ended, to name it.
-PEER_REPORT_S = 0.2
-
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
 
@@ -68,243 +63,10 @@ def _flag(name: str, default: bool) -> bool:
     return default if value == "" else value not in ("0", "false", "False", "no")
 
 
-def _stub(task: Task) -> Task:
-    """A picklable copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
-    return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
-
-
-class _DomainQueue:
-    """The tasks of one domain on this rank, run in Prepare order by one thread."""
-
-    def __init__(self, server: DistServer, group: Group, dom: ops.Domain) -> None:
-        self.server = server
-        self.group = group
-        self.dom = dom
-        self.tasks: dict[int, Task] = {}
-        self.committed: dict[int, int] = {}
-        self.released: dict[int, int] = {}
-        self.done: dict[int, int] = {}
-        self.seq = 0
-        self.round = 0
-        self.running = ""
-        self.error: HcclError | None = None
-        self.failed_seq: int | None = None
-        self.stopping = False
-        self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
-
-    # --------------------------------------------------------- under the lock
-    def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
-        """``(finished, error)`` of the task's InterHcclGroupSync dependencies."""
-        for dep in task.deps:
-            queue = self.server.queues.get(dep.domain_name)
-            if queue is None:
-                return False, None
-            failed = queue.failure_at(dep.seq)
-            if failed is not None:
-                return False, derived(
-                    failed,
-                    f"task #{dep.seq} of domain {dep.domain_name}, which this task waits for "
-                    f"through InterHcclGroupSync, failed: {failed.reason}",
-                )
-            if queue.done.get(dep.seq, 0) < dep.repeat:
-                return False, None
-        return True, None
-
-    def ready(self) -> bool:
-        """Whether the thread can start its next round now."""
-        task = self.tasks.get(self.seq)
-        if task is None or self.error is not None or self.running:
-            return False
-        rounds = self.released if self.server.late else self.committed
-        if rounds.get(self.seq, 0) <= self.round:
-            return False
-        return self._deps_state(task)[0]
-
-    def failure_at(self, seq: int) -> HcclError | None:
-        """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""
-        if self.error is None or seq < self.failed_seq:
-            return None
-        if seq == self.failed_seq:
-            return self.error
-        return derived(
-            self.error,
-            f"task #{self.failed_seq} of domain {self.group.name} failed, so the server never "
-            f"reaches the later tasks of the domain: {self.error.reason}",
-        )
-
-    def _fail(self, error: HcclError) -> None:
-        self.error = error
-        self.failed_seq = self.seq
-        self.server.cond.notify_all()
-
-    # ------------------------------------------------------------ running rounds
-    def claim(self) -> tuple[Task, int] | None:
-        """Under the lock: take the next round if it can start now (the queue is then running)."""
-        task = self.tasks.get(self.seq)
-        if task is not None and self.error is None and not self.running:
-            error = self._deps_state(task)[1]
-            if error is not None:
-                self._fail(error)
-        if self.stopping or not self.ready():
-            return None
-        self.running = f"running round {self.round} on the process group"
-        return task, self.round
-
-    def execute(self, task: Task, r: int) -> HcclError | None:
-        """Outside the lock: run one claimed round; return its error, if any."""
-        try:
-            if r == 0 and self.server.check_tasks:
-                self.running = "comparing task descriptors with the other ranks"
-                self._check(task)
-                self.running = f"running round {r} on the process group"
-            ops.run_round(task, r, self.dom)
-        except HcclError as exc:
-            return exc
-        except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
-            text = (
-                f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            if not PEER_GONE.search(str(exc)):
-                return HcclError(text)
-            try:  # a peer's process ended: say which rank failed, once someone reports it
-                self.server.session.check_abort(wait=PEER_REPORT_S)
-            except HcclPeerError as peer:
-                return peer
-            return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
-        return None
-
-    def finish(self, task: Task, r: int, error: HcclError | None) -> None:
-        """Under the lock: record the outcome of a claimed round and move on."""
-        self.running = ""
-        if error is not None:
-            self._fail(error)
-            return
-        self.done[self.seq] = r + 1
-        if r + 1 == task.repeat:
-            self.seq, self.round = self.seq + 1, 0
-        else:
-            self.round = r + 1
-        self.server.cond.notify_all()
-
-    def drain(self) -> None:
-        """Run every round that can start now in the calling thread.
-
-        Single-rank domains need no peer and have no thread: like the
-        emulator's eager schedule, a Commit (late: a Wait or Query) runs the
-        round at once, and any waiting thread runs rounds that become ready.
-        """
-        cond = self.server.cond
-        while True:
-            with cond:
-                job = self.claim()
-            if job is None:
-                return
-            error = self.execute(*job)
-            with cond:
-                self.finish(*job, error)
-
-    def _loop(self) -> None:
-        if self.server.session.thread_init is not None:
-            self.server.session.thread_init()
-        cond = self.server.cond
-        while True:
-            with cond:
-                job = self.claim()
-                while job is None:
-                    if self.stopping or self.error is not None:
-                        return
-                    cond.wait()
-                    job = self.claim()
-            error = self.execute(*job)
-            with cond:
-                self.finish(*job, error)
-
-    def _check(self, task: Task) -> None:
-        """Compare this task with the other ranks' tasks at the same position (strict mode)."""
-        store = self.server.store
-        keys = [_desc_key(task.domain_name, task.seq, i) for i in range(task.rank_dim)]
-        absentees = _Absentees(self.server, task)
-
-        def what(missing: list[str]) -> str:
-            who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
-            return (
-                f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
-                f"{self.group.name} (its own: handle {task.handle}, {task.describe()}): ranks "
-                f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
-            )
-
-        def interrupt() -> None:
-            self.server.session.check_abort()
-            absentees.check(keys)
-
-        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        error = mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
-        if error is not None:
-            raise error
-
-
-def _desc_key(domain: str, seq: int, rank: int) -> str:
-    return f"desc/{domain}/{seq}/{rank}"
-
-
-def _final_key(domain: str, launch: int, rank: int) -> str:
-    return f"final/{domain}/{launch}/{rank}"
-
-
-def returned_key(rank: int) -> str:
-    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run."""
-    return f"returned/{rank}"
-
-
-class _Absentees:
-    """Spots, while a task waits for its peers' descriptors, a peer that will never send one.
-
-    That peer finalized its kernel launch after fewer tasks (a count mismatch,
-    reported as the emulator does), returned from its function, or its process
-    is gone.
-    """
-
-    def __init__(self, server: DistServer, task: Task) -> None:
-        self.server = server
-        self.store = server.store
-        self.task = task
-        self.next_look = 0.0
-
-    def check(self, desc_keys: list[str]) -> None:
-        now = time.monotonic()
-        if now < self.next_look:
-            return
-        self.next_look = now + 0.05
-        task = self.task
-        for i, key in enumerate(desc_keys):
-            if i == task.rank or self.store.check([key]):
-                continue
-            final = _final_key(task.domain_name, task.launch, i)
-            n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
-            if n_tasks is not None and task.handle >= n_tasks:
-                raise count_mismatch(task, i, n_tasks)
-            peer = task.domain.ranks[i]
-            returned = self.store.check([returned_key(peer)])
-            how = "returned from its function" if returned else self.server.session.peers.gone(peer)
-            if how is None:
-                continue
-            # did it fail? then say so (a launcher may still be reporting a killed rank)
-            self.server.session.check_abort(wait=0.0 if returned else PEER_REPORT_S)
-            where = (
-                f"task #{task.seq} of domain {task.domain_name}, which rank {global_rank(task)} "
-                f"prepared (handle {task.handle}, {task.describe()})"
-            )
-            if returned:
-                raise HcclDeadlockError(
-                    f"rank {peer} returned from its function without preparing {where}: "
-                    "it would wait forever"
-                )
-            raise HcclPeerError(f"rank {peer} {how} before preparing {where}")
-
-
 class DistServer(Server):
     """One rank's server: process groups per domain, one thread per domain."""
+
+    ops = frozenset(pg_rounds.ROUNDS)
 
     def __init__(self, session: Session, run: int, config: Config, blocker: Blocker) -> None:
         self.session = session
@@ -317,10 +79,10 @@ class DistServer(Server):
         exact = os.environ.get(REDUCE_ENV, "exact" if session.backend.exact else "native")
         if exact not in ("exact", "native"):
             raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {exact!r}")
-        self.reduction = ops.Reduction(exact == "exact", session.backend.widen)
+        self.reduction = pg_rounds.Reduction(exact == "exact", session.backend.widen)
         self.late = config.schedule == "late"
-        self.domains: dict[str, ops.Domain | None] = {}
-        self.queues: dict[str, _DomainQueue] = {}
+        self.domains: dict[str, pg_rounds.Domain | None] = {}
+        self.queues: dict[str, DomainQueue] = {}
         self.groups: list[dist.ProcessGroup] = []
         #: This run's keys in the store, and those this rank set (deleted after the run).
         self.store = kv.scoped(session.store, f"run{run}/")
@@ -348,9 +110,9 @@ class DistServer(Server):
             return
         self.groups.append(pg)
         order = np.array([ranks.index(r) for r in dist.get_process_group_ranks(pg)])
-        self.domains[group.name] = ops.Domain(pg, order, self.reduction)
+        self.domains[group.name] = pg_rounds.Domain(pg, order, self.reduction)
 
-    def _queue(self, task: Task) -> _DomainQueue:
+    def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
         name = task.domain_name
         queue = self.queues.get(name)
@@ -363,7 +125,7 @@ class DistServer(Server):
                     rank=self.session.rank,
                     domain=name,
                 )
-            queue = self.queues[name] = _DomainQueue(self, task.domain, dom)
+            queue = self.queues[name] = DomainQueue(self, task.domain, dom)
             if queue.group.size > 1:
                 queue.thread.start()
         return queue
@@ -378,7 +140,7 @@ class DistServer(Server):
                 queue.released = dict(queue.committed)
             self.cond.notify_all()
 
-    def _local(self) -> list[_DomainQueue]:
+    def _local(self) -> list[DomainQueue]:
         return [q for q in self.queues.values() if q.group.size == 1]
 
     def _run_local(self) -> None:
@@ -395,26 +157,26 @@ class DistServer(Server):
 
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
-        if not ops.supported(task.op):
+        if task.op not in self.ops:
             raise HcclError(
                 f"{task.name} is not supported by the {self.backend_name} backend",
                 rank=global_rank(task),
                 op=task.name,
             )
         if self.check_tasks:
-            self._set(_desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(_stub(task)))
+            self._set(desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(stub(task)))
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
 
-    def finalize(self, group: Any, rank: int, launch: int, n_tasks: int) -> None:
+    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
         if self.check_tasks:
-            self._set(_final_key(group.name, launch, rank), str(n_tasks).encode())
+            self._set(final_key(group.name, launch, rank), str(n_tasks).encode())
 
-    def returned(self) -> None:
+    def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
-        self._set(returned_key(self.session.rank), b"1")
+        self._set(returned_key(rank), b"1")
 
     def _set(self, key: str, value: bytes) -> None:
         self.store.set(key, value)
@@ -488,11 +250,11 @@ class DistServer(Server):
 
     # ------------------------------------------------------------- reports
     def _describe_wait(
-        self, queue: _DomainQueue, task: Task, r: int, verb: str = "waits for"
+        self, queue: DomainQueue, task: Task, r: int, verb: str = "waits for"
     ) -> str:
         return f"{wait_head(task, r, verb)}: {self._why(queue, task, r)}"
 
-    def _why(self, queue: _DomainQueue, task: Task, r: int) -> str:
+    def _why(self, queue: DomainQueue, task: Task, r: int) -> str:
         """Under the lock: why round ``r`` of ``task`` has not finished on this rank."""
         seq = task.seq
         error = queue.failure_at(seq)
@@ -541,20 +303,22 @@ class DistBackend(Backend):
         """What a new thread of this rank calls first (make ``device`` current), if anything."""
         return None
 
+    def make_server(self, session: Session, run: int, config: Config, blocker: Blocker) -> Server:
+        """The server of run ``run`` of this process's session."""
+        return DistServer(session, run, config, blocker)
+
     def run(
         self, fn: Callable[..., Any], args: tuple, world_size: int | None, config: Config
     ) -> list[Any]:
         """Under a launcher: run ``fn`` as this process's rank; otherwise start the world."""
-        from ..runtime import under_launcher
-
         if not under_launcher():
             n = 4 if world_size is None else int(world_size)
             if n < 1:
                 raise ValueError(f"world_size must be >= 1, not {world_size}")
-            return launcher.spawn_world(self.name, fn, args, n, config)
-        spec = launcher.spec_from_env()
+            return spawn_world(self.name, fn, args, n, config)
+        spec = spec_from_env()
         if spec.role == "scheduler":
-            raise SystemExit(launcher.serve_scheduler(spec))
+            raise SystemExit(serve_scheduler(spec))
         if world_size is not None and int(world_size) != spec.world_size:
             raise ValueError(
                 f"hp.run(world_size={world_size}) but the {spec.launcher} launcher started "

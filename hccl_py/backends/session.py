@@ -24,17 +24,13 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 
 from ..blocking import Blocker
-from ..context import Config, RankContext, set_rank_context
+from ..config import Config
+from ..context import RankContext, set_rank_context
 from ..errors import HcclPeerError, WorldError
-from ..launcher import (
-    GRACE_S,
-    HEARTBEAT_S,
-    STALE_S,
-    RankDiedError,
-    RankSpec,
-    outcome_of,
-    process_gone,
-)
+from ..launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError
+from ..launcher.spec import RankSpec
+from ..launcher.supervise import outcome_of
+from ..runtime import get_backend
 from . import store as kv
 
 if TYPE_CHECKING:
@@ -145,12 +141,10 @@ class Session:
 
         Without ``gather`` (a child of hp.run) returns whether ``fn`` succeeded.
         """
-        from .dist import DistServer
-
         run = self.runs
         self.runs += 1
         blocker = Blocker(config.timeout)
-        server = DistServer(self, run, config, blocker)
+        server = self.backend.make_server(self, run, config, blocker)
         ctx = RankContext(
             self.rank,
             self.world_size,
@@ -180,7 +174,7 @@ class Session:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
-            server.returned()
+            server.rank_returned(self.rank)
         server.close()
         self.store.set(kv.result_key(run, self.rank), outcome)
         if not gather:
@@ -236,32 +230,6 @@ class Session:
         if self._owns_pg and dist.is_initialized():
             with contextlib.suppress(Exception):  # nothing left to do at exit
                 dist.destroy_process_group()
-
-
-class Peers:
-    """Whether the other ranks' processes still live, judged from the store.
-
-    A rank is gone when its process (on this host) no longer runs, or when its
-    heartbeat has not moved for :data:`STALE_S` seconds.
-    """
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-        self.beats: dict[int, tuple[int, float]] = {}
-
-    def gone(self, rank: int) -> str | None:
-        """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
-        where = kv.pid_key(rank)
-        if self.store.check([where]) and process_gone(self.store.get(where).decode()):
-            return "exited (killed or crashed)"
-        now = time.monotonic()
-        beat = int(self.store.add(kv.heartbeat_key(rank), 0))
-        last = self.beats.get(rank)
-        if last is None or last[0] != beat:
-            self.beats[rank] = (beat, now)
-        elif now - last[1] > STALE_S:
-            return f"stopped responding for {STALE_S:g} s (killed?)"
-        return None
 
 
 class _Liveness:
@@ -362,7 +330,6 @@ def spawned_rank(
     os.environ.clear()
     os.environ.update(env)
     sys.path[:] = sys_path
-    from ..runtime import get_backend
 
     try:
         fn, args = pickle.loads(payload)

@@ -81,8 +81,7 @@ class FrameworkKernel:
         self.handles: list[int] = []
         tiling = build_tiling(group, op, reduce_op)
         with self._on_core():
-            self.hccl = Hccl(self.rank_ctx.config.platform.server)
-            self.hccl._framework_task = True
+            self.hccl = Hccl(self.rank_ctx.config.platform.server, framework=True)
             self._checked(self.hccl.InitV2, GetHcclContext(0), tiling)
             self._checked(self.hccl.SetCcTilingV2, offsetof(_FrameworkTiling, "ccTiling"))
 

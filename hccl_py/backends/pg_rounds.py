@@ -42,7 +42,6 @@ import torch.distributed as dist
 
 from .. import layout
 from ..constants import HcclCMDType, HcclReduceOp
-from ..gm import as_elements
 from ..layout import Blocks
 from ..reduce import reduce_ranks
 from ..sanitizer.overlap import first_shared
@@ -100,8 +99,6 @@ class Domain:
 
 
 # ------------------------------------------------------------------ byte views
-def _data(task: Task, side: str) -> torch.Tensor:
-    return (task.send if side == "send" else task.recv).alloc.data
 
 
 def _packed(blocks: Blocks) -> tuple[int, int] | None:
@@ -141,14 +138,10 @@ def _source(task: Task, round_idx: int, blocks: Blocks, in_place_ok: bool = Fals
 
     ``in_place_ok``: the collective tolerates the op's exact in-place block pair.
     """
-    src = _gather(_data(task, "send"), blocks)
+    src = _gather(task.memory("send"), blocks)
     if _packed(blocks) is not None and first_shared(task, round_idx, in_place_ok) is not None:
         src = src.clone()
     return src
-
-
-def _typed(raw: torch.Tensor, task: Task) -> torch.Tensor:
-    return as_elements(raw, task.dtype)
 
 
 def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
@@ -156,7 +149,7 @@ def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
     blocks = layout.round_blocks(task, "recv", round_idx)
     start = int(blocks.starts[0])
     raw = values.contiguous().view(torch.uint8).reshape(-1)
-    _data(task, "recv")[start : start + raw.numel()].copy_(raw)
+    task.memory("recv")[start : start + raw.numel()].copy_(raw)
 
 
 # ------------------------------------------------------------------ the ops
@@ -169,7 +162,7 @@ def _all_gather(task: Task, r: int, dom: Domain) -> None:
     own = task.rank
     src = _source(task, r, send, in_place_ok=True)
     recv = dom.to_pg(recv_blocks)
-    data = _data(task, "recv")
+    data = task.memory("recv")
     packed = _packed(recv)
     if packed is not None and not task.skip_local:
         _all_gather_single(data[packed[0] : packed[1]], src, group=dom.pg)
@@ -199,7 +192,7 @@ def _exchange(task: Task, r: int, dom: Domain, recv: Blocks | None) -> torch.Ten
         out_sizes = recv.sizes.tolist()
         packed = _packed(recv)
         skip = int(np.flatnonzero(dom.order == task.rank)[0]) if task.skip_local else None
-        data = _data(task, "recv")
+        data = task.memory("recv")
         direct = packed is not None and skip is None
         out = (
             data[packed[0] : packed[1]]
@@ -223,14 +216,14 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     if nbytes == 0:
         return
     op = HcclReduceOp(task.reduce_op)
-    src = _gather(_data(task, "send"), send)
+    src = _gather(task.memory("send"), send)
     if dom.reduction.exact:
         gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
         _all_gather_single(gathered, src, group=dom.pg)
-        stacked = dom.to_domain(_typed(gathered, task).view(task.rank_dim, -1))
+        stacked = dom.to_domain(task.typed(gathered).view(task.rank_dim, -1))
         _write_result(task, r, reduce_ranks(stacked, op))
         return
-    values = _typed(src, task)
+    values = task.typed(src)
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
     target = _receive_view(task, r, values) if wide == values.dtype else None
     if target is not None:
@@ -247,7 +240,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
 def _receive_view(task: Task, r: int, like: torch.Tensor) -> torch.Tensor | None:
     """The round's receive block typed like ``like``, or None when it is misaligned for that type."""
     start = int(layout.round_blocks(task, "recv", r).starts[0])
-    raw = _data(task, "recv")[start : start + like.numel() * like.element_size()]
+    raw = task.memory("recv")[start : start + like.numel() * like.element_size()]
     try:
         return raw.view(like.dtype)
     except RuntimeError:
@@ -260,11 +253,11 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
     op = HcclReduceOp(task.reduce_op)
     if dom.reduction.exact:
         received = _exchange(task, r, dom, None)
-        stacked = dom.to_domain(_typed(received, task).view(task.rank_dim, -1))
+        stacked = dom.to_domain(task.typed(received).view(task.rank_dim, -1))
         _write_result(task, r, reduce_ranks(stacked, op))
         return
     send = dom.to_pg(layout.round_blocks(task, "send", r))
-    values = _typed(_gather(_data(task, "send"), send), task)
+    values = task.typed(_gather(task.memory("send"), send))
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
     src = values.to(wide, copy=wide != values.dtype)
     out = torch.empty(task.count, dtype=wide, device=src.device)
@@ -272,7 +265,8 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
     _write_result(task, r, out.to(values.dtype))
 
 
-_ROUND: dict[HcclCMDType, Callable[[Task, int, Domain], None]] = {
+#: The round function of every op this executor runs (tests check it covers the op table).
+ROUNDS: dict[HcclCMDType, Callable[[Task, int, Domain], None]] = {
     _C.HCCL_CMD_ALLREDUCE: _all_reduce,
     _C.HCCL_CMD_ALLGATHER: _all_gather,
     _C.HCCL_CMD_REDUCE_SCATTER: _reduce_scatter,
@@ -281,11 +275,6 @@ _ROUND: dict[HcclCMDType, Callable[[Task, int, Domain], None]] = {
 }
 
 
-def supported(op: HcclCMDType) -> bool:
-    """Whether rounds of ``op`` can run on a process group."""
-    return op in _ROUND
-
-
 def run_round(task: Task, round_idx: int, dom: Domain) -> None:
     """Execute round ``round_idx`` of this rank's ``task`` as collectives on ``dom.pg``."""
-    _ROUND[task.op](task, round_idx, dom)
+    ROUNDS[task.op](task, round_idx, dom)

@@ -1,0 +1,262 @@
+"""One domain's tasks on one rank of a torch.distributed world, run in Prepare order.
+
+As the AI CPU server reads its message queue, a :class:`DomainQueue` runs
+round ``r`` of a task once this rank committed it (late schedule: once
+somebody waits for it), the previous round of the domain finished and every
+InterHcclGroupSync dependency finished. A failed task fails every later task
+of the domain (:func:`hccl_py.agreement.behind`). With task checks on, the
+first round of each task first compares its descriptor with the peers' ones
+through the store; :class:`Absentees` names a peer that will never send one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import re
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ..agreement import behind, count_mismatch, dependency_failed, global_rank, mismatch
+from ..context import Group
+from ..errors import HcclDeadlockError, HcclError, HcclPeerError
+from ..gm import NULL
+from ..task import Task
+from . import pg_rounds
+from . import store as kv
+
+if TYPE_CHECKING:
+    from .dist import DistServer
+
+#: What a process group says when a peer's process ended in the middle of an operation.
+PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
+#: Seconds to wait for the report of the rank whose process ended, to name it.
+PEER_REPORT_S = 0.2
+
+
+def stub(task: Task) -> Task:
+    """A picklable copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
+    return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
+
+
+class DomainQueue:
+    """The tasks of one domain on this rank, run in Prepare order by one thread."""
+
+    def __init__(self, server: DistServer, group: Group, dom: pg_rounds.Domain) -> None:
+        self.server = server
+        self.group = group
+        self.dom = dom
+        self.tasks: dict[int, Task] = {}
+        self.committed: dict[int, int] = {}
+        self.released: dict[int, int] = {}
+        self.done: dict[int, int] = {}
+        self.seq = 0
+        self.round = 0
+        self.running = ""
+        self.error: HcclError | None = None
+        self.failed_seq: int | None = None
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
+
+    # --------------------------------------------------------- under the lock
+    def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
+        """``(finished, error)`` of the task's InterHcclGroupSync dependencies."""
+        for dep in task.deps:
+            queue = self.server.queues.get(dep.domain_name)
+            if queue is None:
+                return False, None
+            failed = queue.failure_at(dep.seq)
+            if failed is not None:
+                return False, dependency_failed(failed, dep.seq, dep.domain_name)
+            if queue.done.get(dep.seq, 0) < dep.repeat:
+                return False, None
+        return True, None
+
+    def ready(self) -> bool:
+        """Whether the thread can start its next round now."""
+        task = self.tasks.get(self.seq)
+        if task is None or self.error is not None or self.running:
+            return False
+        rounds = self.released if self.server.late else self.committed
+        if rounds.get(self.seq, 0) <= self.round:
+            return False
+        return self._deps_state(task)[0]
+
+    def failure_at(self, seq: int) -> HcclError | None:
+        """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""
+        if self.error is None or seq < self.failed_seq:
+            return None
+        if seq == self.failed_seq:
+            return self.error
+        return behind(self.error, self.failed_seq, self.group.name)
+
+    def _fail(self, error: HcclError) -> None:
+        self.error = error
+        self.failed_seq = self.seq
+        self.server.cond.notify_all()
+
+    # ------------------------------------------------------------ running rounds
+    def claim(self) -> tuple[Task, int] | None:
+        """Under the lock: take the next round if it can start now (the queue is then running)."""
+        task = self.tasks.get(self.seq)
+        if task is not None and self.error is None and not self.running:
+            error = self._deps_state(task)[1]
+            if error is not None:
+                self._fail(error)
+        if self.stopping or not self.ready():
+            return None
+        self.running = f"running round {self.round} on the process group"
+        return task, self.round
+
+    def execute(self, task: Task, r: int) -> HcclError | None:
+        """Outside the lock: run one claimed round; return its error, if any."""
+        try:
+            if r == 0 and self.server.check_tasks:
+                self.running = "comparing task descriptors with the other ranks"
+                self._check(task)
+                self.running = f"running round {r} on the process group"
+            pg_rounds.run_round(task, r, self.dom)
+        except HcclError as exc:
+            return exc
+        except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
+            text = (
+                f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            if not PEER_GONE.search(str(exc)):
+                return HcclError(text)
+            try:  # a peer's process ended: say which rank failed, once someone reports it
+                self.server.session.check_abort(wait=PEER_REPORT_S)
+            except HcclPeerError as peer:
+                return peer
+            return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+        return None
+
+    def finish(self, task: Task, r: int, error: HcclError | None) -> None:
+        """Under the lock: record the outcome of a claimed round and move on."""
+        self.running = ""
+        if error is not None:
+            self._fail(error)
+            return
+        self.done[self.seq] = r + 1
+        if r + 1 == task.repeat:
+            self.seq, self.round = self.seq + 1, 0
+        else:
+            self.round = r + 1
+        self.server.cond.notify_all()
+
+    def drain(self) -> None:
+        """Run every round that can start now in the calling thread.
+
+        Single-rank domains need no peer and have no thread: like the
+        emulator's eager schedule, a Commit (late: a Wait or Query) runs the
+        round at once, and any waiting thread runs rounds that become ready.
+        """
+        cond = self.server.cond
+        while True:
+            with cond:
+                job = self.claim()
+            if job is None:
+                return
+            error = self.execute(*job)
+            with cond:
+                self.finish(*job, error)
+
+    def _loop(self) -> None:
+        if self.server.session.thread_init is not None:
+            self.server.session.thread_init()
+        cond = self.server.cond
+        while True:
+            with cond:
+                job = self.claim()
+                while job is None:
+                    if self.stopping or self.error is not None:
+                        return
+                    cond.wait()
+                    job = self.claim()
+            error = self.execute(*job)
+            with cond:
+                self.finish(*job, error)
+
+    def _check(self, task: Task) -> None:
+        """Compare this task with the other ranks' tasks at the same position (strict mode)."""
+        store = self.server.store
+        keys = [desc_key(task.domain_name, task.seq, i) for i in range(task.rank_dim)]
+        absentees = Absentees(self.server, task)
+
+        def what(missing: list[str]) -> str:
+            who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
+            return (
+                f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
+                f"{self.group.name} (its own: handle {task.handle}, {task.describe()}): ranks "
+                f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
+            )
+
+        def interrupt() -> None:
+            self.server.session.check_abort()
+            absentees.check(keys)
+
+        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
+        error = mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
+        if error is not None:
+            raise error
+
+
+def desc_key(domain: str, seq: int, rank: int) -> str:
+    return f"desc/{domain}/{seq}/{rank}"
+
+
+def final_key(domain: str, launch: int, rank: int) -> str:
+    return f"final/{domain}/{launch}/{rank}"
+
+
+def returned_key(rank: int) -> str:
+    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run."""
+    return f"returned/{rank}"
+
+
+class Absentees:
+    """Spots, while a task waits for its peers' descriptors, a peer that will never send one.
+
+    That peer finalized its kernel launch after fewer tasks (a count mismatch,
+    reported as the emulator does), returned from its function, or its process
+    is gone.
+    """
+
+    def __init__(self, server: DistServer, task: Task) -> None:
+        self.server = server
+        self.store = server.store
+        self.task = task
+        self.next_look = 0.0
+
+    def check(self, desc_keys: list[str]) -> None:
+        now = time.monotonic()
+        if now < self.next_look:
+            return
+        self.next_look = now + 0.05
+        task = self.task
+        for i, key in enumerate(desc_keys):
+            if i == task.rank or self.store.check([key]):
+                continue
+            final = final_key(task.domain_name, task.launch, i)
+            n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
+            if n_tasks is not None and task.handle >= n_tasks:
+                raise count_mismatch(task, i, n_tasks)
+            peer = task.domain.ranks[i]
+            returned = self.store.check([returned_key(peer)])
+            how = "returned from its function" if returned else self.server.session.peers.gone(peer)
+            if how is None:
+                continue
+            # did it fail? then say so (a launcher may still be reporting a killed rank)
+            self.server.session.check_abort(wait=0.0 if returned else PEER_REPORT_S)
+            where = (
+                f"task #{task.seq} of domain {task.domain_name}, which rank {global_rank(task)} "
+                f"prepared (handle {task.handle}, {task.describe()})"
+            )
+            if returned:
+                raise HcclDeadlockError(
+                    f"rank {peer} returned from its function without preparing {where}: "
+                    "it would wait forever"
+                )
+            raise HcclPeerError(f"rank {peer} {how} before preparing {where}")

@@ -1,0 +1,188 @@
+"""The Hccl object itself: its state, its failure reporting, and Init/SetCcTiling.
+
+:class:`HcclBase` holds what every call needs (the domain's shared state, the
+handles this core's object returned, the registered cc tilings) and the one
+way a call fails (:meth:`HcclBase._fail`). Prepare calls are added by
+:mod:`.prepare`, task control (Commit, Wait, Query, Finalize) by :mod:`.hccl`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType, HcclServerConfig, HcclServerType
+from ..context import current_rank_context
+from ..errors import HcclBoundsError, HcclError, HcclUsageError
+from ..gm import GmAddr
+from ..kernel import CoreContext, HcclContext, current_core_context
+from ..ops import OPS
+from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, read_cc_tiling, tiling_bytes
+from .sender import DEFAULT_CFG, server_config
+from .state import ClientState, Handle
+
+
+class HcclBase:
+    """State and initialisation of the AscendC ``Hccl`` client (see :class:`~hccl_py.client.Hccl`)."""
+
+    def __class_getitem__(cls, params: Any) -> Any:
+        params = params if isinstance(params, tuple) else (params,)
+        return functools.partial(cls, *params)
+
+    def __init__(
+        self,
+        server_type: int = HcclServerType.HCCL_SERVER_TYPE_AICPU,
+        config: HcclServerConfig | tuple = DEFAULT_CFG,
+        *,
+        framework: bool = False,
+    ) -> None:
+        self.server_type = HcclServerType(server_type)
+        self.config = server_config(config)
+        #: Set by hccl_py.framework for its internal clients: framework collectives are not
+        #: kernel API calls, so the platform's op and size restrictions do not apply to them.
+        self.framework = framework
+        self.last_error: str | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.state: ClientState | None = None
+        self._mode: str | None = None
+        self._tiling_src: Any = None
+        self._cc: dict[HcclCMDType, Mc2CcTiling] = {}
+        self.handles: list[Handle] = []
+        self._n_syncs = 0
+        self.finalized = False
+
+    # ----------------------------------------------------------------- helpers
+    def _strict(self) -> bool:
+        ctx = current_rank_context(required=False)
+        return True if ctx is None else ctx.config.strict
+
+    def _fail(
+        self,
+        reason: str,
+        ret: Any = HCCL_FAILED,
+        cls: type[HcclError] = HcclUsageError,
+        **facts: Any,
+    ) -> Any:
+        """Record a failed call; raise it in strict mode, else return the C++ result.
+
+        Findings that hardware would hang or corrupt memory on (``cls.always_raise``)
+        raise in every mode.
+        """
+        ctx = current_rank_context(required=False)
+        domain = self.state.group.name if self.state else None
+        err = cls(reason, rank=ctx.rank if ctx else None, domain=domain, **facts)
+        self.last_error = str(err)
+        if self._strict() or cls.always_raise:
+            raise err
+        return ret
+
+    def _ok(self, value: Any = HCCL_SUCCESS) -> Any:
+        self.last_error = None
+        return value
+
+    def _core(self) -> CoreContext:
+        core = current_core_context()
+        if core is None:
+            raise RuntimeError(
+                "Hccl methods must be called inside a kernel started by hccl_py.launch"
+            )
+        return core
+
+    def _usable(self) -> str | None:
+        """Why the object cannot communicate now, or None."""
+        if self.state is None:
+            return "the Hccl object is not initialised (call InitV2 first)"
+        if self.finalized:
+            return "the Hccl object was finalized and cannot communicate again"
+        return None
+
+    def _handle(self, handle: Any) -> Handle | None:
+        if isinstance(handle, (int, np.integer)) and not isinstance(handle, bool):
+            h = int(handle)
+            if 0 <= h < len(self.handles):
+                return self.handles[h]
+        return None
+
+    # ------------------------------------------------------------ initialising
+    def _init(self, context: Any, tiling: Any, mode: str) -> None:
+        if not isinstance(context, HcclContext):
+            self._fail(
+                f"{mode}: context must come from GetHcclContext(0 or 1), got {context!r}", ret=None
+            )
+            return
+        if self.state is not None and not self.finalized:
+            self._fail(f"{mode}: the Hccl object is already initialised", ret=None)
+            return
+        platform = context.launch.rank_ctx.config.platform
+        if self.server_type != platform.server:
+            self._fail(
+                f"{mode}: server type {self.server_type.name} is not supported on {platform.name}",
+                ret=None,
+                expected=platform.server.name,
+                actual=self.server_type.name,
+            )
+            return
+        self._reset()
+        self.state = context.launch.client_state(context.index, lambda: ClientState(context))
+        self.state.objects.append(self)
+        self._mode = mode
+        self._tiling_src = tiling
+        self._ok(None)
+
+    def InitV2(self, context: HcclContext, initTiling: Any) -> None:
+        """Bind this object to a domain and to the kernel's tiling struct (or its GM address)."""
+        if initTiling is None or (isinstance(initTiling, GmAddr) and initTiling.is_null):
+            self._fail("InitV2: initTiling is null", ret=None)
+            return
+        self._init(context, initTiling, "InitV2")
+
+    def Init(self, context: HcclContext, initTiling: Any = None) -> None:
+        """Deprecated V1 initialisation; with no tiling, Prepare needs no SetCcTiling."""
+        no_tiling = initTiling is None or (isinstance(initTiling, GmAddr) and initTiling.is_null)
+        self._init(context, None if no_tiling else initTiling, "Init")
+        if self.state is not None and no_tiling:
+            self._mode = "Init-no-tiling"
+
+    def _register_cc(self, cc: Mc2CcTiling, where: str) -> int:
+        try:
+            op = HcclCMDType(cc.opType)
+        except ValueError:
+            op = None
+        if op not in OPS:
+            return self._fail(
+                f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling"
+            )
+        self._cc[op] = cc
+        return self._ok()
+
+    def SetCcTilingV2(self, offset: int) -> int:
+        """Register the Mc2CcTiling at byte ``offset`` of the init tiling struct for its op type."""
+        if self.state is None or self._mode not in ("InitV2", "Init"):
+            return self._fail("SetCcTilingV2: the Hccl object is not initialised with InitV2")
+        try:
+            raw = tiling_bytes(self._tiling_src, nbytes=int(offset) + MC2_CC_TILING_SIZE)
+            cc = read_cc_tiling(raw, int(offset))
+        except (ValueError, TypeError, HcclBoundsError) as exc:
+            return self._fail(f"SetCcTilingV2({offset}): bad offset: {exc}")
+        return self._register_cc(cc, f"SetCcTilingV2({offset})")
+
+    def SetCcTiling(self, ccTilingAddress: Any) -> int:
+        """Deprecated V1 form: register the Mc2CcTiling at a GM address (or an instance)."""
+        if self.state is None:
+            return self._fail("SetCcTiling: the Hccl object is not initialised")
+        if self._mode != "Init":
+            return self._fail(
+                "SetCcTiling: only valid after Init(context, initTiling); "
+                "Init with and without tiling must not be mixed, and InitV2 takes SetCcTilingV2"
+            )
+        try:
+            cc = Mc2CcTiling.from_buffer_copy(
+                tiling_bytes(ccTilingAddress, nbytes=MC2_CC_TILING_SIZE)
+            )
+        except (ValueError, TypeError, HcclBoundsError) as exc:
+            return self._fail(f"SetCcTiling: cannot read an Mc2CcTiling there: {exc}")
+        return self._register_cc(cc, "SetCcTiling")

@@ -1,0 +1,160 @@
+"""Argument converters, and the one parameter object every Prepare call fills.
+
+Each Prepare method of :class:`~hccl_py.client.Hccl` stores its raw arguments in
+a :class:`PrepareParam` (the official client's ``CommonPrepareParam``);
+:func:`task_fields` validates it once, in a fixed order, against the op
+table's facts for that op, and returns the task's fields. A bad argument
+raises :class:`~hccl_py.errors.InvalidCall` naming the rule that refused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..constants import (
+    HCCL_MAX_HANDLE_ID,
+    KERNEL_REDUCE_OPS,
+    MAX_REPEAT,
+    HcclDataType,
+    HcclReduceOp,
+)
+from ..errors import HcclBoundsError, InvalidCall
+from ..gm import GmAddr
+from ..ops import OpSpec
+from ..platform import Platform
+
+
+@dataclass
+class PrepareParam:
+    """The raw arguments of one Prepare call, whatever the op."""
+
+    spec: OpSpec
+    send_buf: Any
+    recv_buf: Any
+    data_type: Any
+    repeat: Any
+    count: Any = None
+    reduce_op: Any = None
+    stride: Any = 0
+    recv_type: Any = None
+    send_counts: Any = None
+    sdispls: Any = None
+    recv_counts: Any = None
+    rdispls: Any = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the preparing object allows now (platform, tilings, handles used)."""
+
+    platform: Platform
+    kernel_api: bool
+    has_tiling: bool
+    handles_used: int
+    rank_dim: int
+
+
+def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
+    """Validate ``p`` against the op table and ``limits``; return the Task fields."""
+    spec = p.spec
+    dtype = _common(p, limits)
+    fields: dict[str, Any] = dict(
+        send=p.send_buf, recv=p.recv_buf, dtype=dtype, repeat=int(p.repeat)
+    )
+    if spec.pairwise_counts and int(p.recv_type) != int(p.data_type):
+        raise InvalidCall(
+            "recvType must equal sendType", expected=int(p.data_type), actual=int(p.recv_type)
+        )
+    if spec.count_arg is not None:
+        fields["count"] = count(spec.count_arg, p.count, spec.zero_count)
+    if spec.reduces:
+        fields["reduce_op"] = reduce_op(p.reduce_op)
+    if spec.strided:
+        fields["stride"] = count("strideCount", p.stride)
+    if spec.pairwise_counts:
+        for name, key in (
+            ("sendCounts", "send_counts"),
+            ("sdispls", "sdispls"),
+            ("recvCounts", "recv_counts"),
+            ("rdispls", "rdispls"),
+        ):
+            fields[key] = array(spec.name, name, getattr(p, key), limits.rank_dim)
+    return fields
+
+
+def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
+    """The checks every Prepare makes, in the official client's order."""
+    spec, platform = p.spec, limits.platform
+    if limits.kernel_api and not platform.supports(spec.cmd):
+        raise InvalidCall(f"{spec.name} is not supported on {platform.name}")
+    if not limits.has_tiling:
+        raise InvalidCall(
+            f"no tiling set for {spec.name}: call SetCcTilingV2 with the offset of an "
+            f"Mc2CcTiling whose opType is {spec.cmd.name}"
+        )
+    repeat = p.repeat
+    if not isinstance(repeat, (int, np.integer)) or not 1 <= int(repeat) <= MAX_REPEAT:
+        raise InvalidCall(f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat)
+    try:
+        dtype = HcclDataType(int(p.data_type))
+    except (ValueError, TypeError):
+        raise InvalidCall("data type out of range", actual=p.data_type) from None
+    if dtype not in spec.dtypes:
+        raise InvalidCall(
+            f"data type {dtype.name} is not allowed for {spec.name}", actual=dtype.name
+        )
+    for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
+        if not isinstance(buf, GmAddr) or buf.is_null:
+            raise InvalidCall(f"{name} is null", actual=buf)
+    if limits.handles_used >= HCCL_MAX_HANDLE_ID:
+        raise InvalidCall(
+            f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
+            expected=f"< {HCCL_MAX_HANDLE_ID} tasks",
+        )
+    return dtype
+
+
+def count(name: str, value: Any, allow_zero: bool = True) -> int:
+    """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise InvalidCall(f"{name} must be a non-negative int", actual=value)
+    if not allow_zero and value == 0:
+        raise InvalidCall(f"{name} must not be 0", actual=value)
+    return int(value)
+
+
+def reduce_op(value: Any) -> HcclReduceOp:
+    """A reduce op the kernel API supports (SUM, MAX, MIN)."""
+    try:
+        op = HcclReduceOp(int(value))
+    except (ValueError, TypeError):
+        raise InvalidCall("reduce op out of range", actual=value) from None
+    if op not in KERNEL_REDUCE_OPS:
+        raise InvalidCall(f"reduce op {op.name} is not supported by the kernel API", actual=op.name)
+    return op
+
+
+def array(op: str, name: str, values: Any, n: int) -> tuple[int, ...]:
+    """A per-peer uint64 array: a sequence, numpy array, tensor or GM address of ``n`` ints."""
+    if values is None or (isinstance(values, GmAddr) and values.is_null):
+        raise InvalidCall(f"{op}: {name} is missing")
+    if isinstance(values, GmAddr):
+        try:
+            raw = values.read_bytes(8 * n)
+        except HcclBoundsError as exc:
+            raise InvalidCall(f"{op}: cannot read {name}: {exc}") from None
+        values = np.frombuffer(raw, dtype="<u8")
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu()
+    items = values.tolist() if hasattr(values, "tolist") else values
+    if not isinstance(items, (list, tuple)) or len(items) != n:
+        raise InvalidCall(f"{op}: {name} must hold {n} (rankDim) integers", actual=values)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise InvalidCall(f"{op}: {name} must hold integers", actual=list(items))
+    if any(v < 0 for v in items):
+        raise InvalidCall(f"{op}: {name} must be non-negative", actual=list(items))
+    return tuple(items)

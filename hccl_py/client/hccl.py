@@ -1,0 +1,247 @@
+"""The AscendC ``Hccl`` client, call for call: task control on top of the Prepare calls.
+
+The client validates every call exactly as the C++ client does (returning -1
+or doing nothing where C++ does), keeps the handle bookkeeping, and sends
+valid tasks to the rank's :class:`~hccl_py.server.Server`. It never moves data
+itself, so the same client serves the emulator, gloo and HCCL.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from ..constants import HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
+from ..errors import HcclCoreError, HcclUnfinishedError
+from ..task import op_name
+from ..template import template
+from .prepare import PrepareCalls
+from .sender import is_sender
+
+_C = HcclCMDType
+
+
+class Hccl(PrepareCalls):
+    """The AscendC ``Hccl`` client. Create one per kernel instance (core).
+
+    ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
+    mirrors the C++ template arguments; keywords work too. ``framework=True``
+    (keyword only) marks the internal clients of hccl_py's framework
+    collectives, which the platform's kernel-API limits do not bind.
+    """
+
+    # ------------------------------------------------ commit / wait / finalize
+    def Commit(self, handleId: int) -> None:
+        """Let the server run the next round of ``handleId`` (once per round)."""
+        reason = self._usable()
+        if reason:
+            self._fail(f"Commit: {reason}", ret=None, handle=handleId)
+            return
+        info = self._handle(handleId)
+        if info is None:
+            self._fail(
+                f"Commit: handle {handleId} was never returned by Prepare; nothing sent",
+                ret=None,
+                handle=handleId,
+            )
+            return
+        name = op_name(info.op)
+        if info.commits >= info.repeat:
+            self._fail(
+                f"extra Commit: all {info.repeat} rounds are already committed",
+                ret=None,
+                handle=int(handleId),
+                op=name,
+                round=info.commits,
+                expected=f"<= {info.repeat} commits",
+                actual=info.commits + 1,
+            )
+            return
+        core = self._core()
+        if core.kind != info.kind:
+            self._fail(
+                f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
+                ret=None,
+                cls=HcclCoreError,
+                handle=int(handleId),
+                op=name,
+                round=info.commits,
+            )
+            return
+        info.commits += 1
+        if info.task is not None:
+            self.state.rank_ctx.server.commit(info.task, info.commits - 1)
+        self._ok(None)
+
+    def Wait(self, handleId: int) -> int:
+        """Block until the next round of ``handleId`` finished; 0, or -1 without waiting."""
+        reason = self._usable()
+        if reason:
+            return self._fail(f"Wait: {reason}", handle=handleId)
+        info = self._handle(handleId)
+        if info is None:
+            return self._fail(
+                f"Wait: handle {handleId} is out of range or was never returned by Prepare",
+                handle=handleId,
+            )
+        h = int(handleId)
+        name = op_name(info.op)
+        if info.waits >= info.repeat:
+            return self._fail(
+                f"Wait: all {info.repeat} rounds were already waited",
+                handle=h,
+                op=name,
+                round=info.waits,
+            )
+        if info.waits >= info.commits:
+            return self._fail(
+                f"Wait before Commit: round {info.waits} was not committed (it would hang on hardware)",
+                handle=h,
+                op=name,
+                round=info.waits,
+                expected=f"> {info.waits} commits",
+                actual=info.commits,
+            )
+        core = self._core()
+        if core.kind != info.kind:
+            return self._fail(
+                f"Wait from an {core.kind.name} core of a handle prepared on {info.kind.name}",
+                cls=HcclCoreError,
+                handle=h,
+                op=name,
+                round=info.waits,
+                expected=info.kind.name,
+                actual=core.kind.name,
+            )
+        later = [g for g in range(h + 1, len(self.handles)) if self.handles[g].waits]
+        if later:
+            reason = (
+                f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
+                f"must follow Prepare order"
+            )
+            if self._strict():
+                return self._fail(reason, handle=h, op=name, round=info.waits)
+            warnings.warn(f"rank {self.state.rank_ctx.rank}: {reason}", stacklevel=2)
+        self.state.record_wait(core, h, info.waits)
+        task = info.task or self.state.task(h, core)
+        self.state.rank_ctx.server.wait(task, info.waits)
+        info.waits += 1
+        return self._ok(HCCL_SUCCESS)
+
+    def Query(self, handleId: int) -> int:
+        """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""
+        if self.state is None:
+            return self._fail("Query: the Hccl object is not initialised", handle=handleId)
+        info = self._handle(handleId)
+        if info is None:
+            return self._fail(
+                f"Query: handle {handleId} is out of range or was never returned by Prepare",
+                handle=handleId,
+            )
+        if self.finalized:
+            return self._ok(0)
+        task = info.task or self.state.tasks.get(int(handleId))
+        return self._ok(0 if task is None else self.state.rank_ctx.server.finished(task))
+
+    @template("sync")
+    def Finalize(self, sync: bool = True) -> None:
+        """Tell the server no more tasks come and wait for the last one (``Finalize[False]`` skips that)."""
+        reason = self._usable()
+        if reason:
+            self._fail(f"Finalize: {reason}", ret=None)
+            return
+        platform = self.state.rank_ctx.config.platform
+        if not sync:
+            has_batch_write = any(h.op == _C.HCCL_CMD_BATCH_WRITE for h in self.handles)
+            if not (platform.finalize_async_allowed and has_batch_write):
+                self._fail(
+                    f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
+                    f"not on {platform.name} with these tasks",
+                    ret=None,
+                )
+                return
+        if self.state.sender is self:
+            server = self.state.rank_ctx.server
+            for h, info in enumerate(self.handles):
+                if info.commits < info.repeat:
+                    raise HcclUnfinishedError(
+                        f"Finalize with handle {h} ({info.task.describe()}) committed {info.commits} of "
+                        f"{info.repeat} rounds: the server would wait forever for the rest",
+                        rank=self.state.rank_ctx.rank,
+                        domain=self.state.group.name,
+                        handle=h,
+                        op=op_name(info.op),
+                        round=info.commits,
+                    )
+            self.state.check_finalize_order(self._core())
+            if self.handles:
+                server.finalize(
+                    self.state.group,
+                    self.state.rank,
+                    self.state.launch_index(),
+                    len(self.handles),
+                )
+            if sync:
+                for info in self.handles:
+                    server.wait(info.task, info.repeat - 1)
+        self.finalized = True
+        self._ok(None)
+
+    # ------------------------------------------------------------ other calls
+    def GetRankId(self) -> int:
+        """This rank's index in the object's domain."""
+        if self.state is None:
+            return self._fail("GetRankId: the Hccl object is not initialised", ret=0)
+        return self.state.rank
+
+    def GetRankDim(self) -> int:
+        """Number of ranks in the object's domain."""
+        if self.state is None:
+            return self._fail("GetRankDim: the Hccl object is not initialised", ret=0)
+        return self.state.rank_dim
+
+    def InterHcclGroupSync(self, srcGroupID: int, srcHandleID: int) -> None:
+        """Every later task of this domain starts only after task ``srcHandleID`` of domain ``srcGroupID``."""
+        reason = self._usable()
+        if reason:
+            self._fail(f"InterHcclGroupSync: {reason}", ret=None)
+            return
+        platform = self.state.rank_ctx.config.platform
+        if (
+            platform.group_sync_counts_as_task
+            and len(self.handles) + self._n_syncs >= HCCL_MAX_HANDLE_ID
+        ):
+            self._fail(
+                f"InterHcclGroupSync: the domain already used its {HCCL_MAX_HANDLE_ID} handles "
+                f"(on {platform.name} group syncs count as tasks)",
+                ret=None,
+            )
+            return
+        other = self.state.launch.clients.get(int(srcGroupID))
+        if other is None or other is self.state:
+            self._fail(
+                f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
+                "of this kernel",
+                ret=None,
+            )
+            return
+        # Only the sending core records the dependency. The task may come from another
+        # core (the sending core of domain srcGroupID) that has not prepared it yet: wait
+        # for it then; only when this core itself sends in that domain is it final.
+        core = self._core()
+        sender = is_sender(self.config, core)
+        valid_id = isinstance(srcHandleID, int) and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
+        src = other.tasks.get(srcHandleID) if valid_id else None
+        if src is None and sender:
+            if not valid_id or other.sender_core is core:
+                self._fail(
+                    f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain {srcGroupID}",
+                    ret=None,
+                    handle=srcHandleID,
+                )
+                return
+            src = other.task(srcHandleID, core)
+        if sender:
+            self.state.deps.append(src)
+        if platform.group_sync_counts_as_task:
+            self._n_syncs += 1
+        self._ok(None)

@@ -1,0 +1,67 @@
+"""Which core sends: only one core per context writes messages to the server.
+
+Without a server config that is block 0 of the core type that prepares; with
+``HcclServerConfig{ON_AIV, 10}`` it is AIV block 10. Other cores run the same
+calls, get the same handle ids and send nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..constants import CoreType, HcclServerConfig
+from ..kernel import AIC, AIV, CoreContext
+
+#: The default server config, ``{CoreType::DEFAULT, 0}`` (``DEFAULT_CFG`` in AscendC).
+DEFAULT_CFG = HcclServerConfig()
+
+
+def server_config(config: Any) -> HcclServerConfig:
+    """An ``HcclServerConfig`` from the config or a ``(CoreType, blockId)`` pair."""
+    if isinstance(config, HcclServerConfig):
+        return config
+    kind, block = config
+    return HcclServerConfig(CoreType(kind), int(block))
+
+
+def is_sender(config: HcclServerConfig, core: CoreContext) -> bool:
+    """Whether ``core`` is the one that writes messages for this server config."""
+    if config.type == CoreType.DEFAULT:
+        return core.block_idx == config.blockId
+    want = AIV if config.type == CoreType.ON_AIV else AIC
+    return core.kind == want and core.block_idx == config.blockId
+
+
+def missing_sender(config: HcclServerConfig, core: CoreContext) -> str | None:
+    """Why no core of this launch can send for ``config``, or None."""
+    kind = (
+        core.kind
+        if config.type == CoreType.DEFAULT
+        else (AIV if config.type == CoreType.ON_AIV else AIC)
+    )
+    n = core.launch.cores_of_kind[kind]
+    if config.blockId < n:
+        return None
+    return (
+        f"HcclServerConfig names {kind.name} block {config.blockId} as the sending core, but this "
+        f"launch has {n} {kind.name} cores (block_dim={core.launch.block_dim}, "
+        f"kernel_type={core.launch.kernel_type!r}): no task would ever be sent"
+    )
+
+
+def core_problem(obj: Any, core: CoreContext) -> str | None:
+    """Why ``core`` may not Prepare on the Hccl object ``obj`` (core misuse), or None."""
+    missing = missing_sender(obj.config, core)
+    if missing or not is_sender(obj.config, core):
+        return missing
+    state = obj.state
+    if obj.config.type == CoreType.DEFAULT:
+        state.prepare_kinds.add(core.kind)
+        if len(state.prepare_kinds) > 1:
+            return (
+                "Prepare was called from both AIC and AIV block 0 without an "
+                "HcclServerConfig; all calls must run on one core type"
+            )
+    if state.sender not in (None, obj):
+        return "a second Hccl object sends on the same context on this core"
+    return None

@@ -1,0 +1,137 @@
+"""Per-launch client state: what the Hccl objects of all cores of one launch share.
+
+Handles and tasks per context, the sending core, InterHcclGroupSync
+dependencies, and the SyncAll ordering between other cores' Waits and the
+sending core's Finalize; at kernel exit, the check for work the real server
+would hang on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..constants import HcclCMDType
+from ..errors import HcclCoreError, HcclUnfinishedError
+from ..kernel import CoreContext, HcclContext, KernelCoreType
+from ..task import Task, op_name
+
+if TYPE_CHECKING:
+    from .base import HcclBase
+
+
+@dataclass
+class Handle:
+    """One handle as seen by one core's Hccl object."""
+
+    op: HcclCMDType
+    repeat: int
+    kind: KernelCoreType
+    commits: int = 0
+    waits: int = 0
+    task: Task | None = None
+
+
+class ClientState:
+    """What the Hccl objects of all cores of one launch share for one context."""
+
+    def __init__(self, context: HcclContext) -> None:
+        self.context = context
+        self.group = context.group
+        self.launch = context.launch
+        self.rank_ctx = context.launch.rank_ctx
+        self.rank = self.group.rank_of(self.rank_ctx.rank)
+        self.rank_dim = self.group.size
+        self.tasks: dict[int, Task] = {}
+        self.prepare_kinds: set[KernelCoreType] = set()
+        self.sender: HcclBase | None = None
+        self.sender_core: CoreContext | None = None
+        self.deps: list[Task] = []
+        self.objects: list[HcclBase] = []
+        self.launch_idx: int | None = None
+        self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
+        self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+
+    def launch_index(self) -> int:
+        """This launch's index among the launches of this rank that sent tasks to the domain."""
+        if self.launch_idx is None:
+            counters = self.rank_ctx.extras.setdefault("launches_per_domain", {})
+            self.launch_idx = next(counters.setdefault(self.group.name, itertools.count()))
+        return self.launch_idx
+
+    def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
+        """A core starts waiting: it must be ordered before the sender's Finalize by a SyncAll."""
+        passed = self.launch.barriers_passed(core)
+        with self.rank_ctx.blocker.cond:
+            finalized = self.finalized_by
+            self.waits.append((core, passed, handle, round_idx))
+        if finalized is not None and core != finalized[0]:
+            self._unordered(finalized[0], core, handle, round_idx, "already finalized")
+
+    def check_finalize_order(self, core: CoreContext) -> None:
+        """The sending core finalizes: every other core's Waits must come before it (SyncAll)."""
+        with self.rank_ctx.blocker.cond:
+            self.finalized_by = (core, self.launch.barriers_passed(core))
+            waits = list(self.waits)
+        for other, passed, handle, round_idx in waits:
+            if other != core and not self.launch.ordered_before(other, passed, core):
+                self._unordered(core, other, handle, round_idx, "finalizes")
+
+    def _unordered(
+        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int, verb: str
+    ) -> None:
+        raise HcclCoreError(
+            f"{finalizer.kind.name} core {finalizer.block_idx} {verb} while "
+            f"{waiter.kind.name} core {waiter.block_idx} waits for handle {handle} round "
+            f"{round_idx}: no SyncAll() separates that Wait from Finalize. Finalize resets "
+            "the finish counters the other cores poll, so on hardware they may hang; call "
+            "SyncAll() after the last Wait of every core and before Finalize",
+            rank=self.rank_ctx.rank,
+            domain=self.group.name,
+            handle=handle,
+            round=round_idx,
+        )
+
+    def task(self, handle: int, core: CoreContext) -> Task:
+        """The task the sending core prepared for ``handle`` (waits until it exists)."""
+        blocker = self.rank_ctx.blocker
+        blocker.wait_for(
+            lambda: handle in self.tasks,
+            lambda: (
+                f"rank {self.rank_ctx.rank} {core.kind.name} core {core.block_idx} waits for the "
+                f"sending core to prepare handle {handle} in domain {self.group.name}"
+            ),
+        )
+        return self.tasks[handle]
+
+    def check_exit(self) -> None:
+        """Called when the kernel returns: report work the real server would hang on.
+
+        Also reports a handle that some core waited for some but not all of its
+        rounds: such a kernel relies on Wait, and reads unfinished data.
+        """
+        sender = self.sender
+        problems = []
+        for h, info in enumerate(sender.handles if sender else ()):
+            if info.commits < info.repeat:
+                problems.append(
+                    f"handle {h} ({info.task.describe() if info.task else op_name(info.op)}): "
+                    f"{info.commits} of {info.repeat} rounds committed"
+                )
+        if sender is not None and sender.handles and not sender.finalized:
+            problems.append("Finalize() was never called")
+        for obj in self.objects:
+            for h, info in enumerate(obj.handles):
+                if 0 < info.waits < info.repeat:
+                    problems.append(
+                        f"handle {h} ({op_name(info.op)}): a core waited {info.waits} of its "
+                        f"{info.repeat} rounds; a kernel that Waits a handle must Wait every round"
+                    )
+        if problems:
+            raise HcclUnfinishedError(
+                "kernel returned with unfinished work that would leave the server hanging: "
+                + "; ".join(problems),
+                rank=self.rank_ctx.rank,
+                domain=self.group.name,
+            )

@@ -1,0 +1,41 @@
+"""The options of one run (``hp.run(..., strict=, timeout=, schedule=, poison=, overlap=)``).
+
+A module of its own, below everything that reads it (contexts, servers,
+backends, the launcher), so that none of them imports another to get it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .blocking import default_timeout
+from .platform import Platform, get_platform
+
+
+@dataclass(frozen=True)
+class Config:
+    """Options of one run, shared by every rank.
+
+    - ``strict``: failed calls raise :class:`HcclError` (True) or return the C++ codes.
+    - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``).
+    - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
+      runs it as late as possible: only once every other thread of the world waits
+      (in Wait, Finalize, SyncAll ...) or polls Query in vain (exposes races).
+    - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF
+      (restored if the round never runs); see docs/sanitizer.md.
+    - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or
+      send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
+    """
+
+    platform: Platform = field(default_factory=lambda: get_platform("A2"))
+    strict: bool = True
+    timeout: float = field(default_factory=default_timeout)
+    schedule: str = "eager"
+    poison: bool = False
+    overlap: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.schedule not in ("eager", "late"):
+            raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
+        if self.overlap not in ("error", "warn", "ignore"):
+            raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")

@@ -1,0 +1,94 @@
+"""Whether a rank's process still lives: its pid on this host, its heartbeat in the store.
+
+The one liveness judgement of the package: the ranks (while they wait for each
+other), the supervisors and msrun's scheduler all ask :class:`Peers`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from .. import errors
+from ..backends import store as kv
+
+#: Seconds the other ranks get to stop by themselves after one rank failed, before they are killed.
+GRACE_S = 3.0
+#: How often a live process bumps its heartbeat, and after how long without one it counts as dead.
+HEARTBEAT_S = 0.5
+STALE_S = 10.0
+
+
+class RankDiedError(errors.HcclError):
+    """A rank's process ended without reporting an outcome (killed, crashed or exited early)."""
+
+    how = ""
+
+
+def rank_died(rank: int, how: str) -> RankDiedError:
+    """The failure of ``rank``, which ``how`` ended ("was killed by SIGKILL") without a report."""
+    error = RankDiedError(f"rank {rank} {how} before reporting an outcome")
+    error.how = how
+    error.hccl_rank = rank
+    return error
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def process_state(where: str) -> str:
+    """State of the process ``host|pid``: "alive", "zombie" (ended, not reaped), "gone" or "remote"."""
+    host, _, pid = where.partition("|")
+    if host != socket.gethostname():
+        return "remote"
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return "gone"
+    except PermissionError:
+        return "alive"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return "zombie" if stat.read().rsplit(")", 1)[1].split()[0] == "Z" else "alive"
+    except OSError:
+        return "alive"
+
+
+def process_gone(where: str) -> bool:
+    """Whether the process ``host|pid`` (on this host) has ended."""
+    return process_state(where) in ("zombie", "gone")
+
+
+class Peers:
+    """Whether the other ranks' processes still live, judged from the store.
+
+    A rank is gone when its process (on this host) no longer runs, or when its
+    heartbeat has not moved for :data:`STALE_S` seconds.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.beats: dict[int, tuple[int, float]] = {}
+
+    def gone(self, rank: int) -> str | None:
+        """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
+        where = kv.pid_key(rank)
+        if self.store.check([where]) and process_gone(self.store.get(where).decode()):
+            return "exited (killed or crashed)"
+        now = time.monotonic()
+        beat = int(self.store.add(kv.heartbeat_key(rank), 0))
+        last = self.beats.get(rank)
+        if last is None or last[0] != beat:
+            self.beats[rank] = (beat, now)
+        elif now - last[1] > STALE_S:
+            return f"stopped responding for {STALE_S:g} s (killed?)"
+        return None

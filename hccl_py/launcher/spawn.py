@@ -1,0 +1,84 @@
+"""The rank processes ``hp.run`` starts itself when no launcher started this process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from .. import errors
+from ..backends import store as kv
+from ..backends.session import spawned_rank
+from ..config import Config
+from .spec import RankSpec
+from .supervise import Child, outcome_of, stop, supervise
+
+#: Start method of the processes hp.run starts itself ("forkserver" or "spawn").
+START_METHOD_ENV = "HCCL_PY_START_METHOD"
+#: Comma-separated modules the fork server imports once, besides :data:`PRELOAD`.
+PRELOAD_ENV = "HCCL_PY_PRELOAD"
+#: What the fork server imports before forking ranks ("__main__": the main script, as spawn would).
+PRELOAD = ("__main__", "numpy", "torch", "torch.distributed", "hccl_py.backends.dist")
+#: Heavy modules preloaded too when this process uses them (test modules import them).
+WORTH_PRELOADING = ("pytest", "hypothesis")
+
+
+def _mp_context() -> Any:
+    import torch.multiprocessing as mp
+
+    method = os.environ.get(START_METHOD_ENV) or (
+        "forkserver" if sys.platform.startswith("linux") else "spawn"
+    )
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        extra = [m for m in os.environ.get(PRELOAD_ENV, "").split(",") if m]
+        ctx.set_forkserver_preload(
+            [*PRELOAD, *(m for m in WORTH_PRELOADING if m in sys.modules), *extra]
+        )
+    return ctx
+
+
+def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, config: Config) -> list:
+    """Run ``fn(*args)`` in ``n`` new processes, one per rank, and return their results.
+
+    ``fn`` and ``args`` travel pickled (a module-level function, picklable
+    arguments); the children get this process's ``sys.path`` and environment.
+    They rendezvous through a FileStore in a temporary directory (no sockets:
+    nothing to collide with, and no name lookups).
+    """
+    try:
+        payload = pickle.dumps((fn, args))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
+        raise TypeError(
+            f"backend {backend!r} runs every rank in its own process, so the function and its "
+            f"arguments must be picklable (a module-level function, not a lambda or a local "
+            f"function): {exc}"
+        ) from exc
+    with tempfile.TemporaryDirectory(prefix="hccl_py-") as tmp:
+        path = os.path.join(tmp, "store")
+        store = kv.scoped(kv.file_store(path), kv.PREFIX)
+        ctx = _mp_context()
+        children = []
+        for rank in range(n):
+            spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
+            proc = ctx.Process(
+                target=spawned_rank,
+                args=(spec, backend, payload, config, dict(os.environ), list(sys.path)),
+                name=f"hccl_py-rank{rank}",
+            )
+            children.append(Child(rank, proc))
+        try:
+            for child in children:
+                child.proc.start()
+        except BaseException:
+            stop([c for c in children if c.proc.pid is not None])
+            raise
+        codes = supervise(children, store, lambda text: None)
+        outcomes = [outcome_of(store, 0, rank, codes.get(rank)) for rank in range(n)]
+    failures = {rank: value for rank, (kind, value) in enumerate(outcomes) if kind == "err"}
+    if failures:
+        raise errors.WorldError(failures, n)
+    return [value for _, value in outcomes]

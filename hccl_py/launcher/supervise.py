@@ -1,0 +1,113 @@
+"""Supervising rank processes: wait for them, stop them, read what each reported."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..backends import store as kv
+from .liveness import GRACE_S, exit_text, rank_died
+
+#: Seconds a killed process gets between SIGTERM and SIGKILL.
+KILL_WAIT_S = 2.0
+
+
+class Child:
+    """One supervised rank process: a ``subprocess.Popen`` or a ``multiprocessing.Process``."""
+
+    def __init__(self, rank: int, proc: Any) -> None:
+        self.rank = rank
+        self.proc = proc
+
+    def poll(self) -> int | None:
+        if isinstance(self.proc, subprocess.Popen):
+            return self.proc.poll()
+        return self.proc.exitcode
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        try:
+            if isinstance(self.proc, subprocess.Popen):
+                os.killpg(self.proc.pid, sig)
+            else:
+                os.kill(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def supervise(children: Sequence[Child], store: Any, say: Callable[[str], None]) -> dict[int, int]:
+    """Wait for every child; once one fails, give the rest :data:`GRACE_S`, then kill them.
+
+    A child that dies without reporting a failure gets one written to the
+    store's abort key on its behalf, so the other ranks stop at once. Returns
+    rank -> exit code.
+    """
+    codes: dict[int, int] = {}
+    failed_at: float | None = None
+    try:
+        while len(codes) < len(children):
+            for child in children:
+                code = child.poll() if child.rank not in codes else None
+                if code is None:
+                    continue
+                codes[child.rank] = code
+                if code != 0 and failed_at is None:
+                    failed_at = time.monotonic()
+                    say(f"rank {child.rank} {exit_text(code)}; stopping the other ranks")
+                    if not has_key(store, kv.failed_key(child.rank)):  # it died silently
+                        died = rank_died(child.rank, exit_text(code))
+                        with contextlib.suppress(RuntimeError):
+                            kv.report_abort(store, kv.encode_failure(died, child.rank))
+            if failed_at is None and has_key(store, kv.ABORT):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
+                stop([c for c in children if c.rank not in codes])
+            time.sleep(0.02)
+    finally:
+        stop([c for c in children if c.poll() is None])
+    return codes
+
+
+def has_key(store: Any, key: str) -> bool:
+    """Whether ``key`` exists; False when the store is unreachable (another host's runner left)."""
+    try:
+        return store.check([key])
+    except RuntimeError:
+        return False
+
+
+def stop(children: Sequence[Child]) -> None:
+    """SIGTERM, then SIGKILL whoever is still alive after :data:`KILL_WAIT_S`."""
+    for child in children:
+        child.signal(signal.SIGTERM)
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(c.poll() is None for c in children) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for child in children:
+        child.signal(signal.SIGKILL)
+    for child in children:
+        if isinstance(child.proc, subprocess.Popen):
+            child.proc.wait()
+        else:
+            child.proc.join()
+
+
+def outcome_of(
+    store: Any, run: int, rank: int, code: int | None, why: str | None = None
+) -> tuple[str, Any]:
+    """A rank's reported outcome, or a :class:`RankDiedError` saying why there is none.
+
+    ``why`` (how the rank ended, if known) defaults to a text from its exit code.
+    """
+    key = kv.result_key(run, rank)
+    if store.check([key]):
+        return kv.decode(store.get(key))
+    if why is None:
+        why = "did not finish" if code is None else exit_text(code)
+    return "err", rank_died(rank, why)

@@ -1,0 +1,83 @@
+"""Client-side checks of a complete task before it is sent: ownership, bounds, limits, overlaps.
+
+Every byte a task will read or write must lie inside the allocation its
+address points into, on this rank; the platform's rank and size limits hold
+(kernel API calls only); and receive ranges must not overlap each other or the
+send ranges except in the in-place forms (:mod:`.overlap`). A finding raises
+:class:`~hccl_py.errors.InvalidCall`; the client reports it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .. import layout
+from ..errors import HcclBoundsError, HcclOverlapError, InvalidCall
+from ..platform import Platform
+from ..task import Task
+from .overlap import send_recv_clash
+
+
+def check_task(task: Task, me: int, platform: Platform, kernel_api: bool, overlap: str) -> None:
+    """Raise :class:`InvalidCall` if ``task`` (prepared by global rank ``me``) may not run.
+
+    ``kernel_api``: the platform's op limits apply (False for framework
+    collectives); ``overlap``: the run's overlap policy ("error", "warn", "ignore").
+    """
+    limit = platform.max_alltoall_ranks if kernel_api else None
+    if task.spec.name in ("AlltoAll", "AlltoAllV") and limit and task.rank_dim > limit:
+        raise InvalidCall(
+            f"{platform.name} allows at most {limit} ranks in {task.name}", actual=task.rank_dim
+        )
+    for side, addr in (("send", task.send), ("recv", task.recv)):
+        if addr.rank is not None and addr.rank != me:
+            raise InvalidCall(f"{side}Buf points into rank {addr.rank}'s memory, not this rank's")
+        blocks = layout.all_blocks(task, side)
+        extent = layout.span(blocks)
+        if extent is None:
+            continue
+        lo, hi = extent
+        if lo < 0 or hi > addr.alloc.nbytes:
+            bad = np.flatnonzero(
+                (blocks.sizes > 0)
+                & ((blocks.starts < 0) | (blocks.starts + blocks.sizes > addr.alloc.nbytes))
+            )[0]
+            rnd, peer = layout.block_round_peer(task, side, int(bad))
+            start = int(blocks.starts[bad])
+            raise InvalidCall(
+                f"{side} range of round {rnd}, block {peer} is bytes [{start}, "
+                f"{start + int(blocks.sizes[bad])}) of {addr.alloc.name}, outside its "
+                f"{addr.alloc.nbytes} bytes",
+                cls=HcclBoundsError,
+                round=rnd,
+                expected=f"[0, {addr.alloc.nbytes})",
+                actual=f"[{lo}, {hi})",
+            )
+        if platform.max_task_bytes and kernel_api and hi - lo > platform.max_task_bytes:
+            raise InvalidCall(
+                f"one task's data exceeds {platform.max_task_bytes} bytes on {platform.name}",
+                actual=hi - lo,
+            )
+    _check_overlap(task, me, overlap)
+
+
+def _check_overlap(task: Task, me: int, policy: str) -> None:
+    if policy == "ignore":
+        return
+    clash = layout.first_overlap(layout.all_blocks(task, "recv"))
+    rb = None
+    if clash is not None:
+        (ra, ba), (rb, bb) = (layout.block_round_peer(task, "recv", i) for i in clash)
+        reason = (
+            f"receive ranges overlap: round {ra} block {ba} and round {rb} block {bb} write the "
+            f"same bytes of {task.recv.alloc.name}; with repeat > 1 use strideCount >= repeat * count"
+        )
+    else:
+        reason = send_recv_clash(task)
+        if reason is None:
+            return
+    if policy == "error":
+        raise InvalidCall(reason, cls=HcclOverlapError, round=rb)
+    warnings.warn(f"rank {me}: {task.name}: {reason}", stacklevel=6)

@@ -1,0 +1,217 @@
+"""The package keeps the shape docs/architecture.md describes: no import cycles, small modules.
+
+Imports are read from the source with ``ast`` at every depth (an import inside a
+function is still an import), except those under ``if TYPE_CHECKING:``, which
+never run. The emulator folder ``emu/`` is scanned under the package name it
+installs as (pyproject's ``package-dir``).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The most lines a module of hccl_py/ or emu/ may have.
+MAX_LINES = 450
+
+
+def _package_roots() -> dict[str, Path]:
+    """Package name -> source folder: hccl_py itself plus pyproject's package-dir mappings."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mapped = config.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    roots = {name: ROOT / folder for name, folder in mapped.items() if name}
+    roots.setdefault("hccl_py", ROOT / "hccl_py")
+    return roots
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the package (mapped folders included)."""
+    found: dict[str, Path] = {}
+    roots = _package_roots()
+    for package, folder in sorted(roots.items(), key=lambda kv: kv[0].count(".")):
+        for path in sorted(folder.rglob("*.py")):
+            if any(part == "__pycache__" for part in path.parts):
+                continue
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [] if rel.parts == ("__init__",) else list(rel.parts)
+            if parts and parts[-1] == "__init__":
+                parts.pop()
+            inner = [p for p in roots if p != package and p.startswith(package + ".")]
+            name = ".".join([package, *parts])
+            if not any(name == p or name.startswith(p + ".") for p in inner):
+                found[name] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, at any depth, except under ``if TYPE_CHECKING:``."""
+    out: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for sub in child.orelse:
+                    visit_stmt(sub)
+                continue
+            visit_stmt(child)
+
+    def visit_stmt(node: ast.AST) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        visit(node)
+
+    visit(tree)
+    return out
+
+
+def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules its import statements load."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        package = name if is_package else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in modules)
+                continue
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in modules:
+                    targets.add(sub)
+                elif base in modules:
+                    targets.add(base)
+        targets.discard(name)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    result: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    result.append(sorted(component))
+    return result
+
+
+def test_the_scan_sees_the_whole_package() -> None:
+    modules = _modules()
+    assert "hccl_py.client" in modules or any(m.startswith("hccl_py.client.") for m in modules)
+    assert "hccl_py.ops" in modules
+    assert not any(m == "emu" or m.startswith("emu.") for m in modules), (
+        "emu must install under hccl_py"
+    )
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    tree = ast.parse("if TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
+    assert [a.name for node in _imports(tree) for a in node.names] == ["y"]
+
+
+def test_no_import_cycles() -> None:
+    cycles = _cycles(_edges(_modules()))
+    assert not cycles, "import cycles (imports inside functions count): " + "; ".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+@pytest.mark.parametrize("package", ["hccl_py", "emu"])
+def test_modules_are_small(package: str) -> None:
+    too_big = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert not too_big, f"modules over {MAX_LINES} lines: {too_big}"
+
+
+def test_emu_installs_under_hccl_py(tmp_path: Path) -> None:
+    """The installed package has the emulator as hccl_py.backends.emu and no bare ``emu``.
+
+    Checked in a fresh interpreter started outside the checkout, so that the
+    repository root (on ``sys.path`` under ``python -m pytest``) does not count.
+    """
+    probe = (
+        "import importlib.util as u; "
+        "print(u.find_spec('hccl_py.backends.emu') is not None, u.find_spec('emu') is None)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
+
+
+def test_pyproject_lists_every_package() -> None:
+    """Each package folder (``__init__.py``) is in pyproject's explicit package list."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    present = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    assert present == listed, {
+        "missing": sorted(present - listed),
+        "stale": sorted(listed - present),
+    }
