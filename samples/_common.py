@@ -1,4 +1,6 @@
-"""What the samples share: rank data, host-side tilings, verdict lines and the entry point.
+"""What the samples share: rank data, verdict lines and the entry point.
+
+Kernels and host tiling code stay in each sample, written as the AscendC original.
 
 Each sample's ``main`` runs once per rank (``hp.run(main)``) and returns its
 verdict lines; :func:`run_sample` prints them in the parent process and exits
@@ -10,7 +12,7 @@ from the inputs of every rank, independently of hccl_py.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import numpy as np
@@ -18,13 +20,7 @@ import torch
 
 import hccl_py as hp
 from hccl_py import (
-    HCCL_SUCCESS,
-    Hccl,
-    HcclCMDType,
     HcclReduceOp,
-    Mc2CcTilingConfig,
-    TilingData,
-    offsetof,
 )
 
 #: Inputs are ``rank + RANK_SPAN * (position % PERIOD)``: element 0 of a block names its
@@ -35,15 +31,6 @@ PERIOD = 13
 
 SUM = HcclReduceOp.HCCL_REDUCE_SUM
 WORLD_GROUP = "hccl_world_group"
-#: Per op: its HcclCMDType and the documentation's algorithm config.
-OP_CONFIG = {
-    "AllReduce": (HcclCMDType.HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering"),
-    "AllGather": (HcclCMDType.HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"),
-    "ReduceScatter": (HcclCMDType.HCCL_CMD_REDUCE_SCATTER, "ReduceScatter=level0:doublering"),
-    "AlltoAll": (HcclCMDType.HCCL_CMD_ALLTOALL, "AlltoAll=level0:fullmesh;level1:pairwise"),
-    "AlltoAllV": (HcclCMDType.HCCL_CMD_ALLTOALLV, "AlltoAll=level0:fullmesh;level1:pairwise"),
-}
-
 #: A verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
 VERDICT_LINE = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
 
@@ -71,78 +58,6 @@ def on_device(array: np.ndarray) -> torch.Tensor:
 def zeros(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
     """A zero tensor on this rank's device."""
     return torch.zeros(shape, dtype=dtype, device=hp.device())
-
-
-def fill_tiling(
-    tiling: TilingData, config: Mc2CcTilingConfig, *members: str, init: bool = True
-) -> TilingData:
-    """Host side: ``GetTiling`` of the Mc2InitTiling (``init``) and of each named Mc2CcTiling.
-
-    Raises with the builder's reason if any call fails (the C++ host code would
-    return an error status there).
-    """
-    targets = (["mc2InitTiling"] if init else []) + list(members)
-    for name in targets:
-        if config.GetTiling(getattr(tiling, name)) != 0:
-            raise RuntimeError(f"GetTiling({name}) failed: {config.last_error}")
-    return tiling
-
-
-def op_tiling(
-    tiling: TilingData,
-    group: str = WORLD_GROUP,
-    groups: Mapping[str, str] | None = None,
-    **ops: str,
-) -> TilingData:
-    """Host side: fill the init tiling, then each cc tiling ``member=op``, in that order.
-
-    One Mc2CcTilingConfig serves every member, as in the documentation's host
-    code: it is built for the first op (with reduce type SUM), and before each
-    further member its group, op type and algorithm config are set again.
-    ``groups`` maps a member to its group where that is not ``group``.
-    """
-    config = None
-    for member, op in ops.items():
-        cmd, alg_config = OP_CONFIG[op]
-        member_group = (groups or {}).get(member, group)
-        if config is None:
-            config = Mc2CcTilingConfig(member_group, cmd, alg_config, SUM)
-            fill_tiling(tiling, config, member)
-            continue
-        if (
-            config.SetGroupName(member_group)
-            or config.SetOpType(cmd)
-            or config.SetAlgConfig(alg_config)
-        ):
-            raise RuntimeError(f"Mc2CcTilingConfig({member}): {config.last_error}")
-        fill_tiling(tiling, config, member, init=False)
-    return tiling
-
-
-def init_hccl(tilingData: TilingData, member: str, index: int = 0) -> Hccl:
-    """Inside a kernel: the C++ prologue every documented kernel repeats.
-
-    ``Hccl hccl; hccl.InitV2(GetHcclContext<index>(), tiling);`` then
-    ``SetCcTilingV2(offsetof(T, member))``, where the C++ kernel returns on a
-    failure and this raises (samples never expect one).
-    """
-    hccl = Hccl()
-    hccl.InitV2(hp.GetHcclContext(index), tilingData)
-    if hccl.SetCcTilingV2(offsetof(type(tilingData), member)) != HCCL_SUCCESS:
-        raise RuntimeError(f"SetCcTilingV2({member}) failed: {hccl.last_error}")
-    return hccl
-
-
-def launch_on(
-    kernel: Callable[..., None], send: np.ndarray, recv_elems: int, tiling: TilingData, *extra: Any
-) -> torch.Tensor:
-    """Host side: ``kernel(x, y, nullptr, tiling, *extra)`` on 8 AIV cores; return ``y``.
-
-    ``x`` is a device copy of ``send`` and ``y`` ``recv_elems`` FP16 zeros.
-    """
-    y = zeros(recv_elems)
-    hp.launch(kernel, on_device(send), y, None, tiling, *extra, block_dim=8)
-    return y
 
 
 def _line(case: str, word: str, detail: str) -> str:

@@ -15,7 +15,7 @@ import torch
 from _common import skip
 
 import hccl_py as hp
-from hccl_py import HcclDataType, TilingData
+from hccl_py import HcclDataType
 
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
 SIZEOF_HALF = 2
@@ -44,41 +44,6 @@ def matmul_tiling(m: int, k: int, n: int, tile_m: int) -> dict[str, int]:
         tailM=tail_m,
         tailNum=int(tail_m > 0),
     )
-
-
-def prepare_tiles(
-    prepare: Callable[..., int],
-    sendGM: Any,
-    recvGM: Any,
-    tilingData: TilingData,
-    rowLen: int,
-    *args: Any,
-) -> list[tuple[int, int, int]]:
-    """Inside a kernel: Prepare one round per row tile of a ``rankM``-row block.
-
-    ``prepare`` is the Hccl call (``hccl.AllGather[True]``, ``hccl.ReduceScatter``),
-    ``args`` what it takes between the data type and ``strideCount`` (a reduce
-    op). ``tileNum`` rounds of ``tileM`` rows share one handle, the ``tailNum``
-    rounds of ``tailM`` rows another; ``strideCount = rankM * rowLen`` keeps
-    round i of every rank's block on tile i. Returns ``(handleId, rows, rounds)``
-    per Prepare, the tail's handle None when there is no tail.
-    """
-    t = tilingData
-    stride = t.rankM * rowLen
-    tileHandle = prepare(sendGM, recvGM, t.tileM * rowLen, FP16, *args, stride, t.tileNum)
-    tailHandle = None
-    if t.tailNum:
-        tailOffset = t.tileNum * t.tileM * rowLen * SIZEOF_HALF
-        tailHandle = prepare(
-            sendGM + tailOffset,
-            recvGM + tailOffset,
-            t.tailM * rowLen,
-            FP16,
-            *args,
-            stride,
-            t.tailNum,
-        )
-    return [(tileHandle, t.tileM, t.tileNum), (tailHandle, t.tailM, t.tailNum)]
 
 
 def matmul(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:

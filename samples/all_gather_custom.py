@@ -9,10 +9,21 @@ so that every tile lands inside its sender's 300-element block.
 """
 
 import numpy as np
-from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample, sender_of
+from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, sender_of, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_ALLGATHER,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 ELEMS = 300  # per rank
 TILE = 128  # multi-round kernel: two tiles of 128 and a tail of 44
@@ -28,7 +39,14 @@ def all_gather_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AllGather<true> of all 300 elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "allGatherCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AllGatherCustomTilingData, "allGatherCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleId = hccl.AllGather[True](xGM, yGM, ELEMS, FP16, 0)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -39,7 +57,14 @@ def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: tiles of 128 with repeat 2, then the 44-element tail; strideCount 300."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "allGatherCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AllGatherCustomTilingData, "allGatherCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         tileNum = ELEMS // TILE
         tailLen = ELEMS % TILE
         handleId = hccl.AllGather[True](xGM, yGM, TILE, FP16, ELEMS, tileNum)
@@ -55,7 +80,13 @@ def all_gather_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AllGatherCustomTilingData:
     """Host side: fill the init tiling and the AllGather cc tiling."""
-    return op_tiling(AllGatherCustomTilingData(), allGatherCcTiling="AllGather")
+    tiling = AllGatherCustomTilingData()
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.allGatherCcTiling)
+    return tiling
 
 
 def main() -> list[str]:
@@ -63,7 +94,8 @@ def main() -> list[str]:
     expected = np.concatenate([rank_data(r, ELEMS) for r in range(n)])
     verdicts = []
     for name, kernel in (("non-tiled", all_gather_custom), ("multi-round", all_gather_tiled)):
-        y = launch_on(kernel, rank_data(rank, ELEMS), ELEMS * n, make_tiling())
+        x, y = on_device(rank_data(rank, ELEMS)), zeros(ELEMS * n)
+        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
         senders = sender_of(y.cpu().numpy()[::ELEMS])
         verdicts.append(compare(name, y, expected, f"received blocks from ranks {senders}"))
     return verdicts

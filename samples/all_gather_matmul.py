@@ -16,11 +16,22 @@ flight.
 """
 
 import numpy as np
-from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
-from _mc2 import AIC_KERNEL, MATMUL_FIELDS, matmul, matmul_tiling, prepare_tiles, torch_npu_check
+from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
+from _mc2 import AIC_KERNEL, MATMUL_FIELDS, SIZEOF_HALF, matmul, matmul_tiling, torch_npu_check
 
 import hccl_py as hp
-from hccl_py import AIC, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIC,
+    HCCL_CMD_ALLGATHER,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 M, K, N = 40, 256, 64  # x1: M x K per rank, x2: K x N (torch_npu needs K >= 256)
 TILE_M = 16  # two tiles of 16 rows and a tail of 8
@@ -39,12 +50,29 @@ def all_gather_matmul(x1GM, x2GM, outputGM, gatherOutGM, workspaceGM, tilingGM):
     """Core b multiplies the blocks of ranks b, b + blockNum, ... of gather_out."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AllGatherMatmulTilingData, tilingGM)
     if hp.g_coreType == AIC:
-        hccl = init_hccl(tilingData, "allGatherCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tilingData)
+        if (
+            hccl.SetCcTilingV2(offsetof(AllGatherMatmulTilingData, "allGatherCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         m, k, n = tilingData.rankM, tilingData.rankK, tilingData.rankN
         rankId, rankDim = hccl.GetRankId(), hccl.GetRankDim()
 
-        # Communication: one round per tile, all committed now.
-        tiles = prepare_tiles(hccl.AllGather[True], x1GM, gatherOutGM, tilingData, k)
+        # Communication: one round per row tile, all committed now; strideCount = rankM * k
+        # keeps round i of every rank's block on tile i.
+        t = tilingData
+        stride = t.rankM * k
+        tileHandleId = hccl.AllGather[True](x1GM, gatherOutGM, t.tileM * k, FP16, stride, t.tileNum)
+        tailHandleId = None
+        if t.tailNum:
+            tailOffset = t.tileNum * t.tileM * k * SIZEOF_HALF
+            tailHandleId = hccl.AllGather[True](
+                x1GM + tailOffset, gatherOutGM + tailOffset, t.tailM * k, FP16, stride, t.tailNum
+            )
+        tiles = [(tileHandleId, t.tileM, t.tileNum), (tailHandleId, t.tailM, t.tailNum)]
 
         x1 = hp.gm_tensor(x1GM, FP16, m * k).view(m, k)
         x2 = hp.gm_tensor(x2GM, FP16, k * n).view(k, n)
@@ -71,7 +99,12 @@ def all_gather_matmul(x1GM, x2GM, outputGM, gatherOutGM, workspaceGM, tilingGM):
 def make_tiling() -> AllGatherMatmulTilingData:
     """Host side: the shapes, the row tiling of x1 and the AllGather cc tiling."""
     tiling = AllGatherMatmulTilingData(**matmul_tiling(M, K, N, TILE_M))
-    return op_tiling(tiling, allGatherCcTiling="AllGather")
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLGATHER, "AllGather=level0:doublering"
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.allGatherCcTiling)
+    return tiling
 
 
 def npu_check(x1, x2, gather_ref: np.ndarray, output_ref: np.ndarray) -> list[str]:

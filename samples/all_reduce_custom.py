@@ -9,10 +9,23 @@ second Prepare; AllReduce rounds are contiguous, so no strideCount is needed.
 """
 
 import numpy as np
-from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample
+from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_ALLREDUCE,
+    HCCL_REDUCE_SUM,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    HcclReduceOp,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 ELEMS = 300  # per rank
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
@@ -27,7 +40,14 @@ def all_reduce_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AllReduce<true> of all 300 elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllReduceCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "allReduceCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AllReduceCustomTilingData, "allReduceCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleId = hccl.AllReduce[True](xGM, yGM, ELEMS, FP16, SUM)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -38,7 +58,14 @@ def all_reduce_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: repeat 2 on 128-element tiles, then one 44-element tail."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AllReduceCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "allReduceCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AllReduceCustomTilingData, "allReduceCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         tileNum = 2  # number of full tiles
         tileLen = 128  # elements per full tile
         tailNum = 1  # number of tail tiles
@@ -58,7 +85,13 @@ def all_reduce_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AllReduceCustomTilingData:
     """Host side: fill the init tiling and the AllReduce cc tiling (reduce type SUM)."""
-    return op_tiling(AllReduceCustomTilingData(), allReduceCcTiling="AllReduce")
+    tiling = AllReduceCustomTilingData()
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering", HCCL_REDUCE_SUM
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.allReduceCcTiling)
+    return tiling
 
 
 def main() -> list[str]:
@@ -67,7 +100,8 @@ def main() -> list[str]:
     expected = expected.astype(np.float16)
     verdicts = []
     for name, kernel in (("non-tiled", all_reduce_custom), ("multi-round", all_reduce_tiled)):
-        y = launch_on(kernel, rank_data(rank, ELEMS), ELEMS, make_tiling())
+        x, y = on_device(rank_data(rank, ELEMS)), zeros(ELEMS)
+        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
         verdicts.append(compare(name, y, expected, f"sum of {n} ranks, y[:3] = {y[:3].tolist()}"))
     return verdicts
 

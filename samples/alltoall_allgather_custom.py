@@ -15,10 +15,22 @@ AlltoAll has finished. The host passes the two domains with
 from ctypes import c_uint32
 
 import numpy as np
-from _common import compare, init_hccl, on_device, op_tiling, rank_data, run_sample, zeros
+from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_ALLGATHER,
+    HCCL_CMD_ALLTOALL,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 PLATFORM = "A3"  # InterHcclGroupSync is an Atlas A3 call
 DATA_COUNT = 64  # AlltoAll elements per peer
@@ -38,8 +50,22 @@ def alltoall_allgather_custom(xGM, alltoallGM, allgatherGM, workspaceGM, tilingG
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllAllGatherCustomTilingData, tilingGM)
     dtype = HcclDataType.HCCL_DATA_TYPE_FP16
     if hp.g_coreType == AIV:
-        hccl0 = init_hccl(tilingData, "alltoallTiling", 0)
-        hccl1 = init_hccl(tilingData, "allgatherTiling", 1)
+        hccl0 = Hccl()
+        contextGM0 = hp.GetHcclContext(0)
+        hccl0.InitV2(contextGM0, tilingData)
+        if (
+            hccl0.SetCcTilingV2(offsetof(AlltoAllAllGatherCustomTilingData, "alltoallTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
+        hccl1 = Hccl()
+        contextGM1 = hp.GetHcclContext(1)
+        hccl1.InitV2(contextGM1, tilingData)
+        if (
+            hccl1.SetCcTilingV2(offsetof(AlltoAllAllGatherCustomTilingData, "allgatherTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         dataCount = tilingData.dataCount
         rankDim = hccl0.GetRankDim()
 
@@ -66,8 +92,16 @@ def make_tiling(group1: str) -> AlltoAllAllGatherCustomTilingData:
     The AlltoAll's cc tiling is on the world group, the AllGather's on ``group1``.
     """
     tiling = AlltoAllAllGatherCustomTilingData(dataCount=DATA_COUNT)
-    groups = {"allgatherTiling": group1}
-    return op_tiling(tiling, alltoallTiling="AlltoAll", allgatherTiling="AllGather", groups=groups)
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLTOALL, "AlltoAll=level0:fullmesh;level1:pairwise"
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.alltoallTiling)
+    mc2CcTilingConfig.SetGroupName(group1)
+    mc2CcTilingConfig.SetOpType(HCCL_CMD_ALLGATHER)
+    mc2CcTilingConfig.SetAlgConfig("AllGather=level0:doublering")
+    mc2CcTilingConfig.GetTiling(tiling.allgatherTiling)
+    return tiling
 
 
 def main() -> list[str]:

@@ -12,10 +12,21 @@ block i.
 """
 
 import numpy as np
-from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample, sender_of
+from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, sender_of, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_ALLTOALL,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 dataCount = 128  # non-tiled: elements exchanged with each peer
 tileLen = 128
@@ -34,7 +45,14 @@ def alltoall_custom(xGM, yGM, workspaceGM, tilingGM):
     """Non-tiled: one AlltoAll<true> of dataCount elements per peer."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "alltoAllCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AlltoAllCustomTilingData, "alltoAllCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleId = hccl.AlltoAll[True](xGM, yGM, dataCount, FP16)
         hccl.Wait(handleId)
         hp.SyncAll()
@@ -45,7 +63,14 @@ def alltoall_tiled(xGM, yGM, workspaceGM, tilingGM):
     """Multi-round: tiles of 128 with repeat 2, then the 100-element tail; strideCount 356."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "alltoAllCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AlltoAllCustomTilingData, "alltoAllCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleId = hccl.AlltoAll[True](xGM, yGM, tileLen, FP16, strideCount, tileNum)
         xGM += tileLen * tileNum * SIZEOF_HALF
         yGM += tileLen * tileNum * SIZEOF_HALF
@@ -59,7 +84,13 @@ def alltoall_tiled(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> AlltoAllCustomTilingData:
     """Host side: fill the init tiling and the AlltoAll cc tiling."""
-    return op_tiling(AlltoAllCustomTilingData(), alltoAllCcTiling="AlltoAll")
+    tiling = AlltoAllCustomTilingData()
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLTOALL, "AlltoAll=level0:fullmesh;level1:pairwise"
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.alltoAllCcTiling)
+    return tiling
 
 
 def main() -> list[str]:
@@ -71,7 +102,8 @@ def main() -> list[str]:
     ):
         sends = [rank_data(r, n * per_peer).reshape(n, per_peer) for r in range(n)]
         expected = np.stack([sends[i][rank] for i in range(n)])
-        y = launch_on(kernel, sends[rank], n * per_peer, make_tiling())
+        x, y = on_device(sends[rank]), zeros(n * per_peer)
+        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
         senders = sender_of(y.cpu().numpy()[::per_peer])
         verdicts.append(compare(name, y, expected, f"received blocks from ranks {senders}"))
     return verdicts

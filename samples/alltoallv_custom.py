@@ -14,10 +14,21 @@ AlltoAllV needs platform A3 (or 950): ``hp.run(main, platform="A3")``.
 """
 
 import numpy as np
-from _common import compare, init_hccl, launch_on, op_tiling, run_sample, skip
+from _common import WORLD_GROUP, compare, on_device, run_sample, skip, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_ALLTOALLV,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 PLATFORM = "A3"  # AlltoAllV is an Atlas A3 (and 950) call
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
@@ -47,7 +58,14 @@ def alltoallv_custom(xGM, yGM, workspaceGM, tilingGM, tables):
     """One AlltoAllV<true>; each rank picks its row of the count and displacement tables."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllVCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "alltoAllVCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(AlltoAllVCustomTilingData, "alltoAllVCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         rankId = hccl.GetRankId()
         sendCounts = tables["sendCounts"][rankId]
         sdispls = tables["sdispls"][rankId]
@@ -63,7 +81,13 @@ def alltoallv_custom(xGM, yGM, workspaceGM, tilingGM, tables):
 
 def make_tiling() -> AlltoAllVCustomTilingData:
     """Host side: fill the init tiling and the AlltoAllV cc tiling."""
-    return op_tiling(AlltoAllVCustomTilingData(), alltoAllVCcTiling="AlltoAllV")
+    tiling = AlltoAllVCustomTilingData()
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLTOALLV, "AlltoAll=level0:fullmesh;level1:pairwise"
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.alltoAllVCcTiling)
+    return tiling
 
 
 def extent(displs: list[int], counts: list[int]) -> int:
@@ -100,9 +124,8 @@ def main() -> list[str]:
     verdicts = []
     for name, tables in cases:
         expected = reference(rank, tables)
-        y = launch_on(
-            alltoallv_custom, send_data(rank, tables), len(expected), make_tiling(), tables
-        )
+        x, y = on_device(send_data(rank, tables)), zeros(len(expected))
+        hp.launch(alltoallv_custom, x, y, None, make_tiling(), tables, block_dim=8)
         verdicts.append(compare(name, y, expected, f"recvCounts {tables['recvCounts'][rank]}"))
     if not documented:
         verdicts.append(skip("uneven", f"the documented tables are for 4 ranks, not {n}"))

@@ -15,11 +15,24 @@ for the last round.
 from ctypes import c_uint32
 
 import numpy as np
-from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
+from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
 from _mc2 import AIC_KERNEL, matmul
 
 import hccl_py as hp
-from hccl_py import AIC, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIC,
+    HCCL_CMD_ALLREDUCE,
+    HCCL_REDUCE_SUM,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    HcclReduceOp,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 M, K, N = 64, 32, 16
 TILE_M = 16
@@ -39,7 +52,14 @@ def matmul_allreduce_custom(aGM, bGM, cGM, yGM, workspaceGM, tilingGM):
     """Each AIC core computes tileM / blockNum rows of every tile."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulAllReduceCustomTilingData, tilingGM)
     if hp.g_coreType == AIC:
-        hccl = init_hccl(tilingData, "allReduceCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tilingData)
+        if (
+            hccl.SetCcTilingV2(offsetof(MatmulAllReduceCustomTilingData, "allReduceCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         m, k, n = tilingData.M, tilingData.K, tilingData.N
         tileM, tileNum = tilingData.tileM, tilingData.tileNum
         # Prepare early (no commit): the server gets ready while the cube computes.
@@ -60,7 +80,12 @@ def matmul_allreduce_custom(aGM, bGM, cGM, yGM, workspaceGM, tilingGM):
 def make_tiling() -> MatmulAllReduceCustomTilingData:
     """Host side: the matmul shape and tiling, and the AllReduce cc tiling."""
     tiling = MatmulAllReduceCustomTilingData(M=M, K=K, N=N, tileM=TILE_M, tileNum=M // TILE_M)
-    return op_tiling(tiling, allReduceCcTiling="AllReduce")
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_ALLREDUCE, "AllReduce=level0:doublering", HCCL_REDUCE_SUM
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.allReduceCcTiling)
+    return tiling
 
 
 def inputs(rank: int) -> tuple[np.ndarray, np.ndarray]:

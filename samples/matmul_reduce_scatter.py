@@ -16,11 +16,24 @@ the last round.
 """
 
 import numpy as np
-from _common import compare, init_hccl, on_device, op_tiling, random_ints, run_sample, zeros
-from _mc2 import AIC_KERNEL, MATMUL_FIELDS, matmul, matmul_tiling, prepare_tiles, torch_npu_check
+from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
+from _mc2 import AIC_KERNEL, MATMUL_FIELDS, SIZEOF_HALF, matmul, matmul_tiling, torch_npu_check
 
 import hccl_py as hp
-from hccl_py import AIC, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIC,
+    HCCL_CMD_REDUCE_SCATTER,
+    HCCL_REDUCE_SUM,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    HcclReduceOp,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 M, K, N = 24, 256, 32  # rows received per rank; x1 is (rankDim * M) x K, x2 is K x N
 TILE_M = 10  # two tiles of 10 rows and a tail of 4
@@ -40,13 +53,30 @@ def matmul_reduce_scatter(x1GM, x2GM, outputGM, workspaceGM, tilingGM):
     """Core b computes the blocks of ranks b, b + blockNum, ... of C."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulReduceScatterTilingData, tilingGM)
     if hp.g_coreType == AIC:
-        hccl = init_hccl(tilingData, "reduceScatterCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tilingData)
+        if (
+            hccl.SetCcTilingV2(offsetof(MatmulReduceScatterTilingData, "reduceScatterCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         m, k, n = tilingData.rankM, tilingData.rankK, tilingData.rankN
         rankDim = hccl.GetRankDim()
         cGM = workspaceGM  # the matmul result, rankDim * m rows
 
-        # Prepare early (no commit): one round per row tile of every rank's block.
-        tiles = prepare_tiles(hccl.ReduceScatter, cGM, outputGM, tilingData, n, SUM)
+        # Prepare early (no commit): one round per row tile of every rank's block;
+        # strideCount = rankM * n keeps round i of every block on tile i.
+        t = tilingData
+        stride = t.rankM * n
+        tileHandleId = hccl.ReduceScatter(cGM, outputGM, t.tileM * n, FP16, SUM, stride, t.tileNum)
+        tailHandleId = None
+        if t.tailNum:
+            tailOffset = t.tileNum * t.tileM * n * SIZEOF_HALF
+            tailHandleId = hccl.ReduceScatter(
+                cGM + tailOffset, outputGM + tailOffset, t.tailM * n, FP16, SUM, stride, t.tailNum
+            )
+        tiles = [(tileHandleId, t.tileM, t.tileNum), (tailHandleId, t.tailM, t.tailNum)]
 
         x1 = hp.gm_tensor(x1GM, FP16, rankDim * m * k).view(rankDim * m, k)
         x2 = hp.gm_tensor(x2GM, FP16, k * n).view(k, n)
@@ -67,7 +97,12 @@ def matmul_reduce_scatter(x1GM, x2GM, outputGM, workspaceGM, tilingGM):
 def make_tiling() -> MatmulReduceScatterTilingData:
     """Host side: the shapes, the row tiling of each block and the ReduceScatter cc tiling."""
     tiling = MatmulReduceScatterTilingData(**matmul_tiling(M, K, N, TILE_M))
-    return op_tiling(tiling, reduceScatterCcTiling="ReduceScatter")
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_REDUCE_SCATTER, "ReduceScatter=level0:doublering", HCCL_REDUCE_SUM
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.reduceScatterCcTiling)
+    return tiling
 
 
 def npu_check(x1, x2, output_ref: np.ndarray) -> list[str]:

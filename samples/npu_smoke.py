@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 import torch
-from _common import OP_CONFIG, fill_tiling, on_device
+from _common import on_device
 
 import hccl_py as hp
 from hccl_py import AIV, Hccl, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData, offsetof
@@ -33,7 +33,8 @@ from hccl_py import HcclReduceOp as R
 
 COUNT = 96  # elements per round
 REPEAT = 2  # rounds per Prepare (tiles); strideCount = REPEAT * COUNT
-OPS = {op: cmd for op, (cmd, _) in OP_CONFIG.items()}  # AllReduce, AllGather, ..., AlltoAllV
+#: AllReduce, AllGather, ..., AlltoAllV: the ops the op table says the executors run.
+OPS = {op: spec.cmd for op, spec in hp.ops.BY_NAME.items() if spec.executable}
 NP_TYPE = {
     T.HCCL_DATA_TYPE_FP32: np.float32,
     T.HCCL_DATA_TYPE_FP16: np.float16,
@@ -52,11 +53,13 @@ def make_tiling(group: str) -> SmokeTilingData:
     """Host side: the init tiling and one cc tiling per op, all for domain ``group``."""
     tiling = SmokeTilingData()
     config = Mc2CcTilingConfig(group, OPS["AllReduce"], "AllReduce=level0:doublering")
-    fill_tiling(tiling, config)
+    status = config.GetTiling(tiling.mc2InitTiling)
     for op, cmd in OPS.items():
-        if config.SetOpType(cmd):
-            raise RuntimeError(f"SetOpType({op}): {config.last_error}")
-        fill_tiling(tiling, config, f"{op}Tiling", init=False)
+        status = status or config.SetOpType(cmd)
+        status = status or config.SetAlgConfig(hp.ops.BY_NAME[op].alg_config)
+        status = status or config.GetTiling(getattr(tiling, f"{op}Tiling"))
+    if status:
+        raise RuntimeError(f"host tiling failed: {config.last_error}")
     return tiling
 
 

@@ -14,10 +14,23 @@ Both commit and wait round by round.
 """
 
 import numpy as np
-from _common import compare, init_hccl, launch_on, op_tiling, rank_data, run_sample
+from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, zeros
 
 import hccl_py as hp
-from hccl_py import AIV, HcclDataType, HcclReduceOp, Mc2CcTiling, Mc2InitTiling, TilingData
+from hccl_py import (
+    AIV,
+    HCCL_CMD_REDUCE_SCATTER,
+    HCCL_REDUCE_SUM,
+    HCCL_SUCCESS,
+    Hccl,
+    HcclDataType,
+    HcclReduceOp,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+    TilingData,
+    offsetof,
+)
 
 ELEMS = 300  # received per rank
 tileLen = 100
@@ -36,7 +49,14 @@ def reduce_scatter_three_prepares(xGM, yGM, workspaceGM, tilingGM):
     """Three Prepares (repeat 1), each tile's addresses advanced by tileLen elements."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(ReduceScatterCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "reduceScatterCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(ReduceScatterCustomTilingData, "reduceScatterCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleIds = []
         for _ in range(tileNum):
             handleIds.append(hccl.ReduceScatter(xGM, yGM, tileLen, FP16, SUM, strideCount, 1))
@@ -53,7 +73,14 @@ def reduce_scatter_repeat(xGM, yGM, workspaceGM, tilingGM):
     """The same rounds as one Prepare with repeat 3."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(ReduceScatterCustomTilingData, tilingGM)
     if hp.g_coreType == AIV:
-        hccl = init_hccl(tiling, "reduceScatterCcTiling")
+        hccl = Hccl()
+        contextGM = hp.GetHcclContext(0)
+        hccl.InitV2(contextGM, tiling)
+        if (
+            hccl.SetCcTilingV2(offsetof(ReduceScatterCustomTilingData, "reduceScatterCcTiling"))
+            != HCCL_SUCCESS
+        ):
+            return
         handleId = hccl.ReduceScatter(xGM, yGM, tileLen, FP16, SUM, strideCount, tileNum)
         for _ in range(tileNum):
             hccl.Commit(handleId)
@@ -64,7 +91,13 @@ def reduce_scatter_repeat(xGM, yGM, workspaceGM, tilingGM):
 
 def make_tiling() -> ReduceScatterCustomTilingData:
     """Host side: fill the init tiling and the ReduceScatter cc tiling (reduce type SUM)."""
-    return op_tiling(ReduceScatterCustomTilingData(), reduceScatterCcTiling="ReduceScatter")
+    tiling = ReduceScatterCustomTilingData()
+    mc2CcTilingConfig = Mc2CcTilingConfig(
+        WORLD_GROUP, HCCL_CMD_REDUCE_SCATTER, "ReduceScatter=level0:doublering", HCCL_REDUCE_SUM
+    )
+    mc2CcTilingConfig.GetTiling(tiling.mc2InitTiling)
+    mc2CcTilingConfig.GetTiling(tiling.reduceScatterCcTiling)
+    return tiling
 
 
 def main() -> list[str]:
@@ -76,7 +109,8 @@ def main() -> list[str]:
         ("three-prepares", reduce_scatter_three_prepares),
         ("repeat-3", reduce_scatter_repeat),
     ):
-        y = launch_on(kernel, rank_data(rank, n * ELEMS), ELEMS, make_tiling())
+        x, y = on_device(rank_data(rank, n * ELEMS)), zeros(ELEMS)
+        hp.launch(kernel, x, y, None, make_tiling(), block_dim=8)
         verdicts.append(compare(name, y, expected, f"block {rank} summed over {n} ranks"))
     return verdicts
 

@@ -10,6 +10,7 @@ receive buffers, which exposes reads of data whose Wait has not returned.
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures
 import importlib.util
 import os
@@ -190,3 +191,39 @@ def test_run_sample_exits_0_when_all_pass_or_skip() -> None:
     with pytest.raises(SystemExit) as exc:
         common.run_sample(main, world_size=2, backend="emu", timeout=5)
     assert exc.value.code == 0
+
+
+def _alg_configs(tree: ast.AST) -> list[tuple[str, str]]:
+    """``(HCCL_CMD_ name, algConfig literal)`` of every host tiling in a sample.
+
+    Read from ``Mc2CcTilingConfig(group, HCCL_CMD_X, "alg", ...)`` and from a
+    ``SetAlgConfig("alg")`` after a ``SetOpType(HCCL_CMD_X)``.
+    """
+    found, op = [], None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+        args = node.args
+        if name == "Mc2CcTilingConfig" and len(args) >= 3 and isinstance(args[1], ast.Name):
+            op = args[1].id
+            if isinstance(args[2], ast.Constant):
+                found.append((op, args[2].value))
+        elif name == "SetOpType" and args and isinstance(args[0], ast.Name):
+            op = args[0].id
+        elif name == "SetAlgConfig" and args and isinstance(args[0], ast.Constant) and op:
+            found.append((op, args[0].value))
+    return found
+
+
+def test_sample_alg_configs_match_the_op_table() -> None:
+    """Samples spell algConfig strings as the AscendC originals; they must equal the op table's."""
+    seen = 0
+    for path in sorted(SAMPLES_DIR.glob("*.py")):
+        for op, alg in _alg_configs(ast.parse(path.read_text())):
+            spec = hp.ops.OPS[hp.HcclCMDType[op]]
+            assert alg == spec.alg_config, (
+                f"{path.name}: {op} uses {alg!r}, not {spec.alg_config!r}"
+            )
+            seen += 1
+    assert seen >= 9, f"only {seen} algConfig strings found in the samples"
