@@ -13,26 +13,6 @@ import ctypes
 import operator
 from typing import Protocol, TypeVar
 
-__all__ = [
-    "ALG_CONFIG_SIZE",
-    "GET_TILING_DATA_WITH_STRUCT",
-    "GROUP_NAME_SIZE",
-    "INIT_TILING_VERSION",
-    "MAX_CC_TILING_NUM",
-    "MC2_CC_TILING_SIZE",
-    "MC2_CC_TILING_VERSION",
-    "MC2_INIT_TILING_SIZE",
-    "Mc2CcTiling",
-    "Mc2InitTiling",
-    "SupportsReadBytes",
-    "TilingData",
-    "cc_alg_config",
-    "cc_group_name",
-    "offsetof",
-    "read_cc_tiling",
-    "tiling_bytes",
-]
-
 MC2_INIT_TILING_SIZE = 64
 MC2_CC_TILING_SIZE = 512
 MAX_CC_TILING_NUM = 8
