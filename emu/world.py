@@ -22,9 +22,7 @@ import torch
 
 from hccl_py import layout
 from hccl_py.agreement import (
-    behind,
     count_mismatch,
-    dependency_failed,
     error_for,
     mismatch,
     wait_head,
@@ -33,6 +31,7 @@ from hccl_py.blocking import Blocker, Job
 from hccl_py.config import Config
 from hccl_py.context import Group
 from hccl_py.errors import HcclError
+from hccl_py.ordering import behind, dependency_state
 from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.server import Server
 from hccl_py.task import Task
@@ -164,16 +163,13 @@ class EmuWorld(Server):
         previous = self._previous(slot)
         if previous is not None and not previous.finished:
             return False
-        for dep in self._dep_slots(slot):
-            if dep.error is not None:
-                self._fail(
-                    slot,
-                    dependency_failed(dep.error, dep.seq, dep.domain),
-                )
-                return False
-            if not dep.finished:
-                return False
-        return True
+        deps = [dep for task in slot.tasks.values() for dep in task.deps]
+        done, error = dependency_state(
+            deps, lambda dep: self._slot(dep).error, lambda dep: self._slot(dep).finished
+        )
+        if error is not None:
+            self._fail(slot, error)
+        return done
 
     def _reached(self, slot: Slot, task: Task) -> bool:
         """Whether this rank's server has got to ``task``: every task it must follow finished."""

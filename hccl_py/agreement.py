@@ -84,28 +84,6 @@ def derived(error: HcclError, reason: str) -> HcclError:
     return type(error)(reason, expected=error.expected, actual=error.actual)
 
 
-def behind(error: HcclError, seq: int, domain: str) -> HcclError:
-    """The report of a later task of a domain whose task #``seq`` failed with ``error``.
-
-    The server reads a domain's queue in order, so it never reaches the tasks
-    behind a failed one: they fail with the original reason.
-    """
-    return derived(
-        error,
-        f"task #{seq} of domain {domain} failed, so the server never reaches "
-        f"the later tasks of the domain: {error.reason}",
-    )
-
-
-def dependency_failed(error: HcclError, seq: int, domain: str) -> HcclError:
-    """The report of a task whose InterHcclGroupSync dependency (task #``seq`` of ``domain``) failed."""
-    return derived(
-        error,
-        f"task #{seq} of domain {domain}, which this task waits for "
-        f"through InterHcclGroupSync, failed: {error.reason}",
-    )
-
-
 def count_mismatch(task: Task, finalizer: int, n_tasks: int) -> HcclMismatchError:
     """Domain rank ``finalizer`` finalized after ``n_tasks`` tasks, but ``task`` comes after them."""
     return HcclMismatchError(

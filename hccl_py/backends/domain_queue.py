@@ -4,7 +4,7 @@ As the AI CPU server reads its message queue, a :class:`DomainQueue` runs
 round ``r`` of a task once this rank committed it (late schedule: once
 somebody waits for it), the previous round of the domain finished and every
 InterHcclGroupSync dependency finished. A failed task fails every later task
-of the domain (:func:`hccl_py.agreement.behind`). With task checks on, the
+of the domain (:mod:`hccl_py.ordering`). With task checks on, the
 first round of each task first compares its descriptor with the peers' ones
 through the store; :class:`Absentees` names a peer that will never send one.
 """
@@ -18,10 +18,11 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..agreement import behind, count_mismatch, dependency_failed, global_rank, mismatch
+from ..agreement import count_mismatch, global_rank, mismatch
 from ..context import Group
 from ..errors import HcclDeadlockError, HcclError, HcclPeerError
 from ..gm import NULL
+from ..ordering import behind, dependency_state
 from ..task import Task
 from . import pg_rounds
 from . import store as kv
@@ -62,16 +63,17 @@ class DomainQueue:
     # --------------------------------------------------------- under the lock
     def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
         """``(finished, error)`` of the task's InterHcclGroupSync dependencies."""
-        for dep in task.deps:
-            queue = self.server.queues.get(dep.domain_name)
-            if queue is None:
-                return False, None
-            failed = queue.failure_at(dep.seq)
-            if failed is not None:
-                return False, dependency_failed(failed, dep.seq, dep.domain_name)
-            if queue.done.get(dep.seq, 0) < dep.repeat:
-                return False, None
-        return True, None
+        queues = self.server.queues
+
+        def failure(dep: Task) -> HcclError | None:
+            queue = queues.get(dep.domain_name)
+            return None if queue is None else queue.failure_at(dep.seq)
+
+        def finished(dep: Task) -> bool:
+            queue = queues.get(dep.domain_name)
+            return queue is not None and queue.done.get(dep.seq, 0) >= dep.repeat
+
+        return dependency_state(task.deps, failure, finished)
 
     def ready(self) -> bool:
         """Whether the thread can start its next round now."""
