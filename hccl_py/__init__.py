@@ -41,6 +41,7 @@ from .errors import (
     HcclTimeoutError,
     HcclUnfinishedError,
     HcclUsageError,
+    HcclWarning,
     WorldError,
 )
 from .framework import (
@@ -68,6 +69,7 @@ from .kernel import (
     g_coreType,
     launch,
 )
+from .outcome import RunResult
 from .platform import PLATFORMS, Platform
 from .runtime import run
 from .tiling import (
@@ -97,6 +99,7 @@ __all__ = [
     "INVALID_HANDLE_ID",
     "NULL",
     "PLATFORMS",
+    "RunResult",
     "Config",
     "CoreType",
     "DTypeInfo",
@@ -124,6 +127,7 @@ __all__ = [
     "HcclTimeoutError",
     "HcclUnfinishedError",
     "HcclUsageError",
+    "HcclWarning",
     "KernelCoreType",
     "Mc2CcTiling",
     "Mc2CcTilingConfig",

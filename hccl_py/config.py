@@ -25,6 +25,8 @@ class Config:
       (restored if the round never runs); see docs/sanitizer.md.
     - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or
       send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
+    - ``warnings_as_errors``: the kinds of :class:`~hccl_py.errors.HcclWarning` to raise
+      as errors instead (e.g. ``{"extra-commit"}``), or True for every kind (for CI).
     """
 
     platform: Platform = field(default_factory=lambda: get_platform("A2"))
@@ -33,6 +35,12 @@ class Config:
     schedule: str = "eager"
     poison: bool = False
     overlap: str = "error"
+    warnings_as_errors: bool | frozenset[str] = frozenset()
+
+    def raises(self, kind: str) -> bool:
+        """Whether a warning of ``kind`` is raised as an error in this run."""
+        chosen = self.warnings_as_errors
+        return chosen is True or (not isinstance(chosen, bool) and kind in chosen)
 
     def __post_init__(self) -> None:
         if self.schedule not in ("eager", "late"):

@@ -40,7 +40,9 @@ class HcclDataType(enum.IntEnum):
     HCCL_DATA_TYPE_FP8E4M3 = 15
     HCCL_DATA_TYPE_FP8E5M2 = 16
     HCCL_DATA_TYPE_FP8E8M0 = 17
-    HCCL_DATA_TYPE_RESERVED = 18
+    HCCL_DATA_TYPE_MXFP8 = 18
+    #: 18 in headers before May 2026 (which had no MXFP8).
+    HCCL_DATA_TYPE_RESERVED = 255
 
 
 class HcclReduceOp(enum.IntEnum):
@@ -83,8 +85,9 @@ class HcclServerType(enum.IntEnum):
     """Which engine executes the tasks: the AI CPU (A2/A3) or the CCU (950)."""
 
     HCCL_SERVER_TYPE_AICPU = 0
-    HCCL_SERVER_TYPE_CCU = 1
-    HCCL_SERVER_TYPE_END = 2
+    #: 1 in headers before 2025-12.
+    HCCL_SERVER_TYPE_CCU = 5
+    HCCL_SERVER_TYPE_END = 6
 
 
 class CoreType(enum.IntEnum):
@@ -107,7 +110,7 @@ class HcclServerConfig:
 class DTypeInfo:
     """Element size and torch dtype of one :class:`HcclDataType`.
 
-    ``torch_dtype`` is None for byte-only types (HIF8, FP8E8M0, INT128): they are
+    ``torch_dtype`` is None for byte-only types (HIF8, FP8E8M0, MXFP8, INT128): they are
     only moved, never computed on, so hccl_py treats them as raw bytes.
     """
 
@@ -139,6 +142,7 @@ DTYPE_INFO: dict[HcclDataType, DTypeInfo] = {
     _T.HCCL_DATA_TYPE_FP8E4M3: DTypeInfo(1, _torch("float8_e4m3fn")),
     _T.HCCL_DATA_TYPE_FP8E5M2: DTypeInfo(1, _torch("float8_e5m2")),
     _T.HCCL_DATA_TYPE_FP8E8M0: DTypeInfo(1, None),
+    _T.HCCL_DATA_TYPE_MXFP8: DTypeInfo(1, None),
 }
 
 #: Types that AllReduce and ReduceScatter accept (spec section 2).

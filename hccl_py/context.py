@@ -16,6 +16,7 @@ import torch
 
 from .blocking import Blocker
 from .config import Config
+from .errors import HcclWarning
 
 if TYPE_CHECKING:
     from .server import Server
@@ -78,6 +79,8 @@ class RankContext:
         self._group_count: Counter[tuple[int, ...]] = Counter()
         self._lock = threading.Lock()
         self.extras: dict[str, Any] = {}
+        #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
+        self.warnings: list[HcclWarning] = []
 
     def next_seq(self, group: Group) -> int:
         """The position of the next task this rank sends in ``group``."""

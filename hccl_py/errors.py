@@ -38,21 +38,50 @@ class HcclError(RuntimeError):
         super().__init__(self._format())
 
     def _format(self) -> str:
-        where = [
-            f"{name} {value}"
-            for name, value in (
-                ("rank", self.rank),
-                ("domain", self.domain),
-                ("handle", self.handle),
-                ("op", self.op),
-                ("round", self.round),
-            )
-            if value is not None
-        ]
-        text = f"[{', '.join(where)}] {self.reason}" if where else self.reason
-        if self.expected is not None or self.actual is not None:
-            text += f" (expected {self.expected}, got {self.actual})"
-        return text
+        return describe(self.reason, self.__dict__)
+
+
+def describe(reason: str, facts: dict) -> str:
+    """``[rank r, domain d, handle h, op o, round k] reason (expected e, got a)``."""
+    where = [
+        f"{name} {facts.get(name)}"
+        for name in ("rank", "domain", "handle", "op", "round")
+        if facts.get(name) is not None
+    ]
+    text = f"[{', '.join(where)}] {reason}" if where else reason
+    if facts.get("expected") is not None or facts.get("actual") is not None:
+        text += f" (expected {facts.get('expected')}, got {facts.get('actual')})"
+    return text
+
+
+class HcclWarning(UserWarning):
+    """Something hardware accepts and carries on with, but that is likely a mistake.
+
+    The official client logs these and returns (a Commit beyond ``repeat``, a
+    second Init, a Wait of a round this core did not commit). ``kind`` names
+    the rule ("extra-commit" ...): ``hp.run(..., warnings_as_errors={kind})``
+    raises it as an :class:`HcclUsageError` instead, for CI. The attributes are
+    those of :class:`HcclError`.
+    """
+
+    def __init__(self, kind: str, reason: str, **facts: object) -> None:
+        self.kind = kind
+        self.reason = reason
+        for name in ("rank", "domain", "handle", "op", "round", "expected", "actual"):
+            setattr(self, name, facts.get(name))
+        super().__init__(f"{describe(reason, facts)} [{kind}]")
+
+    def facts(self) -> dict[str, object]:
+        """The rank/domain/handle/op/round/expected/actual fields that are set."""
+        names = ("rank", "domain", "handle", "op", "round", "expected", "actual")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild_warning, (self.kind, self.reason, self.facts()))
+
+
+def _rebuild_warning(kind: str, reason: str, facts: dict) -> HcclWarning:
+    return HcclWarning(kind, reason, **facts)
 
 
 class HcclUsageError(HcclError):

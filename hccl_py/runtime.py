@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .blocking import default_timeout
 from .config import Config
+from .outcome import RunResult, WithWarnings, summarize
 from .platform import get_platform
 from .server import Backend
 
@@ -69,8 +70,9 @@ def run(
     schedule: str = "eager",
     poison: bool = False,
     overlap: str = "error",
+    warnings_as_errors: bool | Collection[str] = (),
     args: tuple = (),
-) -> list[Any]:
+) -> RunResult:
     """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
 
     On the emulator ``world_size`` ranks (default ``HCCL_PY_WORLD_SIZE`` or 4)
@@ -78,7 +80,10 @@ def run(
     :class:`~hccl_py.errors.WorldError` reports every rank's failure.
     ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
     decides which calls are allowed. See :class:`~hccl_py.context.Config` for
-    ``strict``, ``timeout``, ``schedule``, ``poison`` and ``overlap``.
+    ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
+    ``warnings_as_errors``. The result is a list with a ``warnings`` attribute
+    (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
+    ends with a short summary on stderr.
     """
     if world_size is None and os.environ.get(WORLD_SIZE_ENV):
         world_size = int(os.environ[WORLD_SIZE_ENV])
@@ -89,5 +94,13 @@ def run(
         schedule=schedule,
         poison=poison,
         overlap=overlap,
+        warnings_as_errors=(
+            warnings_as_errors
+            if isinstance(warnings_as_errors, bool)
+            else frozenset(warnings_as_errors)
+        ),
     )
-    return get_backend(backend or default_backend()).run(fn, tuple(args), world_size, config)
+    chosen = get_backend(backend or default_backend())
+    result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))
+    summarize(result)
+    return result

@@ -17,7 +17,7 @@ import numpy as np
 
 # HcclDataType values and element sizes (spec section 2).
 INT8, INT16, INT32, FP16, FP32, INT64, UINT64, UINT8, UINT16, UINT32, FP64, BFP16 = range(12)
-INT128, HIF8, FP8E4M3, FP8E5M2, FP8E8M0, RESERVED = 12, 14, 15, 16, 17, 18
+INT128, HIF8, FP8E4M3, FP8E5M2, FP8E8M0, MXFP8, RESERVED = 12, 14, 15, 16, 17, 18, 255
 ELEM_SIZE = {
     INT8: 1,
     INT16: 2,
@@ -36,6 +36,7 @@ ELEM_SIZE = {
     FP8E4M3: 1,
     FP8E5M2: 1,
     FP8E8M0: 1,
+    MXFP8: 1,
 }
 #: Types that AllReduce and ReduceScatter accept.
 REDUCE_TYPES = (FP32, FP16, INT8, INT16, INT32, BFP16)

@@ -36,7 +36,8 @@ DATA_TYPES = {
     "FP8E4M3": 15,
     "FP8E5M2": 16,
     "FP8E8M0": 17,
-    "RESERVED": 18,
+    "MXFP8": 18,
+    "RESERVED": 255,
 }
 REDUCE_OPS = {"SUM": 0, "PROD": 1, "MAX": 2, "MIN": 3, "RESERVED": 4}
 CMD_TYPES = {
@@ -62,7 +63,7 @@ CMD_TYPES = {
     "HALF_ALLTOALLV": 20,
     "ALL": 21,
 }
-SERVER_TYPES = {"AICPU": 0, "CCU": 1, "END": 2}
+SERVER_TYPES = {"AICPU": 0, "CCU": 5, "END": 6}
 
 ENUMS = [
     (HcclDataType, "HCCL_DATA_TYPE_", DATA_TYPES),
@@ -132,6 +133,7 @@ EXPECTED_INFO = {
     D.HCCL_DATA_TYPE_FP8E4M3: (1, torch.float8_e4m3fn),
     D.HCCL_DATA_TYPE_FP8E5M2: (1, torch.float8_e5m2),
     D.HCCL_DATA_TYPE_FP8E8M0: (1, None),
+    D.HCCL_DATA_TYPE_MXFP8: (1, None),
 }
 
 

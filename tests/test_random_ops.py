@@ -52,7 +52,7 @@ def test_seeded_batch_in_one_run(backend: str, seed: int) -> None:
 
 def test_generator_covers_the_documented_space() -> None:
     """The shared case generator reaches every dtype, stride kind, commit mode and size."""
-    drawn = cases.numpy_cases(123, 600)
+    drawn = cases.numpy_cases(124, 600)
     assert {c.world_size for c in drawn} == set(range(1, 9))
     assert {c.repeat for c in drawn} == {1, 2, 3, 4}
     assert {c.commit for c in drawn} == set(cases.COMMIT_MODES)

@@ -66,6 +66,9 @@ class Rule:
     record: tuple = (PROBE,)
     platform: str = "A2"
     cls: type[hp.HcclError] = hp.HcclUsageError
+    #: A call the official client logs and returns from: never raised, in any mode. The
+    #: HcclWarning kind it gives ("" for none); warnings_as_errors turns it into an error.
+    carries_on: str | None = None
 
 
 def _init(h: Hccl, e: Env, ops: tuple[str, ...] = ("AllGather",)) -> None:
@@ -205,6 +208,21 @@ def _set_cc_tiling_after(init: str) -> Script:
         _valid_after(h, e)
 
     return script
+
+
+def _second_init(h: Hccl, e: Env) -> None:
+    """InitV2 twice: the second one is ignored (the first stays in force), then a valid task."""
+    _init(h, e)
+    e.probe(h, h.InitV2(hp.GetHcclContext(0), e.tiling))
+    _valid_after(h, e)
+
+
+def _set_cc_v2_after_init_with_tiling(h: Hccl, e: Env) -> None:
+    """Init(context, tiling) then SetCcTilingV2: the two styles do not mix (-1), SetCcTiling works."""
+    h.Init(hp.GetHcclContext(0), e.tiling)
+    e.probe(h, h.SetCcTilingV2(cases.cc_offset("AllGather")))
+    h.SetCcTiling(e.tiling + cases.cc_offset("AllGather"))
+    _valid_after(h, e)
 
 
 def _alltoallv_missing(name: str) -> Callable[[Hccl, Env], int]:
@@ -401,7 +419,11 @@ RULES: dict[str, Rule] = {
         _commit_before_prepare, None, ("handle 0", "never returned"), AFTER
     ),
     "commit/extra": Rule(
-        _extra_commit, None, ("extra Commit", "2 rounds", "handle 0"), (PROBE, 0, 0, 2)
+        _extra_commit,
+        None,
+        ("extra Commit", "2 rounds", "handle 0"),
+        (PROBE, 0, 0, 2),
+        carries_on="extra-commit",
     ),
     "commit/not-initialised": Rule(
         uninitialised(lambda h, e: h.Commit(0)), None, ("Commit", "not initialised")
@@ -425,11 +447,18 @@ RULES: dict[str, Rule] = {
         -1,
         ("round 0", "not committed", "handle 0", "AllGather"),
         (PROBE, 0),
+        carries_on="wait-not-committed",
     ),
     "wait/uncommitted-second-round": Rule(
-        _wait_uncommitted_round, -1, ("round 1", "not committed"), (0, PROBE, 0)
+        _wait_uncommitted_round,
+        -1,
+        ("round 1", "not committed"),
+        (0, PROBE, 0),
+        carries_on="wait-not-committed",
     ),
-    "wait/more-than-repeat": Rule(_wait_too_often, -1, ("already waited",), (0, PROBE)),
+    "wait/more-than-repeat": Rule(
+        _wait_too_often, -1, ("already waited",), (0, PROBE), carries_on="wait-not-committed"
+    ),
     # -------------------------------------------------------------- Query
     "query/-1": Rule(
         after_one_gather(lambda h, e, hd: h.Query(-1)), -1, ("handle -1",), (PROBE, 0)
@@ -480,6 +509,15 @@ RULES: dict[str, Rule] = {
         ("SetCcTiling", "Init(context, initTiling)"),
         AFTER,
     ),
+    "SetCcTilingV2/after-Init-with-tiling": Rule(
+        _set_cc_v2_after_init_with_tiling,
+        HCCL_FAILED,
+        ("SetCcTilingV2", "InitV2", "do not mix"),
+        AFTER,
+    ),
+    "InitV2/second": Rule(
+        _second_init, None, ("already initialised", "first one"), AFTER, carries_on="repeated-init"
+    ),
     "SetCcTiling/after-Init-without-tiling": Rule(
         _set_cc_tiling_after("Init"), HCCL_FAILED, ("SetCcTiling", "must not be mixed"), AFTER
     ),
@@ -490,7 +528,7 @@ def _rule_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, name: str, nul
     RULES[name].script(Hccl(), Env(xGM, yGM, tilingGM, record, nullGM))
 
 
-def run_rule(backend: str, name: str, strict: bool) -> list:
+def run_rule(backend: str, name: str, strict: bool, **options: Any) -> list:
     """Run rule ``name`` on WORLD ranks; per rank (record, y)."""
     return hp.run(
         cases.probe,
@@ -500,6 +538,7 @@ def run_rule(backend: str, name: str, strict: bool) -> list:
         timeout=RUN_TIMEOUT,
         strict=strict,
         args=(_rule_kernel, name, None),
+        **options,
     )
 
 
@@ -530,7 +569,11 @@ def test_rule_returns_cpp_code_when_not_strict(backend: str, name: str) -> None:
             run_rule(backend, name, strict=False)
         assert_raised(rule, info.value)
         return
-    out = run_rule(backend, name, strict=False)
+    assert_cpp_result(rule, run_rule(backend, name, strict=False))
+
+
+def assert_cpp_result(rule: Rule, out: list) -> None:
+    """Every rank recorded the C++ results the rule expects, and the reason for the probe."""
     for rank, (record, _) in enumerate(out):
         assert len(record) == len(rule.record), (rank, record)
         for got, want in zip(record, rule.record, strict=True):
@@ -545,9 +588,25 @@ def test_rule_returns_cpp_code_when_not_strict(backend: str, name: str) -> None:
 
 @pytest.mark.parametrize("name", list(RULES))
 def test_rule_raises_when_strict(backend: str, name: str) -> None:
+    rule = RULES[name]
+    if rule.carries_on is not None:  # the official client logs and returns: so do we
+        out = run_rule(backend, name, strict=True)
+        assert_cpp_result(rule, out)
+        kinds = {w.kind for w in out.all_warnings()}
+        assert kinds == ({rule.carries_on} if rule.carries_on else set()), kinds
+        for rank, found in out.warnings.items():  # every report names rank and domain
+            assert all(w.rank == rank and w.domain == "hccl_world_group" for w in found)
+            if "handle 0" in rule.facts:
+                assert all(w.op == "AllGather" and w.handle == 0 for w in found)
+        if rule.carries_on:
+            with pytest.raises(hp.WorldError) as info:
+                run_rule(backend, name, strict=True, warnings_as_errors={rule.carries_on})
+            assert_raised(rule, info.value)
+            assert rule.carries_on in str(info.value)
+        return
     with pytest.raises(hp.WorldError) as info:
         run_rule(backend, name, strict=True)
-    assert_raised(RULES[name], info.value)
+    assert_raised(rule, info.value)
 
 
 # ------------------------------------------------------------ handle limit

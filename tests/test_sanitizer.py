@@ -444,38 +444,66 @@ def test_unfinished_some_rounds_committed() -> None:
     check(err, hp.HcclUnfinishedError, "committed 2 of 3 rounds", "round 2", "handle 0")
 
 
-def test_unfinished_rounds_committed_but_not_waited() -> None:
+def test_fewer_waits_than_rounds_then_finalize_is_valid() -> None:
+    """MatmulAllReduce's pattern: Wait a repeated handle once, let Finalize wait for the rest."""
+
     def kernel(x: Any, y: Any, t: Any) -> None:
         h = comm(t)
         handle = h.AllGather[True](x, y, N // 2, F32, N, 2)
-        h.Wait(handle)  # relies on Wait, but waits only round 0
-        h.Finalize()
+        assert h.Wait(handle) == 0  # round 0 only
+        h.Finalize()  # waits until round 1 finished too
 
-    err = fails(spmd(kernel))
-    check(
-        err,
-        hp.HcclUnfinishedError,
-        "handle 0 (AllGather): a core waited 1 of its 2 rounds",
-        "must Wait every round",
-    )
+    out = hp.run(spmd(kernel), world_size=2, timeout=TIMEOUT)
+    assert out.warnings == {}
+    for _, y in out:
+        assert y.tolist() == [1.0] * N + [2.0] * N  # both rounds of both ranks landed
 
 
-def test_extra_commit_beyond_repeat() -> None:
+def test_extra_commit_beyond_repeat_is_a_warning() -> None:
+    """The official client ignores a Commit beyond repeat and logs it: a warning, in strict mode too."""
+
     def kernel(x: Any, y: Any, t: Any) -> None:
         h = comm(t)
         handle = h.AllGather[True](x, y, N, F32)
         h.Commit(handle)
+        assert h.last_error is not None and "extra Commit" in h.last_error
+        assert h.Wait(handle) == 0
+        h.Finalize()
 
-    err = fails(spmd(kernel))
-    check(
-        err,
-        hp.HcclUsageError,
-        "extra Commit",
-        "handle 0",
-        "op AllGather",
-        "round 1",
-        "expected <= 1 commits, got 2",
-    )
+    with pytest.warns(hp.HcclWarning, match="extra Commit"):
+        out = hp.run(spmd(kernel), world_size=2, timeout=TIMEOUT)
+    for rank, found in sorted(out.warnings.items()):
+        (w,) = found
+        assert (w.kind, w.rank, w.handle, w.op, w.round) == (
+            "extra-commit",
+            rank,
+            0,
+            "AllGather",
+            1,
+        )
+        assert "expected <= 1 commits, got 2" in str(w)
+    err = fails(spmd(kernel), warnings_as_errors={"extra-commit"})
+    check(err, hp.HcclUsageError, "extra Commit", "handle 0", "op AllGather", "round 1")
+
+
+def test_idle_core_wait_returns_minus_one_without_report() -> None:
+    """MatmulReduceScatter's pattern: every core Waits, idle cores never Commit and get -1."""
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        idle = hp.GetBlockIdx() != 0
+        handle = h.AllGather(x, y, N, F32)
+        if not idle:
+            h.Commit(handle)
+        got = h.Wait(handle)
+        assert got == (-1 if idle else 0), (hp.GetBlockIdx(), got)
+        hp.SyncAll()
+        h.Finalize()
+
+    out = hp.run(spmd(kernel, block_dim=4), world_size=2, timeout=TIMEOUT)
+    assert out.warnings == {}
+    for _, y in out:
+        assert y.tolist() == [1.0] * N + [2.0] * N
 
 
 # ============================================================ 4. bounds and overlap

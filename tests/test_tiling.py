@@ -337,7 +337,7 @@ def test_names_of_129_bytes_fail_cc_tiling(field):
 
 
 @pytest.mark.parametrize("field", ["dstDataType", "srcDataType"])
-@pytest.mark.parametrize(("value", "expected"), [(17, TILING_SUCCESS), (18, TILING_FAILED)])
+@pytest.mark.parametrize(("value", "expected"), [(254, TILING_SUCCESS), (255, TILING_FAILED)])
 def test_data_type_bounds_in_cc_tiling(field, value, expected):
     tiling = OneCcTiling()
     cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG, **{field: value})
@@ -427,9 +427,9 @@ def test_set_reduce_type_sets_data_types_all_or_nothing():
     cc = build(cfg).cc
     assert (cc.reduceType, cc.dstDataType, cc.srcDataType) == (3, fp16, fp32)
 
-    assert cfg.SetReduceType(HcclReduceOp.HCCL_REDUCE_SUM, 18, fp16) == TILING_FAILED
+    assert cfg.SetReduceType(HcclReduceOp.HCCL_REDUCE_SUM, 255, fp16) == TILING_FAILED
     assert "dstDataType" in cfg.last_error
-    assert cfg.SetReduceType(HcclReduceOp.HCCL_REDUCE_SUM, fp16, 18) == TILING_FAILED
+    assert cfg.SetReduceType(HcclReduceOp.HCCL_REDUCE_SUM, fp16, 255) == TILING_FAILED
     assert "srcDataType" in cfg.last_error
     cc = build(cfg).cc
     assert (cc.reduceType, cc.dstDataType, cc.srcDataType) == (3, fp16, fp32)

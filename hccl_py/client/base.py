@@ -9,19 +9,32 @@ way a call fails (:meth:`HcclBase._fail`). Prepare calls are added by
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
 
 from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType, HcclServerConfig, HcclServerType
 from ..context import current_rank_context
-from ..errors import HcclBoundsError, HcclError, HcclUsageError
+from ..errors import HcclBoundsError, HcclError, HcclUsageError, HcclWarning
 from ..gm import GmAddr
 from ..kernel import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
 from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, read_cc_tiling, tiling_bytes
 from .sender import DEFAULT_CFG, server_config
 from .state import ClientState, Handle
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the caller's code, outside hccl_py."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class HcclBase:
@@ -80,6 +93,33 @@ class HcclBase:
             raise err
         return ret
 
+    def _carry_on(
+        self, kind: str, reason: str, ret: Any = None, warn: bool = True, **facts: Any
+    ) -> Any:
+        """A call the official client logs and returns from: the C++ result, in every mode.
+
+        With ``warn`` (the default) it is also an :class:`HcclWarning` of ``kind``,
+        kept on the rank (``hp.run(...).warnings``) and raised as an
+        :class:`HcclUsageError` when the run's ``warnings_as_errors`` names ``kind``.
+        """
+        ctx = current_rank_context(required=False)
+        facts = (
+            dict(
+                rank=ctx.rank if ctx else None, domain=self.state.group.name if self.state else None
+            )
+            | facts
+        )
+        warning = HcclWarning(kind, reason, **facts)
+        self.last_error = str(warning)
+        if not warn:
+            return ret
+        if ctx is not None and ctx.config.raises(kind):
+            raise HcclUsageError(f"{reason} [{kind}, raised by warnings_as_errors]", **facts)
+        if ctx is not None:
+            ctx.warnings.append(warning)
+        warnings.warn(warning, stacklevel=_user_stacklevel())
+        return ret
+
     def _ok(self, value: Any = HCCL_SUCCESS) -> Any:
         self.last_error = None
         return value
@@ -115,7 +155,11 @@ class HcclBase:
             )
             return
         if self.state is not None and not self.finalized:
-            self._fail(f"{mode}: the Hccl object is already initialised", ret=None)
+            self._carry_on(
+                "repeated-init",
+                f"{mode}: the Hccl object is already initialised; the official client ignores "
+                "a second Init (the first one stays in force)",
+            )
             return
         platform = context.launch.rank_ctx.config.platform
         if self.server_type != platform.server:
@@ -161,8 +205,11 @@ class HcclBase:
 
     def SetCcTilingV2(self, offset: int) -> int:
         """Register the Mc2CcTiling at byte ``offset`` of the init tiling struct for its op type."""
-        if self.state is None or self._mode not in ("InitV2", "Init"):
-            return self._fail("SetCcTilingV2: the Hccl object is not initialised with InitV2")
+        if self.state is None or self._mode != "InitV2":
+            return self._fail(
+                "SetCcTilingV2: the Hccl object is not initialised with InitV2 "
+                "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)"
+            )
         try:
             raw = tiling_bytes(self._tiling_src, nbytes=int(offset) + MC2_CC_TILING_SIZE)
             cc = read_cc_tiling(raw, int(offset))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import warnings
 
-from ..constants import HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
+from ..constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
 from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
 from ..template import template
 from .prepare import PrepareCalls
 from .sender import is_sender
+from .state import Handle
 
 _C = HcclCMDType
 
@@ -46,9 +47,10 @@ class Hccl(PrepareCalls):
             return
         name = op_name(info.op)
         if info.commits >= info.repeat:
-            self._fail(
-                f"extra Commit: all {info.repeat} rounds are already committed",
-                ret=None,
+            self._carry_on(
+                "extra-commit",
+                f"extra Commit: all {info.repeat} rounds are already committed; the official "
+                "client ignores it (and logs an error)",
                 handle=int(handleId),
                 op=name,
                 round=info.commits,
@@ -85,22 +87,8 @@ class Hccl(PrepareCalls):
             )
         h = int(handleId)
         name = op_name(info.op)
-        if info.waits >= info.repeat:
-            return self._fail(
-                f"Wait: all {info.repeat} rounds were already waited",
-                handle=h,
-                op=name,
-                round=info.waits,
-            )
         if info.waits >= info.commits:
-            return self._fail(
-                f"Wait before Commit: round {info.waits} was not committed (it would hang on hardware)",
-                handle=h,
-                op=name,
-                round=info.waits,
-                expected=f"> {info.waits} commits",
-                actual=info.commits,
-            )
+            return self._not_committed(info, h, name)
         core = self._core()
         if core.kind != info.kind:
             return self._fail(
@@ -126,6 +114,30 @@ class Hccl(PrepareCalls):
         self.state.rank_ctx.server.wait(task, info.waits)
         info.waits += 1
         return self._ok(HCCL_SUCCESS)
+
+    def _not_committed(self, info: Handle, h: int, name: str) -> int:
+        """Wait of a round this core's object did not commit: -1 at once, in every mode.
+
+        The official client counts Commits per core and returns -1 without
+        waiting when this core's Waits reached its Commits. Shipping kernels rely
+        on it (idle cores that Wait but never Commit), so it is no error; on the
+        sending core, whose Commits are the ones the server sees, it is a warning.
+        Rounds that no core ever commits are reported when the kernel returns.
+        """
+        sender = self.state.sender is self
+        what = "already waited" if info.waits >= info.repeat else "not committed by this core"
+        return self._carry_on(
+            "wait-not-committed",
+            f"Wait returns -1 at once: this core waited {info.waits} and committed "
+            f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})",
+            ret=HCCL_FAILED,
+            warn=sender,
+            handle=h,
+            op=name,
+            round=info.waits,
+            expected=f"> {info.waits} commits",
+            actual=info.commits,
+        )
 
     def Query(self, handleId: int) -> int:
         """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""

@@ -108,8 +108,8 @@ class ClientState:
     def check_exit(self) -> None:
         """Called when the kernel returns: report work the real server would hang on.
 
-        Also reports a handle that some core waited for some but not all of its
-        rounds: such a kernel relies on Wait, and reads unfinished data.
+        Fewer Waits than rounds is valid (Finalize waits for the rest), and so is
+        a core that Waits without committing (its Wait returned -1).
         """
         sender = self.sender
         problems = []
@@ -121,13 +121,6 @@ class ClientState:
                 )
         if sender is not None and sender.handles and not sender.finalized:
             problems.append("Finalize() was never called")
-        for obj in self.objects:
-            for h, info in enumerate(obj.handles):
-                if 0 < info.waits < info.repeat:
-                    problems.append(
-                        f"handle {h} ({op_name(info.op)}): a core waited {info.waits} of its "
-                        f"{info.repeat} rounds; a kernel that Waits a handle must Wait every round"
-                    )
         if problems:
             raise HcclUnfinishedError(
                 "kernel returned with unfinished work that would leave the server hanging: "
