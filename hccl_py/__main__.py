@@ -1,12 +1,7 @@
 """Command line: ``python -m hccl_py run -n N [--backend emu|gloo|hccl] script.py [args]``.
 
-With the emulator (the default) the script runs once, in this process, and
-``hp.run`` starts N rank threads. With gloo or hccl the runner starts N
-processes of the script, one per rank (``RANK``, ``WORLD_SIZE``,
-``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` set as torchrun sets them),
-prefixes their output with ``[rank k]`` and stops every rank when one fails.
-Several hosts: run the same command on each with ``--nnodes``, ``--node-rank``,
-``--master-addr`` and ``--master-port`` (node 0 hosts the rendezvous store).
+Also installed as the ``hccl-py`` console script. :data:`DESCRIPTION` is what
+``--help`` prints.
 """
 
 from __future__ import annotations
@@ -16,34 +11,55 @@ import os
 import runpy
 import sys
 
+from . import __version__
 from .runtime import BACKEND_ENV, BACKENDS, PLATFORM_ENV, WORLD_SIZE_ENV
+
+#: What ``--help`` says, in plain words.
+DESCRIPTION = """\
+Run programs written with hccl_py on several ranks.
+
+With the emulator (the default) the script runs once, in this process, and
+hp.run starts N rank threads. With gloo or hccl the runner starts N processes
+of the script, one per rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
+MASTER_PORT set as torchrun sets them), prefixes their output with [rank k]
+and stops every rank when one fails. For several hosts, run the same command
+on each with --nnodes, --node-rank, --master-addr and --master-port (node 0
+hosts the rendezvous store)."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the description's lines and shows every option's default."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m hccl_py``."""
+    """The argument parser of ``python -m hccl_py`` (also installed as ``hccl-py``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m hccl_py",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m hccl_py", description=DESCRIPTION, formatter_class=_HelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"hccl_py {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a script that calls hccl_py.run(main) on N ranks")
-    run.add_argument("-n", "--nproc", type=int, default=4, help="ranks (per node), default 4")
+    run = sub.add_parser(
+        "run",
+        help="run a script that calls hccl_py.run(main) on N ranks",
+        description=DESCRIPTION,
+        formatter_class=_HelpFormatter,
+    )
+    run.add_argument("-n", "--nproc", type=int, default=4, help="ranks per host")
     run.add_argument(
         "--backend",
         choices=sorted(BACKENDS),
         default=None,
-        help=f"default: ${BACKEND_ENV}, else emu",
+        help=f"where the ranks run (None: ${BACKEND_ENV}, else emu)",
     )
-    run.add_argument("--platform", choices=["A2", "A3", "950"], default=None, help="default: A2")
+    run.add_argument(
+        "--platform", choices=["A2", "A3", "950"], default=None, help="the platform (None: A2)"
+    )
     multi = run.add_argument_group("several hosts (gloo, hccl)")
-    multi.add_argument("--nnodes", type=int, default=1, help="number of hosts (default 1)")
-    multi.add_argument("--node-rank", type=int, default=0, help="this host's index (default 0)")
+    multi.add_argument("--nnodes", type=int, default=1, help="number of hosts")
+    multi.add_argument("--node-rank", type=int, default=0, help="this host's index")
+    multi.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
     multi.add_argument(
-        "--master-addr", default="127.0.0.1", help="address of node 0 (default 127.0.0.1)"
-    )
-    multi.add_argument(
-        "--master-port", type=int, default=None, help="store port on node 0 (default: a free one)"
+        "--master-port", type=int, default=None, help="store port on node 0 (None: a free one)"
     )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
