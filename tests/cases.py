@@ -501,7 +501,7 @@ def draw_case(draw: Draw, op: str | None = None, world_size: int | None = None) 
     )
     if op == "AlltoAllV":
         return OpCase(**fields, **_draw_v_layout(draw, n, repeat))
-    count = draw(1 if op == "AlltoAll" else 0, 24)
+    count = draw(0 if _SPECS[op].zero_count else 1, 24)
     fields["count"] = count
     if op != "AllReduce":
         fields["stride"] = _draw_stride(draw, op, n, count, repeat)

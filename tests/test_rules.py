@@ -349,6 +349,26 @@ RULES: dict[str, Rule] = {
         ("AlltoAll", "dataCount must not be 0"),
         AFTER,
     ),
+    "prepare/AllGather-sendCount-0": Rule(
+        bad_prepare(lambda h, e: h.AllGather(e.x, e.y, 0, FP32)),
+        -1,
+        ("AllGather", "sendCount must not be 0"),
+        AFTER,
+    ),
+    "prepare/AllReduce-count-0": Rule(
+        bad_prepare(lambda h, e: h.AllReduce(e.x, e.y, 0, FP32, SUM), ("AllGather", "AllReduce")),
+        -1,
+        ("AllReduce", "count must not be 0"),
+        AFTER,
+    ),
+    "prepare/ReduceScatter-recvCount-0": Rule(
+        bad_prepare(
+            lambda h, e: h.ReduceScatter(e.x, e.y, 0, FP32, SUM), ("AllGather", "ReduceScatter")
+        ),
+        -1,
+        ("ReduceScatter", "recvCount must not be 0"),
+        AFTER,
+    ),
     **{
         f"prepare/AlltoAllV-{name}-missing": Rule(
             bad_prepare(_alltoallv_missing(name), ("AllGather", "AlltoAllV")),

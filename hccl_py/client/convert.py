@@ -70,7 +70,8 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
             "recvType must equal sendType", expected=int(p.data_type), actual=int(p.recv_type)
         )
     if spec.count_arg is not None:
-        fields["count"] = count(spec.count_arg, p.count, spec.zero_count)
+        # count 0 is the kernel API's rule; framework collectives of empty tensors may move nothing
+        fields["count"] = count(spec.count_arg, p.count, spec.zero_count or not limits.kernel_api)
     if spec.reduces:
         fields["reduce_op"] = reduce_op(p.reduce_op)
     if spec.strided:

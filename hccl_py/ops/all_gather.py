@@ -14,7 +14,7 @@ SPEC = OpSpec(
     count_arg="sendCount",
     reduces=False,
     dtypes=MOVE_DTYPES,
-    zero_count=True,
+    zero_count=False,
     alg_config="AllGather=level0:doublering",
     layout=regular_layout(frozenset({"recv"})),
     in_place=lambda rank: (0, rank),

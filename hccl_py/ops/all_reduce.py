@@ -13,7 +13,7 @@ SPEC = OpSpec(
     count_arg="count",
     reduces=True,
     dtypes=REDUCE_DTYPES,
-    zero_count=True,
+    zero_count=False,
     alg_config="AllReduce=level0:doublering",
     layout=regular_layout(frozenset()),
     in_place=lambda rank: (0, 0),

@@ -14,7 +14,7 @@ SPEC = OpSpec(
     count_arg="recvCount",
     reduces=True,
     dtypes=REDUCE_DTYPES,
-    zero_count=True,
+    zero_count=False,
     alg_config="ReduceScatter=level0:doublering",
     layout=regular_layout(frozenset({"send"})),
     in_place=lambda rank: (rank, 0),
