@@ -16,7 +16,6 @@ class Platform:
     short: str
     name: str
     server: HcclServerType
-    group_sync_counts_as_task: bool
     finalize_async_allowed: bool
     max_alltoall_ranks: int | None = None
     max_task_bytes: int | None = None
@@ -37,14 +36,12 @@ PLATFORMS: dict[str, Platform] = {
         short="A2",
         name="Atlas A2",
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
-        group_sync_counts_as_task=False,
         finalize_async_allowed=False,
     ),
     "A3": Platform(
         short="A3",
         name="Atlas A3",
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
-        group_sync_counts_as_task=True,
         finalize_async_allowed=True,
         max_alltoall_ranks=128,
     ),
@@ -52,7 +49,6 @@ PLATFORMS: dict[str, Platform] = {
         short="950",
         name="Ascend 950",
         server=HcclServerType.HCCL_SERVER_TYPE_CCU,
-        group_sync_counts_as_task=False,
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,
     ),

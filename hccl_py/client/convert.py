@@ -55,6 +55,8 @@ class Limits:
     kernel_api: bool
     has_tiling: bool
     handles_used: int
+    #: InterHcclGroupSync messages sent: they share the domain's message slots with Prepares.
+    syncs_used: int
     rank_dim: int
 
 
@@ -116,7 +118,20 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
             expected=f"< {HCCL_MAX_HANDLE_ID} tasks",
         )
+    if limits.handles_used + limits.syncs_used >= HCCL_MAX_HANDLE_ID:
+        raise InvalidCall(
+            slots_used(limits.handles_used, limits.syncs_used),
+            expected=f"<= {HCCL_MAX_HANDLE_ID} Prepare and InterHcclGroupSync calls",
+        )
     return dtype
+
+
+def slots_used(prepares: int, syncs: int) -> str:
+    """Why no message slot is left: a domain's queue has 64, and Finalize needs the last one."""
+    return (
+        f"the domain already used {prepares + syncs} of its {HCCL_MAX_HANDLE_ID + 1} message "
+        f"slots ({prepares} Prepare, {syncs} InterHcclGroupSync); the last one is Finalize's"
+    )
 
 
 def count(name: str, value: Any, allow_zero: bool = True) -> int:

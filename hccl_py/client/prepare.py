@@ -36,7 +36,8 @@ class PrepareCalls(HcclBase):
             platform=state.rank_ctx.config.platform,
             kernel_api=not self.framework,
             has_tiling=self._mode == "Init-no-tiling" or op in self._cc,
-            handles_used=len(self.handles) + self._n_syncs,
+            handles_used=len(self.handles),
+            syncs_used=self._n_syncs,
             rank_dim=state.rank_dim,
         )
 
