@@ -30,6 +30,7 @@ from .constants import (
     torch_dtype_of,
 )
 from .context import Group, device, get_rank, get_world_size, new_group, world_group
+from .crosscore import CrossCoreSetFlag, CrossCoreWaitFlag, Pipe
 from .errors import (
     HcclBoundsError,
     HcclCoreError,
@@ -82,7 +83,7 @@ from .tiling import (
 )
 
 _enum_names = _constants.export_members(
-    globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType
+    globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType, Pipe
 )
 
 __version__ = "0.1.0"
@@ -99,8 +100,11 @@ __all__ = [
     "INVALID_HANDLE_ID",
     "NULL",
     "PLATFORMS",
+    "Pipe",
     "RunResult",
     "Config",
+    "CrossCoreSetFlag",
+    "CrossCoreWaitFlag",
     "CoreType",
     "DTypeInfo",
     "GetBlockIdx",

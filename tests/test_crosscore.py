@@ -1,0 +1,124 @@
+"""CrossCoreSetFlag / CrossCoreWaitFlag: counting flags between cores, and their deadlock report."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from cases import RUN_TIMEOUT
+
+import hccl_py as hp
+from hccl_py import AIC, AIV
+
+
+def _run(kernel: Any, block_dim: int = 2, kernel_type: str = "mix_aic_1_2", world: int = 1) -> list:
+    def main() -> list:
+        log: list = []
+        hp.launch(kernel, log, block_dim=block_dim, kernel_type=kernel_type)
+        return log
+
+    return hp.run(main, world_size=world, timeout=RUN_TIMEOUT)
+
+
+def test_mode0_is_a_barrier_across_the_cube_cores() -> None:
+    """Cube core 1 writes after core 0 read: mode 0 orders them, which SyncAll does not cover."""
+    box: dict = {}
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType != AIC:
+            return
+        me = hp.GetBlockIdx()
+        if me == 1:
+            box["value"] = "written"
+        hp.CrossCoreSetFlag[0, hp.PIPE_FIX](3)
+        hp.CrossCoreWaitFlag(3)
+        log.append((me, box.get("value")))
+
+    (log,) = _run(kernel, block_dim=3)
+    assert sorted(log) == [(0, "written"), (1, "written"), (2, "written")]
+
+
+def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
+    order: list = []
+    lock = threading.Lock()
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            with lock:
+                order.append(("aic-set", hp.GetBlockIdx()))
+            hp.CrossCoreSetFlag[2, hp.PIPE_FIX](5)
+            hp.CrossCoreWaitFlag(6)  # released once both AIV cores of this AI core set 6
+            with lock:
+                order.append(("aic-released", hp.GetBlockIdx()))
+        else:
+            hp.CrossCoreWaitFlag(5)
+            with lock:
+                order.append(("aiv-released", hp.GetBlockIdx()))
+            hp.CrossCoreSetFlag[2, hp.PIPE_MTE3](6)
+
+    _run(kernel, block_dim=2)
+    for block in (0, 1):
+        aivs = [i for kind, i in order if kind == "aiv-released" and i // 2 == block]
+        assert len(aivs) == 2
+        set_at = order.index(("aic-set", block))
+        released_at = order.index(("aic-released", block))
+        assert all(set_at < order.index(("aiv-released", i)) < released_at for i in aivs)
+
+
+def test_sets_run_ahead_and_each_wait_consumes_one() -> None:
+    def kernel(log: list) -> None:
+        if hp.g_coreType != AIV:
+            return
+        for _ in range(3):
+            hp.CrossCoreSetFlag[1, hp.PIPE_V](2)  # mode 1: the two AIV cores of one AI core
+        for _ in range(3):
+            hp.CrossCoreWaitFlag(2)
+        log.append(hp.GetBlockIdx())
+
+    (log,) = _run(kernel, block_dim=1)
+    assert sorted(log) == [0, 1]
+
+
+def test_a_wait_nobody_releases_is_a_deadlock_report() -> None:
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC and hp.GetBlockIdx() == 0:
+            hp.CrossCoreSetFlag(7)  # mode 0, but cube core 1 never sets flag 7
+            hp.CrossCoreWaitFlag(7)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=2)
+    text = str(info.value)
+    assert "CrossCoreWaitFlag(7)" in text and "AIC core 0" in text, text
+    assert isinstance(info.value.failures[0], hp.HcclDeadlockError)
+
+
+@pytest.mark.parametrize(
+    ("call", "fact"),
+    [
+        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_FIX](16), "flagId must be an int in 0..15"),
+        (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
+        (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1 or 2"),
+        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1 or 2 and pipe"),
+    ],
+)
+def test_bad_arguments_name_the_rule(call: Any, fact: str) -> None:
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            call()
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert fact in str(info.value)
+    assert isinstance(info.value.failures[0], hp.HcclCoreError)
+
+
+def test_more_than_15_pending_completions_is_reported() -> None:
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            for _ in range(16):
+                hp.CrossCoreSetFlag(1)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert "more than 15 completions" in str(info.value)
