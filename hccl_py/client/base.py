@@ -9,32 +9,26 @@ way a call fails (:meth:`HcclBase._fail`). Prepare calls are added by
 from __future__ import annotations
 
 import functools
-import os
-import sys
-import warnings
 from typing import Any
 
 import numpy as np
 
+from .. import report
 from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType, HcclServerConfig, HcclServerType
 from ..context import current_rank_context
 from ..errors import HcclBoundsError, HcclError, HcclUsageError, HcclWarning
 from ..gm import GmAddr
 from ..kernel import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
-from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, read_cc_tiling, tiling_bytes
+from ..tiling import (
+    MC2_CC_TILING_SIZE,
+    Mc2CcTiling,
+    cc_group_name,
+    read_cc_tiling,
+    tiling_bytes,
+)
 from .sender import DEFAULT_CFG, server_config
 from .state import ClientState, Handle
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the caller's code, outside hccl_py."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class HcclBase:
@@ -98,26 +92,17 @@ class HcclBase:
     ) -> Any:
         """A call the official client logs and returns from: the C++ result, in every mode.
 
-        With ``warn`` (the default) it is also an :class:`HcclWarning` of ``kind``,
-        kept on the rank (``hp.run(...).warnings``) and raised as an
-        :class:`HcclUsageError` when the run's ``warnings_as_errors`` names ``kind``.
+        With ``warn`` (the default) it is also an :class:`HcclWarning` of ``kind``
+        (:func:`hccl_py.report.warn`); ``last_error`` says why either way.
         """
         ctx = current_rank_context(required=False)
-        facts = (
-            dict(
-                rank=ctx.rank if ctx else None, domain=self.state.group.name if self.state else None
-            )
-            | facts
+        where = dict(
+            rank=ctx.rank if ctx else None, domain=self.state.group.name if self.state else None
         )
-        warning = HcclWarning(kind, reason, **facts)
-        self.last_error = str(warning)
-        if not warn:
-            return ret
-        if ctx is not None and ctx.config.raises(kind):
-            raise HcclUsageError(f"{reason} [{kind}, raised by warnings_as_errors]", **facts)
-        if ctx is not None:
-            ctx.warnings.append(warning)
-        warnings.warn(warning, stacklevel=_user_stacklevel())
+        facts = where | facts
+        self.last_error = str(HcclWarning(kind, reason, **facts))
+        if warn:
+            report.warn(kind, reason, **facts)
         return ret
 
     def _ok(self, value: Any = HCCL_SUCCESS) -> Any:
@@ -199,6 +184,15 @@ class HcclBase:
         if op not in OPS:
             return self._fail(
                 f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling"
+            )
+        name = cc_group_name(cc)
+        if name != self.state.group.name and not self.framework:
+            self._carry_on(
+                "group-name",
+                f"{where}: the tiling's groupName {name!r} is not the domain of context "
+                f"{self.state.context.index} ({self.state.group.name!r}); the host built this "
+                "tiling for another communication domain",
+                op=OPS[op].name,
             )
         self._cc[op] = cc
         return self._ok()

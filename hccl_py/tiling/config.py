@@ -10,9 +10,15 @@ helper (:meth:`Mc2CcTilingConfig._set`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
+from collections.abc import Callable
 
+from .. import report
 from ..constants import HcclCMDType, HcclDataType, HcclReduceOp
+from ..context import current_rank_context
+from ..errors import HcclUsageError
+from ..ops import OPS
 from .structs import (
     ALG_CONFIG_SIZE,
     GROUP_NAME_SIZE,
@@ -66,6 +72,52 @@ def _write_char_array(cc: Mc2CcTiling, field: str, data: bytes) -> None:
     ctypes.memmove(
         ctypes.addressof(cc) + member.offset, data.ljust(member.size, b"\0"), member.size
     )
+
+
+def _host_call(method: Callable[..., int]) -> Callable[..., int]:
+    """A public builder call: in a strict hp.run, a failure raises here, at the host call.
+
+    Outside hp.run, or with ``strict=False``, it returns 1 as the C++ builder
+    does, so that a bad tiling does not surface later as an "unknown opType 0"
+    inside the kernel.
+    """
+
+    @functools.wraps(method)
+    def call(self: Mc2CcTilingConfig, *args: object, **kwargs: object) -> int:
+        result = method(self, *args, **kwargs)
+        ctx = current_rank_context(required=False)
+        if result == TILING_FAILED and ctx is not None and ctx.config.strict:
+            raise HcclUsageError(
+                f"Mc2CcTilingConfig.{method.__name__} failed: {self.last_error}", rank=ctx.rank
+            )
+        return result
+
+    return call
+
+
+def check_alg_config(alg: str, op_type: int) -> str | None:
+    """Why ``alg`` is not an algConfig string this op's tiling uses, or None.
+
+    The form is ``Op=level0:algorithm[;level1:algorithm]`` with ``Op`` the op's
+    own name (AlltoAll for AlltoAllV); the empty string is accepted (A2 ignores
+    the field).
+    """
+    spec = OPS.get(op_type)
+    if not alg or spec is None:
+        return None
+    want = spec.alg_config.split("=", 1)[0]
+    name, sep, levels = alg.partition("=")
+    parts = [level.partition(":") for level in levels.split(";")] if sep else []
+    well_formed = parts and all(
+        key in ("level0", "level1") and colon and value.isalpha() for key, colon, value in parts
+    )
+    if not well_formed:
+        return (
+            f"algConfig {alg!r} is not of the form {want}=level0:<algorithm>[;level1:<algorithm>]"
+        )
+    if name != want:
+        return f"algConfig {alg!r} names {name}, but the tiling's op is {spec.name} (expected {want}=...)"
+    return None
 
 
 class Mc2CcTilingConfig:
@@ -154,6 +206,7 @@ class Mc2CcTilingConfig:
         limit = int(HcclDataType.HCCL_DATA_TYPE_RESERVED)
         return self._int_in_range(what, value, 0, limit - 1)
 
+    @_host_call
     def SetOpType(self, opType: int) -> int:
         """Set the op type (an ``HcclCMDType``, 0 < opType < HCCL_CMD_ALL)."""
         number = self._op_type("SetOpType: opType", opType)
@@ -169,16 +222,19 @@ class Mc2CcTilingConfig:
         setattr(self, attr, value)
         return self._ok()
 
+    @_host_call
     def SetGroupName(self, groupName: str) -> int:
         """Set the communication domain name (at most 128 UTF-8 bytes)."""
         what = "SetGroupName: groupName"
         return self._set_name("_groupName", what, groupName, GROUP_NAME_SIZE)
 
+    @_host_call
     def SetAlgConfig(self, algConfig: str) -> int:
         """Set the algorithm string, e.g. ``"AllGather=level0:doublering"`` (at most 128 bytes)."""
         what = "SetAlgConfig: algConfig"
         return self._set_name("_algConfig", what, algConfig, ALG_CONFIG_SIZE)
 
+    @_host_call
     def SetReduceType(self, reduceType: int, dstDataType: int = 0, srcDataType: int = 0) -> int:
         """Set the reduce op (< HCCL_REDUCE_RESERVED) and the output/input data types.
 
@@ -204,20 +260,24 @@ class Mc2CcTilingConfig:
         setattr(self, attr, number)
         return self._ok()
 
+    @_host_call
     def SetStepSize(self, stepSize: int) -> int:
         """Set the fine-grained step size of pairwise algorithms (uint8; used on A3)."""
         return self._set("_stepSize", "SetStepSize: stepSize", stepSize, 0, _UINT8_MAX)
 
+    @_host_call
     def SetSkipLocalRankCopy(self, skipLocalRankCopy: int) -> int:
         """Set whether the local rank's own block is left out of recvBuf (0 or 1)."""
         what = "SetSkipLocalRankCopy: value"
         return self._set("_skipLocalRankCopy", what, skipLocalRankCopy, 0, 1)
 
+    @_host_call
     def SetSkipBufferWindowCopy(self, skipBufferWindowCopy: int) -> int:
         """Set where the algorithm reads its input (0 or 1: not in the window; 2: in it)."""
         what = "SetSkipBufferWindowCopy: value"
         return self._set("_skipBufferWindowCopy", what, skipBufferWindowCopy, 0, 2)
 
+    @_host_call
     def SetDebugMode(self, debugMode: int) -> int:
         """Set the debug mode (1..4 or 250..255)."""
         number = _as_int(debugMode)
@@ -225,18 +285,22 @@ class Mc2CcTilingConfig:
             return self._fail(f"SetDebugMode: debugMode {number} must be in [1, 4] or [250, 255]")
         return self._set("_debugMode", "SetDebugMode: debugMode", debugMode, 0, _UINT8_MAX)
 
+    @_host_call
     def SetQueueNum(self, num: int) -> int:
         """Set the number of BatchWrite queues (uint16)."""
         return self._set("_queueNum", "SetQueueNum: num", num, 0, _UINT16_MAX)
 
+    @_host_call
     def SetCommBlockNum(self, num: int) -> int:
         """Set the number of communication blocks (uint16)."""
         return self._set("_commBlockNum", "SetCommBlockNum: num", num, 0, _UINT16_MAX)
 
+    @_host_call
     def SetCommEngine(self, commEngine: int) -> int:
         """Set the communication engine (uint8)."""
         return self._set("_commEngine", "SetCommEngine: commEngine", commEngine, 0, _UINT8_MAX)
 
+    @_host_call
     def GetTiling(self, tiling: Mc2InitTiling | Mc2CcTiling) -> int:
         """Fill an ``Mc2InitTiling`` or an ``Mc2CcTiling`` in place; return 0 or 1."""
         if isinstance(tiling, Mc2InitTiling):
@@ -326,4 +390,7 @@ class Mc2CcTilingConfig:
         cc.reduceType = reduce_type
         init.offset[count] = distance
         init.mc2HcommCnt = count + 1
+        why = check_alg_config(alg.decode("utf-8", errors="replace"), op_type)
+        if why is not None:
+            report.warn("alg-config", f"{what}: {why}")
         return self._ok()

@@ -1,0 +1,41 @@
+"""Warnings as a first-class outcome: one way for any layer to report what hardware carries on with.
+
+:func:`warn` builds an :class:`~hccl_py.errors.HcclWarning`, keeps it on the
+calling rank (``hp.run(...).warnings``), shows it through Python's
+``warnings`` pointing at the user's own line, and raises it as an
+:class:`~hccl_py.errors.HcclUsageError` when the run's ``warnings_as_errors``
+names its kind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from .context import current_rank_context
+from .errors import HcclUsageError, HcclWarning
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the caller's code, outside hccl_py."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn(kind: str, reason: str, **facts: object) -> HcclWarning:
+    """Report a warning of ``kind`` on the calling rank (``rank`` is filled in when omitted)."""
+    ctx = current_rank_context(required=False)
+    if ctx is not None and facts.get("rank") is None:
+        facts["rank"] = ctx.rank
+    warning = HcclWarning(kind, reason, **facts)
+    if ctx is not None and ctx.config.raises(kind):
+        raise HcclUsageError(f"{reason} [{kind}, raised by warnings_as_errors]", **facts)
+    if ctx is not None:
+        ctx.warnings.append(warning)
+    warnings.warn(warning, stacklevel=_user_stacklevel())
+    return warning
