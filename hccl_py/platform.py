@@ -15,15 +15,25 @@ class Platform:
     #: The short name the op table uses ("A2", "A3", "950").
     short: str
     name: str
+    #: The default server (what a kernel and the framework use).
     server: HcclServerType
     finalize_async_allowed: bool
     max_alltoall_ranks: int | None = None
+    #: Servers a kernel may also name (Ascend 950 runs the AI CPU server too since 2026-05).
+    other_servers: frozenset[HcclServerType] = frozenset()
+    #: Whether ``Query`` exists (not on Ascend 950).
+    has_query: bool = True
     max_task_bytes: int | None = None
 
     @property
     def ops(self) -> frozenset[HcclCMDType]:
         """The kernel ops this platform has, as the op table says."""
         return frozenset(cmd for cmd, spec in OPS.items() if self.short in spec.platforms)
+
+    @property
+    def servers(self) -> frozenset[HcclServerType]:
+        """Every server type a kernel may name on this platform."""
+        return self.other_servers | {self.server}
 
     def supports(self, op: HcclCMDType) -> bool:
         """Whether a Prepare of ``op`` is allowed on this platform."""
@@ -49,6 +59,8 @@ PLATFORMS: dict[str, Platform] = {
         short="950",
         name="Ascend 950",
         server=HcclServerType.HCCL_SERVER_TYPE_CCU,
+        other_servers=frozenset({HcclServerType.HCCL_SERVER_TYPE_AICPU}),
+        has_query=False,
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,
     ),

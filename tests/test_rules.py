@@ -210,6 +210,12 @@ def _set_cc_tiling_after(init: str) -> Script:
     return script
 
 
+def _probe_ccu_init(e: Env) -> None:
+    """InitV2 of a client for the CCU server, which the platform (A2) does not have."""
+    ccu = Hccl(hp.HCCL_SERVER_TYPE_CCU)
+    e.probe(ccu, ccu.InitV2(hp.GetHcclContext(0), e.tiling))
+
+
 def _second_init(h: Hccl, e: Env) -> None:
     """InitV2 twice: the second one is ignored (the first stays in force), then a valid task."""
     _init(h, e)
@@ -534,6 +540,19 @@ RULES: dict[str, Rule] = {
         HCCL_FAILED,
         ("SetCcTilingV2", "InitV2", "do not mix"),
         AFTER,
+    ),
+    "Query/on-950": Rule(
+        after_one_gather(lambda h, e, hd: h.Query(hd)),
+        -1,
+        ("Query", "Ascend 950"),
+        (PROBE, 0),
+        platform="950",
+    ),
+    "InitV2/CCU-server-on-A2": Rule(
+        lambda h, e: _probe_ccu_init(e),
+        None,
+        ("InitV2", "HCCL_SERVER_TYPE_CCU", "Atlas A2"),
+        (PROBE,),
     ),
     "InitV2/second": Rule(
         _second_init, None, ("already initialised", "first one"), AFTER, carries_on="repeated-init"

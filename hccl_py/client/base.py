@@ -147,11 +147,11 @@ class HcclBase:
             )
             return
         platform = context.launch.rank_ctx.config.platform
-        if self.server_type != platform.server:
+        if self.server_type not in platform.servers:
             self._fail(
                 f"{mode}: server type {self.server_type.name} is not supported on {platform.name}",
                 ret=None,
-                expected=platform.server.name,
+                expected=" or ".join(sorted(t.name for t in platform.servers)),
                 actual=self.server_type.name,
             )
             return

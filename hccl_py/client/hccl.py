@@ -144,6 +144,9 @@ class Hccl(PrepareCalls):
         """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""
         if self.state is None:
             return self._fail("Query: the Hccl object is not initialised", handle=handleId)
+        platform = self.state.rank_ctx.config.platform
+        if not platform.has_query:
+            return self._fail(f"Query is not supported on {platform.name}", handle=handleId)
         info = self._handle(handleId)
         if info is None:
             return self._fail(
