@@ -82,10 +82,7 @@ class Hccl(PrepareCalls):
             return self._fail(f"Wait: {reason}", handle=handleId)
         info = self._handle(handleId)
         if info is None:
-            return self._fail(
-                f"Wait: handle {handleId} is out of range or was never returned by Prepare",
-                handle=handleId,
-            )
+            return self._unknown_handle("Wait", handleId)
         h = int(handleId)
         name = op_name(info.op)
         if info.waits >= info.commits:
@@ -115,6 +112,13 @@ class Hccl(PrepareCalls):
         self.state.rank_ctx.server.wait(task, info.waits)
         info.waits += 1
         return self._ok(HCCL_SUCCESS)
+
+    def _unknown_handle(self, call: str, handleId: object) -> int:
+        """-1 for a handle id that Prepare never returned (out of range, or not yet)."""
+        return self._fail(
+            f"{call}: handle {handleId} is out of range or was never returned by Prepare",
+            handle=handleId,
+        )
 
     def _not_committed(self, info: Handle, h: int, name: str) -> int:
         """Wait of a round this core's object did not commit: -1 at once, in every mode.
@@ -149,10 +153,7 @@ class Hccl(PrepareCalls):
             return self._fail(f"Query is not supported on {platform.name}", handle=handleId)
         info = self._handle(handleId)
         if info is None:
-            return self._fail(
-                f"Query: handle {handleId} is out of range or was never returned by Prepare",
-                handle=handleId,
-            )
+            return self._unknown_handle("Query", handleId)
         if self.finalized:
             return self._ok(0)
         task = info.task or self.state.tasks.get(int(handleId))
