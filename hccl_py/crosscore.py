@@ -94,6 +94,8 @@ class _Flags:
     def __init__(self) -> None:
         self.pending_sets: dict[tuple, Counter] = {}
         self.counters: Counter = Counter()
+        #: Completions of mode-0 Sets among the counters: consuming one passes a barrier.
+        self.type_barriers: Counter = Counter()
 
     def set(self, core: CoreContext, mode: int, flag: int) -> None:
         key, setters, receivers = _route(core, mode)
@@ -104,6 +106,7 @@ class _Flags:
                 sets[c] -= 1
             for c in receivers:
                 self.counters[(c, flag)] += 1
+                self.type_barriers[(c, flag)] += mode == 0
                 if self.counters[(c, flag)] > MAX_PENDING:
                     raise HcclCoreError(
                         f"CrossCoreSetFlag mode {mode} flag {flag}: {c.kind.name} core "
@@ -192,6 +195,9 @@ def CrossCoreWaitFlag(flagId: int) -> None:
     with blocker.cond:
         if flags.counters[key] > 0:
             flags.counters[key] -= 1
+            if flags.type_barriers[key] > 0:
+                flags.type_barriers[key] -= 1
+                launch.passed_type_barrier(core)
             return
         blocker.raise_if_failed()
     raise HcclDeadlockError(

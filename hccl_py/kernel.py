@@ -90,7 +90,9 @@ class LaunchState:
         self._lock = threading.Lock()
         self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
         self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
-        self.passed: dict[CoreContext, dict[bool, int]] = {}
+        #: Barriers each core passed: True = AIV SyncAll, False = all-core SyncAll, and a
+        #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
+        self.passed: dict[CoreContext, dict[Any, int]] = {}
         self.returned: list[CoreContext] = []
 
     def core_contexts(self) -> list[CoreContext]:
@@ -110,10 +112,10 @@ class LaunchState:
                 self.clients[index] = factory()
             return self.clients[index]
 
-    def barriers_passed(self, core: CoreContext) -> dict[bool, int]:
-        """How many AIV-only (True) and all-core (False) barriers ``core`` has passed so far."""
+    def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
+        """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
         with self.rank_ctx.blocker.cond:
-            return dict(self.passed.get(core, {True: 0, False: 0}))
+            return {True: 0, False: 0, AIC: 0, AIV: 0} | self.passed.get(core, {})
 
     def ordered_before(
         self, early: CoreContext, early_passed: dict[bool, int], late: CoreContext
@@ -122,15 +124,21 @@ class LaunchState:
         now = self.barriers_passed(late)
         if now[False] > early_passed[False]:
             return True
+        if early.kind == late.kind and now[late.kind] > early_passed[late.kind]:
+            return True  # a mode-0 CrossCore barrier of their core type
         return early.kind == late.kind == AIV and now[True] > early_passed[True]
 
     def core_returned(self, core: CoreContext) -> None:
         """Under the blocker's lock: ``core`` returned from the kernel."""
         self.returned.append(core)
 
-    def _pass(self, core: CoreContext, only_aiv: bool) -> None:
-        counts = self.passed.setdefault(core, {True: 0, False: 0})
-        counts[only_aiv] += 1
+    def _pass(self, core: CoreContext, kind: Any) -> None:
+        counts = self.passed.setdefault(core, {})
+        counts[kind] = counts.get(kind, 0) + 1
+
+    def passed_type_barrier(self, core: CoreContext) -> None:
+        """Under the blocker's lock: ``core`` consumed a mode-0 CrossCore flag completion."""
+        self._pass(core, core.kind)
 
     def _absent(self, only_aiv: bool) -> list[CoreContext]:
         """Cores that returned from the kernel and so can never arrive at this barrier."""
