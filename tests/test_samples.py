@@ -48,6 +48,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "matmul_reduce_scatter.py": {"output": "PASS", **NPU_SKIP},
     "mc2_matmul_reduce_scatter_full_mesh.py": {"output": "PASS"},
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
+    "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
 }
 UNEVEN_SKIPPED = {"equal-count": "PASS", "uneven": "SKIP"}
 #: run id -> (python arguments, ranks, expected verdicts) for runs other than ``python X.py``.
@@ -72,6 +73,11 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
         2,
         SAMPLES["mc2_matmul_all_reduce.py"],
+    ),
+    "mc2_all_gather_matmul_full_mesh-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_all_gather_matmul_full_mesh.py"],
     ),
     "mc2_matmul_reduce_scatter_full_mesh-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
