@@ -32,9 +32,9 @@ def _bad_setter() -> int:
     return cfg.SetOpType(0)
 
 
-def test_a_failed_setter_raises_at_the_host_call_when_strict() -> None:
+def test_a_failed_setter_raises_at_the_host_call_when_strict(backend: str) -> None:
     with pytest.raises(hp.WorldError) as info:
-        hp.run(_bad_setter, world_size=1, timeout=RUN_TIMEOUT)
+        hp.run(_bad_setter, world_size=1, backend=backend, timeout=RUN_TIMEOUT)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclUsageError)
     assert "Mc2CcTilingConfig.SetOpType failed" in str(err) and "0 < opType < 21" in str(err)
@@ -77,14 +77,24 @@ def test_matching_group_and_alg_config_give_no_warning() -> None:
     assert out[0] == [0.0] * 4 + [1.0] * 4
 
 
-def test_a_tiling_for_another_domain_is_a_warning() -> None:
+def test_warnings_are_shown_through_python_warnings_on_the_emulator() -> None:
     with pytest.warns(hp.HcclWarning, match="groupName 'hccl_world_group'"):
-        out = hp.run(
+        hp.run(
             _gather,
             world_size=2,
             timeout=RUN_TIMEOUT,
             args=("hccl_world_group", "AllGather=level0:doublering"),
         )
+
+
+def test_a_tiling_for_another_domain_is_a_warning(backend: str) -> None:
+    out = hp.run(
+        _gather,
+        world_size=2,
+        backend=backend,
+        timeout=RUN_TIMEOUT,
+        args=("hccl_world_group", "AllGather=level0:doublering"),
+    )
     for rank, (w,) in out.warnings.items():
         assert (w.kind, w.rank, w.domain, w.op) == ("group-name", rank, "group_0_1", "AllGather")
         assert "'group_0_1'" in str(w)
@@ -98,9 +108,8 @@ def test_a_tiling_for_another_domain_is_a_warning() -> None:
         ("AllGather=level7:ring", "is not of the form"),
     ],
 )
-def test_an_unknown_alg_config_is_a_warning(alg: str, fact: str) -> None:
-    with pytest.warns(hp.HcclWarning, match="alg-config"):
-        out = hp.run(_gather, world_size=2, timeout=RUN_TIMEOUT, args=(None, alg))
+def test_an_unknown_alg_config_is_a_warning(backend: str, alg: str, fact: str) -> None:
+    out = hp.run(_gather, world_size=2, backend=backend, timeout=RUN_TIMEOUT, args=(None, alg))
     for found in out.warnings.values():
         assert [w.kind for w in found] == ["alg-config"]
         assert fact in found[0].reason
@@ -108,6 +117,7 @@ def test_an_unknown_alg_config_is_a_warning(alg: str, fact: str) -> None:
         hp.run(
             _gather,
             world_size=2,
+            backend=backend,
             timeout=RUN_TIMEOUT,
             args=(None, alg),
             warnings_as_errors={"alg-config"},
