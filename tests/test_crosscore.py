@@ -12,13 +12,17 @@ import hccl_py as hp
 from hccl_py import AIC, AIV
 
 
-def _run(kernel: Any, block_dim: int = 2, kernel_type: str = "mix_aic_1_2", world: int = 1) -> list:
-    def main() -> list:
-        log: list = []
-        hp.launch(kernel, log, block_dim=block_dim, kernel_type=kernel_type)
-        return log
+def _launch(kernel: Any, block_dim: int) -> list:
+    """Per rank: ``kernel(log)`` on ``block_dim`` blocks of a mixed kernel; the log."""
+    log: list = []
+    hp.launch(kernel, log, block_dim=block_dim, kernel_type="mix_aic_1_2")
+    return log
 
-    return hp.run(main, world_size=world, timeout=RUN_TIMEOUT)
+
+def _run(kernel: Any, block_dim: int = 2, backend: str = "emu", world: int = 1) -> list:
+    return hp.run(
+        _launch, world_size=world, backend=backend, timeout=RUN_TIMEOUT, args=(kernel, block_dim)
+    )
 
 
 def test_mode0_is_a_barrier_across_the_cube_cores() -> None:
@@ -66,28 +70,30 @@ def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
         assert all(set_at < order.index(("aiv-released", i)) < released_at for i in aivs)
 
 
-def test_sets_run_ahead_and_each_wait_consumes_one() -> None:
-    def kernel(log: list) -> None:
-        if hp.g_coreType != AIV:
-            return
-        for _ in range(3):
-            hp.CrossCoreSetFlag[1, hp.PIPE_V](2)  # mode 1: the two AIV cores of one AI core
-        for _ in range(3):
-            hp.CrossCoreWaitFlag(2)
-        log.append(hp.GetBlockIdx())
-
-    (log,) = _run(kernel, block_dim=1)
-    assert sorted(log) == [0, 1]
+def _run_ahead_kernel(log: list) -> None:
+    if hp.g_coreType != AIV:
+        return
+    for _ in range(3):
+        hp.CrossCoreSetFlag[1, hp.PIPE_V](2)  # mode 1: the two AIV cores of one AI core
+    for _ in range(3):
+        hp.CrossCoreWaitFlag(2)
+    log.append(hp.GetBlockIdx())
 
 
-def test_a_wait_nobody_releases_is_a_deadlock_report() -> None:
-    def kernel(log: list) -> None:
-        if hp.g_coreType == AIC and hp.GetBlockIdx() == 0:
-            hp.CrossCoreSetFlag(7)  # mode 0, but cube core 1 never sets flag 7
-            hp.CrossCoreWaitFlag(7)
+def test_sets_run_ahead_and_each_wait_consumes_one(backend: str) -> None:
+    for log in _run(_run_ahead_kernel, block_dim=1, backend=backend, world=2):
+        assert sorted(log) == [0, 1]
 
+
+def _unreleased_kernel(log: list) -> None:
+    if hp.g_coreType == AIC and hp.GetBlockIdx() == 0:
+        hp.CrossCoreSetFlag(7)  # mode 0, but cube core 1 never sets flag 7
+        hp.CrossCoreWaitFlag(7)
+
+
+def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
     with pytest.raises(hp.WorldError) as info:
-        _run(kernel, block_dim=2)
+        _run(_unreleased_kernel, block_dim=2, backend=backend)
     text = str(info.value)
     assert "CrossCoreWaitFlag(7)" in text and "AIC core 0" in text, text
     assert isinstance(info.value.failures[0], hp.HcclDeadlockError)
