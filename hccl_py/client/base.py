@@ -157,7 +157,6 @@ class HcclBase:
             return
         self._reset()
         self.state = context.launch.client_state(context.index, lambda: ClientState(context))
-        self.state.objects.append(self)
         self._mode = mode
         self._tiling_src = tiling
         self._ok(None)

@@ -48,7 +48,6 @@ class ClientState:
         self.sender: HcclBase | None = None
         self.sender_core: CoreContext | None = None
         self.deps: list[Task] = []
-        self.objects: list[HcclBase] = []
         self.launch_idx: int | None = None
         self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
