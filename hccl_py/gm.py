@@ -27,6 +27,11 @@ class Allocation:
     __slots__ = ("data", "rank", "name", "tensor", "uid")
 
     def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
+        if tensor.is_meta:
+            raise ValueError(
+                f"GM buffers need memory; got a tensor of shape {tuple(tensor.shape)} on the meta "
+                "device, which has none (create it on hp.device())"
+            )
         if not tensor.is_contiguous():
             raise ValueError(
                 f"GM buffers must be contiguous tensors; got shape {tuple(tensor.shape)} "
@@ -185,6 +190,16 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     if isinstance(arg, ctypes.Structure):
         return tiling_allocation(arg, rank)
     return arg
+
+
+def what_is(value: Any) -> str:
+    """A short description of a value that is not GM memory, for error messages."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+    if shape is not None:
+        return f"a {kind} of shape {tuple(shape)} and dtype {dtype}"
+    return f"a {kind} ({value!r:.40})"
 
 
 def as_elements(raw: torch.Tensor, data_type: int) -> torch.Tensor:

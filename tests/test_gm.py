@@ -190,3 +190,15 @@ def test_reference_numpy_views_match_gm_bytes(addr: GmAddr, buf: torch.Tensor) -
     """The bytes a kernel sees at addr + k are the tensor's bytes k.. (little-endian layout)."""
     raw = addr.read_bytes(8)
     assert np.frombuffer(raw, dtype=np.float32).tolist() == buf[:2].tolist()
+
+
+def _launch_meta() -> None:
+    hp.launch(lambda x: None, torch.empty(4, device="meta"))
+
+
+def test_a_meta_tensor_is_refused_with_what_to_do() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_launch_meta, world_size=1, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, ValueError)
+    assert "meta device" in str(err) and "hp.device()" in str(err)

@@ -349,6 +349,12 @@ RULES: dict[str, Rule] = {
         ("AllReduce", "recvBuf is null"),
         AFTER,
     ),
+    "prepare/numpy-sendBuf": Rule(
+        bad_prepare(lambda h, e: h.AllGather(np.zeros(COUNT, np.float32), e.y, COUNT, FP32)),
+        -1,
+        ("sendBuf must be a GM address", "numpy.ndarray of shape (4,)", "torch.from_numpy"),
+        AFTER,
+    ),
     "prepare/AlltoAll-dataCount-0": Rule(
         bad_prepare(lambda h, e: h.AlltoAll(e.x, e.y, 0, FP32), ("AllGather", "AlltoAll")),
         -1,

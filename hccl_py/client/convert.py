@@ -23,7 +23,7 @@ from ..constants import (
     HcclReduceOp,
 )
 from ..errors import HcclBoundsError, InvalidCall
-from ..gm import GmAddr
+from ..gm import GmAddr, what_is
 from ..ops import OpSpec
 from ..platform import Platform
 
@@ -111,8 +111,18 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             f"data type {dtype.name} is not allowed for {spec.name}", actual=dtype.name
         )
     for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
-        if not isinstance(buf, GmAddr) or buf.is_null:
+        if buf is None or (isinstance(buf, GmAddr) and buf.is_null):
             raise InvalidCall(f"{name} is null", actual=buf)
+        if not isinstance(buf, GmAddr):
+            raise InvalidCall(
+                f"{name} must be a GM address (a tensor argument of hp.launch, an address "
+                f"computed from one, or hp.gm_tensor's source), not {what_is(buf)}"
+                + (
+                    ": pass torch.from_numpy(array) to hp.launch"
+                    if hasattr(buf, "__array__") and not isinstance(buf, torch.Tensor)
+                    else ""
+                )
+            )
     if limits.handles_used >= HCCL_MAX_HANDLE_ID:
         raise InvalidCall(
             f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
