@@ -12,7 +12,7 @@ import runpy
 import sys
 
 from . import __version__
-from .runtime import BACKEND_ENV, BACKENDS, PLATFORM_ENV, WORLD_SIZE_ENV
+from .runtime import BACKEND_ENV, BACKENDS, PLATFORM_ENV, RUNNER_NPROC_ENV, WORLD_SIZE_ENV
 
 #: What ``--help`` says, in plain words.
 DESCRIPTION = """\
@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_in_process(opts: argparse.Namespace) -> int:
     """The emulator: run the script here; its hp.run starts the rank threads."""
     os.environ[WORLD_SIZE_ENV] = str(opts.nproc)
+    os.environ[RUNNER_NPROC_ENV] = str(opts.nproc)
     sys.argv = [opts.script, *opts.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
     try:

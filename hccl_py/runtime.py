@@ -21,6 +21,8 @@ BACKENDS: dict[str, str] = {
 }
 
 WORLD_SIZE_ENV = "HCCL_PY_WORLD_SIZE"
+#: Set by ``python -m hccl_py run -n N`` on the emulator: the rank count the user asked for.
+RUNNER_NPROC_ENV = "HCCL_PY_RUNNER_NPROC"
 BACKEND_ENV = "HCCL_PY_BACKEND"
 PLATFORM_ENV = "HCCL_PY_PLATFORM"
 
@@ -85,6 +87,13 @@ def run(
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
     ends with a short summary on stderr.
     """
+    asked = os.environ.get(RUNNER_NPROC_ENV)
+    if asked and world_size is not None and int(world_size) != int(asked):
+        raise ValueError(
+            f"python -m hccl_py run -n {asked} asked for {asked} ranks, but the script calls "
+            f"hp.run(..., world_size={world_size}): drop world_size= from hp.run to let -n "
+            f"choose, or run with -n {world_size}"
+        )
     if world_size is None and os.environ.get(WORLD_SIZE_ENV):
         world_size = int(os.environ[WORLD_SIZE_ENV])
     config = Config(

@@ -43,3 +43,32 @@ def test_run_help_lists_every_option_with_its_default() -> None:
         assert option in text
         after = text[text.index(option) :]
         assert f"(default: {default})" in after, (option, default)
+
+
+SCRIPT = """
+import hccl_py as hp
+
+
+def main():
+    return hp.get_world_size()
+
+
+if __name__ == "__main__":
+    print(hp.run(main{kwargs}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "nproc", "ok"),
+    [("", 3, True), (", world_size=3", 3, True), (", world_size=4", 8, False)],
+)
+def test_run_n_runs_n_ranks_or_says_why_not(tmp_path, kwargs: str, nproc: int, ok: bool) -> None:
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT.format(kwargs=kwargs))
+    out = _cli("run", "-n", str(nproc), str(script))
+    if ok:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == str([nproc] * nproc)
+    else:
+        assert out.returncode != 0
+        assert "-n 8 asked for 8 ranks" in out.stderr and "world_size=4" in out.stderr, out.stderr
