@@ -8,6 +8,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from hccl_py.config import Config
 from hccl_py.context import RankContext, set_rank_context
 from hccl_py.errors import HcclTimeoutError, WorldError
@@ -34,10 +36,12 @@ class EmuBackend(Backend):
         results: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}
 
+        per_rank = [own_copy(args) for _ in range(n)]
+
         def body(rank: int) -> None:
             set_rank_context(RankContext(rank, n, config, world, world.blocker))
             try:
-                results[rank] = fn(*args)
+                results[rank] = fn(*per_rank[rank])
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised as WorldError
                 exc.hccl_rank = rank
                 exc.hccl_traceback = traceback.format_exc()
@@ -58,6 +62,30 @@ class EmuBackend(Backend):
         if failures:
             raise WorldError(failures, n)
         return results
+
+
+def own_copy(value: Any, memo: dict[int, torch.Tensor] | None = None) -> Any:
+    """One rank's copy of ``hp.run``'s ``args``: every tensor cloned, as a gloo rank unpickles its own.
+
+    Tensors inside tuples, lists and dicts are cloned (the same tensor twice
+    stays one tensor; a container without tensors is not copied); other objects are shared, as threads of one process
+    share them (an Event that coordinates ranks keeps working). A tensor that
+    two ranks still share is reported when one of them writes it
+    (:mod:`hccl_py.sanitizer.sharing`).
+    """
+    memo = {} if memo is None else memo
+    if isinstance(value, torch.Tensor):
+        if id(value) not in memo:
+            memo[id(value)] = value.clone()
+        return memo[id(value)]
+    if type(value) in (list, tuple):
+        items = [own_copy(v, memo) for v in value]
+        same = all(a is b for a, b in zip(items, value, strict=True))
+        return value if same else type(value)(items)
+    if type(value) is dict:
+        items = {k: own_copy(v, memo) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
+    return value
 
 
 def _join(

@@ -33,6 +33,7 @@ from hccl_py.context import Group
 from hccl_py.errors import HcclError
 from hccl_py.ordering import behind, dependency_state
 from hccl_py.sanitizer.poison import in_place, poison
+from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server import Server
 from hccl_py.task import Task
 
@@ -273,7 +274,8 @@ class EmuWorld(Server):
                 if task.handle >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                error = mismatch([slot.tasks[r] for r in range(slot.rank_dim)])
+                tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
+                error = mismatch(tasks) or shared_between_ranks(tasks)
                 if error is not None:
                     self._fail(slot, error)
             self.blocker.cond.notify_all()
@@ -301,17 +303,19 @@ class EmuWorld(Server):
         )
         if slot.error is not None and slot.done <= round_idx:
             raise error_for(slot.error, task, round_idx)
-        self.blocker.raise_if_failed()
+        # A round that ran is this rank's data, whatever failed elsewhere since: the rank
+        # goes on and meets the failure at its next call that needs a peer.
 
     def finished(self, task: Task) -> int:
         if self.config.schedule == "late":
             self.blocker.run_ready()
         with self.blocker.cond:
-            self.blocker.raise_if_failed()
             slot = self._slot(task)
             if slot.error is not None:
                 raise error_for(slot.error, task, slot.done)
             done = slot.done
+            if done < task.repeat:
+                self.blocker.raise_if_failed()
         if done < task.repeat:
             self.blocker.poll(
                 slot.key,

@@ -8,6 +8,15 @@ see docs/api.md for the full reference.
 
 from __future__ import annotations
 
+from ._script import check_script_name
+
+check_script_name()
+try:
+    import torch as _torch  # noqa: F401 - first, so a script that shadows a module is named
+except Exception:
+    check_script_name()
+    raise
+
 from . import constants as _constants
 from . import ops
 from .client import Hccl
@@ -39,6 +48,7 @@ from .errors import (
     HcclMismatchError,
     HcclOverlapError,
     HcclPeerError,
+    HcclSharedMemoryError,
     HcclTimeoutError,
     HcclUnfinishedError,
     HcclUsageError,
@@ -124,6 +134,7 @@ __all__ = [
     "HcclError",
     "HcclMismatchError",
     "HcclOverlapError",
+    "HcclSharedMemoryError",
     "HcclPeerError",
     "HcclReduceOp",
     "HcclServerConfig",

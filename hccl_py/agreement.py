@@ -103,7 +103,7 @@ def error_for(error: HcclError, task: Task, round_idx: int) -> HcclError:
         rank=global_rank(task),
         domain=task.domain_name,
         handle=task.handle,
-        op=task.name,
+        op=task.label,
         round=round_idx,
         expected=error.expected,
         actual=error.actual,

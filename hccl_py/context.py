@@ -81,6 +81,8 @@ class RankContext:
         self.extras: dict[str, Any] = {}
         #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
         self.warnings: list[HcclWarning] = []
+        #: Asynchronous framework ops not waited yet: id -> what and where it was started.
+        self.open_work: dict[int, str] = {}
 
     def next_seq(self, group: Group) -> int:
         """The position of the next task this rank sends in ``group``."""

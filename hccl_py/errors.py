@@ -100,6 +100,12 @@ class HcclOverlapError(HcclError):
     always_raise = True
 
 
+class HcclSharedMemoryError(HcclError):
+    """Two emulated ranks use one buffer and at least one of them writes it (emulator only)."""
+
+    always_raise = True
+
+
 class HcclMismatchError(HcclError):
     """Ranks of one domain issued different tasks at the same position."""
 

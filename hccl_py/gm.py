@@ -24,7 +24,7 @@ _alloc_ids = itertools.count()
 class Allocation:
     """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
 
-    __slots__ = ("data", "rank", "name", "tensor", "uid")
+    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory")
 
     def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
         if tensor.is_meta:
@@ -39,6 +39,9 @@ class Allocation:
             )
         self.tensor = tensor
         self.data = tensor.reshape(-1).view(torch.uint8)
+        #: (address of the tensor's storage, byte offset of the tensor in it): two
+        #: allocations with the same storage address may share bytes.
+        self.memory = _memory(tensor)
         self.rank = rank
         self.uid = next(_alloc_ids)
         self.name = name or f"buf{self.uid}"
@@ -50,6 +53,29 @@ class Allocation:
 
     def __repr__(self) -> str:
         return f"<{self.name}: {self.nbytes} B on rank {self.rank}>"
+
+
+def _memory(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """Where the tensor's bytes lie in its storage, or None when it has no storage to ask."""
+    try:
+        return tensor.untyped_storage().data_ptr(), tensor.storage_offset() * tensor.element_size()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def shift_between(a: Allocation | None, b: Allocation | None) -> int | None:
+    """Byte offset that maps positions in ``a`` onto positions in ``b``, if they share storage.
+
+    0 for the same allocation; None when the two cannot share bytes (different
+    storages, or a null address).
+    """
+    if a is None or b is None:
+        return None
+    if a is b:
+        return 0
+    if a.memory is None or b.memory is None or a.memory[0] != b.memory[0] or not a.memory[0]:
+        return None
+    return a.memory[1] - b.memory[1]
 
 
 class GmAddr:

@@ -221,7 +221,8 @@ def launch(
         raise ValueError(f"block_dim must be a positive int, not {block_dim!r}")
     rank_ctx = current_rank_context()
     state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
-    gm_args = [to_gm(a, rank_ctx.rank) for a in args]
+    names = _parameter_names(kernel, len(args))
+    gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
     cores = state.core_contexts()
     if len(cores) == 1:
         _run_core(kernel, gm_args, cores[0])
@@ -229,6 +230,15 @@ def launch(
         _run_cores(kernel, gm_args, cores, rank_ctx)
     for client in state.clients.values():
         client.check_exit()
+
+
+def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
+    """The kernel's names for its first ``n`` arguments (``xGM`` ...), so reports can use them."""
+    code = getattr(kernel, "__code__", None)
+    names = list(code.co_varnames[: code.co_argcount]) if code is not None else []
+    if getattr(kernel, "__self__", None) is not None:
+        names = names[1:]  # a bound method: skip self
+    return (names + [None] * n)[:n]
 
 
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .context import current_rank_context
-from .errors import HcclWarning
+from .errors import HcclUnfinishedError, HcclWarning
 
 #: How many warnings the end-of-run summary quotes.
 SUMMARY_LINES = 5
@@ -37,7 +37,17 @@ class WithWarnings:
 
     def __call__(self, *args: Any) -> RankOutcome:
         value = self.fn(*args)
-        return RankOutcome(value, list(current_rank_context().warnings))
+        ctx = current_rank_context()
+        if ctx.open_work:
+            started = "; ".join(ctx.open_work.values())
+            raise HcclUnfinishedError(
+                f"the rank's function returned with {len(ctx.open_work)} asynchronous "
+                f"collective(s) never waited: {started}. Call .wait() on the handle that "
+                "async_op=True / sync_op=False returned before using the output (until then "
+                "the output's contents depend on timing)",
+                rank=ctx.rank,
+            )
+        return RankOutcome(value, list(ctx.warnings))
 
 
 class RunResult(list):

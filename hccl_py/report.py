@@ -19,12 +19,27 @@ from .errors import HcclUsageError, HcclWarning
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _in_package(frame: object) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+
+
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning point at the caller's code, outside hccl_py."""
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and _in_package(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def user_frame() -> str:
+    """Where the caller's code (outside hccl_py) made the current call: ``file:line in fn``."""
+    frame = sys._getframe(1)
+    while frame is not None and _in_package(frame):
+        frame = frame.f_back
+    if frame is None:
+        return "an unknown place"
+    code = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
 
 
 def warn(kind: str, reason: str, **facts: object) -> HcclWarning:

@@ -42,6 +42,8 @@ class Task:
     #: Which kernel launch of this rank prepared the task, counting the launches that use
     #: the domain (ranks must prepare the same tasks in the same launches).
     launch: int = 0
+    #: The framework collective (``all_reduce`` ...) that prepared the task, if any.
+    caller: str | None = None
 
     @property
     def elem_size(self) -> int:
@@ -85,7 +87,13 @@ class Task:
         if self.stride:
             parts.append(f"strideCount={self.stride}")
         parts.append(f"repeat={self.repeat}")
-        return f"{self.name}({', '.join(parts)})"
+        core = f"{self.name}({', '.join(parts)})"
+        return f"{self.caller}'s {core}" if self.caller else core
+
+    @property
+    def label(self) -> str:
+        """The op as reports name it: ``AllGather``, or ``all_reduce's AllGather``."""
+        return f"{self.caller}'s {self.name}" if self.caller else self.name
 
     def signature(self) -> tuple:
         """What every rank of the domain must agree on for this task position."""

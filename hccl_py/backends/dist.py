@@ -161,7 +161,7 @@ class DistServer(Server):
             raise HcclError(
                 f"{task.name} is not supported by the {self.backend_name} backend",
                 rank=global_rank(task),
-                op=task.name,
+                op=task.label,
             )
         if self.check_tasks:
             self._set(desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(stub(task)))

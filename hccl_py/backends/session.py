@@ -12,7 +12,6 @@ import atexit
 import contextlib
 import json
 import os
-import pickle
 import socket
 import sys
 import threading
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
+from .. import wire
 from ..blocking import Blocker
 from ..config import Config
 from ..context import RankContext, set_rank_context
@@ -332,7 +332,7 @@ def spawned_rank(
     sys.path[:] = sys_path
 
     try:
-        fn, args = pickle.loads(payload)
+        fn, args = wire.loads(payload)
     except Exception as exc:  # noqa: BLE001 - reported as this rank's failure
         fn, args = _unpicklable(exc), ()
     session = Session(spec, get_backend(backend_name), config.timeout)

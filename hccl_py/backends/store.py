@@ -17,7 +17,6 @@ all under the prefix ``hccl_py/``:
 from __future__ import annotations
 
 import datetime
-import pickle
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from .. import wire
 from ..errors import HcclTimeoutError
 
 PREFIX = "hccl_py/"
@@ -112,18 +112,18 @@ def encode_failure(exc: BaseException, rank: int) -> bytes:
     if not hasattr(exc, "hccl_traceback"):
         exc.hccl_traceback = "".join(traceback.format_exception(exc))
     try:
-        return pickle.dumps(("err", exc))
+        return wire.dumps(("err", exc))
     except Exception:  # noqa: BLE001 - any pickling failure falls back to text
         stand_in = RemoteError(f"{type(exc).__name__}: {exc}")
         stand_in.hccl_rank = rank
         stand_in.hccl_traceback = exc.hccl_traceback
-        return pickle.dumps(("err", stand_in))
+        return wire.dumps(("err", stand_in))
 
 
 def encode_result(value: Any, rank: int) -> bytes:
     """Pickle a rank's return value; an unpicklable one becomes that rank's failure."""
     try:
-        return pickle.dumps(("ok", value))
+        return wire.dumps(("ok", value))
     except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
         error = TypeError(
             f"the return value of rank {rank} ({type(value).__name__}) cannot be sent to the "
@@ -134,7 +134,7 @@ def encode_result(value: Any, rank: int) -> bytes:
 
 def decode(raw: bytes) -> tuple[str, Any]:
     """``("ok", value)`` or ``("err", exception)`` from :func:`encode_result` / :func:`encode_failure`."""
-    return pickle.loads(raw)
+    return wire.loads(raw)
 
 
 def get_all(store: dist.Store, keys: Sequence[str]) -> list[bytes]:

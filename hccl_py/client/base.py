@@ -43,12 +43,13 @@ class HcclBase:
         server_type: int = HcclServerType.HCCL_SERVER_TYPE_AICPU,
         config: HcclServerConfig | tuple = DEFAULT_CFG,
         *,
-        framework: bool = False,
+        framework: bool | str = False,
     ) -> None:
         self.server_type = HcclServerType(server_type)
         self.config = server_config(config)
-        #: Set by hccl_py.framework for its internal clients: framework collectives are not
-        #: kernel API calls, so the platform's op and size restrictions do not apply to them.
+        #: Set by hccl_py.framework for its internal clients (to the user's collective, e.g.
+        #: "all_reduce", which reports name): framework collectives are not kernel API calls,
+        #: so the platform's op and size restrictions do not apply to them.
         self.framework = framework
         self.last_error: str | None = None
         self._reset()

@@ -27,8 +27,9 @@ class Hccl(PrepareCalls):
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
     mirrors the C++ template arguments; keywords work too. ``framework=True``
-    (keyword only) marks the internal clients of hccl_py's framework
-    collectives, which the platform's kernel-API limits do not bind.
+    (keyword only; or the collective's name, which reports then show) marks the
+    internal clients of hccl_py's framework collectives, which the platform's
+    kernel-API limits do not bind.
     """
 
     # ------------------------------------------------ commit / wait / finalize

@@ -78,6 +78,7 @@ class PrepareCalls(HcclBase):
             launch=state.launch_index(),
             deps=tuple(state.deps),
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
+            caller=self.framework if isinstance(self.framework, str) else None,
             **fields,
         )
         config = state.rank_ctx.config

@@ -160,10 +160,10 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values) - values
 
 
-def _exchange(group: Group, payload: bytes) -> list[bytes]:
+def _exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     n = group.size
-    kernel = FrameworkKernel(group, HcclCMDType.HCCL_CMD_ALLGATHER)
+    kernel = FrameworkKernel(group, HcclCMDType.HCCL_CMD_ALLGATHER, op)
     length = torch.tensor([len(payload)], dtype=torch.int64)
     lengths = torch.zeros(n, dtype=torch.int64)
     handle = kernel.all_gather(length, lengths, _INT64, ("record_length", "record_lengths"))
@@ -191,7 +191,7 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
     different ops, ValueError when some rank reported a local ``problem``.
     """
     record = {"op": op, "problem": problem, **facts}
-    raw = _exchange(group, json.dumps(record, separators=(",", ":")).encode())
+    raw = _exchange(group, op, json.dumps(record, separators=(",", ":")).encode())
     records = [json.loads(r) for r in raw]
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:

@@ -31,6 +31,7 @@ from ..errors import HcclUsageError
 from ..gm import GmAddr, to_gm
 from ..kernel import GetHcclContext, LaunchState
 from ..ops import OPS, op_name
+from ..report import user_frame
 from ..tiling import (
     GROUP_NAME_SIZE,
     Mc2CcTiling,
@@ -64,7 +65,8 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
 class FrameworkKernel:
     """One framework op: a one-core AIV kernel launch on the calling rank, held open.
 
-    ``start`` prepares and commits tasks; ``complete`` waits for them,
+    ``caller`` is the user's collective (``all_reduce`` ...): reports name it
+    beside the kernel op it runs. ``start`` prepares and commits tasks; ``complete`` waits for them,
     finalizes and checks, exactly as the end of :func:`hccl_py.launch` does.
     """
 
@@ -72,16 +74,18 @@ class FrameworkKernel:
         self,
         group: Group,
         op: HcclCMDType,
+        caller: str,
         reduce_op: HcclReduceOp = HcclReduceOp.HCCL_REDUCE_SUM,
     ) -> None:
         self.rank_ctx = current_rank_context()
+        self.caller = caller
         self.group = group
         self.state = LaunchState(self.rank_ctx, {0: group}, "aiv", 1)
         (self.core,) = self.state.core_contexts()
         self.handles: list[int] = []
         tiling = build_tiling(group, op, reduce_op)
         with self._on_core():
-            self.hccl = Hccl(self.rank_ctx.config.platform.server, framework=True)
+            self.hccl = Hccl(self.rank_ctx.config.platform.server, framework=caller)
             self._checked(self.hccl.InitV2, GetHcclContext(0), tiling)
             self._checked(self.hccl.SetCcTilingV2, offsetof(_FrameworkTiling, "ccTiling"))
 
@@ -154,6 +158,8 @@ class Work:
         self._kernel = kernel
         self._finish = finish
         self._done = kernel is None
+        if kernel is not None:
+            kernel.rank_ctx.open_work[id(self)] = f"{kernel.caller} started at {user_frame()}"
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the op finished and its outputs are in place; returns True.
@@ -166,6 +172,7 @@ class Work:
             if self._finish is not None:
                 self._finish()
             self._done = True
+            self._kernel.rank_ctx.open_work.pop(id(self), None)
         return True
 
     def is_completed(self) -> bool:

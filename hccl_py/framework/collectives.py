@@ -88,7 +88,7 @@ def all_gather_into_tensor(
     records = agree(grp, op, problem, dtype=str(input_tensor.dtype), shape=shape)
     require_same(grp, op, records, "shape", "input_tensor's shape")
     require_same(grp, op, records, "dtype", "input_tensor's dtype")
-    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER)
+    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER, op)
     src = source(input_tensor, output_tensor)
     dst, finish = staged(output_tensor)
     kernel.all_gather(src, dst, data_type, ("input_tensor", "output_tensor"))
@@ -129,6 +129,7 @@ def _check_splits(grp: Any, op: str, records: list[dict[str, Any]]) -> None:
 
 
 def exchange_rows(
+    op: str,
     grp: Any,
     src: torch.Tensor,
     dst: torch.Tensor,
@@ -145,13 +146,13 @@ def exchange_rows(
     """
     row = _row_size(src)
     if uniform:
-        kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLTOALL)
+        kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLTOALL, op)
         count = int(send_rows[0]) * row
         kernel.start(
             "AlltoAll", kernel.gm(src, "in_tensor"), kernel.gm(dst, "out_tensor"), count, data_type
         )
         return kernel
-    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLTOALLV)
+    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLTOALLV, op)
     send = np.asarray(send_rows, dtype=np.int64) * row
     recv = np.asarray(recv_rows, dtype=np.int64) * row
     kernel.start(
@@ -222,7 +223,14 @@ def alltoall_single(
     uniform = len(sizes) == 1 and sizes != {0} and _row_size(in_tensor) > 0
     dst, finish = staged(out_tensor)
     kernel = exchange_rows(
-        grp, source(in_tensor, out_tensor), dst, np.array(ins), np.array(outs), data_type, uniform
+        op,
+        grp,
+        source(in_tensor, out_tensor),
+        dst,
+        np.array(ins),
+        np.array(outs),
+        data_type,
+        uniform,
     )
     work = Work(kernel, finish)
     if sync_op:
@@ -267,7 +275,7 @@ def _reduce(
     dst, finish = staged(out)
     if data_type in REDUCE_DTYPES:
         cmd = _C.HCCL_CMD_REDUCE_SCATTER if scatter else _C.HCCL_CMD_ALLREDUCE
-        kernel = FrameworkKernel(grp, cmd, reduce_op)
+        kernel = FrameworkKernel(grp, cmd, op, reduce_op)
         args = (
             kernel.gm(src, "input"),
             kernel.gm(dst, "output"),
@@ -279,7 +287,7 @@ def _reduce(
         return kernel, finish
     n = grp.size
     gathered = torch.empty((n, src.numel()), dtype=src.dtype, device=src.device)
-    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER)
+    kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER, op)
     kernel.all_gather(src, gathered, data_type, ("input", "gathered"))
     me = grp.rank_of(kernel.rank_ctx.rank)
 

@@ -151,7 +151,7 @@ def _exchange(
     permute = op == _SCATTER and shape[1] > 1
     dst = torch.empty_like(out) if permute else out
     send, recv = (local, glob) if op == _SCATTER else (glob, local)
-    exchange_rows(grp, src, dst, send.sum(1), recv.sum(1), data_type).complete()
+    exchange_rows(op, grp, src, dst, send.sum(1), recv.sum(1), data_type).complete()
     if permute:
         torch.index_select(
             dst, 0, torch.from_numpy(_expert_major_index(glob)).to(x.device), out=out

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors
+from .. import errors, wire
+from .._script import unguarded_call
 from ..backends import store as kv
 from ..backends.session import spawned_rank
 from ..config import Config
@@ -49,8 +49,16 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
     They rendezvous through a FileStore in a temporary directory (no sockets:
     nothing to collide with, and no name lookups).
     """
+    where = unguarded_call()
+    if where is not None:
+        raise RuntimeError(
+            f"backend {backend!r} starts one process per rank, and each imports your script "
+            f"again; the hp.run call at {where} is not inside an "
+            "'if __name__ == \"__main__\":' block, so every rank process would start hp.run "
+            "again. Move the code that calls hp.run under that block"
+        )
     try:
-        payload = pickle.dumps((fn, args))
+        payload = wire.dumps((fn, args))
     except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing
         raise TypeError(
             f"backend {backend!r} runs every rank in its own process, so the function and its "

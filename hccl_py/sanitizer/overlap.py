@@ -4,7 +4,8 @@ The server reads a round's send blocks and writes its receive blocks with no
 order between them, so overlapping ranges are undefined behaviour, except for
 the in-place forms that collective libraries support, where a rank's own send
 block *is* the receive block its data belongs in (same round, same start,
-same size). The op table names that pair for each op (``OpSpec.in_place``):
+same size); send and receive may be one tensor or two views of one storage.
+The op table names that pair for each op (``OpSpec.in_place``):
 
 - AllReduce: ``sendBuf == recvBuf`` (each round in place);
 - AllGather: ``sendBuf == recvBuf + rank * stride * size`` (the rank's own block);
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layout
+from ..gm import shift_between
 from ..task import Task
 
 
@@ -45,10 +47,12 @@ def first_shared(task: Task, rounds: np.ndarray | int, exempt_in_place: bool) ->
     round where it coincides exactly with its receive block. Vectorised: one
     sort of the receive blocks, one binary search per send block.
     """
-    if task.send.alloc is None or task.send.alloc is not task.recv.alloc:
+    shift = shift_between(task.send.alloc, task.recv.alloc)
+    if shift is None:
         return None
     rounds = np.atleast_1d(np.asarray(rounds))
     s_start, s_size = layout.byte_layout(task, "send", rounds)
+    s_start = s_start + shift  # send positions as offsets into the receive allocation
     r_start, r_size = layout.byte_layout(task, "recv", rounds)
     keep = s_size > 0
     si, ri = task.spec.in_place(task.rank)

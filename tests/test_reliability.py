@@ -1,0 +1,265 @@
+"""Where the emulator could disagree with a real multi-process run, it says so (issue 12).
+
+Shared memory between emulated ranks, async framework handles never waited,
+poison with in-place views, dtypes that plain pickle cannot carry between
+processes, framework op names in reports, and scripts that multiprocessing
+would fail on with an unhelpful traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from cases import init_hccl, make_tiling
+
+import hccl_py as hp
+from hccl_py import Hccl, wire
+
+F32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
+SUM = hp.HcclReduceOp.HCCL_REDUCE_SUM
+TIMEOUT = 20.0
+N = 4  # float32 elements each rank sends
+
+#: One receive tensor for every emulated rank: the mistake the emulator must report.
+SHARED_Y = torch.zeros(2 * N)
+#: One send tensor for every rank, only read: legal everywhere.
+SHARED_X = torch.arange(float(N))
+
+
+def gather_kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    hccl = init_hccl(Hccl(), tilingGM)
+    hccl.Wait(hccl.AllGather[True](xGM, yGM, N, F32))
+    hccl.Finalize()
+
+
+def rank_values() -> torch.Tensor:
+    return torch.arange(float(N)) + 10 * hp.get_rank()
+
+
+def gather_into(y: torch.Tensor | None = None) -> list[float]:
+    y = SHARED_Y if y is None else y
+    hp.launch(gather_kernel, rank_values(), y, make_tiling())
+    return y.tolist()
+
+
+def gather_shared_send() -> list[float]:
+    y = torch.zeros(2 * N)
+    hp.launch(gather_kernel, SHARED_X, y, make_tiling())
+    return y.tolist()
+
+
+GATHERED = list(range(N)) + [10.0 + i for i in range(N)]
+
+
+# ------------------------------------------------------------------ 1. shared memory
+def test_module_level_receive_buffer_is_reported() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(gather_into, world_size=2, backend="emu", timeout=TIMEOUT)
+    roots = info.value.root_causes
+    assert roots and all(isinstance(e, hp.HcclSharedMemoryError) for e in roots.values())
+    text = str(info.value)
+    assert "rank 0's receive buffer (yGM) shares memory with rank 1's receive buffer (yGM)" in text
+    assert "op AllGather" in text
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_args_give_every_rank_its_own_tensor(backend: str) -> None:
+    y = torch.zeros(2 * N)
+    results = hp.run(gather_into, world_size=2, backend=backend, args=(y,), timeout=TIMEOUT)
+    assert results == [GATHERED, GATHERED]
+    assert torch.equal(y, torch.zeros(2 * N)), "the caller's tensor changed"
+
+
+def test_read_only_sharing_stays_silent() -> None:
+    results = hp.run(gather_shared_send, world_size=2, backend="emu", timeout=TIMEOUT)
+    assert results.warnings == {}
+    assert results == [[0.0, 1, 2, 3] * 2] * 2
+
+
+def test_objects_in_args_other_than_tensors_stay_shared() -> None:
+    box: list[int] = []
+
+    def main(shared: list[int]) -> bool:
+        shared.append(hp.get_rank())
+        return shared is box
+
+    assert hp.run(main, world_size=2, backend="emu", args=(box,)) == [True, True]
+    assert sorted(box) == [0, 1]
+
+
+# ------------------------------------------------------------------ 3. poison and in-place views
+def in_place_views(start: int) -> list[float]:
+    """AllGather whose send tensor is a view into the receive tensor, ``start`` elements in."""
+    r = hp.get_rank()
+    y = torch.zeros(2 * N)
+    y[r * N : (r + 1) * N] = rank_values()
+    x = y[start + r * N : start + r * N + N] if start else y[r * N : (r + 1) * N]
+    hp.launch(gather_kernel, x, y, make_tiling())
+    return y.tolist()
+
+
+def in_place_all_reduce() -> list[float]:
+    base = torch.zeros(3 * N)
+    base[N : 2 * N] = rank_values()
+    x = base[N : 2 * N]
+    y = base[N : 2 * N]  # another view of the same bytes: AllReduce in place
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        hccl = init_hccl(Hccl(), tilingGM)
+        hccl.Wait(hccl.AllReduce[True](xGM, yGM, N, F32, SUM))
+        hccl.Finalize()
+
+    hp.launch(kernel, x, y, make_tiling())
+    return base.tolist()
+
+
+@pytest.mark.parametrize(("schedule", "poison"), [("eager", False), ("late", True)])
+def test_in_place_views_give_the_same_numbers_with_poison(schedule: str, poison: bool) -> None:
+    kw = {"world_size": 2, "backend": "emu", "schedule": schedule, "poison": poison}
+    assert hp.run(in_place_views, args=(0,), timeout=TIMEOUT, **kw) == [GATHERED] * 2
+    summed = [0.0] * N + [10.0 + 2 * i for i in range(N)] + [0.0] * N
+    assert hp.run(in_place_all_reduce, timeout=TIMEOUT, **kw) == [summed] * 2
+
+
+def test_partly_overlapping_views_are_reported() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(in_place_views, world_size=2, backend="emu", args=(2,), timeout=TIMEOUT)
+    overlap = [e for e in info.value.root_causes.values() if isinstance(e, hp.HcclOverlapError)]
+    assert overlap, str(info.value)
+    assert "send range of round 0 block 0 (bytes [8, 24)) overlaps receive range" in str(overlap[0])
+
+
+# ------------------------------------------------------------------ 2. unwaited async handles
+def never_waited(name: str) -> None:
+    x = torch.ones(N)
+    if name == "all_reduce":
+        hp.all_reduce(x, async_op=True)
+    else:
+        hp.alltoall_single(torch.zeros(N), x, sync_op=False)
+
+
+@pytest.mark.parametrize(
+    ("backend", "name"), [("emu", "all_reduce"), ("emu", "alltoall_single"), ("gloo", "all_reduce")]
+)
+def test_async_handle_never_waited_is_reported(backend: str, name: str) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(never_waited, world_size=2, backend=backend, args=(name,), timeout=TIMEOUT)
+    roots = info.value.root_causes
+    assert roots, str(info.value)  # on the emulator the first rank to return stops the other
+    for rank, error in roots.items():
+        assert isinstance(error, hp.HcclUnfinishedError)
+        assert error.rank == rank
+        assert (
+            f"1 asynchronous collective(s) never waited: {name} started at test_reliability.py:"
+            in str(error)
+        )
+
+
+# ------------------------------------------------------------------ 10. framework names
+def lone_all_reduce() -> None:
+    if hp.get_rank() == 0:
+        hp.all_reduce(torch.ones(N))
+
+
+def test_deadlock_report_names_the_framework_call() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lone_all_reduce, world_size=2, backend="emu", timeout=TIMEOUT)
+    text = str(info.value)
+    assert isinstance(info.value.root_causes[0], hp.HcclDeadlockError)
+    assert "rank 0 waits for round 0 of handle 0 all_reduce's AllGather(" in text
+
+
+# ------------------------------------------------------------------ 5. every dtype between processes
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.float8_e8m0fnu,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
+        torch.complex32,
+        torch.bfloat16,
+        torch.bool,
+        torch.int8,
+    ],
+)
+def test_wire_round_trips_every_dtype(dtype: torch.dtype) -> None:
+    raw = torch.arange(24, dtype=torch.uint8).view(2, 3, 4)
+    size = torch.empty(0, dtype=dtype).element_size()
+    values = raw.reshape(-1)[: 24 - 24 % size].view(dtype).reshape(-1)
+    strided = values[::2]  # not contiguous
+    scalar = values[0].clone()  # 0-dim
+    back = wire.loads(wire.dumps({"v": values, "s": strided, "0": scalar}))
+    for key, want in (("v", values), ("s", strided), ("0", scalar)):
+        got = back[key]
+        assert got.dtype == dtype and got.shape == want.shape
+        assert bytes(got.contiguous().reshape(-1).view(torch.uint8).numpy()) == bytes(
+            want.contiguous().reshape(-1).view(torch.uint8).numpy()
+        )
+
+
+def gather_fp8(x: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(2 * x.numel(), dtype=x.dtype)
+    hp.all_gather_into_tensor(out, x)
+    return out
+
+
+def test_fp8_travels_to_and_from_gloo_ranks() -> None:
+    x = torch.tensor([0.5, 1.0, -2.0, 448.0]).to(torch.float8_e4m3fn)
+    results = hp.run(gather_fp8, world_size=2, backend="gloo", args=(x,), timeout=TIMEOUT)
+    want = np.tile(x.float().numpy(), 2)
+    for out in results:
+        assert out.dtype == torch.float8_e4m3fn
+        np.testing.assert_array_equal(out.float().numpy(), want)
+
+
+# ------------------------------------------------------------------ 12. scripts
+SCRIPT = """
+import hccl_py as hp
+
+def main():
+    return hp.get_rank()
+
+{call}
+"""
+
+
+def _run_script(tmp_path: Path, name: str, call: str) -> subprocess.CompletedProcess:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(SCRIPT.format(call=call)))
+    return subprocess.run(
+        [sys.executable, name], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_script_without_main_guard_is_told_what_to_change(tmp_path: Path) -> None:
+    out = _run_script(tmp_path, "job.py", 'print(hp.run(main, world_size=2, backend="gloo"))')
+    assert out.returncode != 0
+    assert (
+        "the hp.run call at job.py:7 is not inside an 'if __name__ == \"__main__\":'" in out.stderr
+    )
+    assert "bootstrapping phase" not in out.stderr
+
+
+def test_guarded_script_runs(tmp_path: Path) -> None:
+    call = 'if __name__ == "__main__":\n    print(hp.run(main, world_size=2, backend="gloo"))'
+    out = _run_script(tmp_path, "job.py", call)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[0, 1]"
+
+
+def test_script_named_like_a_standard_module(tmp_path: Path) -> None:
+    call = 'if __name__ == "__main__":\n    print(hp.run(main, world_size=2, backend="emu"))'
+    out = _run_script(tmp_path, "queue.py", call)
+    assert out.returncode != 0
+    assert "your script queue.py has the name of Python's standard module 'queue'" in out.stderr
+    assert "Rename the script (e.g. my_queue.py)" in out.stderr
