@@ -8,9 +8,13 @@ would fail on with an unhelpful traceback.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -263,3 +267,61 @@ def test_script_named_like_a_standard_module(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "your script queue.py has the name of Python's standard module 'queue'" in out.stderr
     assert "Rename the script (e.g. my_queue.py)" in out.stderr
+
+
+# ------------------------------------------------------------------ 6. nothing outlives its job
+SLEEPER = """
+import os
+import sys
+import time
+from pathlib import Path
+
+import hccl_py as hp
+
+
+def main():
+    Path(sys.argv[1], f"{hp.get_rank()}.pids").write_text(f"{os.getpid()} {os.getppid()}")
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    hp.run(main, world_size=2, backend="gloo", timeout=300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        return f.read().split()[2] != "Z"  # a zombie has ended
+    return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("how", ["hp.run", "runner"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int) -> None:
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    cmd = [sys.executable, str(script), str(tmp_path)]
+    if how == "runner":
+        cmd = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", *cmd[1:]]
+    parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("*.pids"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids = {int(p) for f in tmp_path.glob("*.pids") for p in f.read_text().split()}
+        assert len(pids) >= 2, "the ranks did not start"
+        pids.discard(parent.pid)
+        parent.send_signal(sig)
+        parent.wait(10)
+        deadline = time.monotonic() + 8
+        while any(map(_alive, pids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if _alive(p)], "a rank process or fork server outlived its job"
+    finally:
+        parent.kill()
+        parent.wait()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
+import threading
 import time
 from typing import Any
 
@@ -20,6 +22,52 @@ GRACE_S = 3.0
 #: How often a live process bumps its heartbeat, and after how long without one it counts as dead.
 HEARTBEAT_S = 0.5
 STALE_S = 10.0
+
+
+#: Set by hccl_py's runner and by hp.run for the rank processes they start: their pid.
+PARENT_ENV = "HCCL_PY_PARENT_PID"
+_watching: set[int] = set()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def watch_parent(rank: int) -> None:
+    """Exit this rank process within a second of the process that started it dying.
+
+    Rank processes of ``hp.run`` (forked by multiprocessing's fork server) and
+    of the runner would otherwise outlive a killed parent, blocked in a
+    collective that never completes. Does nothing without :data:`PARENT_ENV`
+    (under torchrun and msrun their own agents do this).
+    """
+    raw = os.environ.get(PARENT_ENV, "")
+    if not raw.isdigit() or int(raw) in _watching:
+        return
+    parent = int(raw)
+    _watching.add(parent)
+
+    def watch() -> None:
+        while pid_alive(parent) and os.getppid() != 1:
+            time.sleep(HEARTBEAT_S)
+        try:  # the parent may have held the other end of stderr: it can be gone too
+            print(
+                f"hccl_py: rank {rank}: the process that started this run (pid {parent}) is "
+                "gone; exiting",
+                file=sys.stderr,
+                flush=True,
+            )
+        finally:
+            os._exit(1)
+
+    threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
 
 
 class RankDiedError(errors.HcclError):

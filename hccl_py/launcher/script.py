@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from .. import errors
 from ..backends import store as kv
-from .liveness import exit_text
+from .liveness import PARENT_ENV, exit_text
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
 
@@ -78,6 +78,7 @@ def run_script(opts: RunnerOptions) -> int:
             "WORLD_SIZE": str(world),
             "LOCAL_WORLD_SIZE": str(opts.nproc),
             "MASTER_ADDR": opts.master_addr,
+            PARENT_ENV: str(os.getpid()),
             "MASTER_PORT": str(port),
             STORE_HOSTED_ENV: "1",
             "HCCL_PY_BACKEND": opts.backend,

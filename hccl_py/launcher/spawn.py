@@ -13,6 +13,7 @@ from .._script import unguarded_call
 from ..backends import store as kv
 from ..backends.session import spawned_rank
 from ..config import Config
+from .liveness import PARENT_ENV
 from .spec import RankSpec
 from .supervise import Child, outcome_of, stop, supervise
 
@@ -69,12 +70,13 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
         children = []
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
             proc = ctx.Process(
                 target=spawned_rank,
-                args=(spec, backend, payload, config, dict(os.environ), list(sys.path)),
+                args=(spec, backend, payload, config, env, list(sys.path)),
                 name=f"hccl_py-rank{rank}",
             )
             children.append(Child(rank, proc))
