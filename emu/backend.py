@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import threading
 import time
 import traceback
@@ -10,15 +13,28 @@ from typing import Any
 
 import torch
 
+import hccl_py
 from hccl_py.config import Config
 from hccl_py.context import RankContext, set_rank_context
-from hccl_py.errors import HcclTimeoutError, WorldError
+from hccl_py.errors import HcclError, HcclPeerError, HcclTimeoutError, WorldError
 from hccl_py.server import Backend
 
 from .world import EmuWorld
 
-#: Seconds the other ranks get to stop after one rank failed, before they are reported as hung.
-GRACE_SECONDS = 5.0
+#: Seconds the other ranks get to reach an hccl_py call (which stops them) after one rank
+#: failed; then they are stopped where they are and their place is reported.
+GRACE_SECONDS = 0.5
+#: How often the main thread looks at the ranks, and how long it waits for a stopped rank.
+JOIN_STEP_S = 0.05
+STOP_WAIT_S = 0.5
+#: Frames of these files are hccl_py's or the thread machinery's, not the rank's own code.
+_NOT_USER = (
+    os.path.dirname(os.path.abspath(hccl_py.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.abspath(threading.__file__),
+)
+#: How many innermost frames of a stuck rank's stack its report shows.
+STACK_FRAMES = 6
 
 
 class EmuBackend(Backend):
@@ -45,7 +61,7 @@ class EmuBackend(Backend):
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised as WorldError
                 exc.hccl_rank = rank
                 exc.hccl_traceback = traceback.format_exc()
-                failures[rank] = exc
+                failures.setdefault(rank, exc)
                 world.blocker.fail(exc)
             finally:
                 set_rank_context(None)
@@ -58,7 +74,7 @@ class EmuBackend(Backend):
         world.blocker.enter(n)
         for t in threads:
             t.start()
-        _join(threads, world, failures)
+        _join(threads, world, failures, config.timeout)
         if failures:
             raise WorldError(failures, n)
         return results
@@ -88,23 +104,79 @@ def own_copy(value: Any, memo: dict[int, torch.Tensor] | None = None) -> Any:
     return value
 
 
-def _join(
-    threads: list[threading.Thread], world: EmuWorld, failures: dict[int, BaseException]
+class _Stopped(BaseException):
+    """Raised inside a stuck rank's thread to end it (not an Exception: user code cannot catch it)."""
+
+
+def _where(thread: threading.Thread) -> str:
+    """The innermost frames of ``thread``'s Python stack, for a report."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    stack = traceback.extract_stack(frame) if frame is not None else []
+    own = [f for f in stack if not f.filename.startswith(_NOT_USER)]
+    if not own:
+        return "  (no Python stack of the rank's own code)"
+    return "".join(traceback.format_list(own[-STACK_FRAMES:])).rstrip()
+
+
+def _stop_stuck(
+    threads: list[threading.Thread],
+    failures: dict[int, BaseException],
+    why: str,
+    cls: type[HcclError],
 ) -> None:
-    """Wait for every rank; once one failed, give the others a grace period, then report them."""
-    deadline = None
+    """Report every rank thread still running (with its stack) as ``cls`` and try to end it."""
     for rank, t in enumerate(threads):
-        while t.is_alive():
-            if deadline is None and world.blocker.error is not None:
-                deadline = time.monotonic() + GRACE_SECONDS
-            t.join(0.05 if deadline is None else max(0.0, deadline - time.monotonic()))
-            if deadline is not None and time.monotonic() >= deadline and t.is_alive():
-                failures.setdefault(
-                    rank,
-                    HcclTimeoutError(
-                        f"rank {rank} did not stop within {GRACE_SECONDS:g} s after another rank failed "
-                        "(it is not inside an hccl_py call)",
-                        rank=rank,
-                    ),
-                )
-                break
+        if not t.is_alive():
+            continue
+        failures.setdefault(
+            rank,
+            cls(
+                f"rank {rank} {why}; it is not inside an hccl_py call but here:\n{_where(t)}",
+                rank=rank,
+            ),
+        )
+        # A loop of Python code stops at its next bytecode; a long C call (time.sleep)
+        # stops when it returns: the thread is a daemon and cannot hold the process open.
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(t.ident), ctypes.py_object(_Stopped)
+        )
+    for t in threads:
+        t.join(STOP_WAIT_S)
+
+
+def _join(
+    threads: list[threading.Thread],
+    world: EmuWorld,
+    failures: dict[int, BaseException],
+    timeout: float,
+) -> None:
+    """Wait for every rank, and end the run when ranks are stuck in their own code.
+
+    Once a rank failed, the others get :data:`GRACE_SECONDS` to stop. Without
+    a failure, ``timeout`` seconds in which the server saw no progress while no
+    thread waited in an hccl_py call (every rank in its own code: a loop, a
+    sleep) end the run too, so ``timeout`` bounds every run.
+    """
+    grace_end = None
+    while any(t.is_alive() for t in threads):
+        if grace_end is None and world.blocker.error is not None:
+            grace_end = time.monotonic() + GRACE_SECONDS
+        if grace_end is not None and time.monotonic() >= grace_end:
+            _stop_stuck(
+                threads,
+                failures,
+                f"was still running its own code {GRACE_SECONDS:g} s after another rank failed",
+                HcclPeerError,
+            )
+            return
+        idle = world.blocker.idle_for() if grace_end is None else None
+        if idle is not None and idle > timeout:
+            _stop_stuck(
+                threads,
+                failures,
+                f"ran its own code for {timeout:g} s (the run's timeout) while no rank made an "
+                "hccl_py call and nothing else could progress",
+                HcclTimeoutError,
+            )
+            return
+        next(t for t in threads if t.is_alive()).join(JOIN_STEP_S)

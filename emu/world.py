@@ -141,7 +141,7 @@ class EmuWorld(Server):
             self.failed_at[slot.domain] = slot
         for later in [s for s in self.unfinished if s.domain == slot.domain and s.seq > slot.seq]:
             self._set_error(later, self._behind(slot))
-        self.blocker.cond.notify_all()
+        self.blocker.progressed()
 
     def _set_error(self, slot: Slot, error: HcclError) -> None:
         slot.error = error
@@ -261,7 +261,7 @@ class EmuWorld(Server):
                 self.pending.pop(slot, None)
                 self.unfinished.pop(slot, None)
             self._poison_reached()
-            self.blocker.cond.notify_all()
+            self.blocker.progressed()
 
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
@@ -278,7 +278,7 @@ class EmuWorld(Server):
                 error = mismatch(tasks) or shared_between_ranks(tasks)
                 if error is not None:
                     self._fail(slot, error)
-            self.blocker.cond.notify_all()
+            self.blocker.progressed()
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.blocker.cond:
@@ -290,7 +290,7 @@ class EmuWorld(Server):
             if self.config.poison:
                 self.unpoisoned.setdefault(slot, {}).setdefault(task.rank, []).append(round_idx)
                 self._poison_reached()
-            self.blocker.cond.notify_all()
+            self.blocker.progressed()
         if self.config.schedule == "eager":
             self.blocker.run_ready()
 
@@ -348,7 +348,7 @@ class EmuWorld(Server):
             if self.blocker.error is not None and len(self.returned) == self.world_size:
                 for slot in list(self.poisoned):
                     self._unpoison(slot)
-            self.blocker.cond.notify_all()
+            self.blocker.progressed()
 
     # -------------------------------------------------------------- reports
     def _describe_wait(

@@ -15,6 +15,7 @@ spins too), the world is just as stuck and the poller reports the deadlock.
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -41,6 +42,22 @@ def default_timeout() -> float:
     """The timeout from ``HCCL_PY_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
     value = os.environ.get(TIMEOUT_ENV)
     return float(value) if value else DEFAULT_TIMEOUT
+
+
+#: What ``timeout=inf`` stands for: no limit in practice, but a value every wait accepts.
+NO_LIMIT_S = 10.0**7
+
+
+def checked_timeout(value: object) -> float:
+    """``hp.run``'s ``timeout``: None for the default, a positive number of seconds, or inf."""
+    if value is None:
+        return default_timeout()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(
+            f"timeout must be a positive number of seconds (or None for the default "
+            f"{default_timeout():g} s, or float('inf') for no limit), not {value!r}"
+        )
+    return min(float(value), NO_LIMIT_S)
 
 
 def _text(what: Text) -> str:
@@ -79,6 +96,9 @@ class Blocker:
         self.detect_deadlock = detect_deadlock
         self.active = 0
         self.blocked: dict[int, tuple[Callable[[], bool], Text]] = {}
+        #: When the server's state last changed (a task, a commit, a round, a rank's return)
+        #: or a thread last stopped waiting in an hccl_py call.
+        self.progress_at = time.monotonic()
         self.spinning: dict[int, _Spin] = {}
         self.error: BaseException | None = None
         self.take_work: Callable[[], Job | None] = lambda: None
@@ -108,6 +128,18 @@ class Blocker:
             if self.error is None:
                 self.error = error
             self.cond.notify_all()
+
+    def progressed(self) -> None:
+        """The server's state changed: wake every waiting thread (call under the lock)."""
+        self.progress_at = time.monotonic()
+        self.cond.notify_all()
+
+    def idle_for(self) -> float | None:
+        """Seconds without progress while no thread waits or polls in hccl_py, else None."""
+        with self.cond:
+            if self.blocked or self.spinning:
+                return None
+            return time.monotonic() - self.progress_at
 
     def raise_if_failed(self) -> None:
         """Raise the world's failure in this thread (called under or outside the lock)."""
@@ -186,6 +218,7 @@ class Blocker:
                     self.cond.wait(remaining)
                 finally:
                     self.blocked.pop(me, None)
+                    self.progress_at = time.monotonic()  # a waiting rank is not idle
 
     def poll(self, key: Hashable, value: object, what: Text) -> None:
         """Record one non-blocking poll of the calling thread that observed ``value``.

@@ -17,7 +17,10 @@ class Config:
     """Options of one run, shared by every rank.
 
     - ``strict``: failed calls raise :class:`HcclError` (True) or return the C++ codes.
-    - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``).
+    - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``; ``inf``: no
+      limit). It bounds the whole run too: ranks that run their own code for that long
+      while nothing else progresses (emulator), or after another rank returned (gloo),
+      are stopped and reported with their Python stack.
     - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
       runs it as late as possible: only once every other thread of the world waits
       (in Wait, Finalize, SyncAll ...) or polls Query in vain (exposes races).

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Collection
 from typing import Any
 
-from .blocking import default_timeout
+from .blocking import checked_timeout
 from .config import Config
 from .outcome import RunResult, WithWarnings, summarize
 from .platform import get_platform
@@ -99,7 +99,7 @@ def run(
     config = Config(
         platform=get_platform(platform or os.environ.get(PLATFORM_ENV, "A2")),
         strict=strict,
-        timeout=default_timeout() if timeout is None else float(timeout),
+        timeout=checked_timeout(timeout),
         schedule=schedule,
         poison=poison,
         overlap=overlap,

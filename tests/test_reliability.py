@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,104 @@ def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int
     finally:
         parent.kill()
         parent.wait()
+
+
+# ------------------------------------------------------------------ 7, 8. timeouts and hang reports
+def spin_forever() -> None:
+    if hp.get_rank() == 0:
+        while True:
+            pass
+
+
+def lone_waiter() -> None:
+    """Rank 0 gathers, rank 1 computes forever: rank 0's Wait times out."""
+    if hp.get_rank() == 1:
+        while True:
+            pass
+    gather_into(torch.zeros(2 * N))
+
+
+def skips_its_part() -> None:
+    if hp.get_rank() == 0:
+        gather_into(torch.zeros(2 * N))
+
+
+def _timed_failure(fn: Any, timeout: float) -> tuple[hp.WorldError, float]:
+    start = time.monotonic()
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(fn, world_size=2, backend="emu", timeout=timeout)
+    return info.value, time.monotonic() - start
+
+
+def test_rank_stuck_in_its_own_code_ends_the_run() -> None:
+    err, took = _timed_failure(spin_forever, 0.5)
+    assert took < 0.5 + 1.0
+    (cause,) = err.root_causes.values()
+    assert isinstance(cause, hp.HcclTimeoutError) and cause.rank == 0
+    text = str(cause)
+    assert "rank 0 ran its own code for 0.5 s (the run's timeout)" in text
+    assert "test_reliability.py" in text and "in spin_forever" in text
+    time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("rank")], "a rank still runs"
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True, [1]])
+def test_bad_timeouts_are_refused_up_front(bad: Any) -> None:
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        hp.run(spin_forever, world_size=2, backend="emu", timeout=bad)
+
+
+def test_infinite_timeout_is_supported() -> None:
+    assert (
+        hp.run(
+            gather_into,
+            world_size=2,
+            backend="emu",
+            args=(torch.zeros(2 * N),),
+            timeout=float("inf"),
+        )
+        == [GATHERED] * 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "cause", "words"),
+    [
+        (
+            skips_its_part,
+            hp.HcclDeadlockError,
+            "ranks [1] have not prepared this task (ranks [1] returned",
+        ),
+        (
+            lone_waiter,
+            hp.HcclTimeoutError,
+            "timed out after 0.3 s waiting for rank 0 waits for round 0",
+        ),
+    ],
+)
+def test_hang_reports_are_the_same_every_time(scenario: Any, cause: type, words: str) -> None:
+    reports, durations = set(), []
+    for _ in range(20):
+        err, took = _timed_failure(scenario, 0.3)
+        durations.append(took)
+        roots = err.root_causes
+        assert list(roots) == [0] and isinstance(roots[0], cause), str(err)
+        text = str(err)
+        assert words in text
+        assert "rank 0 failed: " not in str(err.failures.get(0, ""))
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert len(lines) == len(set(lines)), f"a line repeats:\n{text}"
+        reports.add(text)
+    assert len(reports) == 1, "\n-----\n".join(sorted(reports))
+    # The report arrives within timeout + 1 s (the slowest runs may meet a busy machine).
+    assert sorted(durations)[10] < 0.3 + 1.0 and max(durations) < 0.3 + 3.0, durations
+
+
+def test_gloo_rank_stuck_in_its_own_code_ends_the_run() -> None:
+    start = time.monotonic()
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(spin_forever, world_size=2, backend="gloo", timeout=2.0)
+    assert time.monotonic() - start < 2.0 + 6.0  # process start-up, the stack dump, the kill
+    text = str(info.value.failures[0])
+    assert "rank 0 was still running 2 s after rank 1 returned (the run's timeout)" in text
+    assert "test_reliability.py" in text and "in spin_forever" in text

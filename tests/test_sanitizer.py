@@ -52,6 +52,13 @@ def comm(tilingGM: Any, index: int = 0, hccl: Hccl | None = None) -> Hccl:
     return init_hccl(hccl or Hccl(), tilingGM, index)
 
 
+def busy(seconds: float) -> None:
+    """Compute (in Python, so a stopped rank ends at once) for ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
 def rank() -> int:
     return hp.get_rank()
 
@@ -840,7 +847,7 @@ def test_exception_in_one_core_releases_cores_in_syncall() -> None:
 def _waits_for_a_sleeper(sleep: float) -> Callable[[], Any]:
     def kernel(x: Any, y: Any, t: Any) -> None:
         if rank() == 1:
-            time.sleep(sleep)  # outside hccl_py: the deadlock detector cannot see it
+            busy(sleep)  # outside hccl_py: the deadlock detector cannot see it
         h = comm(t)
         handle = h.AllGather[True](x, y, N, F32)
         h.Wait(handle)
@@ -863,13 +870,15 @@ def test_timeout_turns_a_hang_into_a_report() -> None:
         rank=0,
     )
     assert isinstance(err.failures[1], hp.HcclPeerError)
-    assert "stopped because rank 0 failed: HcclTimeoutError" in str(err.failures[1])
+    stuck = str(err.failures[1])
+    assert "rank 1 was still running its own code 0.5 s after another rank failed" in stuck
+    assert "test_sanitizer.py" in stuck and "busy" in stuck  # where it was
 
 
 def test_timeout_of_a_query_loop_waiting_for_a_busy_rank() -> None:
     def kernel(x: Any, y: Any, t: Any) -> None:
         if rank() == 1:
-            time.sleep(1.0)  # busy outside hccl_py: the spinner is not in a deadlock
+            busy(1.0)  # outside hccl_py: the spinner is not in a deadlock
         h = comm(t)
         handle = h.AllGather[True](x, y, N, F32)
         while h.Query(handle) < 1:

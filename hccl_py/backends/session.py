@@ -27,7 +27,14 @@ from ..blocking import Blocker
 from ..config import Config
 from ..context import RankContext, set_rank_context
 from ..errors import HcclPeerError, WorldError
-from ..launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, watch_parent
+from ..launcher.liveness import (
+    GRACE_S,
+    HEARTBEAT_S,
+    Peers,
+    RankDiedError,
+    dump_stacks_on_request,
+    watch_parent,
+)
 from ..launcher.spec import RankSpec
 from ..launcher.supervise import outcome_of
 from ..runtime import get_backend
@@ -65,6 +72,7 @@ class Session:
         )
         self.world_size = spec.world_size
         watch_parent(self.rank)
+        dump_stacks_on_request(self.rank)
         self.device = backend.bind_device(spec.local_rank)
         self.thread_init = backend.thread_binder(self.device)
         self._owns_pg = not dist.is_initialized()

@@ -6,6 +6,8 @@ other), the supervisors and msrun's scheduler all ask :class:`Peers`.
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
 import signal
 import socket
@@ -18,7 +20,10 @@ from .. import errors
 from ..backends import store as kv
 
 #: Seconds the other ranks get to stop by themselves after one rank failed, before they are killed.
-GRACE_S = 3.0
+GRACE_S = 1.0
+#: How long the supervisor waits for a rank's stack dump, and how many of its lines it quotes.
+STACK_WAIT_S = 1.0
+STACK_LINES = 24
 #: How often a live process bumps its heartbeat, and after how long without one it counts as dead.
 HEARTBEAT_S = 0.5
 STALE_S = 10.0
@@ -26,6 +31,45 @@ STALE_S = 10.0
 
 #: Set by hccl_py's runner and by hp.run for the rank processes they start: their pid.
 PARENT_ENV = "HCCL_PY_PARENT_PID"
+#: Folder where a rank process writes its Python stacks when its supervisor sends SIGUSR1.
+STACKS_ENV = "HCCL_PY_STACK_DIR"
+_stack_files: list[Any] = []
+
+
+def stack_file(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"stack-{rank}.txt")
+
+
+def dump_stacks_on_request(rank: int) -> None:
+    """Let the supervisor ask this process where its threads are (SIGUSR1, see :data:`STACKS_ENV`)."""
+    folder = os.environ.get(STACKS_ENV)
+    if not folder or not hasattr(signal, "SIGUSR1") or _stack_files:
+        return
+    out = open(stack_file(folder, rank), "w")  # noqa: SIM115 - stays open for the signal handler
+    _stack_files.append(out)
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
+
+
+def ask_stack(pid: int, folder: str, rank: int) -> str:
+    """The Python stacks of rank process ``pid`` (which must have called dump_stacks_on_request)."""
+    path = stack_file(folder, rank)
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except (ProcessLookupError, AttributeError):
+        return ""
+    deadline = time.monotonic() + STACK_WAIT_S
+    text, previous = "", None
+    while time.monotonic() < deadline and (not text or text != previous):
+        time.sleep(0.05)
+        previous = text
+        with contextlib.suppress(OSError), open(path) as f:
+            text = f.read()
+    # The signal runs in the main thread, where the rank's own code runs: its block only.
+    main = text[text.find("Current thread") :] if "Current thread" in text else text
+    lines = [line for line in main.splitlines() if line.strip()]
+    return "\n".join(lines[:STACK_LINES])
+
+
 _watching: set[int] = set()
 
 
@@ -78,7 +122,11 @@ class RankDiedError(errors.HcclError):
 
 def rank_died(rank: int, how: str) -> RankDiedError:
     """The failure of ``rank``, which ``how`` ended ("was killed by SIGKILL") without a report."""
-    error = RankDiedError(f"rank {rank} {how} before reporting an outcome")
+    first, _, where = how.partition("\n")
+    error = RankDiedError(
+        f"rank {rank} {first} before reporting an outcome"
+        + (f"; its Python stacks then:\n{where}" if where else "")
+    )
     error.how = how
     error.hccl_rank = rank
     return error

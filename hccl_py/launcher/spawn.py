@@ -13,7 +13,7 @@ from .._script import unguarded_call
 from ..backends import store as kv
 from ..backends.session import spawned_rank
 from ..config import Config
-from .liveness import PARENT_ENV
+from .liveness import PARENT_ENV, STACKS_ENV
 from .spec import RankSpec
 from .supervise import Child, outcome_of, stop, supervise
 
@@ -70,7 +70,7 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
-        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp}
         children = []
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
@@ -86,8 +86,10 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         except BaseException:
             stop([c for c in children if c.proc.pid is not None])
             raise
-        codes = supervise(children, store, lambda text: None)
-        outcomes = [outcome_of(store, 0, rank, codes.get(rank)) for rank in range(n)]
+        codes = supervise(children, store, lambda text: None, config.timeout, tmp)
+        outcomes = [
+            outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped) for c in children
+        ]
     failures = {rank: value for rank, (kind, value) in enumerate(outcomes) if kind == "err"}
     if failures:
         raise errors.WorldError(failures, n)

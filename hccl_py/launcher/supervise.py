@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..backends import store as kv
-from .liveness import GRACE_S, exit_text, rank_died
+from .liveness import GRACE_S, ask_stack, exit_text, rank_died
 
 #: Seconds a killed process gets between SIGTERM and SIGKILL.
 KILL_WAIT_S = 2.0
@@ -23,6 +23,8 @@ class Child:
     def __init__(self, rank: int, proc: Any) -> None:
         self.rank = rank
         self.proc = proc
+        #: Why the supervisor stopped it (and where it was), if it did.
+        self.stopped: str | None = None
 
     def poll(self) -> int | None:
         if isinstance(self.proc, subprocess.Popen):
@@ -41,15 +43,25 @@ class Child:
             pass
 
 
-def supervise(children: Sequence[Child], store: Any, say: Callable[[str], None]) -> dict[int, int]:
+def supervise(
+    children: Sequence[Child],
+    store: Any,
+    say: Callable[[str], None],
+    timeout: float | None = None,
+    stacks: str | None = None,
+) -> dict[int, int]:
     """Wait for every child; once one fails, give the rest :data:`GRACE_S`, then kill them.
 
     A child that dies without reporting a failure gets one written to the
-    store's abort key on its behalf, so the other ranks stop at once. Returns
-    rank -> exit code.
+    store's abort key on its behalf, so the other ranks stop at once. With
+    ``timeout``, children still running ``timeout`` seconds after one returned
+    are stopped too (so ``timeout`` bounds the run). A child stopped by either
+    rule gets ``stopped``: why, and its Python stacks when ``stacks`` names the
+    folder of :data:`~.liveness.STACKS_ENV`. Returns rank -> exit code.
     """
     codes: dict[int, int] = {}
     failed_at: float | None = None
+    first_done: tuple[float, int] | None = None
     try:
         while len(codes) < len(children):
             for child in children:
@@ -57,6 +69,8 @@ def supervise(children: Sequence[Child], store: Any, say: Callable[[str], None])
                 if code is None:
                     continue
                 codes[child.rank] = code
+                if code == 0 and first_done is None:
+                    first_done = (time.monotonic(), child.rank)
                 if code != 0 and failed_at is None:
                     failed_at = time.monotonic()
                     say(f"rank {child.rank} {exit_text(code)}; stopping the other ranks")
@@ -66,12 +80,37 @@ def supervise(children: Sequence[Child], store: Any, say: Callable[[str], None])
                             kv.report_abort(store, kv.encode_failure(died, child.rank))
             if failed_at is None and has_key(store, kv.ABORT):
                 failed_at = time.monotonic()
+            running = [c for c in children if c.rank not in codes]
+            overdue = (
+                failed_at is None
+                and first_done is not None
+                and timeout is not None
+                and time.monotonic() - first_done[0] > timeout
+            )
+            if overdue and running:
+                why = (
+                    f"was still running {timeout:g} s after rank {first_done[1]} returned "
+                    "(the run's timeout) and was stopped"
+                )
+                _note_stopped(running, why, stacks)
+                failed_at = time.monotonic() - GRACE_S  # stop them now
             if failed_at is not None and time.monotonic() - failed_at > GRACE_S:
-                stop([c for c in children if c.rank not in codes])
+                _note_stopped(
+                    running, f"was still running {GRACE_S:g} s after another rank failed", stacks
+                )
+                stop(running)
             time.sleep(0.02)
     finally:
         stop([c for c in children if c.poll() is None])
     return codes
+
+
+def _note_stopped(children: Sequence[Child], why: str, stacks: str | None) -> None:
+    """Record on each child why it is being stopped, with its stacks when it can give them."""
+    for child in children:
+        if child.stopped is None:
+            where = ask_stack(child.proc.pid, stacks, child.rank) if stacks else ""
+            child.stopped = f"{why}\n{where}" if where else why
 
 
 def has_key(store: Any, key: str) -> bool:
