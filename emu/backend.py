@@ -158,7 +158,7 @@ def _join(
     sleep) end the run too, so ``timeout`` bounds every run.
     """
     grace_end = None
-    while any(t.is_alive() for t in threads):
+    while alive := [t for t in threads if t.is_alive()]:
         if grace_end is None and world.blocker.error is not None:
             grace_end = time.monotonic() + GRACE_SECONDS
         if grace_end is not None and time.monotonic() >= grace_end:
@@ -179,4 +179,4 @@ def _join(
                 HcclTimeoutError,
             )
             return
-        next(t for t in threads if t.is_alive()).join(JOIN_STEP_S)
+        alive[0].join(JOIN_STEP_S)

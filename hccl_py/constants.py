@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 HCCL_SUCCESS = 0
@@ -18,6 +19,8 @@ INVALID_HANDLE_ID = -1
 HCCL_MAX_HANDLE_ID = 63
 MAX_REPEAT = 255
 MAX_DOMAINS = 2
+#: The largest blockDim a kernel launch accepts (AscendC: 65535).
+MAX_BLOCK_DIM = 65535
 
 
 class HcclDataType(enum.IntEnum):
@@ -104,6 +107,19 @@ class HcclServerConfig:
 
     type: CoreType = CoreType.DEFAULT
     blockId: int = 0  # noqa: N815 - AscendC field name
+
+    def __post_init__(self) -> None:
+        kind, block = self.type, self.blockId
+        ints = all(
+            isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (kind, block)
+        )
+        if not ints or int(kind) not in CoreType._value2member_map_ or not 0 <= block < 2**63:
+            raise ValueError(
+                f"HcclServerConfig needs a CoreType ({', '.join(c.name for c in CoreType)}) and "
+                f"a non-negative int blockId, not type={kind!r}, blockId={block!r}"
+            )
+        object.__setattr__(self, "type", CoreType(int(kind)))
+        object.__setattr__(self, "blockId", int(block))
 
 
 @dataclass(frozen=True)

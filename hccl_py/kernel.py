@@ -15,7 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .constants import MAX_DOMAINS
+import numpy as np
+
+from .constants import MAX_BLOCK_DIM, MAX_DOMAINS
 from .context import (
     Group,
     RankContext,
@@ -217,8 +219,13 @@ def launch(
     """
     if kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
-    if not isinstance(block_dim, int) or block_dim < 1:
-        raise ValueError(f"block_dim must be a positive int, not {block_dim!r}")
+    if (
+        not isinstance(block_dim, (int, np.integer))
+        or isinstance(block_dim, bool)
+        or not 1 <= block_dim <= MAX_BLOCK_DIM
+    ):
+        raise ValueError(f"block_dim must be an int in 1..{MAX_BLOCK_DIM}, not {block_dim!r}")
+    block_dim = int(block_dim)
     rank_ctx = current_rank_context()
     state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
     names = _parameter_names(kernel, len(args))

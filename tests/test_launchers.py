@@ -20,23 +20,19 @@ import time
 from pathlib import Path
 
 import pytest
+from launch_helpers import JOB_TIMEOUT, ROOT, launch, start, torchrun
 
 import hccl_py as hp
 from hccl_py import runtime
 from hccl_py.launcher.script import free_port
 from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
 
-ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "all_gather_custom.py"
-#: Seconds any launched job may take (start-up of 3-4 Python processes with torch included).
-JOB_TIMEOUT = 150
 #: Where the msrun virtual environment lives (override: HCCL_PY_MSRUN_VENV; or HCCL_PY_MSRUN=<msrun>).
 MSRUN_VENV = Path(
     os.environ.get("HCCL_PY_MSRUN_VENV", Path.home() / ".cache" / "hccl_py" / "msrun-venv")
 )
 MSRUN_INSTALL_TIMEOUT = 900
-#: Variables that would make a launched script think it is already one rank of a world.
-FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
 
 JOB = """
 import os, signal, sys
@@ -90,26 +86,6 @@ if __name__ == "__main__":
     again = hp.run(reversed_group)
     print(f"RESULT {results} {again}", flush=True)
 """
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
-    # msrun starts "python": make it this interpreter
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["HCCL_PY_TIMEOUT"] = "30"
-    env.update(extra)
-    return env
-
-
-def _launch(command: list[str], **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command,
-        cwd=ROOT,
-        env=_env(**extra),
-        capture_output=True,
-        text=True,
-        timeout=JOB_TIMEOUT,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +147,7 @@ def test_missing_variables_are_named(env: dict[str, str], missing: str) -> None:
 
 # ------------------------------------------------------------------ hccl_py's runner
 def _runner(job: Path, mode: str, n: int = 3) -> subprocess.CompletedProcess:
-    return _launch(
+    return launch(
         [sys.executable, "-m", "hccl_py", "run", "-n", str(n), "--backend", "gloo", str(job), mode]
     )
 
@@ -203,16 +179,9 @@ def test_runner_on_two_hosts(job: Path) -> None:
     port = str(free_port())
     base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
     tail = ["--master-port", port, str(job), "ok"]
-    node1 = subprocess.Popen(
-        [*base, "--node-rank", "1", *tail],
-        cwd=ROOT,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    node1 = start([*base, "--node-rank", "1", *tail])
     try:
-        node0 = _launch([*base, "--node-rank", "0", *tail])
+        node0 = launch([*base, "--node-rank", "0", *tail])
         out1 = node1.communicate(timeout=JOB_TIMEOUT)[0]
     finally:
         node1.kill()
@@ -222,14 +191,8 @@ def test_runner_on_two_hosts(job: Path) -> None:
 
 
 # ------------------------------------------------------------------ torchrun
-def _torchrun(script: Path, *args: str, n: int = 2) -> subprocess.CompletedProcess:
-    port = str(free_port())
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
-    return _launch([*command, "--master-port", port, str(script), *args])
-
-
 def test_sample_under_torchrun() -> None:
-    out = _torchrun(SAMPLE)
+    out = torchrun(SAMPLE)
     assert out.returncode == 0, out.stderr
     for rank in range(2):
         for case in ("non-tiled", "multi-round"):
@@ -241,7 +204,7 @@ def test_sample_under_torchrun() -> None:
 
 
 def test_torchrun_names_the_failed_rank(job: Path) -> None:
-    out = _torchrun(job, "raise", n=3)
+    out = torchrun(job, "raise", n=3)
     assert out.returncode != 0
     summary = out.stderr.split("Root Cause", 1)[-1]
     assert "rank 1: ValueError: rank 1 gives up" in summary, out.stderr
@@ -289,7 +252,7 @@ def _msrun(msrun: Path, tmp_path: Path, script: Path, *args: str, n: int = 2) ->
         str(script),
         *args,
     ]
-    out = _launch(command, HCCL_PY_BACKEND="gloo")
+    out = launch(command, HCCL_PY_BACKEND="gloo")
     read = lambda name: (logs / name).read_text() if (logs / name).exists() else ""  # noqa: E731
     return out, read("scheduler.log"), [read(f"worker_{r}.log") for r in range(n)]
 
@@ -332,14 +295,7 @@ def test_msrun_style_hosts_without_node_rank_get_ranks_from_the_store(job: Path)
         HCCL_PY_BACKEND="gloo",
     )
     procs = [
-        subprocess.Popen(
-            [sys.executable, str(job), "ok"],
-            cwd=ROOT,
-            env=_env(**common, MS_ROLE=role, DEVICE_ID="0"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        start([sys.executable, str(job), "ok"], **common, MS_ROLE=role, DEVICE_ID="0")
         for role in ("MS_SCHED", "MS_WORKER", "MS_WORKER")
     ]
     try:

@@ -427,3 +427,73 @@ def test_gloo_rank_stuck_in_its_own_code_ends_the_run() -> None:
     text = str(info.value.failures[0])
     assert "rank 0 was still running 2 s after rank 1 returned (the run's timeout)" in text
     assert "test_reliability.py" in text and "in spin_forever" in text
+
+
+# ------------------------------------------------------------------ 11. garbage arguments
+GARBAGE = [None, float("inf"), float("nan"), 2**70, -5, "4", np.int64(2), np.float32(4.0), 3.5,
+           True, [1], object()]  # fmt: skip
+#: Each call with its regular arguments; one at a time is replaced by garbage.
+PREPARES = {
+    "AllGather": ("x", "y", 4, F32, 0, 1),
+    "AllReduce": ("x", "y", 4, F32, SUM, 1),
+    "ReduceScatter": ("x", "y", 2, F32, SUM, 0, 1),
+    "AlltoAll": ("x", "y", 2, F32, 0, 1),
+    "Wait": (0,),
+    "Commit": (0,),
+    "Query": (0,),
+    "InterHcclGroupSync": (1, 0),
+}
+
+
+def garbage_kernel(xGM: Any, yGM: Any, tilingGM: Any, bad: list) -> None:
+    for name, regular in PREPARES.items():
+        for i, g in ((i, g) for i in range(len(regular)) for g in GARBAGE):
+            hccl = init_hccl(Hccl(), tilingGM)
+            args = [{"x": xGM, "y": yGM}.get(a, a) if isinstance(a, str) else a for a in regular]
+            args[i] = g
+            call = getattr(hccl, name)
+            try:
+                (call[True] if name in hp.ops.BY_NAME else call)(*args)
+            except hp.HcclError as e:
+                if "expected None" in str(e):
+                    bad.append(f"{name} arg {i} = {g!r}: {e}")
+            except Exception as e:  # noqa: BLE001 - the finding
+                bad.append(f"{name} arg {i} = {g!r}: {type(e).__name__}: {e}")
+            hccl.Finalize()
+
+
+def launch_garbage() -> list[str]:
+    bad: list[str] = []
+    hp.launch(garbage_kernel, torch.ones(8), torch.zeros(16), make_tiling(), bad)
+    for g in GARBAGE:
+        try:
+            hp.launch(idle_kernel, block_dim=g)
+            if not isinstance(g, np.int64):
+                bad.append(f"block_dim={g!r} accepted")
+        except ValueError as e:
+            assert "block_dim must be an int in 1..65535" in str(e)
+    return bad
+
+
+def idle_kernel() -> None:
+    """A kernel with nothing to do."""
+
+
+def test_garbage_arguments_reach_the_api_validation() -> None:
+    (bad,) = hp.run(launch_garbage, world_size=1, strict=False, timeout=TIMEOUT)
+    assert bad == []
+
+
+@pytest.mark.parametrize("g", GARBAGE)
+def test_garbage_server_configs_are_refused_clearly(g: Any) -> None:
+    with pytest.raises(ValueError, match="server config must be an HcclServerConfig or a"):
+        Hccl[hp.HCCL_SERVER_TYPE_AICPU, g]()
+    for make in (
+        lambda: hp.HcclServerConfig(hp.CoreType.ON_AIV, g),
+        lambda: hp.HcclServerConfig(g, 0),
+    ):
+        if isinstance(g, np.int64):
+            assert make().blockId in (0, 2)
+            continue
+        with pytest.raises(ValueError, match="HcclServerConfig needs a CoreType"):
+            make()

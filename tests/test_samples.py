@@ -14,7 +14,6 @@ import ast
 import concurrent.futures
 import importlib.util
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,14 +21,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from launch_helpers import VERDICT, check_run
 
 import hccl_py as hp
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
-VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
-#: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
-RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
 #: Variables that would make a sample run on another backend or as one launcher rank.
 FOREIGN_ENV = ("HCCL_PY_", "MS_ROLE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
 RUN_TIMEOUT = 180
@@ -117,16 +114,6 @@ def runs():
     """Start every sample run at once; tests wait for the one they check."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         yield {key: pool.submit(_run, cmd) for key, cmd in _commands().items()}
-
-
-def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str, str]) -> None:
-    """Exit code 0 and exactly one line with the expected verdict per (rank, case)."""
-    out = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 0, out
-    lines = [RUNNER_PREFIX.sub("", line) for line in proc.stdout.splitlines()]
-    verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
-    want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
-    assert sorted(verdicts) == sorted(want), out
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

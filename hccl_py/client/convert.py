@@ -9,8 +9,9 @@ raises :class:`~hccl_py.errors.InvalidCall` naming the rule that refused it.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,6 +27,8 @@ from ..errors import HcclBoundsError, InvalidCall
 from ..gm import GmAddr, what_is
 from ..ops import OpSpec
 from ..platform import Platform
+
+E = TypeVar("E", bound=enum.IntEnum)
 
 
 @dataclass
@@ -67,10 +70,8 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         send=p.send_buf, recv=p.recv_buf, dtype=dtype, repeat=int(p.repeat)
     )
-    if spec.pairwise_counts and int(p.recv_type) != int(p.data_type):
-        raise InvalidCall(
-            "recvType must equal sendType", expected=int(p.data_type), actual=int(p.recv_type)
-        )
+    if spec.pairwise_counts and as_enum(HcclDataType, p.recv_type) != dtype:
+        raise InvalidCall("recvType must equal sendType", expected=dtype.name, actual=p.recv_type)
     if spec.count_arg is not None:
         # count 0 is the kernel API's rule; framework collectives of empty tensors may move nothing
         fields["count"] = count(spec.count_arg, p.count, spec.zero_count or not limits.kernel_api)
@@ -102,10 +103,9 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
     repeat = p.repeat
     if not isinstance(repeat, (int, np.integer)) or not 1 <= int(repeat) <= MAX_REPEAT:
         raise InvalidCall(f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat)
-    try:
-        dtype = HcclDataType(int(p.data_type))
-    except (ValueError, TypeError):
-        raise InvalidCall("data type out of range", actual=p.data_type) from None
+    dtype = as_enum(HcclDataType, p.data_type)
+    if dtype is None:
+        raise InvalidCall("data type out of range", actual=p.data_type)
     if dtype not in spec.dtypes:
         raise InvalidCall(
             f"data type {dtype.name} is not allowed for {spec.name}", actual=dtype.name
@@ -136,6 +136,16 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
     return dtype
 
 
+def as_enum(cls: type[E], value: Any) -> E | None:
+    """``value`` as a member of the C enum ``cls``, or None (out of range, not an integer)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return None
+    try:
+        return cls(int(value))
+    except ValueError:
+        return None
+
+
 def slots_used(prepares: int, syncs: int) -> str:
     """Why no message slot is left: a domain's queue has 64, and Finalize needs the last one."""
     return (
@@ -155,10 +165,9 @@ def count(name: str, value: Any, allow_zero: bool = True) -> int:
 
 def reduce_op(value: Any) -> HcclReduceOp:
     """A reduce op the kernel API supports (SUM, MAX, MIN)."""
-    try:
-        op = HcclReduceOp(int(value))
-    except (ValueError, TypeError):
-        raise InvalidCall("reduce op out of range", actual=value) from None
+    op = as_enum(HcclReduceOp, value)
+    if op is None:
+        raise InvalidCall("reduce op out of range", actual=value)
     if op not in KERNEL_REDUCE_OPS:
         raise InvalidCall(f"reduce op {op.name} is not supported by the kernel API", actual=op.name)
     return op

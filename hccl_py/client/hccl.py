@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
+
 from ..constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
 from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
@@ -230,7 +232,8 @@ class Hccl(PrepareCalls):
                 "official client writes it into Finalize's slot and only logs: it is ignored",
             )
             return
-        other = self.state.launch.clients.get(int(srcGroupID))
+        valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
+        other = self.state.launch.clients.get(int(srcGroupID)) if valid else None
         if other is None or other is self.state:
             self._fail(
                 f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
@@ -243,7 +246,12 @@ class Hccl(PrepareCalls):
         # for it then; only when this core itself sends in that domain is it final.
         core = self._core()
         sender = is_sender(self.config, core)
-        valid_id = isinstance(srcHandleID, int) and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
+        valid_id = (
+            isinstance(srcHandleID, (int, np.integer))
+            and not isinstance(srcHandleID, bool)
+            and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
+        )
+        srcHandleID = int(srcHandleID) if valid_id else srcHandleID
         src = other.tasks.get(srcHandleID) if valid_id else None
         if src is None and sender:
             if not valid_id or other.sender_core is core:

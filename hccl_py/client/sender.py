@@ -20,8 +20,12 @@ def server_config(config: Any) -> HcclServerConfig:
     """An ``HcclServerConfig`` from the config or a ``(CoreType, blockId)`` pair."""
     if isinstance(config, HcclServerConfig):
         return config
-    kind, block = config
-    return HcclServerConfig(CoreType(kind), int(block))
+    if not isinstance(config, (tuple, list)) or len(config) != 2:
+        raise ValueError(
+            "the server config must be an HcclServerConfig or a (CoreType, blockId) pair, "
+            f"not {config!r}"
+        )
+    return HcclServerConfig(*config)
 
 
 def is_sender(config: HcclServerConfig, core: CoreContext) -> bool:

@@ -1,0 +1,78 @@
+"""Starting jobs the way users do, for the tests that launch processes.
+
+Every job runs from the repository root, with a clean launcher environment
+(none of the variables that would make it think it is already one rank) and a
+time limit; :func:`check_run` reads the samples' verdict lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hccl_py.launcher.script import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Seconds any launched job may take (start-up of 3-4 Python processes with torch included).
+JOB_TIMEOUT = 150
+#: Variables that would make a launched script think it is already one rank of a world.
+FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
+#: A sample's verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
+VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+#: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
+RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
+
+
+def launch_env(**extra: str) -> dict[str, str]:
+    """This environment without launcher variables, with a 30 s hccl_py timeout, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
+    # msrun starts "python": make it this interpreter
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["HCCL_PY_TIMEOUT"] = "30"
+    env.update(extra)
+    return env
+
+
+def launch(command: list[str], **extra: str) -> subprocess.CompletedProcess:
+    """Run ``command`` to completion (see :func:`launch_env` for ``extra``)."""
+    return subprocess.run(
+        command,
+        cwd=ROOT,
+        env=launch_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+
+
+def start(command: list[str], **extra: str) -> subprocess.Popen:
+    """Start ``command`` in the background; its stdout and stderr come together."""
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=launch_env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def torchrun(
+    script: Path | str, *args: str, n: int = 2, **extra: str
+) -> subprocess.CompletedProcess:
+    """``torchrun --nproc-per-node n script args`` on a free port."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+    return launch([*command, "--master-port", str(free_port()), str(script), *args], **extra)
+
+
+def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str, str]) -> None:
+    """Exit code 0 and exactly one line with the expected verdict per (rank, case)."""
+    out = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, out
+    lines = [RUNNER_PREFIX.sub("", line) for line in proc.stdout.splitlines()]
+    verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
+    want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
+    assert sorted(verdicts) == sorted(want), out

@@ -1,0 +1,234 @@
+"""hccl_py's HCCL path without an NPU, on the torch_npu test stand-in.
+
+Where torch_npu is not installed, every job started here has ``tests/standin``
+on its ``PYTHONPATH``, so that ``import torch_npu`` finds the stand-in
+(``tests/standin/torch_npu``: NPU tensors kept in CPU memory, the "hccl"
+process group over gloo, the MC2 operators in plain torch; see
+docs/testing-without-npu.md). Where the real torch_npu is installed it is
+imported first: the directory stays off the path, the jobs run on the real
+package, and the checks that need the stand-in's knobs are skipped. The test
+process itself never imports torch_npu.
+
+The jobs run the HCCL code path as users start it: ``python -m hccl_py run
+--backend hccl``, torchrun and msrun-style workers choosing the backend
+themselves (hccl where torch_npu sees NPUs), the samples' torch_npu checks,
+and the device binding. They all start at once; each test waits for its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from launch_helpers import JOB_TIMEOUT, ROOT, check_run, launch, start, torchrun
+
+from hccl_py.launcher.script import free_port
+
+STANDIN_DIR = ROOT / "tests" / "standin"
+#: The stand-in goes on the jobs' path only where no torch_npu is installed.
+USES_STANDIN = importlib.util.find_spec("torch_npu") is None
+standin_only = pytest.mark.skipif(
+    not USES_STANDIN, reason="the real torch_npu is installed; this checks the stand-in"
+)
+SMOKE = "samples/npu_smoke.py"
+
+#: Ranks 0 and 1 call hp.run; with one NPU, local rank 1 has no device.
+BIND_JOB = "import hccl_py as hp\nhp.run(lambda: 0)\n"
+
+#: Which backend hp.run picks under each launcher's variables and NPU count.
+SELECTION_CASES = {
+    "torchrun, 2 NPUs": ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "2", "hccl"),
+    "torchrun, no NPU": ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "0", "gloo"),
+    "msrun, 8 NPUs": ({"MS_ROLE": "MS_WORKER", "RANK_ID": "1", "DEVICE_ID": "1"}, "8", "hccl"),
+    "msrun, no NPU": ({"MS_ROLE": "MS_WORKER", "RANK_ID": "1", "DEVICE_ID": "1"}, "0", "gloo"),
+    "no launcher": ({}, "8", "emu"),
+}
+SELECTION_JOB = """
+import json, os, sys
+from hccl_py import runtime
+chosen = {}
+for name, (env, npus, _) in json.loads(sys.argv[1]).items():
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MS_ROLE", "RANK_ID", "DEVICE_ID"):
+        os.environ.pop(key, None)
+    os.environ.update(env, HCCL_PY_STANDIN_NPUS=npus)
+    chosen[name] = runtime.default_backend()
+print(json.dumps(chosen))
+"""
+
+#: The stand-in behaves as a device would where hccl_py relies on it.
+DEVICE_JOB = """
+import tempfile
+import torch, torch.distributed as dist
+import torch_npu
+from hccl_py.gm import Allocation, shift_between
+
+assert torch_npu.STANDIN
+a = torch.zeros(4, dtype=torch.int32, device="npu:1")
+assert a.device == torch.device("npu", 1) and torch.ones(2, device="npu").device.index == 0
+a[1:].fill_(5)  # views alias their base
+assert a.cpu().tolist() == [0, 5, 5, 5], a
+assert a[1:].data_ptr() == a.data_ptr() + 4
+assert shift_between(Allocation(a, 0), Allocation(a[1:], 0)) == -4  # hccl_py sees the shared bytes
+for mixed in (lambda: a + torch.ones(4, dtype=torch.int32), lambda: a + torch.zeros(4, device="npu:0")):
+    try:
+        mixed()
+        raise AssertionError("an operation mixing devices ran")
+    except RuntimeError as exc:
+        assert "same device" in str(exc), exc
+dist.init_process_group("hccl", store=dist.FileStore(tempfile.mktemp(), 1), rank=0, world_size=1)
+group = dist.distributed_c10d._get_default_group()
+try:
+    dist.all_reduce(torch.ones(2))
+    raise AssertionError("the hccl group took a CPU tensor")
+except RuntimeError as exc:
+    assert "NPU" in str(exc), exc
+x = torch.full((3,), 2, dtype=torch.int16, device="npu:0")
+dist.all_reduce(x, dist.ReduceOp.MAX)
+assert x.cpu().tolist() == [2, 2, 2]
+hcom = group._get_backend(torch.device("npu")).get_hccl_comm_name(0)
+x1, x2 = torch.ones(4, 256, dtype=torch.float16, device="npu:0"), torch.ones(256, 8, device="npu:0")
+try:
+    torch_npu.npu_all_gather_base_mm(x1, x2.half(), hcom + "?", 2)
+    raise AssertionError("an unknown hcom was accepted")
+except RuntimeError as exc:
+    assert "unknown hcom" in str(exc), exc
+dist.destroy_process_group()
+print("STANDIN OK")
+"""
+
+
+def npu_env(**extra: str) -> dict[str, str]:
+    """``extra`` plus, without a real torch_npu, the stand-in first on ``PYTHONPATH``."""
+    if USES_STANDIN:
+        path = [str(STANDIN_DIR), os.environ.get("PYTHONPATH", "")]
+        extra = {"PYTHONPATH": os.pathsep.join(p for p in path if p), **extra}
+    return extra
+
+
+def msrun_style(script: str, n: int = 2) -> subprocess.CompletedProcess:
+    """``script`` on an msrun-style world: a scheduler and ``n`` workers on device ``rank``.
+
+    The result has the highest exit status, worker 0's output as stdout and
+    the others' as stderr.
+    """
+    common = dict(MS_WORKER_NUM=str(n), MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(free_port()))
+    roles = [dict(MS_ROLE="MS_SCHED", RANK_ID="0")] + [
+        dict(MS_ROLE="MS_WORKER", MS_NODE_ID=str(r), RANK_ID=str(r), DEVICE_ID=str(r))
+        for r in range(n)
+    ]
+    procs = [start([sys.executable, script], **npu_env(**common, **role)) for role in roles]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    status = max(abs(p.returncode) for p in procs)
+    return subprocess.CompletedProcess(
+        script, status, outputs[1], outputs[0] + "".join(outputs[2:])
+    )
+
+
+def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
+    bind_job = tmp / "bind.py"
+    bind_job.write_text(BIND_JOB)
+    runner = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "hccl"]
+    python = [sys.executable, "-c"]
+    jobs = {
+        "smoke-runner": lambda: launch([*runner, SMOKE], **npu_env()),
+        "smoke-torchrun": lambda: torchrun(SMOKE, **npu_env(HCCL_PY_BACKEND="hccl")),
+        "all_gather_matmul-torchrun": lambda: torchrun("samples/all_gather_matmul.py", **npu_env()),
+        "matmul_reduce_scatter-msrun": lambda: msrun_style("samples/matmul_reduce_scatter.py"),
+    }
+    if USES_STANDIN:
+        jobs["bind"] = lambda: torchrun(bind_job, **npu_env(HCCL_PY_STANDIN_NPUS="1"))
+        cases = json.dumps(SELECTION_CASES)
+        jobs["selection"] = lambda: launch([*python, SELECTION_JOB, cases], **npu_env())
+        jobs["device"] = lambda: launch([*python, DEVICE_JOB], **npu_env())
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory):
+    """Start every job at once; tests wait for the one they check."""
+    jobs = _jobs(tmp_path_factory.mktemp("npu"))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        yield {name: pool.submit(job) for name, job in jobs.items()}
+
+
+def _output(proc: subprocess.CompletedProcess) -> str:
+    return f"exit status {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+@pytest.mark.parametrize("run_id", ["smoke-runner", "smoke-torchrun"])
+def test_npu_smoke_passes_on_backend_hccl(runs, run_id: str) -> None:
+    """samples/npu_smoke.py: every case of its table passes (or is skipped as on Atlas A2)."""
+    proc = runs[run_id].result()
+    out = _output(proc)
+    assert proc.returncode == 0, out
+    table = [re.sub(r"^\[rank \d+\] ", "", line) for line in proc.stdout.splitlines()]
+    assert "all cases passed on 2 ranks (A2)" in table, out
+    rows = [line.split() for line in table if re.match(r"^\S+ +(PASS|FAIL|SKIP) +\S+ *$", line)]
+    verdicts = {name: words for name, *words in rows}
+    assert len(verdicts) >= 20 and not any("FAIL" in words for words in verdicts.values()), out
+    for case in ("AllReduce-INT16-SUM", "AllReduce-BFP16-MAX", "ReduceScatter-tiled"):
+        assert verdicts.get(case) == ["PASS", "PASS"], out
+
+
+@pytest.mark.parametrize(
+    "run_id, expected",
+    [
+        (
+            "all_gather_matmul-torchrun",
+            {"gather_out": "PASS", "output": "PASS", "npu_gather": "PASS", "npu_output": "PASS"},
+        ),
+        ("matmul_reduce_scatter-msrun", {"output": "PASS", "npu_output": "PASS"}),
+    ],
+)
+def test_mc2_samples_check_torch_npu(runs, run_id: str, expected: dict[str, str]) -> None:
+    """Launched without a backend, the ranks choose hccl (their device is an NPU), so the
+    samples compare their result with torch_npu's fused operator instead of skipping it."""
+    check_run(runs[run_id].result(), 2, expected)
+
+
+@standin_only
+def test_local_rank_without_an_npu_is_named(runs) -> None:
+    proc = runs["bind"].result()
+    out = _output(proc)
+    assert proc.returncode != 0, out
+    assert "local rank 1 has no NPU: this host shows 1 NPU(s)" in proc.stderr, out
+    assert "check LOCAL_RANK / DEVICE_ID" in proc.stderr, out
+    assert "local rank 0 has no NPU" not in proc.stderr, out
+
+
+@standin_only
+@pytest.mark.parametrize("case", sorted(SELECTION_CASES))
+def test_launchers_choose_hccl_where_torch_npu_sees_npus(runs, case: str) -> None:
+    proc = runs["selection"].result()
+    assert proc.returncode == 0, _output(proc)
+    assert json.loads(proc.stdout.splitlines()[-1])[case] == SELECTION_CASES[case][2]
+
+
+@standin_only
+def test_standin_behaves_like_a_device(runs) -> None:
+    """Views alias, mixed devices raise, the hccl group refuses CPU tensors, hcom names a group."""
+    proc = runs["device"].result()
+    assert proc.returncode == 0 and "STANDIN OK" in proc.stdout, _output(proc)
+
+
+def test_a_real_torch_npu_further_down_the_path_wins(tmp_path: Path) -> None:
+    """Even with the stand-in first on the path, ``import torch_npu`` loads a real one."""
+    real = tmp_path / "torch_npu"
+    real.mkdir()
+    (real / "__init__.py").write_text("REAL = True\n")
+    path = os.pathsep.join([str(STANDIN_DIR), str(tmp_path)])
+    check = "import torch_npu; print(torch_npu.REAL, hasattr(torch_npu, 'STANDIN'))"
+    proc = launch([sys.executable, "-c", check], PYTHONPATH=path)
+    assert proc.stdout.split() == ["True", "False"], _output(proc)
