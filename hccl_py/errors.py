@@ -159,19 +159,33 @@ class WorldError(HcclError):
 
     ``failures`` maps each failed rank to its exception; the message lists them
     all, root causes first, with the traceback of any exception that is not an
-    HcclError (a bug in the user's code rather than a reported misuse).
+    HcclError (a bug in the user's code rather than a reported misuse). With
+    ``me`` (one process per rank, each raising this), only rank ``me``'s own
+    traceback is shown, and a rank stopped by another's failure lists just the
+    root causes and its own line, so a job's output has each traceback once.
     """
 
-    def __init__(self, failures: dict[int, BaseException], world_size: int) -> None:
+    def __init__(
+        self, failures: dict[int, BaseException], world_size: int, me: int | None = None
+    ) -> None:
         self.failures = dict(sorted(failures.items()))
         roots = {r: e for r, e in self.failures.items() if not isinstance(e, HcclPeerError)}
         lines = [f"{len(self.failures)} of {world_size} ranks failed:"]
+        if me is not None and me not in roots and roots:
+            # One process per rank, every one raising this: the root cause's own process
+            # shows its traceback; this one says what stopped it, in one line per root cause.
+            lines += [f"  rank {r}: {type(e).__name__}: {e}" for r, e in roots.items()]
+            if me in self.failures:
+                mine = self.failures[me]
+                lines.append(f"  rank {me} (this process): {type(mine).__name__}: {mine}")
+            super().__init__("\n".join(lines))
+            return
         for r, e in list(roots.items()) + [
             (r, e) for r, e in self.failures.items() if r not in roots
         ]:
             lines.append(f"  rank {r}: {type(e).__name__}: {e}")
             tb = getattr(e, "hccl_traceback", None)
-            if tb and r in roots and not isinstance(e, HcclError):
+            if tb and r in roots and me in (None, r) and not isinstance(e, HcclError):
                 lines.extend("    " + line for line in tb.rstrip().splitlines())
         super().__init__("\n".join(lines))
 

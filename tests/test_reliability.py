@@ -497,3 +497,33 @@ def test_garbage_server_configs_are_refused_clearly(g: Any) -> None:
             continue
         with pytest.raises(ValueError, match="HcclServerConfig needs a CoreType"):
             make()
+
+
+# ------------------------------------------------------------------ 9. one traceback per job
+FAILING_JOB = """
+import torch
+
+import hccl_py as hp
+
+
+def main():
+    if hp.get_rank() == 1:
+        {}["missing"]
+    hp.all_reduce(torch.ones(2))
+
+
+if __name__ == "__main__":
+    hp.run(main)
+"""
+
+
+def test_runner_prints_the_root_traceback_once(tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(FAILING_JOB)
+    cmd = [sys.executable, "-m", "hccl_py", "run", "-n", "4", "--backend", "gloo", "job.py"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1
+    assert text.count("Traceback (most recent call last)") == 1, text
+    assert "hccl_py: 4 of 4 ranks failed; first failure: rank 1: KeyError: 'missing'" in text
+    for rank in (0, 2, 3):
+        assert f"rank {rank} (this process): HcclPeerError" in text

@@ -73,6 +73,7 @@ class Session:
         self.world_size = spec.world_size
         watch_parent(self.rank)
         dump_stacks_on_request(self.rank)
+        _report_world_errors_once()
         self.device = backend.bind_device(spec.local_rank)
         self.thread_init = backend.thread_binder(self.device)
         self._owns_pg = not dist.is_initialized()
@@ -211,7 +212,7 @@ class Session:
             self._wait_readers(run)
         failures = {r: value for r, (kind, value) in enumerate(outcomes) if kind == "err"}
         if failures:
-            error = WorldError(failures, n)
+            error = WorldError(failures, n, me=self.rank)
             _record_for_torchrun(error)
             raise error
         return [value for _, value in outcomes]
@@ -325,6 +326,28 @@ def _unpicklable(exc: BaseException) -> Callable[[], None]:
         ) from exc
 
     return fail
+
+
+def _report_world_errors_once() -> None:
+    """Print a rank process's uncaught WorldError as its message, without hp.run's stack.
+
+    Every process of a job raises the WorldError; its message already carries the
+    root cause's traceback in that rank's process (and one line elsewhere), so the
+    job's output holds each traceback once.
+    """
+    previous = sys.excepthook
+    if getattr(previous, "hccl_py", False):
+        return
+
+    def hook(kind: type, value: BaseException, tb: Any) -> None:
+        me = _SESSION.rank if _SESSION is not None else None
+        if isinstance(value, WorldError) and me is not None:
+            print(f"hccl_py: rank {me}: {kind.__name__}: {value}", file=sys.stderr)
+        else:
+            previous(kind, value, tb)
+
+    hook.hccl_py = True
+    sys.excepthook = hook
 
 
 def spawned_rank(

@@ -20,7 +20,7 @@ from .. import errors
 from ..backends import store as kv
 
 #: Seconds the other ranks get to stop by themselves after one rank failed, before they are killed.
-GRACE_S = 1.0
+GRACE_S = 3.0
 #: How long the supervisor waits for a rank's stack dump, and how many of its lines it quotes.
 STACK_WAIT_S = 1.0
 STACK_LINES = 24

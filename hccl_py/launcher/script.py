@@ -121,13 +121,12 @@ def run_script(opts: RunnerOptions) -> int:
         _wait_for_other_hosts(store, world)
     if not failed:
         return 0
-    say(
-        f"{len(failed)} of {len(children)} ranks failed: "
-        + ", ".join(f"rank {rank} {exit_text(code)}" for rank, code in failed.items())
-    )
+    head = f"{len(failed)} of {len(children)} ranks failed"
     if has_key(store, kv.ABORT):
         _, cause = kv.decode(store.get(kv.ABORT))
-        say(f"first failure: rank {cause.hccl_rank}: {type(cause).__name__}: {cause}")
+        head += f"; first failure: rank {cause.hccl_rank}: {type(cause).__name__}: {cause}"
+    say(head)
+    say("exit codes: " + ", ".join(f"rank {r} {exit_text(c)}" for r, c in failed.items()))
     code = next(iter(failed.values()))
     return code if code > 0 else 1
 
