@@ -9,6 +9,8 @@ overlapped.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -50,6 +52,16 @@ def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.float() @ b.float()).to(a.dtype)
 
 
+def _group_for(
+    op: str, x1: torch.Tensor, x2: torch.Tensor, hcom: str, world_size: int, **options: Any
+) -> Any:
+    """The group ``hcom`` names, after the shape checks and the refusal of unsupported options."""
+    group = group_of(hcom)
+    _check(op, x1, x2, world_size, group)
+    _unsupported(op, **options)
+    return group
+
+
 def npu_all_gather_base_mm(
     input: torch.Tensor,
     x2: torch.Tensor,
@@ -67,18 +79,11 @@ def npu_all_gather_base_mm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(allgather(input) @ x2, allgather(input))`` over the group ``hcom`` names."""
     op = "npu_all_gather_base_mm"
-    group = group_of(hcom)
-    _check(op, input, x2, world_size, group)
-    _unsupported(
-        op,
-        bias=bias,
-        x1_scale=x1_scale,
-        x2_scale=x2_scale,
-        gather_index=gather_index,
-        comm_turn=comm_turn,
-        output_dtype=output_dtype,
-        comm_mode=comm_mode,
-    )
+    group = _group_for(
+        op, input, x2, hcom, world_size,
+        bias=bias, x1_scale=x1_scale, x2_scale=x2_scale, gather_index=gather_index,
+        comm_turn=comm_turn, output_dtype=output_dtype, comm_mode=comm_mode,
+    )  # fmt: skip
     rows, k = input.shape
     gathered = torch.empty(world_size * rows, k, dtype=input.dtype, device=input.device)
     _all_gather_single(gathered, input.contiguous(), group=group)
@@ -104,17 +109,11 @@ def npu_mm_reduce_scatter_base(
 ) -> torch.Tensor:
     """``reducescatter(input @ x2)`` (sum, rows split by rank) over the group ``hcom`` names."""
     op = "npu_mm_reduce_scatter_base"
-    group = group_of(hcom)
-    _check(op, input, x2, world_size, group)
-    _unsupported(
-        op,
-        bias=bias,
-        x1_scale=x1_scale,
-        x2_scale=x2_scale,
-        comm_turn=comm_turn,
-        output_dtype=output_dtype,
-        comm_mode=comm_mode,
-    )
+    group = _group_for(
+        op, input, x2, hcom, world_size,
+        bias=bias, x1_scale=x1_scale, x2_scale=x2_scale, comm_turn=comm_turn,
+        output_dtype=output_dtype, comm_mode=comm_mode,
+    )  # fmt: skip
     if reduce_op != "sum":
         raise RuntimeError(f"{op} (torch_npu stand-in): reduce_op must be 'sum', not {reduce_op!r}")
     if input.shape[0] % world_size:
