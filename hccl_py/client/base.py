@@ -27,6 +27,7 @@ from ..tiling import (
     read_cc_tiling,
     tiling_bytes,
 )
+from .log import logged
 from .sender import DEFAULT_CFG, server_config
 from .state import ClientState, Handle
 
@@ -162,6 +163,7 @@ class HcclBase:
         self._tiling_src = tiling
         self._ok(None)
 
+    @logged
     def InitV2(self, context: HcclContext, initTiling: Any) -> None:
         """Bind this object to a domain and to the kernel's tiling struct (or its GM address)."""
         if initTiling is None or (isinstance(initTiling, GmAddr) and initTiling.is_null):
@@ -169,6 +171,7 @@ class HcclBase:
             return
         self._init(context, initTiling, "InitV2")
 
+    @logged
     def Init(self, context: HcclContext, initTiling: Any = None) -> None:
         """Deprecated V1 initialisation; with no tiling, Prepare needs no SetCcTiling."""
         no_tiling = initTiling is None or (isinstance(initTiling, GmAddr) and initTiling.is_null)
@@ -197,6 +200,7 @@ class HcclBase:
         self._cc[op] = cc
         return self._ok()
 
+    @logged
     def SetCcTilingV2(self, offset: int) -> int:
         """Register the Mc2CcTiling at byte ``offset`` of the init tiling struct for its op type."""
         if self.state is None or self._mode != "InitV2":
@@ -211,6 +215,7 @@ class HcclBase:
             return self._fail(f"SetCcTilingV2({offset}): bad offset: {exc}")
         return self._register_cc(cc, f"SetCcTilingV2({offset})")
 
+    @logged
     def SetCcTiling(self, ccTilingAddress: Any) -> int:
         """Deprecated V1 form: register the Mc2CcTiling at a GM address (or an instance)."""
         if self.state is None:

@@ -17,6 +17,7 @@ from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
 from ..template import template
 from .convert import slots_used
+from .log import logged
 from .prepare import PrepareCalls
 from .sender import is_sender
 from .state import Handle
@@ -35,6 +36,7 @@ class Hccl(PrepareCalls):
     """
 
     # ------------------------------------------------ commit / wait / finalize
+    @logged
     def Commit(self, handleId: int) -> None:
         """Let the server run the next round of ``handleId`` (once per round)."""
         reason = self._usable()
@@ -78,6 +80,7 @@ class Hccl(PrepareCalls):
             self.state.rank_ctx.server.commit(info.task, info.commits - 1)
         self._ok(None)
 
+    @logged
     def Wait(self, handleId: int) -> int:
         """Block until the next round of ``handleId`` finished; 0, or -1 without waiting."""
         reason = self._usable()
@@ -147,6 +150,7 @@ class Hccl(PrepareCalls):
             actual=info.commits,
         )
 
+    @logged
     def Query(self, handleId: int) -> int:
         """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""
         if self.state is None:
@@ -163,6 +167,7 @@ class Hccl(PrepareCalls):
         return self._ok(0 if task is None else self.state.rank_ctx.server.finished(task))
 
     @template("sync")
+    @logged
     def Finalize(self, sync: bool = True) -> None:
         """Tell the server no more tasks come and wait for the last one (``Finalize[False]`` skips that)."""
         reason = self._usable()
@@ -219,6 +224,7 @@ class Hccl(PrepareCalls):
             return self._fail("GetRankDim: the Hccl object is not initialised", ret=0)
         return self.state.rank_dim
 
+    @logged
     def InterHcclGroupSync(self, srcGroupID: int, srcHandleID: int) -> None:
         """Every later task of this domain starts only after task ``srcHandleID`` of domain ``srcGroupID``."""
         reason = self._usable()

@@ -21,6 +21,7 @@ from ..task import Task
 from ..template import template
 from .base import HcclBase
 from .convert import Limits, PrepareParam, task_fields
+from .log import logged
 from .sender import core_problem, is_sender
 from .state import Handle
 
@@ -41,6 +42,7 @@ class PrepareCalls(HcclBase):
             rank_dim=state.rank_dim,
         )
 
+    @logged
     def _prepare(self, param: PrepareParam, commit: bool) -> int:
         """Validate ``param``, send its task from the sending core; the handle id or -1."""
         op, name = param.spec.cmd, param.spec.name

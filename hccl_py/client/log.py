@@ -1,0 +1,86 @@
+"""The debug log: one line per Hccl call, with rank, core, handle and round (off by default).
+
+It is the ``hccl_py`` logger of Python's ``logging`` module, so any logging
+set-up can turn it on; ``HCCL_PY_LOG=debug`` does so without code (lines go to
+stderr). When the logger is off a call costs one level check.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..context import current_core_context, current_rank_context
+
+logger = logging.getLogger("hccl_py")
+#: Environment variable that turns the log on at that level ("debug", "info", ...).
+LOG_ENV = "HCCL_PY_LOG"
+
+_level = os.environ.get(LOG_ENV, "").upper()
+if _level:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("hccl_py %(levelname)s %(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(getattr(logging, _level, logging.DEBUG))
+
+
+def _where() -> str:
+    rank = current_rank_context(required=False)
+    core = current_core_context()
+    who = f"rank {rank.rank}" if rank is not None else "no rank"
+    return f"{who} {core.kind.name} core {core.block_idx}" if core is not None else who
+
+
+def _show(arg: Any) -> str:
+    return arg.name if isinstance(arg, enum.Enum) else repr(arg)
+
+
+def _head(name: str, args: tuple) -> str:
+    """``Commit(0)``; a Prepare as ``AllGather[True](sendBuf=..., count=4, ...)``."""
+    param = args[0] if name == "_prepare" and args else None
+    if param is None:
+        return f"{name}({', '.join(map(_show, args))})"
+    fields = {
+        "sendBuf": param.send_buf,
+        "recvBuf": param.recv_buf,
+        "count": param.count,
+        "dataType": param.data_type,
+        "op": param.reduce_op,
+        "strideCount": param.stride,
+        "repeat": param.repeat,
+    }
+    shown = ", ".join(f"{k}={_show(v)}" for k, v in fields.items() if v is not None)
+    return f"{param.spec.name}[{args[1] if len(args) > 1 else False}]({shown})"
+
+
+def _round(client: Any, name: str, args: tuple) -> str:
+    if name not in ("Commit", "Wait") or not args:
+        return ""
+    info = client._handle(args[0])
+    if info is None:
+        return ""
+    return f" round {info.commits if name == 'Commit' else info.waits}"
+
+
+def logged(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Log each call of a client method (arguments, result or exception) at DEBUG level."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not logger.isEnabledFor(logging.DEBUG):
+            return method(self, *args, **kwargs)
+        head = f"{_where()}: {_head(name, args)}{_round(self, name, args)}"
+        try:
+            result = method(self, *args, **kwargs)
+        except BaseException as exc:
+            logger.debug("%s raised %s: %s", head, type(exc).__name__, exc)
+            raise
+        logger.debug("%s -> %r", head, result)
+        return result
+
+    return call
