@@ -107,6 +107,7 @@ class EmuWorld(Server):
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
         self.blocker.describe_world = self._describe_world
+        self.serial = self.blocker.cond
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}

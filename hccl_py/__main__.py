@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
+    from .bench.cli import add_parser as add_bench
+
+    add_bench(sub, _HelpFormatter)
     return parser
 
 
@@ -82,6 +85,10 @@ def _run_in_process(opts: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     opts = build_parser().parse_args(argv)
+    if opts.command == "bench":
+        from .bench.cli import main as bench_main
+
+        return bench_main(opts)
     if opts.nproc < 1 or opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
         print(
             f"error: need -n >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes "

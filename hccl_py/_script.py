@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
+import sysconfig
 
 
 def shadowing_script() -> str | None:
@@ -24,12 +25,18 @@ def shadowing_script() -> str | None:
         return None
     stem = os.path.splitext(os.path.basename(path))[0]
     shadow = sys.modules.get(stem)
-    if stem not in sys.stdlib_module_names or shadow is None:
+    if stem not in sys.stdlib_module_names or shadow is None or _in_stdlib(path):
         return None
     shadow_path = getattr(shadow, "__file__", None)
     if shadow_path and os.path.realpath(shadow_path) == os.path.realpath(path):
         return path
     return None
+
+
+def _in_stdlib(path: str) -> bool:
+    """Whether ``path`` is the standard library's own file (``python -m timeit`` runs it as main)."""
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    return os.path.dirname(os.path.realpath(path)) == stdlib
 
 
 def check_script_name() -> None:

@@ -7,10 +7,12 @@ core a :class:`CoreContext`. Module-level helpers (``get_rank``,
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from .server import Server
 
 WORLD_GROUP_NAME = "hccl_world_group"
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class Group:
@@ -109,6 +112,29 @@ class RankContext:
 
 
 _tls = threading.local()
+_NO_LOCK = contextlib.nullcontext()
+
+
+def serial() -> contextlib.AbstractContextManager:
+    """The calling rank's :attr:`Server.serial <hccl_py.server.Server.serial>` lock (or none).
+
+    hccl_py's own work inside a call holds it, so that on the emulator one rank's
+    call does not hand the interpreter to another rank at every torch operation;
+    user code between calls never holds it.
+    """
+    ctx = getattr(_tls, "rank", None)
+    return _NO_LOCK if ctx is None else ctx.server.serial
+
+
+def serialized(fn: _F) -> _F:
+    """Run ``fn`` holding :func:`serial` (for hccl_py entry points that run no user code)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with serial():
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def set_rank_context(ctx: RankContext | None) -> None:

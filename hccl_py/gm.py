@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .constants import HcclDataType, torch_dtype_of
+from .context import serialized
 from .errors import HcclBoundsError
 
 _alloc_ids = itertools.count()
@@ -24,7 +25,7 @@ _alloc_ids = itertools.count()
 class Allocation:
     """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
 
-    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory")
+    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory", "_host")
 
     def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
         if tensor.is_meta:
@@ -45,6 +46,15 @@ class Allocation:
         self.rank = rank
         self.uid = next(_alloc_ids)
         self.name = name or f"buf{self.uid}"
+        self._host: Any = None
+
+    def host_bytes(self, start: int, stop: int) -> bytes:
+        """A copy of bytes ``[start, stop)``; through a numpy view for CPU memory (no torch call)."""
+        if self._host is None:
+            self._host = self.data.numpy() if self.data.device.type == "cpu" else False
+        if self._host is False:
+            return self.data[start:stop].cpu().numpy().tobytes()
+        return self._host[start:stop].tobytes()
 
     @property
     def nbytes(self) -> int:
@@ -149,7 +159,8 @@ class GmAddr:
 
     def read_bytes(self, nbytes: int) -> bytes:
         """Copy ``nbytes`` bytes from this address (used to read tilings from GM)."""
-        return self.bytes_view(nbytes).cpu().numpy().tobytes()
+        self.check_range(nbytes, "GM view")
+        return self.alloc.host_bytes(self.offset, self.offset + nbytes)
 
 
 NULL = GmAddr(None)
@@ -173,6 +184,7 @@ def _as_torch_dtype(dtype: torch.dtype | int) -> torch.dtype:
     return torch.uint8 if t is None else t
 
 
+@serialized
 def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tensor:
     """A typed, writable torch view of ``count`` elements at ``addr``.
 

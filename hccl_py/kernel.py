@@ -23,6 +23,8 @@ from .context import (
     RankContext,
     current_core_context,
     current_rank_context,
+    serial,
+    serialized,
     set_core_context,
     set_rank_context,
 )
@@ -227,16 +229,18 @@ def launch(
         raise ValueError(f"block_dim must be an int in 1..{MAX_BLOCK_DIM}, not {block_dim!r}")
     block_dim = int(block_dim)
     rank_ctx = current_rank_context()
-    state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
-    names = _parameter_names(kernel, len(args))
-    gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
-    cores = state.core_contexts()
+    with serial():
+        state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
+        names = _parameter_names(kernel, len(args))
+        gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
+        cores = state.core_contexts()
     if len(cores) == 1:
         _run_core(kernel, gm_args, cores[0])
     else:
         _run_cores(kernel, gm_args, cores, rank_ctx)
-    for client in state.clients.values():
-        client.check_exit()
+    with serial():
+        for client in state.clients.values():
+            client.check_exit()
 
 
 def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
@@ -353,6 +357,7 @@ def GetTaskRatio() -> int:
 
 
 @template("aiv_only")
+@serialized
 def SyncAll(aiv_only: bool = True) -> None:
     """Barrier across the kernel's cores: AIV cores by default, all cores with ``SyncAll[False]()``."""
     core = _core()

@@ -7,7 +7,8 @@ over rounds and peers with numpy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,9 +21,22 @@ class Blocks:
 
     starts: np.ndarray
     sizes: np.ndarray
+    #: Memoised answers of :meth:`regular`, :func:`span` and :func:`first_overlap`.
+    _memo: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def memo(self, name: str, compute: Callable[[Blocks], object]) -> object:
+        """``compute(self)``, computed once (the arrays of a Blocks are never changed)."""
+        try:
+            return self._memo[name]
+        except KeyError:
+            value = self._memo[name] = compute(self)
+            return value
 
     def regular(self) -> tuple[int, int, int] | None:
-        """``(start, nbytes, step)`` when the blocks are equal-sized and evenly spaced."""
+        """``(start, nbytes, step)`` when the blocks are equal-sized and evenly spaced (memoised)."""
+        return self.memo("regular", Blocks._find_regular)
+
+    def _find_regular(self) -> tuple[int, int, int] | None:
         n = len(self.starts)
         if n == 0 or (self.sizes != self.sizes[0]).any():
             return None
@@ -71,20 +85,66 @@ def byte_layout(task: Task, side: str, rounds: np.ndarray | int) -> tuple[np.nda
     return addr.offset + starts * size, counts * size
 
 
+#: Layouts of recently prepared tasks by what decides them (kernels repeat their tasks).
+_MEMO: dict[tuple, tuple[list[Blocks], Blocks]] = {}
+_MEMO_SIZE = 256
+
+
+def _layout_key(task: Task, side: str) -> tuple:
+    """Everything a task's byte layout on ``side`` depends on."""
+    addr = task.send if side == "send" else task.recv
+    return (
+        side, task.op, task.rank, task.rank_dim, task.count, task.stride, task.repeat,
+        task.elem_size, addr.offset, task.send_counts, task.sdispls, task.recv_counts,
+        task.rdispls,
+    )  # fmt: skip
+
+
+def _rounds(task: Task, side: str) -> tuple[list[Blocks], Blocks]:
+    """Every round's blocks and all of them flattened, computed once per task and side.
+
+    A task is immutable once prepared, so its layout is cached on it: the
+    bounds and overlap checks, the poisoning and every round of the executors
+    share one computation. Tasks of the same shape (a kernel launched again)
+    share one computation too, and with it the memoised :meth:`Blocks.regular`,
+    :func:`span` and :func:`first_overlap` answers.
+    """
+    cached = task.layout_cache.get(side)
+    if cached is not None:
+        return cached
+    key = _layout_key(task, side)
+    cached = _MEMO.get(key)
+    if cached is None:
+        starts, sizes = byte_layout(task, side, np.arange(task.repeat))
+        sizes = np.ascontiguousarray(np.broadcast_to(sizes, starts.shape))
+        per_round = [Blocks(starts[r], sizes[r]) for r in range(task.repeat)]
+        cached = (per_round, Blocks(starts.reshape(-1), sizes.reshape(-1)))
+        if len(_MEMO) >= _MEMO_SIZE:
+            _MEMO.pop(next(iter(_MEMO)), None)
+        _MEMO[key] = cached
+    task.layout_cache[side] = cached
+    return cached
+
+
 def round_blocks(task: Task, side: str, round_idx: int) -> Blocks:
     """The blocks that round ``round_idx`` of ``task`` reads (``side="send"``) or writes."""
+    if 0 <= round_idx < task.repeat:
+        return _rounds(task, side)[0][round_idx]
     starts, sizes = byte_layout(task, side, round_idx)
-    return Blocks(starts[0], sizes[0])
+    return Blocks(starts[0], np.ascontiguousarray(np.broadcast_to(sizes, starts.shape))[0])
 
 
 def all_blocks(task: Task, side: str) -> Blocks:
     """Every block of every round of ``task`` on one side, flattened (round-major)."""
-    starts, sizes = byte_layout(task, side, np.arange(task.repeat))
-    return Blocks(starts.reshape(-1), np.ascontiguousarray(sizes).reshape(-1))
+    return _rounds(task, side)[1]
 
 
 def span(blocks: Blocks) -> tuple[int, int] | None:
     """``(lowest byte, end byte)`` touched by the non-empty blocks, or None if all are empty."""
+    return blocks.memo("span", _span)
+
+
+def _span(blocks: Blocks) -> tuple[int, int] | None:
     nz = blocks.sizes > 0
     if not nz.any():
         return None
@@ -93,6 +153,10 @@ def span(blocks: Blocks) -> tuple[int, int] | None:
 
 def first_overlap(blocks: Blocks) -> tuple[int, int] | None:
     """Indices ``(a, b)`` of two non-empty blocks that share bytes, or None."""
+    return blocks.memo("first_overlap", _first_overlap)
+
+
+def _first_overlap(blocks: Blocks) -> tuple[int, int] | None:
     nz = np.flatnonzero(blocks.sizes > 0)
     if len(nz) < 2:
         return None

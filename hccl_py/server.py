@@ -11,6 +11,7 @@ A :class:`Backend` starts the ranks of a run and gives each one its server.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,11 @@ class Server(ABC):
 
     #: The op types whose rounds this server executes (its executor's table).
     ops: frozenset[HcclCMDType] = frozenset()
+    #: Held around every client call (a context manager). The emulator's ranks are threads
+    #: of one process: holding its world lock lets one rank's call run without handing the
+    #: interpreter to another rank at each torch operation (a call that blocks releases it).
+    #: Processes need no such lock.
+    serial: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     @abstractmethod
     def submit(self, task: Task) -> None:

@@ -44,6 +44,8 @@ class Task:
     launch: int = 0
     #: The framework collective (``all_reduce`` ...) that prepared the task, if any.
     caller: str | None = None
+    #: Byte layouts of every round per side, computed once (:mod:`hccl_py.layout`).
+    layout_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def elem_size(self) -> int:
@@ -71,7 +73,8 @@ class Task:
     @property
     def domain_name(self) -> str:
         """Name of the task's communication domain."""
-        return getattr(self.domain, "name", str(self.domain))
+        name = getattr(self.domain, "name", None)
+        return str(self.domain) if name is None else name
 
     def describe(self) -> str:
         """A one-line description for error messages."""

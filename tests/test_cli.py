@@ -22,7 +22,7 @@ def test_version() -> None:
     assert out.stdout.strip() == f"hccl_py {hp.__version__}"
 
 
-@pytest.mark.parametrize("args", [("--help",), ("run", "--help")])
+@pytest.mark.parametrize("args", [("--help",), ("run", "--help"), ("bench", "--help")])
 def test_help_is_plain_words(args: tuple[str, ...]) -> None:
     out = _cli(*args)
     assert out.returncode == 0, out.stderr
@@ -39,6 +39,29 @@ def test_run_help_lists_every_option_with_its_default() -> None:
         ("--node-rank", "0"),
         ("--master-addr", "127.0.0.1"),
         ("--master-port", "None"),
+    ):
+        assert option in text
+        after = text[text.index(option) :]
+        assert f"(default: {default})" in after, (option, default)
+
+
+def test_bench_help_lists_every_option_with_its_default() -> None:
+    text = " ".join(_cli("bench", "--help").stdout.split())
+    for option, default in (
+        ("--op", "allgather"),
+        ("--ranks", "4"),
+        ("--backend", "emu"),
+        ("--api", "kernel"),
+        ("--minbytes", "1024"),
+        ("--maxbytes", "1048576"),
+        ("--stepfactor", "2"),
+        ("--iters", "20"),
+        ("--warmup-iters", "5"),
+        ("--check", "1"),
+        ("--repeat", "1"),
+        ("--block-dim", "1"),
+        ("--json", "None"),
+        ("--plot", "None"),
     ):
         assert option in text
         after = text[text.index(option) :]

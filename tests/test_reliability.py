@@ -270,6 +270,18 @@ def test_script_named_like_a_standard_module(tmp_path: Path) -> None:
     assert "Rename the script (e.g. my_queue.py)" in out.stderr
 
 
+def test_standard_module_run_as_main_is_not_a_shadow() -> None:
+    """``python -m timeit`` runs the standard library's own file: nothing is shadowed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "timeit", "-n", "1", "-r", "1", "-s", "import hccl_py", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "1 loop" in out.stdout
+
+
 # ------------------------------------------------------------------ 6. nothing outlives its job
 SLEEPER = """
 import os

@@ -857,7 +857,7 @@ def _waits_for_a_sleeper(sleep: float) -> Callable[[], Any]:
 
 
 def test_timeout_turns_a_hang_into_a_report() -> None:
-    err = fails(_waits_for_a_sleeper(1.0), timeout=0.3)
+    err = fails(_waits_for_a_sleeper(3.0), timeout=0.3)
     check(
         err,
         hp.HcclTimeoutError,

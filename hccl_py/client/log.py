@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..context import current_core_context, current_rank_context
+from ..context import current_core_context, current_rank_context, serial
 
 logger = logging.getLogger("hccl_py")
 #: Environment variable that turns the log on at that level ("debug", "info", ...).
@@ -72,6 +72,10 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with serial():
+            return _call(self, *args, **kwargs)
+
+    def _call(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not logger.isEnabledFor(logging.DEBUG):
             return method(self, *args, **kwargs)
         head = f"{_where()}: {_head(name, args)}{_round(self, name, args)}"

@@ -13,6 +13,8 @@ import ctypes
 import operator
 from typing import Protocol, TypeVar
 
+from ..context import serialized
+
 MC2_INIT_TILING_SIZE = 64
 MC2_CC_TILING_SIZE = 512
 MAX_CC_TILING_NUM = 8
@@ -177,6 +179,7 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
     return data[:nbytes]
 
 
+@serialized
 def GET_TILING_DATA_WITH_STRUCT(struct_type: type[_S], tiling: TilingSource) -> _S:
     """A new ``struct_type`` instance holding a copy of the first ``sizeof(struct_type)`` bytes."""
     if not (isinstance(struct_type, type) and issubclass(struct_type, ctypes.Structure)):

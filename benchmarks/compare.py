@@ -1,0 +1,157 @@
+"""hccl_py next to its peers, in one run on one machine: tables of times and ratios, JSON, PNG.
+
+    python benchmarks/compare.py                      # 2, 4, 8 ranks, 1 KiB..16 MiB, all ops
+    python benchmarks/compare.py --quick              # a smaller sweep
+    python benchmarks/compare.py --ranks 4 --ops allgather --json out.json --plot out.png
+
+Columns (time per op, the slowest rank, the median of the iterations):
+``emu`` hccl_py's emulator through the kernel API (one launch per op:
+InitV2, SetCcTilingV2, Op[True], Wait, Finalize); ``emu/r8`` the same per
+round of an 8-round task; ``emu-fw`` the framework collectives
+(all_gather_into_tensor ...) on the emulator; ``tpg`` PyTorch's threaded
+process group; ``gloo`` torch.distributed gloo processes; ``ours-gloo``
+hccl_py's gloo backend through the kernel API; ``limit`` the memory-copy
+limit. Ratios: ``emu/limit``, ``emu/tpg``, ``fw/tpg``, ``gloo/emu`` (how much
+faster the emulator is than gloo processes) and ``ours/gloo``. Not a test:
+machines are noisy, so compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import peers
+
+from hccl_py.bench.ops import BENCH_OPS
+from hccl_py.bench.sweep import Options
+from hccl_py.bench.table import machine
+
+#: Column -> how it is measured: (function, extra arguments).
+COLUMNS = {
+    "emu": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "emu", "kernel"),
+    "emu/r8": lambda op, n, sizes, o: {
+        s: t / 8
+        for s, t in peers.hccl_py_times(op, n, sizes, replace(o, repeat=8), "emu", "kernel").items()
+    },
+    "emu-fw": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "emu", "framework"),
+    "tpg": peers.threaded_pg_times,
+    "gloo": peers.raw_gloo_times,
+    "ours-gloo": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "gloo", "kernel"),
+    "limit": peers.copy_limit_times,
+}
+#: Ratio columns: (numerator column, denominator column).
+RATIOS = {
+    "emu/limit": ("emu", "limit"),
+    "emu/tpg": ("emu", "tpg"),
+    "fw/tpg": ("emu-fw", "tpg"),
+    "gloo/emu": ("gloo", "emu"),
+    "ours/gloo": ("ours-gloo", "gloo"),
+}
+
+
+def _sizes(lo: int, hi: int, factor: int) -> list[int]:
+    out = [lo]
+    while out[-1] * factor <= hi:
+        out.append(out[-1] * factor)
+    return out
+
+
+def measure(op: str, ranks: int, sizes: list[int], opts: Options, columns: list[str]) -> dict:
+    """Every column's seconds per op at every size (None where a peer failed)."""
+    times: dict[str, dict[int, float | None]] = {}
+    for col in columns:
+        try:
+            times[col] = COLUMNS[col](op, ranks, sizes, opts)
+        except Exception as exc:  # noqa: BLE001 - a peer without the op: shown as '-'
+            print(f"  {col} {op} on {ranks} ranks: {type(exc).__name__}: {exc}", file=sys.stderr)
+            times[col] = dict.fromkeys(sizes)
+    return times
+
+
+def _cell(value: float | None, scale: float = 1e6, fmt: str = "10.1f") -> str:
+    return f"{'-':>10s}" if value is None else f"{value * scale:{fmt}}"
+
+
+def table(op: str, ranks: int, sizes: list[int], times: dict) -> str:
+    """One op on one rank count: times in us, then the ratios."""
+    cols = list(times)
+    ratios = [r for r, (a, b) in RATIOS.items() if a in times and b in times]
+    head = f"{'bytes':>10s} " + " ".join(f"{c:>10s}" for c in cols + ratios)
+    lines = [f"## {op}, {ranks} ranks (times in us)", head]
+    for s in sizes:
+        cells = [_cell(times[c][s]) for c in cols]
+        for r in ratios:
+            a, b = (times[k][s] for k in RATIOS[r])
+            cells.append(_cell(a / b if a and b else None, 1, "10.2f"))
+        lines.append(f"{s:10d} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def plot(path: str, results: list[dict]) -> None:
+    """Time per op against size, one panel per (op, ranks), one line per column."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(results), 1, figsize=(7, 3 * len(results)), squeeze=False, sharex=True
+    )
+    for ax, res in zip(axes[:, 0], results, strict=True):
+        for col, per_size in res["times"].items():
+            pts = [(int(s), t) for s, t in per_size.items() if t]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker=".", label=col)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{res['op']}, {res['ranks']} ranks", fontsize="small")
+        ax.set_ylabel("s per op")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="x-small", ncol=4)
+    axes[-1, 0].set_xlabel("bytes per rank")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; print the tables; write JSON and PNG when asked."""
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--ops", nargs="+", default=list(BENCH_OPS), choices=list(BENCH_OPS))
+    p.add_argument("--min-bytes", type=int, default=1 << 10)
+    p.add_argument("--max-bytes", type=int, default=16 << 20)
+    p.add_argument("--factor", type=int, default=4)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=list(COLUMNS))
+    p.add_argument("--quick", action="store_true", help="4 ranks, allgather, 1 KiB..1 MiB")
+    p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.ranks, args.ops, args.max_bytes = [4], ["allgather"], 1 << 20
+    sizes = _sizes(args.min_bytes, args.max_bytes, args.factor)
+    opts = Options(iters=args.iters, warmup=args.warmup)
+    results = []
+    for n in args.ranks:
+        for op in args.ops:
+            times = measure(op, n, sizes, opts, args.columns)
+            print(table(op, n, sizes, times), flush=True)
+            results.append({"op": op, "ranks": n, "times": times})
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
+    if args.plot:
+        plot(args.plot, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

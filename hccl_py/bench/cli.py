@@ -1,0 +1,168 @@
+"""``python -m hccl_py bench``: hccl_test / nccl-tests style sweeps of the collectives.
+
+The emulator runs the ranks as threads of this process; gloo starts one
+process per rank; hccl runs under torchrun or msrun (one process per NPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import hccl_py as hp
+
+from .ops import BENCH_OPS
+from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
+from .sweep import Options, merge, rank_sweep
+from .table import plot, print_rows, write_json
+
+DESCRIPTION = """\
+Measure the collectives as hccl_test and nccl-tests do: one row per size with
+the time of one op (the slowest rank), algorithm and bus bandwidth (GB/s,
+nccl-tests formulas) and the number of wrong elements against a numpy
+reference. --api kernel times one kernel launch per op (InitV2,
+SetCcTilingV2, Op[True] with --repeat rounds, a Wait per round, Finalize);
+--api framework times the framework collective (all_gather_into_tensor ...).
+Sizes are bytes each rank sends per round and accept K, M and G suffixes."""
+
+#: The sweep that the test suite runs to keep the benchmark working.
+QUICK = {"min_bytes": 1024, "max_bytes": 64 * 1024, "step_factor": 8, "iters": 2, "warmup": 1}
+
+
+def parse_size(text: str) -> int:
+    """``64K`` -> 65536: a byte count with an optional K, M or G suffix (powers of 1024)."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        return int(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (examples: 1024, 64K, 16M)"
+        ) from None
+
+
+def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
+    """Add the ``bench`` subcommand to ``python -m hccl_py``."""
+    p = sub.add_parser(
+        "bench",
+        help="measure the collectives (hccl_test style)",
+        description=DESCRIPTION,
+        formatter_class=formatter,
+    )
+    p.add_argument(
+        "--op",
+        default="allgather",
+        help=f"op(s) to measure, comma separated, or 'all' ({', '.join(BENCH_OPS)})",
+    )
+    p.add_argument(
+        "--ranks", type=int, default=4, help="ranks (emu, gloo; under launchers: ignored)"
+    )
+    p.add_argument(
+        "--backend", choices=["emu", "gloo", "hccl"], default="emu", help="where ranks run"
+    )
+    p.add_argument(
+        "--api", choices=["kernel", "framework"], default="kernel", help="what one op is"
+    )
+    p.add_argument("--platform", choices=["A2", "A3", "950"], default="A3", help="the platform")
+    p.add_argument(
+        "-b", "--minbytes", type=parse_size, default=parse_size("1K"), help="smallest size"
+    )
+    p.add_argument(
+        "-e", "--maxbytes", type=parse_size, default=parse_size("1M"), help="largest size"
+    )
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows")
+    p.add_argument(
+        "-i", "--stepbytes", type=parse_size, default=0, help="size step (instead of -f)"
+    )
+    p.add_argument("-o", "--op-reduce", choices=sorted(REDUCE_OPS), default="sum", help="reduce op")
+    p.add_argument(
+        "-d", "--datatype", choices=sorted([*TYPES, *TYPE_ALIASES]), default="fp32", help="type"
+    )
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
+    p.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations first")
+    p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
+    p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
+    p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
+    p.add_argument("--quick", action="store_true", help="a short sweep (1K..64K, 2 iterations)")
+    p.add_argument("--json", default=None, help="also write every row to this JSON file")
+    p.add_argument("--plot", default=None, help="also draw busbw against size to this PNG")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (tqdm) on rank 0 (None: when stderr is a terminal)",
+    )
+
+
+def _options(opts: argparse.Namespace, op: str) -> Options:
+    sizes = dict(
+        min_bytes=opts.minbytes,
+        max_bytes=opts.maxbytes,
+        step_factor=opts.stepfactor,
+        step_bytes=opts.stepbytes,
+        iters=opts.iters,
+        warmup=opts.warmup_iters,
+    )
+    if opts.quick:
+        sizes = dict(QUICK, step_bytes=0)
+    progress = sys.stderr.isatty() if opts.progress is None else opts.progress
+    return Options(
+        op=op,
+        api=opts.api,
+        dtype=opts.datatype,
+        redop=opts.op_reduce,
+        check=bool(opts.check),
+        repeat=opts.repeat,
+        block_dim=opts.block_dim,
+        progress=progress,
+        **sizes,
+    )
+
+
+def _ops(text: str) -> list[str]:
+    names = list(BENCH_OPS) if text == "all" else [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in BENCH_OPS]
+    if unknown or not names:
+        raise ValueError(f"unknown op(s) {unknown}; choose from {list(BENCH_OPS)} or 'all'")
+    return names
+
+
+def main(opts: argparse.Namespace) -> int:
+    """Run the sweeps; exit code 1 when any element was wrong, 2 for bad options."""
+    try:
+        sweeps = [_options(opts, op) for op in _ops(opts.op)]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    lead = os.environ.get("RANK", "0") == "0"
+    done, wrong = [], 0
+    for sweep in sweeps:
+        result = hp.run(
+            rank_sweep,
+            world_size=None if opts.backend == "hccl" else opts.ranks,
+            backend=opts.backend,
+            platform=opts.platform,
+            args=(sweep,),
+        )
+        n = len(result)
+        rows = merge(sweep, n, list(result))
+        wrong += sum(r.wrong for r in rows)
+        label = f"{sweep.op} {sweep.api} {opts.backend} {n} ranks"
+        if lead:
+            print_rows(f"{label}, {sweep.dtype}, repeat {sweep.repeat}", rows, sys.stdout)
+        done.append(
+            {
+                "label": label,
+                "backend": opts.backend,
+                "ranks": n,
+                **vars(sweep),
+                "rows": [r.as_dict() for r in rows],
+            }
+        )
+    if lead and opts.json:
+        write_json(opts.json, done)
+    if lead and opts.plot:
+        plot(opts.plot, done)
+    return 1 if wrong else 0

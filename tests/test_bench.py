@@ -1,0 +1,133 @@
+"""``python -m hccl_py bench`` keeps working: its quick sweep finds no wrong element anywhere.
+
+No timing is asserted (machines are noisy); what is checked is that every op
+and API it covers moves the right bytes, that the numbers obey the nccl-tests
+formulas, that a broken executor is caught, and that bad flags get a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hccl_py.backends.emu import executor
+
+from hccl_py.__main__ import main as cli
+from hccl_py.bench.ops import BENCH_OPS, plan, uneven_counts
+from hccl_py.bench.reference import TYPES, expected, values
+from hccl_py.constants import HcclCMDType, HcclDataType, HcclReduceOp
+
+
+def _bench(tmp_path: Path, *flags: str) -> tuple[int, list[dict]]:
+    out = tmp_path / "bench.json"
+    code = cli(["bench", "--quick", "--no-progress", "--json", str(out), *flags])
+    return code, json.loads(out.read_text())["sweeps"]
+
+
+@pytest.mark.parametrize("api", ["kernel", "framework"])
+def test_quick_sweep_of_every_op_is_right_on_the_emulator(
+    tmp_path: Path, api: str, capsys: pytest.CaptureFixture
+) -> None:
+    code, sweeps = _bench(tmp_path, "--op", "all", "--ranks", "4", "--api", api)
+    assert code == 0
+    assert [s["op"] for s in sweeps] == list(BENCH_OPS)
+    for sweep in sweeps:
+        assert [r["size"] for r in sweep["rows"]] == [1024, 8192, 65536]
+        assert all(r["wrong"] == 0 for r in sweep["rows"]), sweep
+        factor = BENCH_OPS[sweep["op"]].bus_factor(4)
+        for row in sweep["rows"]:
+            assert row["time_us"] > 0 and row["time_us"] == max(row["rank_us"])
+            assert row["busbw"] == pytest.approx(row["algbw"] * factor)
+    table = capsys.readouterr().out
+    assert "#wrong" in table and "Out of bounds values : 0 OK" in table
+
+
+def test_repeat_and_block_dim_and_types(tmp_path: Path) -> None:
+    for flags in (
+        ("--op", "allgather,reducescatter", "--repeat", "3", "--block-dim", "2"),
+        ("--op", "allreduce", "-d", "bf16", "-o", "max"),
+        ("--op", "alltoallv", "-d", "int8", "--ranks", "3"),
+    ):
+        code, sweeps = _bench(tmp_path, *flags)
+        assert code == 0, flags
+        assert all(r["wrong"] == 0 for s in sweeps for r in s["rows"]), flags
+
+
+def test_gloo_backend_quick_sweep(tmp_path: Path) -> None:
+    code, sweeps = _bench(
+        tmp_path, "--op", "allgather,alltoallv", "--ranks", "2", "--backend", "gloo"
+    )
+    assert code == 0
+    assert {s["ranks"] for s in sweeps} == {2}
+    assert all(r["wrong"] == 0 for s in sweeps for r in s["rows"])
+
+
+def test_a_broken_executor_is_counted_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    original = executor.ROUNDS[HcclCMDType.HCCL_CMD_ALLGATHER]
+
+    def skip_fp32(tasks: list, r: int) -> None:  # the barrier's own int AllGathers still run
+        if tasks[0].dtype != HcclDataType.HCCL_DATA_TYPE_FP32:
+            original(tasks, r)
+
+    monkeypatch.setitem(executor.ROUNDS, HcclCMDType.HCCL_CMD_ALLGATHER, skip_fp32)
+    code, sweeps = _bench(tmp_path, "--op", "allgather", "--ranks", "2")
+    assert code == 1
+    rows = sweeps[0]["rows"]
+    # nothing was written: every element of every receive buffer stayed poisoned
+    assert [r["wrong"] for r in rows] == [2 * 2 * r["count"] for r in rows]
+    assert "FAILED" in capsys.readouterr().out
+
+
+def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:
+    png = tmp_path / "bw.png"
+    code = cli(
+        ["bench", "-b", "2K", "-e", "8K", "-f", "2", "-n", "1", "-w", "0", "--no-progress"]
+        + ["--plot", str(png), "--json", str(tmp_path / "b.json")]
+    )
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = json.loads((tmp_path / "b.json").read_text())["sweeps"][0]["rows"]
+    assert [r["size"] for r in rows] == [2048, 4096, 8192]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--op", "gather"), "unknown op(s) ['gather']"),
+        (("-b", "8K", "-e", "1K"), "need 0 < minimum bytes <= maximum bytes"),
+        (("--api", "framework", "--repeat", "2"), "--repeat applies to --api kernel only"),
+        (("-f", "1"), "need a step factor >= 2"),
+    ],
+)
+def test_bad_flags_get_a_clear_error(
+    flags: tuple[str, ...], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    assert cli(["bench", "--no-progress", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_size_suffix_errors_are_argparse_errors(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli(["bench", "-b", "12Q"])
+    assert info.value.code == 2
+    assert "not a size: '12Q'" in capsys.readouterr().err
+
+
+def test_reference_against_hand_computed_blocks() -> None:
+    """The reference itself, on 2 ranks, against blocks written out by hand from values()."""
+    fp32 = TYPES["fp32"]
+    p = plan(BENCH_OPS["alltoall"], 2, 16, 4)  # 4 elements per rank: 2 per peer
+    v0, v1 = (values(r, 0, 4, False, fp32) for r in (0, 1))
+    got = {(s.start, s.stop): w for s, w in expected(p, 1, fp32, HcclReduceOp.HCCL_REDUCE_SUM)}
+    assert np.array_equal(got[(0, 2)], v0[2:4]) and np.array_equal(got[(2, 4)], v1[2:4])
+    p = plan(BENCH_OPS["allreduce"], 3, 12, 4)
+    ((where, want),) = expected(p, 0, fp32, HcclReduceOp.HCCL_REDUCE_MAX)
+    stacked = np.stack([values(r, 0, 3, True, fp32) for r in range(3)])
+    assert where == slice(0, 3) and np.array_equal(want, stacked.max(axis=0))
+    counts = uneven_counts(12, 3)
+    assert counts.sum(axis=0).tolist() == [12] * 3 and counts.sum(axis=1).tolist() == [12] * 3
+    assert len(set(counts[0].tolist())) == 3  # uneven
