@@ -74,7 +74,10 @@ class EmuBackend(Backend):
         world.blocker.enter(n)
         for t in threads:
             t.start()
-        _join(threads, world, failures, config.timeout)
+        try:
+            _join(threads, world, failures, config.timeout)
+        finally:
+            world.close()
         if failures:
             raise WorldError(failures, n)
         return results

@@ -1,9 +1,14 @@
 """Data movement of one round, for every op, with vectorised torch operations.
 
-Sources are always copied (gathered) before any destination is written, so
-in-place use (``sendBuf == recvBuf``) behaves like hardware's out-of-place
-semantics. Regular layouts become strided views (one copy per rank); only
-AlltoAllV, whose blocks differ per peer, copies block by block.
+Sources are read before any destination is written, so in-place use
+(``sendBuf == recvBuf``) behaves like hardware's out-of-place semantics:
+reductions compute their result from views of the send buffers first, and
+moves stage the sources in one tensor, unless no receive buffer shares
+storage with a send buffer and the blocks are large, when every block is
+copied straight to its place (half the memory traffic). Regular layouts
+become strided views; bytes are copied as the widest integer type that the
+sizes and alignments allow. AlltoAllV, whose blocks differ per peer, copies
+block by block.
 """
 
 from __future__ import annotations
@@ -51,15 +56,51 @@ def write(
     data = task.memory(side)
     view = _strided(data, blocks) if skip is None else None
     if view is not None:
-        view.copy_(values)
+        copy_bytes(view, values)
         return
     for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
         if k != skip:
-            data[s : s + n].copy_(values[k])
+            copy_bytes(data[s : s + n], values[k])
 
 
 def _bytes(values: torch.Tensor) -> torch.Tensor:
     return values.contiguous().view(torch.uint8)
+
+
+#: Blocks of at least this many bytes are copied straight to their destination when the
+#: ranks' send and receive buffers share no storage (below it, fewer larger copies win).
+DIRECT_BYTES = 1 << 16
+_WIDE = (torch.int64, torch.int32, torch.int16)
+
+
+def _widen(view: torch.Tensor) -> torch.Tensor:
+    """``view`` (uint8 bytes) as the widest integer type its size and alignment allow."""
+    for dtype in _WIDE:
+        try:
+            return view.view(dtype)
+        except RuntimeError:
+            continue
+    return view
+
+
+def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Copy uint8 ``src`` into uint8 ``dst`` (same shape), as wide elements where possible."""
+    wide_dst, wide_src = _widen(dst), _widen(src)
+    if wide_dst.dtype == wide_src.dtype:
+        wide_dst.copy_(wide_src)
+    else:
+        dst.copy_(src)
+
+
+def _direct(tasks: list[Task], block_bytes: int) -> bool:
+    """Whether blocks may go straight to their destination: large, and no storage shared."""
+    if block_bytes < DIRECT_BYTES:
+        return False
+    sends = {t.send.alloc.memory for t in tasks}
+    recvs = {t.recv.alloc.memory for t in tasks}
+    if None in sends or None in recvs:
+        return False
+    return not {m[0] for m in sends} & {m[0] for m in recvs}
 
 
 def _local(task: Task) -> int | None:
@@ -67,26 +108,46 @@ def _local(task: Task) -> int | None:
 
 
 def _all_reduce(tasks: list[Task], r: int) -> None:
-    stacked = torch.stack([t.typed(read(t, "send", r)[0]) for t in tasks])
-    result = _bytes(reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))).reshape(1, -1)
+    parts = [t.typed(read(t, "send", r)[0]) for t in tasks]
+    result = _bytes(reduce_ranks(parts, HcclReduceOp(tasks[0].reduce_op))).reshape(1, -1)
     for t in tasks:
         write(t, "recv", r, result)
 
 
+def _direct_moves(tasks: list[Task], r: int, source_block: int | None) -> None:
+    """Copy every peer block of round ``r`` straight from its source to its destination.
+
+    Destination block ``i`` of task ``j`` receives source block ``j`` of task
+    ``i`` (AlltoAll) or the one block of task ``i`` (AllGather: ``source_block`` 0).
+    """
+    sources = [read(t, "send", r) for t in tasks]
+    for j, t in enumerate(tasks):
+        blocks, data, skip = layout.round_blocks(t, "recv", r), t.memory("recv"), _local(t)
+        for i, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
+            if i != skip:
+                copy_bytes(data[s : s + n], sources[i][j if source_block is None else source_block])
+
+
 def _all_gather(tasks: list[Task], r: int) -> None:
+    if _direct(tasks, int(layout.round_blocks(tasks[0], "send", r).sizes[0])):
+        _direct_moves(tasks, r, 0)
+        return
     gathered = torch.cat([read(t, "send", r) for t in tasks])
     for t in tasks:
         write(t, "recv", r, gathered, skip=_local(t))
 
 
 def _reduce_scatter(tasks: list[Task], r: int) -> None:
-    stacked = torch.stack([t.typed(read(t, "send", r)) for t in tasks])
-    result = reduce_ranks(stacked, HcclReduceOp(tasks[0].reduce_op))
+    parts = [t.typed(read(t, "send", r)) for t in tasks]
+    result = reduce_ranks(parts, HcclReduceOp(tasks[0].reduce_op))
     for j, t in enumerate(tasks):
         write(t, "recv", r, _bytes(result[j]).reshape(1, -1))
 
 
 def _all_to_all(tasks: list[Task], r: int) -> None:
+    if _direct(tasks, int(layout.round_blocks(tasks[0], "send", r).sizes[0])):
+        _direct_moves(tasks, r, None)
+        return
     stacked = torch.stack([read(t, "send", r) for t in tasks])
     for j, t in enumerate(tasks):
         write(t, "recv", r, stacked[:, j], skip=_local(t))
@@ -118,6 +179,11 @@ ROUNDS = {
     _C.HCCL_CMD_ALLTOALL: _all_to_all,
     _C.HCCL_CMD_ALLTOALLV: _all_to_all_v,
 }
+
+
+def round_bytes(tasks: list[Task], round_idx: int) -> int:
+    """Bytes that round ``round_idx`` reads from every rank's send buffer (about what it moves)."""
+    return len(tasks) * int(layout.round_blocks(tasks[0], "send", round_idx).sizes.sum())
 
 
 def run_round(tasks: list[Task], round_idx: int) -> None:

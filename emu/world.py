@@ -38,6 +38,7 @@ from hccl_py.server import Server
 from hccl_py.task import Task
 
 from . import executor
+from .lane import LANE_BYTES, Lane
 
 #: How many unfinished slots a report of the world's state lists.
 STATE_LINES = 12
@@ -108,6 +109,7 @@ class EmuWorld(Server):
         self.blocker.has_work = self._has_work
         self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.cond
+        self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}
@@ -246,7 +248,10 @@ class EmuWorld(Server):
         tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
         error = None
         try:
-            executor.run_round(tasks, round_idx)
+            if executor.round_bytes(tasks, round_idx) >= LANE_BYTES:
+                self.lane.run(executor.run_round, tasks, round_idx)
+            else:
+                executor.run_round(tasks, round_idx)
         except Exception as exc:  # noqa: BLE001 - reported to every waiting rank
             error = HcclError(
                 f"round {round_idx} of {tasks[0].describe()} failed: {type(exc).__name__}: {exc}"
@@ -341,6 +346,10 @@ class EmuWorld(Server):
                     if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
                         self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
+
+    def close(self) -> None:
+        """End the server's lane thread."""
+        self.lane.close()
 
     def rank_returned(self, rank: int) -> None:
         """Global rank ``rank`` returned from its function: it will never submit or commit again."""

@@ -10,6 +10,8 @@ a NaN in any rank gives NaN.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from hccl_py.constants import HcclReduceOp
@@ -20,12 +22,16 @@ def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype.is_floating_point else torch.int64
 
 
-def reduce_ranks(stacked: torch.Tensor, op: HcclReduceOp) -> torch.Tensor:
-    """Reduce ``stacked`` (ranks first) over dim 0, in rank order, returning ``stacked.dtype``."""
-    dtype = stacked.dtype
+def reduce_ranks(stacked: torch.Tensor | Sequence[torch.Tensor], op: HcclReduceOp) -> torch.Tensor:
+    """Reduce the ranks' tensors (``stacked[k]`` is rank k's), in rank order, to their dtype.
+
+    ``stacked`` is one tensor with ranks first or a sequence of equally shaped
+    tensors (views into each rank's memory, so nothing is stacked first).
+    """
+    dtype = stacked[0].dtype
     if op == HcclReduceOp.HCCL_REDUCE_SUM:
         acc = stacked[0].to(accumulator_dtype(dtype), copy=True)
-        for k in range(1, stacked.shape[0]):
+        for k in range(1, len(stacked)):
             acc += stacked[k]
         return acc.to(dtype)
     combine = {
@@ -33,6 +39,6 @@ def reduce_ranks(stacked: torch.Tensor, op: HcclReduceOp) -> torch.Tensor:
         HcclReduceOp.HCCL_REDUCE_MIN: torch.minimum,
     }[op]
     acc = stacked[0].clone()
-    for k in range(1, stacked.shape[0]):
-        acc = combine(acc, stacked[k])
+    for k in range(1, len(stacked)):
+        acc = combine(acc, stacked[k], out=acc)
     return acc
