@@ -38,6 +38,12 @@ COLUMNS = {
         for s, t in peers.hccl_py_times(op, n, sizes, replace(o, repeat=8), "emu", "kernel").items()
     },
     "emu-fw": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "emu", "framework"),
+    "emu-poison": lambda op, n, sizes, o: peers.hccl_py_times(
+        op, n, sizes, o, "emu", "kernel", poison=True
+    ),
+    "emu-late": lambda op, n, sizes, o: peers.hccl_py_times(
+        op, n, sizes, o, "emu", "kernel", schedule="late"
+    ),
     "tpg": peers.threaded_pg_times,
     "gloo": peers.raw_gloo_times,
     "ours-gloo": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "gloo", "kernel"),
@@ -50,7 +56,32 @@ RATIOS = {
     "fw/tpg": ("emu-fw", "tpg"),
     "gloo/emu": ("gloo", "emu"),
     "ours/gloo": ("ours-gloo", "gloo"),
+    "poison/emu": ("emu-poison", "emu"),
+    "late/emu": ("emu-late", "emu"),
 }
+#: Emulator scale points: (op, ranks, bytes per rank).
+SCALE = [
+    ("allgather", 16, 64 << 10),
+    ("allgather", 32, 64 << 10),
+    ("allgather", 64, 64 << 10),
+    ("alltoall", 16, 64 << 10),
+    ("alltoall", 32, 64 << 10),
+    ("alltoall", 64, 64 << 10),
+    ("alltoall", 128, 64 << 10),
+]
+
+
+def scale(opts: Options) -> tuple[str, list[dict]]:
+    """Time and peak memory of large emulated worlds; time per byte moved (n*n*S) should stay flat."""
+    lines = ["## scale (emulator, kernel API)", f"{'op':>10s} {'ranks':>6s} {'bytes':>8s} "
+             f"{'ms/op':>9s} {'ns/KiB moved':>13s} {'peak MiB':>9s}"]  # fmt: skip
+    rows = []
+    for op, n, size in SCALE:
+        seconds, peak = peers.scale_point(op, n, size, opts)
+        per_kib = seconds / (n * n * size / 1024) * 1e9
+        lines.append(f"{op:>10s} {n:6d} {size:8d} {seconds * 1e3:9.1f} {per_kib:13.1f} {peak:9.0f}")
+        rows.append({"op": op, "ranks": n, "size": size, "seconds": seconds, "peak_mib": peak})
+    return "\n".join(lines), rows
 
 
 def _sizes(lo: int, hi: int, factor: int) -> list[int]:
@@ -132,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=list(COLUMNS))
     p.add_argument("--quick", action="store_true", help="4 ranks, allgather, 1 KiB..1 MiB")
+    p.add_argument("--scale", action="store_true", help="also run 16..128 emulated ranks")
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None)
     args = p.parse_args(argv)
@@ -145,9 +177,14 @@ def main(argv: list[str] | None = None) -> int:
             times = measure(op, n, sizes, opts, args.columns)
             print(table(op, n, sizes, times), flush=True)
             results.append({"op": op, "ranks": n, "times": times})
+    scaled: list[dict] = []
+    if args.scale:
+        text, scaled = scale(replace(opts, iters=max(3, opts.iters // 3), warmup=1))
+        print(text, flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": machine(), "results": results}, indent=1))
+        data = {"machine": machine(), "results": results, "scale": scaled}
+        Path(args.json).write_text(json.dumps(data, indent=1))
     if args.plot:
         plot(args.plot, results)
     return 0

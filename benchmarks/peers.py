@@ -19,10 +19,12 @@ from __future__ import annotations
 import functools
 import multiprocessing as mp
 import os
+import resource
 import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -42,13 +44,15 @@ _TORCH_CALLS: dict[str, Callable] = {
 
 
 def hccl_py_times(
-    op: str, ranks: int, sizes: list[int], opts: Options, backend: str, api: str
+    op: str, ranks: int, sizes: list[int], opts: Options, backend: str, api: str, **run: Any
 ) -> dict[int, float]:
-    """Seconds per op of hccl_py's benchmark sweep (the slowest rank)."""
+    """Seconds per op of hccl_py's benchmark sweep (the slowest rank); ``run``: hp.run options."""
     sweep = replace(
         opts, op=op, api=api, min_bytes=sizes[0], max_bytes=sizes[-1], check=False, progress=False
     )
-    per_rank = hp.run(rank_sweep, world_size=ranks, backend=backend, platform="A3", args=(sweep,))
+    per_rank = hp.run(
+        rank_sweep, world_size=ranks, backend=backend, platform="A3", args=(sweep,), **run
+    )
     return {size: max(cells[i][2] for cells in per_rank) for i, size in enumerate(sweep.sizes())}
 
 
@@ -165,6 +169,22 @@ def _limit_op(op: str, ranks: int, size: int) -> Callable[[], object]:
         return lambda: torch.sum(src, dim=0, out=dst)
     src, dst = torch.ones(n, n, p.block), torch.empty(n, n, p.block)
     return lambda: dst.copy_(src.transpose(0, 1))
+
+
+def _scale_child(op: str, ranks: int, size: int, opts: Options, q: Any) -> None:
+    seconds = hccl_py_times(op, ranks, [size], opts, "emu", "kernel")[size]
+    q.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def scale_point(op: str, ranks: int, size: int, opts: Options) -> tuple[float, float]:
+    """(seconds per op, peak resident MiB of a fresh process) of the emulator at one size."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    child = ctx.Process(target=_scale_child, args=(op, ranks, size, opts, q))
+    child.start()
+    result = q.get(timeout=1800)
+    child.join()
+    return result
 
 
 def copy_limit_times(op: str, ranks: int, sizes: list[int], opts: Options) -> dict[int, float]:

@@ -49,6 +49,7 @@ def test_repeat_and_block_dim_and_types(tmp_path: Path) -> None:
         ("--op", "allgather,reducescatter", "--repeat", "3", "--block-dim", "2"),
         ("--op", "allreduce", "-d", "bf16", "-o", "max"),
         ("--op", "alltoallv", "-d", "int8", "--ranks", "3"),
+        ("--op", "alltoall,reducescatter", "--poison", "--schedule", "late"),
     ):
         code, sweeps = _bench(tmp_path, *flags)
         assert code == 0, flags

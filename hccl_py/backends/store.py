@@ -30,8 +30,11 @@ from ..errors import HcclTimeoutError
 PREFIX = "hccl_py/"
 ABORT = "abort"
 RANK_COUNTER = "rank_counter"
-#: Polling interval of :func:`wait_keys`: starts short, doubles up to the maximum.
-POLL_MIN_S = 0.0005
+#: Polling interval of :func:`wait_keys`: starts short (peers usually publish within a
+#: fraction of a millisecond, and each check is a round trip to the store anyway), grows by
+#: :data:`POLL_GROWTH` up to the maximum.
+POLL_MIN_S = 0.00005
+POLL_GROWTH = 1.5
 POLL_MAX_S = 0.02
 
 
@@ -168,4 +171,4 @@ def wait_keys(
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {what(missing)}")
             return
         time.sleep(pause)
-        pause = min(2 * pause, POLL_MAX_S)
+        pause = min(POLL_GROWTH * pause, POLL_MAX_S)

@@ -85,6 +85,10 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
     p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
+    p.add_argument(
+        "--schedule", choices=["eager", "late"], default="eager", help="emulator schedule"
+    )
+    p.add_argument("--poison", action="store_true", help="poison receive blocks (emulator)")
     p.add_argument("--quick", action="store_true", help="a short sweep (1K..64K, 2 iterations)")
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--plot", default=None, help="also draw busbw against size to this PNG")
@@ -144,6 +148,8 @@ def main(opts: argparse.Namespace) -> int:
             world_size=None if opts.backend == "hccl" else opts.ranks,
             backend=opts.backend,
             platform=opts.platform,
+            schedule=opts.schedule,
+            poison=opts.poison,
             args=(sweep,),
         )
         n = len(result)
