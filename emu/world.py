@@ -17,6 +17,7 @@ it), so every rank that waits there gets the original report.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 
@@ -199,10 +200,17 @@ class EmuWorld(Server):
                     continue
                 for r in rounds:
                     if r >= slot.done and not in_place(task, r):
-                        self._poison(slot, task, r)
+                        self._on_lane(task, r, self._poison, slot, task, r)
                 del per_rank[rank]
             if not per_rank:
                 del self.unpoisoned[slot]
+
+    def _on_lane(self, task: Task, round_idx: int, fn: Callable[..., None], *args: object) -> None:
+        """Run ``fn(*args)`` on the lane when round ``round_idx`` of ``task`` is large (see lane)."""
+        if int(layout.round_blocks(task, "recv", round_idx).sizes.sum()) >= LANE_BYTES:
+            self.lane.run(fn, *args)
+        else:
+            fn(*args)
 
     def _poison(self, slot: Slot, task: Task, round_idx: int) -> None:
         """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""

@@ -94,3 +94,14 @@ def test_a_failing_round_on_the_lane_is_reported_and_the_lane_ends(
     assert "round 0 of AllReduce(FP32" in text and "failed: RuntimeError: boom in" in text
     assert "hccl_py-emu-server" in text  # it ran on the lane, not in a rank thread
     assert threading.active_count() == baseline
+
+
+@pytest.mark.parametrize("schedule", ["eager", "late"])
+def test_large_rounds_under_poison(schedule: str) -> None:
+    """Poisoning a large round happens on the lane too; the data still arrives intact."""
+    case = cases.OpCase(op="AlltoAll", world_size=4, dtype=ref.FP32, count=LANE_BYTES // 16)
+    per_rank = hp.run(
+        cases.run_cases, world_size=4, platform="A3", poison=True, schedule=schedule,
+        args=([case],),
+    )  # fmt: skip
+    cases.check_case(case, [results[0] for results in per_rank])
