@@ -40,6 +40,7 @@ from hccl_py.task import Task
 
 from . import executor
 from .lane import LANE_BYTES, Lane
+from .rendezvous import Rendezvous
 
 #: How many unfinished slots a report of the world's state lists.
 STATE_LINES = 12
@@ -111,6 +112,7 @@ class EmuWorld(Server):
         self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.cond
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
+        self.rendezvous = Rendezvous(self.blocker)
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}
@@ -354,6 +356,10 @@ class EmuWorld(Server):
                     if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
                         self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
+
+    def exchange(self, group: Group, rank: int, payload: bytes) -> list[bytes]:
+        """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""
+        return self.rendezvous.exchange(group, rank, payload)
 
     def close(self) -> None:
         """End the server's lane thread."""

@@ -49,6 +49,17 @@ class Server(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
+    def exchange(self, group: Group, rank: int, payload: bytes) -> list[bytes] | None:
+        """Every domain rank's ``payload`` of their next exchange in ``group``, or None.
+
+        Framework collectives first exchange what each rank was asked to do
+        (:func:`hccl_py.framework._common.agree`). A server that can rendezvous
+        directly (the emulator: one process) returns the payloads in domain-rank
+        order; None (the default) makes the caller exchange them with two
+        AllGather tasks like any collective.
+        """
+        return None
+
     # Life-cycle hooks: every backend may implement them; the defaults do nothing.
     def start(self, world: Group) -> None:  # noqa: B027 - optional hook
         """A run starts on this rank with ``world`` as its world domain."""
