@@ -358,3 +358,20 @@ def test_one_failing_rank_does_not_hang_the_others(backend: str) -> None:
 def test_outside_hp_run_is_a_runtime_error() -> None:
     with pytest.raises(RuntimeError, match="no rank is running in this thread"):
         hp.all_gather_into_tensor(torch.zeros(2), torch.ones(1))
+
+
+def test_a_rank_that_skips_a_framework_collective_is_named() -> None:
+    """Emulated ranks exchange their call descriptions directly: a missing rank is a deadlock."""
+
+    def main() -> None:
+        if hp.get_rank() != 1:
+            hp.all_reduce(torch.ones(4))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=3, timeout=TIMEOUT)
+    text = str(info.value)
+    assert isinstance(info.value.failures[0], hp.HcclDeadlockError), text
+    assert (
+        "rank 0 waits in a framework collective of hccl_world_group (exchange #0) for ranks [1], "
+        "which have not called it" in text
+    )
