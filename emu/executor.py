@@ -70,16 +70,17 @@ def _bytes(values: torch.Tensor) -> torch.Tensor:
 #: Blocks of at least this many bytes are copied straight to their destination when the
 #: ranks' send and receive buffers share no storage (below it, fewer larger copies win).
 DIRECT_BYTES = 1 << 16
-_WIDE = (torch.int64, torch.int32, torch.int16)
+_WIDE = ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2))
 
 
 def _widen(view: torch.Tensor) -> torch.Tensor:
     """``view`` (uint8 bytes) as the widest integer type its size and alignment allow."""
-    for dtype in _WIDE:
-        try:
+    if view.dim() == 0 or view.stride(-1) != 1:
+        return view
+    size_of_row, offset, outer = view.shape[-1], view.storage_offset(), view.stride()[:-1]
+    for dtype, size in _WIDE:
+        if size_of_row % size == 0 and offset % size == 0 and all(s % size == 0 for s in outer):
             return view.view(dtype)
-        except RuntimeError:
-            continue
     return view
 
 
@@ -183,7 +184,7 @@ ROUNDS = {
 
 def round_bytes(tasks: list[Task], round_idx: int) -> int:
     """Bytes that round ``round_idx`` reads from every rank's send buffer (about what it moves)."""
-    return len(tasks) * int(layout.round_blocks(tasks[0], "send", round_idx).sizes.sum())
+    return len(tasks) * layout.round_blocks(tasks[0], "send", round_idx).total()
 
 
 def run_round(tasks: list[Task], round_idx: int) -> None:

@@ -209,7 +209,7 @@ class EmuWorld(Server):
 
     def _on_lane(self, task: Task, round_idx: int, fn: Callable[..., None], *args: object) -> None:
         """Run ``fn(*args)`` on the lane when round ``round_idx`` of ``task`` is large (see lane)."""
-        if int(layout.round_blocks(task, "recv", round_idx).sizes.sum()) >= LANE_BYTES:
+        if layout.round_blocks(task, "recv", round_idx).total() >= LANE_BYTES:
             self.lane.run(fn, *args)
         else:
             fn(*args)

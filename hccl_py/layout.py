@@ -36,6 +36,10 @@ class Blocks:
         """``(start, nbytes, step)`` when the blocks are equal-sized and evenly spaced (memoised)."""
         return self.memo("regular", Blocks._find_regular)
 
+    def total(self) -> int:
+        """Bytes in all blocks together (memoised)."""
+        return self.memo("total", lambda b: int(b.sizes.sum()))
+
     def _find_regular(self) -> tuple[int, int, int] | None:
         n = len(self.starts)
         if n == 0 or (self.sizes != self.sizes[0]).any():
