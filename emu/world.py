@@ -37,6 +37,8 @@ from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server import Server
 from hccl_py.task import Task
+from hccl_py.trace.hooks import server_round
+from hccl_py.trace.recorder import now_us
 
 from . import executor
 from .lane import LANE_BYTES, Lane
@@ -257,6 +259,7 @@ class EmuWorld(Server):
         round_idx = slot.done
         tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
         error = None
+        started = now_us()
         try:
             if executor.round_bytes(tasks, round_idx) >= LANE_BYTES:
                 self.lane.run(executor.run_round, tasks, round_idx)
@@ -273,6 +276,8 @@ class EmuWorld(Server):
             else:
                 self._unpoison(slot, round_idx)
                 slot.done += 1
+                for task in tasks:
+                    server_round(task, round_idx, started)
             if slot.finished:
                 self.pending.pop(slot, None)
                 self.unfinished.pop(slot, None)

@@ -82,7 +82,7 @@ from .kernel import (
 )
 from .outcome import RunResult
 from .platform import PLATFORMS, Platform
-from .runtime import run
+from .runtime import explain_layout, run
 from .tiling import (
     GET_TILING_DATA_WITH_STRUCT,
     Mc2CcTiling,
@@ -171,6 +171,7 @@ __all__ = [
     "ops",
     "reduce_scatter_tensor",
     "run",
+    "explain_layout",
     "torch_dtype_of",
     "world_group",
 ]

@@ -12,7 +12,16 @@ import runpy
 import sys
 
 from . import __version__
-from .runtime import BACKEND_ENV, BACKENDS, PLATFORM_ENV, RUNNER_NPROC_ENV, WORLD_SIZE_ENV
+from .runtime import (
+    BACKEND_ENV,
+    BACKENDS,
+    LAYOUT_ENV,
+    PLATFORM_ENV,
+    RUNNER_NPROC_ENV,
+    SUMMARY_ENV,
+    TRACE_ENV,
+    WORLD_SIZE_ENV,
+)
 
 #: What ``--help`` says, in plain words.
 DESCRIPTION = """\
@@ -25,6 +34,14 @@ MASTER_PORT set as torchrun sets them), prefixes their output with [rank k]
 and stops every rank when one fails. For several hosts, run the same command
 on each with --nnodes, --node-rank, --master-addr and --master-port (node 0
 hosts the rendezvous store)."""
+
+
+#: What ``layout --help`` prints.
+LAYOUT_DESCRIPTION = """\
+Run a script as 'run' does, then draw each rank's receive buffers as strips of
+byte ranges: which rank each range came from, with task (handle) and round,
+ranges no round wrote and ranges written twice. The text goes to stderr; --png
+also draws it with matplotlib."""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -44,6 +61,25 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=_HelpFormatter,
     )
+    _add_run_options(run)
+    run.add_argument("--trace", default=None, help="write a timeline of every call (Chrome JSON)")
+    run.add_argument("--summary", action="store_true", help="print tasks, rounds, bytes per rank")
+    layout = sub.add_parser(
+        "layout",
+        help="run a script and picture where every received byte landed",
+        description=LAYOUT_DESCRIPTION,
+        formatter_class=_HelpFormatter,
+    )
+    _add_run_options(layout)
+    layout.add_argument("--png", default=None, help="also draw the picture to this PNG file")
+    from .bench.cli import add_parser as add_bench
+
+    add_bench(sub, _HelpFormatter)
+    return parser
+
+
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options that ``run`` and ``layout`` share."""
     run.add_argument("-n", "--nproc", type=int, default=4, help="ranks per host")
     run.add_argument(
         "--backend",
@@ -63,10 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
-    from .bench.cli import add_parser as add_bench
-
-    add_bench(sub, _HelpFormatter)
-    return parser
 
 
 def _run_in_process(opts: argparse.Namespace) -> int:
@@ -101,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[BACKEND_ENV] = opts.backend
     if opts.platform:
         os.environ[PLATFORM_ENV] = opts.platform
+    if opts.command == "layout":
+        os.environ[LAYOUT_ENV] = opts.png or "-"
+    if getattr(opts, "trace", None):
+        os.environ[TRACE_ENV] = os.path.abspath(opts.trace)
+    if getattr(opts, "summary", False):
+        os.environ[SUMMARY_ENV] = "1"
     if backend == "emu":
         return _run_in_process(opts)
     from .launcher.script import RunnerOptions, run_script

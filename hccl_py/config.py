@@ -28,6 +28,8 @@ class Config:
       (restored if the round never runs); see docs/sanitizer.md.
     - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or
       send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
+    - ``record``: keep a timeline of every call and round on every rank (set by
+      ``hp.run(..., trace=, summary=)`` and :func:`hccl_py.explain_layout`).
     - ``warnings_as_errors``: the kinds of :class:`~hccl_py.errors.HcclWarning` to raise
       as errors instead (e.g. ``{"extra-commit"}``), or True for every kind (for CI).
     """
@@ -39,6 +41,8 @@ class Config:
     poison: bool = False
     overlap: str = "error"
     warnings_as_errors: bool | frozenset[str] = frozenset()
+    #: Record every call and round (for ``trace=``, ``summary=`` and hp.explain_layout).
+    record: bool = False
 
     def raises(self, kind: str) -> bool:
         """Whether a warning of ``kind`` is raised as an error in this run."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from .context import current_rank_context
 from .errors import HcclUnfinishedError, HcclWarning
+from .trace import recorder
 
 #: How many warnings the end-of-run summary quotes.
 SUMMARY_LINES = 5
@@ -27,6 +28,8 @@ class RankOutcome:
 
     value: Any
     warnings: list[HcclWarning] = field(default_factory=list)
+    #: What the rank recorded (events and layouts), when the run records.
+    trace: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,13 @@ class WithWarnings:
     fn: Callable[..., Any]
 
     def __call__(self, *args: Any) -> RankOutcome:
-        value = self.fn(*args)
         ctx = current_rank_context()
+        if ctx.config.record:
+            recorder.start(ctx.rank)
+        try:
+            value = self.fn(*args)
+        finally:
+            rec = recorder.stop(ctx.rank) if ctx.config.record else None
         if ctx.open_work:
             started = "; ".join(ctx.open_work.values())
             raise HcclUnfinishedError(
@@ -47,16 +55,24 @@ class WithWarnings:
                 "the output's contents depend on timing)",
                 rank=ctx.rank,
             )
-        return RankOutcome(value, list(ctx.warnings))
+        trace = None if rec is None else {"events": rec.events, "layouts": rec.layouts}
+        return RankOutcome(value, list(ctx.warnings), trace)
 
 
 class RunResult(list):
     """The per-rank return values of ``hp.run`` (a list), with ``warnings`` per rank."""
 
     warnings: dict[int, list[HcclWarning]]
+    #: Per rank, what it recorded ({"events": ..., "layouts": ...}) when the run recorded.
+    traces: dict[int, dict[str, Any]]
 
     def __init__(self, outcomes: list[Any]) -> None:
         super().__init__(o.value if isinstance(o, RankOutcome) else o for o in outcomes)
+        self.traces = {
+            rank: o.trace
+            for rank, o in enumerate(outcomes)
+            if isinstance(o, RankOutcome) and o.trace is not None
+        }
         self.warnings = {
             rank: list(o.warnings)
             for rank, o in enumerate(outcomes)

@@ -6,6 +6,7 @@ import contextlib
 import gc
 import importlib
 import os
+import sys
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
@@ -14,7 +15,17 @@ from .config import Config
 from .outcome import RunResult, WithWarnings, summarize
 from .platform import get_platform
 from .server import Backend
+from .trace import chrome
+from .trace.picture import LayoutPicture
+from .trace.summary import format_summary
+from .trace.summary import rows as summary_rows
 
+#: Environment variable that turns the end-of-run summary on (``HCCL_PY_SUMMARY=1``).
+SUMMARY_ENV = "HCCL_PY_SUMMARY"
+#: Environment variable naming a trace file for every hp.run (``run --trace``).
+TRACE_ENV = "HCCL_PY_TRACE"
+#: Environment variable asking for the layout picture (a PNG path, or "-" for text only).
+LAYOUT_ENV = "HCCL_PY_LAYOUT"
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
     "emu": "hccl_py.backends.emu.backend:EmuBackend",
@@ -96,6 +107,9 @@ def run(
     overlap: str = "error",
     warnings_as_errors: bool | Collection[str] = (),
     args: tuple = (),
+    trace: str | os.PathLike | None = None,
+    summary: bool | None = None,
+    record: bool = False,
 ) -> RunResult:
     """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
 
@@ -107,7 +121,11 @@ def run(
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
     ``warnings_as_errors``. The result is a list with a ``warnings`` attribute
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
-    ends with a short summary on stderr.
+    ends with a short summary on stderr. ``trace="run.json"`` writes a timeline of
+    every call and round (Chrome trace JSON for Perfetto); ``summary=True`` (or
+    ``HCCL_PY_SUMMARY=1``) prints tasks, rounds, bytes and Wait time per rank and
+    domain at the end; ``record=True`` only keeps the recording in the result's
+    ``traces`` (see docs/debugging.md).
     """
     asked = os.environ.get(RUNNER_NPROC_ENV)
     if asked and world_size is not None and int(world_size) != int(asked):
@@ -116,6 +134,10 @@ def run(
             f"hp.run(..., world_size={world_size}): drop world_size= from hp.run to let -n "
             f"choose, or run with -n {world_size}"
         )
+    if summary is None:
+        summary = os.environ.get(SUMMARY_ENV, "") not in ("", "0")
+    trace = trace or os.environ.get(TRACE_ENV) or None
+    picture = os.environ.get(LAYOUT_ENV) or None
     if world_size is None and os.environ.get(WORLD_SIZE_ENV):
         world_size = int(os.environ[WORLD_SIZE_ENV])
     config = Config(
@@ -130,9 +152,42 @@ def run(
             if isinstance(warnings_as_errors, bool)
             else frozenset(warnings_as_errors)
         ),
+        record=bool(record or trace or summary or picture),
     )
     chosen = get_backend(backend or default_backend())
     with frozen_heap():
         result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))
     summarize(result)
+    if os.environ.get("RANK", "0") == "0":  # under a launcher, one process writes and prints
+        if trace:
+            chrome.write(trace, result.traces)
+        if summary:
+            print(format_summary(summary_rows(result.traces, result.warnings)), file=sys.stderr)
+        if picture:
+            drawn = LayoutPicture(result.traces)
+            print(drawn.text(), file=sys.stderr)
+            if picture != "-":
+                drawn.save_png(picture)
     return result
+
+
+def explain_layout(
+    fn: Callable[..., Any],
+    *args: Any,
+    world_size: int | None = None,
+    png: str | os.PathLike | None = None,
+    **options: Any,
+) -> LayoutPicture:
+    """Run ``fn(*args)`` like :func:`run` and picture where every received byte landed.
+
+    Returns a :class:`~hccl_py.trace.picture.LayoutPicture`: ``.text()`` draws
+    each rank's receive buffers as strips (source rank per byte range, task and
+    round, gaps left unwritten, overlaps written twice), ``.save_png(path)``
+    the same with matplotlib; ``png=`` saves it at once. ``options`` are
+    :func:`run`'s (backend, platform, ...).
+    """
+    result = run(fn, world_size, args=args, record=True, **options)
+    drawn = LayoutPicture(result.traces)
+    if png is not None:
+        drawn.save_png(png)
+    return drawn

@@ -24,6 +24,8 @@ from ..errors import HcclDeadlockError, HcclError, HcclPeerError
 from ..gm import NULL
 from ..ordering import behind, dependency_state
 from ..task import Task
+from ..trace.hooks import server_round
+from ..trace.recorder import now_us
 from . import pg_rounds
 from . import store as kv
 
@@ -118,7 +120,9 @@ class DomainQueue:
                 self.running = "comparing task descriptors with the other ranks"
                 self._check(task)
                 self.running = f"running round {r} on the process group"
+            started = now_us()
             pg_rounds.run_round(task, r, self.dom)
+            server_round(task, r, started)
         except HcclError as exc:
             return exc
         except Exception as exc:  # noqa: BLE001 - reported to every waiting thread

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..context import current_core_context, current_rank_context, serial
+from ..trace.hooks import recorder, traced_call
 
 logger = logging.getLogger("hccl_py")
 #: Environment variable that turns the log on at that level ("debug", "info", ...).
@@ -76,6 +77,14 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
             return _call(self, *args, **kwargs)
 
     def _call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rec = recorder()
+        if rec is not None:
+            return traced_call(
+                rec, self, name, _head(name, args), args, lambda: _logged(self, *args, **kwargs)
+            )
+        return _logged(self, *args, **kwargs)
+
+    def _logged(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not logger.isEnabledFor(logging.DEBUG):
             return method(self, *args, **kwargs)
         head = f"{_where()}: {_head(name, args)}{_round(self, name, args)}"

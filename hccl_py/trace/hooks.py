@@ -1,0 +1,80 @@
+"""Where the client and the servers report to the recorder (each hook: one lookup when off)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..context import current_core_context, current_rank_context
+from ..task import Task
+from .recorder import AIC_TID, AIV_TID, SERVER_TID, Recorder, now_us, of_rank, round_key
+
+
+def recorder() -> Recorder | None:
+    """The calling rank's recorder, or None when this run records nothing."""
+    ctx = current_rank_context(required=False)
+    return None if ctx is None else of_rank(ctx.rank)
+
+
+def core_tid() -> int:
+    """The calling core's track id (AIC cores first, then AIV cores)."""
+    core = current_core_context()
+    if core is None:
+        return AIV_TID
+    return (AIC_TID if core.kind.name == "AIC" else AIV_TID) + core.block_idx
+
+
+def _task_of(client: Any, handle: Any) -> Task | None:
+    state = getattr(client, "state", None)
+    info = client._handle(handle)
+    if info is None:
+        return None
+    return info.task or (state.tasks.get(int(handle)) if state is not None else None)
+
+
+def traced_call(
+    rec: Recorder, client: Any, name: str, head: str, args: tuple, run: Callable[[], Any]
+) -> Any:
+    """Run one client call, recording it (and for Commit / Wait, the flow to or from its round)."""
+    tid = core_tid()
+    task = round_idx = None
+    if name in ("Commit", "Wait") and args:
+        task = _task_of(client, args[0])
+        info = client._handle(args[0])
+        if task is not None and info is not None:
+            round_idx = info.commits if name == "Commit" else info.waits
+    start = now_us()
+    if task is not None and name == "Commit":
+        rec.flow(f"commit/{rec.rank}/{round_key(task, round_idx)}", tid, start, start=True)
+    try:
+        result = run()
+    finally:
+        end = now_us()
+        call_args: dict[str, Any] = {"call": head}
+        if task is not None:
+            call_args.update(domain=task.domain_name, task=task.seq, round=round_idx)
+        rec.call(_display(name, head), tid, start, end, call_args)
+    if name == "Wait" and task is not None:
+        key = round_key(task, round_idx)
+        done = rec.round_end.get(key)
+        if done is not None:
+            flow_id = f"wait/{rec.rank}/{tid}/{key}"
+            rec.flow(flow_id, SERVER_TID, min(done, end), start=True)
+            rec.flow(flow_id, tid, end, start=False)
+    if name == "_prepare" and isinstance(result, int) and result >= 0:
+        info = client._handle(result)
+        if info is not None and info.task is not None:  # the core that sent the task
+            rec.task(info.task)
+    return result
+
+
+def _display(name: str, head: str) -> str:
+    """``AllGather[True]`` for a Prepare, the method name otherwise."""
+    return head.split("(", 1)[0] if name == "_prepare" else name
+
+
+def server_round(task: Task, round_idx: int, start_us: float) -> None:
+    """The server finished round ``round_idx`` of ``task``, which it started at ``start_us``."""
+    rec = of_rank(task.domain.ranks[task.rank] if hasattr(task.domain, "ranks") else task.rank)
+    if rec is not None:
+        rec.round(task, round_idx, start_us, now_us())

@@ -1,0 +1,150 @@
+"""Where every byte landed: each rank's receive buffers as strips of byte ranges.
+
+Built from what a recorded run kept of each task (its receive blocks, round
+by round, and the rank each block comes from): a text strip for terminals and
+a PNG (matplotlib). Bytes no round wrote and bytes written twice are named,
+since they are where wrong numbers come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: Characters of one text strip.
+STRIP = 64
+_REDUCED = -1
+
+
+@dataclass
+class Segment:
+    """Bytes ``[start, end)`` of a buffer written by one round of one task."""
+
+    start: int
+    end: int
+    source: int
+    label: str
+
+    def describe(self) -> str:
+        who = "every rank (reduced)" if self.source == _REDUCED else f"rank {self.source}"
+        return f"[{self.start}, {self.end}) <- {who}: {self.label}"
+
+
+@dataclass
+class Strip:
+    """One receive buffer of one rank and what was written into it."""
+
+    rank: int
+    buffer: str
+    nbytes: int
+    segments: list[Segment] = field(default_factory=list)
+
+    def coverage(self) -> np.ndarray:
+        """How many rounds wrote each byte (vectorised over segments)."""
+        marks = np.zeros(self.nbytes + 1, dtype=np.int64)
+        if self.segments:
+            starts = np.array([s.start for s in self.segments])
+            ends = np.array([s.end for s in self.segments])
+            np.add.at(marks, starts, 1)
+            np.add.at(marks, ends, -1)
+        return np.cumsum(marks)[: self.nbytes]
+
+    def ranges(self, condition: np.ndarray) -> list[tuple[int, int]]:
+        """Maximal byte ranges where ``condition`` holds."""
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], condition.astype(np.int8), [0]])))
+        return [(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """Byte ranges that no round wrote."""
+        return self.ranges(self.coverage() == 0)
+
+    def overlaps(self) -> list[tuple[int, int]]:
+        """Byte ranges that more than one round wrote."""
+        return self.ranges(self.coverage() > 1)
+
+    def text(self) -> str:
+        """The strip (one character per ``nbytes / STRIP`` bytes), then every range."""
+        width = max(1, min(STRIP, self.nbytes))
+        cells = np.full(width, ".", dtype="<U1")
+        scale = width / max(1, self.nbytes)
+        for s in self.segments:
+            a, b = int(s.start * scale), max(int(s.start * scale) + 1, int(s.end * scale))
+            cells[a:b] = "*" if s.source == _REDUCED else _digit(s.source)
+        for a, b in self.overlaps():
+            cells[int(a * scale) : max(int(a * scale) + 1, int(b * scale))] = "!"
+        lines = [f"rank {self.rank} {self.buffer} ({self.nbytes} bytes) |{''.join(cells)}|"]
+        lines += [f"    {s.describe()}" for s in sorted(self.segments, key=lambda s: s.start)]
+        lines += [f"    [{a}, {b}) unwritten" for a, b in self.gaps()]
+        lines += [f"    [{a}, {b}) written more than once" for a, b in self.overlaps()]
+        return "\n".join(lines)
+
+
+def _digit(rank: int) -> str:
+    return "0123456789abcdefghijklmnopqrstuvwxyz"[rank % 36]
+
+
+class LayoutPicture:
+    """The receive buffers of a recorded run (``hp.explain_layout`` builds one)."""
+
+    def __init__(self, traces: dict[int, dict[str, Any]]) -> None:
+        strips: dict[tuple[int, int], Strip] = {}
+        for rank in sorted(traces):
+            for lay in traces[rank]["layouts"]:
+                strip = strips.setdefault(
+                    (rank, lay["uid"]), Strip(rank, lay["buffer"], lay["nbytes"])
+                )
+                for r, rows in enumerate(lay["rounds"]):
+                    label = f"{lay['label']} handle {lay['handle']} round {r}"
+                    strip.segments += [Segment(a, b, src, label) for a, b, src in rows]
+        self.strips = list(strips.values())
+
+    def text(self) -> str:
+        """Every strip, rank by rank (``0``-``9``, ``a``..: source rank; ``*`` reduced;
+        ``.`` unwritten; ``!`` written twice)."""
+        legend = "legend: digit = source rank, * = reduced over ranks, . = unwritten, ! = twice"
+        return "\n".join([legend, *(s.text() for s in self.strips)])
+
+    def save_png(self, path: str | Path, title: str = "") -> None:
+        """Draw the strips to ``path`` (needs matplotlib: ``pip install 'hccl_py[bench]'``)."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            from matplotlib.patches import Patch
+        except ImportError as exc:
+            raise RuntimeError(
+                "a layout PNG needs matplotlib: pip install 'hccl_py[bench]'"
+            ) from exc
+        fig, ax = plt.subplots(figsize=(10, 0.6 * len(self.strips) + 1.2))
+        colors = plt.get_cmap("tab10")
+        for y, strip in enumerate(self.strips):
+            ax.barh(y, strip.nbytes, left=0, color="#eeeeee", edgecolor="#999999", height=0.7)
+            for s in strip.segments:
+                color = "#555555" if s.source == _REDUCED else colors(s.source % 10)
+                ax.barh(y, s.end - s.start, left=s.start, color=color, height=0.7,
+                        edgecolor="white", linewidth=0.5)  # fmt: skip
+                if (s.end - s.start) / max(1, strip.nbytes) > 0.06:
+                    short = s.label.rsplit(" handle ", 1)[-1].replace("round ", "r")
+                    ax.text((s.start + s.end) / 2, y, f"h{short}", ha="center", va="center",
+                            fontsize=7, color="white")  # fmt: skip
+            for a, b in strip.overlaps():
+                ax.barh(y, b - a, left=a, color="none", hatch="xxx", edgecolor="red", height=0.7)
+        ax.set_yticks(range(len(self.strips)))
+        ax.set_yticklabels([f"rank {s.rank} {s.buffer}" for s in self.strips], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("byte offset in the receive buffer")
+        sources = sorted({s.source for st in self.strips for s in st.segments if s.source >= 0})
+        handles = [Patch(color=colors(r % 10), label=f"from rank {r}") for r in sources]
+        handles.append(Patch(color="#eeeeee", label="unwritten"))
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+                  ncol=min(len(handles), 6))  # fmt: skip
+        if title:
+            ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=90)
+        plt.close(fig)

@@ -1,0 +1,121 @@
+"""What one rank did, as timeline events: every Hccl call, every round the server ran.
+
+A :class:`Recorder` exists only in runs that asked for a trace, a summary or
+a layout picture (``hp.run(..., trace=, summary=)``); otherwise every hook
+below is one dictionary lookup that finds nothing. Events are plain dicts in
+the Chrome trace format (``ph``, ``ts`` and ``dur`` in microseconds, ``pid``
+the global rank, ``tid`` the core or the server track), so they travel back
+to ``hp.run`` with the rank's outcome, across processes too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .. import layout
+from ..task import Task
+
+#: Track ids of one rank: cores use ``AIC: 0..``, ``AIV: 100..``; the server ``SERVER_TID``.
+AIC_TID, AIV_TID, SERVER_TID = 0, 100, 1000
+#: Ops whose receive blocks come one per peer (block ``k`` from domain rank ``k``).
+PER_PEER = {"AllGather", "AlltoAll", "AlltoAllV"}
+
+_recorders: dict[int, Recorder] = {}
+_lock = threading.Lock()
+
+
+def now_us() -> float:
+    """Wall-clock microseconds (comparable between the processes of one host)."""
+    return time.time_ns() / 1000.0
+
+
+def of_rank(rank: int | None) -> Recorder | None:
+    """The recorder of global rank ``rank`` in this process, or None when nothing is recorded."""
+    return _recorders.get(rank) if _recorders else None
+
+
+def start(rank: int) -> Recorder:
+    """Begin recording global rank ``rank`` (replacing an earlier run's recorder)."""
+    rec = Recorder(rank)
+    with _lock:
+        _recorders[rank] = rec
+    return rec
+
+
+def stop(rank: int) -> Recorder | None:
+    """End recording global rank ``rank`` and return what it recorded."""
+    with _lock:
+        return _recorders.pop(rank, None)
+
+
+def round_key(task: Task, round_idx: int) -> str:
+    """The name of one round of one task, shared by its Commit, round and Wait events."""
+    return f"{task.domain_name}/{task.seq}/{round_idx}"
+
+
+class Recorder:
+    """The events of one global rank, appended from its cores' threads and the server's."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.events: list[dict[str, Any]] = []
+        #: Receive-buffer layouts of the rank's tasks (for the layout picture).
+        self.layouts: list[dict[str, Any]] = []
+        #: round key -> end time of the round on this rank (for the flows to its Waits).
+        self.round_end: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, event: dict[str, Any]) -> None:
+        """Append one event (any thread)."""
+        event.setdefault("pid", self.rank)
+        with self._lock:
+            self.events.append(event)
+
+    def call(
+        self, name: str, tid: int, start_us: float, end_us: float, args: dict[str, Any]
+    ) -> None:
+        """One client call on core track ``tid``."""
+        self.add({"name": name, "ph": "X", "ts": start_us, "dur": end_us - start_us, "tid": tid,
+                  "cat": "call", "args": args})  # fmt: skip
+
+    def flow(self, flow_id: str, tid: int, at_us: float, start: bool) -> None:
+        """One end of a flow arrow (a Commit to its round, a round to a Wait)."""
+        event = {"name": "flow", "cat": "flow", "ph": "s" if start else "f", "id": flow_id,
+                 "ts": at_us, "tid": tid}  # fmt: skip
+        if not start:
+            event["bp"] = "e"
+        self.add(event)
+
+    def round(self, task: Task, round_idx: int, start_us: float, end_us: float) -> None:
+        """Round ``round_idx`` of ``task`` ran on the server (this rank's part of it)."""
+        key = round_key(task, round_idx)
+        moved = layout.round_blocks(task, "recv", round_idx).total()
+        self.add({"name": f"{task.label} #{task.seq} round {round_idx}", "ph": "X", "ts": start_us,
+                  "dur": end_us - start_us, "tid": SERVER_TID, "cat": "round",
+                  "args": {"domain": task.domain_name, "task": task.seq, "handle": task.handle,
+                           "round": round_idx, "bytes": moved, "op": task.describe()}})  # fmt: skip
+        self.flow(f"commit/{self.rank}/{key}", SERVER_TID, start_us, start=False)
+        with self._lock:
+            self.round_end[key] = end_us
+
+    def task(self, task: Task) -> None:
+        """A task was prepared: keep its receive layout, round by round, with each block's source."""
+        per_peer = task.name in PER_PEER
+        ranks = task.domain.ranks if hasattr(task.domain, "ranks") else range(task.rank_dim)
+        rounds = []
+        for r in range(task.repeat):
+            blocks = layout.round_blocks(task, "recv", r)
+            rows = []
+            for k, (s, n) in enumerate(
+                zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
+            ):
+                if n and not (per_peer and task.skip_local and k == task.rank):
+                    rows.append((int(s), int(s + n), int(ranks[k]) if per_peer else -1))
+            rounds.append(rows)
+        alloc = task.recv.alloc
+        self.layouts.append({"rank": self.rank, "buffer": alloc.name, "uid": alloc.uid,
+                             "nbytes": alloc.nbytes, "handle": task.handle, "seq": task.seq,
+                             "domain": task.domain_name, "op": task.describe(),
+                             "label": task.label, "rounds": rounds})  # fmt: skip

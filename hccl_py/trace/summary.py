@@ -1,0 +1,47 @@
+"""The end-of-run summary: per rank and domain, tasks, rounds, bytes moved, time blocked in Wait."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from ..errors import HcclWarning
+
+
+def rows(
+    traces: dict[int, dict[str, Any]], warnings: dict[int, list[HcclWarning]]
+) -> list[dict[str, Any]]:
+    """One row per (rank, domain) that the run used, in rank order."""
+    table: dict[tuple[int, str], dict[str, Any]] = defaultdict(
+        lambda: {"tasks": 0, "rounds": 0, "bytes": 0, "wait_us": 0.0}
+    )
+    for rank, trace in traces.items():
+        for lay in trace["layouts"]:
+            table[(rank, lay["domain"])]["tasks"] += 1
+        for e in trace["events"]:
+            domain = e.get("args", {}).get("domain")
+            if e["ph"] != "X" or domain is None:
+                continue
+            row = table[(rank, domain)]
+            if e.get("cat") == "round":
+                row["rounds"] += 1
+                row["bytes"] += e["args"]["bytes"]
+            elif e["name"] == "Wait":
+                row["wait_us"] += e["dur"]
+    out = []
+    for (rank, domain), row in sorted(table.items()):
+        out.append({"rank": rank, "domain": domain, **row,
+                    "warnings": len(warnings.get(rank, []))})  # fmt: skip
+    return out
+
+
+def format_summary(table: list[dict[str, Any]]) -> str:
+    """The summary as a text table."""
+    head = f"{'rank':>4s}  {'domain':<24s} {'tasks':>5s} {'rounds':>6s} {'bytes':>12s} {'Wait ms':>8s} {'warnings':>8s}"
+    lines = ["hccl_py summary (received bytes per rank; Wait: time blocked)", head]
+    for r in table:
+        lines.append(
+            f"{r['rank']:4d}  {r['domain']:<24s} {r['tasks']:5d} {r['rounds']:6d} "
+            f"{r['bytes']:12d} {r['wait_us'] / 1000:8.3f} {r['warnings']:8d}"
+        )
+    return "\n".join(lines)
