@@ -27,7 +27,11 @@ import hccl_py as hp
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-GUIDES = ["api.md", "porting.md", "emulator.md", "troubleshooting.md", "README.md"]
+GUIDES = sorted(
+    p.name
+    for p in (Path(__file__).resolve().parent.parent / "docs").glob("*.md")
+    if p.name != "api_reference.md"  # generated signatures, not Python
+)
 PYTHON_BLOCK = re.compile(r"```python[^\n]*\n(.*?)```", re.S)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -123,8 +127,10 @@ def _anchors(path: Path) -> set[str]:
     """GitHub's anchors of a markdown file's headings (empty for other files)."""
     if path.suffix != ".md":
         return set()
-    headings = re.findall(r"^#+ (.+)$", _read(path), re.M)
-    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+    text = _read(path)
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    ids = set(re.findall(r'<a id="([^"]+)"></a>', text))
+    return ids | {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
 
 def _resolves(source: Path, target: str) -> bool:
