@@ -7,11 +7,22 @@ from typing import Any
 
 from ..context import current_core_context, current_rank_context
 from ..task import Task
-from .recorder import AIC_TID, AIV_TID, SERVER_TID, Recorder, now_us, of_rank, round_key
+from .recorder import (
+    AIC_TID,
+    AIV_TID,
+    SERVER_TID,
+    Recorder,
+    now_us,
+    of_rank,
+    recording,
+    round_key,
+)
 
 
 def recorder() -> Recorder | None:
     """The calling rank's recorder, or None when this run records nothing."""
+    if not recording():
+        return None
     ctx = current_rank_context(required=False)
     return None if ctx is None else of_rank(ctx.rank)
 
@@ -75,6 +86,8 @@ def _display(name: str, head: str) -> str:
 
 def server_round(task: Task, round_idx: int, start_us: float) -> None:
     """The server finished round ``round_idx`` of ``task``, which it started at ``start_us``."""
+    if not recording():
+        return
     rec = of_rank(task.domain.ranks[task.rank] if hasattr(task.domain, "ranks") else task.rank)
     if rec is not None:
         rec.round(task, round_idx, start_us, now_us())

@@ -31,6 +31,11 @@ def now_us() -> float:
     return time.time_ns() / 1000.0
 
 
+def recording() -> bool:
+    """Whether any rank of this process records (one truth test: the cost of tracing off)."""
+    return bool(_recorders)
+
+
 def of_rank(rank: int | None) -> Recorder | None:
     """The recorder of global rank ``rank`` in this process, or None when nothing is recorded."""
     return _recorders.get(rank) if _recorders else None
