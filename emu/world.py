@@ -36,6 +36,7 @@ from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server import Server
 from hccl_py.task import Task
+from hccl_py.windows import LocalWindows
 
 from . import executor
 
@@ -95,7 +96,7 @@ class Slot:
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
 
-class EmuWorld(Server):
+class EmuWorld(LocalWindows, Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
     ops = frozenset(executor.ROUNDS)

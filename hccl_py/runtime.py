@@ -12,6 +12,7 @@ from .config import Config
 from .outcome import RunResult, WithWarnings, summarize
 from .platform import get_platform
 from .server import Backend
+from .windows import checked_buffsize, default_buffsize
 
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
@@ -74,6 +75,8 @@ def run(
     overlap: str = "error",
     warnings_as_errors: bool | Collection[str] = (),
     args: tuple = (),
+    buffsize_mb: int | None = None,
+    ranks_per_server: int | None = None,
 ) -> RunResult:
     """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
 
@@ -83,7 +86,9 @@ def run(
     ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
     decides which calls are allowed. See :class:`~hccl_py.context.Config` for
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
-    ``warnings_as_errors``. The result is a list with a ``warnings`` attribute
+    ``warnings_as_errors``; ``buffsize_mb`` is the size of each communication window
+    (default ``HCCL_BUFFSIZE`` or 200 MB), ``ranks_per_server`` how many consecutive
+    ranks form one server (default ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
     ends with a short summary on stderr.
     """
@@ -108,6 +113,8 @@ def run(
             if isinstance(warnings_as_errors, bool)
             else frozenset(warnings_as_errors)
         ),
+        buffsize_mb=(default_buffsize() if buffsize_mb is None else checked_buffsize(buffsize_mb)),
+        **({} if ranks_per_server is None else {"ranks_per_server": int(ranks_per_server)}),
     )
     chosen = get_backend(backend or default_backend())
     result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))

@@ -18,7 +18,9 @@ from typing import Any
 from .config import Config
 from .constants import HcclCMDType
 from .context import Group
+from .gm import Allocation
 from .task import Task
+from .windows import HcclNoWindowsError
 
 
 class Server(ABC):
@@ -61,6 +63,27 @@ class Server(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the server's threads and resources at the end of the run."""
+
+    # Windows and one-sided copies (GetWindowsInAddr/OutAddr, BatchWrite): optional.
+    #: Why this backend has no windows (None: it has them); named at the first window call.
+    no_windows: str | None = "this backend does not provide communication windows"
+
+    def window(self, domain: str, rank: int, kind: str) -> Allocation:
+        """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``; raises without windows."""
+        raise HcclNoWindowsError(f"GetWindows{kind}Addr: {self.no_windows}")
+
+    def window_at(self, base: int) -> Allocation | None:
+        """The window whose integer base address is ``base`` (for ``GmAddr.from_int``)."""
+        return None
+
+    def write_items(self, task: Task, copies: list[tuple[Any, Any, int]]) -> None:
+        """Run one BatchWrite: copy ``nbytes`` from each source to each destination address.
+
+        The addresses are checked already. The default copies at once, in order,
+        which is what any backend whose windows are this process's memory needs.
+        """
+        for src, dst, nbytes in copies:
+            dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
 
 
 class Backend(ABC):
