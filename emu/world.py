@@ -39,6 +39,7 @@ from hccl_py.task import Task
 from hccl_py.windows import LocalWindows
 
 from . import executor
+from .onesided import OneSidedWrites
 
 #: How many unfinished slots a report of the world's state lists.
 STATE_LINES = 12
@@ -96,7 +97,7 @@ class Slot:
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
 
-class EmuWorld(LocalWindows, Server):
+class EmuWorld(OneSidedWrites, LocalWindows, Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
     ops = frozenset(executor.ROUNDS)
@@ -228,13 +229,16 @@ class EmuWorld(LocalWindows, Server):
             self.poisoned[slot] = kept
 
     def _has_work(self) -> bool:
-        return any(self._ready(s) for s in list(self.pending))
+        return bool(self._pending_writes()) or any(self._ready(s) for s in list(self.pending))
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
             return None
         if self.config.schedule == "late" and not self.blocker.quiescent():
             return None
+        write = self._write_job()
+        if write is not None:
+            return write
         for slot in list(self.pending):
             if self._ready(slot):
                 slot.running = True
@@ -332,6 +336,7 @@ class EmuWorld(LocalWindows, Server):
         another rank beyond that count will never find a partner.
         """
         name = group.name
+        self.flush_writes(name, rank)
         with self.blocker.cond:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             for slot in list(self.unfinished):

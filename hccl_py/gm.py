@@ -69,6 +69,9 @@ class Allocation:
         """Extra words for bounds reports (windows name HCCL_BUFFSIZE); empty here."""
         return ""
 
+    def on_view(self, offset: int, view: torch.Tensor) -> None:
+        """``hp.gm_tensor`` made ``view`` of this allocation at ``offset`` (windows track polls)."""
+
     def int_base(self) -> int:
         """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
         _by_uid[self.uid] = self
@@ -260,6 +263,7 @@ def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tenso
             f"to the {size}-byte element size of {tdtype}",
             rank=addr.rank,
         )
+    addr.alloc.on_view(addr.offset, view)
     return view.view(tdtype)
 
 

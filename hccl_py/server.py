@@ -85,6 +85,9 @@ class Server(ABC):
         for src, dst, nbytes in copies:
             dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
 
+    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
+        """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
+
 
 class Backend(ABC):
     """Starts the ranks of one run and returns their results."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import time
 import zlib
 from collections.abc import Callable
 
@@ -39,6 +40,9 @@ _DOMAIN_SHIFT = ADDR_SHIFT + _RANK_BITS
 _DOMAIN_BITS = 62 - _DOMAIN_SHIFT
 
 _lock = threading.Lock()
+#: Views of at most this many bytes are flags: viewing one again counts as a poll.
+POLL_BYTES = 64
+_tls = threading.local()
 
 
 def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:
@@ -127,6 +131,35 @@ class WindowAllocation(Allocation):
     def int_base(self) -> int:
         """The window's integer base address (the same on every rank and process)."""
         return self._base
+
+    def on_view(self, offset: int, view: torch.Tensor) -> None:
+        """A second view in a row of the same small range is a flag poll: yield and report it.
+
+        Polling loops (``while gm_tensor(flag, ...)[0] != 1``) thus let the other
+        ranks' threads run, and a flag that nobody will ever write ends in a
+        deadlock report (or a timeout) naming the window, its rank and the offset.
+        """
+        n = view.numel()
+        ctx = current_rank_context(required=False)
+        if n > POLL_BYTES or ctx is None:
+            return
+        key = (self._base, offset, n)
+        last, _tls.last_view = getattr(_tls, "last_view", None), key
+        if last != key:
+            return
+        time.sleep(0)
+        server = ctx.server
+        if getattr(server, "config", None) is not None and server.config.schedule == "late":
+            ctx.blocker.run_ready()
+        value = view.numpy().tobytes()
+        ctx.blocker.poll(
+            key,
+            value,
+            lambda: (
+                f"rank {ctx.rank} polls bytes [{offset}, {offset + n}) of {self.name} (domain "
+                f"{self.domain}), which keep the value 0x{value.hex()}: no rank writes them"
+            ),
+        )
 
 
 class HcclNoWindowsError(HcclUsageError):

@@ -94,7 +94,9 @@ class Hccl(OneSidedCalls):
         if info.waits >= info.commits:
             return self._not_committed(info, h, name)
         if info.op in ONE_SIDED or self._queue_num():
-            # BatchWrite ran at Prepare; with several queues the official client returns 0 at once.
+            # With several queues the official client returns 0 at once; else the copies finish.
+            if info.op in ONE_SIDED and not self._queue_num():
+                self.state.rank_ctx.server.flush_writes(self.state.group.name, self.state.rank)
             info.waits += 1
             return self._ok(HCCL_SUCCESS)
         core = self._core()
