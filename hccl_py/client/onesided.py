@@ -137,6 +137,9 @@ class OneSidedCalls(PrepareCalls):
         n = self._queue_num()
         if q is None or q < 0:
             return f"queueID must be a non-negative int, not {what_is(queueID)}"
+        platform = self.state.rank_ctx.config.platform
+        if q and not platform.has_queues:
+            return f"queueID {q}: {platform.name} has one BatchWrite queue (queue 0)"
         if n == 0 and q != 0:
             return (
                 f"queueID {q} needs a tiling with queueNum > {q} (SetQueueNum); it has queueNum 0"
