@@ -17,15 +17,16 @@ from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
 from ..template import template
 from .convert import slots_used
+from .finegrained import FineGrainedCalls
 from .log import logged
-from .onesided import ONE_SIDED, OneSidedCalls
+from .onesided import ONE_SIDED
 from .sender import is_sender
 from .state import Handle
 
 _C = HcclCMDType
 
 
-class Hccl(OneSidedCalls):
+class Hccl(FineGrainedCalls):
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
@@ -75,9 +76,10 @@ class Hccl(OneSidedCalls):
                 round=info.commits,
             )
             return
-        info.commits += 1
-        if info.task is not None:
-            self.state.rank_ctx.server.commit(info.task, info.commits - 1)
+        for _ in range(self._commit_steps(info) if info.step_size else 1):
+            info.commits += 1
+            if info.task is not None:
+                self.state.rank_ctx.server.commit(info.task, info.commits - 1)
         self._ok(None)
 
     @logged
@@ -91,6 +93,8 @@ class Hccl(OneSidedCalls):
             return self._unknown_handle("Wait", handleId)
         h = int(handleId)
         name = op_name(info.op)
+        if info.step_size:
+            return self._fine_wait(info, h)
         if info.waits >= info.commits:
             return self._not_committed(info, h, name)
         if info.op in ONE_SIDED or self._queue_num():
@@ -172,7 +176,8 @@ class Hccl(OneSidedCalls):
         if info.op in ONE_SIDED:
             return self._ok(info.repeat)
         task = info.task or self.state.tasks.get(int(handleId))
-        return self._ok(0 if task is None else self.state.rank_ctx.server.finished(task))
+        done = 0 if task is None else self.state.rank_ctx.server.finished(task)
+        return self._ok(done * self.state.rank_dim if info.step_size else done)
 
     @template("sync")
     @logged
