@@ -434,3 +434,67 @@ def test_queue_id_beyond_queue_num_zero_is_refused() -> None:
     assert (
         run_kernel(kernel, n=2, out_len=8, platform="A3", strict=False) == [[-1.0] + [0.0] * 7] * 2
     )
+
+
+# --------------------------------------------------------------- on every backend
+RING = 5
+
+
+def _ring_kernel(out, tilingGM):
+    """Direct copy into the next rank's window, then BatchWrite to the one after; flags in between."""
+    h = client(tilingGM)
+    me, dim = h.GetRankId(), h.GetRankDim()
+    nxt, far = (me + 1) % dim, (me + 2) % dim
+    direct = hp.gm_tensor(h.GetWindowsInAddr(nxt), torch.float32, RING)
+    direct[:] = torch.arange(RING) + 10 * me
+    hp.gm_tensor(h.GetWindowsInAddr(nxt) + FLAG, torch.int32, 1)[0] = 1
+    local = h.GetWindowsOutAddr(me)
+    hp.gm_tensor(local, torch.float32, RING)[:] = torch.arange(RING) - 10 * me
+    hp.gm_tensor(local + 64, torch.int32, 1)[0] = 2
+    hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = a2_items(
+        [
+            (int(local), int(h.GetWindowsInAddr(far) + 256), RING, int(FP32), far),
+            (int(local + 64), int(h.GetWindowsInAddr(far) + FLAG + 4), 1, 2, far),
+        ]
+    )
+    h.BatchWrite[True](local + 4096, 2)
+    wait_flag(h.GetWindowsInAddr(me) + FLAG, 1)
+    wait_flag(h.GetWindowsInAddr(me) + FLAG + 4, 2)
+    got = hp.gm_tensor(out, torch.float32, 2 * RING)
+    got[:RING] = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, RING)
+    got[RING:] = hp.gm_tensor(h.GetWindowsInAddr(me) + 256, torch.float32, RING)
+    h.Finalize()
+
+
+def ring_rank() -> list[float]:
+    out = torch.zeros(2 * RING)
+    hp.launch(_ring_kernel, out, tiling())
+    return out.tolist()
+
+
+def test_windows_and_batch_write_on_every_backend(backend: str) -> None:
+    n = 3
+    got = np.array(hp.run(ring_rank, world_size=n, backend=backend, ranks_per_server=1))
+    want = np.stack(
+        [
+            np.concatenate(
+                [np.arange(RING) + 10 * ((r - 1) % n), np.arange(RING) - 10 * ((r - 2) % n)]
+            )
+            for r in range(n)
+        ]
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_backends_without_windows_say_so_at_the_first_window_call() -> None:
+    from hccl_py.backends.dist import DistServer
+
+    server = DistServer.__new__(DistServer)
+    server.backend_name = "hccl"
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.window("hccl_world_group", 0, "In")
+    assert str(info.value) == (
+        "GetWindowsInAddr: the hccl backend does not map communication windows: the NPU "
+        "communicator owns them and hccl_py has no access to them; run window kernels on the "
+        "emulator (backend='emu') or on gloo processes of one host"
+    )

@@ -45,6 +45,7 @@ from . import npu, pg_rounds
 from . import store as kv
 from .domain_queue import DomainQueue, desc_key, final_key, returned_key, stub
 from .session import Session, session_for
+from .shm_windows import SharedWindows
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
@@ -67,6 +68,15 @@ class DistServer(Server):
     """One rank's server: process groups per domain, one thread per domain."""
 
     ops = frozenset(pg_rounds.ROUNDS)
+
+    @property
+    def no_windows(self) -> str:
+        """Why this backend has no windows (named at the first window call)."""
+        return (
+            f"the {self.backend_name} backend does not map communication windows: the NPU "
+            "communicator owns them and hccl_py has no access to them; run window kernels on "
+            "the emulator (backend='emu') or on gloo processes of one host"
+        )
 
     def __init__(self, session: Session, run: int, config: Config, blocker: Blocker) -> None:
         self.session = session
@@ -305,7 +315,11 @@ class DistBackend(Backend):
 
     def make_server(self, session: Session, run: int, config: Config, blocker: Blocker) -> Server:
         """The server of run ``run`` of this process's session."""
-        return DistServer(session, run, config, blocker)
+        return self.server_class()(session, run, config, blocker)
+
+    def server_class(self) -> type[Server]:
+        """The server class of this backend."""
+        return DistServer
 
     def run(
         self, fn: Callable[..., Any], args: tuple, world_size: int | None, config: Config
@@ -339,6 +353,14 @@ class GlooBackend(DistBackend):
         torch.bfloat16: torch.float32,
         torch.int16: torch.int32,
     }
+
+    def server_class(self) -> type[Server]:
+        """The gloo server, with windows in shared memory."""
+        return GlooServer
+
+
+class GlooServer(SharedWindows, DistServer):
+    """The gloo server: :class:`DistServer` with windows in shared memory of one host."""
 
 
 class HcclBackend(DistBackend):
