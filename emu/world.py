@@ -276,7 +276,7 @@ class EmuWorld(OneSidedWrites, LocalWindows, Server):
             slot.tasks[task.rank] = task
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
-                if task.handle >= n_tasks:
+                if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
                 tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
@@ -343,7 +343,7 @@ class EmuWorld(OneSidedWrites, LocalWindows, Server):
                 if slot.domain != name or slot.complete:
                     continue
                 for t in slot.tasks.values():
-                    if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
+                    if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:
                         self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
 

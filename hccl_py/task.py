@@ -44,6 +44,14 @@ class Task:
     launch: int = 0
     #: The framework collective (``all_reduce`` ...) that prepared the task, if any.
     caller: str | None = None
+    #: One-sided handles (BatchWrite) the object returned before this task: only some ranks
+    #: may make them, so ranks compare collective tasks by :attr:`collective_index`.
+    one_sided_before: int = 0
+
+    @property
+    def collective_index(self) -> int:
+        """The task's position among the collective tasks of its kernel launch and domain."""
+        return self.handle - self.one_sided_before
 
     @property
     def elem_size(self) -> int:

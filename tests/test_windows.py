@@ -498,3 +498,24 @@ def test_backends_without_windows_say_so_at_the_first_window_call() -> None:
         "communicator owns them and hccl_py has no access to them; run window kernels on the "
         "emulator (backend='emu') or on gloo processes of one host"
     )
+
+
+def test_batch_write_on_some_ranks_does_not_shift_the_collectives() -> None:
+    m = 3
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        if me == 0:  # only rank 0 has a peer on another server
+            local = h.GetWindowsOutAddr(0)
+            hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+                [(int(local + 64), int(h.GetWindowsInAddr(1)), 1, int(FP32), 1)]
+            )
+            assert h.BatchWrite[True](local, 1) == 0
+        x = hp.gm_tensor(out, torch.float32, m)
+        x[:] = torch.arange(m) + me
+        assert h.Wait(h.AllReduce[True](out, out, m, FP32, hp.HCCL_REDUCE_SUM)) == 0
+        h.Finalize()
+
+    got = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
+    np.testing.assert_array_equal(got, np.tile(2 * np.arange(m) + 1, (2, 1)))

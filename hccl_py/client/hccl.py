@@ -216,7 +216,7 @@ class Hccl(FineGrainedCalls):
                     self.state.group,
                     self.state.rank,
                     self.state.launch_index(),
-                    len(self.handles),
+                    len(self.handles) - self._one_sided_count(),
                 )
             if sync:
                 for info in self.handles:

@@ -48,6 +48,10 @@ def _int_arg(value: Any) -> int | None:
 class OneSidedCalls(PrepareCalls):
     """The window and one-sided calls of the AscendC ``Hccl`` client."""
 
+    def _one_sided_count(self) -> int:
+        """How many one-sided handles (BatchWrite) this object returned so far."""
+        return sum(h.op in ONE_SIDED for h in self.handles)
+
     # ------------------------------------------------------------------ windows
     def GetWindowsInAddr(self, rankId: int) -> GmAddr:
         """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""

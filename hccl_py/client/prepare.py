@@ -39,6 +39,10 @@ class PrepareCalls(HcclBase):
         """How many Commits a Prepare with ``commit=True`` makes."""
         return info.repeat
 
+    def _one_sided_count(self) -> int:
+        """How many one-sided handles (BatchWrite) this object returned so far."""
+        return 0
+
     def _limits(self, op: HcclCMDType) -> Limits:
         state = self.state
         return Limits(
@@ -91,6 +95,7 @@ class PrepareCalls(HcclBase):
             deps=tuple(state.deps),
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
             caller=self.framework if isinstance(self.framework, str) else None,
+            one_sided_before=self._one_sided_count(),
             **fields,
         )
         config = state.rank_ctx.config
