@@ -97,6 +97,11 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         16,
         SAMPLES["moe_distribute_window.py"],
     ),
+    "moe_distribute_window-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["moe_distribute_window.py"],
+    ),
     "moe_distribute_window-n2": (
         ["-m", "hccl_py", "run", "-n", "2"],
         2,
