@@ -70,3 +70,27 @@ class OneSidedWrites:
         run_copies(copies)
         with self.blocker.cond:
             self.blocker.progressed()
+
+    def rendezvous(self, group, rank: int, key: str, what: str) -> None:
+        """Block until every rank of ``group`` arrived at ``key`` and their copies landed."""
+        arrivals = self.__dict__.setdefault("_arrivals", {})
+        name = group.name
+        with self.blocker.cond:
+            arrivals.setdefault((name, key), set()).add(rank)
+            self.blocker.progressed()
+        here = arrivals[(name, key)]
+
+        def done() -> bool:
+            return len(here) == group.size and not any(
+                w[0].domain_name == name for w in self._pending_writes()
+            )
+
+        def why() -> str:
+            missing = [group.ranks[r] for r in range(group.size) if r not in here]
+            gone = sorted(getattr(self, "returned", ()))
+            note = f" (ranks {gone} returned from their function)" if gone else ""
+            if missing:
+                return f"{what}: ranks {missing} have not made their AlltoAllvWrite{note}"
+            return f"{what}: the copies of the other ranks are still pending"
+
+        self.blocker.wait_for(done, why)

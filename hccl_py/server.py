@@ -88,6 +88,13 @@ class Server(ABC):
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
         """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
 
+    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
+        """Domain rank ``rank`` arrived at ``key``; block until every rank of ``group`` did.
+
+        AlltoAllvWrite's Wait: every rank's writes into this rank's window are done.
+        """
+        raise HcclNoWindowsError(f"{what}: {self.no_windows}")
+
 
 class Backend(ABC):
     """Starts the ranks of one run and returns their results."""

@@ -22,6 +22,7 @@ import contextlib
 import inspect
 import os
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..agreement import error_for, global_rank, wait_head
 from ..blocking import Blocker
 from ..config import Config
 from ..context import Group
-from ..errors import HcclError
+from ..errors import HcclError, HcclTimeoutError
 from ..launcher.msrun import serve_scheduler
 from ..launcher.spawn import spawn_world
 from ..launcher.spec import spec_from_env
@@ -55,6 +56,9 @@ REDUCE_ENV = "HCCL_PY_REDUCE"
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
+
+#: How often an AlltoAllvWrite Wait looks at the store on gloo.
+RENDEZVOUS_POLL_S = 0.002
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
@@ -361,6 +365,22 @@ class GlooBackend(DistBackend):
 
 class GlooServer(SharedWindows, DistServer):
     """The gloo server: :class:`DistServer` with windows in shared memory of one host."""
+
+    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
+        """Count this rank in at ``key`` through the store; poll until every rank of ``group`` is."""
+        name = f"rendezvous/{group.name}/{key}"
+        if name not in self._keys:
+            self.store.add(name, 1)
+            self._keys.append(name)
+        deadline = time.monotonic() + self.config.timeout
+        while int(self.store.add(name, 0)) < group.size:
+            self.session.check_abort()
+            if time.monotonic() > deadline:
+                raise HcclTimeoutError(
+                    f"timed out after {self.config.timeout:g} s: {what}: not every rank of "
+                    f"domain {group.name} made its AlltoAllvWrite"
+                )
+            time.sleep(RENDEZVOUS_POLL_S)
 
 
 class HcclBackend(DistBackend):

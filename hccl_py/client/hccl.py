@@ -17,7 +17,7 @@ from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
 from ..template import template
 from .convert import slots_used
-from .finegrained import FineGrainedCalls
+from .half_alltoallv import WriteCalls
 from .log import logged
 from .onesided import ONE_SIDED
 from .sender import is_sender
@@ -26,7 +26,7 @@ from .state import Handle
 _C = HcclCMDType
 
 
-class Hccl(FineGrainedCalls):
+class Hccl(WriteCalls):
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
@@ -78,7 +78,9 @@ class Hccl(FineGrainedCalls):
             return
         for _ in range(self._commit_steps(info) if info.step_size else 1):
             info.commits += 1
-            if info.task is not None:
+            if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
+                self._commit_write(int(handleId))
+            elif info.task is not None:
                 self.state.rank_ctx.server.commit(info.task, info.commits - 1)
         self._ok(None)
 
@@ -97,6 +99,10 @@ class Hccl(FineGrainedCalls):
             return self._fine_wait(info, h)
         if info.waits >= info.commits:
             return self._not_committed(info, h, name)
+        if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
+            self._wait_write(h)
+            info.waits += 1
+            return self._ok(HCCL_SUCCESS)
         if info.op in ONE_SIDED or self._queue_num():
             # With several queues the official client returns 0 at once; else the copies finish.
             if info.op in ONE_SIDED and not self._queue_num():
@@ -219,8 +225,10 @@ class Hccl(FineGrainedCalls):
                     len(self.handles) - self._one_sided_count(),
                 )
             if sync:
-                for info in self.handles:
-                    if info.op not in ONE_SIDED:
+                for h, info in enumerate(self.handles):
+                    if info.op == _C.HCCL_CMD_HALF_ALLTOALLV and not info.waits:
+                        self._wait_write(h)
+                    elif info.op not in ONE_SIDED:
                         server.wait(info.task, info.repeat - 1)
         self.finalized = True
         self._ok(None)

@@ -35,8 +35,9 @@ from .sender import core_problem, is_sender
 from .state import Handle
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
-#: Ops whose tasks the preparing rank's server runs alone (no slot, no peer, done at Prepare).
-ONE_SIDED = frozenset({_BW})
+#: Ops whose copies go straight into windows: no slot of the server, so ranks do not match
+#: them task by task (BatchWrite: only the preparing rank; AlltoAllvWrite: a rendezvous).
+ONE_SIDED = frozenset({_BW, HcclCMDType.HCCL_CMD_HALF_ALLTOALLV})
 
 
 def _int_arg(value: Any) -> int | None:
