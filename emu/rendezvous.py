@@ -22,7 +22,7 @@ class Rendezvous:
         self.readers: dict[tuple[str, int], int] = {}
         self.next: dict[tuple[str, int], int] = {}
 
-    def exchange(self, group: Group, rank: int, payload: bytes) -> list[bytes]:
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Domain rank ``rank``'s next exchange in ``group``: every member's payload, in order."""
         cond = self.blocker.cond
         with cond:
@@ -39,8 +39,8 @@ class Rendezvous:
         self.blocker.wait_for(
             lambda: len(box) == group.size,
             lambda: (
-                f"rank {group.ranks[rank]} waits in a framework collective of {group.name} "
-                f"(exchange #{k}) for ranks {missing()}, which have not called it"
+                f"rank {group.ranks[rank]} waits in {op} (framework collective #{k} of "
+                f"{group.name}) for ranks {missing()}, which have not called it"
             ),
         )
         with cond:

@@ -26,7 +26,6 @@ from hccl_py.agreement import (
     count_mismatch,
     error_for,
     mismatch,
-    wait_head,
 )
 from hccl_py.blocking import Blocker, Job
 from hccl_py.config import Config
@@ -39,15 +38,13 @@ from hccl_py.server import Server
 from hccl_py.task import Task
 from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
+from hccl_py.windows import LocalWindows
 
 from . import executor
 from .lane import LANE_BYTES, Lane
+from .onesided import OneSidedWrites
 from .rendezvous import Rendezvous
-
-#: How many unfinished slots a report of the world's state lists.
-STATE_LINES = 12
-#: How far a wait-for description follows a chain of blocked tasks.
-CHAIN_DEPTH = 3
+from .reports import WorldReports
 
 
 class Slot:
@@ -100,7 +97,7 @@ class Slot:
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
 
-class EmuWorld(Server):
+class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
     ops = frozenset(executor.ROUNDS)
@@ -114,7 +111,7 @@ class EmuWorld(Server):
         self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.cond
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
-        self.rendezvous = Rendezvous(self.blocker)
+        self.exchanges = Rendezvous(self.blocker)
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}
@@ -242,13 +239,16 @@ class EmuWorld(Server):
             self.poisoned[slot] = kept
 
     def _has_work(self) -> bool:
-        return any(self._ready(s) for s in list(self.pending))
+        return bool(self._pending_writes()) or any(self._ready(s) for s in list(self.pending))
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
             return None
         if self.config.schedule == "late" and not self.blocker.quiescent():
             return None
+        write = self._write_job()
+        if write is not None:
+            return write
         for slot in list(self.pending):
             if self._ready(slot):
                 slot.running = True
@@ -292,7 +292,7 @@ class EmuWorld(Server):
             slot.tasks[task.rank] = task
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
-                if task.handle >= n_tasks:
+                if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
                 tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
@@ -352,19 +352,20 @@ class EmuWorld(Server):
         another rank beyond that count will never find a partner.
         """
         name = group.name
+        self.flush_writes(name, rank)
         with self.blocker.cond:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             for slot in list(self.unfinished):
                 if slot.domain != name or slot.complete:
                     continue
                 for t in slot.tasks.values():
-                    if t.rank != rank and t.launch == launch and t.handle >= n_tasks:
+                    if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:
                         self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
 
-    def exchange(self, group: Group, rank: int, payload: bytes) -> list[bytes]:
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""
-        return self.rendezvous.exchange(group, rank, payload)
+        return self.exchanges.exchange(group, rank, op, payload)
 
     def close(self) -> None:
         """End the server's lane thread."""
@@ -378,68 +379,3 @@ class EmuWorld(Server):
                 for slot in list(self.poisoned):
                     self._unpoison(slot)
             self.blocker.progressed()
-
-    # -------------------------------------------------------------- reports
-    def _describe_wait(
-        self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
-    ) -> str:
-        return f"{wait_head(task, round_idx, verb)}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
-
-    def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
-        """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
-        ranks = slot.sample().domain.ranks
-        if slot.error is not None:
-            return f"failed: {slot.error.reason}"
-        if slot.done > round_idx:
-            return "finished"
-        if not slot.complete:
-            return self._missing(
-                f"ranks {[ranks[r] for r in slot.not_submitted()]}", "prepared this task"
-            )
-        lagging = [ranks[r] for r in slot.not_committed(round_idx + 1)]
-        if lagging:
-            return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
-        if slot.done < round_idx:
-            return f"round {slot.done} has to run first"
-        previous = self._previous(slot)
-        if previous is not None and not previous.finished:
-            what = previous.sample()
-            text = (
-                f"the server runs the tasks of a domain in Prepare order and task "
-                f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
-            )
-            return self._chain(text, previous, depth)
-        for dep in self._dep_slots(slot):
-            if not dep.finished:
-                text = (
-                    f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
-                    f"(handle {dep.sample().handle}, {dep.sample().describe()})"
-                )
-                return self._chain(text, dep, depth)
-        return "running" if slot.running else "runnable"
-
-    def _chain(self, text: str, blocker: Slot, depth: int) -> str:
-        if depth <= 1:
-            return text
-        return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
-
-    def _missing(self, who: str, what: str) -> str:
-        gone = sorted(self.returned)
-        note = f" (ranks {gone} returned from their function)" if gone else ""
-        return f"{who} have not {what}{note}"
-
-    def _describe_world(self) -> str:
-        """Under the lock: one line per unfinished slot, oldest first."""
-        slots = sorted(self.unfinished, key=lambda s: s.key)
-        lines = []
-        for slot in slots[:STATE_LINES]:
-            ranks = slot.sample().domain.ranks
-            committed = {ranks[r]: slot.committed.get(r, 0) for r in slot.tasks}
-            lines.append(
-                f"  - domain {slot.domain} task #{slot.seq} {slot.sample().describe()}: "
-                f"prepared by ranks {sorted(ranks[r] for r in slot.tasks)} of {list(ranks)}, "
-                f"rounds committed per rank {committed}, {slot.done} round(s) finished"
-            )
-        if len(slots) > STATE_LINES:
-            lines.append(f"  - ... and {len(slots) - STATE_LINES} more")
-        return "Unfinished tasks:\n" + "\n".join(lines) if lines else ""

@@ -34,6 +34,7 @@ from .constants import (
     HcclReduceOp,
     HcclServerConfig,
     HcclServerType,
+    ScopeType,
     dtype_size,
     hccl_dtype_of,
     torch_dtype_of,
@@ -91,6 +92,7 @@ from .tiling import (
     TilingData,
     offsetof,
 )
+from .windows import HcclNoWindowsError
 
 _enum_names = _constants.export_members(
     globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType, Pipe
@@ -112,6 +114,8 @@ __all__ = [
     "PLATFORMS",
     "Pipe",
     "RunResult",
+    "ScopeType",
+    "HcclNoWindowsError",
     "Config",
     "CrossCoreSetFlag",
     "CrossCoreWaitFlag",

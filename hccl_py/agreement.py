@@ -42,7 +42,7 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
     first = tasks[0]
     where = f"task #{first.seq} of domain {first.domain_name}"
     for t in tasks[1:]:
-        if (t.launch, t.handle) != (first.launch, first.handle):
+        if (t.launch, t.collective_index) != (first.launch, first.collective_index):
             return HcclMismatchError(
                 f"ranks prepared different numbers of tasks: at {where}, rank {global_rank(first)} "
                 f"is at handle {first.handle} ({first.describe()}) of its kernel launch "

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .blocking import default_timeout
-from .platform import Platform, get_platform
+from .platform import Platform, get_platform, ranks_per_server_default
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,9 @@ class Config:
       ``hp.run(..., trace=, summary=)`` and :func:`hccl_py.explain_layout`).
     - ``warnings_as_errors``: the kinds of :class:`~hccl_py.errors.HcclWarning` to raise
       as errors instead (e.g. ``{"extra-commit"}``), or True for every kind (for CI).
+    - ``buffsize_mb``: size of each communication window in MB (``HCCL_BUFFSIZE``, 200).
+    - ``ranks_per_server``: how many consecutive ranks share one server (``HCCL_PY_RANKS_PER_SERVER``,
+      8); Atlas A2's BatchWrite only reaches ranks of other servers, so 1 lets one-host tests use it.
     """
 
     platform: Platform = field(default_factory=lambda: get_platform("A2"))
@@ -43,6 +46,8 @@ class Config:
     warnings_as_errors: bool | frozenset[str] = frozenset()
     #: Record every call and round (for ``trace=``, ``summary=`` and hp.explain_layout).
     record: bool = False
+    buffsize_mb: int = 200
+    ranks_per_server: int = field(default_factory=ranks_per_server_default)
 
     def raises(self, kind: str) -> bool:
         """Whether a warning of ``kind`` is raised as an error in this run."""
@@ -54,3 +59,6 @@ class Config:
             raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
         if self.overlap not in ("error", "warn", "ignore"):
             raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")
+        rps = self.ranks_per_server
+        if isinstance(rps, bool) or not isinstance(rps, int) or rps < 1:
+            raise ValueError(f"ranks_per_server must be a positive int, not {rps!r}")

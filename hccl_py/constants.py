@@ -101,6 +101,17 @@ class CoreType(enum.IntEnum):
     ON_AIC = 2
 
 
+class ScopeType(enum.IntEnum):
+    """Template argument of ``QueueBarrier``: which cores' queues the barrier spans.
+
+    Only ``ALL`` is supported by the official client.
+    """
+
+    ALL = 0
+    QUEUE = 1
+    BLOCK = 2
+
+
 @dataclass(frozen=True)
 class HcclServerConfig:
     """Which core sends the messages: ``{CoreType type, int64 blockId}``."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import itertools
 import operator
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,11 +23,22 @@ from .errors import HcclBoundsError
 
 _alloc_ids = itertools.count()
 
+#: Integer addresses (``int(addr)``): every allocation owns a span of ``2**ADDR_SHIFT`` bytes
+#: starting at its base; ordinary allocations at ``(uid + 1) << ADDR_SHIFT``, windows in
+#: the range marked by :data:`WINDOW_TAG` (see :mod:`hccl_py.windows`).
+ADDR_SHIFT = 34
+ADDR_SPAN = 1 << ADDR_SHIFT
+WINDOW_TAG = 1 << 62
+#: Allocations whose integer address was taken, by uid (so that ``from_int`` finds them).
+_by_uid: weakref.WeakValueDictionary[int, Allocation] = weakref.WeakValueDictionary()
+#: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.windows).
+_window_resolvers: list[Callable[[int], Allocation | None]] = []
+
 
 class Allocation:
     """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
 
-    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory", "_host")
+    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory", "_host", "__weakref__")
 
     def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
         if tensor.is_meta:
@@ -60,6 +73,19 @@ class Allocation:
     def nbytes(self) -> int:
         """Size of the allocation in bytes."""
         return self.data.numel()
+
+    @property
+    def note(self) -> str:
+        """Extra words for bounds reports (windows name HCCL_BUFFSIZE); empty here."""
+        return ""
+
+    def on_view(self, offset: int, view: torch.Tensor) -> None:
+        """``hp.gm_tensor`` made ``view`` of this allocation at ``offset`` (windows track polls)."""
+
+    def int_base(self) -> int:
+        """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
+        _by_uid[self.uid] = self
+        return (self.uid + 1) << ADDR_SHIFT
 
     def __repr__(self) -> str:
         return f"<{self.name}: {self.nbytes} B on rank {self.rank}>"
@@ -139,6 +165,54 @@ class GmAddr:
             return "GmAddr(null)"
         return f"GmAddr({self.alloc.name}+{self.offset}, rank {self.alloc.rank})"
 
+    def __int__(self) -> int:
+        """The address as a uint64, as a kernel stores it in GM (0 for null)."""
+        if self.alloc is None:
+            return 0
+        if not 0 <= self.offset < ADDR_SPAN:
+            raise HcclBoundsError(
+                f"int(address): offset {self.offset} of {self.alloc.name} has no uint64 form "
+                f"(it lies before or far past the allocation's {self.alloc.nbytes} bytes)"
+                + self.alloc.note,
+                rank=self.alloc.rank,
+            )
+        return self.alloc.int_base() + self.offset
+
+    @classmethod
+    def from_int(cls, value: int) -> GmAddr:
+        """The address whose ``int()`` is ``value`` (0 gives the null address).
+
+        Raises :class:`HcclBoundsError` when ``value`` points into no allocation
+        this rank can see, or past the end of the one it points into.
+        """
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise HcclBoundsError(
+                f"GmAddr.from_int expects an integer address, got {what_is(value)}"
+            ) from None
+        if value == 0:
+            return NULL
+        base, offset = value & ~(ADDR_SPAN - 1), value & (ADDR_SPAN - 1)
+        alloc = None
+        if value & WINDOW_TAG:
+            for resolve in _window_resolvers:
+                alloc = alloc or resolve(base)
+        elif 0 < value < WINDOW_TAG:
+            alloc = _by_uid.get((base >> ADDR_SHIFT) - 1)
+        if alloc is None:
+            raise HcclBoundsError(
+                f"address {value:#x} points into no GM allocation or window this rank knows "
+                "(integer addresses come from int(addr) of a live allocation)"
+            )
+        if offset > alloc.nbytes:
+            raise HcclBoundsError(
+                f"address {value:#x} is byte {offset} of {alloc.name}, past its end at "
+                f"{alloc.nbytes} bytes" + alloc.note,
+                rank=alloc.rank,
+            )
+        return cls(alloc, offset)
+
     def check_range(self, nbytes: int, what: str = "access") -> None:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
@@ -148,7 +222,7 @@ class GmAddr:
         if self.offset < 0 or self.offset + nbytes > self.alloc.nbytes:
             raise HcclBoundsError(
                 f"{what}: bytes [{self.offset}, {self.offset + nbytes}) of {self.alloc.name} "
-                f"fall outside its {self.alloc.nbytes} bytes",
+                f"fall outside its {self.alloc.nbytes} bytes" + self.alloc.note,
                 rank=self.alloc.rank,
             )
 
@@ -201,6 +275,7 @@ def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tenso
             f"to the {size}-byte element size of {tdtype}",
             rank=addr.rank,
         )
+    addr.alloc.on_view(addr.offset, view)
     return view.view(tdtype)
 
 

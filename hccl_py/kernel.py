@@ -28,8 +28,8 @@ from .context import (
     set_core_context,
     set_rank_context,
 )
-from .errors import HcclCoreError, HcclDeadlockError, HcclPeerError
-from .gm import to_gm
+from .errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
+from .gm import GmAddr, to_gm
 from .template import template
 
 
@@ -76,6 +76,29 @@ class HcclContext:
 
     def __repr__(self) -> str:
         return f"HcclContext({self.index}, {self.group.name})"
+
+    def windows_in(self, rankId: int) -> GmAddr:
+        """Domain rank ``rankId``'s In window, as the context structure lists it.
+
+        Ascend 950 kernels read the windows this way (``HcclOpParam``); on A2/A3
+        use ``Hccl.GetWindowsInAddr``, which checks ``rankId`` as the client does.
+        """
+        return self._window(rankId, "In")
+
+    def windows_out(self, rankId: int) -> GmAddr:
+        """Domain rank ``rankId``'s Out window, as the context structure lists it."""
+        return self._window(rankId, "Out")
+
+    def _window(self, rankId: int, kind: str) -> GmAddr:
+        if isinstance(rankId, bool) or not isinstance(rankId, (int, np.integer)):
+            raise HcclUsageError(f"windows_{kind.lower()}: rankId must be an int, not {rankId!r}")
+        if not 0 <= rankId < self.group.size:
+            raise HcclUsageError(
+                f"windows_{kind.lower()}({rankId}): the domain {self.group.name} has ranks "
+                f"0..{self.group.size - 1}"
+            )
+        server = self.launch.rank_ctx.server
+        return GmAddr(server.window(self.group.name, self.group.ranks[int(rankId)], kind))
 
 
 class LaunchState:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .constants import HcclCMDType, HcclServerType
@@ -24,6 +25,18 @@ class Platform:
     #: Whether ``Query`` exists (not on Ascend 950).
     has_query: bool = True
     max_task_bytes: int | None = None
+    #: Whether GetWindowsInAddr/GetWindowsOutAddr exist (not on Ascend 950).
+    has_windows: bool = True
+    #: BatchWrite's item format ("A2": 32 bytes, "A3": 64 bytes), None without BatchWrite.
+    batch_write_format: str | None = None
+    #: Largest itemNum of one BatchWrite (A3 documents itemNum < 2048).
+    max_batch_items: int | None = None
+    #: Whether BatchWrite must target a rank of another server (Atlas A2).
+    batch_write_remote_only: bool = False
+    #: Whether the multi-queue calls exist (QueueBarrier, GetQueueNum, queueID > 0).
+    has_queues: bool = False
+    #: Whether Iterate (fine-grained AlltoAllV, tiling stepSize > 0) exists.
+    has_iterate: bool = False
 
     @property
     def ops(self) -> frozenset[HcclCMDType]:
@@ -47,6 +60,8 @@ PLATFORMS: dict[str, Platform] = {
         name="Atlas A2",
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
         finalize_async_allowed=False,
+        batch_write_format="A2",
+        batch_write_remote_only=True,
     ),
     "A3": Platform(
         short="A3",
@@ -54,6 +69,10 @@ PLATFORMS: dict[str, Platform] = {
         server=HcclServerType.HCCL_SERVER_TYPE_AICPU,
         finalize_async_allowed=True,
         max_alltoall_ranks=128,
+        batch_write_format="A3",
+        max_batch_items=2047,
+        has_queues=True,
+        has_iterate=True,
     ),
     "950": Platform(
         short="950",
@@ -63,8 +82,25 @@ PLATFORMS: dict[str, Platform] = {
         has_query=False,
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,
+        has_windows=False,
     ),
 }
+
+
+#: Ranks per server (Atlas A2 servers hold 8 NPUs); 1 makes every rank a server of its own.
+RANKS_PER_SERVER_ENV = "HCCL_PY_RANKS_PER_SERVER"
+
+
+def ranks_per_server_default() -> int:
+    """``HCCL_PY_RANKS_PER_SERVER`` from the environment, or 8."""
+    raw = os.environ.get(RANKS_PER_SERVER_ENV, "8")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{RANKS_PER_SERVER_ENV} must be a positive int, not {raw!r}")
+    return value
 
 
 def get_platform(name: str | Platform) -> Platform:

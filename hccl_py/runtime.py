@@ -19,6 +19,7 @@ from .trace import chrome
 from .trace.picture import LayoutPicture
 from .trace.summary import format_summary
 from .trace.summary import rows as summary_rows
+from .windows import checked_buffsize, default_buffsize
 
 #: Environment variable that turns the end-of-run summary on (``HCCL_PY_SUMMARY=1``).
 SUMMARY_ENV = "HCCL_PY_SUMMARY"
@@ -110,6 +111,8 @@ def run(
     trace: str | os.PathLike | None = None,
     summary: bool | None = None,
     record: bool = False,
+    buffsize_mb: int | None = None,
+    ranks_per_server: int | None = None,
 ) -> RunResult:
     """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
 
@@ -119,7 +122,9 @@ def run(
     ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
     decides which calls are allowed. See :class:`~hccl_py.context.Config` for
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
-    ``warnings_as_errors``. The result is a list with a ``warnings`` attribute
+    ``warnings_as_errors``; ``buffsize_mb`` is the size of each communication window
+    (default ``HCCL_BUFFSIZE`` or 200 MB), ``ranks_per_server`` how many consecutive
+    ranks form one server (default ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
     ends with a short summary on stderr. ``trace="run.json"`` writes a timeline of
     every call and round (Chrome trace JSON for Perfetto); ``summary=True`` (or
@@ -153,6 +158,8 @@ def run(
             else frozenset(warnings_as_errors)
         ),
         record=bool(record or trace or summary or picture),
+        buffsize_mb=(default_buffsize() if buffsize_mb is None else checked_buffsize(buffsize_mb)),
+        **({} if ranks_per_server is None else {"ranks_per_server": int(ranks_per_server)}),
     )
     chosen = get_backend(backend or default_backend())
     with frozen_heap():

@@ -19,7 +19,9 @@ from typing import Any
 from .config import Config
 from .constants import HcclCMDType
 from .context import Group
+from .gm import Allocation
 from .task import Task
+from .windows import HcclNoWindowsError
 
 
 class Server(ABC):
@@ -49,8 +51,10 @@ class Server(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
-    def exchange(self, group: Group, rank: int, payload: bytes) -> list[bytes] | None:
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
         """Every domain rank's ``payload`` of their next exchange in ``group``, or None.
+
+        ``op`` names the framework collective (``all_reduce``) for reports.
 
         Framework collectives first exchange what each rank was asked to do
         (:func:`hccl_py.framework._common.agree`). A server that can rendezvous
@@ -78,6 +82,37 @@ class Server(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the server's threads and resources at the end of the run."""
+
+    # Windows and one-sided copies (GetWindowsInAddr/OutAddr, BatchWrite): optional.
+    #: Why this backend has no windows (None: it has them); named at the first window call.
+    no_windows: str | None = "this backend does not provide communication windows"
+
+    def window(self, domain: str, rank: int, kind: str) -> Allocation:
+        """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``; raises without windows."""
+        raise HcclNoWindowsError(f"GetWindows{kind}Addr: {self.no_windows}")
+
+    def window_at(self, base: int) -> Allocation | None:
+        """The window whose integer base address is ``base`` (for ``GmAddr.from_int``)."""
+        return None
+
+    def write_items(self, task: Task, copies: list[tuple[Any, Any, int]]) -> None:
+        """Run one BatchWrite: copy ``nbytes`` from each source to each destination address.
+
+        The addresses are checked already. The default copies at once, in order,
+        which is what any backend whose windows are this process's memory needs.
+        """
+        for src, dst, nbytes in copies:
+            dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
+
+    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
+        """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
+
+    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
+        """Domain rank ``rank`` arrived at ``key``; block until every rank of ``group`` did.
+
+        AlltoAllvWrite's Wait: every rank's writes into this rank's window are done.
+        """
+        raise HcclNoWindowsError(f"{what}: {self.no_windows}")
 
 
 class Backend(ABC):

@@ -46,6 +46,14 @@ class Task:
     caller: str | None = None
     #: Byte layouts of every round per side, computed once (:mod:`hccl_py.layout`).
     layout_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: One-sided handles (BatchWrite) the object returned before this task: only some ranks
+    #: may make them, so ranks compare collective tasks by :attr:`collective_index`.
+    one_sided_before: int = 0
+
+    @property
+    def collective_index(self) -> int:
+        """The task's position among the collective tasks of its kernel launch and domain."""
+        return self.handle - self.one_sided_before
 
     @property
     def elem_size(self) -> int:

@@ -178,7 +178,10 @@ def test_deadlock_report_names_the_framework_call() -> None:
         hp.run(lone_all_reduce, world_size=2, backend="emu", timeout=TIMEOUT)
     text = str(info.value)
     assert isinstance(info.value.root_causes[0], hp.HcclDeadlockError)
-    assert "rank 0 waits for round 0 of handle 0 all_reduce's AllGather(" in text
+    assert (
+        "rank 0 waits in all_reduce (framework collective #0 of hccl_world_group) for ranks [1], "
+        "which have not called it" in text
+    )
 
 
 # ------------------------------------------------------------------ 5. every dtype between processes

@@ -46,6 +46,12 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_reduce_scatter_full_mesh.py": {"output": "PASS"},
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
+    "moe_distribute_window.py": {
+        "dispatch-direct": "PASS",
+        "combine-direct": "PASS",
+        "dispatch-a2": "PASS",
+        "combine-a2": "PASS",
+    },
 }
 UNEVEN_SKIPPED = {"equal-count": "PASS", "uneven": "SKIP"}
 #: run id -> (python arguments, ranks, expected verdicts) for runs other than ``python X.py``.
@@ -80,6 +86,26 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_matmul_reduce_scatter_full_mesh.py"],
+    ),
+    "moe_distribute_window-gloo": (
+        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
+        4,
+        SAMPLES["moe_distribute_window.py"],
+    ),
+    "moe_distribute_window-n16": (
+        ["-m", "hccl_py", "run", "-n", "16"],
+        16,
+        SAMPLES["moe_distribute_window.py"],
+    ),
+    "moe_distribute_window-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["moe_distribute_window.py"],
+    ),
+    "moe_distribute_window-n2": (
+        ["-m", "hccl_py", "run", "-n", "2"],
+        2,
+        SAMPLES["moe_distribute_window.py"],
     ),
     "alltoallv_custom-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
@@ -145,6 +171,7 @@ def test_sample_waits_before_reading(monkeypatch: pytest.MonkeyPatch, name: str)
         world_size=4,
         backend="emu",
         platform=getattr(sample, "PLATFORM", "A2"),
+        **getattr(sample, "RUN_KWARGS", {}),
         schedule="late",
         poison=True,
         timeout=20,

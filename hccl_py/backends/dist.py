@@ -22,6 +22,7 @@ import contextlib
 import inspect
 import os
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from ..agreement import error_for, global_rank, wait_head
 from ..blocking import Blocker
 from ..config import Config
 from ..context import Group
-from ..errors import HcclError
+from ..errors import HcclError, HcclTimeoutError
 from ..launcher.msrun import serve_scheduler
 from ..launcher.spawn import spawn_world
 from ..launcher.spec import spec_from_env
@@ -45,6 +46,7 @@ from . import npu, pg_rounds
 from . import store as kv
 from .domain_queue import DomainQueue, desc_key, final_key, returned_key, stub
 from .session import Session, session_for
+from .shm_windows import SharedWindows
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
@@ -54,6 +56,9 @@ REDUCE_ENV = "HCCL_PY_REDUCE"
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
+
+#: How often an AlltoAllvWrite Wait looks at the store on gloo.
+RENDEZVOUS_POLL_S = 0.002
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
@@ -67,6 +72,15 @@ class DistServer(Server):
     """One rank's server: process groups per domain, one thread per domain."""
 
     ops = frozenset(pg_rounds.ROUNDS)
+
+    @property
+    def no_windows(self) -> str:
+        """Why this backend has no windows (named at the first window call)."""
+        return (
+            f"the {self.backend_name} backend does not map communication windows: the NPU "
+            "communicator owns them and hccl_py has no access to them; run window kernels on "
+            "the emulator (backend='emu') or on gloo processes of one host"
+        )
 
     def __init__(self, session: Session, run: int, config: Config, blocker: Blocker) -> None:
         self.session = session
@@ -305,7 +319,11 @@ class DistBackend(Backend):
 
     def make_server(self, session: Session, run: int, config: Config, blocker: Blocker) -> Server:
         """The server of run ``run`` of this process's session."""
-        return DistServer(session, run, config, blocker)
+        return self.server_class()(session, run, config, blocker)
+
+    def server_class(self) -> type[Server]:
+        """The server class of this backend."""
+        return DistServer
 
     def run(
         self, fn: Callable[..., Any], args: tuple, world_size: int | None, config: Config
@@ -339,6 +357,30 @@ class GlooBackend(DistBackend):
         torch.bfloat16: torch.float32,
         torch.int16: torch.int32,
     }
+
+    def server_class(self) -> type[Server]:
+        """The gloo server, with windows in shared memory."""
+        return GlooServer
+
+
+class GlooServer(SharedWindows, DistServer):
+    """The gloo server: :class:`DistServer` with windows in shared memory of one host."""
+
+    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
+        """Count this rank in at ``key`` through the store; poll until every rank of ``group`` is."""
+        name = f"rendezvous/{group.name}/{key}"
+        if name not in self._keys:
+            self.store.add(name, 1)
+            self._keys.append(name)
+        deadline = time.monotonic() + self.config.timeout
+        while int(self.store.add(name, 0)) < group.size:
+            self.session.check_abort()
+            if time.monotonic() > deadline:
+                raise HcclTimeoutError(
+                    f"timed out after {self.config.timeout:g} s: {what}: not every rank of "
+                    f"domain {group.name} made its AlltoAllvWrite"
+                )
+            time.sleep(RENDEZVOUS_POLL_S)
 
 
 class HcclBackend(DistBackend):

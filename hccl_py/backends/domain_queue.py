@@ -247,7 +247,7 @@ class Absentees:
                 continue
             final = final_key(task.domain_name, task.launch, i)
             n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
-            if n_tasks is not None and task.handle >= n_tasks:
+            if n_tasks is not None and task.collective_index >= n_tasks:
                 raise count_mismatch(task, i, n_tasks)
             peer = task.domain.ranks[i]
             returned = self.store.check([returned_key(peer)])

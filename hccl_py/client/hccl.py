@@ -17,15 +17,16 @@ from ..errors import HcclCoreError, HcclUnfinishedError
 from ..task import op_name
 from ..template import template
 from .convert import slots_used
+from .half_alltoallv import WriteCalls
 from .log import logged
-from .prepare import PrepareCalls
+from .onesided import ONE_SIDED
 from .sender import is_sender
 from .state import Handle
 
 _C = HcclCMDType
 
 
-class Hccl(PrepareCalls):
+class Hccl(WriteCalls):
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
@@ -75,9 +76,12 @@ class Hccl(PrepareCalls):
                 round=info.commits,
             )
             return
-        info.commits += 1
-        if info.task is not None:
-            self.state.rank_ctx.server.commit(info.task, info.commits - 1)
+        for _ in range(self._commit_steps(info) if info.step_size else 1):
+            info.commits += 1
+            if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
+                self._commit_write(int(handleId))
+            elif info.task is not None:
+                self.state.rank_ctx.server.commit(info.task, info.commits - 1)
         self._ok(None)
 
     @logged
@@ -91,8 +95,20 @@ class Hccl(PrepareCalls):
             return self._unknown_handle("Wait", handleId)
         h = int(handleId)
         name = op_name(info.op)
+        if info.step_size:
+            return self._fine_wait(info, h)
         if info.waits >= info.commits:
             return self._not_committed(info, h, name)
+        if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
+            self._wait_write(h)
+            info.waits += 1
+            return self._ok(HCCL_SUCCESS)
+        if info.op in ONE_SIDED or self._queue_num():
+            # With several queues the official client returns 0 at once; else the copies finish.
+            if info.op in ONE_SIDED and not self._queue_num():
+                self.state.rank_ctx.server.flush_writes(self.state.group.name, self.state.rank)
+            info.waits += 1
+            return self._ok(HCCL_SUCCESS)
         core = self._core()
         if core.kind != info.kind:
             return self._fail(
@@ -163,8 +179,11 @@ class Hccl(PrepareCalls):
             return self._unknown_handle("Query", handleId)
         if self.finalized:
             return self._ok(0)
+        if info.op in ONE_SIDED:
+            return self._ok(info.repeat)
         task = info.task or self.state.tasks.get(int(handleId))
-        return self._ok(0 if task is None else self.state.rank_ctx.server.finished(task))
+        done = 0 if task is None else self.state.rank_ctx.server.finished(task)
+        return self._ok(done * self.state.rank_dim if info.step_size else done)
 
     @template("sync")
     @logged
@@ -203,11 +222,14 @@ class Hccl(PrepareCalls):
                     self.state.group,
                     self.state.rank,
                     self.state.launch_index(),
-                    len(self.handles),
+                    len(self.handles) - self._one_sided_count(),
                 )
             if sync:
-                for info in self.handles:
-                    server.wait(info.task, info.repeat - 1)
+                for h, info in enumerate(self.handles):
+                    if info.op == _C.HCCL_CMD_HALF_ALLTOALLV and not info.waits:
+                        self._wait_write(h)
+                    elif info.op not in ONE_SIDED:
+                        server.wait(info.task, info.repeat - 1)
         self.finalized = True
         self._ok(None)
 

@@ -31,6 +31,18 @@ _C = HcclCMDType
 class PrepareCalls(HcclBase):
     """The five Prepare calls of the AscendC client and their one shared path."""
 
+    def _step_size(self, op: HcclCMDType) -> int:
+        """Fine-grained step size of ``op``'s tasks (0: Commit and Wait count rounds)."""
+        return 0
+
+    def _commits_per_prepare(self, info: Handle) -> int:
+        """How many Commits a Prepare with ``commit=True`` makes."""
+        return info.repeat
+
+    def _one_sided_count(self) -> int:
+        """How many one-sided handles (BatchWrite) this object returned so far."""
+        return 0
+
     def _limits(self, op: HcclCMDType) -> Limits:
         state = self.state
         return Limits(
@@ -68,7 +80,9 @@ class PrepareCalls(HcclBase):
                 handle=handle,
             )
         if not is_sender(self.config, core):
-            self.handles.append(Handle(op, fields["repeat"], core.kind))
+            self.handles.append(
+                Handle(op, fields["repeat"], core.kind, step_size=self._step_size(op))
+            )
             return self._prepared(handle, commit)
         task = Task(
             op=op,
@@ -81,6 +95,7 @@ class PrepareCalls(HcclBase):
             deps=tuple(state.deps),
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
             caller=self.framework if isinstance(self.framework, str) else None,
+            one_sided_before=self._one_sided_count(),
             **fields,
         )
         config = state.rank_ctx.config
@@ -100,14 +115,16 @@ class PrepareCalls(HcclBase):
         state.sender = self
         state.sender_core = core
         state.tasks[handle] = task
-        self.handles.append(Handle(op, task.repeat, core.kind, task=task))
+        self.handles.append(
+            Handle(op, task.repeat, core.kind, task=task, step_size=self._step_size(op))
+        )
         state.rank_ctx.server.submit(task)
         return self._prepared(handle, commit)
 
     def _prepared(self, handle: int, commit: bool) -> int:
         self._ok()
         if commit:
-            for _ in range(self.handles[handle].repeat):
+            for _ in range(self._commits_per_prepare(self.handles[handle])):
                 self.Commit(handle)
         return handle
 

@@ -31,6 +31,12 @@ class Handle:
     commits: int = 0
     waits: int = 0
     task: Task | None = None
+    #: Fine-grained AlltoAllV (tiling stepSize > 0): steps per Commit/Wait, steps counted,
+    #: and the next slice Iterate hands out.
+    step_size: int = 0
+    steps_committed: int = 0
+    steps_waited: int = 0
+    slice: int = 0
 
 
 class ClientState:

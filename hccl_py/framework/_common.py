@@ -163,7 +163,7 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
 def _exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     ctx = current_rank_context()
-    direct = ctx.server.exchange(group, group.rank_of(ctx.rank), payload)
+    direct = ctx.server.exchange(group, group.rank_of(ctx.rank), op, payload)
     if direct is not None:
         return direct
     n = group.size

@@ -9,16 +9,32 @@
 from __future__ import annotations
 
 from ..constants import HcclCMDType
-from . import all_gather, all_reduce, all_to_all, all_to_all_v, batch_write, reduce_scatter
+from . import (
+    all_gather,
+    all_reduce,
+    all_to_all,
+    all_to_all_v,
+    batch_write,
+    half_all_to_all_v,
+    reduce_scatter,
+)
 from .spec import OpSpec, stride
 
-_MODULES = (all_reduce, all_gather, reduce_scatter, all_to_all, all_to_all_v, batch_write)
+_MODULES = (
+    all_reduce,
+    all_gather,
+    reduce_scatter,
+    all_to_all,
+    all_to_all_v,
+    batch_write,
+    half_all_to_all_v,
+)
 
 #: Every op of the kernel API, by command type, in the order of the AscendC documentation.
 OPS: dict[HcclCMDType, OpSpec] = {m.SPEC.cmd: m.SPEC for m in _MODULES}
 #: The same specs by AscendC name (``"AllGather"``).
 BY_NAME: dict[str, OpSpec] = {s.name: s for s in OPS.values()}
-#: The ops whose data the executors move (BatchWrite is declared but not run yet).
+#: The ops whose data the executors' rounds move (BatchWrite and AlltoAllvWrite go to windows).
 EXECUTABLE: frozenset[HcclCMDType] = frozenset(c for c, s in OPS.items() if s.executable)
 
 

@@ -1,0 +1,96 @@
+"""BatchWrite on the emulator: at once, or as late as possible under the late schedule.
+
+With ``schedule="eager"`` the copies of a BatchWrite run in the preparing
+thread, at Prepare. With ``schedule="late"`` they wait until every other thread
+of the world is blocked or spinning (polling a flag), like the rounds of a
+collective, and with ``poison=True`` their destination bytes read 0xFF until
+then: a kernel that reads a window before the flag that announces the data
+sees the poison instead of data that arrived by chance.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hccl_py.blocking import Job
+from hccl_py.task import Task
+
+Copies = list[tuple[object, object, int]]
+
+
+def run_copies(copies: Copies) -> None:
+    """Copy each (source, destination, bytes) in order, as the server does."""
+    for src, dst, nbytes in copies:
+        dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
+
+
+class OneSidedWrites:
+    """Mixin for the emulated world: the one-sided copies of BatchWrite."""
+
+    def _pending_writes(self) -> list[tuple[Task, Copies]]:
+        return self.__dict__.setdefault("_writes", [])
+
+    def write_items(self, task: Task, copies: Copies) -> None:
+        """Run one BatchWrite now (eager) or when the world is quiescent (late)."""
+        if self.config.schedule != "late":
+            run_copies(copies)
+            return
+        with self.blocker.cond:
+            if self.config.poison:
+                for _, dst, nbytes in copies:
+                    dst.bytes_view(nbytes).fill_(0xFF)
+            self._pending_writes().append((task, copies))
+            self.blocker.progressed()
+
+    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
+        """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
+        with self.blocker.cond:
+            pending = self._pending_writes()
+            mine = [
+                w
+                for w in pending
+                if domain is None or (w[0].domain_name == domain and w[0].rank == rank)
+            ]
+            for w in mine:
+                pending.remove(w)
+        for _, copies in mine:
+            run_copies(copies)
+        with self.blocker.cond:
+            self.blocker.progressed()
+
+    def _write_job(self) -> Job | None:
+        """Under the lock: the oldest pending BatchWrite as a job, or None."""
+        pending = self._pending_writes()
+        if not pending:
+            return None
+        _, copies = pending.pop(0)
+        return functools.partial(self._run_write, copies)
+
+    def _run_write(self, copies: Copies) -> None:
+        run_copies(copies)
+        with self.blocker.cond:
+            self.blocker.progressed()
+
+    def rendezvous(self, group, rank: int, key: str, what: str) -> None:
+        """Block until every rank of ``group`` arrived at ``key`` and their copies landed."""
+        arrivals = self.__dict__.setdefault("_arrivals", {})
+        name = group.name
+        with self.blocker.cond:
+            arrivals.setdefault((name, key), set()).add(rank)
+            self.blocker.progressed()
+        here = arrivals[(name, key)]
+
+        def done() -> bool:
+            return len(here) == group.size and not any(
+                w[0].domain_name == name for w in self._pending_writes()
+            )
+
+        def why() -> str:
+            missing = [group.ranks[r] for r in range(group.size) if r not in here]
+            gone = sorted(getattr(self, "returned", ()))
+            note = f" (ranks {gone} returned from their function)" if gone else ""
+            if missing:
+                return f"{what}: ranks {missing} have not made their AlltoAllvWrite{note}"
+            return f"{what}: the copies of the other ranks are still pending"
+
+        self.blocker.wait_for(done, why)

@@ -1,0 +1,89 @@
+"""The emulated server's reports: why a round has not run, and the state of the world.
+
+A mixin of :class:`~.world.EmuWorld`, kept apart so that the server's logic
+and the texts that explain it stay readable; every method runs under the
+world's lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hccl_py.agreement import wait_head
+from hccl_py.task import Task
+
+if TYPE_CHECKING:
+    from .world import Slot
+
+#: How many unfinished slots a report of the world's state lists.
+STATE_LINES = 12
+#: How far a wait-for description follows a chain of blocked tasks.
+CHAIN_DEPTH = 3
+
+
+class WorldReports:
+    """Texts about the slots of an :class:`~.world.EmuWorld`."""
+
+    def _describe_wait(
+        self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
+    ) -> str:
+        return f"{wait_head(task, round_idx, verb)}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
+
+    def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
+        """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
+        ranks = slot.sample().domain.ranks
+        if slot.error is not None:
+            return f"failed: {slot.error.reason}"
+        if slot.done > round_idx:
+            return "finished"
+        if not slot.complete:
+            return self._missing(
+                f"ranks {[ranks[r] for r in slot.not_submitted()]}", "prepared this task"
+            )
+        lagging = [ranks[r] for r in slot.not_committed(round_idx + 1)]
+        if lagging:
+            return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
+        if slot.done < round_idx:
+            return f"round {slot.done} has to run first"
+        previous = self._previous(slot)
+        if previous is not None and not previous.finished:
+            what = previous.sample()
+            text = (
+                f"the server runs the tasks of a domain in Prepare order and task "
+                f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
+            )
+            return self._chain(text, previous, depth)
+        for dep in self._dep_slots(slot):
+            if not dep.finished:
+                text = (
+                    f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
+                    f"(handle {dep.sample().handle}, {dep.sample().describe()})"
+                )
+                return self._chain(text, dep, depth)
+        return "running" if slot.running else "runnable"
+
+    def _chain(self, text: str, blocker: Slot, depth: int) -> str:
+        if depth <= 1:
+            return text
+        return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
+
+    def _missing(self, who: str, what: str) -> str:
+        gone = sorted(self.returned)
+        note = f" (ranks {gone} returned from their function)" if gone else ""
+        return f"{who} have not {what}{note}"
+
+    def _describe_world(self) -> str:
+        """Under the lock: one line per unfinished slot, oldest first."""
+        slots = sorted(self.unfinished, key=lambda s: s.key)
+        lines = []
+        for slot in slots[:STATE_LINES]:
+            ranks = slot.sample().domain.ranks
+            committed = {ranks[r]: slot.committed.get(r, 0) for r in slot.tasks}
+            lines.append(
+                f"  - domain {slot.domain} task #{slot.seq} {slot.sample().describe()}: "
+                f"prepared by ranks {sorted(ranks[r] for r in slot.tasks)} of {list(ranks)}, "
+                f"rounds committed per rank {committed}, {slot.done} round(s) finished"
+            )
+        if len(slots) > STATE_LINES:
+            lines.append(f"  - ... and {len(slots) - STATE_LINES} more")
+        return "Unfinished tasks:\n" + "\n".join(lines) if lines else ""

@@ -1,0 +1,192 @@
+"""AlltoAllvWrite (Ascend 950): byte slices written into every peer's In window.
+
+As the official client sends it: op ``HCCL_CMD_HALF_ALLTOALLV``, type INT8,
+count ``localDataSize``, one round. ``sendOffsets``/``sendSizes`` hold one
+uint64 per peer, or two on the CCU server (entry ``j`` for die 0, ``j +
+rankDim`` for die 1); peer ``j`` receives its slice, die 0 then die 1, at
+``remoteWinOffset`` of its In window. The copies run at Commit; Wait (and
+Finalize) returns once every rank of the domain made its AlltoAllvWrite and
+the copies into this rank's window landed, after which the kernel reads its
+window through the context (``GetHcclContext(0).windows_in(rank)``, as 950
+kernels read ``HcclOpParam``: the Hccl class has no GetWindows*Addr there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..constants import INVALID_HANDLE_ID, HcclCMDType, HcclDataType, HcclServerType
+from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..gm import GmAddr, what_is
+from ..task import Task
+from ..template import template
+from .finegrained import FineGrainedCalls
+from .log import logged
+from .onesided import _int_arg
+from .sender import core_problem, is_sender
+from .state import Handle
+
+_HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
+
+
+def _uint64s(name: str, values: Any, n: int) -> np.ndarray:
+    """``n`` uint64 values from a GM address, a tensor or a sequence."""
+    if values is None or (isinstance(values, GmAddr) and values.is_null):
+        raise InvalidCall(f"{name} is null")
+    if isinstance(values, GmAddr):
+        try:
+            return np.frombuffer(values.read_bytes(8 * n), dtype="<u8").astype(np.int64)
+        except HcclBoundsError as exc:
+            raise InvalidCall(f"cannot read {name}: {exc.reason}", cls=HcclBoundsError) from None
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values)
+    if array.dtype.kind not in "iu" or array.shape != (n,) or (array < 0).any():
+        raise InvalidCall(f"{name} must hold {n} non-negative integers", actual=what_is(values))
+    return array.astype(np.int64)
+
+
+class WriteCalls(FineGrainedCalls):
+    """The ``AlltoAllvWrite`` call of the AscendC ``Hccl`` client."""
+
+    @template("commit")
+    @logged
+    def AlltoAllvWrite(
+        self,
+        usrIn: GmAddr,
+        sendOffsets: Any,
+        sendSizes: Any,
+        remoteWinOffset: int,
+        localDataSize: int,
+        commit: bool = False,
+    ) -> int:
+        """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""
+        name = "AlltoAllvWrite"
+        reason = self._usable()
+        if reason:
+            return self._fail(f"{name}: {reason}", ret=INVALID_HANDLE_ID, op=name)
+        core = self._core()
+        handle = len(self.handles)
+        task = copies = None
+        try:
+            size = self._check_write(usrIn, remoteWinOffset, localDataSize)
+            if is_sender(self.config, core):
+                problem = core_problem(self, core)
+                if problem:
+                    raise InvalidCall(problem, cls=HcclCoreError)
+                copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset, size)
+        except InvalidCall as bad:
+            return self._fail(
+                f"{name}: {bad.reason}",
+                ret=INVALID_HANDLE_ID,
+                cls=bad.cls,
+                op=name,
+                handle=handle,
+                **bad.facts,
+            )
+        state = self.state
+        if copies is not None:
+            task = Task(
+                op=_HALF,
+                domain=state.group,
+                rank=state.rank,
+                rank_dim=state.rank_dim,
+                handle=handle,
+                seq=-1,
+                send=usrIn,
+                recv=usrIn,
+                dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
+                count=size,
+                launch=state.launch_index(),
+            )
+            counter = state.rank_ctx.extras.setdefault("alltoallvwrite", {})
+            index = counter[state.group.name] = counter.get(state.group.name, -1) + 1
+            state.__dict__.setdefault("writes", {})[handle] = (f"{index}", copies)
+            state.sender, state.sender_core = self, core
+            state.tasks[handle] = task
+        self.handles.append(Handle(_HALF, 1, core.kind, task=task))
+        self._ok(handle)
+        if commit:
+            self.Commit(handle)
+        return handle
+
+    def _check_write(self, usrIn: Any, remoteWinOffset: Any, localDataSize: Any) -> int:
+        platform = self.state.rank_ctx.config.platform
+        if not platform.supports(_HALF):
+            raise InvalidCall(f"AlltoAllvWrite is not supported on {platform.name}")
+        if self._mode != "Init-no-tiling" and _HALF not in self._cc:
+            raise InvalidCall(
+                "no tiling set for AlltoAllvWrite: call SetCcTilingV2 with the offset of an "
+                "Mc2CcTiling whose opType is HCCL_CMD_HALF_ALLTOALLV"
+            )
+        if usrIn is None or (isinstance(usrIn, GmAddr) and usrIn.is_null):
+            raise InvalidCall("usrIn is null")
+        if not isinstance(usrIn, GmAddr):
+            raise InvalidCall(f"usrIn must be a GM address, not {what_is(usrIn)}")
+        size = _int_arg(localDataSize)
+        if size is None or size <= 0:
+            raise InvalidCall("localDataSize must be a positive int", actual=localDataSize)
+        offset = _int_arg(remoteWinOffset)
+        if offset is None or offset < 0:
+            raise InvalidCall("remoteWinOffset must be a non-negative int", actual=remoteWinOffset)
+        if len(self.handles) + self._n_syncs >= 63:
+            raise InvalidCall("the domain already used its 63 handles")
+        return size
+
+    def _slices(
+        self, usrIn: GmAddr, offsets: Any, sizes: Any, win_offset: int, size: int
+    ) -> list[tuple[GmAddr, GmAddr, int]]:
+        """(source, destination, bytes) of every slice, checked against usrIn and the windows."""
+        state = self.state
+        dim = state.rank_dim
+        halves = 2 if self.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU else 1
+        offs = _uint64s("sendOffsets", offsets, halves * dim).reshape(halves, dim)
+        lens = _uint64s("sendSizes", sizes, halves * dim).reshape(halves, dim)
+        try:
+            usrIn.check_range(size, "usrIn (localDataSize bytes)")
+        except HcclBoundsError as exc:
+            raise InvalidCall(exc.reason, cls=HcclBoundsError) from None
+        bad = np.argwhere(offs + lens > size)
+        if bad.size:
+            die, j = (int(v) for v in bad[0])
+            raise InvalidCall(
+                f"the slice for rank {j} (die {die}) is bytes [{offs[die, j]}, "
+                f"{offs[die, j] + lens[die, j]}) of usrIn, beyond localDataSize {size}",
+                cls=HcclBoundsError,
+            )
+        server = state.rank_ctx.server
+        copies = []
+        for j in range(dim):
+            window = GmAddr(server.window(state.group.name, state.group.ranks[j], "In"))
+            dst = window + win_offset
+            for die in range(halves):
+                n = int(lens[die, j])
+                try:
+                    dst.check_range(n, f"AlltoAllvWrite into rank {j}")
+                except HcclBoundsError as exc:
+                    raise InvalidCall(exc.reason, cls=HcclBoundsError) from None
+                copies.append((usrIn + int(offs[die, j]), dst, n))
+                dst = dst + n
+        return copies
+
+    def _commit_write(self, h: int) -> None:
+        """Commit of an AlltoAllvWrite: the copies go out now."""
+        key_copies = self.state.__dict__.get("writes", {}).get(h)
+        if key_copies is not None and self.state.sender is self:
+            self.state.rank_ctx.server.write_items(self.state.tasks[h], key_copies[1])
+
+    def _wait_write(self, h: int) -> None:
+        """Wait of an AlltoAllvWrite: every rank wrote, and this rank's window holds the data."""
+        core = self._core()
+        self.state.task(h, core)
+        key, _ = self.state.__dict__["writes"][h]
+        self.state.rank_ctx.server.rendezvous(
+            self.state.group,
+            self.state.rank,
+            key,
+            f"rank {self.state.rank_ctx.rank} waits for handle {h} AlltoAllvWrite in domain "
+            f"{self.state.group.name}",
+        )

@@ -1,0 +1,331 @@
+"""Windows and one-sided calls: GetWindowsInAddr/OutAddr, BatchWrite, QueueBarrier, GetQueueNum.
+
+The official AI CPU client sends BatchWrite like any Prepare but always
+commits it (its ``commit`` template argument is ignored), takes the queue from
+``queueID`` and the message slot from ``queueID + blockIdx * queueNum``; with
+several queues (``queueNum > 0``) every core sends its own messages and Wait
+returns 0 at once. The server reads the items from GM and copies each source
+range into a window; no peer takes part, so nothing is matched across ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..constants import (
+    HCCL_MAX_HANDLE_ID,
+    INVALID_HANDLE_ID,
+    HcclCMDType,
+    HcclDataType,
+    ScopeType,
+)
+from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..gm import NULL, GmAddr, what_is
+from ..ops.batch_write import ITEM_DTYPES, decode_items
+from ..task import Task
+from ..template import template
+from ..tiling import Mc2InitTiling, tiling_bytes
+from ..windows import WindowAllocation
+from .convert import slots_used
+from .log import logged
+from .prepare import PrepareCalls
+from .sender import core_problem, is_sender
+from .state import Handle
+
+_BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
+#: Ops whose copies go straight into windows: no slot of the server, so ranks do not match
+#: them task by task (BatchWrite: only the preparing rank; AlltoAllvWrite: a rendezvous).
+ONE_SIDED = frozenset({_BW, HcclCMDType.HCCL_CMD_HALF_ALLTOALLV})
+
+
+def _int_arg(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
+class OneSidedCalls(PrepareCalls):
+    """The window and one-sided calls of the AscendC ``Hccl`` client."""
+
+    def _one_sided_count(self) -> int:
+        """How many one-sided handles (BatchWrite) this object returned so far."""
+        return sum(h.op in ONE_SIDED for h in self.handles)
+
+    # ------------------------------------------------------------------ windows
+    def GetWindowsInAddr(self, rankId: int) -> GmAddr:
+        """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""
+        return self._window(rankId, "In")
+
+    def GetWindowsOutAddr(self, rankId: int) -> GmAddr:
+        """GM address of domain rank ``rankId``'s Out window; null for ``rankId >= rankDim``."""
+        return self._window(rankId, "Out")
+
+    def _window(self, rankId: Any, kind: str) -> GmAddr:
+        call = f"GetWindows{kind}Addr"
+        if self.state is None:
+            return self._fail(f"{call}: the Hccl object is not initialised", ret=NULL)
+        platform = self.state.rank_ctx.config.platform
+        if not platform.has_windows:
+            return self._fail(f"{call} is not supported on {platform.name}", ret=NULL)
+        r = _int_arg(rankId)
+        if r is None or r < 0:
+            return self._fail(
+                f"{call}: rankId must be a non-negative int, not {what_is(rankId)}", ret=NULL
+            )
+        dim = self.state.rank_dim
+        if r >= dim:
+            return self._carry_on(
+                "window-rank",
+                f"{call}({r}): rankId must be less than rankDim {dim}; the official client "
+                "returns a null address",
+                ret=NULL,
+                expected=f"< {dim}",
+                actual=r,
+            )
+        group = self.state.group
+        alloc = self.state.rank_ctx.server.window(group.name, group.ranks[r], kind)
+        return self._ok(GmAddr(alloc, 0))
+
+    # ------------------------------------------------------------------- queues
+    def _queue_num(self) -> int:
+        """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
+        if self._tiling_src is None:
+            return 0
+        cached = self.__dict__.get("_queues")
+        if cached is None or cached[0] is not self._tiling_src:
+            raw = tiling_bytes(self._tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
+            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
+            cached = self.__dict__["_queues"] = (self._tiling_src, num)
+        return cached[1]
+
+    def GetQueueNum(self) -> int:
+        """``Mc2InitTiling.queueNum``: how many BatchWrite queues each core has (Atlas A3)."""
+        if self.state is None:
+            return self._fail("GetQueueNum: the Hccl object is not initialised", ret=0)
+        platform = self.state.rank_ctx.config.platform
+        if not platform.has_queues:
+            return self._fail(f"GetQueueNum is not supported on {platform.name}", ret=0)
+        return self._ok(self._queue_num())
+
+    @template("scope", convert=ScopeType)
+    @logged
+    def QueueBarrier(self, queueID: int, scope: ScopeType = ScopeType.ALL) -> None:
+        """Send a barrier message on queue ``queueID`` (``QueueBarrier[ScopeType.ALL]``, Atlas A3)."""
+        reason = self._usable()
+        if reason:
+            self._fail(f"QueueBarrier: {reason}", ret=None)
+            return
+        platform = self.state.rank_ctx.config.platform
+        if not platform.has_queues:
+            self._fail(f"QueueBarrier is not supported on {platform.name}", ret=None)
+            return
+        if scope != ScopeType.ALL:
+            self._fail(
+                f"QueueBarrier[{scope.name}]: only ScopeType.ALL is supported",
+                ret=None,
+                expected="ALL",
+                actual=scope.name,
+            )
+            return
+        problem = self._queue_problem(queueID)
+        if problem:
+            self._fail(f"QueueBarrier: {problem}", ret=None)
+            return
+        # BatchWrites of this emulation finish at Prepare: every queue is already drained.
+        self._n_syncs += 1
+        self._ok(None)
+
+    def _queue_problem(self, queueID: Any) -> str | None:
+        q = _int_arg(queueID)
+        n = self._queue_num()
+        if q is None or q < 0:
+            return f"queueID must be a non-negative int, not {what_is(queueID)}"
+        platform = self.state.rank_ctx.config.platform
+        if q and not platform.has_queues:
+            return f"queueID {q}: {platform.name} has one BatchWrite queue (queue 0)"
+        if n == 0 and q != 0:
+            return (
+                f"queueID {q} needs a tiling with queueNum > {q} (SetQueueNum); it has queueNum 0"
+            )
+        if n and q >= n:
+            return f"queueID {q} is not below the tiling's queueNum {n}"
+        return None
+
+    # --------------------------------------------------------------- BatchWrite
+    @template("commit")
+    @logged
+    def BatchWrite(
+        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, commit: bool = True
+    ) -> int:
+        """One-sided copies of ``itemNum`` items at ``batchWriteInfo``; always committed.
+
+        Returns the handle id, or -1 (nothing sent) for a call the client rejects.
+        """
+        name = "BatchWrite"
+        reason = self._usable()
+        if reason:
+            return self._fail(f"{name}: {reason}", ret=INVALID_HANDLE_ID, op=name)
+        try:
+            queues = self._check_batch_write(batchWriteInfo, itemNum, queueID)
+        except InvalidCall as bad:
+            return self._fail(
+                f"{name}: {bad.reason}", ret=INVALID_HANDLE_ID, cls=bad.cls, op=name, **bad.facts
+            )
+        core = self._core()
+        handle = len(self.handles)
+        sends = queues > 0 or is_sender(self.config, core)
+        task = None
+        if sends:
+            problem = None if queues else core_problem(self, core)
+            if problem:
+                return self._fail(
+                    f"{name}: {problem}", ret=INVALID_HANDLE_ID, cls=HcclCoreError, op=name
+                )
+            state = self.state
+            task = Task(
+                op=_BW,
+                domain=state.group,
+                rank=state.rank,
+                rank_dim=state.rank_dim,
+                handle=handle,
+                seq=-1,
+                send=batchWriteInfo,
+                recv=batchWriteInfo,
+                dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
+                count=int(itemNum),
+                launch=state.launch_index(),
+            )
+            try:
+                copies = self._copies(batchWriteInfo, int(itemNum))
+            except InvalidCall as bad:
+                return self._fail(
+                    f"{name}: {bad.reason}",
+                    ret=INVALID_HANDLE_ID,
+                    cls=bad.cls,
+                    op=name,
+                    handle=handle,
+                    **bad.facts,
+                )
+            if not queues:
+                state.sender = self
+                state.sender_core = core
+            state.rank_ctx.server.write_items(task, copies)
+        self.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
+        return self._ok(handle)
+
+    def _check_batch_write(self, info: Any, itemNum: Any, queueID: Any) -> int:
+        """The official client's checks (and the documented limits); the tiling's queueNum."""
+        platform = self.state.rank_ctx.config.platform
+        if not platform.supports(_BW) or platform.batch_write_format is None:
+            raise InvalidCall(f"BatchWrite is not supported on {platform.name}")
+        if self._mode != "Init-no-tiling" and _BW not in self._cc:
+            raise InvalidCall(
+                "no tiling set for BatchWrite: call SetCcTilingV2 with the offset of an "
+                "Mc2CcTiling whose opType is HCCL_CMD_BATCH_WRITE"
+            )
+        if info is None or (isinstance(info, GmAddr) and info.is_null):
+            raise InvalidCall("batchWriteInfo is null", actual=info)
+        if not isinstance(info, GmAddr):
+            raise InvalidCall(f"batchWriteInfo must be a GM address, not {what_is(info)}")
+        n = _int_arg(itemNum)
+        if n is None or n <= 0:
+            raise InvalidCall("itemNum must be a positive int", actual=itemNum)
+        if platform.max_batch_items and n > platform.max_batch_items:
+            raise InvalidCall(
+                f"itemNum must be below {platform.max_batch_items + 1} on {platform.name}",
+                expected=f"<= {platform.max_batch_items}",
+                actual=n,
+            )
+        problem = self._queue_problem(queueID)
+        if problem:
+            raise InvalidCall(problem, actual=queueID)
+        if len(self.handles) >= HCCL_MAX_HANDLE_ID:
+            raise InvalidCall(
+                f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
+                expected=f"< {HCCL_MAX_HANDLE_ID} tasks",
+            )
+        if len(self.handles) + self._n_syncs >= HCCL_MAX_HANDLE_ID:
+            raise InvalidCall(slots_used(len(self.handles), self._n_syncs))
+        return self._queue_num()
+
+    def _copies(self, info: GmAddr, n: int) -> list[tuple[GmAddr, GmAddr, int]]:
+        """Read and check the ``n`` items at ``info``: (source, destination, bytes) per item."""
+        state = self.state
+        config = state.rank_ctx.config
+        fmt = config.platform.batch_write_format
+        size = ITEM_DTYPES[fmt].itemsize
+        try:
+            raw = info.read_bytes(n * size)
+        except HcclBoundsError as exc:
+            raise InvalidCall(
+                f"the {n} items of {size} bytes at batchWriteInfo: {exc.reason}",
+                cls=HcclBoundsError,
+            ) from None
+        items = decode_items(raw, fmt)
+        if items.problem is not None:
+            k, why = items.problem
+            raise InvalidCall(f"item {k}: {why}", actual=why)
+        me = state.rank_ctx.rank
+        copies = []
+        for k in range(n):
+            nbytes = int(items.nbytes[k])
+            src = self._item_addr(k, "source", int(items.src[k]), nbytes)
+            dst = self._item_addr(k, "destination", int(items.dst[k]), nbytes)
+            if src.rank != me:
+                raise InvalidCall(
+                    f"item {k}: the source points into rank {src.rank}'s memory; BatchWrite "
+                    f"reads this rank's (rank {me}) memory",
+                    expected=me,
+                    actual=src.rank,
+                )
+            if not isinstance(dst.alloc, WindowAllocation):
+                raise InvalidCall(
+                    f"item {k}: the destination {dst!r} is not a communication window "
+                    "(GetWindowsInAddr/GetWindowsOutAddr); the server only writes windows"
+                )
+            if items.remote_rank is not None:
+                self._check_a2_peer(k, int(items.remote_rank[k]), dst)
+            copies.append((src, dst, nbytes))
+        return copies
+
+    def _item_addr(self, k: int, what: str, value: int, nbytes: int) -> GmAddr:
+        try:
+            addr = GmAddr.from_int(value)
+            if addr.is_null:
+                raise HcclBoundsError(f"the {what} address is null")
+            addr.check_range(nbytes, f"item {k}: {what}")
+        except HcclBoundsError as exc:
+            reason = exc.reason if exc.reason.startswith("item ") else f"item {k}: {exc.reason}"
+            raise InvalidCall(reason, cls=HcclBoundsError) from None
+        return addr
+
+    def _check_a2_peer(self, k: int, remote: int, dst: GmAddr) -> None:
+        """Atlas A2: remoteRankId names the destination window's owner, on another server."""
+        state = self.state
+        config = state.rank_ctx.config
+        if not 0 <= remote < state.rank_dim:
+            raise InvalidCall(
+                f"item {k}: remoteRankId {remote} is not a rank of the domain (rankDim "
+                f"{state.rank_dim})",
+                expected=f"< {state.rank_dim}",
+                actual=remote,
+            )
+        peer = state.group.ranks[remote]
+        if dst.rank != peer:
+            raise InvalidCall(
+                f"item {k}: remoteRankId is {remote} but remoteBuf points into a window of "
+                f"rank {dst.rank}",
+                expected=peer,
+                actual=dst.rank,
+            )
+        me, per = state.rank_ctx.rank, config.ranks_per_server
+        if config.platform.batch_write_remote_only and me // per == peer // per:
+            raise InvalidCall(
+                f"item {k}: on {config.platform.name} BatchWrite only reaches ranks on other "
+                f"servers, but rank {me} and rank {peer} are both on server {me // per} "
+                f"(ranks_per_server={per}); copy into a window of the same server directly, or "
+                "emulate one rank per server with hp.run(..., ranks_per_server=1) or "
+                "HCCL_PY_RANKS_PER_SERVER=1"
+            )

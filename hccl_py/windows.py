@@ -1,0 +1,230 @@
+"""Communication windows: the peer-visible GM buffers of ``GetWindowsInAddr``/``GetWindowsOutAddr``.
+
+Every rank of a domain owns two windows (``In`` and ``Out``) of ``HCCL_BUFFSIZE``
+MB each, which any rank's kernel may read and write and the server reads and
+writes for BatchWrite. A window is a :class:`WindowAllocation`: an allocation
+like any other (bounds-checked views through ``hp.gm_tensor``, usable as a
+Prepare buffer) whose memory is mapped only when first touched, from
+zero-filled pages that the system commits only when written, so that a world
+of 64 ranks costs nothing until its kernels use the windows.
+
+Where the memory comes from is the server's business (:class:`LocalWindows`
+for ranks that share one process; shared-memory files for gloo processes on
+one host); backends without windows raise :class:`HcclNoWindowsError` at the
+first window call.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+import torch
+
+from .context import current_rank_context
+from .errors import HcclUsageError
+from .gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
+
+BUFFSIZE_ENV = "HCCL_BUFFSIZE"
+DEFAULT_BUFFSIZE_MB = 200
+#: The largest window an integer address can hold (its span, in MB).
+MAX_BUFFSIZE_MB = ADDR_SPAN >> 20
+#: The two windows of a rank, in the order of their integer addresses.
+KINDS = ("In", "Out")
+_RANK_BITS = 16
+_DOMAIN_SHIFT = ADDR_SHIFT + _RANK_BITS
+_DOMAIN_BITS = 62 - _DOMAIN_SHIFT
+
+_lock = threading.Lock()
+#: Views of at most this many bytes are flags: viewing one again counts as a poll.
+POLL_BYTES = 64
+_tls = threading.local()
+
+
+def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:
+    """A window size in MB: an int in 1..MAX_BUFFSIZE_MB, else ValueError naming ``what``."""
+    try:
+        mb = int(str(value).strip()) if isinstance(value, str) else value
+    except ValueError:
+        mb = None
+    if isinstance(mb, bool) or not isinstance(mb, int) or not 1 <= mb <= MAX_BUFFSIZE_MB:
+        raise ValueError(
+            f"{what} must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}, not {value!r}"
+        )
+    return mb
+
+
+def default_buffsize() -> int:
+    """``HCCL_BUFFSIZE`` (MB) from the environment, or 200 as in HCCL."""
+    raw = os.environ.get(BUFFSIZE_ENV)
+    return DEFAULT_BUFFSIZE_MB if not raw else checked_buffsize(raw, BUFFSIZE_ENV)
+
+
+def window_base(domain: str, rank: int, kind: str) -> int:
+    """The integer base address of ``rank``'s window ``kind`` in ``domain`` (same on every rank)."""
+    tag = zlib.crc32(domain.encode()) & ((1 << _DOMAIN_BITS) - 1)
+    slot = 2 * rank + KINDS.index(kind)
+    return WINDOW_TAG | (tag << _DOMAIN_SHIFT) | (slot << ADDR_SHIFT)
+
+
+def anonymous_memory(nbytes: int) -> tuple[torch.Tensor, object]:
+    """``nbytes`` zero bytes that the system commits page by page as they are written."""
+    mapping = mmap.mmap(-1, nbytes)
+    return torch.frombuffer(mapping, dtype=torch.uint8), mapping
+
+
+class WindowAllocation(Allocation):
+    """One rank's window: an allocation whose memory is mapped on first touch."""
+
+    __slots__ = ("_data", "_keep", "_size", "_factory", "_base", "domain", "kind", "buffsize_mb")
+
+    def __init__(
+        self,
+        domain: str,
+        rank: int,
+        kind: str,
+        buffsize_mb: int,
+        factory: Callable[[int], tuple[torch.Tensor, object]],
+    ) -> None:
+        self.domain, self.rank, self.kind, self.buffsize_mb = domain, rank, kind, buffsize_mb
+        self._size = buffsize_mb << 20
+        self._factory = factory
+        self._data: torch.Tensor | None = None
+        self._keep: object = None
+        self._base = window_base(domain, rank, kind)
+        self.tensor = None
+        self.memory = None
+        self.uid = next(_alloc_ids)
+        self._host = None
+        self.name = f"Windows{kind} of rank {rank}"
+
+    @property
+    def data(self) -> torch.Tensor:  # type: ignore[override]
+        """The window's bytes, mapped now if this is the first touch."""
+        if self._data is None:
+            with _lock:
+                if self._data is None:
+                    self._data, self._keep = self._factory(self._size)
+        return self._data
+
+    @property
+    def touched(self) -> bool:
+        """Whether the window's memory was mapped (some rank used it)."""
+        return self._data is not None
+
+    @property
+    def nbytes(self) -> int:
+        """``HCCL_BUFFSIZE`` MB in bytes (known without mapping the memory)."""
+        return self._size
+
+    @property
+    def note(self) -> str:
+        """Names the domain and HCCL_BUFFSIZE in bounds reports."""
+        return (
+            f" (HCCL_BUFFSIZE={self.buffsize_mb} MB = {self._size} bytes, domain {self.domain}; "
+            "raise HCCL_BUFFSIZE or hp.run(..., buffsize_mb=) if the kernel needs more)"
+        )
+
+    def int_base(self) -> int:
+        """The window's integer base address (the same on every rank and process)."""
+        return self._base
+
+    def on_view(self, offset: int, view: torch.Tensor) -> None:
+        """A second view in a row of the same small range is a flag poll: yield and report it.
+
+        Polling loops (``while gm_tensor(flag, ...)[0] != 1``) thus let the other
+        ranks' threads run, and a flag that nobody will ever write ends in a
+        deadlock report (or a timeout) naming the window, its rank and the offset.
+        """
+        n = view.numel()
+        ctx = current_rank_context(required=False)
+        if n > POLL_BYTES or ctx is None:
+            return
+        key = (self._base, offset, n)
+        last, _tls.last_view = getattr(_tls, "last_view", None), key
+        if last != key:
+            return
+        time.sleep(0)
+        server = ctx.server
+        if not getattr(server, "polls_detect_deadlock", False):
+            return
+        if server.config.schedule == "late":
+            ctx.blocker.run_ready()
+        value = view.numpy().tobytes()
+        ctx.blocker.poll(
+            key,
+            value,
+            lambda: (
+                f"rank {ctx.rank} polls bytes [{offset}, {offset + n}) of {self.name} (domain "
+                f"{self.domain}), which keep the value 0x{value.hex()}: no rank writes them"
+            ),
+        )
+
+
+class HcclNoWindowsError(HcclUsageError):
+    """The backend cannot give kernels peer-visible windows (reported at the first window call)."""
+
+    always_raise = True
+
+
+class LocalWindows:
+    """Windows of ranks that share one address space (the emulator's threads).
+
+    A mixin for a :class:`~hccl_py.server.Server` with a ``config``: windows are
+    created on first request and mapped on first touch.
+    """
+
+    config: object
+    #: Whether an unchanged flag poll may end in a deadlock report: only where every rank is
+    #: a thread of this process (a poll cannot see ranks of other processes wait).
+    polls_detect_deadlock = True
+
+    def _window_store(self) -> dict[object, WindowAllocation]:
+        store = self.__dict__.get("_windows")
+        if store is None:
+            store = self.__dict__.setdefault("_windows", {})
+        return store
+
+    def window_memory(
+        self, window: WindowAllocation
+    ) -> Callable[[int], tuple[torch.Tensor, object]]:
+        """Where ``window``'s bytes come from (anonymous memory of this process)."""
+        return anonymous_memory
+
+    def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
+        """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``."""
+        store = self._window_store()
+        key = (domain, rank, kind)
+        found = store.get(key)
+        if found is None:
+            with _lock:
+                found = store.get(key)
+                if found is None:
+                    found = WindowAllocation(
+                        domain, rank, kind, self.config.buffsize_mb, anonymous_memory
+                    )
+                    found._factory = self.window_memory(found)
+                    store[key] = found
+                    store[found.int_base()] = found
+        return found
+
+    def window_at(self, base: int) -> WindowAllocation | None:
+        """The window whose integer base address is ``base``, if one was created."""
+        return self._window_store().get(base)
+
+    def touched_windows(self) -> list[WindowAllocation]:
+        """The windows whose memory was mapped so far."""
+        return [w for k, w in self._window_store().items() if isinstance(k, tuple) and w.touched]
+
+
+def _resolve(base: int) -> Allocation | None:
+    ctx = current_rank_context(required=False)
+    finder = getattr(ctx.server, "window_at", None) if ctx is not None else None
+    return finder(base) if finder is not None else None
+
+
+_window_resolvers.append(_resolve)

@@ -1,0 +1,136 @@
+"""AlltoAllvWrite on Ascend 950 (issue 13, item 4): slices land in the peers' In windows.
+
+The slice layout follows the documentation's example kernel: peer j's data is
+bytes [j * S, (j + 1) * S) of usrIn, split in two halves (one per die) on the
+CCU server; every sender writes at remoteWinOffset = rankId * S.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+
+S = 10  # bytes per peer (odd halves on purpose: 5 and 5, then 10 = 5 + 5)
+CCU = hp.HcclServerType.HCCL_SERVER_TYPE_CCU
+AICPU = hp.HcclServerType.HCCL_SERVER_TYPE_AICPU
+
+
+class WriteTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("write", Mc2CcTiling)]
+
+
+def tiling() -> WriteTiling:
+    t = WriteTiling()
+    cfg = Mc2CcTilingConfig(
+        "hccl_world_group", HcclCMDType.HCCL_CMD_HALF_ALLTOALLV, "AlltoAllvWrite=level0:fullmesh"
+    )
+    assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.write) == 0
+    return t
+
+
+def write_rank(server: int, size: int = S * 1) -> list[int]:
+    """Every rank sends bytes (50 * rank + j) to peer j; returns its In window's first bytes."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    x = (torch.arange(n * S) // S + 50 * rank).to(torch.uint8)
+    received = torch.zeros(n * S, dtype=torch.uint8)
+
+    def kernel(xGM, outGM, tilingGM):
+        t = hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM)
+        h = Hccl[server]()
+        h.InitV2(hp.GetHcclContext(0), t)
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        me, dim = h.GetRankId(), h.GetRankDim()
+        if server == CCU:
+            sizes = [S // 2] * dim + [S - S // 2] * dim
+            offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
+        else:
+            sizes, offsets = [S] * dim, [j * S for j in range(dim)]
+        handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, dim * S)
+        assert h.Wait(handle) == 0
+        window = hp.GetHcclContext(0).windows_in(me)
+        hp.gm_tensor(outGM, torch.uint8, dim * S)[:] = hp.gm_tensor(window, torch.uint8, dim * S)
+        hp.SyncAll()
+        h.Finalize()
+
+    hp.launch(kernel, x, received, tiling())
+    return received.tolist()
+
+
+@pytest.mark.parametrize("server", [CCU, AICPU])
+def test_alltoallv_write_puts_every_slice_in_its_peer_window(backend: str, server) -> None:
+    n = 4
+    got = np.array(
+        hp.run(write_rank, world_size=n, platform="950", backend=backend, args=(server,))
+    )
+    want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_alltoallv_write_only_on_950() -> None:
+    def kernel(tilingGM):
+        h = Hccl()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        return h.AlltoAllvWrite[True](tilingGM, [0, 0], [1, 1], 0, 1), h.last_error
+
+    def main():
+        out = []
+        hp.launch(lambda t: out.append(kernel(t)), tiling())
+        return out[0]
+
+    result, reason = hp.run(main, world_size=2, platform="A3", strict=False)[0]
+    assert result == -1 and reason.endswith("AlltoAllvWrite is not supported on Atlas A3")
+
+
+def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
+    def kernel(xGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 4], [4, 4, 4, 4], (1 << 20) - 6, 8)
+
+    def main():
+        hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", buffsize_mb=1, strict=False)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert err.reason.startswith(
+        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsIn of "
+        "rank 0 fall outside its 1048576 bytes (HCCL_BUFFSIZE=1 MB"
+    )
+
+
+def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
+    def kernel(xGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        if h.GetRankId() == 0:
+            h.Wait(h.AlltoAllvWrite[True](xGM, [0, 2, 1, 3], [1, 1, 1, 1], 0, 4))
+
+    def main():
+        hp.launch(kernel, torch.zeros(4, dtype=torch.uint8), tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", timeout=30)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError)
+    assert (
+        "rank 0 waits for handle 0 AlltoAllvWrite in domain hccl_world_group: ranks [1] have "
+        "not made their AlltoAllvWrite (ranks [1] returned from their function)"
+    ) in err.reason
+
+
+def test_alltoallv_write_under_the_late_schedule_with_poison() -> None:
+    n = 3
+    got = np.array(
+        hp.run(write_rank, world_size=n, platform="950", schedule="late", poison=True, args=(CCU,))
+    )
+    want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
+    np.testing.assert_array_equal(got, want)

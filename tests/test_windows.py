@@ -1,0 +1,521 @@
+"""Communication windows, integer addresses and BatchWrite on the emulator (issue 13).
+
+Every data check compares against a numpy reference computed independently
+of hccl_py; every report is checked for its facts (window, rank, offset,
+HCCL_BUFFSIZE).
+"""
+
+from __future__ import annotations
+
+import resource
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py.ops.batch_write import ITEM_DTYPES
+
+FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
+FLAG = 1 << 20  # byte offset of the flags in the In window, past the data
+
+
+class BwTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("bw", Mc2CcTiling), ("ar", Mc2CcTiling)]
+
+
+def tiling(queue_num: int = 0) -> BwTiling:
+    """A tiling with a BatchWrite and an AllReduce Mc2CcTiling."""
+    t = BwTiling()
+    cfg = Mc2CcTilingConfig(
+        "hccl_world_group", HcclCMDType.HCCL_CMD_BATCH_WRITE, "BatchWrite=level0:fullmesh"
+    )
+    if queue_num:
+        assert cfg.SetQueueNum(queue_num) == 0
+    assert cfg.GetTiling(t.init) == 0
+    assert cfg.GetTiling(t.bw) == 0
+    cfg.SetOpType(HcclCMDType.HCCL_CMD_ALLREDUCE)
+    cfg.SetAlgConfig("AllReduce=level0:doublering")
+    assert cfg.GetTiling(t.ar) == 0
+    return t
+
+
+def client(tilingGM: hp.GmAddr) -> Hccl:
+    t = hp.GET_TILING_DATA_WITH_STRUCT(BwTiling, tilingGM)
+    h = Hccl()
+    h.InitV2(hp.GetHcclContext(0), t)
+    assert h.SetCcTilingV2(hp.offsetof(BwTiling, "bw")) == 0
+    assert h.SetCcTilingV2(hp.offsetof(BwTiling, "ar")) == 0
+    return h
+
+
+def a2_items(rows: list[tuple[int, int, int, int, int]]) -> torch.Tensor:
+    """A2 items (localBuf, remoteBuf, count, dataType, remoteRankId) as GM bytes."""
+    items = np.zeros(len(rows), dtype=ITEM_DTYPES["A2"])
+    for k, row in enumerate(rows):
+        items[k] = row
+    return torch.from_numpy(items.view(np.uint8).copy())
+
+
+def a3_items(rows: list[tuple[int, int, int]]) -> torch.Tensor:
+    """A3 items (src, dst, length bytes) as GM bytes."""
+    items = np.zeros(len(rows), dtype=ITEM_DTYPES["A3"])
+    for k, (src, dst, length) in enumerate(rows):
+        items[k]["length"] = length
+        items[k]["srcLow"], items[k]["srcHigh"] = src & 0xFFFFFFFF, src >> 32
+        items[k]["dstLow"], items[k]["dstHigh"] = dst & 0xFFFFFFFF, dst >> 32
+    return torch.from_numpy(items.view(np.uint8).copy())
+
+
+def wait_flag(addr: hp.GmAddr, value: int) -> None:
+    """Poll an int32 flag in a window until it holds ``value`` (as MoE kernels do)."""
+    while int(hp.gm_tensor(addr, torch.int32, 1)[0]) != value:
+        pass
+
+
+def run_kernel(kernel, n: int = 4, out_len: int = 8, queue_num: int = 0, **run_kw):
+    """Launch ``kernel(out, tilingGM)`` once per rank; the per-rank ``out`` tensors."""
+
+    def main() -> list[float]:
+        out = torch.zeros(out_len)
+        hp.launch(kernel, out, tiling(queue_num))
+        return out.tolist()
+
+    return hp.run(main, world_size=n, **run_kw)
+
+
+# ------------------------------------------------------------------ windows
+def test_peers_read_and_write_each_others_windows() -> None:
+    n, m = 4, 8
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        peer = (me + 1) % dim
+        data = hp.gm_tensor(h.GetWindowsInAddr(peer) + 4 * m * me, torch.float32, m)
+        data[:] = torch.arange(m, dtype=torch.float32) + 100 * me
+        hp.gm_tensor(h.GetWindowsInAddr(peer) + FLAG, torch.int32, 1)[0] = 1
+        wait_flag(h.GetWindowsInAddr(me) + FLAG, 1)
+        src = (me - 1) % dim
+        got = hp.gm_tensor(h.GetWindowsInAddr(me) + 4 * m * src, torch.float32, m)
+        hp.gm_tensor(out, torch.float32, m)[:] = got
+        h.Finalize()
+
+    got = np.array(run_kernel(kernel, n=n, out_len=m))
+    want = np.stack([np.arange(m) + 100 * ((r - 1) % n) for r in range(n)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_windows_are_mapped_lazily_for_64_ranks() -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        win = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(win + win.alloc.nbytes - 4, torch.int32, 1)[0] = me
+        other = h.GetWindowsInAddr((me + 1) % h.GetRankDim())
+        hp.gm_tensor(out, torch.float32, 2)[:] = torch.tensor(
+            [float(win.alloc.nbytes), float(other.alloc.touched)]
+        )
+        h.Finalize()
+
+    got = np.array(run_kernel(kernel, n=64, out_len=2))
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    np.testing.assert_array_equal(got[:, 0], np.full(64, 200 << 20))
+    np.testing.assert_array_equal(got[:, 1], np.zeros(64))  # In windows were never touched
+    assert grown_kib < 2 << 20, (
+        f"64 ranks x 2 windows of 200 MB grew the process by {grown_kib} KiB"
+    )
+
+
+def test_buffsize_from_run_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.GetWindowsInAddr(0).alloc.nbytes
+        h.Finalize()
+
+    assert run_kernel(kernel, n=2, out_len=1, buffsize_mb=3) == [[3 << 20]] * 2
+    monkeypatch.setenv("HCCL_BUFFSIZE", "5")
+    assert run_kernel(kernel, n=2, out_len=1) == [[5 << 20]] * 2
+    with pytest.raises(ValueError, match="buffsize_mb must be a whole number of MB"):
+        run_kernel(kernel, n=2, out_len=1, buffsize_mb=0)
+
+
+def test_window_overflow_names_window_rank_offset_and_buffsize() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        peer = (h.GetRankId() + 1) % h.GetRankDim()
+        hp.gm_tensor(h.GetWindowsInAddr(peer) + (1 << 20) - 4, torch.float32, 2)[:] = 1.0
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, buffsize_mb=1)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert err.reason == (
+        "GM view: bytes [1048572, 1048580) of WindowsIn of rank 1 fall outside its 1048576 "
+        "bytes (HCCL_BUFFSIZE=1 MB = 1048576 bytes, domain hccl_world_group; raise "
+        "HCCL_BUFFSIZE or hp.run(..., buffsize_mb=) if the kernel needs more)"
+    )
+
+
+def test_rank_beyond_rank_dim_gives_null_without_raising() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        addr = h.GetWindowsOutAddr(h.GetRankDim())
+        hp.gm_tensor(out, torch.float32, 2)[:] = torch.tensor([float(addr.is_null), int(addr)])
+        h.Finalize()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_kernel(kernel, n=2, out_len=2)
+    assert result == [[1.0, 0.0]] * 2
+    assert result.warnings[0][0].kind == "window-rank"
+    assert "GetWindowsOutAddr(2): rankId must be less than rankDim 2" in str(caught[0].message)
+
+
+def test_no_windows_on_ascend_950() -> None:
+    def main() -> None:
+        def kernel():
+            h = Hccl()
+            h.Init(hp.GetHcclContext(0))
+            h.GetWindowsInAddr(0)
+
+        hp.launch(kernel)
+
+    with pytest.raises(hp.WorldError, match="GetWindowsInAddr is not supported on Ascend 950"):
+        hp.run(main, world_size=2, platform="950")
+
+
+def test_windows_as_prepare_buffers() -> None:
+    n, m = 3, 6
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        send, recv = h.GetWindowsOutAddr(me), h.GetWindowsInAddr(me)
+        hp.gm_tensor(send, torch.float32, m)[:] = torch.arange(m) * (me + 1)
+        h.Wait(h.AllReduce[True](send, recv, m, FP32, hp.HCCL_REDUCE_SUM))
+        hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(recv, torch.float32, m)
+        hp.SyncAll()
+        h.Finalize()
+
+    got = np.array(run_kernel(kernel, n=n, out_len=m))
+    want = np.arange(m) * sum(range(1, n + 1))
+    np.testing.assert_array_equal(got, np.tile(want, (n, 1)))
+
+
+# ------------------------------------------------------------ integer addresses
+def test_int_and_from_int_round_trip() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        win = h.GetWindowsInAddr(1)
+        assert hp.GmAddr.from_int(int(win + 40)) == win + 40
+        assert hp.GmAddr.from_int(int(out + 4)) == out + 4
+        assert hp.GmAddr.from_int(0).is_null and int(hp.NULL) == 0
+        with pytest.raises(hp.HcclBoundsError, match="points into no GM allocation"):
+            hp.GmAddr.from_int(int(win) + (1 << 40))
+        with pytest.raises(hp.HcclBoundsError, match=r"past its end at 1048576 bytes \(HCCL_BUFF"):
+            hp.GmAddr.from_int(int(win) + (1 << 20) + 1)
+        value = int(win)
+        hp.gm_tensor(out, torch.float32, 2)[:] = torch.tensor(
+            [float(value >> 32), float(value & 0xFFFFFFFF)]
+        )
+        h.Finalize()
+
+    got = run_kernel(kernel, n=3, out_len=2, buffsize_mb=1)
+    assert got[0] == got[1] == got[2], "a window's integer address is the same on every rank"
+
+
+# ------------------------------------------------------------------ BatchWrite
+def test_batch_write_a2_ring_with_flag_in_the_items() -> None:
+    n, m = 4, 5
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        peer = (me + 1) % dim
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.float32, m)[:] = torch.arange(m) + 10 * me
+        hp.gm_tensor(local + 64, torch.int32, 1)[0] = 7
+        info = local + 4096
+        hp.gm_tensor(info, torch.uint8, 64)[:] = a2_items(
+            [
+                (int(local), int(h.GetWindowsInAddr(peer)), m, int(FP32), peer),
+                (int(local + 64), int(h.GetWindowsInAddr(peer) + FLAG), 1, 2, peer),
+            ]
+        )
+        handle = h.BatchWrite[True](info, 2)
+        assert handle == 0 and h.Query(handle) == 1 and h.Wait(handle) == 0
+        wait_flag(h.GetWindowsInAddr(me) + FLAG, 7)
+        hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(
+            h.GetWindowsInAddr(me), torch.float32, m
+        )
+        h.Finalize()
+
+    want = np.stack([np.arange(m) + 10 * ((r - 1) % n) for r in range(n)])
+    for schedule in ("eager", "late"):
+        got = run_kernel(kernel, n=n, out_len=m, ranks_per_server=1, schedule=schedule, poison=True)
+        np.testing.assert_array_equal(np.array(got), want)
+
+
+def test_race_flag_written_directly_after_batch_write_reads_poison() -> None:
+    m = 4
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        peer = (me + 1) % dim
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.float32, m)[:] = 1.0 + me
+        hp.gm_tensor(local + 4096, torch.uint8, 32)[:] = a2_items(
+            [(int(local), int(h.GetWindowsInAddr(peer)), m, int(FP32), peer)]
+        )
+        h.BatchWrite[True](local + 4096, 1)
+        # the bug: a direct flag write is not ordered after the server's copy
+        hp.gm_tensor(h.GetWindowsInAddr(peer) + FLAG, torch.int32, 1)[0] = 1
+        wait_flag(h.GetWindowsInAddr(me) + FLAG, 1)
+        hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(
+            h.GetWindowsInAddr(me), torch.float32, m
+        )
+        h.Finalize()
+
+    eager = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
+    np.testing.assert_array_equal(eager, [[2.0] * m, [1.0] * m])
+    late = np.array(
+        run_kernel(kernel, n=2, out_len=m, ranks_per_server=1, schedule="late", poison=True)
+    )
+    assert np.isnan(late).any(), late
+
+
+def test_batch_write_a2_refuses_a_peer_on_the_same_server() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(0)
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(h.GetWindowsInAddr(1)), 1, int(FP32), 1)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2)
+    assert info.value.failures[0].reason == (
+        "BatchWrite: item 0: on Atlas A2 BatchWrite only reaches ranks on other servers, but "
+        "rank 0 and rank 1 are both on server 0 (ranks_per_server=8); copy into a window of "
+        "the same server directly, or emulate one rank per server with hp.run(..., "
+        "ranks_per_server=1) or HCCL_PY_RANKS_PER_SERVER=1"
+    )
+    assert run_kernel(kernel, n=2, out_len=1, strict=False) == [[-1.0]] * 2
+
+
+def test_batch_write_a2_remote_rank_must_own_the_window() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(h.GetRankId())
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(h.GetWindowsInAddr(2)), 1, int(FP32), 1)]
+        )
+        h.BatchWrite[True](local, 1)
+
+    with pytest.raises(hp.WorldError, match="remoteRankId is 1 but remoteBuf points into a wind"):
+        run_kernel(kernel, n=3, ranks_per_server=1)
+
+
+def test_batch_write_item_past_the_window_is_a_bounds_error_even_non_strict() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(h.GetRankId())
+        dst = h.GetWindowsInAddr(1 - h.GetRankId()) + (1 << 20) - 8
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(dst), 4, int(FP32), 1 - h.GetRankId())]
+        )
+        h.BatchWrite[True](local, 1)
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1, buffsize_mb=1, strict=False)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert err.reason.startswith(
+        "BatchWrite: item 0: destination: bytes [1048568, 1048584) of WindowsIn of rank 1 "
+        "fall outside its 1048576 bytes (HCCL_BUFFSIZE=1 MB"
+    )
+
+
+def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
+    n, m = 3, 6
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        assert h.GetQueueNum() == 2
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.float32, m)[:] = torch.arange(m) - me
+        rows = [(int(local), int(h.GetWindowsInAddr(p) + 4 * m * me), 4 * m) for p in range(dim)]
+        hp.gm_tensor(local + 4096, torch.uint8, 64 * dim)[:] = a3_items(rows)
+        assert h.BatchWrite[True](local + 4096, dim, 1) == 0
+        assert h.Wait(0) == 0
+        h.QueueBarrier[hp.ScopeType.ALL](1)
+        hp.SyncAll()
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=2))
+        hp.barrier()  # every rank's kernel (and its BatchWrite) has returned
+        group = hp.world_group()
+        win = hp.GmAddr(hp.context.current_rank_context().server.window(group.name, 0, "In"))
+        return hp.gm_tensor(win, torch.float32, n * m).tolist()
+
+    got = hp.run(main, world_size=n, platform="A3")
+    want = np.concatenate([np.arange(m) - r for r in range(n)])
+    np.testing.assert_array_equal(np.array(got[0]), want)
+
+
+@pytest.mark.parametrize(
+    ("platform", "call", "message"),
+    [
+        ("A3", lambda h, info: h.BatchWrite[True](info, 2048), "itemNum must be below 2048"),
+        ("A3", lambda h, info: h.BatchWrite[True](info, 0), "itemNum must be a positive int"),
+        ("A3", lambda h, info: h.BatchWrite[True](info, 1, 2), "queueID 2 is not below"),
+        ("A2", lambda h, info: h.BatchWrite[True](info, 1, 1), "Atlas A2 has one BatchWrite queue"),
+        ("950", lambda h, info: h.BatchWrite[True](info, 1), "not supported on Ascend 950"),
+        ("A3", lambda h, info: h.QueueBarrier[hp.ScopeType.QUEUE](0), "only ScopeType.ALL"),
+        ("A2", lambda h, info: h.QueueBarrier[hp.ScopeType.ALL](0), "not supported on Atlas A2"),
+        ("A2", lambda h, info: h.GetQueueNum(), "GetQueueNum is not supported on Atlas A2"),
+    ],
+)
+def test_batch_write_and_queue_rules(platform, call, message) -> None:
+    def kernel(out, tilingGM):
+        t = hp.GET_TILING_DATA_WITH_STRUCT(BwTiling, tilingGM)
+        h = Hccl[hp.HcclServerType.HCCL_SERVER_TYPE_AICPU]()
+        h.InitV2(hp.GetHcclContext(0), t)
+        h.SetCcTilingV2(hp.offsetof(BwTiling, "bw"))
+        info = out + 0
+        result = call(h, info)
+        hp.gm_tensor(out, torch.float32, 1)[0] = -2 if result is None else result
+        return h.last_error
+
+    def main() -> str:
+        out = torch.zeros(64)
+        errors = []
+        hp.launch(lambda o, t: errors.append(kernel(o, t)), out, tiling(2))
+        return errors[0], float(out[0])
+
+    (reason, result), _ = hp.run(main, world_size=2, platform=platform, strict=False)
+    assert message in reason
+    assert result in (-1.0, 0.0, -2.0)
+
+
+def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        wait_flag(h.GetWindowsInAddr(h.GetRankId()) + FLAG, 1)
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, timeout=60)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError)
+    for rank in (0, 1):
+        assert (
+            f"rank {rank} polls bytes [1048576, 1048580) of WindowsIn of rank {rank} (domain "
+            "hccl_world_group), which keep the value 0x00000000: no rank writes them [polled"
+        ) in err.reason
+
+
+def test_queue_id_beyond_queue_num_zero_is_refused() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](out, 1, 1)
+        assert "queueID 1 needs a tiling with queueNum > 1" in h.last_error
+        h.Finalize()
+
+    assert (
+        run_kernel(kernel, n=2, out_len=8, platform="A3", strict=False) == [[-1.0] + [0.0] * 7] * 2
+    )
+
+
+# --------------------------------------------------------------- on every backend
+RING = 5
+
+
+def _ring_kernel(out, tilingGM):
+    """Direct copy into the next rank's window, then BatchWrite to the one after; flags in between."""
+    h = client(tilingGM)
+    me, dim = h.GetRankId(), h.GetRankDim()
+    nxt, far = (me + 1) % dim, (me + 2) % dim
+    direct = hp.gm_tensor(h.GetWindowsInAddr(nxt), torch.float32, RING)
+    direct[:] = torch.arange(RING) + 10 * me
+    hp.gm_tensor(h.GetWindowsInAddr(nxt) + FLAG, torch.int32, 1)[0] = 1
+    local = h.GetWindowsOutAddr(me)
+    hp.gm_tensor(local, torch.float32, RING)[:] = torch.arange(RING) - 10 * me
+    hp.gm_tensor(local + 64, torch.int32, 1)[0] = 2
+    hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = a2_items(
+        [
+            (int(local), int(h.GetWindowsInAddr(far) + 256), RING, int(FP32), far),
+            (int(local + 64), int(h.GetWindowsInAddr(far) + FLAG + 4), 1, 2, far),
+        ]
+    )
+    h.BatchWrite[True](local + 4096, 2)
+    wait_flag(h.GetWindowsInAddr(me) + FLAG, 1)
+    wait_flag(h.GetWindowsInAddr(me) + FLAG + 4, 2)
+    got = hp.gm_tensor(out, torch.float32, 2 * RING)
+    got[:RING] = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, RING)
+    got[RING:] = hp.gm_tensor(h.GetWindowsInAddr(me) + 256, torch.float32, RING)
+    h.Finalize()
+
+
+def ring_rank() -> list[float]:
+    out = torch.zeros(2 * RING)
+    hp.launch(_ring_kernel, out, tiling())
+    return out.tolist()
+
+
+def test_windows_and_batch_write_on_every_backend(backend: str) -> None:
+    n = 3
+    got = np.array(hp.run(ring_rank, world_size=n, backend=backend, ranks_per_server=1))
+    want = np.stack(
+        [
+            np.concatenate(
+                [np.arange(RING) + 10 * ((r - 1) % n), np.arange(RING) - 10 * ((r - 2) % n)]
+            )
+            for r in range(n)
+        ]
+    )
+    np.testing.assert_array_equal(got, want)
+
+
+def test_backends_without_windows_say_so_at_the_first_window_call() -> None:
+    from hccl_py.backends.dist import DistServer
+
+    server = DistServer.__new__(DistServer)
+    server.backend_name = "hccl"
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.window("hccl_world_group", 0, "In")
+    assert str(info.value) == (
+        "GetWindowsInAddr: the hccl backend does not map communication windows: the NPU "
+        "communicator owns them and hccl_py has no access to them; run window kernels on the "
+        "emulator (backend='emu') or on gloo processes of one host"
+    )
+
+
+def test_batch_write_on_some_ranks_does_not_shift_the_collectives() -> None:
+    m = 3
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        if me == 0:  # only rank 0 has a peer on another server
+            local = h.GetWindowsOutAddr(0)
+            hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+                [(int(local + 64), int(h.GetWindowsInAddr(1)), 1, int(FP32), 1)]
+            )
+            assert h.BatchWrite[True](local, 1) == 0
+        x = hp.gm_tensor(out, torch.float32, m)
+        x[:] = torch.arange(m) + me
+        assert h.Wait(h.AllReduce[True](out, out, m, FP32, hp.HCCL_REDUCE_SUM)) == 0
+        h.Finalize()
+
+    got = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
+    np.testing.assert_array_equal(got, np.tile(2 * np.arange(m) + 1, (2, 1)))
