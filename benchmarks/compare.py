@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-bytes", type=int, default=1 << 10)
     p.add_argument("--max-bytes", type=int, default=16 << 20)
     p.add_argument("--factor", type=int, default=4)
+    p.add_argument("--sizes", type=int, nargs="+", default=None, help="explicit sizes (bytes)")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--columns", nargs="+", default=list(COLUMNS), choices=list(COLUMNS))
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.ranks, args.ops, args.max_bytes = [4], ["allgather"], 1 << 20
-    sizes = _sizes(args.min_bytes, args.max_bytes, args.factor)
+    sizes = args.sizes or _sizes(args.min_bytes, args.max_bytes, args.factor)
     opts = Options(iters=args.iters, warmup=args.warmup)
     results = []
     for n in args.ranks:
