@@ -14,9 +14,16 @@ from typing import Any
 import numpy as np
 
 from .. import report
-from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType, HcclServerConfig, HcclServerType
+from ..constants import (
+    HCCL_FAILED,
+    HCCL_SUCCESS,
+    INVALID_HANDLE_ID,
+    HcclCMDType,
+    HcclServerConfig,
+    HcclServerType,
+)
 from ..context import current_rank_context
-from ..errors import HcclBoundsError, HcclError, HcclUsageError, HcclWarning
+from ..errors import HcclBoundsError, HcclError, HcclUsageError, HcclWarning, InvalidCall
 from ..gm import GmAddr
 from ..kernel import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
@@ -88,6 +95,17 @@ class HcclBase:
         if self._strict() or cls.always_raise:
             raise err
         return ret
+
+    def _refuse(self, name: str, bad: InvalidCall, **facts: Any) -> int:
+        """A Prepare-like call ``name`` that ``bad`` says may not run: fail it, return -1."""
+        return self._fail(
+            f"{name}: {bad.reason}",
+            ret=INVALID_HANDLE_ID,
+            cls=bad.cls,
+            op=name,
+            **facts,
+            **bad.facts,
+        )
 
     def _carry_on(
         self, kind: str, reason: str, ret: Any = None, warn: bool = True, **facts: Any

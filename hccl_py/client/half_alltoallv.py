@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..constants import INVALID_HANDLE_ID, HcclCMDType, HcclDataType, HcclServerType
+from ..constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
 from ..gm import GmAddr, what_is
-from ..task import Task
 from ..template import template
 from .finegrained import FineGrainedCalls
 from .log import logged
@@ -79,29 +78,10 @@ class WriteCalls(FineGrainedCalls):
                     raise InvalidCall(problem, cls=HcclCoreError)
                 copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset, size)
         except InvalidCall as bad:
-            return self._fail(
-                f"{name}: {bad.reason}",
-                ret=INVALID_HANDLE_ID,
-                cls=bad.cls,
-                op=name,
-                handle=handle,
-                **bad.facts,
-            )
+            return self._refuse(name, bad, handle=handle)
         state = self.state
         if copies is not None:
-            task = Task(
-                op=_HALF,
-                domain=state.group,
-                rank=state.rank,
-                rank_dim=state.rank_dim,
-                handle=handle,
-                seq=-1,
-                send=usrIn,
-                recv=usrIn,
-                dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
-                count=size,
-                launch=state.launch_index(),
-            )
+            task = state.one_sided_task(_HALF, handle, usrIn, size)
             counter = state.rank_ctx.extras.setdefault("alltoallvwrite", {})
             index = counter[state.group.name] = counter.get(state.group.name, -1) + 1
             state.__dict__.setdefault("writes", {})[handle] = (f"{index}", copies)

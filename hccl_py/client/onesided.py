@@ -18,13 +18,11 @@ from ..constants import (
     HCCL_MAX_HANDLE_ID,
     INVALID_HANDLE_ID,
     HcclCMDType,
-    HcclDataType,
     ScopeType,
 )
 from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
 from ..gm import NULL, GmAddr, what_is
 from ..ops.batch_write import ITEM_DTYPES, decode_items
-from ..task import Task
 from ..template import template
 from ..tiling import Mc2InitTiling, tiling_bytes
 from ..windows import WindowAllocation
@@ -170,9 +168,7 @@ class OneSidedCalls(PrepareCalls):
         try:
             queues = self._check_batch_write(batchWriteInfo, itemNum, queueID)
         except InvalidCall as bad:
-            return self._fail(
-                f"{name}: {bad.reason}", ret=INVALID_HANDLE_ID, cls=bad.cls, op=name, **bad.facts
-            )
+            return self._refuse(name, bad)
         core = self._core()
         handle = len(self.handles)
         sends = queues > 0 or is_sender(self.config, core)
@@ -184,30 +180,11 @@ class OneSidedCalls(PrepareCalls):
                     f"{name}: {problem}", ret=INVALID_HANDLE_ID, cls=HcclCoreError, op=name
                 )
             state = self.state
-            task = Task(
-                op=_BW,
-                domain=state.group,
-                rank=state.rank,
-                rank_dim=state.rank_dim,
-                handle=handle,
-                seq=-1,
-                send=batchWriteInfo,
-                recv=batchWriteInfo,
-                dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
-                count=int(itemNum),
-                launch=state.launch_index(),
-            )
+            task = state.one_sided_task(_BW, handle, batchWriteInfo, int(itemNum))
             try:
                 copies = self._copies(batchWriteInfo, int(itemNum))
             except InvalidCall as bad:
-                return self._fail(
-                    f"{name}: {bad.reason}",
-                    ret=INVALID_HANDLE_ID,
-                    cls=bad.cls,
-                    op=name,
-                    handle=handle,
-                    **bad.facts,
-                )
+                return self._refuse(name, bad, handle=handle)
             if not queues:
                 state.sender = self
                 state.sender_core = core

@@ -65,9 +65,7 @@ class PrepareCalls(HcclBase):
         try:
             fields = task_fields(param, self._limits(op))
         except InvalidCall as bad:
-            return self._fail(
-                f"{name}: {bad.reason}", ret=INVALID_HANDLE_ID, cls=bad.cls, op=name, **bad.facts
-            )
+            return self._refuse(name, bad)
         state = self.state
         handle = len(self.handles)
         problem = core_problem(self, core)
@@ -104,14 +102,7 @@ class PrepareCalls(HcclBase):
                 task, state.rank_ctx.rank, config.platform, not self.framework, config.overlap
             )
         except InvalidCall as bad:
-            return self._fail(
-                f"{name}: {bad.reason}",
-                ret=INVALID_HANDLE_ID,
-                cls=bad.cls,
-                op=name,
-                handle=handle,
-                **bad.facts,
-            )
+            return self._refuse(name, bad, handle=handle)
         state.sender = self
         state.sender_core = core
         state.tasks[handle] = task

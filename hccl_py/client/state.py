@@ -12,8 +12,9 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..constants import HcclCMDType
+from ..constants import HcclCMDType, HcclDataType
 from ..errors import HcclCoreError, HcclUnfinishedError
+from ..gm import GmAddr
 from ..kernel import CoreContext, HcclContext, KernelCoreType
 from ..task import Task, op_name
 
@@ -57,6 +58,22 @@ class ClientState:
         self.launch_idx: int | None = None
         self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+
+    def one_sided_task(self, op: HcclCMDType, handle: int, addr: GmAddr, count: int) -> Task:
+        """A BatchWrite / AlltoAllvWrite descriptor: no collective slot (``seq`` -1), INT8 bytes."""
+        return Task(
+            op=op,
+            domain=self.group,
+            rank=self.rank,
+            rank_dim=self.rank_dim,
+            handle=handle,
+            seq=-1,
+            send=addr,
+            recv=addr,
+            dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
+            count=count,
+            launch=self.launch_index(),
+        )
 
     def launch_index(self) -> int:
         """This launch's index among the launches of this rank that sent tasks to the domain."""
