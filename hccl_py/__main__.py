@@ -55,23 +55,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hccl_py {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser(
-        "run",
-        help="run a script that calls hccl_py.run(main) on N ranks",
-        description=DESCRIPTION,
-        formatter_class=_HelpFormatter,
+    commands = (
+        ("run", "run a script that calls hccl_py.run(main) on N ranks", DESCRIPTION),
+        ("layout", "run a script and picture where every received byte landed", LAYOUT_DESCRIPTION),
     )
-    _add_run_options(run)
-    run.add_argument("--trace", default=None, help="write a timeline of every call (Chrome JSON)")
-    run.add_argument("--summary", action="store_true", help="print tasks, rounds, bytes per rank")
-    layout = sub.add_parser(
-        "layout",
-        help="run a script and picture where every received byte landed",
-        description=LAYOUT_DESCRIPTION,
-        formatter_class=_HelpFormatter,
-    )
-    _add_run_options(layout)
-    layout.add_argument("--png", default=None, help="also draw the picture to this PNG file")
+    for name, summary, description in commands:
+        cmd = sub.add_parser(
+            name, help=summary, description=description, formatter_class=_HelpFormatter
+        )
+        _add_run_options(cmd)
+        if name == "run":
+            cmd.add_argument("--trace", default=None, help="write a timeline (Chrome trace JSON)")
+            cmd.add_argument("--summary", action="store_true", help="print a summary per rank")
+        else:
+            cmd.add_argument("--png", default=None, help="also draw the picture to this PNG file")
     from .bench.cli import add_parser as add_bench
 
     add_bench(sub, _HelpFormatter)

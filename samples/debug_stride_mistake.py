@@ -16,30 +16,20 @@ picture and the timeline:
 import sys
 
 import numpy as np
-from _common import WORLD_GROUP, compare, on_device, rank_data, run_sample, zeros
-
-import hccl_py as hp
-from hccl_py import (
-    AIV,
-    HCCL_CMD_ALLGATHER,
-    Hccl,
-    HcclDataType,
-    Mc2CcTiling,
-    Mc2CcTilingConfig,
-    Mc2InitTiling,
-    TilingData,
-    offsetof,
+from _common import compare, on_device, rank_data, run_sample, zeros
+from all_gather_custom import (
+    ELEMS,
+    FP16,
+    SIZEOF_HALF,
+    TILE,
+    AllGatherCustomTilingData,
+    make_tiling,
 )
 
-ELEMS = 300  # per rank
-TILE = 128
-FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
-SIZEOF_HALF = 2
+import hccl_py as hp
+from hccl_py import AIV, Hccl, offsetof
+
 FIXED = "--fixed" in sys.argv
-
-
-class AllGatherCustomTilingData(TilingData):
-    _fields_ = [("mc2InitTiling", Mc2InitTiling), ("allGatherCcTiling", Mc2CcTiling)]
 
 
 def all_gather_tiled(xGM, yGM, tilingGM):
@@ -61,15 +51,6 @@ def all_gather_tiled(xGM, yGM, tilingGM):
         hccl.Wait(tailHandleId)
         hp.SyncAll()
         hccl.Finalize()
-
-
-def make_tiling() -> AllGatherCustomTilingData:
-    """Host side: the init tiling and the AllGather cc tiling."""
-    tiling = AllGatherCustomTilingData()
-    cfg = Mc2CcTilingConfig(WORLD_GROUP, HCCL_CMD_ALLGATHER, "AllGather=level0:doublering")
-    cfg.GetTiling(tiling.mc2InitTiling)
-    cfg.GetTiling(tiling.allGatherCcTiling)
-    return tiling
 
 
 def main() -> list[str]:
