@@ -28,7 +28,11 @@ class OneSidedWrites:
     """Mixin for the emulated world: the one-sided copies of BatchWrite."""
 
     def _pending_writes(self) -> list[tuple[Task, Copies]]:
+        """Under the lock: BatchWrites not run yet, and those running now (until they are done)."""
         return self.__dict__.setdefault("_writes", [])
+
+    def _running_writes(self) -> list[tuple[Task, Copies]]:
+        return self.__dict__.setdefault("_running", [])
 
     def write_items(self, task: Task, copies: Copies) -> None:
         """Run one BatchWrite now (eager) or when the world is quiescent (late)."""
@@ -53,22 +57,36 @@ class OneSidedWrites:
             ]
             for w in mine:
                 pending.remove(w)
+            self._running_writes().extend(mine)
         for _, copies in mine:
             run_copies(copies)
         with self.blocker.cond:
+            for w in mine:
+                self._running_writes().remove(w)
             self.blocker.progressed()
+
+        def elsewhere() -> bool:
+            return any(
+                domain is None or (t.domain_name == domain and t.rank == rank)
+                for t, _ in self._running_writes()
+            )
+
+        # a copy of this rank that another thread is running right now must land first
+        self.blocker.wait_for(lambda: not elsewhere(), "a BatchWrite's copies finish")
 
     def _write_job(self) -> Job | None:
         """Under the lock: the oldest pending BatchWrite as a job, or None."""
         pending = self._pending_writes()
         if not pending:
             return None
-        _, copies = pending.pop(0)
-        return functools.partial(self._run_write, copies)
+        write = pending.pop(0)
+        self._running_writes().append(write)
+        return functools.partial(self._run_write, write)
 
-    def _run_write(self, copies: Copies) -> None:
-        run_copies(copies)
+    def _run_write(self, write: tuple[Task, Copies]) -> None:
+        run_copies(write[1])
         with self.blocker.cond:
+            self._running_writes().remove(write)
             self.blocker.progressed()
 
     def rendezvous(self, group, rank: int, key: str, what: str) -> None:
@@ -81,9 +99,8 @@ class OneSidedWrites:
         here = arrivals[(name, key)]
 
         def done() -> bool:
-            return len(here) == group.size and not any(
-                w[0].domain_name == name for w in self._pending_writes()
-            )
+            writes = self._pending_writes() + self._running_writes()
+            return len(here) == group.size and not any(w[0].domain_name == name for w in writes)
 
         def why() -> str:
             missing = [group.ranks[r] for r in range(group.size) if r not in here]
