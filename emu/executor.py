@@ -155,21 +155,23 @@ def _all_to_all(tasks: list[Task], r: int) -> None:
 
 
 def _all_to_all_v(tasks: list[Task], r: int) -> None:
+    """Block by block; sources are staged (only their blocks) unless storage is disjoint."""
+    direct = _direct(tasks, DIRECT_BYTES)
     sources = []
     for t in tasks:
-        blocks = layout.round_blocks(t, "send", r)
-        extent = layout.span(blocks)
-        lo, hi = extent if extent else (0, 0)
-        sources.append((blocks, lo, t.memory("send")[lo:hi].clone()))
+        blocks, data = layout.round_blocks(t, "send", r), t.memory("send")
+        pieces = [
+            data[s : s + n]
+            for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
+        ]
+        if not direct:
+            pieces = list(torch.cat(pieces).split(blocks.sizes.tolist())) if pieces else []
+        sources.append(pieces)
     for j, t in enumerate(tasks):
-        dst = layout.round_blocks(t, "recv", r)
-        data = t.memory("recv")
-        for i, (blocks, lo, src) in enumerate(sources):
-            n = int(dst.sizes[i])
+        dst, data = layout.round_blocks(t, "recv", r), t.memory("recv")
+        for i, (d, n) in enumerate(zip(dst.starts.tolist(), dst.sizes.tolist(), strict=True)):
             if n:
-                s = int(blocks.starts[j]) - lo
-                d = int(dst.starts[i])
-                data[d : d + n].copy_(src[s : s + n])
+                copy_bytes(data[d : d + n], sources[i][j])
 
 
 #: The round function of every op this executor runs (tests check it covers the op table).
