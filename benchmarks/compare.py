@@ -35,7 +35,9 @@ COLUMNS = {
     "emu": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "emu", "kernel"),
     "emu/r8": lambda op, n, sizes, o: {
         s: t / 8
-        for s, t in peers.hccl_py_times(op, n, sizes, replace(o, repeat=8), "emu", "kernel").items()
+        for s, t in peers.hccl_py_times(
+            op, n, [s for s in sizes if s <= R8_MAX], replace(o, repeat=8), "emu", "kernel"
+        ).items()
     },
     "emu-fw": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "emu", "framework"),
     "emu-poison": lambda op, n, sizes, o: peers.hccl_py_times(
@@ -49,6 +51,8 @@ COLUMNS = {
     "ours-gloo": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "gloo", "kernel"),
     "limit": peers.copy_limit_times,
 }
+#: Largest size of the per-round column (8 rounds of 16 MiB per rank need GiBs per world).
+R8_MAX = 1 << 20
 #: Ratio columns: (numerator column, denominator column).
 RATIOS = {
     "emu/limit": ("emu", "limit"),
@@ -84,6 +88,15 @@ def scale(opts: Options) -> tuple[str, list[dict]]:
     return "\n".join(lines), rows
 
 
+def _rss_mib() -> float:
+    """This process's resident memory now (Linux), MiB."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+    except OSError:
+        return float("nan")
+
+
 def _sizes(lo: int, hi: int, factor: int) -> list[int]:
     out = [lo]
     while out[-1] * factor <= hi:
@@ -96,7 +109,7 @@ def measure(op: str, ranks: int, sizes: list[int], opts: Options, columns: list[
     times: dict[str, dict[int, float | None]] = {}
     for col in columns:
         try:
-            times[col] = COLUMNS[col](op, ranks, sizes, opts)
+            times[col] = dict.fromkeys(sizes) | COLUMNS[col](op, ranks, sizes, opts)
         except Exception as exc:  # noqa: BLE001 - a peer without the op: shown as '-'
             print(f"  {col} {op} on {ranks} ranks: {type(exc).__name__}: {exc}", file=sys.stderr)
             times[col] = dict.fromkeys(sizes)
@@ -177,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         for op in args.ops:
             times = measure(op, n, sizes, opts, args.columns)
             print(table(op, n, sizes, times), flush=True)
+            print(f"(this process: {_rss_mib():.0f} MiB resident)", flush=True)
             results.append({"op": op, "ranks": n, "times": times})
     scaled: list[dict] = []
     if args.scale:
