@@ -23,7 +23,14 @@ from ..constants import (
     HcclServerType,
 )
 from ..context import current_rank_context
-from ..errors import HcclBoundsError, HcclError, HcclUsageError, HcclWarning, InvalidCall
+from ..errors import (
+    HcclBoundsError,
+    HcclCoreError,
+    HcclError,
+    HcclUsageError,
+    HcclWarning,
+    InvalidCall,
+)
 from ..gm import GmAddr
 from ..kernel import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
@@ -95,6 +102,18 @@ class HcclBase:
         if self._strict() or cls.always_raise:
             raise err
         return ret
+
+    def _wrong_core(self, core: CoreContext, info: Handle, h: int, op: str) -> int:
+        """A Wait from a core of the other kind than the one that prepared handle ``h``."""
+        return self._fail(
+            f"Wait from an {core.kind.name} core of a handle prepared on {info.kind.name}",
+            cls=HcclCoreError,
+            handle=h,
+            op=op,
+            round=info.waits,
+            expected=info.kind.name,
+            actual=core.kind.name,
+        )
 
     def _refuse(self, name: str, bad: InvalidCall, **facts: Any) -> int:
         """A Prepare-like call ``name`` that ``bad`` says may not run: fail it, return -1."""

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
-from ..errors import HcclCoreError
 from ..template import template
 from .log import logged
 from .onesided import OneSidedCalls
@@ -68,12 +67,7 @@ class FineGrainedCalls(OneSidedCalls):
             )
         core = self._core()
         if core.kind != info.kind:
-            return self._fail(
-                f"Wait from an {core.kind.name} core of a handle prepared on {info.kind.name}",
-                cls=HcclCoreError,
-                handle=h,
-                op="AlltoAllV",
-            )
+            return self._wrong_core(core, info, h, "AlltoAllV")
         info.steps_waited += info.step_size
         round_idx = min(info.repeat, -(-info.steps_waited // self.state.rank_dim)) - 1
         self.state.record_wait(core, h, round_idx)

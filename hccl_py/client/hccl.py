@@ -111,15 +111,7 @@ class Hccl(WriteCalls):
             return self._ok(HCCL_SUCCESS)
         core = self._core()
         if core.kind != info.kind:
-            return self._fail(
-                f"Wait from an {core.kind.name} core of a handle prepared on {info.kind.name}",
-                cls=HcclCoreError,
-                handle=h,
-                op=name,
-                round=info.waits,
-                expected=info.kind.name,
-                actual=core.kind.name,
-            )
+            return self._wrong_core(core, info, h, name)
         later = [g for g in range(h + 1, len(self.handles)) if self.handles[g].waits]
         if later:
             reason = (

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..constants import DTYPE_INFO, MOVE_DTYPES, HcclCMDType, HcclDataType
-from .spec import OpSpec
+from .spec import OpSpec, no_blocks
 
 if TYPE_CHECKING:
-    from ..task import Task
+    pass
 
 #: The item layouts of each platform's BatchWrite (little-endian, packed).
 ITEM_DTYPES: dict[str, np.dtype] = {
@@ -101,13 +101,6 @@ def decode_items(raw: bytes, fmt: str) -> Items:
     )
 
 
-def _layout(
-    task: Task, side: str, r: np.ndarray, peers: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    empty = np.zeros((r.shape[0], 0), dtype=r.dtype)
-    return empty, empty
-
-
 SPEC = OpSpec(
     cmd=HcclCMDType.HCCL_CMD_BATCH_WRITE,
     name="BatchWrite",
@@ -116,7 +109,7 @@ SPEC = OpSpec(
     dtypes=MOVE_DTYPES,
     zero_count=False,
     alg_config="BatchWrite=level0:fullmesh",
-    layout=_layout,
+    layout=no_blocks,
     in_place=lambda rank: (0, 0),
     platforms=frozenset({"A2", "A3"}),
     executable=False,

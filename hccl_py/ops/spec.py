@@ -64,6 +64,14 @@ def stride(task: Task) -> int:
     return task.stride if task.stride > 0 else task.count
 
 
+def no_blocks(
+    task: Task, side: str, r: np.ndarray, peers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Layout of the one-sided ops (BatchWrite, AlltoAllvWrite): no collective blocks."""
+    empty = np.zeros((r.shape[0], 0), dtype=r.dtype)
+    return empty, empty
+
+
 def regular_layout(per_peer_sides: frozenset[str]) -> Layout:
     """Layout of the regular ops: ``count`` elements per block; per-peer blocks on some sides.
 
