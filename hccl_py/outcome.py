@@ -44,8 +44,12 @@ class WithWarnings:
             recorder.start(ctx.rank)
         try:
             value = self.fn(*args)
-        finally:
+        except BaseException as exc:
             rec = recorder.stop(ctx.rank) if ctx.config.record else None
+            if rec is not None:  # a failed run's timeline is what one debugs most
+                exc.hccl_trace = {"events": rec.events, "layouts": rec.layouts}
+            raise
+        rec = recorder.stop(ctx.rank) if ctx.config.record else None
         if ctx.open_work:
             started = "; ".join(ctx.open_work.values())
             raise HcclUnfinishedError(

@@ -12,6 +12,7 @@ from typing import Any
 
 from .blocking import checked_timeout
 from .config import Config
+from .errors import WorldError
 from .outcome import RunResult, WithWarnings, summarize
 from .platform import get_platform
 from .server import Backend
@@ -163,9 +164,14 @@ def run(
     )
     chosen = get_backend(backend or default_backend())
     with frozen_heap():
-        result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))
+        try:
+            result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))
+        except WorldError as err:
+            if trace and _lead():
+                _write_failed_trace(trace, err)
+            raise
     summarize(result)
-    if os.environ.get("RANK", "0") == "0":  # under a launcher, one process writes and prints
+    if _lead():
         if trace:
             chrome.write(trace, result.traces)
         if summary:
@@ -176,6 +182,22 @@ def run(
             if picture != "-":
                 drawn.save_png(picture)
     return result
+
+
+def _lead() -> bool:
+    """Whether this process writes and prints for the run (under a launcher: rank 0's)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _write_failed_trace(path: str | os.PathLike, err: WorldError) -> None:
+    """Write what the failed ranks recorded up to their failure, and say where it is."""
+    traces = {r: e.hccl_trace for r, e in err.failures.items() if hasattr(e, "hccl_trace")}
+    if traces:
+        chrome.write(path, traces)
+        print(
+            f"hccl_py: the timeline of the failed run (ranks {sorted(traces)}) is in {path}",
+            file=sys.stderr,
+        )
 
 
 def explain_layout(

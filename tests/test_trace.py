@@ -176,3 +176,28 @@ def test_cli_run_trace_summary_and_layout(tmp_path: Path) -> None:
     assert out.returncode == 1  # the sample's check fails on purpose
     assert "[768, 856) written more than once" in out.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_failed_run_still_writes_its_timeline(tmp_path: Path) -> None:
+    """A deadlock is what one debugs most: the timeline shows the Wait that never returned."""
+
+    def lone(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        hccl = hp.Hccl()
+        hccl.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling, tilingGM))
+        hccl.SetCcTilingV2(hp.offsetof(Tiling, "cc"))
+        hccl.Wait(hccl.AllGather[True](xGM, yGM, ELEMS, F16, ELEMS))
+
+    def run() -> None:
+        x = torch.zeros(ELEMS, dtype=torch.float16)
+        y = torch.zeros(ELEMS * hp.get_world_size(), dtype=torch.float16)
+        if hp.get_rank() == 0:
+            hp.launch(lone, x, y, _tiling())
+
+    path = tmp_path / "failed.json"
+    with pytest.raises(hp.WorldError):
+        hp.run(run, world_size=2, trace=path, timeout=5)
+    events = _events(path)
+    names = [e["name"] for e in events if e["ph"] == "X" and e["pid"] == 0]
+    assert names == ["InitV2", "SetCcTilingV2", "AllGather[True]", "Commit", "Wait"]
+    wait = [e for e in events if e.get("name") == "Wait"][0]
+    assert wait["args"]["domain"] == "hccl_world_group" and wait["dur"] >= 0
