@@ -29,6 +29,7 @@ import peers
 from hccl_py.bench.ops import BENCH_OPS
 from hccl_py.bench.sweep import Options
 from hccl_py.bench.table import machine
+from hccl_py.plotting import pyplot, save
 
 #: Column -> how it is measured: (function, extra arguments).
 COLUMNS = {
@@ -137,11 +138,7 @@ def table(op: str, ranks: int, sizes: list[int], times: dict) -> str:
 
 def plot(path: str, results: list[dict]) -> None:
     """Time per op against size, one panel per (op, ranks), one line per column."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("--plot")
     fig, axes = plt.subplots(
         len(results), 1, figsize=(7, 3 * len(results)), squeeze=False, sharex=True
     )
@@ -157,9 +154,7 @@ def plot(path: str, results: list[dict]) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="x-small", ncol=4)
     axes[-1, 0].set_xlabel("bytes per rank")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save(fig, path, dpi=80)
 
 
 def main(argv: list[str] | None = None) -> int:

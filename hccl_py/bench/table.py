@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 import torch
 
+from ..plotting import pyplot, save
 from .sweep import Row
 
 _HEAD = (
@@ -65,15 +66,7 @@ def write_json(path: str | Path, sweeps: list[dict[str, Any]]) -> None:
 
 def plot(path: str | Path, sweeps: list[dict[str, Any]]) -> None:
     """A PNG of bus bandwidth against size, one line per sweep (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise RuntimeError(
-            "--plot needs matplotlib: pip install 'hccl_py[bench]' (or pip install matplotlib)"
-        ) from exc
+    plt = pyplot("--plot")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for sweep in sweeps:
         rows = sweep["rows"]
@@ -85,7 +78,4 @@ def plot(path: str | Path, sweeps: list[dict[str, Any]]) -> None:
     ax.set_ylabel("bus bandwidth (GB/s)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)

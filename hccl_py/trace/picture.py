@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from ..plotting import patch, pyplot, save
+
 #: Characters of one text strip.
 STRIP = 64
 _REDUCED = -1
@@ -109,16 +111,7 @@ class LayoutPicture:
 
     def save_png(self, path: str | Path, title: str = "") -> None:
         """Draw the strips to ``path`` (needs matplotlib: ``pip install 'hccl_py[bench]'``)."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            from matplotlib.patches import Patch
-        except ImportError as exc:
-            raise RuntimeError(
-                "a layout PNG needs matplotlib: pip install 'hccl_py[bench]'"
-            ) from exc
+        plt = pyplot("a layout PNG")
         fig, ax = plt.subplots(figsize=(10, 0.6 * len(self.strips) + 1.2))
         colors = plt.get_cmap("tab10")
         for y, strip in enumerate(self.strips):
@@ -138,13 +131,10 @@ class LayoutPicture:
         ax.invert_yaxis()
         ax.set_xlabel("byte offset in the receive buffer")
         sources = sorted({s.source for st in self.strips for s in st.segments if s.source >= 0})
-        handles = [Patch(color=colors(r % 10), label=f"from rank {r}") for r in sources]
-        handles.append(Patch(color="#eeeeee", label="unwritten"))
+        handles = [patch(colors(r % 10), f"from rank {r}") for r in sources]
+        handles.append(patch("#eeeeee", "unwritten"))
         ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18),
                   ncol=min(len(handles), 6))  # fmt: skip
         if title:
             ax.set_title(title, fontsize=9)
-        fig.tight_layout()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
+        save(fig, path)

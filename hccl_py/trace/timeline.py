@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..plotting import patch, pyplot, save
 from .chrome import _track_name
 
 _COLORS = {"round": "#d62728", "Wait": "#9ecae1", "Commit": "#ff7f0e"}
@@ -17,14 +18,7 @@ _COLORS = {"round": "#d62728", "Wait": "#9ecae1", "Commit": "#ff7f0e"}
 
 def draw_timeline(trace: str | Path | dict[str, Any], png: str | Path, title: str = "") -> None:
     """Draw a Chrome trace (a path or the loaded JSON) to ``png`` (needs matplotlib)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
-    except ImportError as exc:
-        raise RuntimeError("a timeline PNG needs matplotlib: pip install 'hccl_py[bench]'") from exc
+    plt = pyplot("a timeline PNG")
     data = trace if isinstance(trace, dict) else json.loads(Path(trace).read_text())
     events = data["traceEvents"]
     rows = sorted({(e["pid"], e["tid"]) for e in events if e["ph"] == "X"})
@@ -44,7 +38,7 @@ def draw_timeline(trace: str | Path | dict[str, Any], png: str | Path, title: st
                         xytext=(s["ts"], where[(s["pid"], s["tid"])]),
                         arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.5})  # fmt: skip
     legend = {"other call": "#74c476", **_COLORS}
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in legend.items()], fontsize=7,
+    ax.legend(handles=[patch(c, n) for n, c in legend.items()], fontsize=7,
               loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)  # fmt: skip
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {p} {_track_name(t)}" for p, t in rows], fontsize=7)
@@ -52,7 +46,4 @@ def draw_timeline(trace: str | Path | dict[str, Any], png: str | Path, title: st
     ax.set_xlabel("microseconds since the first event")
     if title:
         ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    Path(png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=90)
-    plt.close(fig)
+    save(fig, png)

@@ -1,0 +1,39 @@
+"""matplotlib for hccl_py's pictures (an optional extra), loaded on first use.
+
+The benchmark's plot, the layout picture and the timeline all draw with
+matplotlib's headless backend; without it, asking for a PNG names the extra
+to install (the text views never need it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def pyplot(what: str) -> Any:
+    """``matplotlib.pyplot`` on the Agg backend; RuntimeError naming the extra when it is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError(f"{what} needs matplotlib: pip install 'hccl_py[bench]'") from exc
+    return plt
+
+
+def patch(color: str, label: str) -> Any:
+    """A legend entry: a coloured square with ``label``."""
+    from matplotlib.patches import Patch
+
+    return Patch(color=color, label=label)
+
+
+def save(fig: Any, path: str | Path, dpi: int = 90) -> None:
+    """Lay out, write ``fig`` to ``path`` (creating its folder) and release it."""
+    plt = pyplot("saving a figure")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
