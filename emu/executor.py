@@ -93,15 +93,19 @@ def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst.copy_(src)
 
 
-def _direct(tasks: list[Task], block_bytes: int) -> bool:
-    """Whether blocks may go straight to their destination: large, and no storage shared."""
-    if block_bytes < DIRECT_BYTES:
-        return False
+def _disjoint(tasks: list[Task]) -> bool:
+    """Whether no receive buffer shares storage with a send buffer (nothing needs staging)."""
     sends = {t.send.alloc.memory for t in tasks}
     recvs = {t.recv.alloc.memory for t in tasks}
     if None in sends or None in recvs:
         return False
     return not {m[0] for m in sends} & {m[0] for m in recvs}
+
+
+def _direct(tasks: list[Task], r: int) -> bool:
+    """Whether round ``r``'s blocks go straight to their destination: large, storage disjoint."""
+    large = int(layout.round_blocks(tasks[0], "send", r).sizes[0]) >= DIRECT_BYTES
+    return large and _disjoint(tasks)
 
 
 def _local(task: Task) -> int | None:
@@ -130,7 +134,7 @@ def _direct_moves(tasks: list[Task], r: int, source_block: int | None) -> None:
 
 
 def _all_gather(tasks: list[Task], r: int) -> None:
-    if _direct(tasks, int(layout.round_blocks(tasks[0], "send", r).sizes[0])):
+    if _direct(tasks, r):
         _direct_moves(tasks, r, 0)
         return
     gathered = torch.cat([read(t, "send", r) for t in tasks])
@@ -146,7 +150,7 @@ def _reduce_scatter(tasks: list[Task], r: int) -> None:
 
 
 def _all_to_all(tasks: list[Task], r: int) -> None:
-    if _direct(tasks, int(layout.round_blocks(tasks[0], "send", r).sizes[0])):
+    if _direct(tasks, r):
         _direct_moves(tasks, r, None)
         return
     stacked = torch.stack([read(t, "send", r) for t in tasks])
@@ -156,7 +160,7 @@ def _all_to_all(tasks: list[Task], r: int) -> None:
 
 def _all_to_all_v(tasks: list[Task], r: int) -> None:
     """Block by block; sources are staged (only their blocks) unless storage is disjoint."""
-    direct = _direct(tasks, DIRECT_BYTES)
+    direct = _disjoint(tasks)
     sources = []
     for t in tasks:
         blocks, data = layout.round_blocks(t, "send", r), t.memory("send")

@@ -44,6 +44,13 @@ class Lane:
         if failed:
             raise failed[0]
 
+    def run_sized(self, nbytes: int, fn: Callable[..., Any], *args: Any) -> None:
+        """``fn(*args)`` on the lane when it moves at least :data:`LANE_BYTES`, else here."""
+        if nbytes >= LANE_BYTES:
+            self.run(fn, *args)
+        else:
+            fn(*args)
+
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
             fn, args, done, failed = job

@@ -17,7 +17,6 @@ it), so every rank that waits there gets the original report.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import torch
 
@@ -41,7 +40,7 @@ from hccl_py.trace.recorder import now_us
 from hccl_py.windows import LocalWindows
 
 from . import executor
-from .lane import LANE_BYTES, Lane
+from .lane import Lane
 from .onesided import OneSidedWrites
 from .rendezvous import Rendezvous
 from .reports import WorldReports
@@ -201,17 +200,11 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
                     continue
                 for r in rounds:
                     if r >= slot.done and not in_place(task, r):
-                        self._on_lane(task, r, self._poison, slot, task, r)
+                        nbytes = layout.round_blocks(task, "recv", r).total()
+                        self.lane.run_sized(nbytes, self._poison, slot, task, r)
                 del per_rank[rank]
             if not per_rank:
                 del self.unpoisoned[slot]
-
-    def _on_lane(self, task: Task, round_idx: int, fn: Callable[..., None], *args: object) -> None:
-        """Run ``fn(*args)`` on the lane when round ``round_idx`` of ``task`` is large (see lane)."""
-        if layout.round_blocks(task, "recv", round_idx).total() >= LANE_BYTES:
-            self.lane.run(fn, *args)
-        else:
-            fn(*args)
 
     def _poison(self, slot: Slot, task: Task, round_idx: int) -> None:
         """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""
@@ -261,10 +254,8 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
         error = None
         started = now_us()
         try:
-            if executor.round_bytes(tasks, round_idx) >= LANE_BYTES:
-                self.lane.run(executor.run_round, tasks, round_idx)
-            else:
-                executor.run_round(tasks, round_idx)
+            nbytes = executor.round_bytes(tasks, round_idx)
+            self.lane.run_sized(nbytes, executor.run_round, tasks, round_idx)
         except Exception as exc:  # noqa: BLE001 - reported to every waiting rank
             error = HcclError(
                 f"round {round_idx} of {tasks[0].describe()} failed: {type(exc).__name__}: {exc}"
