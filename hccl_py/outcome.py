@@ -45,11 +45,11 @@ class WithWarnings:
         try:
             value = self.fn(*args)
         except BaseException as exc:
-            rec = recorder.stop(ctx.rank) if ctx.config.record else None
-            if rec is not None:  # a failed run's timeline is what one debugs most
-                exc.hccl_trace = {"events": rec.events, "layouts": rec.layouts}
+            trace = recorder.finish(ctx.rank) if ctx.config.record else None
+            if trace is not None:  # a failed run's timeline is what one debugs most
+                exc.hccl_trace = trace
             raise
-        rec = recorder.stop(ctx.rank) if ctx.config.record else None
+        trace = recorder.finish(ctx.rank) if ctx.config.record else None
         if ctx.open_work:
             started = "; ".join(ctx.open_work.values())
             raise HcclUnfinishedError(
@@ -59,7 +59,6 @@ class WithWarnings:
                 "the output's contents depend on timing)",
                 rank=ctx.rank,
             )
-        trace = None if rec is None else {"events": rec.events, "layouts": rec.layouts}
         return RankOutcome(value, list(ctx.warnings), trace)
 
 

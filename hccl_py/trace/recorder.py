@@ -55,6 +55,12 @@ def stop(rank: int) -> Recorder | None:
         return _recorders.pop(rank, None)
 
 
+def finish(rank: int) -> dict[str, Any] | None:
+    """End recording global rank ``rank``: its events and layouts, as they travel to ``hp.run``."""
+    rec = stop(rank)
+    return None if rec is None else {"events": rec.events, "layouts": rec.layouts}
+
+
 def round_key(task: Task, round_idx: int) -> str:
     """The name of one round of one task, shared by its Commit, round and Wait events."""
     return f"{task.domain_name}/{task.seq}/{round_idx}"
