@@ -35,11 +35,9 @@ def core_tid() -> int:
     return (AIC_TID if core.kind.name == "AIC" else AIV_TID) + core.block_idx
 
 
-def _task_of(client: Any, handle: Any) -> Task | None:
+def _task_of(client: Any, handle: Any, info: Any) -> Task | None:
+    """The task behind ``handle`` (prepared by this core or by the launch's sending core)."""
     state = getattr(client, "state", None)
-    info = client._handle(handle)
-    if info is None:
-        return None
     return info.task or (state.tasks.get(int(handle)) if state is not None else None)
 
 
@@ -50,9 +48,9 @@ def traced_call(
     tid = core_tid()
     task = round_idx = None
     if name in ("Commit", "Wait") and args:
-        task = _task_of(client, args[0])
         info = client._handle(args[0])
-        if task is not None and info is not None:
+        task = None if info is None else _task_of(client, args[0], info)
+        if task is not None:
             round_idx = info.commits if name == "Commit" else info.waits
     start = now_us()
     if task is not None and name == "Commit":
