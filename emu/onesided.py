@@ -14,6 +14,9 @@ import functools
 
 from hccl_py.blocking import Job
 from hccl_py.task import Task
+from hccl_py.windows import WindowAllocation
+
+from .races import WindowRaces, user_frame
 
 Copies = list[tuple[object, object, int]]
 
@@ -27,6 +30,8 @@ def run_copies(copies: Copies) -> None:
 class OneSidedWrites:
     """Mixin for the emulated world: the one-sided copies of BatchWrite."""
 
+    races: WindowRaces | None
+
     def _pending_writes(self) -> list[tuple[Task, Copies]]:
         """Under the lock: BatchWrites not run yet, and those running now (until they are done)."""
         return self.__dict__.setdefault("_writes", [])
@@ -36,6 +41,15 @@ class OneSidedWrites:
 
     def write_items(self, task: Task, copies: Copies) -> None:
         """Run one BatchWrite now (eager) or when the world is quiescent (late)."""
+        races = self.races
+        if races is not None:
+            rank, where = task.domain.ranks[task.rank], user_frame()
+            self.__dict__.setdefault("_writers", {})[(task.domain_name, task.rank)] = rank
+            clocks = races.batch_clocks(rank, len(copies))
+            for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
+                if isinstance(dst.alloc, WindowAllocation):
+                    runs = [(dst.offset, dst.offset + nbytes)]
+                    races.write(rank, dst.alloc, runs, nbytes, clock, where)
         if self.config.schedule != "late":
             run_copies(copies)
             return
@@ -73,6 +87,9 @@ class OneSidedWrites:
 
         # a copy of this rank that another thread is running right now must land first
         self.blocker.wait_for(lambda: not elsewhere(), "a BatchWrite's copies finish")
+        writer = self.__dict__.get("_writers", {}).get((domain, rank))
+        if self.races is not None and writer is not None:
+            self.races.landed(writer)
 
     def _write_job(self) -> Job | None:
         """Under the lock: the oldest pending BatchWrite as a job, or None."""
@@ -94,7 +111,7 @@ class OneSidedWrites:
         arrivals = self.__dict__.setdefault("_arrivals", {})
         name = group.name
         with self.blocker.cond:
-            arrivals.setdefault((name, key), set()).add(rank)
+            arrivals.setdefault((name, key), {})[rank] = self._release(group.ranks[rank])
             self.blocker.progressed()
         here = arrivals[(name, key)]
 
@@ -111,3 +128,6 @@ class OneSidedWrites:
             return f"{what}: the copies of the other ranks are still pending"
 
         self.blocker.wait_for(done, why)
+        self._acquire(group.ranks[rank], list(here.values()))
+        if self.races is not None:  # every rank's copies into this window landed
+            self.races.landed(group.ranks[rank], group.ranks)

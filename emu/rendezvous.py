@@ -9,15 +9,27 @@ every rank waits, a timeout otherwise, the peer's error when it failed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from hccl_py.blocking import Blocker
 from hccl_py.context import Group
+
+Clock = tuple[int, ...] | None
 
 
 class Rendezvous:
     """The open exchanges of one world: (domain, k) -> domain rank -> payload."""
 
-    def __init__(self, blocker: Blocker) -> None:
+    def __init__(
+        self,
+        blocker: Blocker,
+        release: Callable[[int], Clock],
+        acquire: Callable[[int, Iterable[Clock]], None],
+    ) -> None:
         self.blocker = blocker
+        #: The window race check's clocks: an exchange orders every member after the others.
+        self.release, self.acquire = release, acquire
+        self.clocks: dict[tuple[str, int], dict[int, Clock]] = {}
         self.boxes: dict[tuple[str, int], dict[int, bytes]] = {}
         self.readers: dict[tuple[str, int], int] = {}
         self.next: dict[tuple[str, int], int] = {}
@@ -31,6 +43,7 @@ class Rendezvous:
             key = (group.name, k)
             box = self.boxes.setdefault(key, {})
             box[rank] = payload
+            self.clocks.setdefault(key, {})[rank] = self.release(group.ranks[rank])
             self.blocker.progressed()
 
         def missing() -> list[int]:
@@ -45,7 +58,9 @@ class Rendezvous:
         )
         with cond:
             result = [box[i] for i in range(group.size)]
+            clocks = list(self.clocks[key].values())
             self.readers[key] = self.readers.get(key, 0) + 1
             if self.readers[key] == group.size:
-                del self.boxes[key], self.readers[key]
+                del self.boxes[key], self.readers[key], self.clocks[key]
+        self.acquire(group.ranks[rank], clocks)
         return result

@@ -42,8 +42,10 @@ from hccl_py.windows import LocalWindows
 from . import executor
 from .lane import Lane
 from .onesided import OneSidedWrites
+from .races import WindowRaces
 from .rendezvous import Rendezvous
 from .reports import WorldReports
+from .watch import WatchedWindows
 
 
 class Slot:
@@ -54,6 +56,8 @@ class Slot:
         self.rank_dim = rank_dim
         self.tasks: dict[int, Task] = {}
         self.committed: dict[int, int] = {}
+        #: (domain rank, round) -> the rank's clock at that Commit (the window race check)
+        self.clocks: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.done = 0
         self.running = False
         self.error: HcclError | None = None
@@ -96,7 +100,7 @@ class Slot:
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
 
-class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
+class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
     """The server of an emulated world; every rank's client sends to this one object."""
 
     ops = frozenset(executor.ROUNDS)
@@ -110,7 +114,8 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
         self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.cond
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
-        self.exchanges = Rendezvous(self.blocker)
+        self.races = WindowRaces(world_size) if config.poison else None
+        self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}
@@ -297,6 +302,7 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
             self.blocker.raise_if_failed()
             slot = self._slot(task)
             slot.committed[task.rank] = round_idx + 1
+            slot.clocks[(task.rank, round_idx)] = self._release(task.domain.ranks[task.rank])
             if slot.error is None and not slot.finished:
                 self.pending[slot] = None
             if self.config.poison:
@@ -315,6 +321,7 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
         )
         if slot.error is not None and slot.done <= round_idx:
             raise error_for(slot.error, task, round_idx)
+        self._ordered_after(slot, task, range(round_idx, round_idx + 1))
         # A round that ran is this rank's data, whatever failed elsewhere since: the rank
         # goes on and meets the failure at its next call that needs a peer.
 
@@ -334,7 +341,13 @@ class EmuWorld(WorldReports, OneSidedWrites, LocalWindows, Server):
                 done,
                 lambda: f"{self._describe_wait(slot, task, done, verb='polls Query for')}",
             )
+        self._ordered_after(slot, task, range(done))
         return done
+
+    def _ordered_after(self, slot: Slot, task: Task, rounds: range) -> None:
+        """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
+        clocks = [slot.clocks.get((r, k)) for k in rounds for r in range(slot.rank_dim)]
+        self._acquire(task.domain.ranks[task.rank], clocks)
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.

@@ -17,7 +17,9 @@ from .runtime import (
     BACKENDS,
     LAYOUT_ENV,
     PLATFORM_ENV,
+    POISON_ENV,
     RUNNER_NPROC_ENV,
+    SCHEDULE_ENV,
     SUMMARY_ENV,
     TRACE_ENV,
     WORLD_SIZE_ENV,
@@ -87,6 +89,18 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--platform", choices=["A2", "A3", "950"], default=None, help="the platform (None: A2)"
     )
+    checks = run.add_argument_group("sanitizer (for hp.run calls that do not set them)")
+    checks.add_argument(
+        "--schedule",
+        choices=("eager", "late"),
+        default=None,
+        help="run rounds as soon as possible or as late as possible (see docs/sanitizer.md)",
+    )
+    checks.add_argument(
+        "--poison",
+        action="store_true",
+        help="NaN / 0xFF in receive ranges until their round ran; window race check (emulator)",
+    )
     multi = run.add_argument_group("several hosts (gloo, hccl)")
     multi.add_argument("--nnodes", type=int, default=1, help="number of hosts")
     multi.add_argument("--node-rank", type=int, default=0, help="this host's index")
@@ -136,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[TRACE_ENV] = os.path.abspath(opts.trace)
     if getattr(opts, "summary", False):
         os.environ[SUMMARY_ENV] = "1"
+    if opts.schedule:
+        os.environ[SCHEDULE_ENV] = opts.schedule
+    if opts.poison:
+        os.environ[POISON_ENV] = "1"
     if backend == "emu":
         return _run_in_process(opts)
     from .launcher.script import RunnerOptions, run_script

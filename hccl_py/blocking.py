@@ -29,6 +29,9 @@ TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
 #: Unchanged polls after which a polling thread counts as spinning.
 SPIN_POLLS = 10_000
+#: Unchanged polls after which a polling thread lets the late schedule run pending work
+#: (only a scheduling choice: a deadlock needs SPIN_POLLS and FROZEN_POLLS).
+QUIET_POLLS = 200
 #: Further unchanged polls, while no other thread can progress, that make a deadlock.
 FROZEN_POLLS = 10_000
 #: A spinning thread that has not polled for this many seconds is no longer spinning.
@@ -258,21 +261,21 @@ class Blocker:
 
     def quiescent(self) -> bool:
         """Under the lock: every thread but the caller waits (or spins); nothing else will happen."""
-        return self._others_stuck(threading.get_ident())
+        return self._others_stuck(threading.get_ident(), QUIET_POLLS)
 
     # ------------------------------------------------------------- internals
     @staticmethod
-    def _live(spin: _Spin, now: float) -> bool:
-        return spin.unchanged >= SPIN_POLLS and now - spin.last < SPIN_FRESH_S
+    def _live(spin: _Spin, now: float, polls: int = SPIN_POLLS) -> bool:
+        return spin.unchanged >= polls and now - spin.last < SPIN_FRESH_S
 
-    def _others_stuck(self, me: int) -> bool:
-        """Under the lock: every thread but ``me`` is blocked or spinning."""
+    def _others_stuck(self, me: int, polls: int = SPIN_POLLS) -> bool:
+        """Under the lock: every thread but ``me`` is blocked or spinning (``polls`` unchanged)."""
         now = time.monotonic()
         others = sum(1 for ident in self.blocked if ident != me)
         others += sum(
             1
             for ident, s in self.spinning.items()
-            if ident != me and ident not in self.blocked and self._live(s, now)
+            if ident != me and ident not in self.blocked and self._live(s, now, polls)
         )
         return others >= self.active - 1
 

@@ -118,6 +118,12 @@ class HcclDeadlockError(HcclError):
     always_raise = True
 
 
+class HcclRaceError(HcclError):
+    """A kernel read window bytes that a peer writes with nothing ordering the two (poison mode)."""
+
+    always_raise = True
+
+
 class HcclTimeoutError(HcclError):
     """A blocking call did not finish within the configured timeout."""
 

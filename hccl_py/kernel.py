@@ -257,10 +257,11 @@ def launch(
         names = _parameter_names(kernel, len(args))
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         cores = state.core_contexts()
-    if len(cores) == 1:
-        _run_core(kernel, gm_args, cores[0])
-    else:
-        _run_cores(kernel, gm_args, cores, rank_ctx)
+    with rank_ctx.server.kernel_scope(rank_ctx.rank):
+        if len(cores) == 1:
+            _run_core(kernel, gm_args, cores[0])
+        else:
+            _run_cores(kernel, gm_args, cores, rank_ctx)
     with serial():
         for client in state.clients.values():
             client.check_exit()
@@ -278,8 +279,10 @@ def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
     previous = current_core_context()
     set_core_context(core)
+    rank_ctx = core.launch.rank_ctx
     try:
-        kernel(*args)
+        with rank_ctx.server.core_scope(rank_ctx.rank):
+            kernel(*args)
     finally:
         set_core_context(previous)
 

@@ -28,6 +28,9 @@ SUMMARY_ENV = "HCCL_PY_SUMMARY"
 TRACE_ENV = "HCCL_PY_TRACE"
 #: Environment variable asking for the layout picture (a PNG path, or "-" for text only).
 LAYOUT_ENV = "HCCL_PY_LAYOUT"
+#: Schedule ("eager"/"late") and poison ("1") of runs that do not pass schedule=/poison=.
+SCHEDULE_ENV = "HCCL_PY_SCHEDULE"
+POISON_ENV = "HCCL_PY_POISON"
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
     "emu": "hccl_py.backends.emu.backend:EmuBackend",
@@ -104,8 +107,8 @@ def run(
     timeout: float | None = None,
     *,
     strict: bool = True,
-    schedule: str = "eager",
-    poison: bool = False,
+    schedule: str | None = None,
+    poison: bool | None = None,
     overlap: str = "error",
     warnings_as_errors: bool | Collection[str] = (),
     args: tuple = (),
@@ -123,7 +126,9 @@ def run(
     ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
     decides which calls are allowed. See :class:`~hccl_py.context.Config` for
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
-    ``warnings_as_errors``; ``buffsize_mb`` is the size of each communication window
+    ``warnings_as_errors`` (``schedule`` and ``poison`` default to
+    ``HCCL_PY_SCHEDULE`` and ``HCCL_PY_POISON``, else "eager" and False: ``python -m
+    hccl_py run --schedule late --poison`` sets them); ``buffsize_mb`` is the size of each communication window
     (default ``HCCL_BUFFSIZE`` or 200 MB), ``ranks_per_server`` how many consecutive
     ranks form one server (default ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
@@ -150,8 +155,8 @@ def run(
         platform=get_platform(platform or os.environ.get(PLATFORM_ENV, "A2")),
         strict=strict,
         timeout=checked_timeout(timeout),
-        schedule=schedule,
-        poison=poison,
+        schedule=schedule or os.environ.get(SCHEDULE_ENV) or "eager",
+        poison=(os.environ.get(POISON_ENV, "") not in ("", "0")) if poison is None else poison,
         overlap=overlap,
         warnings_as_errors=(
             warnings_as_errors

@@ -77,6 +77,14 @@ class Server(ABC):
     def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
         """Global rank ``rank`` returned from its function: it submits and commits no more."""
 
+    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank`` (its cores start and return inside)."""
+        return contextlib.nullcontext()
+
+    def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around one core's run of a kernel of global rank ``rank``, in the core's thread."""
+        return contextlib.nullcontext()
+
     def forget(self) -> None:  # noqa: B027 - optional hook
         """Drop what this rank published for the run (no rank checks it any more)."""
 

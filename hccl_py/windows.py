@@ -80,7 +80,17 @@ def anonymous_memory(nbytes: int) -> tuple[torch.Tensor, object]:
 class WindowAllocation(Allocation):
     """One rank's window: an allocation whose memory is mapped on first touch."""
 
-    __slots__ = ("_data", "_keep", "_size", "_factory", "_base", "domain", "kind", "buffsize_mb")
+    __slots__ = (
+        "_data",
+        "_keep",
+        "_size",
+        "_factory",
+        "_base",
+        "domain",
+        "kind",
+        "buffsize_mb",
+        "on_map",
+    )
 
     def __init__(
         self,
@@ -101,6 +111,8 @@ class WindowAllocation(Allocation):
         self.uid = next(_alloc_ids)
         self._host = None
         self.name = f"Windows{kind} of rank {rank}"
+        #: Called with the window once its memory is mapped (the emulator's race check).
+        self.on_map: Callable[[WindowAllocation], None] | None = None
 
     @property
     def data(self) -> torch.Tensor:  # type: ignore[override]
@@ -109,6 +121,8 @@ class WindowAllocation(Allocation):
             with _lock:
                 if self._data is None:
                     self._data, self._keep = self._factory(self._size)
+                    if self.on_map is not None:
+                        self.on_map(self)
         return self._data
 
     @property
@@ -195,6 +209,9 @@ class LocalWindows:
         """Where ``window``'s bytes come from (anonymous memory of this process)."""
         return anonymous_memory
 
+    def window_mapped(self, window: WindowAllocation) -> None:
+        """``window``'s memory was just mapped (a hook; the default does nothing)."""
+
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``."""
         store = self._window_store()
@@ -208,6 +225,7 @@ class LocalWindows:
                         domain, rank, kind, self.config.buffsize_mb, anonymous_memory
                     )
                     found._factory = self.window_memory(found)
+                    found.on_map = self.window_mapped
                     store[key] = found
                     store[found.int_base()] = found
         return found

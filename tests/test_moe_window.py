@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ import pytest
 import hccl_py as hp
 
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+SOURCE = Path(__file__).read_text().splitlines()
+SAMPLE_SOURCE = (SAMPLES_DIR / "moe_distribute_window.py").read_text().splitlines()
 
 
 @pytest.fixture
@@ -66,3 +69,66 @@ def test_windows_smaller_than_the_layout_report_the_overflow(sample) -> None:
         "1048576 bytes (HCCL_BUFFSIZE=1 MB = 1048576 bytes, domain hccl_world_group; raise "
         "HCCL_BUFFSIZE or hp.run(..., buffsize_mb=) if the kernel needs more)"
     )
+
+
+@pytest.mark.parametrize("schedule", ["eager", "late"])
+def test_the_sample_is_clean_under_poison(sample, schedule: str) -> None:
+    """Its flags order every read after the write it needs: no window race, the same results."""
+    plain = hp.run(sample.main, world_size=4, **sample.RUN_KWARGS)
+    checked = hp.run(
+        sample.main, world_size=4, poison=True, schedule=schedule, timeout=120, **sample.RUN_KWARGS
+    )
+    assert checked == plain
+    assert all(v.split()[3] == "PASS" for verdicts in checked for v in verdicts), checked
+
+
+def test_rows_copied_before_their_flag_is_polled_are_a_window_race(sample, monkeypatch) -> None:
+    """The bug: the receiver copies each sender's whole slot first, then polls its flag."""
+    n = 4
+    sent = threading.Barrier(n)
+
+    def broken_receive(hccl, tiling, data_off, status_off):
+        me, dim = hccl.GetRankId(), hccl.GetRankDim()
+        win = hccl.GetWindowsInAddr(me)
+        sent.wait(30)  # every rank has sent (an order hccl_py does not see)
+        received = []
+        for s in range(dim):
+            slot = hp.gm_tensor(win + data_off + s * sample.CAP * sample.ROW_BYTES, FP32, SLOT)
+            early = slot.clone()  # early-copy
+            while int(hp.gm_tensor(win + status_off + s * 8 + 4, INT32, 1)[0]) != tiling.epoch:
+                pass
+            count = int(hp.gm_tensor(win + status_off + s * 8, INT32, 1)[0])
+            received.append(early[: count * sample.W].reshape(count, sample.W))
+        return received
+
+    SLOT = sample.CAP * sample.W
+    FP32, INT32 = sample.FP32, sample.INT32
+    monkeypatch.setattr(sample, "receive_rows", broken_receive)
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(sample.main, world_size=n, poison=True, timeout=60, **sample.RUN_KWARGS)
+    races = {r: e for r, e in info.value.failures.items() if isinstance(e, hp.HcclRaceError)}
+    assert races, info.value
+    rank, err = min(races.items())
+    head, *findings, advice = err.reason.splitlines()
+    assert head == (
+        "window race: a read of window bytes that a peer writes is not ordered with the write:"
+    )
+    line = next(i for i, t in enumerate(SOURCE, 1) if t.endswith("# early-copy"))
+    sends = next(i for i, t in enumerate(SAMPLE_SOURCE, 1) if "hp.gm_tensor(dst + data_off" in t)
+    routes = [sample.routing_of(r, n * sample.LOCAL_EXPERTS)[0] for r in range(n)]
+    senders = [
+        s for s in range(n) if s != rank and (routes[s] // sample.LOCAL_EXPERTS == rank).any()
+    ]
+    want = []
+    for s in senders:
+        lo = s * sample.CAP * sample.ROW_BYTES
+        rows = int((routes[s] // sample.LOCAL_EXPERTS == rank).sum())
+        want.append(
+            f"  - rank {rank} read bytes [{lo}, {lo + rows * sample.ROW_BYTES}) of WindowsIn of "
+            f"rank {rank} (domain hccl_world_group) at test_moe_window.py:{line} "
+            f"(broken_receive), which rank {s} wrote at moe_distribute_window.py:{sends} "
+            "(send_rows), with no flag or completed Wait in between: the data may not have "
+            "arrived yet (the read saw 0xFF there)"
+        )
+    assert findings == want[: len(findings)] and len(findings) == min(len(want), 4)
+    assert advice.startswith(f"Have rank {senders[0]} write a flag after the data and rank {rank}")

@@ -1,0 +1,317 @@
+"""Races in communication windows: reads that no flag or Wait orders after a peer's write.
+
+Active with ``hp.run(..., poison=True)`` on the emulator. Every read and write
+of window bytes by a kernel (seen by :mod:`.watch`) or by a BatchWrite is
+checked against a vector clock per rank, in the manner of a thread sanitizer:
+
+- **Release and acquire.** Every write releases (it carries its rank's clock),
+  a Commit releases and the Wait (or Query) of that round acquires every
+  committing rank's clock, as do AlltoAllvWrite's Wait and a framework
+  collective. A **flag** is an access of at most :data:`FLAG_BYTES` bytes: a
+  read of at most that many bytes, or of bytes that a write of at most that
+  many bytes left, acquires the writer's clock. So a receiver that polls the
+  flag its sender wrote after the data is ordered after the data.
+- **Early read.** A larger read of bytes that a peer wrote, not ordered after
+  that write, sees 0xFF in those bytes (the data "has not arrived"). Reading
+  them again is a poll: it sees the data and is ordered after the write. A
+  kernel that returns without that second look read data that may not have
+  arrived: an :class:`~hccl_py.errors.HcclRaceError` when its kernel returns.
+- **Stale read.** A peer's write over bytes that a rank read, with nothing
+  ordering the read before the write, means the read may have seen either
+  value: reported when the reader's kernel returns, unless it read them again
+  (a poll that saw the new value); where its kernel already returned, when the
+  writer's kernel returns.
+
+Writes of other ranks over each other (atomic adds in combine kernels) are not
+reported: every finding is a read that the program does not order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+import hccl_py
+from hccl_py.errors import HcclRaceError
+from hccl_py.windows import POLL_BYTES, WindowAllocation
+
+from .intervals import IntervalMap
+
+#: Reads and writes of at most this many bytes are flags (the size of a flag poll).
+FLAG_BYTES = POLL_BYTES
+#: Findings listed in one report.
+SHOWN = 4
+
+Runs = list[tuple[int, int]]
+#: Code of these packages is never "where" a kernel read or wrote.
+_SKIP = tuple(
+    os.path.dirname(path) + os.sep for path in (torch.__file__, __file__, hccl_py.__file__)
+)
+
+
+def user_frame() -> str:
+    """``file.py:line (function)`` of the innermost caller outside torch and hccl_py."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP):
+        frame = frame.f_back
+    if frame is None:
+        return "an unknown place"
+    code = frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
+
+
+@dataclass(frozen=True, eq=False)
+class Write:
+    """One write of window bytes: who, with which clock, where in the program."""
+
+    rank: int
+    clock: tuple[int, ...]
+    seq: int
+    where: str
+    flag: bool
+    #: The clock component that counts this write: the rank's own, or its BatchWrite queue's.
+    agent: int
+
+    @property
+    def epoch(self) -> int:
+        return self.clock[self.agent]
+
+
+@dataclass(frozen=True)
+class Read:
+    """One rank's last (non-flag) read of some window bytes."""
+
+    epoch: int
+    where: str
+    launch: int
+
+
+@dataclass
+class Finding:
+    """A read that nothing orders with a peer's write of the same bytes."""
+
+    early: bool
+    reader: int
+    write: Write
+    window: WindowAllocation
+    lo: int
+    hi: int
+    read_where: str
+    #: The reader's kernel had returned when the write came: the writer's kernel reports it.
+    orphan: bool = False
+
+    def text(self) -> str:
+        w, where = self.write, f"bytes [{self.lo}, {self.hi}) of {self.window.name}"
+        where += f" (domain {self.window.domain})"
+        if self.early:
+            return (
+                f"rank {self.reader} read {where} at {self.read_where}, which rank {w.rank} "
+                f"wrote at {w.where}, with no flag or completed Wait in between: the data may "
+                "not have arrived yet (the read saw 0xFF there)"
+            )
+        return (
+            f"rank {self.reader} read {where} at {self.read_where} before rank {w.rank} wrote "
+            f"them at {w.where}, with no flag or completed Wait in between: the read may have "
+            "seen the old bytes or the new ones"
+        )
+
+
+class WindowRaces:
+    """The clocks and the access history of the windows of one emulated world."""
+
+    def __init__(self, world_size: int) -> None:
+        #: Held across a watched operation too (re-entered by its read and write records).
+        self.lock = threading.RLock()
+        self.n = world_size
+        #: One clock per rank, then one per rank's BatchWrite queue (its copies land
+        #: after the call, unordered with what the rank does next).
+        size = 2 * world_size
+        self.clocks = [[int(r == q and r < world_size) for q in range(size)] for r in range(size)]
+        #: storage address -> window, for the accesses that :mod:`.watch` sees
+        self.windows: dict[int, WindowAllocation] = {}
+        self.writes: dict[WindowAllocation, IntervalMap] = {}
+        self.reads: dict[WindowAllocation, IntervalMap] = {}
+        self.seen: set[tuple[int, int]] = set()
+        self.findings: dict[tuple[int, int], Finding] = {}
+        #: Bumped by every write; a rank's last flag read: (window, runs, version)
+        self.version = 0
+        self.last_flag: list[tuple | None] = [None] * world_size
+        self.launches = [0] * world_size
+        self.in_kernel = [0] * world_size  # kernels running (framework ops may overlap)
+        self._seq = itertools.count(1)
+
+    def mapped(self, window: WindowAllocation) -> None:
+        """``window``'s memory exists now: watch accesses to it."""
+        with self.lock:
+            self.windows[window.data.untyped_storage().data_ptr()] = window
+
+    # ------------------------------------------------------------------ clocks
+    def release(self, rank: int) -> tuple[int, ...]:
+        """Rank ``rank``'s clock now (what an acquirer learns); its later events count after it."""
+        with self.lock:
+            return self._release(rank)
+
+    def _release(self, rank: int) -> tuple[int, ...]:
+        clock = self.clocks[rank]
+        snapshot = tuple(clock)
+        clock[rank] += 1
+        return snapshot
+
+    def acquire(self, rank: int, clocks: Iterable[tuple[int, ...] | None]) -> None:
+        """Rank ``rank`` is ordered after everything the ``clocks`` (releases) saw."""
+        with self.lock:
+            for clock in clocks:
+                if clock is not None:
+                    self._join(rank, clock)
+
+    def batch_clocks(self, rank: int, n_items: int) -> list[tuple[int, ...]]:
+        """The clocks of the ``n_items`` copies of a BatchWrite that ``rank`` calls now."""
+        with self.lock:
+            queue = self.n + rank
+            self._join(queue, self._release(rank))
+            clocks = []
+            for _ in range(n_items):
+                self.clocks[queue][queue] += 1
+                clocks.append(tuple(self.clocks[queue]))
+            return clocks
+
+    def landed(self, rank: int, writers: Iterable[int] | None = None) -> None:
+        """Rank ``rank`` knows that the BatchWrites of ``writers`` (default: its own) landed."""
+        with self.lock:
+            for writer in (rank,) if writers is None else writers:
+                self._join(rank, tuple(self.clocks[self.n + writer]))
+
+    def _join(self, rank: int, clock: tuple[int, ...]) -> None:
+        mine = self.clocks[rank]
+        for q, value in enumerate(clock):
+            if value > mine[q]:
+                mine[q] = value
+
+    # ---------------------------------------------------------------- accesses
+    def read(self, rank: int, window: WindowAllocation, runs: Runs, nbytes: int) -> Runs:
+        """Rank ``rank`` reads ``runs`` of ``window``; returns the ranges that must read 0xFF."""
+        with self.lock:
+            flag = nbytes <= FLAG_BYTES
+            if flag:  # a poll that nothing was written for since the last one learns nothing
+                look = (window, tuple(runs), self.version)
+                if self.last_flag[rank] == look:
+                    return []
+                self.last_flag[rank] = look
+            writes = self.writes.get(window)
+            pieces = [p for r in runs for p in writes.overlapping(*r)] if writes else []
+            pieces = [p for p in pieces if p[2].rank != rank]
+            for _, _, w in pieces:
+                if flag or w.flag:
+                    self._join(rank, w.clock)
+            if flag:
+                return []
+            where = user_frame()
+            poison: Runs = []
+            first: set[tuple[int, int]] = set()
+            mine = self.clocks[rank]
+            for lo, hi, w in pieces:
+                if w.flag or w.epoch <= mine[w.agent]:
+                    continue
+                key = (rank, w.seq)
+                if key in self.seen and key not in first:
+                    self._join(rank, w.clock)  # a second look: the data has arrived
+                    self.findings.pop(key, None)
+                    continue
+                first.add(key)
+                poison.append((lo, hi))
+                self._note(key, Finding(True, rank, w, window, lo, hi, where))
+            self.seen |= first
+            record = Read(mine[rank], where, self.launches[rank])
+            reads = self.reads.setdefault(window, IntervalMap())
+            for lo, hi in runs:
+                reads.update(lo, hi, lambda old, r=record: {**(old or {}), rank: r})
+            return poison
+
+    def write(
+        self,
+        rank: int,
+        window: WindowAllocation,
+        runs: Runs,
+        nbytes: int,
+        clock: tuple[int, ...] | None = None,
+        where: str | None = None,
+    ) -> None:
+        """Rank ``rank`` wrote ``runs`` of ``window`` (a BatchWrite copy passes its queue's clock)."""
+        where = user_frame() if where is None else where
+        agent = rank if clock is None else self.n + rank
+        with self.lock:
+            if clock is None:
+                clock = self._release(rank)
+            w = Write(rank, clock, next(self._seq), where, nbytes <= FLAG_BYTES, agent)
+            self.version += 1
+            reads = self.reads.get(window)
+            for lo, hi in runs:
+                if reads is not None:
+                    if not w.flag:
+                        self._stale(w, window, reads.overlapping(lo, hi))
+                    reads.assign(lo, hi, None)
+                self.writes.setdefault(window, IntervalMap()).assign(lo, hi, w)
+
+    def _stale(self, w: Write, window: WindowAllocation, pieces: Iterator) -> None:
+        """Reads of other ranks that nothing orders before write ``w``: findings."""
+        for lo, hi, readers in pieces:
+            for q, r in readers.items():
+                if q == w.rank or r.epoch <= w.clock[q]:
+                    continue
+                key = (q, w.seq)
+                self.seen.add(key)
+                orphan = self.in_kernel[q] == 0 or r.launch != self.launches[q]
+                self._note(key, Finding(False, q, w, window, lo, hi, r.where, orphan))
+
+    def _note(self, key: tuple[int, int], finding: Finding) -> None:
+        """Keep ``finding``, merged with one of the same reader and write."""
+        old = self.findings.get(key)
+        if old is None:
+            self.findings[key] = finding
+        else:
+            old.lo, old.hi = min(old.lo, finding.lo), max(old.hi, finding.hi)
+
+    # ----------------------------------------------------------------- kernels
+    @contextmanager
+    def kernel(self, rank: int) -> Iterator[None]:
+        """A kernel launch of ``rank``; on a normal return, raise what it left unordered."""
+        with self.lock:
+            self.launches[rank] += 1
+            self.in_kernel[rank] += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_kernel[rank] -= 1
+                due = [
+                    key
+                    for key, f in self.findings.items()
+                    if (f.reader == rank and not f.orphan) or (f.orphan and f.write.rank == rank)
+                ]
+                found = [self.findings.pop(key) for key in due]
+        if found and sys.exc_info()[1] is None:
+            raise race_error(rank, found)
+
+
+def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
+    """One report for the findings of a kernel of ``rank``."""
+    found.sort(key=lambda f: (f.reader, f.window.name, f.lo))
+    lines = [f"  - {f.text()}" for f in found[:SHOWN]]
+    if len(found) > SHOWN:
+        lines.append(f"  - and {len(found) - SHOWN} more")
+    first = found[0]
+    return HcclRaceError(
+        "window race: a read of window bytes that a peer writes is not ordered with the "
+        "write:\n" + "\n".join(lines) + f"\nHave rank {first.write.rank} write a flag after "
+        f"the data and rank {first.reader} poll it until it holds this round's value before "
+        "reading (or Wait on a task both ranks committed); see docs/windows.md#races",
+        rank=rank,
+        domain=first.window.domain,
+    )
