@@ -188,6 +188,24 @@ def test_a_flag_written_directly_after_a_batch_write_does_not_order_its_copies()
 
 
 # ------------------------------------------------------------ what is not reported
+def receive_all(h: hp.Hccl, out: hp.GmAddr) -> None:
+    """Poll every sender's flag, then copy the M floats each one sent to ``out``; Finalize."""
+    me, dim = h.GetRankId(), h.GetRankDim()
+    for src in range(dim):
+        wait_flag(h.GetWindowsInAddr(me) + FLAG + 4 * src, 1)
+    got = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, dim * M)
+    hp.gm_tensor(out, torch.float32, dim * M)[:] = got
+    h.Finalize()
+
+
+def check_every_schedule(kernel, n: int, sent_by, **run_kw) -> None:
+    """Under poison, on both schedules: every rank got ``sent_by(s)`` from every sender s."""
+    want = np.concatenate([sent_by(s) for s in range(n)])
+    for schedule in ("eager", "late"):
+        got = run_kernel(kernel, n=n, out_len=n * M, poison=True, schedule=schedule, **run_kw)
+        np.testing.assert_array_equal(np.array(got), np.tile(want, (n, 1)))
+
+
 def test_data_then_flag_polled_by_the_receiver_is_clean_on_8_ranks() -> None:
     n = 8
 
@@ -198,16 +216,9 @@ def test_data_then_flag_polled_by_the_receiver_is_clean_on_8_ranks() -> None:
             data = torch.arange(M, dtype=torch.float32) + 100 * me
             hp.gm_tensor(h.GetWindowsInAddr(peer) + 4 * M * me, torch.float32, M)[:] = data
             hp.gm_tensor(h.GetWindowsInAddr(peer) + FLAG + 4 * me, torch.int32, 1)[0] = 1
-        for src in range(dim):
-            wait_flag(h.GetWindowsInAddr(me) + FLAG + 4 * src, 1)
-        got = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, dim * M)
-        hp.gm_tensor(out, torch.float32, dim * M)[:] = got
-        h.Finalize()
+        receive_all(h, out)
 
-    for schedule in ("eager", "late"):
-        got = np.array(run_kernel(kernel, n=n, out_len=n * M, poison=True, schedule=schedule))
-        want = np.concatenate([np.arange(M) + 100 * s for s in range(n)])
-        np.testing.assert_array_equal(got, np.tile(want, (n, 1)))
+    check_every_schedule(kernel, n, lambda s: np.arange(M) + 100 * s)
 
 
 def test_a_flag_inside_the_data_polled_with_one_large_read_is_clean() -> None:
@@ -282,16 +293,9 @@ def test_batch_write_whose_last_item_is_the_flag_is_clean_a3() -> None:
             rows.append((int(local + 1024), int(h.GetWindowsInAddr(p) + FLAG + 4 * me), 4))
         hp.gm_tensor(local + 4096, torch.uint8, 64 * len(rows))[:] = a3_items(rows)
         assert h.BatchWrite[True](local + 4096, len(rows)) == 0
-        for src in range(dim):
-            wait_flag(h.GetWindowsInAddr(me) + FLAG + 4 * src, 1)
-        got = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, dim * M)
-        hp.gm_tensor(out, torch.float32, dim * M)[:] = got
-        h.Finalize()
+        receive_all(h, out)
 
-    for schedule in ("eager", "late"):
-        got = run_kernel(kernel, n=n, out_len=n * M, poison=True, schedule=schedule, platform="A3")
-        want = np.concatenate([np.arange(M) + 10.0 * s for s in range(n)])
-        np.testing.assert_array_equal(np.array(got), np.tile(want, (n, 1)))
+    check_every_schedule(kernel, n, lambda s: np.arange(M) + 10.0 * s, platform="A3")
 
 
 def test_strided_accesses_are_checked_byte_for_byte() -> None:
