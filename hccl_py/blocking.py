@@ -223,14 +223,15 @@ class Blocker:
                     self.blocked.pop(me, None)
                     self.progress_at = time.monotonic()  # a waiting rank is not idle
 
-    def poll(self, key: Hashable, value: object, what: Text) -> None:
+    def poll(self, key: Hashable, value: object, what: Text, deadlock: bool = True) -> None:
         """Record one non-blocking poll of the calling thread that observed ``value``.
 
         ``key`` names what is polled (a task); ``what`` describes the poll for a
         report. Raises :class:`HcclDeadlockError` when the thread has been
         spinning on an unchanged value while no other thread can progress, and
         :class:`HcclTimeoutError` when the value stayed unchanged for longer
-        than the timeout, as a blocking wait would.
+        than the timeout, as a blocking wait would. ``deadlock=False`` keeps the
+        timeout only (a poll of memory that other processes may write).
         """
         me = threading.get_ident()
         with self.cond:
@@ -249,7 +250,7 @@ class Blocker:
                     f"set {TIMEOUT_ENV} or timeout= to change the limit. "
                     f"State of the world:\n{state}"
                 )
-            if spin.unchanged < SPIN_POLLS or not self.detect_deadlock:
+            if spin.unchanged < SPIN_POLLS or not (self.detect_deadlock and deadlock):
                 return
             if not self._frozen(me):
                 spin.frozen = 0

@@ -152,7 +152,8 @@ class WindowAllocation(Allocation):
 
         Polling loops (``while gm_tensor(flag, ...)[0] != 1``) thus let the other
         ranks' threads run, and a flag that nobody will ever write ends in a
-        deadlock report (or a timeout) naming the window, its rank and the offset.
+        deadlock report (or a timeout) naming the window, its rank and the offset; where
+        the writers may be other processes (gloo), in the timeout only.
         """
         n = view.numel()
         ctx = current_rank_context(required=False)
@@ -164,18 +165,20 @@ class WindowAllocation(Allocation):
             return
         time.sleep(0)
         server = ctx.server
-        if not getattr(server, "polls_detect_deadlock", False):
-            return
-        if server.config.schedule == "late":
+        deadlock = getattr(server, "polls_detect_deadlock", False)
+        if deadlock and server.config.schedule == "late":
             ctx.blocker.run_ready()
         value = view.numpy().tobytes()
+        # where other processes may write the flag, only the timeout ends a vain poll
+        why = "no rank writes them" if deadlock else "no rank wrote them"
         ctx.blocker.poll(
             key,
             value,
             lambda: (
                 f"rank {ctx.rank} polls bytes [{offset}, {offset + n}) of {self.name} (domain "
-                f"{self.domain}), which keep the value 0x{value.hex()}: no rank writes them"
+                f"{self.domain}), which keep the value 0x{value.hex()}: {why}"
             ),
+            deadlock=deadlock,
         )
 
 

@@ -424,6 +424,32 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
         ) in err.reason
 
 
+def _unwritten_flag_kernel(out, tilingGM):
+    h = client(tilingGM)
+    if h.GetRankId() == 0:
+        wait_flag(h.GetWindowsInAddr(0) + FLAG, 1)
+    else:
+        hp.gm_tensor(h.GetWindowsInAddr(0) + FLAG + 4, torch.int32, 1)[0] = 1  # the next flag
+    h.Finalize()
+
+
+def unwritten_flag_rank() -> None:
+    hp.launch(_unwritten_flag_kernel, torch.zeros(1), tiling())
+
+
+def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
+    """Other processes may write a flag: a vain poll ends in the timeout, which names it."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(unwritten_flag_rank, world_size=2, backend="gloo", timeout=3)
+    err = info.value.failures[0]
+    assert type(err).__name__ == "HcclTimeoutError", info.value
+    assert str(err).startswith(
+        "timed out after 3 s polling: rank 0 polls bytes [1048576, 1048580) of WindowsIn of "
+        "rank 0 (domain hccl_world_group), which keep the value 0x00000000: no rank wrote "
+        "them [polled "
+    ), err
+
+
 def test_queue_id_beyond_queue_num_zero_is_refused() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)
