@@ -17,6 +17,7 @@ from hccl_py.task import Task
 from hccl_py.windows import WindowAllocation
 
 from .races import WindowRaces, user_frame
+from .rendezvous import Rendezvous
 
 Copies = list[tuple[object, object, int]]
 
@@ -31,6 +32,7 @@ class OneSidedWrites:
     """Mixin for the emulated world: the one-sided copies of BatchWrite."""
 
     races: WindowRaces | None
+    exchanges: Rendezvous
 
     def _pending_writes(self) -> list[tuple[Task, Copies]]:
         """Under the lock: BatchWrites not run yet, and those running now (until they are done)."""
@@ -108,26 +110,19 @@ class OneSidedWrites:
 
     def rendezvous(self, group, rank: int, key: str, what: str) -> None:
         """Block until every rank of ``group`` arrived at ``key`` and their copies landed."""
-        arrivals = self.__dict__.setdefault("_arrivals", {})
         name = group.name
-        with self.blocker.cond:
-            arrivals.setdefault((name, key), {})[rank] = self._release(group.ranks[rank])
-            self.blocker.progressed()
-        here = arrivals[(name, key)]
 
-        def done() -> bool:
+        def landed() -> bool:
             writes = self._pending_writes() + self._running_writes()
-            return len(here) == group.size and not any(w[0].domain_name == name for w in writes)
+            return not any(w[0].domain_name == name for w in writes)
 
-        def why() -> str:
-            missing = [group.ranks[r] for r in range(group.size) if r not in here]
+        def why(missing: list[int]) -> str:
             gone = sorted(getattr(self, "returned", ()))
             note = f" (ranks {gone} returned from their function)" if gone else ""
             if missing:
                 return f"{what}: ranks {missing} have not made their AlltoAllvWrite{note}"
             return f"{what}: the copies of the other ranks are still pending"
 
-        self.blocker.wait_for(done, why)
-        self._acquire(group.ranks[rank], list(here.values()))
+        self.exchanges.meet(group, rank, ("AlltoAllvWrite", key), why, also=landed)
         if self.races is not None:  # every rank's copies into this window landed
             self.races.landed(group.ranks[rank], group.ranks)

@@ -1,4 +1,4 @@
-"""Direct exchanges between the ranks of an emulated world (they share one process).
+"""Direct meetings of the ranks of an emulated world (they share one process).
 
 Framework collectives start by exchanging what every rank was asked to do.
 Processes do that with two AllGather tasks; emulated ranks hand their bytes
@@ -18,7 +18,12 @@ Clock = tuple[int, ...] | None
 
 
 class Rendezvous:
-    """The open exchanges of one world: (domain, k) -> domain rank -> payload."""
+    """The open meetings of one world: (domain, key) -> domain rank -> payload.
+
+    Framework exchanges (numbered per rank) and AlltoAllvWrite's Wait (keyed by
+    its task) both meet here; every member leaves ordered after the others'
+    arrival for the window race check.
+    """
 
     def __init__(
         self,
@@ -27,40 +32,58 @@ class Rendezvous:
         acquire: Callable[[int, Iterable[Clock]], None],
     ) -> None:
         self.blocker = blocker
-        #: The window race check's clocks: an exchange orders every member after the others.
+        #: The window race check's clocks: a meeting orders every member after the others.
         self.release, self.acquire = release, acquire
-        self.clocks: dict[tuple[str, int], dict[int, Clock]] = {}
-        self.boxes: dict[tuple[str, int], dict[int, bytes]] = {}
-        self.readers: dict[tuple[str, int], int] = {}
+        self.boxes: dict[tuple[str, object], dict[int, tuple[bytes, Clock]]] = {}
+        self.readers: dict[tuple[str, object], int] = {}
         self.next: dict[tuple[str, int], int] = {}
 
     def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Domain rank ``rank``'s next exchange in ``group``: every member's payload, in order."""
-        cond = self.blocker.cond
-        with cond:
+        with self.blocker.cond:
             k = self.next.get((group.name, rank), 0)
             self.next[(group.name, rank)] = k + 1
-            key = (group.name, k)
-            box = self.boxes.setdefault(key, {})
-            box[rank] = payload
-            self.clocks.setdefault(key, {})[rank] = self.release(group.ranks[rank])
+
+        def why(missing: list[int]) -> str:
+            return (
+                f"rank {group.ranks[rank]} waits in {op} (framework collective #{k} of "
+                f"{group.name}) for ranks {missing}, which have not called it"
+            )
+
+        return self.meet(group, rank, k, why, payload)
+
+    def meet(
+        self,
+        group: Group,
+        rank: int,
+        key: object,
+        why: Callable[[list[int]], str],
+        payload: bytes = b"",
+        also: Callable[[], bool] | None = None,
+    ) -> list[bytes]:
+        """Block until every member of ``group`` arrived at ``key`` (and ``also()`` holds).
+
+        ``why(missing global ranks)`` says what the rank waits for in a report.
+        Returns the members' payloads in domain-rank order.
+        """
+        cond = self.blocker.cond
+        slot = (group.name, key)
+        with cond:
+            box = self.boxes.setdefault(slot, {})
+            box[rank] = (payload, self.release(group.ranks[rank]))
             self.blocker.progressed()
 
         def missing() -> list[int]:
             return [group.ranks[i] for i in range(group.size) if i not in box]
 
         self.blocker.wait_for(
-            lambda: len(box) == group.size,
-            lambda: (
-                f"rank {group.ranks[rank]} waits in {op} (framework collective #{k} of "
-                f"{group.name}) for ranks {missing()}, which have not called it"
-            ),
+            lambda: len(box) == group.size and (also is None or also()),
+            lambda: why(missing()),
         )
         with cond:
-            result = [box[i] for i in range(group.size)]
-            clocks = list(self.clocks[key].values())
-            self.readers[key] = self.readers.get(key, 0) + 1
-            if self.readers[key] == group.size:
-                del self.boxes[key], self.readers[key], self.clocks[key]
-        self.acquire(group.ranks[rank], clocks)
-        return result
+            arrived = [box[i] for i in range(group.size)]
+            self.readers[slot] = self.readers.get(slot, 0) + 1
+            if self.readers[slot] == group.size:
+                del self.boxes[slot], self.readers[slot]
+        self.acquire(group.ranks[rank], [clock for _, clock in arrived])
+        return [payload for payload, _ in arrived]
