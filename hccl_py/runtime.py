@@ -127,10 +127,11 @@ def run(
     decides which calls are allowed. See :class:`~hccl_py.context.Config` for
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
     ``warnings_as_errors`` (``schedule`` and ``poison`` default to
-    ``HCCL_PY_SCHEDULE`` and ``HCCL_PY_POISON``, else "eager" and False: ``python -m
-    hccl_py run --schedule late --poison`` sets them); ``buffsize_mb`` is the size of each communication window
-    (default ``HCCL_BUFFSIZE`` or 200 MB), ``ranks_per_server`` how many consecutive
-    ranks form one server (default ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
+    ``HCCL_PY_SCHEDULE`` and ``HCCL_PY_POISON``, else "eager" and False;
+    ``python -m hccl_py run --schedule late --poison`` sets them); ``buffsize_mb``
+    is the size of each communication window (default ``HCCL_BUFFSIZE`` or 200 MB),
+    ``ranks_per_server`` how many consecutive ranks form one server (default
+    ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
     (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
     ends with a short summary on stderr. ``trace="run.json"`` writes a timeline of
     every call and round (Chrome trace JSON for Perfetto); ``summary=True`` (or
