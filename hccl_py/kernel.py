@@ -31,6 +31,8 @@ from .context import (
 from .errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
 from .gm import GmAddr, to_gm
 from .template import template
+from .trace.hooks import core_tid, recorder
+from .trace.recorder import now_us
 
 
 class KernelCoreType(enum.IntEnum):
@@ -385,9 +387,17 @@ def GetTaskRatio() -> int:
 @template("aiv_only")
 @serialized
 def SyncAll(aiv_only: bool = True) -> None:
-    """Barrier across the kernel's cores: AIV cores by default, all cores with ``SyncAll[False]()``."""
+    """Barrier across the kernel's cores: AIV cores by default, all cores with ``SyncAll[False]()``.
+
+    A recorded run shows it on the core's track, as long as the core waited there.
+    """
     core = _core()
+    rec = recorder()
+    start = now_us()
     core.launch.sync_all(core, aiv_only)
+    if rec is not None:
+        head = "SyncAll()" if aiv_only else "SyncAll[False]()"
+        rec.call("SyncAll", core_tid(), start, now_us(), {"call": head})
 
 
 def GetHcclContext(index: int = 0) -> HcclContext:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -201,3 +202,29 @@ def test_a_failed_run_still_writes_its_timeline(tmp_path: Path) -> None:
     assert names == ["InitV2", "SetCcTilingV2", "AllGather[True]", "Commit", "Wait"]
     wait = [e for e in events if e.get("name") == "Wait"][0]
     assert wait["args"]["domain"] == "hccl_world_group" and wait["dur"] >= 0
+
+
+def _sync_kernel(tilingGM: Any) -> None:
+    """Core 1 arrives 0.2 s late at the barrier, so core 0 waits there that long."""
+    if hp.GetBlockIdx() == 1:
+        time.sleep(0.2)
+    hp.SyncAll()
+    hp.SyncAll[False]()
+
+
+def _sync_main() -> None:
+    hp.launch(_sync_kernel, _tiling(), block_dim=2)
+
+
+def test_sync_all_shows_on_each_core_track_as_long_as_it_waited(tmp_path: Path) -> None:
+    path = tmp_path / "sync.json"
+    hp.run(_sync_main, world_size=2, trace=path)
+    syncs = [e for e in _events(path) if e["ph"] == "X" and e["name"] == "SyncAll"]
+    for rank in range(2):
+        mine = sorted((e for e in syncs if e["pid"] == rank), key=lambda e: (e["tid"], e["ts"]))
+        assert [(e["tid"], e["args"]["call"]) for e in mine] == [
+            (100, "SyncAll()"), (100, "SyncAll[False]()"),
+            (101, "SyncAll()"), (101, "SyncAll[False]()"),
+        ]  # fmt: skip
+        first_wait = {e["tid"]: e["dur"] for e in mine if e["args"]["call"] == "SyncAll()"}
+        assert first_wait[100] >= 150_000 > first_wait[101], first_wait
