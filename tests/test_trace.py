@@ -133,6 +133,21 @@ def test_layout_picture_of_the_multi_round_all_gather(tmp_path: Path) -> None:
     assert all(not s.gaps() and not s.overlaps() for s in picture.strips)
 
 
+def test_layout_picture_select_keeps_ranks_buffers_and_handles() -> None:
+    picture = hp.explain_layout(main, world_size=4)
+    tail = picture.select(ranks=[1, 3], buffers=["yGM"], handles=[1])
+    assert [(s.rank, s.buffer) for s in tail.strips] == [(1, "yGM"), (3, "yGM")]
+    strip = tail.strips[0]
+    assert {s.handle for s in strip.segments} == {1}
+    assert [(s.start, s.end, s.source) for s in strip.segments] == [
+        (512 + 600 * r, 600 + 600 * r, r) for r in range(4)
+    ]
+    assert strip.gaps()[:2] == [(0, 512), (600, 1112)]  # handle 0's rounds are left out
+    assert "rank 1 yGM (2400 bytes) |" in tail.text() and "rank 0 " not in tail.text()
+    assert picture.select(buffers=["no such buffer"]).strips == []
+    assert len(picture.select().strips) == len(picture.strips) == 4
+
+
 def test_layout_picture_names_gaps_and_double_writes() -> None:
     picture = hp.explain_layout(main, TILE, world_size=4)
     strip = picture.strips[0]

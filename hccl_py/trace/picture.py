@@ -9,6 +9,7 @@ since they are where wrong numbers come from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ class Segment:
     end: int
     source: int
     label: str
+    handle: int | None = None
 
     def describe(self) -> str:
         who = "every rank (reduced)" if self.source == _REDUCED else f"rank {self.source}"
@@ -100,8 +102,33 @@ class LayoutPicture:
                 )
                 for r, rows in enumerate(lay["rounds"]):
                     label = f"{lay['label']} handle {lay['handle']} round {r}"
-                    strip.segments += [Segment(a, b, src, label) for a, b, src in rows]
+                    strip.segments += [
+                        Segment(a, b, src, label, lay["handle"]) for a, b, src in rows
+                    ]
         self.strips = list(strips.values())
+
+    def select(
+        self,
+        ranks: Iterable[int] | None = None,
+        buffers: Iterable[str] | None = None,
+        handles: Iterable[int] | None = None,
+    ) -> LayoutPicture:
+        """The strips of ``ranks`` and ``buffers`` (names such as ``yGM``) with the rounds of
+        ``handles`` only (None: all), for a readable picture of a large world."""
+        keep_ranks = None if ranks is None else set(ranks)
+        keep_buffers = None if buffers is None else set(buffers)
+        keep_handles = None if handles is None else set(handles)
+        picked = LayoutPicture({})
+        for strip in self.strips:
+            if keep_ranks is not None and strip.rank not in keep_ranks:
+                continue
+            if keep_buffers is not None and strip.buffer not in keep_buffers:
+                continue
+            segments = [
+                s for s in strip.segments if keep_handles is None or s.handle in keep_handles
+            ]
+            picked.strips.append(Strip(strip.rank, strip.buffer, strip.nbytes, segments))
+        return picked
 
     def text(self) -> str:
         """Every strip, rank by rank (``0``-``9``, ``a``..: source rank; ``*`` reduced;
