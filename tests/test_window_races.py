@@ -20,19 +20,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_windows import FLAG, FP32, a2_items, a3_items, client, run_kernel, tiling, wait_flag
+from test_windows import (
+    FLAG,
+    FP32,
+    a3_items,
+    client,
+    flag_after_batch_write,
+    run_kernel,
+    tiling,
+    wait_flag,
+)
 
 import hccl_py as hp
 from emu.intervals import IntervalMap
 
 M = 32  # floats of data: 128 bytes, more than a flag
-SOURCE = Path(__file__).read_text().splitlines()
+HERE = Path(__file__)
+WINDOWS = HERE.with_name("test_windows.py")  # where the shared kernels live
 
 
-def at(marker: str, function: str = "kernel") -> str:
-    """``file:line (function)`` of the line of this file that carries ``# <marker>``."""
-    line = next(i for i, text in enumerate(SOURCE, 1) if text.endswith(f"# {marker}"))
-    return f"{Path(__file__).name}:{line} ({function})"
+def at(marker: str, function: str = "kernel", path: Path = HERE) -> str:
+    """``file:line (function)`` of the line of ``path`` that carries ``# <marker>``."""
+    source = path.read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if text.endswith(f"# {marker}"))
+    return f"{path.name}:{line} ({function})"
 
 
 def race_of(info: pytest.ExceptionInfo, rank: int) -> hp.HcclRaceError:
@@ -164,27 +175,14 @@ def test_a_reader_that_returned_before_the_write_is_reported_by_the_writer() -> 
 
 
 def test_a_flag_written_directly_after_a_batch_write_does_not_order_its_copies() -> None:
-    def kernel(out, tilingGM):
-        h = client(tilingGM)
-        me, dim = h.GetRankId(), h.GetRankDim()
-        peer = (me + 1) % dim
-        local = h.GetWindowsOutAddr(me)
-        hp.gm_tensor(local, torch.float32, M)[:] = 1.0 + me
-        hp.gm_tensor(local + 4096, torch.uint8, 32)[:] = a2_items(
-            [(int(local), int(h.GetWindowsInAddr(peer)), M, int(FP32), peer)]
-        )
-        h.BatchWrite[True](local + 4096, 1)  # batch-write
-        hp.gm_tensor(h.GetWindowsInAddr(peer) + FLAG, torch.int32, 1)[0] = 1
-        wait_flag(h.GetWindowsInAddr(me) + FLAG, 1)
-        got = hp.gm_tensor(h.GetWindowsInAddr(me), torch.float32, M)
-        hp.gm_tensor(out, torch.float32, M)[:] = got  # batch-read
-        h.Finalize()
-
+    kernel = flag_after_batch_write(M)
     for schedule in ("eager", "late"):
         with pytest.raises(hp.WorldError) as info:
             run_kernel(kernel, n=2, out_len=M, ranks_per_server=1, poison=True, schedule=schedule)
         err = race_of(info, 0)
-        assert err.reason == early_text(0, 1, 0, 4 * M, at("batch-read"), at("batch-write"))
+        assert err.reason == early_text(
+            0, 1, 0, 4 * M, at("batch-read", path=WINDOWS), at("batch-write", path=WINDOWS)
+        )
 
 
 # ------------------------------------------------------------ what is not reported
