@@ -23,12 +23,14 @@ checked against a vector clock per rank, in the manner of a thread sanitizer:
   writer's kernel returns.
 
 Writes of other ranks over each other (atomic adds in combine kernels) are not
-reported: every finding is a read that the program does not order.
+reported: every finding is a read that the program does not order. A rank that
+holds a numpy view of window bytes (``t.numpy()`` kept in a variable) may poll
+through it unseen: its findings are only an ``HcclWarning`` ("window-race")
+while such a view lives, so a report is never false.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -39,10 +41,12 @@ from dataclasses import dataclass
 import torch
 
 import hccl_py
+from hccl_py import report
 from hccl_py.errors import HcclRaceError
 from hccl_py.windows import POLL_BYTES, WindowAllocation
 
 from .intervals import IntervalMap
+from .views import HeldViews
 
 #: Reads and writes of at most this many bytes are flags (the size of a flag poll).
 FLAG_BYTES = POLL_BYTES
@@ -106,6 +110,8 @@ class Finding:
     read_where: str
     #: The reader's kernel had returned when the write came: the writer's kernel reports it.
     orphan: bool = False
+    #: Where the rank that should have been ordered took a numpy view it still held (or None).
+    blind: str | None = None
 
     def text(self) -> str:
         w, where = self.write, f"bytes [{self.lo}, {self.hi}) of {self.window.name}"
@@ -140,12 +146,12 @@ class WindowRaces:
         self.reads: dict[WindowAllocation, IntervalMap] = {}
         self.seen: set[tuple[int, int]] = set()
         self.findings: dict[tuple[int, int], Finding] = {}
-        #: Bumped by every write; a rank's last flag read: (window, runs, version)
+        #: Bumped by every write (its ``seq``); a rank's last flag read: (window, runs, version)
         self.version = 0
         self.last_flag: list[tuple | None] = [None] * world_size
         self.launches = [0] * world_size
         self.in_kernel = [0] * world_size  # kernels running (framework ops may overlap)
-        self._seq = itertools.count(1)
+        self.held = HeldViews(self)
 
     def mapped(self, window: WindowAllocation) -> None:
         """``window``'s memory exists now: watch accesses to it."""
@@ -195,18 +201,42 @@ class WindowRaces:
                 mine[q] = value
 
     # ---------------------------------------------------------------- accesses
+    def unseen_write(
+        self, rank: int, window: WindowAllocation, runs: Runs, since: int, where: str
+    ) -> None:
+        """``runs`` changed under a numpy view of rank ``rank`` since write version ``since``.
+
+        The bytes that no write recorded since then explains were written by
+        ``rank`` through the view: record them as its write, now.
+        """
+        with self.lock:
+            left = IntervalMap()
+            for lo, hi in runs:
+                left.assign(lo, hi, True)
+            for lo, hi, w in self._pieces(window, runs):
+                if w.seq > since:
+                    left.assign(lo, hi, None)
+            mine = [(lo, hi) for lo, hi, _ in left.overlapping(runs[0][0], runs[-1][1])]
+            if mine:
+                nbytes = sum(hi - lo for lo, hi in mine)
+                self.write(rank, window, mine, nbytes, where=where)
+
+    def _pieces(self, window: WindowAllocation, runs: Runs) -> list[tuple[int, int, Write]]:
+        """The recorded writes of ``runs`` of ``window``, clipped."""
+        writes = self.writes.get(window)
+        return [p for r in runs for p in writes.overlapping(*r)] if writes else []
+
     def read(self, rank: int, window: WindowAllocation, runs: Runs, nbytes: int) -> Runs:
         """Rank ``rank`` reads ``runs`` of ``window``; returns the ranges that must read 0xFF."""
         with self.lock:
+            self.held.settle(window, runs, rank)
             flag = nbytes <= FLAG_BYTES
             if flag:  # a poll that nothing was written for since the last one learns nothing
                 look = (window, tuple(runs), self.version)
                 if self.last_flag[rank] == look:
                     return []
                 self.last_flag[rank] = look
-            writes = self.writes.get(window)
-            pieces = [p for r in runs for p in writes.overlapping(*r)] if writes else []
-            pieces = [p for p in pieces if p[2].rank != rank]
+            pieces = [p for p in self._pieces(window, runs) if p[2].rank != rank]
             for _, _, w in pieces:
                 if flag or w.flag:
                     self._join(rank, w.clock)
@@ -216,6 +246,7 @@ class WindowRaces:
             poison: Runs = []
             first: set[tuple[int, int]] = set()
             mine = self.clocks[rank]
+            blind = self.held.blind(rank)
             for lo, hi, w in pieces:
                 if w.flag or w.epoch <= mine[w.agent]:
                     continue
@@ -225,8 +256,9 @@ class WindowRaces:
                     self.findings.pop(key, None)
                     continue
                 first.add(key)
-                poison.append((lo, hi))
-                self._note(key, Finding(True, rank, w, window, lo, hi, where))
+                if not blind:  # a poll through a numpy view may have ordered it: no 0xFF
+                    poison.append((lo, hi))
+                self._note(key, Finding(True, rank, w, window, lo, hi, where, blind=blind))
             self.seen |= first
             record = Read(mine[rank], where, self.launches[rank])
             reads = self.reads.setdefault(window, IntervalMap())
@@ -249,8 +281,8 @@ class WindowRaces:
         with self.lock:
             if clock is None:
                 clock = self._release(rank)
-            w = Write(rank, clock, next(self._seq), where, nbytes <= FLAG_BYTES, agent)
             self.version += 1
+            w = Write(rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent)
             reads = self.reads.get(window)
             for lo, hi in runs:
                 if reads is not None:
@@ -268,7 +300,8 @@ class WindowRaces:
                 key = (q, w.seq)
                 self.seen.add(key)
                 orphan = self.in_kernel[q] == 0 or r.launch != self.launches[q]
-                self._note(key, Finding(False, q, w, window, lo, hi, r.where, orphan))
+                blind = self.held.blind(w.rank)
+                self._note(key, Finding(False, q, w, window, lo, hi, r.where, orphan, blind))
 
     def _note(self, key: tuple[int, int], finding: Finding) -> None:
         """Keep ``finding``, merged with one of the same reader and write."""
@@ -296,8 +329,25 @@ class WindowRaces:
                     if (f.reader == rank and not f.orphan) or (f.orphan and f.write.rank == rank)
                 ]
                 found = [self.findings.pop(key) for key in due]
-        if found and sys.exc_info()[1] is None:
+        if sys.exc_info()[1] is not None:
+            return
+        for f in (f for f in found if f.blind):
+            report.warn("window-race", blind_text(f), rank=rank)
+        found = [f for f in found if not f.blind]
+        if found:
             raise race_error(rank, found)
+
+
+def blind_text(f: Finding) -> str:
+    """Why finding ``f`` cannot be checked (a warning, never an error)."""
+    who = f.reader if f.early else f.write.rank
+    return (
+        f"window race check: cannot tell whether rank {f.reader}'s read of bytes "
+        f"[{f.lo}, {f.hi}) of {f.window.name} at {f.read_where} is ordered with rank "
+        f"{f.write.rank}'s write at {f.write.where}: rank {who} holds a numpy view of window "
+        f"bytes taken at {f.blind}, and what it reads through that view (a flag it polls) is "
+        "not seen; read flags through torch (t[0], t.item(), t.tolist()) to have them checked"
+    )
 
 
 def race_error(rank: int, found: list[Finding]) -> HcclRaceError:

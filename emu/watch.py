@@ -7,6 +7,9 @@ from writes by the operator's schema (an argument marked ``Tensor(a!)`` is
 written; one marked ``Tensor(a)`` is only viewed, which reads nothing) and
 hands their exact byte ranges to :class:`~.races.WindowRaces`; an early read
 gets a copy of its input with 0xFF in the bytes that have not arrived.
+:class:`HostReads`, a torch function mode entered beside it, does the same for
+the reads that never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray``
+(a flag polled through them acquires like any other read).
 hccl_py's own work (under the world's lock) is not watched.
 """
 
@@ -18,11 +21,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hccl_py.windows import WindowAllocation
 
-from .races import Runs, WindowRaces
+from .races import Runs, WindowRaces, user_frame
+from .views import runs_of
 
 #: Operators that look at a tensor's shape or dtype only (their arguments are not read).
 _METADATA = frozenset(
@@ -30,6 +35,9 @@ _METADATA = frozenset(
     | {"randint_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided"}
     | {"is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
 )
+
+#: Tensor methods that copy data out of a tensor without an aten operator.
+_HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__})
 
 Access = tuple[torch.Tensor, WindowAllocation, bool]
 
@@ -42,10 +50,11 @@ class WindowWatch(TorchDispatchMode):
         self.races = races
         self.rank = rank
         self.internal = internal
+        self.aside = False  # True while HostReads does its own (unwatched) work
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
-        if not self.races.windows or self.internal():
+        if self.aside or not self.races.windows or self.internal():
             return func(*args, **kwargs)
         accesses = list(self._accesses(func, args, kwargs))
         if not accesses:
@@ -59,10 +68,7 @@ class WindowWatch(TorchDispatchMode):
         swap: dict[int, torch.Tensor] = {}
         for tensor, window, written in accesses:
             if not written:
-                runs, nbytes = byte_runs(tensor)
-                poison = self.races.read(self.rank, window, runs, nbytes)
-                if poison:
-                    swap[id(tensor)] = poisoned(tensor, poison)
+                swap.update(self.read(tensor, window))
         if swap:
             args = _replace(args, swap)
             kwargs = _replace(kwargs, swap)
@@ -72,6 +78,17 @@ class WindowWatch(TorchDispatchMode):
                 runs, nbytes = byte_runs(tensor)
                 self.races.write(self.rank, window, runs, nbytes)
         return result
+
+    def read(self, tensor: torch.Tensor, window: WindowAllocation) -> dict[int, torch.Tensor]:
+        """Record a read of ``tensor``; {id: poisoned copy} where the read is early, else {}."""
+        runs, nbytes = byte_runs(tensor)
+        poison = self.races.read(self.rank, window, runs, nbytes)
+        return {id(tensor): poisoned(tensor, poison)} if poison else {}
+
+    def escaped(self, tensor: torch.Tensor, window: WindowAllocation, array: np.ndarray) -> None:
+        """``array`` is a numpy view of ``tensor``: the check keeps an eye on it (:mod:`.views`)."""
+        mirror = tensor.numpy()  # the same bytes, held by the check (no torch op on them later)
+        self.races.held.add(self.rank, window, array, mirror, element_offsets(tensor), user_frame())
 
     def _accesses(self, func: Any, args: tuple, kwargs: dict) -> Iterator[Access]:
         """(tensor, window, written) for each tensor argument in a window that ``func`` accesses."""
@@ -85,6 +102,46 @@ class WindowWatch(TorchDispatchMode):
                 window = windows.get(t.untyped_storage().data_ptr())
                 if window is not None:
                     yield t, window, written
+
+
+class HostReads(TorchFunctionMode):
+    """The reads of window tensors that bypass aten (``tolist``, ``numpy``, ``np.asarray``).
+
+    A ``numpy()`` view is checked when it is taken: what is read through it
+    later is not seen. An early read gets a copy with 0xFF where data is missing.
+    """
+
+    def __init__(self, watch: WindowWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        watch = self.watch
+        if func not in _HOST_READS or not watch.races.windows or watch.internal():
+            return func(*args, **kwargs)
+        tensor = args[0]
+        window = watch.races.windows.get(tensor.untyped_storage().data_ptr())
+        if window is None or tensor.numel() == 0:
+            return func(*args, **kwargs)
+        with watch.races.lock:
+            watch.aside = True  # the copy below is not a second read (that would be a poll)
+            try:
+                swap = watch.read(tensor, window)
+                result = func(swap.get(id(tensor), tensor), *args[1:], **kwargs)
+                if isinstance(result, np.ndarray) and not swap:
+                    watch.escaped(tensor, window, result)
+                return result
+            finally:
+                watch.aside = False
+
+
+@contextlib.contextmanager
+def watching(races: WindowRaces, rank: int, internal: Callable[[], bool]) -> Iterator[None]:
+    """Watch one core thread's window accesses, through aten and around it."""
+    watch = WindowWatch(races, rank, internal)
+    with watch, HostReads(watch):
+        yield
 
 
 _PLANS: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
@@ -123,11 +180,7 @@ def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:
         nbytes = tensor.numel() * size
         return [(lo, lo + nbytes)], nbytes
     starts = np.unique(element_offsets(tensor))
-    breaks = np.flatnonzero(np.diff(starts) > size) + 1
-    firsts = np.concatenate(([0], breaks))
-    lasts = np.concatenate((breaks - 1, [len(starts) - 1]))
-    runs = [(int(a), int(b) + size) for a, b in zip(starts[firsts], starts[lasts], strict=True)]
-    return runs, len(starts) * size
+    return runs_of(starts, size), len(starts) * size
 
 
 def poisoned(tensor: torch.Tensor, ranges: Runs) -> torch.Tensor:
@@ -174,7 +227,7 @@ class WatchedWindows:
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
         if self.races is None:
             return contextlib.nullcontext()
-        return WindowWatch(self.races, rank, self.serial._is_owned)
+        return watching(self.races, rank, self.serial._is_owned)
 
     def _release(self, rank: int) -> tuple[int, ...] | None:
         """Global rank ``rank``'s clock for a peer to acquire (None when races are not checked)."""
