@@ -36,7 +36,7 @@ _METADATA = frozenset(
     | {"is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
 )
 
-#: Tensor methods that copy data out of a tensor without an aten operator.
+#: Tensor methods that read (or share) a tensor's data without an aten operator.
 _HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__})
 
 Access = tuple[torch.Tensor, WindowAllocation, bool]
