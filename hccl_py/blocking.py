@@ -34,8 +34,13 @@ SPIN_POLLS = 10_000
 QUIET_POLLS = 200
 #: Further unchanged polls, while no other thread can progress, that make a deadlock.
 FROZEN_POLLS = 10_000
-#: A spinning thread that has not polled for this many seconds is no longer spinning.
+#: A spinning thread that has not polled for this many seconds, and for the last
+#: SPIN_FRESH_POLLS polls per running thread of the world, is no longer spinning (it
+#: computes). Counting the world's polls keeps a spinner live while a loaded machine
+#: deschedules the whole process; the count stays below FROZEN_POLLS, so that a thread
+#: that went off to compute goes stale long before a poller's frozen count makes a deadlock.
 SPIN_FRESH_S = 0.05
+SPIN_FRESH_POLLS = 500
 
 Job = Callable[[], None]
 Text = str | Callable[[], str]
@@ -78,6 +83,8 @@ class _Spin:
     frozen: int = 0
     since: float = field(default_factory=time.monotonic)
     last: float = field(default_factory=time.monotonic)
+    #: The world's poll count at this thread's latest poll.
+    tick: int = 0
 
     def describe(self) -> str:
         return f"{_text(self.what)} [polled {self.unchanged + 1} times without change]"
@@ -103,6 +110,8 @@ class Blocker:
         #: or a thread last stopped waiting in an hccl_py call.
         self.progress_at = time.monotonic()
         self.spinning: dict[int, _Spin] = {}
+        #: Polls of every thread so far (the clock that spinner freshness is also read on).
+        self.ticks = 0
         self.error: BaseException | None = None
         self.take_work: Callable[[], Job | None] = lambda: None
         self.has_work: Callable[[], bool] = lambda: False
@@ -236,12 +245,14 @@ class Blocker:
         me = threading.get_ident()
         with self.cond:
             self.raise_if_failed()
+            self.ticks += 1
             spin = self.spinning.get(me)
             if spin is None or spin.key != key or spin.value != value:
-                self.spinning[me] = _Spin(key, value, what)
+                self.spinning[me] = _Spin(key, value, what, tick=self.ticks)
                 return
             spin.unchanged += 1
             spin.last = time.monotonic()
+            spin.tick = self.ticks
             if spin.last - spin.since > self.timeout:
                 state = self.state()
                 del self.spinning[me]
@@ -265,9 +276,11 @@ class Blocker:
         return self._others_stuck(threading.get_ident(), QUIET_POLLS)
 
     # ------------------------------------------------------------- internals
-    @staticmethod
-    def _live(spin: _Spin, now: float, polls: int = SPIN_POLLS) -> bool:
-        return spin.unchanged >= polls and now - spin.last < SPIN_FRESH_S
+    def _live(self, spin: _Spin, now: float, polls: int = SPIN_POLLS) -> bool:
+        """``spin`` polled the same value ``polls`` times and is still polling it."""
+        recent = min(SPIN_FRESH_POLLS * max(self.active, 2), FROZEN_POLLS // 2)
+        fresh = now - spin.last < SPIN_FRESH_S or self.ticks - spin.tick < recent
+        return spin.unchanged >= polls and fresh
 
     def _others_stuck(self, me: int, polls: int = SPIN_POLLS) -> bool:
         """Under the lock: every thread but ``me`` is blocked or spinning (``polls`` unchanged)."""

@@ -42,16 +42,19 @@ class HcclError(RuntimeError):
 
 
 def describe(reason: str, facts: dict) -> str:
-    """``[rank r, domain d, handle h, op o, round k] reason (expected e, got a)``."""
+    """``[rank r, domain d, handle h, op o, round k] reason (expected e, got a)``, the known parts."""
     where = [
         f"{name} {facts.get(name)}"
         for name in ("rank", "domain", "handle", "op", "round")
         if facts.get(name) is not None
     ]
     text = f"[{', '.join(where)}] {reason}" if where else reason
-    if facts.get("expected") is not None or facts.get("actual") is not None:
-        text += f" (expected {facts.get('expected')}, got {facts.get('actual')})"
-    return text
+    said = [
+        f"{word} {facts.get(name)}"
+        for word, name in (("expected", "expected"), ("got", "actual"))
+        if facts.get(name) is not None
+    ]
+    return f"{text} ({', '.join(said)})" if said else text
 
 
 class HcclWarning(UserWarning):

@@ -310,9 +310,10 @@ def what_is(value: Any) -> str:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+    article = "an" if kind[:1] in "aeiou" else "a"
     if shape is not None:
-        return f"a {kind} of shape {tuple(shape)} and dtype {dtype}"
-    return f"a {kind} ({value!r:.40})"
+        return f"{article} {kind} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{article} {kind} ({value!r:.40})"
 
 
 def as_elements(raw: torch.Tensor, data_type: int) -> torch.Tensor:

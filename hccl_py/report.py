@@ -42,8 +42,26 @@ def user_frame() -> str:
     return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} in {code.co_name}"
 
 
+#: Every kind of :class:`HcclWarning`, with what it means (docs/troubleshooting.md#hcclwarning
+#: shows each one).
+KINDS: dict[str, str] = {
+    "alg-config": "the host's algConfig string names no algorithm the op knows",
+    "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
+    "group-name": "a tiling's groupName is not the domain of the Hccl object that uses it",
+    "message-slots": "an InterHcclGroupSync beyond the domain's message slots is ignored",
+    "overlap": "overlapping receive ranges, run with overlap='warn'",
+    "repeated-init": "a second Init of an initialised Hccl object is ignored",
+    "wait-not-committed": "a Wait with no committed round left returns -1 at once",
+    "wait-order": "Waits of different handles out of Prepare order (non-strict runs)",
+    "window-race": "the window race check cannot see a held numpy view of a window",
+    "window-rank": "GetWindows*Addr of a rank outside the domain gives the null address",
+}
+
+
 def warn(kind: str, reason: str, **facts: object) -> HcclWarning:
     """Report a warning of ``kind`` on the calling rank (``rank`` is filled in when omitted)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown warning kind {kind!r}; add it to hccl_py.report.KINDS")
     ctx = current_rank_context(required=False)
     if ctx is not None and facts.get("rank") is None:
         facts["rank"] = ctx.rank

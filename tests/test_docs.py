@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import hccl_py as hp
+from hccl_py.report import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -92,6 +93,18 @@ def test_troubleshooting_covers_every_error_class() -> None:
         if inspect.isclass(obj := getattr(hp, name)) and issubclass(obj, hp.HcclError)
     }
     assert errors - {"HcclError"} <= headings
+
+
+def test_troubleshooting_shows_every_warning_kind() -> None:
+    text = _read(DOCS / "troubleshooting.md")
+    section = text.split("\n## HcclWarning\n", 1)[1].split("\n## ", 1)[0]
+    shown = re.findall(r"^### `([a-z-]+)`$", section, re.M)
+    assert shown == sorted(KINDS)
+    raised = set()
+    for path in [*(ROOT / "hccl_py").rglob("*.py"), *(ROOT / "emu").rglob("*.py")]:
+        source = path.read_text(encoding="utf-8")
+        raised |= set(re.findall(r"(?:_carry_on|warn)\(\s*\"([a-z-]+)\"", source))
+    assert raised == set(KINDS)
 
 
 def test_troubleshooting_messages_are_current(gen) -> None:

@@ -289,9 +289,12 @@ def test_wait_order_only_warns_in_non_strict_mode() -> None:
         assert h.Wait(a) == 0
         h.Finalize()
 
-    with pytest.warns(UserWarning, match="must follow Prepare order"):
+    with pytest.warns(hp.HcclWarning, match="must follow Prepare order"):
         results = hp.run(spmd(kernel), world_size=2, strict=False, timeout=TIMEOUT)
     assert torch.equal(results[0][1][:4], torch.ones(4))
+    assert {(w.kind, w.handle, w.op) for w in results.warnings[0]} == {
+        ("wait-order", 0, "AllGather")
+    }
 
 
 def test_deadlock_query_loop_spins_forever() -> None:
@@ -615,8 +618,9 @@ def test_overlap_round_writes_what_a_later_round_reads() -> None:
 
 def test_overlap_policy_warn_lets_the_task_run() -> None:
     call = lambda h, x, y: h.AllReduce[True](x, x + 4, N // 2, F32, SUM)  # noqa: E731
-    with pytest.warns(UserWarning, match="overlaps receive range"):
-        hp.run(_bounds_case(call), world_size=2, overlap="warn", timeout=TIMEOUT)
+    with pytest.warns(hp.HcclWarning, match="overlaps receive range"):
+        result = hp.run(_bounds_case(call), world_size=2, overlap="warn", timeout=TIMEOUT)
+    assert [w.kind for w in result.warnings[1]] == ["overlap"]
 
 
 def test_in_place_forms_are_allowed() -> None:

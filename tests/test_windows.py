@@ -176,6 +176,65 @@ def test_rank_beyond_rank_dim_gives_null_without_raising() -> None:
     assert "GetWindowsOutAddr(2): rankId must be less than rankDim 2" in str(caught[0].message)
 
 
+def test_negative_rank_reads_as_a_large_uint32_and_gives_null() -> None:
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        addr = h.GetWindowsInAddr(-1)
+        hp.gm_tensor(out, torch.float32, 1)[0] = float(addr.is_null)
+        h.Finalize()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_kernel(kernel, n=2, out_len=1)
+    assert result == [[1.0]] * 2
+    assert (
+        "GetWindowsInAddr(-1): rankId (a uint32: -1 reads as 4294967295) must be less than "
+        "rankDim 2; the official client returns a null address" in str(caught[0].message)
+    )
+
+
+#: One-sided calls with regular arguments (``W`` is this rank's Out window); one at a
+#: time is replaced by each value of test_reliability.GARBAGE.
+ONE_SIDED = {
+    "GetWindowsInAddr": (0,),
+    "GetWindowsOutAddr": (1,),
+    "BatchWrite": ("W", 1, 0),
+    "QueueBarrier": (0,),
+}
+
+
+@pytest.mark.parametrize("platform", ["A2", "A3"])
+def test_garbage_arguments_of_one_sided_calls_get_clear_reports(platform: str) -> None:
+    from test_reliability import GARBAGE
+
+    def kernel(out, tilingGM, bad):
+        for name, regular in ONE_SIDED.items():
+            for i, g in ((i, g) for i in range(len(regular)) for g in GARBAGE):
+                h = client(tilingGM)
+                args = [h.GetWindowsOutAddr(0) if a == "W" else a for a in regular]
+                args[i] = g
+                call = getattr(h, name)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", hp.HcclWarning)
+                    try:
+                        (call[True] if name == "BatchWrite" else call)(*args)
+                        said = h.last_error or ""
+                    except hp.HcclError as e:
+                        said = str(e)
+                    except Exception as e:  # noqa: BLE001 - the finding
+                        said = f"{type(e).__name__}: {e}"
+                if (g is not None and "None" in said) or "not a int" in said or not said:
+                    bad.append(f"{name} arg {i} = {g!r}: {said or 'accepted'}")
+                h.Finalize()
+
+    def main() -> list[str]:
+        bad: list[str] = []
+        hp.launch(kernel, torch.zeros(8), tiling(2), bad)
+        return bad
+
+    assert hp.run(main, world_size=2, platform=platform, strict=False) == [[], []]
+
+
 def test_no_windows_on_ascend_950() -> None:
     def main() -> None:
         def kernel():

@@ -23,13 +23,14 @@ import inspect
 import io
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import hccl_py
-from hccl_py.errors import WorldError
+from hccl_py.errors import HcclWarning, WorldError
 from hccl_py.template import TemplateFunction
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -344,12 +345,29 @@ _EXAMPLE = re.compile(
     re.S,
 )
 _HEADING = re.compile(r"^## `?(\w+)`?", re.M)
+_WARNING_KIND = re.compile(r"^### `([a-z-]+)`", re.M)
 _BUFFER = re.compile(r"\bbuf\d+\b")
 
 
 def normalise(message: str) -> str:
     """A message with its per-run part (the generated buffer numbers) replaced."""
     return _BUFFER.sub("bufN", message).rstrip() + "\n"
+
+
+def warning_message(prelude: str, code: str, kind: str) -> str:
+    """Run one example program; return the first :class:`HcclWarning` of ``kind`` it gives."""
+    namespace: dict[str, Any] = {"__name__": "__troubleshooting__"}
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("always")
+        exec(compile(prelude + "\n" + code, "<example>", "exec"), namespace)  # noqa: S102
+    for w in caught:
+        if isinstance(w.message, HcclWarning) and w.message.kind == kind:
+            return normalise(f"HcclWarning: {w.message}")
+    raise AssertionError(f"the example gave no warning of kind {kind}:\n{code}")
 
 
 def example_message(prelude: str, code: str, error: str) -> str:
@@ -376,7 +394,8 @@ def example_message(prelude: str, code: str, error: str) -> str:
 def refresh_troubleshooting(text: str) -> str:
     """``text`` with the message block after each example replaced by its real message.
 
-    An example belongs to the ``## ErrorName`` section it appears in; the
+    An example belongs to the ``## ErrorName`` section it appears in (in the
+    ``## HcclWarning`` section, to the ``### `kind``` heading above it); the
     ``python prelude`` block (first) is run before every example.
     """
     prelude = ""
@@ -389,7 +408,11 @@ def refresh_troubleshooting(text: str) -> str:
         headings = _HEADING.findall(text, 0, match.start())
         if not headings:
             raise ValueError("an example block must follow a '## ErrorName' heading")
-        message = example_message(prelude, match["code"], headings[-1])
+        if headings[-1] == "HcclWarning":
+            kind = _WARNING_KIND.findall(text, 0, match.start())[-1]
+            message = warning_message(prelude, match["code"], kind)
+        else:
+            message = example_message(prelude, match["code"], headings[-1])
         return f"{match[1]}{match['code']}{match[4]}\n```text\n{message}```\n"
 
     return _EXAMPLE.sub(replace, text)

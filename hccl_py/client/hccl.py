@@ -8,8 +8,6 @@ itself, so the same client serves the emulator, gloo and HCCL.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
@@ -120,7 +118,7 @@ class Hccl(WriteCalls):
             )
             if self._strict():
                 return self._fail(reason, handle=h, op=name, round=info.waits)
-            warnings.warn(f"rank {self.state.rank_ctx.rank}: {reason}", stacklevel=2)
+            self._carry_on("wait-order", reason, handle=h, op=name, round=info.waits)
         self.state.record_wait(core, h, info.waits)
         task = info.task or self.state.task(h, core)
         self.state.rank_ctx.server.wait(task, info.waits)

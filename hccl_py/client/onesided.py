@@ -68,16 +68,15 @@ class OneSidedCalls(PrepareCalls):
         if not platform.has_windows:
             return self._fail(f"{call} is not supported on {platform.name}", ret=NULL)
         r = _int_arg(rankId)
-        if r is None or r < 0:
-            return self._fail(
-                f"{call}: rankId must be a non-negative int, not {what_is(rankId)}", ret=NULL
-            )
+        if r is None:
+            return self._fail(f"{call}: rankId must be an int, not {what_is(rankId)}", ret=NULL)
         dim = self.state.rank_dim
-        if r >= dim:
+        if not 0 <= r < dim:
+            wrapped = f" (a uint32: {r} reads as {r % 2**32})" if r < 0 else ""
             return self._carry_on(
                 "window-rank",
-                f"{call}({r}): rankId must be less than rankDim {dim}; the official client "
-                "returns a null address",
+                f"{call}({r}): rankId{wrapped} must be less than rankDim {dim}; the official "
+                "client returns a null address",
                 ret=NULL,
                 expected=f"< {dim}",
                 actual=r,
@@ -138,8 +137,10 @@ class OneSidedCalls(PrepareCalls):
     def _queue_problem(self, queueID: Any) -> str | None:
         q = _int_arg(queueID)
         n = self._queue_num()
-        if q is None or q < 0:
-            return f"queueID must be a non-negative int, not {what_is(queueID)}"
+        if q is None:
+            return f"queueID must be an int, not {what_is(queueID)}"
+        if q < 0:
+            return f"queueID must not be negative, got {q}"
         platform = self.state.rank_ctx.config.platform
         if q and not platform.has_queues:
             return f"queueID {q}: {platform.name} has one BatchWrite queue (queue 0)"
@@ -217,7 +218,7 @@ class OneSidedCalls(PrepareCalls):
             )
         problem = self._queue_problem(queueID)
         if problem:
-            raise InvalidCall(problem, actual=queueID)
+            raise InvalidCall(problem)
         if len(self.handles) >= HCCL_MAX_HANDLE_ID:
             raise InvalidCall(
                 f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",

@@ -9,11 +9,9 @@ send ranges except in the in-place forms (:mod:`.overlap`). A finding raises
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
-from .. import layout
+from .. import layout, report
 from ..errors import HcclBoundsError, HcclOverlapError, InvalidCall
 from ..platform import Platform
 from ..task import Task
@@ -80,4 +78,4 @@ def _check_overlap(task: Task, me: int, policy: str) -> None:
             return
     if policy == "error":
         raise InvalidCall(reason, cls=HcclOverlapError, round=rb)
-    warnings.warn(f"rank {me}: {task.name}: {reason}", stacklevel=6)
+    report.warn("overlap", f"{task.name}: {reason}", rank=me, round=rb)
