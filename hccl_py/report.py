@@ -53,7 +53,7 @@ KINDS: dict[str, str] = {
     "repeated-init": "a second Init of an initialised Hccl object is ignored",
     "wait-not-committed": "a Wait with no committed round left returns -1 at once",
     "wait-order": "Waits of different handles out of Prepare order (non-strict runs)",
-    "window-race": "the window race check cannot see a held numpy view of a window",
+    "window-race": "the window race check cannot decide: the kernel holds a numpy view of a window",
     "window-rank": "GetWindows*Addr of a rank outside the domain gives the null address",
 }
 

@@ -354,16 +354,18 @@ def normalise(message: str) -> str:
     return _BUFFER.sub("bufN", message).rstrip() + "\n"
 
 
+def run_example(prelude: str, code: str) -> None:
+    """Run one example program after the prelude, its printed output swallowed."""
+    namespace: dict[str, Any] = {"__name__": "__troubleshooting__"}
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        exec(compile(prelude + "\n" + code, "<example>", "exec"), namespace)  # noqa: S102
+
+
 def warning_message(prelude: str, code: str, kind: str) -> str:
     """Run one example program; return the first :class:`HcclWarning` of ``kind`` it gives."""
-    namespace: dict[str, Any] = {"__name__": "__troubleshooting__"}
-    with (
-        warnings.catch_warnings(record=True) as caught,
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-    ):
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        exec(compile(prelude + "\n" + code, "<example>", "exec"), namespace)  # noqa: S102
+        run_example(prelude, code)
     for w in caught:
         if isinstance(w.message, HcclWarning) and w.message.kind == kind:
             return normalise(f"HcclWarning: {w.message}")
@@ -377,10 +379,8 @@ def example_message(prelude: str, code: str, error: str) -> str:
     lowest-numbered rank that failed with it; for ``WorldError`` it is the
     whole report of ``hp.run``.
     """
-    namespace: dict[str, Any] = {"__name__": "__troubleshooting__"}
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(prelude + "\n" + code, "<example>", "exec"), namespace)  # noqa: S102
+        run_example(prelude, code)
     except WorldError as err:
         if error == "WorldError":
             return normalise(f"WorldError: {err}")
