@@ -16,6 +16,8 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -460,21 +462,51 @@ PREPARES = {
 }
 
 
-def garbage_kernel(xGM: Any, yGM: Any, tilingGM: Any, bad: list) -> None:
-    for name, regular in PREPARES.items():
+def garbage_findings(
+    calls: dict[str, tuple],
+    make: Callable[[], Hccl],
+    resolve: Callable[[Hccl, Any], Any],
+    must_refuse: bool = False,
+) -> list[str]:
+    """Call each of ``calls`` with one argument at a time replaced by each GARBAGE value.
+
+    ``make`` gives a fresh initialised client, ``resolve(hccl, a)`` a regular
+    argument's value. What a call says (its HcclError or ``last_error``) must be
+    a specific report: no other exception, no "None" for a value that is not
+    None, no "not a int"; with ``must_refuse`` every garbage value must be
+    refused or warned about. Returns the calls that broke a rule.
+    """
+    bad = []
+    for name, regular in calls.items():
         for i, g in ((i, g) for i in range(len(regular)) for g in GARBAGE):
-            hccl = init_hccl(Hccl(), tilingGM)
-            args = [{"x": xGM, "y": yGM}.get(a, a) if isinstance(a, str) else a for a in regular]
+            hccl = make()
+            args = [resolve(hccl, a) for a in regular]
             args[i] = g
             call = getattr(hccl, name)
-            try:
-                (call[True] if name in hp.ops.BY_NAME else call)(*args)
-            except hp.HcclError as e:
-                if "expected None" in str(e):
-                    bad.append(f"{name} arg {i} = {g!r}: {e}")
-            except Exception as e:  # noqa: BLE001 - the finding
-                bad.append(f"{name} arg {i} = {g!r}: {type(e).__name__}: {e}")
+            raw = False
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", hp.HcclWarning)
+                try:
+                    (call[True] if name in hp.ops.BY_NAME else call)(*args)
+                    said = hccl.last_error or ""
+                except hp.HcclError as e:
+                    said = str(e)
+                except Exception as e:  # noqa: BLE001 - the finding
+                    raw, said = True, f"{type(e).__name__}: {e}"
             hccl.Finalize()
+            vague = (g is not None and "None" in said) or "not a int" in said
+            if raw or vague or (must_refuse and not said):
+                bad.append(f"{name} arg {i} = {g!r}: {said or 'accepted'}")
+    return bad
+
+
+def garbage_kernel(xGM: Any, yGM: Any, tilingGM: Any, bad: list) -> None:
+    buffers = {"x": xGM, "y": yGM}
+    bad += garbage_findings(
+        PREPARES,
+        lambda: init_hccl(Hccl(), tilingGM),
+        lambda hccl, a: buffers.get(a, a) if isinstance(a, str) else a,
+    )
 
 
 def launch_garbage() -> list[str]:

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from test_reliability import garbage_findings
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
@@ -205,27 +206,9 @@ ONE_SIDED = {
 
 @pytest.mark.parametrize("platform", ["A2", "A3"])
 def test_garbage_arguments_of_one_sided_calls_get_clear_reports(platform: str) -> None:
-    from test_reliability import GARBAGE
-
     def kernel(out, tilingGM, bad):
-        for name, regular in ONE_SIDED.items():
-            for i, g in ((i, g) for i in range(len(regular)) for g in GARBAGE):
-                h = client(tilingGM)
-                args = [h.GetWindowsOutAddr(0) if a == "W" else a for a in regular]
-                args[i] = g
-                call = getattr(h, name)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", hp.HcclWarning)
-                    try:
-                        (call[True] if name == "BatchWrite" else call)(*args)
-                        said = h.last_error or ""
-                    except hp.HcclError as e:
-                        said = str(e)
-                    except Exception as e:  # noqa: BLE001 - the finding
-                        said = f"{type(e).__name__}: {e}"
-                if (g is not None and "None" in said) or "not a int" in said or not said:
-                    bad.append(f"{name} arg {i} = {g!r}: {said or 'accepted'}")
-                h.Finalize()
+        out_window = lambda h, a: h.GetWindowsOutAddr(0) if a == "W" else a  # noqa: E731
+        bad += garbage_findings(ONE_SIDED, lambda: client(tilingGM), out_window, must_refuse=True)
 
     def main() -> list[str]:
         bad: list[str] = []
