@@ -29,7 +29,7 @@ import peers
 from hccl_py.bench.ops import BENCH_OPS
 from hccl_py.bench.sweep import Options
 from hccl_py.bench.table import machine
-from hccl_py.plotting import pyplot, save
+from hccl_py.trace.plotting import pyplot, save
 
 #: Column -> how it is measured: (function, extra arguments).
 COLUMNS = {

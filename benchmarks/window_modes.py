@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import hccl_py as hp
-from hccl_py import blocking
 from hccl_py.bench.table import machine
+from hccl_py.server import blocking
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "samples"))
 import moe_distribute_window as sample  # noqa: E402 - a sample, found next to this script

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 import hccl_py
-from hccl_py.config import Config
-from hccl_py.context import RankContext, set_rank_context
-from hccl_py.errors import HcclError, HcclPeerError, HcclTimeoutError, WorldError
-from hccl_py.server import Backend
+from hccl_py.core.config import Config
+from hccl_py.core.errors import HcclError, HcclPeerError, HcclTimeoutError, WorldError
+from hccl_py.kernel.context import RankContext, set_rank_context
+from hccl_py.server.protocol import Backend
 
 from .world import EmuWorld
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from hccl_py import layout
-from hccl_py.constants import HcclCMDType, HcclReduceOp
-from hccl_py.layout import Blocks
-from hccl_py.reduce import reduce_ranks
-from hccl_py.task import Task
+from hccl_py.core import layout
+from hccl_py.core.constants import HcclCMDType, HcclReduceOp
+from hccl_py.core.layout import Blocks
+from hccl_py.core.task import Task
+from hccl_py.server.reduce import reduce_ranks
 
 _C = HcclCMDType
 

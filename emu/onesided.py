@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 
-from hccl_py.blocking import Job
-from hccl_py.task import Task
-from hccl_py.windows import WindowAllocation
+from hccl_py.core.task import Task
+from hccl_py.server.blocking import Job
+from hccl_py.server.windows import WindowAllocation
 
 from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous

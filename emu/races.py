@@ -15,7 +15,7 @@ checked against a vector clock per rank, in the manner of a thread sanitizer:
   that write, sees 0xFF in those bytes (the data "has not arrived"). Reading
   them again is a poll: it sees the data and is ordered after the write. A
   kernel that returns without that second look read data that may not have
-  arrived: an :class:`~hccl_py.errors.HcclRaceError` when its kernel returns.
+  arrived: an :class:`~hccl_py.core.errors.HcclRaceError` when its kernel returns.
 - **Stale read.** A peer's write over bytes that a rank read, with nothing
   ordering the read before the write, means the read may have seen either
   value: reported when the reader's kernel returns, unless it read them again
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import torch
 
 import hccl_py
-from hccl_py import report
-from hccl_py.errors import HcclRaceError
-from hccl_py.windows import POLL_BYTES, WindowAllocation
+from hccl_py.core import report
+from hccl_py.core.errors import HcclRaceError
+from hccl_py.server.windows import POLL_BYTES, WindowAllocation
 
 from .intervals import IntervalMap
 from .views import HeldViews

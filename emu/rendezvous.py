@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hccl_py.blocking import Blocker
-from hccl_py.context import Group
+from hccl_py.kernel.context import Group
+from hccl_py.server.blocking import Blocker
 
 Clock = tuple[int, ...] | None
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hccl_py.agreement import wait_head
-from hccl_py.task import Task
+from hccl_py.core.task import Task
+from hccl_py.server.agreement import wait_head
 
 if TYPE_CHECKING:
     from .world import Slot

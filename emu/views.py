@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hccl_py.windows import WindowAllocation
+from hccl_py.server.windows import WindowAllocation
 
 if TYPE_CHECKING:
     from .races import Runs, WindowRaces

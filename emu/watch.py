@@ -24,7 +24,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hccl_py.windows import WindowAllocation
+from hccl_py.server.windows import WindowAllocation
 
 from .races import Runs, WindowRaces, user_frame
 from .views import runs_of

@@ -20,24 +20,20 @@ import functools
 
 import torch
 
-from hccl_py import layout
-from hccl_py.agreement import (
-    count_mismatch,
-    error_for,
-    mismatch,
-)
-from hccl_py.blocking import Blocker, Job
-from hccl_py.config import Config
-from hccl_py.context import Group
-from hccl_py.errors import HcclError
-from hccl_py.ordering import behind, dependency_state
+from hccl_py.core import layout
+from hccl_py.core.config import Config
+from hccl_py.core.errors import HcclError
+from hccl_py.core.task import Task
+from hccl_py.kernel.context import Group
 from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
-from hccl_py.server import Server
-from hccl_py.task import Task
+from hccl_py.server.agreement import count_mismatch, error_for, mismatch
+from hccl_py.server.blocking import Blocker, Job
+from hccl_py.server.ordering import behind, dependency_state
+from hccl_py.server.protocol import Server
+from hccl_py.server.windows import LocalWindows
 from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
-from hccl_py.windows import LocalWindows
 
 from . import executor
 from .lane import Lane

@@ -8,7 +8,7 @@ see docs/api.md for the full reference.
 
 from __future__ import annotations
 
-from ._script import check_script_name
+from .launcher.script_checks import check_script_name
 
 check_script_name()
 try:
@@ -17,11 +17,11 @@ except Exception:
     check_script_name()
     raise
 
-from . import constants as _constants
 from . import ops
 from .client import Hccl
-from .config import Config
-from .constants import (
+from .core import constants as _constants
+from .core.config import Config
+from .core.constants import (
     DTYPE_INFO,
     HCCL_FAILED,
     HCCL_MAX_HANDLE_ID,
@@ -39,9 +39,7 @@ from .constants import (
     hccl_dtype_of,
     torch_dtype_of,
 )
-from .context import Group, device, get_rank, get_world_size, new_group, world_group
-from .crosscore import CrossCoreSetFlag, CrossCoreWaitFlag, Pipe
-from .errors import (
+from .core.errors import (
     HcclBoundsError,
     HcclCoreError,
     HcclDeadlockError,
@@ -57,6 +55,8 @@ from .errors import (
     HcclWarning,
     WorldError,
 )
+from .core.gm import NULL, GmAddr, gm_tensor
+from .core.platform import PLATFORMS, Platform
 from .framework import (
     Work,
     all_gather_into_tensor,
@@ -67,8 +67,8 @@ from .framework import (
     global_scatter,
     reduce_scatter_tensor,
 )
-from .gm import NULL, GmAddr, gm_tensor
-from .kernel import (
+from .kernel.context import Group, device, get_rank, get_world_size, new_group, world_group
+from .kernel.cores import (
     AIC,
     AIV,
     GetBlockIdx,
@@ -82,9 +82,10 @@ from .kernel import (
     g_coreType,
     launch,
 )
+from .kernel.crosscore import CrossCoreSetFlag, CrossCoreWaitFlag, Pipe
 from .outcome import RunResult
-from .platform import PLATFORMS, Platform
 from .runtime import explain_layout, run
+from .server.windows import HcclNoWindowsError
 from .tiling import (
     GET_TILING_DATA_WITH_STRUCT,
     Mc2CcTiling,
@@ -93,7 +94,6 @@ from .tiling import (
     TilingData,
     offsetof,
 )
-from .windows import HcclNoWindowsError
 
 _enum_names = _constants.export_members(
     globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType, Pipe

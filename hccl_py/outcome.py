@@ -1,6 +1,6 @@
 """What ``hp.run`` gives back: every rank's return value, and the warnings each rank got.
 
-Warnings are a first-class outcome: each rank's :class:`~hccl_py.errors.HcclWarning`
+Warnings are a first-class outcome: each rank's :class:`~hccl_py.core.errors.HcclWarning`
 list travels with its return value (across processes too, so the same holds on
 gloo and under launchers), ``hp.run(...).warnings`` holds them per rank, and a
 short summary is printed at the end of a run that had any.
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .context import current_rank_context
-from .errors import HcclUnfinishedError, HcclWarning
+from .core.errors import HcclUnfinishedError, HcclWarning
+from .kernel.context import current_rank_context
 from .trace import recorder
 
 #: How many warnings the end-of-run summary quotes.

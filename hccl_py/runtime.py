@@ -10,17 +10,17 @@ import sys
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
-from .blocking import checked_timeout
-from .config import Config
-from .errors import WorldError
+from .core.config import Config
+from .core.errors import WorldError
+from .core.platform import get_platform
 from .outcome import RunResult, WithWarnings, summarize
-from .platform import get_platform
-from .server import Backend
+from .server.blocking import checked_timeout
+from .server.protocol import Backend
+from .server.windows import checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture
 from .trace.summary import format_summary
 from .trace.summary import rows as summary_rows
-from .windows import checked_buffsize, default_buffsize
 
 #: Environment variable that turns the end-of-run summary on (``HCCL_PY_SUMMARY=1``).
 SUMMARY_ENV = "HCCL_PY_SUMMARY"
@@ -34,8 +34,8 @@ POISON_ENV = "HCCL_PY_POISON"
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
     "emu": "hccl_py.backends.emu.backend:EmuBackend",
-    "gloo": "hccl_py.backends.dist:GlooBackend",
-    "hccl": "hccl_py.backends.dist:HcclBackend",
+    "gloo": "hccl_py.backends.dist.server:GlooBackend",
+    "hccl": "hccl_py.backends.dist.server:HcclBackend",
 }
 
 WORLD_SIZE_ENV = "HCCL_PY_WORLD_SIZE"
@@ -74,7 +74,7 @@ def default_backend() -> str:
         return chosen
     if not under_launcher():
         return "emu"
-    from .backends.npu import npus_visible
+    from .backends.dist.npu import npus_visible
 
     return "hccl" if npus_visible() else "gloo"
 
@@ -122,9 +122,9 @@ def run(
 
     On the emulator ``world_size`` ranks (default ``HCCL_PY_WORLD_SIZE`` or 4)
     run as threads of this process. If any rank fails, one
-    :class:`~hccl_py.errors.WorldError` reports every rank's failure.
+    :class:`~hccl_py.core.errors.WorldError` reports every rank's failure.
     ``platform`` ("A2", "A3", "950"; default ``HCCL_PY_PLATFORM`` or "A2")
-    decides which calls are allowed. See :class:`~hccl_py.context.Config` for
+    decides which calls are allowed. See :class:`~hccl_py.kernel.context.Config` for
     ``strict``, ``timeout``, ``schedule``, ``poison``, ``overlap`` and
     ``warnings_as_errors`` (``schedule`` and ``poison`` default to
     ``HCCL_PY_SCHEDULE`` and ``HCCL_PY_POISON``, else "eager" and False;
@@ -132,7 +132,7 @@ def run(
     is the size of each communication window (default ``HCCL_BUFFSIZE`` or 200 MB),
     ``ranks_per_server`` how many consecutive ranks form one server (default
     ``HCCL_PY_RANKS_PER_SERVER`` or 8). The result is a list with a ``warnings`` attribute
-    (rank -> :class:`~hccl_py.errors.HcclWarning` list); a run with warnings
+    (rank -> :class:`~hccl_py.core.errors.HcclWarning` list); a run with warnings
     ends with a short summary on stderr. ``trace="run.json"`` writes a timeline of
     every call and round (Chrome trace JSON for Perfetto); ``summary=True`` (or
     ``HCCL_PY_SUMMARY=1``) prints tasks, rounds, bytes and Wait time per rank and

@@ -1,6 +1,6 @@
 """Independent numpy oracle of spec section 3 (address arithmetic) and the reduction rule.
 
-Written again from the text of hccl-kernel-api.md and hccl_py/reduce.py's docstring,
+Written again from the text of hccl-kernel-api.md and hccl_py/server/reduce.py's docstring,
 without importing hccl_py or emu, so that a bug in the library's own layout code
 cannot hide in the tests. Every function takes the ranks' buffers as uint8
 numpy arrays (one per rank, plus the byte offset the kernel added to each

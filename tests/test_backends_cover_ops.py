@@ -6,8 +6,8 @@ import pytest
 from hccl_py.backends.emu import executor
 from hccl_py.backends.emu.world import EmuWorld
 
-from hccl_py.backends import pg_rounds
-from hccl_py.backends.dist import DistServer
+from hccl_py.backends.dist import rounds as pg_rounds
+from hccl_py.backends.dist.server import DistServer
 from hccl_py.ops import EXECUTABLE, OPS
 
 SERVERS = {"emu": (EmuWorld, executor.ROUNDS), "dist": (DistServer, pg_rounds.ROUNDS)}

@@ -17,7 +17,7 @@ from hccl_py.backends.emu import executor
 from hccl_py.__main__ import main as cli
 from hccl_py.bench.ops import BENCH_OPS, plan, uneven_counts
 from hccl_py.bench.reference import TYPES, expected, values
-from hccl_py.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 
 
 def _bench(tmp_path: Path, *flags: str) -> tuple[int, list[dict]]:

@@ -1,4 +1,4 @@
-"""Deadlock detection of pollers (hccl_py.blocking.Blocker) on a loaded machine.
+"""Deadlock detection of pollers (hccl_py.server.blocking.Blocker) on a loaded machine.
 
 A thread that polls an unchanged value counts as spinning while it keeps polling.
 "Keeps polling" is read on two clocks: wall time, and the world's poll count. On a
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from hccl_py import blocking
-from hccl_py.blocking import FROZEN_POLLS, SPIN_POLLS, Blocker
-from hccl_py.errors import HcclDeadlockError
+from hccl_py.core.errors import HcclDeadlockError
+from hccl_py.server import blocking
+from hccl_py.server.blocking import FROZEN_POLLS, SPIN_POLLS, Blocker
 
 #: More polls than a deadlock needs (SPIN_POLLS + FROZEN_POLLS), with room to spare.
 ENOUGH = 3 * (SPIN_POLLS + FROZEN_POLLS)

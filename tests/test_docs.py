@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import hccl_py as hp
-from hccl_py.report import KINDS
+from hccl_py.core.report import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

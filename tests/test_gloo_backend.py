@@ -115,7 +115,7 @@ def run_on_group(ranks: list[int], batch: list[cases.OpCase], sorted_pg: bool) -
     versions without ``sort_ranks`` do), so PG ranks differ from domain indices.
     """
     if sorted_pg:
-        import hccl_py.backends.dist as backend_dist
+        import hccl_py.backends.dist.server as backend_dist
 
         backend_dist._NEW_GROUP_SORTS = False
     group = hp.new_group(ranks)

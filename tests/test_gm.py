@@ -12,7 +12,7 @@ from cases import RUN_TIMEOUT
 
 import hccl_py as hp
 from hccl_py import GmAddr, HcclDataType
-from hccl_py.gm import to_gm
+from hccl_py.core.gm import to_gm
 
 FLOATS = 16  # the test allocation: 16 float32 = 64 bytes
 

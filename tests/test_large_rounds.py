@@ -22,7 +22,7 @@ from hccl_py.backends.emu import executor
 from hccl_py.backends.emu.lane import LANE_BYTES
 
 import hccl_py as hp
-from hccl_py.constants import HcclCMDType
+from hccl_py.core.constants import HcclCMDType
 
 BLOCK = executor.DIRECT_BYTES // 4  # fp32 elements in a block of exactly DIRECT_BYTES
 

@@ -68,7 +68,7 @@ DEVICE_JOB = """
 import tempfile
 import torch, torch.distributed as dist
 import torch_npu
-from hccl_py.gm import Allocation, shift_between
+from hccl_py.core.gm import Allocation, shift_between
 
 assert torch_npu.STANDIN
 a = torch.zeros(4, dtype=torch.int32, device="npu:1")

@@ -124,7 +124,7 @@ def test_integer_sum_wraps(backend: str) -> None:
 @pytest.mark.parametrize("dtype", [ref.FP16, ref.FP32, ref.BFP16], ids=["fp16", "fp32", "bf16"])
 @pytest.mark.parametrize("reduce_op", [ref.MAX, ref.MIN], ids=["max", "min"])
 def test_max_min_propagate_nan(backend: str, dtype: int, reduce_op: int) -> None:
-    """MAX and MIN are exact, and a NaN in any rank gives NaN (hccl_py/reduce.py's rule)."""
+    """MAX and MIN are exact, and a NaN in any rank gives NaN (hccl_py/server/reduce.py's rule)."""
     nan = float("nan")
     values = ((1.0, nan, 3.0, -2.0), (nan, 5.0, -1.0, 4.0), (2.0, 0.5, nan, 8.0))
     case = cases.OpCase(

@@ -27,7 +27,8 @@ import torch
 from cases import init_hccl, make_tiling
 
 import hccl_py as hp
-from hccl_py import Hccl, wire
+from hccl_py import Hccl
+from hccl_py.launcher import wire
 
 F32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 SUM = hp.HcclReduceOp.HCCL_REDUCE_SUM

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from hccl_py.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.tiling import (
     GET_TILING_DATA_WITH_STRUCT,
     TILING_FAILED,

@@ -559,7 +559,7 @@ def test_windows_and_batch_write_on_every_backend(backend: str) -> None:
 
 
 def test_backends_without_windows_say_so_at_the_first_window_call() -> None:
-    from hccl_py.backends.dist import DistServer
+    from hccl_py.backends.dist.server import DistServer
 
     server = DistServer.__new__(DistServer)
     server.backend_name = "hccl"

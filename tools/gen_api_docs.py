@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import hccl_py
-from hccl_py.errors import HcclWarning, WorldError
-from hccl_py.template import TemplateFunction
+from hccl_py.core.errors import HcclWarning, WorldError
+from hccl_py.core.template import TemplateFunction
 
 ROOT = Path(__file__).resolve().parent.parent
 API_REFERENCE = ROOT / "docs" / "api_reference.md"

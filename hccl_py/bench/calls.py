@@ -27,7 +27,7 @@ from hccl_py import (
     offsetof,
 )
 
-from ..constants import HcclReduceOp
+from ..core.constants import HcclReduceOp
 from .ops import BenchOp, Plan
 from .reference import BenchType, send_tensor
 

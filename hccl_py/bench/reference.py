@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..constants import HcclDataType, HcclReduceOp
+from ..core.constants import HcclDataType, HcclReduceOp
 from .ops import Plan
 
 _T = HcclDataType

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import torch
 
-from ..plotting import pyplot, save
+from ..trace.plotting import pyplot, save
 from .sweep import Row
 
 _HEAD = (

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import report
-from ..constants import (
+from ..core import report
+from ..core.constants import (
     HCCL_FAILED,
     HCCL_SUCCESS,
     INVALID_HANDLE_ID,
@@ -22,8 +22,7 @@ from ..constants import (
     HcclServerConfig,
     HcclServerType,
 )
-from ..context import current_rank_context
-from ..errors import (
+from ..core.errors import (
     HcclBoundsError,
     HcclCoreError,
     HcclError,
@@ -31,8 +30,9 @@ from ..errors import (
     HcclWarning,
     InvalidCall,
 )
-from ..gm import GmAddr
-from ..kernel import CoreContext, HcclContext, current_core_context
+from ..core.gm import GmAddr
+from ..kernel.context import current_rank_context
+from ..kernel.cores import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
 from ..tiling import (
     MC2_CC_TILING_SIZE,
@@ -132,7 +132,7 @@ class HcclBase:
         """A call the official client logs and returns from: the C++ result, in every mode.
 
         With ``warn`` (the default) it is also an :class:`HcclWarning` of ``kind``
-        (:func:`hccl_py.report.warn`); ``last_error`` says why either way.
+        (:func:`hccl_py.core.report.warn`); ``last_error`` says why either way.
         """
         ctx = current_rank_context(required=False)
         where = dict(

@@ -4,7 +4,7 @@ Each Prepare method of :class:`~hccl_py.client.Hccl` stores its raw arguments in
 a :class:`PrepareParam` (the official client's ``CommonPrepareParam``);
 :func:`task_fields` validates it once, in a fixed order, against the op
 table's facts for that op, and returns the task's fields. A bad argument
-raises :class:`~hccl_py.errors.InvalidCall` naming the rule that refused it.
+raises :class:`~hccl_py.core.errors.InvalidCall` naming the rule that refused it.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from ..constants import (
+from ..core.constants import (
     HCCL_MAX_HANDLE_ID,
     KERNEL_REDUCE_OPS,
     MAX_REPEAT,
     HcclDataType,
     HcclReduceOp,
 )
-from ..errors import HcclBoundsError, InvalidCall
-from ..gm import GmAddr, what_is
+from ..core.errors import HcclBoundsError, InvalidCall
+from ..core.gm import GmAddr, what_is
+from ..core.platform import Platform
 from ..ops import OpSpec
-from ..platform import Platform
 
 E = TypeVar("E", bound=enum.IntEnum)
 

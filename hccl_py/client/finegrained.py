@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
-from ..template import template
+from ..core.constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
+from ..core.template import template
 from .log import logged
 from .onesided import OneSidedCalls
 from .state import Handle

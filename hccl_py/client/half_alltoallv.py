@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
-from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
-from ..gm import GmAddr, what_is
-from ..template import template
+from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
+from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..core.gm import GmAddr, what_is
+from ..core.template import template
 from .finegrained import FineGrainedCalls
 from .log import logged
 from .onesided import _int_arg

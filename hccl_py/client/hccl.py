@@ -2,7 +2,7 @@
 
 The client validates every call exactly as the C++ client does (returning -1
 or doing nothing where C++ does), keeps the handle bookkeeping, and sends
-valid tasks to the rank's :class:`~hccl_py.server.Server`. It never moves data
+valid tasks to the rank's :class:`~hccl_py.server.protocol.Server`. It never moves data
 itself, so the same client serves the emulator, gloo and HCCL.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
-from ..errors import HcclCoreError, HcclUnfinishedError
-from ..task import op_name
-from ..template import template
+from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
+from ..core.errors import HcclCoreError, HcclUnfinishedError
+from ..core.task import op_name
+from ..core.template import template
 from .convert import slots_used
 from .half_alltoallv import WriteCalls
 from .log import logged

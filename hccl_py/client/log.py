@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..context import current_core_context, current_rank_context, serial
+from ..kernel.context import current_core_context, current_rank_context, serial
 from ..trace.hooks import recorder, traced_call
 
 logger = logging.getLogger("hccl_py")

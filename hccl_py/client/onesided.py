@@ -14,18 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from ..constants import (
-    HCCL_MAX_HANDLE_ID,
-    INVALID_HANDLE_ID,
-    HcclCMDType,
-    ScopeType,
-)
-from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
-from ..gm import NULL, GmAddr, what_is
+from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
+from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..core.gm import NULL, GmAddr, what_is
+from ..core.template import template
 from ..ops.batch_write import ITEM_DTYPES, decode_items
-from ..template import template
+from ..server.windows import WindowAllocation
 from ..tiling import Mc2InitTiling, tiling_bytes
-from ..windows import WindowAllocation
 from .convert import slots_used
 from .log import logged
 from .prepare import PrepareCalls

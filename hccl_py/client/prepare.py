@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..constants import INVALID_HANDLE_ID, HcclCMDType
-from ..errors import HcclCoreError, InvalidCall
-from ..gm import GmAddr
+from ..core.constants import INVALID_HANDLE_ID, HcclCMDType
+from ..core.errors import HcclCoreError, InvalidCall
+from ..core.gm import GmAddr
+from ..core.task import Task
+from ..core.template import template
 from ..ops import OPS
 from ..sanitizer.bounds import check_task
-from ..task import Task
-from ..template import template
 from .base import HcclBase
 from .convert import Limits, PrepareParam, task_fields
 from .log import logged

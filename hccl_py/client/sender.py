@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..constants import CoreType, HcclServerConfig
-from ..kernel import AIC, AIV, CoreContext
+from ..core.constants import CoreType, HcclServerConfig
+from ..kernel.cores import AIC, AIV, CoreContext
 
 #: The default server config, ``{CoreType::DEFAULT, 0}`` (``DEFAULT_CFG`` in AscendC).
 DEFAULT_CFG = HcclServerConfig()

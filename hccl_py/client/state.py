@@ -12,11 +12,11 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..constants import HcclCMDType, HcclDataType
-from ..errors import HcclCoreError, HcclUnfinishedError
-from ..gm import GmAddr
-from ..kernel import CoreContext, HcclContext, KernelCoreType
-from ..task import Task, op_name
+from ..core.constants import HcclCMDType, HcclDataType
+from ..core.errors import HcclCoreError, HcclUnfinishedError
+from ..core.gm import GmAddr
+from ..core.task import Task, op_name
+from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 
 if TYPE_CHECKING:
     from .base import HcclBase

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
-from ..context import WORLD_GROUP_NAME, Group, current_rank_context
-from ..errors import HcclMismatchError
+from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
+from ..core.errors import HcclMismatchError
+from ..kernel.context import WORLD_GROUP_NAME, Group, current_rank_context
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64

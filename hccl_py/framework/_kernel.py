@@ -19,19 +19,19 @@ from typing import Any
 import torch
 
 from ..client import Hccl
-from ..constants import HcclCMDType, HcclReduceOp
-from ..context import (
+from ..core.constants import HcclCMDType, HcclReduceOp
+from ..core.errors import HcclUsageError
+from ..core.gm import GmAddr, to_gm
+from ..core.report import user_frame
+from ..kernel.context import (
     Group,
     current_core_context,
     current_rank_context,
     set_core_context,
     set_rank_context,
 )
-from ..errors import HcclUsageError
-from ..gm import GmAddr, to_gm
-from ..kernel import GetHcclContext, LaunchState
+from ..kernel.cores import GetHcclContext, LaunchState
 from ..ops import OPS, op_name
-from ..report import user_frame
 from ..tiling import (
     GROUP_NAME_SIZE,
     Mc2CcTiling,

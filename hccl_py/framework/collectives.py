@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
+from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
 from ._common import (
     agree,
     check_bool,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..context import Group, current_rank_context, set_rank_context
+from ..kernel.context import Group, current_rank_context, set_rank_context
 from ._common import (
     agree,
     check_bool,

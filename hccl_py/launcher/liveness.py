@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any
 
-from .. import errors
-from ..backends import store as kv
+from ..core import errors
+from . import store as kv
 
 #: Seconds the other ranks get to stop by themselves after one rank failed, before they are killed.
 GRACE_S = 3.0

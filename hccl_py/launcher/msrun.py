@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..backends import store as kv
+from . import store as kv
 from .liveness import Peers, process_state
 from .spec import RankSpec
 

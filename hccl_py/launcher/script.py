@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .. import errors
-from ..backends import store as kv
+from ..core import errors
+from . import store as kv
 from .liveness import PARENT_ENV, exit_text
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise

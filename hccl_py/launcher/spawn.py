@@ -8,12 +8,13 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from .. import errors, wire
-from .._script import unguarded_call
-from ..backends import store as kv
-from ..backends.session import spawned_rank
-from ..config import Config
+from ..backends.dist.session import spawned_rank
+from ..core import errors
+from ..core.config import Config
+from . import store as kv
+from . import wire
 from .liveness import PARENT_ENV, STACKS_ENV
+from .script_checks import unguarded_call
 from .spec import RankSpec
 from .supervise import Child, outcome_of, stop, supervise
 

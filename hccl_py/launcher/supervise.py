@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backends import store as kv
+from . import store as kv
 from .liveness import GRACE_S, ask_stack, exit_text, rank_died
 
 #: Seconds a killed process gets between SIGTERM and SIGKILL.

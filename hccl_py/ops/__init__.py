@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from ..constants import HcclCMDType
+from ..core.constants import HcclCMDType
 from . import (
     all_gather,
     all_reduce,

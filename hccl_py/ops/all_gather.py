@@ -5,7 +5,7 @@ Round r: rank j's elements at ``sendBuf_j + r*sendCount*size`` land at
 rank's own block, ``sendBuf == recvBuf + rank*stride*size``.
 """
 
-from ..constants import MOVE_DTYPES, HcclCMDType
+from ..core.constants import MOVE_DTYPES, HcclCMDType
 from .spec import OpSpec, regular_layout
 
 SPEC = OpSpec(

@@ -4,7 +4,7 @@ Round r reduces ``sendBuf + r*count*size`` over all ranks into each rank's
 ``recvBuf + r*count*size``. In place: ``sendBuf == recvBuf``.
 """
 
-from ..constants import REDUCE_DTYPES, HcclCMDType
+from ..core.constants import REDUCE_DTYPES, HcclCMDType
 from .spec import OpSpec, regular_layout
 
 SPEC = OpSpec(

@@ -6,7 +6,7 @@ pair exchanges; 0 is invalid. In place: the block a rank sends to itself lies
 where it receives it.
 """
 
-from ..constants import MOVE_DTYPES, HcclCMDType
+from ..core.constants import MOVE_DTYPES, HcclCMDType
 from .spec import OpSpec, regular_layout
 
 SPEC = OpSpec(

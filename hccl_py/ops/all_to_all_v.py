@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..constants import MOVE_DTYPES, HcclCMDType
+from ..core.constants import MOVE_DTYPES, HcclCMDType
 from .spec import OpSpec
 
 if TYPE_CHECKING:
-    from ..task import Task
+    from ..core.task import Task
 
 
 def _layout(

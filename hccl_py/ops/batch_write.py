@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..constants import DTYPE_INFO, MOVE_DTYPES, HcclCMDType, HcclDataType
+from ..core.constants import DTYPE_INFO, MOVE_DTYPES, HcclCMDType, HcclDataType
 from .spec import OpSpec, no_blocks
 
 if TYPE_CHECKING:

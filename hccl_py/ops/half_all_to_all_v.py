@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..constants import HcclCMDType, HcclDataType
+from ..core.constants import HcclCMDType, HcclDataType
 from .spec import OpSpec, no_blocks
 
 if TYPE_CHECKING:

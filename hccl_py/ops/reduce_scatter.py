@@ -5,7 +5,7 @@ all ranks k of ``sendBuf_k + r*recvCount*size + j*stride*size``. In place:
 ``recvBuf == sendBuf + rank*stride*size``.
 """
 
-from ..constants import REDUCE_DTYPES, HcclCMDType
+from ..core.constants import REDUCE_DTYPES, HcclCMDType
 from .spec import OpSpec, regular_layout
 
 SPEC = OpSpec(

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..constants import HcclCMDType, HcclDataType
+from ..core.constants import HcclCMDType, HcclDataType
 
 if TYPE_CHECKING:
-    from ..task import Task
+    from ..core.task import Task
 
 #: ``layout(task, side, rounds, peers)`` -> element offsets and counts, shape (rounds, blocks).
 #: ``rounds`` has shape (R, 1) and ``peers`` shape (1, rankDim), both of the index dtype.

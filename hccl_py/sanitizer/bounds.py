@@ -4,17 +4,17 @@ Every byte a task will read or write must lie inside the allocation its
 address points into, on this rank; the platform's rank and size limits hold
 (kernel API calls only); and receive ranges must not overlap each other or the
 send ranges except in the in-place forms (:mod:`.overlap`). A finding raises
-:class:`~hccl_py.errors.InvalidCall`; the client reports it.
+:class:`~hccl_py.core.errors.InvalidCall`; the client reports it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import layout, report
-from ..errors import HcclBoundsError, HcclOverlapError, InvalidCall
-from ..platform import Platform
-from ..task import Task
+from ..core import layout, report
+from ..core.errors import HcclBoundsError, HcclOverlapError, InvalidCall
+from ..core.platform import Platform
+from ..core.task import Task
 from .overlap import send_recv_clash
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import layout
-from ..gm import shift_between
-from ..task import Task
+from ..core import layout
+from ..core.gm import shift_between
+from ..core.task import Task
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ blocks (in-place use) are never poisoned: that would destroy the input.
 
 from __future__ import annotations
 
-from .. import layout
-from ..constants import torch_dtype_of
-from ..task import Task
+from ..core import layout
+from ..core.constants import torch_dtype_of
+from ..core.task import Task
 from .overlap import in_place
 
 __all__ = ["in_place", "poison"]

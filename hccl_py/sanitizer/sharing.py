@@ -11,9 +11,9 @@ the same on every backend and stays silent.
 
 from __future__ import annotations
 
-from ..errors import HcclSharedMemoryError
-from ..gm import GmAddr
-from ..task import Task
+from ..core.errors import HcclSharedMemoryError
+from ..core.gm import GmAddr
+from ..core.task import Task
 
 
 def _extent(addr: GmAddr) -> tuple[int, int, int] | None:

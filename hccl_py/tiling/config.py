@@ -14,10 +14,10 @@ import functools
 import operator
 from collections.abc import Callable
 
-from .. import report
-from ..constants import HcclCMDType, HcclDataType, HcclReduceOp
-from ..context import current_rank_context
-from ..errors import HcclUsageError
+from ..core import report
+from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from ..core.errors import HcclUsageError
+from ..kernel.context import current_rank_context
 from ..ops import OPS
 from .structs import (
     ALG_CONFIG_SIZE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..context import current_core_context, current_rank_context
-from ..task import Task
+from ..core.task import Task
+from ..kernel.context import current_core_context, current_rank_context
 from .recorder import (
     AIC_TID,
     AIV_TID,

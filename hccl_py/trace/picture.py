@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plotting import patch, pyplot, save
+from .plotting import patch, pyplot, save
 
 #: Characters of one text strip.
 STRIP = 64

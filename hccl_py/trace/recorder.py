@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from .. import layout
-from ..task import Task
+from ..core import layout
+from ..core.task import Task
 
 #: Track ids of one rank: cores use ``AIC: 0..``, ``AIV: 100..``; the server ``SERVER_TID``.
 AIC_TID, AIV_TID, SERVER_TID = 0, 100, 1000

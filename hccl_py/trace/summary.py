@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ..errors import HcclWarning
+from ..core.errors import HcclWarning
 
 
 def rows(

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..plotting import patch, pyplot, save
 from .chrome import _track_name
+from .plotting import patch, pyplot, save
 
 _COLORS = {"round": "#d62728", "Wait": "#9ecae1", "Commit": "#ff7f0e"}
 

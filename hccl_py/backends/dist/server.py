@@ -30,20 +30,20 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..agreement import error_for, global_rank, wait_head
-from ..blocking import Blocker
-from ..config import Config
-from ..context import Group
-from ..errors import HcclError, HcclTimeoutError
-from ..launcher.msrun import serve_scheduler
-from ..launcher.spawn import spawn_world
-from ..launcher.spec import spec_from_env
-from ..runtime import under_launcher
-from ..sanitizer.poison import in_place, poison
-from ..server import Backend, Server
-from ..task import Task
-from . import npu, pg_rounds
-from . import store as kv
+from ...server.agreement import error_for, global_rank, wait_head
+from ...server.blocking import Blocker
+from ...core.config import Config
+from ...kernel.context import Group
+from ...core.errors import HcclError, HcclTimeoutError
+from ...launcher.msrun import serve_scheduler
+from ...launcher.spawn import spawn_world
+from ...launcher.spec import spec_from_env
+from ...runtime import under_launcher
+from ...sanitizer.poison import in_place, poison
+from ...server.protocol import Backend, Server
+from ...core.task import Task
+from . import npu, rounds as pg_rounds
+from ...launcher import store as kv
 from .domain_queue import DomainQueue, desc_key, final_key, returned_key, stub
 from .session import Session, session_for
 from .shm_windows import SharedWindows

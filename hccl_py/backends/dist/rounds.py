@@ -1,6 +1,6 @@
 """One round of a task as torch.distributed process-group calls on views of GM buffers.
 
-The byte ranges come from :mod:`hccl_py.layout` (the single source of the
+The byte ranges come from :mod:`hccl_py.core.layout` (the single source of the
 address arithmetic); this module only chooses the collective and avoids
 copies. Data-movement ops work on raw bytes (``uint8``), so every data type
 moves alike. Extra copies per round, beyond what the collective itself does:
@@ -18,7 +18,7 @@ moves alike. Extra copies per round, beyond what the collective itself does:
 - AllReduce / ReduceScatter, **exact** reduction (gloo's default): the inputs
   of every rank are all-gathered (AllReduce) or exchanged all-to-all
   (ReduceScatter) and reduced locally in rank order with the emulator's rule
-  (:func:`hccl_py.reduce.reduce_ranks`), so results are bit-identical to the
+  (:func:`hccl_py.server.reduce.reduce_ranks`), so results are bit-identical to the
   emulator. Costs one temporary of ``rankDim`` blocks and one write.
 - AllReduce / ReduceScatter, **native** reduction (HCCL's default): the process
   group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the
@@ -40,12 +40,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .. import layout
-from ..constants import HcclCMDType, HcclReduceOp
-from ..layout import Blocks
-from ..reduce import reduce_ranks
-from ..sanitizer.overlap import first_shared
-from ..task import Task
+from ...core import layout
+from ...core.constants import HcclCMDType, HcclReduceOp
+from ...core.layout import Blocks
+from ...server.reduce import reduce_ranks
+from ...sanitizer.overlap import first_shared
+from ...core.task import Task
 
 _C = HcclCMDType
 

@@ -17,7 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .constants import MAX_BLOCK_DIM, MAX_DOMAINS
+from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
+from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
+from ..core.gm import GmAddr, to_gm
+from ..core.template import template
+from ..trace.hooks import core_tid, recorder
+from ..trace.recorder import now_us
 from .context import (
     Group,
     RankContext,
@@ -28,11 +33,6 @@ from .context import (
     set_core_context,
     set_rank_context,
 )
-from .errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
-from .gm import GmAddr, to_gm
-from .template import template
-from .trace.hooks import core_tid, recorder
-from .trace.recorder import now_us
 
 
 class KernelCoreType(enum.IntEnum):

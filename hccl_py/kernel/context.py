@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from .blocking import Blocker
-from .config import Config
-from .errors import HcclWarning
+from ..core.config import Config
+from ..core.errors import HcclWarning
+from ..server.blocking import Blocker
 
 if TYPE_CHECKING:
-    from .server import Server
+    from ..server.protocol import Server
 
 WORLD_GROUP_NAME = "hccl_world_group"
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -116,7 +116,7 @@ _NO_LOCK = contextlib.nullcontext()
 
 
 def serial() -> contextlib.AbstractContextManager:
-    """The calling rank's :attr:`Server.serial <hccl_py.server.Server.serial>` lock (or none).
+    """The calling rank's :attr:`Server.serial <hccl_py.server.protocol.Server.serial>` lock (or none).
 
     hccl_py's own work inside a call holds it, so that on the emulator one rank's
     call does not hand the interpreter to another rank at every torch operation;

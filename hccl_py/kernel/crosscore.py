@@ -29,8 +29,8 @@ import weakref
 from collections import Counter
 from typing import Any
 
-from .errors import HcclCoreError, HcclDeadlockError
-from .kernel import AIC, AIV, CoreContext, LaunchState, current_core_context
+from ..core.errors import HcclCoreError, HcclDeadlockError
+from .cores import AIC, AIV, CoreContext, LaunchState, current_core_context
 
 #: Flag ids a core has (``flagId`` 0..15).
 FLAG_IDS = range(16)

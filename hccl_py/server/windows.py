@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import torch
 
-from .context import current_rank_context
-from .errors import HcclUsageError
-from .gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
+from ..core.errors import HcclUsageError
+from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
+from ..kernel.context import current_rank_context
 
 BUFFSIZE_ENV = "HCCL_BUFFSIZE"
 DEFAULT_BUFFSIZE_MB = 200
@@ -191,7 +191,7 @@ class HcclNoWindowsError(HcclUsageError):
 class LocalWindows:
     """Windows of ranks that share one address space (the emulator's threads).
 
-    A mixin for a :class:`~hccl_py.server.Server` with a ``config``: windows are
+    A mixin for a :class:`~hccl_py.server.protocol.Server` with a ``config``: windows are
     created on first request and mapped on first touch.
     """
 

@@ -17,21 +17,21 @@ from typing import Any
 
 import torch
 
+from ..kernel.context import serialized
 from .constants import HcclDataType, torch_dtype_of
-from .context import serialized
 from .errors import HcclBoundsError
 
 _alloc_ids = itertools.count()
 
 #: Integer addresses (``int(addr)``): every allocation owns a span of ``2**ADDR_SHIFT`` bytes
 #: starting at its base; ordinary allocations at ``(uid + 1) << ADDR_SHIFT``, windows in
-#: the range marked by :data:`WINDOW_TAG` (see :mod:`hccl_py.windows`).
+#: the range marked by :data:`WINDOW_TAG` (see :mod:`hccl_py.server.windows`).
 ADDR_SHIFT = 34
 ADDR_SPAN = 1 << ADDR_SHIFT
 WINDOW_TAG = 1 << 62
 #: Allocations whose integer address was taken, by uid (so that ``from_int`` finds them).
 _by_uid: weakref.WeakValueDictionary[int, Allocation] = weakref.WeakValueDictionary()
-#: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.windows).
+#: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.server.windows).
 _window_resolvers: list[Callable[[int], Allocation | None]] = []
 
 

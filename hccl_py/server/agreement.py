@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .constants import HcclDataType, HcclReduceOp
-from .errors import HcclError, HcclMismatchError
-from .task import Task
+from ..core.constants import HcclDataType, HcclReduceOp
+from ..core.errors import HcclError, HcclMismatchError
+from ..core.task import Task
 
 
 def global_rank(task: Task) -> int:

@@ -1,9 +1,9 @@
 """Warnings as a first-class outcome: one way for any layer to report what hardware carries on with.
 
-:func:`warn` builds an :class:`~hccl_py.errors.HcclWarning`, keeps it on the
+:func:`warn` builds an :class:`~hccl_py.core.errors.HcclWarning`, keeps it on the
 calling rank (``hp.run(...).warnings``), shows it through Python's
 ``warnings`` pointing at the user's own line, and raises it as an
-:class:`~hccl_py.errors.HcclUsageError` when the run's ``warnings_as_errors``
+:class:`~hccl_py.core.errors.HcclUsageError` when the run's ``warnings_as_errors``
 names its kind.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from .context import current_rank_context
+from ..kernel.context import current_rank_context
 from .errors import HcclUsageError, HcclWarning
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,7 +61,7 @@ KINDS: dict[str, str] = {
 def warn(kind: str, reason: str, **facts: object) -> HcclWarning:
     """Report a warning of ``kind`` on the calling rank (``rank`` is filled in when omitted)."""
     if kind not in KINDS:
-        raise ValueError(f"unknown warning kind {kind!r}; add it to hccl_py.report.KINDS")
+        raise ValueError(f"unknown warning kind {kind!r}; add it to hccl_py.core.report.KINDS")
     ctx = current_rank_context(required=False)
     if ctx is not None and facts.get("rank") is None:
         facts["rank"] = ctx.rank

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .blocking import default_timeout
+from ..server.blocking import default_timeout
 from .platform import Platform, get_platform, ranks_per_server_default
 
 
@@ -30,7 +30,7 @@ class Config:
       send and receive blocks other than the in-place forms): "error", "warn" or "ignore".
     - ``record``: keep a timeline of every call and round on every rank (set by
       ``hp.run(..., trace=, summary=)`` and :func:`hccl_py.explain_layout`).
-    - ``warnings_as_errors``: the kinds of :class:`~hccl_py.errors.HcclWarning` to raise
+    - ``warnings_as_errors``: the kinds of :class:`~hccl_py.core.errors.HcclWarning` to raise
       as errors instead (e.g. ``{"extra-commit"}``), or True for every kind (for CI).
     - ``buffsize_mb``: size of each communication window in MB (``HCCL_BUFFSIZE``, 200).
     - ``ranks_per_server``: how many consecutive ranks share one server (``HCCL_PY_RANKS_PER_SERVER``,

@@ -4,7 +4,7 @@ As the AI CPU server reads its message queue, a :class:`DomainQueue` runs
 round ``r`` of a task once this rank committed it (late schedule: once
 somebody waits for it), the previous round of the domain finished and every
 InterHcclGroupSync dependency finished. A failed task fails every later task
-of the domain (:mod:`hccl_py.ordering`). With task checks on, the
+of the domain (:mod:`hccl_py.server.ordering`). With task checks on, the
 first round of each task first compares its descriptor with the peers' ones
 through the store; :class:`Absentees` names a peer that will never send one.
 """
@@ -18,19 +18,19 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..agreement import count_mismatch, global_rank, mismatch
-from ..context import Group
-from ..errors import HcclDeadlockError, HcclError, HcclPeerError
-from ..gm import NULL
-from ..ordering import behind, dependency_state
-from ..task import Task
-from ..trace.hooks import server_round
-from ..trace.recorder import now_us
-from . import pg_rounds
-from . import store as kv
+from ...server.agreement import count_mismatch, global_rank, mismatch
+from ...kernel.context import Group
+from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
+from ...core.gm import NULL
+from ...server.ordering import behind, dependency_state
+from ...core.task import Task
+from ...trace.hooks import server_round
+from ...trace.recorder import now_us
+from . import rounds as pg_rounds
+from ...launcher import store as kv
 
 if TYPE_CHECKING:
-    from .dist import DistServer
+    from .server import DistServer
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)

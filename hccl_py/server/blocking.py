@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from .errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
+from ..core.errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
 
 #: Environment variable overriding the default timeout (seconds) of every blocking call.
 TIMEOUT_ENV = "HCCL_PY_TIMEOUT"

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..context import Group
-from ..windows import HcclNoWindowsError, LocalWindows, WindowAllocation
+from ...kernel.context import Group
+from ...server.windows import HcclNoWindowsError, LocalWindows, WindowAllocation
 
 #: Where window files go: shared memory where the system has it.
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()  # noqa: S108

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..ops import OpSpec, op_name, spec_of
 from .constants import HcclCMDType, HcclDataType, HcclReduceOp, dtype_size
 from .gm import GmAddr, as_elements
-from .ops import OpSpec, op_name, spec_of
 
 
 @dataclass(eq=False)
@@ -44,7 +44,7 @@ class Task:
     launch: int = 0
     #: The framework collective (``all_reduce`` ...) that prepared the task, if any.
     caller: str | None = None
-    #: Byte layouts of every round per side, computed once (:mod:`hccl_py.layout`).
+    #: Byte layouts of every round per side, computed once (:mod:`hccl_py.core.layout`).
     layout_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     #: One-sided handles (BatchWrite) the object returned before this task: only some ranks
     #: may make them, so ranks compare collective tasks by :attr:`collective_index`.

@@ -16,11 +16,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from .config import Config
-from .constants import HcclCMDType
-from .context import Group
-from .gm import Allocation
-from .task import Task
+from ..core.config import Config
+from ..core.constants import HcclCMDType
+from ..core.gm import Allocation
+from ..core.task import Task
+from ..kernel.context import Group
 from .windows import HcclNoWindowsError
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from ..core.errors import HcclError
+from ..core.task import Task
 from .agreement import derived
-from .errors import HcclError
-from .task import Task
 
 
 def behind(error: HcclError, seq: int, domain: str) -> HcclError:

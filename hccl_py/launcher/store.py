@@ -24,8 +24,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .. import wire
-from ..errors import HcclTimeoutError
+from ..core.errors import HcclTimeoutError
+from . import wire
 
 PREFIX = "hccl_py/"
 ABORT = "abort"

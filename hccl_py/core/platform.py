@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..ops import OPS
 from .constants import HcclCMDType, HcclServerType
-from .ops import OPS
 
 
 @dataclass(frozen=True)

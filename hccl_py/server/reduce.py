@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from hccl_py.constants import HcclReduceOp
+from hccl_py.core.constants import HcclReduceOp
 
 
 def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:

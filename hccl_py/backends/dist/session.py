@@ -22,26 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from .. import wire
-from ..blocking import Blocker
-from ..config import Config
-from ..context import RankContext, set_rank_context
-from ..errors import HcclPeerError, WorldError
-from ..launcher.liveness import (
-    GRACE_S,
-    HEARTBEAT_S,
-    Peers,
-    RankDiedError,
-    dump_stacks_on_request,
-    watch_parent,
-)
-from ..launcher.spec import RankSpec
-from ..launcher.supervise import outcome_of
-from ..runtime import get_backend
-from . import store as kv
+from ...launcher import wire
+from ...server.blocking import Blocker
+from ...core.config import Config
+from ...kernel.context import RankContext, set_rank_context
+from ...core.errors import HcclPeerError, WorldError
+from ...launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, dump_stacks_on_request, watch_parent
+from ...launcher.spec import RankSpec
+from ...launcher.supervise import outcome_of
+from ...runtime import get_backend
+from ...launcher import store as kv
 
 if TYPE_CHECKING:
-    from .dist import DistBackend
+    from .server import DistBackend
 
 #: Seconds the store and the default process group wait for the other ranks to join.
 JOIN_TIMEOUT_S = 300.0
