@@ -20,15 +20,12 @@ except Exception:
 from . import ops
 from .client import Hccl
 from .core import constants as _constants
-from .core.config import Config
 from .core.constants import (
-    DTYPE_INFO,
     HCCL_FAILED,
     HCCL_MAX_HANDLE_ID,
     HCCL_SUCCESS,
     INVALID_HANDLE_ID,
     CoreType,
-    DTypeInfo,
     HcclCMDType,
     HcclDataType,
     HcclReduceOp,
@@ -36,8 +33,6 @@ from .core.constants import (
     HcclServerType,
     ScopeType,
     dtype_size,
-    hccl_dtype_of,
-    torch_dtype_of,
 )
 from .core.errors import (
     HcclBoundsError,
@@ -56,7 +51,7 @@ from .core.errors import (
     WorldError,
 )
 from .core.gm import NULL, GmAddr, gm_tensor
-from .core.platform import PLATFORMS, Platform
+from .core.platform import PLATFORMS
 from .framework import (
     Work,
     all_gather_into_tensor,
@@ -77,7 +72,6 @@ from .kernel.cores import (
     GetSubBlockIdx,
     GetTaskRatio,
     HcclContext,
-    KernelCoreType,
     SyncAll,
     g_coreType,
     launch,
@@ -105,7 +99,6 @@ __all__ = [
     *_enum_names,
     "AIC",
     "AIV",
-    "DTYPE_INFO",
     "GET_TILING_DATA_WITH_STRUCT",
     "HCCL_FAILED",
     "HCCL_MAX_HANDLE_ID",
@@ -117,11 +110,9 @@ __all__ = [
     "RunResult",
     "ScopeType",
     "HcclNoWindowsError",
-    "Config",
     "CrossCoreSetFlag",
     "CrossCoreWaitFlag",
     "CoreType",
-    "DTypeInfo",
     "GetBlockIdx",
     "GetBlockNum",
     "GetHcclContext",
@@ -149,11 +140,9 @@ __all__ = [
     "HcclUnfinishedError",
     "HcclUsageError",
     "HcclWarning",
-    "KernelCoreType",
     "Mc2CcTiling",
     "Mc2CcTilingConfig",
     "Mc2InitTiling",
-    "Platform",
     "SyncAll",
     "TilingData",
     "WorldError",
@@ -170,7 +159,6 @@ __all__ = [
     "global_gather",
     "global_scatter",
     "gm_tensor",
-    "hccl_dtype_of",
     "launch",
     "new_group",
     "offsetof",
@@ -178,6 +166,5 @@ __all__ = [
     "reduce_scatter_tensor",
     "run",
     "explain_layout",
-    "torch_dtype_of",
     "world_group",
 ]

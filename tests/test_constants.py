@@ -9,7 +9,6 @@ import torch
 
 import hccl_py as hp
 from hccl_py import (
-    DTYPE_INFO,
     CoreType,
     HcclCMDType,
     HcclDataType,
@@ -17,6 +16,7 @@ from hccl_py import (
     HcclServerConfig,
     HcclServerType,
 )
+from hccl_py.core.constants import DTYPE_INFO, hccl_dtype_of, torch_dtype_of
 
 DATA_TYPES = {
     "INT8": 0,
@@ -146,15 +146,15 @@ def test_dtype_info_sizes_and_torch_dtypes() -> None:
 def test_dtype_helpers(data_type: HcclDataType) -> None:
     size, tdtype = EXPECTED_INFO[data_type]
     assert hp.dtype_size(data_type) == hp.dtype_size(int(data_type)) == size
-    assert hp.torch_dtype_of(int(data_type)) == tdtype
+    assert torch_dtype_of(int(data_type)) == tdtype
     if tdtype is not None:
         assert torch.empty((), dtype=tdtype).element_size() == size
-        assert hp.hccl_dtype_of(tdtype) is data_type
+        assert hccl_dtype_of(tdtype) is data_type
 
 
 def test_hccl_dtype_of_special_cases() -> None:
-    assert hp.hccl_dtype_of(torch.bool) is D.HCCL_DATA_TYPE_UINT8
+    assert hccl_dtype_of(torch.bool) is D.HCCL_DATA_TYPE_UINT8
     with pytest.raises(TypeError, match="complex64"):
-        hp.hccl_dtype_of(torch.complex64)
+        hccl_dtype_of(torch.complex64)
     with pytest.raises(ValueError):
         hp.dtype_size(99)

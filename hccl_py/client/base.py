@@ -53,19 +53,18 @@ class HcclBase:
         params = params if isinstance(params, tuple) else (params,)
         return functools.partial(cls, *params)
 
+    #: The user's collective (e.g. "all_reduce") when this is an internal client of
+    #: hccl_py.framework, which reports name; None for kernel code. Framework collectives are
+    #: not kernel API calls, so the platform's op and size restrictions do not bind them.
+    framework: str | None = None
+
     def __init__(
         self,
         server_type: int = HcclServerType.HCCL_SERVER_TYPE_AICPU,
         config: HcclServerConfig | tuple = DEFAULT_CFG,
-        *,
-        framework: bool | str = False,
     ) -> None:
         self.server_type = HcclServerType(server_type)
         self.config = server_config(config)
-        #: Set by hccl_py.framework for its internal clients (to the user's collective, e.g.
-        #: "all_reduce", which reports name): framework collectives are not kernel API calls,
-        #: so the platform's op and size restrictions do not apply to them.
-        self.framework = framework
         self.last_error: str | None = None
         self._reset()
 
@@ -226,7 +225,7 @@ class HcclBase:
                 f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling"
             )
         name = cc_group_name(cc)
-        if name != self.state.group.name and not self.framework:
+        if name != self.state.group.name and self.framework is None:
             self._carry_on(
                 "group-name",
                 f"{where}: the tiling's groupName {name!r} is not the domain of context "

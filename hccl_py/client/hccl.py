@@ -28,10 +28,7 @@ class Hccl(WriteCalls):
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
-    mirrors the C++ template arguments; keywords work too. ``framework=True``
-    (keyword only; or the collective's name, which reports then show) marks the
-    internal clients of hccl_py's framework collectives, which the platform's
-    kernel-API limits do not bind.
+    mirrors the C++ template arguments; keywords work too.
     """
 
     # ------------------------------------------------ commit / wait / finalize

@@ -47,7 +47,7 @@ class PrepareCalls(HcclBase):
         state = self.state
         return Limits(
             platform=state.rank_ctx.config.platform,
-            kernel_api=not self.framework,
+            kernel_api=self.framework is None,
             has_tiling=self._mode == "Init-no-tiling" or op in self._cc,
             handles_used=len(self.handles),
             syncs_used=self._n_syncs,
@@ -92,14 +92,14 @@ class PrepareCalls(HcclBase):
             launch=state.launch_index(),
             deps=tuple(state.deps),
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
-            caller=self.framework if isinstance(self.framework, str) else None,
+            caller=self.framework,
             one_sided_before=self._one_sided_count(),
             **fields,
         )
         config = state.rank_ctx.config
         try:
             check_task(
-                task, state.rank_ctx.rank, config.platform, not self.framework, config.overlap
+                task, state.rank_ctx.rank, config.platform, self.framework is None, config.overlap
             )
         except InvalidCall as bad:
             return self._refuse(name, bad, handle=handle)

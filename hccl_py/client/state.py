@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..core.constants import HcclCMDType, HcclDataType
 from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
-
-if TYPE_CHECKING:
-    from .base import HcclBase
 
 
 @dataclass
@@ -40,6 +37,13 @@ class Handle:
     slice: int = 0
 
 
+class Sender(Protocol):
+    """What the launch needs of the sending core's Hccl object (``HcclBase`` has it)."""
+
+    handles: list[Handle]
+    finalized: bool
+
+
 class ClientState:
     """What the Hccl objects of all cores of one launch share for one context."""
 
@@ -52,7 +56,7 @@ class ClientState:
         self.rank_dim = self.group.size
         self.tasks: dict[int, Task] = {}
         self.prepare_kinds: set[KernelCoreType] = set()
-        self.sender: HcclBase | None = None
+        self.sender: Sender | None = None
         self.sender_core: CoreContext | None = None
         self.deps: list[Task] = []
         self.launch_idx: int | None = None

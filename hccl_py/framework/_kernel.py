@@ -62,6 +62,14 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
     return tiling
 
 
+class _FrameworkHccl(Hccl):
+    """An internal client of one framework collective; reports name the user's call."""
+
+    def __init__(self, server_type: int, caller: str) -> None:
+        super().__init__(server_type)
+        self.framework = caller
+
+
 class FrameworkKernel:
     """One framework op: a one-core AIV kernel launch on the calling rank, held open.
 
@@ -85,7 +93,7 @@ class FrameworkKernel:
         self.handles: list[int] = []
         tiling = build_tiling(group, op, reduce_op)
         with self._on_core():
-            self.hccl = Hccl(self.rank_ctx.config.platform.server, framework=caller)
+            self.hccl = _FrameworkHccl(self.rank_ctx.config.platform.server, caller)
             self._checked(self.hccl.InitV2, GetHcclContext(0), tiling)
             self._checked(self.hccl.SetCcTilingV2, offsetof(_FrameworkTiling, "ccTiling"))
 

@@ -9,15 +9,10 @@ counts are valid. Its tiling uses the AlltoAll algConfig string.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..core.constants import MOVE_DTYPES, HcclCMDType
-from .spec import OpSpec
-
-if TYPE_CHECKING:
-    from ..core.task import Task
+from .spec import OpSpec, Task
 
 
 def _layout(

@@ -8,20 +8,29 @@ samples read op facts from there, never from a list of their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ..core.constants import HcclCMDType, HcclDataType
 
-if TYPE_CHECKING:
-    from ..core.task import Task
+
+class Task(Protocol):
+    """What a layout reads of a task (:class:`hccl_py.core.task.Task` has it): its counts."""
+
+    count: int
+    stride: int
+    send_counts: Sequence[int] | None
+    sdispls: Sequence[int] | None
+    recv_counts: Sequence[int] | None
+    rdispls: Sequence[int] | None
+
 
 #: ``layout(task, side, rounds, peers)`` -> element offsets and counts, shape (rounds, blocks).
 #: ``rounds`` has shape (R, 1) and ``peers`` shape (1, rankDim), both of the index dtype.
-Layout = Callable[["Task", str, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+Layout = Callable[[Task, str, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
