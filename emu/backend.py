@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-import hccl_py
 from hccl_py.core.config import Config
 from hccl_py.core.errors import HcclError, HcclPeerError, HcclTimeoutError, WorldError
+from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.kernel.context import RankContext, set_rank_context
 from hccl_py.server.protocol import Backend
 
@@ -29,7 +29,7 @@ JOIN_STEP_S = 0.05
 STOP_WAIT_S = 0.5
 #: Frames of these files are hccl_py's or the thread machinery's, not the rank's own code.
 _NOT_USER = (
-    os.path.dirname(os.path.abspath(hccl_py.__file__)) + os.sep,
+    PACKAGE_DIR,
     os.path.dirname(os.path.abspath(__file__)) + os.sep,
     os.path.abspath(threading.__file__),
 )

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import torch
 
-import hccl_py
 from hccl_py.core import report
 from hccl_py.core.errors import HcclRaceError
+from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation
 
 from .intervals import IntervalMap
@@ -55,9 +55,7 @@ SHOWN = 4
 
 Runs = list[tuple[int, int]]
 #: Code of these packages is never "where" a kernel read or wrote.
-_SKIP = tuple(
-    os.path.dirname(path) + os.sep for path in (torch.__file__, __file__, hccl_py.__file__)
-)
+_SKIP = (*(os.path.dirname(path) + os.sep for path in (torch.__file__, __file__)), PACKAGE_DIR)
 
 
 def user_frame() -> str:

@@ -12,9 +12,9 @@ import runpy
 import sys
 
 from . import __version__
+from .backends import BACKENDS
 from .runtime import (
     BACKEND_ENV,
-    BACKENDS,
     LAYOUT_ENV,
     PLATFORM_ENV,
     POISON_ENV,

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
 import os
 import sys
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+from .backends import get_backend
 from .core.config import Config
 from .core.errors import WorldError
 from .core.platform import get_platform
+from .launcher.spec import under_launcher
 from .outcome import RunResult, WithWarnings, summarize
 from .server.blocking import checked_timeout
-from .server.protocol import Backend
 from .server.windows import checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture
@@ -31,40 +31,12 @@ LAYOUT_ENV = "HCCL_PY_LAYOUT"
 #: Schedule ("eager"/"late") and poison ("1") of runs that do not pass schedule=/poison=.
 SCHEDULE_ENV = "HCCL_PY_SCHEDULE"
 POISON_ENV = "HCCL_PY_POISON"
-#: Backend name -> "module:Class"; modules are imported only when used.
-BACKENDS: dict[str, str] = {
-    "emu": "hccl_py.backends.emu.backend:EmuBackend",
-    "gloo": "hccl_py.backends.dist.server:GlooBackend",
-    "hccl": "hccl_py.backends.dist.server:HcclBackend",
-}
 
 WORLD_SIZE_ENV = "HCCL_PY_WORLD_SIZE"
 #: Set by ``python -m hccl_py run -n N`` on the emulator: the rank count the user asked for.
 RUNNER_NPROC_ENV = "HCCL_PY_RUNNER_NPROC"
 BACKEND_ENV = "HCCL_PY_BACKEND"
 PLATFORM_ENV = "HCCL_PY_PLATFORM"
-
-#: Environment variables that mean "a launcher started this process as one rank".
-LAUNCHER_ENV = ("MS_ROLE", "RANK_ID", "RANK", "WORLD_SIZE")
-
-
-def get_backend(name: str) -> Backend:
-    """Instantiate the backend registered under ``name``."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
-    module_name, _, cls_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RuntimeError(f"backend {name!r} is not available: {exc}") from exc
-    return getattr(module, cls_name)()
-
-
-def under_launcher() -> bool:
-    """Whether msrun, torchrun or our runner started this process as one rank."""
-    return any(v in os.environ for v in LAUNCHER_ENV)
 
 
 def default_backend() -> str:

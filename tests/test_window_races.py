@@ -459,7 +459,7 @@ def test_poison_and_schedule_come_from_the_environment(monkeypatch: pytest.Monke
     seen = {}
 
     def main() -> None:
-        config = hp.context.current_rank_context().config
+        config = hp.kernel.context.current_rank_context().config
         seen[hp.get_rank()] = (config.schedule, config.poison)
 
     monkeypatch.setenv("HCCL_PY_SCHEDULE", "late")

@@ -411,7 +411,7 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
         hp.launch(kernel, torch.zeros(1), tiling(queue_num=2))
         hp.barrier()  # every rank's kernel (and its BatchWrite) has returned
         group = hp.world_group()
-        win = hp.GmAddr(hp.context.current_rank_context().server.window(group.name, 0, "In"))
+        win = hp.GmAddr(hp.kernel.context.current_rank_context().server.window(group.name, 0, "In"))
         return hp.gm_tensor(win, torch.float32, n * m).tolist()
 
     got = hp.run(main, world_size=n, platform="A3")

@@ -7,3 +7,32 @@
 
 Modules are imported on use, so ``import hccl_py`` never touches torch_npu.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..server.protocol import Backend
+
+#: Backend name -> "module:Class"; modules are imported only when used.
+BACKENDS: dict[str, str] = {
+    "emu": "hccl_py.backends.emu.backend:EmuBackend",
+    "gloo": "hccl_py.backends.dist.server:GlooBackend",
+    "hccl": "hccl_py.backends.dist.server:HcclBackend",
+}
+
+
+def get_backend(name: str) -> Backend:
+    """Instantiate the backend registered under ``name``."""
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+    module_name, _, cls_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeError(f"backend {name!r} is not available: {exc}") from exc
+    return getattr(module, cls_name)()

@@ -16,11 +16,12 @@ import warnings
 from ..kernel.context import current_rank_context
 from .errors import HcclUsageError, HcclWarning
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The hccl_py package folder: frames of files under it are hccl_py's, not the user's.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _in_package(frame: object) -> bool:
-    return os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+    return os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE_DIR)
 
 
 def _user_stacklevel() -> int:

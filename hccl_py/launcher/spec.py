@@ -10,6 +10,15 @@ from dataclasses import dataclass
 STORE_HOSTED_ENV = "HCCL_PY_STORE_HOSTED"
 
 
+#: Environment variables that mean "a launcher started this process as one rank".
+LAUNCHER_ENV = ("MS_ROLE", "RANK_ID", "RANK", "WORLD_SIZE")
+
+
+def under_launcher() -> bool:
+    """Whether msrun, torchrun or our runner started this process as one rank."""
+    return any(v in os.environ for v in LAUNCHER_ENV)
+
+
 class LaunchError(ValueError):
     """The launcher's environment variables are missing or inconsistent."""
 

@@ -37,8 +37,7 @@ from ...kernel.context import Group
 from ...core.errors import HcclError, HcclTimeoutError
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
-from ...launcher.spec import spec_from_env
-from ...runtime import under_launcher
+from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import in_place, poison
 from ...server.protocol import Backend, Server
 from ...core.task import Task

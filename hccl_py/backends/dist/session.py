@@ -30,7 +30,7 @@ from ...core.errors import HcclPeerError, WorldError
 from ...launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, dump_stacks_on_request, watch_parent
 from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
-from ...runtime import get_backend
+from .. import get_backend
 from ...launcher import store as kv
 
 if TYPE_CHECKING:
