@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -215,3 +216,47 @@ def test_pyproject_lists_every_package() -> None:
         "missing": sorted(present - listed),
         "stale": sorted(listed - present),
     }
+
+
+#: The most modules that may sit directly under hccl_py/ (besides __init__ and __main__):
+#: everything else lives in the package of its layer.
+MAX_TOP_MODULES = 8
+
+
+def test_the_top_of_the_package_is_small() -> None:
+    top = sorted(
+        p.name
+        for p in (ROOT / "hccl_py").glob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    )
+    assert len(top) <= MAX_TOP_MODULES, f"modules directly under hccl_py/: {top}"
+
+
+def _doc_references(text: str) -> tuple[set[str], set[str]]:
+    """Paths (``hccl_py/x/y.py``, ``emu/z.py``, folders ending in /) and dotted module names."""
+    paths = set(
+        re.findall(r"`((?:hccl_py|emu|tests|samples|benchmarks|tools)/[\w/.]*)`", text)
+    )
+    dotted = set(re.findall(r"`(hccl_py(?:\.\w+)+)`", text))
+    return paths, dotted
+
+
+def test_architecture_doc_names_only_what_exists() -> None:
+    """Every file, folder and module that docs/architecture.md names is in the tree."""
+    paths, dotted = _doc_references((ROOT / "docs" / "architecture.md").read_text())
+    assert len(paths) >= 30, "the architecture doc should name the modules of every layer"
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    modules = _modules()
+    unknown = sorted(
+        d
+        for d in dotted
+        if d not in modules
+        and not any(m.startswith(d + ".") for m in modules)
+        and d.rpartition(".")[0] not in modules
+    )
+    assert not missing and not unknown, {"missing paths": missing, "unknown modules": unknown}
+
+
+def test_the_reference_finder_reads_paths_and_modules() -> None:
+    paths, dotted = _doc_references("`hccl_py/core/gm.py` and `emu/` and `hccl_py.ops.OPS`")
+    assert paths == {"hccl_py/core/gm.py", "emu/"} and dotted == {"hccl_py.ops.OPS"}
