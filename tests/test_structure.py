@@ -234,9 +234,7 @@ def test_the_top_of_the_package_is_small() -> None:
 
 def _doc_references(text: str) -> tuple[set[str], set[str]]:
     """Paths (``hccl_py/x/y.py``, ``emu/z.py``, folders ending in /) and dotted module names."""
-    paths = set(
-        re.findall(r"`((?:hccl_py|emu|tests|samples|benchmarks|tools)/[\w/.]*)`", text)
-    )
+    paths = set(re.findall(r"`((?:hccl_py|emu|tests|samples|benchmarks|tools)/[\w/.]*)`", text))
     dotted = set(re.findall(r"`(hccl_py(?:\.\w+)+)`", text))
     return paths, dotted
 
