@@ -11,7 +11,20 @@ import os
 import runpy
 import sys
 
-from . import __version__
+try:
+    from . import __version__
+except ImportError:
+    # A folder named hccl_py without __init__.py (a clone's root, seen from its parent
+    # folder) was imported as a namespace package in place of the installed package.
+    _shadow = sys.modules.get(__package__ or "hccl_py")
+    if _shadow is None or getattr(_shadow, "__file__", None) is not None:
+        raise
+    raise SystemExit(
+        f"error: 'hccl_py' was imported from {', '.join(_shadow.__path__)}, a folder without "
+        "__init__.py (the root of a clone, seen from its parent folder), not from the "
+        "installed package. Run python -m hccl_py from another folder (for example inside "
+        "the clone), or use the installed hccl-py command"
+    ) from None
 from .runtime import (
     BACKEND_ENV,
     BACKENDS,

@@ -29,6 +29,20 @@ def test_help_is_plain_words(args: tuple[str, ...]) -> None:
     assert "``" not in out.stdout and ":mod:" not in out.stdout, out.stdout
 
 
+def test_a_clone_folder_shadowing_the_package_is_named(tmp_path) -> None:
+    (tmp_path / "hccl_py").mkdir()  # a clone's root: a folder without __init__.py
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert "ImportError" not in out.stderr, out.stderr
+    assert "a folder without __init__.py" in out.stderr and "from another folder" in out.stderr
+
+
 def test_run_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_cli("run", "--help").stdout.split())
     for option, default in (
