@@ -92,7 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_options(run: argparse.ArgumentParser) -> None:
     """The options that ``run`` and ``layout`` share."""
-    run.add_argument("-n", "--nproc", type=int, default=4, help="ranks per host")
+    run.add_argument(
+        "-n",
+        "--nproc",
+        type=int,
+        default=4,
+        help="ranks per host (as mpirun -n; in bench, -n is hccl_test's iteration count and "
+        "the ranks are --nproc)",
+    )
     run.add_argument(
         "--backend",
         choices=sorted(BACKENDS),

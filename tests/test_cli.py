@@ -59,11 +59,20 @@ def test_run_help_lists_every_option_with_its_default() -> None:
         assert f"(default: {default})" in after, (option, default)
 
 
+def test_run_and_bench_help_say_what_n_means_in_each() -> None:
+    run_help = " ".join(_cli("run", "--help").stdout.split())
+    bench_help = " ".join(_cli("bench", "--help").stdout.split())
+    assert "in bench, -n is hccl_test's iteration count" in run_help
+    assert "-b -e -f -i -o -d -n -w -c are hccl_test's flags" in bench_help
+    assert "The ranks are --nproc, as in 'run'" in bench_help
+
+
 def test_bench_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_cli("bench", "--help").stdout.split())
     for option, default in (
         ("--op", "allgather"),
-        ("--ranks", "4"),
+        ("--nproc", "4"),
+        ("--platform", "None"),
         ("--backend", "emu"),
         ("--api", "kernel"),
         ("--minbytes", "1024"),
