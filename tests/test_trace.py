@@ -154,6 +154,9 @@ def test_layout_picture_names_gaps_and_double_writes() -> None:
     assert strip.gaps() == [(1112, 1200), (1712, 1800), (2312, 2400)]
     assert strip.overlaps() == [(768, 856), (1024, 1112), (1280, 1368)]
     assert "[768, 856) written more than once" in picture.text()
+    labels = [label for label, _ in picture.legend(lambda r: f"C{r}")]
+    assert labels == [*(f"from rank {r}" for r in range(4)), "unwritten", "written more than once"]
+    assert dict(picture.legend(str))["written more than once"]["hatch"] == "xxx"
 
 
 def test_alltoallv_and_reduced_blocks() -> None:
@@ -175,6 +178,7 @@ def test_alltoallv_and_reduced_blocks() -> None:
 
     picture = hp.explain_layout(run, world_size=2)
     assert "[0, 16) <- every rank (reduced): AllReduce handle 0 round 0" in picture.text()
+    assert "reduced over ranks" in [label for label, _ in picture.legend(str)]
     assert picture.strips[0].gaps() == [(16, 24)]
 
 
