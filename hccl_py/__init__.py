@@ -84,7 +84,7 @@ from .kernel import (
 )
 from .outcome import RunResult
 from .platform import PLATFORMS, Platform
-from .runtime import explain_layout, run
+from .runtime import explain_layout, print_rank0, run
 from .tiling import (
     GET_TILING_DATA_WITH_STRUCT,
     Mc2CcTiling,
@@ -175,6 +175,7 @@ __all__ = [
     "new_group",
     "offsetof",
     "ops",
+    "print_rank0",
     "reduce_scatter_tensor",
     "run",
     "explain_layout",
