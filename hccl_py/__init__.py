@@ -78,7 +78,7 @@ from .kernel.cores import (
 )
 from .kernel.crosscore import CrossCoreSetFlag, CrossCoreWaitFlag, Pipe
 from .outcome import RunResult
-from .runtime import explain_layout, run
+from .runtime import explain_layout, print_rank0, run
 from .server.windows import HcclNoWindowsError
 from .tiling import (
     GET_TILING_DATA_WITH_STRUCT,
@@ -163,6 +163,7 @@ __all__ = [
     "new_group",
     "offsetof",
     "ops",
+    "print_rank0",
     "reduce_scatter_tensor",
     "run",
     "explain_layout",

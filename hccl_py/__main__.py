@@ -11,7 +11,20 @@ import os
 import runpy
 import sys
 
-from . import __version__
+try:
+    from . import __version__
+except ImportError:
+    # A folder named hccl_py without __init__.py (a clone's root, seen from its parent
+    # folder) was imported as a namespace package in place of the installed package.
+    _shadow = sys.modules.get(__package__ or "hccl_py")
+    if _shadow is None or getattr(_shadow, "__file__", None) is not None:
+        raise
+    raise SystemExit(
+        f"error: 'hccl_py' was imported from {', '.join(_shadow.__path__)}, a folder without "
+        "__init__.py (the root of a clone, seen from its parent folder), not from the "
+        "installed package. Run python -m hccl_py from another folder (for example inside "
+        "the clone), or use the installed hccl-py command"
+    ) from None
 from .backends import BACKENDS
 from .runtime import (
     BACKEND_ENV,
@@ -79,7 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_options(run: argparse.ArgumentParser) -> None:
     """The options that ``run`` and ``layout`` share."""
-    run.add_argument("-n", "--nproc", type=int, default=4, help="ranks per host")
+    run.add_argument(
+        "-n",
+        "--nproc",
+        type=int,
+        default=4,
+        help="ranks per host (as mpirun -n; in bench, -n is hccl_test's iteration count and "
+        "the ranks are --nproc)",
+    )
     run.add_argument(
         "--backend",
         choices=sorted(BACKENDS),

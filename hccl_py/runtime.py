@@ -13,6 +13,7 @@ from .backends import get_backend
 from .core.config import Config
 from .core.errors import WorldError
 from .core.platform import get_platform
+from .kernel.context import current_rank_context
 from .launcher.spec import under_launcher
 from .outcome import RunResult, WithWarnings, summarize
 from .server.blocking import checked_timeout
@@ -165,6 +166,20 @@ def run(
 def _lead() -> bool:
     """Whether this process writes and prints for the run (under a launcher: rank 0's)."""
     return os.environ.get("RANK", "0") == "0"
+
+
+def print_rank0(*values: Any, **kwargs: Any) -> None:
+    """``print(*values, **kwargs)`` once per job, not once per rank.
+
+    Inside the function given to :func:`run` it prints on rank 0 only (the same
+    as ``if hp.get_rank() == 0: print(...)``); outside it, in the host code
+    around ``hp.run``, it prints in rank 0's process under torchrun, msrun or
+    ``python -m hccl_py run --backend gloo`` (each process runs that code) and
+    always otherwise.
+    """
+    ctx = current_rank_context(required=False)
+    if ctx.rank == 0 if ctx is not None else _lead():
+        print(*values, **kwargs)
 
 
 def _write_failed_trace(path: str | os.PathLike, err: WorldError) -> None:

@@ -45,30 +45,43 @@ NP_TYPE = {
 REDUCE = {R.HCCL_REDUCE_SUM: np.sum, R.HCCL_REDUCE_MAX: np.max, R.HCCL_REDUCE_MIN: np.min}
 
 
+#: The ops each context's domain has cc tilings for (context 1: the two-domain case's AllGather).
+CONTEXT_OPS = {0: tuple(OPS), 1: ("AllGather",)}
+
+
+def cc_field(op: str, index: int) -> str:
+    """The cc tiling of ``op`` for context ``index`` (one set per communication domain)."""
+    return f"{op}Tiling" if index == 0 else f"{op}Tiling{index}"
+
+
 class SmokeTilingData(TilingData):
-    _fields_ = [("mc2InitTiling", Mc2InitTiling)] + [(f"{op}Tiling", Mc2CcTiling) for op in OPS]
+    _fields_ = [("mc2InitTiling", Mc2InitTiling)] + [
+        (cc_field(op, index), Mc2CcTiling) for index, ops in CONTEXT_OPS.items() for op in ops
+    ]
 
 
-def make_tiling(group: str) -> SmokeTilingData:
-    """Host side: the init tiling and one cc tiling per op, all for domain ``group``."""
+def make_tiling(*groups: str) -> SmokeTilingData:
+    """Host side: the init tiling, and the cc tilings of context i for domain ``groups[i]``."""
     tiling = SmokeTilingData()
-    config = Mc2CcTilingConfig(group, OPS["AllReduce"], "AllReduce=level0:doublering")
+    config = Mc2CcTilingConfig(groups[0], OPS["AllReduce"], "AllReduce=level0:doublering")
     status = config.GetTiling(tiling.mc2InitTiling)
-    for op, cmd in OPS.items():
-        status = status or config.SetOpType(cmd)
-        status = status or config.SetAlgConfig(hp.ops.BY_NAME[op].alg_config)
-        status = status or config.GetTiling(getattr(tiling, f"{op}Tiling"))
+    for index, group in enumerate(groups):
+        status = status or config.SetGroupName(group)
+        for op in CONTEXT_OPS[index]:
+            status = status or config.SetOpType(OPS[op])
+            status = status or config.SetAlgConfig(hp.ops.BY_NAME[op].alg_config)
+            status = status or config.GetTiling(getattr(tiling, cc_field(op, index)))
     if status:
         raise RuntimeError(f"host tiling failed: {config.last_error}")
     return tiling
 
 
 def init(hccl: Hccl, tilingGM, index: int = 0) -> Hccl:
-    """Inside a kernel: InitV2 on context ``index`` and SetCcTilingV2 for every op."""
+    """Inside a kernel: InitV2 on context ``index`` and SetCcTilingV2 for every op of it."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(SmokeTilingData, tilingGM)
     hccl.InitV2(hp.GetHcclContext(index), tiling)
-    for op in OPS:
-        hccl.SetCcTilingV2(offsetof(SmokeTilingData, f"{op}Tiling"))
+    for op in CONTEXT_OPS[index]:
+        hccl.SetCcTilingV2(offsetof(SmokeTilingData, cc_field(op, index)))
     return hccl
 
 
@@ -212,7 +225,8 @@ def two_domain_case(rank: int, n: int) -> tuple[str, str, str]:
     a = torch.zeros(n * COUNT, dtype=torch.int32, device=hp.device())
     y = torch.zeros(n * n * COUNT, dtype=torch.int32, device=hp.device())
     groups = {0: hp.world_group(), 1: g}
-    hp.launch(two_domain_kernel, x, a, y, make_tiling(g.name), int32, block_dim=2, groups=groups)
+    tiling = make_tiling(groups[0].name, g.name)
+    hp.launch(two_domain_kernel, x, a, y, tiling, int32, block_dim=2, groups=groups)
     return check(name, y.cpu().numpy(), np.concatenate(received))
 
 

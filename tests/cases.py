@@ -41,7 +41,6 @@ OPS = tuple(_SPECS)
 REDUCING = tuple(name for name, spec in _SPECS.items() if spec.reduces)
 CMD = {name: spec.cmd for name, spec in _SPECS.items()}
 ALG_CONFIG = {name: spec.alg_config for name, spec in _SPECS.items()}
-CC_MEMBER = {op: f"{op[0].lower()}{op[1:]}CcTiling" for op in OPS}
 #: How a case commits: ``[True]`` template flag, ``commit=True``, one Commit before each
 #: Wait, or every Commit before the first Wait.
 COMMIT_MODES = ("template", "kwarg", "each", "all")
@@ -50,39 +49,64 @@ ARRAY_KINDS = ("list", "tuple", "numpy", "torch")
 WORLD_GROUP = "hccl_world_group"
 
 
+#: The ops whose cc tilings a :class:`KernelTiling` holds per context (``GetHcclContext``
+#: index), each naming that context's domain: every op on context 0, the ops the two-domain
+#: tests run on context 1 (an Mc2InitTiling registers at most 8 cc tilings).
+CONTEXT_OPS = {0: OPS, 1: ("AllReduce", "AllGather")}
+
+
+def cc_member(op: str, index: int = 0) -> str:
+    """The field of context ``index``'s cc tiling of ``op`` (``allGatherCcTiling``, ``...1``)."""
+    base = f"{op[0].lower()}{op[1:]}CcTiling"
+    return base if index == 0 else f"{base}{index}"
+
+
 class KernelTiling(TilingData):
-    """The test kernels' tiling: the init header and one cc tiling per op."""
+    """The test kernels' tiling: the init header and the cc tilings of :data:`CONTEXT_OPS`."""
 
-    _fields_ = [("mc2InitTiling", Mc2InitTiling)] + [(CC_MEMBER[op], Mc2CcTiling) for op in OPS]
+    _fields_ = [("mc2InitTiling", Mc2InitTiling)] + [
+        (cc_member(op, index), Mc2CcTiling) for index, ops in CONTEXT_OPS.items() for op in ops
+    ]
 
 
-def make_tiling(skip_local: bool = False) -> KernelTiling:
-    """Host side: fill the init tiling and every op's cc tiling (skipLocalRankCopy optional)."""
+def make_tiling(skip_local: bool = False, groups: dict[int, Any] | None = None) -> KernelTiling:
+    """Host side: fill the init tiling and every op's cc tiling (skipLocalRankCopy optional).
+
+    ``groups`` is what the launch passes as ``groups=`` (context index -> domain):
+    each context's cc tilings name its domain, as a host builds them; contexts
+    it leaves out name the world group.
+    """
     tiling = KernelTiling()
+    names = {index: WORLD_GROUP for index in CONTEXT_OPS}
+    names.update({index: group.name for index, group in (groups or {}).items()})
     cfg = Mc2CcTilingConfig(WORLD_GROUP, CMD["AllGather"], ALG_CONFIG["AllGather"])
     results = [cfg.GetTiling(tiling.mc2InitTiling)]
-    for op in OPS:
-        results += [
-            cfg.SetOpType(CMD[op]),
-            cfg.SetAlgConfig(ALG_CONFIG[op]),
-            cfg.SetSkipLocalRankCopy(int(skip_local and op in ("AllGather", "AlltoAll"))),
-            cfg.GetTiling(getattr(tiling, CC_MEMBER[op])),
-        ]
+    for index, ops in CONTEXT_OPS.items():
+        results.append(cfg.SetGroupName(names[index]))
+        for op in ops:
+            results += [
+                cfg.SetOpType(CMD[op]),
+                cfg.SetAlgConfig(ALG_CONFIG[op]),
+                cfg.SetSkipLocalRankCopy(int(skip_local and op in ("AllGather", "AlltoAll"))),
+                cfg.GetTiling(getattr(tiling, cc_member(op, index))),
+            ]
     if any(results):
         raise AssertionError(f"building the test tiling failed: {cfg.last_error}")
     return tiling
 
 
-def cc_offset(op: str) -> int:
-    """``offsetof(KernelTiling, <op>CcTiling)``."""
-    return offsetof(KernelTiling, CC_MEMBER[op])
+def cc_offset(op: str, index: int = 0) -> int:
+    """``offsetof(KernelTiling, <op>CcTiling)`` of context ``index``."""
+    return offsetof(KernelTiling, cc_member(op, index))
 
 
-def init_hccl(hccl: Hccl, tilingGM: Any, index: int = 0, ops: Sequence[str] = OPS) -> Hccl:
-    """Inside a kernel: ``InitV2`` on context ``index`` and ``SetCcTilingV2`` for each op."""
+def init_hccl(hccl: Hccl, tilingGM: Any, index: int = 0, ops: Sequence[str] | None = None) -> Hccl:
+    """Inside a kernel: ``InitV2`` on context ``index`` and ``SetCcTilingV2`` for each op
+    (default: every op that context has cc tilings for)."""
     tiling = hp.GET_TILING_DATA_WITH_STRUCT(KernelTiling, tilingGM)
     hccl.InitV2(hp.GetHcclContext(index), tiling)
-    codes = {op: hccl.SetCcTilingV2(cc_offset(op)) for op in ops}
+    chosen = CONTEXT_OPS[index] if ops is None else ops
+    codes = {op: hccl.SetCcTilingV2(cc_offset(op, index)) for op in chosen}
     if any(codes.values()):
         raise AssertionError(f"SetCcTilingV2 failed: {codes} ({hccl.last_error})")
     return hccl
@@ -113,7 +137,7 @@ def probe(
         kernel,
         x,
         y,
-        make_tiling(),
+        make_tiling(groups=groups),
         record,
         *extra,
         block_dim=block_dim,
@@ -306,9 +330,11 @@ def run_cases(cases: Sequence[OpCase]) -> list[CaseResult | None]:
     for case in cases:
         if case.world_size > world:
             raise ValueError(f"case needs {case.world_size} ranks, the world has {world}")
-        group = (
-            hp.world_group() if case.world_size == world else hp.new_group(range(case.world_size))
-        )
+        groups = {
+            0: hp.world_group()
+            if case.world_size == world
+            else hp.new_group(range(case.world_size))
+        }
         if rank >= case.world_size:
             results.append(None)
             continue
@@ -320,12 +346,12 @@ def run_cases(cases: Sequence[OpCase]) -> list[CaseResult | None]:
             _case_kernel,
             send,
             recv,
-            make_tiling(case.skip_local),
+            make_tiling(case.skip_local, groups),
             case,
             rank,
             record,
             block_dim=case.block_dim,
-            groups={0: group},
+            groups=groups,
         )
         results.append(CaseResult(send.cpu().numpy(), recv.cpu().numpy(), tuple(sorted(record))))
     return results

@@ -56,6 +56,20 @@ def test_repeat_and_block_dim_and_types(tmp_path: Path) -> None:
         assert all(r["wrong"] == 0 for s in sweeps for r in s["rows"]), flags
 
 
+def test_platform_defaults_to_a2_as_in_run_and_an_op_a2_lacks_runs_on_a3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HCCL_PY_PLATFORM", raising=False)
+    code, sweeps = _bench(tmp_path, "--op", "allgather,alltoallv", "--nproc", "2")
+    assert code == 0
+    assert [(s["op"], s["platform"], s["ranks"]) for s in sweeps] == [
+        ("allgather", "A2", 2),
+        ("alltoallv", "A3", 2),
+    ]
+    code, sweeps = _bench(tmp_path, "--op", "allgather", "--ranks", "2", "--platform", "950")
+    assert code == 0 and sweeps[0]["platform"] == "950"
+
+
 def test_gloo_backend_quick_sweep(tmp_path: Path) -> None:
     code, sweeps = _bench(
         tmp_path, "--op", "allgather,alltoallv", "--ranks", "2", "--backend", "gloo"

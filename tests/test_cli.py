@@ -29,6 +29,20 @@ def test_help_is_plain_words(args: tuple[str, ...]) -> None:
     assert "``" not in out.stdout and ":mod:" not in out.stdout, out.stdout
 
 
+def test_a_clone_folder_shadowing_the_package_is_named(tmp_path) -> None:
+    (tmp_path / "hccl_py").mkdir()  # a clone's root: a folder without __init__.py
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1
+    assert "ImportError" not in out.stderr, out.stderr
+    assert "a folder without __init__.py" in out.stderr and "from another folder" in out.stderr
+
+
 def test_run_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_cli("run", "--help").stdout.split())
     for option, default in (
@@ -45,11 +59,20 @@ def test_run_help_lists_every_option_with_its_default() -> None:
         assert f"(default: {default})" in after, (option, default)
 
 
+def test_run_and_bench_help_say_what_n_means_in_each() -> None:
+    run_help = " ".join(_cli("run", "--help").stdout.split())
+    bench_help = " ".join(_cli("bench", "--help").stdout.split())
+    assert "in bench, -n is hccl_test's iteration count" in run_help
+    assert "-b -e -f -i -o -d -n -w -c are hccl_test's flags" in bench_help
+    assert "The ranks are --nproc, as in 'run'" in bench_help
+
+
 def test_bench_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_cli("bench", "--help").stdout.split())
     for option, default in (
         ("--op", "allgather"),
-        ("--ranks", "4"),
+        ("--nproc", "4"),
+        ("--platform", "None"),
         ("--backend", "emu"),
         ("--api", "kernel"),
         ("--minbytes", "1024"),

@@ -130,7 +130,7 @@ def run_on_group(ranks: list[int], batch: list[cases.OpCase], sorted_pg: bool) -
             _group_kernel,
             send,
             recv,
-            cases.make_tiling(case.skip_local),
+            cases.make_tiling(case.skip_local, {0: group}),
             case,
             idx,
             groups={0: group},

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 from cases import RUN_TIMEOUT
+from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py import (
@@ -87,6 +88,7 @@ def test_warnings_are_shown_through_python_warnings_on_the_emulator() -> None:
         )
 
 
+@expects_warning("group-name")
 def test_a_tiling_for_another_domain_is_a_warning(backend: str) -> None:
     out = hp.run(
         _gather,
@@ -95,11 +97,13 @@ def test_a_tiling_for_another_domain_is_a_warning(backend: str) -> None:
         timeout=RUN_TIMEOUT,
         args=("hccl_world_group", "AllGather=level0:doublering"),
     )
+    assert sorted(out.warnings) == [0, 1]
     for rank, (w,) in out.warnings.items():
         assert (w.kind, w.rank, w.domain, w.op) == ("group-name", rank, "group_0_1", "AllGather")
         assert "'group_0_1'" in str(w)
 
 
+@expects_warning("alg-config")
 @pytest.mark.parametrize(
     ("alg", "fact"),
     [
@@ -110,6 +114,7 @@ def test_a_tiling_for_another_domain_is_a_warning(backend: str) -> None:
 )
 def test_an_unknown_alg_config_is_a_warning(backend: str, alg: str, fact: str) -> None:
     out = hp.run(_gather, world_size=2, backend=backend, timeout=RUN_TIMEOUT, args=(None, alg))
+    assert sorted(out.warnings) == [0, 1]
     for found in out.warnings.values():
         assert [w.kind for w in found] == ["alg-config"]
         assert fact in found[0].reason

@@ -90,7 +90,7 @@ def spmd(
                 kernel,
                 x,
                 y,
-                make_tiling(),
+                make_tiling(groups=groups),
                 block_dim=block_dim,
                 kernel_type=kernel_type,
                 groups=groups,

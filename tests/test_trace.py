@@ -43,6 +43,7 @@ def multi_round(xGM: Any, yGM: Any, tilingGM: Any, tail_stride: int = ELEMS) -> 
     hccl.Wait(handle)
     hccl.Wait(handle)
     hccl.Wait(tail)
+    hp.SyncAll()  # every core's Waits before Finalize (block_dim > 1)
     hccl.Finalize()
 
 
@@ -58,6 +59,21 @@ def _events(path: Path) -> list[dict]:
     return data["traceEvents"]
 
 
+def _check_flows(events: list[dict]) -> dict[str, dict]:
+    """Every flow has exactly one start and one end, the start first; returns the starts."""
+    ends: dict[str, list[dict]] = {"s": [], "f": []}
+    for e in events:
+        if e["ph"] in ends:
+            ends[e["ph"]].append(e)
+    starts = {e["id"]: e for e in ends["s"]}
+    finishes = {e["id"]: e for e in ends["f"]}
+    assert len(starts) == len(ends["s"]) and len(finishes) == len(ends["f"]), "a repeated flow id"
+    assert starts and set(starts) == set(finishes)
+    late = [i for i in starts if finishes[i]["ts"] < starts[i]["ts"]]
+    assert not late, late
+    return starts
+
+
 def _check_timeline(events: list[dict], ranks: int) -> None:
     calls = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in calls} == set(range(ranks))
@@ -67,7 +83,7 @@ def _check_timeline(events: list[dict], ranks: int) -> None:
     for rank in range(ranks):
         assert names[rank] == [
             "InitV2", "SetCcTilingV2", "AllGather[True]", "Commit", "Commit",
-            "AllGather[True]", "Commit", "Wait", "Wait", "Wait", "Finalize",
+            "AllGather[True]", "Commit", "Wait", "Wait", "Wait", "SyncAll", "Finalize",
         ], names[rank]  # fmt: skip
         rounds = [e for e in calls if e["pid"] == rank and e.get("cat") == "round"]
         assert [(e["args"]["task"], e["args"]["round"]) for e in rounds] == [(0, 0), (0, 1), (1, 0)]
@@ -76,10 +92,7 @@ def _check_timeline(events: list[dict], ranks: int) -> None:
         assert ts == sorted(ts)
     meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert meta[(0, 100)] == "AIV core 0" and meta[(0, 1000)] == "server (rounds)"
-    starts = {e["id"]: e for e in events if e["ph"] == "s"}
-    ends = {e["id"]: e for e in events if e["ph"] == "f"}
-    assert starts and set(starts) == set(ends)
-    assert all(ends[i]["ts"] >= starts[i]["ts"] for i in starts)
+    starts = _check_flows(events)
     for rank in range(ranks):  # every Commit flows into a round, every round into a Wait
         kinds = defaultdict(int)
         for i in starts:
@@ -94,6 +107,23 @@ def test_trace_records_every_call_round_and_flow(tmp_path: Path, backend: str, r
     result = hp.run(main, world_size=ranks, backend=backend, trace=path)
     _check_timeline(_events(path), ranks)
     assert set(result.traces) == set(range(ranks))
+
+
+def _every_core(tail_stride: int = ELEMS) -> None:
+    x = torch.full((ELEMS,), float(hp.get_rank()), dtype=torch.float16)
+    y = torch.zeros(ELEMS * hp.get_world_size(), dtype=torch.float16)
+    hp.launch(multi_round, x, y, _tiling(), tail_stride, block_dim=4)
+
+
+def test_one_flow_per_round_when_every_core_commits(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    hp.run(_every_core, world_size=4, trace=path)
+    events = _events(path)
+    commits = [e for e in events if e.get("name") == "Commit" and e["ph"] == "X"]
+    assert len(commits) == 4 * 4 * 3  # ranks x cores x Commits per core
+    starts = _check_flows(events)
+    assert sum(i.startswith("commit/") for i in starts) == 4 * 3  # one per rank and round
+    assert sum(i.startswith("wait/") for i in starts) == 4 * 4 * 3  # one per core's Wait
 
 
 def test_tracing_off_records_nothing() -> None:
@@ -154,6 +184,9 @@ def test_layout_picture_names_gaps_and_double_writes() -> None:
     assert strip.gaps() == [(1112, 1200), (1712, 1800), (2312, 2400)]
     assert strip.overlaps() == [(768, 856), (1024, 1112), (1280, 1368)]
     assert "[768, 856) written more than once" in picture.text()
+    labels = [label for label, _ in picture.legend(lambda r: f"C{r}")]
+    assert labels == [*(f"from rank {r}" for r in range(4)), "unwritten", "written more than once"]
+    assert dict(picture.legend(str))["written more than once"]["hatch"] == "xxx"
 
 
 def test_alltoallv_and_reduced_blocks() -> None:
@@ -175,6 +208,7 @@ def test_alltoallv_and_reduced_blocks() -> None:
 
     picture = hp.explain_layout(run, world_size=2)
     assert "[0, 16) <- every rank (reduced): AllReduce handle 0 round 0" in picture.text()
+    assert "reduced over ranks" in [label for label, _ in picture.legend(str)]
     assert picture.strips[0].gaps() == [(16, 24)]
 
 

@@ -249,7 +249,7 @@ def _sync_input(rank: int, n: int) -> np.ndarray:
 def group_sync_rank(commit_late: bool, block_dim: int) -> tuple[list, np.ndarray]:
     """Per rank: the kernel's record and y (bytes) after AlltoAll -> sync -> AllGather."""
     rank, n = hp.get_rank(), hp.get_world_size()
-    g = hp.new_group(range(n))
+    groups = {0: hp.world_group(), 1: hp.new_group(range(n))}
     x = torch.from_numpy(_sync_input(rank, n).copy())
     a = torch.zeros(SYNC_COUNT * n * 4, dtype=torch.uint8)
     y = torch.zeros(SYNC_COUNT * n * n * 4, dtype=torch.uint8)
@@ -259,10 +259,10 @@ def group_sync_rank(commit_late: bool, block_dim: int) -> tuple[list, np.ndarray
         x,
         a,
         y,
-        cases.make_tiling(),
+        cases.make_tiling(groups=groups),
         commit_late,
         record,
-        groups={0: hp.world_group(), 1: g},
+        groups=groups,
         block_dim=block_dim,
     )
     return record, y.numpy()

@@ -13,6 +13,7 @@ from typing import Any
 
 import hccl_py as hp
 
+from ..runtime import PLATFORM_ENV
 from .ops import BENCH_OPS
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
 from .sweep import Options, merge, rank_sweep
@@ -25,7 +26,17 @@ nccl-tests formulas) and the number of wrong elements against a numpy
 reference. --api kernel times one kernel launch per op (InitV2,
 SetCcTilingV2, Op[True] with --repeat rounds, a Wait per round, Finalize);
 --api framework times the framework collective (all_gather_into_tensor ...).
-Sizes are bytes each rank sends per round and accept K, M and G suffixes."""
+Sizes are bytes each rank sends per round and accept K, M and G suffixes.
+
+-b -e -f -i -o -d -n -w -c are hccl_test's flags and mean what they mean there
+(-n: timed iterations). The ranks are --nproc, as in 'run' (where -n is short
+for --nproc), and the platform defaults to A2, as in 'run'; an op that A2 does
+not have (alltoallv) is measured on A3 then."""
+
+#: The platform when neither --platform nor $HCCL_PY_PLATFORM names one (as in 'run').
+DEFAULT_PLATFORM = "A2"
+#: Where an op that the default platform lacks is measured, first that has it.
+FALLBACK_PLATFORMS = ("A3", "950")
 
 #: The sweep that the test suite runs to keep the benchmark working.
 QUICK = {"min_bytes": 1024, "max_bytes": 64 * 1024, "step_factor": 8, "iters": 2, "warmup": 1}
@@ -57,7 +68,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help=f"op(s) to measure, comma separated, or 'all' ({', '.join(BENCH_OPS)})",
     )
     p.add_argument(
-        "--ranks", type=int, default=4, help="ranks (emu, gloo; under launchers: ignored)"
+        "--nproc",
+        "--ranks",
+        dest="ranks",
+        metavar="N",
+        type=int,
+        default=4,
+        help="ranks, as run's -n/--nproc (emu, gloo; under launchers: ignored)",
     )
     p.add_argument(
         "--backend", choices=["emu", "gloo", "hccl"], default="emu", help="where ranks run"
@@ -65,7 +82,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument(
         "--api", choices=["kernel", "framework"], default="kernel", help="what one op is"
     )
-    p.add_argument("--platform", choices=["A2", "A3", "950"], default="A3", help="the platform")
+    p.add_argument(
+        "--platform",
+        choices=["A2", "A3", "950"],
+        default=None,
+        help=f"the platform (None: ${PLATFORM_ENV}, else {DEFAULT_PLATFORM} as in run; "
+        "ops that A2 lacks on A3)",
+    )
     p.add_argument(
         "-b", "--minbytes", type=parse_size, default=parse_size("1K"), help="smallest size"
     )
@@ -80,7 +103,9 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument(
         "-d", "--datatype", choices=sorted([*TYPES, *TYPE_ALIASES]), default="fp32", help="type"
     )
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size")
+    p.add_argument(
+        "-n", "--iters", type=int, default=20, help="timed iterations per size (hccl_test's -n)"
+    )
     p.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations first")
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
@@ -133,6 +158,16 @@ def _ops(text: str) -> list[str]:
     return names
 
 
+def platform_for(op: str, chosen: str | None) -> str:
+    """The platform that measures ``op``: the chosen one, else A2, else the first that has it."""
+    if chosen:
+        return chosen
+    platforms = BENCH_OPS[op].spec.platforms
+    if DEFAULT_PLATFORM in platforms:
+        return DEFAULT_PLATFORM
+    return next(p for p in FALLBACK_PLATFORMS if p in platforms)
+
+
 def main(opts: argparse.Namespace) -> int:
     """Run the sweeps; exit code 1 when any element was wrong, 2 for bad options."""
     try:
@@ -142,12 +177,14 @@ def main(opts: argparse.Namespace) -> int:
         return 2
     lead = os.environ.get("RANK", "0") == "0"
     done, wrong = [], 0
+    chosen = opts.platform or os.environ.get(PLATFORM_ENV)
     for sweep in sweeps:
+        platform = platform_for(sweep.op, chosen)
         result = hp.run(
             rank_sweep,
             world_size=None if opts.backend == "hccl" else opts.ranks,
             backend=opts.backend,
-            platform=opts.platform,
+            platform=platform,
             schedule=opts.schedule,
             poison=opts.poison,
             args=(sweep,),
@@ -155,13 +192,14 @@ def main(opts: argparse.Namespace) -> int:
         n = len(result)
         rows = merge(sweep, n, list(result))
         wrong += sum(r.wrong for r in rows)
-        label = f"{sweep.op} {sweep.api} {opts.backend} {n} ranks"
+        label = f"{sweep.op} {sweep.api} {opts.backend} {platform} {n} ranks"
         if lead:
             print_rows(f"{label}, {sweep.dtype}, repeat {sweep.repeat}", rows, sys.stdout)
         done.append(
             {
                 "label": label,
                 "backend": opts.backend,
+                "platform": platform,
                 "ranks": n,
                 **vars(sweep),
                 "rows": [r.as_dict() for r in rows],

@@ -10,7 +10,6 @@ from ..kernel.context import current_core_context, current_rank_context
 from .recorder import (
     AIC_TID,
     AIV_TID,
-    SERVER_TID,
     Recorder,
     now_us,
     of_rank,
@@ -46,30 +45,28 @@ def traced_call(
 ) -> Any:
     """Run one client call, recording it (and for Commit / Wait, the flow to or from its round)."""
     tid = core_tid()
-    task = round_idx = None
-    if name in ("Commit", "Wait") and args:
-        info = client._handle(args[0])
-        task = None if info is None else _task_of(client, args[0], info)
-        if task is not None:
-            round_idx = info.commits if name == "Commit" else info.waits
+    info = client._handle(args[0]) if name in ("Commit", "Wait") and args else None
+    if info is not None:
+        round_idx = info.commits if name == "Commit" else info.waits
     start = now_us()
-    if task is not None and name == "Commit":
-        rec.flow(f"commit/{rec.rank}/{round_key(task, round_idx)}", tid, start, start=True)
+    task = None
     try:
         result = run()
     finally:
         end = now_us()
+        # After the call: a core that is not the sender may Wait before the sender prepared.
+        task = None if info is None else _task_of(client, args[0], info)
         call_args: dict[str, Any] = {"call": head}
         if task is not None:
             call_args.update(domain=task.domain_name, task=task.seq, round=round_idx)
         rec.call(_display(name, head), tid, start, end, call_args)
-    if name == "Wait" and task is not None:
-        key = round_key(task, round_idx)
-        done = rec.round_end.get(key)
-        if done is not None:
-            flow_id = f"wait/{rec.rank}/{tid}/{key}"
-            rec.flow(flow_id, SERVER_TID, min(done, end), start=True)
-            rec.flow(flow_id, tid, end, start=False)
+    if name == "Commit" and task is not None and info.task is not None:
+        # Only the sending core's Commit reaches the server: one flow per round it committed
+        # (none for an extra Commit, several for a fine-grained step).
+        for r in range(round_idx, info.commits):
+            rec.flow(f"commit/{rec.rank}/{round_key(task, r)}", tid, start, start=True)
+    if name == "Wait" and task is not None and result == 0:
+        rec.wait_flow(round_key(task, round_idx), tid, end)
     if name == "_prepare" and isinstance(result, int) and result >= 0:
         info = client._handle(result)
         if info is not None and info.task is not None:  # the core that sent the task

@@ -20,6 +20,10 @@ from .plotting import patch, pyplot, save
 #: Characters of one text strip.
 STRIP = 64
 _REDUCED = -1
+#: How the PNG draws reduced ranges, unwritten bytes and bytes written more than once.
+REDUCED_STYLE = {"color": "#555555"}
+UNWRITTEN_STYLE = {"color": "#eeeeee"}
+TWICE_STYLE = {"facecolor": "none", "hatch": "xxx", "edgecolor": "red"}
 
 
 @dataclass
@@ -136,15 +140,27 @@ class LayoutPicture:
         legend = "legend: digit = source rank, * = reduced over ranks, . = unwritten, ! = twice"
         return "\n".join([legend, *(s.text() for s in self.strips)])
 
+    def legend(self, colors: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The PNG's legend: (label, matplotlib patch style) of every kind of range.
+
+        ``colors`` maps a source rank modulo 10 to its colour (a matplotlib colormap).
+        """
+        segments = [s for strip in self.strips for s in strip.segments]
+        sources = sorted({s.source for s in segments if s.source >= 0})
+        entries = [(f"from rank {r}", {"color": colors(r % 10)}) for r in sources]
+        if any(s.source == _REDUCED for s in segments):
+            entries.append(("reduced over ranks", REDUCED_STYLE))
+        return [*entries, ("unwritten", UNWRITTEN_STYLE), ("written more than once", TWICE_STYLE)]
+
     def save_png(self, path: str | Path, title: str = "") -> None:
         """Draw the strips to ``path`` (needs matplotlib: ``pip install 'hccl_py[bench]'``)."""
         plt = pyplot("a layout PNG")
         fig, ax = plt.subplots(figsize=(10, 0.6 * len(self.strips) + 1.2))
         colors = plt.get_cmap("tab10")
         for y, strip in enumerate(self.strips):
-            ax.barh(y, strip.nbytes, left=0, color="#eeeeee", edgecolor="#999999", height=0.7)
+            ax.barh(y, strip.nbytes, left=0, edgecolor="#999999", height=0.7, **UNWRITTEN_STYLE)
             for s in strip.segments:
-                color = "#555555" if s.source == _REDUCED else colors(s.source % 10)
+                color = REDUCED_STYLE["color"] if s.source == _REDUCED else colors(s.source % 10)
                 ax.barh(y, s.end - s.start, left=s.start, color=color, height=0.7,
                         edgecolor="white", linewidth=0.5)  # fmt: skip
                 if (s.end - s.start) / max(1, strip.nbytes) > 0.06:
@@ -152,14 +168,12 @@ class LayoutPicture:
                     ax.text((s.start + s.end) / 2, y, f"h{short}", ha="center", va="center",
                             fontsize=7, color="white")  # fmt: skip
             for a, b in strip.overlaps():
-                ax.barh(y, b - a, left=a, color="none", hatch="xxx", edgecolor="red", height=0.7)
+                ax.barh(y, b - a, left=a, height=0.7, **TWICE_STYLE)
         ax.set_yticks(range(len(self.strips)))
         ax.set_yticklabels([f"rank {s.rank} {s.buffer}" for s in self.strips], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlabel("byte offset in the receive buffer")
-        sources = sorted({s.source for st in self.strips for s in st.segments if s.source >= 0})
-        handles = [patch(colors(r % 10), f"from rank {r}") for r in sources]
-        handles.append(patch("#eeeeee", "unwritten"))
+        handles = [patch(label, **style) for label, style in self.legend(colors)]
         ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18),
                   ncol=min(len(handles), 6))  # fmt: skip
         if title:

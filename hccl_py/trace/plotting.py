@@ -23,11 +23,11 @@ def pyplot(what: str) -> Any:
     return plt
 
 
-def patch(color: str, label: str) -> Any:
-    """A legend entry: a coloured square with ``label``."""
+def patch(label: str, **style: Any) -> Any:
+    """A legend entry: a square drawn with ``style`` (``color=``, ``hatch=`` ...) and ``label``."""
     from matplotlib.patches import Patch
 
-    return Patch(color=color, label=label)
+    return Patch(label=label, **style)
 
 
 def save(fig: Any, path: str | Path, dpi: int = 90) -> None:

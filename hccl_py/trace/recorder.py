@@ -76,6 +76,9 @@ class Recorder:
         self.layouts: list[dict[str, Any]] = []
         #: round key -> end time of the round on this rank (for the flows to its Waits).
         self.round_end: dict[str, float] = {}
+        #: round key -> (core track, return time) of Waits that returned before the server
+        #: recorded the round's end: their flows start when it does.
+        self._waiting: dict[str, list[tuple[int, float]]] = {}
         self._lock = threading.Lock()
 
     def add(self, event: dict[str, Any]) -> None:
@@ -110,6 +113,27 @@ class Recorder:
         self.flow(f"commit/{self.rank}/{key}", SERVER_TID, start_us, start=False)
         with self._lock:
             self.round_end[key] = end_us
+            waits = self._waiting.pop(key, [])
+        for tid, returned in waits:
+            self._wait_arrow(key, tid, end_us, returned)
+
+    def wait_flow(self, key: str, tid: int, returned_us: float) -> None:
+        """A Wait on core track ``tid`` returned for round ``key``: the arrow from the round.
+
+        The server may record the round's end just after the Wait returns; the
+        arrow is drawn then.
+        """
+        with self._lock:
+            done = self.round_end.get(key)
+            if done is None:
+                self._waiting.setdefault(key, []).append((tid, returned_us))
+                return
+        self._wait_arrow(key, tid, done, returned_us)
+
+    def _wait_arrow(self, key: str, tid: int, done_us: float, returned_us: float) -> None:
+        flow_id = f"wait/{self.rank}/{tid}/{key}"
+        self.flow(flow_id, SERVER_TID, min(done_us, returned_us), start=True)
+        self.flow(flow_id, tid, returned_us, start=False)
 
     def task(self, task: Task) -> None:
         """A task was prepared: keep its receive layout, round by round, with each block's source."""

@@ -38,7 +38,7 @@ def draw_timeline(trace: str | Path | dict[str, Any], png: str | Path, title: st
                         xytext=(s["ts"], where[(s["pid"], s["tid"])]),
                         arrowprops={"arrowstyle": "->", "color": "#555555", "lw": 0.5})  # fmt: skip
     legend = {"other call": "#74c476", **_COLORS}
-    ax.legend(handles=[patch(c, n) for n, c in legend.items()], fontsize=7,
+    ax.legend(handles=[patch(n, color=c) for n, c in legend.items()], fontsize=7,
               loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)  # fmt: skip
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {p} {_track_name(t)}" for p, t in rows], fontsize=7)
