@@ -25,6 +25,8 @@ JOB_TIMEOUT = 150
 FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
 #: A sample's verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
 VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+#: What hp.run's end-of-run summary of warnings says (hccl_py.outcome.summarize).
+WARNING_SUMMARY = " warning(s) on "
 #: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
 RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
 
@@ -103,3 +105,10 @@ def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str,
     verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
     want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
     assert sorted(verdicts) == sorted(want), out
+    assert_no_warning(proc)
+
+
+def assert_no_warning(proc: subprocess.CompletedProcess) -> None:
+    """Our samples are warning-free: no HcclWarning, no end-of-run warning summary."""
+    text = proc.stdout + proc.stderr
+    assert "HcclWarning" not in text and WARNING_SUMMARY not in text, text

@@ -32,6 +32,7 @@ from launch_helpers import (
     JOB_TIMEOUT,
     ROOT,
     SLOW,
+    assert_no_warning,
     check_run,
     launch,
     selected_jobs,
@@ -190,6 +191,7 @@ def test_npu_smoke_passes_on_backend_hccl(runs, run_id: str) -> None:
     assert len(verdicts) >= 20 and not any("FAIL" in words for words in verdicts.values()), out
     for case in ("AllReduce-INT16-SUM", "AllReduce-BFP16-MAX", "ReduceScatter-tiled"):
         assert verdicts.get(case) == ["PASS", "PASS"], out
+    assert_no_warning(proc)
 
 
 @SLOW
