@@ -11,7 +11,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from hccl_py.launcher.script import free_port
 
@@ -22,8 +25,34 @@ JOB_TIMEOUT = 150
 FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
 #: A sample's verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
 VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
+#: What hp.run's end-of-run summary of warnings says (hccl_py.outcome.summarize).
+WARNING_SUMMARY = " warning(s) on "
 #: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
 RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
+
+
+#: The soak and the torchrun / msrun matrix: run by default (CI runs them), ``-m "not slow"``
+#: leaves them out for a quick round (README.md says how long each set takes).
+SLOW = pytest.mark.slow
+
+
+def selected_jobs(request: pytest.FixtureRequest, jobs: Iterable[str]) -> list[str]:
+    """The ``jobs`` that the selected tests of the requesting module check.
+
+    A module fixture that starts every job at once starts only these: a job is
+    wanted when a selected test that uses the fixture has a parameter value
+    naming it, or names it in ``@pytest.mark.jobs(...)``. So ``-k`` and
+    ``-m "not slow"`` start no process that no selected test reads.
+    """
+    wanted: set[str] = set()
+    for item in request.session.items:
+        if item.module is not request.module or request.fixturename not in item.fixturenames:
+            continue
+        callspec = getattr(item, "callspec", None)
+        wanted.update(str(v) for v in (callspec.params.values() if callspec else ()))
+        for mark in item.iter_markers("jobs"):
+            wanted.update(mark.args)
+    return [job for job in jobs if job in wanted]
 
 
 def launch_env(**extra: str) -> dict[str, str]:
@@ -76,3 +105,10 @@ def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str,
     verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
     want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
     assert sorted(verdicts) == sorted(want), out
+    assert_no_warning(proc)
+
+
+def assert_no_warning(proc: subprocess.CompletedProcess) -> None:
+    """Our samples are warning-free: no HcclWarning, no end-of-run warning summary."""
+    text = proc.stdout + proc.stderr
+    assert "HcclWarning" not in text and WARNING_SUMMARY not in text, text

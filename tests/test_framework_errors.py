@@ -372,6 +372,6 @@ def test_a_rank_that_skips_a_framework_collective_is_named() -> None:
     text = str(info.value)
     assert isinstance(info.value.failures[0], hp.HcclDeadlockError), text
     assert (
-        "rank 0 waits in all_reduce (framework collective #0 of hccl_world_group) for ranks [1], "
-        "which have not called it" in text
+        "ranks 0, 2: wait in all_reduce (framework collective #0 of hccl_world_group) for "
+        "ranks [1], which have not called it" in text
     )

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import JOB_TIMEOUT, ROOT, launch, start, torchrun
+from launch_helpers import JOB_TIMEOUT, ROOT, SLOW, launch, start, torchrun
 
 import hccl_py as hp
 from hccl_py import runtime
@@ -191,6 +191,7 @@ def test_runner_on_two_hosts(job: Path) -> None:
 
 
 # ------------------------------------------------------------------ torchrun
+@SLOW
 def test_sample_under_torchrun() -> None:
     out = torchrun(SAMPLE)
     assert out.returncode == 0, out.stderr
@@ -203,6 +204,7 @@ def test_sample_under_torchrun() -> None:
             )
 
 
+@SLOW
 def test_torchrun_names_the_failed_rank(job: Path) -> None:
     out = torchrun(job, "raise", n=3)
     assert out.returncode != 0
@@ -257,6 +259,7 @@ def _msrun(msrun: Path, tmp_path: Path, script: Path, *args: str, n: int = 2) ->
     return out, read("scheduler.log"), [read(f"worker_{r}.log") for r in range(n)]
 
 
+@SLOW
 def test_sample_under_msrun(msrun: Path, tmp_path: Path) -> None:
     out, scheduler, workers = _msrun(msrun, tmp_path, SAMPLE)
     assert out.returncode == 0, out.stdout + out.stderr + scheduler
@@ -271,6 +274,7 @@ def test_sample_under_msrun(msrun: Path, tmp_path: Path) -> None:
             )
 
 
+@SLOW
 def test_msrun_names_the_killed_rank(msrun: Path, tmp_path: Path, job: Path) -> None:
     started = time.monotonic()
     out, scheduler, workers = _msrun(msrun, tmp_path, job, "kill", n=3)
@@ -284,6 +288,7 @@ def test_msrun_names_the_killed_rank(msrun: Path, tmp_path: Path, job: Path) -> 
 
 
 # ------------------------------------------------------------------ msrun without node ranks
+@SLOW
 def test_msrun_style_hosts_without_node_rank_get_ranks_from_the_store(job: Path) -> None:
     """Two "hosts" with one worker each and no MS_NODE_ID: ranks come from the scheduler's store."""
     port = str(free_port())

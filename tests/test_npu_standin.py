@@ -28,7 +28,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from launch_helpers import JOB_TIMEOUT, ROOT, check_run, launch, start, torchrun
+from launch_helpers import (
+    JOB_TIMEOUT,
+    ROOT,
+    SLOW,
+    assert_no_warning,
+    check_run,
+    launch,
+    selected_jobs,
+    start,
+    torchrun,
+)
 
 from hccl_py.launcher.script import free_port
 
@@ -156,18 +166,19 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory):
-    """Start every job at once; tests wait for the one they check."""
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Start every job that a selected test reads at once; tests wait for the one they check."""
     jobs = _jobs(tmp_path_factory.mktemp("npu"))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        yield {name: pool.submit(job) for name, job in jobs.items()}
+    chosen = selected_jobs(request, jobs)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        yield {name: pool.submit(jobs[name]) for name in chosen}
 
 
 def _output(proc: subprocess.CompletedProcess) -> str:
     return f"exit status {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
-@pytest.mark.parametrize("run_id", ["smoke-runner", "smoke-torchrun"])
+@pytest.mark.parametrize("run_id", ["smoke-runner", pytest.param("smoke-torchrun", marks=SLOW)])
 def test_npu_smoke_passes_on_backend_hccl(runs, run_id: str) -> None:
     """samples/npu_smoke.py: every case of its table passes (or is skipped as on Atlas A2)."""
     proc = runs[run_id].result()
@@ -180,8 +191,10 @@ def test_npu_smoke_passes_on_backend_hccl(runs, run_id: str) -> None:
     assert len(verdicts) >= 20 and not any("FAIL" in words for words in verdicts.values()), out
     for case in ("AllReduce-INT16-SUM", "AllReduce-BFP16-MAX", "ReduceScatter-tiled"):
         assert verdicts.get(case) == ["PASS", "PASS"], out
+    assert_no_warning(proc)
 
 
+@SLOW
 @pytest.mark.parametrize(
     "run_id, expected",
     [
@@ -198,7 +211,9 @@ def test_mc2_samples_check_torch_npu(runs, run_id: str, expected: dict[str, str]
     check_run(runs[run_id].result(), 2, expected)
 
 
+@SLOW
 @standin_only
+@pytest.mark.jobs("bind")
 def test_local_rank_without_an_npu_is_named(runs) -> None:
     proc = runs["bind"].result()
     out = _output(proc)
@@ -209,6 +224,7 @@ def test_local_rank_without_an_npu_is_named(runs) -> None:
 
 
 @standin_only
+@pytest.mark.jobs("selection")
 @pytest.mark.parametrize("case", sorted(SELECTION_CASES))
 def test_launchers_choose_hccl_where_torch_npu_sees_npus(runs, case: str) -> None:
     proc = runs["selection"].result()
@@ -217,6 +233,7 @@ def test_launchers_choose_hccl_where_torch_npu_sees_npus(runs, case: str) -> Non
 
 
 @standin_only
+@pytest.mark.jobs("device")
 def test_standin_behaves_like_a_device(runs) -> None:
     """Views alias, mixed devices raise, the hccl group refuses CPU tensors, hcom names a group."""
     proc = runs["device"].result()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from launch_helpers import VERDICT, check_run
+from launch_helpers import SLOW, VERDICT, check_run, selected_jobs
 
 import hccl_py as hp
 
@@ -136,10 +136,11 @@ def _commands() -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def runs():
-    """Start every sample run at once; tests wait for the one they check."""
+def runs(request: pytest.FixtureRequest):
+    """Start every selected sample run at once; tests wait for the one they check."""
+    commands = _commands()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        yield {key: pool.submit(_run, cmd) for key, cmd in _commands().items()}
+        yield {key: pool.submit(_run, commands[key]) for key in selected_jobs(request, commands)}
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -147,7 +148,10 @@ def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
     check_run(runs[name].result(), 4, SAMPLES[name])
 
 
-@pytest.mark.parametrize("run_id", sorted(OTHER_RUNS))
+@pytest.mark.parametrize(
+    "run_id",
+    [pytest.param(r, marks=[SLOW] if r.endswith("-torchrun") else []) for r in sorted(OTHER_RUNS)],
+)
 def test_sample_through_cli_and_launcher(runs, run_id: str) -> None:
     _, ranks, expected = OTHER_RUNS[run_id]
     check_run(runs[run_id].result(), ranks, expected)

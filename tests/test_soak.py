@@ -14,8 +14,11 @@ from typing import Any
 import cases
 import pytest
 import test_reliability as broken
+from launch_helpers import SLOW
 
 import hccl_py as hp
+
+pytestmark = SLOW
 
 #: Random cases per emulator run, and runs (200 cases in all); gloo gets 50 in two runs.
 EMU_BATCH, EMU_RUNS = 20, 10

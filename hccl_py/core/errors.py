@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .grouping import label
+
 
 class HcclError(RuntimeError):
     """A failed HCCL call or a misuse detected by hccl_py.
@@ -189,13 +191,20 @@ class WorldError(HcclError):
                 lines.append(f"  rank {me} (this process): {type(mine).__name__}: {mine}")
             super().__init__("\n".join(lines))
             return
+        # Ranks that failed with the same report share one entry ("ranks 0-3: ...").
+        entries: dict[object, tuple[list[int], str, list[str]]] = {}
         for r, e in list(roots.items()) + [
             (r, e) for r, e in self.failures.items() if r not in roots
         ]:
-            lines.append(f"  rank {r}: {type(e).__name__}: {e}")
+            text = f"{type(e).__name__}: {e}"
             tb = getattr(e, "hccl_traceback", None)
-            if tb and r in roots and me in (None, r) and not isinstance(e, HcclError):
-                lines.extend("    " + line for line in tb.rstrip().splitlines())
+            shown = tb and r in roots and me in (None, r) and not isinstance(e, HcclError)
+            extra = ["    " + line for line in tb.rstrip().splitlines()] if shown else []
+            entry = entries.setdefault(r if extra else text, ([], text, extra))
+            entry[0].append(r)
+        for ranks, text, extra in entries.values():
+            lines.append(f"  {label(ranks)}: {text}")
+            lines.extend(extra)
         super().__init__("\n".join(lines))
 
     @property

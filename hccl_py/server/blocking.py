@@ -15,6 +15,7 @@ spins too), the world is just as stuck and the poller reports the deadlock.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import threading
@@ -23,6 +24,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from ..core.errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
+from ..core.grouping import group_rank_lines
 
 #: Environment variable overriding the default timeout (seconds) of every blocking call.
 TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
@@ -41,6 +43,9 @@ FROZEN_POLLS = 10_000
 #: that went off to compute goes stale long before a poller's frozen count makes a deadlock.
 SPIN_FRESH_S = 0.05
 SPIN_FRESH_POLLS = 500
+
+#: The full, ungrouped deadlock report goes to the debug log (HCCL_PY_LOG=debug).
+_log = logging.getLogger("hccl_py")
 
 Job = Callable[[], None]
 Text = str | Callable[[], str]
@@ -187,7 +192,8 @@ class Blocker:
                     "(computing, sleeping or stuck in user code)"
                 )
             world = self.describe_world()
-        text = "\n".join(f"  - {line}" for line in lines) or "  (no thread is waiting)"
+        text = "\n".join(f"  - {line}" for line in group_rank_lines(lines))
+        text = text or "  (no thread is waiting)"
         return f"{text}\n{world}" if world else text
 
     def wait_for(self, pred: Callable[[], bool], what: Text, timeout: float | None = None) -> None:
@@ -302,13 +308,14 @@ class Blocker:
     def _declare_deadlock(self) -> None:
         """Under the lock: fail the world with a report of who waits for what."""
         now = time.monotonic()
-        lines = [f"  - {_text(what)}" for _, what in self.blocked.values()]
-        lines += [f"  - {s.describe()}" for s in self.spinning.values() if self._live(s, now)]
+        lines = [_text(what) for _, what in self.blocked.values()]
+        lines += [s.describe() for s in self.spinning.values() if self._live(s, now)]
         world = self.describe_world()
+        head = "deadlock: every running thread waits and none of them can make progress:\n"
+        tail = f"\n{world}" if world else ""
+        _log.debug("%s%s%s", head, "\n".join(f"  - {line}" for line in lines), tail)
         self.error = HcclDeadlockError(
-            "deadlock: every running thread waits and none of them can make progress:\n"
-            + "\n".join(lines)
-            + (f"\n{world}" if world else "")
+            head + "\n".join(f"  - {line}" for line in group_rank_lines(lines)) + tail
         )
         self.cond.notify_all()
 

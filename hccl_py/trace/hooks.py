@@ -49,7 +49,6 @@ def traced_call(
     if info is not None:
         round_idx = info.commits if name == "Commit" else info.waits
     start = now_us()
-    task = None
     try:
         result = run()
     finally:

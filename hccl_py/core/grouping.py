@@ -1,0 +1,61 @@
+"""Reports on many ranks: one line for the ranks that are in the same state.
+
+A deadlock or a failure on 8 ranks is usually the same story 8 times; these
+helpers fold identical per-rank lines into ``ranks 0-7: ...``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_RANK_LINE = re.compile(r"^rank (\d+) (.*)$", re.S)
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``"0-3, 6"``: sorted ranks with consecutive runs folded."""
+    runs: list[list[int]] = []
+    for r in sorted(set(ranks)):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def label(ranks: list[int]) -> str:
+    """``rank 3`` for one rank, ``ranks 0-3`` for several."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_ranges(ranks)}"
+
+
+def group_rank_lines(lines: Iterable[str]) -> list[str]:
+    """Fold lines ``rank N <state>`` that differ only in N into ``ranks 0-3: <state>``
+    (``waits`` becomes ``wait``).
+
+    Lines that do not start with a rank stay as they are; groups come in the
+    order of their lowest rank, other lines after them in their own order.
+    """
+    states: dict[str, list[int]] = {}
+    others: list[str] = []
+    for line in lines:
+        match = _RANK_LINE.match(line)
+        if match is None:
+            others.append(line)
+        else:
+            states.setdefault(match[2], []).append(int(match[1]))
+    grouped = sorted(states.items(), key=lambda item: (min(item[1]), item[0]))
+    folded = [
+        f"rank {ranks[0]} {state}" if len(ranks) == 1 else f"{label(ranks)}: {_plural(state)}"
+        for state, ranks in grouped
+    ]
+    return folded + others
+
+
+def _plural(state: str) -> str:
+    """``waits for ...`` -> ``wait for ...``: the verb of a state shared by several ranks."""
+    verb, _, rest = state.partition(" ")
+    return f"{verb[:-1]} {rest}" if verb in _VERBS else state
+
+
+#: Verbs that start a per-rank state line (blocking.py, the servers' reports).
+_VERBS = frozenset({"waits", "polls"})
