@@ -175,19 +175,28 @@ def test_runner_stops_every_rank_when_one_fails(job: Path, mode: str, why: str) 
 
 
 def test_runner_on_two_hosts(job: Path) -> None:
-    """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback)."""
+    """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback).
+
+    Every host needs the same HCCL_PY_SECRET: without one the runner refuses to start, and a
+    runner with another secret is refused by node 0's store (it belongs to another run).
+    """
     port = str(free_port())
     base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
     tail = ["--master-port", port, str(job), "ok"]
-    node1 = start([*base, "--node-rank", "1", *tail])
+    unkeyed = launch([*base, "--node-rank", "1", *tail])
+    assert unkeyed.returncode == 2 and "needs HCCL_PY_SECRET" in unkeyed.stderr, unkeyed.stderr
+    node0 = start([*base, "--node-rank", "0", *tail], HCCL_PY_SECRET="two-hosts")
     try:
-        node0 = launch([*base, "--node-rank", "0", *tail])
-        out1 = node1.communicate(timeout=JOB_TIMEOUT)[0]
+        stranger = launch([*base, "--node-rank", "1", *tail], HCCL_PY_SECRET="another run")
+        assert stranger.returncode == 2, stranger.stderr
+        assert f"the store at 127.0.0.1:{port} belongs to another run" in stranger.stderr
+        node1 = launch([*base, "--node-rank", "1", *tail], HCCL_PY_SECRET="two-hosts")
+        out0 = node0.communicate(timeout=JOB_TIMEOUT)[0]
     finally:
-        node1.kill()
-    assert (node0.returncode, node1.returncode) == (0, 0), node0.stderr + out1
-    assert f"[rank 0] {expected_result(2)}" in node0.stdout.splitlines()
-    assert f"[rank 1] {expected_result(2)}" in out1.splitlines()
+        node0.kill()
+    assert (node0.returncode, node1.returncode) == (0, 0), out0 + node1.stderr
+    assert f"[rank 0] {expected_result(2)}" in out0.splitlines()
+    assert f"[rank 1] {expected_result(2)}" in node1.stdout.splitlines()
 
 
 # ------------------------------------------------------------------ torchrun

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import errors, wire
 from .._script import unguarded_call
+from ..backends import sealed
 from ..backends import store as kv
 from ..backends.session import spawned_rank
 from ..config import Config
@@ -70,6 +71,7 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
+        sealed.ensure_secret()  # before env: the children get it, and this process reads with it
         env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp}
         children = []
         for rank in range(n):
