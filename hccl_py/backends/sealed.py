@@ -72,7 +72,9 @@ def seal(key: str, kind: bytes, payload: bytes) -> bytes:
 
 def refused(key: str, raw: bytes, why: str) -> ForgedValueError:
     """The error for the value ``raw`` of store key ``key``, refused because ``why``."""
-    shown = repr(raw[:SHOWN_BYTES]) + ("..." if len(raw) > SHOWN_BYTES else "")
+    shown = repr(raw[:SHOWN_BYTES])
+    if len(raw) > SHOWN_BYTES:
+        shown += f" (the first {SHOWN_BYTES} of {len(raw)} bytes)"
     return ForgedValueError(
         f"refused the value of store key {key!r}: {why}; it was not loaded. The value: {shown}. "
         "Some other process can write to this run's store (see 'Security' in docs/backends.md)"
