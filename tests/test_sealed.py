@@ -17,8 +17,10 @@ import torch.distributed as dist
 
 from hccl_py.backends import sealed
 from hccl_py.backends import store as kv
+from hccl_py.errors import HcclWarning
 from hccl_py.launcher.liveness import RankDiedError, rank_died
 from hccl_py.launcher.ports import port_holder
+from hccl_py.outcome import RankOutcome
 
 KEY = "run0/result/1"
 
@@ -170,3 +172,14 @@ def test_port_holder_names_the_listening_process() -> None:
         port = sock.getsockname()[1]
         assert port_holder(port).startswith(f"pid {os.getpid()} (")
     assert "no process of this host listens" in port_holder(port)
+
+
+def test_without_a_secret_outcomes_keep_their_warnings(no_secret: None) -> None:
+    """hp.run's functions return a RankOutcome: value, HcclWarnings and trace travel as plain data."""
+    warning = HcclWarning("extra-commit", "a Commit beyond repeat", rank=1, handle=0, actual=(2, 1))
+    outcome = RankOutcome([1, "a"], [warning], {"events": [{"name": "Commit", "ts": 1.5}]})
+    status, back = kv.decode(KEY, kv.encode_result(outcome, 1, KEY))
+    assert status == "ok" and isinstance(back, RankOutcome)
+    assert (back.value, back.trace) == (outcome.value, outcome.trace)
+    assert [str(w) for w in back.warnings] == [str(warning)]
+    assert back.warnings[0].kind == "extra-commit" and back.warnings[0].actual == (2, 1)

@@ -33,9 +33,10 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..errors import HcclTimeoutError
+from ..errors import HcclTimeoutError, HcclWarning
 from ..launcher.ports import port_holder
 from ..launcher.spec import LaunchError
+from ..outcome import RankOutcome
 from . import sealed
 
 PREFIX = "hccl_py/"
@@ -328,6 +329,47 @@ def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
         return sealed.dump_pickle(key, ("err", failure_from(record)))
 
 
+def _fact(value: Any) -> Any:
+    """A warning's fact as plain data (its text when it is not plain)."""
+    try:
+        return sealed.to_plain(value)
+    except TypeError:
+        return str(value)
+
+
+def _plain_result(value: Any) -> Any:
+    """What ``hp.run``'s function returned (a :class:`RankOutcome`, or a bare value) as plain data."""
+    if not isinstance(value, RankOutcome):
+        return sealed.to_plain(value)
+    warnings = [
+        {"kind": w.kind, "reason": w.reason, "facts": {k: _fact(v) for k, v in w.facts().items()}}
+        for w in value.warnings
+    ]
+    return {"o": [sealed.to_plain(value.value), warnings, sealed.to_plain(value.trace)]}
+
+
+def _result_from_plain(data: Any) -> Any:
+    """The value :func:`_plain_result` encoded; :class:`ValueError` for anything else."""
+    if type(data) is not dict or set(data) != {"o"}:
+        return sealed.from_plain(data)
+    value, warnings, trace = data["o"]
+    if type(warnings) is not list:
+        raise ValueError("the warnings of an outcome are not a list")
+    rebuilt = []
+    for w in warnings:
+        if type(w) is not dict or set(w) != {"kind", "reason", "facts"}:
+            raise ValueError(f"not a warning: {str(w)[:80]}")
+        if (
+            type(w["kind"]) is not str
+            or type(w["reason"]) is not str
+            or type(w["facts"]) is not dict
+        ):
+            raise ValueError(f"a warning with fields of the wrong types: {str(w)[:80]}")
+        facts = {k: sealed.from_plain(v) for k, v in w["facts"].items()}
+        rebuilt.append(HcclWarning(w["kind"], w["reason"], **facts))
+    return RankOutcome(sealed.from_plain(value), rebuilt, sealed.from_plain(trace))
+
+
 def encode_result(value: Any, rank: int, key: str) -> bytes:
     """A rank's return value for store key ``key``; one that cannot travel becomes its failure.
 
@@ -335,7 +377,7 @@ def encode_result(value: Any, rank: int, key: str) -> bytes:
     """
     try:
         if sealed.secret() is None:
-            return sealed.dump_json(key, {"ok": sealed.to_plain(value)})
+            return sealed.dump_json(key, {"ok": _plain_result(value)})
         return sealed.dump_pickle(key, ("ok", value))
     except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
         how = (
@@ -367,7 +409,7 @@ def decode(key: str, raw: bytes) -> tuple[str, Any]:
         elif type(value) is dict and len(value) == 1:
             ((status, payload),) = value.items()
             if status == "ok":
-                return status, sealed.from_plain(payload)
+                return status, _result_from_plain(payload)
             if status == "err":
                 return status, failure_from(payload)
     except (TypeError, ValueError) as exc:
