@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hccl_py.backends import sealed
+from hccl_py.backends import exchange, sealed
 from hccl_py.backends import store as kv
 from hccl_py.errors import HcclWarning
 from hccl_py.launcher.liveness import RankDiedError, rank_died
@@ -38,7 +38,7 @@ def no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_signed_pickles_round_trip_every_dtype(secret: str) -> None:
     value = {"t": torch.arange(4.0).to(torch.float8_e4m3fn), "n": (1, "x")}
-    status, back = kv.decode(KEY, kv.encode_result(value, 1, KEY))
+    status, back = exchange.decode(KEY, exchange.encode_result(value, 1, KEY))
     assert status == "ok" and back["n"] == (1, "x")
     assert back["t"].dtype == torch.float8_e4m3fn
     assert torch.equal(back["t"].view(torch.uint8), value["t"].view(torch.uint8))
@@ -64,36 +64,36 @@ def _tampered(raw: bytes) -> bytes:
 def test_what_this_run_did_not_sign_is_never_unpickled(
     secret: str, monkeypatch: pytest.MonkeyPatch, forge, why: str
 ) -> None:
-    raw = forge(kv.encode_result([1, 2], 0, KEY), monkeypatch)
+    raw = forge(exchange.encode_result([1, 2], 0, KEY), monkeypatch)
     loads = []
     monkeypatch.setattr(sealed.wire, "loads", loads.append)
     with pytest.raises(sealed.ForgedValueError, match=why) as info:
-        kv.decode(KEY, raw)
+        exchange.decode(KEY, raw)
     assert loads == [], "the payload reached the unpickler"
     assert f"refused the value of store key {KEY!r}" in str(info.value)
     assert repr(bytes(raw[: sealed.SHOWN_BYTES])) in str(info.value)
 
 
 def test_a_signature_is_bound_to_its_key(secret: str) -> None:
-    raw = kv.encode_result("rank 0's value", 0, "run0/result/0")
+    raw = exchange.encode_result("rank 0's value", 0, "run0/result/0")
     with pytest.raises(sealed.ForgedValueError, match="signature does not match"):
-        kv.decode("run0/result/1", raw)
+        exchange.decode("run0/result/1", raw)
 
 
 def test_unsigned_pickles_are_refused_and_never_written(no_secret: None) -> None:
     framed = sealed.seal(KEY, sealed.PICKLE, pickle.dumps(("ok", 1)))
     with pytest.raises(sealed.ForgedValueError, match="an unsigned pickle is never loaded"):
-        kv.decode(KEY, framed)
+        exchange.decode(KEY, framed)
     with pytest.raises(RuntimeError, match="only with HCCL_PY_SECRET set"):
         sealed.dump_pickle(KEY, 1)
 
 
 def test_without_a_secret_plain_values_travel_as_json(no_secret: None) -> None:
     value = {"a": [1, (2.5, None)], "b": (True, "s", {"c": []})}
-    raw = kv.encode_result(value, 0, KEY)
+    raw = exchange.encode_result(value, 0, KEY)
     assert raw.split(b" ", 2)[1] == sealed.JSON
-    assert kv.decode(KEY, raw) == ("ok", value)
-    status, error = kv.decode(KEY, kv.encode_result(torch.ones(2), 3, KEY))
+    assert exchange.decode(KEY, raw) == ("ok", value)
+    status, error = exchange.decode(KEY, exchange.encode_result(torch.ones(2), 3, KEY))
     assert status == "err" and type(error).__name__ == "TypeError"
     assert "the return value of rank 3 (Tensor) cannot be sent" in str(error)
     assert "a torch.Tensor" in str(error) and "set HCCL_PY_SECRET" in str(error)
@@ -103,8 +103,8 @@ def test_without_a_secret_failures_keep_type_name_message_and_traceback(no_secre
     try:
         raise ValueError("rank 2 gives up")
     except ValueError as exc:
-        raw = kv.encode_failure(exc, 2, KEY)
-    status, error = kv.decode(KEY, raw)
+        raw = exchange.encode_failure(exc, 2, KEY)
+    status, error = exchange.decode(KEY, raw)
     assert status == "err" and isinstance(error, kv.RemoteError)
     assert (type(error).__name__, str(error), error.hccl_rank) == (
         "ValueError",
@@ -121,12 +121,12 @@ def test_abort_reasons_are_plain_data(monkeypatch: pytest.MonkeyPatch, has_secre
     else:
         monkeypatch.delenv(sealed.SECRET_ENV, raising=False)
     store = dist.HashStore()
-    assert kv.report_abort(store, rank_died(1, "was killed by SIGKILL"), 1)
-    assert not kv.report_abort(store, ValueError("later"), 0), "the first failure wins"
+    assert exchange.report_abort(store, rank_died(1, "was killed by SIGKILL"), 1)
+    assert not exchange.report_abort(store, ValueError("later"), 0), "the first failure wins"
     assert store.get(kv.ABORT).split(b" ", 2)[1] == sealed.JSON
-    reason = kv.read_abort(store)
+    reason = exchange.read_abort(store)
     assert isinstance(reason, RankDiedError) and reason.how == "was killed by SIGKILL"
-    assert kv.describe_abort(reason) == (
+    assert exchange.describe_abort(reason) == (
         "rank 1: RankDiedError: rank 1 was killed by SIGKILL before reporting an outcome"
     )
 
@@ -143,9 +143,9 @@ def test_abort_reasons_are_plain_data(monkeypatch: pytest.MonkeyPatch, has_secre
 def test_a_forged_abort_reason_is_reported_not_loaded(no_secret: None, value: bytes) -> None:
     store = dist.HashStore()
     store.set(kv.ABORT, value)
-    reason = kv.read_abort(store)
+    reason = exchange.read_abort(store)
     assert isinstance(reason, sealed.ForgedValueError)
-    assert kv.describe_abort(reason).startswith(
+    assert exchange.describe_abort(reason).startswith(
         "ForgedValueError: refused the value of store key 'abort'"
     )
 
@@ -178,7 +178,7 @@ def test_without_a_secret_outcomes_keep_their_warnings(no_secret: None) -> None:
     """hp.run's functions return a RankOutcome: value, HcclWarnings and trace travel as plain data."""
     warning = HcclWarning("extra-commit", "a Commit beyond repeat", rank=1, handle=0, actual=(2, 1))
     outcome = RankOutcome([1, "a"], [warning], {"events": [{"name": "Commit", "ts": 1.5}]})
-    status, back = kv.decode(KEY, kv.encode_result(outcome, 1, KEY))
+    status, back = exchange.decode(KEY, exchange.encode_result(outcome, 1, KEY))
     assert status == "ok" and isinstance(back, RankOutcome)
     assert (back.value, back.trace) == (outcome.value, outcome.trace)
     assert [str(w) for w in back.warnings] == [str(warning)]

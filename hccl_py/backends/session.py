@@ -38,6 +38,7 @@ from ..launcher.liveness import (
 from ..launcher.spec import RankSpec
 from ..launcher.supervise import outcome_of
 from ..runtime import get_backend
+from . import exchange
 from . import store as kv
 from .sealed import ForgedValueError
 
@@ -111,7 +112,7 @@ class Session:
         deadline = time.monotonic() + (wait or 0.0)
         while wait is not None and self.abort is None:
             if self.store.check([kv.ABORT]):
-                self._aborted(kv.read_abort(self.store))
+                self._aborted(exchange.read_abort(self.store))
             elif time.monotonic() >= deadline:
                 break
             else:
@@ -138,7 +139,7 @@ class Session:
             try:
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):
-                    self._aborted(kv.read_abort(self.store))
+                    self._aborted(exchange.read_abort(self.store))
             except Exception:  # noqa: BLE001 - the store's host went away; the launcher acts
                 continue
 
@@ -176,14 +177,14 @@ class Session:
         set_rank_context(ctx)
         try:
             server.start(ctx.world_group)
-            outcome = kv.encode_result(fn(*args), self.rank, key)
+            outcome = exchange.encode_result(fn(*args), self.rank, key)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
             exc.hccl_traceback = traceback.format_exc()
-            outcome = kv.encode_failure(exc, self.rank, key)
+            outcome = exchange.encode_failure(exc, self.rank, key)
             self.store.set(kv.failed_key(self.rank), b"1")
             if not isinstance(exc, HcclPeerError):
-                kv.report_abort(self.store, exc, self.rank)
+                exchange.report_abort(self.store, exc, self.rank)
         finally:
             set_rank_context(None)
             self.blocker = None
@@ -192,7 +193,7 @@ class Session:
         server.close()
         self.store.set(key, outcome)
         if not gather:
-            return ok and kv.decode(key, outcome)[0] == "ok"
+            return ok and exchange.decode(key, outcome)[0] == "ok"
         try:
             return self._collect(run)
         finally:

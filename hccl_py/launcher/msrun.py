@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..backends import exchange
 from ..backends import store as kv
 from .liveness import Peers, process_state
 from .spec import RankSpec
@@ -63,7 +64,7 @@ def serve_scheduler(spec: RankSpec) -> int:
         )
     if store.check([kv.ABORT]):
         print(
-            f"ERROR: hccl_py: the job failed: {kv.describe_abort(kv.read_abort(store))}",
+            f"ERROR: hccl_py: the job failed: {exchange.describe_abort(exchange.read_abort(store))}",
             flush=True,
         )
     return 1 if failed else 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .. import errors
-from ..backends import sealed
+from ..backends import exchange, sealed
 from ..backends import store as kv
 from .liveness import PARENT_ENV, exit_text
 from .spec import STORE_HOSTED_ENV, LaunchError
@@ -175,7 +175,7 @@ def run_script(opts: RunnerOptions) -> int:
         return 0
     head = f"{len(failed)} of {len(children)} ranks failed"
     if has_key(store, kv.ABORT):
-        head += f"; first failure: {kv.describe_abort(kv.read_abort(store))}"
+        head += f"; first failure: {exchange.describe_abort(exchange.read_abort(store))}"
     say(head)
     ended = {c.rank: c for c in children}
     say(

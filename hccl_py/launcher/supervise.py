@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..backends import exchange
 from ..backends import store as kv
 from .liveness import GRACE_S, ask_stack, exit_text, rank_died
 
@@ -91,7 +92,7 @@ def supervise(
                     if not has_key(store, kv.failed_key(child.rank)):  # it died silently
                         died = rank_died(child.rank, child.how_it_ended(code))
                         with contextlib.suppress(RuntimeError):
-                            kv.report_abort(store, died, child.rank)
+                            exchange.report_abort(store, died, child.rank)
             if failed_at is None and has_key(store, kv.ABORT):
                 failed_at = time.monotonic()
             running = [c for c in children if c.rank not in codes]
@@ -160,7 +161,7 @@ def outcome_of(
     """
     key = kv.result_key(run, rank)
     if store.check([key]):
-        return kv.decode(key, store.get(key))
+        return exchange.decode(key, store.get(key))
     if why is None:
         why = "did not finish" if code is None else exit_text(code)
     return "err", rank_died(rank, why)
