@@ -20,6 +20,7 @@ from hccl_py.backends import store as kv
 from hccl_py.errors import HcclWarning
 from hccl_py.launcher.liveness import RankDiedError, rank_died
 from hccl_py.launcher.ports import port_holder
+from hccl_py.launcher.supervise import outcome_of
 from hccl_py.outcome import RankOutcome
 
 KEY = "run0/result/1"
@@ -183,3 +184,11 @@ def test_without_a_secret_outcomes_keep_their_warnings(no_secret: None) -> None:
     assert (back.value, back.trace) == (outcome.value, outcome.trace)
     assert [str(w) for w in back.warnings] == [str(warning)]
     assert back.warnings[0].kind == "extra-commit" and back.warnings[0].actual == (2, 1)
+
+
+def test_a_forged_outcome_becomes_that_rank_s_failure(secret: str) -> None:
+    store = dist.HashStore()
+    store.set(kv.result_key(0, 1), pickle.dumps(("ok", 1)))
+    status, error = outcome_of(store, 0, 1, 0)
+    assert status == "err" and isinstance(error, sealed.ForgedValueError)
+    assert error.hccl_rank == 1 and "store key 'run0/result/1'" in str(error)

@@ -183,7 +183,10 @@ def join_store(address: str, port: int, timeout: float) -> dist.Store:
     thread = threading.Thread(target=make, name="hccl_py-store-join", daemon=True)
     thread.start()
     silent = 0
-    while thread.join(ANSWER_S) or thread.is_alive():
+    while True:
+        thread.join(ANSWER_S)
+        if not thread.is_alive():
+            break
         silent = silent + 1 if _accepts(address, port) else 0
         if silent >= 2:
             raise StoreJoinError(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..backends import exchange
+from ..backends import exchange, sealed
 from ..backends import store as kv
 from .liveness import GRACE_S, ask_stack, exit_text, rank_died
 
@@ -157,11 +157,16 @@ def outcome_of(
 ) -> tuple[str, Any]:
     """A rank's reported outcome, or a :class:`RankDiedError` saying why there is none.
 
+    A forged outcome becomes the rank's :class:`~..backends.sealed.ForgedValueError`.
     ``why`` (how the rank ended, if known) defaults to a text from its exit code.
     """
     key = kv.result_key(run, rank)
     if store.check([key]):
-        return exchange.decode(key, store.get(key))
+        try:
+            return exchange.decode(key, store.get(key))
+        except sealed.ForgedValueError as exc:  # the rank's outcome is unknown: say why
+            exc.hccl_rank = rank
+            return "err", exc
     if why is None:
         why = "did not finish" if code is None else exit_text(code)
     return "err", rank_died(rank, why)
