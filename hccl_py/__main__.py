@@ -48,7 +48,8 @@ of the script, one per rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 MASTER_PORT set as torchrun sets them), prefixes their output with [rank k]
 and stops every rank when one fails. For several hosts, run the same command
 on each with --nnodes, --node-rank, --master-addr and --master-port (node 0
-hosts the rendezvous store)."""
+hosts the rendezvous store, listening on --master-addr only; across hosts every
+host needs the same HCCL_PY_SECRET)."""
 
 
 #: What ``layout --help`` prints.
@@ -128,6 +129,11 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     multi.add_argument(
         "--master-port", type=int, default=None, help="store port on node 0 (None: a free one)"
     )
+    multi.add_argument(
+        "--listen-addr",
+        default=None,
+        help="address node 0's store listens on (None: $HCCL_PY_LISTEN_ADDR, else --master-addr)",
+    )
     run.add_argument("script", help="the Python script to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the script")
 
@@ -191,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 master_addr=opts.master_addr,
                 master_port=opts.master_port,
                 platform=opts.platform,
+                listen_addr=opts.listen_addr,
             )
         )
     except LaunchError as exc:

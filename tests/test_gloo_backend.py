@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import time
 from typing import Any
 
 import cases
@@ -226,6 +227,22 @@ def test_mismatch_without_checks_fails_within_the_timeout(monkeypatch: pytest.Mo
     assert list(failures) == [1], failures
     assert isinstance(failures[1], (hp.HcclPeerError, hp.HcclTimeoutError)), failures[1]
     assert "AllGather(FP32, count=4" in str(failures[1])
+
+
+def sleeping_rank() -> None:
+    """Rank 1 sleeps (until the supervisor stops it) instead of preparing the AllGather."""
+    if hp.get_rank() == 1:
+        time.sleep(60)
+    mismatching_rank({0: [4]})
+
+
+def test_a_rank_that_never_prepares_is_named_at_the_timeout() -> None:
+    """The waiting rank names the rank whose descriptor never arrived, not every peer."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(sleeping_rank, 2, timeout=2.0)
+    waiting = info.value.failures[0]
+    assert isinstance(waiting, hp.HcclTimeoutError), waiting
+    assert "ranks [1] have not prepared it" in str(waiting)
 
 
 # ------------------------------------------------------------------ local deadlock

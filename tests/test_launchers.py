@@ -12,8 +12,11 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
+import pickle
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +27,8 @@ from launch_helpers import JOB_TIMEOUT, ROOT, SLOW, launch, start, torchrun
 
 import hccl_py as hp
 from hccl_py import runtime
+from hccl_py.launcher import sealed
+from hccl_py.launcher import store as kv
 from hccl_py.launcher.script import free_port
 from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
 
@@ -35,7 +40,7 @@ MSRUN_VENV = Path(
 MSRUN_INSTALL_TIMEOUT = 900
 
 JOB = """
-import os, signal, sys
+import os, signal, sys, time
 import torch
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
@@ -68,6 +73,10 @@ def gather(group):
 
 def main(mode):
     print(f"fn runs as rank {hp.get_rank()} of {hp.get_world_size()}", flush=True)
+    if mode == "hold":  # rank 0 waits in a gather for the others, which sleep
+        print(f"READY {os.environ['MASTER_PORT']}", flush=True)
+        if hp.get_rank() != 0:
+            time.sleep(60)
     first = gather(hp.world_group())
     if hp.get_rank() == 1 and mode == "raise":
         raise ValueError("rank 1 gives up")
@@ -175,19 +184,28 @@ def test_runner_stops_every_rank_when_one_fails(job: Path, mode: str, why: str) 
 
 
 def test_runner_on_two_hosts(job: Path) -> None:
-    """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback)."""
+    """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback).
+
+    Every host needs the same HCCL_PY_SECRET: without one the runner refuses to start, and a
+    runner with another secret is refused by node 0's store (it belongs to another run).
+    """
     port = str(free_port())
     base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
     tail = ["--master-port", port, str(job), "ok"]
-    node1 = start([*base, "--node-rank", "1", *tail])
+    unkeyed = launch([*base, "--node-rank", "1", *tail])
+    assert unkeyed.returncode == 2 and "needs HCCL_PY_SECRET" in unkeyed.stderr, unkeyed.stderr
+    node0 = start([*base, "--node-rank", "0", *tail], HCCL_PY_SECRET="two-hosts")
     try:
-        node0 = launch([*base, "--node-rank", "0", *tail])
-        out1 = node1.communicate(timeout=JOB_TIMEOUT)[0]
+        stranger = launch([*base, "--node-rank", "1", *tail], HCCL_PY_SECRET="another run")
+        assert stranger.returncode == 2, stranger.stderr
+        assert f"the store at 127.0.0.1:{port} belongs to another run" in stranger.stderr
+        node1 = launch([*base, "--node-rank", "1", *tail], HCCL_PY_SECRET="two-hosts")
+        out0 = node0.communicate(timeout=JOB_TIMEOUT)[0]
     finally:
-        node1.kill()
-    assert (node0.returncode, node1.returncode) == (0, 0), node0.stderr + out1
-    assert f"[rank 0] {expected_result(2)}" in node0.stdout.splitlines()
-    assert f"[rank 1] {expected_result(2)}" in out1.splitlines()
+        node0.kill()
+    assert (node0.returncode, node1.returncode) == (0, 0), out0 + node1.stderr
+    assert f"[rank 0] {expected_result(2)}" in out0.splitlines()
+    assert f"[rank 1] {expected_result(2)}" in node1.stdout.splitlines()
 
 
 # ------------------------------------------------------------------ torchrun
@@ -345,3 +363,162 @@ def test_broken_torch_npu_is_explained_and_launchers_fall_back_to_gloo(
     monkeypatch.delenv(runtime.BACKEND_ENV, raising=False)
     with pytest.warns(UserWarning, match="falling back to backend 'gloo'"):
         assert runtime.default_backend() == "gloo"
+
+
+# ------------------------------------------------------------------ store security (issue 23)
+class _Pwn:
+    """Unpickling this creates ``path``: proof that a process loaded the forged value."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple:
+        return (open, (self.path, "w"))
+
+
+def _wait_for_line(proc: subprocess.Popen, pattern: str) -> tuple[re.Match, list[str]]:
+    """Read ``proc``'s output until a line matches ``pattern``; the match and the lines read."""
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        found = re.search(pattern, line)
+        if found:
+            return found, seen
+    raise AssertionError(f"the job ended before printing {pattern!r}:\n{''.join(seen)}")
+
+
+def _listen_addresses(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp shows them) of the sockets listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if os.path.exists(table):
+            for line in Path(table).read_text().splitlines()[1:]:
+                address, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(address.rsplit(":", 1)[1], 16) == port:
+                    found.add(address.rsplit(":", 1)[0])
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads /proc/net/tcp")
+@pytest.mark.parametrize(
+    "scope, key", [("", kv.ABORT), ("run0/", "desc/hccl_world_group/0/1")], ids=["abort", "desc"]
+)
+def test_forged_pickles_in_the_store_are_refused(
+    job: Path, tmp_path: Path, scope: str, key: str
+) -> None:
+    """A process that reaches the runner's store writes a crafted pickle where ranks read.
+
+    The store listens on loopback only; no rank and no runner loads the pickle
+    (it would create a file), and the run fails naming the key and the value.
+    """
+    marker = tmp_path / "pwned"
+    forged = pickle.dumps(_Pwn(marker))
+    runner = start(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
+        + [str(job), "hold"]
+    )
+    try:
+        port = int(_wait_for_line(runner, r"\[rank 0\] READY (\d+)")[0][1])
+        assert _listen_addresses(port) == {"0100007F"}, "the store listens on 127.0.0.1 only"
+        client = kv.scoped(kv.connect("127.0.0.1", port, is_master=False, timeout=30.0), kv.PREFIX)
+        (kv.scoped(client, scope) if scope else client).set(key, forged)
+        out = runner.communicate(timeout=JOB_TIMEOUT)[0]
+    finally:
+        runner.kill()
+    assert not marker.exists(), "a process unpickled the forged value"
+    assert runner.returncode != 0
+    summary = [line for line in out.splitlines() if line.startswith("hccl_py: ")]
+    refusal = f"refused the value of store key {key!r}"
+    assert any(
+        "first failure: rank" in line
+        and "ForgedValueError: " in line
+        and refusal in line
+        and repr(forged[:80]) in line
+        for line in summary
+    ), out
+
+
+def test_runner_names_what_holds_its_port(job: Path) -> None:
+    """--master-port in use: a clear error naming the port and its holder, no traceback."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = launch(
+            [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
+            + ["--master-port", str(port), str(job), "ok"]
+        )
+    assert out.returncode == 2, out.stderr
+    assert f"cannot host the rendezvous store on 127.0.0.1:{port}: Address already in use" in (
+        out.stderr
+    )
+    assert f"port {port} is held by pid {os.getpid()}" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("holder", ["another run's store", "a silent listener"])
+def test_plain_ranks_never_join_what_holds_master_port(
+    job: Path, holder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks started from RANK/MASTER_* while MASTER_PORT is taken: every rank fails, clearly.
+
+    Rank 0 cannot host the store and says who holds the port; rank 1 refuses
+    another run's store (signed with another secret) or a listener that is no store.
+    """
+    if holder == "a silent listener":
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port, keep = sock.getsockname()[1], sock
+        refusal = "does not answer: something accepts connections there but is not a store"
+    else:
+        monkeypatch.setenv(sealed.SECRET_ENV, "another run's secret")
+        keep, port = kv.host_store("127.0.0.1", 0, timeout=60.0)
+        kv.mark_run(kv.scoped(keep, kv.PREFIX), 2)
+        refusal = "belongs to another run"
+    common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    ranks = [start([sys.executable, str(job), "ok"], RANK=str(r), **common) for r in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+        del keep
+    assert all(p.returncode != 0 for p in ranks), outputs
+    assert f"cannot host the rendezvous store on 127.0.0.1:{port}" in outputs[0], outputs[0]
+    assert f"held by pid {os.getpid()}" in outputs[0]
+    assert f"the rendezvous store at 127.0.0.1:{port} {refusal}" in outputs[1] or (
+        f"the store at 127.0.0.1:{port} {refusal}" in outputs[1]
+    ), outputs[1]
+
+
+def test_sigterm_stops_every_rank_and_says_so(job: Path) -> None:
+    runner = start(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
+        + [str(job), "hold"]
+    )
+    try:
+        _, seen = _wait_for_line(runner, r"\[rank 1\] READY")
+        runner.send_signal(signal.SIGTERM)
+        out = "".join(seen) + runner.communicate(timeout=JOB_TIMEOUT)[0]
+    finally:
+        runner.kill()
+    assert runner.returncode == 128 + signal.SIGTERM, out
+    assert "hccl_py: received SIGTERM; stopping every rank" in out
+    stopped = re.search(r"hccl_py: stopped: (.*)", out)
+    assert stopped and all(f"rank {r} (pid " in stopped[1] for r in (0, 1)), out
+
+
+def test_runner_summary_quotes_a_silent_rank_error(job: Path) -> None:
+    """Every rank fails before joining (a bad HCCL_BUFFSIZE): the summary says why, not just "code 1"."""
+    out = launch(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(job), "ok"],
+        HCCL_BUFFSIZE="lots",
+    )
+    assert out.returncode != 0
+    summary = "\n".join(line for line in out.stderr.splitlines() if line.startswith("hccl_py: "))
+    assert "first failure: rank" in summary, out.stderr
+    assert "HCCL_BUFFSIZE must be a whole number of MB" in summary.split("first failure:")[1]
+    assert "exit codes: rank 0 exited with code 1 (its last output: ValueError: HCCL_BUFFSIZE" in (
+        summary
+    )

@@ -211,3 +211,7 @@ class WorldError(HcclError):
     def root_causes(self) -> dict[int, BaseException]:
         """The failures that were not caused by another rank's failure."""
         return {r: e for r, e in self.failures.items() if not isinstance(e, HcclPeerError)}
+
+
+class ForgedValueError(HcclError):
+    """A value in the store that this run did not write, or cannot prove it wrote: never loaded."""

@@ -144,7 +144,7 @@ def exit_text(code: int) -> str:
 def process_state(where: str) -> str:
     """State of the process ``host|pid``: "alive", "zombie" (ended, not reaped), "gone" or "remote"."""
     host, _, pid = where.partition("|")
-    if host != socket.gethostname():
+    if host != socket.gethostname() or not pid.isdigit():
         return "remote"
     try:
         os.kill(int(pid), 0)
@@ -178,7 +178,9 @@ class Peers:
     def gone(self, rank: int) -> str | None:
         """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
         where = kv.pid_key(rank)
-        if self.store.check([where]) and process_gone(self.store.get(where).decode()):
+        if self.store.check([where]) and process_gone(
+            self.store.get(where).decode(errors="replace")
+        ):
             return "exited (killed or crashed)"
         now = time.monotonic()
         beat = int(self.store.add(kv.heartbeat_key(rank), 0))

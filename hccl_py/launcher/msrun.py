@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from . import exchange
 from . import store as kv
 from .liveness import Peers, process_state
 from .spec import RankSpec
@@ -18,12 +19,14 @@ def serve_scheduler(spec: RankSpec) -> int:
     Returns the exit code the scheduler process should end with (1 when a
     worker failed or died, so that msrun reports the job as failed).
     """
-    host = kv.connect("0.0.0.0", spec.port, is_master=True, timeout=60.0)
+    address = kv.listen_address(spec.host)
+    host, _ = kv.host_store(address, spec.port, timeout=60.0)
     store = kv.scoped(host, kv.PREFIX)
     n = spec.world_size
+    kv.mark_run(store, n)
     print(
         f"hccl_py: msrun scheduler hosts the rendezvous store at {spec.host}:{spec.port} "
-        f"for {n} workers",
+        f"(listening on {address}) for {n} workers",
         flush=True,
     )
     peers = Peers(store)
@@ -48,7 +51,9 @@ def serve_scheduler(spec: RankSpec) -> int:
     if silent:
         # msrun reaps the worker whose failure it noticed, then kills the others with
         # SIGKILL and never reaps them: the reaped ones ended first.
-        states = {r: process_state(store.get(kv.pid_key(r)).decode()) for r in silent}
+        states = {
+            r: process_state(store.get(kv.pid_key(r)).decode(errors="replace")) for r in silent
+        }
         first = [r for r in silent if states[r] == "gone"] or silent
         later = [r for r in silent if r not in first]
         print(
@@ -58,9 +63,8 @@ def serve_scheduler(spec: RankSpec) -> int:
             flush=True,
         )
     if store.check([kv.ABORT]):
-        _, exc = kv.decode(store.get(kv.ABORT))
         print(
-            f"ERROR: hccl_py: the job failed: rank {exc.hccl_rank}: {type(exc).__name__}: {exc}",
+            f"ERROR: hccl_py: the job failed: {exchange.describe_abort(exchange.read_abort(store))}",
             flush=True,
         )
     return 1 if failed else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ..core import errors
+from . import exchange, sealed
 from . import store as kv
 from .liveness import PARENT_ENV, exit_text
 from .spec import STORE_HOSTED_ENV, LaunchError
@@ -29,13 +31,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def _forward(stream: IO[bytes], out: IO[str], prefix: str, lock: threading.Lock) -> None:
+def _forward(
+    stream: IO[bytes], out: IO[str], prefix: str, lock: threading.Lock, child: Child | None
+) -> None:
+    """Copy ``stream`` line by line to ``out``; remember ``child``'s last line (its error output)."""
     for raw in iter(stream.readline, b""):
         line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        if child is not None and line.strip():
+            child.last_line = line.strip()
         with lock:
             out.write(f"{prefix}{line}\n")
             out.flush()
     stream.close()
+    if child is not None and child.output_done is not None:
+        child.output_done.set()
+
+
+class _Terminated(Exception):  # noqa: N818 - like KeyboardInterrupt
+    """The runner received SIGTERM."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
 
 
 @dataclass(frozen=True)
@@ -51,27 +68,47 @@ class RunnerOptions:
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
     platform: str | None = None
+    #: Where node 0's store listens (None: ``HCCL_PY_LISTEN_ADDR``, else ``master_addr``).
+    listen_addr: str | None = None
+
+
+def _open_store(opts: RunnerOptions, world: int) -> tuple[Any, Any, int]:
+    """``(server or None, hccl_py's view of the store, port)``: node 0 hosts it, the others join."""
+    if opts.node_rank == 0:
+        address = opts.listen_addr or kv.listen_address(opts.master_addr)
+        host, port = kv.host_store(address, opts.master_port or 0, timeout=60.0)
+        store = kv.scoped(host, kv.PREFIX)
+        kv.mark_run(store, world)
+        return host, store, port
+    port = int(opts.master_port)
+    store = kv.scoped(kv.join_store(opts.master_addr, port, timeout=300.0), kv.PREFIX)
+    kv.check_run(store, world, f"{opts.master_addr}:{port}")
+    return None, store, port
 
 
 def run_script(opts: RunnerOptions) -> int:
     """Start ``opts.nproc`` processes of the script on this host; return the job's exit code.
 
-    Node 0 hosts the store at ``master_addr:master_port``; every rank's output
-    is forwarded line by line with a ``[rank k]`` prefix. When a rank fails the
-    others get :data:`GRACE_S` seconds to stop, then they are killed.
+    Node 0 hosts the store on ``listen_addr`` (the ranks reach it at
+    ``master_addr:master_port``); every rank's output is forwarded line by line
+    with a ``[rank k]`` prefix. When a rank fails the others get :data:`GRACE_S`
+    seconds to stop, then they are killed; SIGTERM or Ctrl-C stops them at once.
     """
     if opts.nnodes > 1 and opts.master_port is None:
         raise LaunchError("--master-port is required with --nnodes > 1")
+    if opts.nnodes > 1 and not os.environ.get(sealed.SECRET_ENV):
+        raise LaunchError(
+            f"--nnodes > 1 needs {sealed.SECRET_ENV}: set it to the same secret on every host "
+            f"(for example {sealed.SECRET_ENV}=$(python -c 'import secrets; "
+            "print(secrets.token_hex(32))'), shared the way you share ssh keys); it proves to "
+            "each rank that what it reads from the store comes from this run"
+        )
+    sealed.ensure_secret()
     world = opts.nnodes * opts.nproc
-    port = opts.master_port or free_port(opts.master_addr)
-    host = None
-    if opts.node_rank == 0:
-        host = kv.connect("0.0.0.0", port, is_master=True, timeout=60.0)
-    store = kv.scoped(
-        host or kv.connect(opts.master_addr, port, is_master=False, timeout=300.0), kv.PREFIX
-    )
+    host, store, port = _open_store(opts, world)
     lock = threading.Lock()
-    children, readers = [], []
+    children: list[Child] = []
+    readers = []
     base_env = dict(os.environ)
     base_env.update(
         {
@@ -89,6 +126,8 @@ def run_script(opts: RunnerOptions) -> int:
     if opts.platform:
         base_env["HCCL_PY_PLATFORM"] = opts.platform
     say = _sayer(lock)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
         for local in range(opts.nproc):
             rank = opts.node_rank * opts.nproc + local
@@ -102,18 +141,31 @@ def run_script(opts: RunnerOptions) -> int:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
-            children.append(Child(rank, proc))
-            for stream, out in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr)):
+            child = Child(rank, proc)
+            child.output_done = threading.Event()
+            children.append(child)
+            streams = ((proc.stdout, sys.stdout, None), (proc.stderr, sys.stderr, child))
+            for stream, out, tail in streams:
                 reader = threading.Thread(
-                    target=_forward, args=(stream, out, f"[rank {rank}] ", lock), daemon=True
+                    target=_forward,
+                    args=(stream, out, f"[rank {rank}] ", lock, tail),
+                    daemon=True,
                 )
                 reader.start()
                 readers.append(reader)
         codes = supervise(children, store, say)
-    except KeyboardInterrupt:
-        say("interrupted; stopping every rank")
+    except (KeyboardInterrupt, _Terminated) as exc:
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "received SIGTERM"
+        say(f"{why}; stopping every rank")
         stop(children)
-        return 130
+        ended = ", ".join(
+            f"rank {c.rank} (pid {c.proc.pid}) {exit_text(c.poll())}" for c in children
+        )
+        say(f"stopped: {ended or 'no rank had started'}")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
     for reader in readers:
         reader.join(timeout=5.0)
     failed = {rank: code for rank, code in sorted(codes.items()) if code != 0}
@@ -123,10 +175,13 @@ def run_script(opts: RunnerOptions) -> int:
         return 0
     head = f"{len(failed)} of {len(children)} ranks failed"
     if has_key(store, kv.ABORT):
-        _, cause = kv.decode(store.get(kv.ABORT))
-        head += f"; first failure: rank {cause.hccl_rank}: {type(cause).__name__}: {cause}"
+        head += f"; first failure: {exchange.describe_abort(exchange.read_abort(store))}"
     say(head)
-    say("exit codes: " + ", ".join(f"rank {r} {exit_text(c)}" for r, c in failed.items()))
+    ended = {c.rank: c for c in children}
+    say(
+        "exit codes: "
+        + ", ".join(f"rank {r} {ended[r].how_it_ended(c)}" for r, c in failed.items())
+    )
     code = next(iter(failed.values()))
     return code if code > 0 else 1
 

@@ -11,8 +11,8 @@ from typing import Any
 from ..backends.dist.session import spawned_rank
 from ..core import errors
 from ..core.config import Config
+from . import sealed, wire
 from . import store as kv
-from . import wire
 from .liveness import PARENT_ENV, STACKS_ENV
 from .script_checks import unguarded_call
 from .spec import RankSpec
@@ -71,6 +71,7 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
+        sealed.ensure_secret()  # before env: the children get it, and this process reads with it
         env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp}
         children = []
         for rank in range(n):

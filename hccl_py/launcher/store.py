@@ -5,30 +5,46 @@ Every process of a world connects to one ``torch.distributed.TCPStore``
 ``hp.run`` starts itself, opens one ``FileStore``. Besides torch.distributed's own rendezvous it carries hccl_py's keys,
 all under the prefix ``hccl_py/``:
 
-- ``abort``: the first failure of any rank; every process stops when it appears.
+- ``abort``: the first failure of any rank (plain data); every process stops when it appears.
+- ``run_mark``: which run the store serves, signed with the run's secret (:func:`mark_run`).
 - ``hb/<rank>``, ``pid/<rank>``, ``left/<rank>``, ``failed/<rank>``: liveness of each
   rank's process, and whether it reported a failure.
 - ``rank_counter``: ranks handed out to processes that were started without one.
 - ``run<i>/result/<rank>``: the outcome (value or exception) of ``hp.run`` call ``i``.
 - ``run<i>/read/<rank>``: rank has collected every outcome of run ``i``.
-- ``run<i>/desc/<domain>/<seq>/<rank>``: task descriptors compared in strict mode.
+- ``run<i>/desc/<domain>/<seq>/<rank>``: task descriptors compared in strict mode (plain data).
+
+Values read back are framed and, with the run's secret, signed (:mod:`.sealed`):
+nothing from the store is unpickled unless its signature proves this run wrote it.
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
+import os
+import socket
+import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.distributed as dist
 
 from ..core.errors import HcclTimeoutError
-from . import wire
+from ..launcher.ports import port_holder
+from ..launcher.spec import LaunchError
+from . import sealed
 
 PREFIX = "hccl_py/"
 ABORT = "abort"
+#: The store host's mark: which run the store serves (:func:`mark_run`).
+RUN_MARK = "run_mark"
+#: Address a store that hccl_py hosts listens on (default: the address the ranks connect to).
+LISTEN_ENV = "HCCL_PY_LISTEN_ADDR"
+#: Seconds a store must answer in once it accepts connections, and a run mark may take to appear.
+ANSWER_S = 5.0
+RUN_MARK_WAIT_S = 10.0
 RANK_COUNTER = "rank_counter"
 #: Polling interval of :func:`wait_keys`: starts short (peers usually publish within a
 #: fraction of a millisecond, and each check is a round trip to the store anyway), grows by
@@ -76,7 +92,11 @@ def seconds(value: float) -> datetime.timedelta:
 def connect(
     host: str, port: int, *, is_master: bool, timeout: float, world_size: int | None = None
 ) -> dist.Store:
-    """A TCPStore client (or server, with ``is_master``) at ``host:port``; clients retry until ``timeout``."""
+    """A TCPStore client (or server, with ``is_master``) at ``host:port``; clients retry until ``timeout``.
+
+    A server made here listens on every interface: hccl_py's own stores come
+    from :func:`host_store`; this is for the stores of other launchers.
+    """
     return dist.TCPStore(
         host,
         int(port),
@@ -85,6 +105,128 @@ def connect(
         timeout=seconds(timeout),
         wait_for_workers=False,
     )
+
+
+def listen_address(default: str) -> str:
+    """Where a store this process hosts listens: :data:`LISTEN_ENV`, else ``default``."""
+    return os.environ.get(LISTEN_ENV) or default
+
+
+def host_store(address: str, port: int, timeout: float) -> tuple[dist.Store, int]:
+    """The store's server, listening on ``address:port`` only (port 0: a free one); and its port.
+
+    torch's TCPStore listens on every interface whatever host name it is
+    given, so the socket is bound here and handed over. A port in use raises
+    :class:`StoreJoinError` naming what holds it.
+    """
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[
+            0
+        ]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise StoreJoinError(
+            f"cannot host the rendezvous store on {address}:{port}: {exc}"
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(where)
+        sock.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        sock.close()
+        held = (
+            f"; port {port} is held by {port_holder(port)}" if exc.errno == errno.EADDRINUSE else ""
+        )
+        raise StoreJoinError(
+            f"cannot host the rendezvous store on {address}:{port}: {exc.strerror}{held}. "
+            "Choose another port (MASTER_PORT, --master-port, msrun's --master_port) or stop "
+            "that process"
+        ) from None
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        address,
+        port,
+        None,
+        True,
+        timeout=seconds(timeout),
+        wait_for_workers=False,
+        master_listen_fd=sock.detach(),
+    )
+    return store, port
+
+
+def _accepts(address: str, port: int) -> bool:
+    """Whether something accepts TCP connections at ``address:port`` now."""
+    try:
+        socket.create_connection((address, port), timeout=ANSWER_S).close()
+    except OSError:
+        return False
+    return True
+
+
+def join_store(address: str, port: int, timeout: float) -> dist.Store:
+    """A client of the store at ``address:port``, waiting up to ``timeout`` for it to listen.
+
+    torch's client waits forever for an answer from whatever accepts the
+    connection; a listener that does not answer as a store within
+    :data:`ANSWER_S` (twice in a row) raises :class:`StoreJoinError` naming
+    what holds the port.
+    """
+    made: list[Any] = []
+
+    def make() -> None:
+        try:
+            made.append(connect(address, port, is_master=False, timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting thread
+            made.append(exc)
+
+    thread = threading.Thread(target=make, name="hccl_py-store-join", daemon=True)
+    thread.start()
+    silent = 0
+    while True:
+        thread.join(ANSWER_S)
+        if not thread.is_alive():
+            break
+        silent = silent + 1 if _accepts(address, port) else 0
+        if silent >= 2:
+            raise StoreJoinError(
+                f"the rendezvous store at {address}:{port} does not answer: something accepts "
+                f"connections there but is not a store (on this host, port {port} is held by "
+                f"{port_holder(port)}). Choose another port or stop that process"
+            )
+    if isinstance(made[0], Exception):
+        raise StoreJoinError(
+            f"cannot join the rendezvous store at {address}:{port}: {made[0]}"
+        ) from made[0]
+    return made[0]
+
+
+def mark_run(store: dist.Store, world_size: int) -> None:
+    """The host's mark on its store: which run it serves (signed with the run's secret)."""
+    store.set(RUN_MARK, sealed.dump_json(RUN_MARK, {"world_size": world_size}))
+
+
+def check_run(store: dist.Store, world_size: int, where: str) -> None:
+    """Refuse the store at ``where`` unless its host marked it for this run (:func:`mark_run`)."""
+    deadline = time.monotonic() + RUN_MARK_WAIT_S
+    while not store.check([RUN_MARK]):
+        if time.monotonic() > deadline:
+            raise StoreJoinError(
+                f"the store at {where} is not this run's: it has no hccl_py run mark after "
+                f"{RUN_MARK_WAIT_S:g} s (another program's store holds the port)"
+            )
+        time.sleep(0.05)
+    try:
+        mark = sealed.load_json(RUN_MARK, store.get(RUN_MARK))
+    except sealed.ForgedValueError as exc:
+        raise StoreJoinError(
+            f"the store at {where} belongs to another run, which holds the port: {exc.reason}"
+        ) from None
+    if mark != {"world_size": world_size}:
+        raise StoreJoinError(
+            f"the store at {where} belongs to another run, which holds the port (its mark: "
+            f"{mark}; this run has {world_size} ranks)"
+        )
 
 
 def file_store(path: str) -> dist.Store:
@@ -101,43 +243,17 @@ class RemoteError(RuntimeError):
     """A failure of another process whose exception could not be transferred as itself."""
 
 
-def report_abort(store: dist.Store, raw: bytes) -> bool:
-    """Publish a failure (:func:`encode_failure`) as the job's abort reason; the first one wins."""
-    if store.add("abort_votes", 1) != 1:
-        return False
-    store.set(ABORT, raw)
-    return True
+class StoreJoinError(LaunchError):
+    """This process cannot host or join its run's store: the port is taken, or by another run."""
 
 
-def encode_failure(exc: BaseException, rank: int) -> bytes:
-    """Pickle a rank's exception (with its traceback text) for other processes."""
-    exc.hccl_rank = rank
-    if not hasattr(exc, "hccl_traceback"):
-        exc.hccl_traceback = "".join(traceback.format_exception(exc))
+def read_int(store: dist.Store, key: str) -> int:
+    """The integer text at ``key``; :class:`~.sealed.ForgedValueError` when it is not one."""
+    raw = store.get(key)
     try:
-        return wire.dumps(("err", exc))
-    except Exception:  # noqa: BLE001 - any pickling failure falls back to text
-        stand_in = RemoteError(f"{type(exc).__name__}: {exc}")
-        stand_in.hccl_rank = rank
-        stand_in.hccl_traceback = exc.hccl_traceback
-        return wire.dumps(("err", stand_in))
-
-
-def encode_result(value: Any, rank: int) -> bytes:
-    """Pickle a rank's return value; an unpicklable one becomes that rank's failure."""
-    try:
-        return wire.dumps(("ok", value))
-    except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
-        error = TypeError(
-            f"the return value of rank {rank} ({type(value).__name__}) cannot be sent to the "
-            f"other processes: {exc}; return picklable values from the function given to hp.run"
-        )
-        return encode_failure(error, rank)
-
-
-def decode(raw: bytes) -> tuple[str, Any]:
-    """``("ok", value)`` or ``("err", exception)`` from :func:`encode_result` / :func:`encode_failure`."""
-    return wire.loads(raw)
+        return int(raw)
+    except ValueError:
+        raise sealed.refused(key, raw, "hccl_py writes a number there") from None
 
 
 def get_all(store: dist.Store, keys: Sequence[str]) -> list[bytes]:

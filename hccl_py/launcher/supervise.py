@@ -6,15 +6,19 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import exchange, sealed
 from . import store as kv
 from .liveness import GRACE_S, ask_stack, exit_text, rank_died
 
 #: Seconds a killed process gets between SIGTERM and SIGKILL.
 KILL_WAIT_S = 2.0
+#: Seconds to wait for the rest of a dead rank's error output before quoting its last line.
+OUTPUT_WAIT_S = 5.0
 
 
 class Child:
@@ -25,6 +29,17 @@ class Child:
         self.proc = proc
         #: Why the supervisor stopped it (and where it was), if it did.
         self.stopped: str | None = None
+        #: Its last non-blank line of error output, and set once that output ended (when the
+        #: supervisor reads its output: hccl_py's runner).
+        self.last_line = ""
+        self.output_done: threading.Event | None = None
+
+    def how_it_ended(self, code: int) -> str:
+        """``exited with code 1``, with the last line of its error output when there is one."""
+        if self.output_done is not None:
+            self.output_done.wait(OUTPUT_WAIT_S)
+        said = f" (its last output: {self.last_line})" if self.last_line else ""
+        return exit_text(code) + said
 
     def poll(self) -> int | None:
         if isinstance(self.proc, subprocess.Popen):
@@ -75,9 +90,9 @@ def supervise(
                     failed_at = time.monotonic()
                     say(f"rank {child.rank} {exit_text(code)}; stopping the other ranks")
                     if not has_key(store, kv.failed_key(child.rank)):  # it died silently
-                        died = rank_died(child.rank, exit_text(code))
+                        died = rank_died(child.rank, child.how_it_ended(code))
                         with contextlib.suppress(RuntimeError):
-                            kv.report_abort(store, kv.encode_failure(died, child.rank))
+                            exchange.report_abort(store, died, child.rank)
             if failed_at is None and has_key(store, kv.ABORT):
                 failed_at = time.monotonic()
             running = [c for c in children if c.rank not in codes]
@@ -142,11 +157,16 @@ def outcome_of(
 ) -> tuple[str, Any]:
     """A rank's reported outcome, or a :class:`RankDiedError` saying why there is none.
 
+    A forged outcome becomes the rank's :class:`~..backends.sealed.ForgedValueError`.
     ``why`` (how the rank ended, if known) defaults to a text from its exit code.
     """
     key = kv.result_key(run, rank)
     if store.check([key]):
-        return kv.decode(store.get(key))
+        try:
+            return exchange.decode(key, store.get(key))
+        except sealed.ForgedValueError as exc:  # the rank's outcome is unknown: say why
+            exc.hccl_rank = rank
+            return "err", exc
     if why is None:
         why = "did not finish" if code is None else exit_text(code)
     return "err", rank_died(rank, why)

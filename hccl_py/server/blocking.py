@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
-from ..core.errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
+from ..core.errors import ForgedValueError, HcclDeadlockError, HcclPeerError, HcclTimeoutError
 from ..core.grouping import group_rank_lines
 
 #: Environment variable overriding the default timeout (seconds) of every blocking call.
@@ -163,8 +163,8 @@ class Blocker:
         error = self.error
         if error is None:
             return
-        if isinstance(error, HcclDeadlockError):
-            raise HcclDeadlockError(error.reason)
+        if isinstance(error, (HcclDeadlockError, ForgedValueError)):
+            raise type(error)(error.reason)
         rank = getattr(error, "hccl_rank", None)
         who = f"rank {rank}" if rank is not None else "another thread"
         raise HcclPeerError(f"stopped because {who} failed: {type(error).__name__}: {error}")

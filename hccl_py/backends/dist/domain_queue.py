@@ -12,22 +12,24 @@ through the store; :class:`Absentees` names a peer that will never send one.
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import re
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ...server.agreement import count_mismatch, global_rank, mismatch
-from ...kernel.context import Group
+from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
 from ...core.gm import NULL
-from ...server.ordering import behind, dependency_state
 from ...core.task import Task
+from ...kernel.context import Group
+from ...launcher import sealed
+from ...launcher import store as kv
+from ...server.agreement import count_mismatch, global_rank, mismatch
+from ...server.ordering import behind, dependency_state
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
-from ...launcher import store as kv
 
 if TYPE_CHECKING:
     from .server import DistServer
@@ -39,8 +41,76 @@ PEER_REPORT_S = 0.2
 
 
 def stub(task: Task) -> Task:
-    """A picklable copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
+    """A copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
     return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
+
+
+def _exact(kind: type) -> Callable[[Any], Any]:
+    def read(value: Any) -> Any:
+        if type(value) is not kind:
+            raise ValueError(f"{value!r} is not a {kind.__name__}")
+        return value
+
+    return read
+
+
+def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else read(value)
+
+
+def _counts(value: Any) -> tuple[int, ...]:
+    if type(value) is not list or not all(type(v) is int for v in value):
+        raise ValueError(f"{str(value)[:60]} is not a list of int")
+    return tuple(value)
+
+
+#: The fields of a task descriptor, and how each is read back from plain data.
+_DESCRIPTOR = {
+    "op": lambda v: HcclCMDType(_exact(int)(v)),
+    "rank": _exact(int),
+    "rank_dim": _exact(int),
+    "handle": _exact(int),
+    "seq": _exact(int),
+    "dtype": lambda v: HcclDataType(_exact(int)(v)),
+    "count": _exact(int),
+    "reduce_op": _optional(lambda v: HcclReduceOp(_exact(int)(v))),
+    "stride": _exact(int),
+    "repeat": _exact(int),
+    "send_counts": _optional(_counts),
+    "sdispls": _optional(_counts),
+    "recv_counts": _optional(_counts),
+    "rdispls": _optional(_counts),
+    "skip_local": _exact(bool),
+    "launch": _exact(int),
+    "caller": _optional(_exact(str)),
+    "one_sided_before": _exact(int),
+}
+
+
+def encode_descriptor(task: Task, key: str) -> bytes:
+    """``task``'s descriptor as plain data for store key ``key`` (what the ranks compare)."""
+    data = {}
+    for name in _DESCRIPTOR:
+        value = getattr(task, name)
+        data[name] = list(value) if isinstance(value, tuple) else value
+    return sealed.dump_json(key, data)
+
+
+def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
+    """The task that domain rank ``index`` described at ``key``, in ``like``'s domain.
+
+    Raises :class:`~.sealed.ForgedValueError` for anything but a descriptor of that rank.
+    """
+    data = sealed.load_json(key, raw)
+    try:
+        if type(data) is not dict or set(data) != set(_DESCRIPTOR):
+            raise ValueError("its fields are not a task descriptor's")
+        fields = {name: read(data[name]) for name, read in _DESCRIPTOR.items()}
+        if fields["rank"] != index:
+            raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
+    except ValueError as exc:
+        raise sealed.refused(key, raw, f"it is not a task descriptor: {exc}") from None
+    return dataclasses.replace(stub(like), **fields)
 
 
 class DomainQueue:
@@ -60,6 +130,8 @@ class DomainQueue:
         self.error: HcclError | None = None
         self.failed_seq: int | None = None
         self.stopping = False
+        #: The task whose descriptors this queue's thread is comparing, if any.
+        self.comparing: Task | None = None
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
@@ -118,7 +190,11 @@ class DomainQueue:
         try:
             if r == 0 and self.server.check_tasks:
                 self.running = "comparing task descriptors with the other ranks"
-                self._check(task)
+                self.comparing = task
+                try:
+                    self._check(task)
+                finally:
+                    self.comparing = None
                 self.running = f"running round {r} on the process group"
             started = now_us()
             pg_rounds.run_round(task, r, self.dom)
@@ -185,6 +261,18 @@ class DomainQueue:
             with cond:
                 self.finish(*job, error)
 
+    def undescribed(self) -> list[int]:
+        """Global ranks whose descriptor of the task being compared has not arrived (asks the store)."""
+        task = self.comparing
+        if task is None:
+            return []
+        store = self.server.store
+        return [
+            self.group.ranks[i]
+            for i in range(task.rank_dim)
+            if not store.check([desc_key(task.domain_name, task.seq, i)])
+        ]
+
     def _check(self, task: Task) -> None:
         """Compare this task with the other ranks' tasks at the same position (strict mode)."""
         store = self.server.store
@@ -204,7 +292,10 @@ class DomainQueue:
             absentees.check(keys)
 
         kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        error = mismatch([pickle.loads(raw) for raw in kv.get_all(store, keys)])
+        described = zip(keys, kv.get_all(store, keys), strict=True)
+        error = mismatch(
+            [decode_descriptor(k, raw, task, i) for i, (k, raw) in enumerate(described)]
+        )
         if error is not None:
             raise error
 
@@ -246,7 +337,7 @@ class Absentees:
             if i == task.rank or self.store.check([key]):
                 continue
             final = final_key(task.domain_name, task.launch, i)
-            n_tasks = int(self.store.get(final)) if self.store.check([final]) else None
+            n_tasks = kv.read_int(self.store, final) if self.store.check([final]) else None
             if n_tasks is not None and task.collective_index >= n_tasks:
                 raise count_mismatch(task, i, n_tasks)
             peer = task.domain.ranks[i]

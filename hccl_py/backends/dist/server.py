@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,20 +29,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...server.agreement import error_for, global_rank, wait_head
-from ...server.blocking import Blocker
 from ...core.config import Config
-from ...kernel.context import Group
 from ...core.errors import HcclError, HcclTimeoutError
+from ...core.task import Task
+from ...kernel.context import Group
+from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
 from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import in_place, poison
+from ...server.agreement import error_for, global_rank, wait_head
+from ...server.blocking import Blocker
 from ...server.protocol import Backend, Server
-from ...core.task import Task
-from . import npu, rounds as pg_rounds
-from ...launcher import store as kv
-from .domain_queue import DomainQueue, desc_key, final_key, returned_key, stub
+from . import npu
+from . import rounds as pg_rounds
+from .domain_queue import DomainQueue, desc_key, encode_descriptor, final_key, returned_key
 from .session import Session, session_for
 from .shm_windows import SharedWindows
 
@@ -177,7 +177,8 @@ class DistServer(Server):
                 op=task.label,
             )
         if self.check_tasks:
-            self._set(desc_key(task.domain_name, task.seq, task.rank), pickle.dumps(stub(task)))
+            key = desc_key(task.domain_name, task.seq, task.rank)
+            self._set(key, encode_descriptor(task, key))
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
@@ -288,6 +289,13 @@ class DistServer(Server):
             return (
                 f"the domain runs its tasks in Prepare order and round {queue.round} of task "
                 f"#{queue.seq} ({what}) comes first: {state}"
+            )
+        absent = queue.undescribed() if queue.running else []
+        if absent:
+            return (
+                f"comparing task descriptors of task #{queue.seq}: ranks {absent} have not "
+                "prepared it (their descriptor never arrived: they prepared fewer tasks, or are "
+                "slow or stuck elsewhere)"
             )
         if queue.running:
             peers = [x for x in queue.group.ranks if x != global_rank(task)]

@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from ...launcher import wire
-from ...server.blocking import Blocker
 from ...core.config import Config
+from ...core.errors import ForgedValueError, HcclPeerError, WorldError
 from ...kernel.context import RankContext, set_rank_context
-from ...core.errors import HcclPeerError, WorldError
+from ...launcher import exchange, wire
+from ...launcher import store as kv
 from ...launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, dump_stacks_on_request, watch_parent
 from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
+from ...server.blocking import Blocker
 from .. import get_backend
-from ...launcher import store as kv
 
 if TYPE_CHECKING:
     from .server import DistBackend
@@ -53,13 +53,13 @@ class Session:
         self.spec = spec
         self.backend = backend
         self.timeout = max(timeout, JOIN_TIMEOUT_S)
-        self._base = (
-            kv.file_store(spec.store_path)
-            if spec.store_path
-            else kv.connect(spec.host, spec.port, is_master=spec.host_store, timeout=self.timeout)
-        )
+        self._base = _open_store(spec, self.timeout)
         #: hccl_py's keys; one connection, shared by every thread of the process.
         self.store = kv.scoped(self._base, kv.PREFIX)
+        if spec.host_store:
+            kv.mark_run(self.store, spec.world_size)
+        elif not spec.store_path and spec.launcher != "torchrun":
+            kv.check_run(self.store, spec.world_size, f"{spec.host}:{spec.port}")
         self.rank = (
             spec.rank if spec.rank is not None else int(self.store.add(kv.RANK_COUNTER, 1)) - 1
         )
@@ -103,12 +103,14 @@ class Session:
         deadline = time.monotonic() + (wait or 0.0)
         while wait is not None and self.abort is None:
             if self.store.check([kv.ABORT]):
-                self._aborted(kv.decode(self.store.get(kv.ABORT))[1])
+                self._aborted(exchange.read_abort(self.store))
             elif time.monotonic() >= deadline:
                 break
             else:
                 time.sleep(0.02)
         exc = self.abort
+        if isinstance(exc, ForgedValueError):
+            raise ForgedValueError(exc.reason, rank=self.rank)
         if exc is not None and getattr(exc, "hccl_rank", None) != self.rank:
             raise HcclPeerError(
                 f"stopped because rank {exc.hccl_rank} failed: {type(exc).__name__}: {exc}",
@@ -128,7 +130,7 @@ class Session:
             try:
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):
-                    self._aborted(kv.decode(self.store.get(kv.ABORT))[1])
+                    self._aborted(exchange.read_abort(self.store))
             except Exception:  # noqa: BLE001 - the store's host went away; the launcher acts
                 continue
 
@@ -158,6 +160,7 @@ class Session:
             thread_init=self.thread_init,
         )
         ok = False
+        key = kv.result_key(run, self.rank)
         blocker.enter(1)
         self.blocker = blocker
         if self.abort is not None:
@@ -165,23 +168,23 @@ class Session:
         set_rank_context(ctx)
         try:
             server.start(ctx.world_group)
-            outcome = kv.encode_result(fn(*args), self.rank)
+            outcome = exchange.encode_result(fn(*args), self.rank, key)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
             exc.hccl_traceback = traceback.format_exc()
-            outcome = kv.encode_failure(exc, self.rank)
+            outcome = exchange.encode_failure(exc, self.rank, key)
             self.store.set(kv.failed_key(self.rank), b"1")
             if not isinstance(exc, HcclPeerError):
-                kv.report_abort(self.store, outcome)
+                exchange.report_abort(self.store, exc, self.rank)
         finally:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
             server.rank_returned(self.rank)
         server.close()
-        self.store.set(kv.result_key(run, self.rank), outcome)
+        self.store.set(key, outcome)
         if not gather:
-            return ok and kv.decode(outcome)[0] == "ok"
+            return ok and exchange.decode(key, outcome)[0] == "ok"
         try:
             return self._collect(run)
         finally:
@@ -233,6 +236,17 @@ class Session:
         if self._owns_pg and dist.is_initialized():
             with contextlib.suppress(Exception):  # nothing left to do at exit
                 dist.destroy_process_group()
+
+
+def _open_store(spec: RankSpec, timeout: float) -> Any:
+    """The store of ``spec``'s world: a file, hosted here (on one address), or joined."""
+    if spec.store_path:
+        return kv.file_store(spec.store_path)
+    if spec.host_store:
+        return kv.host_store(kv.listen_address(spec.host), spec.port, timeout)[0]
+    if spec.launcher == "torchrun":  # torchrun's own store: not ours to check
+        return kv.connect(spec.host, spec.port, is_master=False, timeout=timeout)
+    return kv.join_store(spec.host, spec.port, timeout)
 
 
 class _Liveness:

@@ -1,0 +1,187 @@
+"""What the ranks exchange through the store: outcomes of ``hp.run`` and the abort reason.
+
+The abort reason is always plain data (:func:`failure_record`). Outcomes are
+pickled and signed when the run has a secret (:mod:`.sealed`), and plain data
+otherwise: the return value, its HcclWarnings and trace, or the exception as
+a stand-in of the same type name.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from typing import Any
+
+import torch.distributed as dist
+
+from ..core.errors import HcclWarning
+from ..launcher.liveness import RankDiedError
+from ..outcome import RankOutcome
+from . import sealed
+from . import store as kv
+
+
+@functools.cache
+def remote_class(name: str) -> type[kv.RemoteError]:
+    """A :class:`~.store.RemoteError` class named ``name``: another process's exception type, rebuilt."""
+    return type(name, (kv.RemoteError,), {"__module__": __name__})
+
+
+def failure_record(exc: BaseException, rank: int) -> dict[str, Any]:
+    """A rank's exception as plain data (type name, message, traceback text, how a process died)."""
+    exc.hccl_rank = rank
+    if not hasattr(exc, "hccl_traceback"):
+        exc.hccl_traceback = "".join(traceback.format_exception(exc))
+    return {
+        "rank": rank,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": exc.hccl_traceback,
+        "how": getattr(exc, "how", None) if isinstance(exc, RankDiedError) else None,
+    }
+
+
+def failure_from(record: Any) -> BaseException:
+    """The exception :func:`failure_record` described (a stand-in of the same type name)."""
+    fields = {"rank": int, "type": str, "message": str, "traceback": str, "how": (str, type(None))}
+    if type(record) is not dict or set(record) != set(fields):
+        raise ValueError(f"not a failure record: {str(record)[:80]}")
+    if not all(isinstance(record[k], kind) for k, kind in fields.items()):
+        raise ValueError(f"a failure record with fields of the wrong types: {str(record)[:80]}")
+    if record["how"] is not None:
+        exc: BaseException = RankDiedError(record["message"])
+        exc.how = record["how"]
+    else:
+        exc = remote_class(record["type"])(record["message"])
+    exc.hccl_rank = record["rank"]
+    exc.hccl_traceback = record["traceback"]
+    return exc
+
+
+def report_abort(store: dist.Store, exc: BaseException, rank: int) -> bool:
+    """Publish ``rank``'s failure ``exc`` as the job's abort reason (plain data); the first one wins."""
+    if store.add("abort_votes", 1) != 1:
+        return False
+    store.set(kv.ABORT, sealed.dump_json(kv.ABORT, failure_record(exc, rank)))
+    return True
+
+
+def read_abort(store: dist.Store) -> BaseException:
+    """The job's abort reason, or the :class:`~.sealed.ForgedValueError` that refused it."""
+    raw = store.get(kv.ABORT)
+    try:
+        return failure_from(sealed.load_json(kv.ABORT, raw))
+    except ValueError as exc:
+        return sealed.refused(kv.ABORT, raw, str(exc))
+    except sealed.ForgedValueError as exc:
+        return exc
+
+
+def describe_abort(exc: BaseException) -> str:
+    """``rank 1: ValueError: ...``, or the refusal of a forged abort reason."""
+    if isinstance(exc, sealed.ForgedValueError):
+        return f"{type(exc).__name__}: {exc}"
+    return f"rank {exc.hccl_rank}: {type(exc).__name__}: {exc}"
+
+
+def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
+    """A rank's exception (with its traceback text) for store key ``key``.
+
+    Pickled (the exception itself) when the run has a secret; otherwise as
+    plain data, rebuilt as a stand-in of the same type name.
+    """
+    record = failure_record(exc, rank)
+    if sealed.secret() is None:
+        return sealed.dump_json(key, {"err": record})
+    try:
+        return sealed.dump_pickle(key, ("err", exc))
+    except Exception:  # noqa: BLE001 - any pickling failure falls back to the stand-in
+        return sealed.dump_pickle(key, ("err", failure_from(record)))
+
+
+def _fact(value: Any) -> Any:
+    """A warning's fact as plain data (its text when it is not plain)."""
+    try:
+        return sealed.to_plain(value)
+    except TypeError:
+        return str(value)
+
+
+def _plain_result(value: Any) -> Any:
+    """What ``hp.run``'s function returned (a :class:`RankOutcome`, or a bare value) as plain data."""
+    if not isinstance(value, RankOutcome):
+        return sealed.to_plain(value)
+    warnings = [
+        {"kind": w.kind, "reason": w.reason, "facts": {k: _fact(v) for k, v in w.facts().items()}}
+        for w in value.warnings
+    ]
+    return {"o": [sealed.to_plain(value.value), warnings, sealed.to_plain(value.trace)]}
+
+
+def _result_from_plain(data: Any) -> Any:
+    """The value :func:`_plain_result` encoded; :class:`ValueError` for anything else."""
+    if type(data) is not dict or set(data) != {"o"}:
+        return sealed.from_plain(data)
+    value, warnings, trace = data["o"]
+    if type(warnings) is not list:
+        raise ValueError("the warnings of an outcome are not a list")
+    rebuilt = []
+    for w in warnings:
+        if type(w) is not dict or set(w) != {"kind", "reason", "facts"}:
+            raise ValueError(f"not a warning: {str(w)[:80]}")
+        if (
+            type(w["kind"]) is not str
+            or type(w["reason"]) is not str
+            or type(w["facts"]) is not dict
+        ):
+            raise ValueError(f"a warning with fields of the wrong types: {str(w)[:80]}")
+        facts = {k: sealed.from_plain(v) for k, v in w["facts"].items()}
+        rebuilt.append(HcclWarning(w["kind"], w["reason"], **facts))
+    return RankOutcome(sealed.from_plain(value), rebuilt, sealed.from_plain(trace))
+
+
+def encode_result(value: Any, rank: int, key: str) -> bytes:
+    """A rank's return value for store key ``key``; one that cannot travel becomes its failure.
+
+    Without a secret only plain values travel (:func:`~.sealed.to_plain`).
+    """
+    try:
+        if sealed.secret() is None:
+            return sealed.dump_json(key, {"ok": _plain_result(value)})
+        return sealed.dump_pickle(key, ("ok", value))
+    except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
+        how = (
+            f"without {sealed.SECRET_ENV} only None, bool, int, float, str, lists, tuples and "
+            f"str-keyed dicts of them travel, and it holds {exc}; set {sealed.SECRET_ENV} to the "
+            "same value in every rank to send any picklable value (see 'Security' in "
+            "docs/backends.md)"
+            if sealed.secret() is None
+            else f"{exc}; return picklable values from the function given to hp.run"
+        )
+        error = TypeError(
+            f"the return value of rank {rank} ({type(value).__name__}) cannot be sent to the "
+            f"other processes: {how}"
+        )
+        return encode_failure(error, rank, key)
+
+
+def decode(key: str, raw: bytes) -> tuple[str, Any]:
+    """``("ok", value)`` or ``("err", exception)`` from :func:`encode_result` / :func:`encode_failure`.
+
+    Raises :class:`~.sealed.ForgedValueError` for anything hccl_py did not write for ``key``.
+    """
+    kind, value = sealed.load(key, raw)
+    try:
+        if kind == sealed.PICKLE:
+            status, payload = value
+            if status in ("ok", "err"):
+                return status, payload
+        elif type(value) is dict and len(value) == 1:
+            ((status, payload),) = value.items()
+            if status == "ok":
+                return status, _result_from_plain(payload)
+            if status == "err":
+                return status, failure_from(payload)
+    except (TypeError, ValueError) as exc:
+        raise sealed.refused(key, raw, f"it is not an outcome: {exc}") from None
+    raise sealed.refused(key, raw, "it is not an outcome")
