@@ -157,7 +157,7 @@ def outcome_of(
 ) -> tuple[str, Any]:
     """A rank's reported outcome, or a :class:`RankDiedError` saying why there is none.
 
-    A forged outcome becomes the rank's :class:`~..backends.sealed.ForgedValueError`.
+    A forged outcome becomes the rank's :class:`~hccl_py.core.errors.ForgedValueError`.
     ``why`` (how the rank ended, if known) defaults to a text from its exit code.
     """
     key = kv.result_key(run, rank)
