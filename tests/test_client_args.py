@@ -69,3 +69,46 @@ def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclCoreError)
     assert "AIV block 10" in str(err) and "4 AIV cores" in str(err) and "block_dim=4" in str(err)
+
+
+# ------------------------------------------------------------------ declared type against tensor dtype
+FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
+UINT8 = HcclDataType.HCCL_DATA_TYPE_UINT8
+
+
+def _gather_bytes(x: torch.Tensor, y: torch.Tensor, dtype: HcclDataType, count: int) -> None:
+    def kernel(xGM, yGM, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM)
+        hccl.Wait(hccl.AllGather[True](xGM, yGM, count, dtype, 0))
+        hccl.Finalize()
+
+    from cases import make_tiling
+
+    hp.launch(kernel, x, y, make_tiling())
+
+
+def declared_types() -> list[bytes]:
+    """FP16 declared on fp32 data (warned), then uint8 raw GM, float16 and bool as UINT8 (not)."""
+    x = torch.arange(4.0)
+    y = torch.zeros(4)
+    _gather_bytes(x, y, FP16, 8)  # 16 bytes as 8 FP16 elements: legal, reinterpreted
+    _gather_bytes(x.view(torch.uint8), torch.zeros(16, dtype=torch.uint8), FP16, 8)
+    _gather_bytes(x.half(), torch.zeros(4, dtype=torch.float16), FP16, 4)
+    _gather_bytes(torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool), UINT8, 4)
+    return [x.numpy().tobytes(), y.numpy().tobytes()]
+
+
+def test_declared_type_other_than_the_tensors_dtype_is_a_warning() -> None:
+    out = hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT)
+    sent, received = out[0]
+    assert received == sent, "the bytes move unchanged, as on hardware"
+    ((warning,),) = out.warnings.values()
+    assert warning.kind == "dtype-mismatch" and warning.op == "AllGather"
+    assert (warning.handle, warning.rank, warning.expected) == (0, 0, "HCCL_DATA_TYPE_FP16")
+    assert (
+        "dataType HCCL_DATA_TYPE_FP16 (2-byte elements), but sendBuf (xGM) is a torch.float32 "
+        "tensor and recvBuf (yGM) is a torch.float32 tensor: the bytes are reinterpreted as FP16, "
+        "as hardware does; declare HCCL_DATA_TYPE_FP32 or pass a tensor of the declared type"
+    ) in str(warning)
+    with pytest.raises(hp.WorldError, match=r"\[dtype-mismatch, raised by warnings_as_errors\]"):
+        hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT, warnings_as_errors=True)

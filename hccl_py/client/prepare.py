@@ -20,7 +20,7 @@ from ..sanitizer.bounds import check_task
 from ..task import Task
 from ..template import template
 from .base import HcclBase
-from .convert import Limits, PrepareParam, task_fields
+from .convert import Limits, PrepareParam, dtype_mismatch, task_fields
 from .log import logged
 from .sender import core_problem, is_sender
 from .state import Handle
@@ -82,6 +82,16 @@ class PrepareCalls(HcclBase):
                 Handle(op, fields["repeat"], core.kind, step_size=self._step_size(op))
             )
             return self._prepared(handle, commit)
+        if not self.framework:
+            mismatch = dtype_mismatch(param, fields["dtype"])
+            if mismatch:
+                self._carry_on(
+                    "dtype-mismatch",
+                    f"{name}: {mismatch}",
+                    op=name,
+                    handle=handle,
+                    expected=fields["dtype"].name,
+                )
         task = Task(
             op=op,
             domain=state.group,
