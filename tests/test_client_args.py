@@ -54,9 +54,10 @@ def test_alltoallv_accepts_uint64_numpy_counts() -> None:
     assert (handle, reason) == (0, None)
 
 
-def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
+@pytest.mark.parametrize("block", [10, -1])
+def test_server_config_naming_a_missing_block_fails_at_prepare(block: int) -> None:
     def kernel(x, y, tilingGM):
-        hccl = init_hccl(Hccl(config=HcclServerConfig(CoreType.ON_AIV, 10)), tilingGM)
+        hccl = init_hccl(Hccl(config=HcclServerConfig(CoreType.ON_AIV, block)), tilingGM)
         hccl.AllGather(x, y, 1, FP32)
 
     def main():
@@ -68,7 +69,8 @@ def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
         hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclCoreError)
-    assert "AIV block 10" in str(err) and "4 AIV cores" in str(err) and "block_dim=4" in str(err)
+    assert f"AIV block {block} as the sending core" in str(err)
+    assert "4 AIV cores, blocks 0..3" in str(err) and "block_dim=4" in str(err)
 
 
 # ------------------------------------------------------------------ declared type against tensor dtype
