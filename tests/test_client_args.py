@@ -114,3 +114,57 @@ def test_declared_type_other_than_the_tensors_dtype_is_a_warning() -> None:
     ) in str(warning)
     with pytest.raises(hp.WorldError, match=r"\[dtype-mismatch, raised by warnings_as_errors\]"):
         hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT, warnings_as_errors=True)
+
+
+# ------------------------------------------------------------------ wrong number of arguments
+def wrong_arity_reports() -> list[str]:
+    """Every call of the garbage harness with two arguments too many, then with none."""
+    from test_reliability import PREPARES
+
+    said: list[str] = []
+
+    def kernel(xGM, yGM, tilingGM):
+        buffers = {"x": xGM, "y": yGM}
+        for name, regular in PREPARES.items():
+            for args in ([*regular, 0, 0], []) if regular else ([0, 0],):
+                hccl = init_hccl(Hccl(), tilingGM)
+                call = getattr(hccl, name)
+                args = [buffers.get(a, a) if isinstance(a, str) else a for a in args]
+                got = (call[True] if name in hp.ops.BY_NAME else call)(*args)
+                said.append(f"{name}{len(args)} -> {got}: {hccl.last_error}")
+                hccl.Finalize()
+
+    from cases import make_tiling
+
+    hp.launch(kernel, torch.ones(8), torch.zeros(16), make_tiling())
+    return said
+
+
+def test_wrong_number_of_arguments_names_the_ascendc_signature() -> None:
+    (said,) = hp.run(wrong_arity_reports, world_size=1, strict=False, platform="A3")
+    for line in said:
+        assert "the AscendC signature is" in line and " -> -1: " in line, line
+    text = "\n".join(said)
+    assert (
+        "AllReduce: too many positional arguments (8 positional given); the AscendC signature is "
+        "AllReduce[commit](sendBuf, recvBuf, count, dataType, op, repeat=1), with the template "
+        "flag given as AllReduce[...]"
+    ) in text
+    assert "Wait: missing a required argument: 'handleId' (0 positional given)" in text
+
+
+def test_strict_runs_raise_the_arity_report() -> None:
+    def kernel(xGM, yGM, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM)
+        hccl.AllReduce(xGM, yGM, 4, FP32, 0, 0, 1)  # strideCount 0, repeat 1: no strideCount
+
+    def main():
+        from cases import make_tiling
+
+        hp.launch(kernel, torch.ones(4), torch.zeros(4), make_tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclUsageError) and err.op == "AllReduce"
+    assert "AllReduce[commit](sendBuf, recvBuf, count, dataType, op, repeat=1)" in str(err)

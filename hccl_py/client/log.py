@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..context import current_core_context, current_rank_context, serial
+from ..template import checked
 from ..trace.hooks import recorder, traced_call
 
 logger = logging.getLogger("hccl_py")
@@ -71,6 +72,7 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     """Log each call of a client method (arguments, result or exception) at DEBUG level."""
     name = method.__name__
 
+    @checked
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         with serial():

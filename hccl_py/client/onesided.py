@@ -23,7 +23,7 @@ from ..constants import (
 from ..errors import HcclBoundsError, HcclCoreError, InvalidCall
 from ..gm import NULL, GmAddr, what_is
 from ..ops.batch_write import ITEM_DTYPES, decode_items
-from ..template import template
+from ..template import checked, template
 from ..tiling import Mc2InitTiling, tiling_bytes
 from ..windows import WindowAllocation
 from .convert import slots_used
@@ -52,10 +52,12 @@ class OneSidedCalls(PrepareCalls):
         return sum(h.op in ONE_SIDED for h in self.handles)
 
     # ------------------------------------------------------------------ windows
+    @checked
     def GetWindowsInAddr(self, rankId: int) -> GmAddr:
         """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""
         return self._window(rankId, "In")
 
+    @checked
     def GetWindowsOutAddr(self, rankId: int) -> GmAddr:
         """GM address of domain rank ``rankId``'s Out window; null for ``rankId >= rankDim``."""
         return self._window(rankId, "Out")
@@ -97,6 +99,7 @@ class OneSidedCalls(PrepareCalls):
             cached = self.__dict__["_queues"] = (self._tiling_src, num)
         return cached[1]
 
+    @checked
     def GetQueueNum(self) -> int:
         """``Mc2InitTiling.queueNum``: how many BatchWrite queues each core has (Atlas A3)."""
         if self.state is None:
@@ -156,7 +159,7 @@ class OneSidedCalls(PrepareCalls):
     @template("commit")
     @logged
     def BatchWrite(
-        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, commit: bool = True
+        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, *, commit: bool = True
     ) -> int:
         """One-sided copies of ``itemNum`` items at ``batchWriteInfo``; always committed.
 

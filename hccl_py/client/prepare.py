@@ -138,6 +138,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         op: int,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AllReduce; returns the handle id or -1."""
@@ -154,6 +155,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AllGather; returns the handle id or -1."""
@@ -173,6 +175,7 @@ class PrepareCalls(HcclBase):
         op: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of ReduceScatter; returns the handle id or -1."""
@@ -198,6 +201,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AlltoAll; returns the handle id or -1."""
@@ -219,6 +223,7 @@ class PrepareCalls(HcclBase):
         rdispls: Sequence[int],
         recvType: int,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AlltoAllV (uint64 counts and displacements per peer)."""
