@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import hccl_py as hp
+from hccl_py.platform import PLATFORMS
 
 from .ops import BENCH_OPS
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
@@ -133,12 +134,45 @@ def _ops(text: str) -> list[str]:
     return names
 
 
+def _unsupported(opts: argparse.Namespace, sweep: Options) -> str | None:
+    """Why the platform's kernel API cannot run ``sweep`` (what to change), or None."""
+    ranks = None if opts.backend == "hccl" else opts.ranks  # hccl: the launcher's world
+    if ranks is not None and ranks < 1:
+        return f"--ranks must be >= 1, not {ranks}"
+    if sweep.api != "kernel":
+        return None
+    spec = BENCH_OPS[sweep.op].spec
+    platform = PLATFORMS[opts.platform]
+    if not platform.supports(spec.cmd):
+        where = [p for p in PLATFORMS if p in spec.platforms]
+        return (
+            f"{spec.name} is not in the kernel API of --platform {opts.platform} (it is on "
+            f"{', '.join(where)}); choose --platform {where[0]} or --api framework"
+        )
+    if TYPES[sweep.dtype].hccl_type not in spec.dtypes:
+        allowed = ", ".join(n for n, t in TYPES.items() if t.hccl_type in spec.dtypes)
+        return (
+            f"{spec.name} does not take -d {sweep.dtype} in the kernel API; choose one of "
+            f"{allowed}, or --api framework (which reduces other types itself)"
+        )
+    limit = platform.max_alltoall_ranks
+    if spec.name in ("AlltoAll", "AlltoAllV") and limit and ranks is not None and ranks > limit:
+        return (
+            f"{platform.name} allows at most {limit} ranks in {spec.name}; use --ranks <= {limit}"
+        )
+    return None
+
+
 def main(opts: argparse.Namespace) -> int:
     """Run the sweeps; exit code 1 when any element was wrong, 2 for bad options."""
     try:
         sweeps = [_options(opts, op) for op in _ops(opts.op)]
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problems = [p for p in (_unsupported(opts, sweep) for sweep in sweeps) if p]
+    if problems:
+        print(f"error: {problems[0]}", file=sys.stderr)
         return 2
     lead = os.environ.get("RANK", "0") == "0"
     done, wrong = [], 0
