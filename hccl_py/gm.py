@@ -80,8 +80,8 @@ class Allocation:
         """Extra words for bounds reports (windows name HCCL_BUFFSIZE); empty here."""
         return ""
 
-    def on_view(self, offset: int, view: torch.Tensor) -> None:
-        """``hp.gm_tensor`` made ``view`` of this allocation at ``offset`` (windows track polls)."""
+    def on_view(self, offset: int, view: torch.Tensor, dtype: torch.dtype) -> None:
+        """``hp.gm_tensor`` made ``view`` (bytes) at ``offset``, to read as ``dtype`` (polls)."""
 
     def int_base(self) -> int:
         """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
@@ -302,7 +302,7 @@ def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tenso
             f"to the {size}-byte element size of {_type_name(dtype)}",
             rank=addr.rank,
         )
-    addr.alloc.on_view(addr.offset, view)
+    addr.alloc.on_view(addr.offset, view, tdtype)
     if tdtype == torch.uint8 and size > 1:
         return view.view(n, size)
     return view.view(tdtype)
