@@ -21,6 +21,8 @@ MAX_REPEAT = 255
 MAX_DOMAINS = 2
 #: The largest blockDim a kernel launch accepts (AscendC: 65535).
 MAX_BLOCK_DIM = 65535
+#: The most ranks hp.run starts (window addresses keep 16 bits of the rank).
+MAX_WORLD_SIZE = 1 << 16
 
 
 class HcclDataType(enum.IntEnum):

@@ -551,6 +551,50 @@ def test_garbage_server_configs_are_refused_clearly(g: Any) -> None:
             make()
 
 
+def _host_findings(calls: dict[str, Callable[[Any], Any]]) -> list[str]:
+    """Each call with each GARBAGE value: it may succeed or raise a ValueError, nothing else."""
+    bad = []
+    for name, call in calls.items():
+        for g in GARBAGE:
+            try:
+                call(g)
+            except ValueError as e:
+                if "None" in str(e) and g is not None:
+                    bad.append(f"{name}({g!r}): vague: {e}")
+            except Exception as e:  # noqa: BLE001 - the finding
+                bad.append(f"{name}({g!r}): {type(e).__name__}: {e}")
+    return bad
+
+
+def host_garbage() -> list[str]:
+    """Arguments of the host-side calls inside a rank (issue 27 item 13)."""
+    return _host_findings(
+        {
+            "new_group": hp.new_group,
+            "launch(groups=)": lambda g: hp.launch(idle_kernel, groups=g),
+            "launch(kernel_type=)": lambda g: hp.launch(idle_kernel, kernel_type=g),
+            "GetHcclContext": lambda g: hp.launch(lambda: hp.GetHcclContext(g)),
+        }
+    )
+
+
+def test_garbage_host_arguments_get_a_value_error() -> None:
+    bad = _host_findings(
+        {
+            "run(world_size=)": lambda g: hp.run(idle_kernel, world_size=g, timeout=TIMEOUT),
+            "run(warnings_as_errors=)": lambda g: hp.run(
+                idle_kernel, world_size=1, warnings_as_errors=g, timeout=TIMEOUT
+            ),
+        }
+    )
+    (inside,) = hp.run(host_garbage, world_size=1, timeout=TIMEOUT)
+    assert bad + inside == []
+    with pytest.raises(ValueError, match=r"\(unknown: 'overlapp'\)"):
+        hp.run(idle_kernel, world_size=1, warnings_as_errors={"overlapp"})
+    one = hp.run(lambda: hp.get_rank(), world_size=1, warnings_as_errors="overlap")
+    assert one == [0], "one kind given as a string is that kind, not its letters"
+
+
 # ------------------------------------------------------------------ 9. one traceback per job
 FAILING_JOB = """
 import torch
