@@ -165,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if not os.path.isfile(opts.script):
+        what = "is a directory" if os.path.isdir(opts.script) else "does not exist"
+        print(
+            f"error: the script {opts.script!r} {what}; give the path of a Python file "
+            "(relative to the current directory or absolute)",
+            file=sys.stderr,
+        )
+        return 2
     backend = opts.backend or os.environ.get(BACKEND_ENV) or "emu"
     if opts.backend:
         os.environ[BACKEND_ENV] = opts.backend

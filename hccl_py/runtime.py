@@ -9,10 +9,14 @@ import sys
 from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
+import numpy as np
+
 from .backends import get_backend
 from .core.config import Config
+from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.platform import get_platform
+from .core.report import KINDS
 from .kernel.context import current_rank_context
 from .launcher.spec import under_launcher
 from .outcome import RunResult, WithWarnings, summarize
@@ -72,6 +76,40 @@ def frozen_heap() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _checked_world_size(value: object) -> int | None:
+    """``world_size`` as given to hp.run: None or an int in 1..MAX_WORLD_SIZE, else ValueError."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or not 1 <= value <= MAX_WORLD_SIZE
+    ):
+        raise ValueError(
+            f"world_size must be an int in 1..{MAX_WORLD_SIZE} (or left out), not {value!r}"
+        )
+    return int(value)
+
+
+def _warning_kinds(value: object) -> bool | frozenset[str]:
+    """``warnings_as_errors``: True/False, or HcclWarning kinds (one name or a collection)."""
+    if isinstance(value, bool):
+        return value
+    kinds = [value] if isinstance(value, str) else value
+    try:
+        chosen = frozenset(kinds)
+    except TypeError:
+        chosen = None
+    unknown = None if chosen is None else sorted(map(repr, chosen - set(KINDS)))
+    if chosen is None or unknown:
+        raise ValueError(
+            "warnings_as_errors must be True, False or HcclWarning kinds out of "
+            f"{sorted(KINDS)}, not {value!r}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    return chosen
+
+
 def run(
     fn: Callable[..., Any],
     world_size: int | None = None,
@@ -112,6 +150,7 @@ def run(
     domain at the end; ``record=True`` only keeps the recording in the result's
     ``traces`` (see docs/debugging.md).
     """
+    world_size = _checked_world_size(world_size)
     asked = os.environ.get(RUNNER_NPROC_ENV)
     if asked and world_size is not None and int(world_size) != int(asked):
         raise ValueError(
@@ -132,11 +171,7 @@ def run(
         schedule=schedule or os.environ.get(SCHEDULE_ENV) or "eager",
         poison=(os.environ.get(POISON_ENV, "") not in ("", "0")) if poison is None else poison,
         overlap=overlap,
-        warnings_as_errors=(
-            warnings_as_errors
-            if isinstance(warnings_as_errors, bool)
-            else frozenset(warnings_as_errors)
-        ),
+        warnings_as_errors=_warning_kinds(warnings_as_errors),
         record=bool(record or trace or summary or picture),
         buffsize_mb=(default_buffsize() if buffsize_mb is None else checked_buffsize(buffsize_mb)),
         **({} if ranks_per_server is None else {"ranks_per_server": int(ranks_per_server)}),

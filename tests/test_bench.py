@@ -116,6 +116,17 @@ def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:
         (("-b", "8K", "-e", "1K"), "need 0 < minimum bytes <= maximum bytes"),
         (("--api", "framework", "--repeat", "2"), "--repeat applies to --api kernel only"),
         (("-f", "1"), "need a step factor >= 2"),
+        (
+            ("-d", "fp64", "--op", "allreduce"),
+            "AllReduce does not take -d fp64 in the kernel API; choose one of int8, int16, "
+            "int32, fp16, fp32, bfp16, or --api framework",
+        ),
+        (
+            ("--op", "alltoallv", "--platform", "A2"),
+            "AlltoAllV is not in the kernel API of --platform A2 (it is on A3, 950); choose "
+            "--platform A3 or --api framework",
+        ),
+        (("--ranks", "0"), "--ranks must be >= 1, not 0"),
     ],
 )
 def test_bad_flags_get_a_clear_error(

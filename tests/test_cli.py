@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import hccl_py as hp
+from hccl_py.__main__ import main
 from hccl_py.__main__ import main as cli
 
 
@@ -105,6 +106,7 @@ def test_bench_help_lists_every_option_with_its_default() -> None:
 
 SCRIPT = """
 import hccl_py as hp
+from hccl_py.__main__ import main
 
 
 def main():
@@ -130,3 +132,17 @@ def test_run_n_runs_n_ranks_or_says_why_not(tmp_path, kwargs: str, nproc: int, o
     else:
         assert out.returncode != 0
         assert "-n 8 asked for 8 ranks" in out.stderr and "world_size=4" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+@pytest.mark.parametrize(
+    ("name", "what"), [("nonexist.py", "does not exist"), (".", "is a directory")]
+)
+def test_run_of_a_missing_script_says_what_to_change(
+    tmp_path, monkeypatch, capsys, backend: str, name: str, what: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--backend", backend, name]) == 2
+    err = capsys.readouterr().err
+    assert f"error: the script {name!r} {what}; give the path of a Python file" in err
+    assert "Traceback" not in err

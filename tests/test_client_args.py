@@ -54,9 +54,10 @@ def test_alltoallv_accepts_uint64_numpy_counts() -> None:
     assert (handle, reason) == (0, None)
 
 
-def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
+@pytest.mark.parametrize("block", [10, -1])
+def test_server_config_naming_a_missing_block_fails_at_prepare(block: int) -> None:
     def kernel(x, y, tilingGM):
-        hccl = init_hccl(Hccl(config=HcclServerConfig(CoreType.ON_AIV, 10)), tilingGM)
+        hccl = init_hccl(Hccl(config=HcclServerConfig(CoreType.ON_AIV, block)), tilingGM)
         hccl.AllGather(x, y, 1, FP32)
 
     def main():
@@ -68,4 +69,102 @@ def test_server_config_naming_a_missing_block_fails_at_prepare() -> None:
         hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclCoreError)
-    assert "AIV block 10" in str(err) and "4 AIV cores" in str(err) and "block_dim=4" in str(err)
+    assert f"AIV block {block} as the sending core" in str(err)
+    assert "4 AIV cores, blocks 0..3" in str(err) and "block_dim=4" in str(err)
+
+
+# ------------------------------------------------------------------ declared type against tensor dtype
+FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
+UINT8 = HcclDataType.HCCL_DATA_TYPE_UINT8
+
+
+def _gather_bytes(x: torch.Tensor, y: torch.Tensor, dtype: HcclDataType, count: int) -> None:
+    def kernel(xGM, yGM, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM)
+        hccl.Wait(hccl.AllGather[True](xGM, yGM, count, dtype, 0))
+        hccl.Finalize()
+
+    from cases import make_tiling
+
+    hp.launch(kernel, x, y, make_tiling())
+
+
+def declared_types() -> list[bytes]:
+    """FP16 declared on fp32 data (warned), then uint8 raw GM, float16 and bool as UINT8 (not)."""
+    x = torch.arange(4.0)
+    y = torch.zeros(4)
+    _gather_bytes(x, y, FP16, 8)  # 16 bytes as 8 FP16 elements: legal, reinterpreted
+    _gather_bytes(x.view(torch.uint8), torch.zeros(16, dtype=torch.uint8), FP16, 8)
+    _gather_bytes(x.half(), torch.zeros(4, dtype=torch.float16), FP16, 4)
+    _gather_bytes(torch.ones(4, dtype=torch.bool), torch.zeros(4, dtype=torch.bool), UINT8, 4)
+    return [x.numpy().tobytes(), y.numpy().tobytes()]
+
+
+def test_declared_type_other_than_the_tensors_dtype_is_a_warning() -> None:
+    out = hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT)
+    sent, received = out[0]
+    assert received == sent, "the bytes move unchanged, as on hardware"
+    ((warning,),) = out.warnings.values()
+    assert warning.kind == "dtype-mismatch" and warning.op == "AllGather"
+    assert (warning.handle, warning.rank, warning.expected) == (0, 0, "HCCL_DATA_TYPE_FP16")
+    assert (
+        "dataType HCCL_DATA_TYPE_FP16 (2-byte elements), but sendBuf (xGM) is a torch.float32 "
+        "tensor and recvBuf (yGM) is a torch.float32 tensor: the bytes are reinterpreted as FP16, "
+        "as hardware does; declare HCCL_DATA_TYPE_FP32 or pass a tensor of the declared type"
+    ) in str(warning)
+    with pytest.raises(hp.WorldError, match=r"\[dtype-mismatch, raised by warnings_as_errors\]"):
+        hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT, warnings_as_errors=True)
+
+
+# ------------------------------------------------------------------ wrong number of arguments
+def wrong_arity_reports() -> list[str]:
+    """Every call of the garbage harness with two arguments too many, then with none."""
+    from test_reliability import PREPARES
+
+    said: list[str] = []
+
+    def kernel(xGM, yGM, tilingGM):
+        buffers = {"x": xGM, "y": yGM}
+        for name, regular in PREPARES.items():
+            for args in ([*regular, 0, 0], []) if regular else ([0, 0],):
+                hccl = init_hccl(Hccl(), tilingGM)
+                call = getattr(hccl, name)
+                args = [buffers.get(a, a) if isinstance(a, str) else a for a in args]
+                got = (call[True] if name in hp.ops.BY_NAME else call)(*args)
+                said.append(f"{name}{len(args)} -> {got}: {hccl.last_error}")
+                hccl.Finalize()
+
+    from cases import make_tiling
+
+    hp.launch(kernel, torch.ones(8), torch.zeros(16), make_tiling())
+    return said
+
+
+def test_wrong_number_of_arguments_names_the_ascendc_signature() -> None:
+    (said,) = hp.run(wrong_arity_reports, world_size=1, strict=False, platform="A3")
+    for line in said:
+        assert "the AscendC signature is" in line and " -> -1: " in line, line
+    text = "\n".join(said)
+    assert (
+        "AllReduce: too many positional arguments (8 positional given); the AscendC signature is "
+        "AllReduce[commit](sendBuf, recvBuf, count, dataType, op, repeat=1), with the template "
+        "flag given as AllReduce[...]"
+    ) in text
+    assert "Wait: missing a required argument: 'handleId' (0 positional given)" in text
+
+
+def test_strict_runs_raise_the_arity_report() -> None:
+    def kernel(xGM, yGM, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM)
+        hccl.AllReduce(xGM, yGM, 4, FP32, 0, 0, 1)  # strideCount 0, repeat 1: no strideCount
+
+    def main():
+        from cases import make_tiling
+
+        hp.launch(kernel, torch.ones(4), torch.zeros(4), make_tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclUsageError) and err.op == "AllReduce"
+    assert "AllReduce[commit](sendBuf, recvBuf, count, dataType, op, repeat=1)" in str(err)

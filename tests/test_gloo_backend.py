@@ -82,6 +82,39 @@ def test_native_reductions_match_reference(monkeypatch: pytest.MonkeyPatch) -> N
     cases.run_and_check(batch, "gloo", world_size=4)
 
 
+NAN = float("nan")
+#: Rank k's values for the NaN test: each position has a NaN on some rank, next to numbers that
+#: gloo's MAX/MIN would keep ([1, NaN, 3, 2] gave 1.0), and the last position has none.
+NAN_INPUTS = ([1.0, NAN, 3.0, NAN, 5.0, 2.0], [NAN, 2.0, NAN, 4.0, NAN, -2.0])
+
+
+def nan_reductions() -> list[list[float]]:
+    """MAX and MIN, AllReduce and ReduceScatter, FP32 and FP16 (widened), over NAN_INPUTS."""
+    mine = NAN_INPUTS[hp.get_rank()]
+    out = []
+    for dtype in (torch.float32, torch.float16):
+        for op in ("max", "min"):
+            x = torch.tensor(mine, dtype=dtype)
+            hp.all_reduce(x, op=op)
+            out.append(x.float().tolist())
+            y = torch.zeros(3, dtype=dtype)
+            hp.reduce_scatter_tensor(y, torch.tensor(mine, dtype=dtype), op=op)
+            out.append(y.float().tolist())
+    return out
+
+
+def test_native_max_and_min_propagate_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gloo's MAX/MIN drop NaN; the native path gives NaN wherever a rank has one, as numpy does."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", "native")
+    results = _run(nan_reductions, 2)
+    stacked = np.array(NAN_INPUTS)
+    for rank, got in enumerate(results):
+        for i, combine in enumerate([np.maximum, np.minimum] * 2):  # FP32, then FP16
+            want = combine.reduce(stacked, axis=0)
+            np.testing.assert_array_equal(np.array(got[2 * i]), want)
+            np.testing.assert_array_equal(np.array(got[2 * i + 1]), want[3 * rank : 3 * rank + 3])
+
+
 def test_poisoned_late_rounds_still_land(monkeypatch: pytest.MonkeyPatch) -> None:
     """poison=True and the late schedule on gloo: receive ranges are poisoned at Commit, then filled."""
     batch = cases.numpy_cases(5, 6)

@@ -92,6 +92,36 @@ def test_gm_tensor_accepts_hccl_data_types(addr: GmAddr, buf: torch.Tensor) -> N
     assert raw.tolist() == buf.view(torch.uint8)[3:8].tolist()
 
 
+def test_gm_tensor_of_int128_views_16_bytes_per_element(addr: GmAddr, buf: torch.Tensor) -> None:
+    wide = hp.gm_tensor(addr + 16, HcclDataType.HCCL_DATA_TYPE_INT128, 2)
+    assert wide.dtype == torch.uint8 and tuple(wide.shape) == (2, 16)
+    assert wide.reshape(-1).tolist() == buf.view(torch.uint8)[16:48].tolist()
+    with pytest.raises(hp.HcclBoundsError, match="not aligned to the 16-byte element size"):
+        hp.gm_tensor(addr + 8, HcclDataType.HCCL_DATA_TYPE_INT128, 1)
+    with pytest.raises(hp.HcclBoundsError, match=r"bytes \[48, 80\)"):
+        hp.gm_tensor(addr + 48, HcclDataType.HCCL_DATA_TYPE_INT128, 2)
+
+
+@pytest.mark.parametrize(
+    "dtype", [HcclDataType.HCCL_DATA_TYPE_RESERVED, 13, 99, -1, "fp32", None, True, 4.0]
+)
+def test_gm_tensor_refuses_types_without_an_element_size(addr: GmAddr, dtype: Any) -> None:
+    with pytest.raises(hp.HcclUsageError, match="dtype must be a torch dtype or an HcclDataType"):
+        hp.gm_tensor(addr, dtype, 1)
+
+
+@pytest.mark.parametrize("count", [2.5, "4", None, [1]])
+def test_gm_tensor_refuses_counts_that_are_not_ints(addr: GmAddr, count: Any) -> None:
+    with pytest.raises(hp.HcclUsageError, match="gm_tensor: count must be an int"):
+        hp.gm_tensor(addr, torch.float32, count)
+
+
+@pytest.mark.parametrize("where", [torch.zeros(4), 0, None])
+def test_gm_tensor_needs_a_gm_address(where: Any) -> None:
+    with pytest.raises(hp.HcclUsageError, match="gm_tensor: addr must be a GM address"):
+        hp.gm_tensor(where, torch.float32, 1)
+
+
 @pytest.mark.parametrize(
     ("offset", "count", "span"),
     [(8, 15, "[8, 68)"), (64, 1, "[64, 68)"), (-4, 1, "[-4, 0)")],

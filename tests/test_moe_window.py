@@ -53,7 +53,7 @@ def test_flag_value_reused_from_round_one_ends_in_a_deadlock_report(sample, monk
     assert head == "deadlock: every running thread waits and none of them can make progress:"
     assert sorted(lines) == [
         f"  - rank {r} polls bytes [1048580, 1048584) of WindowsIn of rank {r} (domain "
-        "hccl_world_group), which keep the value 0x01000000: no rank writes them [polled N "
+        "hccl_world_group), which keep the value 1 (int32; bytes 01 00 00 00): no rank writes them [polled N "
         "times without change]"
         for r in range(4)
     ]

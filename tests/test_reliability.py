@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from cases import init_hccl, make_tiling
+from cases import cc_offset, init_hccl, make_tiling
 
 import hccl_py as hp
 from hccl_py import Hccl
@@ -464,6 +464,11 @@ PREPARES = {
     "Commit": (0,),
     "Query": (0,),
     "InterHcclGroupSync": (1, 0),
+    "SetCcTilingV2": (cc_offset("AllGather"),),
+    "AlltoAllV": ("x", [2], [0], F32, "y", [2], [0], F32, 1),
+    "Finalize": (),
+    "GetWindowsInAddr": (0,),
+    "GetWindowsOutAddr": (0,),
 }
 
 
@@ -532,7 +537,7 @@ def idle_kernel() -> None:
 
 
 def test_garbage_arguments_reach_the_api_validation() -> None:
-    (bad,) = hp.run(launch_garbage, world_size=1, strict=False, timeout=TIMEOUT)
+    (bad,) = hp.run(launch_garbage, world_size=1, strict=False, platform="A3", timeout=TIMEOUT)
     assert bad == []
 
 
@@ -540,15 +545,59 @@ def test_garbage_arguments_reach_the_api_validation() -> None:
 def test_garbage_server_configs_are_refused_clearly(g: Any) -> None:
     with pytest.raises(ValueError, match="server config must be an HcclServerConfig or a"):
         Hccl[hp.HCCL_SERVER_TYPE_AICPU, g]()
-    for make in (
-        lambda: hp.HcclServerConfig(hp.CoreType.ON_AIV, g),
-        lambda: hp.HcclServerConfig(g, 0),
+    for make, legal in (
+        (lambda: hp.HcclServerConfig(hp.CoreType.ON_AIV, g), {2, -5}),  # an int64 blockId
+        (lambda: hp.HcclServerConfig(g, 0), {2}),
     ):
-        if isinstance(g, np.int64):
-            assert make().blockId in (0, 2)
+        if isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g in legal:
+            assert make().blockId in (0, g)
             continue
         with pytest.raises(ValueError, match="HcclServerConfig needs a CoreType"):
             make()
+
+
+def _host_findings(calls: dict[str, Callable[[Any], Any]]) -> list[str]:
+    """Each call with each GARBAGE value: it may succeed or raise a ValueError, nothing else."""
+    bad = []
+    for name, call in calls.items():
+        for g in GARBAGE:
+            try:
+                call(g)
+            except ValueError as e:
+                if "None" in str(e) and g is not None:
+                    bad.append(f"{name}({g!r}): vague: {e}")
+            except Exception as e:  # noqa: BLE001 - the finding
+                bad.append(f"{name}({g!r}): {type(e).__name__}: {e}")
+    return bad
+
+
+def host_garbage() -> list[str]:
+    """Arguments of the host-side calls inside a rank (issue 27 item 13)."""
+    return _host_findings(
+        {
+            "new_group": hp.new_group,
+            "launch(groups=)": lambda g: hp.launch(idle_kernel, groups=g),
+            "launch(kernel_type=)": lambda g: hp.launch(idle_kernel, kernel_type=g),
+            "GetHcclContext": lambda g: hp.launch(lambda: hp.GetHcclContext(g)),
+        }
+    )
+
+
+def test_garbage_host_arguments_get_a_value_error() -> None:
+    bad = _host_findings(
+        {
+            "run(world_size=)": lambda g: hp.run(idle_kernel, world_size=g, timeout=TIMEOUT),
+            "run(warnings_as_errors=)": lambda g: hp.run(
+                idle_kernel, world_size=1, warnings_as_errors=g, timeout=TIMEOUT
+            ),
+        }
+    )
+    (inside,) = hp.run(host_garbage, world_size=1, timeout=TIMEOUT)
+    assert bad + inside == []
+    with pytest.raises(ValueError, match=r"\(unknown: 'overlapp'\)"):
+        hp.run(idle_kernel, world_size=1, warnings_as_errors={"overlapp"})
+    one = hp.run(lambda: hp.get_rank(), world_size=1, warnings_as_errors="overlap")
+    assert one == [0], "one kind given as a string is that kind, not its letters"
 
 
 # ------------------------------------------------------------------ 9. one traceback per job

@@ -598,6 +598,21 @@ def test_overlap_between_rounds_of_one_task() -> None:
     check(err, hp.HcclOverlapError, "receive ranges overlap", "strideCount >= repeat * count")
 
 
+def test_alltoallv_overlap_advice_names_its_own_arguments() -> None:
+    """AlltoAllV has no strideCount: the report says how to space rdispls instead."""
+    call = lambda h, x, y: h.AlltoAllV[True](x, [1, 1], [0, 2], F32, y, [1, 1], [0, 1], F32, 2)  # noqa: E731
+    err = fails(_bounds_case(call), platform="A3")
+    check(
+        err,
+        hp.HcclOverlapError,
+        "receive ranges overlap: round 0 block 1 and round 1 block 0 write the same bytes of y; "
+        "each peer's rounds need their own elements [rdispls[p], rdispls[p] + repeat * "
+        "recvCounts[p]) (here peer 1: [1, 3), peer 0: [0, 2)): space rdispls by at least "
+        "repeat * recvCounts",
+    )
+    assert "strideCount" not in str(err)
+
+
 def test_overlap_send_partially_covers_receive() -> None:
     call = lambda h, x, y: h.AllReduce[True](x, x + 4, N // 2, F32, SUM)  # noqa: E731
     err = fails(_bounds_case(call))

@@ -18,6 +18,7 @@ from test_reliability import garbage_findings
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
 from hccl_py.ops.batch_write import ITEM_DTYPES
+from hccl_py.server.windows import shown_value
 
 FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 FLAG = 1 << 20  # byte offset of the flags in the In window, past the data
@@ -466,7 +467,7 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
     for rank in (0, 1):
         assert (
             f"rank {rank} polls bytes [1048576, 1048580) of WindowsIn of rank {rank} (domain "
-            "hccl_world_group), which keep the value 0x00000000: no rank writes them [polled"
+            "hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank writes them [polled"
         ) in err.reason
 
 
@@ -491,7 +492,7 @@ def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
     assert type(err).__name__ == "HcclTimeoutError", info.value
     assert str(err).startswith(
         "timed out after 3 s polling: rank 0 polls bytes [1048576, 1048580) of WindowsIn of "
-        "rank 0 (domain hccl_world_group), which keep the value 0x00000000: no rank wrote "
+        "rank 0 (domain hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank wrote "
         "them [polled "
     ), err
 
@@ -591,3 +592,18 @@ def test_batch_write_on_some_ranks_does_not_shift_the_collectives() -> None:
 
     got = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
     np.testing.assert_array_equal(got, np.tile(2 * np.arange(m) + 1, (2, 1)))
+
+
+@pytest.mark.parametrize(
+    ("raw", "dtype", "shown"),
+    [
+        (bytes([1, 0, 0, 0]), torch.int32, "1 (int32; bytes 01 00 00 00)"),
+        (bytes([0, 0, 128, 63]), torch.float32, "1.0 (float32; bytes 00 00 80 3f)"),
+        (bytes([7, 0, 0, 0, 0, 0, 0, 0, 2, 0]), torch.int16, "[7, 0, 0, 0, 2] (int16; bytes "),
+        (bytes([1, 2, 3]), torch.int32, "bytes 01 02 03"),
+    ],
+)
+def test_polled_values_are_shown_as_the_kernel_reads_them(
+    raw: bytes, dtype: torch.dtype, shown: str
+) -> None:
+    assert shown_value(raw, dtype).startswith(shown)

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import hccl_py as hp
+from hccl_py.core.platform import PLATFORMS
 
 from ..runtime import PLATFORM_ENV
 from .ops import BENCH_OPS
@@ -168,6 +169,36 @@ def platform_for(op: str, chosen: str | None) -> str:
     return next(p for p in FALLBACK_PLATFORMS if p in platforms)
 
 
+def _unsupported(opts: argparse.Namespace, sweep: Options, chosen: str | None) -> str | None:
+    """Why the platform's kernel API cannot run ``sweep`` (what to change), or None."""
+    ranks = None if opts.backend == "hccl" else opts.ranks  # hccl: the launcher's world
+    if ranks is not None and ranks < 1:
+        return f"--nproc (--ranks) must be >= 1, not {ranks}"
+    if sweep.api != "kernel":
+        return None
+    spec = BENCH_OPS[sweep.op].spec
+    name = platform_for(sweep.op, chosen)
+    platform = PLATFORMS[name]
+    if not platform.supports(spec.cmd):
+        where = [p for p in PLATFORMS if p in spec.platforms]
+        return (
+            f"{spec.name} is not in the kernel API of --platform {name} (it is on "
+            f"{', '.join(where)}); choose --platform {where[0]} or --api framework"
+        )
+    if TYPES[sweep.dtype].hccl_type not in spec.dtypes:
+        allowed = ", ".join(n for n, t in TYPES.items() if t.hccl_type in spec.dtypes)
+        return (
+            f"{spec.name} does not take -d {sweep.dtype} in the kernel API; choose one of "
+            f"{allowed}, or --api framework (which reduces other types itself)"
+        )
+    limit = platform.max_alltoall_ranks
+    if spec.name in ("AlltoAll", "AlltoAllV") and limit and ranks is not None and ranks > limit:
+        return (
+            f"{platform.name} allows at most {limit} ranks in {spec.name}; use --ranks <= {limit}"
+        )
+    return None
+
+
 def main(opts: argparse.Namespace) -> int:
     """Run the sweeps; exit code 1 when any element was wrong, 2 for bad options."""
     try:
@@ -175,9 +206,13 @@ def main(opts: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    chosen = opts.platform or os.environ.get(PLATFORM_ENV)
+    problems = [p for p in (_unsupported(opts, sweep, chosen) for sweep in sweeps) if p]
+    if problems:
+        print(f"error: {problems[0]}", file=sys.stderr)
+        return 2
     lead = os.environ.get("RANK", "0") == "0"
     done, wrong = [], 0
-    chosen = opts.platform or os.environ.get(PLATFORM_ENV)
     for sweep in sweeps:
         platform = platform_for(sweep.op, chosen)
         result = hp.run(

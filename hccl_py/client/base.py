@@ -9,6 +9,7 @@ way a call fails (:meth:`HcclBase._fail`). Prepare calls are added by
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ from ..core.errors import (
     HcclWarning,
     InvalidCall,
 )
-from ..core.gm import GmAddr
+from ..core.gm import GmAddr, what_is
 from ..kernel.context import current_rank_context
 from ..kernel.cores import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
@@ -245,8 +246,18 @@ class HcclBase:
                 "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)"
             )
         try:
-            raw = tiling_bytes(self._tiling_src, nbytes=int(offset) + MC2_CC_TILING_SIZE)
-            cc = read_cc_tiling(raw, int(offset))
+            at = -1 if isinstance(offset, bool) else operator.index(offset)
+        except TypeError:
+            at = -1
+        if at < 0:
+            return self._fail(
+                f"SetCcTilingV2({offset!r}): the offset must be a non-negative int, the byte "
+                "offset of an Mc2CcTiling in the tiling struct (offsetof(Tiling, 'cc'))",
+                actual=what_is(offset),
+            )
+        try:
+            raw = tiling_bytes(self._tiling_src, nbytes=at + MC2_CC_TILING_SIZE)
+            cc = read_cc_tiling(raw, at)
         except (ValueError, TypeError, HcclBoundsError) as exc:
             return self._fail(f"SetCcTilingV2({offset}): bad offset: {exc}")
         return self._register_cc(cc, f"SetCcTilingV2({offset})")

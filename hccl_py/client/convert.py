@@ -9,6 +9,7 @@ raises :class:`~hccl_py.core.errors.InvalidCall` naming the rule that refused it
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,11 +18,13 @@ import numpy as np
 import torch
 
 from ..core.constants import (
+    DTYPE_INFO,
     HCCL_MAX_HANDLE_ID,
     KERNEL_REDUCE_OPS,
     MAX_REPEAT,
     HcclDataType,
     HcclReduceOp,
+    hccl_dtype_of,
 )
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr, what_is
@@ -134,6 +137,51 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             expected=f"<= {HCCL_MAX_HANDLE_ID} Prepare and InterHcclGroupSync calls",
         )
     return dtype
+
+
+def _same_type(data_type: HcclDataType, dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` may hold elements of ``data_type``.
+
+    A ``torch.uint8`` tensor is untyped GM (raw bytes, like a ``GM_ADDR``) and holds
+    any type; bool counts as UINT8; byte-only types (HIF8, FP8E8M0, MXFP8) have no
+    torch dtype, so any 1-byte tensor holds them.
+    """
+    info = DTYPE_INFO[data_type]
+    if dtype == torch.uint8:
+        return True
+    if info.torch_dtype is None:
+        return torch.empty((), dtype=dtype).element_size() == info.size
+    return dtype == info.torch_dtype or (
+        dtype == torch.bool and data_type == HcclDataType.HCCL_DATA_TYPE_UINT8
+    )
+
+
+def dtype_mismatch(p: PrepareParam, data_type: HcclDataType) -> str | None:
+    """Why ``p``'s buffers do not hold ``data_type`` elements (tensors of another dtype), or None.
+
+    Only buffers that are (addresses into) a typed tensor given to ``hp.launch`` have
+    a dtype to compare; windows and uint8 tensors are raw GM. Hardware reinterprets
+    the bytes.
+    """
+    found = {}
+    for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
+        tensor = buf.alloc.tensor if isinstance(buf, GmAddr) and buf.alloc is not None else None
+        if tensor is not None and not _same_type(data_type, tensor.dtype):
+            found[f"{name} ({buf.alloc.name})"] = tensor.dtype
+    if not found:
+        return None
+    what = " and ".join(f"{where} is a {dtype} tensor" for where, dtype in found.items())
+    short = data_type.name.removeprefix("HCCL_DATA_TYPE_")
+    dtypes = set(found.values())
+    declare = ""
+    if len(dtypes) == 1:
+        with contextlib.suppress(TypeError):  # a torch dtype with no HcclDataType
+            declare = f"declare {hccl_dtype_of(dtypes.pop()).name} or "
+    return (
+        f"dataType {data_type.name} ({DTYPE_INFO[data_type].size}-byte elements), but {what}: "
+        f"the bytes are reinterpreted as {short}, as hardware does; {declare}pass a tensor of "
+        "the declared type"
+    )
 
 
 def as_enum(cls: type[E], value: Any) -> E | None:

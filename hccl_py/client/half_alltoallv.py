@@ -60,6 +60,7 @@ class WriteCalls(FineGrainedCalls):
         sendSizes: Any,
         remoteWinOffset: int,
         localDataSize: int,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""

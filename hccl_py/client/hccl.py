@@ -13,7 +13,7 @@ import numpy as np
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
 from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.task import op_name
-from ..core.template import template
+from ..core.template import checked, template
 from .convert import slots_used
 from .half_alltoallv import WriteCalls
 from .log import logged
@@ -221,12 +221,14 @@ class Hccl(WriteCalls):
         self._ok(None)
 
     # ------------------------------------------------------------ other calls
+    @checked
     def GetRankId(self) -> int:
         """This rank's index in the object's domain."""
         if self.state is None:
             return self._fail("GetRankId: the Hccl object is not initialised", ret=0)
         return self.state.rank
 
+    @checked
     def GetRankDim(self) -> int:
         """Number of ranks in the object's domain."""
         if self.state is None:

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..core.template import checked
 from ..kernel.context import current_core_context, current_rank_context, serial
 from ..trace.hooks import recorder, traced_call
 
@@ -71,6 +72,7 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     """Log each call of a client method (arguments, result or exception) at DEBUG level."""
     name = method.__name__
 
+    @checked
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         with serial():

@@ -17,7 +17,7 @@ import numpy as np
 from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
 from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
-from ..core.template import template
+from ..core.template import checked, template
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
 from ..tiling import Mc2InitTiling, tiling_bytes
@@ -47,10 +47,12 @@ class OneSidedCalls(PrepareCalls):
         return sum(h.op in ONE_SIDED for h in self.handles)
 
     # ------------------------------------------------------------------ windows
+    @checked
     def GetWindowsInAddr(self, rankId: int) -> GmAddr:
         """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""
         return self._window(rankId, "In")
 
+    @checked
     def GetWindowsOutAddr(self, rankId: int) -> GmAddr:
         """GM address of domain rank ``rankId``'s Out window; null for ``rankId >= rankDim``."""
         return self._window(rankId, "Out")
@@ -92,6 +94,7 @@ class OneSidedCalls(PrepareCalls):
             cached = self.__dict__["_queues"] = (self._tiling_src, num)
         return cached[1]
 
+    @checked
     def GetQueueNum(self) -> int:
         """``Mc2InitTiling.queueNum``: how many BatchWrite queues each core has (Atlas A3)."""
         if self.state is None:
@@ -151,7 +154,7 @@ class OneSidedCalls(PrepareCalls):
     @template("commit")
     @logged
     def BatchWrite(
-        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, commit: bool = True
+        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, *, commit: bool = True
     ) -> int:
         """One-sided copies of ``itemNum`` items at ``batchWriteInfo``; always committed.
 

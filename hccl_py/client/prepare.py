@@ -20,7 +20,7 @@ from ..core.template import template
 from ..ops import OPS
 from ..sanitizer.bounds import check_task
 from .base import HcclBase
-from .convert import Limits, PrepareParam, task_fields
+from .convert import Limits, PrepareParam, dtype_mismatch, task_fields
 from .log import logged
 from .sender import core_problem, is_sender
 from .state import Handle
@@ -82,6 +82,16 @@ class PrepareCalls(HcclBase):
                 Handle(op, fields["repeat"], core.kind, step_size=self._step_size(op))
             )
             return self._prepared(handle, commit)
+        if not self.framework:
+            mismatch = dtype_mismatch(param, fields["dtype"])
+            if mismatch:
+                self._carry_on(
+                    "dtype-mismatch",
+                    f"{name}: {mismatch}",
+                    op=name,
+                    handle=handle,
+                    expected=fields["dtype"].name,
+                )
         task = Task(
             op=op,
             domain=state.group,
@@ -128,6 +138,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         op: int,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AllReduce; returns the handle id or -1."""
@@ -144,6 +155,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AllGather; returns the handle id or -1."""
@@ -163,6 +175,7 @@ class PrepareCalls(HcclBase):
         op: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of ReduceScatter; returns the handle id or -1."""
@@ -188,6 +201,7 @@ class PrepareCalls(HcclBase):
         dataType: int,
         strideCount: int = 0,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AlltoAll; returns the handle id or -1."""
@@ -209,6 +223,7 @@ class PrepareCalls(HcclBase):
         rdispls: Sequence[int],
         recvType: int,
         repeat: int = 1,
+        *,
         commit: bool = False,
     ) -> int:
         """Prepare ``repeat`` rounds of AlltoAllV (uint64 counts and displacements per peer)."""

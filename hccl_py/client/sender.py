@@ -44,12 +44,13 @@ def missing_sender(config: HcclServerConfig, core: CoreContext) -> str | None:
         else (AIV if config.type == CoreType.ON_AIV else AIC)
     )
     n = core.launch.cores_of_kind[kind]
-    if config.blockId < n:
+    if 0 <= config.blockId < n:
         return None
     return (
         f"HcclServerConfig names {kind.name} block {config.blockId} as the sending core, but this "
-        f"launch has {n} {kind.name} cores (block_dim={core.launch.block_dim}, "
-        f"kernel_type={core.launch.kernel_type!r}): no task would ever be sent"
+        f"launch has {n} {kind.name} cores, blocks 0..{n - 1} (block_dim="
+        f"{core.launch.block_dim}, kernel_type={core.launch.kernel_type!r}): no task would "
+        "ever be sent"
     )
 
 

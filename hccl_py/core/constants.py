@@ -21,6 +21,8 @@ MAX_REPEAT = 255
 MAX_DOMAINS = 2
 #: The largest blockDim a kernel launch accepts (AscendC: 65535).
 MAX_BLOCK_DIM = 65535
+#: The most ranks hp.run starts (window addresses keep 16 bits of the rank).
+MAX_WORLD_SIZE = 1 << 16
 
 
 class HcclDataType(enum.IntEnum):
@@ -114,7 +116,11 @@ class ScopeType(enum.IntEnum):
 
 @dataclass(frozen=True)
 class HcclServerConfig:
-    """Which core sends the messages: ``{CoreType type, int64 blockId}``."""
+    """Which core sends the messages: ``{CoreType type, int64 blockId}``.
+
+    Any int64 blockId is a valid struct, as in C++; one that names no core of the
+    launch (negative, or beyond its blocks) fails at the first Prepare.
+    """
 
     type: CoreType = CoreType.DEFAULT
     blockId: int = 0  # noqa: N815 - AscendC field name
@@ -124,10 +130,14 @@ class HcclServerConfig:
         ints = all(
             isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (kind, block)
         )
-        if not ints or int(kind) not in CoreType._value2member_map_ or not 0 <= block < 2**63:
+        if (
+            not ints
+            or int(kind) not in CoreType._value2member_map_
+            or not -(2**63) <= block < 2**63
+        ):
             raise ValueError(
                 f"HcclServerConfig needs a CoreType ({', '.join(c.name for c in CoreType)}) and "
-                f"a non-negative int blockId, not type={kind!r}, blockId={block!r}"
+                f"an int64 blockId, not type={kind!r}, blockId={block!r}"
             )
         object.__setattr__(self, "type", CoreType(int(kind)))
         object.__setattr__(self, "blockId", int(block))

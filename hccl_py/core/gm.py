@@ -15,11 +15,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..kernel.context import serialized
-from .constants import HcclDataType, torch_dtype_of
-from .errors import HcclBoundsError
+from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
+from .errors import HcclBoundsError, HcclUsageError
 
 _alloc_ids = itertools.count()
 
@@ -79,8 +80,8 @@ class Allocation:
         """Extra words for bounds reports (windows name HCCL_BUFFSIZE); empty here."""
         return ""
 
-    def on_view(self, offset: int, view: torch.Tensor) -> None:
-        """``hp.gm_tensor`` made ``view`` of this allocation at ``offset`` (windows track polls)."""
+    def on_view(self, offset: int, view: torch.Tensor, dtype: torch.dtype) -> None:
+        """``hp.gm_tensor`` made ``view`` (bytes) at ``offset``, to read as ``dtype`` (polls)."""
 
     def int_base(self) -> int:
         """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
@@ -251,32 +252,65 @@ def _byte_count(nbytes: Any) -> int:
         ) from None
 
 
-def _as_torch_dtype(dtype: torch.dtype | int) -> torch.dtype:
+def _element_type(dtype: object, rank: int | None) -> tuple[torch.dtype, int]:
+    """``gm_tensor``'s element dtype and the bytes of one element of ``dtype``.
+
+    Byte-only HcclDataTypes (HIF8, FP8E8M0, MXFP8, INT128) give uint8 elements,
+    ``size`` of them per element of the type.
+    """
     if isinstance(dtype, torch.dtype):
-        return dtype
-    t = torch_dtype_of(HcclDataType(dtype))
-    return torch.uint8 if t is None else t
+        return dtype, torch.empty((), dtype=dtype).element_size()
+    info = None
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        value = int(dtype)
+        if value in HcclDataType._value2member_map_:
+            info = DTYPE_INFO.get(HcclDataType(value))
+    if info is None:
+        raise HcclUsageError(
+            "gm_tensor: dtype must be a torch dtype or an HcclDataType with an element size "
+            "(RESERVED has none), not "
+            + (dtype.name if isinstance(dtype, HcclDataType) else what_is(dtype)),
+            rank=rank,
+        )
+    return info.torch_dtype or torch.uint8, info.size
 
 
 @serialized
 def gm_tensor(addr: GmAddr, dtype: torch.dtype | int, count: int) -> torch.Tensor:
     """A typed, writable torch view of ``count`` elements at ``addr``.
 
-    ``dtype`` is a torch dtype or an :class:`HcclDataType` (byte-only types give
-    uint8 elements of the type's size). The address must be aligned to the
-    element size, as on hardware.
+    ``dtype`` is a torch dtype or an :class:`HcclDataType`; byte-only types give
+    uint8 bytes, shape ``(count,)`` for 1-byte types and ``(count, size)`` for
+    INT128. The address must be aligned to the element size, as on hardware.
     """
-    tdtype = _as_torch_dtype(dtype)
-    size = torch.empty((), dtype=tdtype).element_size()
-    view = addr.bytes_view(count * size)
+    if not isinstance(addr, GmAddr):
+        raise HcclUsageError(
+            f"gm_tensor: addr must be a GM address (a kernel's tensor argument or an address "
+            f"computed from one), not {what_is(addr)}"
+        )
+    tdtype, size = _element_type(dtype, addr.rank)
+    try:
+        n = operator.index(count)
+    except TypeError:
+        raise HcclUsageError(
+            f"gm_tensor: count must be an int, not {what_is(count)}", rank=addr.rank
+        ) from None
+    view = addr.bytes_view(n * size)
     if addr.offset % size:
         raise HcclBoundsError(
             f"gm_tensor: offset {addr.offset} of {addr.alloc.name} is not aligned "
-            f"to the {size}-byte element size of {tdtype}",
+            f"to the {size}-byte element size of {_type_name(dtype)}",
             rank=addr.rank,
         )
-    addr.alloc.on_view(addr.offset, view)
+    addr.alloc.on_view(addr.offset, view, tdtype)
+    if tdtype == torch.uint8 and size > 1:
+        return view.view(n, size)
     return view.view(tdtype)
+
+
+def _type_name(dtype: object) -> str:
+    """``torch.float32`` or ``HCCL_DATA_TYPE_INT128``: the type as the caller named it."""
+    return str(dtype) if isinstance(dtype, torch.dtype) else HcclDataType(int(dtype)).name
 
 
 def tiling_allocation(struct: ctypes.Structure, rank: int | None) -> GmAddr:

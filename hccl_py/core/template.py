@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
+
+from .errors import HcclUsageError
 
 
 class TemplateFunction:
     """A callable whose boolean template argument is given with ``[flag]`` or as a keyword.
 
     ``f[True](*args)`` is ``f(*args, **{keyword: True})``; ``f(*args)`` uses the
-    function's own default. As a class attribute it binds like a method.
+    function's own default. As a class attribute it binds like a method. Arguments
+    that do not fit the signature are an :class:`~hccl_py.core.errors.HcclUsageError`
+    naming the AscendC signature (through the bound object's ``_fail`` when it has
+    one, so that ``strict=False`` returns -1), never a Python TypeError.
     """
 
     def __init__(
@@ -36,14 +42,26 @@ class TemplateFunction:
         return self._func if self._bound is None else functools.partial(self._func, self._bound)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._target()(*args, **kwargs)
+        return self._checked(args, kwargs)
 
     def __getitem__(self, flag: bool) -> Callable[..., Any]:
         if not isinstance(flag, (bool, int)):
             raise TypeError(
                 f"{self._func.__name__}[...] takes a bool template argument, not {flag!r}"
             )
-        return functools.partial(self._target(), **{self._keyword: self._convert(flag)})
+        value = self._convert(flag)
+        return lambda *args, **kwargs: self._checked(args, {**kwargs, self._keyword: value})
+
+    def _checked(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """Call the function; arguments that do not fit its signature are reported as misuse."""
+        try:
+            return self._target()(*args, **kwargs)
+        except TypeError:
+            lead = () if self._bound is None else (self._bound,)
+            reason = misfit(self._func, (*lead, *args), kwargs, self._keyword)
+            if reason is None:
+                raise  # a TypeError from inside the call itself
+            return report_misfit(self._bound, self._func.__name__, reason)
 
     def __repr__(self) -> str:
         return f"<template {self._func.__qualname__}[{self._keyword}]>"
@@ -62,3 +80,57 @@ def template(
         return TemplateFunction(func, keyword, convert=convert)
 
     return wrap
+
+
+def ascend_signature(func: Callable[..., Any], keyword: str | None = None) -> str:
+    """The call as AscendC writes it: ``AllReduce[commit](sendBuf, ..., repeat=1)``."""
+    params = [
+        str(p.replace(annotation=inspect.Parameter.empty))
+        for name, p in inspect.signature(func).parameters.items()
+        if name not in ("self", keyword)
+    ]
+    flag = f"[{keyword}]" if keyword else ""
+    return f"{func.__name__}{flag}({', '.join(params)})"
+
+
+def misfit(
+    func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], keyword: str | None = None
+) -> str | None:
+    """Why ``args``/``kwargs`` do not fit ``func``'s signature (naming its AscendC form), or None.
+
+    ``args`` include ``self`` for methods; ``keyword`` is the template argument.
+    """
+    try:
+        inspect.signature(func).bind(*args, **kwargs)
+    except TypeError as exc:
+        given = len(args) - (1 if "self" in inspect.signature(func).parameters else 0)
+        flag = f", with the template flag given as {func.__name__}[...]" if keyword else ""
+        return (
+            f"{func.__name__}: {exc} ({given} positional given); the AscendC signature is "
+            f"{ascend_signature(func, keyword)}{flag}"
+        )
+    return None
+
+
+def report_misfit(bound: Any, name: str, reason: str) -> Any:
+    """Report arguments that do not fit a call: through ``bound._fail`` when it has one."""
+    fail = getattr(bound, "_fail", None)
+    if fail is None:
+        raise HcclUsageError(reason)
+    return fail(reason, op=name)
+
+
+def checked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for client methods: arguments that do not fit are reported, as template calls are."""
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except TypeError:
+            reason = misfit(method, (self, *args), kwargs)
+            if reason is None:
+                raise  # a TypeError from inside the call itself
+            return report_misfit(self, method.__name__, reason)
+
+    return call

@@ -11,9 +11,10 @@ import contextlib
 import functools
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
 import torch
 
 from ..core.config import Config
@@ -96,6 +97,16 @@ class RankContext:
 
     def new_group(self, ranks: Sequence[int]) -> Group:
         """A sub-domain; every rank that calls it with the same ranks gets an equal group."""
+        given = ranks
+        listed = not isinstance(ranks, (str, bytes)) and isinstance(ranks, Iterable)
+        ranks = tuple(ranks) if listed else ()
+        if not listed or not all(
+            isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in ranks
+        ):
+            raise ValueError(
+                f"new_group needs a sequence of distinct int ranks in 0..{self.world_size - 1}, "
+                f"not {given!r}"
+            )
         ranks = tuple(int(r) for r in ranks)
         bad = [r for r in ranks if not 0 <= r < self.world_size]
         if not ranks or bad or len(set(ranks)) != len(ranks):

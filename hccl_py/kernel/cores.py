@@ -219,6 +219,11 @@ def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
         return {0: rank_ctx.world_group}
     if isinstance(groups, Group):
         return {0: groups}
+    if not isinstance(groups, (Mapping, list, tuple)):
+        raise ValueError(
+            "groups maps context index 0 or 1 to a Group from hp.new_group (a dict, a list or "
+            f"one Group), not {groups!r}"
+        )
     resolved = dict(groups) if isinstance(groups, Mapping) else dict(enumerate(groups))
     for index, group in resolved.items():
         if index not in range(MAX_DOMAINS) or not isinstance(group, Group):
@@ -244,7 +249,7 @@ def launch(
     maps context index 0/1 to domains (default: the world group for index 0).
     Returns when every core has returned; a core's exception is re-raised.
     """
-    if kernel_type not in KERNEL_TYPES:
+    if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
     if (
         not isinstance(block_dim, (int, np.integer))
@@ -403,7 +408,8 @@ def SyncAll(aiv_only: bool = True) -> None:
 def GetHcclContext(index: int = 0) -> HcclContext:
     """The kernel's context for domain ``index`` (0 or 1), as ``GetHcclContext<index>()``."""
     core = _core()
-    group = core.launch.groups.get(int(index))
+    whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+    group = core.launch.groups.get(int(index)) if whole else None
     if group is None:
         raise ValueError(
             f"GetHcclContext({index}): this launch has domains {sorted(core.launch.groups)}; "

@@ -70,7 +70,7 @@ def _check_overlap(task: Task, me: int, policy: str) -> None:
         (ra, ba), (rb, bb) = (layout.block_round_peer(task, "recv", i) for i in clash)
         reason = (
             f"receive ranges overlap: round {ra} block {ba} and round {rb} block {bb} write the "
-            f"same bytes of {task.recv.alloc.name}; with repeat > 1 use strideCount >= repeat * count"
+            f"same bytes of {task.recv.alloc.name}{_overlap_advice(task, ba, bb)}"
         )
     else:
         reason = send_recv_clash(task)
@@ -79,3 +79,19 @@ def _check_overlap(task: Task, me: int, policy: str) -> None:
     if policy == "error":
         raise InvalidCall(reason, cls=HcclOverlapError, round=rb)
     report.warn("overlap", f"{task.name}: {reason}", rank=me, round=rb)
+
+
+def _overlap_advice(task: Task, a: int, b: int) -> str:
+    """What makes the receive blocks of peers ``a`` and ``b`` disjoint, in the op's own arguments."""
+    if task.spec.strided:
+        return "; with repeat > 1 use strideCount >= repeat * count"
+    if not task.spec.pairwise_counts:
+        return ""
+    spans = ", ".join(
+        f"peer {p}: [{task.rdispls[p]}, {task.rdispls[p] + task.repeat * task.recv_counts[p]})"
+        for p in (a, b)
+    )
+    return (
+        "; each peer's rounds need their own elements [rdispls[p], rdispls[p] + repeat * "
+        f"recvCounts[p]) (here {spans}): space rdispls by at least repeat * recvCounts"
+    )

@@ -147,7 +147,7 @@ class WindowAllocation(Allocation):
         """The window's integer base address (the same on every rank and process)."""
         return self._base
 
-    def on_view(self, offset: int, view: torch.Tensor) -> None:
+    def on_view(self, offset: int, view: torch.Tensor, dtype: torch.dtype) -> None:
         """A second view in a row of the same small range is a flag poll: yield and report it.
 
         Polling loops (``while gm_tensor(flag, ...)[0] != 1``) thus let the other
@@ -176,10 +176,24 @@ class WindowAllocation(Allocation):
             value,
             lambda: (
                 f"rank {ctx.rank} polls bytes [{offset}, {offset + n}) of {self.name} (domain "
-                f"{self.domain}), which keep the value 0x{value.hex()}: {why}"
+                f"{self.domain}), which keep the value {shown_value(value, dtype)}: {why}"
             ),
             deadlock=deadlock,
         )
+
+
+def shown_value(raw: bytes, dtype: torch.dtype) -> str:
+    """Polled bytes as the kernel reads them, with the bytes in memory order beside.
+
+    ``1 (int32; bytes 01 00 00 00)``: a little-endian int32 1 is not 0x01000000.
+    """
+    name = str(dtype).removeprefix("torch.")
+    size = torch.empty((), dtype=dtype).element_size()
+    if not raw or len(raw) % size:
+        return f"bytes {raw.hex(' ') or '(none)'}"
+    values = torch.frombuffer(bytearray(raw), dtype=dtype).tolist()
+    shown = values[0] if len(values) == 1 else values
+    return f"{shown} ({name}; bytes {raw.hex(' ')})"
 
 
 class HcclNoWindowsError(HcclUsageError):

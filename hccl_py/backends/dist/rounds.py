@@ -25,7 +25,11 @@ moves alike. Extra copies per round, beyond what the collective itself does:
   send block into the receive block first (none when they coincide);
   ReduceScatter packs strided send blocks. Types the process group cannot
   reduce (gloo: FP16/BF16 SUM accumulates in FP32, INT16 in INT32) are widened
-  into a temporary and narrowed back.
+  into a temporary and narrowed back. gloo's MAX and MIN drop NaN, so on gloo
+  (``Reduction.nan_pass``) a MAX or MIN of floating types also reduces one
+  flag (whether any rank has a NaN) and, only when one has, a byte mask of
+  the NaN positions, which are then set to NaN: NaN propagates as in the
+  emulator and numpy.
 
 When send and receive ranges of a round share bytes, the source is read into a
 temporary first, as the emulator does.
@@ -66,6 +70,8 @@ class Reduction:
     exact: bool
     #: Native only: element type -> wider type the process group reduces in.
     widen: Mapping[torch.dtype, torch.dtype] = field(default_factory=dict)
+    #: Native only: the process group's MAX/MIN drop NaN, so NaN positions are reduced aside.
+    nan_pass: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,30 @@ def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
     task.memory("recv")[start : start + raw.numel()].copy_(raw)
 
 
+def _nan_mask(values: torch.Tensor, op: HcclReduceOp, dom: Domain) -> torch.Tensor | None:
+    """This rank's NaN positions of ``values`` when a native MAX/MIN must propagate NaN, else None.
+
+    None also when no rank of the domain has a NaN (one 1-element all_reduce says so),
+    so the common case costs one tiny collective.
+    """
+    if (
+        not dom.reduction.nan_pass
+        or op == HcclReduceOp.HCCL_REDUCE_SUM
+        or not values.dtype.is_floating_point
+    ):
+        return None
+    mask = torch.isnan(values)
+    anywhere = torch.tensor([int(mask.any())], dtype=torch.int32, device=values.device)
+    dist.all_reduce(anywhere, dist.ReduceOp.MAX, group=dom.pg)
+    return mask.to(torch.uint8) if int(anywhere.item()) else None
+
+
+def _fill_nan(result: torch.Tensor, mask: torch.Tensor | None) -> None:
+    """Set ``result`` to NaN where the reduced mask (any rank's NaN) is set."""
+    if mask is not None:
+        result.masked_fill_(mask.bool(), float("nan"))
+
+
 # ------------------------------------------------------------------ the ops
 def _all_gather(task: Task, r: int, dom: Domain) -> None:
     send = layout.round_blocks(task, "send", r)
@@ -224,6 +254,9 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
         _write_result(task, r, reduce_ranks(stacked, op))
         return
     values = task.typed(src)
+    nan = _nan_mask(values, op, dom)
+    if nan is not None:
+        dist.all_reduce(nan, dist.ReduceOp.MAX, group=dom.pg)
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
     target = _receive_view(task, r, values) if wide == values.dtype else None
     if target is not None:
@@ -231,9 +264,11 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
             shared = first_shared(task, r, exempt_in_place=False) is not None
             target.copy_(values.clone() if shared else values)
         dist.all_reduce(target, _REDUCE_OPS[op], group=dom.pg)
+        _fill_nan(target, nan)
         return
     buf = values.to(wide, copy=True)
     dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
+    _fill_nan(buf, nan)
     _write_result(task, r, buf.to(values.dtype))
 
 
@@ -262,6 +297,11 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
     src = values.to(wide, copy=wide != values.dtype)
     out = torch.empty(task.count, dtype=wide, device=src.device)
     _reduce_scatter_single(out, src, _REDUCE_OPS[op], group=dom.pg)
+    nan = _nan_mask(values, op, dom)
+    if nan is not None:
+        mine = torch.empty(task.count, dtype=nan.dtype, device=nan.device)
+        _reduce_scatter_single(mine, nan, dist.ReduceOp.MAX, group=dom.pg)
+        _fill_nan(out, mine)
     _write_result(task, r, out.to(values.dtype))
 
 

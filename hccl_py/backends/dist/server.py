@@ -92,7 +92,9 @@ class DistServer(Server):
         exact = os.environ.get(REDUCE_ENV, "exact" if session.backend.exact else "native")
         if exact not in ("exact", "native"):
             raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {exact!r}")
-        self.reduction = pg_rounds.Reduction(exact == "exact", session.backend.widen)
+        self.reduction = pg_rounds.Reduction(
+            exact == "exact", session.backend.widen, session.backend.drops_nan
+        )
         self.late = config.schedule == "late"
         self.domains: dict[str, pg_rounds.Domain | None] = {}
         self.queues: dict[str, DomainQueue] = {}
@@ -315,6 +317,8 @@ class DistBackend(Backend):
     check_tasks = True
     exact = True
     widen: dict[torch.dtype, torch.dtype] = {}
+    #: Whether the process group's MAX/MIN drop NaN (native reductions then propagate it aside).
+    drops_nan = False
 
     def bind_device(self, local_rank: int) -> torch.device:
         """This process's device."""
@@ -364,6 +368,7 @@ class GlooBackend(DistBackend):
         torch.bfloat16: torch.float32,
         torch.int16: torch.int32,
     }
+    drops_nan = True
 
     def server_class(self) -> type[Server]:
         """The gloo server, with windows in shared memory."""
