@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hccl_py.kernel.context import Group
+from hccl_py.core.group import Group
 from hccl_py.server.blocking import Blocker
 
 Clock = tuple[int, ...] | None

@@ -23,8 +23,8 @@ import torch
 from hccl_py.core import layout
 from hccl_py.core.config import Config
 from hccl_py.core.errors import HcclError
+from hccl_py.core.group import Group
 from hccl_py.core.task import Task
-from hccl_py.kernel.context import Group
 from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch

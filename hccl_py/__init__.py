@@ -51,6 +51,7 @@ from .core.errors import (
     WorldError,
 )
 from .core.gm import NULL, GmAddr, gm_tensor
+from .core.group import Group
 from .core.platform import PLATFORMS
 from .framework import (
     Work,
@@ -62,7 +63,7 @@ from .framework import (
     global_scatter,
     reduce_scatter_tensor,
 )
-from .kernel.context import Group, device, get_rank, get_world_size, new_group, world_group
+from .kernel.context import device, get_rank, get_world_size, new_group, world_group
 from .kernel.cores import (
     AIC,
     AIV,
@@ -77,7 +78,7 @@ from .kernel.cores import (
     launch,
 )
 from .kernel.crosscore import CrossCoreSetFlag, CrossCoreWaitFlag, Pipe
-from .outcome import RunResult
+from .kernel.outcome import RunResult
 from .runtime import explain_layout, print_rank0, run
 from .server.windows import HcclNoWindowsError
 from .tiling import (

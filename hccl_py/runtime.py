@@ -12,15 +12,14 @@ from typing import Any
 import numpy as np
 
 from .backends import get_backend
-from .core.config import Config
+from .core.config import Config, checked_timeout
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.platform import get_platform
 from .core.report import KINDS
 from .kernel.context import current_rank_context
+from .kernel.outcome import RunResult, WithWarnings, summarize
 from .launcher.spec import under_launcher
-from .outcome import RunResult, WithWarnings, summarize
-from .server.blocking import checked_timeout
 from .server.windows import checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture

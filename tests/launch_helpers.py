@@ -25,7 +25,7 @@ JOB_TIMEOUT = 150
 FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
 #: A sample's verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
 VERDICT = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
-#: What hp.run's end-of-run summary of warnings says (hccl_py.outcome.summarize).
+#: What hp.run's end-of-run summary of warnings says (hccl_py.kernel.outcome.summarize).
 WARNING_SUMMARY = " warning(s) on "
 #: ``python -m hccl_py run --backend gloo`` prefixes each line with the rank that printed it.
 RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")

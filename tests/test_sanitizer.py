@@ -31,7 +31,7 @@ from hccl_py import (
     HcclReduceOp,
     HcclServerConfig,
 )
-from hccl_py.server.blocking import TIMEOUT_ENV, default_timeout
+from hccl_py.core.config import TIMEOUT_ENV, default_timeout
 
 F32 = HcclDataType.HCCL_DATA_TYPE_FP32
 F16 = HcclDataType.HCCL_DATA_TYPE_FP16

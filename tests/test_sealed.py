@@ -16,12 +16,12 @@ import torch
 import torch.distributed as dist
 
 from hccl_py.core.errors import HcclWarning
+from hccl_py.kernel.outcome import RankOutcome
 from hccl_py.launcher import exchange, sealed
 from hccl_py.launcher import store as kv
 from hccl_py.launcher.liveness import RankDiedError, rank_died
 from hccl_py.launcher.ports import port_holder
 from hccl_py.launcher.supervise import outcome_of
-from hccl_py.outcome import RankOutcome
 
 KEY = "run0/result/1"
 

@@ -258,3 +258,41 @@ def test_architecture_doc_names_only_what_exists() -> None:
 def test_the_reference_finder_reads_paths_and_modules() -> None:
     paths, dotted = _doc_references("`hccl_py/core/gm.py` and `emu/` and `hccl_py.ops.OPS`")
     assert paths == {"hccl_py/core/gm.py", "emu/"} and dotted == {"hccl_py.ops.OPS"}
+
+
+#: The layers, bottom up (docs/architecture.md draws them): a module may import only from
+#: its own layer or a lower one. "" is the package's own top (hccl_py/__init__, runtime).
+LAYERS = [
+    {"core", "ops"},
+    {"tiling", "sanitizer"},
+    {"server"},
+    {"kernel", "trace"},
+    {"client"},
+    {"framework"},
+    {"launcher"},
+    {"backends"},
+    {"", "runtime", "bench", "__main__"},
+]
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    found = [i for i, layer in enumerate(LAYERS) if top in layer]
+    assert found, f"{module} is in no layer: add its package to LAYERS and the architecture doc"
+    return found[0]
+
+
+def test_dependencies_point_down_the_layers() -> None:
+    upward = sorted(
+        f"{src} -> {dst}"
+        for src, targets in _edges(_modules()).items()
+        for dst in targets
+        if _layer(dst) > _layer(src)
+    )
+    assert not upward, "imports that point up the layers: " + "; ".join(upward)
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert _layer("hccl_py.core.gm") < _layer("hccl_py.kernel.context") < _layer("hccl_py.runtime")
+    assert _layer("hccl_py.backends.emu.world") > _layer("hccl_py.launcher.store")

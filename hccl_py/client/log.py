@@ -14,8 +14,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ..core.current import serial
 from ..core.template import checked
-from ..kernel.context import current_core_context, current_rank_context, serial
+from ..kernel.context import current_core_context, current_rank_context
 from ..trace.hooks import recorder, traced_call
 
 logger = logging.getLogger("hccl_py")

@@ -6,10 +6,35 @@ backends, the launcher), so that none of them imports another to get it.
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field
 
-from ..server.blocking import default_timeout
 from .platform import Platform, get_platform, ranks_per_server_default
+
+#: Environment variable overriding the default timeout (seconds) of every blocking call.
+TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
+DEFAULT_TIMEOUT = 120.0
+#: What ``timeout=inf`` stands for: no limit in practice, but a value every wait accepts.
+NO_LIMIT_S = 10.0**7
+
+
+def default_timeout() -> float:
+    """The timeout from ``HCCL_PY_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
+    value = os.environ.get(TIMEOUT_ENV)
+    return float(value) if value else DEFAULT_TIMEOUT
+
+
+def checked_timeout(value: object) -> float:
+    """``hp.run``'s ``timeout``: None for the default, a positive number of seconds, or inf."""
+    if value is None:
+        return default_timeout()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(
+            f"timeout must be a positive number of seconds (or None for the default "
+            f"{default_timeout():g} s, or float('inf') for no limit), not {value!r}"
+        )
+    return min(float(value), NO_LIMIT_S)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernel.context import serialized
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
+from .current import serialized
 from .errors import HcclBoundsError, HcclUsageError
 
 _alloc_ids = itertools.count()

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-from ..kernel.context import current_rank_context
+from .current import current_rank as current_rank_context
 from .errors import HcclUsageError, HcclWarning
 
 #: The hccl_py package folder: frames of files under it are hccl_py's, not the user's.

@@ -21,7 +21,8 @@ import torch
 
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
 from ..core.errors import HcclMismatchError
-from ..kernel.context import WORLD_GROUP_NAME, Group, current_rank_context
+from ..core.group import WORLD_GROUP_NAME, Group
+from ..kernel.context import current_rank_context
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..kernel.context import Group, current_rank_context, set_rank_context
+from ..core.group import Group
+from ..kernel.context import current_rank_context, set_rank_context
 from ._common import (
     agree,
     check_bool,

@@ -8,53 +8,20 @@ core a :class:`CoreContext`. Module-level helpers (``get_rank``,
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.config import Config
+from ..core.current import bind_rank, current_rank
 from ..core.errors import HcclWarning
+from ..core.group import WORLD_GROUP_NAME, Group
 from ..server.blocking import Blocker
-
-if TYPE_CHECKING:
-    from ..server.protocol import Server
-
-WORLD_GROUP_NAME = "hccl_world_group"
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class Group:
-    """A communication domain: an ordered tuple of global ranks with a name."""
-
-    def __init__(self, ranks: Sequence[int], name: str) -> None:
-        self.ranks = tuple(int(r) for r in ranks)
-        self.name = name
-
-    @property
-    def size(self) -> int:
-        """Number of ranks in the domain (``GetRankDim``)."""
-        return len(self.ranks)
-
-    def rank_of(self, global_rank: int) -> int | None:
-        """The index of ``global_rank`` in this domain, or None if it is not a member."""
-        try:
-            return self.ranks.index(global_rank)
-        except ValueError:
-            return None
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Group) and (self.name, self.ranks) == (other.name, other.ranks)
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.ranks))
-
-    def __repr__(self) -> str:
-        return f"Group({self.name!r}, ranks={list(self.ranks)})"
+from ..server.protocol import Server
 
 
 class RankContext:
@@ -87,6 +54,11 @@ class RankContext:
         self.warnings: list[HcclWarning] = []
         #: Asynchronous framework ops not waited yet: id -> what and where it was started.
         self.open_work: dict[int, str] = {}
+
+    @property
+    def serial(self) -> contextlib.AbstractContextManager:
+        """The server's serial lock (:attr:`Server.serial <hccl_py.server.protocol.Server.serial>`)."""
+        return self.server.serial
 
     def next_seq(self, group: Group) -> int:
         """The position of the next task this rank sends in ``group``."""
@@ -123,47 +95,18 @@ class RankContext:
 
 
 _tls = threading.local()
-_NO_LOCK = contextlib.nullcontext()
-
-
-def serial() -> contextlib.AbstractContextManager:
-    """The calling rank's :attr:`Server.serial <hccl_py.server.protocol.Server.serial>` lock (or none).
-
-    hccl_py's own work inside a call holds it, so that on the emulator one rank's
-    call does not hand the interpreter to another rank at every torch operation;
-    user code between calls never holds it.
-    """
-    ctx = getattr(_tls, "rank", None)
-    return _NO_LOCK if ctx is None else ctx.server.serial
-
-
-def serialized(fn: _F) -> _F:
-    """Run ``fn`` holding :func:`serial` (for hccl_py entry points that run no user code)."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with serial():
-            return fn(*args, **kwargs)
-
-    return call  # type: ignore[return-value]
 
 
 def set_rank_context(ctx: RankContext | None) -> None:
     """Bind ``ctx`` to the calling thread (None unbinds)."""
-    _tls.rank = ctx
+    bind_rank(ctx)
     if ctx is not None and ctx.thread_init is not None:
         ctx.thread_init()
 
 
 def current_rank_context(required: bool = True) -> RankContext | None:
     """The calling thread's rank context; raises outside ``hp.run`` when ``required``."""
-    ctx = getattr(_tls, "rank", None)
-    if ctx is None and required:
-        raise RuntimeError(
-            "no rank is running in this thread: call this inside a function started by "
-            "hccl_py.run(fn) (or under `python -m hccl_py run`)"
-        )
-    return ctx
+    return current_rank(required)
 
 
 def set_core_context(ctx: Any) -> None:

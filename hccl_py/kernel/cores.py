@@ -18,18 +18,17 @@ from typing import Any
 import numpy as np
 
 from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
+from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
 from ..core.gm import GmAddr, to_gm
+from ..core.group import Group
 from ..core.template import template
 from ..trace.hooks import core_tid, recorder
 from ..trace.recorder import now_us
 from .context import (
-    Group,
     RankContext,
     current_core_context,
     current_rank_context,
-    serial,
-    serialized,
     set_core_context,
     set_rank_context,
 )

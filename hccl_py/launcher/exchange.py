@@ -15,8 +15,8 @@ from typing import Any
 import torch.distributed as dist
 
 from ..core.errors import HcclWarning
+from ..kernel.outcome import RankOutcome
 from ..launcher.liveness import RankDiedError
-from ..outcome import RankOutcome
 from . import sealed
 from . import store as kv
 

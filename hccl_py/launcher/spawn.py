@@ -8,7 +8,6 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from ..backends.dist.session import spawned_rank
 from ..core import errors
 from ..core.config import Config
 from . import sealed, wire
@@ -43,8 +42,18 @@ def _mp_context() -> Any:
     return ctx
 
 
-def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, config: Config) -> list:
+def spawn_world(
+    backend: str,
+    fn: Callable[..., Any],
+    args: tuple,
+    n: int,
+    config: Config,
+    entry: Callable[..., None],
+) -> list:
     """Run ``fn(*args)`` in ``n`` new processes, one per rank, and return their results.
+
+    ``entry(spec, backend, payload, config, env, sys_path)`` is each child's main
+    (the backend's: it joins the world and runs the payload).
 
     ``fn`` and ``args`` travel pickled (a module-level function, picklable
     arguments); the children get this process's ``sys.path`` and environment.
@@ -77,7 +86,7 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
             proc = ctx.Process(
-                target=spawned_rank,
+                target=entry,
                 args=(spec, backend, payload, config, env, list(sys.path)),
                 name=f"hccl_py-rank{rank}",
             )

@@ -16,19 +16,15 @@ spins too), the world is just as stuck and the poller reports the deadlock.
 from __future__ import annotations
 
 import logging
-import numbers
-import os
 import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from ..core.config import TIMEOUT_ENV, default_timeout
 from ..core.errors import ForgedValueError, HcclDeadlockError, HcclPeerError, HcclTimeoutError
 from ..core.grouping import group_rank_lines
 
-#: Environment variable overriding the default timeout (seconds) of every blocking call.
-TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
-DEFAULT_TIMEOUT = 120.0
 #: Unchanged polls after which a polling thread counts as spinning.
 SPIN_POLLS = 10_000
 #: Unchanged polls after which a polling thread lets the late schedule run pending work
@@ -49,28 +45,6 @@ _log = logging.getLogger("hccl_py")
 
 Job = Callable[[], None]
 Text = str | Callable[[], str]
-
-
-def default_timeout() -> float:
-    """The timeout from ``HCCL_PY_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
-    value = os.environ.get(TIMEOUT_ENV)
-    return float(value) if value else DEFAULT_TIMEOUT
-
-
-#: What ``timeout=inf`` stands for: no limit in practice, but a value every wait accepts.
-NO_LIMIT_S = 10.0**7
-
-
-def checked_timeout(value: object) -> float:
-    """``hp.run``'s ``timeout``: None for the default, a positive number of seconds, or inf."""
-    if value is None:
-        return default_timeout()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(
-            f"timeout must be a positive number of seconds (or None for the default "
-            f"{default_timeout():g} s, or float('inf') for no limit), not {value!r}"
-        )
-    return min(float(value), NO_LIMIT_S)
 
 
 def _text(what: Text) -> str:

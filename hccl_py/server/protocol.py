@@ -19,8 +19,8 @@ from typing import Any
 from ..core.config import Config
 from ..core.constants import HcclCMDType
 from ..core.gm import Allocation
+from ..core.group import Group
 from ..core.task import Task
-from ..kernel.context import Group
 from .windows import HcclNoWindowsError
 
 

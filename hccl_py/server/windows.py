@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 import torch
 
+from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
 from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
-from ..kernel.context import current_rank_context
 
 BUFFSIZE_ENV = "HCCL_BUFFSIZE"
 DEFAULT_BUFFSIZE_MB = 200

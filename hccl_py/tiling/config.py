@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from ..core import report
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
-from ..kernel.context import current_rank_context
 from ..ops import OPS
 from .structs import (
     ALG_CONFIG_SIZE,

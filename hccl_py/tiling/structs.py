@@ -13,7 +13,7 @@ import ctypes
 import operator
 from typing import Protocol, TypeVar
 
-from ..kernel.context import serialized
+from ..core.current import serialized
 
 MC2_INIT_TILING_SIZE = 64
 MC2_CC_TILING_SIZE = 512

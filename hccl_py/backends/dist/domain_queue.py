@@ -16,13 +16,14 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ...core.config import Config
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
 from ...core.gm import NULL
 from ...core.task import Task
-from ...kernel.context import Group
+from ...core.group import Group
 from ...launcher import sealed
 from ...launcher import store as kv
 from ...server.agreement import count_mismatch, global_rank, mismatch
@@ -30,14 +31,26 @@ from ...server.ordering import behind, dependency_state
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
+from .session import Session
 
-if TYPE_CHECKING:
-    from .server import DistServer
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
 #: Seconds to wait for the report of the rank whose process ended, to name it.
 PEER_REPORT_S = 0.2
+
+
+class DistServer(Protocol):
+    """What a domain queue needs of its rank's server (``hccl_py.backends.dist.server.DistServer``)."""
+
+    backend_name: str
+    check_tasks: bool
+    cond: threading.Condition
+    config: Config
+    late: bool
+    queues: dict[str, DomainQueue]
+    session: Session
+    store: Any
 
 
 def stub(task: Task) -> Task:

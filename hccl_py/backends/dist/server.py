@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ...core.config import Config
 from ...core.errors import HcclError, HcclTimeoutError
 from ...core.task import Task
-from ...kernel.context import Group
+from ...core.group import Group
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
@@ -44,7 +44,7 @@ from ...server.protocol import Backend, Server
 from . import npu
 from . import rounds as pg_rounds
 from .domain_queue import DomainQueue, desc_key, encode_descriptor, final_key, returned_key
-from .session import Session, session_for
+from .session import Session, session_for, spawned_rank
 from .shm_windows import SharedWindows
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
@@ -344,7 +344,7 @@ class DistBackend(Backend):
             n = 4 if world_size is None else int(world_size)
             if n < 1:
                 raise ValueError(f"world_size must be >= 1, not {world_size}")
-            return spawn_world(self.name, fn, args, n, config)
+            return spawn_world(self.name, fn, args, n, config, spawned_rank)
         spec = spec_from_env()
         if spec.role == "scheduler":
             raise SystemExit(serve_scheduler(spec))

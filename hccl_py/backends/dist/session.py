@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
@@ -33,8 +33,6 @@ from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
 
-if TYPE_CHECKING:
-    from .server import DistBackend
 
 #: Seconds the store and the default process group wait for the other ranks to join.
 JOIN_TIMEOUT_S = 300.0
@@ -44,6 +42,23 @@ FOREVER_S = 1e9
 
 class _GiveUp(Exception):  # noqa: N818 - internal control flow
     """Internal: stop waiting for outcomes (ranks died, or the job failed long enough ago)."""
+
+
+class DistBackend(Protocol):
+    """What a session needs of its backend (``hccl_py.backends.dist.server.DistBackend``)."""
+
+    name: str
+    #: The torch.distributed backend of the process groups ("gloo", "hccl").
+    pg_backend: str
+
+    def bind_device(self, local_rank: int) -> Any:
+        """The device of this process's rank (binding it where the backend needs that)."""
+
+    def thread_binder(self, device: Any) -> Callable[[], None] | None:
+        """What every thread of the rank calls first (None: nothing)."""
+
+    def make_server(self, session: Session, run: int, config: Config, blocker: Blocker) -> Any:
+        """The rank's server for run ``run``."""
 
 
 class Session:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import torch
 
-from ...kernel.context import Group
+from ...core.group import Group
 from ...server.windows import HcclNoWindowsError, LocalWindows, WindowAllocation
 
 #: Where window files go: shared memory where the system has it.

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .core.errors import HcclUnfinishedError, HcclWarning
-from .kernel.context import current_rank_context
-from .trace import recorder
+from ..core.errors import HcclUnfinishedError, HcclWarning
+from ..trace import recorder
+from .context import current_rank_context
 
 #: How many warnings the end-of-run summary quotes.
 SUMMARY_LINES = 5

@@ -1,0 +1,37 @@
+"""Communication domains: an ordered tuple of global ranks with a name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+#: The name of the domain of all ranks (the C++ API's world group).
+WORLD_GROUP_NAME = "hccl_world_group"
+
+
+class Group:
+    """A communication domain: an ordered tuple of global ranks with a name."""
+
+    def __init__(self, ranks: Sequence[int], name: str) -> None:
+        self.ranks = tuple(int(r) for r in ranks)
+        self.name = name
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the domain (``GetRankDim``)."""
+        return len(self.ranks)
+
+    def rank_of(self, global_rank: int) -> int | None:
+        """The index of ``global_rank`` in this domain, or None if it is not a member."""
+        try:
+            return self.ranks.index(global_rank)
+        except ValueError:
+            return None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and (self.name, self.ranks) == (other.name, other.ranks)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.ranks))
+
+    def __repr__(self) -> str:
+        return f"Group({self.name!r}, ranks={list(self.ranks)})"
