@@ -35,6 +35,7 @@ from ..core.gm import GmAddr, what_is
 from ..kernel.context import current_rank_context
 from ..kernel.cores import CoreContext, HcclContext, current_core_context
 from ..ops import OPS
+from ..server.protocol import Server
 from ..tiling import (
     MC2_CC_TILING_SIZE,
     Mc2CcTiling,
@@ -42,6 +43,7 @@ from ..tiling import (
     read_cc_tiling,
     tiling_bytes,
 )
+from .lifecycles import LIFECYCLES
 from .log import logged
 from .sender import DEFAULT_CFG, server_config
 from .state import ClientState, Handle
@@ -69,10 +71,25 @@ class HcclBase:
         self.last_error: str | None = None
         self._reset()
 
+    @property
+    def server(self) -> Server:
+        """The server this object's tasks go to (its rank's, once initialised)."""
+        return self.state.rank_ctx.server
+
+    def _queued_count(self) -> int:
+        """How many of this object's handles are tasks of the server's queue.
+
+        One-sided handles (BatchWrite, AlltoAllvWrite: lifecycles that are not queued) go
+        straight into windows: no slot of the server, so ranks do not match them task by task.
+        """
+        return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
+
     def _reset(self) -> None:
         self.state: ClientState | None = None
         self._mode: str | None = None
         self._tiling_src: Any = None
+        #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
+        self._queues: tuple[Any, int] | None = None
         self._cc: dict[HcclCMDType, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
         self._n_syncs = 0

@@ -72,7 +72,7 @@ class FineGrainedCalls(OneSidedCalls):
         round_idx = min(info.repeat, -(-info.steps_waited // self.state.rank_dim)) - 1
         self.state.record_wait(core, h, round_idx)
         task = info.task or self.state.task(h, core)
-        self.state.rank_ctx.server.wait(task, round_idx)
+        self.server.wait(task, round_idx)
         info.waits = round_idx + 1
         return self._ok(HCCL_SUCCESS)
 

@@ -83,9 +83,9 @@ class WriteCalls(FineGrainedCalls):
         state = self.state
         if copies is not None:
             task = state.one_sided_task(_HALF, handle, usrIn, size)
-            counter = state.rank_ctx.extras.setdefault("alltoallvwrite", {})
-            index = counter[state.group.name] = counter.get(state.group.name, -1) + 1
-            state.__dict__.setdefault("writes", {})[handle] = (f"{index}", copies)
+            index = state.rank_ctx.window_writes[state.group.name]
+            state.rank_ctx.window_writes[state.group.name] += 1
+            state.writes[handle] = (f"{index}", copies)
             state.sender, state.sender_core = self, core
             state.tasks[handle] = task
         self.handles.append(Handle(_HALF, 1, core.kind, task=task))
@@ -155,16 +155,16 @@ class WriteCalls(FineGrainedCalls):
 
     def _commit_write(self, h: int) -> None:
         """Commit of an AlltoAllvWrite: the copies go out now."""
-        key_copies = self.state.__dict__.get("writes", {}).get(h)
+        key_copies = self.state.writes.get(h)
         if key_copies is not None and self.state.sender is self:
-            self.state.rank_ctx.server.write_items(self.state.tasks[h], key_copies[1])
+            self.server.write_items(self.state.tasks[h], key_copies[1])
 
     def _wait_write(self, h: int) -> None:
         """Wait of an AlltoAllvWrite: every rank wrote, and this rank's window holds the data."""
         core = self._core()
         self.state.task(h, core)
-        key, _ = self.state.__dict__["writes"][h]
-        self.state.rank_ctx.server.rendezvous(
+        key, _ = self.state.writes[h]
+        self.server.rendezvous(
             self.state.group,
             self.state.rank,
             key,

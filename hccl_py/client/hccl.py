@@ -16,8 +16,8 @@ from ..core.task import op_name
 from ..core.template import checked, template
 from .convert import slots_used
 from .half_alltoallv import WriteCalls
+from .lifecycles import LIFECYCLES
 from .log import logged
-from .onesided import ONE_SIDED
 from .sender import is_sender
 from .state import Handle
 
@@ -71,12 +71,7 @@ class Hccl(WriteCalls):
                 round=info.commits,
             )
             return
-        for _ in range(self._commit_steps(info) if info.step_size else 1):
-            info.commits += 1
-            if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
-                self._commit_write(int(handleId))
-            elif info.task is not None:
-                self.state.rank_ctx.server.commit(info.task, info.commits - 1)
+        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId))
         self._ok(None)
 
     @logged
@@ -88,22 +83,15 @@ class Hccl(WriteCalls):
         info = self._handle(handleId)
         if info is None:
             return self._unknown_handle("Wait", handleId)
-        h = int(handleId)
+        return LIFECYCLES[info.lifecycle].wait(self, info, int(handleId))
+
+    def _wait_round(self, info: Handle, h: int) -> int:
+        """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
+        if self._queue_num():
+            # With several queues the official client returns 0 at once.
+            info.waits += 1
+            return self._ok(HCCL_SUCCESS)
         name = op_name(info.op)
-        if info.step_size:
-            return self._fine_wait(info, h)
-        if info.waits >= info.commits:
-            return self._not_committed(info, h, name)
-        if info.op == _C.HCCL_CMD_HALF_ALLTOALLV:
-            self._wait_write(h)
-            info.waits += 1
-            return self._ok(HCCL_SUCCESS)
-        if info.op in ONE_SIDED or self._queue_num():
-            # With several queues the official client returns 0 at once; else the copies finish.
-            if info.op in ONE_SIDED and not self._queue_num():
-                self.state.rank_ctx.server.flush_writes(self.state.group.name, self.state.rank)
-            info.waits += 1
-            return self._ok(HCCL_SUCCESS)
         core = self._core()
         if core.kind != info.kind:
             return self._wrong_core(core, info, h, name)
@@ -118,7 +106,7 @@ class Hccl(WriteCalls):
             self._carry_on("wait-order", reason, handle=h, op=name, round=info.waits)
         self.state.record_wait(core, h, info.waits)
         task = info.task or self.state.task(h, core)
-        self.state.rank_ctx.server.wait(task, info.waits)
+        self.server.wait(task, info.waits)
         info.waits += 1
         return self._ok(HCCL_SUCCESS)
 
@@ -129,7 +117,7 @@ class Hccl(WriteCalls):
             handle=handleId,
         )
 
-    def _not_committed(self, info: Handle, h: int, name: str) -> int:
+    def _not_committed(self, info: Handle, h: int) -> int:
         """Wait of a round this core's object did not commit: -1 at once, in every mode.
 
         The official client counts Commits per core and returns -1 without
@@ -139,6 +127,7 @@ class Hccl(WriteCalls):
         Rounds that no core ever commits are reported when the kernel returns.
         """
         sender = self.state.sender is self
+        name = op_name(info.op)
         what = "already waited" if info.waits >= info.repeat else "not committed by this core"
         return self._carry_on(
             "wait-not-committed",
@@ -166,11 +155,7 @@ class Hccl(WriteCalls):
             return self._unknown_handle("Query", handleId)
         if self.finalized:
             return self._ok(0)
-        if info.op in ONE_SIDED:
-            return self._ok(info.repeat)
-        task = info.task or self.state.tasks.get(int(handleId))
-        done = 0 if task is None else self.state.rank_ctx.server.finished(task)
-        return self._ok(done * self.state.rank_dim if info.step_size else done)
+        return self._ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
 
     @template("sync")
     @logged
@@ -182,7 +167,7 @@ class Hccl(WriteCalls):
             return
         platform = self.state.rank_ctx.config.platform
         if not sync:
-            has_batch_write = any(h.op == _C.HCCL_CMD_BATCH_WRITE for h in self.handles)
+            has_batch_write = any(h.lifecycle == "batch-write" for h in self.handles)
             if not (platform.finalize_async_allowed and has_batch_write):
                 self._fail(
                     f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
@@ -191,7 +176,7 @@ class Hccl(WriteCalls):
                 )
                 return
         if self.state.sender is self:
-            server = self.state.rank_ctx.server
+            server = self.server
             for h, info in enumerate(self.handles):
                 if info.commits < info.repeat:
                     raise HcclUnfinishedError(
@@ -209,14 +194,11 @@ class Hccl(WriteCalls):
                     self.state.group,
                     self.state.rank,
                     self.state.launch_index(),
-                    len(self.handles) - self._one_sided_count(),
+                    self._queued_count(),
                 )
             if sync:
                 for h, info in enumerate(self.handles):
-                    if info.op == _C.HCCL_CMD_HALF_ALLTOALLV and not info.waits:
-                        self._wait_write(h)
-                    elif info.op not in ONE_SIDED:
-                        server.wait(info.task, info.repeat - 1)
+                    LIFECYCLES[info.lifecycle].drain(self, info, h)
         self.finalized = True
         self._ok(None)
 

@@ -28,9 +28,6 @@ from .sender import core_problem, is_sender
 from .state import Handle
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
-#: Ops whose copies go straight into windows: no slot of the server, so ranks do not match
-#: them task by task (BatchWrite: only the preparing rank; AlltoAllvWrite: a rendezvous).
-ONE_SIDED = frozenset({_BW, HcclCMDType.HCCL_CMD_HALF_ALLTOALLV})
 
 
 def _int_arg(value: Any) -> int | None:
@@ -41,10 +38,6 @@ def _int_arg(value: Any) -> int | None:
 
 class OneSidedCalls(PrepareCalls):
     """The window and one-sided calls of the AscendC ``Hccl`` client."""
-
-    def _one_sided_count(self) -> int:
-        """How many one-sided handles (BatchWrite) this object returned so far."""
-        return sum(h.op in ONE_SIDED for h in self.handles)
 
     # ------------------------------------------------------------------ windows
     @checked
@@ -79,7 +72,7 @@ class OneSidedCalls(PrepareCalls):
                 actual=r,
             )
         group = self.state.group
-        alloc = self.state.rank_ctx.server.window(group.name, group.ranks[r], kind)
+        alloc = self.server.window(group.name, group.ranks[r], kind)
         return self._ok(GmAddr(alloc, 0))
 
     # ------------------------------------------------------------------- queues
@@ -87,12 +80,11 @@ class OneSidedCalls(PrepareCalls):
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
         if self._tiling_src is None:
             return 0
-        cached = self.__dict__.get("_queues")
-        if cached is None or cached[0] is not self._tiling_src:
+        if self._queues is None or self._queues[0] is not self._tiling_src:
             raw = tiling_bytes(self._tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
             num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
-            cached = self.__dict__["_queues"] = (self._tiling_src, num)
-        return cached[1]
+            self._queues = (self._tiling_src, num)
+        return self._queues[1]
 
     @checked
     def GetQueueNum(self) -> int:
@@ -187,7 +179,7 @@ class OneSidedCalls(PrepareCalls):
             if not queues:
                 state.sender = self
                 state.sender_core = core
-            state.rank_ctx.server.write_items(task, copies)
+            self.server.write_items(task, copies)
         self.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return self._ok(handle)
 

@@ -39,10 +39,6 @@ class PrepareCalls(HcclBase):
         """How many Commits a Prepare with ``commit=True`` makes."""
         return info.repeat
 
-    def _one_sided_count(self) -> int:
-        """How many one-sided handles (BatchWrite) this object returned so far."""
-        return 0
-
     def _limits(self, op: HcclCMDType) -> Limits:
         state = self.state
         return Limits(
@@ -103,7 +99,7 @@ class PrepareCalls(HcclBase):
             deps=tuple(state.deps),
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
             caller=self.framework,
-            one_sided_before=self._one_sided_count(),
+            one_sided_before=len(self.handles) - self._queued_count(),
             **fields,
         )
         config = state.rank_ctx.config
@@ -119,7 +115,7 @@ class PrepareCalls(HcclBase):
         self.handles.append(
             Handle(op, task.repeat, core.kind, task=task, step_size=self._step_size(op))
         )
-        state.rank_ctx.server.submit(task)
+        self.server.submit(task)
         return self._prepared(handle, commit)
 
     def _prepared(self, handle: int, commit: bool) -> int:

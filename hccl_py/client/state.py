@@ -8,7 +8,6 @@ would hang on.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +16,7 @@ from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
+from ..ops import OPS
 
 
 @dataclass
@@ -35,6 +35,11 @@ class Handle:
     steps_committed: int = 0
     steps_waited: int = 0
     slice: int = 0
+
+    @property
+    def lifecycle(self) -> str:
+        """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
+        return "fine-grained" if self.step_size else OPS[self.op].lifecycle
 
 
 class Sender(Protocol):
@@ -62,6 +67,8 @@ class ClientState:
         self.launch_idx: int | None = None
         self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+        #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
+        self.writes: dict[int, tuple[str, list]] = {}
 
     def one_sided_task(self, op: HcclCMDType, handle: int, addr: GmAddr, count: int) -> Task:
         """A BatchWrite / AlltoAllvWrite descriptor: no collective slot (``seq`` -1), INT8 bytes."""
@@ -82,8 +89,8 @@ class ClientState:
     def launch_index(self) -> int:
         """This launch's index among the launches of this rank that sent tasks to the domain."""
         if self.launch_idx is None:
-            counters = self.rank_ctx.extras.setdefault("launches_per_domain", {})
-            self.launch_idx = next(counters.setdefault(self.group.name, itertools.count()))
+            self.launch_idx = self.rank_ctx.launches[self.group.name]
+            self.rank_ctx.launches[self.group.name] += 1
         return self.launch_idx
 
     def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:

@@ -49,7 +49,10 @@ class RankContext:
         self._seq: Counter[str] = Counter()
         self._group_count: Counter[tuple[int, ...]] = Counter()
         self._lock = threading.Lock()
-        self.extras: dict[str, Any] = {}
+        #: Kernel launches per domain name, and AlltoAllvWrite tasks per domain name: the
+        #: numbers that tell one launch's (one write's) meetings from the next.
+        self.launches: Counter[str] = Counter()
+        self.window_writes: Counter[str] = Counter()
         #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
         self.warnings: list[HcclWarning] = []
         #: Asynchronous framework ops not waited yet: id -> what and where it was started.

@@ -113,4 +113,5 @@ SPEC = OpSpec(
     in_place=lambda rank: (0, 0),
     platforms=frozenset({"A2", "A3"}),
     executable=False,
+    lifecycle="batch-write",
 )

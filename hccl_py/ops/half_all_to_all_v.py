@@ -33,4 +33,5 @@ SPEC = OpSpec(
     in_place=lambda rank: (0, 0),
     platforms=frozenset({"950"}),
     executable=False,
+    lifecycle="window-write",
 )

@@ -63,6 +63,12 @@ class OpSpec:
     pairwise_counts: bool = False
     #: Whether the op is pure data movement that the executors implement (False: not yet).
     executable: bool = True
+    #: How the client commits, waits, queries and finalizes its handles (the client's
+    #: ``LIFECYCLES``): "rounds" (the server runs each committed round; Wait and Query ask
+    #: it), "batch-write" (one-sided copies, always committed; Wait flushes them; Finalize
+    #: does not count them), "window-write" (AlltoAllvWrite: Commit sends the copies, Wait
+    #: meets every peer). A "rounds" op whose tiling has stepSize > 0 is "fine-grained".
+    lifecycle: str = "rounds"
 
     def __str__(self) -> str:
         return self.name

@@ -1,0 +1,132 @@
+"""What Commit, Wait, Query and Finalize do with a handle, by the lifecycle of its op.
+
+The op table names each op's lifecycle (:attr:`hccl_py.ops.OpSpec.lifecycle`); a
+handle takes it at Prepare (``"fine-grained"`` for an AlltoAllV whose tiling has
+stepSize > 0). ``Hccl.Commit``/``Wait``/``Query``/``Finalize`` check what every
+handle shares (the object is usable, the handle exists, this core committed the
+round) and leave the rest to the handle's lifecycle, so that an op with a new kind
+of handle adds one class here instead of a branch in each call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..core.constants import HCCL_SUCCESS
+from ..server.protocol import Server
+from .state import ClientState, Handle
+
+
+class Hccl(Protocol):
+    """What a lifecycle calls on the client (:class:`hccl_py.client.Hccl` has it)."""
+
+    server: Server
+    state: ClientState
+
+    def _ok(self, value: Any = ...) -> Any: ...
+    def _not_committed(self, info: Handle, h: int) -> int: ...
+    def _wait_round(self, info: Handle, h: int) -> int: ...
+    def _commit_steps(self, info: Handle) -> int: ...
+    def _fine_wait(self, info: Handle, h: int) -> int: ...
+    def _queue_num(self) -> int: ...
+    def _commit_write(self, h: int) -> None: ...
+    def _wait_write(self, h: int) -> None: ...
+
+
+class Lifecycle:
+    """What every lifecycle shares: a Wait beyond this core's Commits returns -1 at once."""
+
+    #: Whether the handle is a task of the server's queue (Finalize counts those).
+    queued = True
+
+    def wait(self, client: Hccl, info: Handle, h: int) -> int:
+        """This core's Wait of its next committed round."""
+        if info.waits >= info.commits:
+            return client._not_committed(info, h)
+        return self._wait(client, info, h)
+
+    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
+        raise NotImplementedError
+
+
+class Rounds(Lifecycle):
+    """The server runs each committed round; Wait and Query ask it (the collectives)."""
+
+    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+        """This core's Commit of the next round."""
+        info.commits += 1
+        if info.task is not None:
+            client.server.commit(info.task, info.commits - 1)
+
+    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
+        return client._wait_round(info, h)
+
+    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+        """Query: how many rounds finished."""
+        task = info.task or client.state.tasks.get(h)
+        return 0 if task is None else client.server.finished(task)
+
+    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+        """Finalize<true> on the sending core: wait until the last round finished."""
+        client.server.wait(info.task, info.repeat - 1)
+
+
+class FineGrained(Rounds):
+    """Fine-grained AlltoAllV (tiling stepSize > 0): Commit and Wait advance by steps."""
+
+    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+        for _ in range(client._commit_steps(info)):
+            super().commit(client, info, h)
+
+    def wait(self, client: Hccl, info: Handle, h: int) -> int:
+        return client._fine_wait(info, h)
+
+    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+        return super().finished(client, info, h) * client.state.rank_dim
+
+
+class BatchWrites(Lifecycle):
+    """BatchWrite: one-sided copies, always committed at Prepare; no task of the server's queue."""
+
+    queued = False
+
+    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+        info.commits += 1
+
+    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
+        if not client._queue_num():
+            client.server.flush_writes(client.state.group.name, client.state.rank)
+        info.waits += 1
+        return client._ok(HCCL_SUCCESS)
+
+    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+        return info.repeat
+
+    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+        """Finalize leaves BatchWrite copies to the receivers' flag polls."""
+
+
+class WindowWrites(BatchWrites):
+    """AlltoAllvWrite (Ascend 950): Commit sends the copies, Wait meets every peer."""
+
+    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+        info.commits += 1
+        client._commit_write(h)
+
+    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
+        client._wait_write(h)
+        info.waits += 1
+        return client._ok(HCCL_SUCCESS)
+
+    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+        if not info.waits:
+            client._wait_write(h)
+
+
+#: Lifecycle name (the op table's, plus "fine-grained") -> what the client does.
+LIFECYCLES = {
+    "rounds": Rounds(),
+    "fine-grained": FineGrained(),
+    "batch-write": BatchWrites(),
+    "window-write": WindowWrites(),
+}
