@@ -168,3 +168,10 @@ def test_strict_runs_raise_the_arity_report() -> None:
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclUsageError) and err.op == "AllReduce"
     assert "AllReduce[commit](sendBuf, recvBuf, count, dataType, op, repeat=1)" in str(err)
+
+
+def test_template_argument_that_is_not_a_flag_is_a_usage_error() -> None:
+    with pytest.raises(hp.HcclUsageError, match=r"SyncAll\[...\] takes a bool template argument"):
+        hp.SyncAll["yes"]
+    with pytest.raises(hp.HcclUsageError, match="SyncAll: too many positional arguments"):
+        hp.SyncAll(True, 1)

@@ -46,7 +46,7 @@ class TemplateFunction:
 
     def __getitem__(self, flag: bool) -> Callable[..., Any]:
         if not isinstance(flag, (bool, int)):
-            raise TypeError(
+            raise HcclUsageError(
                 f"{self._func.__name__}[...] takes a bool template argument, not {flag!r}"
             )
         value = self._convert(flag)
@@ -54,14 +54,8 @@ class TemplateFunction:
 
     def _checked(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """Call the function; arguments that do not fit its signature are reported as misuse."""
-        try:
-            return self._target()(*args, **kwargs)
-        except TypeError:
-            lead = () if self._bound is None else (self._bound,)
-            reason = misfit(self._func, (*lead, *args), kwargs, self._keyword)
-            if reason is None:
-                raise  # a TypeError from inside the call itself
-            return report_misfit(self._bound, self._func.__name__, reason)
+        lead = () if self._bound is None else (self._bound,)
+        return call_checked(self._func, (*lead, *args), kwargs, self._bound, self._keyword)
 
     def __repr__(self) -> str:
         return f"<template {self._func.__qualname__}[{self._keyword}]>"
@@ -120,17 +114,31 @@ def report_misfit(bound: Any, name: str, reason: str) -> Any:
     return fail(reason, op=name)
 
 
+def call_checked(
+    func: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    bound: Any = None,
+    keyword: str | None = None,
+) -> Any:
+    """``func(*args, **kwargs)``; arguments that do not fit its signature are reported as misuse.
+
+    A TypeError raised inside the call itself (the arguments fit) propagates unchanged.
+    """
+    try:
+        return func(*args, **kwargs)
+    except TypeError:
+        reason = misfit(func, args, kwargs, keyword)
+        if reason is None:
+            raise
+        return report_misfit(bound, func.__name__, reason)
+
+
 def checked(method: Callable[..., Any]) -> Callable[..., Any]:
     """Decorator for client methods: arguments that do not fit are reported, as template calls are."""
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except TypeError:
-            reason = misfit(method, (self, *args), kwargs)
-            if reason is None:
-                raise  # a TypeError from inside the call itself
-            return report_misfit(self, method.__name__, reason)
+        return call_checked(method, (self, *args), kwargs, self)
 
     return call
