@@ -24,16 +24,11 @@ from ..core.task import Task
 from .windows import HcclNoWindowsError
 
 
-class Server(ABC):
-    """Executes the tasks that the clients of one rank (or of a whole emulated world) send."""
+class Tasks(ABC):
+    """The task hooks every backend implements: every Prepare, Commit, Wait, Query, Finalize."""
 
     #: The op types whose rounds this server executes (its executor's table).
     ops: frozenset[HcclCMDType] = frozenset()
-    #: Held around every client call (a context manager). The emulator's ranks are threads
-    #: of one process: holding its world lock lets one rank's call run without handing the
-    #: interpreter to another rank at each torch operation (a call that blocks releases it).
-    #: Processes need no such lock.
-    serial: contextlib.AbstractContextManager = contextlib.nullcontext()
 
     @abstractmethod
     def submit(self, task: Task) -> None:
@@ -51,47 +46,17 @@ class Server(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
-        """Every domain rank's ``payload`` of their next exchange in ``group``, or None.
-
-        ``op`` names the framework collective (``all_reduce``) for reports.
-
-        Framework collectives first exchange what each rank was asked to do
-        (:func:`hccl_py.framework._common.agree`). A server that can rendezvous
-        directly (the emulator: one process) returns the payloads in domain-rank
-        order; None (the default) makes the caller exchange them with two
-        AllGather tasks like any collective.
-        """
-        return None
-
-    # Life-cycle hooks: every backend may implement them; the defaults do nothing.
-    def start(self, world: Group) -> None:  # noqa: B027 - optional hook
-        """A run starts on this rank with ``world`` as its world domain."""
-
-    def on_new_group(self, group: Group) -> None:  # noqa: B027 - optional hook
-        """``hp.new_group`` created ``group`` on this rank (every rank calls it, in the same order)."""
-
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
         """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks."""
 
-    def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
-        """Global rank ``rank`` returned from its function: it submits and commits no more."""
 
-    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around a kernel launch of global rank ``rank`` (its cores start and return inside)."""
-        return contextlib.nullcontext()
+class Windows:
+    """Windows and one-sided copies: GetWindowsInAddr/OutAddr, BatchWrite, AlltoAllvWrite.
 
-    def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around one core's run of a kernel of global rank ``rank``, in the core's thread."""
-        return contextlib.nullcontext()
+    Optional: the defaults are "no windows" (the first window call names
+    :attr:`no_windows`) and copies made at once, in order.
+    """
 
-    def forget(self) -> None:  # noqa: B027 - optional hook
-        """Drop what this rank published for the run (no rank checks it any more)."""
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release the server's threads and resources at the end of the run."""
-
-    # Windows and one-sided copies (GetWindowsInAddr/OutAddr, BatchWrite): optional.
     #: Why this backend has no windows (None: it has them); named at the first window call.
     no_windows: str | None = "this backend does not provide communication windows"
 
@@ -115,12 +80,79 @@ class Server(ABC):
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
         """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
 
+
+class Meetings:
+    """Direct meetings of the ranks of a domain, outside any task.
+
+    Framework collectives first exchange what every rank was asked to do
+    (:func:`hccl_py.framework._common.agree`), and AlltoAllvWrite's Wait needs
+    every peer's writes into this rank's window to be done. Optional: without
+    them framework collectives exchange their descriptions with two AllGather
+    tasks, and AlltoAllvWrite is refused as windows are.
+    """
+
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
+        """Every domain rank's ``payload`` of their next exchange in ``group``, or None.
+
+        ``op`` names the framework collective (``all_reduce``) for reports. A
+        server that can rendezvous directly (the emulator: one process) returns
+        the payloads in domain-rank order; None (the default) makes the caller
+        exchange them with two AllGather tasks like any collective.
+        """
+        return None
+
     def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
         """Domain rank ``rank`` arrived at ``key``; block until every rank of ``group`` did.
 
         AlltoAllvWrite's Wait: every rank's writes into this rank's window are done.
         """
         raise HcclNoWindowsError(f"{what}: {self.no_windows}")
+
+
+class Lifecycle:
+    """Life-cycle hooks of a run, a kernel launch and a core: every backend may implement them.
+
+    The defaults do nothing. The emulator uses the scopes for its window race
+    check and ``serial`` for its world lock; the process backends use ``start``,
+    ``on_new_group``, ``forget`` and ``close`` for their process groups.
+    """
+
+    #: Held around every client call (a context manager). The emulator's ranks are threads
+    #: of one process: holding its world lock lets one rank's call run without handing the
+    #: interpreter to another rank at each torch operation (a call that blocks releases it).
+    #: Processes need no such lock.
+    serial: contextlib.AbstractContextManager = contextlib.nullcontext()
+
+    def start(self, world: Group) -> None:  # noqa: B027 - optional hook
+        """A run starts on this rank with ``world`` as its world domain."""
+
+    def on_new_group(self, group: Group) -> None:  # noqa: B027 - optional hook
+        """``hp.new_group`` created ``group`` on this rank (every rank calls it, in the same order)."""
+
+    def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
+        """Global rank ``rank`` returned from its function: it submits and commits no more."""
+
+    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank`` (its cores start and return inside)."""
+        return contextlib.nullcontext()
+
+    def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around one core's run of a kernel of global rank ``rank``, in the core's thread."""
+        return contextlib.nullcontext()
+
+    def forget(self) -> None:  # noqa: B027 - optional hook
+        """Drop what this rank published for the run (no rank checks it any more)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the server's threads and resources at the end of the run."""
+
+
+class Server(Tasks, Windows, Meetings, Lifecycle):
+    """Executes the tasks that the clients of one rank (or of a whole emulated world) send.
+
+    Its parts: :class:`Tasks` (required), :class:`Windows`, :class:`Meetings` and
+    :class:`Lifecycle` (optional, with defaults).
+    """
 
 
 class Backend(ABC):
