@@ -33,6 +33,7 @@ from ..launcher.liveness import (
     Peers,
     RankDiedError,
     dump_stacks_on_request,
+    forced_exit,
     watch_parent,
 )
 from ..launcher.spec import RankSpec
@@ -131,7 +132,7 @@ class Session:
                     f"hccl_py: rank {self.rank}: the parent process is gone; exiting",
                     file=sys.stderr,
                 )
-                os._exit(1)
+                forced_exit(1)
             try:
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):

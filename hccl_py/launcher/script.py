@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from .. import errors
 from ..backends import store as kv
+from ..backends.shm_windows import TOKEN_ENV, new_token, remove_job_files
 from .liveness import PARENT_ENV, exit_text
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
@@ -84,6 +85,7 @@ def run_script(opts: RunnerOptions) -> int:
             "HCCL_PY_BACKEND": opts.backend,
             "HCCL_PY_WORLD_SIZE": str(world),
             "PYTHONUNBUFFERED": "1",
+            TOKEN_ENV: new_token(),
         }
     )
     if opts.platform:
@@ -114,6 +116,8 @@ def run_script(opts: RunnerOptions) -> int:
         say("interrupted; stopping every rank")
         stop(children)
         return 130
+    finally:
+        remove_job_files(base_env[TOKEN_ENV])
     for reader in readers:
         reader.join(timeout=5.0)
     failed = {rank: code for rank, code in sorted(codes.items()) if code != 0}

@@ -12,6 +12,7 @@ from .. import errors, wire
 from .._script import unguarded_call
 from ..backends import store as kv
 from ..backends.session import spawned_rank
+from ..backends.shm_windows import TOKEN_ENV, new_token, remove_job_files
 from ..config import Config
 from .liveness import PARENT_ENV, STACKS_ENV
 from .spec import RankSpec
@@ -70,7 +71,8 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
-        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp}
+        token = new_token()
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp, TOKEN_ENV: token}
         children = []
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
@@ -86,7 +88,10 @@ def spawn_world(backend: str, fn: Callable[..., Any], args: tuple, n: int, confi
         except BaseException:
             stop([c for c in children if c.proc.pid is not None])
             raise
-        codes = supervise(children, store, lambda text: None, config.timeout, tmp)
+        try:
+            codes = supervise(children, store, lambda text: None, config.timeout, tmp)
+        finally:
+            remove_job_files(token)  # the files of ranks killed while they created windows
         outcomes = [
             outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped) for c in children
         ]
