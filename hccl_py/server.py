@@ -74,6 +74,13 @@ class Server(ABC):
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
         """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks."""
 
+    def launch_returned(self, group: Group, rank: int, launch: int) -> None:  # noqa: B027
+        """Domain rank ``rank`` returned from kernel launch ``launch`` of ``group`` (no error).
+
+        It will not wait for or query that launch's tasks again: a server may
+        forget them (and release their buffers) once they finished.
+        """
+
     def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
         """Global rank ``rank`` returned from its function: it submits and commits no more."""
 

@@ -155,11 +155,11 @@ class _Server(SharedWindows):
         self.store = store
         self.config = SimpleNamespace(buffsize_mb=buffsize_mb, timeout=60.0)
         self.run = 0
-        self._keys: list[str] = []
+        self._keys: dict[str, None] = {}
 
     def _set(self, key: str, value: bytes) -> None:
         self.store.set(key, value)
-        self._keys.append(key)
+        self._keys[key] = None
 
 
 def _servers(n: int, buffsize_mb: int = 1) -> list[_Server]:

@@ -250,7 +250,7 @@ class SharedWindows(LocalWindows):
                         )
             except HcclNoWindowsError as exc:
                 problem, mapped = exc.reason, {}
-            self._keys.append(_mapped_key(name))
+            self._keys[_mapped_key(name)] = None
             if int(self.store.add(_mapped_key(name), 1)) == group.size:
                 remove_files(paths)
         self.__dict__.setdefault("_window_paths", []).extend(paths)
