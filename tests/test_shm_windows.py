@@ -204,6 +204,35 @@ def test_a_rank_without_files_makes_every_rank_say_so(shm: Path, monkeypatch) ->
             server.window("dom", 0, "Out")
 
 
+def test_an_unreadable_record_in_the_store_is_a_clear_problem(shm: Path) -> None:
+    store = dist.HashStore()
+    store.set(shm_windows._names_key("dom", 1), b'{"host": 7}')
+    server = _Server(0, store, 1)
+    server._share_windows(Group([0, 1], "dom"))
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.window("dom", 0, "In")
+    assert str(info.value) == (
+        "GetWindowsInAddr: rank 1: published an unreadable window record b'{\"host\": 7}'"
+    )
+    assert list(shm.iterdir()) == []
+
+
+def test_ranks_on_two_hosts_name_the_hosts_and_leave_no_file(shm: Path) -> None:
+    store = dist.HashStore()
+    elsewhere = {"host": "far-away/boot", "error": "", "In": "/x/In", "Out": "/x/Out"}
+    store.set(shm_windows._names_key("dom", 1), json.dumps(elsewhere).encode())
+    server = _Server(0, store, 1)
+    server._share_windows(Group([0, 1], "dom"))
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.window("dom", 1, "Out")
+    assert str(info.value) == (
+        "GetWindowsOutAddr: the gloo backend keeps windows in shared memory of one host, but "
+        f"ranks run on {socket.gethostname()} and far-away: run window kernels with the ranks "
+        "on one host, or on the emulator"
+    )
+    assert list(shm.iterdir()) == []
+
+
 def test_removing_a_jobs_files_keeps_other_jobs_and_links(shm: Path) -> None:
     mine, _ = create_window_file("job-1-0", NBYTES)
     other, _ = create_window_file("job-2-0", NBYTES)

@@ -183,6 +183,18 @@ def remove_job_files(token: str) -> None:
         remove_files(mine)
 
 
+def _record(raw: bytes) -> dict[str, str]:
+    """A rank's published window record: its host, its files' paths or its problem."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        record = None
+    fields = ("host", "error", *KINDS)
+    if not isinstance(record, dict) or not all(isinstance(record.get(k, ""), str) for k in fields):
+        return {"host": "", "error": f"published an unreadable window record {raw[:80]!r}"}
+    return record
+
+
 def new_token() -> str:
     """A token for the window files of a job started by hp.run or the runner."""
     return secrets.token_hex(8)
@@ -265,7 +277,7 @@ class SharedWindows(LocalWindows):
         keys = [_names_key(group.name, r) for r in group.ranks]
         self._wait(keys, f"ranks did not publish their window files of domain {group.name}")
         values = kv.get_all(self.store, keys)
-        return {r: json.loads(raw) for r, raw in zip(group.ranks, values, strict=True)}
+        return {r: _record(raw) for r, raw in zip(group.ranks, values, strict=True)}
 
     def _wait(self, keys: list[str], what: str) -> None:
         """Wait for ``keys`` in the run's store; a failure of another rank ends the wait."""
@@ -279,7 +291,8 @@ class SharedWindows(LocalWindows):
 
     def _hosts_problem(self, published: dict[int, dict[str, str]]) -> str | None:
         mine = host_id()
-        others = sorted({p["host"].split("/")[0] for p in published.values() if p["host"] != mine})
+        hosts = {p["host"] for p in published.values() if p["host"]}  # "": an unreadable record
+        others = sorted({h.split("/")[0] for h in hosts if h != mine})
         if not others:
             return None
         return (
