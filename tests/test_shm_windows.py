@@ -28,15 +28,11 @@ from test_windows import ring_rank
 
 import hccl_py as hp
 from hccl_py.backends import shm_windows
-from hccl_py.backends.shm_windows import (
-    SharedWindows,
-    create_window_file,
-    open_window_file,
-    remove_created,
-    remove_job_files,
-)
+from hccl_py.backends.shm_windows import SharedWindows, create_window_file, open_window_file
 from hccl_py.context import Group, current_rank_context
+from hccl_py.launcher import shm_files
 from hccl_py.launcher.liveness import process_gone
+from hccl_py.launcher.shm_files import remove_created, remove_job_files
 
 NBYTES = 1 << 20
 #: Seconds a launched job may take to print its readiness line, and its ranks to exit.
@@ -48,7 +44,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 @pytest.fixture
 def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A private folder standing for /dev/shm."""
-    monkeypatch.setattr(shm_windows, "SHM_DIR", str(tmp_path))
+    monkeypatch.setattr(shm_files, "SHM_DIR", str(tmp_path))
     return tmp_path
 
 
@@ -268,7 +264,7 @@ def test_no_file_remains_after_a_clean_gloo_run() -> None:
 def leave_a_file_and_die(note: str) -> None:
     """As a rank killed while it created its window files: one file stays, the rank dies."""
     if hp.get_rank() == 1:
-        path, _ = create_window_file(os.environ[shm_windows.TOKEN_ENV] + "-0", 4096)
+        path, _ = create_window_file(os.environ[shm_files.TOKEN_ENV] + "-0", 4096)
         Path(note).write_text(path)
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -278,7 +274,7 @@ def test_hp_run_removes_the_files_of_a_killed_rank(tmp_path: Path) -> None:
     with pytest.raises(hp.WorldError, match="killed by SIGKILL"):
         hp.run(leave_a_file_and_die, world_size=2, backend="gloo", args=(str(note),))
     path = note.read_text()
-    assert path.startswith(shm_windows.SHM_DIR) and not os.path.exists(path)
+    assert path.startswith(shm_files.SHM_DIR) and not os.path.exists(path)
 
 
 SCRIPT = """
@@ -337,7 +333,7 @@ def test_no_file_remains_when_the_runner_is_killed(tmp_path: Path, sig: signal.S
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(_alive(p) for p in pids), "the ranks outlived the runner"
-        assert not [n for n in os.listdir(shm_windows.SHM_DIR) if n.startswith(job)]
+        assert not [n for n in os.listdir(shm_files.SHM_DIR) if n.startswith(job)]
     finally:
         proc.kill()
         proc.wait()

@@ -27,26 +27,17 @@ import os
 import secrets
 import socket
 import stat
-import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import torch
 
 from ..context import Group
-from ..launcher.liveness import on_forced_exit
+from ..launcher import shm_files
+from ..launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
 from ..windows import BUFFSIZE_ENV, KINDS, HcclNoWindowsError, LocalWindows, WindowAllocation
 from . import store as kv
 
-#: Where window files go: shared memory where the system has it.
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()  # noqa: S108
-#: Names of window files: ``hccl_py-<job token>-<random>``.
-FILE_PREFIX = "hccl_py-"
-#: Set by hp.run and the runner for the ranks they start: the job's token in window file
-#: names, so that they can remove the files of ranks that were killed.
-TOKEN_ENV = "HCCL_PY_SHM_TOKEN"
 _TOKEN_KEY = "windows/token"
-#: Files this process created and has not seen removed (removed when it is forced to exit).
-_created: set[str] = set()
 
 
 def _names_key(domain: str, rank: int) -> str:
@@ -66,17 +57,17 @@ def host_id() -> str:
 
 
 def _too_small(nbytes: int, windows: int) -> str | None:
-    """Why ``SHM_DIR`` cannot hold ``windows`` windows of ``nbytes`` bytes, if it cannot."""
+    """Why the window folder (``/dev/shm``) cannot hold ``windows`` windows of ``nbytes`` bytes, if it cannot."""
     try:
-        st = os.statvfs(SHM_DIR)
+        st = os.statvfs(shm_files.SHM_DIR)
     except OSError as exc:
-        return f"cannot read the free space of {SHM_DIR}: {exc.strerror}"
+        return f"cannot read the free space of {shm_files.SHM_DIR}: {exc.strerror}"
     free = st.f_bavail * st.f_frsize
     if free >= windows * nbytes:
         return None
     return (
-        f"{SHM_DIR} has {free >> 20} MB free, less than the {windows} windows of this rank "
-        f"need ({BUFFSIZE_ENV}={nbytes >> 20} MB each): free space in {SHM_DIR} or lower "
+        f"{shm_files.SHM_DIR} has {free >> 20} MB free, less than the {windows} windows of this rank "
+        f"need ({BUFFSIZE_ENV}={nbytes >> 20} MB each): free space in {shm_files.SHM_DIR} or lower "
         f"{BUFFSIZE_ENV} (or hp.run(..., buffsize_mb=))"
     )
 
@@ -97,7 +88,7 @@ def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
     for the window (a full ``/dev/shm`` would otherwise kill the ranks with
     SIGBUS when they write).
     """
-    path = os.path.join(SHM_DIR, f"{FILE_PREFIX}{token}-{secrets.token_hex(16)}")
+    path = os.path.join(shm_files.SHM_DIR, f"{FILE_PREFIX}{token}-{secrets.token_hex(16)}")
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
@@ -108,7 +99,7 @@ def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
         ) from None
     except OSError as exc:
         raise HcclNoWindowsError(f"cannot create window file {path}: {exc.strerror}") from None
-    _created.add(path)
+    shm_files.note_created(path)
     try:
         os.fchmod(fd, 0o600)  # whatever the umask
         os.ftruncate(fd, nbytes)
@@ -125,8 +116,12 @@ def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
 
 def open_window_file(path: str, nbytes: int) -> mmap.mmap:
     """Map a peer's window file, refusing a link, another owner, another mode or size."""
-    if os.path.dirname(path) != SHM_DIR or not os.path.basename(path).startswith(FILE_PREFIX):
-        raise HcclNoWindowsError(f"refused window file {path!r}: not a window file in {SHM_DIR}")
+    if os.path.dirname(path) != shm_files.SHM_DIR or not os.path.basename(path).startswith(
+        FILE_PREFIX
+    ):
+        raise HcclNoWindowsError(
+            f"refused window file {path!r}: not a window file in {shm_files.SHM_DIR}"
+        )
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -153,36 +148,6 @@ def open_window_file(path: str, nbytes: int) -> mmap.mmap:
         os.close(fd)
 
 
-def remove_files(paths: Iterable[str]) -> None:
-    """Unlink window files (those already gone are skipped)."""
-    for path in paths:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        _created.discard(path)
-
-
-def remove_created() -> None:
-    """Remove the window files this process created and has not seen removed (forced exit)."""
-    remove_files(list(_created))
-
-
-def remove_job_files(token: str) -> None:
-    """Remove the window files of the job ``token`` that remain (their ranks were killed).
-
-    Only regular files of this user are removed; symbolic links are not followed.
-    """
-    head = f"{FILE_PREFIX}{token}-"
-    with contextlib.suppress(OSError), os.scandir(SHM_DIR) as entries:
-        mine = [
-            e.path
-            for e in entries
-            if e.name.startswith(head)
-            and e.is_file(follow_symlinks=False)
-            and e.stat(follow_symlinks=False).st_uid == os.geteuid()
-        ]
-        remove_files(mine)
-
-
 def _record(raw: bytes) -> dict[str, str]:
     """A rank's published window record: its host, its files' paths or its problem."""
     try:
@@ -193,14 +158,6 @@ def _record(raw: bytes) -> dict[str, str]:
     if not isinstance(record, dict) or not all(isinstance(record.get(k, ""), str) for k in fields):
         return {"host": "", "error": f"published an unreadable window record {raw[:80]!r}"}
     return record
-
-
-def new_token() -> str:
-    """A token for the window files of a job started by hp.run or the runner."""
-    return secrets.token_hex(8)
-
-
-on_forced_exit(remove_created)
 
 
 class SharedWindows(LocalWindows):

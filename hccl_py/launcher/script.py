@@ -14,8 +14,8 @@ from typing import IO, Any
 
 from .. import errors
 from ..backends import store as kv
-from ..backends.shm_windows import TOKEN_ENV, new_token, remove_job_files
 from .liveness import PARENT_ENV, exit_text
+from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
 

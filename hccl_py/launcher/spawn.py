@@ -12,9 +12,9 @@ from .. import errors, wire
 from .._script import unguarded_call
 from ..backends import store as kv
 from ..backends.session import spawned_rank
-from ..backends.shm_windows import TOKEN_ENV, new_token, remove_job_files
 from ..config import Config
 from .liveness import PARENT_ENV, STACKS_ENV
+from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import RankSpec
 from .supervise import Child, outcome_of, stop, supervise
 
