@@ -2,8 +2,7 @@
 
 Every correct case must match the numpy reference, every broken one must get
 its report, and the process must not leak threads, file descriptors or memory
-from one run to the next, nor from one kernel launch to the next within a run
-(issue 23).
+from one run to the next.
 """
 
 from __future__ import annotations
@@ -13,10 +12,8 @@ import threading
 from typing import Any
 
 import cases
-import numpy as np
 import pytest
 import test_reliability as broken
-import torch
 
 import hccl_py as hp
 
@@ -72,48 +69,3 @@ def test_gloo_soak() -> None:
         cases.run_and_check(cases.numpy_cases(3000 + k, GLOO_BATCH), "gloo", world_size=8)
     threads_after, fds_after, _ = _resources()
     assert threads_after == threads and fds_after <= fds + 2, "the runs left threads or files"
-
-
-#: Launches of the memory soak (two 256 KiB buffers each) and the growth of resident memory
-#: they may cause: the world's whole process on the emulator, each rank's process on gloo.
-#: Before issue 23 every launch kept its buffers: 300 launches grew the emulator by 600 MiB
-#: and each gloo rank by 150 to 300 MiB; now about 35 MiB and 12 MiB, whatever the count.
-SOAK_ELEMS = 1 << 16
-MAX_GROWTH_MB = {"emu": 150, "gloo": 64}
-
-
-def _all_reduce_kernel(xGM: hp.GmAddr, yGM: hp.GmAddr, tilingGM: hp.GmAddr) -> None:
-    hccl = cases.init_hccl(hp.Hccl(), tilingGM, ops=["AllReduce"])
-    fp32, total = hp.HcclDataType.HCCL_DATA_TYPE_FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM
-    hccl.Wait(hccl.AllReduce[True](xGM, yGM, SOAK_ELEMS, fp32, total))
-    hccl.Finalize()
-
-
-def launches_growth(n: int) -> tuple[int, float]:
-    """Resident memory growth (MiB) over ``n`` AllReduce launches after a warm-up; a result."""
-    tiling = cases.make_tiling()
-
-    def once() -> torch.Tensor:
-        y = torch.zeros(SOAK_ELEMS)
-        hp.launch(_all_reduce_kernel, torch.ones(SOAK_ELEMS), y, tiling)
-        return y
-
-    for _ in range(20):
-        once()
-    before = _resources()[2]
-    for _ in range(n):
-        y = once()
-    return (_resources()[2] - before) >> 20, float(y[-1])
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
-@pytest.mark.parametrize("launches", [300, pytest.param(3000, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("backend_name", ["emu", "gloo"])
-def test_memory_stays_flat_across_launches(backend_name: str, launches: int) -> None:
-    n = 4
-    got = hp.run(launches_growth, world_size=n, backend=backend_name, args=(launches,))
-    growth = np.array([mb for mb, _ in got])
-    assert [last for _, last in got] == [float(n)] * n
-    assert (growth < MAX_GROWTH_MB[backend_name]).all(), (
-        f"{launches} launches grew the ranks by {growth.tolist()} MiB"
-    )
