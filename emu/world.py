@@ -95,6 +95,14 @@ class Slot:
         """Domain ranks that committed fewer than ``rounds`` rounds."""
         return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
 
+    @classmethod
+    def retired(cls, task: Task) -> Slot:
+        """A stand-in for the finished slot of ``task`` that the world forgot."""
+        slot = cls((task.domain_name, task.seq), task.rank_dim)
+        slot.tasks = dict.fromkeys(range(task.rank_dim), task)
+        slot.done = task.repeat
+        return slot
+
 
 class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
     """The server of an emulated world; every rank's client sends to this one object."""
@@ -117,6 +125,10 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.unfinished: dict[Slot, None] = {}
         self.failed_at: dict[str, Slot] = {}
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
+        #: (domain, launch) -> domain ranks that returned from that kernel launch.
+        self.launch_returns: dict[tuple[str, int], set[int]] = {}
+        #: Per domain: every slot below this position finished and was forgotten.
+        self.retired_below: dict[str, int] = {}
         self.returned: set[int] = set()
         self.unpoisoned: dict[Slot, dict[int, list[int]]] = {}
         self.poisoned: dict[Slot, list[tuple[int, list[tuple[int, torch.Tensor]], Task]]] = {}
@@ -125,6 +137,8 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def _slot(self, task: Task) -> Slot:
         key = (task.domain_name, task.seq)
         slot = self.slots.get(key)
+        if slot is None and task.seq < self.retired_below.get(task.domain_name, 0):
+            return Slot.retired(task)
         if slot is None:
             slot = self.slots[key] = Slot(key, task.rank_dim)
             self.unfinished[slot] = None
@@ -362,6 +376,30 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
                     if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:
                         self._fail(slot, count_mismatch(t, rank, n_tasks))
                         break
+
+    def launch_returned(self, group: Group, rank: int, launch: int) -> None:
+        """Once every rank of the domain returned from ``launch``, forget its finished slots.
+
+        No rank waits for them or queries them any more, and their tasks hold
+        the launch's buffers: a long run of kernel launches stays flat in memory.
+        """
+        name = group.name
+        with self.blocker.cond:
+            returned = self.launch_returns.setdefault((name, launch), set())
+            returned.add(rank)
+            if len(returned) < group.size:
+                return
+            del self.launch_returns[(name, launch)]
+            self.finalized.pop((name, launch), None)
+            seq = self.retired_below.get(name, 0)
+            slot = self.slots.get((name, seq))
+            while slot is not None and slot.finished and slot.error is None:
+                if slot.sample().launch > launch:
+                    break
+                del self.slots[slot.key]
+                seq += 1
+                slot = self.slots.get((name, seq))
+            self.retired_below[name] = seq
 
     def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""

@@ -271,6 +271,9 @@ def launch(
     with serial():
         for client in state.clients.values():
             client.check_exit()
+        for client in state.clients.values():
+            if client.launch_idx is not None:
+                rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
 
 
 def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:

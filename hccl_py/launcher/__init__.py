@@ -5,7 +5,8 @@
 - :mod:`.supervise`: waiting for child processes, stopping them, reading their outcomes;
 - :mod:`.spawn`: the processes ``hp.run`` starts itself when no launcher did;
 - :mod:`.script`: the runner of ``python -m hccl_py run``;
-- :mod:`.msrun`: msrun's scheduler process, which hosts the store.
+- :mod:`.msrun`: msrun's scheduler process, which hosts the store;
+- :mod:`.shm_files`: the gloo ranks' window files in ``/dev/shm`` and removing a killed job's.
 
 One process runs one rank. Such processes come from:
 

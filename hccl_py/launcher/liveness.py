@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core import errors
@@ -71,6 +72,22 @@ def ask_stack(pid: int, folder: str, rank: int) -> str:
 
 
 _watching: set[int] = set()
+#: Called (in order) before a rank process exits because the process that started it is gone.
+_exit_hooks: list[Callable[[], None]] = []
+
+
+def on_forced_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` before :func:`forced_exit` ends this process (once per hook)."""
+    if hook not in _exit_hooks:
+        _exit_hooks.append(hook)
+
+
+def forced_exit(code: int = 1) -> None:
+    """End this rank process at once (``os._exit``), after the :func:`on_forced_exit` hooks."""
+    for hook in _exit_hooks:
+        with contextlib.suppress(Exception):  # the process is leaving whatever happens
+            hook()
+    os._exit(code)
 
 
 def pid_alive(pid: int) -> bool:
@@ -109,7 +126,7 @@ def watch_parent(rank: int) -> None:
                 flush=True,
             )
         finally:
-            os._exit(1)
+            forced_exit(1)
 
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
 

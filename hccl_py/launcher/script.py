@@ -17,6 +17,7 @@ from ..core import errors
 from . import exchange, sealed
 from . import store as kv
 from .liveness import PARENT_ENV, exit_text
+from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
 
@@ -121,6 +122,7 @@ def run_script(opts: RunnerOptions) -> int:
             "HCCL_PY_BACKEND": opts.backend,
             "HCCL_PY_WORLD_SIZE": str(world),
             "PYTHONUNBUFFERED": "1",
+            TOKEN_ENV: new_token(),
         }
     )
     if opts.platform:
@@ -164,6 +166,7 @@ def run_script(opts: RunnerOptions) -> int:
         say(f"stopped: {ended or 'no rank had started'}")
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
     finally:
+        remove_job_files(base_env[TOKEN_ENV])
         if main:
             signal.signal(signal.SIGTERM, previous)
     for reader in readers:

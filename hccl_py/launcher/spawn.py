@@ -14,6 +14,7 @@ from . import sealed, wire
 from . import store as kv
 from .liveness import PARENT_ENV, STACKS_ENV
 from .script_checks import unguarded_call
+from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import RankSpec
 from .supervise import Child, outcome_of, stop, supervise
 
@@ -81,7 +82,8 @@ def spawn_world(
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = _mp_context()
         sealed.ensure_secret()  # before env: the children get it, and this process reads with it
-        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp}
+        token = new_token()
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp, TOKEN_ENV: token}
         children = []
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
@@ -97,7 +99,10 @@ def spawn_world(
         except BaseException:
             stop([c for c in children if c.proc.pid is not None])
             raise
-        codes = supervise(children, store, lambda text: None, config.timeout, tmp)
+        try:
+            codes = supervise(children, store, lambda text: None, config.timeout, tmp)
+        finally:
+            remove_job_files(token)  # the files of ranks killed while they created windows
         outcomes = [
             outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped) for c in children
         ]

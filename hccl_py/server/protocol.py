@@ -129,6 +129,13 @@ class Lifecycle:
     def on_new_group(self, group: Group) -> None:  # noqa: B027 - optional hook
         """``hp.new_group`` created ``group`` on this rank (every rank calls it, in the same order)."""
 
+    def launch_returned(self, group: Group, rank: int, launch: int) -> None:  # noqa: B027
+        """Domain rank ``rank`` returned from kernel launch ``launch`` of ``group`` (no error).
+
+        It will not wait for or query that launch's tasks again: a server may
+        forget them (and release their buffers) once they finished.
+        """
+
     def rank_returned(self, rank: int) -> None:  # noqa: B027 - optional hook
         """Global rank ``rank`` returned from its function: it submits and commits no more."""
 

@@ -11,6 +11,7 @@ through the store; :class:`Absentees` names a peer that will never send one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import threading
@@ -139,6 +140,8 @@ class DomainQueue:
         self.done: dict[int, int] = {}
         self.seq = 0
         self.round = 0
+        #: Every task below this position finished and was forgotten (:meth:`retire`).
+        self.retired_below = 0
         self.running = ""
         self.error: HcclError | None = None
         self.failed_seq: int | None = None
@@ -158,7 +161,7 @@ class DomainQueue:
 
         def finished(dep: Task) -> bool:
             queue = queues.get(dep.domain_name)
-            return queue is not None and queue.done.get(dep.seq, 0) >= dep.repeat
+            return queue is not None and queue.rounds_done(dep.seq, dep.repeat) >= dep.repeat
 
         return dependency_state(task.deps, failure, finished)
 
@@ -171,6 +174,44 @@ class DomainQueue:
         if rounds.get(self.seq, 0) <= self.round:
             return False
         return self._deps_state(task)[0]
+
+    def rounds_done(self, seq: int, repeat: int) -> int:
+        """How many rounds of task ``seq`` (of ``repeat`` rounds) finished."""
+        return repeat if seq < self.retired_below else self.done.get(seq, 0)
+
+    def retire(self, launch: int) -> range:
+        """Under the lock: forget the finished tasks of kernel launches up to ``launch``.
+
+        This rank returned from that launch, so nobody here waits for them any
+        more; their buffers are released. Returns the positions forgotten.
+        """
+        first = seq = self.retired_below
+        while seq < self.seq and self.tasks[seq].launch <= launch:
+            del self.tasks[seq]
+            for rounds in (self.committed, self.released, self.done):
+                rounds.pop(seq, None)
+            seq += 1
+        self.retired_below = seq
+        return range(first, seq)
+
+    def forget_descriptors(self, rank: int, launch: int, seqs: range) -> None:
+        """Delete the task descriptors of ``launch`` once every rank of the domain returned from it.
+
+        Every rank compared them before the tasks' first rounds, and a rank
+        returns from a launch only after its tasks ran: nobody reads them any
+        more. The last rank to return deletes every rank's keys.
+        """
+        name, server = self.group.name, self.server
+        for key in [*(desc_key(name, s, rank) for s in seqs), final_key(name, launch, rank)]:
+            server._keys.pop(key, None)
+        counter = f"launch_returned/{name}/{launch}"
+        if int(server.store.add(counter, 1)) < self.group.size:
+            return
+        ranks = range(self.group.size)
+        keys = [desc_key(name, s, r) for s in seqs for r in ranks]
+        for key in [*keys, *(final_key(name, launch, r) for r in ranks), counter]:
+            with contextlib.suppress(Exception):  # best effort, as in DistServer.forget
+                server.store.delete_key(key)
 
     def failure_at(self, seq: int) -> HcclError | None:
         """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""

@@ -101,7 +101,7 @@ class DistServer(Server):
         self.groups: list[dist.ProcessGroup] = []
         #: This run's keys in the store, and those this rank set (deleted after the run).
         self.store = kv.scoped(session.store, f"run{run}/")
-        self._keys: list[str] = []
+        self._keys: dict[str, None] = {}
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
 
@@ -190,13 +190,21 @@ class DistServer(Server):
         if self.check_tasks:
             self._set(final_key(group.name, launch, rank), str(n_tasks).encode())
 
+    def launch_returned(self, group: Group, rank: int, launch: int) -> None:
+        """This rank returned from kernel launch ``launch``: forget its finished tasks."""
+        with self.cond:
+            queue = self.queues.get(group.name)
+            seqs = None if queue is None else queue.retire(launch)
+        if seqs is not None and self.check_tasks:
+            queue.forget_descriptors(rank, launch, seqs)
+
     def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
         self._set(returned_key(rank), b"1")
 
     def _set(self, key: str, value: bytes) -> None:
         self.store.set(key, value)
-        self._keys.append(key)
+        self._keys[key] = None
 
     def forget(self) -> None:
         """Delete this rank's task descriptors (call once no rank of the run checks any more)."""
@@ -221,12 +229,14 @@ class DistServer(Server):
             self._release()
         self._run_local()
         self.blocker.wait_for(
-            lambda: queue.done.get(task.seq, 0) > round_idx or queue.failure_at(task.seq),
+            lambda: (
+                queue.rounds_done(task.seq, task.repeat) > round_idx or queue.failure_at(task.seq)
+            ),
             lambda: self._describe_wait(queue, task, round_idx),
         )
         with self.cond:
             error = queue.failure_at(task.seq)
-            if queue.done.get(task.seq, 0) <= round_idx and error is not None:
+            if queue.rounds_done(task.seq, task.repeat) <= round_idx and error is not None:
                 raise error_for(error, task, round_idx)
 
     def finished(self, task: Task) -> int:
@@ -236,7 +246,7 @@ class DistServer(Server):
         self._run_local()
         with self.cond:
             error = queue.failure_at(task.seq)
-            done = queue.done.get(task.seq, 0)
+            done = queue.rounds_done(task.seq, task.repeat)
         if error is not None:
             raise error_for(error, task, done)
         if done < task.repeat:
@@ -276,7 +286,7 @@ class DistServer(Server):
         error = queue.failure_at(seq)
         if error is not None:
             return f"failed: {error.reason}"
-        if queue.done.get(seq, 0) > r:
+        if queue.rounds_done(seq, task.repeat) > r:
             return "finished"
         if queue.committed.get(seq, 0) <= r:
             return f"this rank has not committed round {r}"
@@ -383,7 +393,7 @@ class GlooServer(SharedWindows, DistServer):
         name = f"rendezvous/{group.name}/{key}"
         if name not in self._keys:
             self.store.add(name, 1)
-            self._keys.append(name)
+            self._keys[name] = None
         deadline = time.monotonic() + self.config.timeout
         while int(self.store.add(name, 0)) < group.size:
             self.session.check_abort()

@@ -27,7 +27,15 @@ from ...core.errors import ForgedValueError, HcclPeerError, WorldError
 from ...kernel.context import RankContext, set_rank_context
 from ...launcher import exchange, wire
 from ...launcher import store as kv
-from ...launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, dump_stacks_on_request, watch_parent
+from ...launcher.liveness import (
+    GRACE_S,
+    HEARTBEAT_S,
+    Peers,
+    RankDiedError,
+    dump_stacks_on_request,
+    forced_exit,
+    watch_parent,
+)
 from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
@@ -141,7 +149,7 @@ class Session:
                     f"hccl_py: rank {self.rank}: the parent process is gone; exiting",
                     file=sys.stderr,
                 )
-                os._exit(1)
+                forced_exit(1)
             try:
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):

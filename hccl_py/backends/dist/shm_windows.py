@@ -3,35 +3,49 @@
 Every process maps the same file for a given window (``/dev/shm`` where it
 exists), so a kernel's ``hp.gm_tensor`` writes into a peer's window reach the
 peer's process, as on hardware; the files are sparse and the system commits
-their pages only as they are written. The file names carry a token of the run
-that world rank 0 publishes through the run's store. Ranks on different hosts
-cannot share memory: the first window call names the hosts instead.
+their pages only as they are written.
+
+When a domain is created (the world at the start of a run, then every
+``hp.new_group``) each member rank creates the files of its own two windows
+under names nobody can guess (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600, 128
+random bits), so that a file or a symbolic link planted in their place is
+refused; it publishes the names through the run's store. Every member then
+opens its peers' files (``O_NOFOLLOW``; owner, mode, size and link count
+checked), maps them and counts itself in; the last one removes every file of
+the domain. The mappings stay valid, so no file outlives the start of a domain,
+and no file is left behind by a rank that is killed later. A problem with the
+files does not fail the run: it is reported at the first window call. Ranks on
+different hosts cannot share memory: the first window call names the hosts.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import json
 import mmap
 import os
+import secrets
 import socket
-import tempfile
-import uuid
-import zlib
+import stat
 from collections.abc import Callable
 
 import torch
 
 from ...core.group import Group
-from ...server.windows import HcclNoWindowsError, LocalWindows, WindowAllocation
+from ...launcher import shm_files
+from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
+from ...server.windows import BUFFSIZE_ENV, KINDS, HcclNoWindowsError, LocalWindows, WindowAllocation
+from ...launcher import store as kv
 
-#: Where window files go: shared memory where the system has it.
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()  # noqa: S108
 _TOKEN_KEY = "windows/token"
 
 
-def _host_key(rank: int) -> str:
-    return f"windows/host/{rank}"
+def _names_key(domain: str, rank: int) -> str:
+    return f"windows/{domain}/names/{rank}"
+
+
+def _mapped_key(domain: str) -> str:
+    return f"windows/{domain}/mapped"
 
 
 def host_id() -> str:
@@ -42,16 +56,108 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def shared_file_memory(path: str, nbytes: int) -> tuple[torch.Tensor, object]:
-    """``nbytes`` bytes of the file at ``path`` (created sparse if missing), mapped shared."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+def _too_small(nbytes: int, windows: int) -> str | None:
+    """Why the window folder (``/dev/shm``) cannot hold ``windows`` windows of ``nbytes`` bytes, if it cannot."""
     try:
-        if os.fstat(fd).st_size < nbytes:
-            os.ftruncate(fd, nbytes)
-        mapping = mmap.mmap(fd, nbytes, mmap.MAP_SHARED)
+        st = os.statvfs(shm_files.SHM_DIR)
+    except OSError as exc:
+        return f"cannot read the free space of {shm_files.SHM_DIR}: {exc.strerror}"
+    free = st.f_bavail * st.f_frsize
+    if free >= windows * nbytes:
+        return None
+    return (
+        f"{shm_files.SHM_DIR} has {free >> 20} MB free, less than the {windows} windows of this rank "
+        f"need ({BUFFSIZE_ENV}={nbytes >> 20} MB each): free space in {shm_files.SHM_DIR} or lower "
+        f"{BUFFSIZE_ENV} (or hp.run(..., buffsize_mb=))"
+    )
+
+
+def _map(fd: int, path: str, nbytes: int) -> mmap.mmap:
+    try:
+        return mmap.mmap(fd, nbytes, mmap.MAP_SHARED)
+    except (OSError, ValueError) as exc:
+        raise HcclNoWindowsError(f"cannot map window file {path}: {exc}") from None
+
+
+def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
+    """Create a new window file of ``nbytes`` (sparse) under an unguessable name; map it.
+
+    The file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600: an existing
+    file or a symbolic link of that name is refused with an
+    :class:`HcclNoWindowsError` naming it, and so is a file system too full
+    for the window (a full ``/dev/shm`` would otherwise kill the ranks with
+    SIGBUS when they write).
+    """
+    path = os.path.join(shm_files.SHM_DIR, f"{FILE_PREFIX}{token}-{secrets.token_hex(16)}")
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise HcclNoWindowsError(
+            f"refused window file {path}: a file or symbolic link of that name already exists "
+            "(window files must be new)"
+        ) from None
+    except OSError as exc:
+        raise HcclNoWindowsError(f"cannot create window file {path}: {exc.strerror}") from None
+    shm_files.note_created(path)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.ftruncate(fd, nbytes)
+        return path, _map(fd, path, nbytes)
+    except OSError as exc:
+        remove_files([path])
+        raise HcclNoWindowsError(f"cannot size window file {path}: {exc.strerror}") from None
+    except BaseException:
+        remove_files([path])
+        raise
     finally:
         os.close(fd)
-    return torch.frombuffer(mapping, dtype=torch.uint8), mapping
+
+
+def open_window_file(path: str, nbytes: int) -> mmap.mmap:
+    """Map a peer's window file, refusing a link, another owner, another mode or size."""
+    if os.path.dirname(path) != shm_files.SHM_DIR or not os.path.basename(path).startswith(
+        FILE_PREFIX
+    ):
+        raise HcclNoWindowsError(
+            f"refused window file {path!r}: not a window file in {shm_files.SHM_DIR}"
+        )
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise HcclNoWindowsError(f"refused window file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        problem = (
+            "not a regular file"
+            if not stat.S_ISREG(st.st_mode)
+            else f"owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
+            if st.st_uid != os.geteuid()
+            else f"mode {stat.S_IMODE(st.st_mode):o}, not 600"
+            if stat.S_IMODE(st.st_mode) != 0o600
+            else f"{st.st_nlink} links to it, not 1"
+            if st.st_nlink != 1
+            else f"{st.st_size} bytes, not {nbytes} (do the ranks set different {BUFFSIZE_ENV}?)"
+            if st.st_size != nbytes
+            else None
+        )
+        if problem is not None:
+            raise HcclNoWindowsError(f"refused window file {path}: {problem}")
+        return _map(fd, path, nbytes)
+    finally:
+        os.close(fd)
+
+
+def _record(raw: bytes) -> dict[str, str]:
+    """A rank's published window record: its host, its files' paths or its problem."""
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        record = None
+    fields = ("host", "error", *KINDS)
+    if not isinstance(record, dict) or not all(isinstance(record.get(k, ""), str) for k in fields):
+        return {"host": "", "error": f"published an unreadable window record {raw[:80]!r}"}
+    return record
 
 
 class SharedWindows(LocalWindows):
@@ -60,43 +166,127 @@ class SharedWindows(LocalWindows):
     #: A poll of a window flag cannot see the other processes wait: only the timeout applies.
     polls_detect_deadlock = False
 
-    def start(self, world: Group) -> None:
-        """Create the world's process group and publish this host (rank 0 also the token)."""
-        super().start(world)
-        self._set(_host_key(self.session.rank), host_id().encode())
-        if self.session.rank == 0:
-            self._set(_TOKEN_KEY, uuid.uuid4().hex.encode())
+    def _token(self) -> str:
+        """This job's token in window file names (the launcher's, or rank 0's of this run)."""
+        token = self.__dict__.get("_shm_token")
+        if token is None:
+            token = os.environ.get(TOKEN_ENV, "")
+            if not token:
+                if self.session.rank == 0:
+                    self._set(_TOKEN_KEY, new_token().encode())
+                self._wait([_TOKEN_KEY], "rank 0 did not publish the token of window files")
+                token = self.store.get(_TOKEN_KEY).decode()
+            token = self.__dict__["_shm_token"] = f"{token}-{self.run}"
+        return token
+
+    def on_new_group(self, group: Group) -> None:
+        """Create the domain's process group, then share its windows (members only)."""
+        super().on_new_group(group)
+        if group.rank_of(self.session.rank) is not None:
+            self._share_windows(group)
+
+    def _share_windows(self, group: Group) -> None:
+        """Create this rank's window files, map every member's, let the last one remove them."""
+        me, name = self.session.rank, group.name
+        nbytes = self.config.buffsize_mb << 20
+        own: dict[str, tuple[str, mmap.mmap]] = {}
+        mine: dict[str, str] = {"host": host_id(), "error": ""}
+        try:
+            full = _too_small(nbytes, len(KINDS))
+            if full is not None:
+                raise HcclNoWindowsError(full)
+            for kind in KINDS:
+                own[kind] = create_window_file(self._token(), nbytes)
+        except HcclNoWindowsError as exc:
+            mine["error"] = exc.reason
+        finally:
+            mine.update({kind: path for kind, (path, _) in own.items()})
+            self._set(_names_key(name, me), json.dumps(mine).encode())
+        published = self._published(group)
+        mapped: dict[tuple[int, str], mmap.mmap] = {}
+        problem = self._hosts_problem(published) or next(
+            (f"rank {r}: {p['error']}" for r, p in published.items() if p.get("error")), None
+        )
+        paths = [p[kind] for p in published.values() for kind in KINDS if kind in p]
+        if problem is not None:
+            remove_files(path for path, _ in own.values())
+        else:
+            try:
+                for r, p in published.items():
+                    for kind in KINDS:
+                        mapped[(r, kind)] = (
+                            own[kind][1] if r == me else open_window_file(p[kind], nbytes)
+                        )
+            except HcclNoWindowsError as exc:
+                problem, mapped = exc.reason, {}
+            self._keys[_mapped_key(name)] = None
+            if int(self.store.add(_mapped_key(name), 1)) == group.size:
+                remove_files(paths)
+        self.__dict__.setdefault("_window_paths", []).extend(paths)
+        self.__dict__.setdefault("_window_maps", {}).update(
+            {(name, r, kind): m for (r, kind), m in mapped.items()}
+        )
+        if problem is not None:
+            self.__dict__.setdefault("_window_problems", {})[name] = problem
+
+    def _published(self, group: Group) -> dict[int, dict[str, str]]:
+        """Every member's published window files (or the problem it had), by global rank."""
+        keys = [_names_key(group.name, r) for r in group.ranks]
+        self._wait(keys, f"ranks did not publish their window files of domain {group.name}")
+        values = kv.get_all(self.store, keys)
+        return {r: _record(raw) for r, raw in zip(group.ranks, values, strict=True)}
+
+    def _wait(self, keys: list[str], what: str) -> None:
+        """Wait for ``keys`` in the run's store; a failure of another rank ends the wait."""
+        kv.wait_keys(
+            self.store,
+            keys,
+            self.config.timeout,
+            lambda missing: f"{what}: {missing}",
+            self.session.check_abort,
+        )
+
+    def _hosts_problem(self, published: dict[int, dict[str, str]]) -> str | None:
+        mine = host_id()
+        hosts = {p["host"] for p in published.values() if p["host"]}  # "": an unreadable record
+        others = sorted({h.split("/")[0] for h in hosts if h != mine})
+        if not others:
+            return None
+        return (
+            f"the {self.backend_name} backend keeps windows in shared memory of one host, but "
+            f"ranks run on {socket.gethostname()} and {', '.join(others)}: run window kernels "
+            "with the ranks on one host, or on the emulator"
+        )
+
+    @property
+    def window_paths(self) -> list[str]:
+        """The window files of this run's domains (each removed once every member mapped it)."""
+        return list(self.__dict__.get("_window_paths", []))
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
-        """``rank``'s window, after checking that every rank runs on this host."""
-        if "_window_token" not in self.__dict__:
-            hosts = [self.store.get(_host_key(r)).decode() for r in range(self.session.world_size)]
-            mine = host_id()
-            others = sorted({h.split("/")[0] for h in hosts if h != mine})
-            if others:
-                raise HcclNoWindowsError(
-                    f"GetWindows{kind}Addr: the {self.backend_name} backend keeps windows in "
-                    f"shared memory of one host, but ranks run on {socket.gethostname()} and "
-                    f"{', '.join(others)}: run window kernels with the ranks on one host, or "
-                    "on the emulator"
-                )
-            self.__dict__["_window_token"] = self.store.get(_TOKEN_KEY).decode()
+        """``rank``'s window, or the problem its domain's files had (HcclNoWindowsError)."""
+        problem = self.__dict__.get("_window_problems", {}).get(domain)
+        if problem is None and (domain, rank, kind) not in self.__dict__.get("_window_maps", {}):
+            problem = f"domain {domain} has no shared window of rank {rank} on this rank"
+        if problem is not None:
+            raise HcclNoWindowsError(f"GetWindows{kind}Addr: {problem}")
         return super().window(domain, rank, kind)
 
     def window_memory(
         self, window: WindowAllocation
     ) -> Callable[[int], tuple[torch.Tensor, object]]:
-        """The window's shared file, the same name in every process of the run."""
-        tag = zlib.crc32(window.domain.encode())
-        name = f"hccl_py-{self.__dict__['_window_token']}-{tag:08x}-{window.rank}-{window.kind}"
-        path = os.path.join(SHM_DIR, name)
-        self.__dict__.setdefault("_window_files", []).append((window.rank, path))
-        return functools.partial(shared_file_memory, path)
+        """The window's shared mapping, made when the domain was created."""
+        mapping = self.__dict__["_window_maps"][(window.domain, window.rank, window.kind)]
+        return lambda nbytes: (torch.frombuffer(mapping, dtype=torch.uint8, count=nbytes), mapping)
 
     def close(self) -> None:
-        """Stop the server and remove the files of this rank's own windows."""
+        """Stop the server; after a failed run, remove the window files that may remain."""
         super().close()
-        for rank, path in self.__dict__.get("_window_files", []):
-            if rank == self.session.rank:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+        try:
+            failed = self.session.store.check([kv.ABORT])
+        except RuntimeError:  # the store's host is gone: the job ended
+            failed = True
+        if failed:
+            remove_files(self.window_paths)
+            if "_shm_token" in self.__dict__:
+                remove_job_files(self.__dict__["_shm_token"])
