@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from cases import RUN_TIMEOUT, init_hccl
+from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py import CoreType, Hccl, HcclDataType, HcclServerConfig
@@ -100,6 +101,7 @@ def declared_types() -> list[bytes]:
     return [x.numpy().tobytes(), y.numpy().tobytes()]
 
 
+@expects_warning("dtype-mismatch")
 def test_declared_type_other_than_the_tensors_dtype_is_a_warning() -> None:
     out = hp.run(declared_types, world_size=1, timeout=RUN_TIMEOUT)
     sent, received = out[0]

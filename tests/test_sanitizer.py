@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from cases import init_hccl, make_tiling
+from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py import (
@@ -166,6 +167,7 @@ MISMATCHES = {
 }
 
 
+@expects_warning("dtype-mismatch")
 @pytest.mark.parametrize("what", list(MISMATCHES))
 def test_mismatch_of_task_fields(what: str) -> None:
     variant, facts = MISMATCHES[what]

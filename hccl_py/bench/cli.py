@@ -173,7 +173,7 @@ def _unsupported(opts: argparse.Namespace, sweep: Options, chosen: str | None) -
     """Why the platform's kernel API cannot run ``sweep`` (what to change), or None."""
     ranks = None if opts.backend == "hccl" else opts.ranks  # hccl: the launcher's world
     if ranks is not None and ranks < 1:
-        return f"--nproc (--ranks) must be >= 1, not {ranks}"
+        return f"--nproc/--ranks must be >= 1, not {ranks}"
     if sweep.api != "kernel":
         return None
     spec = BENCH_OPS[sweep.op].spec
