@@ -466,7 +466,7 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
     for rank in (0, 1):
         assert (
             f"rank {rank} polls bytes [1048576, 1048580) of WindowsIn of rank {rank} (domain "
-            "hccl_world_group), which keep the value 0x00000000: no rank writes them [polled"
+            "hccl_world_group), which keep the value 0 (int32): no rank writes them"
         ) in err.reason
 
 
@@ -491,8 +491,8 @@ def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
     assert type(err).__name__ == "HcclTimeoutError", info.value
     assert str(err).startswith(
         "timed out after 3 s polling: rank 0 polls bytes [1048576, 1048580) of WindowsIn of "
-        "rank 0 (domain hccl_world_group), which keep the value 0x00000000: no rank wrote "
-        "them [polled "
+        "rank 0 (domain hccl_world_group), which keep the value [0, 0, 0, 0] (uint8): no rank "
+        "wrote them [polled "
     ), err
 
 
