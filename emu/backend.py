@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -69,11 +69,9 @@ class EmuBackend(Backend):
                 world.blocker.leave()
 
         threads = [
-            threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True) for r in range(n)
+            world.blocker.spawn(functools.partial(body, r), f"rank{r}", (r,), r) for r in range(n)
         ]
-        world.blocker.enter(n)
-        for t in threads:
-            t.start()
+        world.blocker.begin()
         try:
             _join(threads, world, failures, config.timeout)
         finally:
@@ -121,30 +119,27 @@ def _where(thread: threading.Thread) -> str:
     return "".join(traceback.format_list(own[-STACK_FRAMES:])).rstrip()
 
 
-def _stop_stuck(
-    threads: list[threading.Thread],
-    failures: dict[int, BaseException],
-    why: str,
-    cls: type[HcclError],
+def _stop_running(
+    world: EmuWorld, failures: dict[int, BaseException], why: str, cls: type[HcclError]
 ) -> None:
-    """Report every rank thread still running (with its stack) as ``cls`` and try to end it."""
-    for rank, t in enumerate(threads):
-        if not t.is_alive():
-            continue
-        failures.setdefault(
-            rank,
-            cls(
-                f"rank {rank} {why}; it is not inside an hccl_py call but here:\n{_where(t)}",
-                rank=rank,
-            ),
-        )
-        # A loop of Python code stops at its next bytecode; a long C call (time.sleep)
-        # stops when it returns: the thread is a daemon and cannot hold the process open.
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-            ctypes.c_ulong(t.ident), ctypes.py_object(_Stopped)
-        )
-    for t in threads:
-        t.join(STOP_WAIT_S)
+    """Report the runner that holds the baton (with its stack) as ``cls`` and end it."""
+    runner = world.blocker.running()
+    if runner is None or runner.thread is None:
+        return
+    failures.setdefault(
+        runner.rank,
+        cls(
+            f"rank {runner.rank} {why}; it is not inside an hccl_py call but here:\n"
+            f"{_where(runner.thread)}",
+            rank=runner.rank,
+        ),
+    )
+    # A loop of Python code stops at its next bytecode; a long C call (time.sleep)
+    # stops when it returns: the thread is a daemon and cannot hold the process open.
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(runner.thread.ident), ctypes.py_object(_Stopped)
+    )
+    runner.thread.join(STOP_WAIT_S)
 
 
 def _join(
@@ -153,33 +148,33 @@ def _join(
     failures: dict[int, BaseException],
     timeout: float,
 ) -> None:
-    """Wait for every rank, and end the run when ranks are stuck in their own code.
+    """Wait for every rank, and stop a runner that holds the baton too long in its own code.
 
-    Once a rank failed, the others get :data:`GRACE_SECONDS` to stop. Without
-    a failure, ``timeout`` seconds in which the server saw no progress while no
-    thread waited in an hccl_py call (every rank in its own code: a loop, a
-    sleep) end the run too, so ``timeout`` bounds every run.
+    One runner runs at a time, so one that neither blocks nor polls for
+    ``timeout`` seconds keeps every other rank waiting: it is stopped and
+    reported with its stack (a pure-Python loop, a sleep). Once a rank failed,
+    each runner gets :data:`GRACE_SECONDS` to reach an hccl_py call (which stops it).
     """
-    grace_end = None
+    stopped: set[object] = set()
     while alive := [t for t in threads if t.is_alive()]:
-        if grace_end is None and world.blocker.error is not None:
-            grace_end = time.monotonic() + GRACE_SECONDS
-        if grace_end is not None and time.monotonic() >= grace_end:
-            _stop_stuck(
-                threads,
-                failures,
-                f"was still running its own code {GRACE_SECONDS:g} s after another rank failed",
-                HcclPeerError,
-            )
-            return
-        idle = world.blocker.idle_for() if grace_end is None else None
-        if idle is not None and idle > timeout:
-            _stop_stuck(
-                threads,
-                failures,
-                f"ran its own code for {timeout:g} s (the run's timeout) while no rank made an "
-                "hccl_py call and nothing else could progress",
-                HcclTimeoutError,
-            )
-            return
+        failed = world.blocker.error is not None
+        idle = world.blocker.idle_for()
+        runner = world.blocker.running()
+        if (
+            idle is not None
+            and idle > (GRACE_SECONDS if failed else timeout)
+            and runner not in stopped
+        ):
+            stopped.add(runner)
+            if failed:
+                why = (
+                    f"was still running its own code {GRACE_SECONDS:g} s after another rank failed"
+                )
+                _stop_running(world, failures, why, HcclPeerError)
+            else:
+                why = (
+                    f"ran its own code for {timeout:g} s (the run's timeout) without an hccl_py "
+                    "call that blocks, while every other rank waited for it"
+                )
+                _stop_running(world, failures, why, HcclTimeoutError)
         alive[0].join(JOIN_STEP_S)

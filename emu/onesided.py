@@ -1,9 +1,9 @@
-"""BatchWrite on the emulator: at once, or as late as possible under the late schedule.
+"""BatchWrite on the emulator: at once, or when the scheduler runs them.
 
-With ``schedule="eager"`` the copies of a BatchWrite run in the preparing
-thread, at Prepare. With ``schedule="late"`` they wait until every other thread
-of the world is blocked or spinning (polling a flag), like the rounds of a
-collective, and with ``poison=True`` their destination bytes read 0xFF until
+With the default eager schedule the copies of a BatchWrite run in the preparing
+runner, at Prepare. With ``schedule="late"`` they wait until no runner of the
+world can go on (every one waits or polls a flag nobody changed), like the
+rounds of a collective; a seeded schedule runs them somewhere in between; and with ``poison=True`` their destination bytes read 0xFF until
 then: a kernel that reads a window before the flag that announces the data
 sees the poison instead of data that arrived by chance.
 """
@@ -42,7 +42,7 @@ class OneSidedWrites:
         return self.__dict__.setdefault("_running", [])
 
     def write_items(self, task: Task, copies: Copies) -> None:
-        """Run one BatchWrite now (eager) or when the world is quiescent (late)."""
+        """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded)."""
         races = self.races
         if races is not None:
             rank, where = task.domain.ranks[task.rank], user_frame()
@@ -52,7 +52,7 @@ class OneSidedWrites:
                 if isinstance(dst.alloc, WindowAllocation):
                     runs = [(dst.offset, dst.offset + nbytes)]
                     races.write(rank, dst.alloc, runs, nbytes, clock, where)
-        if self.config.schedule != "late":
+        if not self.blocker.defers():
             run_copies(copies)
             return
         with self.blocker.cond:

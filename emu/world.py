@@ -7,8 +7,9 @@ AlltoAllV counts pairwise). Like the AI CPU server, which reads one message
 queue per domain in order, the world runs the slots of a domain in Prepare
 order: round ``r`` of a slot runs once every rank committed it, every earlier
 slot of the domain finished, and every InterHcclGroupSync dependency finished.
-With the eager schedule the committing thread runs it at once; with the late
-schedule it runs only when somebody waits, queries or finalizes.
+When it runs is the scheduler's decision (:mod:`.scheduler`): with the eager
+schedule at once, in the committing runner; with the late one only when no
+runner can go on; under a seeded schedule, somewhere in between.
 
 A failed slot fails every later slot of its domain (the server never gets past
 it), so every rank that waits there gets the original report.
@@ -16,7 +17,9 @@ it), so every rank that waits there gets the original report.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 
 import torch
 
@@ -28,19 +31,21 @@ from hccl_py.core.task import Task
 from hccl_py.sanitizer.poison import in_place, poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
-from hccl_py.server.blocking import Blocker, Job
+from hccl_py.server.blocking import Job
 from hccl_py.server.ordering import behind, dependency_state
 from hccl_py.server.protocol import Server
-from hccl_py.server.windows import LocalWindows
+from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
 
 from . import executor
+from .flags import FlagPolls
 from .lane import Lane
 from .onesided import OneSidedWrites
 from .races import WindowRaces
 from .rendezvous import Rendezvous
 from .reports import WorldReports
+from .scheduler import Scheduler, policy_for
 from .watch import WatchedWindows
 
 
@@ -112,11 +117,11 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def __init__(self, world_size: int, config: Config) -> None:
         self.world_size = world_size
         self.config = config
-        self.blocker = Blocker(config.timeout)
+        self.blocker = Scheduler(config.timeout, policy_for(config.seed, config.schedule))
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
         self.blocker.describe_world = self._describe_world
-        self.serial = self.blocker.cond
+        self.serial = self.blocker.serial
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
         self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
@@ -132,6 +137,8 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.returned: set[int] = set()
         self.unpoisoned: dict[Slot, dict[int, list[int]]] = {}
         self.poisoned: dict[Slot, list[tuple[int, list[tuple[int, torch.Tensor]], Task]]] = {}
+        #: Mapped windows by the data pointer of their storage (flag polls through tensors).
+        self.flag_windows: dict[int, WindowAllocation] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
@@ -252,8 +259,6 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
             return None
-        if self.config.schedule == "late" and not self.blocker.quiescent():
-            return None
         write = self._write_job()
         if write is not None:
             return write
@@ -319,8 +324,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
                 self.unpoisoned.setdefault(slot, {}).setdefault(task.rank, []).append(round_idx)
                 self._poison_reached()
             self.blocker.progressed()
-        if self.config.schedule == "eager":
-            self.blocker.run_ready()
+        self.blocker.run_ready()
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.cond:
@@ -336,8 +340,6 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         # goes on and meets the failure at its next call that needs a peer.
 
     def finished(self, task: Task) -> int:
-        if self.config.schedule == "late":
-            self.blocker.run_ready()
         with self.blocker.cond:
             slot = self._slot(task)
             if slot.error is not None:
@@ -348,8 +350,9 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         if done < task.repeat:
             self.blocker.poll(
                 slot.key,
-                done,
+                (done, False),
                 lambda: f"{self._describe_wait(slot, task, done, verb='polls Query for')}",
+                read=lambda: (slot.done, slot.error is not None),
             )
         self._ordered_after(slot, task, range(done))
         return done
@@ -404,6 +407,18 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""
         return self.exchanges.exchange(group, rank, op, payload)
+
+    def window_mapped(self, window: WindowAllocation) -> None:
+        super().window_mapped(window)
+        self.flag_windows[window.data.untyped_storage().data_ptr()] = window
+
+    @contextlib.contextmanager
+    def core_scope(self, rank: int) -> Iterator[None]:
+        """Around one core's run: its flag polls through tensors (and the race check's watch)."""
+        # innermost: a poll that blocks holds none of the race check's locks
+        polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
+        with super().core_scope(rank), polls:
+            yield
 
     def close(self) -> None:
         """End the server's lane thread."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed
+from hccl_py.backends.emu import wait_until
 
 import hccl_py as hp
 
@@ -174,7 +175,7 @@ def read_before_wait(name: str, rank0_read: threading.Event) -> tuple:
     if rank == 0:
         rank0_read.set()
     else:
-        assert rank0_read.wait(TIMEOUT)
+        wait_until(rank0_read.is_set, "rank 0 has read")
     work.wait()
     return before, done_before, out, expected
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hccl_py.backends.emu import wait_until
 from test_windows import (
     FLAG,
     FP32,
@@ -76,7 +77,7 @@ def test_read_without_flag_after_the_peer_wrote_sees_poison_and_is_reported() ->
             hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, M)[:] = data  # early-write
             written.set()
         else:
-            written.wait(30)
+            wait_until(written.is_set)
             got = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, M).clone()  # early-read
             hp.gm_tensor(out, torch.float32, M)[:] = got
         h.Finalize()
@@ -99,13 +100,12 @@ def test_the_early_read_sees_0xff_where_the_data_has_not_arrived() -> None:
         if me == 0:
             hp.gm_tensor(win, torch.float32, 2 * M)[:] = -1.0  # the owner's own bytes
         if me == 1:
-            written.wait(30)
+            wait_until(written.is_set)
             hp.gm_tensor(win + 4 * M, torch.float32, M)[:] = 5.0
             written.clear()
         else:
             written.set()
-            while written.is_set():
-                pass
+            wait_until(lambda: not written.is_set())
             seen["first"] = hp.gm_tensor(win, torch.float32, 2 * M).clone().numpy()
             seen["second"] = hp.gm_tensor(win, torch.float32, 2 * M).clone().numpy()
         h.Finalize()
@@ -126,7 +126,7 @@ def test_read_before_the_peer_writes_is_reported_when_the_reader_returns() -> No
         me = h.GetRankId()
         win = h.GetWindowsInAddr(0)
         if me == 1:
-            read.wait(30)
+            wait_until(read.is_set)
             hp.gm_tensor(win + 256, torch.float32, M)[:] = 7.0  # stale-write
         else:
             got = hp.gm_tensor(win + 256, torch.float32, M).sum()  # stale-read
@@ -153,7 +153,7 @@ def test_a_reader_that_returned_before_the_write_is_reported_by_the_writer() -> 
         h = client(tilingGM)
         win = h.GetWindowsInAddr(0)
         if h.GetRankId() == 1:
-            returned.wait(30)
+            wait_until(returned.is_set)
             hp.gm_tensor(win, torch.float32, M)[:] = 3.0  # orphan-write
         else:
             hp.gm_tensor(out, torch.float32, M)[:] = hp.gm_tensor(win, torch.float32, M)
@@ -179,9 +179,15 @@ def test_a_flag_written_directly_after_a_batch_write_does_not_order_its_copies()
     for schedule in ("eager", "late"):
         with pytest.raises(hp.WorldError) as info:
             run_kernel(kernel, n=2, out_len=M, ranks_per_server=1, poison=True, schedule=schedule)
-        err = race_of(info, 0)
+        (reader,) = info.value.root_causes  # the rank that reads first in the fixed schedule
+        err = race_of(info, reader)
         assert err.reason == early_text(
-            0, 1, 0, 4 * M, at("batch-read", path=WINDOWS), at("batch-write", path=WINDOWS)
+            reader,
+            1 - reader,
+            0,
+            4 * M,
+            at("batch-read", path=WINDOWS),
+            at("batch-write", path=WINDOWS),
         )
 
 
@@ -258,7 +264,7 @@ def test_a_completed_wait_orders_writes_made_before_the_commit_only() -> None:
             written.set()
         assert h.Wait(handle) == 0
         if me == 0:
-            written.wait(30)
+            wait_until(written.is_set)
             send[:] = hp.gm_tensor(win, torch.float32, M).sum()  # after-wait
         h.Finalize()
 
@@ -309,7 +315,7 @@ def test_strided_accesses_are_checked_byte_for_byte() -> None:
             written.set()
         else:
             table[:, 1] = 2.0
-            written.wait(30)
+            wait_until(written.is_set)
             mine = table[:, 1:].sum()  # columns 1-3: nobody else wrote them
             hp.gm_tensor(out, torch.float32, 1)[0] = mine
             if int(hp.gm_tensor(out + 4, torch.int32, 1)[0]):
@@ -360,7 +366,7 @@ def test_without_poison_nothing_is_checked() -> None:
             hp.gm_tensor(win, torch.float32, M)[:] = 6.0
             written.set()
         else:
-            written.wait(30)
+            wait_until(written.is_set)
             hp.gm_tensor(out, torch.float32, M)[:] = hp.gm_tensor(win, torch.float32, M)
         h.Finalize()
 
@@ -399,6 +405,7 @@ import threading
 import torch
 
 import hccl_py as hp
+from hccl_py.backends.emu import wait_until
 from hccl_py import Hccl, HcclCMDType, Mc2CcTilingConfig, Mc2InitTiling
 
 written = threading.Event()
@@ -416,7 +423,7 @@ def kernel(tilingGM):
         hp.gm_tensor(win, torch.float32, 32)[:] = 1.0
         written.set()
     else:
-        written.wait(30)
+        wait_until(written.is_set)
         print("sum", float(hp.gm_tensor(win, torch.float32, 32).sum()))
     h.Finalize()
 
@@ -451,7 +458,7 @@ def test_run_poison_flag_checks_a_script_that_does_not_ask(tmp_path: Path) -> No
     assert "sum nan" in checked.stdout
     assert (
         "rank 0 read bytes [0, 128) of WindowsIn of rank 0 (domain hccl_world_group) at "
-        "racy.py:25 (kernel), which rank 1 wrote at racy.py:21 (kernel)" in checked.stderr
+        "racy.py:26 (kernel), which rank 1 wrote at racy.py:22 (kernel)" in checked.stderr
     ), checked.stderr
 
 

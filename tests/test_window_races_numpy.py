@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hccl_py.backends.emu import wait_until
 from test_window_races import M, at, early_text, race_of
 from test_windows import FLAG, client, run_kernel
 
@@ -85,7 +86,7 @@ def test_an_early_read_outside_aten_sees_0xff_and_is_reported(how: str) -> None:
             data[:] = 5.0  # host-write
             written.set()
         else:
-            written.wait(30)
+            wait_until(written.is_set)
             seen["got"] = HOST_READS[how](data)
         h.Finalize()
 
@@ -126,7 +127,7 @@ def test_data_written_through_a_numpy_view_is_checked_when_the_view_dies() -> No
             del column
             written.set()
         else:
-            written.wait(30)
+            wait_until(written.is_set)
             got = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, 2 * M)
             hp.gm_tensor(out, torch.float32, 2 * M)[:] = got  # numpy-read
         h.Finalize()
@@ -140,13 +141,18 @@ def test_data_written_through_a_numpy_view_is_checked_when_the_view_dies() -> No
 
 def test_a_rank_holding_a_numpy_view_gets_warnings_not_errors() -> None:
     held = threading.local()  # each rank's kernel runs in a thread of its own
-    both_hold = threading.Barrier(2, timeout=30)  # no flag is written before both views exist
+    holding = []  # no flag is written before both views exist
 
     def start(flag: hp.GmAddr) -> None:
         held.flag = hp.gm_tensor(flag, torch.int32, 1).numpy()  # held-view
-        both_hold.wait()
+        holding.append(flag)
+        wait_until(lambda: len(holding) == 2, "both ranks hold their view")
 
-    kernel = send_then_flag_kernel(lambda flag: int(held.flag[0]), start)
+    def poll(flag: hp.GmAddr) -> int:
+        hp.gm_tensor(flag, torch.int32, 1)  # a view again: an hccl_py call the scheduler sees
+        return int(held.flag[0])
+
+    kernel = send_then_flag_kernel(poll, start)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         result = run_kernel(kernel, n=2, out_len=M, poison=True)

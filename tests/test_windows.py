@@ -467,7 +467,7 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
     for rank in (0, 1):
         assert (
             f"rank {rank} polls bytes [1048576, 1048580) of WindowsIn of rank {rank} (domain "
-            "hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank writes them [polled"
+            "hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank writes them"
         ) in err.reason
 
 

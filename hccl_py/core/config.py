@@ -58,6 +58,8 @@ class Config:
     - ``warnings_as_errors``: the kinds of :class:`~hccl_py.core.errors.HcclWarning` to raise
       as errors instead (e.g. ``{"extra-commit"}``), or True for every kind (for CI).
     - ``buffsize_mb``: size of each communication window in MB (``HCCL_BUFFSIZE``, 200).
+    - ``seed``: the emulator's schedule (None: the fixed default; an int: a reproducible
+      seeded schedule of random or PCT-style switches and server timings; see docs/emulator.md).
     - ``ranks_per_server``: how many consecutive ranks share one server (``HCCL_PY_RANKS_PER_SERVER``,
       8); Atlas A2's BatchWrite only reaches ranks of other servers, so 1 lets one-host tests use it.
     """
@@ -73,6 +75,8 @@ class Config:
     record: bool = False
     buffsize_mb: int = 200
     ranks_per_server: int = field(default_factory=ranks_per_server_default)
+    #: The emulator's schedule: None for the fixed default one, an int for a seeded one.
+    seed: int | None = None
 
     def raises(self, kind: str) -> bool:
         """Whether a warning of ``kind`` is raised as an error in this run."""
@@ -84,6 +88,9 @@ class Config:
             raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
         if self.overlap not in ("error", "warn", "ignore"):
             raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")
+        seed = self.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"seed must be None or a non-negative int, not {seed!r}")
         rps = self.ranks_per_server
         if isinstance(rps, bool) or not isinstance(rps, int) or rps < 1:
             raise ValueError(f"ranks_per_server must be a positive int, not {rps!r}")

@@ -8,8 +8,8 @@ barrier across cores, as in AscendC.
 from __future__ import annotations
 
 import enum
+import functools
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,9 +43,6 @@ class KernelCoreType(enum.IntEnum):
 
 AIC = KernelCoreType.AIC
 AIV = KernelCoreType.AIV
-
-#: Seconds a failed launch waits for its other cores to stop before returning anyway.
-CORE_STOP_SECONDS = 5.0
 
 #: kernel_type -> (AIC cores per block, AIV cores per block)
 KERNEL_TYPES: dict[str, tuple[int, int]] = {
@@ -321,17 +318,14 @@ def _run_cores(
             blocker.leave()
 
     threads = [
-        threading.Thread(
-            target=body,
-            args=(c,),
-            name=f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}",
-            daemon=True,
+        blocker.spawn(
+            functools.partial(body, c),
+            f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}",
+            (rank_ctx.rank, i),
+            rank_ctx.rank,
         )
-        for c in cores
+        for i, c in enumerate(cores)
     ]
-    blocker.enter(len(threads))
-    for t in threads:
-        t.start()
     try:
         blocker.wait_for(
             lambda: done[0] == len(threads),
@@ -344,7 +338,7 @@ def _run_cores(
         blocker.fail(exc)
         raise
     finally:
-        _stop(threads)
+        blocker.join_spawned(threads, f"rank {rank_ctx.rank} waits for its cores to stop")
         if errors:
             core, exc = next(
                 ((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), errors[0]
@@ -354,13 +348,6 @@ def _run_cores(
                     f"raised on rank {rank_ctx.rank}, {core.kind.name} core {core.block_idx}"
                 )
             raise exc
-
-
-def _stop(threads: list[threading.Thread]) -> None:
-    """Join the cores of a launch; a failed world releases them at once, so this is quick."""
-    deadline = time.monotonic() + CORE_STOP_SECONDS
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _core() -> CoreContext:

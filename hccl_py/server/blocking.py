@@ -1,16 +1,22 @@
 """Blocking with timeouts and deadlock detection.
 
 Every call that can block (Wait, Finalize, SyncAll, a rank waiting for its
-cores) goes through :meth:`Blocker.wait_for`. A blocker counts the threads that
-run user code; when every one of them waits and no waited-for condition can
-become true, that is a deadlock, reported at once with a line per waiting
-thread instead of a hang. Each wait also has a timeout.
+cores) goes through :meth:`Blocker.wait_for`, and every thread that runs user
+code is started through :meth:`Blocker.spawn`: this is the one interface between
+hccl_py and the way a backend runs and blocks its threads.
 
-A thread that polls instead of blocking (a ``Query`` loop) reports each poll
-through :meth:`Blocker.poll`. After :data:`SPIN_POLLS` polls that return the
-same value it counts as *spinning*; if it keeps polling the same value for
-:data:`FROZEN_POLLS` more polls while every other thread waits in vain (or
-spins too), the world is just as stuck and the poller reports the deadlock.
+:class:`Blocker` is the implementation of the process backends (gloo, HCCL),
+whose threads run concurrently: it counts the threads that run user code; when
+every one of them waits and no waited-for condition can become true, that is a
+deadlock, reported at once. Each wait also has a timeout. A thread that polls
+instead of blocking (a ``Query`` loop) reports each poll through
+:meth:`Blocker.poll`. After :data:`SPIN_POLLS` polls that return the same value
+it counts as *spinning*; if it keeps polling the same value for
+:data:`FROZEN_POLLS` more polls while every other thread waits in vain (or spins
+too), the process is just as stuck and the poller reports the deadlock.
+
+The emulator's implementation (``emu/scheduler.py``) runs one thread at a time
+in an order it decides, and reports deadlocks exactly, without counting polls.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..core.config import TIMEOUT_ENV, default_timeout
 from ..core.errors import ForgedValueError, HcclDeadlockError, HcclPeerError, HcclTimeoutError
@@ -27,9 +34,6 @@ from ..core.grouping import group_rank_lines
 
 #: Unchanged polls after which a polling thread counts as spinning.
 SPIN_POLLS = 10_000
-#: Unchanged polls after which a polling thread lets the late schedule run pending work
-#: (only a scheduling choice: a deadlock needs SPIN_POLLS and FROZEN_POLLS).
-QUIET_POLLS = 200
 #: Further unchanged polls, while no other thread can progress, that make a deadlock.
 FROZEN_POLLS = 10_000
 #: A spinning thread that has not polled for this many seconds, and for the last
@@ -45,6 +49,10 @@ _log = logging.getLogger("hccl_py")
 
 Job = Callable[[], None]
 Text = str | Callable[[], str]
+
+
+#: Seconds :meth:`Blocker.join_spawned` waits for the threads of a kernel's cores.
+JOIN_S = 5.0
 
 
 def _text(what: Text) -> str:
@@ -95,6 +103,37 @@ class Blocker:
         self.take_work: Callable[[], Job | None] = lambda: None
         self.has_work: Callable[[], bool] = lambda: False
         self.describe_world: Callable[[], str] = lambda: ""
+
+    def spawn(
+        self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
+    ) -> threading.Thread:
+        """Start ``target`` in a new thread that runs user code (``key`` orders it, ``rank`` owns it)."""
+        self.enter(1)
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def join_spawned(self, threads: list[threading.Thread], what: Text) -> None:
+        """Wait (at most :data:`JOIN_S`) for ``threads``; a failed world releases them at once."""
+        deadline = time.monotonic() + JOIN_S
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def point(self) -> None:
+        """A switch point (the start of an hccl_py call): threads here switch on their own."""
+
+    def pause(self) -> None:
+        """Let the other threads run a while (a poll the blocker cannot read back)."""
+        time.sleep(0)
+
+    def defers(self) -> bool:
+        """Whether the server may leave ready work for later (the emulator's late schedules)."""
+        return False
+
+    @property
+    def serial(self) -> Any:
+        """The lock every hccl_py call holds (the server's ``serial``)."""
+        return self.cond
 
     def enter(self, n: int = 1) -> None:
         """Count ``n`` more threads that run user code (call before starting them)."""
@@ -212,7 +251,14 @@ class Blocker:
                     self.blocked.pop(me, None)
                     self.progress_at = time.monotonic()  # a waiting rank is not idle
 
-    def poll(self, key: Hashable, value: object, what: Text, deadlock: bool = True) -> None:
+    def poll(
+        self,
+        key: Hashable,
+        value: object,
+        what: Text,
+        deadlock: bool = True,
+        read: Callable[[], object] | None = None,
+    ) -> None:
         """Record one non-blocking poll of the calling thread that observed ``value``.
 
         ``key`` names what is polled (a task); ``what`` describes the poll for a
@@ -221,6 +267,7 @@ class Blocker:
         :class:`HcclTimeoutError` when the value stayed unchanged for longer
         than the timeout, as a blocking wait would. ``deadlock=False`` keeps the
         timeout only (a poll of memory that other processes may write).
+        ``read`` reads the polled value again (the emulator's scheduler uses it).
         """
         me = threading.get_ident()
         with self.cond:
@@ -251,10 +298,6 @@ class Blocker:
                 self._declare_deadlock()
                 self.raise_if_failed()
 
-    def quiescent(self) -> bool:
-        """Under the lock: every thread but the caller waits (or spins); nothing else will happen."""
-        return self._others_stuck(threading.get_ident(), QUIET_POLLS)
-
     # ------------------------------------------------------------- internals
     def _live(self, spin: _Spin, now: float, polls: int = SPIN_POLLS) -> bool:
         """``spin`` polled the same value ``polls`` times and is still polling it."""
@@ -284,6 +327,10 @@ class Blocker:
         now = time.monotonic()
         lines = [_text(what) for _, what in self.blocked.values()]
         lines += [s.describe() for s in self.spinning.values() if self._live(s, now)]
+        self._deadlock(lines)
+
+    def _deadlock(self, lines: list[str]) -> None:
+        """Under the lock: fail the world with ``lines`` (who waits for what) and the server's state."""
         world = self.describe_world()
         head = "deadlock: every running thread waits and none of them can make progress:\n"
         tail = f"\n{world}" if world else ""

@@ -157,28 +157,31 @@ class WindowAllocation(Allocation):
         """
         n = view.numel()
         ctx = current_rank_context(required=False)
-        if n > POLL_BYTES or ctx is None:
+        if ctx is None:
             return
         key = (self._base, offset, n)
         last, _tls.last_view = getattr(_tls, "last_view", None), key
         if last != key:
             return
+        if n > POLL_BYTES:  # a poll through one large read: let the others run
+            ctx.blocker.pause()
+            return
         time.sleep(0)
         server = ctx.server
         deadlock = getattr(server, "polls_detect_deadlock", False)
-        if deadlock and server.config.schedule == "late":
-            ctx.blocker.run_ready()
-        value = view.numpy().tobytes()
+        end = offset + view.numel() * view.element_size()
+        value = self.host_bytes(offset, end)
         # where other processes may write the flag, only the timeout ends a vain poll
         why = "no rank writes them" if deadlock else "no rank wrote them"
         ctx.blocker.poll(
             key,
             value,
             lambda: (
-                f"rank {ctx.rank} polls bytes [{offset}, {offset + n}) of {self.name} (domain "
+                f"rank {ctx.rank} polls bytes [{offset}, {end}) of {self.name} (domain "
                 f"{self.domain}), which keep the value {shown_value(value, dtype)}: {why}"
             ),
             deadlock=deadlock,
+            read=lambda: self.host_bytes(offset, end),
         )
 
 

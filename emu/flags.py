@@ -1,0 +1,73 @@
+"""Flag polls through tensors a kernel holds: ``while int(flag[0]) != 1`` on a window view.
+
+One runner runs at a time, so a kernel that spins on a window flag must let the
+writer run. :class:`FlagPolls` is a torch dispatch mode that every core of an
+emulated kernel runs under: each aten operation that *reads* at most
+:data:`~hccl_py.server.windows.POLL_BYTES` of a communication window is reported to
+the scheduler as a poll of those bytes. Reading the same unchanged bytes again
+blocks the core until somebody changes them, and a flag that nobody can change
+any more is part of an exact deadlock report (its address and value by dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hccl_py.server.blocking import Blocker
+from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
+
+from .watch import _plan, byte_runs
+
+
+class FlagPolls(TorchDispatchMode):
+    """Reports the small window reads of one core to the scheduler as polls."""
+
+    def __init__(
+        self,
+        windows: dict[int, WindowAllocation],
+        blocker: Blocker,
+        rank: int,
+        internal: Callable[[], bool],
+    ) -> None:
+        super().__init__()
+        self.windows = windows
+        self.blocker = blocker
+        self.rank = rank
+        self.internal = internal
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if not self.windows or self.internal():
+            return result
+        for i, name, written in _plan(func):
+            value = args[i] if i < len(args) else kwargs.get(name)
+            if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
+                continue
+            window = self.windows.get(value.untyped_storage().data_ptr())
+            if window is not None and value.numel() * value.element_size() <= POLL_BYTES:
+                self._poll(window, value)
+        return result
+
+    def _poll(self, window: WindowAllocation, tensor: torch.Tensor) -> None:
+        """One read of flag bytes: the scheduler blocks a core that reads them unchanged again."""
+        runs, _ = byte_runs(tensor)
+        lo, hi = runs[0][0], runs[-1][1]
+
+        def read() -> bytes:
+            return b"".join(window.host_bytes(a, b) for a, b in runs)
+
+        seen = read()
+        dtype = tensor.dtype
+
+        def what() -> str:
+            return (
+                f"rank {self.rank} polls bytes [{lo}, {hi}) of {window.name} (domain "
+                f"{window.domain}), which keep the value {shown_value(seen, dtype)}: "
+                "no rank writes them"
+            )
+
+        self.blocker.poll(("flag", window.int_base(), lo, hi), seen, what, read=read)

@@ -1,0 +1,439 @@
+"""The emulator's scheduler: exactly one runner at a time, switches only at hccl_py calls.
+
+Every rank and every core of an emulated world is a *runner*: an OS thread that
+holds its own gate lock closed until the scheduler hands it the baton. Exactly
+one runner runs user code at any moment; control passes only where the running
+runner calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
+Finalize, a framework exchange, and, under a seeded schedule, at the start of
+any hccl_py call). Which runner goes next, and when the server runs a committed
+round, is decided by a :class:`Policy`:
+
+- the default policy is fixed: the running runner keeps running until it
+  blocks, then the next runnable runner in (rank, core) order takes over; the
+  server runs rounds at once (``schedule="eager"``) or only when no runner can
+  go on (``schedule="late"``);
+- ``seed=S`` picks a seeded policy: random choices at every switch point, or
+  PCT-style priorities with a few priority changes, and server timings from
+  eager to late. The same seed replays the same schedule.
+
+A deadlock is exact: the running runner blocks, no other runner is runnable
+(every blocked runner's condition is false, every poller's values are
+unchanged) and the server has nothing to run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from hccl_py.kernel.context import current_rank_context
+from hccl_py.server.blocking import Blocker, Text, _text
+
+#: Probability that a random schedule switches runners at a non-blocking switch point.
+SWITCH_P = 0.25
+#: PCT: priority changes per run, and the chance of one at each switch point.
+PCT_CHANGES = 3
+PCT_CHANGE_P = 1 / 32
+#: Server timings a seeded schedule picks from: probability of running a ready round
+#: at each decision (1: eager, 0: only when no runner can go on).
+TIMINGS = {"eager": 1.0, "late": 0.0, "random": 0.5}
+#: The kinds of seeded schedule, by ``seed % len(KINDS)``.
+KINDS = ("random", "pct")
+
+
+class Runner:
+    """One thread of the world that runs user code: a rank or one core of a kernel."""
+
+    __slots__ = ("key", "name", "rank", "gate", "pred", "what", "polls", "priority", "thread")
+
+    def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
+        self.key = key
+        self.name = name
+        self.rank = rank
+        self.gate = threading.Lock()
+        self.gate.acquire()
+        #: None: runnable; else the condition it waits for and what it waits for.
+        self.pred: Callable[[], bool] | None = None
+        self.what: Text = ""
+        #: What it polled since it last blocked: key -> (value seen, read again, description).
+        self.polls: dict[Hashable, tuple[object, Callable[[], object], Text]] = {}
+        self.priority = 0.0
+        self.thread: threading.Thread | None = None
+
+    def runnable(self) -> bool:
+        """Not blocked, or its condition holds now."""
+        return self.pred is None or self.pred()
+
+
+class Policy:
+    """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
+
+    #: Whether a non-blocking switch point may hand control to another runner.
+    preemptive = False
+
+    def __init__(self, late: bool = False) -> None:
+        self.late = late
+        self.description = "the default schedule" + (" (late server)" if late else "")
+
+    def add(self, runner: Runner) -> None:
+        """A new runner joins the world."""
+
+    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
+        """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
+        if current is not None:
+            for r in runnable:
+                if r.key > current.key:
+                    return r
+        return runnable[0]
+
+    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
+        """At a non-blocking switch point of ``current``: another runner to run, or None."""
+        return None
+
+    def run_round(self, runners_can_go: bool) -> bool:
+        """Whether the server runs a ready round now (``runners_can_go``: some runner could run)."""
+        return not (self.late and runners_can_go)
+
+
+class SeededPolicy(Policy):
+    """A reproducible schedule picked by ``seed``: random or PCT-style, with a server timing."""
+
+    preemptive = True
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.kind = KINDS[seed % len(KINDS)]
+        timing = list(TIMINGS)[(seed // len(KINDS)) % len(TIMINGS)]
+        self.round_p = TIMINGS[timing]
+        self.late = self.round_p == 0.0
+        self.changes = 0
+        self.description = f"seed {seed}: {self.kind} switches, {timing} server"
+
+    def add(self, runner: Runner) -> None:
+        runner.priority = self.rng.random() + PCT_CHANGES
+
+    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
+        if self.kind == "pct":
+            return max(runnable, key=lambda r: r.priority)
+        return self.rng.choice(runnable)
+
+    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
+        if self.kind == "pct":
+            if self.changes < PCT_CHANGES and self.rng.random() < PCT_CHANGE_P:
+                self.changes += 1
+                current.priority = PCT_CHANGES - self.changes  # below every initial priority
+            best = max(runnable, key=lambda r: r.priority)
+            return best if best.priority > current.priority else None
+        others = [r for r in runnable if r is not current]
+        if others and self.rng.random() < SWITCH_P:
+            return self.rng.choice(others)
+        return None
+
+    def run_round(self, runners_can_go: bool) -> bool:
+        if not runners_can_go:
+            return True
+        return self.round_p > 0 and (self.round_p == 1.0 or self.rng.random() < self.round_p)
+
+
+def policy_for(seed: int | None, schedule: str) -> Policy:
+    """The default policy (``seed`` None, server timing by ``schedule``) or the seeded one."""
+    return Policy(schedule == "late") if seed is None else SeededPolicy(seed)
+
+
+class _Serial:
+    """The world lock as a switch point: a seeded schedule may switch at every hccl_py call."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.lock = scheduler.cond
+
+    def __enter__(self) -> None:
+        outer = not self.lock._is_owned()
+        self.lock.acquire()
+        if outer:
+            self.scheduler.point()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
+
+
+class Scheduler(Blocker):
+    """A :class:`~hccl_py.server.blocking.Blocker` whose threads run one at a time, in a decided order."""
+
+    def __init__(self, timeout: float | None, policy: Policy) -> None:
+        super().__init__(timeout)
+        self.policy = policy
+        self.runners: list[Runner] = []
+        self.current: Runner | None = None
+        self.last: Runner | None = None
+        self._tls = threading.local()
+        #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
+        self.touched = time.monotonic()
+        self._serial = _Serial(self) if policy.preemptive else self.cond
+        #: Switches so far (a measure of the schedule, for reports).
+        self.switches = 0
+
+    @property
+    def serial(self) -> Any:
+        """The world lock; under a seeded schedule entering it is a switch point."""
+        return self._serial
+
+    # ------------------------------------------------------------ runners
+    def me(self) -> Runner | None:
+        """The calling thread's runner (None outside the world's runners)."""
+        return getattr(self._tls, "runner", None)
+
+    def spawn(
+        self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
+    ) -> threading.Thread:
+        """Start ``target`` as a runner; it runs when the scheduler hands it the baton."""
+        runner = Runner(key, name, rank)
+
+        def body() -> None:
+            self._tls.runner = runner
+            runner.gate.acquire()
+            target()
+
+        with self.cond:
+            self.runners.append(runner)
+            self.runners.sort(key=lambda r: r.key)
+            self.policy.add(runner)
+            runner.thread = threading.Thread(target=body, name=name, daemon=True)
+        runner.thread.start()
+        return runner.thread
+
+    def begin(self) -> None:
+        """Hand the baton to the first runner (called by the thread that spawned the ranks)."""
+        with self.cond:
+            self._hand(self.policy.choose(self.runners, None))
+
+    def enter(self, n: int = 1) -> None:
+        """Runners are counted by :meth:`spawn`."""
+
+    def leave(self) -> None:
+        """The calling runner ends: hand the baton on (or report a deadlock of the rest)."""
+        me = self.me()
+        with self.cond:
+            self.runners.remove(me)
+            if self.current is me:
+                self.current = None
+                nxt = self._next(None)
+                if nxt is not None:
+                    self._hand(nxt)
+
+    def _hand(self, runner: Runner) -> None:
+        """Under the lock: ``runner`` runs next."""
+        self.switches += 1
+        self.current = self.last = runner
+        self.touched = time.monotonic()
+        runner.gate.release()
+
+    # ----------------------------------------------------------- choosing
+    def _runnable(self) -> list[Runner]:
+        if self.error is not None:
+            return list(self.runners)
+        return [r for r in self.runners if r.runnable()]
+
+    def _next(self, me: Runner | None) -> Runner | None:
+        """Under the lock: run the rounds the policy wants now, then pick the next runner.
+
+        Returns None only after declaring a deadlock when nothing is left to run.
+        """
+        while True:
+            runnable = self._runnable()
+            job = self.error is None and self.has_work() and self.policy.run_round(bool(runnable))
+            if job and self._run_job():
+                continue
+            if runnable:
+                return self.policy.choose(runnable, self.last)
+            if not self.runners:
+                return None
+            self._declare_deadlock()
+
+    def _run_job(self) -> bool:
+        """Under the lock: run one ready job of the server; False if there was none."""
+        job = self.take_work()
+        if job is None:
+            return False
+        # under the world lock: the server's copies are no kernel code of the running runner
+        try:
+            job()
+        finally:
+            self.touched = time.monotonic()
+        return True
+
+    def _switch(self, me: Runner, nxt: Runner) -> None:
+        """Under the lock: give the baton to ``nxt`` and wait until ``me`` gets it back."""
+        if nxt is me:
+            self.current = self.last = me
+            return
+        self._hand(nxt)
+        saved = self.cond._release_save()
+        me.gate.acquire()
+        self.cond._acquire_restore(saved)
+
+    def _block(self, me: Runner, pred: Callable[[], bool], what: Text) -> None:
+        """Under the lock: ``me`` waits until ``pred()`` (or the world failed)."""
+        me.pred, me.what = pred, what
+        try:
+            while not (pred() or self.error is not None):
+                nxt = self._next(me)
+                if nxt is None:
+                    return
+                self._switch(me, nxt)
+        finally:
+            me.pred = None
+
+    # ------------------------------------------------------ Blocker protocol
+    def wait_for(self, pred: Callable[[], bool], what: Text, timeout: float | None = None) -> None:
+        """Block the calling runner until ``pred()``; a deadlock is reported at once."""
+        me = self.me()
+        if me is None:
+            super().wait_for(pred, what, timeout)
+            return
+        with self.cond:
+            me.polls.clear()
+            self.touched = time.monotonic()
+            if not pred():
+                self.raise_if_failed()
+                self._block(me, pred, what)
+            if not pred():
+                self.raise_if_failed()
+
+    def join_spawned(self, threads: list[threading.Thread], what: Text) -> None:
+        """Block until the runners of ``threads`` ended, even in a failed world."""
+        me = self.me()
+        if me is None:
+            super().join_spawned(threads, what)
+            return
+
+        def ended() -> bool:
+            return all(r.thread not in threads for r in self.runners)
+
+        with self.cond:
+            while not ended():
+                if self.error is None:
+                    self._block(me, ended, what)
+                    continue
+                # a failed world: _block returns at once, so hand the baton on by hand
+                # until the threads ended (they raise the error at their next call)
+                others = [r for r in self.runners if r is not me]
+                if others:
+                    self._switch(me, self.policy.choose(others, me))
+
+    def poll(
+        self,
+        key: Hashable,
+        value: object,
+        what: Text,
+        deadlock: bool = True,
+        read: Callable[[], object] | None = None,
+    ) -> None:
+        """A non-blocking poll that saw ``value``; seeing the same value again blocks the runner.
+
+        The runner then waits until one of the values it polled since it last
+        blocked changes (``read()`` gives each one now): a poller whose values
+        nobody can change any more is part of a deadlock.
+        """
+        me = self.me()
+        if me is None or read is None:
+            super().poll(key, value, what, deadlock)
+            return
+        with self.cond:
+            self.raise_if_failed()
+            seen = me.polls.get(key)
+            me.polls[key] = (value, read, what)
+            if seen is None or seen[0] != value:
+                self.point()
+                return
+            self.touched = time.monotonic()
+            polls = dict(me.polls)
+
+            def changed() -> bool:
+                return any(rd() != v for v, rd, _ in polls.values())
+
+            self._block(me, changed, what)
+            me.polls.clear()
+            self.raise_if_failed()
+
+    def point(self) -> None:
+        """A switch point of the calling runner (the start of an hccl_py call)."""
+        if not self.policy.preemptive:
+            return
+        me = self.me()
+        if me is None or self.current is not me:
+            return
+        with self.cond:
+            if self.error is None and self.has_work() and self.policy.run_round(True):
+                self._run_job()
+            nxt = self.policy.switch(me, self._runnable())
+            if nxt is not None:
+                self._switch(me, nxt)
+
+    def pause(self) -> None:
+        """The calling runner stays runnable but lets the next runnable one run first."""
+        me = self.me()
+        if me is None:
+            super().pause()
+            return
+        with self.cond:
+            others = [r for r in self._runnable() if r is not me]
+            if others:
+                self._switch(me, self.policy.choose(others, me))
+
+    def run_ready(self) -> None:
+        """After a Commit: run the ready rounds if the policy runs them now (eager)."""
+        if self.me() is None:
+            super().run_ready()
+            return
+        with self.cond:
+            while self.error is None and self.has_work() and self.policy.run_round(True):
+                if not self._run_job():
+                    return
+
+    def defers(self) -> bool:
+        """Whether the server may leave ready work (BatchWrite copies) for later."""
+        return self.policy.late or self.policy.preemptive
+
+    def idle_for(self) -> float | None:
+        """Seconds the running runner has held the baton without blocking or polling."""
+        if self.current is None:
+            return None
+        return time.monotonic() - self.touched
+
+    def state(self) -> str:
+        """What every runner waits for, then the server's state."""
+        with self.cond:
+            lines = [
+                f"{r.name}: {_text(r.what)}" if r.pred is not None else f"{r.name}: runnable"
+                for r in self.runners
+            ]
+            world = self.describe_world()
+        text = "\n".join(f"  - {line}" for line in lines) or "  (no runner is left)"
+        return f"{text}\n{world}" if world else text
+
+    def _declare_deadlock(self) -> None:
+        """Under the lock: every runner waits in vain and the server has nothing to run."""
+        self._deadlock([_text(r.what) for r in self.runners if r.pred is not None])
+
+    def running(self) -> Any:
+        """The runner that holds the baton (None when none does)."""
+        return self.current
+
+
+def wait_until(pred: Callable[[], bool], what: str = "a condition of the test") -> None:
+    """Block the calling rank or core until ``pred()`` holds, ordering nothing.
+
+    A runner that waits on a ``threading.Event`` would keep the baton and stop
+    the world; this lets the others run instead. It creates no happens-before
+    edge for the race checks (tests use it to force an interleaving that no
+    hccl_py call orders). A ``pred`` that never becomes true is a deadlock report.
+    """
+    ctx = current_rank_context()
+    ctx.blocker.wait_for(pred, lambda: f"rank {ctx.rank} waits until {what}")
