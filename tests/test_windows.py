@@ -591,3 +591,55 @@ def test_batch_write_on_some_ranks_does_not_shift_the_collectives() -> None:
 
     got = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
     np.testing.assert_array_equal(got, np.tile(2 * np.arange(m) + 1, (2, 1)))
+
+
+def _doc_multi_queue_rank() -> list[list[int]]:
+    """BatchWrite.md's A3 example "point-to-point over multiple queues", call for call.
+
+    Stand-in: the two items live in a workspace tensor instead of inputGM.
+    """
+    x = torch.arange(16, dtype=torch.uint8) + 10 * hp.get_rank()
+    out1, out2 = torch.zeros(16, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8)
+    workspace = torch.zeros(128, dtype=torch.uint8)
+
+    def kernel(inputGM, outputGM1, outputGM2, workspaceGM, tilingGM):
+        h = client(tilingGM)
+        rows = [(int(inputGM), int(outputGM1), 16), (int(inputGM), int(outputGM2), 16)]
+        hp.gm_tensor(workspaceGM, torch.uint8, 128)[:] = a3_items(rows)
+        for queue in range(h.GetQueueNum()):
+            h.BatchWrite[True](workspaceGM + 64 * queue, 1, queue)
+        for queue in range(h.GetQueueNum()):
+            h.QueueBarrier[hp.ScopeType.ALL](queue)
+        h.Finalize[False]()
+
+    hp.launch(kernel, x, out1, out2, workspace, tiling(queue_num=2))
+    return [out1.tolist(), out2.tolist()]
+
+
+def test_batch_write_into_this_ranks_own_gm_on_a3() -> None:
+    """The documented A3 example writes into the kernel's outputGM1/outputGM2, not a window."""
+    for rank, (out1, out2) in enumerate(hp.run(_doc_multi_queue_rank, world_size=2, platform="A3")):
+        want = list(range(10 * rank, 10 * rank + 16))
+        assert out1 == want and out2 == want
+
+
+def test_batch_write_on_a2_writes_only_windows() -> None:
+    """A2 items travel by RDMA, which reaches only window memory: a GM destination is refused."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src = h.GetWindowsOutAddr(me)
+        items = a2_items([(int(src), int(out), 1, int(FP32), 1 - me)])
+        hp.gm_tensor(src + 4096, torch.uint8, items.numel())[:] = items
+        return h.BatchWrite[True](src + 4096, 1), h.last_error
+
+    def main() -> tuple[int, str]:
+        got = []
+        hp.launch(lambda out, t: got.append(kernel(out, t)), torch.zeros(4), tiling())
+        return got[0]
+
+    for handle, reason in hp.run(main, world_size=2, ranks_per_server=1, strict=False):
+        assert handle == -1
+        assert "is not a communication window" in reason
+        assert "on Atlas A2 BatchWrite goes over RDMA" in reason
