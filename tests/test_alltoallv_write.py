@@ -1,4 +1,4 @@
-"""AlltoAllvWrite on Ascend 950 (issue 13, item 4): slices land in the peers' In windows.
+"""AlltoAllvWrite on Ascend 950 (issue 13, item 4): slices land in the peers' CCU windows.
 
 The slice layout follows the documentation's example kernel: peer j's data is
 bytes [j * S, (j + 1) * S) of usrIn, split in two halves (one per die) on the
@@ -52,7 +52,7 @@ def write_rank(server: int = CCU, local_size: int | None = None) -> list[int]:
         size = dim * S if local_size is None else local_size
         handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, size)
         assert h.Wait(handle) == 0
-        window = hp.GetHcclContext(0).windows_in(me)
+        window = hp.GetHcclContext(0).windowsOut[0]  # this rank's own window, as 950 kernels read
         hp.gm_tensor(outGM, torch.uint8, dim * S)[:] = hp.gm_tensor(window, torch.uint8, dim * S)
         hp.SyncAll()
         h.Finalize()
@@ -152,7 +152,7 @@ def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclBoundsError)
     assert err.reason.startswith(
-        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsIn of "
+        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsOut of "
         "rank 0 fall outside its 1048576 bytes (HCCL_BUFFSIZE=1 MB"
     )
 
@@ -183,3 +183,43 @@ def test_alltoallv_write_under_the_late_schedule_with_poison() -> None:
     got = np.array(hp.run(write_rank, world_size=n, platform="950", schedule="late", poison=True))
     want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
     np.testing.assert_array_equal(got, want)
+
+
+def _status_rank() -> list[int]:
+    """The 950 MoE kernels' status word: per core at windowsOut[0], flipped on every launch."""
+    flips = []
+
+    def kernel(tilingGM):
+        context = hp.GetHcclContext(0)
+        h = Hccl[CCU]()
+        h.InitV2(context, hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        status = hp.gm_tensor(context.windowsOut[0] + 4 * hp.GetBlockIdx(), torch.int32, 1)
+        flips.append(int(status[0]))
+        status[0] = 1 - status[0]
+        hp.SyncAll()
+        h.Finalize()
+
+    for _ in range(3):
+        hp.launch(kernel, tiling())
+    return flips
+
+
+def test_windows_out_0_is_this_ranks_own_window_on_950() -> None:
+    """Every rank reads 0, 1, 0: no rank flips another rank's status word."""
+    assert hp.run(_status_rank, world_size=3, platform="950") == [[0, 1, 0]] * 3
+
+
+def test_other_entries_of_the_ccu_context_are_refused() -> None:
+    def main() -> str:
+        def kernel():
+            return hp.GetHcclContext(0).windowsIn[1]
+
+        try:
+            hp.launch(kernel)
+        except hp.HcclUsageError as err:
+            return str(err)
+        return ""
+
+    reason = hp.run(main, world_size=2, platform="950")[0]
+    assert "windowsIn[1]: on Ascend 950 the context is the CCU's" in reason

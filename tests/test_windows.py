@@ -643,3 +643,59 @@ def test_batch_write_on_a2_writes_only_windows() -> None:
         assert handle == -1
         assert "is not a communication window" in reason
         assert "on Atlas A2 BatchWrite goes over RDMA" in reason
+
+
+def _context_fields_rank() -> dict:
+    """What the A2 combine and the A3 v2 full-mesh helpers read from GetHcclContext(0)."""
+    got = {}
+
+    def kernel(tilingGM):
+        h = client(tilingGM)
+        ctx = hp.GetHcclContext(0)
+        me, dim = ctx.rankId, ctx.rankNum
+        got["ids"] = (me, dim, ctx.localUsrRankId, ctx.rankSize, ctx.winSize, ctx.winExpSize)
+        got["a2"] = all(
+            int(ctx.windowsIn[r]) == int(h.GetWindowsInAddr(r))
+            and int(ctx.windowsOut[r]) == int(h.GetWindowsOutAddr(r))
+            for r in range(dim)
+        )
+        mine = ctx.remoteRes[me].nextDevicePtr
+        got["local"] = [int(ctx.localWindowsIn), int(ctx.localWindowsOut), int(ctx.localWindowsExp)]
+        got["remote"] = [int(mine.windowsIn), int(mine.windowsOut), int(mine.windowsExp)]
+        # the status word of the full-mesh helpers: each rank flags its peer's Exp window
+        peer = ctx.remoteRes[(me + 1) % dim].nextDevicePtr.windowsExp
+        hp.gm_tensor(peer + 4 * me, torch.int32, 1)[0] = 10 + me
+        hp.SyncAll()
+
+    def read_flag(tilingGM):
+        ctx = hp.GetHcclContext(0)
+        prev = (ctx.rankId - 1) % ctx.rankNum
+        got["flag"] = int(hp.gm_tensor(ctx.localWindowsExp + 4 * prev, torch.int32, 1)[0])
+
+    hp.launch(kernel, tiling())
+    hp.barrier()  # every rank flagged its peer
+    hp.launch(read_flag, tiling())
+    return got
+
+
+def test_context_fields_have_the_cpp_names() -> None:
+    out = hp.run(_context_fields_rank, world_size=3, platform="A3", buffsize_mb=2)
+    for rank, got in enumerate(out):
+        assert got["ids"] == (rank, 3, rank, 3, 2 << 20, 2 << 20)
+        assert got["a2"]
+        assert got["local"] == got["remote"]
+        assert len(set(got["local"])) == 3, "In, Out and Exp are three windows"
+        assert got["flag"] == 10 + (rank - 1) % 3
+
+
+def test_a_window_only_kernel_needs_no_finalize() -> None:
+    """It sent the server nothing (docs/windows.md, Finalize in window kernels)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        hp.gm_tensor(h.GetWindowsInAddr((me + 1) % dim), torch.float32, 1)[0] = me + 1
+        hp.SyncAll()
+
+    result = run_kernel(kernel, n=2)
+    assert result.warnings == {}

@@ -1,14 +1,16 @@
-"""AlltoAllvWrite (Ascend 950): byte slices written into every peer's In window.
+"""AlltoAllvWrite (Ascend 950, CCU server): byte slices written into every peer's window.
 
-As the official client sends it: op ``HCCL_CMD_HALF_ALLTOALLV``, type INT8,
-count ``localDataSize``, one round. ``sendOffsets``/``sendSizes`` hold one
-uint64 per peer, or two on the CCU server (entry ``j`` for die 0, ``j +
-rankDim`` for die 1); peer ``j`` receives its slice, die 0 then die 1, at
-``remoteWinOffset`` of its In window. The copies run at Commit; Wait (and
-Finalize) returns once every rank of the domain made its AlltoAllvWrite and
-the copies into this rank's window landed, after which the kernel reads its
-window through the context (``GetHcclContext(0).windows_in(rank)``, as 950
-kernels read ``HcclOpParam``: the Hccl class has no GetWindows*Addr there).
+As the official CCU client sends it: op ``HCCL_CMD_HALF_ALLTOALLV``, type INT8,
+count ``localDataSize`` (the bytes the peers write into this card: stored, not
+checked, 0 valid), one round. ``sendOffsets``/``sendSizes`` hold two uint64 per
+peer (entry ``j`` for die 0, ``j + rankDim`` for die 1); peer ``j`` receives
+its slice, die 0 then die 1, at ``remoteWinOffset`` of its CCU window, the one
+its context lists as ``windowsOut[0]`` (the CCU client's scratch,
+``ccuParam_.scratchAddr``): here the peer's Out window. The copies run at
+Commit; Wait (and Finalize) returns once every rank of the domain made its
+AlltoAllvWrite and the copies into this rank's window landed, after which the
+kernel reads ``GetHcclContext(0).windowsOut[0]`` as the 950 MoE kernels do.
+The AI CPU server's AlltoAllvWrite returns -1 on 950 (platform_v310/hccl_aicpu.h).
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class WriteCalls(FineGrainedCalls):
         server = state.rank_ctx.server
         copies = []
         for j in range(dim):
-            window = GmAddr(server.window(state.group.name, state.group.ranks[j], "In"))
+            window = GmAddr(server.window(state.group.name, state.group.ranks[j], "Out"))
             dst = window + win_offset
             for die in range(halves):
                 n = int(lens[die, j])

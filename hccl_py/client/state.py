@@ -62,6 +62,8 @@ class ClientState:
         self.launch_idx: int | None = None
         self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+        #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).
+        self.commit_notes: dict[int, dict] = {}
 
     def one_sided_task(self, op: HcclCMDType, handle: int, addr: GmAddr, count: int) -> Task:
         """A BatchWrite / AlltoAllvWrite descriptor: no collective slot (``seq`` -1), INT8 bytes."""
