@@ -53,6 +53,10 @@ class Task:
     #: gives the text a wait report adds while the sending core has not committed that round.
     commit_notes: dict = field(default_factory=dict, compare=False, repr=False)
 
+    def __getstate__(self) -> dict:
+        """What travels to other processes: not the commit notes (functions of this process)."""
+        return self.__dict__ | {"commit_notes": {}}
+
     @property
     def collective_index(self) -> int:
         """The task's position among the collective tasks of its kernel launch and domain."""
