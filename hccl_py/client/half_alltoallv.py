@@ -121,7 +121,7 @@ class WriteCalls(FineGrainedCalls):
         dim = state.rank_dim
         halves = 2
         offs, lens = (
-            np.array(array("AlltoAllvWrite", name, values, halves * dim), dtype=np.int64).reshape(
+            np.array(array(name, values, halves * dim), dtype=np.int64).reshape(
                 halves, dim
             )
             for name, values in (("sendOffsets", offsets), ("sendSizes", sizes))
