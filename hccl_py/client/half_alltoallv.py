@@ -121,9 +121,7 @@ class WriteCalls(FineGrainedCalls):
         dim = state.rank_dim
         halves = 2
         offs, lens = (
-            np.array(array(name, values, halves * dim), dtype=np.int64).reshape(
-                halves, dim
-            )
+            np.array(array(name, values, halves * dim), dtype=np.int64).reshape(halves, dim)
             for name, values in (("sendOffsets", offsets), ("sendSizes", sizes))
         )
         server = state.rank_ctx.server
