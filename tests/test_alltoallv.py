@@ -78,6 +78,28 @@ def test_documentation_uneven_example(backend: str) -> None:
             assert y == want, f"rank {rank}, arrays as {kind}"
 
 
+def _padded_rank(kind: str) -> tuple[float, ...]:
+    """The documentation's AlltoAllV with uint64_t[32] arrays (AlltoAllAllGatherBatchMatMul's)."""
+    rank = hp.get_rank()
+    x = torch.arange(BUF, dtype=torch.float32) + 100 * rank
+    y = torch.full((BUF,), GUARD)
+    padded = [list(r) + [7777] * (32 - len(r)) for r in _arrays(rank, "list")]
+    if kind == "gm":
+        padded = [torch.tensor(r, dtype=torch.int64) for r in padded]
+    hp.launch(_doc_kernel, x, y, cases.make_tiling(), *padded, [])
+    return tuple(y.tolist())
+
+
+@pytest.mark.parametrize("kind", ["list", "gm"])
+def test_arrays_longer_than_rank_dim_are_read_up_to_rank_dim(kind: str) -> None:
+    """The official client reads the first rankDim entries of each array (hccl_aicpu_common.h)."""
+    out = hp.run(_padded_rank, world_size=4, platform="A3", timeout=RUN_TIMEOUT, args=(kind,))
+    for rank, y in enumerate(out):
+        want = DOC_EXPECTED[rank]
+        assert y[: len(want)] == want
+        assert set(y[len(want) :]) <= {GUARD}
+
+
 def test_documentation_example_matches_reference_with_offsets(backend: str) -> None:
     """The same arrays on random FP16 data, shifted buffer addresses and guard bytes."""
     case = cases.OpCase(
@@ -244,7 +266,7 @@ def _bad_array_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, which: st
 
 
 BAD_ARRAYS = {
-    "short": ("sdispls", "2 (rankDim)"),
+    "short": ("sdispls must hold at least 2 integers", "1 given"),
     "negative": ("rdispls", "non-negative"),
     "recvType": ("recvType must equal sendType",),
 }

@@ -1,4 +1,4 @@
-"""AlltoAllvWrite on Ascend 950 (issue 13, item 4): slices land in the peers' In windows.
+"""AlltoAllvWrite on Ascend 950 (issue 13, item 4): slices land in the peers' CCU windows.
 
 The slice layout follows the documentation's example kernel: peer j's data is
 bytes [j * S, (j + 1) * S) of usrIn, split in two halves (one per die) on the
@@ -32,8 +32,11 @@ def tiling() -> WriteTiling:
     return t
 
 
-def write_rank(server: int, size: int = S * 1) -> list[int]:
-    """Every rank sends bytes (50 * rank + j) to peer j; returns its In window's first bytes."""
+def write_rank(server: int = CCU, local_size: int | None = None) -> list[int]:
+    """Every rank sends bytes (50 * rank + j) to peer j; returns its window's first bytes.
+
+    ``local_size`` is AlltoAllvWrite's localDataSize (default: the bytes peers write here).
+    """
     rank, n = hp.get_rank(), hp.get_world_size()
     x = (torch.arange(n * S) // S + 50 * rank).to(torch.uint8)
     received = torch.zeros(n * S, dtype=torch.uint8)
@@ -44,14 +47,12 @@ def write_rank(server: int, size: int = S * 1) -> list[int]:
         h.InitV2(hp.GetHcclContext(0), t)
         h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
         me, dim = h.GetRankId(), h.GetRankDim()
-        if server == CCU:
-            sizes = [S // 2] * dim + [S - S // 2] * dim
-            offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
-        else:
-            sizes, offsets = [S] * dim, [j * S for j in range(dim)]
-        handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, dim * S)
+        sizes = [S // 2] * dim + [S - S // 2] * dim
+        offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
+        size = dim * S if local_size is None else local_size
+        handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, size)
         assert h.Wait(handle) == 0
-        window = hp.GetHcclContext(0).windows_in(me)
+        window = hp.GetHcclContext(0).windowsOut[0]  # this rank's own window, as 950 kernels read
         hp.gm_tensor(outGM, torch.uint8, dim * S)[:] = hp.gm_tensor(window, torch.uint8, dim * S)
         hp.SyncAll()
         h.Finalize()
@@ -60,14 +61,64 @@ def write_rank(server: int, size: int = S * 1) -> list[int]:
     return received.tolist()
 
 
-@pytest.mark.parametrize("server", [CCU, AICPU])
-def test_alltoallv_write_puts_every_slice_in_its_peer_window(backend: str, server) -> None:
+def test_alltoallv_write_puts_every_slice_in_its_peer_window(backend: str) -> None:
     n = 4
-    got = np.array(
-        hp.run(write_rank, world_size=n, platform="950", backend=backend, args=(server,))
-    )
+    got = np.array(hp.run(write_rank, world_size=n, platform="950", backend=backend))
     want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("local_size", [0, 512 + 4 * S, 1 << 20])
+def test_local_data_size_bounds_nothing(local_size: int) -> None:
+    """localDataSize is the bytes peers write here (0 when none): the CCU client only stores it.
+
+    The 950 dispatch kernel passes 512 + its own experts' bytes, more than usrIn
+    holds; the combine kernel passes 0. Bounds are checked on the slices.
+    """
+    n = 2
+    got = np.array(hp.run(write_rank, world_size=n, platform="950", args=(CCU, local_size)))
+    want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_slice_read_past_usr_in_is_a_bounds_error() -> None:
+    def kernel(xGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 6], [4, 4, 4, 4], 0, 0)
+
+    def main():
+        hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", strict=False)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert "usrIn's slice for rank 1 (die 1)" in err.reason
+    assert "[6, 10)" in err.reason
+
+
+def test_alltoallv_write_on_the_950_ai_cpu_server_returns_minus_one() -> None:
+    """platform_v310/hccl_aicpu.h: the AI CPU client's AlltoAllvWrite returns -1 on 950."""
+
+    def kernel(xGM, tilingGM):
+        h = Hccl[AICPU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        return h.AlltoAllvWrite[True](xGM, [0, 1], [1, 1], 0, 2), h.last_error
+
+    def main():
+        out = []
+        hp.launch(
+            lambda x, t: out.append(kernel(x, t)), torch.zeros(2, dtype=torch.uint8), tiling()
+        )
+        return out[0]
+
+    for handle, reason in hp.run(main, world_size=2, platform="950", strict=False):
+        assert handle == -1
+        assert "not supported by the AI CPU server on Ascend 950" in reason
+        assert "HCCL_SERVER_TYPE_CCU" in reason
 
 
 def test_alltoallv_write_only_on_950() -> None:
@@ -101,7 +152,7 @@ def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclBoundsError)
     assert err.reason.startswith(
-        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsIn of "
+        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsOut of "
         "rank 0 fall outside its 1048576 bytes (HCCL_BUFFSIZE=1 MB"
     )
 
@@ -129,8 +180,46 @@ def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
 
 def test_alltoallv_write_under_the_late_schedule_with_poison() -> None:
     n = 3
-    got = np.array(
-        hp.run(write_rank, world_size=n, platform="950", schedule="late", poison=True, args=(CCU,))
-    )
+    got = np.array(hp.run(write_rank, world_size=n, platform="950", schedule="late", poison=True))
     want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
     np.testing.assert_array_equal(got, want)
+
+
+def _status_rank() -> list[int]:
+    """The 950 MoE kernels' status word: per core at windowsOut[0], flipped on every launch."""
+    flips = []
+
+    def kernel(tilingGM):
+        context = hp.GetHcclContext(0)
+        h = Hccl[CCU]()
+        h.InitV2(context, hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        status = hp.gm_tensor(context.windowsOut[0] + 4 * hp.GetBlockIdx(), torch.int32, 1)
+        flips.append(int(status[0]))
+        status[0] = 1 - status[0]
+        hp.SyncAll()
+        h.Finalize()
+
+    for _ in range(3):
+        hp.launch(kernel, tiling())
+    return flips
+
+
+def test_windows_out_0_is_this_ranks_own_window_on_950() -> None:
+    """Every rank reads 0, 1, 0: no rank flips another rank's status word."""
+    assert hp.run(_status_rank, world_size=3, platform="950") == [[0, 1, 0]] * 3
+
+
+def test_other_entries_of_the_ccu_context_are_refused() -> None:
+    def main() -> str:
+        def kernel():
+            return hp.GetHcclContext(0).windowsIn[1]
+
+        try:
+            hp.launch(kernel)
+        except hp.HcclUsageError as err:
+            return str(err)
+        return ""
+
+    reason = hp.run(main, world_size=2, platform="950")[0]
+    assert "windowsIn[1]: on Ascend 950 the context is the CCU's" in reason

@@ -113,7 +113,9 @@ def test_a_tiling_for_another_domain_is_a_warning(backend: str) -> None:
     ],
 )
 def test_an_unknown_alg_config_is_a_warning(backend: str, alg: str, fact: str) -> None:
-    out = hp.run(_gather, world_size=2, backend=backend, timeout=RUN_TIMEOUT, args=(None, alg))
+    out = hp.run(
+        _gather, world_size=2, platform="A3", backend=backend, timeout=RUN_TIMEOUT, args=(None, alg)
+    )
     assert sorted(out.warnings) == [0, 1]
     for found in out.warnings.values():
         assert [w.kind for w in found] == ["alg-config"]
@@ -125,6 +127,26 @@ def test_an_unknown_alg_config_is_a_warning(backend: str, alg: str, fact: str) -
             backend=backend,
             timeout=RUN_TIMEOUT,
             args=(None, alg),
+            platform="A3",
             warnings_as_errors={"alg-config"},
         )
     assert fact in str(info.value)
+
+
+def _half_alltoallv_tiling() -> None:
+    """The 950 MoE dispatch's host tiling: AlltoAll's algConfig string for HALF_ALLTOALLV."""
+    tiling = Tiling()
+    cfg = Mc2CcTilingConfig(
+        "hccl_world_group",
+        hp.HcclCMDType.HCCL_CMD_HALF_ALLTOALLV,
+        "AlltoAll=level0:fullmesh;level1:pairwise",
+    )
+    assert cfg.GetTiling(tiling.mc2InitTiling) == 0
+    assert cfg.GetTiling(tiling.allGatherCcTiling) == 0
+
+
+@pytest.mark.parametrize("platform", ["A2", "950"])
+def test_alg_config_gives_no_warning_where_it_is_a_reserved_field(platform: str) -> None:
+    """SetAlgConfig: on A2 and Ascend 950 algConfig is reserved and has no effect."""
+    out = hp.run(_half_alltoallv_tiling, world_size=1, platform=platform)
+    assert out.warnings == {}

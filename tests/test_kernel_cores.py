@@ -230,3 +230,36 @@ def test_prepare_from_both_core_types_without_config_is_rejected(backend: str) -
 def both_types_rank() -> list:
     """Per rank: a mixed kernel whose AIC and AIV block 0 both call Prepare."""
     return cases.probe(_both_types_kernel, kernel_type="mix_aic_1_1")[0]
+
+
+def _commit_on_block_1(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    """Every core prepares; only block 1 (not the sending core) commits and waits."""
+    h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handle = h.AllGather(xGM, yGM, 4, FP32, 0)
+    if hp.GetBlockIdx() == 1:
+        h.Commit(handle)
+        h.Wait(handle)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _commit_on_block_1_rank() -> None:
+    n = hp.get_world_size()
+    tiling = cases.make_tiling()
+    hp.launch(_commit_on_block_1, torch.zeros(4), torch.zeros(4 * n), tiling, block_dim=2)
+
+
+def test_a_hang_on_a_commit_of_another_core_names_both_cores() -> None:
+    """hccl_aicpu_impl.h: Commit counts per core; only the working core's count reaches GM.
+
+    Block 1's Commit lets block 1 Wait, and its Wait blocks until the server ran
+    the round, which needs block 0's Commit: the report names both cores.
+    """
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_commit_on_block_1_rank, world_size=2, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError)
+    assert (
+        "[AIV core 1 committed round 0, but only the sending core's Commits reach the server "
+        "and AIV core 0 has not committed it]"
+    ) in err.reason

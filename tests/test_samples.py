@@ -46,6 +46,8 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_reduce_scatter_full_mesh.py": {"output": "PASS"},
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
+    "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -86,6 +88,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_matmul_reduce_scatter_full_mesh.py"],
+    ),
+    "mc2_moe_distribute_dispatch_v2_950-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_moe_distribute_dispatch_v2_950.py"],
+    ),
+    "mc2_moe_distribute_dispatch_v2_full_mesh-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_moe_distribute_dispatch_v2_full_mesh.py"],
     ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],

@@ -607,3 +607,111 @@ def test_polled_values_are_shown_as_the_kernel_reads_them(
     raw: bytes, dtype: torch.dtype, shown: str
 ) -> None:
     assert shown_value(raw, dtype).startswith(shown)
+
+
+def _doc_multi_queue_rank() -> list[list[int]]:
+    """BatchWrite.md's A3 example "point-to-point over multiple queues", call for call.
+
+    Stand-in: the two items live in a workspace tensor instead of inputGM.
+    """
+    x = torch.arange(16, dtype=torch.uint8) + 10 * hp.get_rank()
+    out1, out2 = torch.zeros(16, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8)
+    workspace = torch.zeros(128, dtype=torch.uint8)
+
+    def kernel(inputGM, outputGM1, outputGM2, workspaceGM, tilingGM):
+        h = client(tilingGM)
+        rows = [(int(inputGM), int(outputGM1), 16), (int(inputGM), int(outputGM2), 16)]
+        hp.gm_tensor(workspaceGM, torch.uint8, 128)[:] = a3_items(rows)
+        for queue in range(h.GetQueueNum()):
+            h.BatchWrite[True](workspaceGM + 64 * queue, 1, queue)
+        for queue in range(h.GetQueueNum()):
+            h.QueueBarrier[hp.ScopeType.ALL](queue)
+        h.Finalize[False]()
+
+    hp.launch(kernel, x, out1, out2, workspace, tiling(queue_num=2))
+    return [out1.tolist(), out2.tolist()]
+
+
+def test_batch_write_into_this_ranks_own_gm_on_a3() -> None:
+    """The documented A3 example writes into the kernel's outputGM1/outputGM2, not a window."""
+    for rank, (out1, out2) in enumerate(hp.run(_doc_multi_queue_rank, world_size=2, platform="A3")):
+        want = list(range(10 * rank, 10 * rank + 16))
+        assert out1 == want and out2 == want
+
+
+def test_batch_write_on_a2_writes_only_windows() -> None:
+    """A2 items travel by RDMA, which reaches only window memory: a GM destination is refused."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src = h.GetWindowsOutAddr(me)
+        items = a2_items([(int(src), int(out), 1, int(FP32), 1 - me)])
+        hp.gm_tensor(src + 4096, torch.uint8, items.numel())[:] = items
+        return h.BatchWrite[True](src + 4096, 1), h.last_error
+
+    def main() -> tuple[int, str]:
+        got = []
+        hp.launch(lambda out, t: got.append(kernel(out, t)), torch.zeros(4), tiling())
+        return got[0]
+
+    for handle, reason in hp.run(main, world_size=2, ranks_per_server=1, strict=False):
+        assert handle == -1
+        assert "is not a communication window" in reason
+        assert "on Atlas A2 BatchWrite goes over RDMA" in reason
+
+
+def _context_fields_rank() -> dict:
+    """What the A2 combine and the A3 v2 full-mesh helpers read from GetHcclContext(0)."""
+    got = {}
+
+    def kernel(tilingGM):
+        h = client(tilingGM)
+        ctx = hp.GetHcclContext(0)
+        me, dim = ctx.rankId, ctx.rankNum
+        got["ids"] = (me, dim, ctx.localUsrRankId, ctx.rankSize, ctx.winSize, ctx.winExpSize)
+        got["a2"] = all(
+            int(ctx.windowsIn[r]) == int(h.GetWindowsInAddr(r))
+            and int(ctx.windowsOut[r]) == int(h.GetWindowsOutAddr(r))
+            for r in range(dim)
+        )
+        mine = ctx.remoteRes[me].nextDevicePtr
+        got["local"] = [int(ctx.localWindowsIn), int(ctx.localWindowsOut), int(ctx.localWindowsExp)]
+        got["remote"] = [int(mine.windowsIn), int(mine.windowsOut), int(mine.windowsExp)]
+        # the status word of the full-mesh helpers: each rank flags its peer's Exp window
+        peer = ctx.remoteRes[(me + 1) % dim].nextDevicePtr.windowsExp
+        hp.gm_tensor(peer + 4 * me, torch.int32, 1)[0] = 10 + me
+        hp.SyncAll()
+
+    def read_flag(tilingGM):
+        ctx = hp.GetHcclContext(0)
+        prev = (ctx.rankId - 1) % ctx.rankNum
+        got["flag"] = int(hp.gm_tensor(ctx.localWindowsExp + 4 * prev, torch.int32, 1)[0])
+
+    hp.launch(kernel, tiling())
+    hp.barrier()  # every rank flagged its peer
+    hp.launch(read_flag, tiling())
+    return got
+
+
+def test_context_fields_have_the_cpp_names() -> None:
+    out = hp.run(_context_fields_rank, world_size=3, platform="A3", buffsize_mb=2)
+    for rank, got in enumerate(out):
+        assert got["ids"] == (rank, 3, rank, 3, 2 << 20, 2 << 20)
+        assert got["a2"]
+        assert got["local"] == got["remote"]
+        assert len(set(got["local"])) == 3, "In, Out and Exp are three windows"
+        assert got["flag"] == 10 + (rank - 1) % 3
+
+
+def test_a_window_only_kernel_needs_no_finalize() -> None:
+    """It sent the server nothing (docs/windows.md, Finalize in window kernels)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        hp.gm_tensor(h.GetWindowsInAddr((me + 1) % dim), torch.float32, 1)[0] = me + 1
+        hp.SyncAll()
+
+    result = run_kernel(kernel, n=2)
+    assert result.warnings == {}

@@ -203,13 +203,22 @@ def _ctype_name(ctype: type) -> str:
 
 
 def _members(cls: type) -> Iterator[tuple[str, Any]]:
-    """Public methods and properties defined by ``cls`` itself, in source order."""
-    for name, member in cls.__dict__.items():
-        if name.startswith("_"):
-            continue
-        wrapped = isinstance(member, property | TemplateFunction | staticmethod | classmethod)
-        if wrapped or inspect.isfunction(member):
-            yield name, member
+    """Public methods and properties of ``cls``, including those of its hccl_py base classes.
+
+    Bases first (``Hccl``'s Init, InitV2, the Prepare calls, windows ...), each
+    in source order; a name overridden below is shown once, as defined last.
+    """
+    own = [k for k in reversed(cls.__mro__) if k.__module__.startswith(("hccl_py", "emu"))]
+    seen: set[str] = set()
+    for klass in own:
+        for name in klass.__dict__:
+            if name.startswith("_") or name in seen:
+                continue
+            member = inspect.getattr_static(cls, name)
+            wrapped = isinstance(member, property | TemplateFunction | staticmethod | classmethod)
+            if wrapped or inspect.isfunction(member):
+                seen.add(name)
+                yield name, member
 
 
 def _flag(obj: Any) -> str:

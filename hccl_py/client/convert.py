@@ -89,7 +89,7 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
             ("recvCounts", "recv_counts"),
             ("rdispls", "rdispls"),
         ):
-            fields[key] = array(spec.name, name, getattr(p, key), limits.rank_dim)
+            fields[key] = array(name, getattr(p, key), limits.rank_dim)
     return fields
 
 
@@ -221,23 +221,42 @@ def reduce_op(value: Any) -> HcclReduceOp:
     return op
 
 
-def array(op: str, name: str, values: Any, n: int) -> tuple[int, ...]:
-    """A per-peer uint64 array: a sequence, numpy array, tensor or GM address of ``n`` ints."""
+def array(name: str, values: Any, n: int) -> tuple[int, ...]:
+    """The first ``n`` entries of a per-peer uint64 array (``n`` = rankDim, or twice it).
+
+    The official client takes a pointer and reads the first ``n`` entries
+    (``AssembleHcclMsgExt`` in hccl_aicpu_common.h, the CCU client's loops over
+    ``rankNum``), so a longer sequence, numpy array, tensor or GM allocation is
+    valid; fewer entries are an error that says how many were given.
+    """
     if values is None or (isinstance(values, GmAddr) and values.is_null):
-        raise InvalidCall(f"{op}: {name} is missing")
+        raise InvalidCall(f"{name} is missing")
     if isinstance(values, GmAddr):
         try:
             raw = values.read_bytes(8 * n)
         except HcclBoundsError as exc:
-            raise InvalidCall(f"{op}: cannot read {name}: {exc}") from None
+            raise InvalidCall(
+                f"{name} must hold at least {n} uint64 entries: {exc.reason}",
+                cls=HcclBoundsError,
+            ) from None
         values = np.frombuffer(raw, dtype="<u8")
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu()
     items = values.tolist() if hasattr(values, "tolist") else values
-    if not isinstance(items, (list, tuple)) or len(items) != n:
-        raise InvalidCall(f"{op}: {name} must hold {n} (rankDim) integers", actual=values)
+    if not isinstance(items, (list, tuple)):
+        raise InvalidCall(
+            f"{name} must be a sequence or GM address of at least {n} integers, "
+            f"not {what_is(values)}"
+        )
+    if len(items) < n:
+        raise InvalidCall(
+            f"{name} must hold at least {n} integers (rankDim {n}), {len(items)} given",
+            expected=f">= {n}",
+            actual=len(items),
+        )
+    items = items[:n]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise InvalidCall(f"{op}: {name} must hold integers", actual=list(items))
+        raise InvalidCall(f"{name} must hold integers", actual=list(items))
     if any(v < 0 for v in items):
-        raise InvalidCall(f"{op}: {name} must be non-negative", actual=list(items))
+        raise InvalidCall(f"{name} must be non-negative", actual=list(items))
     return tuple(items)

@@ -1,14 +1,16 @@
-"""AlltoAllvWrite (Ascend 950): byte slices written into every peer's In window.
+"""AlltoAllvWrite (Ascend 950, CCU server): byte slices written into every peer's window.
 
-As the official client sends it: op ``HCCL_CMD_HALF_ALLTOALLV``, type INT8,
-count ``localDataSize``, one round. ``sendOffsets``/``sendSizes`` hold one
-uint64 per peer, or two on the CCU server (entry ``j`` for die 0, ``j +
-rankDim`` for die 1); peer ``j`` receives its slice, die 0 then die 1, at
-``remoteWinOffset`` of its In window. The copies run at Commit; Wait (and
-Finalize) returns once every rank of the domain made its AlltoAllvWrite and
-the copies into this rank's window landed, after which the kernel reads its
-window through the context (``GetHcclContext(0).windows_in(rank)``, as 950
-kernels read ``HcclOpParam``: the Hccl class has no GetWindows*Addr there).
+As the official CCU client sends it: op ``HCCL_CMD_HALF_ALLTOALLV``, type INT8,
+count ``localDataSize`` (the bytes the peers write into this card: stored, not
+checked, 0 valid), one round. ``sendOffsets``/``sendSizes`` hold two uint64 per
+peer (entry ``j`` for die 0, ``j + rankDim`` for die 1); peer ``j`` receives
+its slice, die 0 then die 1, at ``remoteWinOffset`` of its CCU window, the one
+its context lists as ``windowsOut[0]`` (the CCU client's scratch,
+``ccuParam_.scratchAddr``): here the peer's Out window. The copies run at
+Commit; Wait (and Finalize) returns once every rank of the domain made its
+AlltoAllvWrite and the copies into this rank's window landed, after which the
+kernel reads ``GetHcclContext(0).windowsOut[0]`` as the 950 MoE kernels do.
+The AI CPU server's AlltoAllvWrite returns -1 on 950 (platform_v310/hccl_aicpu.h).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
 from ..core.gm import GmAddr, what_is
 from ..core.template import template
+from .convert import array
 from .finegrained import FineGrainedCalls
 from .log import logged
 from .onesided import _int_arg
@@ -29,23 +31,6 @@ from .sender import core_problem, is_sender
 from .state import Handle
 
 _HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
-
-
-def _uint64s(name: str, values: Any, n: int) -> np.ndarray:
-    """``n`` uint64 values from a GM address, a tensor or a sequence."""
-    if values is None or (isinstance(values, GmAddr) and values.is_null):
-        raise InvalidCall(f"{name} is null")
-    if isinstance(values, GmAddr):
-        try:
-            return np.frombuffer(values.read_bytes(8 * n), dtype="<u8").astype(np.int64)
-        except HcclBoundsError as exc:
-            raise InvalidCall(f"cannot read {name}: {exc.reason}", cls=HcclBoundsError) from None
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu" or array.shape != (n,) or (array < 0).any():
-        raise InvalidCall(f"{name} must hold {n} non-negative integers", actual=what_is(values))
-    return array.astype(np.int64)
 
 
 class WriteCalls(FineGrainedCalls):
@@ -77,7 +62,7 @@ class WriteCalls(FineGrainedCalls):
                 problem = core_problem(self, core)
                 if problem:
                     raise InvalidCall(problem, cls=HcclCoreError)
-                copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset, size)
+                copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset)
         except InvalidCall as bad:
             return self._refuse(name, bad, handle=handle)
         state = self.state
@@ -98,6 +83,12 @@ class WriteCalls(FineGrainedCalls):
         platform = self.state.rank_ctx.config.platform
         if not platform.supports(_HALF):
             raise InvalidCall(f"AlltoAllvWrite is not supported on {platform.name}")
+        if self.server_type != HcclServerType.HCCL_SERVER_TYPE_CCU:
+            # platform_v310/hccl_aicpu.h: the 950 AI CPU client's AlltoAllvWrite returns -1
+            raise InvalidCall(
+                f"AlltoAllvWrite is not supported by the AI CPU server on {platform.name} (the "
+                "official client returns -1): use Hccl[HCCL_SERVER_TYPE_CCU]"
+            )
         if self._mode != "Init-no-tiling" and _HALF not in self._cc:
             raise InvalidCall(
                 "no tiling set for AlltoAllvWrite: call SetCcTilingV2 with the offset of an "
@@ -107,9 +98,11 @@ class WriteCalls(FineGrainedCalls):
             raise InvalidCall("usrIn is null")
         if not isinstance(usrIn, GmAddr):
             raise InvalidCall(f"usrIn must be a GM address, not {what_is(usrIn)}")
+        # localDataSize is the bytes the peers write into this card; the CCU client stores it
+        # as the message's count without a check (0 included), so it bounds nothing here.
         size = _int_arg(localDataSize)
-        if size is None or size <= 0:
-            raise InvalidCall("localDataSize must be a positive int", actual=localDataSize)
+        if size is None or size < 0:
+            raise InvalidCall("localDataSize must be a non-negative int", actual=localDataSize)
         offset = _int_arg(remoteWinOffset)
         if offset is None or offset < 0:
             raise InvalidCall("remoteWinOffset must be a non-negative int", actual=remoteWinOffset)
@@ -118,38 +111,34 @@ class WriteCalls(FineGrainedCalls):
         return size
 
     def _slices(
-        self, usrIn: GmAddr, offsets: Any, sizes: Any, win_offset: int, size: int
+        self, usrIn: GmAddr, offsets: Any, sizes: Any, win_offset: int
     ) -> list[tuple[GmAddr, GmAddr, int]]:
-        """(source, destination, bytes) of every slice, checked against usrIn and the windows."""
+        """(source, destination, bytes) of every slice, each checked where it is read and written.
+
+        The CCU client reads ``2 * rankNum`` entries of each array: entry ``j``
+        for die 0, ``j + rankNum`` for die 1.
+        """
         state = self.state
         dim = state.rank_dim
-        halves = 2 if self.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU else 1
-        offs = _uint64s("sendOffsets", offsets, halves * dim).reshape(halves, dim)
-        lens = _uint64s("sendSizes", sizes, halves * dim).reshape(halves, dim)
-        try:
-            usrIn.check_range(size, "usrIn (localDataSize bytes)")
-        except HcclBoundsError as exc:
-            raise InvalidCall(exc.reason, cls=HcclBoundsError) from None
-        bad = np.argwhere(offs + lens > size)
-        if bad.size:
-            die, j = (int(v) for v in bad[0])
-            raise InvalidCall(
-                f"the slice for rank {j} (die {die}) is bytes [{offs[die, j]}, "
-                f"{offs[die, j] + lens[die, j]}) of usrIn, beyond localDataSize {size}",
-                cls=HcclBoundsError,
-            )
+        halves = 2
+        offs, lens = (
+            np.array(array(name, values, halves * dim), dtype=np.int64).reshape(halves, dim)
+            for name, values in (("sendOffsets", offsets), ("sendSizes", sizes))
+        )
         server = state.rank_ctx.server
         copies = []
         for j in range(dim):
-            window = GmAddr(server.window(state.group.name, state.group.ranks[j], "In"))
+            window = GmAddr(server.window(state.group.name, state.group.ranks[j], "Out"))
             dst = window + win_offset
             for die in range(halves):
                 n = int(lens[die, j])
+                src = usrIn + int(offs[die, j])
                 try:
+                    src.check_range(n, f"usrIn's slice for rank {j} (die {die})")
                     dst.check_range(n, f"AlltoAllvWrite into rank {j}")
                 except HcclBoundsError as exc:
                     raise InvalidCall(exc.reason, cls=HcclBoundsError) from None
-                copies.append((usrIn + int(offs[die, j]), dst, n))
+                copies.append((src, dst, n))
                 dst = dst + n
         return copies
 

@@ -8,6 +8,8 @@ itself, so the same client serves the emulator, gloo and HCCL.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
@@ -20,6 +22,12 @@ from .lifecycles import LIFECYCLES
 from .log import logged
 from .sender import is_sender
 from .state import Handle
+
+
+def _core_name(core: Any) -> str:
+    """``AIC core 1``: a core of the running kernel, as reports name it."""
+    return f"{core.kind.name} core {core.block_idx}"
+
 
 _C = HcclCMDType
 
@@ -73,6 +81,29 @@ class Hccl(WriteCalls):
             return
         LIFECYCLES[info.lifecycle].commit(self, info, int(handleId))
         self._ok(None)
+
+    def _note_local_commit(self, core: Any, h: int, round_idx: int) -> None:
+        """A Commit on a core that does not send: the official client counts it per core.
+
+        It only lets this core Wait for the round (hccl_aicpu_impl.h, Commit:
+        ``handleIdCommitTurnCnt_`` is per object; only the working core writes
+        its count to GM); the server runs the round when the sending core
+        commits it. While it has not, a wait report says so.
+        """
+        state = self.state
+
+        def note() -> str | None:
+            sender, sender_core = state.sender, state.sender_core
+            if sender is None or sender_core is None:
+                return None
+            if h < len(sender.handles) and sender.handles[h].commits > round_idx:
+                return None
+            return (
+                f"{_core_name(core)} committed round {round_idx}, but only the sending core's "
+                f"Commits reach the server and {_core_name(sender_core)} has not committed it"
+            )
+
+        state.commit_notes.setdefault(h, {}).setdefault(round_idx, note)
 
     @logged
     def Wait(self, handleId: int) -> int:

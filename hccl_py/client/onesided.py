@@ -248,15 +248,37 @@ class OneSidedCalls(PrepareCalls):
                     expected=me,
                     actual=src.rank,
                 )
-            if not isinstance(dst.alloc, WindowAllocation):
-                raise InvalidCall(
-                    f"item {k}: the destination {dst!r} is not a communication window "
-                    "(GetWindowsInAddr/GetWindowsOutAddr); the server only writes windows"
-                )
+            self._check_destination(k, dst)
             if items.remote_rank is not None:
                 self._check_a2_peer(k, int(items.remote_rank[k]), dst)
             copies.append((src, dst, nbytes))
         return copies
+
+    def _check_destination(self, k: int, dst: GmAddr) -> None:
+        """Where an item may write: any window; on A3 also this rank's own GM.
+
+        BatchWrite's documented A3 example copies inputGM into the kernel's
+        outputGM1/outputGM2 (an SDMA copy on the card); A2 items travel by RDMA,
+        which reaches only the registered window memory (localBuf/remoteBuf are
+        "window addresses" in the item format).
+        """
+        if isinstance(dst.alloc, WindowAllocation):
+            return
+        state = self.state
+        me, platform = state.rank_ctx.rank, state.rank_ctx.config.platform
+        if platform.batch_write_format == "A2":
+            raise InvalidCall(
+                f"item {k}: the destination {dst!r} is not a communication window "
+                f"(GetWindowsInAddr/GetWindowsOutAddr); on {platform.name} BatchWrite goes "
+                "over RDMA, which reaches only window memory"
+            )
+        if dst.rank != me:
+            raise InvalidCall(
+                f"item {k}: the destination points into rank {dst.rank}'s GM, which is not a "
+                f"window; BatchWrite writes peers' windows or this rank's (rank {me}) own GM",
+                expected=me,
+                actual=dst.rank,
+            )
 
     def _item_addr(self, k: int, what: str, value: int, nbytes: int) -> GmAddr:
         try:

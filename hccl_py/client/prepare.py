@@ -100,6 +100,7 @@ class PrepareCalls(HcclBase):
             skip_local=bool(self._cc[op].skipLocalRankCopy) if op in self._cc else False,
             caller=self.framework,
             one_sided_before=len(self.handles) - self._queued_count(),
+            commit_notes=state.commit_notes.setdefault(handle, {}),
             **fields,
         )
         config = state.rank_ctx.config

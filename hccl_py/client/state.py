@@ -69,6 +69,8 @@ class ClientState:
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
         #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
         self.writes: dict[int, tuple[str, list]] = {}
+        #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).
+        self.commit_notes: dict[int, dict] = {}
 
     def one_sided_task(self, op: HcclCMDType, handle: int, addr: GmAddr, count: int) -> Task:
         """A BatchWrite / AlltoAllvWrite descriptor: no collective slot (``seq`` -1), INT8 bytes."""

@@ -259,7 +259,7 @@ def _element_type(dtype: object, rank: int | None) -> tuple[torch.dtype, int]:
     ``size`` of them per element of the type.
     """
     if isinstance(dtype, torch.dtype):
-        return dtype, torch.empty((), dtype=dtype).element_size()
+        return dtype, dtype.itemsize
     info = None
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         value = int(dtype)

@@ -37,6 +37,8 @@ class Platform:
     has_queues: bool = False
     #: Whether Iterate (fine-grained AlltoAllV, tiling stepSize > 0) exists.
     has_iterate: bool = False
+    #: Whether the tiling's algConfig has an effect (SetAlgConfig: a reserved field on A2 and 950).
+    uses_alg_config: bool = False
 
     @property
     def ops(self) -> frozenset[HcclCMDType]:
@@ -73,6 +75,7 @@ PLATFORMS: dict[str, Platform] = {
         max_batch_items=2047,
         has_queues=True,
         has_iterate=True,
+        uses_alg_config=True,
     ),
     "950": Platform(
         short="950",

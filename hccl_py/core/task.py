@@ -49,6 +49,13 @@ class Task:
     #: One-sided handles (BatchWrite) the object returned before this task: only some ranks
     #: may make them, so ranks compare collective tasks by :attr:`collective_index`.
     one_sided_before: int = 0
+    #: Commits of this task's rounds made on other cores than the sending one, by round: each
+    #: gives the text a wait report adds while the sending core has not committed that round.
+    commit_notes: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self) -> dict:
+        """What travels to other processes: not the commit notes (functions of this process)."""
+        return self.__dict__ | {"commit_notes": {}}
 
     @property
     def collective_index(self) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
 from ..core.current import serial, serialized
-from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclUsageError
+from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
 from ..core.template import template
@@ -32,6 +32,7 @@ from .context import (
     set_core_context,
     set_rank_context,
 )
+from .context_fields import ContextFields
 
 
 class KernelCoreType(enum.IntEnum):
@@ -64,8 +65,12 @@ class CoreContext:
     sub_block_idx: int
 
 
-class HcclContext:
-    """What ``GetHcclContext(index)`` returns: the kernel's handle on one domain."""
+class HcclContext(ContextFields):
+    """What ``GetHcclContext(index)`` returns: the kernel's handle on one domain.
+
+    It is what ``Init``/``InitV2`` take, and it has the C++ context fields that
+    shipping kernels read (:class:`~hccl_py.kernel.context_fields.ContextFields`).
+    """
 
     def __init__(self, index: int, group: Group, launch: LaunchState) -> None:
         self.index = index
@@ -76,27 +81,12 @@ class HcclContext:
         return f"HcclContext({self.index}, {self.group.name})"
 
     def windows_in(self, rankId: int) -> GmAddr:
-        """Domain rank ``rankId``'s In window, as the context structure lists it.
-
-        Ascend 950 kernels read the windows this way (``HcclOpParam``); on A2/A3
-        use ``Hccl.GetWindowsInAddr``, which checks ``rankId`` as the client does.
-        """
+        """``windowsIn[rankId]``: domain rank ``rankId``'s In window (950: index 0, this rank's)."""
         return self._window(rankId, "In")
 
     def windows_out(self, rankId: int) -> GmAddr:
-        """Domain rank ``rankId``'s Out window, as the context structure lists it."""
+        """``windowsOut[rankId]``: domain rank ``rankId``'s Out window (950: index 0, this rank's)."""
         return self._window(rankId, "Out")
-
-    def _window(self, rankId: int, kind: str) -> GmAddr:
-        if isinstance(rankId, bool) or not isinstance(rankId, (int, np.integer)):
-            raise HcclUsageError(f"windows_{kind.lower()}: rankId must be an int, not {rankId!r}")
-        if not 0 <= rankId < self.group.size:
-            raise HcclUsageError(
-                f"windows_{kind.lower()}({rankId}): the domain {self.group.name} has ranks "
-                f"0..{self.group.size - 1}"
-            )
-        server = self.launch.rank_ctx.server
-        return GmAddr(server.window(self.group.name, self.group.ranks[int(rankId)], kind))
 
 
 class LaunchState:

@@ -33,8 +33,8 @@ BUFFSIZE_ENV = "HCCL_BUFFSIZE"
 DEFAULT_BUFFSIZE_MB = 200
 #: The largest window an integer address can hold (its span, in MB).
 MAX_BUFFSIZE_MB = ADDR_SPAN >> 20
-#: The two windows of a rank, in the order of their integer addresses.
-KINDS = ("In", "Out")
+#: The windows of a rank, in the order of their integer addresses (Exp: A3's third window).
+KINDS = ("In", "Out", "Exp")
 _RANK_BITS = 16
 _DOMAIN_SHIFT = ADDR_SHIFT + _RANK_BITS
 _DOMAIN_BITS = 62 - _DOMAIN_SHIFT
@@ -67,7 +67,7 @@ def default_buffsize() -> int:
 def window_base(domain: str, rank: int, kind: str) -> int:
     """The integer base address of ``rank``'s window ``kind`` in ``domain`` (same on every rank)."""
     tag = zlib.crc32(domain.encode()) & ((1 << _DOMAIN_BITS) - 1)
-    slot = 2 * rank + KINDS.index(kind)
+    slot = len(KINDS) * rank + KINDS.index(kind)
     return WINDOW_TAG | (tag << _DOMAIN_SHIFT) | (slot << ADDR_SHIFT)
 
 
@@ -233,7 +233,7 @@ class LocalWindows:
         """``window``'s memory was just mapped (a hook; the default does nothing)."""
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
-        """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``."""
+        """Global rank ``rank``'s window ``kind`` ("In"/"Out"/"Exp") of ``domain``."""
         store = self._window_store()
         key = (domain, rank, kind)
         found = store.get(key)

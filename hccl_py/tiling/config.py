@@ -120,6 +120,12 @@ def check_alg_config(alg: str, op_type: int) -> str | None:
     return None
 
 
+def _alg_config_reserved() -> bool:
+    """Whether algConfig is a reserved field with no effect (SetAlgConfig: on A2 and 950)."""
+    ctx = current_rank_context(required=False)
+    return ctx is not None and not ctx.config.platform.uses_alg_config
+
+
 class Mc2CcTilingConfig:
     """Host-side builder of HCCL tilings (``AscendC::Mc2CcTilingConfig``).
 
@@ -391,6 +397,6 @@ class Mc2CcTilingConfig:
         init.offset[count] = distance
         init.mc2HcommCnt = count + 1
         why = check_alg_config(alg.decode("utf-8", errors="replace"), op_type)
-        if why is not None:
+        if why is not None and not _alg_config_reserved():
             report.warn("alg-config", f"{what}: {why}")
         return self._ok()

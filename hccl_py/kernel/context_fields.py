@@ -1,0 +1,160 @@
+"""The C++ context fields of ``GetHcclContext(i)``, under their C++ names.
+
+Shipping kernels read the context structure directly: ``HcclCombineOpParam``
+(A2, Ascend 950: ``rankId``, ``rankNum``, ``winSize``, ``windowsIn[i]``,
+``windowsOut[i]``) and the A3 ``HcclOpResParam`` (``localUsrRankId``,
+``rankSize``, ``localWindowsIn/Out/Exp``, ``winExpSize``,
+``remoteRes[r].nextDevicePtr->windowsIn/Out/Exp``). On Ascend 950 the context
+is the CCU's: index 0 of ``windowsIn``/``windowsOut`` is this rank's own
+window (docs/windows.md, "The context").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.constants import HcclServerType
+from ..core.errors import HcclUsageError
+from ..core.gm import GmAddr
+
+if TYPE_CHECKING:
+    from .context import Group
+
+
+class ContextFields:
+    """The fields of :class:`~hccl_py.kernel.cores.HcclContext` that C++ kernels read."""
+
+    group: Group
+    #: The kernel launch (``cores.LaunchState``, which imports this module).
+    launch: Any
+
+    @property
+    def _ccu(self) -> bool:
+        """Whether this is the CCU's context (Ascend 950), which lists only this rank's windows."""
+        return self.launch.rank_ctx.config.platform.server == HcclServerType.HCCL_SERVER_TYPE_CCU
+
+    @property
+    def rankId(self) -> int:  # noqa: N802 - the C++ field name
+        """This rank's id in the domain."""
+        return self.group.rank_of(self.launch.rank_ctx.rank)
+
+    @property
+    def rankNum(self) -> int:  # noqa: N802
+        """The number of ranks of the domain."""
+        return self.group.size
+
+    localUsrRankId = rankId
+    rankSize = rankNum
+
+    @property
+    def winSize(self) -> int:  # noqa: N802
+        """The bytes of each window (``HCCL_BUFFSIZE``)."""
+        return self.launch.rank_ctx.config.buffsize_mb << 20
+
+    winExpSize = winSize
+
+    @property
+    def windowsIn(self) -> WindowTable:  # noqa: N802
+        """``windowsIn[i]``, as :meth:`windows_in`."""
+        return WindowTable(self, "In")
+
+    @property
+    def windowsOut(self) -> WindowTable:  # noqa: N802
+        """``windowsOut[i]``, as :meth:`windows_out`."""
+        return WindowTable(self, "Out")
+
+    @property
+    def localWindowsIn(self) -> GmAddr:  # noqa: N802
+        """This rank's In window (A3 ``HcclOpResParam``)."""
+        return self._own("In")
+
+    @property
+    def localWindowsOut(self) -> GmAddr:  # noqa: N802
+        """This rank's Out window (A3 ``HcclOpResParam``)."""
+        return self._own("Out")
+
+    @property
+    def localWindowsExp(self) -> GmAddr:  # noqa: N802
+        """This rank's third window, Exp (A3 ``HcclOpResParam``; MoE status words)."""
+        return self._own("Exp")
+
+    @property
+    def remoteRes(self) -> RemoteResTable:  # noqa: N802
+        """``remoteRes[r].nextDevicePtr``: peer ``r``'s windows (A3 ``HcclOpResParam``)."""
+        return RemoteResTable(self)
+
+    def _own(self, kind: str) -> GmAddr:
+        server = self.launch.rank_ctx.server
+        return GmAddr(server.window(self.group.name, self.launch.rank_ctx.rank, kind))
+
+    def _window(self, rankId: Any, kind: str) -> GmAddr:
+        what = f"windows{kind}[{rankId!r}]"
+        if isinstance(rankId, bool) or not isinstance(rankId, (int, np.integer)):
+            raise HcclUsageError(f"{what}: the index must be an int, not {type(rankId).__name__}")
+        if self._ccu:
+            if rankId != 0:
+                raise HcclUsageError(
+                    f"{what}: on {self.launch.rank_ctx.config.platform.name} the context is the "
+                    "CCU's, whose window entry 0 is this rank's own window (the CCU client's "
+                    "scratch, windowsOut[0]); peers' windows are reached through AlltoAllvWrite"
+                )
+            return self._own(kind)
+        if not 0 <= rankId < self.group.size:
+            raise HcclUsageError(
+                f"{what}: the domain {self.group.name} has ranks 0..{self.group.size - 1}"
+            )
+        server = self.launch.rank_ctx.server
+        return GmAddr(server.window(self.group.name, self.group.ranks[int(rankId)], kind))
+
+
+class WindowTable:
+    """``context.windowsIn`` / ``windowsOut``: indexable like the C++ array."""
+
+    def __init__(self, context: ContextFields, kind: str) -> None:
+        self._context, self._kind = context, kind
+
+    def __getitem__(self, i: int) -> GmAddr:
+        return self._context._window(i, self._kind)
+
+    def __len__(self) -> int:
+        return 1 if self._context._ccu else self._context.group.size
+
+
+@dataclass(frozen=True)
+class RankRelationRes:
+    """``HcclRankRelationResV2``: one peer's windows, as A3 kernels read them."""
+
+    remoteUsrRankId: int  # noqa: N815 - the C++ field names
+    windowsIn: GmAddr  # noqa: N815
+    windowsOut: GmAddr  # noqa: N815
+    windowsExp: GmAddr  # noqa: N815
+
+
+@dataclass(frozen=True)
+class RemoteRes:
+    """``RemoteResPtr``: ``nextDevicePtr`` points at the peer's :class:`RankRelationRes`."""
+
+    nextDevicePtr: RankRelationRes  # noqa: N815
+
+
+class RemoteResTable:
+    """``context.remoteRes[r]`` for every domain rank ``r`` (A3 ``HcclOpResParam``)."""
+
+    def __init__(self, context: ContextFields) -> None:
+        self._context = context
+
+    def __getitem__(self, r: int) -> RemoteRes:
+        ctx = self._context
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < ctx.rankNum:
+            raise HcclUsageError(
+                f"remoteRes[{r!r}]: the domain {ctx.group.name} has ranks 0..{ctx.rankNum - 1}"
+            )
+        server, peer = ctx.launch.rank_ctx.server, ctx.group.ranks[int(r)]
+        windows = [GmAddr(server.window(ctx.group.name, peer, k)) for k in ("In", "Out", "Exp")]
+        return RemoteRes(RankRelationRes(int(r), *windows))
+
+    def __len__(self) -> int:
+        return self._context.rankNum
