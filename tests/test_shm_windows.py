@@ -153,6 +153,9 @@ class _Server(SharedWindows):
         self.run = 0
         self._keys: dict[str, None] = {}
 
+    def group_timeout(self) -> float:
+        return 60.0
+
     def _set(self, key: str, value: bytes) -> None:
         self.store.set(key, value)
         self._keys[key] = None

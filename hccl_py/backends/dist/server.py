@@ -110,13 +110,17 @@ class DistServer(Server):
         """Create the world domain's process group (every rank calls this at the start of a run)."""
         self.on_new_group(world)
 
+    def group_timeout(self) -> float:
+        """Seconds creating a domain may wait for its ranks (``timeout``, at least 30 s)."""
+        return max(self.config.timeout, MIN_PG_TIMEOUT_S)
+
     def on_new_group(self, group: Group) -> None:
         """Create ``group``'s process group; every rank of the world must call it, in the same order."""
         ranks = list(group.ranks)
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
         pg = dist.new_group(
             ranks,
-            timeout=kv.seconds(max(self.config.timeout, MIN_PG_TIMEOUT_S)),
+            timeout=kv.seconds(self.group_timeout()),
             backend=self.session.backend.pg_backend,
             **kwargs,
         )

@@ -241,7 +241,7 @@ class SharedWindows(LocalWindows):
         kv.wait_keys(
             self.store,
             keys,
-            self.config.timeout,
+            self.group_timeout(),  # part of creating the domain, as its process group
             lambda missing: f"{what}: {missing}",
             self.session.check_abort,
         )
