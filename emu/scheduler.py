@@ -47,7 +47,18 @@ KINDS = ("random", "pct")
 class Runner:
     """One thread of the world that runs user code: a rank or one core of a kernel."""
 
-    __slots__ = ("key", "name", "rank", "gate", "pred", "what", "polls", "priority", "thread")
+    __slots__ = (
+        "key",
+        "name",
+        "rank",
+        "gate",
+        "pred",
+        "what",
+        "polls",
+        "priority",
+        "thread",
+        "past_failure",
+    )
 
     def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
         self.key = key
@@ -62,6 +73,8 @@ class Runner:
         self.polls: dict[Hashable, tuple[object, Callable[[], object], Text]] = {}
         self.priority = 0.0
         self.thread: threading.Thread | None = None
+        #: Waits on even in a failed world (a rank waiting for its cores to end).
+        self.past_failure = False
 
     def runnable(self) -> bool:
         """Not blocked, or its condition holds now."""
@@ -237,7 +250,7 @@ class Scheduler(Blocker):
     # ----------------------------------------------------------- choosing
     def _runnable(self) -> list[Runner]:
         if self.error is not None:
-            return list(self.runners)
+            return [r for r in self.runners if not r.past_failure or r.runnable()]
         return [r for r in self.runners if r.runnable()]
 
     def _next(self, me: Runner | None) -> Runner | None:
@@ -282,7 +295,7 @@ class Scheduler(Blocker):
         """Under the lock: ``me`` waits until ``pred()`` (or the world failed)."""
         me.pred, me.what = pred, what
         try:
-            while not (pred() or self.error is not None):
+            while not (pred() or (self.error is not None and not me.past_failure)):
                 nxt = self._next(me)
                 if nxt is None:
                     return
@@ -317,8 +330,11 @@ class Scheduler(Blocker):
             return all(r.thread not in threads for r in self.runners)
 
         with self.cond:
-            while not ended():
+            me.past_failure = True
+            try:
                 self._block(me, ended, what)
+            finally:
+                me.past_failure = False
 
     def poll(
         self,
@@ -398,7 +414,7 @@ class Scheduler(Blocker):
         """Seconds the running runner has held the baton without blocking or polling."""
         if self.current is None:
             return None
-        return time.monotonic() - self.touched
+        return time.monotonic() - max(self.touched, self.progress_at)
 
     def state(self) -> str:
         """What every runner waits for, then the server's state."""
