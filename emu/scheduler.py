@@ -420,7 +420,9 @@ class Scheduler(Blocker):
         """What every runner waits for, then the server's state."""
         with self.cond:
             lines = [
-                f"{r.name}: {_text(r.what)}" if r.pred is not None else f"{r.name}: runnable"
+                _text(r.what)
+                if r.pred is not None
+                else f"{r.name}: {'running its own code' if r is self.current else 'runnable'}"
                 for r in self.runners
             ]
             world = self.describe_world()
