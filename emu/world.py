@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -51,6 +52,9 @@ from .rendezvous import Rendezvous
 from .reports import WorldReports
 from .scheduler import Scheduler, policy_for
 from .watch import WatchedWindows
+
+#: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
+_cores = threading.local()
 
 
 class Slot:
@@ -380,11 +384,36 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:
-        """Around one core's run: its flag polls through tensors (and the race check's watch)."""
-        # innermost: a poll that blocks holds none of the race check's locks
-        polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
-        with super().core_scope(rank), polls:
-            yield
+        """Around one core's run: the race check's watch, and flag polls once windows exist.
+
+        The poll watch (a torch dispatch mode, innermost so that a poll that blocks
+        holds none of the race check's locks) costs every torch operation a Python
+        call: a core enters it when it first asks for a window, or at its start
+        when windows exist already.
+        """
+        with super().core_scope(rank), contextlib.ExitStack() as stack:
+            _cores.scope = (stack, rank)
+            if self._window_store():
+                self._watch_polls()
+            try:
+                yield
+            finally:
+                _cores.scope = None
+
+    def _watch_polls(self) -> None:
+        """Enter the flag-poll watch in the calling core (once per core run)."""
+        scope = getattr(_cores, "scope", None)
+        if scope is not None:
+            stack, rank = scope
+            _cores.scope = None
+            stack.enter_context(
+                FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
+            )
+
+    def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
+        found = super().window(domain, rank, kind)
+        self._watch_polls()
+        return found
 
     def close(self) -> None:
         """End the server's lane thread."""
