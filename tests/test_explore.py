@@ -69,3 +69,14 @@ def test_exploring_finds_a_failing_schedule_and_says_how_to_replay_it() -> None:
 def test_gloo_refuses_schedules(option: dict) -> None:
     with pytest.raises(ValueError, match="run on the emulator"):
         hp.run(racy_order, world_size=2, backend="gloo", **option)
+
+
+def test_run_refuses_seed_on_gloo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hccl_py.__main__ import main
+
+    monkeypatch.setenv("HCCL_PY_BACKEND", "emu")  # main sets it: restored after the test
+
+    assert main(["run", "-n", "2", "--backend", "gloo", "--seed", "1", "unused.py"]) == 2
+    assert "run on the emulator" in capsys.readouterr().err
