@@ -385,6 +385,23 @@ class Scheduler(Blocker):
             if nxt is not None:
                 self._switch(me, nxt)
 
+    def settle(self) -> None:
+        """Before a Query: a late server runs the ready rounds when no other runner can go on.
+
+        The querying runner is as good as waiting for the server, as on hardware.
+        """
+        me = self.me()
+        if me is None or not self.policy.late:
+            return
+        with self.cond:
+            while (
+                self.error is None
+                and self.has_work()
+                and not any(r.runnable() for r in self.runners if r is not me)
+                and self._run_job()
+            ):
+                pass
+
     def pause(self) -> None:
         """The calling runner stays runnable but lets the next runnable one run first."""
         me = self.me()

@@ -334,6 +334,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         # goes on and meets the failure at its next call that needs a peer.
 
     def finished(self, task: Task) -> int:
+        self.blocker.settle()
         with self.blocker.cond:
             slot = self._slot(task)
             if slot.error is not None:
