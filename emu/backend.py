@@ -130,7 +130,7 @@ def _stop_running(
         runner.rank,
         cls(
             f"rank {runner.rank} {why}; it is not inside an hccl_py call but here:\n"
-            f"{_where(runner.thread)}",
+            f"{_where(runner.thread)}\nState of the world:\n{world.blocker.state()}",
             rank=runner.rank,
         ),
     )

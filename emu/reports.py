@@ -7,13 +7,10 @@ world's lock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
 
-if TYPE_CHECKING:
-    from .world import Slot
+from .slot import Slot
 
 #: How many unfinished slots a report of the world's state lists.
 STATE_LINES = 12

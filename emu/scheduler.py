@@ -23,7 +23,6 @@ unchanged) and the server has nothing to run.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -32,115 +31,11 @@ from typing import Any
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 
-#: Probability that a random schedule switches runners at a non-blocking switch point.
-SWITCH_P = 0.25
-#: PCT: priority changes per run, and the chance of one at each switch point.
-PCT_CHANGES = 3
-PCT_CHANGE_P = 1 / 32
-#: Server timings a seeded schedule picks from: probability of running a ready round
-#: at each decision (1: eager, 0: only when no runner can go on).
-TIMINGS = {"eager": 1.0, "late": 0.0, "random": 0.5}
-#: The kinds of seeded schedule, by ``seed % len(KINDS)``.
-KINDS = ("random", "pct")
+from .policies import Policy, Runner
 
-
-class Runner:
-    """One thread of the world that runs user code: a rank or one core of a kernel."""
-
-    __slots__ = ("key", "name", "rank", "gate", "pred", "what", "polls", "priority", "thread")
-
-    def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
-        self.key = key
-        self.name = name
-        self.rank = rank
-        self.gate = threading.Lock()
-        self.gate.acquire()
-        #: None: runnable; else the condition it waits for and what it waits for.
-        self.pred: Callable[[], bool] | None = None
-        self.what: Text = ""
-        #: What it polled since it last blocked: key -> (value seen, read again, description).
-        self.polls: dict[Hashable, tuple[object, Callable[[], object], Text]] = {}
-        self.priority = 0.0
-        self.thread: threading.Thread | None = None
-
-    def runnable(self) -> bool:
-        """Not blocked, or its condition holds now."""
-        return self.pred is None or self.pred()
-
-
-class Policy:
-    """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
-
-    #: Whether a non-blocking switch point may hand control to another runner.
-    preemptive = False
-
-    def __init__(self, late: bool = False) -> None:
-        self.late = late
-        self.description = "the default schedule" + (" (late server)" if late else "")
-
-    def add(self, runner: Runner) -> None:
-        """A new runner joins the world."""
-
-    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
-        """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
-        if current is not None:
-            for r in runnable:
-                if r.key > current.key:
-                    return r
-        return runnable[0]
-
-    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
-        """At a non-blocking switch point of ``current``: another runner to run, or None."""
-        return None
-
-    def run_round(self, runners_can_go: bool) -> bool:
-        """Whether the server runs a ready round now (``runners_can_go``: some runner could run)."""
-        return not (self.late and runners_can_go)
-
-
-class SeededPolicy(Policy):
-    """A reproducible schedule picked by ``seed``: random or PCT-style, with a server timing."""
-
-    preemptive = True
-
-    def __init__(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.kind = KINDS[seed % len(KINDS)]
-        timing = list(TIMINGS)[(seed // len(KINDS)) % len(TIMINGS)]
-        self.round_p = TIMINGS[timing]
-        self.late = self.round_p == 0.0
-        self.changes = 0
-        self.description = f"seed {seed}: {self.kind} switches, {timing} server"
-
-    def add(self, runner: Runner) -> None:
-        runner.priority = self.rng.random() + PCT_CHANGES
-
-    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
-        if self.kind == "pct":
-            return max(runnable, key=lambda r: r.priority)
-        return self.rng.choice(runnable)
-
-    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
-        if self.kind == "pct":
-            if self.changes < PCT_CHANGES and self.rng.random() < PCT_CHANGE_P:
-                self.changes += 1
-                current.priority = PCT_CHANGES - self.changes  # below every initial priority
-            best = max(runnable, key=lambda r: r.priority)
-            return best if best.priority > current.priority else None
-        others = [r for r in runnable if r is not current]
-        if others and self.rng.random() < SWITCH_P:
-            return self.rng.choice(others)
-        return None
-
-    def run_round(self, runners_can_go: bool) -> bool:
-        if not runners_can_go:
-            return True
-        return self.round_p > 0 and (self.round_p == 1.0 or self.rng.random() < self.round_p)
-
-
-def policy_for(seed: int | None, schedule: str) -> Policy:
-    """The default policy (``seed`` None, server timing by ``schedule``) or the seeded one."""
-    return Policy(schedule == "late") if seed is None else SeededPolicy(seed)
+#: Unchanged reads in a row that make a poll: a kernel that reads a status word twice to
+#: flip it (``status[0] = 1 - status[0]`` after ``int(status[0])``) is not polling it.
+POLL_READS = 3
 
 
 class _Serial:
@@ -237,7 +132,7 @@ class Scheduler(Blocker):
     # ----------------------------------------------------------- choosing
     def _runnable(self) -> list[Runner]:
         if self.error is not None:
-            return list(self.runners)
+            return [r for r in self.runners if not r.past_failure or r.runnable()]
         return [r for r in self.runners if r.runnable()]
 
     def _next(self, me: Runner | None) -> Runner | None:
@@ -282,7 +177,7 @@ class Scheduler(Blocker):
         """Under the lock: ``me`` waits until ``pred()`` (or the world failed)."""
         me.pred, me.what = pred, what
         try:
-            while not (pred() or self.error is not None):
+            while not (pred() or (self.error is not None and not me.past_failure)):
                 nxt = self._next(me)
                 if nxt is None:
                     return
@@ -317,15 +212,11 @@ class Scheduler(Blocker):
             return all(r.thread not in threads for r in self.runners)
 
         with self.cond:
-            while not ended():
-                if self.error is None:
-                    self._block(me, ended, what)
-                    continue
-                # a failed world: _block returns at once, so hand the baton on by hand
-                # until the threads ended (they raise the error at their next call)
-                others = [r for r in self.runners if r is not me]
-                if others:
-                    self._switch(me, self.policy.choose(others, me))
+            me.past_failure = True
+            try:
+                self._block(me, ended, what)
+            finally:
+                me.past_failure = False
 
     def poll(
         self,
@@ -335,7 +226,7 @@ class Scheduler(Blocker):
         deadlock: bool = True,
         read: Callable[[], object] | None = None,
     ) -> None:
-        """A non-blocking poll that saw ``value``; seeing the same value again blocks the runner.
+        """A non-blocking poll that saw ``value``; :data:`POLL_READS` unchanged reads block the runner.
 
         The runner then waits until one of the values it polled since it last
         blocked changes (``read()`` gives each one now): a poller whose values
@@ -348,15 +239,16 @@ class Scheduler(Blocker):
         with self.cond:
             self.raise_if_failed()
             seen = me.polls.get(key)
-            me.polls[key] = (value, read, what)
-            if seen is None or seen[0] != value:
+            reads = 1 if seen is None or seen[0] != value else seen[3] + 1
+            me.polls[key] = (value, read, what, reads)
+            if reads < POLL_READS:
                 self.point()
                 return
             self.touched = time.monotonic()
             polls = dict(me.polls)
 
             def changed() -> bool:
-                return any(rd() != v for v, rd, _ in polls.values())
+                return any(rd() != v for v, rd, _, _ in polls.values())
 
             self._block(me, changed, what)
             me.polls.clear()
@@ -375,6 +267,23 @@ class Scheduler(Blocker):
             nxt = self.policy.switch(me, self._runnable())
             if nxt is not None:
                 self._switch(me, nxt)
+
+    def settle(self) -> None:
+        """Before a Query: a late server runs the ready rounds when no other runner can go on.
+
+        The querying runner is as good as waiting for the server, as on hardware.
+        """
+        me = self.me()
+        if me is None or not self.policy.late:
+            return
+        with self.cond:
+            while (
+                self.error is None
+                and self.has_work()
+                and not any(r.runnable() for r in self.runners if r is not me)
+                and self._run_job()
+            ):
+                pass
 
     def pause(self) -> None:
         """The calling runner stays runnable but lets the next runnable one run first."""
@@ -405,13 +314,15 @@ class Scheduler(Blocker):
         """Seconds the running runner has held the baton without blocking or polling."""
         if self.current is None:
             return None
-        return time.monotonic() - self.touched
+        return time.monotonic() - max(self.touched, self.progress_at)
 
     def state(self) -> str:
         """What every runner waits for, then the server's state."""
         with self.cond:
             lines = [
-                f"{r.name}: {_text(r.what)}" if r.pred is not None else f"{r.name}: runnable"
+                _text(r.what)
+                if r.pred is not None
+                else f"{r.name}: {'running its own code' if r is self.current else 'runnable'}"
                 for r in self.runners
             ]
             world = self.describe_world()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -42,71 +43,16 @@ from . import executor
 from .flags import FlagPolls
 from .lane import Lane
 from .onesided import OneSidedWrites
+from .policies import policy_for
 from .races import WindowRaces
 from .rendezvous import Rendezvous
 from .reports import WorldReports
-from .scheduler import Scheduler, policy_for
+from .scheduler import Scheduler
+from .slot import Slot
 from .watch import WatchedWindows
 
-
-class Slot:
-    """One collective: the tasks of every rank at one position of one domain."""
-
-    def __init__(self, key: tuple[str, int], rank_dim: int) -> None:
-        self.key = key
-        self.rank_dim = rank_dim
-        self.tasks: dict[int, Task] = {}
-        self.committed: dict[int, int] = {}
-        #: (domain rank, round) -> the rank's clock at that Commit (the window race check)
-        self.clocks: dict[tuple[int, int], tuple[int, ...] | None] = {}
-        self.done = 0
-        self.running = False
-        self.error: HcclError | None = None
-
-    @property
-    def domain(self) -> str:
-        """Name of the slot's domain."""
-        return self.key[0]
-
-    @property
-    def seq(self) -> int:
-        """Position of the slot in its domain."""
-        return self.key[1]
-
-    @property
-    def complete(self) -> bool:
-        """Every rank of the domain submitted its task."""
-        return len(self.tasks) == self.rank_dim
-
-    @property
-    def repeat(self) -> int:
-        """Rounds of the slot (as the first submitted task says)."""
-        return next(iter(self.tasks.values())).repeat
-
-    @property
-    def finished(self) -> bool:
-        """Every round ran."""
-        return self.complete and self.done >= self.repeat
-
-    def sample(self) -> Task:
-        """Some rank's task, for descriptions."""
-        return next(iter(self.tasks.values()))
-
-    def not_submitted(self) -> list[int]:
-        """Domain ranks whose task has not arrived."""
-        return [r for r in range(self.rank_dim) if r not in self.tasks]
-
-    def not_committed(self, rounds: int) -> list[int]:
-        """Domain ranks that committed fewer than ``rounds`` rounds."""
-        return [r for r in range(self.rank_dim) if self.committed.get(r, 0) < rounds]
-
-    @classmethod
-    def retired(cls, task: Task) -> Slot:
-        """A stand-in for the finished slot of ``task`` that the world forgot."""
-        slot = cls((task.domain_name, task.seq), task.rank_dim)
-        slot.tasks = dict.fromkeys(range(task.rank_dim), task)
-        slot.done = task.repeat
-        return slot
+#: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
+_cores = threading.local()
 
 
 class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
@@ -340,6 +286,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         # goes on and meets the failure at its next call that needs a peer.
 
     def finished(self, task: Task) -> int:
+        self.blocker.settle()
         with self.blocker.cond:
             slot = self._slot(task)
             if slot.error is not None:
@@ -414,11 +361,36 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:
-        """Around one core's run: its flag polls through tensors (and the race check's watch)."""
-        # innermost: a poll that blocks holds none of the race check's locks
-        polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
-        with super().core_scope(rank), polls:
-            yield
+        """Around one core's run: the race check's watch, and flag polls once windows exist.
+
+        The poll watch (a torch dispatch mode, innermost so that a poll that blocks
+        holds none of the race check's locks) costs every torch operation a Python
+        call: a core enters it when it first asks for a window, or at its start
+        when windows exist already.
+        """
+        with super().core_scope(rank), contextlib.ExitStack() as stack:
+            _cores.scope = (stack, rank)
+            if self._window_store():
+                self._watch_polls()
+            try:
+                yield
+            finally:
+                _cores.scope = None
+
+    def _watch_polls(self) -> None:
+        """Enter the flag-poll watch in the calling core (once per core run)."""
+        scope = getattr(_cores, "scope", None)
+        if scope is not None:
+            stack, rank = scope
+            _cores.scope = None
+            stack.enter_context(
+                FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
+            )
+
+    def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
+        found = super().window(domain, rank, kind)
+        self._watch_polls()
+        return found
 
     def close(self) -> None:
         """End the server's lane thread."""

@@ -28,11 +28,13 @@ except ImportError:
 from .backends import BACKENDS
 from .runtime import (
     BACKEND_ENV,
+    EXPLORE_ENV,
     LAYOUT_ENV,
     PLATFORM_ENV,
     POISON_ENV,
     RUNNER_NPROC_ENV,
     SCHEDULE_ENV,
+    SEED_ENV,
     SUMMARY_ENV,
     TRACE_ENV,
     WORLD_SIZE_ENV,
@@ -122,6 +124,20 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="NaN / 0xFF in receive ranges until their round ran; window race check (emulator)",
     )
+    checks.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="the emulator's schedule: a seeded one instead of the fixed default (replays a "
+        "schedule that --explore reported)",
+    )
+    checks.add_argument(
+        "--explore",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run under N emulator schedules (with --poison's checks) and stop at the first failure",
+    )
     multi = run.add_argument_group("several hosts (gloo, hccl)")
     multi.add_argument("--nnodes", type=int, default=1, help="number of hosts")
     multi.add_argument("--node-rank", type=int, default=0, help="this host's index")
@@ -188,6 +204,18 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[SCHEDULE_ENV] = opts.schedule
     if opts.poison:
         os.environ[POISON_ENV] = "1"
+    if opts.seed is not None or opts.explore is not None:
+        if backend != "emu":
+            print(
+                f"error: --seed and --explore pick schedules of the emulator; the {backend} "
+                "backend runs its ranks concurrently: run on the emulator (no --backend)",
+                file=sys.stderr,
+            )
+            return 2
+        if opts.seed is not None:
+            os.environ[SEED_ENV] = str(opts.seed)
+        if opts.explore is not None:
+            os.environ[EXPLORE_ENV] = str(opts.explore)
     if backend == "emu":
         return _run_in_process(opts)
     from .launcher.script import RunnerOptions, run_script

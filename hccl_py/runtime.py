@@ -17,6 +17,7 @@ from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.platform import get_platform
 from .core.report import KINDS
+from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
 from .launcher.spec import under_launcher
@@ -35,6 +36,9 @@ LAYOUT_ENV = "HCCL_PY_LAYOUT"
 #: Schedule ("eager"/"late") and poison ("1") of runs that do not pass schedule=/poison=.
 SCHEDULE_ENV = "HCCL_PY_SCHEDULE"
 POISON_ENV = "HCCL_PY_POISON"
+#: The emulator's schedule seed and the number of schedules to explore (``run --seed/--explore``).
+SEED_ENV = "HCCL_PY_SEED"
+EXPLORE_ENV = "HCCL_PY_EXPLORE"
 
 WORLD_SIZE_ENV = "HCCL_PY_WORLD_SIZE"
 #: Set by ``python -m hccl_py run -n N`` on the emulator: the rank count the user asked for.
@@ -127,6 +131,8 @@ def run(
     record: bool = False,
     buffsize_mb: int | None = None,
     ranks_per_server: int | None = None,
+    seed: int | None = None,
+    explore: int | None = None,
 ) -> RunResult:
     """Run ``fn(*args)`` once per rank (SPMD) and return the per-rank results.
 
@@ -147,7 +153,10 @@ def run(
     every call and round (Chrome trace JSON for Perfetto); ``summary=True`` (or
     ``HCCL_PY_SUMMARY=1``) prints tasks, rounds, bytes and Wait time per rank and
     domain at the end; ``record=True`` only keeps the recording in the result's
-    ``traces`` (see docs/debugging.md).
+    ``traces`` (see docs/debugging.md). On the emulator, ``seed=S`` (``HCCL_PY_SEED``)
+    runs a reproducible seeded schedule instead of the fixed default one, and
+    ``explore=N`` (``HCCL_PY_EXPLORE``) runs the program under N schedules with
+    the sanitizer on unless ``poison=False`` (see docs/emulator.md).
     """
     world_size = _checked_world_size(world_size)
     asked = os.environ.get(RUNNER_NPROC_ENV)
@@ -161,6 +170,14 @@ def run(
         summary = os.environ.get(SUMMARY_ENV, "") not in ("", "0")
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
+    seed = _env_int(SEED_ENV) if seed is None else seed
+    explore = _env_int(EXPLORE_ENV) if explore is None else explore
+    if explore is not None and (
+        isinstance(explore, bool) or not isinstance(explore, int) or explore < 1
+    ):
+        raise ValueError(f"explore must be a positive number of schedules, not {explore!r}")
+    if explore and poison is None:
+        poison = True
     if world_size is None and os.environ.get(WORLD_SIZE_ENV):
         world_size = int(os.environ[WORLD_SIZE_ENV])
     config = Config(
@@ -174,11 +191,24 @@ def run(
         record=bool(record or trace or summary or picture),
         buffsize_mb=(default_buffsize() if buffsize_mb is None else checked_buffsize(buffsize_mb)),
         **({} if ranks_per_server is None else {"ranks_per_server": int(ranks_per_server)}),
+        seed=seed,
     )
-    chosen = get_backend(backend or default_backend())
+    name = backend or default_backend()
+    if name != "emu" and (seed is not None or explore):
+        raise ValueError(
+            f"seed= and explore= pick schedules of the emulator; the {name} backend runs its "
+            "ranks concurrently: run on the emulator (backend='emu', or python -m hccl_py run "
+            "without --backend) to replay or explore schedules"
+        )
+    chosen = get_backend(name)
+
+    def run_one(cfg: Config) -> list[Any]:
+        return chosen.run(WithWarnings(fn), tuple(args), world_size, cfg)
+
     with frozen_heap():
         try:
-            result = RunResult(chosen.run(WithWarnings(fn), tuple(args), world_size, config))
+            ranks = explore_schedules(run_one, config, explore) if explore else run_one(config)
+            result = RunResult(ranks)
         except WorldError as err:
             if trace and _lead():
                 _write_failed_trace(trace, err)
@@ -195,6 +225,17 @@ def run(
             if picture != "-":
                 drawn.save_png(picture)
     return result
+
+
+def _env_int(name: str) -> int | None:
+    """An int from environment variable ``name`` (None when unset)."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, not {value!r}") from None
 
 
 def _lead() -> bool:

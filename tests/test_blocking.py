@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from hccl_py.backends.emu.policies import Policy, SeededPolicy
+from hccl_py.backends.emu.scheduler import Scheduler
 
-from emu.scheduler import Policy, Scheduler, SeededPolicy
 from hccl_py.core.errors import HcclDeadlockError
 from hccl_py.server import blocking
 

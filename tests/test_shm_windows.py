@@ -29,10 +29,12 @@ from test_windows import ring_rank
 import hccl_py as hp
 from hccl_py.backends.dist import shm_windows
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window_file, open_window_file
-from hccl_py.kernel.context import Group, current_rank_context
+from hccl_py.core.group import Group
+from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher import shm_files
 from hccl_py.launcher.liveness import process_gone
 from hccl_py.launcher.shm_files import remove_created, remove_job_files
+from hccl_py.server.windows import KINDS
 
 NBYTES = 1 << 20
 #: Seconds a launched job may take to print its readiness line, and its ranks to exit.
@@ -133,7 +135,7 @@ def test_a_full_shm_names_it_and_hccl_buffsize(shm: Path, monkeypatch) -> None:
     with pytest.raises(hp.HcclNoWindowsError) as info:
         server.window("dom", 0, "In")
     assert str(info.value) == (
-        f"GetWindowsInAddr: rank 0: {shm} has 3 MB free, less than the 2 windows of this rank "
+        f"GetWindowsInAddr: rank 0: {shm} has 3 MB free, less than the {len(KINDS)} windows of this rank "
         f"need (HCCL_BUFFSIZE=200 MB each): free space in {shm} or lower HCCL_BUFFSIZE (or "
         "hp.run(..., buffsize_mb=))"
     )
@@ -177,7 +179,7 @@ def _servers(n: int, buffsize_mb: int = 1) -> list[_Server]:
 def test_every_rank_maps_every_window_and_no_file_remains(shm: Path) -> None:
     servers = _servers(3)
     assert list(shm.iterdir()) == []
-    assert len(servers[0].window_paths) == 6
+    assert len(servers[0].window_paths) == 3 * len(KINDS)
     for src in servers:
         hp_bytes = src.window("dom", 2, "Out").data
         hp_bytes[src.session.rank] = 10 + src.session.rank
@@ -259,7 +261,7 @@ def paths_after_ring() -> list[str]:
 def test_no_file_remains_after_a_clean_gloo_run() -> None:
     per_rank = hp.run(paths_after_ring, world_size=3, backend="gloo", ranks_per_server=1)
     paths = per_rank[0]
-    assert len(paths) == 6 and all(p == paths for p in per_rank)
+    assert len(paths) == 3 * len(KINDS) and all(p == paths for p in per_rank)
     assert all(os.path.basename(p).startswith("hccl_py-") for p in paths)
     assert not [p for p in paths if os.path.exists(p)]
 
@@ -330,7 +332,7 @@ def test_no_file_remains_when_the_runner_is_killed(tmp_path: Path, sig: signal.S
         pids = [int(pid) for pid, _ in ready]
         paths = json.loads(ready[0][1])
         job = os.path.basename(paths[0]).rsplit("-", 2)[0] + "-"
-        assert len(paths) == 6 and not [p for p in paths if os.path.exists(p)]
+        assert len(paths) == 3 * len(KINDS) and not [p for p in paths if os.path.exists(p)]
         proc.send_signal(sig)
         deadline = time.monotonic() + EXIT_S
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:

@@ -271,7 +271,7 @@ LAYERS = [
     {"framework"},
     {"launcher"},
     {"backends"},
-    {"", "runtime", "bench", "__main__"},
+    {"", "runtime", "explore", "bench", "__main__"},
 ]
 
 

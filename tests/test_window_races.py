@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from hccl_py.backends.emu import wait_until
+from hccl_py.backends.emu.intervals import IntervalMap
 from test_windows import (
     FLAG,
     FP32,
@@ -33,7 +34,6 @@ from test_windows import (
 )
 
 import hccl_py as hp
-from emu.intervals import IntervalMap
 
 M = 32  # floats of data: 128 bytes, more than a flag
 HERE = Path(__file__)

@@ -715,3 +715,38 @@ def test_a_window_only_kernel_needs_no_finalize() -> None:
 
     result = run_kernel(kernel, n=2)
     assert result.warnings == {}
+
+
+def _ring_on_held_flags(write_next: bool):
+    """Each rank holds a view of its own flag and spins on it; optionally its peer writes it."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        flag = hp.gm_tensor(h.GetWindowsInAddr(me) + FLAG, torch.int32, 1)
+        if write_next:
+            hp.gm_tensor(h.GetWindowsInAddr((me + 1) % dim) + FLAG, torch.int32, 1)[0] = 1
+        while int(flag[0]) != 1:  # a poll through a tensor the kernel holds
+            pass
+        hp.gm_tensor(out, torch.float32, 1)[0] = 1.0
+        h.Finalize()
+
+    return kernel
+
+
+def test_a_ring_polling_held_flags_runs_on_eight_ranks() -> None:
+    got = run_kernel(_ring_on_held_flags(write_next=True), n=8, out_len=1)
+    assert got == [[1.0]] * 8
+
+
+def test_held_flags_nobody_writes_are_one_deadlock_report_on_eight_ranks() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_ring_on_held_flags(write_next=False), n=8, out_len=1, timeout=600)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value  # at once, not the 600 s timeout
+    lines = err.reason.splitlines()[1:9]
+    assert lines == [
+        f"  - rank {r} polls bytes [1048576, 1048580) of WindowsIn of rank {r} (domain "
+        "hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank writes them"
+        for r in range(8)
+    ]

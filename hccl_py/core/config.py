@@ -47,8 +47,8 @@ class Config:
       while nothing else progresses (emulator), or after another rank returned (gloo),
       are stopped and reported with their Python stack.
     - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
-      runs it as late as possible: only once every other thread of the world waits
-      (in Wait, Finalize, SyncAll ...) or polls Query in vain (exposes races).
+      runs it as late as possible: only when no rank or core of the world can go on
+      (every one waits in Wait, Finalize, SyncAll ... or polls a value nobody changed).
     - ``poison``: fill receive ranges of committed, unfinished rounds with NaN / 0xFF
       (restored if the round never runs); see docs/sanitizer.md.
     - ``overlap``: what to do about overlapping ranges (receive blocks of one task, or

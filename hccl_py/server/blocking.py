@@ -122,6 +122,9 @@ class Blocker:
     def point(self) -> None:
         """A switch point (the start of an hccl_py call): threads here switch on their own."""
 
+    def settle(self) -> None:
+        """Before a poll (Query): a late server may run what is ready (the emulator's)."""
+
     def pause(self) -> None:
         """Let the other threads run a while (a poll the blocker cannot read back)."""
         time.sleep(0)

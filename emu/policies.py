@@ -1,0 +1,137 @@
+"""Who runs next: the runners of an emulated world and the policies that choose among them.
+
+The default :class:`Policy` is fixed (run until blocked, then the next runner in
+(rank, core) order); :class:`SeededPolicy` makes random or PCT-style choices from a
+seed, with server timings from eager to late. :func:`policy_for` picks one.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Hashable
+
+from hccl_py.server.blocking import Text
+
+#: Probability that a random schedule switches runners at a non-blocking switch point.
+SWITCH_P = 0.25
+#: PCT: priority changes per run, and the chance of one at each switch point.
+PCT_CHANGES = 3
+PCT_CHANGE_P = 1 / 32
+#: Server timings a seeded schedule picks from: probability of running a ready round
+#: at each decision (1: eager, 0: only when no runner can go on).
+TIMINGS = {"eager": 1.0, "late": 0.0, "random": 0.5}
+#: The kinds of seeded schedule, by ``seed % len(KINDS)``.
+KINDS = ("random", "pct")
+
+
+class Runner:
+    """One thread of the world that runs user code: a rank or one core of a kernel."""
+
+    __slots__ = (
+        "key",
+        "name",
+        "rank",
+        "gate",
+        "pred",
+        "what",
+        "polls",
+        "priority",
+        "thread",
+        "past_failure",
+    )
+
+    def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
+        self.key = key
+        self.name = name
+        self.rank = rank
+        self.gate = threading.Lock()
+        self.gate.acquire()
+        #: None: runnable; else the condition it waits for and what it waits for.
+        self.pred: Callable[[], bool] | None = None
+        self.what: Text = ""
+        #: What it polled since it last blocked: key -> (value seen, read again, description).
+        self.polls: dict[Hashable, tuple[object, Callable[[], object], Text, int]] = {}
+        self.priority = 0.0
+        self.thread: threading.Thread | None = None
+        #: Waits on even in a failed world (a rank waiting for its cores to end).
+        self.past_failure = False
+
+    def runnable(self) -> bool:
+        """Not blocked, or its condition holds now."""
+        return self.pred is None or self.pred()
+
+
+class Policy:
+    """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
+
+    #: Whether a non-blocking switch point may hand control to another runner.
+    preemptive = False
+
+    def __init__(self, late: bool = False) -> None:
+        self.late = late
+        self.description = "the default schedule" + (" (late server)" if late else "")
+
+    def add(self, runner: Runner) -> None:
+        """A new runner joins the world."""
+
+    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
+        """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
+        if current is not None:
+            for r in runnable:
+                if r.key > current.key:
+                    return r
+        return runnable[0]
+
+    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
+        """At a non-blocking switch point of ``current``: another runner to run, or None."""
+        return None
+
+    def run_round(self, runners_can_go: bool) -> bool:
+        """Whether the server runs a ready round now (``runners_can_go``: some runner could run)."""
+        return not (self.late and runners_can_go)
+
+
+class SeededPolicy(Policy):
+    """A reproducible schedule picked by ``seed``: random or PCT-style, with a server timing."""
+
+    preemptive = True
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.kind = KINDS[seed % len(KINDS)]
+        timing = list(TIMINGS)[(seed // len(KINDS)) % len(TIMINGS)]
+        self.round_p = TIMINGS[timing]
+        self.late = self.round_p == 0.0
+        self.changes = 0
+        self.description = f"seed {seed}: {self.kind} switches, {timing} server"
+
+    def add(self, runner: Runner) -> None:
+        runner.priority = self.rng.random() + PCT_CHANGES
+
+    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
+        if self.kind == "pct":
+            return max(runnable, key=lambda r: r.priority)
+        return self.rng.choice(runnable)
+
+    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
+        if self.kind == "pct":
+            if self.changes < PCT_CHANGES and self.rng.random() < PCT_CHANGE_P:
+                self.changes += 1
+                current.priority = PCT_CHANGES - self.changes  # below every initial priority
+            best = max(runnable, key=lambda r: r.priority)
+            return best if best.priority > current.priority else None
+        others = [r for r in runnable if r is not current]
+        if others and self.rng.random() < SWITCH_P:
+            return self.rng.choice(others)
+        return None
+
+    def run_round(self, runners_can_go: bool) -> bool:
+        if not runners_can_go:
+            return True
+        return self.round_p > 0 and (self.round_p == 1.0 or self.rng.random() < self.round_p)
+
+
+def policy_for(seed: int | None, schedule: str) -> Policy:
+    """The default policy (``seed`` None, server timing by ``schedule``) or the seeded one."""
+    return Policy(schedule == "late") if seed is None else SeededPolicy(seed)

@@ -1,0 +1,90 @@
+"""``hp.run(..., explore=N)``: run a program under N schedules of the emulator.
+
+Schedule 0 is the fixed default one; schedule ``i`` (1 .. N-1) is ``seed=i``
+(random or PCT-style switches, server timings from eager to late; see
+``emu/scheduler.py``). The first failing schedule raises its error with the
+seed that replays it (``err.seed`` and a ``replay:`` line in the message).
+Results that differ between passing schedules raise
+:class:`HcclScheduleError`, naming the first rank, value and element that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .core.config import Config
+from .core.errors import HcclError, WorldError
+
+
+class HcclScheduleError(HcclError):
+    """A program's results depend on the schedule: two passing schedules disagree."""
+
+
+def replay_line(seed: int) -> str:
+    """How to replay schedule ``seed``, in Python and on the command line."""
+    return f"replay: hp.run(..., seed={seed}) / python -m hccl_py run --seed {seed}"
+
+
+def first_difference(a: Any, b: Any, where: str) -> str | None:
+    """Where ``a`` and ``b`` first differ (a path and an element), or None when they are equal."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{where}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
+        same = (a == b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a == b
+        bad = (~same).nonzero()
+        if not len(bad):
+            return None
+        index = tuple(int(i) for i in bad[0])
+        return f"{where}, element {list(index)}: {a[index].item()!r} vs {b[index].item()!r}"
+    if type(a) is not type(b):
+        return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} items vs {len(b)}"
+        found = (
+            first_difference(x, y, f"{where}[{i}]")
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+        )
+        return next((d for d in found if d is not None), None)
+    if isinstance(a, dict):
+        if a.keys() != b.keys():
+            return f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
+        found = (first_difference(a[k], b[k], f"{where}[{k!r}]") for k in a)
+        return next((d for d in found if d is not None), None)
+    return None if a == b else f"{where}: {a!r} vs {b!r}"
+
+
+def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: int) -> list[Any]:
+    """Run ``run_one`` under ``schedules`` schedules; the default schedule's results.
+
+    Raises the first failing schedule's error (with ``.seed``), or
+    :class:`HcclScheduleError` when two passing schedules give different results.
+    """
+    first: list[Any] | None = None
+    for seed in [None, *range(1, schedules)]:
+        try:
+            results = run_one(dataclasses.replace(config, seed=seed))
+        except WorldError as err:
+            err.seed = seed
+            if seed is None:  # the default schedule: a plain run replays it
+                raise
+            err.args = (f"{err.args[0]}\nschedule {seed} failed; {replay_line(seed)}",)
+            raise
+        if first is None:
+            first = results
+            continue
+        for rank, (want, got) in enumerate(zip(first, results, strict=True)):
+            diff = first_difference(want, got, f"rank {rank}'s result")
+            if diff is not None:
+                error = HcclScheduleError(
+                    f"schedule-dependent result: the default schedule and schedule {seed} "
+                    f"differ at {diff}; {replay_line(seed)}",
+                    rank=rank,
+                )
+                error.seed = seed
+                raise error
+    return first

@@ -1,0 +1,86 @@
+"""Seeded schedules, replay and exploration of the emulator (hp.run(..., seed=, explore=))."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import hccl_py as hp
+from hccl_py.explore import HcclScheduleError
+
+#: Every rank appends its rank here at its first hccl_py call: the schedule's order.
+ORDER: list[int] = []
+
+
+def racy_order() -> list[int]:
+    """Each rank notes when it passes two barriers; the order it sees depends on the schedule."""
+    hp.barrier()
+    ORDER.append(hp.get_rank())
+    hp.barrier()
+    return list(ORDER)
+
+
+def order_of(**options) -> list[int]:
+    ORDER.clear()
+    return hp.run(racy_order, world_size=4, **options)[0]
+
+
+def test_the_default_schedule_is_the_same_every_time() -> None:
+    assert len({tuple(order_of()) for _ in range(3)}) == 1
+
+
+def test_a_seed_replays_its_schedule() -> None:
+    orders = {seed: order_of(seed=seed) for seed in range(1, 7)}
+    for seed, order in orders.items():
+        assert order_of(seed=seed) == order
+    assert len({tuple(o) for o in orders.values()}) > 1, "every seed gave the same schedule"
+
+
+def test_a_schedule_dependent_result_names_the_seed_and_the_element() -> None:
+    with pytest.raises(HcclScheduleError) as info:
+        ORDER.clear()
+        hp.run(lambda: (ORDER.clear(), racy_order())[1], world_size=4, explore=12)
+    err = info.value
+    assert isinstance(err.seed, int) and err.seed > 0
+    assert f"replay: hp.run(..., seed={err.seed}) / python -m hccl_py run --seed {err.seed}" in str(
+        err
+    )
+    assert "rank 0's result" in str(err)
+
+
+def in_order(want: list[int]) -> None:
+    """A check that holds in the default schedule only: ranks pass in its order."""
+    if hp.get_rank() == 0:
+        ORDER.clear()
+    assert racy_order() == want, "another order"
+
+
+def test_exploring_finds_a_failing_schedule_and_says_how_to_replay_it() -> None:
+    want = order_of()
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(in_order, world_size=4, explore=12, args=(want,))
+    err = info.value
+    assert err.seed >= 1 and f"--seed {err.seed}" in str(err)
+    hp.run(in_order, world_size=4, args=(want,))  # the default schedule passes
+    with pytest.raises(hp.WorldError):  # the seed replays the failure
+        hp.run(in_order, world_size=4, seed=err.seed, args=(want,))
+
+
+@pytest.mark.parametrize("option", [{"seed": 3}, {"explore": 2}])
+def test_gloo_refuses_schedules(option: dict) -> None:
+    with pytest.raises(ValueError, match="run on the emulator"):
+        hp.run(racy_order, world_size=2, backend="gloo", **option)
+
+
+def test_run_refuses_seed_on_gloo(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hccl_py.__main__ import main
+
+    monkeypatch.setenv("HCCL_PY_BACKEND", "emu")  # main sets it: restored after the test
+    script = tmp_path / "job.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+
+    assert main(["run", "-n", "2", "--backend", "gloo", "--seed", "1", str(script)]) == 2
+    assert "run on the emulator" in capsys.readouterr().err
