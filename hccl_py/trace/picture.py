@@ -212,7 +212,8 @@ class LayoutPicture:
         """Draw the strips to ``path`` (needs matplotlib: ``pip install 'hccl_py[bench]'``)."""
         plt = pyplot("a layout PNG")
         strips = self.all_strips()
-        fig, ax = plt.subplots(figsize=(10, 0.6 * len(strips) + 1.4))
+        height = 0.6 * len(strips) + 1.4
+        fig, ax = plt.subplots(figsize=(10, height))
         colors = plt.get_cmap("tab10")
         for y, strip in enumerate(strips):
             send = strip.side == "send"
@@ -235,7 +236,8 @@ class LayoutPicture:
         ax.invert_yaxis()
         ax.set_xlabel("byte offset in the buffer (receive: written; send: read)")
         handles = [patch(label, **style) for label, style in self.legend(colors)]
-        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+        below = (0.5, -0.7 / height)  # under the x label, whatever the number of strips
+        ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=below,
                   ncol=min(len(handles), 6))  # fmt: skip
         if title:
             ax.set_title(title, fontsize=9)
