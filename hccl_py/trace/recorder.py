@@ -14,6 +14,8 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from ..core import layout
 from ..core.task import Task
 
@@ -161,9 +163,12 @@ def _peer_rows(task: Task, side: str) -> list[list[tuple[int, int, int]]]:
     rounds = []
     for r in range(task.repeat):
         blocks = layout.round_blocks(task, side, r)
-        rows = []
-        for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
-            if n and not (per_peer and task.skip_local and k == task.rank):
-                rows.append((int(s), int(s + n), int(ranks[k]) if per_peer else -1))
-        rounds.append(rows)
+        keep = blocks.sizes > 0
+        if per_peer and task.skip_local and task.rank < keep.size:
+            keep[task.rank] = False
+        peers = np.flatnonzero(keep)
+        starts = blocks.starts[peers].tolist()
+        ends = (blocks.starts + blocks.sizes)[peers].tolist()
+        who = np.asarray(ranks)[peers].tolist() if per_peer else [-1] * len(peers)
+        rounds.append([(int(a), int(b), int(k)) for a, b, k in zip(starts, ends, who, strict=True)])
     return rounds
