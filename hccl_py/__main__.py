@@ -58,8 +58,10 @@ host needs the same HCCL_PY_SECRET)."""
 LAYOUT_DESCRIPTION = """\
 Run a script as 'run' does, then draw each rank's receive buffers as strips of
 byte ranges: which rank each range came from, with task (handle) and round,
-ranges no round wrote and ranges written twice. The text goes to stderr; --png
-also draws it with matplotlib."""
+ranges no round wrote and ranges written twice; then each rank's send buffers:
+which rank each range goes to, with task and round, ranges no round read and
+ranges read twice. The text goes to stderr; --png also draws it with
+matplotlib."""
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

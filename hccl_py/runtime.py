@@ -279,9 +279,11 @@ def explain_layout(
 
     Returns a :class:`~hccl_py.trace.picture.LayoutPicture`: ``.text()`` draws
     each rank's receive buffers as strips (source rank per byte range, task and
-    round, gaps left unwritten, overlaps written twice), ``.save_png(path)``
-    the same with matplotlib; ``png=`` saves it at once. ``options`` are
-    :func:`run`'s (backend, platform, ...).
+    round, gaps left unwritten, overlaps written twice), then its send buffers
+    (``.send_strips``: the rank each range goes to, task and round, unread
+    ranges, ranges read twice); ``.save_png(path)`` the same with matplotlib;
+    ``png=`` saves it at once. ``options`` are :func:`run`'s (backend,
+    platform, ...).
     """
     result = run(fn, world_size, args=args, record=True, **options)
     drawn = LayoutPicture(result.traces)

@@ -25,9 +25,9 @@ class Tiling(hp.TilingData):
     _fields_ = [("init", hp.Mc2InitTiling), ("cc", hp.Mc2CcTiling)]
 
 
-def _tiling() -> Tiling:
+def _tiling(cmd: int = hp.HCCL_CMD_ALLGATHER) -> Tiling:
     tiling = Tiling()
-    cfg = hp.Mc2CcTilingConfig("hccl_world_group", hp.HCCL_CMD_ALLGATHER, "")
+    cfg = hp.Mc2CcTilingConfig("hccl_world_group", cmd, "")
     cfg.GetTiling(tiling.init)
     cfg.GetTiling(tiling.cc)
     return tiling
@@ -184,9 +184,105 @@ def test_layout_picture_names_gaps_and_double_writes() -> None:
     assert strip.gaps() == [(1112, 1200), (1712, 1800), (2312, 2400)]
     assert strip.overlaps() == [(768, 856), (1024, 1112), (1280, 1368)]
     assert "[768, 856) written more than once" in picture.text()
-    labels = [label for label, _ in picture.legend(lambda r: f"C{r}")]
+    receives = picture.select(buffers=["yGM"])
+    labels = [label for label, _ in receives.legend(lambda r: f"C{r}")]
     assert labels == [*(f"from rank {r}" for r in range(4)), "unwritten", "written more than once"]
     assert dict(picture.legend(str))["written more than once"]["hatch"] == "xxx"
+
+
+def reduce_scatter(xGM: Any, yGM: Any, tilingGM: Any, stride: int) -> None:
+    """ReduceScatter of 4 FP32 values per tile, repeat 3, strideCount ``stride``."""
+    hccl = hp.Hccl()
+    hccl.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling, tilingGM))
+    hccl.SetCcTilingV2(hp.offsetof(Tiling, "cc"))
+    handle = hccl.ReduceScatter(xGM, yGM, 4, hp.HCCL_DATA_TYPE_FP32, hp.HCCL_REDUCE_SUM, stride, 3)
+    for _ in range(3):
+        hccl.Commit(handle)
+        hccl.Wait(handle)
+    hccl.Finalize()
+
+
+def reduce_scatter_main(stride: int) -> None:
+    n = hp.get_world_size()
+    x, y = torch.ones(n * 12), torch.zeros(12)
+    hp.launch(reduce_scatter, x, y, _tiling(hp.HCCL_CMD_REDUCE_SCATTER), stride)
+
+
+def test_send_strips_name_unread_bytes_and_double_reads() -> None:
+    """strideCount 4 instead of 12: round r reads block p at (r + p) * 16 bytes, not r * 16 +
+    p * 48, so blocks overlap, the last half is never read and the receive side looks right."""
+    picture = hp.explain_layout(reduce_scatter_main, 4, world_size=4)
+    assert all(not s.gaps() and not s.overlaps() for s in picture.strips)
+    assert [(s.rank, s.buffer, s.nbytes, s.side) for s in picture.send_strips] == [
+        (rank, "xGM", 192, "send") for rank in range(4)
+    ]
+    strip = picture.send_strips[2]
+    assert sorted((s.start, s.end, s.source, s.label) for s in strip.segments) == sorted(
+        ((r + p) * 16, (r + p + 1) * 16, p, f"ReduceScatter handle 0 round {r}")
+        for r in range(3)
+        for p in range(4)
+    )
+    assert strip.gaps() == [(96, 192)]
+    assert strip.overlaps() == [(16, 80)]
+    text = picture.text()
+    assert "rank 2 xGM (send) (192 bytes) |" in text
+    for line in (
+        "[16, 32) -> rank 1: ReduceScatter handle 0 round 0",
+        "[16, 32) -> rank 0: ReduceScatter handle 0 round 1",
+        "[96, 192) unread",
+        "[16, 80) read more than once",
+    ):
+        assert f"    {line}" in text
+    legend = dict(picture.legend(lambda r: f"C{r}"))
+    assert legend["to rank 3"] == {"facecolor": "C3", "hatch": "///", "edgecolor": "white"}
+    assert "unread" in legend and legend["read more than once"]["hatch"]
+
+    fixed = hp.explain_layout(reduce_scatter_main, 12, world_size=4)
+    strip = fixed.send_strips[0]
+    assert sorted((s.start, s.end, s.source) for s in strip.segments) == sorted(
+        (r * 16 + p * 48, r * 16 + p * 48 + 16, p) for r in range(3) for p in range(4)
+    )
+    assert strip.gaps() == [] and strip.overlaps() == []
+    assert ") unread" not in fixed.text() and ") read more than once" not in fixed.text()
+
+
+def test_send_strips_of_an_all_gather_go_to_every_rank(tmp_path: Path) -> None:
+    picture = hp.explain_layout(main, world_size=2, png=tmp_path / "layout.png")
+    assert [(s.rank, s.buffer) for s in picture.send_strips] == [(0, "xGM"), (1, "xGM")]
+    strip = picture.send_strips[1]
+    assert [(s.start, s.end, s.source, s.handle) for s in strip.segments] == [
+        (0, 256, -1, 0), (256, 512, -1, 0), (512, 600, -1, 1)
+    ]  # fmt: skip
+    assert "[512, 600) -> every rank: AllGather handle 1 round 0" in picture.text()
+    assert "rank 1 xGM (send) (600 bytes) |" + "*" * 64 + "|" in picture.text()
+    assert "to every rank" in dict(picture.legend(str))
+    sends = picture.select(ranks=[1], buffers=["xGM"], handles=[1])
+    assert sends.strips == [] and len(sends.send_strips) == 1
+    assert [(s.start, s.end) for s in sends.send_strips[0].segments] == [(512, 600)]
+    assert sends.send_strips[0].gaps() == [(0, 512)]
+    assert (tmp_path / "layout.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_send_stride_sample_and_its_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """samples/debug_send_stride_mistake.py fails on ranks 1-3; its send strips show why."""
+    monkeypatch.syspath_prepend(str(ROOT / "samples"))
+    import debug_send_stride_mistake as sample
+
+    wrong = ([(1200, 2400)], [(200, 1000)])
+    for fixed, verdicts, marks in (
+        (False, ["PASS", *["FAIL"] * 3], wrong),
+        (True, ["PASS"] * 4, ([], [])),
+    ):
+        monkeypatch.setattr(sample, "FIXED", fixed)
+        result = hp.run(sample.main, world_size=4, record=True)
+        assert [lines[0].split()[3] for lines in result] == verdicts
+        strip = hp.explain_layout(sample.main, world_size=4).send_strips[0]
+        assert (strip.gaps(), strip.overlaps()) == marks
+        if not fixed:
+            assert result[3][1] == (
+                "rank 3: rounds 0..2 summed send elements [300, 400) [400, 500) [500, 600); "
+                "expected [900, 1000) [1000, 1100) [1100, 1200)"
+            )
 
 
 def test_alltoallv_and_reduced_blocks() -> None:
@@ -226,6 +322,19 @@ def test_cli_run_trace_summary_and_layout(tmp_path: Path) -> None:
     assert out.returncode == 1  # the sample's check fails on purpose
     assert "[768, 856) written more than once" in out.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_layout_draws_send_strips() -> None:
+    sample = str(ROOT / "samples" / "debug_send_stride_mistake.py")
+    out = subprocess.run([sys.executable, "-m", "hccl_py", "layout", "-n", "4", sample],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 1  # the sample's check fails on purpose
+    assert "send buffers: digit = rank the bytes go to" in out.stderr
+    strip = "rank 1 xGM (send) (2400 bytes) |00000" + "!" * 21 + "333333" + "." * 32 + "|"
+    assert strip in out.stderr
+    assert "    [1200, 2400) unread\n    [200, 1000) read more than once" in out.stderr
+    assert "rank 1 yGM (600 bytes) |" + "*" * 64 + "|" in out.stderr
+    assert "rank 3: rounds 0..2 summed send elements" in out.stdout
 
 
 def test_a_failed_run_still_writes_its_timeline(tmp_path: Path) -> None:

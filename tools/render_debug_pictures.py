@@ -31,6 +31,11 @@ def main() -> None:
         ("layout-allgather-multiround.png", [sample, "--fixed"]),
         ("layout-allgather-stride-mistake.png", [sample]),
         ("layout-alltoallv.png", ["--platform", "A3", "samples/alltoallv_custom.py"]),
+        ("layout-reducescatter-send-mistake.png", ["samples/debug_send_stride_mistake.py"]),
+        (
+            "layout-reducescatter-send-fixed.png",
+            ["samples/debug_send_stride_mistake.py", "--fixed"],
+        ),
     ]
     for png, args in layouts:
         *options, script = args[:-1] if args[-1] == "--fixed" else args

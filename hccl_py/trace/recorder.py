@@ -14,13 +14,18 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from ..core import layout
 from ..core.task import Task
 
 #: Track ids of one rank: cores use ``AIC: 0..``, ``AIV: 100..``; the server ``SERVER_TID``.
 AIC_TID, AIV_TID, SERVER_TID = 0, 100, 1000
-#: Ops whose receive blocks come one per peer (block ``k`` from domain rank ``k``).
-PER_PEER = {"AllGather", "AlltoAll", "AlltoAllV"}
+#: Per side, the ops whose blocks are one per peer (block ``k`` from or to domain rank ``k``).
+PER_PEER = {
+    "recv": frozenset({"AllGather", "AlltoAll", "AlltoAllV"}),
+    "send": frozenset({"ReduceScatter", "AlltoAll", "AlltoAllV"}),
+}
 
 _recorders: dict[int, Recorder] = {}
 _lock = threading.Lock()
@@ -58,7 +63,9 @@ def stop(rank: int) -> Recorder | None:
 def finish(rank: int) -> dict[str, Any] | None:
     """End recording global rank ``rank``: its events and layouts, as they travel to ``hp.run``."""
     rec = stop(rank)
-    return None if rec is None else {"events": rec.events, "layouts": rec.layouts}
+    if rec is None:
+        return None
+    return {"events": rec.events, "layouts": rec.layouts, "sends": rec.sends}
 
 
 def round_key(task: Task, round_idx: int) -> str:
@@ -74,6 +81,8 @@ class Recorder:
         self.events: list[dict[str, Any]] = []
         #: Receive-buffer layouts of the rank's tasks (for the layout picture).
         self.layouts: list[dict[str, Any]] = []
+        #: Send-buffer layouts of the same tasks, in the same order.
+        self.sends: list[dict[str, Any]] = []
         #: round key -> end time of the round on this rank (for the flows to its Waits).
         self.round_end: dict[str, float] = {}
         #: round key -> (core track, return time) of Waits that returned before the server
@@ -136,21 +145,30 @@ class Recorder:
         self.flow(flow_id, tid, returned_us, start=False)
 
     def task(self, task: Task) -> None:
-        """A task was prepared: keep its receive layout, round by round, with each block's source."""
-        per_peer = task.name in PER_PEER
-        ranks = task.domain.ranks if hasattr(task.domain, "ranks") else range(task.rank_dim)
-        rounds = []
-        for r in range(task.repeat):
-            blocks = layout.round_blocks(task, "recv", r)
-            rows = []
-            for k, (s, n) in enumerate(
-                zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
-            ):
-                if n and not (per_peer and task.skip_local and k == task.rank):
-                    rows.append((int(s), int(s + n), int(ranks[k]) if per_peer else -1))
-            rounds.append(rows)
-        alloc = task.recv.alloc
-        self.layouts.append({"rank": self.rank, "buffer": alloc.name, "uid": alloc.uid,
-                             "nbytes": alloc.nbytes, "handle": task.handle, "seq": task.seq,
-                             "domain": task.domain_name, "op": task.describe(),
-                             "label": task.label, "rounds": rounds})  # fmt: skip
+        """A task was prepared: keep its receive and send layouts, round by round, with the
+        rank each receive block comes from and each send block goes to."""
+        for side, kept in (("recv", self.layouts), ("send", self.sends)):
+            alloc = (task.recv if side == "recv" else task.send).alloc
+            kept.append({"rank": self.rank, "buffer": alloc.name, "uid": alloc.uid,
+                         "nbytes": alloc.nbytes, "handle": task.handle, "seq": task.seq,
+                         "domain": task.domain_name, "op": task.describe(),
+                         "label": task.label, "rounds": _peer_rows(task, side)})  # fmt: skip
+
+
+def _peer_rows(task: Task, side: str) -> list[list[tuple[int, int, int]]]:
+    """Per round, ``(start, end, rank)`` of each non-empty block of ``side``: the global rank
+    it comes from (receive) or goes to (send) on a per-peer side, else -1 (every rank)."""
+    per_peer = task.name in PER_PEER[side]
+    ranks = task.domain.ranks if hasattr(task.domain, "ranks") else range(task.rank_dim)
+    rounds = []
+    for r in range(task.repeat):
+        blocks = layout.round_blocks(task, side, r)
+        keep = blocks.sizes > 0
+        if per_peer and task.skip_local and task.rank < keep.size:
+            keep[task.rank] = False
+        peers = np.flatnonzero(keep)
+        starts = blocks.starts[peers].tolist()
+        ends = (blocks.starts + blocks.sizes)[peers].tolist()
+        who = np.asarray(ranks)[peers].tolist() if per_peer else [-1] * len(peers)
+        rounds.append([(int(a), int(b), int(k)) for a, b, k in zip(starts, ends, who, strict=True)])
+    return rounds
