@@ -248,9 +248,22 @@ class DomainQueue:
         emulator's eager schedule, a Commit (late: a Wait or Query) runs the
         round at once, and any waiting thread runs rounds that become ready.
         """
+        self.run_until(None)
+
+    def run_until(self, upto: tuple[int, int] | None) -> None:
+        """Run, in the calling thread, the rounds that can start now, up to round ``upto``.
+
+        ``upto`` is ``(seq, round)``; None runs every ready round. A thread
+        that waits for a round runs it itself when the domain's thread has not
+        started it yet, so a round costs no hand-off between threads; the
+        domain's thread still runs the rounds that nobody waits for (Commit
+        starts a round, as on the NPU).
+        """
         cond = self.server.cond
         while True:
             with cond:
+                if upto is not None and (self.seq, self.round) > upto:
+                    return
                 job = self.claim()
             if job is None:
                 return

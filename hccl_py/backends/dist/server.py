@@ -220,6 +220,7 @@ class DistServer(Server):
             queue = self._queue(task)
             self._release()
         self._run_local()
+        queue.run_until((task.seq, round_idx))
         self.blocker.wait_for(
             lambda: queue.done.get(task.seq, 0) > round_idx or queue.failure_at(task.seq),
             lambda: self._describe_wait(queue, task, round_idx),
