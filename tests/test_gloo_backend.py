@@ -115,6 +115,38 @@ def test_native_max_and_min_propagate_nan(monkeypatch: pytest.MonkeyPatch) -> No
             np.testing.assert_array_equal(np.array(got[2 * i + 1]), want[3 * rank : 3 * rank + 3])
 
 
+#: Element counts of at least EXACT_SPLIT_MIN_BYTES, not a multiple of 3 ranks.
+SPLIT_COUNTS = {torch.float32: 20_001, torch.float16: 40_003, torch.bfloat16: 32_771}
+
+
+def large_exact_all_reduces() -> list[torch.Tensor]:
+    """Per rank: exact AllReduces (SUM, MAX) of rounds that take the reduce-scatter path,
+    on the world group and on a group whose domain order reverses the world's."""
+    reverse = hp.new_group([2, 1, 0])
+    gen = torch.Generator().manual_seed(hp.get_rank())
+    out = []
+    for dtype, count in SPLIT_COUNTS.items():
+        for op, group in (("sum", None), ("max", None), ("sum", reverse)):
+            x = (torch.randn(count, generator=gen) * 1000).to(dtype)
+            hp.all_reduce(x, op=op, group=group)
+            out.append(x)
+    return out
+
+
+def test_exact_all_reduce_of_large_rounds_is_bit_identical_to_the_emulator() -> None:
+    """Large exact AllReduce rounds reduce-scatter then all-gather (not gather every input);
+    every element is still reduced in rank order, so the bytes equal the emulator's."""
+    from hccl_py.backends.dist.rounds import EXACT_SPLIT_MIN_BYTES
+
+    assert min(c * t.itemsize for t, c in SPLIT_COUNTS.items()) >= EXACT_SPLIT_MIN_BYTES
+    gloo = _run(large_exact_all_reduces, 3)
+    emu = _run(large_exact_all_reduces, 3, backend="emu")
+    for rank, (ours, theirs) in enumerate(zip(gloo, emu, strict=True)):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"rank {rank}, case {i}"
+    assert not torch.equal(gloo[0][0], emu[0][0] * 0), "the reduction ran"
+
+
 def test_poisoned_late_rounds_still_land(monkeypatch: pytest.MonkeyPatch) -> None:
     """poison=True and the late schedule on gloo: receive ranges are poisoned at Commit, then filled."""
     batch = cases.numpy_cases(5, 6)

@@ -53,6 +53,11 @@ from ...core.task import Task
 
 _C = HcclCMDType
 
+#: Exact AllReduce rounds of at least this many bytes reduce-scatter, then all-gather
+#: (two collectives, 2 (n-1)/n of the input on the wire); smaller ones gather every
+#: rank's input (one collective, n - 1 inputs on the wire). Both are bit-identical.
+EXACT_SPLIT_MIN_BYTES = 64 << 10
+
 _REDUCE_OPS = {
     HcclReduceOp.HCCL_REDUCE_SUM: dist.ReduceOp.SUM,
     HcclReduceOp.HCCL_REDUCE_MAX: dist.ReduceOp.MAX,
@@ -248,6 +253,9 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     op = HcclReduceOp(task.reduce_op)
     src = _gather(task.memory("send"), send)
     if dom.reduction.exact:
+        if nbytes >= EXACT_SPLIT_MIN_BYTES:
+            _write_result(task, r, _exact_all_reduce_split(task, src, op, dom))
+            return
         gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
         _all_gather_single(gathered, src, group=dom.pg)
         stacked = dom.to_domain(task.typed(gathered).view(task.rank_dim, -1))
@@ -270,6 +278,37 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
     _fill_nan(buf, nan)
     _write_result(task, r, buf.to(values.dtype))
+
+
+def _exact_all_reduce_split(
+    task: Task, src: torch.Tensor, op: HcclReduceOp, dom: Domain
+) -> torch.Tensor:
+    """Exact AllReduce of ``src`` (this rank's input bytes) as a reduce-scatter and an all-gather.
+
+    Domain rank ``k`` owns the ``k``-th of ``rankDim`` equal element chunks: an
+    all-to-all brings it every rank's copy of its chunk, which it reduces in
+    rank order with the emulator's rule (the result of each element depends on
+    that element alone, so it is bit-identical to reducing whole inputs); an
+    all-gather then hands every rank every reduced chunk. Each rank moves about
+    2 (n-1)/n of its input, as a native ring does, instead of gathering all n inputs.
+    """
+    n, size = task.rank_dim, task.elem_size
+    per = -(-task.count // n)
+    bounds = np.minimum(np.arange(n + 1) * per, task.count) * size
+    chunks = Blocks(bounds[:-1], np.diff(bounds))
+    send = dom.to_pg(chunks)
+    mine = int(chunks.sizes[task.rank])
+    received = torch.empty(mine * n, dtype=torch.uint8, device=src.device)
+    dist.all_to_all_single(
+        received, _gather(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
+    )
+    stacked = dom.to_domain(task.typed(received).view(n, mine // size))
+    padded = torch.zeros(per * size, dtype=torch.uint8, device=src.device)
+    padded[:mine].copy_(reduce_ranks(stacked, op).view(torch.uint8).reshape(-1))
+    gathered = torch.empty(per * size * n, dtype=torch.uint8, device=src.device)
+    _all_gather_single(gathered, padded, group=dom.pg)
+    rows = dom.to_domain(gathered.view(n, per * size))
+    return task.typed(rows.reshape(-1)[: task.count * size])
 
 
 def _receive_view(task: Task, r: int, like: torch.Tensor) -> torch.Tensor | None:
