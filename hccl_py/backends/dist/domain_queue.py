@@ -5,8 +5,13 @@ round ``r`` of a task once this rank committed it (late schedule: once
 somebody waits for it), the previous round of the domain finished and every
 InterHcclGroupSync dependency finished. A failed task fails every later task
 of the domain (:mod:`hccl_py.server.ordering`). With task checks on, the
-first round of each task first compares its descriptor with the peers' ones
-through the store; :class:`Absentees` names a peer that will never send one.
+first round of each task first compares its descriptor with the peers' ones:
+the descriptors (plain JSON) travel over the domain's process group, one
+small all-gather before the data, and the thread that waits for them looks
+every :data:`LOOK_S` seconds for a peer that will never send one
+(:class:`Absentees`, which reads the store). Each descriptor is also set in
+the store at Prepare, so that a timeout report names the ranks that never
+prepared the task.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import torch.distributed as dist
+
 from ...core.config import Config
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
-from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
+from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError, HcclTimeoutError
 from ...core.gm import NULL
 from ...core.task import Task
 from ...core.group import Group
@@ -38,6 +45,9 @@ from .session import Session
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
 #: Seconds to wait for the report of the rank whose process ended, to name it.
 PEER_REPORT_S = 0.2
+#: While the descriptors travel, how often the waiting thread looks for a peer that
+#: will never send one (and for an abort).
+LOOK_S = 0.05
 
 
 class DistServer(Protocol):
@@ -317,10 +327,33 @@ class DomainQueue:
             self.server.session.check_abort()
             absentees.check(keys)
 
-        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        described = zip(keys, kv.get_all(store, keys), strict=True)
+        timeout = self.server.config.timeout
+        deadline = time.monotonic() + timeout
+
+        def wait(work: dist.Work) -> None:
+            """Block until ``work`` finished, looking for absent peers every LOOK_S seconds."""
+            finished = threading.Event()
+            work.get_future().add_done_callback(lambda _: finished.set())
+            while not finished.wait(LOOK_S):
+                interrupt()
+                if time.monotonic() >= deadline:
+                    missing = [k for k in keys if not store.check([k])]
+                    raise HcclTimeoutError(f"timed out after {timeout:g} s: {what(missing)}")
+            try:
+                work.wait()
+            except Exception:
+                absentees.check(keys, now=True)  # a peer that left without this task: name it
+                raise
+
+        own = keys[task.rank]
+        raws = pg_rounds.all_gather_bytes(
+            self.dom, encode_descriptor(task, own), self.server.session.device, wait
+        )
         error = mismatch(
-            [decode_descriptor(k, raw, task, i) for i, (k, raw) in enumerate(described)]
+            [
+                decode_descriptor(k, raw, task, i)
+                for i, (k, raw) in enumerate(zip(keys, raws, strict=True))
+            ]
         )
         if error is not None:
             raise error
@@ -353,11 +386,11 @@ class Absentees:
         self.task = task
         self.next_look = 0.0
 
-    def check(self, desc_keys: list[str]) -> None:
-        now = time.monotonic()
-        if now < self.next_look:
+    def check(self, desc_keys: list[str], now: bool = False) -> None:
+        """Raise if a peer will never send its descriptor (looks at most every 50 ms unless ``now``)."""
+        if not now and time.monotonic() < self.next_look:
             return
-        self.next_look = now + 0.05
+        self.next_look = time.monotonic() + LOOK_S
         task = self.task
         for i, key in enumerate(desc_keys):
             if i == task.rank or self.store.check([key]):

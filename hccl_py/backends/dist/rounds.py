@@ -344,6 +344,63 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
     _write_result(task, r, out.to(values.dtype))
 
 
+# ------------------------------------------------------------------ control bytes
+#: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
+#: payload); a longer payload on any rank makes every rank gather again at the longest width.
+ROW_BYTES = 1024
+_LENGTH_BYTES = 8
+#: The most control bytes one rank sends with :func:`all_gather_bytes`.
+MAX_PAYLOAD_BYTES = 1 << 20
+
+#: Blocks until a process-group call started with ``async_op=True`` finished.
+Waiter = Callable[[dist.Work], None]
+
+
+def _gather_rows(dom: Domain, row: np.ndarray, device: torch.device, wait: Waiter) -> np.ndarray:
+    """Every domain rank's ``row`` (uint8, the same length on every rank), in domain order."""
+    n = len(dom.order)
+    mine = torch.from_numpy(row).to(device)
+    out = torch.empty(n * row.size, dtype=torch.uint8, device=device)
+    wait(_all_gather_single(out, mine, group=dom.pg, async_op=True))
+    return dom.to_domain(out.view(n, row.size)).cpu().numpy()
+
+
+def _row(payload: bytes, width: int) -> np.ndarray:
+    row = np.zeros(_LENGTH_BYTES + width, dtype=np.uint8)
+    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
+    row[_LENGTH_BYTES : _LENGTH_BYTES + min(len(payload), width)] = np.frombuffer(
+        payload[:width], np.uint8
+    )
+    return row
+
+
+def all_gather_bytes(
+    dom: Domain, payload: bytes, device: torch.device, wait: Waiter
+) -> list[bytes]:
+    """Every domain rank's ``payload``, in domain order, over the domain's process group.
+
+    One all-gather of :data:`ROW_BYTES` per rank; only when some rank's payload
+    is longer, a second one at the longest length (every rank sees the lengths,
+    so every rank makes the same calls). ``wait`` blocks on each call, so the
+    caller can look for absent peers meanwhile.
+    """
+    rows = _gather_rows(dom, _row(payload, ROW_BYTES), device, wait)
+    lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
+    longest = max(lengths)
+    bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
+    if bad:
+        raise ValueError(
+            f"domain rank {bad[0]} announced {lengths[bad[0]]} bytes of control data over the "
+            f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
+        )
+    if longest > ROW_BYTES:
+        rows = _gather_rows(dom, _row(payload, longest), device, wait)
+    return [
+        rows[i, _LENGTH_BYTES : _LENGTH_BYTES + length].tobytes()
+        for i, length in enumerate(lengths)
+    ]
+
+
 #: The round function of every op this executor runs (tests check it covers the op table).
 ROUNDS: dict[HcclCMDType, Callable[[Task, int, Domain], None]] = {
     _C.HCCL_CMD_ALLREDUCE: _all_reduce,

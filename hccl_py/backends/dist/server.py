@@ -10,10 +10,12 @@ until the domain thread finished the round, Query reads how many rounds
 finished, Finalize waits for the last one.
 
 With task checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo), every
-rank publishes each task's descriptor through the store at Prepare and, before
-the task's first round, compares it with its peers' (with the emulator's own
+rank publishes each task's descriptor through the store at Prepare (for
+reports) and, before the task's first round, gathers its peers' descriptors
+over the process group and compares them (with the emulator's own
 comparison), so a mismatch that would make gloo hang or corrupt data is
-reported as the emulator reports it.
+reported as the emulator reports it. A round runs in the thread that waits
+for it when the domain's thread has not started it (no hand-off per round).
 """
 
 from __future__ import annotations

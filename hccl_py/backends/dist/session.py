@@ -27,7 +27,14 @@ from ...core.errors import ForgedValueError, HcclPeerError, WorldError
 from ...kernel.context import RankContext, set_rank_context
 from ...launcher import exchange, wire
 from ...launcher import store as kv
-from ...launcher.liveness import GRACE_S, HEARTBEAT_S, Peers, RankDiedError, dump_stacks_on_request, watch_parent
+from ...launcher.liveness import (
+    GRACE_S,
+    HEARTBEAT_S,
+    Peers,
+    RankDiedError,
+    dump_stacks_on_request,
+    watch_parent,
+)
 from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
