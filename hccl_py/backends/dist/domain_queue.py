@@ -54,6 +54,7 @@ class DistServer(Protocol):
     """What a domain queue needs of its rank's server (``hccl_py.backends.dist.server.DistServer``)."""
 
     backend_name: str
+    blocker: Any
     check_tasks: bool
     cond: threading.Condition
     config: Config
@@ -225,18 +226,85 @@ class DomainQueue:
         except HcclError as exc:
             return exc
         except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
-            text = (
-                f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            if not PEER_GONE.search(str(exc)):
-                return HcclError(text)
-            try:  # a peer's process ended: say which rank failed, once someone reports it
-                self.server.session.check_abort(wait=PEER_REPORT_S)
-            except HcclPeerError as peer:
-                return peer
-            return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+            return self._failure(f"round {r} of {task.describe()}", exc)
         return None
+
+    def _failure(self, what: str, exc: Exception) -> HcclError:
+        """The error to report for ``exc``, raised by the process group during ``what``."""
+        text = f"{what} failed on {self.server.backend_name}: {type(exc).__name__}: {exc}"
+        if not PEER_GONE.search(str(exc)):
+            return HcclError(text)
+        try:  # a peer's process ended: say which rank failed, once someone reports it
+            self.server.session.check_abort(wait=PEER_REPORT_S)
+        except HcclPeerError as peer:
+            return peer
+        return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+
+    def exchange(self, op: str, payload: bytes) -> list[bytes]:
+        """Every domain rank's ``payload`` (a framework collective's arguments, plain JSON).
+
+        Runs after every task prepared so far in the domain (in this thread
+        when nobody else runs them), as one small all-gather on the domain's
+        process group, so that no round uses the group meanwhile.
+        """
+        cond = self.server.cond
+
+        def idle() -> bool:
+            return self.error is not None or (self.seq not in self.tasks and not self.running)
+
+        while True:
+            self.run_until(None)
+            with cond:
+                if idle():
+                    if self.error is not None:
+                        raise self.error
+                    self.running = f"exchanging the arguments of {op} with the other ranks"
+                    break
+            self.server.blocker.wait_for(
+                lambda: idle() or self.ready(),
+                f"rank {self.server.session.rank} in {op} waits for the earlier tasks of domain "
+                f"{self.group.name}",
+            )
+        try:
+            return pg_rounds.all_gather_bytes(
+                self.dom, payload, self.server.session.device, self._waiter(op)
+            )
+        except HcclError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - named like a failed round
+            raise self._failure(f"the exchange of {op}'s arguments", exc) from None
+        finally:
+            with cond:
+                self.running = ""
+                cond.notify_all()
+
+    def _waiter(self, op: str) -> pg_rounds.Waiter:
+        """Blocks on a process-group call of ``op``; stops on an abort, a peer that
+        returned from its function, or the timeout."""
+        session, store = self.server.session, self.server.store
+        timeout = self.server.config.timeout
+        deadline = time.monotonic() + timeout
+        me = session.rank
+
+        def wait(work: dist.Work) -> None:
+            finished = threading.Event()
+            work.get_future().add_done_callback(lambda _: finished.set())
+            while not finished.wait(LOOK_S):
+                session.check_abort()
+                left = [r for r in self.group.ranks if r != me and store.check([returned_key(r)])]
+                if left:
+                    raise HcclDeadlockError(
+                        f"rank {left[0]} returned from its function without calling {op}, which "
+                        f"rank {me} called in domain {self.group.name}: it would wait forever"
+                    )
+                if time.monotonic() >= deadline:
+                    raise HcclTimeoutError(
+                        f"timed out after {timeout:g} s: rank {me} waits in {op} for the other "
+                        f"ranks of domain {self.group.name} to call it"
+                    )
+            work.wait()
+
+        return wait
 
     def finish(self, task: Task, r: int, error: HcclError | None) -> None:
         """Under the lock: record the outcome of a claimed round and move on."""

@@ -131,7 +131,11 @@ class DistServer(Server):
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
-        name = task.domain_name
+        return self._queue_of(task.domain)
+
+    def _queue_of(self, group: Group) -> DomainQueue:
+        """Under the lock: the queue of ``group`` (its thread starts on first use)."""
+        name = group.name
         queue = self.queues.get(name)
         if queue is None:
             dom = self.domains.get(name)
@@ -142,7 +146,7 @@ class DistServer(Server):
                     rank=self.session.rank,
                     domain=name,
                 )
-            queue = self.queues[name] = DomainQueue(self, task.domain, dom)
+            queue = self.queues[name] = DomainQueue(self, group, dom)
             if queue.group.size > 1:
                 queue.thread.start()
         return queue
@@ -186,6 +190,20 @@ class DistServer(Server):
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
+
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
+        """Every domain rank's ``payload``: one all-gather on the domain's process group.
+
+        None (the two AllGather tasks of any server) for a group without a process group here.
+        """
+        if group.size == 1:
+            return [payload]
+        if self.domains.get(group.name) is None:
+            return None
+        with self.cond:
+            queue = self._queue_of(group)
+            self._release()
+        return queue.exchange(op, payload)
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
