@@ -14,6 +14,7 @@ import dataclasses
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import cases
@@ -374,3 +375,58 @@ def test_results_come_back_in_rank_order() -> None:
 def test_function_must_be_picklable() -> None:
     with pytest.raises(TypeError, match="must be picklable"):
         hp.run(lambda: 0, world_size=2, backend="gloo")
+
+
+# ------------------------------------------------------------------ control bytes over the PG
+@pytest.fixture
+def one_rank_domain() -> Iterator[Any]:
+    """A domain of one rank over a gloo group of this process (no other process)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from hccl_py.backends.dist import rounds
+
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=10)
+    )
+    try:
+        yield rounds.Domain(dist.group.WORLD, np.array([0]), rounds.Reduction(exact=True))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_control_bytes_of_any_length_cross_the_process_group(one_rank_domain: Any) -> None:
+    """Descriptors and framework arguments: short ones in one all-gather, long ones in a second."""
+    from hccl_py.backends.dist import rounds
+
+    calls = []
+
+    def wait(work: Any) -> None:
+        calls.append(work)
+        work.wait()
+
+    cpu = torch.device("cpu")
+    for payload, n_calls in ((b"", 1), (b'{"op":4}', 1), (bytes(range(256)) * 9, 2)):
+        calls.clear()
+        assert rounds.all_gather_bytes(one_rank_domain, payload, cpu, wait) == [payload]
+        assert len(calls) == n_calls, (len(payload), len(calls))
+
+
+def test_a_forged_control_length_is_refused(
+    one_rank_domain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hccl_py.backends.dist import rounds
+
+    real = rounds._row
+
+    def forged(payload: bytes, width: int) -> np.ndarray:
+        row = real(payload, width)
+        row[: rounds._LENGTH_BYTES] = np.frombuffer(
+            (-5).to_bytes(8, "little", signed=True), np.uint8
+        )
+        return row
+
+    monkeypatch.setattr(rounds, "_row", forged)
+    with pytest.raises(ValueError, match="domain rank 0 announced -5 bytes of control data"):
+        rounds.all_gather_bytes(one_rank_domain, b"{}", torch.device("cpu"), lambda w: w.wait())
