@@ -214,7 +214,7 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
         "matmul_reduce_scatter-msrun": lambda: msrun_style("samples/matmul_reduce_scatter.py"),
         "pg-calls-hccl": lambda: launch([*runner, pg_calls_job], **npu_env()),
         "pg-calls-gloo": lambda: launch(
-            [*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native", HCCL_PY_CHECK_TASKS="0"
+            [*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native"
         ),
     }
     if USES_STANDIN:

@@ -9,9 +9,9 @@ first round of each task first compares its descriptor with the peers' ones:
 the descriptors (plain JSON) travel over the domain's process group, one
 small all-gather before the data, and the thread that waits for them looks
 every :data:`LOOK_S` seconds for a peer that will never send one
-(:class:`Absentees`, which reads the store). Each descriptor is also set in
-the store at Prepare, so that a timeout report names the ranks that never
-prepared the task.
+(:class:`Absentees`, which reads the store). A rank that waits that long
+also sets its descriptor in the store, so that a timeout report names the
+ranks that never prepared the task; a quick exchange touches no store key.
 """
 
 from __future__ import annotations
@@ -64,6 +64,10 @@ class DistServer(Protocol):
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones."""
+        ...
+
+    def publish(self, key: str, value: bytes) -> None:
+        """Set ``key`` in the run's keys."""
         ...
 
 
@@ -401,11 +405,22 @@ class DomainQueue:
         timeout = self.server.config.timeout
         deadline = time.monotonic() + timeout
 
+        own = keys[task.rank]
+        mine = encode_descriptor(task, own)
+        published = []
+
         def wait(work: dist.Work) -> None:
-            """Block until ``work`` finished, looking for absent peers every LOOK_S seconds."""
+            """Block until ``work`` finished, looking for absent peers every LOOK_S seconds.
+
+            A rank that waits that long also sets its descriptor in the store, so that
+            reports can tell the ranks that prepared the task from those that did not.
+            """
             finished = threading.Event()
             work.get_future().add_done_callback(lambda _: finished.set())
             while not finished.wait(LOOK_S):
+                if not published:
+                    self.server.publish(own, mine)
+                    published.append(own)
                 interrupt()
                 if time.monotonic() >= deadline:
                     missing = [k for k in keys if not store.check([k])]
@@ -416,10 +431,7 @@ class DomainQueue:
                 absentees.check(keys, now=True)  # a peer that left without this task: name it
                 raise
 
-        own = keys[task.rank]
-        raws = pg_rounds.all_gather_bytes(
-            self.dom, encode_descriptor(task, own), self.server.session.device, wait
-        )
+        raws = pg_rounds.all_gather_bytes(self.dom, mine, self.server.session.device, wait)
         error = mismatch(
             [
                 decode_descriptor(k, raw, task, i)
