@@ -5,13 +5,10 @@ round ``r`` of a task once this rank committed it (late schedule: once
 somebody waits for it), the previous round of the domain finished and every
 InterHcclGroupSync dependency finished. A failed task fails every later task
 of the domain (:mod:`hccl_py.server.ordering`). With task checks on, the
-first round of each task first compares its descriptor with the peers' ones:
-the descriptors (plain JSON) travel over the domain's process group, one
-small all-gather before the data, and the thread that waits for them looks
-every :data:`LOOK_S` seconds for a peer that will never send one
-(:class:`Absentees`, which reads the store). A rank that waits that long
-also sets its descriptor in the store, so that a timeout report names the
-ranks that never prepared the task; a quick exchange touches no store key.
+first round of each task first compares its descriptor with the peers' ones
+through the store; :class:`Absentees` names a peer that will never send one.
+A framework collective's arguments (:meth:`DomainQueue.exchange`) travel
+over the domain's process group instead, in Prepare order with its tasks.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ from .session import Session
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
 #: Seconds to wait for the report of the rank whose process ended, to name it.
 PEER_REPORT_S = 0.2
-#: While the descriptors travel, how often the waiting thread looks for a peer that
-#: will never send one (and for an abort).
+#: How often a thread that waits for its peers' descriptors or arguments looks for a
+#: peer that will never send them (and for an abort).
 LOOK_S = 0.05
 
 
@@ -64,10 +61,6 @@ class DistServer(Protocol):
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones."""
-        ...
-
-    def publish(self, key: str, value: bytes) -> None:
-        """Set ``key`` in the run's keys."""
         ...
 
 
@@ -402,41 +395,10 @@ class DomainQueue:
             self.server.session.check_abort()
             absentees.check(keys)
 
-        timeout = self.server.config.timeout
-        deadline = time.monotonic() + timeout
-
-        own = keys[task.rank]
-        mine = encode_descriptor(task, own)
-        published = []
-
-        def wait(work: dist.Work) -> None:
-            """Block until ``work`` finished, looking for absent peers every LOOK_S seconds.
-
-            A rank that waits that long also sets its descriptor in the store, so that
-            reports can tell the ranks that prepared the task from those that did not.
-            """
-            finished = threading.Event()
-            work.get_future().add_done_callback(lambda _: finished.set())
-            while not finished.wait(LOOK_S):
-                if not published:
-                    self.server.publish(own, mine)
-                    published.append(own)
-                interrupt()
-                if time.monotonic() >= deadline:
-                    missing = [k for k in keys if not store.check([k])]
-                    raise HcclTimeoutError(f"timed out after {timeout:g} s: {what(missing)}")
-            try:
-                work.wait()
-            except Exception:
-                absentees.check(keys, now=True)  # a peer that left without this task: name it
-                raise
-
-        raws = pg_rounds.all_gather_bytes(self.dom, mine, self.server.session.device, wait)
+        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
+        described = zip(keys, kv.get_all(store, keys), strict=True)
         error = mismatch(
-            [
-                decode_descriptor(k, raw, task, i)
-                for i, (k, raw) in enumerate(zip(keys, raws, strict=True))
-            ]
+            [decode_descriptor(k, raw, task, i) for i, (k, raw) in enumerate(described)]
         )
         if error is not None:
             raise error
@@ -469,9 +431,9 @@ class Absentees:
         self.task = task
         self.next_look = 0.0
 
-    def check(self, desc_keys: list[str], now: bool = False) -> None:
-        """Raise if a peer will never send its descriptor (looks at most every 50 ms unless ``now``)."""
-        if not now and time.monotonic() < self.next_look:
+    def check(self, desc_keys: list[str]) -> None:
+        """Raise if a peer will never send its descriptor (looks at most every LOOK_S seconds)."""
+        if time.monotonic() < self.next_look:
             return
         self.next_look = time.monotonic() + LOOK_S
         task = self.task

@@ -10,8 +10,8 @@ until the domain thread finished the round, Query reads how many rounds
 finished, Finalize waits for the last one.
 
 With task checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo), every
-rank, before the task's first round, gathers its peers' task descriptors
-over the process group and compares them (with the emulator's own
+rank publishes each task's descriptor through the store at Prepare and, before
+the task's first round, compares it with its peers' (with the emulator's own
 comparison), so a mismatch that would make gloo hang or corrupt data is
 reported as the emulator reports it. A round runs in the thread that waits
 for it when the domain's thread has not started it (no hand-off per round).
@@ -44,7 +44,7 @@ from ...server.blocking import Blocker
 from ...server.protocol import Backend, Server
 from . import npu
 from . import rounds as pg_rounds
-from .domain_queue import DomainQueue, final_key, returned_key
+from .domain_queue import DomainQueue, desc_key, encode_descriptor, final_key, returned_key
 from .session import Session, session_for, spawned_rank
 from .shm_windows import SharedWindows
 
@@ -183,6 +183,9 @@ class DistServer(Server):
                 rank=global_rank(task),
                 op=task.label,
             )
+        if self.checks(task):
+            key = desc_key(task.domain_name, task.seq, task.rank)
+            self._set(key, encode_descriptor(task, key))
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
@@ -217,10 +220,6 @@ class DistServer(Server):
     def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
         self._set(returned_key(rank), b"1")
-
-    def publish(self, key: str, value: bytes) -> None:
-        """Set ``key`` in this run's keys (deleted by :meth:`forget`)."""
-        self._set(key, value)
 
     def _set(self, key: str, value: bytes) -> None:
         self.store.set(key, value)
