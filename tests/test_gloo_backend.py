@@ -430,3 +430,18 @@ def test_a_forged_control_length_is_refused(
     monkeypatch.setattr(rounds, "_row", forged)
     with pytest.raises(ValueError, match="domain rank 0 announced -5 bytes of control data"):
         rounds.all_gather_bytes(one_rank_domain, b"{}", torch.device("cpu"), lambda w: w.wait())
+
+
+def rank0_all_reduce_alone() -> None:
+    """Rank 0 calls all_reduce; rank 1 returns without it."""
+    if hp.get_rank() == 0:
+        hp.all_reduce(torch.ones(4))
+
+
+def test_framework_peer_that_returned_is_named() -> None:
+    """The argument exchange over the process group names a peer that will never call."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(rank0_all_reduce_alone, 2, timeout=10.0)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclDeadlockError), error
+    assert "rank 1 returned from its function without calling all_reduce" in str(error)

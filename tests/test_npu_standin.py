@@ -213,9 +213,7 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
         "all_gather_matmul-torchrun": lambda: torchrun("samples/all_gather_matmul.py", **npu_env()),
         "matmul_reduce_scatter-msrun": lambda: msrun_style("samples/matmul_reduce_scatter.py"),
         "pg-calls-hccl": lambda: launch([*runner, pg_calls_job], **npu_env()),
-        "pg-calls-gloo": lambda: launch(
-            [*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native"
-        ),
+        "pg-calls-gloo": lambda: launch([*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native"),
     }
     if USES_STANDIN:
         jobs["bind"] = lambda: torchrun(bind_job, **npu_env(HCCL_PY_STANDIN_NPUS="1"))

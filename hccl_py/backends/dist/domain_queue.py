@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from ...core.config import Config
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
-from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError, HcclTimeoutError
+from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
 from ...core.gm import NULL
 from ...core.task import Task
 from ...core.group import Group
@@ -35,16 +35,13 @@ from ...server.ordering import behind, dependency_state
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
-from .session import Session
+from .session import LOOK_S, Session
 
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
 #: Seconds to wait for the report of the rank whose process ended, to name it.
 PEER_REPORT_S = 0.2
-#: How often a thread that waits for its peers' descriptors or arguments looks for a
-#: peer that will never send them (and for an abort).
-LOOK_S = 0.05
 
 
 class DistServer(Protocol):
@@ -279,30 +276,14 @@ class DomainQueue:
                 cond.notify_all()
 
     def _waiter(self, op: str) -> pg_rounds.Waiter:
-        """Blocks on a process-group call of ``op``; stops on an abort, a peer that
-        returned from its function, or the timeout."""
-        session, store = self.server.session, self.server.store
-        timeout = self.server.config.timeout
-        deadline = time.monotonic() + timeout
-        me = session.rank
+        """Blocks on a process-group call of ``op`` (see :meth:`Session.await_peers`)."""
+        store, group = self.server.store, self.group
 
         def wait(work: dist.Work) -> None:
-            finished = threading.Event()
-            work.get_future().add_done_callback(lambda _: finished.set())
-            while not finished.wait(LOOK_S):
-                session.check_abort()
-                left = [r for r in self.group.ranks if r != me and store.check([returned_key(r)])]
-                if left:
-                    raise HcclDeadlockError(
-                        f"rank {left[0]} returned from its function without calling {op}, which "
-                        f"rank {me} called in domain {self.group.name}: it would wait forever"
-                    )
-                if time.monotonic() >= deadline:
-                    raise HcclTimeoutError(
-                        f"timed out after {timeout:g} s: rank {me} waits in {op} for the other "
-                        f"ranks of domain {self.group.name} to call it"
-                    )
-            work.wait()
+            self.server.session.await_peers(
+                work, group.ranks, op, f"domain {group.name}", self.server.config.timeout,
+                lambda r: bool(store.check([returned_key(r)])),
+            )  # fmt: skip
 
         return wait
 
