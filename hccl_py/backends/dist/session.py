@@ -139,6 +139,7 @@ class Session:
         def no_one_left() -> None:
             left = [r for r in ranks if r != self.rank and returned(r)]
             if left:
+                self.check_abort(wait=0.2)  # it failed: that is the report
                 raise HcclDeadlockError(
                     f"rank {left[0]} returned from its function without calling {op}, which "
                     f"rank {self.rank} called in {where}: it would wait forever"
