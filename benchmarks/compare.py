@@ -10,10 +10,12 @@ InitV2, SetCcTilingV2, Op[True], Wait, Finalize); ``emu/r8`` the same per
 round of an 8-round task; ``emu-fw`` the framework collectives
 (all_gather_into_tensor ...) on the emulator; ``tpg`` PyTorch's threaded
 process group; ``gloo`` torch.distributed gloo processes; ``ours-gloo``
-hccl_py's gloo backend through the kernel API; ``limit`` the memory-copy
-limit. Ratios: ``emu/limit``, ``emu/tpg``, ``fw/tpg``, ``gloo/emu`` (how much
-faster the emulator is than gloo processes) and ``ours/gloo``. Not a test:
-machines are noisy, so compare ratios within one run.
+hccl_py's gloo backend through the kernel API; ``ours-gloo-fw`` its framework
+collectives; ``limit`` the memory-copy limit. Ratios: ``emu/limit``,
+``emu/tpg``, ``fw/tpg``, ``gloo/emu`` (how much faster the emulator is than
+gloo processes), ``ours/gloo`` and ``fw/gloo``. The gloo backend reduces as
+``HCCL_PY_REDUCE`` says (exact by default; native is what HCCL does). Not a
+test: machines are noisy, so compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ COLUMNS = {
     "tpg": peers.threaded_pg_times,
     "gloo": peers.raw_gloo_times,
     "ours-gloo": lambda op, n, sizes, o: peers.hccl_py_times(op, n, sizes, o, "gloo", "kernel"),
+    "ours-gloo-fw": lambda op, n, sizes, o: peers.hccl_py_times(
+        op, n, sizes, o, "gloo", "framework"
+    ),
     "limit": peers.copy_limit_times,
 }
 #: Largest size of the per-round column (8 rounds of 16 MiB per rank need GiBs per world).
@@ -61,6 +66,7 @@ RATIOS = {
     "fw/tpg": ("emu-fw", "tpg"),
     "gloo/emu": ("gloo", "emu"),
     "ours/gloo": ("ours-gloo", "gloo"),
+    "fw/gloo": ("ours-gloo-fw", "gloo"),
     "poison/emu": ("emu-poison", "emu"),
     "late/emu": ("emu-late", "emu"),
 }

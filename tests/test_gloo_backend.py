@@ -14,6 +14,7 @@ import dataclasses
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import cases
@@ -113,6 +114,38 @@ def test_native_max_and_min_propagate_nan(monkeypatch: pytest.MonkeyPatch) -> No
             want = combine.reduce(stacked, axis=0)
             np.testing.assert_array_equal(np.array(got[2 * i]), want)
             np.testing.assert_array_equal(np.array(got[2 * i + 1]), want[3 * rank : 3 * rank + 3])
+
+
+#: Element counts of at least EXACT_SPLIT_MIN_BYTES, not a multiple of 3 ranks.
+SPLIT_COUNTS = {torch.float32: 20_001, torch.float16: 40_003, torch.bfloat16: 32_771}
+
+
+def large_exact_all_reduces() -> list[torch.Tensor]:
+    """Per rank: exact AllReduces (SUM, MAX) of rounds that take the reduce-scatter path,
+    on the world group and on a group whose domain order reverses the world's."""
+    reverse = hp.new_group([2, 1, 0])
+    gen = torch.Generator().manual_seed(hp.get_rank())
+    out = []
+    for dtype, count in SPLIT_COUNTS.items():
+        for op, group in (("sum", None), ("max", None), ("sum", reverse)):
+            x = (torch.randn(count, generator=gen) * 1000).to(dtype)
+            hp.all_reduce(x, op=op, group=group)
+            out.append(x)
+    return out
+
+
+def test_exact_all_reduce_of_large_rounds_is_bit_identical_to_the_emulator() -> None:
+    """Large exact AllReduce rounds reduce-scatter then all-gather (not gather every input);
+    every element is still reduced in rank order, so the bytes equal the emulator's."""
+    from hccl_py.backends.dist.rounds import EXACT_SPLIT_MIN_BYTES
+
+    assert min(c * t.itemsize for t, c in SPLIT_COUNTS.items()) >= EXACT_SPLIT_MIN_BYTES
+    gloo = _run(large_exact_all_reduces, 3)
+    emu = _run(large_exact_all_reduces, 3, backend="emu")
+    for rank, (ours, theirs) in enumerate(zip(gloo, emu, strict=True)):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"rank {rank}, case {i}"
+    assert not torch.equal(gloo[0][0], emu[0][0] * 0), "the reduction ran"
 
 
 def test_poisoned_late_rounds_still_land(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -342,3 +375,73 @@ def test_results_come_back_in_rank_order() -> None:
 def test_function_must_be_picklable() -> None:
     with pytest.raises(TypeError, match="must be picklable"):
         hp.run(lambda: 0, world_size=2, backend="gloo")
+
+
+# ------------------------------------------------------------------ control bytes over the PG
+@pytest.fixture
+def one_rank_domain() -> Iterator[Any]:
+    """A domain of one rank over a gloo group of this process (no other process)."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from hccl_py.backends.dist import rounds
+
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=10)
+    )
+    try:
+        yield rounds.Domain(dist.group.WORLD, np.array([0]), rounds.Reduction(exact=True))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_control_bytes_of_any_length_cross_the_process_group(one_rank_domain: Any) -> None:
+    """Descriptors and framework arguments: short ones in one all-gather, long ones in a second."""
+    from hccl_py.backends.dist import rounds
+
+    calls = []
+
+    def wait(work: Any) -> None:
+        calls.append(work)
+        work.wait()
+
+    cpu = torch.device("cpu")
+    for payload, n_calls in ((b"", 1), (b'{"op":4}', 1), (bytes(range(256)) * 9, 2)):
+        calls.clear()
+        assert rounds.all_gather_bytes(one_rank_domain, payload, cpu, wait) == [payload]
+        assert len(calls) == n_calls, (len(payload), len(calls))
+
+
+def test_a_forged_control_length_is_refused(
+    one_rank_domain: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hccl_py.backends.dist import rounds
+
+    real = rounds._row
+
+    def forged(payload: bytes, width: int) -> np.ndarray:
+        row = real(payload, width)
+        row[: rounds._LENGTH_BYTES] = np.frombuffer(
+            (-5).to_bytes(8, "little", signed=True), np.uint8
+        )
+        return row
+
+    monkeypatch.setattr(rounds, "_row", forged)
+    with pytest.raises(ValueError, match="domain rank 0 announced -5 bytes of control data"):
+        rounds.all_gather_bytes(one_rank_domain, b"{}", torch.device("cpu"), lambda w: w.wait())
+
+
+def rank0_all_reduce_alone() -> None:
+    """Rank 0 calls all_reduce; rank 1 returns without it."""
+    if hp.get_rank() == 0:
+        hp.all_reduce(torch.ones(4))
+
+
+def test_framework_peer_that_returned_is_named() -> None:
+    """The argument exchange over the process group names a peer that will never call."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(rank0_all_reduce_alone, 2, timeout=10.0)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclDeadlockError), error
+    assert "rank 1 returned from its function without calling all_reduce" in str(error)

@@ -31,6 +31,7 @@ import pytest
 from launch_helpers import (
     JOB_TIMEOUT,
     ROOT,
+    RUNNER_PREFIX,
     SLOW,
     assert_no_warning,
     check_run,
@@ -114,6 +115,58 @@ dist.destroy_process_group()
 print("STANDIN OK")
 """
 
+#: Counts, per framework collective, the process-group calls that hccl_py's rounds make
+#: (the calls that rounds.py reaches through its ``dist`` module and its two aliases).
+PG_CALLS_JOB = """
+import json
+import torch
+import torch.distributed as dist
+import hccl_py as hp
+from hccl_py.backends.dist import rounds
+
+CALLS = []
+
+
+def counted(name, real):
+    def call(*args, **kwargs):
+        CALLS.append(name)
+        return real(*args, **kwargs)
+    return call
+
+
+class CountingDist:
+    def __getattr__(self, name):
+        real = getattr(dist, name)
+        return counted(name, real) if callable(real) and name[0].islower() else real
+
+
+def collectives(dev, n):
+    x = torch.arange(1024 * n, dtype=torch.float32).to(dev)
+    yield "all_gather_into_tensor", lambda: hp.all_gather_into_tensor(
+        torch.zeros(1024 * n * n, device=dev), x)
+    yield "all_reduce", lambda: hp.all_reduce(x.clone())
+    yield "all_reduce-int32", lambda: hp.all_reduce(x.to(torch.int32))
+    yield "reduce_scatter_tensor", lambda: hp.reduce_scatter_tensor(
+        torch.zeros(1024, device=dev), x)
+    yield "alltoall_single", lambda: hp.alltoall_single(torch.zeros_like(x), x)
+
+
+def main():
+    rounds.dist = CountingDist()
+    rounds._all_gather_single = counted("all_gather_single", rounds._all_gather_single)
+    rounds._reduce_scatter_single = counted("reduce_scatter_single", rounds._reduce_scatter_single)
+    out = {}
+    for name, call in collectives(hp.device(), hp.get_world_size()):
+        CALLS.clear()
+        call()
+        out[name] = list(CALLS)
+    return out
+
+
+if __name__ == "__main__":
+    print("PG CALLS " + json.dumps(hp.run(main)))
+"""
+
 
 def npu_env(**extra: str) -> dict[str, str]:
     """``extra`` plus, without a real torch_npu, the stand-in first on ``PYTHONPATH``."""
@@ -150,12 +203,17 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
     bind_job = tmp / "bind.py"
     bind_job.write_text(BIND_JOB)
     runner = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "hccl"]
+    pg_calls_job = tmp / "pg_calls.py"
+    pg_calls_job.write_text(PG_CALLS_JOB)
+    gloo_runner = [*runner[:-1], "gloo"]
     python = [sys.executable, "-c"]
     jobs = {
         "smoke-runner": lambda: launch([*runner, SMOKE], **npu_env()),
         "smoke-torchrun": lambda: torchrun(SMOKE, **npu_env(HCCL_PY_BACKEND="hccl")),
         "all_gather_matmul-torchrun": lambda: torchrun("samples/all_gather_matmul.py", **npu_env()),
         "matmul_reduce_scatter-msrun": lambda: msrun_style("samples/matmul_reduce_scatter.py"),
+        "pg-calls-hccl": lambda: launch([*runner, pg_calls_job], **npu_env()),
+        "pg-calls-gloo": lambda: launch([*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native"),
     }
     if USES_STANDIN:
         jobs["bind"] = lambda: torchrun(bind_job, **npu_env(HCCL_PY_STANDIN_NPUS="1"))
@@ -249,3 +307,30 @@ def test_a_real_torch_npu_further_down_the_path_wins(tmp_path: Path) -> None:
     check = "import torch_npu; print(torch_npu.REAL, hasattr(torch_npu, 'STANDIN'))"
     proc = launch([sys.executable, "-c", check], PYTHONPATH=path)
     assert proc.stdout.split() == ["True", "False"], _output(proc)
+
+
+def _pg_calls(proc: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    """Rank 0's process-group calls per collective, from a PG_CALLS_JOB run."""
+    assert proc.returncode == 0, _output(proc)
+    lines = [RUNNER_PREFIX.sub("", line) for line in proc.stdout.splitlines()]
+    found = [line for line in lines if line.startswith("PG CALLS ")]
+    assert found, _output(proc)
+    return json.loads(found[0].removeprefix("PG CALLS "))[0]
+
+
+@pytest.mark.jobs("pg-calls-hccl", "pg-calls-gloo")
+def test_hccl_issues_the_process_group_calls_of_gloo(runs) -> None:
+    """The HCCL path runs the code of the gloo path with HCCL's defaults (native reductions,
+    no task check): per collective the same process-group calls, so gloo's ratios to plain
+    torch.distributed transfer to HCCL. Each framework collective is one exchange of its
+    arguments (one small all-gather) and the op's own call."""
+    hccl = _pg_calls(runs["pg-calls-hccl"].result())
+    assert hccl == _pg_calls(runs["pg-calls-gloo"].result())
+    own = {
+        "all_gather_into_tensor": "all_gather_single",
+        "all_reduce": "all_reduce",
+        "all_reduce-int32": "all_reduce",
+        "reduce_scatter_tensor": "reduce_scatter_single",
+        "alltoall_single": "all_to_all_single",
+    }
+    assert hccl == {name: ["all_gather_single", call] for name, call in own.items()}

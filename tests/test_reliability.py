@@ -632,3 +632,27 @@ def test_runner_prints_the_root_traceback_once(tmp_path: Path) -> None:
     assert "hccl_py: 4 of 4 ranks failed; first failure: rank 1: KeyError: 'missing'" in text
     for rank in (0, 2, 3):
         assert f"rank {rank} (this process): HcclPeerError" in text
+
+
+def test_a_live_process_on_this_host_is_never_judged_by_its_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Liveness on an overloaded machine: a rank whose process runs on this host is alive,
+    however long its heartbeat stands still; only a rank on another host is judged by it."""
+    import socket
+
+    import torch.distributed as dist
+
+    from hccl_py.launcher import liveness
+    from hccl_py.launcher import store as kv
+
+    monkeypatch.setattr(liveness, "STALE_S", 0.0)
+    store = dist.HashStore()
+    store.set(kv.pid_key(0), f"{socket.gethostname()}|{os.getpid()}")
+    store.set(kv.pid_key(1), "another-host|4242")
+    peers = liveness.Peers(store)
+    for _ in range(2):  # the second look sees both heartbeats unchanged
+        here, remote = peers.gone(0), peers.gone(1)
+        time.sleep(0.01)
+    assert here is None
+    assert remote is not None and "stopped responding" in remote

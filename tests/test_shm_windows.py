@@ -32,7 +32,7 @@ from hccl_py.backends.dist.shm_windows import SharedWindows, create_window_file,
 from hccl_py.core.group import Group
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher import shm_files
-from hccl_py.launcher.liveness import process_gone
+from hccl_py.launcher.liveness import process_state
 from hccl_py.launcher.shm_files import remove_created, remove_job_files
 from hccl_py.server.windows import KINDS
 
@@ -345,4 +345,4 @@ def test_no_file_remains_when_the_runner_is_killed(tmp_path: Path, sig: signal.S
 
 
 def _alive(pid: int) -> bool:
-    return not process_gone(f"{socket.gethostname()}|{pid}")
+    return process_state(f"{socket.gethostname()}|{pid}") not in ("zombie", "gone")

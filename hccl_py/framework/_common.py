@@ -169,18 +169,19 @@ def _exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
         return direct
     n = group.size
     kernel = FrameworkKernel(group, HcclCMDType.HCCL_CMD_ALLGATHER, op)
-    length = torch.tensor([len(payload)], dtype=torch.int64)
-    lengths = torch.zeros(n, dtype=torch.int64)
+    dev = ctx.device  # the hccl process group takes NPU tensors only
+    length = torch.tensor([len(payload)], dtype=torch.int64).to(dev)
+    lengths = torch.zeros(n, dtype=torch.int64, device=dev)
     handle = kernel.all_gather(length, lengths, _INT64, ("record_length", "record_lengths"))
     kernel.wait(handle)
-    sizes = lengths.tolist()
+    sizes = lengths.cpu().tolist()
     width = max(sizes)
     mine = torch.zeros(width, dtype=torch.uint8)
     mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    every = torch.empty(n * width, dtype=torch.uint8)
-    kernel.all_gather(mine, every, _UINT8, ("record", "records"))
+    every = torch.empty(n * width, dtype=torch.uint8, device=dev)
+    kernel.all_gather(mine.to(dev), every, _UINT8, ("record", "records"))
     kernel.complete()
-    rows = every.view(n, width).numpy()
+    rows = every.view(n, width).cpu().numpy()
     return [rows[i, : sizes[i]].tobytes() for i in range(n)]
 
 

@@ -176,16 +176,14 @@ def process_state(where: str) -> str:
         return "alive"
 
 
-def process_gone(where: str) -> bool:
-    """Whether the process ``host|pid`` (on this host) has ended."""
-    return process_state(where) in ("zombie", "gone")
-
-
 class Peers:
     """Whether the other ranks' processes still live, judged from the store.
 
-    A rank is gone when its process (on this host) no longer runs, or when its
-    heartbeat has not moved for :data:`STALE_S` seconds.
+    A rank on this host is gone when its process no longer runs; its heartbeat
+    is not read, so a machine too loaded to run the heartbeat thread on time
+    (or this process's own threads holding the interpreter) never makes a live
+    rank look dead. A rank on another host is gone when its heartbeat has not
+    moved for :data:`STALE_S` seconds.
     """
 
     def __init__(self, store: Any) -> None:
@@ -195,10 +193,12 @@ class Peers:
     def gone(self, rank: int) -> str | None:
         """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
         where = kv.pid_key(rank)
-        if self.store.check([where]) and process_gone(
-            self.store.get(where).decode(errors="replace")
-        ):
-            return "exited (killed or crashed)"
+        if self.store.check([where]):
+            state = process_state(self.store.get(where).decode(errors="replace"))
+            if state in ("zombie", "gone"):
+                return "exited (killed or crashed)"
+            if state == "alive":
+                return None  # its process runs on this host: slow (an overloaded machine), not dead
         now = time.monotonic()
         beat = int(self.store.add(kv.heartbeat_key(rank), 0))
         last = self.beats.get(rank)

@@ -7,6 +7,8 @@ InterHcclGroupSync dependency finished. A failed task fails every later task
 of the domain (:mod:`hccl_py.server.ordering`). With task checks on, the
 first round of each task first compares its descriptor with the peers' ones
 through the store; :class:`Absentees` names a peer that will never send one.
+A framework collective's arguments (:meth:`DomainQueue.exchange`) travel
+over the domain's process group instead, in Prepare order with its tasks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import torch.distributed as dist
 
 from ...core.config import Config
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
@@ -32,7 +36,8 @@ from ...server.ordering import behind, dependency_state
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
-from .session import Session
+from .descriptors import decode_descriptor, desc_key, encode_descriptor, final_key, returned_key, stub
+from .session import LOOK_S, Session
 
 
 #: What a process group says when a peer's process ended in the middle of an operation.
@@ -45,7 +50,7 @@ class DistServer(Protocol):
     """What a domain queue needs of its rank's server (``hccl_py.backends.dist.server.DistServer``)."""
 
     backend_name: str
-    check_tasks: bool
+    blocker: Any
     cond: threading.Condition
     config: Config
     late: bool
@@ -53,78 +58,9 @@ class DistServer(Protocol):
     session: Session
     store: Any
 
-
-def stub(task: Task) -> Task:
-    """A copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
-    return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
-
-
-def _exact(kind: type) -> Callable[[Any], Any]:
-    def read(value: Any) -> Any:
-        if type(value) is not kind:
-            raise ValueError(f"{value!r} is not a {kind.__name__}")
-        return value
-
-    return read
-
-
-def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: None if value is None else read(value)
-
-
-def _counts(value: Any) -> tuple[int, ...]:
-    if type(value) is not list or not all(type(v) is int for v in value):
-        raise ValueError(f"{str(value)[:60]} is not a list of int")
-    return tuple(value)
-
-
-#: The fields of a task descriptor, and how each is read back from plain data.
-_DESCRIPTOR = {
-    "op": lambda v: HcclCMDType(_exact(int)(v)),
-    "rank": _exact(int),
-    "rank_dim": _exact(int),
-    "handle": _exact(int),
-    "seq": _exact(int),
-    "dtype": lambda v: HcclDataType(_exact(int)(v)),
-    "count": _exact(int),
-    "reduce_op": _optional(lambda v: HcclReduceOp(_exact(int)(v))),
-    "stride": _exact(int),
-    "repeat": _exact(int),
-    "send_counts": _optional(_counts),
-    "sdispls": _optional(_counts),
-    "recv_counts": _optional(_counts),
-    "rdispls": _optional(_counts),
-    "skip_local": _exact(bool),
-    "launch": _exact(int),
-    "caller": _optional(_exact(str)),
-    "one_sided_before": _exact(int),
-}
-
-
-def encode_descriptor(task: Task, key: str) -> bytes:
-    """``task``'s descriptor as plain data for store key ``key`` (what the ranks compare)."""
-    data = {}
-    for name in _DESCRIPTOR:
-        value = getattr(task, name)
-        data[name] = list(value) if isinstance(value, tuple) else value
-    return sealed.dump_json(key, data)
-
-
-def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
-    """The task that domain rank ``index`` described at ``key``, in ``like``'s domain.
-
-    Raises :class:`~.sealed.ForgedValueError` for anything but a descriptor of that rank.
-    """
-    data = sealed.load_json(key, raw)
-    try:
-        if type(data) is not dict or set(data) != set(_DESCRIPTOR):
-            raise ValueError("its fields are not a task descriptor's")
-        fields = {name: read(data[name]) for name, read in _DESCRIPTOR.items()}
-        if fields["rank"] != index:
-            raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
-    except ValueError as exc:
-        raise sealed.refused(key, raw, f"it is not a task descriptor: {exc}") from None
-    return dataclasses.replace(stub(like), **fields)
+    def checks(self, task: Task) -> bool:
+        """Whether ``task``'s descriptor is compared with the peers' ones."""
+        ...
 
 
 class DomainQueue:
@@ -242,7 +178,7 @@ class DomainQueue:
     def execute(self, task: Task, r: int) -> HcclError | None:
         """Outside the lock: run one claimed round; return its error, if any."""
         try:
-            if r == 0 and self.server.check_tasks:
+            if r == 0 and self.server.checks(task):
                 self.running = "comparing task descriptors with the other ranks"
                 self.comparing = task
                 try:
@@ -256,18 +192,69 @@ class DomainQueue:
         except HcclError as exc:
             return exc
         except Exception as exc:  # noqa: BLE001 - reported to every waiting thread
-            text = (
-                f"round {r} of {task.describe()} failed on {self.server.backend_name}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            if not PEER_GONE.search(str(exc)):
-                return HcclError(text)
-            try:  # a peer's process ended: say which rank failed, once someone reports it
-                self.server.session.check_abort(wait=PEER_REPORT_S)
-            except HcclPeerError as peer:
-                return peer
-            return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+            return self._failure(f"round {r} of {task.describe()}", exc)
         return None
+
+    def _failure(self, what: str, exc: Exception) -> HcclError:
+        """The error to report for ``exc``, raised by the process group during ``what``."""
+        text = f"{what} failed on {self.server.backend_name}: {type(exc).__name__}: {exc}"
+        if not PEER_GONE.search(str(exc)):
+            return HcclError(text)
+        try:  # a peer's process ended: say which rank failed, once someone reports it
+            self.server.session.check_abort(wait=PEER_REPORT_S)
+        except HcclPeerError as peer:
+            return peer
+        return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
+
+    def exchange(self, op: str, payload: bytes) -> list[bytes]:
+        """Every domain rank's ``payload`` (a framework collective's arguments, plain JSON).
+
+        Runs after every task prepared so far in the domain (in this thread
+        when nobody else runs them), as one small all-gather on the domain's
+        process group, so that no round uses the group meanwhile.
+        """
+        cond = self.server.cond
+
+        def idle() -> bool:
+            return self.error is not None or (self.seq not in self.tasks and not self.running)
+
+        while True:
+            self.run_until(None)
+            with cond:
+                if idle():
+                    if self.error is not None:
+                        raise self.error
+                    self.running = f"exchanging the arguments of {op} with the other ranks"
+                    break
+            self.server.blocker.wait_for(
+                lambda: idle() or self.ready(),
+                f"rank {self.server.session.rank} in {op} waits for the earlier tasks of domain "
+                f"{self.group.name}",
+            )
+        try:
+            return pg_rounds.all_gather_bytes(
+                self.dom, payload, self.server.session.device, self._waiter(op)
+            )
+        except HcclError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - named like a failed round
+            raise self._failure(f"the exchange of {op}'s arguments", exc) from None
+        finally:
+            with cond:
+                self.running = ""
+                cond.notify_all()
+
+    def _waiter(self, op: str) -> pg_rounds.Waiter:
+        """Blocks on a process-group call of ``op`` (see :meth:`Session.await_peers`)."""
+        store, group = self.server.store, self.group
+
+        def wait(work: dist.Work) -> None:
+            self.server.session.await_peers(
+                work, group.ranks, op, f"domain {group.name}", self.server.config.timeout,
+                lambda r: bool(store.check([returned_key(r)])),
+            )  # fmt: skip
+
+        return wait
 
     def finish(self, task: Task, r: int, error: HcclError | None) -> None:
         """Under the lock: record the outcome of a claimed round and move on."""
@@ -289,9 +276,22 @@ class DomainQueue:
         emulator's eager schedule, a Commit (late: a Wait or Query) runs the
         round at once, and any waiting thread runs rounds that become ready.
         """
+        self.run_until(None)
+
+    def run_until(self, upto: tuple[int, int] | None) -> None:
+        """Run, in the calling thread, the rounds that can start now, up to round ``upto``.
+
+        ``upto`` is ``(seq, round)``; None runs every ready round. A thread
+        that waits for a round runs it itself when the domain's thread has not
+        started it yet, so a round costs no hand-off between threads; the
+        domain's thread still runs the rounds that nobody waits for (Commit
+        starts a round, as on the NPU).
+        """
         cond = self.server.cond
         while True:
             with cond:
+                if upto is not None and (self.seq, self.round) > upto:
+                    return
                 job = self.claim()
             if job is None:
                 return
@@ -354,19 +354,6 @@ class DomainQueue:
             raise error
 
 
-def desc_key(domain: str, seq: int, rank: int) -> str:
-    return f"desc/{domain}/{seq}/{rank}"
-
-
-def final_key(domain: str, launch: int, rank: int) -> str:
-    return f"final/{domain}/{launch}/{rank}"
-
-
-def returned_key(rank: int) -> str:
-    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run."""
-    return f"returned/{rank}"
-
-
 class Absentees:
     """Spots, while a task waits for its peers' descriptors, a peer that will never send one.
 
@@ -382,10 +369,10 @@ class Absentees:
         self.next_look = 0.0
 
     def check(self, desc_keys: list[str]) -> None:
-        now = time.monotonic()
-        if now < self.next_look:
+        """Raise if a peer will never send its descriptor (looks at most every LOOK_S seconds)."""
+        if time.monotonic() < self.next_look:
             return
-        self.next_look = now + 0.05
+        self.next_look = time.monotonic() + LOOK_S
         task = self.task
         for i, key in enumerate(desc_keys):
             if i == task.rank or self.store.check([key]):

@@ -53,6 +53,11 @@ from ...core.task import Task
 
 _C = HcclCMDType
 
+#: Exact AllReduce rounds of at least this many bytes reduce-scatter, then all-gather
+#: (two collectives, 2 (n-1)/n of the input on the wire); smaller ones gather every
+#: rank's input (one collective, n - 1 inputs on the wire). Both are bit-identical.
+EXACT_SPLIT_MIN_BYTES = 64 << 10
+
 _REDUCE_OPS = {
     HcclReduceOp.HCCL_REDUCE_SUM: dist.ReduceOp.SUM,
     HcclReduceOp.HCCL_REDUCE_MAX: dist.ReduceOp.MAX,
@@ -248,6 +253,9 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     op = HcclReduceOp(task.reduce_op)
     src = _gather(task.memory("send"), send)
     if dom.reduction.exact:
+        if nbytes >= EXACT_SPLIT_MIN_BYTES:
+            _write_result(task, r, _exact_all_reduce_split(task, src, op, dom))
+            return
         gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
         _all_gather_single(gathered, src, group=dom.pg)
         stacked = dom.to_domain(task.typed(gathered).view(task.rank_dim, -1))
@@ -270,6 +278,37 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
     _fill_nan(buf, nan)
     _write_result(task, r, buf.to(values.dtype))
+
+
+def _exact_all_reduce_split(
+    task: Task, src: torch.Tensor, op: HcclReduceOp, dom: Domain
+) -> torch.Tensor:
+    """Exact AllReduce of ``src`` (this rank's input bytes) as a reduce-scatter and an all-gather.
+
+    Domain rank ``k`` owns the ``k``-th of ``rankDim`` equal element chunks: an
+    all-to-all brings it every rank's copy of its chunk, which it reduces in
+    rank order with the emulator's rule (the result of each element depends on
+    that element alone, so it is bit-identical to reducing whole inputs); an
+    all-gather then hands every rank every reduced chunk. Each rank moves about
+    2 (n-1)/n of its input, as a native ring does, instead of gathering all n inputs.
+    """
+    n, size = task.rank_dim, task.elem_size
+    per = -(-task.count // n)
+    bounds = np.minimum(np.arange(n + 1) * per, task.count) * size
+    chunks = Blocks(bounds[:-1], np.diff(bounds))
+    send = dom.to_pg(chunks)
+    mine = int(chunks.sizes[task.rank])
+    received = torch.empty(mine * n, dtype=torch.uint8, device=src.device)
+    dist.all_to_all_single(
+        received, _gather(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
+    )
+    stacked = dom.to_domain(task.typed(received).view(n, mine // size))
+    padded = torch.zeros(per * size, dtype=torch.uint8, device=src.device)
+    padded[:mine].copy_(reduce_ranks(stacked, op).view(torch.uint8).reshape(-1))
+    gathered = torch.empty(per * size * n, dtype=torch.uint8, device=src.device)
+    _all_gather_single(gathered, padded, group=dom.pg)
+    rows = dom.to_domain(gathered.view(n, per * size))
+    return task.typed(rows.reshape(-1)[: task.count * size])
 
 
 def _receive_view(task: Task, r: int, like: torch.Tensor) -> torch.Tensor | None:
@@ -303,6 +342,63 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
         _reduce_scatter_single(mine, nan, dist.ReduceOp.MAX, group=dom.pg)
         _fill_nan(out, mine)
     _write_result(task, r, out.to(values.dtype))
+
+
+# ------------------------------------------------------------------ control bytes
+#: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
+#: payload); a longer payload on any rank makes every rank gather again at the longest width.
+ROW_BYTES = 1024
+_LENGTH_BYTES = 8
+#: The most control bytes one rank sends with :func:`all_gather_bytes`.
+MAX_PAYLOAD_BYTES = 1 << 20
+
+#: Blocks until a process-group call started with ``async_op=True`` finished.
+Waiter = Callable[[dist.Work], None]
+
+
+def _gather_rows(dom: Domain, row: np.ndarray, device: torch.device, wait: Waiter) -> np.ndarray:
+    """Every domain rank's ``row`` (uint8, the same length on every rank), in domain order."""
+    n = len(dom.order)
+    mine = torch.from_numpy(row).to(device)
+    out = torch.empty(n * row.size, dtype=torch.uint8, device=device)
+    wait(_all_gather_single(out, mine, group=dom.pg, async_op=True))
+    return dom.to_domain(out.view(n, row.size)).cpu().numpy()
+
+
+def _row(payload: bytes, width: int) -> np.ndarray:
+    row = np.zeros(_LENGTH_BYTES + width, dtype=np.uint8)
+    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
+    row[_LENGTH_BYTES : _LENGTH_BYTES + min(len(payload), width)] = np.frombuffer(
+        payload[:width], np.uint8
+    )
+    return row
+
+
+def all_gather_bytes(
+    dom: Domain, payload: bytes, device: torch.device, wait: Waiter
+) -> list[bytes]:
+    """Every domain rank's ``payload``, in domain order, over the domain's process group.
+
+    One all-gather of :data:`ROW_BYTES` per rank; only when some rank's payload
+    is longer, a second one at the longest length (every rank sees the lengths,
+    so every rank makes the same calls). ``wait`` blocks on each call, so the
+    caller can look for absent peers meanwhile.
+    """
+    rows = _gather_rows(dom, _row(payload, ROW_BYTES), device, wait)
+    lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
+    longest = max(lengths)
+    bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
+    if bad:
+        raise ValueError(
+            f"domain rank {bad[0]} announced {lengths[bad[0]]} bytes of control data over the "
+            f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
+        )
+    if longest > ROW_BYTES:
+        rows = _gather_rows(dom, _row(payload, longest), device, wait)
+    return [
+        rows[i, _LENGTH_BYTES : _LENGTH_BYTES + length].tobytes()
+        for i, length in enumerate(lengths)
+    ]
 
 
 #: The round function of every op this executor runs (tests check it covers the op table).

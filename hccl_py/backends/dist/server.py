@@ -5,15 +5,10 @@ domain (the world group and every ``hp.new_group``) and one thread per domain
 that runs the domain's tasks in Prepare order, as the AI CPU server reads its
 message queue: round ``r`` of a task starts once this rank committed it, the
 previous round of the domain finished and every InterHcclGroupSync dependency
-finished. Each round becomes process-group calls (:mod:`.pg_rounds`). Wait blocks
-until the domain thread finished the round, Query reads how many rounds
-finished, Finalize waits for the last one.
-
-With task checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo), every
-rank publishes each task's descriptor through the store at Prepare and, before
-the task's first round, compares it with its peers' (with the emulator's own
-comparison), so a mismatch that would make gloo hang or corrupt data is
-reported as the emulator reports it.
+finished. Each round becomes process-group calls (:mod:`.rounds`), run in the
+thread that waits for it when the domain's thread has not started it. With task
+checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo) ranks compare their
+tasks' descriptors (:mod:`.descriptors`) before the first round, as the emulator does.
 """
 
 from __future__ import annotations
@@ -43,7 +38,8 @@ from ...server.blocking import Blocker
 from ...server.protocol import Backend, Server
 from . import npu
 from . import rounds as pg_rounds
-from .domain_queue import DomainQueue, desc_key, encode_descriptor, final_key, returned_key
+from .descriptors import desc_key, encode_descriptor, final_key, returned_key
+from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
 from .shm_windows import SharedWindows
 
@@ -133,7 +129,11 @@ class DistServer(Server):
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
-        name = task.domain_name
+        return self._queue_of(task.domain)
+
+    def _queue_of(self, group: Group) -> DomainQueue:
+        """Under the lock: the queue of ``group`` (its thread starts on first use)."""
+        name = group.name
         queue = self.queues.get(name)
         if queue is None:
             dom = self.domains.get(name)
@@ -144,7 +144,7 @@ class DistServer(Server):
                     rank=self.session.rank,
                     domain=name,
                 )
-            queue = self.queues[name] = DomainQueue(self, task.domain, dom)
+            queue = self.queues[name] = DomainQueue(self, group, dom)
             if queue.group.size > 1:
                 queue.thread.start()
         return queue
@@ -182,12 +182,34 @@ class DistServer(Server):
                 rank=global_rank(task),
                 op=task.label,
             )
-        if self.check_tasks:
+        if self.checks(task):
             key = desc_key(task.domain_name, task.seq, task.rank)
             self._set(key, encode_descriptor(task, key))
         with self.cond:
             self._queue(task).tasks[task.seq] = task
             self.cond.notify_all()
+
+    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
+        """Every domain rank's ``payload``: one all-gather on the domain's process group.
+
+        None (the two AllGather tasks of any server) for a group without a process group here.
+        """
+        if group.size == 1:
+            return [payload]
+        if self.domains.get(group.name) is None:
+            return None
+        with self.cond:
+            queue = self._queue_of(group)
+            self._release()
+        return queue.exchange(op, payload)
+
+    def checks(self, task: Task) -> bool:
+        """Whether ``task``'s descriptor is compared with the peers' ones before its first round.
+
+        Not the tasks of framework collectives: every rank's arguments were
+        already compared in their exchange, and their tasks follow from them.
+        """
+        return self.check_tasks and task.caller is None
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
@@ -232,6 +254,7 @@ class DistServer(Server):
             queue = self._queue(task)
             self._release()
         self._run_local()
+        queue.run_until((task.seq, round_idx))
         self.blocker.wait_for(
             lambda: (
                 queue.rounds_done(task.seq, task.repeat) > round_idx or queue.failure_at(task.seq)

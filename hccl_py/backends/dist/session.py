@@ -23,7 +23,13 @@ from typing import Any, Protocol
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import ForgedValueError, HcclPeerError, WorldError
+from ...core.errors import (
+    ForgedValueError,
+    HcclDeadlockError,
+    HcclPeerError,
+    HcclTimeoutError,
+    WorldError,
+)
 from ...kernel.context import RankContext, set_rank_context
 from ...launcher import exchange, wire
 from ...launcher import store as kv
@@ -40,6 +46,10 @@ from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
+
+#: How often a thread that waits for its peers (their descriptors, a framework
+#: collective's arguments) looks for a peer that will never come, and for an abort.
+LOOK_S = 0.05
 
 
 #: Seconds the store and the default process group wait for the other ranks to join.
@@ -116,6 +126,39 @@ class Session:
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="hccl_py-watchdog", daemon=True)
         self._watchdog.start()
+
+    def await_peers(
+        self, work: dist.Work, ranks: tuple[int, ...], op: str, where: str, timeout: float,
+        returned: Callable[[int], bool],
+    ) -> None:  # fmt: skip
+        """Block until the process-group call ``work`` of ``op`` finished; every :data:`LOOK_S`
+        seconds stop on an abort, a peer that ``returned`` without the call, or the timeout."""
+        finished = threading.Event()
+        work.get_future().add_done_callback(lambda _: finished.set())
+        deadline = time.monotonic() + timeout
+
+        def no_one_left() -> None:
+            left = [r for r in ranks if r != self.rank and returned(r)]
+            if left:
+                self.check_abort(wait=0.2)  # it failed: that is the report
+                raise HcclDeadlockError(
+                    f"rank {left[0]} returned from its function without calling {op}, which "
+                    f"rank {self.rank} called in {where}: it would wait forever"
+                )
+
+        while not finished.wait(LOOK_S):
+            self.check_abort()
+            no_one_left()
+            if time.monotonic() >= deadline:
+                raise HcclTimeoutError(
+                    f"timed out after {timeout:g} s: rank {self.rank} waits in {op} for the "
+                    f"other ranks of {where} to call it"
+                )
+        try:
+            work.wait()
+        except Exception:
+            no_one_left()  # the process group failed because that peer's process ended
+            raise
 
     def check_abort(self, wait: float | None = None) -> None:
         """Raise :class:`HcclPeerError` if another rank failed.
