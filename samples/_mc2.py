@@ -74,3 +74,10 @@ def npu_hcom() -> str | None:
 
     group = dist.distributed_c10d._get_default_group()
     return group._get_backend(hp.device()).get_hccl_comm_name(hp.get_rank())
+
+
+def split_to_core(total: int, cores: int, core: int) -> tuple[int, int]:
+    """The MoE kernels' ``SplitToCore``: [start, end) of ``core``'s share, the first cores one more."""
+    per, rest = divmod(total, cores)
+    start = per * core + min(core, rest)
+    return start, start + per + (core < rest)

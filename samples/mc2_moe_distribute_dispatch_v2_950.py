@@ -33,6 +33,7 @@ from ctypes import c_bool, c_int32, c_uint32, c_uint64
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample
+from _mc2 import split_to_core
 
 import hccl_py as hp
 from hccl_py import (
@@ -122,13 +123,6 @@ def align(value: int, to: int) -> int:
 def per_rank_data_size(h: int) -> int:
     """``perRankDataSize_``: a 512-byte count header, then BS x localExpertNum token slots."""
     return COUNT_OFFSET + align(align(h, 32) * 2, 512) * BS * LOCAL_EXPERTS
-
-
-def split_to_core(total: int, cores: int, aiv_id: int) -> tuple[int, int]:
-    """``SplitToCore``: [start, end) of ``aiv_id``'s share, the first cores one more."""
-    per, rest = divmod(total, cores)
-    start = per * aiv_id + min(aiv_id, rest)
-    return start, start + per + (aiv_id < rest)
 
 
 def u64_view(addr: hp.GmAddr, n: int) -> torch.Tensor:

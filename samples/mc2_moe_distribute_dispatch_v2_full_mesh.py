@@ -35,6 +35,7 @@ Run: ``python samples/mc2_moe_distribute_dispatch_v2_full_mesh.py`` (4 emulated 
 import numpy as np
 import torch
 from _common import compare, on_device, run_sample
+from _mc2 import split_to_core
 
 import hccl_py as hp
 
@@ -70,13 +71,6 @@ class Context:
         if rankId == curRankId:
             return self.ctx.localWindowsExp
         return self.ctx.remoteRes[rankId].nextDevicePtr.windowsExp
-
-
-def split_to_core(total: int, cores: int, core: int) -> tuple[int, int]:
-    """``SplitToCore``: [start, end) of ``core``'s share, the first cores one more."""
-    per, rest = divmod(total, cores)
-    start = per * core + min(core, rest)
-    return start, start + per + (core < rest)
 
 
 def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
