@@ -11,6 +11,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from _common import skip
 
@@ -81,3 +82,18 @@ def split_to_core(total: int, cores: int, core: int) -> tuple[int, int]:
     per, rest = divmod(total, cores)
     start = per * core + min(core, rest)
     return start, start + per + (core < rest)
+
+
+def moe_inputs(
+    rank: int, launch: int, bs: int, k: int, h: int, local_experts: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The MoE samples' tokens (exact FP16 integers naming rank, token, column) and routing.
+
+    ``bs`` tokens of ``h`` columns per rank, each sent to ``k`` distinct experts of the
+    ``local_experts * world size`` experts, drawn from a seed of (launch, rank).
+    """
+    x = (100 * rank + 10 * np.arange(bs)[:, None] + np.arange(h) + launch).astype(np.float16)
+    rng = np.random.default_rng(1000 * launch + rank)
+    n_experts = local_experts * hp.get_world_size()
+    ids = np.stack([rng.permutation(n_experts)[:k] for _ in range(bs)]).astype(np.int32)
+    return x, ids

@@ -33,7 +33,7 @@ from ctypes import c_bool, c_int32, c_uint32, c_uint64
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample
-from _mc2 import split_to_core
+from _mc2 import moe_inputs, split_to_core
 
 import hccl_py as hp
 from hccl_py import (
@@ -261,11 +261,7 @@ def make_tiling(rank: int, n: int) -> MoeDistributeDispatchV2TilingData:
 
 def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
     """Rank ``rank``'s tokens (exact FP16 integers naming rank, token, column) and routing."""
-    x = (100 * rank + 10 * np.arange(BS)[:, None] + np.arange(H) + launch).astype(np.float16)
-    rng = np.random.default_rng(1000 * launch + rank)
-    n_experts = LOCAL_EXPERTS * hp.get_world_size()
-    ids = np.stack([rng.permutation(n_experts)[:K] for _ in range(BS)]).astype(np.int32)
-    return x, ids
+    return moe_inputs(rank, launch, BS, K, H, LOCAL_EXPERTS)
 
 
 def reference(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
