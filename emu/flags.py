@@ -22,7 +22,7 @@ from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
 
 from .watch import _plan, byte_runs
 
-# Entering a dispatch mode imports torch._dynamo on first use (about 2 s, 300 modules): done
+# Entering a dispatch mode imports torch._dynamo on first use (about 1 s, 300 modules): done
 # here, before any rank runs, so that it never counts as a rank's own-code time.
 
 
