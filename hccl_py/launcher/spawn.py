@@ -6,13 +6,14 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
+from multiprocessing import util as mp_util
 from typing import Any
 
 from ..core import errors
 from ..core.config import Config
 from . import sealed, wire
 from . import store as kv
-from .liveness import PARENT_ENV, STACKS_ENV
+from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, STACKS_ENV
 from .script_checks import unguarded_call
 from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import RankSpec
@@ -83,7 +84,13 @@ def spawn_world(
         ctx = _mp_context()
         sealed.ensure_secret()  # before env: the children get it, and this process reads with it
         token = new_token()
-        env = {**os.environ, PARENT_ENV: str(os.getpid()), STACKS_ENV: tmp, TOKEN_ENV: token}
+        env = {
+            **os.environ,
+            PARENT_ENV: str(os.getpid()),
+            STACKS_ENV: tmp,
+            TOKEN_ENV: token,
+            ORPHAN_DIRS_ENV: os.pathsep.join([tmp, mp_util.get_temp_dir()]),
+        }
         children = []
         for rank in range(n):
             spec = RankSpec("spawn", "worker", rank, n, rank, "", 0, False, store_path=path)
