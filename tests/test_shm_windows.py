@@ -28,6 +28,7 @@ from test_windows import ring_rank
 
 import hccl_py as hp
 from hccl_py.backends.dist import shm_windows
+from hccl_py.backends.dist.server import DistServer
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window_file, open_window_file
 from hccl_py.core.group import Group
 from hccl_py.kernel.context import current_rank_context
@@ -143,29 +144,16 @@ def test_a_full_shm_names_it_and_hccl_buffsize(shm: Path, monkeypatch) -> None:
 
 
 # ------------------------------------------------------------ sharing a domain's files
-class _Host:
-    """What the shared windows need of a gloo server (``WindowHost``), over an in-process store."""
-
-    backend_name = "gloo"
+class _Host(DistServer):
+    """A gloo server's store side (``WindowHost``) over an in-process store, without groups."""
 
     def __init__(self, rank: int, store: dist.Store, buffsize_mb: int) -> None:
+        self.backend_name = "gloo"
         self.session = SimpleNamespace(rank=rank, store=store, check_abort=lambda: None)
         self.store = store
         self.config = SimpleNamespace(buffsize_mb=buffsize_mb, timeout=60.0)
         self.run = 0
-        self.keys: dict[str, None] = {}
-
-    def group_timeout(self) -> float:
-        return 60.0
-
-    def publish(self, key: str, value: bytes) -> None:
-        self.store.set(key, value)
-        self.keys[key] = None
-
-    def count_in(self, key: str) -> int:
-        step = 0 if key in self.keys else 1
-        self.keys[key] = None
-        return int(self.store.add(key, step))
+        self._keys: dict[str, None] = {}
 
 
 def _window_part(rank: int, store: dist.Store, buffsize_mb: int = 1) -> SharedWindows:
@@ -212,6 +200,28 @@ def test_a_rank_without_files_makes_every_rank_say_so(shm: Path, monkeypatch) ->
     for server in servers:
         with pytest.raises(hp.HcclNoWindowsError, match=r"GetWindowsOutAddr: rank \d: refused"):
             server.window("dom", 0, "Out")
+
+
+def test_alltoallv_write_waits_meet_through_the_store() -> None:
+    store = dist.HashStore()
+    parts, group = [_window_part(r, store) for r in range(2)], Group([0, 1], "dom")
+    got: list[list[bytes]] = []
+    peer = threading.Thread(target=lambda: got.append(parts[1].meet(group, "0", "rank 1")))
+    peer.start()
+    assert parts[0].meet(group, "0", "rank 0") == [b"", b""]
+    peer.join()
+    assert got == [[b"", b""]]
+
+
+def test_a_wait_that_no_peer_meets_times_out_naming_the_domain() -> None:
+    part = _window_part(0, dist.HashStore())
+    part.host.config.timeout = 0.01
+    with pytest.raises(hp.HcclTimeoutError) as info:
+        part.meet(Group([0, 1], "dom"), "0", "rank 0 waits for handle 0 AlltoAllvWrite")
+    assert str(info.value) == (
+        "timed out after 0.01 s: rank 0 waits for handle 0 AlltoAllvWrite: not every rank of "
+        "domain dom made its AlltoAllvWrite"
+    )
 
 
 def test_an_unreadable_record_in_the_store_is_a_clear_problem(shm: Path) -> None:
