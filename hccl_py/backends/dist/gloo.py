@@ -41,6 +41,7 @@ class GlooBackend(DistBackend):
 class GlooServer(DistServer):
     """The gloo server: :class:`DistServer` with windows in shared memory of one host."""
 
+    #: It has windows (the refusal of :class:`DistServer` does not apply).
     no_windows = None
 
     def __init__(self, session: Session, run: int, config: Config, blocker: Blocker) -> None:
@@ -54,9 +55,11 @@ class GlooServer(DistServer):
             self.windows.share(group)
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
+        """Global rank ``rank``'s shared window ``kind`` of ``domain`` (see :class:`SharedWindows`)."""
         return self.windows.window(domain, rank, kind)
 
     def window_at(self, base: int) -> WindowAllocation | None:
+        """The window whose integer base address is ``base``, if this rank used it."""
         return self.windows.window_at(base)
 
     def meet(
