@@ -1,11 +1,14 @@
 """The emulated server's reports: why a round has not run, and the state of the world.
 
-A mixin of :class:`~.world.EmuWorld`, kept apart so that the server's logic
-and the texts that explain it stay readable; every method runs under the
-world's lock.
+A part of :class:`~.world.EmuWorld`, kept apart so that the server's logic
+and the texts that explain it stay readable; it reads the world's slots
+through :class:`SlotState`, and every method runs under the world's lock.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
 
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
@@ -18,17 +21,41 @@ STATE_LINES = 12
 CHAIN_DEPTH = 3
 
 
+def returned_note(returned: Collection[int]) -> str:
+    """`` (ranks [..] returned from their function)`` where some did, else ""."""
+    gone = sorted(returned)
+    return f" (ranks {gone} returned from their function)" if gone else ""
+
+
+class SlotState(Protocol):
+    """What the reports read of the world (:class:`~.world.EmuWorld`)."""
+
+    #: Slots that have not finished, and the global ranks that returned from their function.
+    unfinished: dict[Slot, None]
+    returned: set[int]
+
+    def _previous(self, slot: Slot) -> Slot | None:
+        """The slot before ``slot`` in its domain (None for the first)."""
+        ...
+
+    def _dep_slots(self, slot: Slot) -> list[Slot]:
+        """The slots of the InterHcclGroupSync dependencies of ``slot``'s tasks."""
+        ...
+
+
 class WorldReports:
     """Texts about the slots of an :class:`~.world.EmuWorld`."""
 
-    def _describe_wait(
-        self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
-    ) -> str:
+    def __init__(self, world: SlotState) -> None:
+        self.world = world
+
+    def describe_wait(self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for") -> str:
+        """Under the lock: ``rank R waits for round r of ...: why``."""
         return f"{wait_head(task, round_idx, verb)}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
 
     def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
         """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
-        ranks = slot.sample().domain.ranks
+        ranks, world = slot.sample().domain.ranks, self.world
         if slot.error is not None:
             return f"failed: {slot.error.reason}"
         if slot.done > round_idx:
@@ -42,7 +69,7 @@ class WorldReports:
             return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
         if slot.done < round_idx:
             return f"round {slot.done} has to run first"
-        previous = self._previous(slot)
+        previous = world._previous(slot)
         if previous is not None and not previous.finished:
             what = previous.sample()
             text = (
@@ -50,7 +77,7 @@ class WorldReports:
                 f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
             )
             return self._chain(text, previous, depth)
-        for dep in self._dep_slots(slot):
+        for dep in world._dep_slots(slot):
             if not dep.finished:
                 text = (
                     f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
@@ -65,13 +92,11 @@ class WorldReports:
         return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
 
     def _missing(self, who: str, what: str) -> str:
-        gone = sorted(self.returned)
-        note = f" (ranks {gone} returned from their function)" if gone else ""
-        return f"{who} have not {what}{note}"
+        return f"{who} have not {what}{returned_note(self.world.returned)}"
 
-    def _describe_world(self) -> str:
+    def describe_world(self) -> str:
         """Under the lock: one line per unfinished slot, oldest first."""
-        slots = sorted(self.unfinished, key=lambda s: s.key)
+        slots = sorted(self.world.unfinished, key=lambda s: s.key)
         lines = []
         for slot in slots[:STATE_LINES]:
             ranks = slot.sample().domain.ranks

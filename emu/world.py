@@ -34,7 +34,7 @@ from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
 from hccl_py.server.ordering import behind, dependency_state
-from hccl_py.server.protocol import Server
+from hccl_py.server.protocol import EXCHANGE, Server
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
@@ -55,10 +55,17 @@ from .watch import WatchedWindows
 _cores = threading.local()
 
 
-class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
-    """The server of an emulated world; every rank's client sends to this one object."""
+class EmuWorld(Server):
+    """The server of an emulated world; every rank's client sends to this one object.
+
+    Its parts, built here: ``windows`` (:class:`LocalWindows`), ``watched`` (the
+    window race check), ``meetings`` (:mod:`.rendezvous`), ``writes`` (the
+    one-sided copies) and ``reports`` (why a round has not run).
+    """
 
     ops = frozenset(executor.ROUNDS)
+    #: Every rank is a thread of this process: a flag poll that nobody can change is a deadlock.
+    polls_detect_deadlock = True
 
     def __init__(self, world_size: int, config: Config) -> None:
         self.world_size = world_size
@@ -66,11 +73,18 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.blocker = Scheduler(config.timeout, policy_for(config.seed, config.schedule))
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
-        self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.serial
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
-        self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
+        self.watched = WatchedWindows(self.races, self.serial._is_owned)
+        self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
+        self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
+        self.returned: set[int] = set()
+        self.writes = OneSidedWrites(
+            self.blocker, self.races, config.poison, self.meetings, self.returned
+        )
+        self.reports = WorldReports(self)
+        self.blocker.describe_world = self.reports.describe_world
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
         self.unfinished: dict[Slot, None] = {}
@@ -80,7 +94,6 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
         #: Per domain: every slot below this position finished and was forgotten.
         self.retired_below: dict[str, int] = {}
-        self.returned: set[int] = set()
         self.unpoisoned: dict[Slot, dict[int, list[int]]] = {}
         self.poisoned: dict[Slot, list[tuple[int, list[tuple[int, torch.Tensor]], Task]]] = {}
         #: Mapped windows by the data pointer of their storage (flag polls through tensors).
@@ -200,12 +213,12 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             self.poisoned[slot] = kept
 
     def _has_work(self) -> bool:
-        return bool(self._pending_writes()) or any(self._ready(s) for s in list(self.pending))
+        return bool(self.writes.pending) or any(self._ready(s) for s in list(self.pending))
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
             return None
-        write = self._write_job()
+        write = self.writes.job()
         if write is not None:
             return write
         for slot in list(self.pending):
@@ -263,7 +276,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             self.blocker.raise_if_failed()
             slot = self._slot(task)
             slot.committed[task.rank] = round_idx + 1
-            slot.clocks[(task.rank, round_idx)] = self._release(task.domain.ranks[task.rank])
+            slot.clocks[(task.rank, round_idx)] = self.watched.release(task.domain.ranks[task.rank])
             if slot.error is None and not slot.finished:
                 self.pending[slot] = None
             if self.config.poison:
@@ -277,7 +290,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             slot = self._slot(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
-            lambda: self._describe_wait(slot, task, round_idx),
+            lambda: self.reports.describe_wait(slot, task, round_idx),
         )
         if slot.error is not None and slot.done <= round_idx:
             raise error_for(slot.error, task, round_idx)
@@ -298,7 +311,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             self.blocker.poll(
                 slot.key,
                 (done, False),
-                lambda: f"{self._describe_wait(slot, task, done, verb='polls Query for')}",
+                lambda: self.reports.describe_wait(slot, task, done, verb="polls Query for"),
                 read=lambda: (slot.done, slot.error is not None),
             )
         self._ordered_after(slot, task, range(done))
@@ -307,7 +320,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def _ordered_after(self, slot: Slot, task: Task, rounds: range) -> None:
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
         clocks = [slot.clocks.get((r, k)) for k in rounds for r in range(slot.rank_dim)]
-        self._acquire(task.domain.ranks[task.rank], clocks)
+        self.watched.acquire(task.domain.ranks[task.rank], clocks)
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
@@ -351,13 +364,29 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
                 slot = self.slots.get((name, seq))
             self.retired_below[name] = seq
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
-        """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""
-        return self.exchanges.exchange(group, rank, op, payload)
+    def meet(
+        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+    ) -> list[bytes]:
+        """The ranks hand their payloads to each other directly (see :mod:`.rendezvous`)."""
+        if key == EXCHANGE:
+            return self.meetings.exchange(group, rank, what, payload)
+        return self.writes.meet(group, rank, key, what, payload)
 
-    def window_mapped(self, window: WindowAllocation) -> None:
-        super().window_mapped(window)
+    def write_items(self, task: Task, copies: list[tuple[object, object, int]]) -> None:
+        """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
+        self.writes.write_items(task, copies)
+
+    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
+        """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
+        self.writes.flush(domain, rank)
+
+    def _window_mapped(self, window: WindowAllocation) -> None:
+        self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
+
+    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank``: the race check's scope."""
+        return self.watched.kernel_scope(rank)
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:
@@ -368,9 +397,9 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         call: a core enters it when it first asks for a window, or at its start
         when windows exist already.
         """
-        with super().core_scope(rank), contextlib.ExitStack() as stack:
+        with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
             _cores.scope = (stack, rank)
-            if self._window_store():
+            if self.windows:
                 self._watch_polls()
             try:
                 yield
@@ -388,9 +417,14 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             )
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
-        found = super().window(domain, rank, kind)
+        """Global rank ``rank``'s window ``kind`` of ``domain``; the calling core watches polls."""
+        found = self.windows.window(domain, rank, kind)
         self._watch_polls()
         return found
+
+    def window_at(self, base: int) -> WindowAllocation | None:
+        """The window whose integer base address is ``base``, if one was created."""
+        return self.windows.window_at(base)
 
     def close(self) -> None:
         """End the server's lane thread."""
