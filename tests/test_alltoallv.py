@@ -289,36 +289,3 @@ def test_bad_arrays_return_minus_one(backend: str, which: str) -> None:
         for fact in (*BAD_ARRAYS[which], "AlltoAllV", f"rank {rank}"):
             assert fact in error, (fact, error)
         assert not y.any(), "a rejected Prepare must send nothing"
-
-
-def _tiling_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, tilings: tuple) -> None:
-    """One AlltoAllV of one element per peer with only the cc tilings of ``tilings`` set."""
-    hccl = init_hccl(Hccl(), tilingGM, ops=tilings)
-    handle = hccl.AlltoAllV[True](xGM, [1, 1], [0, 1], FP32, yGM, [1, 1], [0, 1], FP32)
-    record += [handle, hccl.last_error]
-    if handle >= 0:
-        hccl.Wait(handle)
-    hccl.Finalize()
-
-
-@pytest.mark.parametrize("tilings, handle", [(("AlltoAll",), 0), (("AllGather",), -1)])
-def test_alltoallv_runs_under_the_alltoall_tiling(tilings: tuple, handle: int) -> None:
-    """AlltoAllAllGatherBatchMatMul and BatchMatMulReduceScatterAlltoAll set only an AlltoAll
-    cc tiling and call AlltoAllV: the release client sends it with tiling 0. Without an
-    AlltoAll tiling it is still refused, as the debug client refuses it."""
-    out = hp.run(
-        cases.probe,
-        world_size=2,
-        backend="emu",
-        platform="A3",
-        strict=False,
-        timeout=RUN_TIMEOUT,
-        args=(_tiling_kernel, tilings),
-    )
-    for (got, error), y in out:
-        assert got == handle
-        if handle == 0:
-            assert error is None
-            assert y.view(np.float32)[:2].tolist() == [1.0, 2.0]  # x = sender + 1
-        else:
-            assert "no tiling set for AlltoAllV" in error

@@ -44,11 +44,7 @@ class PrepareCalls(HcclBase):
         return Limits(
             platform=state.rank_ctx.config.platform,
             kernel_api=self.framework is None,
-            # an AlltoAllV may go under the AlltoAll cc tiling: the release client sends it with
-            # tiling 0, and two shipping A3 kernels rely on that (docs/fidelity.md)
-            has_tiling=self._mode == "Init-no-tiling"
-            or op in self._cc
-            or (op == _C.HCCL_CMD_ALLTOALLV and _C.HCCL_CMD_ALLTOALL in self._cc),
+            has_tiling=self._mode == "Init-no-tiling" or op in self._cc,
             handles_used=len(self.handles),
             syncs_used=self._n_syncs,
             rank_dim=state.rank_dim,
