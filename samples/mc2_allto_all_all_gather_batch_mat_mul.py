@@ -15,7 +15,8 @@ Source: ops-transformer, ``mc2/allto_all_all_gather_batch_mat_mul/``: the kernel
 What runs unchanged: domain 0 is the EP group (AlltoAllV), domain 1 the TP group
 (AllGather); ``Init`` + ``SetCcTiling`` with the tilings' addresses on every core, one
 ``Mc2CcTilingConfig`` filling the init tiling and both cc tilings (``SetGroupName``,
-``SetOpType``, ``SetAlgConfig``); on the AIV cores only, ``AllGather<true>`` of this rank's
+``SetOpType``, ``SetAlgConfig``; the first cc tiling's opType is 8, which the host code
+names ``OP_TYPE_ALL_TO_ALL`` but is ``HCCL_CMD_ALLTOALLV``); on the AIV cores only, ``AllGather<true>`` of this rank's
 own experts, then per C tile ``tileLenE`` AlltoAllV<true> (the tail tile with
 ``repeat = 1``) and one AllGather per tile. With ``ep == 2`` (4 ranks) the AllGathers are
 ``AllGather<false>``, committed later by every AIV core once it has waited for the tile's
@@ -56,7 +57,7 @@ from hccl_py import (
     AIC,
     AIV,
     HCCL_CMD_ALLGATHER,
-    HCCL_CMD_ALLTOALL,
+    HCCL_CMD_ALLTOALLV,
     HCCL_DATA_TYPE_FP16,
     Hccl,
     Mc2CcTiling,
@@ -572,10 +573,11 @@ def make_tiling(ep: int, epGroup: str, tpGroup: str) -> AlltoAllAllGatherBatchMa
     tile_cnt, tail = divmod(C, C_TILE)
     common.domesticTileC = tile_info(tile_cnt, C_TILE, int(tail > 0), tail)
 
-    # the source's alltoAllConfig and allGatherConfig strings, written in place
+    # opType1 is the source's OP_TYPE_ALL_TO_ALL = 8, which is HCCL_CMD_ALLTOALLV (HCCL_CMD_ALLTOALL
+    # is 10); the strings are its alltoAllConfig and allGatherConfig, written in place
     hcclCcTilingConfig = Mc2CcTilingConfig(
         epGroup,
-        HCCL_CMD_ALLTOALL,
+        HCCL_CMD_ALLTOALLV,
         "AlltoAll=level0:fullmesh;level1:pairwise",
         0,
         HCCL_DATA_TYPE_FP16,
