@@ -10,18 +10,18 @@ Source: ops-transformer, ``mc2/allto_all_all_gather_batch_mat_mul/``: the kernel
 ``TransposeAfterBMMShardC`` 886-1118), the tiling struct of
 ``op_kernel/allto_all_all_gather_batch_mat_mul_tiling_struct.h`` (24-86) and the host tiling
 ``op_host/op_tiling/allto_all_all_gather_batch_mat_mul_tiling.cpp`` (``SetHcclTiling``
-1121-1157, ``InitTileInfoInCommonTiling`` 201-231).
+1121-1156, ``InitTileInfoInCommonTiling`` 201-231).
 
 What runs unchanged: domain 0 is the EP group (AlltoAllV), domain 1 the TP group
 (AllGather); ``Init`` + ``SetCcTiling`` with the tilings' addresses on every core, one
 ``Mc2CcTilingConfig`` filling the init tiling and both cc tilings (``SetGroupName``,
 ``SetOpType``, ``SetAlgConfig``; the first cc tiling's opType is 8, which the host code
-names ``OP_TYPE_ALL_TO_ALL`` but is ``HCCL_CMD_ALLTOALLV``); on the AIV cores only, ``AllGather<true>`` of this rank's
-own experts, then per C tile ``tileLenE`` AlltoAllV<true> (the tail tile with
-``repeat = 1``) and one AllGather per tile. With ``ep == 2`` (4 ranks) the AllGathers are
-``AllGather<false>``, committed later by every AIV core once it has waited for the tile's
-AlltoAllVs, taken out this rank's own block (``TransposeAllGatherInput``) and passed a
-``SyncAll<true>``; with ``ep > 2`` (8 ranks) the AllGathers are ``AllGather<true>`` and the
+names ``OP_TYPE_ALL_TO_ALL`` but is ``HCCL_CMD_ALLTOALLV``); on the AIV cores only,
+``AllGather<true>`` of this rank's own experts, then per C tile ``tileLenE``
+``AlltoAllV<true>`` (the tail tile with ``repeat = 1``) and one AllGather per tile. With
+``ep == 2`` (4 ranks) the AllGathers are ``AllGather<false>``, committed later by every AIV
+core once it has waited for the tile's AlltoAllVs, copied their output without this
+rank's own block (``TransposeAllGatherInput``) and passed a ``SyncAll<true>``; with ``ep > 2`` (8 ranks) the AllGathers are ``AllGather<true>`` and the
 domains order each other with ``InterHcclGroupSync`` both ways (AlltoAllV after the last
 AllGather, including the source's ``InterHcclGroupSync(1, handleIdx - 1)`` for the tail,
 and AllGather after its tile's last AlltoAllV). The workspace layout, the per-tile Wait
