@@ -49,6 +49,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
     "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
@@ -100,6 +101,17 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
         2,
         SAMPLES["mc2_moe_distribute_dispatch_v2_full_mesh.py"],
+    ),
+    "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
+        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
+        4,
+        SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
+    ),
+    # ep = 4: AllGather<true> and InterHcclGroupSync both ways instead of AllGather<false> + Commit
+    "mc2_allto_all_all_gather_batch_mat_mul-n8": (
+        ["-m", "hccl_py", "run", "-n", "8"],
+        8,
+        SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
     ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
