@@ -12,6 +12,7 @@ ordered after the Finalize hangs in every schedule and stays an error.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from hccl_py import Hccl, HcclDataType, HcclReduceOp
 
 F32 = HcclDataType.HCCL_DATA_TYPE_FP32
 SUM = HcclReduceOp.HCCL_REDUCE_SUM
-N = 8  # float32 elements per rank
+N = 8  # float32 elements per rank and handle
+HANDLES = 2  # like the kernel's AlltoAll handles and its last ReduceScatter
 CORES = 4
 WORLD = 2
 TIMEOUT = 20.0
@@ -34,28 +36,33 @@ TIMEOUT = 20.0
 SCHEDULES = 16
 
 
-def shipping_end(h: Hccl, handle: int) -> None:
-    """BatchMatMulReduceScatterAlltoAll's end: Wait the last handle, then Finalize at once."""
-    h.Wait(handle)
+def wait_all(h: Hccl, handles: list[int]) -> None:
+    for handle in handles:
+        h.Wait(handle)
+
+
+def shipping_end(h: Hccl, handles: list[int]) -> None:
+    """BatchMatMulReduceScatterAlltoAll's end: Wait every handle, then Finalize at once."""
+    wait_all(h, handles)
     h.Finalize()
 
 
-def synced_end(h: Hccl, handle: int) -> None:
+def synced_end(h: Hccl, handles: list[int]) -> None:
     """The fix: every core's last Wait comes before Finalize through a SyncAll."""
-    h.Wait(handle)
+    wait_all(h, handles)
     hp.SyncAll()
     h.Finalize()
 
 
-def wait_after_finalize(h: Hccl, handle: int) -> None:
+def wait_after_finalize(h: Hccl, handles: list[int]) -> None:
     """The sending core finalizes, then a SyncAll orders the other cores' Waits after it."""
     if hp.GetBlockIdx() == 0:
-        h.Wait(handle)
+        wait_all(h, handles)
         h.Finalize()
         hp.SyncAll()
     else:
         hp.SyncAll()
-        h.Wait(handle)
+        wait_all(h, handles)
         h.Finalize()
 
 
@@ -63,13 +70,14 @@ ENDS = {"shipping": shipping_end, "synced": synced_end, "after": wait_after_fina
 
 
 def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor) -> Any:
-    """Every AIV core prepares and commits one AllReduce, ends with ``end``, then reads y."""
+    """Every AIV core prepares and commits the AllReduces, ends with ``end``, then reads y."""
 
     def kernel(x: Any, y_gm: Any, tiling: Any) -> None:
         h = init_hccl(Hccl(), tiling)
-        handle = h.AllReduce[False](x, y_gm, N, F32, SUM, 1)
-        h.Commit(handle)
-        ENDS[end](h, handle)
+        handles = [h.AllReduce[False](x, y_gm + i * N * 4, N, F32, SUM, 1) for i in range(HANDLES)]
+        for handle in handles:
+            h.Commit(handle)
+        ENDS[end](h, handles)
         seen[hp.GetBlockIdx()] = y
 
     return kernel
@@ -78,8 +86,8 @@ def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor) -> Any:
 def main(end: str) -> torch.Tensor:
     """One launch on ``CORES`` AIV cores; what each core read from y after its Wait."""
     x = torch.arange(N, dtype=torch.float32) + 10 * hp.get_rank()
-    y = torch.zeros(N)
-    seen = torch.full((CORES, N), float("nan"))
+    y = torch.zeros(HANDLES * N)
+    seen = torch.full((CORES, HANDLES * N), float("nan"))
     hp.launch(allreduce_kernel(end, y, seen), x, y, make_tiling(), block_dim=CORES)
     return seen
 
@@ -87,7 +95,7 @@ def main(end: str) -> torch.Tensor:
 def expected() -> np.ndarray:
     """What every core of every rank reads: the sum of the ranks' x."""
     xs = np.arange(N, dtype=np.float32) + 10 * np.arange(WORLD, dtype=np.float32)[:, None]
-    return np.broadcast_to(xs.sum(axis=0), (CORES, N))
+    return np.tile(xs.sum(axis=0), (CORES, HANDLES))
 
 
 def kinds(result: Any) -> dict[int, list[str]]:
@@ -121,8 +129,10 @@ def test_exploring_finds_the_hang_and_its_seed_replays_it() -> None:
     assert isinstance(err.seed, int) and err.seed >= 1
     assert f"replay: hp.run(..., seed={err.seed})" in str(err)
     report = deadlock_of(err)
+    assert re.search(
+        r"AIV core [1-3] waits for handle [01] round 0 in domain hccl_world_group", report
+    )
     for fact in (
-        "waits for handle 0 round 0",
         "forever",
         "AIV core 0's Finalize reset the finished-turn counters",
         "no SyncAll() between",
