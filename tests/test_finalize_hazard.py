@@ -130,7 +130,8 @@ def test_exploring_finds_the_hang_and_its_seed_replays_it() -> None:
     assert f"replay: hp.run(..., seed={err.seed})" in str(err)
     report = deadlock_of(err)
     assert re.search(
-        r"AIV core [1-3] waits for handle [01] round 0 in domain hccl_world_group", report
+        r"AIV core [1-3] waits for round 0 of handle [01] AllReduce\(.*\) in domain hccl_world_group",
+        report,
     )
     for fact in (
         "forever",

@@ -154,10 +154,11 @@ class ClientState:
             self._warn_unordered(finalized[0], core, handle, round_idx)
             return
         where = f"rank {self.rank_ctx.rank} {core_name(core)}"
+        task = self.tasks[handle].describe()
         blocker.wait_for(
             lambda: False,
             lambda: (
-                f"{where} waits for handle {handle} round {round_idx} in domain "
+                f"{where} waits for round {round_idx} of handle {handle} {task} in domain "
                 f"{self.group.name} forever: {core_name(finalized[0])}'s Finalize reset the "
                 f"finished-turn counters before this Wait polled, with no SyncAll() between "
                 f"them [finalize-unordered]; {FIX}"
@@ -180,8 +181,14 @@ class ClientState:
             f"it see its turn first, as hardware usually does); {FIX}",
             domain=self.group.name,
             handle=handle,
+            op=self._op(handle),
             round=round_idx,
         )
+
+    def _op(self, handle: int) -> str | None:
+        """The op name of ``handle``'s task (None before the sending core prepared it)."""
+        task = self.tasks.get(handle)
+        return op_name(task.op) if task is not None else None
 
     def _after_reset(
         self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
@@ -195,6 +202,7 @@ class ClientState:
             rank=self.rank_ctx.rank,
             domain=self.group.name,
             handle=handle,
+            op=self._op(handle),
             round=round_idx,
         )
 
