@@ -2,7 +2,10 @@
 
 The default :class:`Policy` is fixed (run until blocked, then the next runner in
 (rank, core) order); :class:`SeededPolicy` makes random or PCT-style choices from a
-seed, with server timings from eager to late. :func:`policy_for` picks one.
+seed, with server timings from eager to late. A policy also decides whether the
+sending core's Finalize resets the finished-turn counters before another core's
+racing Wait polls them (never by default; by the seed otherwise).
+:func:`policy_for` picks one.
 """
 
 from __future__ import annotations
