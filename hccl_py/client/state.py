@@ -145,9 +145,8 @@ class ClientState:
         blocker = self.rank_ctx.blocker
         with blocker.cond:
             finalized = self.finalized_by
-        if finalized is None or core == finalized[0]:
-            return
-        with blocker.cond:
+            if finalized is None or core == finalized[0]:
+                return
             self.reset |= blocker.reset_first()
             reset = self.reset
         if not reset:
