@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..core.constants import HcclCMDType, HcclDataType
-from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 from ..ops import OPS
+from .failures import breach
 
 
 @dataclass
@@ -43,7 +43,7 @@ class Handle:
 
 
 class Sender(Protocol):
-    """What the launch needs of the sending core's Hccl object (``HcclBase`` has it)."""
+    """What the launch needs of the sending core's Hccl object (its ``Binding`` has it)."""
 
     handles: list[Handle]
     finalized: bool
@@ -116,7 +116,8 @@ class ClientState:
     def _unordered(
         self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int, verb: str
     ) -> None:
-        raise HcclCoreError(
+        breach(
+            "unordered-finalize",
             f"{finalizer.kind.name} core {finalizer.block_idx} {verb} while "
             f"{waiter.kind.name} core {waiter.block_idx} waits for handle {handle} round "
             f"{round_idx}: no SyncAll() separates that Wait from Finalize. Finalize resets "
@@ -157,7 +158,8 @@ class ClientState:
         if sender is not None and sender.handles and not sender.finalized:
             problems.append("Finalize() was never called")
         if problems:
-            raise HcclUnfinishedError(
+            breach(
+                "unfinished-exit",
                 "kernel returned with unfinished work that would leave the server hanging: "
                 + "; ".join(problems),
                 rank=self.rank_ctx.rank,
