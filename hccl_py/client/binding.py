@@ -20,6 +20,12 @@ from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
 from .lifecycles import LIFECYCLES
 from .state import ClientState, Handle
 
+#: Why an object cannot communicate, by the rule (hccl_py.core.rules.RULES) a call then breaks.
+UNUSABLE = {
+    "not-initialised": "the Hccl object is not initialised (call InitV2 first)",
+    "finalized": "the Hccl object was finalized and cannot communicate again",
+}
+
 
 class Binding:
     """One Hccl object's state: declared here, reset by a new Init."""
@@ -65,9 +71,9 @@ class Binding:
     def unusable(self) -> tuple[str, str] | None:
         """Why the object cannot communicate now, as (rule id, reason), or None."""
         if self.state is None:
-            return "not-initialised", "the Hccl object is not initialised (call InitV2 first)"
+            return "not-initialised", UNUSABLE["not-initialised"]
         if self.finalized:
-            return "finalized", "the Hccl object was finalized and cannot communicate again"
+            return "finalized", UNUSABLE["finalized"]
         return None
 
     def handle(self, handle: Any) -> Handle | None:

@@ -90,14 +90,14 @@ class HandleControl:
     # ------------------------------------------------------------------ Commit
     def commit(self, handleId: Any) -> None:
         """Commit: let the server run the next round of ``handleId``."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         unusable = b.unusable()
         if unusable:
-            fail(unusable[0], f"Commit: {unusable[1]}", None, handle=handleId)
+            breach(unusable[0], f"Commit: {unusable[1]}", None, handle=handleId)
             return
         info = b.handle(handleId)
         if info is None:
-            fail(
+            breach(
                 "unknown-handle",
                 f"Commit: handle {handleId} was never returned by Prepare; nothing sent",
                 None,
@@ -106,7 +106,7 @@ class HandleControl:
             return
         name = op_name(info.op)
         if info.commits >= info.repeat:
-            fail(
+            breach(
                 "extra-commit",
                 f"extra Commit: all {info.repeat} rounds are already committed; the official "
                 "client ignores it (and logs an error)",
@@ -120,7 +120,7 @@ class HandleControl:
             return
         core = calling_core()
         if core.kind != info.kind:
-            fail(
+            breach(
                 "wrong-core",
                 f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
                 None,
@@ -216,14 +216,14 @@ class HandleControl:
     # ---------------------------------------------------------- Query, Finalize
     def query(self, handleId: Any) -> int:
         """Query: how many rounds of ``handleId`` have finished; -1 for a bad handle."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if b.state is None:
-            return fail(
+            return breach(
                 "not-initialised", "Query: the Hccl object is not initialised", handle=handleId
             )
         platform = b.state.rank_ctx.config.platform
         if not platform.has_query:
-            return fail(
+            return breach(
                 "unsupported", f"Query is not supported on {platform.name}", handle=handleId
             )
         info = b.handle(handleId)
@@ -235,17 +235,17 @@ class HandleControl:
 
     def finalize(self, sync: bool) -> None:
         """Finalize: no more tasks; with ``sync``, wait for the last one."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         unusable = b.unusable()
         if unusable:
-            fail(unusable[0], f"Finalize: {unusable[1]}", None)
+            breach(unusable[0], f"Finalize: {unusable[1]}", None)
             return
         state = b.state
         platform = state.rank_ctx.config.platform
         if not sync:
             has_batch_write = any(h.lifecycle == "batch-write" for h in b.handles)
             if not (platform.finalize_async_allowed and has_batch_write):
-                fail(
+                breach(
                     "finalize-async",
                     f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
                     f"not on {platform.name} with these tasks",
@@ -255,7 +255,7 @@ class HandleControl:
         if state.sender is b:
             for h, info in enumerate(b.handles):
                 if info.commits < info.repeat:
-                    fail(
+                    breach(
                         "finalize-uncommitted",
                         f"Finalize with handle {h} ({info.task.describe()}) committed "
                         f"{info.commits} of {info.repeat} rounds: the server would wait "
@@ -278,13 +278,13 @@ class HandleControl:
     # ------------------------------------------------------- InterHcclGroupSync
     def inter_group_sync(self, srcGroupID: Any, srcHandleID: Any) -> None:
         """InterHcclGroupSync: later tasks start after task ``srcHandleID`` of ``srcGroupID``."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         unusable = b.unusable()
         if unusable:
-            fail(unusable[0], f"InterHcclGroupSync: {unusable[1]}", None)
+            breach(unusable[0], f"InterHcclGroupSync: {unusable[1]}", None)
             return
         if len(b.handles) + b.n_syncs >= HCCL_MAX_HANDLE_ID:
-            fail(
+            breach(
                 "message-slots",
                 f"InterHcclGroupSync: {slots_used(len(b.handles), b.n_syncs)}; the "
                 "official client writes it into Finalize's slot and only logs: it is ignored",
@@ -294,7 +294,7 @@ class HandleControl:
         valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
         other = b.state.launch.clients.get(int(srcGroupID)) if valid else None
         if other is None or other is b.state:
-            fail(
+            breach(
                 "sync-target",
                 f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
                 "of this kernel",
@@ -315,7 +315,7 @@ class HandleControl:
         src = other.tasks.get(srcHandleID) if valid_id else None
         if src is None and sender:
             if not valid_id or other.sender_core is core:
-                fail(
+                breach(
                     "unknown-handle",
                     f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain "
                     f"{srcGroupID}",

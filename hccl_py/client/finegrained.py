@@ -92,22 +92,22 @@ class FineGrainedSteps:
         wait: Callable[[int], int],
     ) -> int:
         """Iterate: fill ``seqSlices``; with ``sync``, ``wait`` (the object's Wait) every stepSize."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if b.state is None or b.mode not in ("InitV2", "Init"):
-            return fail("not-initialised", "Iterate: initialisation has not been done properly")
+            return breach("not-initialised", "Iterate: initialisation has not been done properly")
         platform = b.state.rank_ctx.config.platform
         if not platform.has_iterate:
-            return fail("unsupported", f"Iterate is not supported on {platform.name}")
+            return breach("unsupported", f"Iterate is not supported on {platform.name}")
         n = seqSliceLen if isinstance(seqSliceLen, (int, np.integer)) else -1
         if seqSlices is None or isinstance(n, bool) or n <= 0 or len(seqSlices) < n:
-            return fail(
+            return breach(
                 "bad-argument",
                 "Iterate: seqSlices must be an array of at least seqSliceLen > 0 entries",
                 actual=seqSliceLen,
             )
         info = b.handle(handleId)
         if info is None or not info.step_size:
-            return fail(
+            return breach(
                 "not-fine-grained",
                 f"Iterate: handle {handleId} is not a fine-grained AlltoAllV (tiling stepSize > 0)",
                 handle=handleId,

@@ -44,22 +44,22 @@ class OneSided:
     # ------------------------------------------------------------------ windows
     def window(self, rankId: Any, kind: str) -> GmAddr:
         """GetWindows{kind}Addr(rankId): the window's GM address, or the null address."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         call = f"GetWindows{kind}Addr"
         if b.state is None:
-            return fail("not-initialised", f"{call}: the Hccl object is not initialised", NULL)
+            return breach("not-initialised", f"{call}: the Hccl object is not initialised", NULL)
         platform = b.state.rank_ctx.config.platform
         if not platform.has_windows:
-            return fail("unsupported", f"{call} is not supported on {platform.name}", NULL)
+            return breach("unsupported", f"{call} is not supported on {platform.name}", NULL)
         r = _int_arg(rankId)
         if r is None:
-            return fail(
+            return breach(
                 "bad-argument", f"{call}: rankId must be an int, not {what_is(rankId)}", NULL
             )
         dim = b.state.rank_dim
         if not 0 <= r < dim:
             wrapped = f" (a uint32: {r} reads as {r % 2**32})" if r < 0 else ""
-            return fail(
+            return breach(
                 "window-rank",
                 f"{call}({r}): rankId{wrapped} must be less than rankDim {dim}; the official "
                 "client returns a null address",
@@ -74,27 +74,27 @@ class OneSided:
     # ------------------------------------------------------------------- queues
     def get_queue_num(self) -> int:
         """GetQueueNum: the tiling's queueNum; 0 where the platform has no queues."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if b.state is None:
-            return fail("not-initialised", "GetQueueNum: the Hccl object is not initialised", 0)
+            return breach("not-initialised", "GetQueueNum: the Hccl object is not initialised", 0)
         platform = b.state.rank_ctx.config.platform
         if not platform.has_queues:
-            return fail("unsupported", f"GetQueueNum is not supported on {platform.name}", 0)
+            return breach("unsupported", f"GetQueueNum is not supported on {platform.name}", 0)
         return self._failures.ok(b.queue_num())
 
     def queue_barrier(self, queueID: Any, scope: ScopeType) -> None:
         """QueueBarrier: a barrier message on queue ``queueID``."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         unusable = b.unusable()
         if unusable:
-            fail(unusable[0], f"QueueBarrier: {unusable[1]}", None)
+            breach(unusable[0], f"QueueBarrier: {unusable[1]}", None)
             return
         platform = b.state.rank_ctx.config.platform
         if not platform.has_queues:
-            fail("unsupported", f"QueueBarrier is not supported on {platform.name}", None)
+            breach("unsupported", f"QueueBarrier is not supported on {platform.name}", None)
             return
         if scope != ScopeType.ALL:
-            fail(
+            breach(
                 "unsupported",
                 f"QueueBarrier[{scope.name}]: only ScopeType.ALL is supported",
                 None,
@@ -104,7 +104,7 @@ class OneSided:
             return
         problem = self._queue_problem(queueID)
         if problem:
-            fail("bad-argument", f"QueueBarrier: {problem}", None)
+            breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
         # BatchWrites of this emulation finish at Prepare: every queue is already drained.
         b.n_syncs += 1

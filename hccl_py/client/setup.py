@@ -42,16 +42,16 @@ class Setup:
             self._binding.mode = "Init-no-tiling"
 
     def _init(self, context: Any, tiling: Any, mode: str) -> None:
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if not isinstance(context, HcclContext):
-            fail(
+            breach(
                 "bad-context",
                 f"{mode}: context must come from GetHcclContext(0 or 1), got {context!r}",
                 None,
             )
             return
         if b.state is not None and not b.finalized:
-            fail(
+            breach(
                 "repeated-init",
                 f"{mode}: the Hccl object is already initialised; the official client ignores "
                 "a second Init (the first one stays in force)",
@@ -60,7 +60,7 @@ class Setup:
             return
         platform = context.launch.rank_ctx.config.platform
         if b.server_type not in platform.servers:
-            fail(
+            breach(
                 "server-type",
                 f"{mode}: server type {b.server_type.name} is not supported on {platform.name}",
                 None,
@@ -75,9 +75,9 @@ class Setup:
 
     def set_cc_tiling_v2(self, offset: Any) -> int:
         """SetCcTilingV2: register the Mc2CcTiling at byte ``offset`` of the init tiling."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if b.state is None or b.mode != "InitV2":
-            return fail(
+            return breach(
                 "init-style",
                 "SetCcTilingV2: the Hccl object is not initialised with InitV2 "
                 "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)",
@@ -87,7 +87,7 @@ class Setup:
         except TypeError:
             at = -1
         if at < 0:
-            return fail(
+            return breach(
                 "cc-tiling",
                 f"SetCcTilingV2({offset!r}): the offset must be a non-negative int, the byte "
                 "offset of an Mc2CcTiling in the tiling struct (offsetof(Tiling, 'cc'))",
@@ -97,16 +97,16 @@ class Setup:
             raw = tiling_bytes(b.tiling_src, nbytes=at + MC2_CC_TILING_SIZE)
             cc = read_cc_tiling(raw, at)
         except (ValueError, TypeError, HcclBoundsError) as exc:
-            return fail("cc-tiling", f"SetCcTilingV2({offset}): bad offset: {exc}")
+            return breach("cc-tiling", f"SetCcTilingV2({offset}): bad offset: {exc}")
         return self._register(cc, f"SetCcTilingV2({offset})")
 
     def set_cc_tiling(self, address: Any) -> int:
         """SetCcTiling (V1): register the Mc2CcTiling at a GM address (or an instance)."""
-        b, fail = self._binding, self._failures.breach
+        b, breach = self._binding, self._failures.breach
         if b.state is None:
-            return fail("not-initialised", "SetCcTiling: the Hccl object is not initialised")
+            return breach("not-initialised", "SetCcTiling: the Hccl object is not initialised")
         if b.mode != "Init":
-            return fail(
+            return breach(
                 "init-style",
                 "SetCcTiling: only valid after Init(context, initTiling); "
                 "Init with and without tiling must not be mixed, and InitV2 takes SetCcTilingV2",
@@ -114,7 +114,7 @@ class Setup:
         try:
             cc = Mc2CcTiling.from_buffer_copy(tiling_bytes(address, nbytes=MC2_CC_TILING_SIZE))
         except (ValueError, TypeError, HcclBoundsError) as exc:
-            return fail("cc-tiling", f"SetCcTiling: cannot read an Mc2CcTiling there: {exc}")
+            return breach("cc-tiling", f"SetCcTiling: cannot read an Mc2CcTiling there: {exc}")
         return self._register(cc, "SetCcTiling")
 
     def _register(self, cc: Mc2CcTiling, where: str) -> int:

@@ -107,8 +107,8 @@ RULES: dict[str, Rule] = {
     ),
     "sync-target": _refused("InterHcclGroupSync naming no other initialised domain"),
     "message-slots": _carries_on("an InterHcclGroupSync beyond the message slots", "message-slots"),
-    "window-rank": _carries_on("GetWindows*Addr of a rank outside the domain", "window-rank"),
-    "finalize-async": _refused("Finalize<false> where the platform or the tasks forbid it"),
+    "window-rank": _carries_on("GetWindowsIn/OutAddr of a rank outside the domain", "window-rank"),
+    "finalize-async": _refused("Finalize[False] where the platform or the tasks forbid it"),
     "finalize-uncommitted": _always(
         "Finalize with rounds left uncommitted (the server would wait forever)", HcclUnfinishedError
     ),
