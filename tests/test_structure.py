@@ -298,6 +298,120 @@ def test_the_layer_check_sees_an_upward_import() -> None:
     assert _layer("hccl_py.backends.emu.world") > _layer("hccl_py.launcher.store")
 
 
+# ------------------------------------------------------------ issue 24, item 4
+#: What a ``__dict__`` may not be used for: writing it, or (an object's own ``self.__dict__``)
+#: reading attributes from it that ``__init__`` did not declare. Reading a whole ``__dict__``
+#: (a repr, an error's facts) and a class's ``klass.__dict__`` (ctypes ``_fields_``) are fine.
+_DICT_WRITES = {"setdefault", "update", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+
+
+def _is_dict(node: ast.AST, own: bool = False) -> bool:
+    """``x.__dict__`` (with ``own``: ``self.__dict__``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "__dict__"
+        and (not own or (isinstance(node.value, ast.Name) and node.value.id == "self"))
+    )
+
+
+def dict_state(source: str) -> list[str]:
+    """Lines of ``source`` that write a ``__dict__`` or read lazy state from ``self.__dict__``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        bad = False
+        if isinstance(node, ast.Subscript) and _is_dict(node.value):
+            bad = not isinstance(node.ctx, ast.Load) or _is_dict(node.value, own=True)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            target, method = node.func.value, node.func.attr
+            bad = _is_dict(target) and (
+                method in _DICT_WRITES or (method == "get" and _is_dict(target, own=True))
+            )
+        elif isinstance(node, ast.Compare):
+            bad = any(
+                isinstance(op, (ast.In, ast.NotIn)) and _is_dict(right, own=True)
+                for op, right in zip(node.ops, node.comparators, strict=True)
+            )
+        if bad:
+            found.append(f"line {node.lineno}: {ast.unparse(node)[:70]}")
+    return found
+
+
+def _dict_state_files() -> dict[str, list[str]]:
+    return {
+        str(path.relative_to(ROOT)): found
+        for folder in ("hccl_py", "emu")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (found := dict_state(path.read_text()))
+    }
+
+
+def test_the_dict_check_sees_lazy_state() -> None:
+    bad = (
+        "self.__dict__.setdefault('_a', [])\nself.__dict__['_b'] = 1\n"
+        "x = self.__dict__.get('_c')\nif '_d' in self.__dict__: pass\n"
+        "other.__dict__.update(y)\ndel self.__dict__['_e']\n"
+    )
+    assert [line.split(":")[0] for line in dict_state(bad)] == [
+        f"line {n}" for n in (1, 2, 3, 4, 5, 6)
+    ]
+    fine = (
+        "describe(self.reason, self.__dict__)\nself.__dict__ | {}\nklass.__dict__.get('_fields_')\n"
+    )
+    assert dict_state(fine) == []
+
+
+def test_state_is_declared_not_kept_in_dict() -> None:
+    """No object keeps lazy state in ``__dict__``: it is assigned in ``__init__`` (issue 24, item 4)."""
+    assert _dict_state_files() == {}
+
+
+#: Client modules whose classes may subclass each other: the handle lifecycles, one strategy
+#: class per lifecycle of the table LIFECYCLES. Everywhere else in hccl_py/client/ a class
+#: has one job and is composed, not inherited; implementing a Protocol is not inheriting.
+STRATEGY_MODULES = {"hccl_py/client/lifecycles.py"}
+
+
+def _base_names(node: ast.ClassDef) -> list[str]:
+    return [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+
+
+def client_subclasses(sources: dict[str, str]) -> list[str]:
+    """``module: Class(Base)`` for classes whose base is a (non-Protocol) class of ``sources``."""
+    classes = {
+        rel: [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ClassDef)]
+        for rel, text in sources.items()
+    }
+    defined = {
+        n.name for found in classes.values() for n in found if "Protocol" not in _base_names(n)
+    }
+    return [
+        f"{rel}: {node.name}({base})"
+        for rel, found in classes.items()
+        if rel not in STRATEGY_MODULES
+        for node in found
+        for base in _base_names(node)
+        if base in defined
+    ]
+
+
+def test_the_subclass_check_sees_a_split_class() -> None:
+    sources = {
+        "hccl_py/client/a.py": "class Base:\n    pass\nclass P(Protocol):\n    pass\n",
+        "hccl_py/client/b.py": "class Calls(a.Base):\n    pass\nclass S(P):\n    pass\nclass T(Protocol):\n    pass\n",
+        "hccl_py/client/lifecycles.py": "class Rounds(Base):\n    pass\n",
+    }
+    assert client_subclasses(sources) == ["hccl_py/client/b.py: Calls(Base)"]
+
+
+def test_client_classes_are_composed_not_inherited() -> None:
+    """No client class inherits from another only to split a file (issue 24, item 4)."""
+    sources = {
+        str(p.relative_to(ROOT)): p.read_text()
+        for p in sorted((ROOT / "hccl_py" / "client").glob("*.py"))
+    }
+    assert client_subclasses(sources) == []
+
+
 #: Files "Adding an op" names that an op does not always edit: a new kind of argument, a
 #: new lifecycle, the registry of op modules, and the test that checks the executors.
 OPTIONAL_OP_FILES = {

@@ -1,9 +1,15 @@
-"""The kernel-side client: the API users call, split by job.
+"""The kernel-side client: the API users call, a front and objects with one job each.
 
-- :mod:`.hccl`: :class:`Hccl`, Commit / Wait / Query / Finalize / InterHcclGroupSync;
-- :mod:`.prepare`: the five Prepare calls and their one path;
-- :mod:`.convert`: :class:`PrepareParam` and the argument converters;
-- :mod:`.base`: the object's state, failure reporting, Init / SetCcTiling;
+- :mod:`.hccl`: :class:`Hccl`, the AscendC calls, forwarding to the objects below;
+- :mod:`.binding`: one object's state (domain, tilings, handles), declared in one place;
+- :mod:`.failures`: how a call fails, by the rules of :data:`hccl_py.core.rules.RULES`;
+- :mod:`.setup`: Init / InitV2 / SetCcTiling(V2);
+- :mod:`.prepare`: the one Prepare path; :mod:`.convert`: :class:`PrepareParam` and the
+  argument converters;
+- :mod:`.control`: Commit / Wait / Query / Finalize / InterHcclGroupSync, by the
+  handle lifecycles of :mod:`.lifecycles`;
+- :mod:`.onesided`: windows, queues, BatchWrite; :mod:`.finegrained`: fine-grained
+  AlltoAllV and Iterate; :mod:`.half_alltoallv`: AlltoAllvWrite;
 - :mod:`.state`: what the objects of all cores of one launch share;
 - :mod:`.sender`: which core sends.
 """

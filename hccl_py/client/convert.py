@@ -74,7 +74,9 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
         send=p.send_buf, recv=p.recv_buf, dtype=dtype, repeat=int(p.repeat)
     )
     if spec.pairwise_counts and as_enum(HcclDataType, p.recv_type) != dtype:
-        raise InvalidCall("recvType must equal sendType", expected=dtype.name, actual=p.recv_type)
+        raise InvalidCall(
+            "bad-argument", "recvType must equal sendType", expected=dtype.name, actual=p.recv_type
+        )
     if spec.count_arg is not None:
         # count 0 is the kernel API's rule; framework collectives of empty tensors may move nothing
         fields["count"] = count(spec.count_arg, p.count, spec.zero_count or not limits.kernel_api)
@@ -97,42 +99,50 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
     """The checks every Prepare makes, in the official client's order."""
     spec, platform = p.spec, limits.platform
     if limits.kernel_api and not platform.supports(spec.cmd):
-        raise InvalidCall(f"{spec.name} is not supported on {platform.name}")
+        raise InvalidCall("unsupported", f"{spec.name} is not supported on {platform.name}")
     if not limits.has_tiling:
         raise InvalidCall(
+            "no-tiling",
             f"no tiling set for {spec.name}: call SetCcTilingV2 with the offset of an "
-            f"Mc2CcTiling whose opType is {spec.cmd.name}"
+            f"Mc2CcTiling whose opType is {spec.cmd.name}",
         )
     repeat = p.repeat
     if not isinstance(repeat, (int, np.integer)) or not 1 <= int(repeat) <= MAX_REPEAT:
-        raise InvalidCall(f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat)
+        raise InvalidCall(
+            "bad-argument", f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat
+        )
     dtype = as_enum(HcclDataType, p.data_type)
     if dtype is None:
-        raise InvalidCall("data type out of range", actual=p.data_type)
+        raise InvalidCall("bad-argument", "data type out of range", actual=p.data_type)
     if dtype not in spec.dtypes:
         raise InvalidCall(
-            f"data type {dtype.name} is not allowed for {spec.name}", actual=dtype.name
+            "bad-argument",
+            f"data type {dtype.name} is not allowed for {spec.name}",
+            actual=dtype.name,
         )
     for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
         if buf is None or (isinstance(buf, GmAddr) and buf.is_null):
-            raise InvalidCall(f"{name} is null", actual=buf)
+            raise InvalidCall("bad-argument", f"{name} is null", actual=buf)
         if not isinstance(buf, GmAddr):
             raise InvalidCall(
+                "bad-argument",
                 f"{name} must be a GM address (a tensor argument of hp.launch, an address "
                 f"computed from one, or hp.gm_tensor's source), not {what_is(buf)}"
                 + (
                     ": pass torch.from_numpy(array) to hp.launch"
                     if hasattr(buf, "__array__") and not isinstance(buf, torch.Tensor)
                     else ""
-                )
+                ),
             )
     if limits.handles_used >= HCCL_MAX_HANDLE_ID:
         raise InvalidCall(
+            "handle-limit",
             f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
             expected=f"< {HCCL_MAX_HANDLE_ID} tasks",
         )
     if limits.handles_used + limits.syncs_used >= HCCL_MAX_HANDLE_ID:
         raise InvalidCall(
+            "handle-limit",
             slots_used(limits.handles_used, limits.syncs_used),
             expected=f"<= {HCCL_MAX_HANDLE_ID} Prepare and InterHcclGroupSync calls",
         )
@@ -205,9 +215,9 @@ def slots_used(prepares: int, syncs: int) -> str:
 def count(name: str, value: Any, allow_zero: bool = True) -> int:
     """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-        raise InvalidCall(f"{name} must be a non-negative int", actual=value)
+        raise InvalidCall("bad-argument", f"{name} must be a non-negative int", actual=value)
     if not allow_zero and value == 0:
-        raise InvalidCall(f"{name} must not be 0", actual=value)
+        raise InvalidCall("bad-argument", f"{name} must not be 0", actual=value)
     return int(value)
 
 
@@ -215,9 +225,13 @@ def reduce_op(value: Any) -> HcclReduceOp:
     """A reduce op the kernel API supports (SUM, MAX, MIN)."""
     op = as_enum(HcclReduceOp, value)
     if op is None:
-        raise InvalidCall("reduce op out of range", actual=value)
+        raise InvalidCall("bad-argument", "reduce op out of range", actual=value)
     if op not in KERNEL_REDUCE_OPS:
-        raise InvalidCall(f"reduce op {op.name} is not supported by the kernel API", actual=op.name)
+        raise InvalidCall(
+            "bad-argument",
+            f"reduce op {op.name} is not supported by the kernel API",
+            actual=op.name,
+        )
     return op
 
 
@@ -230,14 +244,14 @@ def array(name: str, values: Any, n: int) -> tuple[int, ...]:
     valid; fewer entries are an error that says how many were given.
     """
     if values is None or (isinstance(values, GmAddr) and values.is_null):
-        raise InvalidCall(f"{name} is missing")
+        raise InvalidCall("bad-argument", f"{name} is missing")
     if isinstance(values, GmAddr):
         try:
             raw = values.read_bytes(8 * n)
         except HcclBoundsError as exc:
             raise InvalidCall(
+                "bounds",
                 f"{name} must hold at least {n} uint64 entries: {exc.reason}",
-                cls=HcclBoundsError,
             ) from None
         values = np.frombuffer(raw, dtype="<u8")
     if isinstance(values, torch.Tensor):
@@ -245,18 +259,20 @@ def array(name: str, values: Any, n: int) -> tuple[int, ...]:
     items = values.tolist() if hasattr(values, "tolist") else values
     if not isinstance(items, (list, tuple)):
         raise InvalidCall(
+            "bad-argument",
             f"{name} must be a sequence or GM address of at least {n} integers, "
-            f"not {what_is(values)}"
+            f"not {what_is(values)}",
         )
     if len(items) < n:
         raise InvalidCall(
+            "bad-argument",
             f"{name} must hold at least {n} integers (rankDim {n}), {len(items)} given",
             expected=f">= {n}",
             actual=len(items),
         )
     items = items[:n]
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise InvalidCall(f"{name} must hold integers", actual=list(items))
+        raise InvalidCall("bad-argument", f"{name} must hold integers", actual=list(items))
     if any(v < 0 for v in items):
-        raise InvalidCall(f"{name} must be non-negative", actual=list(items))
+        raise InvalidCall("bad-argument", f"{name} must be non-negative", actual=list(items))
     return tuple(items)

@@ -15,99 +15,110 @@ The AI CPU server's AlltoAllvWrite returns -1 on 950 (platform_v310/hccl_aicpu.h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
-from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr, what_is
-from ..core.template import template
+from .binding import Binding
 from .convert import array
-from .finegrained import FineGrainedCalls
-from .log import logged
+from .failures import Failures
 from .onesided import _int_arg
-from .sender import core_problem, is_sender
+from .sender import calling_core, core_problem, is_sender
 from .state import Handle
 
 _HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
 
 
-class WriteCalls(FineGrainedCalls):
-    """The ``AlltoAllvWrite`` call of the AscendC ``Hccl`` client."""
+class WindowWriter:
+    """The ``AlltoAllvWrite`` call of one Hccl object, and what its Commit and Wait do."""
 
-    @template("commit")
-    @logged
-    def AlltoAllvWrite(
+    def __init__(self, binding: Binding, failures: Failures) -> None:
+        self._binding = binding
+        self._failures = failures
+
+    def prepare(
         self,
-        usrIn: GmAddr,
+        usrIn: Any,
         sendOffsets: Any,
         sendSizes: Any,
-        remoteWinOffset: int,
-        localDataSize: int,
-        *,
-        commit: bool = False,
+        remoteWinOffset: Any,
+        localDataSize: Any,
+        commit: bool,
+        commit_call: Callable[[int], None],
     ) -> int:
-        """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""
+        """AlltoAllvWrite: a handle, or -1; with ``commit``, ``commit_call`` commits it."""
+        b, failures = self._binding, self._failures
         name = "AlltoAllvWrite"
-        reason = self._usable()
-        if reason:
-            return self._fail(f"{name}: {reason}", ret=INVALID_HANDLE_ID, op=name)
-        core = self._core()
-        handle = len(self.handles)
+        unusable = b.unusable()
+        if unusable:
+            return failures.breach(
+                unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
+            )
+        core = calling_core()
+        handle = len(b.handles)
         task = copies = None
         try:
             size = self._check_write(usrIn, remoteWinOffset, localDataSize)
-            if is_sender(self.config, core):
-                problem = core_problem(self, core)
+            if is_sender(b.config, core):
+                problem = core_problem(b, core)
                 if problem:
-                    raise InvalidCall(problem, cls=HcclCoreError)
+                    raise InvalidCall("sending-core", problem)
                 copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset)
         except InvalidCall as bad:
-            return self._refuse(name, bad, handle=handle)
-        state = self.state
+            return failures.refuse(name, bad, handle=handle)
+        state = b.state
         if copies is not None:
             task = state.one_sided_task(_HALF, handle, usrIn, size)
             index = state.rank_ctx.window_writes[state.group.name]
             state.rank_ctx.window_writes[state.group.name] += 1
             state.writes[handle] = (f"{index}", copies)
-            state.sender, state.sender_core = self, core
+            state.sender, state.sender_core = b, core
             state.tasks[handle] = task
-        self.handles.append(Handle(_HALF, 1, core.kind, task=task))
-        self._ok(handle)
+        b.handles.append(Handle(_HALF, 1, core.kind, task=task))
+        failures.ok(handle)
         if commit:
-            self.Commit(handle)
+            commit_call(handle)
         return handle
 
     def _check_write(self, usrIn: Any, remoteWinOffset: Any, localDataSize: Any) -> int:
-        platform = self.state.rank_ctx.config.platform
+        platform = self._binding.state.rank_ctx.config.platform
         if not platform.supports(_HALF):
-            raise InvalidCall(f"AlltoAllvWrite is not supported on {platform.name}")
-        if self.server_type != HcclServerType.HCCL_SERVER_TYPE_CCU:
+            raise InvalidCall("unsupported", f"AlltoAllvWrite is not supported on {platform.name}")
+        if self._binding.server_type != HcclServerType.HCCL_SERVER_TYPE_CCU:
             # platform_v310/hccl_aicpu.h: the 950 AI CPU client's AlltoAllvWrite returns -1
             raise InvalidCall(
+                "unsupported",
                 f"AlltoAllvWrite is not supported by the AI CPU server on {platform.name} (the "
-                "official client returns -1): use Hccl[HCCL_SERVER_TYPE_CCU]"
+                "official client returns -1): use Hccl[HCCL_SERVER_TYPE_CCU]",
             )
-        if self._mode != "Init-no-tiling" and _HALF not in self._cc:
+        if self._binding.mode != "Init-no-tiling" and _HALF not in self._binding.cc:
             raise InvalidCall(
+                "no-tiling",
                 "no tiling set for AlltoAllvWrite: call SetCcTilingV2 with the offset of an "
-                "Mc2CcTiling whose opType is HCCL_CMD_HALF_ALLTOALLV"
+                "Mc2CcTiling whose opType is HCCL_CMD_HALF_ALLTOALLV",
             )
         if usrIn is None or (isinstance(usrIn, GmAddr) and usrIn.is_null):
-            raise InvalidCall("usrIn is null")
+            raise InvalidCall("bad-argument", "usrIn is null")
         if not isinstance(usrIn, GmAddr):
-            raise InvalidCall(f"usrIn must be a GM address, not {what_is(usrIn)}")
+            raise InvalidCall("bad-argument", f"usrIn must be a GM address, not {what_is(usrIn)}")
         # localDataSize is the bytes the peers write into this card; the CCU client stores it
         # as the message's count without a check (0 included), so it bounds nothing here.
         size = _int_arg(localDataSize)
         if size is None or size < 0:
-            raise InvalidCall("localDataSize must be a non-negative int", actual=localDataSize)
+            raise InvalidCall(
+                "bad-argument", "localDataSize must be a non-negative int", actual=localDataSize
+            )
         offset = _int_arg(remoteWinOffset)
         if offset is None or offset < 0:
-            raise InvalidCall("remoteWinOffset must be a non-negative int", actual=remoteWinOffset)
-        if len(self.handles) + self._n_syncs >= 63:
-            raise InvalidCall("the domain already used its 63 handles")
+            raise InvalidCall(
+                "bad-argument", "remoteWinOffset must be a non-negative int", actual=remoteWinOffset
+            )
+        if len(self._binding.handles) + self._binding.n_syncs >= 63:
+            raise InvalidCall("handle-limit", "the domain already used its 63 handles")
         return size
 
     def _slices(
@@ -118,7 +129,7 @@ class WriteCalls(FineGrainedCalls):
         The CCU client reads ``2 * rankNum`` entries of each array: entry ``j``
         for die 0, ``j + rankNum`` for die 1.
         """
-        state = self.state
+        state = self._binding.state
         dim = state.rank_dim
         halves = 2
         offs, lens = (
@@ -137,26 +148,27 @@ class WriteCalls(FineGrainedCalls):
                     src.check_range(n, f"usrIn's slice for rank {j} (die {die})")
                     dst.check_range(n, f"AlltoAllvWrite into rank {j}")
                 except HcclBoundsError as exc:
-                    raise InvalidCall(exc.reason, cls=HcclBoundsError) from None
+                    raise InvalidCall("bounds", exc.reason) from None
                 copies.append((src, dst, n))
                 dst = dst + n
         return copies
 
-    def _commit_write(self, h: int) -> None:
+    def commit(self, h: int) -> None:
         """Commit of an AlltoAllvWrite: the copies go out now."""
-        key_copies = self.state.writes.get(h)
-        if key_copies is not None and self.state.sender is self:
-            self.server.write_items(self.state.tasks[h], key_copies[1])
+        b = self._binding
+        key_copies = b.state.writes.get(h)
+        if key_copies is not None and b.state.sender is b:
+            b.server.write_items(b.state.tasks[h], key_copies[1])
 
-    def _wait_write(self, h: int) -> None:
+    def wait(self, h: int) -> None:
         """Wait of an AlltoAllvWrite: every rank wrote, and this rank's window holds the data."""
-        core = self._core()
-        self.state.task(h, core)
-        key, _ = self.state.writes[h]
-        self.server.meet(
-            self.state.group,
-            self.state.rank,
+        state = self._binding.state
+        state.task(h, calling_core())
+        key, _ = state.writes[h]
+        self._binding.server.meet(
+            state.group,
+            state.rank,
             key,
-            f"rank {self.state.rank_ctx.rank} waits for handle {h} AlltoAllvWrite in domain "
-            f"{self.state.group.name}",
+            f"rank {state.rank_ctx.rank} waits for handle {h} AlltoAllvWrite in domain "
+            f"{state.group.name}",
         )

@@ -1,294 +1,363 @@
-"""The AscendC ``Hccl`` client, call for call: task control on top of the Prepare calls.
+"""The AscendC ``Hccl`` client, call for call: a front whose calls forward to objects with one job.
 
 The client validates every call exactly as the C++ client does (returning -1
 or doing nothing where C++ does), keeps the handle bookkeeping, and sends
 valid tasks to the rank's :class:`~hccl_py.server.protocol.Server`. It never moves data
-itself, so the same client serves the emulator, gloo and HCCL.
+itself, so the same client serves the emulator, gloo and HCCL. :class:`Hccl`
+holds the AscendC signatures, template flags and the debug log; each call's body
+lives in the object that does that job (see ``Hccl.__init__``), and every way a
+call fails is a rule of :data:`hccl_py.core.rules.RULES`.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclCMDType
-from ..core.errors import HcclCoreError, HcclUnfinishedError
-from ..core.task import op_name
+from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType, ScopeType
+from ..core.gm import GmAddr
 from ..core.template import checked, template
-from .convert import slots_used
-from .half_alltoallv import WriteCalls
-from .lifecycles import LIFECYCLES
+from ..kernel.cores import HcclContext
+from ..ops import OPS
+from ..server.protocol import Server
+from .binding import Binding
+from .control import HandleControl
+from .convert import PrepareParam
+from .failures import Failures
+from .finegrained import FineGrainedSteps
+from .half_alltoallv import WindowWriter
 from .log import logged
-from .sender import is_sender
-from .state import Handle
-from .state import core_name as _core_name
+from .onesided import OneSided
+from .prepare import PreparePath
+from .sender import DEFAULT_CFG, server_config
+from .setup import Setup
+from .state import ClientState, Handle
 
 _C = HcclCMDType
 
 
-class Hccl(WriteCalls):
+class Hccl:
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
     ``Hccl[HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.ON_AIV, 10)]()``
     mirrors the C++ template arguments; keywords work too.
     """
 
+    def __class_getitem__(cls, params: Any) -> Any:
+        params = params if isinstance(params, tuple) else (params,)
+        return functools.partial(cls, *params)
+
+    def __init__(
+        self,
+        server_type: int = HcclServerType.HCCL_SERVER_TYPE_AICPU,
+        config: HcclServerConfig | tuple = DEFAULT_CFG,
+    ) -> None:
+        binding = Binding(HcclServerType(server_type), server_config(config))
+        failures = Failures(binding.domain)
+        steps = FineGrainedSteps(binding, failures)
+        writes = WindowWriter(binding, failures)
+        self._binding = binding
+        self._failures = failures
+        #: Init / InitV2 / SetCcTiling(V2) / GetRankId / GetRankDim.
+        self._setup = Setup(binding, failures)
+        #: The five Prepare calls' one path.
+        self._prepares = PreparePath(binding, failures, steps)
+        #: Windows, queues and BatchWrite.
+        self._one_sided = OneSided(binding, failures)
+        #: Fine-grained AlltoAllV: steps and Iterate.
+        self._steps = steps
+        #: AlltoAllvWrite.
+        self._writes = writes
+        #: Commit / Wait / Query / Finalize / InterHcclGroupSync, by the handle's lifecycle.
+        self._control = HandleControl(binding, failures, steps, writes)
+
+    # ------------------------------------------------------------- what it holds
+    @property
+    def server_type(self) -> HcclServerType:
+        """The server type of the template argument."""
+        return self._binding.server_type
+
+    @property
+    def config(self) -> HcclServerConfig:
+        """The ``HcclServerConfig`` of the template argument (which core sends)."""
+        return self._binding.config
+
+    @property
+    def framework(self) -> str | None:
+        """The user's collective when this is an internal client of hccl_py.framework, else None."""
+        return self._binding.framework
+
+    @framework.setter
+    def framework(self, caller: str | None) -> None:
+        self._binding.framework = caller
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the last call failed or carried on (None after a call that succeeded)."""
+        return self._failures.last_error
+
+    @property
+    def state(self) -> ClientState | None:
+        """What the objects of every core share for this object's context, once initialised."""
+        return self._binding.state
+
+    @property
+    def handles(self) -> list[Handle]:
+        """The handles this core's object returned, by id."""
+        return self._binding.handles
+
+    @property
+    def finalized(self) -> bool:
+        """Whether Finalize ran (a later Init starts over)."""
+        return self._binding.finalized
+
+    @property
+    def server(self) -> Server:
+        """The server this object's tasks go to (its rank's, once initialised)."""
+        return self._binding.server
+
+    def _handle(self, handle: Any) -> Handle | None:
+        """The handle with id ``handle``, or None (the debug log and the trace read it)."""
+        return self._binding.handle(handle)
+
+    def _signature_misfit(self, reason: str, **facts: Any) -> Any:
+        """Arguments that do not fit a call's signature (:mod:`hccl_py.core.template`)."""
+        return self._failures.breach("signature", reason, **facts)
+
+    # ------------------------------------------------------------ initialising
+    @logged
+    def InitV2(self, context: HcclContext, initTiling: Any) -> None:
+        """Bind this object to a domain and to the kernel's tiling struct (or its GM address)."""
+        self._setup.init_v2(context, initTiling)
+
+    @logged
+    def Init(self, context: HcclContext, initTiling: Any = None) -> None:
+        """Deprecated V1 initialisation; with no tiling, Prepare needs no SetCcTiling."""
+        self._setup.init_v1(context, initTiling)
+
+    @logged
+    def SetCcTilingV2(self, offset: int) -> int:
+        """Register the Mc2CcTiling at byte ``offset`` of the init tiling struct for its op type."""
+        return self._setup.set_cc_tiling_v2(offset)
+
+    @logged
+    def SetCcTiling(self, ccTilingAddress: Any) -> int:
+        """Deprecated V1 form: register the Mc2CcTiling at a GM address (or an instance)."""
+        return self._setup.set_cc_tiling(ccTilingAddress)
+
+    @checked
+    def GetRankId(self) -> int:
+        """This rank's index in the object's domain."""
+        return self._setup.rank_fact("GetRankId", "rank")
+
+    @checked
+    def GetRankDim(self) -> int:
+        """Number of ranks in the object's domain."""
+        return self._setup.rank_fact("GetRankDim", "rank_dim")
+
+    # ------------------------------------------------------------------ Prepare
+    @logged
+    def _prepare(self, param: PrepareParam, commit: bool) -> int:
+        """Validate ``param``, send its task from the sending core; the handle id or -1."""
+        return self._prepares.prepare(param, commit, self.Commit)
+
+    @template("commit")
+    def AllReduce(
+        self,
+        sendBuf: GmAddr,
+        recvBuf: GmAddr,
+        count: int,
+        dataType: int,
+        op: int,
+        repeat: int = 1,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare ``repeat`` rounds of AllReduce; returns the handle id or -1."""
+        spec = OPS[_C.HCCL_CMD_ALLREDUCE]
+        param = PrepareParam(spec, sendBuf, recvBuf, dataType, repeat, count=count, reduce_op=op)
+        return self._prepare(param, commit)
+
+    @template("commit")
+    def AllGather(
+        self,
+        sendBuf: GmAddr,
+        recvBuf: GmAddr,
+        sendCount: int,
+        dataType: int,
+        strideCount: int = 0,
+        repeat: int = 1,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare ``repeat`` rounds of AllGather; returns the handle id or -1."""
+        spec = OPS[_C.HCCL_CMD_ALLGATHER]
+        param = PrepareParam(
+            spec, sendBuf, recvBuf, dataType, repeat, count=sendCount, stride=strideCount
+        )
+        return self._prepare(param, commit)
+
+    @template("commit")
+    def ReduceScatter(
+        self,
+        sendBuf: GmAddr,
+        recvBuf: GmAddr,
+        recvCount: int,
+        dataType: int,
+        op: int,
+        strideCount: int = 0,
+        repeat: int = 1,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare ``repeat`` rounds of ReduceScatter; returns the handle id or -1."""
+        spec = OPS[_C.HCCL_CMD_REDUCE_SCATTER]
+        param = PrepareParam(
+            spec,
+            sendBuf,
+            recvBuf,
+            dataType,
+            repeat,
+            count=recvCount,
+            reduce_op=op,
+            stride=strideCount,
+        )
+        return self._prepare(param, commit)
+
+    @template("commit")
+    def AlltoAll(
+        self,
+        sendBuf: GmAddr,
+        recvBuf: GmAddr,
+        dataCount: int,
+        dataType: int,
+        strideCount: int = 0,
+        repeat: int = 1,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare ``repeat`` rounds of AlltoAll; returns the handle id or -1."""
+        spec = OPS[_C.HCCL_CMD_ALLTOALL]
+        param = PrepareParam(
+            spec, sendBuf, recvBuf, dataType, repeat, count=dataCount, stride=strideCount
+        )
+        return self._prepare(param, commit)
+
+    @template("commit")
+    def AlltoAllV(
+        self,
+        sendBuf: GmAddr,
+        sendCounts: Sequence[int],
+        sdispls: Sequence[int],
+        sendType: int,
+        recvBuf: GmAddr,
+        recvCounts: Sequence[int],
+        rdispls: Sequence[int],
+        recvType: int,
+        repeat: int = 1,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare ``repeat`` rounds of AlltoAllV (uint64 counts and displacements per peer)."""
+        param = PrepareParam(
+            OPS[_C.HCCL_CMD_ALLTOALLV],
+            sendBuf,
+            recvBuf,
+            sendType,
+            repeat,
+            recv_type=recvType,
+            send_counts=sendCounts,
+            sdispls=sdispls,
+            recv_counts=recvCounts,
+            rdispls=rdispls,
+        )
+        return self._prepare(param, commit)
+
+    # ------------------------------------------------------ windows, one-sided
+    @checked
+    def GetWindowsInAddr(self, rankId: int) -> GmAddr:
+        """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""
+        return self._one_sided.window(rankId, "In")
+
+    @checked
+    def GetWindowsOutAddr(self, rankId: int) -> GmAddr:
+        """GM address of domain rank ``rankId``'s Out window; null for ``rankId >= rankDim``."""
+        return self._one_sided.window(rankId, "Out")
+
+    @checked
+    def GetQueueNum(self) -> int:
+        """``Mc2InitTiling.queueNum``: how many BatchWrite queues each core has (Atlas A3)."""
+        return self._one_sided.get_queue_num()
+
+    @template("scope", convert=ScopeType)
+    @logged
+    def QueueBarrier(self, queueID: int, scope: ScopeType = ScopeType.ALL) -> None:
+        """Send a barrier message on queue ``queueID`` (``QueueBarrier[ScopeType.ALL]``, Atlas A3)."""
+        self._one_sided.queue_barrier(queueID, scope)
+
+    @template("commit")
+    @logged
+    def BatchWrite(
+        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, *, commit: bool = True
+    ) -> int:
+        """One-sided copies of ``itemNum`` items at ``batchWriteInfo``; always committed.
+
+        Returns the handle id, or -1 (nothing sent) for a call the client rejects.
+        """
+        return self._one_sided.batch_write(batchWriteInfo, itemNum, queueID)
+
+    @template("commit")
+    @logged
+    def AlltoAllvWrite(
+        self,
+        usrIn: GmAddr,
+        sendOffsets: Any,
+        sendSizes: Any,
+        remoteWinOffset: int,
+        localDataSize: int,
+        *,
+        commit: bool = False,
+    ) -> int:
+        """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""
+        return self._writes.prepare(
+            usrIn, sendOffsets, sendSizes, remoteWinOffset, localDataSize, commit, self.Commit
+        )
+
+    @template("sync")
+    @logged
+    def Iterate(self, handleId: int, seqSlices: Any, seqSliceLen: int, sync: bool = True) -> int:
+        """Fill ``seqSlices`` with the next ``seqSliceLen`` peers whose data is in place.
+
+        Returns ``seqSliceLen``, 0 once every step of every round was handed out,
+        or -1 (null or empty array, not a fine-grained handle, not initialised).
+        With ``sync`` (the default) it Waits every ``stepSize`` slices itself.
+        """
+        return self._steps.iterate(handleId, seqSlices, seqSliceLen, sync, self.Wait)
+
     # ------------------------------------------------ commit / wait / finalize
     @logged
     def Commit(self, handleId: int) -> None:
         """Let the server run the next round of ``handleId`` (once per round)."""
-        reason = self._usable()
-        if reason:
-            self._fail(f"Commit: {reason}", ret=None, handle=handleId)
-            return
-        info = self._handle(handleId)
-        if info is None:
-            self._fail(
-                f"Commit: handle {handleId} was never returned by Prepare; nothing sent",
-                ret=None,
-                handle=handleId,
-            )
-            return
-        name = op_name(info.op)
-        if info.commits >= info.repeat:
-            self._carry_on(
-                "extra-commit",
-                f"extra Commit: all {info.repeat} rounds are already committed; the official "
-                "client ignores it (and logs an error)",
-                handle=int(handleId),
-                op=name,
-                round=info.commits,
-                expected=f"<= {info.repeat} commits",
-                actual=info.commits + 1,
-            )
-            return
-        core = self._core()
-        if core.kind != info.kind:
-            self._fail(
-                f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
-                ret=None,
-                cls=HcclCoreError,
-                handle=int(handleId),
-                op=name,
-                round=info.commits,
-            )
-            return
-        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId))
-        self._ok(None)
-
-    def _note_local_commit(self, core: Any, h: int, round_idx: int) -> None:
-        """A Commit on a core that does not send: the official client counts it per core.
-
-        It only lets this core Wait for the round (hccl_aicpu_impl.h, Commit:
-        ``handleIdCommitTurnCnt_`` is per object; only the working core writes
-        its count to GM); the server runs the round when the sending core
-        commits it. While it has not, a wait report says so.
-        """
-        state = self.state
-
-        def note() -> str | None:
-            sender, sender_core = state.sender, state.sender_core
-            if sender is None or sender_core is None:
-                return None
-            if h < len(sender.handles) and sender.handles[h].commits > round_idx:
-                return None
-            return (
-                f"{_core_name(core)} committed round {round_idx}, but only the sending core's "
-                f"Commits reach the server and {_core_name(sender_core)} has not committed it"
-            )
-
-        state.commit_notes.setdefault(h, {}).setdefault(round_idx, note)
+        self._control.commit(handleId)
 
     @logged
     def Wait(self, handleId: int) -> int:
         """Block until the next round of ``handleId`` finished; 0, or -1 without waiting."""
-        reason = self._usable()
-        if reason:
-            return self._fail(f"Wait: {reason}", handle=handleId)
-        info = self._handle(handleId)
-        if info is None:
-            return self._unknown_handle("Wait", handleId)
-        return LIFECYCLES[info.lifecycle].wait(self, info, int(handleId))
-
-    def _wait_round(self, info: Handle, h: int) -> int:
-        """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
-        if self._queue_num():
-            # With several queues the official client returns 0 at once.
-            info.waits += 1
-            return self._ok(HCCL_SUCCESS)
-        name = op_name(info.op)
-        core = self._core()
-        if core.kind != info.kind:
-            return self._wrong_core(core, info, h, name)
-        later = [g for g in range(h + 1, len(self.handles)) if self.handles[g].waits]
-        if later:
-            reason = (
-                f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
-                f"must follow Prepare order"
-            )
-            if self._strict():
-                return self._fail(reason, handle=h, op=name, round=info.waits)
-            self._carry_on("wait-order", reason, handle=h, op=name, round=info.waits)
-        self.state.record_wait(core, h, info.waits)
-        task = info.task or self.state.task(h, core)
-        self.server.wait(task, info.waits)
-        self.state.observe_turn(core, h, info.waits)
-        info.waits += 1
-        return self._ok(HCCL_SUCCESS)
-
-    def _unknown_handle(self, call: str, handleId: object) -> int:
-        """-1 for a handle id that Prepare never returned (out of range, or not yet)."""
-        return self._fail(
-            f"{call}: handle {handleId} is out of range or was never returned by Prepare",
-            handle=handleId,
-        )
-
-    def _not_committed(self, info: Handle, h: int) -> int:
-        """Wait of a round this core's object did not commit: -1 at once, in every mode.
-
-        The official client counts Commits per core and returns -1 without
-        waiting when this core's Waits reached its Commits. Shipping kernels rely
-        on it (idle cores that Wait but never Commit), so it is no error; on the
-        sending core, whose Commits are the ones the server sees, it is a warning.
-        Rounds that no core ever commits are reported when the kernel returns.
-        """
-        sender = self.state.sender is self
-        name = op_name(info.op)
-        what = "already waited" if info.waits >= info.repeat else "not committed by this core"
-        return self._carry_on(
-            "wait-not-committed",
-            f"Wait returns -1 at once: this core waited {info.waits} and committed "
-            f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})",
-            ret=HCCL_FAILED,
-            warn=sender,
-            handle=h,
-            op=name,
-            round=info.waits,
-            expected=f"> {info.waits} commits",
-            actual=info.commits,
-        )
+        return self._control.wait(handleId)
 
     @logged
     def Query(self, handleId: int) -> int:
         """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""
-        if self.state is None:
-            return self._fail("Query: the Hccl object is not initialised", handle=handleId)
-        platform = self.state.rank_ctx.config.platform
-        if not platform.has_query:
-            return self._fail(f"Query is not supported on {platform.name}", handle=handleId)
-        info = self._handle(handleId)
-        if info is None:
-            return self._unknown_handle("Query", handleId)
-        if self.finalized:
-            return self._ok(0)
-        return self._ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
+        return self._control.query(handleId)
 
     @template("sync")
     @logged
     def Finalize(self, sync: bool = True) -> None:
         """Tell the server no more tasks come and wait for the last one (``Finalize[False]`` skips that)."""
-        reason = self._usable()
-        if reason:
-            self._fail(f"Finalize: {reason}", ret=None)
-            return
-        platform = self.state.rank_ctx.config.platform
-        if not sync:
-            has_batch_write = any(h.lifecycle == "batch-write" for h in self.handles)
-            if not (platform.finalize_async_allowed and has_batch_write):
-                self._fail(
-                    f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
-                    f"not on {platform.name} with these tasks",
-                    ret=None,
-                )
-                return
-        if self.state.sender is self:
-            server = self.server
-            for h, info in enumerate(self.handles):
-                if info.commits < info.repeat:
-                    raise HcclUnfinishedError(
-                        f"Finalize with handle {h} ({info.task.describe()}) committed {info.commits} of "
-                        f"{info.repeat} rounds: the server would wait forever for the rest",
-                        rank=self.state.rank_ctx.rank,
-                        domain=self.state.group.name,
-                        handle=h,
-                        op=op_name(info.op),
-                        round=info.commits,
-                    )
-            if self.handles:
-                server.finalize(
-                    self.state.group,
-                    self.state.rank,
-                    self.state.launch_index(),
-                    self._queued_count(),
-                )
-            if sync:
-                for h, info in enumerate(self.handles):
-                    LIFECYCLES[info.lifecycle].drain(self, info, h)
-                self.state.check_finalize_order(self._core())
-        self.finalized = True
-        self._ok(None)
-
-    # ------------------------------------------------------------ other calls
-    @checked
-    def GetRankId(self) -> int:
-        """This rank's index in the object's domain."""
-        if self.state is None:
-            return self._fail("GetRankId: the Hccl object is not initialised", ret=0)
-        return self.state.rank
-
-    @checked
-    def GetRankDim(self) -> int:
-        """Number of ranks in the object's domain."""
-        if self.state is None:
-            return self._fail("GetRankDim: the Hccl object is not initialised", ret=0)
-        return self.state.rank_dim
+        self._control.finalize(sync)
 
     @logged
     def InterHcclGroupSync(self, srcGroupID: int, srcHandleID: int) -> None:
         """Every later task of this domain starts only after task ``srcHandleID`` of domain ``srcGroupID``."""
-        reason = self._usable()
-        if reason:
-            self._fail(f"InterHcclGroupSync: {reason}", ret=None)
-            return
-        if len(self.handles) + self._n_syncs >= HCCL_MAX_HANDLE_ID:
-            self._carry_on(
-                "message-slots",
-                f"InterHcclGroupSync: {slots_used(len(self.handles), self._n_syncs)}; the "
-                "official client writes it into Finalize's slot and only logs: it is ignored",
-            )
-            return
-        valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
-        other = self.state.launch.clients.get(int(srcGroupID)) if valid else None
-        if other is None or other is self.state:
-            self._fail(
-                f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
-                "of this kernel",
-                ret=None,
-            )
-            return
-        # Only the sending core records the dependency. The task may come from another
-        # core (the sending core of domain srcGroupID) that has not prepared it yet: wait
-        # for it then; only when this core itself sends in that domain is it final.
-        core = self._core()
-        sender = is_sender(self.config, core)
-        valid_id = (
-            isinstance(srcHandleID, (int, np.integer))
-            and not isinstance(srcHandleID, bool)
-            and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
-        )
-        srcHandleID = int(srcHandleID) if valid_id else srcHandleID
-        src = other.tasks.get(srcHandleID) if valid_id else None
-        if src is None and sender:
-            if not valid_id or other.sender_core is core:
-                self._fail(
-                    f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain {srcGroupID}",
-                    ret=None,
-                    handle=srcHandleID,
-                )
-                return
-            src = other.task(srcHandleID, core)
-        if sender:
-            self.state.deps.append(src)
-        self._n_syncs += 1
-        self._ok(None)
+        self._control.inter_group_sync(srcGroupID, srcHandleID)

@@ -2,7 +2,7 @@
 
 The op table names each op's lifecycle (:attr:`hccl_py.ops.OpSpec.lifecycle`); a
 handle takes it at Prepare (``"fine-grained"`` for an AlltoAllV whose tiling has
-stepSize > 0). ``Hccl.Commit``/``Wait``/``Query``/``Finalize`` check what every
+stepSize > 0). ``HandleControl.commit``/``wait``/``query``/``finalize`` check what every
 handle shares (the object is usable, the handle exists, this core committed the
 round) and leave the rest to the handle's lifecycle, so that an op with a new kind
 of handle adds one class here instead of a branch in each call.
@@ -14,25 +14,37 @@ from typing import Any, Protocol
 
 from ..core.constants import HCCL_SUCCESS
 from ..server.protocol import Server
+from .sender import calling_core
 from .state import ClientState, Handle
 
 
-class Hccl(Protocol):
-    """What a lifecycle calls on the client (:class:`hccl_py.client.Hccl` has it)."""
+class Steps(Protocol):
+    """Step counting of fine-grained handles (:class:`.finegrained.FineGrainedSteps`)."""
+
+    def commit_steps(self, info: Handle) -> int: ...
+    def wait(self, info: Handle, h: int) -> int: ...
+
+
+class Writes(Protocol):
+    """AlltoAllvWrite's Commit and Wait (:class:`.half_alltoallv.WindowWriter`)."""
+
+    def commit(self, h: int) -> None: ...
+    def wait(self, h: int) -> None: ...
+
+
+class Control(Protocol):
+    """What a lifecycle calls on the client (:class:`.control.HandleControl` has it)."""
 
     server: Server
     state: ClientState
+    steps: Steps
+    writes: Writes
 
-    def _ok(self, value: Any = ...) -> Any: ...
-    def _not_committed(self, info: Handle, h: int) -> int: ...
-    def _wait_round(self, info: Handle, h: int) -> int: ...
-    def _commit_steps(self, info: Handle) -> int: ...
-    def _fine_wait(self, info: Handle, h: int) -> int: ...
-    def _queue_num(self) -> int: ...
-    def _core(self) -> Any: ...
-    def _note_local_commit(self, core: Any, h: int, round_idx: int) -> None: ...
-    def _commit_write(self, h: int) -> None: ...
-    def _wait_write(self, h: int) -> None: ...
+    def ok(self, value: Any = ...) -> Any: ...
+    def not_committed(self, info: Handle, h: int) -> int: ...
+    def wait_round(self, info: Handle, h: int) -> int: ...
+    def queue_num(self) -> int: ...
+    def note_local_commit(self, core: Any, h: int, round_idx: int) -> None: ...
 
 
 class Lifecycle:
@@ -41,36 +53,36 @@ class Lifecycle:
     #: Whether the handle is a task of the server's queue (Finalize counts those).
     queued = True
 
-    def wait(self, client: Hccl, info: Handle, h: int) -> int:
+    def wait(self, client: Control, info: Handle, h: int) -> int:
         """This core's Wait of its next committed round."""
         if info.waits >= info.commits:
-            return client._not_committed(info, h)
+            return client.not_committed(info, h)
         return self._wait(client, info, h)
 
-    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
+    def _wait(self, client: Control, info: Handle, h: int) -> int:
         raise NotImplementedError
 
 
 class Rounds(Lifecycle):
     """The server runs each committed round; Wait and Query ask it (the collectives)."""
 
-    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+    def commit(self, client: Control, info: Handle, h: int) -> None:
         """This core's Commit of the next round."""
         info.commits += 1
         if info.task is not None:
             client.server.commit(info.task, info.commits - 1)
         else:  # not the sending core: counted here, and named if the round then hangs
-            client._note_local_commit(client._core(), h, info.commits - 1)
+            client.note_local_commit(calling_core(), h, info.commits - 1)
 
-    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
-        return client._wait_round(info, h)
+    def _wait(self, client: Control, info: Handle, h: int) -> int:
+        return client.wait_round(info, h)
 
-    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+    def finished(self, client: Control, info: Handle, h: int) -> int:
         """Query: how many rounds finished."""
         task = info.task or client.state.tasks.get(h)
         return 0 if task is None else client.server.finished(task)
 
-    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+    def drain(self, client: Control, info: Handle, h: int) -> None:
         """Finalize<true> on the sending core: wait until the last round finished."""
         client.server.wait(info.task, info.repeat - 1)
 
@@ -78,14 +90,14 @@ class Rounds(Lifecycle):
 class FineGrained(Rounds):
     """Fine-grained AlltoAllV (tiling stepSize > 0): Commit and Wait advance by steps."""
 
-    def commit(self, client: Hccl, info: Handle, h: int) -> None:
-        for _ in range(client._commit_steps(info)):
+    def commit(self, client: Control, info: Handle, h: int) -> None:
+        for _ in range(client.steps.commit_steps(info)):
             super().commit(client, info, h)
 
-    def wait(self, client: Hccl, info: Handle, h: int) -> int:
-        return client._fine_wait(info, h)
+    def wait(self, client: Control, info: Handle, h: int) -> int:
+        return client.steps.wait(info, h)
 
-    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+    def finished(self, client: Control, info: Handle, h: int) -> int:
         return super().finished(client, info, h) * client.state.rank_dim
 
 
@@ -94,37 +106,37 @@ class BatchWrites(Lifecycle):
 
     queued = False
 
-    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+    def commit(self, client: Control, info: Handle, h: int) -> None:
         info.commits += 1
 
-    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
-        if not client._queue_num():
+    def _wait(self, client: Control, info: Handle, h: int) -> int:
+        if not client.queue_num():
             client.server.flush_writes(client.state.group.name, client.state.rank)
         info.waits += 1
-        return client._ok(HCCL_SUCCESS)
+        return client.ok(HCCL_SUCCESS)
 
-    def finished(self, client: Hccl, info: Handle, h: int) -> int:
+    def finished(self, client: Control, info: Handle, h: int) -> int:
         return info.repeat
 
-    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+    def drain(self, client: Control, info: Handle, h: int) -> None:
         """Finalize leaves BatchWrite copies to the receivers' flag polls."""
 
 
 class WindowWrites(BatchWrites):
     """AlltoAllvWrite (Ascend 950): Commit sends the copies, Wait meets every peer."""
 
-    def commit(self, client: Hccl, info: Handle, h: int) -> None:
+    def commit(self, client: Control, info: Handle, h: int) -> None:
         info.commits += 1
-        client._commit_write(h)
+        client.writes.commit(h)
 
-    def _wait(self, client: Hccl, info: Handle, h: int) -> int:
-        client._wait_write(h)
+    def _wait(self, client: Control, info: Handle, h: int) -> int:
+        client.writes.wait(h)
         info.waits += 1
-        return client._ok(HCCL_SUCCESS)
+        return client.ok(HCCL_SUCCESS)
 
-    def drain(self, client: Hccl, info: Handle, h: int) -> None:
+    def drain(self, client: Control, info: Handle, h: int) -> None:
         if not info.waits:
-            client._wait_write(h)
+            client.writes.wait(h)
 
 
 #: Lifecycle name (the op table's, plus "fine-grained") -> what the client does.

@@ -15,16 +15,14 @@ from typing import Any
 import numpy as np
 
 from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
-from ..core.errors import HcclBoundsError, HcclCoreError, InvalidCall
+from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
-from ..core.template import checked, template
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
-from ..tiling import Mc2InitTiling, tiling_bytes
+from .binding import Binding
 from .convert import slots_used
-from .log import logged
-from .prepare import PrepareCalls
-from .sender import core_problem, is_sender
+from .failures import Failures
+from .sender import calling_core, core_problem, is_sender
 from .state import Handle
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
@@ -36,102 +34,90 @@ def _int_arg(value: Any) -> int | None:
     return int(value)
 
 
-class OneSidedCalls(PrepareCalls):
-    """The window and one-sided calls of the AscendC ``Hccl`` client."""
+class OneSided:
+    """The window and one-sided calls of one Hccl object."""
+
+    def __init__(self, binding: Binding, failures: Failures) -> None:
+        self._binding = binding
+        self._failures = failures
 
     # ------------------------------------------------------------------ windows
-    @checked
-    def GetWindowsInAddr(self, rankId: int) -> GmAddr:
-        """GM address of domain rank ``rankId``'s In window; null for ``rankId >= rankDim``."""
-        return self._window(rankId, "In")
-
-    @checked
-    def GetWindowsOutAddr(self, rankId: int) -> GmAddr:
-        """GM address of domain rank ``rankId``'s Out window; null for ``rankId >= rankDim``."""
-        return self._window(rankId, "Out")
-
-    def _window(self, rankId: Any, kind: str) -> GmAddr:
+    def window(self, rankId: Any, kind: str) -> GmAddr:
+        """GetWindows{kind}Addr(rankId): the window's GM address, or the null address."""
+        b, breach = self._binding, self._failures.breach
         call = f"GetWindows{kind}Addr"
-        if self.state is None:
-            return self._fail(f"{call}: the Hccl object is not initialised", ret=NULL)
-        platform = self.state.rank_ctx.config.platform
+        if b.state is None:
+            return breach("not-initialised", f"{call}: the Hccl object is not initialised", NULL)
+        platform = b.state.rank_ctx.config.platform
         if not platform.has_windows:
-            return self._fail(f"{call} is not supported on {platform.name}", ret=NULL)
+            return breach("unsupported", f"{call} is not supported on {platform.name}", NULL)
         r = _int_arg(rankId)
         if r is None:
-            return self._fail(f"{call}: rankId must be an int, not {what_is(rankId)}", ret=NULL)
-        dim = self.state.rank_dim
+            return breach(
+                "bad-argument", f"{call}: rankId must be an int, not {what_is(rankId)}", NULL
+            )
+        dim = b.state.rank_dim
         if not 0 <= r < dim:
             wrapped = f" (a uint32: {r} reads as {r % 2**32})" if r < 0 else ""
-            return self._carry_on(
+            return breach(
                 "window-rank",
                 f"{call}({r}): rankId{wrapped} must be less than rankDim {dim}; the official "
                 "client returns a null address",
-                ret=NULL,
+                NULL,
                 expected=f"< {dim}",
                 actual=r,
             )
-        group = self.state.group
-        alloc = self.server.window(group.name, group.ranks[r], kind)
-        return self._ok(GmAddr(alloc, 0))
+        group = b.state.group
+        alloc = b.server.window(group.name, group.ranks[r], kind)
+        return self._failures.ok(GmAddr(alloc, 0))
 
     # ------------------------------------------------------------------- queues
-    def _queue_num(self) -> int:
-        """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
-        if self._tiling_src is None:
-            return 0
-        if self._queues is None or self._queues[0] is not self._tiling_src:
-            raw = tiling_bytes(self._tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
-            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
-            self._queues = (self._tiling_src, num)
-        return self._queues[1]
-
-    @checked
-    def GetQueueNum(self) -> int:
-        """``Mc2InitTiling.queueNum``: how many BatchWrite queues each core has (Atlas A3)."""
-        if self.state is None:
-            return self._fail("GetQueueNum: the Hccl object is not initialised", ret=0)
-        platform = self.state.rank_ctx.config.platform
+    def get_queue_num(self) -> int:
+        """GetQueueNum: the tiling's queueNum; 0 where the platform has no queues."""
+        b, breach = self._binding, self._failures.breach
+        if b.state is None:
+            return breach("not-initialised", "GetQueueNum: the Hccl object is not initialised", 0)
+        platform = b.state.rank_ctx.config.platform
         if not platform.has_queues:
-            return self._fail(f"GetQueueNum is not supported on {platform.name}", ret=0)
-        return self._ok(self._queue_num())
+            return breach("unsupported", f"GetQueueNum is not supported on {platform.name}", 0)
+        return self._failures.ok(b.queue_num())
 
-    @template("scope", convert=ScopeType)
-    @logged
-    def QueueBarrier(self, queueID: int, scope: ScopeType = ScopeType.ALL) -> None:
-        """Send a barrier message on queue ``queueID`` (``QueueBarrier[ScopeType.ALL]``, Atlas A3)."""
-        reason = self._usable()
-        if reason:
-            self._fail(f"QueueBarrier: {reason}", ret=None)
+    def queue_barrier(self, queueID: Any, scope: ScopeType) -> None:
+        """QueueBarrier: a barrier message on queue ``queueID``."""
+        b, breach = self._binding, self._failures.breach
+        unusable = b.unusable()
+        if unusable:
+            breach(unusable[0], f"QueueBarrier: {unusable[1]}", None)
             return
-        platform = self.state.rank_ctx.config.platform
+        platform = b.state.rank_ctx.config.platform
         if not platform.has_queues:
-            self._fail(f"QueueBarrier is not supported on {platform.name}", ret=None)
+            breach("unsupported", f"QueueBarrier is not supported on {platform.name}", None)
             return
         if scope != ScopeType.ALL:
-            self._fail(
+            breach(
+                "unsupported",
                 f"QueueBarrier[{scope.name}]: only ScopeType.ALL is supported",
-                ret=None,
+                None,
                 expected="ALL",
                 actual=scope.name,
             )
             return
         problem = self._queue_problem(queueID)
         if problem:
-            self._fail(f"QueueBarrier: {problem}", ret=None)
+            breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
         # BatchWrites of this emulation finish at Prepare: every queue is already drained.
-        self._n_syncs += 1
-        self._ok(None)
+        b.n_syncs += 1
+        self._failures.ok(None)
 
     def _queue_problem(self, queueID: Any) -> str | None:
         q = _int_arg(queueID)
-        n = self._queue_num()
+        n = self._binding.queue_num()
         if q is None:
             return f"queueID must be an int, not {what_is(queueID)}"
         if q < 0:
             return f"queueID must not be negative, got {q}"
-        platform = self.state.rank_ctx.config.platform
+        platform = self._binding.state.rank_ctx.config.platform
         if q and not platform.has_queues:
             return f"queueID {q}: {platform.name} has one BatchWrite queue (queue 0)"
         if n == 0 and q != 0:
@@ -143,84 +129,87 @@ class OneSidedCalls(PrepareCalls):
         return None
 
     # --------------------------------------------------------------- BatchWrite
-    @template("commit")
-    @logged
-    def BatchWrite(
-        self, batchWriteInfo: GmAddr, itemNum: int, queueID: int = 0, *, commit: bool = True
-    ) -> int:
-        """One-sided copies of ``itemNum`` items at ``batchWriteInfo``; always committed.
-
-        Returns the handle id, or -1 (nothing sent) for a call the client rejects.
-        """
+    def batch_write(self, batchWriteInfo: Any, itemNum: Any, queueID: Any) -> int:
+        """BatchWrite: the handle id, or -1 (nothing sent) for a call the client rejects."""
+        b, failures = self._binding, self._failures
         name = "BatchWrite"
-        reason = self._usable()
-        if reason:
-            return self._fail(f"{name}: {reason}", ret=INVALID_HANDLE_ID, op=name)
+        unusable = b.unusable()
+        if unusable:
+            return failures.breach(
+                unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
+            )
         try:
             queues = self._check_batch_write(batchWriteInfo, itemNum, queueID)
         except InvalidCall as bad:
-            return self._refuse(name, bad)
-        core = self._core()
-        handle = len(self.handles)
-        sends = queues > 0 or is_sender(self.config, core)
+            return failures.refuse(name, bad)
+        core = calling_core()
+        handle = len(b.handles)
+        sends = queues > 0 or is_sender(b.config, core)
         task = None
         if sends:
-            problem = None if queues else core_problem(self, core)
+            problem = None if queues else core_problem(b, core)
             if problem:
-                return self._fail(
-                    f"{name}: {problem}", ret=INVALID_HANDLE_ID, cls=HcclCoreError, op=name
+                return failures.breach(
+                    "sending-core", f"{name}: {problem}", INVALID_HANDLE_ID, op=name
                 )
-            state = self.state
+            state = b.state
             task = state.one_sided_task(_BW, handle, batchWriteInfo, int(itemNum))
             try:
                 copies = self._copies(batchWriteInfo, int(itemNum))
             except InvalidCall as bad:
-                return self._refuse(name, bad, handle=handle)
+                return failures.refuse(name, bad, handle=handle)
             if not queues:
-                state.sender = self
+                state.sender = b
                 state.sender_core = core
-            self.server.write_items(task, copies)
-        self.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
-        return self._ok(handle)
+            b.server.write_items(task, copies)
+        b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
+        return failures.ok(handle)
 
     def _check_batch_write(self, info: Any, itemNum: Any, queueID: Any) -> int:
         """The official client's checks (and the documented limits); the tiling's queueNum."""
-        platform = self.state.rank_ctx.config.platform
+        platform = self._binding.state.rank_ctx.config.platform
         if not platform.supports(_BW) or platform.batch_write_format is None:
-            raise InvalidCall(f"BatchWrite is not supported on {platform.name}")
-        if self._mode != "Init-no-tiling" and _BW not in self._cc:
+            raise InvalidCall("unsupported", f"BatchWrite is not supported on {platform.name}")
+        if self._binding.mode != "Init-no-tiling" and _BW not in self._binding.cc:
             raise InvalidCall(
+                "no-tiling",
                 "no tiling set for BatchWrite: call SetCcTilingV2 with the offset of an "
-                "Mc2CcTiling whose opType is HCCL_CMD_BATCH_WRITE"
+                "Mc2CcTiling whose opType is HCCL_CMD_BATCH_WRITE",
             )
         if info is None or (isinstance(info, GmAddr) and info.is_null):
-            raise InvalidCall("batchWriteInfo is null", actual=info)
+            raise InvalidCall("bad-argument", "batchWriteInfo is null", actual=info)
         if not isinstance(info, GmAddr):
-            raise InvalidCall(f"batchWriteInfo must be a GM address, not {what_is(info)}")
+            raise InvalidCall(
+                "bad-argument", f"batchWriteInfo must be a GM address, not {what_is(info)}"
+            )
         n = _int_arg(itemNum)
         if n is None or n <= 0:
-            raise InvalidCall("itemNum must be a positive int", actual=itemNum)
+            raise InvalidCall("bad-argument", "itemNum must be a positive int", actual=itemNum)
         if platform.max_batch_items and n > platform.max_batch_items:
             raise InvalidCall(
+                "platform-limit",
                 f"itemNum must be below {platform.max_batch_items + 1} on {platform.name}",
                 expected=f"<= {platform.max_batch_items}",
                 actual=n,
             )
         problem = self._queue_problem(queueID)
         if problem:
-            raise InvalidCall(problem)
-        if len(self.handles) >= HCCL_MAX_HANDLE_ID:
+            raise InvalidCall("bad-argument", problem)
+        if len(self._binding.handles) >= HCCL_MAX_HANDLE_ID:
             raise InvalidCall(
+                "handle-limit",
                 f"the domain already used its {HCCL_MAX_HANDLE_ID} handles",
                 expected=f"< {HCCL_MAX_HANDLE_ID} tasks",
             )
-        if len(self.handles) + self._n_syncs >= HCCL_MAX_HANDLE_ID:
-            raise InvalidCall(slots_used(len(self.handles), self._n_syncs))
-        return self._queue_num()
+        if len(self._binding.handles) + self._binding.n_syncs >= HCCL_MAX_HANDLE_ID:
+            raise InvalidCall(
+                "handle-limit", slots_used(len(self._binding.handles), self._binding.n_syncs)
+            )
+        return self._binding.queue_num()
 
     def _copies(self, info: GmAddr, n: int) -> list[tuple[GmAddr, GmAddr, int]]:
         """Read and check the ``n`` items at ``info``: (source, destination, bytes) per item."""
-        state = self.state
+        state = self._binding.state
         config = state.rank_ctx.config
         fmt = config.platform.batch_write_format
         size = ITEM_DTYPES[fmt].itemsize
@@ -228,13 +217,13 @@ class OneSidedCalls(PrepareCalls):
             raw = info.read_bytes(n * size)
         except HcclBoundsError as exc:
             raise InvalidCall(
+                "bounds",
                 f"the {n} items of {size} bytes at batchWriteInfo: {exc.reason}",
-                cls=HcclBoundsError,
             ) from None
         items = decode_items(raw, fmt)
         if items.problem is not None:
             k, why = items.problem
-            raise InvalidCall(f"item {k}: {why}", actual=why)
+            raise InvalidCall("bad-argument", f"item {k}: {why}", actual=why)
         me = state.rank_ctx.rank
         copies = []
         for k in range(n):
@@ -243,6 +232,7 @@ class OneSidedCalls(PrepareCalls):
             dst = self._item_addr(k, "destination", int(items.dst[k]), nbytes)
             if src.rank != me:
                 raise InvalidCall(
+                    "foreign-memory",
                     f"item {k}: the source points into rank {src.rank}'s memory; BatchWrite "
                     f"reads this rank's (rank {me}) memory",
                     expected=me,
@@ -264,16 +254,18 @@ class OneSidedCalls(PrepareCalls):
         """
         if isinstance(dst.alloc, WindowAllocation):
             return
-        state = self.state
+        state = self._binding.state
         me, platform = state.rank_ctx.rank, state.rank_ctx.config.platform
         if platform.batch_write_format == "A2":
             raise InvalidCall(
+                "foreign-memory",
                 f"item {k}: the destination {dst!r} is not a communication window "
                 f"(GetWindowsInAddr/GetWindowsOutAddr); on {platform.name} BatchWrite goes "
-                "over RDMA, which reaches only window memory"
+                "over RDMA, which reaches only window memory",
             )
         if dst.rank != me:
             raise InvalidCall(
+                "foreign-memory",
                 f"item {k}: the destination points into rank {dst.rank}'s GM, which is not a "
                 f"window; BatchWrite writes peers' windows or this rank's (rank {me}) own GM",
                 expected=me,
@@ -288,15 +280,16 @@ class OneSidedCalls(PrepareCalls):
             addr.check_range(nbytes, f"item {k}: {what}")
         except HcclBoundsError as exc:
             reason = exc.reason if exc.reason.startswith("item ") else f"item {k}: {exc.reason}"
-            raise InvalidCall(reason, cls=HcclBoundsError) from None
+            raise InvalidCall("bounds", reason) from None
         return addr
 
     def _check_a2_peer(self, k: int, remote: int, dst: GmAddr) -> None:
         """Atlas A2: remoteRankId names the destination window's owner, on another server."""
-        state = self.state
+        state = self._binding.state
         config = state.rank_ctx.config
         if not 0 <= remote < state.rank_dim:
             raise InvalidCall(
+                "bad-argument",
                 f"item {k}: remoteRankId {remote} is not a rank of the domain (rankDim "
                 f"{state.rank_dim})",
                 expected=f"< {state.rank_dim}",
@@ -305,6 +298,7 @@ class OneSidedCalls(PrepareCalls):
         peer = state.group.ranks[remote]
         if dst.rank != peer:
             raise InvalidCall(
+                "bad-argument",
                 f"item {k}: remoteRankId is {remote} but remoteBuf points into a window of "
                 f"rank {dst.rank}",
                 expected=peer,
@@ -313,9 +307,10 @@ class OneSidedCalls(PrepareCalls):
         me, per = state.rank_ctx.rank, config.ranks_per_server
         if config.platform.batch_write_remote_only and me // per == peer // per:
             raise InvalidCall(
+                "platform-limit",
                 f"item {k}: on {config.platform.name} BatchWrite only reaches ranks on other "
                 f"servers, but rank {me} and rank {peer} are both on server {me // per} "
                 f"(ranks_per_server={per}); copy into a window of the same server directly, or "
                 "emulate one rank per server with hp.run(..., ranks_per_server=1) or "
-                "HCCL_PY_RANKS_PER_SERVER=1"
+                "HCCL_PY_RANKS_PER_SERVER=1",
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.constants import CoreType, HcclServerConfig
-from ..kernel.cores import AIC, AIV, CoreContext
+from ..kernel.cores import AIC, AIV, CoreContext, current_core_context
 
 #: The default server config, ``{CoreType::DEFAULT, 0}`` (``DEFAULT_CFG`` in AscendC).
 DEFAULT_CFG = HcclServerConfig()
@@ -26,6 +26,14 @@ def server_config(config: Any) -> HcclServerConfig:
             f"not {config!r}"
         )
     return HcclServerConfig(*config)
+
+
+def calling_core() -> CoreContext:
+    """The kernel core that makes the current call (Hccl methods run only inside a kernel)."""
+    core = current_core_context()
+    if core is None:
+        raise RuntimeError("Hccl methods must be called inside a kernel started by hccl_py.launch")
+    return core
 
 
 def is_sender(config: HcclServerConfig, core: CoreContext) -> bool:
@@ -55,7 +63,7 @@ def missing_sender(config: HcclServerConfig, core: CoreContext) -> str | None:
 
 
 def core_problem(obj: Any, core: CoreContext) -> str | None:
-    """Why ``core`` may not Prepare on the Hccl object ``obj`` (core misuse), or None."""
+    """Why ``core`` may not Prepare for the Hccl object whose binding is ``obj``, or None."""
     missing = missing_sender(obj.config, core)
     if missing or not is_sender(obj.config, core):
         return missing

@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..core import report
 from ..core.constants import HcclCMDType, HcclDataType
-from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 from ..ops import OPS
+from .failures import breach
 
 #: How to order every core's Waits before the sending core's Finalize.
 FIX = "call SyncAll() after the last Wait of every core and before Finalize"
@@ -52,7 +51,7 @@ class Handle:
 
 
 class Sender(Protocol):
-    """What the launch needs of the sending core's Hccl object (``HcclBase`` has it)."""
+    """What the launch needs of the sending core's Hccl object (its ``Binding`` has it)."""
 
     handles: list[Handle]
     finalized: bool
@@ -172,12 +171,14 @@ class ClientState:
             warned, self.hazard_warned = self.hazard_warned, True
         if warned:
             return
-        report.warn(
+        breach(
             "finalize-unordered",
             f"{core_name(finalizer)}'s Finalize resets the finished-turn counters while no "
             f"SyncAll() orders {core_name(waiter)}'s Wait for handle {handle} round {round_idx} "
             "before it: on hardware that Wait may poll after the reset and hang (this run let "
             f"it see its turn first, as hardware usually does); {FIX}",
+            None,
+            rank=self.rank_ctx.rank,
             domain=self.group.name,
             handle=handle,
             op=self._op(handle),
@@ -193,7 +194,8 @@ class ClientState:
         self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
     ) -> None:
         """A Wait ordered after the sender's Finalize: the reset always comes first, a sure hang."""
-        raise HcclCoreError(
+        breach(
+            "unordered-finalize",
             f"{core_name(waiter)} waits for handle {handle} round {round_idx} after "
             f"{core_name(finalizer)} finalized (a SyncAll or flag orders the Wait after that "
             "Finalize): Finalize reset the finished-turn counters this Wait polls, so on "
@@ -234,7 +236,8 @@ class ClientState:
         if sender is not None and sender.handles and not sender.finalized:
             problems.append("Finalize() was never called")
         if problems:
-            raise HcclUnfinishedError(
+            breach(
+                "unfinished-exit",
                 "kernel returned with unfinished work that would leave the server hanging: "
                 + "; ".join(problems),
                 rank=self.rank_ctx.rank,

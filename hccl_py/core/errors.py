@@ -154,14 +154,15 @@ class HcclPeerError(HcclError):
 class InvalidCall(Exception):  # noqa: N818 - internal control flow, never reaches users
     """A Prepare argument or task is invalid: the client turns it into -1 or an HcclError.
 
-    ``cls`` is the error class to report it as; ``facts`` its keyword fields
+    ``rule`` is the id of the client rule it breaks (:data:`hccl_py.core.rules.RULES`,
+    which gives its error class and outcome); ``facts`` its keyword fields
     (``round``, ``expected``, ``actual`` ...).
     """
 
-    def __init__(self, reason: str, cls: type[HcclError] = HcclUsageError, **facts: object) -> None:
+    def __init__(self, rule: str, reason: str, **facts: object) -> None:
         super().__init__(reason)
+        self.rule = rule
         self.reason = reason
-        self.cls = cls
         self.facts = facts
 
 

@@ -16,8 +16,8 @@ class TemplateFunction:
     ``f[True](*args)`` is ``f(*args, **{keyword: True})``; ``f(*args)`` uses the
     function's own default. As a class attribute it binds like a method. Arguments
     that do not fit the signature are an :class:`~hccl_py.core.errors.HcclUsageError`
-    naming the AscendC signature (through the bound object's ``_fail`` when it has
-    one, so that ``strict=False`` returns -1), never a Python TypeError.
+    naming the AscendC signature (through the bound object's ``_signature_misfit`` when
+    it has one, so that ``strict=False`` returns -1), never a Python TypeError.
     """
 
     def __init__(
@@ -107,8 +107,8 @@ def misfit(
 
 
 def report_misfit(bound: Any, name: str, reason: str) -> Any:
-    """Report arguments that do not fit a call: through ``bound._fail`` when it has one."""
-    fail = getattr(bound, "_fail", None)
+    """Report arguments that do not fit a call: through ``bound._signature_misfit`` if it has one."""
+    fail = getattr(bound, "_signature_misfit", None)
     if fail is None:
         raise HcclUsageError(reason)
     return fail(reason, op=name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import layout, report
-from ..core.errors import HcclBoundsError, HcclOverlapError, InvalidCall
+from ..core.errors import InvalidCall
 from ..core.platform import Platform
 from ..core.task import Task
 from .overlap import send_recv_clash
@@ -27,11 +27,16 @@ def check_task(task: Task, me: int, platform: Platform, kernel_api: bool, overla
     limit = platform.max_alltoall_ranks if kernel_api else None
     if task.spec.name in ("AlltoAll", "AlltoAllV") and limit and task.rank_dim > limit:
         raise InvalidCall(
-            f"{platform.name} allows at most {limit} ranks in {task.name}", actual=task.rank_dim
+            "platform-limit",
+            f"{platform.name} allows at most {limit} ranks in {task.name}",
+            actual=task.rank_dim,
         )
     for side, addr in (("send", task.send), ("recv", task.recv)):
         if addr.rank is not None and addr.rank != me:
-            raise InvalidCall(f"{side}Buf points into rank {addr.rank}'s memory, not this rank's")
+            raise InvalidCall(
+                "foreign-memory",
+                f"{side}Buf points into rank {addr.rank}'s memory, not this rank's",
+            )
         blocks = layout.all_blocks(task, side)
         extent = layout.span(blocks)
         if extent is None:
@@ -45,16 +50,17 @@ def check_task(task: Task, me: int, platform: Platform, kernel_api: bool, overla
             rnd, peer = layout.block_round_peer(task, side, int(bad))
             start = int(blocks.starts[bad])
             raise InvalidCall(
+                "bounds",
                 f"{side} range of round {rnd}, block {peer} is bytes [{start}, "
                 f"{start + int(blocks.sizes[bad])}) of {addr.alloc.name}, outside its "
                 f"{addr.alloc.nbytes} bytes",
-                cls=HcclBoundsError,
                 round=rnd,
                 expected=f"[0, {addr.alloc.nbytes})",
                 actual=f"[{lo}, {hi})",
             )
         if platform.max_task_bytes and kernel_api and hi - lo > platform.max_task_bytes:
             raise InvalidCall(
+                "platform-limit",
                 f"one task's data exceeds {platform.max_task_bytes} bytes on {platform.name}",
                 actual=hi - lo,
             )
@@ -77,7 +83,7 @@ def _check_overlap(task: Task, me: int, policy: str) -> None:
         if reason is None:
             return
     if policy == "error":
-        raise InvalidCall(reason, cls=HcclOverlapError, round=rb)
+        raise InvalidCall("recv-overlap", reason, round=rb)
     report.warn("overlap", f"{task.name}: {reason}", rank=me, round=rb)
 
 

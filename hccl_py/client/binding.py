@@ -1,0 +1,103 @@
+"""What one Hccl object holds: its server type and config, and its binding to a domain.
+
+:class:`Binding` is the state every part of the client reads: the domain's
+shared :class:`~.state.ClientState` once InitV2 ran, the init style and
+tiling, the registered cc tilings, the handles this core's object returned,
+the InterHcclGroupSync messages it sent and whether it finalized. It is also
+the identity the launch knows the sending core's object by
+(:class:`~.state.Sender`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType
+from ..server.protocol import Server
+from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
+from .lifecycles import LIFECYCLES
+from .state import ClientState, Handle
+
+#: Why an object cannot communicate, by the rule (hccl_py.core.rules.RULES) a call then breaks.
+UNUSABLE = {
+    "not-initialised": "the Hccl object is not initialised (call InitV2 first)",
+    "finalized": "the Hccl object was finalized and cannot communicate again",
+}
+
+
+class Binding:
+    """One Hccl object's state: declared here, reset by a new Init."""
+
+    def __init__(self, server_type: HcclServerType, config: HcclServerConfig) -> None:
+        self.server_type = server_type
+        self.config = config
+        #: The user's collective (e.g. "all_reduce") when this is an internal client of
+        #: hccl_py.framework, which reports name; None for kernel code. Framework collectives
+        #: are not kernel API calls, so the platform's op and size restrictions do not bind them.
+        self.framework: str | None = None
+        self.state: ClientState | None = None
+        #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
+        self.mode: str | None = None
+        self.tiling_src: Any = None
+        #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
+        self.queues: tuple[Any, int] | None = None
+        self.cc: dict[HcclCMDType, Mc2CcTiling] = {}
+        self.handles: list[Handle] = []
+        self.n_syncs = 0
+        self.finalized = False
+
+    def bind(self, state: ClientState | None, mode: str | None, tiling: Any) -> None:
+        """Start over on ``state`` (an Init): no handles, tilings or syncs yet."""
+        self.state = state
+        self.mode = mode
+        self.tiling_src = tiling
+        self.queues = None
+        self.cc = {}
+        self.handles = []
+        self.n_syncs = 0
+        self.finalized = False
+
+    @property
+    def server(self) -> Server:
+        """The server this object's tasks go to (its rank's, once initialised)."""
+        return self.state.rank_ctx.server
+
+    def domain(self) -> str | None:
+        """The domain's name once initialised, else None (reports name it)."""
+        return self.state.group.name if self.state else None
+
+    def unusable(self) -> tuple[str, str] | None:
+        """Why the object cannot communicate now, as (rule id, reason), or None."""
+        if self.state is None:
+            return "not-initialised", UNUSABLE["not-initialised"]
+        if self.finalized:
+            return "finalized", UNUSABLE["finalized"]
+        return None
+
+    def handle(self, handle: Any) -> Handle | None:
+        """The handle with id ``handle`` this object returned, or None."""
+        if isinstance(handle, (int, np.integer)) and not isinstance(handle, bool):
+            h = int(handle)
+            if 0 <= h < len(self.handles):
+                return self.handles[h]
+        return None
+
+    def queued_count(self) -> int:
+        """How many of this object's handles are tasks of the server's queue.
+
+        One-sided handles (BatchWrite, AlltoAllvWrite: lifecycles that are not queued) go
+        straight into windows: no slot of the server, so ranks do not match them task by task.
+        """
+        return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
+
+    def queue_num(self) -> int:
+        """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
+        if self.tiling_src is None:
+            return 0
+        if self.queues is None or self.queues[0] is not self.tiling_src:
+            raw = tiling_bytes(self.tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
+            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
+            self.queues = (self.tiling_src, num)
+        return self.queues[1]

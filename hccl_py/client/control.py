@@ -1,0 +1,327 @@
+"""Task control of one Hccl object: Commit, Wait, Query, Finalize and InterHcclGroupSync.
+
+:class:`HandleControl` checks what every handle shares (the object is usable,
+the handle exists, the core is the one that prepared it, this core committed
+the round) and leaves the rest to the handle's lifecycle
+(:data:`.lifecycles.LIFECYCLES`), which calls back into it for the collectives'
+rounds, into :class:`~.finegrained.FineGrainedSteps` for fine-grained steps and
+into :class:`~.half_alltoallv.WindowWriter` for AlltoAllvWrite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
+from ..core.task import op_name
+from ..kernel.cores import CoreContext
+from ..server.protocol import Server
+from .binding import Binding
+from .convert import slots_used
+from .failures import Failures
+from .finegrained import FineGrainedSteps
+from .half_alltoallv import WindowWriter
+from .lifecycles import LIFECYCLES
+from .sender import calling_core, is_sender
+from .state import ClientState, Handle
+from .state import core_name as _core_name
+
+
+class HandleControl:
+    """Commit, Wait, Query, Finalize and InterHcclGroupSync of one Hccl object's handles."""
+
+    def __init__(
+        self,
+        binding: Binding,
+        failures: Failures,
+        steps: FineGrainedSteps,
+        writes: WindowWriter,
+    ) -> None:
+        self._binding = binding
+        self._failures = failures
+        #: What fine-grained lifecycles and AlltoAllvWrite's lifecycle call (lifecycles.Control).
+        self.steps = steps
+        self.writes = writes
+
+    @property
+    def server(self) -> Server:
+        """The rank's server (lifecycles ask it)."""
+        return self._binding.server
+
+    @property
+    def state(self) -> ClientState:
+        """The domain's shared client state (lifecycles read its tasks)."""
+        return self._binding.state
+
+    def ok(self, value: Any = HCCL_SUCCESS) -> Any:
+        """A call that succeeded (lifecycles return through it)."""
+        return self._failures.ok(value)
+
+    def queue_num(self) -> int:
+        """The tiling's queueNum (BatchWrite's Wait flushes only without queues)."""
+        return self._binding.queue_num()
+
+    def _usable_info(self, call: str, handleId: Any) -> tuple[Handle | None, int]:
+        """(the handle, 0), or (None, -1) for an unusable object or an unknown handle."""
+        unusable = self._binding.unusable()
+        if unusable:
+            return None, self._failures.breach(
+                unusable[0], f"{call}: {unusable[1]}", handle=handleId
+            )
+        info = self._binding.handle(handleId)
+        if info is None:
+            return None, self._unknown_handle(call, handleId)
+        return info, HCCL_SUCCESS
+
+    def _unknown_handle(self, call: str, handleId: Any) -> int:
+        """-1 for a handle id that Prepare never returned (out of range, or not yet)."""
+        return self._failures.breach(
+            "unknown-handle",
+            f"{call}: handle {handleId} is out of range or was never returned by Prepare",
+            handle=handleId,
+        )
+
+    # ------------------------------------------------------------------ Commit
+    def commit(self, handleId: Any) -> None:
+        """Commit: let the server run the next round of ``handleId``."""
+        b, breach = self._binding, self._failures.breach
+        unusable = b.unusable()
+        if unusable:
+            breach(unusable[0], f"Commit: {unusable[1]}", None, handle=handleId)
+            return
+        info = b.handle(handleId)
+        if info is None:
+            breach(
+                "unknown-handle",
+                f"Commit: handle {handleId} was never returned by Prepare; nothing sent",
+                None,
+                handle=handleId,
+            )
+            return
+        name = op_name(info.op)
+        if info.commits >= info.repeat:
+            breach(
+                "extra-commit",
+                f"extra Commit: all {info.repeat} rounds are already committed; the official "
+                "client ignores it (and logs an error)",
+                None,
+                handle=int(handleId),
+                op=name,
+                round=info.commits,
+                expected=f"<= {info.repeat} commits",
+                actual=info.commits + 1,
+            )
+            return
+        core = calling_core()
+        if core.kind != info.kind:
+            breach(
+                "wrong-core",
+                f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
+                None,
+                handle=int(handleId),
+                op=name,
+                round=info.commits,
+            )
+            return
+        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId))
+        self._failures.ok(None)
+
+    def note_local_commit(self, core: CoreContext, h: int, round_idx: int) -> None:
+        """A Commit on a core that does not send: the official client counts it per core.
+
+        It only lets this core Wait for the round (hccl_aicpu_impl.h, Commit:
+        ``handleIdCommitTurnCnt_`` is per object; only the working core writes
+        its count to GM); the server runs the round when the sending core
+        commits it. While it has not, a wait report says so.
+        """
+        state = self._binding.state
+
+        def note() -> str | None:
+            sender, sender_core = state.sender, state.sender_core
+            if sender is None or sender_core is None:
+                return None
+            if h < len(sender.handles) and sender.handles[h].commits > round_idx:
+                return None
+            return (
+                f"{_core_name(core)} committed round {round_idx}, but only the sending core's "
+                f"Commits reach the server and {_core_name(sender_core)} has not committed it"
+            )
+
+        state.commit_notes.setdefault(h, {}).setdefault(round_idx, note)
+
+    # -------------------------------------------------------------------- Wait
+    def wait(self, handleId: Any) -> int:
+        """Wait: block until the next round of ``handleId`` finished; 0, or -1."""
+        info, ret = self._usable_info("Wait", handleId)
+        if info is None:
+            return ret
+        return LIFECYCLES[info.lifecycle].wait(self, info, int(handleId))
+
+    def wait_round(self, info: Handle, h: int) -> int:
+        """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
+        b = self._binding
+        if b.queue_num():
+            # With several queues the official client returns 0 at once.
+            info.waits += 1
+            return self._failures.ok(HCCL_SUCCESS)
+        name = op_name(info.op)
+        core = calling_core()
+        if core.kind != info.kind:
+            return self._failures.wrong_core(core, info, h, name)
+        later = [g for g in range(h + 1, len(b.handles)) if b.handles[g].waits]
+        if later:
+            self._failures.breach(
+                "wait-order",
+                f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
+                f"must follow Prepare order",
+                handle=h,
+                op=name,
+                round=info.waits,
+            )
+        b.state.record_wait(core, h, info.waits)
+        task = info.task or b.state.task(h, core)
+        b.server.wait(task, info.waits)
+        b.state.observe_turn(core, h, info.waits)
+        info.waits += 1
+        return self._failures.ok(HCCL_SUCCESS)
+
+    def not_committed(self, info: Handle, h: int) -> int:
+        """Wait of a round this core's object did not commit: -1 at once, in every mode.
+
+        The official client counts Commits per core and returns -1 without
+        waiting when this core's Waits reached its Commits. Shipping kernels rely
+        on it (idle cores that Wait but never Commit), so it is no error; on the
+        sending core, whose Commits are the ones the server sees, it is a warning.
+        Rounds that no core ever commits are reported when the kernel returns.
+        """
+        b = self._binding
+        what = "already waited" if info.waits >= info.repeat else "not committed by this core"
+        return self._failures.breach(
+            "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle",
+            f"Wait returns -1 at once: this core waited {info.waits} and committed "
+            f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})",
+            HCCL_FAILED,
+            handle=h,
+            op=op_name(info.op),
+            round=info.waits,
+            expected=f"> {info.waits} commits",
+            actual=info.commits,
+        )
+
+    # ---------------------------------------------------------- Query, Finalize
+    def query(self, handleId: Any) -> int:
+        """Query: how many rounds of ``handleId`` have finished; -1 for a bad handle."""
+        b, breach = self._binding, self._failures.breach
+        if b.state is None:
+            return breach(
+                "not-initialised", "Query: the Hccl object is not initialised", handle=handleId
+            )
+        platform = b.state.rank_ctx.config.platform
+        if not platform.has_query:
+            return breach(
+                "unsupported", f"Query is not supported on {platform.name}", handle=handleId
+            )
+        info = b.handle(handleId)
+        if info is None:
+            return self._unknown_handle("Query", handleId)
+        if b.finalized:
+            return self._failures.ok(0)
+        return self._failures.ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
+
+    def finalize(self, sync: bool) -> None:
+        """Finalize: no more tasks; with ``sync``, wait for the last one."""
+        b, breach = self._binding, self._failures.breach
+        unusable = b.unusable()
+        if unusable:
+            breach(unusable[0], f"Finalize: {unusable[1]}", None)
+            return
+        state = b.state
+        platform = state.rank_ctx.config.platform
+        if not sync:
+            has_batch_write = any(h.lifecycle == "batch-write" for h in b.handles)
+            if not (platform.finalize_async_allowed and has_batch_write):
+                breach(
+                    "finalize-async",
+                    f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
+                    f"not on {platform.name} with these tasks",
+                    None,
+                )
+                return
+        if state.sender is b:
+            for h, info in enumerate(b.handles):
+                if info.commits < info.repeat:
+                    breach(
+                        "finalize-uncommitted",
+                        f"Finalize with handle {h} ({info.task.describe()}) committed "
+                        f"{info.commits} of {info.repeat} rounds: the server would wait "
+                        "forever for the rest",
+                        None,
+                        rank=state.rank_ctx.rank,
+                        handle=h,
+                        op=op_name(info.op),
+                        round=info.commits,
+                    )
+            if b.handles:
+                b.server.finalize(state.group, state.rank, state.launch_index(), b.queued_count())
+            if sync:
+                for h, info in enumerate(b.handles):
+                    LIFECYCLES[info.lifecycle].drain(self, info, h)
+                state.check_finalize_order(calling_core())
+        b.finalized = True
+        self._failures.ok(None)
+
+    # ------------------------------------------------------- InterHcclGroupSync
+    def inter_group_sync(self, srcGroupID: Any, srcHandleID: Any) -> None:
+        """InterHcclGroupSync: later tasks start after task ``srcHandleID`` of ``srcGroupID``."""
+        b, breach = self._binding, self._failures.breach
+        unusable = b.unusable()
+        if unusable:
+            breach(unusable[0], f"InterHcclGroupSync: {unusable[1]}", None)
+            return
+        if len(b.handles) + b.n_syncs >= HCCL_MAX_HANDLE_ID:
+            breach(
+                "message-slots",
+                f"InterHcclGroupSync: {slots_used(len(b.handles), b.n_syncs)}; the "
+                "official client writes it into Finalize's slot and only logs: it is ignored",
+                None,
+            )
+            return
+        valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
+        other = b.state.launch.clients.get(int(srcGroupID)) if valid else None
+        if other is None or other is b.state:
+            breach(
+                "sync-target",
+                f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
+                "of this kernel",
+                None,
+            )
+            return
+        # Only the sending core records the dependency. The task may come from another
+        # core (the sending core of domain srcGroupID) that has not prepared it yet: wait
+        # for it then; only when this core itself sends in that domain is it final.
+        core = calling_core()
+        sender = is_sender(b.config, core)
+        valid_id = (
+            isinstance(srcHandleID, (int, np.integer))
+            and not isinstance(srcHandleID, bool)
+            and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
+        )
+        srcHandleID = int(srcHandleID) if valid_id else srcHandleID
+        src = other.tasks.get(srcHandleID) if valid_id else None
+        if src is None and sender:
+            if not valid_id or other.sender_core is core:
+                breach(
+                    "unknown-handle",
+                    f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain "
+                    f"{srcGroupID}",
+                    None,
+                    handle=srcHandleID,
+                )
+                return
+            src = other.task(srcHandleID, core)
+        if sender:
+            b.state.deps.append(src)
+        b.n_syncs += 1
+        self._failures.ok(None)

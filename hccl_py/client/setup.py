@@ -1,0 +1,150 @@
+"""Binding an Hccl object to a domain: Init / InitV2, SetCcTiling / SetCcTilingV2, GetRankId/Dim."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from ..core.constants import HcclCMDType
+from ..core.errors import HcclBoundsError
+from ..core.gm import GmAddr, what_is
+from ..kernel.cores import HcclContext
+from ..ops import OPS
+from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, cc_group_name, read_cc_tiling, tiling_bytes
+from .binding import Binding
+from .failures import Failures
+from .state import ClientState
+
+
+def _is_null(tiling: Any) -> bool:
+    return tiling is None or (isinstance(tiling, GmAddr) and tiling.is_null)
+
+
+class Setup:
+    """The initialisation calls of one Hccl object: what they check and what they bind."""
+
+    def __init__(self, binding: Binding, failures: Failures) -> None:
+        self._binding = binding
+        self._failures = failures
+
+    def init_v2(self, context: Any, tiling: Any) -> None:
+        """InitV2: bind to ``context``'s domain and to the kernel's tiling struct."""
+        if _is_null(tiling):
+            self._failures.breach("null-tiling", "InitV2: initTiling is null", None)
+            return
+        self._init(context, tiling, "InitV2")
+
+    def init_v1(self, context: Any, tiling: Any) -> None:
+        """Init: as InitV2; with no tiling, Prepare needs no SetCcTiling."""
+        no_tiling = _is_null(tiling)
+        self._init(context, None if no_tiling else tiling, "Init")
+        if self._binding.state is not None and no_tiling:
+            self._binding.mode = "Init-no-tiling"
+
+    def _init(self, context: Any, tiling: Any, mode: str) -> None:
+        b, breach = self._binding, self._failures.breach
+        if not isinstance(context, HcclContext):
+            breach(
+                "bad-context",
+                f"{mode}: context must come from GetHcclContext(0 or 1), got {context!r}",
+                None,
+            )
+            return
+        if b.state is not None and not b.finalized:
+            breach(
+                "repeated-init",
+                f"{mode}: the Hccl object is already initialised; the official client ignores "
+                "a second Init (the first one stays in force)",
+                None,
+            )
+            return
+        platform = context.launch.rank_ctx.config.platform
+        if b.server_type not in platform.servers:
+            breach(
+                "server-type",
+                f"{mode}: server type {b.server_type.name} is not supported on {platform.name}",
+                None,
+                expected=" or ".join(sorted(t.name for t in platform.servers)),
+                actual=b.server_type.name,
+            )
+            return
+        b.bind(
+            context.launch.client_state(context.index, lambda: ClientState(context)), mode, tiling
+        )
+        self._failures.ok(None)
+
+    def set_cc_tiling_v2(self, offset: Any) -> int:
+        """SetCcTilingV2: register the Mc2CcTiling at byte ``offset`` of the init tiling."""
+        b, breach = self._binding, self._failures.breach
+        if b.state is None or b.mode != "InitV2":
+            return breach(
+                "init-style",
+                "SetCcTilingV2: the Hccl object is not initialised with InitV2 "
+                "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)",
+            )
+        try:
+            at = -1 if isinstance(offset, bool) else operator.index(offset)
+        except TypeError:
+            at = -1
+        if at < 0:
+            return breach(
+                "cc-tiling",
+                f"SetCcTilingV2({offset!r}): the offset must be a non-negative int, the byte "
+                "offset of an Mc2CcTiling in the tiling struct (offsetof(Tiling, 'cc'))",
+                actual=what_is(offset),
+            )
+        try:
+            raw = tiling_bytes(b.tiling_src, nbytes=at + MC2_CC_TILING_SIZE)
+            cc = read_cc_tiling(raw, at)
+        except (ValueError, TypeError, HcclBoundsError) as exc:
+            return breach("cc-tiling", f"SetCcTilingV2({offset}): bad offset: {exc}")
+        return self._register(cc, f"SetCcTilingV2({offset})")
+
+    def set_cc_tiling(self, address: Any) -> int:
+        """SetCcTiling (V1): register the Mc2CcTiling at a GM address (or an instance)."""
+        b, breach = self._binding, self._failures.breach
+        if b.state is None:
+            return breach("not-initialised", "SetCcTiling: the Hccl object is not initialised")
+        if b.mode != "Init":
+            return breach(
+                "init-style",
+                "SetCcTiling: only valid after Init(context, initTiling); "
+                "Init with and without tiling must not be mixed, and InitV2 takes SetCcTilingV2",
+            )
+        try:
+            cc = Mc2CcTiling.from_buffer_copy(tiling_bytes(address, nbytes=MC2_CC_TILING_SIZE))
+        except (ValueError, TypeError, HcclBoundsError) as exc:
+            return breach("cc-tiling", f"SetCcTiling: cannot read an Mc2CcTiling there: {exc}")
+        return self._register(cc, "SetCcTiling")
+
+    def _register(self, cc: Mc2CcTiling, where: str) -> int:
+        b = self._binding
+        try:
+            op = HcclCMDType(cc.opType)
+        except ValueError:
+            op = None
+        if op not in OPS:
+            return self._failures.breach(
+                "cc-tiling",
+                f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling",
+            )
+        name = cc_group_name(cc)
+        if name != b.state.group.name and b.framework is None:
+            self._failures.breach(
+                "group-name",
+                f"{where}: the tiling's groupName {name!r} is not the domain of context "
+                f"{b.state.context.index} ({b.state.group.name!r}); the host built this "
+                "tiling for another communication domain",
+                op=OPS[op].name,
+            )
+        b.cc[op] = cc
+        return self._failures.ok()
+
+    def rank_fact(self, call: str, value: str) -> int:
+        """GetRankId / GetRankDim: the domain's ``rank`` or ``rank_dim``; 0 before Init."""
+        state = self._binding.state
+        if state is None:
+            return self._failures.breach(
+                "not-initialised", f"{call}: the Hccl object is not initialised", 0
+            )
+        return getattr(state, value)
