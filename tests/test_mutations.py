@@ -1,0 +1,317 @@
+"""A mutation suite over the kernel samples (issue 25 item 8).
+
+For every kernel sample, each ordering statement (Wait, SyncAll,
+InterHcclGroupSync, CrossCoreSetFlag/WaitFlag, QueueBarrier, a barrier helper
+made of them, a flag write, a flag poll) is removed in turn, and the mutant
+must be reported by the default schedule or by ``hp.run(..., explore=16)``,
+exactly as :data:`EXPECTED` says, or be listed there as not catchable with the
+reason. tests/mutants.py finds the sites, builds the mutants and judges them;
+``python tests/mutants.py`` prints every verdict next to the table's.
+docs/sanitizer.md shows the score per sample, generated from :data:`EXPECTED`.
+
+Not mutated: the framework-only samples, which have no kernel code
+(:data:`SKIPPED`), the two deliberately wrong debugging samples, whose own check
+fails on purpose, and the hardware smoke test.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from mutants import (
+    SAMPLES_DIR,
+    SampleSpec,
+    barrier_helpers,
+    find_sites,
+    judge,
+    mutant,
+    mutant_tree,
+    run,
+    samples_on_path,
+    score_rows,
+    uncatchable_lines,
+)
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
+#: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
+#: for BatchWrite, or sent as a BatchWrite item.
+WINDOW_FLAGS = (r"\] = status$", r"^items\.append\(\s*\(int\(stage \+ STAGE_STATUS")
+SPECS: dict[str, SampleSpec] = {
+    s.name: s
+    for s in [
+        SampleSpec("all_gather_custom"),
+        SampleSpec("all_reduce_custom"),
+        SampleSpec("alltoall_custom"),
+        SampleSpec("alltoallv_custom", world_size=4),  # the documented uneven tables need 4
+        SampleSpec("reduce_scatter_custom"),
+        SampleSpec("alltoall_allgather_custom"),
+        SampleSpec("matmul_reduce_scatter"),
+        SampleSpec("all_gather_matmul"),
+        SampleSpec("compute_then_allreduce"),
+        SampleSpec("mc2_all_gather_matmul_full_mesh"),
+        SampleSpec("mc2_matmul_all_reduce"),
+        SampleSpec("mc2_matmul_reduce_scatter_full_mesh"),
+        SampleSpec("mc2_moe_distribute_dispatch_v2_950", flags=(r"^status\[0\] = ",)),
+        SampleSpec(
+            "mc2_moe_distribute_dispatch_v2_full_mesh",
+            flags=(r"selfDataStatus\[0\] = ", r"\] = ONE$", r"\] = 0(\.0)?$"),
+        ),
+        # 4 ranks, 2 per server: the A2 path reaches the other server through BatchWrite
+        SampleSpec("moe_distribute_window", world_size=4, flags=WINDOW_FLAGS),
+        SampleSpec("moe_dispatch_combine"),  # framework collectives only: no site
+    ]
+}
+#: Samples in samples/ that are not mutated, and why.
+SKIPPED = {
+    "mindspore_all_gather_into_tensor": "framework API only: no kernel code",
+    "paddle_alltoall_single": "framework API only: no kernel code",
+    "paddle_global_gather": "framework API only: no kernel code",
+    "debug_stride_mistake": "wrong on purpose: its own check fails, so it cannot judge a mutant",
+    "debug_send_stride_mistake": "wrong on purpose: its own check fails, so it cannot judge a mutant",
+    "npu_smoke": "the hardware smoke test, a table of every op rather than a kernel sample",
+}
+
+FINALIZE_WAITS = (
+    "equivalent: the kernel never reads what the Wait orders; Finalize waits for every "
+    "round and the host reads the output after the launch"
+)
+NOTIFY_CORE_ONLY = (
+    "equivalent: only the notify core Waits and it is the core that Finalizes, so the "
+    "barrier has no other core's Wait to order"
+)
+THIRD_LAUNCH = (
+    "only a third launch would read this write: every launch flips to the other half of "
+    "the window and the sample launches twice"
+)
+INTER_DOMAIN = (
+    "a real race that no schedule exposes: every rank commits the AlltoAll before the "
+    "AllGather and the server runs the oldest ready round first, so the AllGather never "
+    "runs before the AlltoAll; no check compares the buffers of two domains' tasks"
+)
+#: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
+CHECK = "check FAIL"
+CORE = "HcclCoreError"
+DEADLOCK = "HcclDeadlockError"
+
+
+def _missed(reason: str) -> tuple[str, str]:
+    return ("missed", reason)
+
+
+#: sample -> site -> (stage, evidence): who reports the mutant without that site and with
+#: what; for "missed", why it cannot be caught.
+EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
+    "all_gather_custom": {
+        "all_gather_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "all_gather_custom:SyncAll#1": ("default", CORE),
+        "all_gather_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "all_gather_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "all_gather_tiled:SyncAll#1": ("default", CORE),
+    },
+    "all_reduce_custom": {
+        "all_reduce_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "all_reduce_custom:SyncAll#1": ("default", CORE),
+        "all_reduce_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "all_reduce_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "all_reduce_tiled:SyncAll#1": ("default", CORE),
+    },
+    "alltoall_custom": {
+        "alltoall_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_custom:SyncAll#1": ("default", CORE),
+        "alltoall_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "alltoall_tiled:SyncAll#1": ("default", CORE),
+    },
+    "alltoallv_custom": {
+        "alltoallv_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoallv_custom:SyncAll#1": ("default", CORE),
+    },
+    "reduce_scatter_custom": {
+        "reduce_scatter_three_prepares:Wait#1": _missed(FINALIZE_WAITS),
+        "reduce_scatter_three_prepares:SyncAll#1": ("default", CORE),
+        "reduce_scatter_repeat:Wait#1": _missed(FINALIZE_WAITS),
+        "reduce_scatter_repeat:SyncAll#1": ("default", CORE),
+    },
+    "alltoall_allgather_custom": {
+        "alltoall_allgather_custom:InterHcclGroupSync#1": _missed(INTER_DOMAIN),
+        "alltoall_allgather_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_allgather_custom:Wait#2": _missed(FINALIZE_WAITS),
+        "alltoall_allgather_custom:SyncAll#1": ("default", CORE),
+    },
+    "matmul_reduce_scatter": {
+        "matmul_reduce_scatter:SyncAll#1": ("default", CHECK),
+    },
+    "all_gather_matmul": {
+        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:SyncAll#1": ("default", CORE),
+    },
+    "compute_then_allreduce": {
+        "matmul_allreduce_custom:SyncAll#1": ("default", CHECK),
+    },
+    "mc2_all_gather_matmul_full_mesh": {
+        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "all_gather_matmul:CrossCoreWaitFlag#1": ("default", CORE),
+    },
+    "mc2_matmul_all_reduce": {
+        "mc2_sync_all:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "mc2_sync_all:CrossCoreWaitFlag#1": ("default", CHECK),
+        "matmul_all_reduce:mc2_sync_all#1": ("default", CHECK),
+        "matmul_all_reduce:Wait#1": _missed(FINALIZE_WAITS),
+        "matmul_all_reduce:mc2_sync_all#2": _missed(NOTIFY_CORE_ONLY),
+    },
+    "mc2_matmul_reduce_scatter_full_mesh": {
+        "barrier:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "barrier:CrossCoreWaitFlag#1": ("default", CORE),
+        "matmul_reduce_scatter:barrier#1": ("default", CHECK),
+        "matmul_reduce_scatter:Wait#1": _missed(FINALIZE_WAITS),
+        "matmul_reduce_scatter:Wait#2": _missed(FINALIZE_WAITS),
+        "matmul_reduce_scatter:barrier#2": ("default", CORE),
+    },
+    "mc2_moe_distribute_dispatch_v2_950": {
+        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclRaceError"),
+        "moe_distribute_dispatch_v2:flag#2": _missed(THIRD_LAUNCH),
+        "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
+        "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
+        "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
+    },
+    "mc2_moe_distribute_dispatch_v2_full_mesh": {
+        "dispatch:flag#1": ("explore", DEADLOCK),
+        "dispatch:flag#2": ("default", DEADLOCK),
+        "dispatch:flag#3": ("default", DEADLOCK),
+        "dispatch:poll#1": ("default", CHECK),
+        "dispatch:flag#4": _missed(THIRD_LAUNCH),
+        "dispatch:SyncAll#1": ("default", CHECK),
+        "dispatch:poll#2": ("explore", "HcclScheduleError"),
+        "dispatch:flag#5": _missed(THIRD_LAUNCH),
+    },
+    "moe_distribute_window": {
+        "send_rows:flag#1": ("default", DEADLOCK),
+        "send_rows:flag#2": ("default", DEADLOCK),
+        "send_rows:flag#3": ("default", DEADLOCK),
+        "receive_rows:poll#1": ("default", "RuntimeError"),
+    },
+    "moe_dispatch_combine": {},
+}
+
+
+# ---------------------------------------------------------------- the table covers everything
+def test_every_sample_is_mutated_or_skipped_with_a_reason() -> None:
+    present = {p.stem for p in SAMPLES_DIR.glob("*.py") if not p.name.startswith("_")}
+    unlisted = present - set(SPECS) - set(SKIPPED)
+    assert not unlisted, (
+        f"samples {sorted(unlisted)} are neither mutated nor skipped: add a SampleSpec to "
+        "SPECS and their verdicts to EXPECTED (python tests/mutants.py prints them)"
+    )
+    assert set(SPECS) | set(SKIPPED) <= present
+    assert set(EXPECTED) == set(SPECS)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_the_table_lists_every_site_of_the_sample(name: str) -> None:
+    """A new or removed ordering statement changes the site list: the table must follow."""
+    assert [site.id for site in find_sites(SPECS[name])] == list(EXPECTED[name])
+
+
+@pytest.mark.parametrize("name", [n for n, s in SPECS.items() if s.flags])
+def test_every_flag_pattern_marks_a_site(name: str) -> None:
+    spec = SPECS[name]
+    flag_sites = [s.text for s in find_sites(spec) if s.name == "flag"]
+    for pattern in spec.flags:
+        assert any(re.search(pattern, text) for text in flag_sites), pattern
+
+
+# ---------------------------------------------------------------- the mutator itself
+KERNEL = '''
+def sync():
+    """A barrier helper."""
+    hp.CrossCoreSetFlag[0, PIPE_FIX](3)
+    hp.CrossCoreWaitFlag(3)
+
+
+def kernel(hccl, flag, h):
+    if hccl.Wait(h) != HCCL_SUCCESS:
+        return
+    sync()
+    flag[0] = 1
+    while int(flag[1]) != 1:
+        pass
+    hccl.Wait(h)
+    hp.launch(kernel, block_dim=8)
+'''
+TOY = SampleSpec("toy", flags=(r"^flag\[0\] = ",), block_dim=2)
+
+
+def test_sites_of_every_kind_in_source_order() -> None:
+    sites = find_sites(TOY, KERNEL)
+    assert [(s.id, s.line) for s in sites] == [
+        ("sync:CrossCoreSetFlag#1", 4),
+        ("sync:CrossCoreWaitFlag#1", 5),
+        ("kernel:Wait#1", 9),
+        ("kernel:sync#1", 11),
+        ("kernel:flag#1", 12),
+        ("kernel:poll#1", 13),
+        ("kernel:Wait#2", 15),
+    ]
+    assert sites[5].text == "while int(flag[1]) != 1: pass"
+    assert barrier_helpers(ast.parse(KERNEL)) == {"sync"}
+
+
+def test_a_used_wait_becomes_hccl_success_and_a_statement_becomes_pass() -> None:
+    used = ast.unparse(mutant_tree(TOY, "kernel:Wait#1", KERNEL))
+    assert "if 0 != HCCL_SUCCESS:" in used
+    assert used.count("hccl.Wait(h)") == 1
+    dropped = ast.unparse(mutant_tree(TOY, "kernel:poll#1", KERNEL))
+    assert "while" not in dropped
+    assert "flag[0] = 1" in dropped
+    assert "block_dim=2" in dropped
+
+
+def test_an_unknown_site_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"toy has no site 'kernel:Wait#3'; its sites: sync:"):
+        mutant_tree(TOY, "kernel:Wait#3", KERNEL)
+
+
+# ---------------------------------------------------------------- the mutants
+@pytest.mark.parametrize("name", [n for n in SPECS if EXPECTED[n]])
+def test_the_unmutated_sample_passes_at_the_mutation_size(name: str) -> None:
+    """Otherwise every mutant would count as caught."""
+    spec = SPECS[name]
+    with samples_on_path():
+        lines = run(spec, mutant(spec, None))
+    words = {line.split()[3] for line in lines}
+    assert words <= {"PASS", "SKIP"} and "PASS" in words, lines
+
+
+@pytest.mark.parametrize(
+    ("name", "site_id"), [(n, s) for n, sites in EXPECTED.items() for s in sites]
+)
+def test_mutant_is_reported_as_the_table_says(name: str, site_id: str) -> None:
+    stage, evidence = EXPECTED[name][site_id]
+    verdict = judge(SPECS[name], site_id)
+    assert verdict.stage == stage, f"{name} without {site_id}: {verdict}"
+    if stage != "missed":
+        assert verdict.evidence == evidence
+
+
+# ---------------------------------------------------------------- docs/sanitizer.md
+def _doc_section() -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    return text.split("\n## Mutation score\n", 1)[1].split("\n## ", 1)[0].splitlines()
+
+
+def test_doc_score_table_matches_the_table() -> None:
+    assert [line for line in _doc_section() if line.startswith("|")] == score_rows(EXPECTED)
+
+
+def test_doc_lists_every_uncatchable_mutant_with_its_reason() -> None:
+    assert "\n".join(uncatchable_lines(EXPECTED)) in "\n".join(_doc_section())
+
+
+def test_doc_names_every_skipped_sample() -> None:
+    section = "\n".join(_doc_section())
+    for sample, reason in SKIPPED.items():
+        assert f"`{sample}`: {reason}" in section
