@@ -144,7 +144,8 @@ class _Walker:
     """Finds the sites of one parsed sample, in source order, with the nodes to replace."""
 
     def __init__(self, tree: ast.Module, source: str, spec: SampleSpec) -> None:
-        self.source, self.helpers = source, barrier_helpers(tree)
+        self.lines = source.encode("utf-8").splitlines(keepends=True)
+        self.helpers = barrier_helpers(tree)
         self.flags = [re.compile(p) for p in spec.flags]
         self.counts: dict[tuple[str, str], int] = {}
         #: (site, statement list, index in it, call node to replace or None for the statement)
@@ -155,9 +156,20 @@ class _Walker:
         key = (function, name)
         self.counts[key] = self.counts.get(key, 0) + 1
         stmt = body[i]
-        text = " ".join(ast.get_source_segment(self.source, stmt).split())
+        text = " ".join(self._segment(stmt).split())
         site = Site(function, name, self.counts[key], stmt.lineno, text)
         self.found.append((site, body, i, call))
+
+    def _segment(self, node: ast.stmt) -> str:
+        """The statement's source (``ast.get_source_segment``, without re-splitting the file)."""
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            raw = self.lines[first][node.col_offset : node.end_col_offset]
+        else:
+            middle = b"".join(self.lines[first + 1 : last])
+            raw = self.lines[first][node.col_offset :] + middle
+            raw += self.lines[last][: node.end_col_offset]
+        return raw.decode("utf-8")
 
     def _body(self, body: list[ast.stmt], function: str) -> None:
         for i in range(len(body)):
@@ -173,8 +185,10 @@ class _Walker:
             self._add(function, whole, body, i, None)
         elif _is_poll(stmt):
             self._add(function, "poll", body, i, None)
-        elif isinstance(stmt, (ast.Assign, ast.Expr)) and any(
-            f.search(ast.get_source_segment(self.source, stmt)) for f in self.flags
+        elif (
+            self.flags
+            and isinstance(stmt, (ast.Assign, ast.Expr))
+            and any(f.search(self._segment(stmt)) for f in self.flags)
         ):
             self._add(function, "flag", body, i, None)
         else:
@@ -270,14 +284,12 @@ def samples_on_path() -> Iterator[None]:
             sys.path.remove(str(SAMPLES_DIR))
 
 
-def run(spec: SampleSpec, module: types.ModuleType, **options: Any) -> list[str]:
-    """Run the module's ``main`` on every rank (emulator); every rank's verdict lines.
-
-    HcclWarnings are kept on the result, not shown: a warning is no report here.
-    """
+def run(spec: SampleSpec, module: types.ModuleType, **options: Any) -> tuple[list[str], list[str]]:
+    """Run the module's ``main`` on every rank (emulator): every rank's verdict lines and the
+    kinds of the HcclWarnings the run gave (kept on the result, not shown: no report here)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HcclWarning)
-        per_rank = hp.run(
+        result = hp.run(
             module.main,
             world_size=spec.world_size,
             backend="emu",
@@ -286,7 +298,8 @@ def run(spec: SampleSpec, module: types.ModuleType, **options: Any) -> list[str]
             **getattr(module, "RUN_KWARGS", {}),
             **options,
         )
-    return [line for lines in per_rank for line in lines]
+    lines = [line for lines in result for line in lines]
+    return lines, [w.kind for w in result.all_warnings()]
 
 
 def _evidence(err: BaseException) -> str:
@@ -300,7 +313,7 @@ def _evidence(err: BaseException) -> str:
 def _stage(spec: SampleSpec, module: types.ModuleType, **options: Any) -> str | None:
     """What one stage reports: the error's classes, ``check FAIL``, or None (nothing)."""
     try:
-        lines = run(spec, module, **options)
+        lines, _ = run(spec, module, **options)
     except (WorldError, HcclScheduleError) as err:
         return _evidence(err)
     return "check FAIL" if any(FAIL_LINE.match(line) for line in lines) else None
