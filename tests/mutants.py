@@ -73,6 +73,9 @@ class SampleSpec:
     flags: tuple[str, ...] = ()
     #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
     block_dim: int | None = 2
+    #: Kernel launches of ``main``'s ``for launch in (1, 2):`` loop, when the suite needs more
+    #: (a write that only the next launch reads); None keeps the sample's.
+    launches: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,19 +217,41 @@ def find_sites(spec: SampleSpec, source: str | None = None) -> list[Site]:
     return [found[0] for found in _Walker(ast.parse(source), source, spec).found]
 
 
-class _Shrink(ast.NodeTransformer):
-    """``launch(..., block_dim=8)`` with a literal block_dim -> ``block_dim=<small>``."""
+class _Resize(ast.NodeTransformer):
+    """The run's size: ``launch(..., block_dim=8)`` with a literal block_dim gets
+    ``spec.block_dim``; ``for launch in (1, 2):`` gets ``spec.launches`` launches."""
 
-    def __init__(self, block_dim: int) -> None:
-        self.block_dim = block_dim
+    def __init__(self, spec: SampleSpec) -> None:
+        self.spec = spec
+        self.loops = 0
 
     def visit_Call(self, node: ast.Call) -> ast.Call:  # noqa: N802 - ast's visitor name
         self.generic_visit(node)
-        if call_name(node) == "launch":
+        if call_name(node) == "launch" and self.spec.block_dim is not None:
             for kw in node.keywords:
                 if kw.arg == "block_dim" and isinstance(kw.value, ast.Constant):
-                    kw.value = ast.copy_location(ast.Constant(self.block_dim), kw.value)
+                    kw.value = ast.copy_location(ast.Constant(self.spec.block_dim), kw.value)
         return node
+
+    def visit_For(self, node: ast.For) -> ast.For:  # noqa: N802 - ast's visitor name
+        self.generic_visit(node)
+        target = node.target
+        if self.spec.launches and isinstance(target, ast.Name) and target.id == "launch":
+            values = [ast.Constant(i) for i in range(1, self.spec.launches + 1)]
+            node.iter = ast.copy_location(ast.Tuple(values, ast.Load()), node.iter)
+            self.loops += 1
+        return node
+
+
+def _resized(spec: SampleSpec, tree: ast.Module) -> ast.Module:
+    resize = _Resize(spec)
+    tree = resize.visit(tree)
+    if spec.launches and resize.loops != 1:
+        raise ValueError(
+            f"{spec.name}: launches={spec.launches} needs one `for launch in ...:` loop, "
+            f"found {resize.loops}"
+        )
+    return tree
 
 
 def mutant_tree(spec: SampleSpec, site_id: str | None, source: str | None = None) -> ast.Module:
@@ -244,9 +269,7 @@ def mutant_tree(spec: SampleSpec, site_id: str | None, source: str | None = None
             body[i] = ast.copy_location(ast.Pass(), body[i])
         else:
             _replace_call(body[i], call)
-    if spec.block_dim is not None:
-        tree = _Shrink(spec.block_dim).visit(tree)
-    return ast.fix_missing_locations(tree)
+    return ast.fix_missing_locations(_resized(spec, tree))
 
 
 def mutant(spec: SampleSpec, site_id: str | None) -> types.ModuleType:
