@@ -10,7 +10,8 @@ by the constant ``HCCL_SUCCESS``); it is compiled from the AST and never written
 to a file.
 
 :func:`judge` runs a mutant on the emulator as tests/test_samples.py runs the
-samples, at the smallest size the sample allows, and says who reports it:
+samples, at a small size (:class:`SampleSpec`: 2 ranks unless a path of the
+sample needs more, ``block_dim=2``), and says who reports it:
 
 - ``default``: the default schedule raises (a ``WorldError``: deadlock, race,
   core misuse, ...) or the sample's own numpy check prints FAIL;
@@ -52,8 +53,8 @@ ORDERING_CALLS = frozenset(
         "QueueBarrier",
     }
 )
-#: What a removed call whose result is used returns instead: HCCL_SUCCESS.
-CALL_RESULT = 0
+#: What a removed call whose result is used returns instead.
+CALL_RESULT = int(hp.HCCL_SUCCESS)
 #: Schedules of the explore stage (the default one and seeds 1 .. 15).
 EXPLORE = 16
 #: Limit of one run; the emulator reports deadlocks at once, this only bounds a runaway loop.

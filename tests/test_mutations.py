@@ -70,13 +70,15 @@ SPECS: dict[str, SampleSpec] = {
         SampleSpec("moe_dispatch_combine"),  # framework collectives only: no site
     ]
 }
+FRAMEWORK_ONLY = "framework API only: no kernel code"
+WRONG_ON_PURPOSE = "wrong on purpose: its own check fails, so it cannot judge a mutant"
 #: Samples in samples/ that are not mutated, and why.
 SKIPPED = {
-    "mindspore_all_gather_into_tensor": "framework API only: no kernel code",
-    "paddle_alltoall_single": "framework API only: no kernel code",
-    "paddle_global_gather": "framework API only: no kernel code",
-    "debug_stride_mistake": "wrong on purpose: its own check fails, so it cannot judge a mutant",
-    "debug_send_stride_mistake": "wrong on purpose: its own check fails, so it cannot judge a mutant",
+    "mindspore_all_gather_into_tensor": FRAMEWORK_ONLY,
+    "paddle_alltoall_single": FRAMEWORK_ONLY,
+    "paddle_global_gather": FRAMEWORK_ONLY,
+    "debug_stride_mistake": WRONG_ON_PURPOSE,
+    "debug_send_stride_mistake": WRONG_ON_PURPOSE,
     "npu_smoke": "the hardware smoke test, a table of every op rather than a kernel sample",
 }
 
