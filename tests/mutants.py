@@ -68,8 +68,8 @@ class SampleSpec:
     """How to run one sample and which of its statements are flag writes."""
 
     name: str
-    #: Ranks of the runs: the fewest that still run every path of the sample.
-    world_size: int = 2
+    #: World sizes of the runs, one run each: the fewest ranks that run every path of the sample.
+    world_sizes: tuple[int, ...] = (2,)
     #: Regular expressions over a statement's source that mark it as a flag write.
     flags: tuple[str, ...] = ()
     #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
@@ -308,14 +308,16 @@ def samples_on_path() -> Iterator[None]:
             sys.path.remove(str(SAMPLES_DIR))
 
 
-def run(spec: SampleSpec, module: types.ModuleType, **options: Any) -> tuple[list[str], list[str]]:
-    """Run the module's ``main`` on every rank (emulator): every rank's verdict lines and the
-    kinds of the HcclWarnings the run gave (kept on the result, not shown: no report here)."""
+def run(
+    spec: SampleSpec, module: types.ModuleType, world_size: int, **options: Any
+) -> tuple[list[str], list[str]]:
+    """Run the module's ``main`` on ``world_size`` emulated ranks: every rank's verdict lines and
+    the kinds of the HcclWarnings the run gave (kept on the result, not shown: no report here)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", HcclWarning)
         result = hp.run(
             module.main,
-            world_size=spec.world_size,
+            world_size=world_size,
             backend="emu",
             platform=getattr(module, "PLATFORM", "A2"),
             timeout=TIMEOUT,
@@ -335,12 +337,16 @@ def _evidence(err: BaseException) -> str:
 
 
 def _stage(spec: SampleSpec, module: types.ModuleType, **options: Any) -> str | None:
-    """What one stage reports: the error's classes, ``check FAIL``, or None (nothing)."""
-    try:
-        lines, _ = run(spec, module, **options)
-    except (WorldError, HcclScheduleError) as err:
-        return _evidence(err)
-    return "check FAIL" if any(FAIL_LINE.match(line) for line in lines) else None
+    """What one stage reports at the first world size that reports anything: the error's
+    classes, ``check FAIL``, or None (nothing at any size)."""
+    for world_size in spec.world_sizes:
+        try:
+            lines, _ = run(spec, module, world_size, **options)
+        except (WorldError, HcclScheduleError) as err:
+            return _evidence(err)
+        if any(FAIL_LINE.match(line) for line in lines):
+            return "check FAIL"
+    return None
 
 
 def judge(spec: SampleSpec, site_id: str) -> Verdict:
