@@ -1,0 +1,419 @@
+"""Mutants of the kernel samples: each ordering statement removed in turn, run in-process.
+
+A *site* is one statement of a sample that orders work between cores, ranks or
+launches: a call of :data:`ORDERING_CALLS` (``Wait``, ``SyncAll``, ...), a call of
+a helper that consists only of such calls (``barrier()``), a flag poll
+(``while <flag> != value: pass``) and a flag write (a statement whose source
+matches one of the sample's :attr:`SampleSpec.flags` patterns). A mutant is the
+sample with one site replaced by ``pass`` (or, for a call whose result is used,
+by the constant ``HCCL_SUCCESS``); it is compiled from the AST and never written
+to a file.
+
+:func:`judge` runs a mutant on the emulator as tests/test_samples.py runs the
+samples, at a small size (:class:`SampleSpec`: 2 ranks unless a path of the
+sample needs more, ``block_dim=2``), and says who reports it:
+
+- ``default``: the default schedule raises (a ``WorldError``: deadlock, race,
+  core misuse, ...) or the sample's own numpy check prints FAIL;
+- ``explore``: otherwise ``hp.run(..., explore=16)`` raises (an error on some
+  schedule, or ``HcclScheduleError``: results that differ between schedules) or
+  its results FAIL the sample's check;
+- ``missed``: neither.
+
+Every run is deterministic: the default schedule is fixed and the explored ones
+are seeded. ``python tests/mutants.py`` prints every site's verdict.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import sys
+import types
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hccl_py as hp
+from hccl_py.core.errors import HcclWarning, WorldError
+from hccl_py.explore import HcclScheduleError
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+#: Calls that order work: removing one must be reported.
+ORDERING_CALLS = frozenset(
+    {
+        "Wait",
+        "SyncAll",
+        "InterHcclGroupSync",
+        "CrossCoreSetFlag",
+        "CrossCoreWaitFlag",
+        "QueueBarrier",
+    }
+)
+#: What a removed call whose result is used returns instead.
+CALL_RESULT = int(hp.HCCL_SUCCESS)
+#: Schedules of the explore stage (the default one and seeds 1 .. 15).
+EXPLORE = 16
+#: Limit of one run; the emulator reports deadlocks at once, this only bounds a runaway loop.
+TIMEOUT = 30
+#: Verdict line of a sample (see samples/_common.py).
+FAIL_LINE = re.compile(r"^rank \d+: \S+ +FAIL\b")
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    """How to run one sample and which of its statements are flag writes."""
+
+    name: str
+    #: World sizes of the runs, one run each: the fewest ranks that run every path of the sample.
+    world_sizes: tuple[int, ...] = (2,)
+    #: Regular expressions over a statement's source that mark it as a flag write.
+    flags: tuple[str, ...] = ()
+    #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
+    block_dim: int | None = 2
+    #: Kernel launches of ``main``'s ``for launch in (1, 2):`` loop, when the suite needs more
+    #: (a write that only the next launch reads); None keeps the sample's.
+    launches: int | None = None
+
+
+@dataclass(frozen=True)
+class Site:
+    """One ordering statement of a sample."""
+
+    function: str
+    #: The call's name, the helper's name, ``flag`` (a flag write) or ``poll`` (a flag poll).
+    name: str
+    #: 1-based among the sites of this name in this function, in source order.
+    index: int
+    line: int
+    text: str
+
+    @property
+    def id(self) -> str:
+        """``function:name#index``, stable while the function's own sites keep their order."""
+        return f"{self.function}:{self.name}#{self.index}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Who reported a mutant (``default``, ``explore`` or ``missed``) and with what."""
+
+    stage: str
+    evidence: str
+
+
+def call_name(node: ast.AST) -> str | None:
+    """The name a call is made by: ``hccl.Wait(h)``, ``hp.CrossCoreSetFlag[0, PIPE_FIX](6)``."""
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    while isinstance(func, ast.Subscript):
+        func = func.value
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def barrier_helpers(tree: ast.Module) -> set[str]:
+    """Module-level functions whose body (after a docstring) is only ordering calls."""
+    found = set()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        body = node.body[1:] if ast.get_docstring(node) else node.body
+        if body and all(
+            isinstance(s, ast.Expr) and call_name(s.value) in ORDERING_CALLS for s in body
+        ):
+            found.add(node.name)
+    return found
+
+
+def _is_poll(stmt: ast.stmt) -> bool:
+    """``while <condition>: pass``: a flag poll."""
+    return isinstance(stmt, ast.While) and all(isinstance(s, ast.Pass) for s in stmt.body)
+
+
+def _header_calls(stmt: ast.stmt) -> Iterator[ast.Call]:
+    """The calls in a statement's own expressions (not in the statements it contains)."""
+    for child in ast.iter_child_nodes(stmt):
+        if isinstance(child, (ast.stmt, ast.excepthandler)):
+            continue
+        yield from (n for n in ast.walk(child) if isinstance(n, ast.Call))
+
+
+class _Walker:
+    """Finds the sites of one parsed sample, in source order, with the nodes to replace."""
+
+    def __init__(self, tree: ast.Module, source: str, spec: SampleSpec) -> None:
+        self.lines = source.encode("utf-8").splitlines(keepends=True)
+        self.helpers = barrier_helpers(tree)
+        self.flags = [re.compile(p) for p in spec.flags]
+        self.counts: dict[tuple[str, str], int] = {}
+        #: (site, statement list, index in it, call node to replace or None for the statement)
+        self.found: list[tuple[Site, list[ast.stmt], int, ast.Call | None]] = []
+        self._body(tree.body, "<module>")
+
+    def _add(self, function: str, name: str, body: list, i: int, call: ast.Call | None) -> None:
+        key = (function, name)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        stmt = body[i]
+        text = " ".join(self._segment(stmt).split())
+        site = Site(function, name, self.counts[key], stmt.lineno, text)
+        self.found.append((site, body, i, call))
+
+    def _segment(self, node: ast.stmt) -> str:
+        """The statement's source (``ast.get_source_segment``, without re-splitting the file)."""
+        first, last = node.lineno - 1, node.end_lineno - 1
+        if first == last:
+            raw = self.lines[first][node.col_offset : node.end_col_offset]
+        else:
+            middle = b"".join(self.lines[first + 1 : last])
+            raw = self.lines[first][node.col_offset :] + middle
+            raw += self.lines[last][: node.end_col_offset]
+        return raw.decode("utf-8")
+
+    def _body(self, body: list[ast.stmt], function: str) -> None:
+        for i in range(len(body)):
+            self._stmt(body, i, function)
+
+    def _stmt(self, body: list[ast.stmt], i: int, function: str) -> None:
+        stmt = body[i]
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._body(stmt.body, stmt.name)
+            return
+        whole = call_name(stmt.value) if isinstance(stmt, ast.Expr) else None
+        if whole in ORDERING_CALLS or whole in self.helpers:
+            self._add(function, whole, body, i, None)
+        elif _is_poll(stmt):
+            self._add(function, "poll", body, i, None)
+        elif (
+            self.flags
+            and isinstance(stmt, (ast.Assign, ast.Expr))
+            and any(f.search(self._segment(stmt)) for f in self.flags)
+        ):
+            self._add(function, "flag", body, i, None)
+        else:
+            for call in _header_calls(stmt):
+                if call_name(call) in ORDERING_CALLS:
+                    self._add(function, call_name(call), body, i, call)
+        for field in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, field, None)
+            if isinstance(inner, list) and not _is_poll(stmt):
+                self._body(inner, function)
+        for handler in getattr(stmt, "handlers", []):
+            self._body(handler.body, function)
+
+
+def source_of(spec: SampleSpec) -> str:
+    """The sample's source text."""
+    return (SAMPLES_DIR / f"{spec.name}.py").read_text(encoding="utf-8")
+
+
+def find_sites(spec: SampleSpec, source: str | None = None) -> list[Site]:
+    """Every ordering site of the sample (or of ``source``), in source order."""
+    source = source_of(spec) if source is None else source
+    return [found[0] for found in _Walker(ast.parse(source), source, spec).found]
+
+
+class _Resize(ast.NodeTransformer):
+    """The run's size: ``launch(..., block_dim=8)`` with a literal block_dim gets
+    ``spec.block_dim``; ``for launch in (1, 2):`` gets ``spec.launches`` launches."""
+
+    def __init__(self, spec: SampleSpec) -> None:
+        self.spec = spec
+        self.loops = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.Call:  # noqa: N802 - ast's visitor name
+        self.generic_visit(node)
+        if call_name(node) == "launch" and self.spec.block_dim is not None:
+            for kw in node.keywords:
+                if kw.arg == "block_dim" and isinstance(kw.value, ast.Constant):
+                    kw.value = ast.copy_location(ast.Constant(self.spec.block_dim), kw.value)
+        return node
+
+    def visit_For(self, node: ast.For) -> ast.For:  # noqa: N802 - ast's visitor name
+        self.generic_visit(node)
+        target = node.target
+        if self.spec.launches and isinstance(target, ast.Name) and target.id == "launch":
+            values = [ast.Constant(i) for i in range(1, self.spec.launches + 1)]
+            node.iter = ast.copy_location(ast.Tuple(values, ast.Load()), node.iter)
+            self.loops += 1
+        return node
+
+
+def _resized(spec: SampleSpec, tree: ast.Module) -> ast.Module:
+    resize = _Resize(spec)
+    tree = resize.visit(tree)
+    if spec.launches and resize.loops != 1:
+        raise ValueError(
+            f"{spec.name}: launches={spec.launches} needs one `for launch in ...:` loop, "
+            f"found {resize.loops}"
+        )
+    return tree
+
+
+def mutant_tree(spec: SampleSpec, site_id: str | None, source: str | None = None) -> ast.Module:
+    """The sample's (or ``source``'s) AST with site ``site_id`` removed and launches shrunk."""
+    source = source_of(spec) if source is None else source
+    tree = ast.parse(source)
+    if site_id is not None:
+        walker = _Walker(tree, source, spec)
+        matches = [f for f in walker.found if f[0].id == site_id]
+        if not matches:
+            known = ", ".join(f[0].id for f in walker.found) or "none"
+            raise ValueError(f"{spec.name} has no site {site_id!r}; its sites: {known}")
+        _, body, i, call = matches[0]
+        if call is None:
+            body[i] = ast.copy_location(ast.Pass(), body[i])
+        else:
+            _replace_call(body[i], call)
+    return ast.fix_missing_locations(_resized(spec, tree))
+
+
+def mutant(spec: SampleSpec, site_id: str | None) -> types.ModuleType:
+    """The sample as a module, with site ``site_id`` removed (None: the sample itself)."""
+    tree = mutant_tree(spec, site_id)
+    path = SAMPLES_DIR / f"{spec.name}.py"
+    module = types.ModuleType(f"mutant_{spec.name}")
+    module.__file__ = str(path)
+    exec(compile(tree, str(path), "exec"), module.__dict__)  # noqa: S102 - our own samples
+    return module
+
+
+def _replace_call(stmt: ast.stmt, call: ast.Call) -> None:
+    """Replace ``call`` inside ``stmt`` by the constant :data:`CALL_RESULT`."""
+
+    class Swap(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 - ast's visitor name
+            if node is call:
+                return ast.copy_location(ast.Constant(CALL_RESULT), node)
+            return self.generic_visit(node)
+
+    Swap().visit(stmt)
+
+
+@contextlib.contextmanager
+def samples_on_path() -> Iterator[None]:
+    """Make ``_common`` and ``_mc2`` importable, as running a sample from samples/ does."""
+    added = str(SAMPLES_DIR) not in sys.path
+    if added:
+        sys.path.insert(0, str(SAMPLES_DIR))
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(str(SAMPLES_DIR))
+
+
+def run(
+    spec: SampleSpec, module: types.ModuleType, world_size: int, **options: Any
+) -> tuple[list[str], list[str]]:
+    """Run the module's ``main`` on ``world_size`` emulated ranks: every rank's verdict lines and
+    the kinds of the HcclWarnings the run gave (kept on the result, not shown: no report here)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HcclWarning)
+        result = hp.run(
+            module.main,
+            world_size=world_size,
+            backend="emu",
+            platform=getattr(module, "PLATFORM", "A2"),
+            timeout=TIMEOUT,
+            **getattr(module, "RUN_KWARGS", {}),
+            **options,
+        )
+    lines = [line for lines in result for line in lines]
+    return lines, [w.kind for w in result.all_warnings()]
+
+
+def _evidence(err: BaseException) -> str:
+    """The class names of a failed run's root causes (``HcclDeadlockError``, ...)."""
+    if isinstance(err, WorldError):
+        roots = err.root_causes or err.failures
+        return "+".join(sorted({type(e).__name__ for e in roots.values()}))
+    return type(err).__name__
+
+
+def _stage(spec: SampleSpec, module: types.ModuleType, **options: Any) -> str | None:
+    """What one stage reports at the first world size that reports anything: the error's
+    classes, ``check FAIL``, or None (nothing at any size)."""
+    for world_size in spec.world_sizes:
+        try:
+            lines, _ = run(spec, module, world_size, **options)
+        except (WorldError, HcclScheduleError) as err:
+            return _evidence(err)
+        if any(FAIL_LINE.match(line) for line in lines):
+            return "check FAIL"
+    return None
+
+
+def judge(spec: SampleSpec, site_id: str) -> Verdict:
+    """Who reports the mutant without ``site_id``: the default schedule, an exploration, or no one."""
+    with samples_on_path():
+        module = mutant(spec, site_id)
+        found = _stage(spec, module)
+        if found is not None:
+            return Verdict("default", found)
+        found = _stage(spec, module, explore=EXPLORE)
+    return Verdict("explore", found) if found is not None else Verdict("missed", "")
+
+
+#: Expected verdicts: sample -> site id -> (stage, evidence; for ``missed``, why).
+Expected = dict[str, dict[str, tuple[str, str]]]
+
+
+def score_rows(expected: Expected) -> list[str]:
+    """The doc's "Mutation score" table: per sample, sites and who catches them."""
+    rows = [
+        "| sample | sites | caught by the default schedule | caught by explore=16 | not catchable |",
+        "|---|---|---|---|---|",
+    ]
+    totals = [0, 0, 0, 0]
+    for sample, sites in expected.items():
+        stages = [stage for stage, _ in sites.values()]
+        counts = [len(stages), *(stages.count(s) for s in ("default", "explore", "missed"))]
+        totals = [t + c for t, c in zip(totals, counts, strict=True)]
+        rows.append(f"| `{sample}` | " + " | ".join(map(str, counts)) + " |")
+    rows.append("| all | " + " | ".join(map(str, totals)) + " |")
+    return rows
+
+
+def uncatchable_lines(expected: Expected) -> list[str]:
+    """The doc's list of uncatchable mutants: one bullet per reason, one sub-bullet per sample."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
+    for sample, sites in expected.items():
+        for site_id, (stage, reason) in sites.items():
+            if stage == "missed":
+                by_reason.setdefault(reason, {}).setdefault(sample, []).append(site_id)
+    lines = []
+    for reason, samples in by_reason.items():
+        lines.append(f"- {reason}:")
+        lines += [
+            f"  - `{sample}`: " + ", ".join(f"`{s}`" for s in ids)
+            for sample, ids in samples.items()
+        ]
+    return lines
+
+
+def main() -> None:
+    """Print every site's verdict next to the table's, then the doc's score table and list."""
+    from test_mutations import EXPECTED, SPECS, expected
+
+    for spec in SPECS.values():
+        if not (SAMPLES_DIR / f"{spec.name}.py").exists():
+            print(f"{spec.name}: not in this checkout")
+            continue
+        for site in find_sites(spec):
+            got = judge(spec, site.id)
+            want = expected(spec.name, site.id) if site.id in EXPECTED[spec.name] else None
+            same = want is not None and want[0] == got.stage
+            same = same and (got.stage == "missed" or want[1] == got.evidence)
+            note = "" if same else f"   <- the table says {want}"
+            print(f"{spec.name} {site.id}: {got.stage} {got.evidence!r}{note}  | {site.text}")
+    print("\n".join(["", *score_rows(EXPECTED), "", *uncatchable_lines(EXPECTED)]))
+
+
+if __name__ == "__main__":
+    main()

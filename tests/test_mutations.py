@@ -1,0 +1,414 @@
+"""A mutation suite over the kernel samples (issue 25 item 8).
+
+For every kernel sample, each ordering statement (Wait, SyncAll,
+InterHcclGroupSync, CrossCoreSetFlag/WaitFlag, QueueBarrier, a barrier helper
+made of them, a flag write, a flag poll) is removed in turn, and the mutant
+must be reported by the default schedule or by ``hp.run(..., explore=16)``,
+exactly as :data:`EXPECTED` says, or be listed there as not catchable with the
+reason. tests/mutants.py finds the sites, builds the mutants and judges them;
+``python tests/mutants.py`` prints every verdict next to the table's.
+docs/sanitizer.md shows the score per sample, generated from :data:`EXPECTED`.
+
+Not mutated: the framework-only samples, which have no kernel code
+(:data:`SKIPPED`), the two deliberately wrong debugging samples, whose own check
+fails on purpose, and the hardware smoke test.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from launch_helpers import SLOW, VERDICT
+from mutants import (
+    SAMPLES_DIR,
+    SampleSpec,
+    barrier_helpers,
+    find_sites,
+    judge,
+    mutant,
+    mutant_tree,
+    run,
+    samples_on_path,
+    score_rows,
+    uncatchable_lines,
+)
+
+from hccl_py.core.report import KINDS
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
+#: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
+#: for BatchWrite, or sent as a BatchWrite item.
+WINDOW_FLAGS = (r"\] = status$", r"^items\.append\(\s*\(int\(stage \+ STAGE_STATUS")
+SPECS: dict[str, SampleSpec] = {
+    s.name: s
+    for s in [
+        SampleSpec("all_gather_custom"),
+        SampleSpec("all_reduce_custom"),
+        SampleSpec("alltoall_custom"),
+        SampleSpec("alltoallv_custom", world_sizes=(4,)),  # the documented uneven tables need 4
+        SampleSpec("reduce_scatter_custom"),
+        # 4 ranks: domain 1 (pairs of ranks) has fewer ranks than the world, so its AllGather
+        # can be ready before the AlltoAll; with 2 ranks both domains hold the same ranks
+        SampleSpec("alltoall_allgather_custom", world_sizes=(4,)),
+        SampleSpec("matmul_reduce_scatter"),
+        SampleSpec("all_gather_matmul"),
+        SampleSpec("compute_then_allreduce"),
+        SampleSpec("mc2_all_gather_matmul_full_mesh"),
+        SampleSpec("mc2_matmul_all_reduce"),
+        SampleSpec("mc2_matmul_reduce_scatter_full_mesh"),
+        # three launches: the third reuses the first one's half of the window, so the writes
+        # that reset a half (status word, state area, token flags) are read again
+        SampleSpec("mc2_moe_distribute_dispatch_v2_950", flags=(r"^status\[0\] = ",), launches=3),
+        SampleSpec(
+            "mc2_moe_distribute_dispatch_v2_full_mesh",
+            flags=(r"selfDataStatus\[0\] = ", r"\] = ONE$", r"\] = 0(\.0)?$"),
+            launches=3,
+        ),
+        # 4 ranks, 2 per server: the A2 path reaches the other server through BatchWrite
+        SampleSpec("moe_distribute_window", world_sizes=(4,), flags=WINDOW_FLAGS),
+        SampleSpec("moe_dispatch_combine"),  # framework collectives only: no site
+        # 4 ranks (ep = 2: AllGather<false> committed after a transpose) and 8 (ep = 4:
+        # InterHcclGroupSync both ways); its block_dim is the port's own
+        SampleSpec("mc2_allto_all_all_gather_batch_mat_mul", world_sizes=(4, 8), block_dim=None),
+    ]
+}
+#: Samples of SPECS that main has and this branch does not yet: their cases are skipped here.
+ON_MAIN_ONLY = {"mc2_allto_all_all_gather_batch_mat_mul"}
+
+FRAMEWORK_ONLY = "framework API only: no kernel code"
+WRONG_ON_PURPOSE = "wrong on purpose: its own check fails, so it cannot judge a mutant"
+#: Samples in samples/ that are not mutated, and why.
+SKIPPED = {
+    "mindspore_all_gather_into_tensor": FRAMEWORK_ONLY,
+    "paddle_alltoall_single": FRAMEWORK_ONLY,
+    "paddle_global_gather": FRAMEWORK_ONLY,
+    "debug_stride_mistake": WRONG_ON_PURPOSE,
+    "debug_send_stride_mistake": WRONG_ON_PURPOSE,
+    "npu_smoke": "the hardware smoke test, a table of every op rather than a kernel sample",
+}
+
+FINALIZE_WAITS = (
+    "equivalent: the kernel never reads what the Wait orders; Finalize waits for every "
+    "round and the host reads the output after the launch"
+)
+NOTIFY_CORE_ONLY = (
+    "equivalent: only the notify core Waits and it is the core that Finalizes, so the "
+    "barrier has no other core's Wait to order"
+)
+OWN_WAIT = (
+    "equivalent in this port: every AIV core Waits itself before its share of the transpose "
+    "that follows, and the AIC cores, which do not Wait, touch that data only after a later "
+    "SyncAll"
+)
+DISJOINT_TILES = (
+    "equivalent in this port: each tile's AlltoAllV writes its own range of the workspace, "
+    "which no earlier AllGather reads, so the sync only keeps the two domains' tasks apart "
+    "in time"
+)
+#: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
+CHECK = "check FAIL"
+DEADLOCK = "HcclDeadlockError"
+
+
+def _missed(reason: str) -> tuple[str, str]:
+    return ("missed", reason)
+
+
+#: sample -> site -> (stage, evidence): who reports the mutant without that site and with
+#: what; for "missed", why it cannot be caught.
+EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
+    "all_gather_custom": {
+        "all_gather_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "all_gather_custom:SyncAll#1": ("explore", DEADLOCK),
+        "all_gather_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "all_gather_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "all_gather_tiled:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "all_reduce_custom": {
+        "all_reduce_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "all_reduce_custom:SyncAll#1": ("explore", DEADLOCK),
+        "all_reduce_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "all_reduce_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "all_reduce_tiled:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "alltoall_custom": {
+        "alltoall_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_custom:SyncAll#1": ("explore", DEADLOCK),
+        "alltoall_tiled:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_tiled:Wait#2": _missed(FINALIZE_WAITS),
+        "alltoall_tiled:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "alltoallv_custom": {
+        "alltoallv_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoallv_custom:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "reduce_scatter_custom": {
+        "reduce_scatter_three_prepares:Wait#1": _missed(FINALIZE_WAITS),
+        "reduce_scatter_three_prepares:SyncAll#1": ("explore", DEADLOCK),
+        "reduce_scatter_repeat:Wait#1": _missed(FINALIZE_WAITS),
+        "reduce_scatter_repeat:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "alltoall_allgather_custom": {
+        "alltoall_allgather_custom:InterHcclGroupSync#1": ("default", CHECK),
+        "alltoall_allgather_custom:Wait#1": _missed(FINALIZE_WAITS),
+        "alltoall_allgather_custom:Wait#2": _missed(FINALIZE_WAITS),
+        "alltoall_allgather_custom:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "matmul_reduce_scatter": {
+        "matmul_reduce_scatter:SyncAll#1": ("default", CHECK),
+    },
+    "all_gather_matmul": {
+        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:SyncAll#1": ("explore", DEADLOCK),
+    },
+    "compute_then_allreduce": {
+        "matmul_allreduce_custom:SyncAll#1": ("default", CHECK),
+    },
+    "mc2_all_gather_matmul_full_mesh": {
+        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "all_gather_matmul:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
+    },
+    "mc2_matmul_all_reduce": {
+        "mc2_sync_all:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "mc2_sync_all:CrossCoreWaitFlag#1": ("default", CHECK),
+        "matmul_all_reduce:mc2_sync_all#1": ("default", CHECK),
+        "matmul_all_reduce:Wait#1": _missed(FINALIZE_WAITS),
+        "matmul_all_reduce:mc2_sync_all#2": _missed(NOTIFY_CORE_ONLY),
+    },
+    "mc2_matmul_reduce_scatter_full_mesh": {
+        "barrier:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "barrier:CrossCoreWaitFlag#1": ("default", CHECK),
+        "matmul_reduce_scatter:barrier#1": ("default", CHECK),
+        "matmul_reduce_scatter:Wait#1": _missed(FINALIZE_WAITS),
+        "matmul_reduce_scatter:Wait#2": _missed(FINALIZE_WAITS),
+        "matmul_reduce_scatter:barrier#2": ("explore", DEADLOCK),
+    },
+    "mc2_moe_distribute_dispatch_v2_950": {
+        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclRaceError"),
+        "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclRaceError"),
+        "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
+        "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
+        "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
+    },
+    "mc2_moe_distribute_dispatch_v2_full_mesh": {
+        "dispatch:flag#1": ("explore", DEADLOCK),
+        "dispatch:flag#2": ("default", DEADLOCK),
+        "dispatch:flag#3": ("default", DEADLOCK),
+        "dispatch:poll#1": ("default", CHECK),
+        "dispatch:flag#4": ("default", CHECK),
+        "dispatch:SyncAll#1": ("default", CHECK),
+        "dispatch:poll#2": ("explore", "HcclScheduleError"),
+        "dispatch:flag#5": ("explore", "HcclScheduleError"),
+    },
+    "moe_distribute_window": {
+        "send_rows:flag#1": ("default", DEADLOCK),
+        "send_rows:flag#2": ("default", DEADLOCK),
+        "send_rows:flag#3": ("default", DEADLOCK),
+        "receive_rows:poll#1": ("default", "RuntimeError"),
+    },
+    "moe_dispatch_combine": {},
+    "mc2_allto_all_all_gather_batch_mat_mul": {
+        "LocalCalculation:Wait#1": ("default", CHECK),
+        "LocalCalculation:SyncAll#1": _missed(OWN_WAIT),
+        "LocalCalculation:SyncAll#2": ("default", CHECK),
+        "LocalCalculation:SyncAll#3": ("default", CHECK),
+        "NonLocalCommunication:Wait#1": ("default", CHECK),
+        "NonLocalCommunication:SyncAll#1": _missed(OWN_WAIT),
+        "NonLocalCommunication:SyncAll#2": ("default", CHECK),
+        "CommunicateTile:InterHcclGroupSync#1": _missed(DISJOINT_TILES),
+        "CommunicateTile:InterHcclGroupSync#2": ("default", CHECK),
+        "NonLocalCalculation:Wait#1": ("explore", "HcclScheduleError"),
+        "NonLocalCalculation:SyncAll#1": _missed(OWN_WAIT),
+        "NonLocalCalculation:SyncAll#2": ("default", CHECK),
+        "NonLocalCalculation:SyncAll#3": ("default", CHECK),
+    },
+}
+
+
+#: Issue 25 item 5 (merged into main as branch hazard): a Wait not ordered before Finalize is a
+#: warning and a hang that exploration finds, no longer an HcclCoreError at once. The mutations
+#: branch predates it, so its own runs expect the earlier verdicts of these sites.
+ITEM_5 = "finalize-unordered" in KINDS
+#: The sites whose verdict was ("default", "HcclCoreError") before item 5.
+CORE_ERROR_BEFORE_ITEM_5 = {
+    ("all_gather_custom", "all_gather_custom:SyncAll#1"),
+    ("all_gather_custom", "all_gather_tiled:SyncAll#1"),
+    ("all_reduce_custom", "all_reduce_custom:SyncAll#1"),
+    ("all_reduce_custom", "all_reduce_tiled:SyncAll#1"),
+    ("alltoall_custom", "alltoall_custom:SyncAll#1"),
+    ("alltoall_custom", "alltoall_tiled:SyncAll#1"),
+    ("alltoallv_custom", "alltoallv_custom:SyncAll#1"),
+    ("reduce_scatter_custom", "reduce_scatter_three_prepares:SyncAll#1"),
+    ("reduce_scatter_custom", "reduce_scatter_repeat:SyncAll#1"),
+    ("alltoall_allgather_custom", "alltoall_allgather_custom:SyncAll#1"),
+    ("all_gather_matmul", "all_gather_matmul:SyncAll#1"),
+    ("mc2_all_gather_matmul_full_mesh", "all_gather_matmul:CrossCoreWaitFlag#1"),
+    ("mc2_matmul_reduce_scatter_full_mesh", "barrier:CrossCoreWaitFlag#1"),
+    ("mc2_matmul_reduce_scatter_full_mesh", "matmul_reduce_scatter:barrier#2"),
+}
+
+
+def expected(name: str, site_id: str) -> tuple[str, str]:
+    """The verdict :data:`EXPECTED` names, or the one before item 5 where this code lacks it."""
+    if not ITEM_5 and (name, site_id) in CORE_ERROR_BEFORE_ITEM_5:
+        return ("default", "HcclCoreError")
+    return EXPECTED[name][site_id]
+
+
+def _absent(name: str) -> pytest.MarkDecorator:
+    """Skip a case of a sample that is not in this checkout (:data:`ON_MAIN_ONLY`)."""
+    return pytest.mark.skipif(
+        not (SAMPLES_DIR / f"{name}.py").exists(),
+        reason=f"samples/{name}.py is on main, not yet on this branch",
+    )
+
+
+def _cases(names: list[str]) -> list:
+    """``names`` as parameters, each skipped where its sample is not in this checkout."""
+    return [pytest.param(name, marks=_absent(name)) for name in names]
+
+
+# ---------------------------------------------------------------- the table covers everything
+def test_every_sample_is_mutated_or_skipped_with_a_reason() -> None:
+    present = {p.stem for p in SAMPLES_DIR.glob("*.py") if not p.name.startswith("_")}
+    unlisted = present - set(SPECS) - set(SKIPPED)
+    assert not unlisted, (
+        f"samples {sorted(unlisted)} are neither mutated nor skipped: add a SampleSpec to "
+        "SPECS and their verdicts to EXPECTED (python tests/mutants.py prints them)"
+    )
+    assert set(SPECS) - ON_MAIN_ONLY | set(SKIPPED) <= present
+    assert set(EXPECTED) == set(SPECS)
+
+
+@pytest.mark.parametrize("name", _cases(list(SPECS)))
+def test_the_table_lists_every_site_of_the_sample(name: str) -> None:
+    """A new or removed ordering statement changes the site list: the table must follow."""
+    assert [site.id for site in find_sites(SPECS[name])] == list(EXPECTED[name])
+
+
+@pytest.mark.parametrize("name", _cases([n for n, s in SPECS.items() if s.flags]))
+def test_every_flag_pattern_marks_a_site(name: str) -> None:
+    spec = SPECS[name]
+    flag_sites = [s.text for s in find_sites(spec) if s.name == "flag"]
+    for pattern in spec.flags:
+        assert any(re.search(pattern, text) for text in flag_sites), pattern
+
+
+# ---------------------------------------------------------------- the mutator itself
+KERNEL = '''
+def sync():
+    """A barrier helper."""
+    hp.CrossCoreSetFlag[0, PIPE_FIX](3)
+    hp.CrossCoreWaitFlag(3)
+
+
+def kernel(hccl, flag, h):
+    if hccl.Wait(h) != HCCL_SUCCESS:
+        return
+    sync()
+    flag[0] = 1
+    while int(flag[1]) != 1:
+        pass
+    hccl.Wait(h)
+    hp.launch(kernel, block_dim=8)
+'''
+TOY = SampleSpec("toy", flags=(r"^flag\[0\] = ",), block_dim=2)
+
+
+def test_sites_of_every_kind_in_source_order() -> None:
+    sites = find_sites(TOY, KERNEL)
+    assert [(s.id, s.line) for s in sites] == [
+        ("sync:CrossCoreSetFlag#1", 4),
+        ("sync:CrossCoreWaitFlag#1", 5),
+        ("kernel:Wait#1", 9),
+        ("kernel:sync#1", 11),
+        ("kernel:flag#1", 12),
+        ("kernel:poll#1", 13),
+        ("kernel:Wait#2", 15),
+    ]
+    assert sites[5].text == "while int(flag[1]) != 1: pass"
+    assert barrier_helpers(ast.parse(KERNEL)) == {"sync"}
+
+
+def test_a_used_wait_becomes_hccl_success_and_a_statement_becomes_pass() -> None:
+    used = ast.unparse(mutant_tree(TOY, "kernel:Wait#1", KERNEL))
+    assert "if 0 != HCCL_SUCCESS:" in used
+    assert used.count("hccl.Wait(h)") == 1
+    dropped = ast.unparse(mutant_tree(TOY, "kernel:poll#1", KERNEL))
+    assert "while" not in dropped
+    assert "flag[0] = 1" in dropped
+    assert "block_dim=2" in dropped
+
+
+def test_more_launches_extend_the_launch_loop_and_need_one() -> None:
+    three = SampleSpec("toy", launches=3)
+    source = "def main():\n    for launch in (1, 2):\n        run(launch)\n"
+    assert "for launch in (1, 2, 3):" in ast.unparse(mutant_tree(three, None, source))
+    with pytest.raises(ValueError, match="toy: launches=3 needs one `for launch in ...:` loop"):
+        mutant_tree(three, None, KERNEL)
+
+
+def test_an_unknown_site_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"toy has no site 'kernel:Wait#3'; its sites: sync:"):
+        mutant_tree(TOY, "kernel:Wait#3", KERNEL)
+
+
+# ---------------------------------------------------------------- the mutants
+@pytest.mark.parametrize("name", _cases([n for n in SPECS if EXPECTED[n]]))
+def test_the_unmutated_sample_passes_at_the_mutation_size(name: str) -> None:
+    """Otherwise every mutant would count as caught."""
+    spec = SPECS[name]
+    for world_size in spec.world_sizes:
+        with samples_on_path():
+            lines, warned = run(spec, mutant(spec, None), world_size)
+        verdicts = [m[3] for line in lines if (m := VERDICT.match(line))]
+        assert len(verdicts) == len(lines) and set(verdicts) <= {"PASS", "SKIP"}, lines
+        assert verdicts.count("PASS") >= world_size
+        assert warned == []
+
+
+def _mutant_cases() -> list:
+    """Every (sample, site); those that need the explore stage (16 runs each) are slow."""
+    return [
+        pytest.param(
+            name,
+            site_id,
+            marks=[_absent(name), *([SLOW] if expected(name, site_id)[0] != "default" else [])],
+        )
+        for name, sites in EXPECTED.items()
+        for site_id in sites
+    ]
+
+
+@pytest.mark.parametrize(("name", "site_id"), _mutant_cases())
+def test_mutant_is_reported_as_the_table_says(name: str, site_id: str) -> None:
+    stage, evidence = expected(name, site_id)
+    verdict = judge(SPECS[name], site_id)
+    hint = "python tests/mutants.py lists every verdict next to the table's"
+    assert verdict.stage == stage, f"{name} without {site_id}: {verdict}; {hint}"
+    if stage != "missed":
+        assert verdict.evidence == evidence, f"{name} without {site_id}: {verdict}; {hint}"
+
+
+# ---------------------------------------------------------------- docs/sanitizer.md
+def _doc_section() -> list[str]:
+    text = DOC.read_text(encoding="utf-8")
+    return text.split("\n## Mutation score\n", 1)[1].split("\n## ", 1)[0].splitlines()
+
+
+def test_doc_score_table_matches_the_table() -> None:
+    assert [line for line in _doc_section() if line.startswith("|")] == score_rows(EXPECTED)
+
+
+def test_doc_lists_every_uncatchable_mutant_with_its_reason() -> None:
+    assert "\n".join(uncatchable_lines(EXPECTED)) in "\n".join(_doc_section())
+
+
+def test_doc_names_every_skipped_sample() -> None:
+    section = "\n".join(_doc_section())
+    for sample, reason in SKIPPED.items():
+        assert f"`{sample}`: {reason}" in section
