@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
+from hccl_py.server.task_queue import Position, TaskBoard
 
 from .slot import Slot
 
@@ -21,6 +22,9 @@ CHAIN_DEPTH = 3
 class WorldReports:
     """Texts about the slots of an :class:`~.world.EmuWorld`."""
 
+    board: TaskBoard
+    returned: set[int]
+
     def _describe_wait(
         self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
     ) -> str:
@@ -28,39 +32,37 @@ class WorldReports:
 
     def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
         """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
+        why = self.board.why(slot, round_idx)
         ranks = slot.sample().domain.ranks
-        if slot.error is not None:
-            return f"failed: {slot.error.reason}"
-        if slot.done > round_idx:
-            return "finished"
-        if not slot.complete:
+        if why.kind == "failed":
+            return f"failed: {why.error.reason}"
+        if why.kind == "not submitted":
+            return self._missing(f"ranks {[ranks[r] for r in why.ranks]}", "prepared this task")
+        if why.kind == "not committed":
             return self._missing(
-                f"ranks {[ranks[r] for r in slot.not_submitted()]}", "prepared this task"
+                f"ranks {[ranks[r] for r in why.ranks]}", f"committed round {round_idx}"
             )
-        lagging = [ranks[r] for r in slot.not_committed(round_idx + 1)]
-        if lagging:
-            return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
-        if slot.done < round_idx:
+        if why.kind == "earlier round":
             return f"round {slot.done} has to run first"
-        previous = self._previous(slot)
-        if previous is not None and not previous.finished:
+        if why.kind == "earlier task":
+            previous = why.position
             what = previous.sample()
             text = (
                 f"the server runs the tasks of a domain in Prepare order and task "
                 f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
             )
             return self._chain(text, previous, depth)
-        for dep in self._dep_slots(slot):
-            if not dep.finished:
-                text = (
-                    f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
-                    f"(handle {dep.sample().handle}, {dep.sample().describe()})"
-                )
-                return self._chain(text, dep, depth)
-        return "running" if slot.running else "runnable"
+        if why.kind == "dependency":
+            dep = why.dep if why.position is None else why.position.sample()
+            text = (
+                f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain_name} "
+                f"(handle {dep.handle}, {dep.describe()})"
+            )
+            return self._chain(text, why.position, depth)
+        return why.kind
 
-    def _chain(self, text: str, blocker: Slot, depth: int) -> str:
-        if depth <= 1:
+    def _chain(self, text: str, blocker: Position | None, depth: int) -> str:
+        if depth <= 1 or blocker is None:
             return text
         return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
 
@@ -71,7 +73,7 @@ class WorldReports:
 
     def _describe_world(self) -> str:
         """Under the lock: one line per unfinished slot, oldest first."""
-        slots = sorted(self.unfinished, key=lambda s: s.key)
+        slots = self.board.unfinished()
         lines = []
         for slot in slots[:STATE_LINES]:
             ranks = slot.sample().domain.ranks
