@@ -27,7 +27,7 @@ from hccl_py.core.config import Config
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
-from hccl_py.sanitizer.poison import Saved, in_place, restore, save_and_poison
+from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
@@ -70,7 +70,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.races = WindowRaces(world_size) if config.poison else None
         self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
         #: Every domain's slots, their order, failures and poison (one state machine).
-        self.board = TaskBoard(position=Slot)
+        self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
         #: (domain, launch) -> domain ranks that returned from that kernel launch.
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
@@ -86,13 +86,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
 
     def _fail(self, slot: Slot, error: HcclError) -> None:
         """Under the lock: ``slot`` failed; so does every later slot of its domain."""
-        self._restore(self.board.fail(slot, error))
-        self.blocker.progressed()
-
-    def _restore(self, saved: list[Saved]) -> None:
-        """Under the lock: put back the bytes of poisoned rounds that will never run."""
-        for one in saved:
-            restore(one)
+        self.board.fail(slot, error)
 
     def _poison_reached(self) -> None:
         """Under the lock: poison committed rounds whose task the server has reached.
@@ -137,7 +131,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
                 f"round {round_idx} of {tasks[0].describe()} failed: {type(exc).__name__}: {exc}"
             )
         with self.blocker.cond:
-            self._restore(self.board.finish(slot, error))
+            self.board.finish(slot, error)
             if error is None:
                 for task in tasks:
                     server_round(task, round_idx, started)
@@ -295,5 +289,5 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         with self.blocker.cond:
             self.returned.add(rank)
             if self.blocker.error is not None and len(self.returned) == self.world_size:
-                self._restore(self.board.restore_all())
+                self.board.restore_all()
             self.blocker.progressed()

@@ -22,7 +22,7 @@ state here, so that the two cannot drift apart:
 - the poison rule: a committed round is poisoned once the server reached its
   task (:meth:`TaskBoard.poison_due`); the bytes a server saved are forgotten
   when the round runs and handed back to be restored when it never will (its
-  position failed: :meth:`TaskBoard.fail`; the run failed:
+  position failed: :meth:`TaskBoard.fail`; the run ended with it unrun:
   :meth:`TaskBoard.restore_all`).
 
 Pure state: no threads, no locks (the caller holds its server's lock), no
@@ -32,7 +32,7 @@ bytes moved. The texts of the reports stay with each server.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..core.errors import HcclError
@@ -220,25 +220,36 @@ class TaskBoard:
     """
 
     def __init__(
-        self, late: bool = False, position: type[Position] = Position, local: bool = False
+        self,
+        late: bool = False,
+        position: type[Position] = Position,
+        local: bool = False,
+        restore: Callable[[Any], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
     ) -> None:
         self.late = late
         self.position_type = position
         #: Track only the submitting rank's task (one rank's server) instead of every rank's.
         self.local = local
+        #: Called with what a poisoned round saved, once that round will never run.
+        self.restore = restore
+        #: Called after a failure spread (to wake the threads that wait).
+        self.on_failure = on_failure
         self.domains: dict[str, DomainTasks] = {}
         #: Positions with a Commit that neither finished nor failed, oldest Commit first.
         self.pending: dict[Position, None] = {}
 
+    def domain(self, name: str, ranks: Iterable[int]) -> DomainTasks:
+        """The queue of domain ``name``, tracking domain ranks ``ranks`` (created on first use)."""
+        found = self.domains.get(name)
+        if found is None:
+            found = self.domains[name] = DomainTasks(name, ranks, self.position_type)
+        return found
+
     def of(self, task: Task) -> DomainTasks:
         """The queue of ``task``'s domain (created on first use)."""
-        found = self.domains.get(task.domain_name)
-        if found is None:
-            ranks = (task.rank,) if self.local else range(task.rank_dim)
-            found = self.domains[task.domain_name] = DomainTasks(
-                task.domain_name, ranks, self.position_type
-            )
-        return found
+        ranks = (task.rank,) if self.local else range(task.rank_dim)
+        return self.domain(task.domain_name, ranks)
 
     def position(self, task: Task) -> Position:
         """``task``'s position (a stand-in once retired)."""
@@ -290,11 +301,12 @@ class TaskBoard:
                 return position
         return None
 
-    def finish(self, position: Position, error: HcclError | None = None) -> list[Any]:
-        """The claimed round of ``position`` ended (failed with ``error``); what to restore."""
+    def finish(self, position: Position, error: HcclError | None = None) -> None:
+        """The claimed round of ``position`` ended (failed with ``error``)."""
         position.running = False
         if error is not None:
-            return self.fail(position, error)
+            self.fail(position, error)
+            return
         position.poisoned.pop(position.done, None)
         position.done += 1
         if position.finished:
@@ -302,28 +314,30 @@ class TaskBoard:
             dom = self.domains[position.domain]
             while (head := dom.head()) is not None and head.finished:
                 dom.head_seq += 1
-        return []
 
-    def fail(self, position: Position, error: HcclError) -> list[Any]:
-        """``position`` failed; so does every later unfinished position. Returns what to restore."""
+    def fail(self, position: Position, error: HcclError) -> None:
+        """``position`` failed; so does every later unfinished position of its domain.
+
+        The bytes of their poisoned rounds go back (:attr:`restore`): those
+        rounds will never run.
+        """
         if position.error is not None:
-            return []
+            return
         dom = self.domains[position.domain]
         if dom.failed is None or position.seq < dom.failed.seq:
             dom.failed = position
-        restore = self._set_error(position, error)
+        self._set_error(position, error)
         for later in dom.unfinished():
             if later.seq > position.seq:
-                restore += self._set_error(later, behind(error, position.seq, dom.name))
-        return restore
+                self._set_error(later, behind(error, position.seq, dom.name))
+        if self.on_failure is not None:
+            self.on_failure()
 
-    def _set_error(self, position: Position, error: HcclError) -> list[Any]:
+    def _set_error(self, position: Position, error: HcclError) -> None:
         position.error = error
         self.pending.pop(position, None)
         position.unpoisoned.clear()
-        restore = [saved for rounds in position.poisoned.values() for saved in rounds]
-        position.poisoned.clear()
-        return restore
+        self._give_back([position])
 
     # --------------------------------------------------------------- poison
     def poison_due(self) -> list[tuple[Position, Task, int]]:
@@ -353,14 +367,17 @@ class TaskBoard:
         """The server poisoned ``round_idx`` of ``position`` and kept ``saved`` to restore."""
         position.poisoned.setdefault(round_idx, []).append(saved)
 
-    def restore_all(self) -> list[Any]:
-        """The run failed: what every poisoned round that never ran saved."""
-        restore = []
-        for dom in self.domains.values():
-            for position in dom.positions.values():
-                restore += [saved for rounds in position.poisoned.values() for saved in rounds]
-                position.poisoned.clear()
-        return restore
+    def restore_all(self) -> None:
+        """The run ended: no poisoned round that has not run yet ever will; restore them."""
+        self._give_back([p for dom in self.domains.values() for p in dom.positions.values()])
+
+    def _give_back(self, positions: list[Position]) -> None:
+        for position in positions:
+            saved = [one for rounds in position.poisoned.values() for one in rounds]
+            position.poisoned.clear()
+            if self.restore is not None:
+                for one in saved:
+                    self.restore(one)
 
     # --------------------------------------------------------------- queries
     def deps_state(self, deps: Iterable[Task]) -> tuple[bool, HcclError | None]:
