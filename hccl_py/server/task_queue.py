@@ -133,8 +133,6 @@ class DomainTasks:
         self.ranks = tuple(ranks)
         self.position_type = position
         self.positions: dict[int, Position] = {}
-        #: The first position that has not finished (the server's place in the queue).
-        self.head_seq = 0
         #: Every position below this one finished and was forgotten.
         self.retired_below = 0
         #: The lowest position that failed by itself (later ones fail behind it).
@@ -162,12 +160,22 @@ class DomainTasks:
         return behind(failed.error, failed.seq, self.name)
 
     def head(self) -> Position | None:
-        """The first unfinished position, if it exists yet."""
-        return self.positions.get(self.head_seq)
+        """The first position that has not finished (the server's place in the queue), if any."""
+        unfinished = [p for p in self.positions.values() if not p.finished]
+        return min(unfinished, key=lambda p: p.seq, default=None)
+
+    @property
+    def head_seq(self) -> int:
+        """The seq of :meth:`head`, or the position after the last one when all finished."""
+        head = self.head()
+        if head is not None:
+            return head.seq
+        return max(self.positions, default=self.retired_below - 1) + 1
 
     def reached(self, position: Position) -> bool:
-        """Whether the server got to ``position``: every earlier position finished."""
-        return position.seq <= self.head_seq
+        """Whether the server got to ``position``: the previous position finished (or is unknown)."""
+        previous = self.positions.get(position.seq - 1)
+        return previous is None or previous.finished
 
     def rounds_done(self, seq: int, repeat: int) -> int:
         """How many rounds of position ``seq`` (of ``repeat`` rounds) finished."""
@@ -311,9 +319,6 @@ class TaskBoard:
         position.done += 1
         if position.finished:
             self.pending.pop(position, None)
-            dom = self.domains[position.domain]
-            while (head := dom.head()) is not None and head.finished:
-                dom.head_seq += 1
 
     def fail(self, position: Position, error: HcclError) -> None:
         """``position`` failed; so does every later unfinished position of its domain.
