@@ -33,6 +33,7 @@ from ...core.task import Task
 from ...core.group import Group
 from ...launcher import sealed
 from ...launcher import store as kv
+from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import count_mismatch, global_rank, mismatch
 from ...server.task_queue import DomainTasks, TaskBoard
 from ...trace.hooks import server_round
@@ -72,9 +73,17 @@ class DistServer(Protocol):
         """Whether ``task``'s descriptor is compared with the peers' ones."""
         ...
 
-    def poison_reached(self) -> None:
-        """Under the lock: poison the committed rounds whose task the server reached."""
-        ...
+
+def poison_reached(board: TaskBoard) -> None:
+    """Under the lock: poison the committed rounds whose task the server reached.
+
+    The emulator's rule (:mod:`hccl_py.sanitizer.poison`): until then the
+    receive blocks may still be an earlier task's input; the bytes are kept
+    and put back if the round never runs.
+    """
+    for position, task, r in board.poison_due():
+        if not in_place(task, r):
+            board.poisoned(position, r, save_and_poison(task, r))
 
 
 class DomainQueue:
@@ -124,7 +133,7 @@ class DomainQueue:
     def commit(self, task: Task, round_idx: int) -> None:
         """Under the lock: this rank committed ``round_idx`` of ``task``."""
         self.server.board.commit(task, round_idx, self.server.config.poison)
-        self.server.poison_reached()
+        poison_reached(self.server.board)
 
     def ready(self) -> bool:
         """Whether the thread can start its next round now (a failed dependency fails it)."""
@@ -134,6 +143,20 @@ class DomainQueue:
     def rounds_done(self, seq: int, repeat: int) -> int:
         """How many rounds of task ``seq`` (of ``repeat`` rounds) finished."""
         return self.queue.rounds_done(seq, repeat)
+
+    def comes_first(self) -> str:
+        """Under the lock: the report of the round this domain must run before a later one."""
+        head = self.queue.head()
+        what = f"handle {head.sample().handle}, {head.sample().describe()}" if head else ""
+        state = self.running or (
+            "not committed by this rank"
+            if head is None or self.server.board.why(head, head.done).kind == "not committed"
+            else "waiting for an InterHcclGroupSync dependency"
+        )
+        return (
+            f"the domain runs its tasks in Prepare order and round {self.round} of task "
+            f"#{self.seq} ({what or 'not prepared yet'}) comes first: {state}"
+        )
 
     def retire(self, launch: int) -> range:
         """Under the lock: forget the finished tasks of kernel launches up to ``launch``.
@@ -264,7 +287,7 @@ class DomainQueue:
         position = self.queue.get(task.seq)
         assert position is not None and position.done == r
         self.server.board.finish(position, error)
-        self.server.poison_reached()
+        poison_reached(self.server.board)
         self.server.cond.notify_all()
 
     def drain(self) -> None:

@@ -32,7 +32,7 @@ from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
 from ...launcher.spec import spec_from_env, under_launcher
-from ...sanitizer.poison import in_place, restore, save_and_poison
+from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
 from ...server.protocol import Backend, Server
@@ -250,17 +250,6 @@ class DistServer(Server):
         if not self.late:
             self._run_local()
 
-    def poison_reached(self) -> None:
-        """Under the lock: poison the committed rounds whose task the server reached.
-
-        The emulator's rule (:mod:`hccl_py.sanitizer.poison`): until then the
-        receive blocks may still be an earlier task's input; the bytes are kept
-        and put back if the round never runs.
-        """
-        for position, task, r in self.board.poison_due():
-            if not in_place(task, r):
-                self.board.poisoned(position, r, save_and_poison(task, r))
-
     def wait(self, task: Task, round_idx: int) -> None:
         with self.cond:
             queue = self._queue(task)
@@ -334,17 +323,7 @@ class DistServer(Server):
         if why.kind == "not committed":
             return f"this rank has not committed round {r}"
         if why.kind in ("earlier round", "earlier task"):
-            head = queue.queue.head()
-            what = f"handle {head.sample().handle}, {head.sample().describe()}" if head else ""
-            state = queue.running or (
-                "not committed by this rank"
-                if head is None or self.board.why(head, head.done).kind == "not committed"
-                else "waiting for an InterHcclGroupSync dependency"
-            )
-            return (
-                f"the domain runs its tasks in Prepare order and round {queue.round} of task "
-                f"#{queue.seq} ({what or 'not prepared yet'}) comes first: {state}"
-            )
+            return queue.comes_first()
         absent = queue.undescribed() if queue.running else []
         if absent:
             return (
