@@ -266,7 +266,8 @@ def test_poison_is_due_once_reached_forgotten_when_run_and_restored_when_never_r
     board.poisoned(program.at("a", 1), 0, "saved a#1")
     program.run([("fail", "a", 1)])
     assert program.restored == ["saved a#1"]
-    assert board.poison_due() == []
+    program.run([("commit", "a", 1, BOTH, 1)])
+    assert board.poison_due() == [] and board.unpoisoned == {}, "a failed task is never poisoned"
 
 
 # ---------------------------------------------------------------- both servers
@@ -298,7 +299,9 @@ def spread_runs() -> dict[str, list]:
 def test_a_spreading_failure_reads_the_same_on_both_backends(spread_runs: dict) -> None:
     for backend, per_rank in spread_runs.items():
         for rank, (said, _) in enumerate(per_rank):
-            assert "task #0 of domain hccl_world_group failed, so the server never reaches" in said, (backend, rank, said)  # fmt: skip
+            assert (
+                "task #0 of domain hccl_world_group failed, so the server never reaches" in said
+            ), f"{backend} rank {rank}: {said}"
     assert [said for said, _ in spread_runs["gloo"]] == [said for said, _ in spread_runs["emu"]]
 
 

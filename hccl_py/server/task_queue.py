@@ -246,6 +246,8 @@ class TaskBoard:
         self.domains: dict[str, DomainTasks] = {}
         #: Positions with a Commit that neither finished nor failed, oldest Commit first.
         self.pending: dict[Position, None] = {}
+        #: Positions with committed rounds not poisoned yet, oldest first.
+        self.unpoisoned: dict[Position, None] = {}
 
     def domain(self, name: str, ranks: Iterable[int]) -> DomainTasks:
         """The queue of domain ``name``, tracking domain ranks ``ranks`` (created on first use)."""
@@ -278,6 +280,7 @@ class TaskBoard:
             self.pending[position] = None
         if poison:
             position.unpoisoned.setdefault(task.rank, []).append(round_idx)
+            self.unpoisoned[position] = None
         return position
 
     def release(self) -> None:
@@ -341,6 +344,7 @@ class TaskBoard:
     def _set_error(self, position: Position, error: HcclError) -> None:
         position.error = error
         self.pending.pop(position, None)
+        self.unpoisoned.pop(position, None)
         position.unpoisoned.clear()
         self._give_back([position])
 
@@ -353,19 +357,17 @@ class TaskBoard:
         write its receive blocks at any moment. Rounds that ran are dropped.
         """
         due = []
-        for dom in self.domains.values():
-            for position in list(dom.positions.values()):
-                if not position.unpoisoned:
-                    continue
-                if position.error is not None:
-                    position.unpoisoned.clear()
-                    continue
+        for position in list(self.unpoisoned):
+            if position.error is not None:
+                position.unpoisoned.clear()
+            elif self.domains[position.domain].reached(position):
                 for rank, rounds in list(position.unpoisoned.items()):
                     task = position.tasks[rank]
-                    if not dom.reached(position) or not self.deps_state(task.deps)[0]:
-                        continue
-                    due += [(position, task, r) for r in rounds if r >= position.done]
-                    del position.unpoisoned[rank]
+                    if self.deps_state(task.deps)[0]:
+                        due += [(position, task, r) for r in rounds if r >= position.done]
+                        del position.unpoisoned[rank]
+            if not position.unpoisoned:
+                del self.unpoisoned[position]
         return due
 
     def poisoned(self, position: Position, round_idx: int, saved: Any) -> None:
