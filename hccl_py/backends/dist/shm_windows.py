@@ -34,13 +34,7 @@ import torch
 from ...core.group import Group
 from ...launcher import shm_files
 from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
-from ...server.windows import (
-    BUFFSIZE_ENV,
-    KINDS,
-    HcclNoWindowsError,
-    LocalWindows,
-    WindowAllocation,
-)
+from ...server.windows import BUFFSIZE_ENV, KINDS, HcclNoWindowsError, LocalWindows, WindowAllocation
 from ...launcher import store as kv
 
 _TOKEN_KEY = "windows/token"
