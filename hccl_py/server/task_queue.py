@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from ..core.errors import HcclError
 from ..core.task import Task
@@ -106,6 +106,20 @@ class Position:
         return position
 
 
+#: The reasons :meth:`TaskBoard.why` gives, in the order the server meets them.
+WhyKind = Literal[
+    "failed",
+    "finished",
+    "not submitted",
+    "not committed",
+    "earlier round",
+    "earlier task",
+    "dependency",
+    "running",
+    "runnable",
+]
+
+
 @dataclasses.dataclass(frozen=True)
 class Why:
     """Why a round is not done: the first reason, in the order the server meets them.
@@ -118,7 +132,7 @@ class Why:
     known), ``running`` or ``runnable``.
     """
 
-    kind: str
+    kind: WhyKind
     ranks: tuple[int, ...] = ()
     position: Position | None = None
     dep: Task | None = None
