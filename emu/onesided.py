@@ -11,13 +11,16 @@ sees the poison instead of data that arrived by chance.
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 
+from hccl_py.core.group import Group
 from hccl_py.core.task import Task
-from hccl_py.server.blocking import Job
+from hccl_py.server.blocking import Blocker, Job
 from hccl_py.server.windows import WindowAllocation
 
 from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
+from .reports import returned_note
 
 Copies = list[tuple[object, object, int]]
 
@@ -29,24 +32,39 @@ def run_copies(copies: Copies) -> None:
 
 
 class OneSidedWrites:
-    """Mixin for the emulated world: the one-sided copies of BatchWrite."""
+    """The one-sided copies of BatchWrite and AlltoAllvWrite in an emulated world.
 
-    races: WindowRaces | None
-    exchanges: Rendezvous
+    The world builds one with its scheduler (``blocker``), its race check
+    (``races``, None without ``poison``), its meetings and the set of global
+    ranks that returned from their function (read in reports); it takes a
+    pending write as a job with :meth:`job`.
+    """
 
-    def _pending_writes(self) -> list[tuple[Task, Copies]]:
-        """Under the lock: BatchWrites not run yet, and those running now (until they are done)."""
-        return self.__dict__.setdefault("_writes", [])
-
-    def _running_writes(self) -> list[tuple[Task, Copies]]:
-        return self.__dict__.setdefault("_running", [])
+    def __init__(
+        self,
+        blocker: Blocker,
+        races: WindowRaces | None,
+        poison: bool,
+        meetings: Rendezvous,
+        returned: Collection[int],
+    ) -> None:
+        self.blocker = blocker
+        self.races = races
+        self.poison = poison
+        self.meetings = meetings
+        self.returned = returned
+        #: Under the lock: BatchWrites not run yet, and those running now (until they are done).
+        self.pending: list[tuple[Task, Copies]] = []
+        self.running: list[tuple[Task, Copies]] = []
+        #: (domain, domain rank) -> global rank, of every rank that wrote (for the race check).
+        self.writers: dict[tuple[str, int], int] = {}
 
     def write_items(self, task: Task, copies: Copies) -> None:
         """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded)."""
         races = self.races
         if races is not None:
             rank, where = task.domain.ranks[task.rank], user_frame()
-            self.__dict__.setdefault("_writers", {})[(task.domain_name, task.rank)] = rank
+            self.writers[(task.domain_name, task.rank)] = rank
             clocks = races.batch_clocks(rank, len(copies))
             for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
                 if isinstance(dst.alloc, WindowAllocation):
@@ -56,73 +74,70 @@ class OneSidedWrites:
             run_copies(copies)
             return
         with self.blocker.cond:
-            if self.config.poison:
+            if self.poison:
                 for _, dst, nbytes in copies:
                     dst.bytes_view(nbytes).fill_(0xFF)
-            self._pending_writes().append((task, copies))
+            self.pending.append((task, copies))
             self.blocker.progressed()
 
-    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
+    def flush(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
         with self.blocker.cond:
-            pending = self._pending_writes()
             mine = [
                 w
-                for w in pending
+                for w in self.pending
                 if domain is None or (w[0].domain_name == domain and w[0].rank == rank)
             ]
             for w in mine:
-                pending.remove(w)
-            self._running_writes().extend(mine)
+                self.pending.remove(w)
+            self.running.extend(mine)
         for _, copies in mine:
             run_copies(copies)
         with self.blocker.cond:
             for w in mine:
-                self._running_writes().remove(w)
+                self.running.remove(w)
             self.blocker.progressed()
 
         def elsewhere() -> bool:
             return any(
                 domain is None or (t.domain_name == domain and t.rank == rank)
-                for t, _ in self._running_writes()
+                for t, _ in self.running
             )
 
         # a copy of this rank that another thread is running right now must land first
         self.blocker.wait_for(lambda: not elsewhere(), "a BatchWrite's copies finish")
-        writer = self.__dict__.get("_writers", {}).get((domain, rank))
+        writer = self.writers.get((domain, rank))
         if self.races is not None and writer is not None:
             self.races.landed(writer)
 
-    def _write_job(self) -> Job | None:
+    def job(self) -> Job | None:
         """Under the lock: the oldest pending BatchWrite as a job, or None."""
-        pending = self._pending_writes()
-        if not pending:
+        if not self.pending:
             return None
-        write = pending.pop(0)
-        self._running_writes().append(write)
-        return functools.partial(self._run_write, write)
+        write = self.pending.pop(0)
+        self.running.append(write)
+        return functools.partial(self._run, write)
 
-    def _run_write(self, write: tuple[Task, Copies]) -> None:
+    def _run(self, write: tuple[Task, Copies]) -> None:
         run_copies(write[1])
         with self.blocker.cond:
-            self._running_writes().remove(write)
+            self.running.remove(write)
             self.blocker.progressed()
 
-    def rendezvous(self, group, rank: int, key: str, what: str) -> None:
+    def meet(self, group: Group, rank: int, key: str, what: str, payload: bytes) -> list[bytes]:
         """Block until every rank of ``group`` arrived at ``key`` and their copies landed."""
         name = group.name
 
         def landed() -> bool:
-            writes = self._pending_writes() + self._running_writes()
-            return not any(w[0].domain_name == name for w in writes)
+            return not any(w[0].domain_name == name for w in self.pending + self.running)
 
         def why(missing: list[int]) -> str:
-            gone = sorted(getattr(self, "returned", ()))
-            note = f" (ranks {gone} returned from their function)" if gone else ""
             if missing:
+                note = returned_note(self.returned)
                 return f"{what}: ranks {missing} have not made their AlltoAllvWrite{note}"
             return f"{what}: the copies of the other ranks are still pending"
 
-        self.exchanges.meet(group, rank, ("AlltoAllvWrite", key), why, also=landed)
+        arrived = self.meetings.meet(group, rank, ("AlltoAllvWrite", key), why, payload, landed)
         if self.races is not None:  # every rank's copies into this window landed
             self.races.landed(group.ranks[rank], group.ranks)
+        return arrived

@@ -2,7 +2,10 @@
 
 The default :class:`Policy` is fixed (run until blocked, then the next runner in
 (rank, core) order); :class:`SeededPolicy` makes random or PCT-style choices from a
-seed, with server timings from eager to late. :func:`policy_for` picks one.
+seed, with server timings from eager to late. A policy also decides whether the
+sending core's Finalize resets the finished-turn counters before another core's
+racing Wait polls them (never by default; by the seed otherwise).
+:func:`policy_for` picks one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ PCT_CHANGE_P = 1 / 32
 #: Server timings a seeded schedule picks from: probability of running a ready round
 #: at each decision (1: eager, 0: only when no runner can go on).
 TIMINGS = {"eager": 1.0, "late": 0.0, "random": 0.5}
+#: Probability that a seeded schedule puts a Finalize's counter reset before a racing Wait poll.
+RESET_FIRST_P = 0.5
 #: The kinds of seeded schedule, by ``seed % len(KINDS)``.
 KINDS = ("random", "pct")
 
@@ -91,6 +96,14 @@ class Policy:
         """Whether the server runs a ready round now (``runners_can_go``: some runner could run)."""
         return not (self.late and runners_can_go)
 
+    def reset_first(self) -> bool:
+        """Whether a Finalize's counter reset comes before a racing Wait poll: never, by default.
+
+        On hardware Finalize first waits for the server, which takes long, so the
+        other cores' Waits usually see their turn before the reset.
+        """
+        return False
+
 
 class SeededPolicy(Policy):
     """A reproducible schedule picked by ``seed``: random or PCT-style, with a server timing."""
@@ -125,6 +138,9 @@ class SeededPolicy(Policy):
         if others and self.rng.random() < SWITCH_P:
             return self.rng.choice(others)
         return None
+
+    def reset_first(self) -> bool:
+        return self.rng.random() < RESET_FIRST_P
 
     def run_round(self, runners_can_go: bool) -> bool:
         if not runners_can_go:

@@ -1,11 +1,14 @@
 """The emulated server's reports: why a round has not run, and the state of the world.
 
-A mixin of :class:`~.world.EmuWorld`, kept apart so that the server's logic
-and the texts that explain it stay readable; every method runs under the
-world's lock.
+A part of :class:`~.world.EmuWorld`, kept apart so that the server's logic
+and the texts that explain it stay readable; it reads the world's task board
+through :class:`SlotState`, and every method runs under the world's lock.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
 
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
@@ -19,20 +22,33 @@ STATE_LINES = 12
 CHAIN_DEPTH = 3
 
 
-class WorldReports:
-    """Texts about the slots of an :class:`~.world.EmuWorld`."""
+def returned_note(returned: Collection[int]) -> str:
+    """`` (ranks [..] returned from their function)`` where some did, else ""."""
+    gone = sorted(returned)
+    return f" (ranks {gone} returned from their function)" if gone else ""
 
+
+class SlotState(Protocol):
+    """What the reports read of the world (:class:`~.world.EmuWorld`)."""
+
+    #: The domain task queues, and the global ranks that returned from their function.
     board: TaskBoard
     returned: set[int]
 
-    def _describe_wait(
-        self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for"
-    ) -> str:
+
+class WorldReports:
+    """Texts about the slots of an :class:`~.world.EmuWorld`."""
+
+    def __init__(self, world: SlotState) -> None:
+        self.world = world
+
+    def describe_wait(self, slot: Slot, task: Task, round_idx: int, verb: str = "waits for") -> str:
+        """Under the lock: ``rank R waits for round r of ...: why``."""
         return f"{wait_head(task, round_idx, verb)}: {self._why(slot, round_idx, CHAIN_DEPTH)}"
 
     def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
         """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
-        why = self.board.why(slot, round_idx)
+        why = self.world.board.why(slot, round_idx)
         ranks = slot.sample().domain.ranks
         if why.kind == "failed":
             return f"failed: {why.error.reason}"
@@ -67,13 +83,11 @@ class WorldReports:
         return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
 
     def _missing(self, who: str, what: str) -> str:
-        gone = sorted(self.returned)
-        note = f" (ranks {gone} returned from their function)" if gone else ""
-        return f"{who} have not {what}{note}"
+        return f"{who} have not {what}{returned_note(self.world.returned)}"
 
-    def _describe_world(self) -> str:
+    def describe_world(self) -> str:
         """Under the lock: one line per unfinished slot, oldest first."""
-        slots = self.board.unfinished()
+        slots = self.world.board.unfinished()
         lines = []
         for slot in slots[:STATE_LINES]:
             ranks = slot.sample().domain.ranks

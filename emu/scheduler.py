@@ -310,6 +310,11 @@ class Scheduler(Blocker):
         """Whether the server may leave ready work (BatchWrite copies) for later."""
         return self.policy.late or self.policy.preemptive
 
+    def reset_first(self) -> bool:
+        """A Finalize's counter reset races another core's Wait poll: the policy decides."""
+        with self.cond:
+            return self.policy.reset_first()
+
     def idle_for(self) -> float | None:
         """Seconds the running runner has held the baton without blocking or polling."""
         if self.current is None:

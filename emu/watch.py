@@ -208,32 +208,38 @@ def _replace(value: Any, swap: dict[int, torch.Tensor]) -> Any:
 
 
 class WatchedWindows:
-    """Mixin for the emulated world: the window race check, on with ``poison=True``.
+    """The window race check of an emulated world, on with ``poison=True`` (``races``).
 
-    The world calls :meth:`_release` at a Commit or an arrival and
-    :meth:`_acquire` when a Wait, a Query or a rendezvous returns.
+    The world builds one, calls :meth:`release` at a Commit or an arrival and
+    :meth:`acquire` when a Wait, a Query or a meeting returns. ``internal()``
+    says that the calling thread does hccl_py's own work (it holds the world's
+    lock): that is not watched.
     """
 
-    races: WindowRaces | None = None
-    serial: Any
+    def __init__(self, races: WindowRaces | None, internal: Callable[[], bool]) -> None:
+        self.races = races
+        self.internal = internal
 
-    def window_mapped(self, window: WindowAllocation) -> None:
+    def mapped(self, window: WindowAllocation) -> None:
+        """``window``'s memory was just mapped: watch the accesses to it."""
         if self.races is not None:
             self.races.mapped(window)
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank``: its findings are reported at its end."""
         return contextlib.nullcontext() if self.races is None else self.races.kernel(rank)
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around one core's run of global rank ``rank``: watch its window accesses."""
         if self.races is None:
             return contextlib.nullcontext()
-        return watching(self.races, rank, self.serial._is_owned)
+        return watching(self.races, rank, self.internal)
 
-    def _release(self, rank: int) -> tuple[int, ...] | None:
+    def release(self, rank: int) -> tuple[int, ...] | None:
         """Global rank ``rank``'s clock for a peer to acquire (None when races are not checked)."""
         return None if self.races is None else self.races.release(rank)
 
-    def _acquire(self, rank: int, clocks: Iterable[tuple[int, ...] | None]) -> None:
+    def acquire(self, rank: int, clocks: Iterable[tuple[int, ...] | None]) -> None:
         """Global rank ``rank`` is ordered after the releases ``clocks``."""
         if self.races is not None:
             self.races.acquire(rank, clocks)

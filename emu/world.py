@@ -31,7 +31,7 @@ from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
-from hccl_py.server.protocol import Server
+from hccl_py.server.protocol import EXCHANGE, Server
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
@@ -53,10 +53,17 @@ from .watch import WatchedWindows
 _cores = threading.local()
 
 
-class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
-    """The server of an emulated world; every rank's client sends to this one object."""
+class EmuWorld(Server):
+    """The server of an emulated world; every rank's client sends to this one object.
+
+    Its parts, built here: ``windows`` (:class:`LocalWindows`), ``watched`` (the
+    window race check), ``meetings`` (:mod:`.rendezvous`), ``writes`` (the
+    one-sided copies) and ``reports`` (why a round has not run).
+    """
 
     ops = frozenset(executor.ROUNDS)
+    #: Every rank is a thread of this process: a flag poll that nobody can change is a deadlock.
+    polls_detect_deadlock = True
 
     def __init__(self, world_size: int, config: Config) -> None:
         self.world_size = world_size
@@ -64,17 +71,23 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.blocker = Scheduler(config.timeout, policy_for(config.seed, config.schedule))
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
-        self.blocker.describe_world = self._describe_world
         self.serial = self.blocker.serial
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
-        self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
+        self.watched = WatchedWindows(self.races, self.serial._is_owned)
+        self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
+        self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
+        self.returned: set[int] = set()
+        self.writes = OneSidedWrites(
+            self.blocker, self.races, config.poison, self.meetings, self.returned
+        )
         #: Every domain's slots, their order, failures and poison (one state machine).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
+        self.reports = WorldReports(self)
+        self.blocker.describe_world = self.reports.describe_world
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
         #: (domain, launch) -> domain ranks that returned from that kernel launch.
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
-        self.returned: set[int] = set()
         #: Mapped windows by the data pointer of their storage (flag polls through tensors).
         self.flag_windows: dict[int, WindowAllocation] = {}
 
@@ -105,14 +118,14 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.board.poisoned(slot, round_idx, save_and_poison(task, round_idx))
 
     def _has_work(self) -> bool:
-        return bool(self._pending_writes()) or any(
+        return bool(self.writes.pending) or any(
             self.board.ready(s) for s in list(self.board.pending)
         )
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
             return None
-        write = self._write_job()
+        write = self.writes.job()
         if write is not None:
             return write
         slot = self.board.claim()
@@ -159,7 +172,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
             assert isinstance(slot, Slot)
-            slot.clocks[(task.rank, round_idx)] = self._release(task.domain.ranks[task.rank])
+            slot.clocks[(task.rank, round_idx)] = self.watched.release(task.domain.ranks[task.rank])
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()
@@ -170,7 +183,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             slot = self._slot(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
-            lambda: self._describe_wait(slot, task, round_idx),
+            lambda: self.reports.describe_wait(slot, task, round_idx),
         )
         if slot.error is not None and slot.done <= round_idx:
             raise error_for(slot.error, task, round_idx)
@@ -191,7 +204,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             self.blocker.poll(
                 slot.key,
                 (done, False),
-                lambda: f"{self._describe_wait(slot, task, done, verb='polls Query for')}",
+                lambda: self.reports.describe_wait(slot, task, done, verb="polls Query for"),
                 read=lambda: (slot.done, slot.error is not None),
             )
         self._ordered_after(slot, task, range(done))
@@ -200,7 +213,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
     def _ordered_after(self, slot: Slot, task: Task, rounds: range) -> None:
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
         clocks = [slot.clocks.get((r, k)) for k in rounds for r in slot.ranks]
-        self._acquire(task.domain.ranks[task.rank], clocks)
+        self.watched.acquire(task.domain.ranks[task.rank], clocks)
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
@@ -239,13 +252,29 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             if dom is not None:
                 dom.retire(launch)
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
-        """Hand the payload to the other ranks directly (see :mod:`.rendezvous`)."""
-        return self.exchanges.exchange(group, rank, op, payload)
+    def meet(
+        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+    ) -> list[bytes]:
+        """The ranks hand their payloads to each other directly (see :mod:`.rendezvous`)."""
+        if key == EXCHANGE:
+            return self.meetings.exchange(group, rank, what, payload)
+        return self.writes.meet(group, rank, key, what, payload)
 
-    def window_mapped(self, window: WindowAllocation) -> None:
-        super().window_mapped(window)
+    def write_items(self, task: Task, copies: list[tuple[object, object, int]]) -> None:
+        """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
+        self.writes.write_items(task, copies)
+
+    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
+        """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
+        self.writes.flush(domain, rank)
+
+    def _window_mapped(self, window: WindowAllocation) -> None:
+        self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
+
+    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank``: the race check's scope."""
+        return self.watched.kernel_scope(rank)
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:
@@ -256,9 +285,9 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         call: a core enters it when it first asks for a window, or at its start
         when windows exist already.
         """
-        with super().core_scope(rank), contextlib.ExitStack() as stack:
+        with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
             _cores.scope = (stack, rank)
-            if self._window_store():
+            if self.windows:
                 self._watch_polls()
             try:
                 yield
@@ -276,9 +305,14 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             )
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
-        found = super().window(domain, rank, kind)
+        """Global rank ``rank``'s window ``kind`` of ``domain``; the calling core watches polls."""
+        found = self.windows.window(domain, rank, kind)
         self._watch_polls()
         return found
+
+    def window_at(self, base: int) -> WindowAllocation | None:
+        """The window whose integer base address is ``base``, if one was created."""
+        return self.windows.window_at(base)
 
     def close(self) -> None:
         """End the server's lane thread."""

@@ -18,6 +18,7 @@ import torch
 
 from .core.config import Config
 from .core.errors import HcclError, WorldError
+from .kernel.outcome import RankOutcome
 
 
 class HcclScheduleError(HcclError):
@@ -58,6 +59,11 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
     return None if a == b else f"{where}: {a!r} vs {b!r}"
 
 
+def _value(outcome: Any) -> Any:
+    """A rank's return value (``hp.run`` passes :class:`RankOutcome` objects, with warnings)."""
+    return outcome.value if isinstance(outcome, RankOutcome) else outcome
+
+
 def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: int) -> list[Any]:
     """Run ``run_one`` under ``schedules`` schedules; the default schedule's results.
 
@@ -78,7 +84,7 @@ def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: i
             first = results
             continue
         for rank, (want, got) in enumerate(zip(first, results, strict=True)):
-            diff = first_difference(want, got, f"rank {rank}'s result")
+            diff = first_difference(_value(want), _value(got), f"rank {rank}'s result")
             if diff is not None:
                 error = HcclScheduleError(
                     f"schedule-dependent result: the default schedule and schedule {seed} "

@@ -7,10 +7,14 @@ time limit; :func:`check_run` reads the samples' verdict lines.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -55,9 +59,22 @@ def selected_jobs(request: pytest.FixtureRequest, jobs: Iterable[str]) -> list[s
     return [job for job in jobs if job in wanted]
 
 
+@functools.cache
+def job_temp() -> str:
+    """The TMPDIR of launched jobs, removed when the test session ends.
+
+    torchrun's agent keeps a ``torchelastic_*`` folder per job in TMPDIR; the
+    jobs' leftovers go here instead of into the machine's temporary folder.
+    """
+    path = tempfile.mkdtemp(prefix="hccl_py-jobs-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 def launch_env(**extra: str) -> dict[str, str]:
     """This environment without launcher variables, with a 30 s hccl_py timeout, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
+    env["TMPDIR"] = job_temp()
     # msrun starts "python": make it this interpreter
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["HCCL_PY_TIMEOUT"] = "30"

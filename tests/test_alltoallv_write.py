@@ -10,9 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hccl_py.backends.emu.world import EmuWorld
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py.core.group import Group
+from hccl_py.server.protocol import EXCHANGE, Server
 
 S = 10  # bytes per peer (odd halves on purpose: 5 and 5, then 10 = 5 + 5)
 CCU = hp.HcclServerType.HCCL_SERVER_TYPE_CCU
@@ -176,6 +179,55 @@ def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
         "rank 0 waits for handle 0 AlltoAllvWrite in domain hccl_world_group: ranks [1] have "
         "not made their AlltoAllvWrite (ranks [1] returned from their function)"
     ) in err.reason
+
+
+def _write_then_all_reduce() -> list[int]:
+    received = write_rank()
+    t = torch.ones(2)
+    hp.all_reduce(t)
+    return received + t.tolist()
+
+
+def test_the_wait_and_framework_exchanges_meet_through_one_hook(monkeypatch) -> None:
+    """AlltoAllvWrite's Wait and a framework collective's exchange both call Server.meet."""
+    calls = []
+    real = EmuWorld.meet
+
+    def meet(self, group, rank, key, what, payload=b""):
+        calls.append((group.ranks[rank], key, what, payload))
+        return real(self, group, rank, key, what, payload)
+
+    monkeypatch.setattr(EmuWorld, "meet", meet)
+    got = hp.run(_write_then_all_reduce, world_size=2, platform="950")
+    assert [r[-2:] for r in got] == [[2.0, 2.0]] * 2
+    waits = sorted(c[:3] for c in calls if c[1] != EXCHANGE)
+    assert waits == [
+        (r, "0", f"rank {r} waits for handle 0 AlltoAllvWrite in domain hccl_world_group")
+        for r in range(2)
+    ]
+    exchanges = sorted((c[0], c[2]) for c in calls if c[1] == EXCHANGE)
+    assert exchanges == [(0, "all_reduce"), (1, "all_reduce")]
+    assert all(c[3] for c in calls if c[1] == EXCHANGE), "an exchange carries its record"
+
+
+class _NoMeetings(Server):
+    """A server with the protocol's defaults only: no windows, no direct meetings."""
+
+    def submit(self, task):
+        raise AssertionError("no task expected")
+
+    commit = wait = finished = submit
+
+
+def test_a_server_without_meetings_refuses_the_wait_and_lets_exchanges_fall_back() -> None:
+    server, group = _NoMeetings(), Group([0, 1], "g")
+    assert server.meet(group, 0, EXCHANGE, "all_reduce", b"{}") is None
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.meet(group, 0, "0", "rank 0 waits for handle 0 AlltoAllvWrite in domain g")
+    assert str(info.value) == (
+        "rank 0 waits for handle 0 AlltoAllvWrite in domain g: this backend does not provide "
+        "communication windows"
+    )
 
 
 def test_alltoallv_write_under_the_late_schedule_with_poison() -> None:

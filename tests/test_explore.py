@@ -5,8 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
+from expect import expects_warning
 
 import hccl_py as hp
+from hccl_py.core.report import warn
 from hccl_py.explore import HcclScheduleError
 
 #: Every rank appends its rank here at its first hccl_py call: the schedule's order.
@@ -84,3 +87,15 @@ def test_run_refuses_seed_on_gloo(
 
     assert main(["run", "-n", "2", "--backend", "gloo", "--seed", "1", str(script)]) == 2
     assert "run on the emulator" in capsys.readouterr().err
+
+
+def tensor_and_warning() -> torch.Tensor:
+    """A tensor result and a warning (a new warning object in every schedule)."""
+    warn("wait-order", "a warning every schedule gives")
+    return torch.arange(4) * hp.get_rank()
+
+
+@expects_warning("wait-order")
+def test_exploring_compares_tensor_results_not_warnings() -> None:
+    result = hp.run(tensor_and_warning, world_size=2, explore=3)
+    assert [r.tolist() for r in result] == [[0, 0, 0, 0], [0, 1, 2, 3]]

@@ -324,12 +324,20 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("how", ["hp.run", "runner"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int) -> None:
+    """Neither a process nor a temporary folder outlives a killed run (store, fork server socket)."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     cmd = [sys.executable, str(script), str(tmp_path)]
     if how == "runner":
         cmd = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", *cmd[1:]]
-    parent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    parent = subprocess.Popen(
+        cmd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
     try:
         deadline = time.monotonic() + 60
         while len(list(tmp_path.glob("*.pids"))) < 2 and time.monotonic() < deadline:
@@ -343,6 +351,8 @@ def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int
         while any(map(_alive, pids)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in pids if _alive(p)], "a rank process or fork server outlived its job"
+        left = sorted(p.name for p in temp.iterdir())
+        assert not left, f"the killed run left {left} in its temporary folder"
     finally:
         parent.kill()
         parent.wait()

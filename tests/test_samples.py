@@ -1,9 +1,11 @@
 """Every sample runs in one command and reports PASS on every rank.
 
-Each sample is started as a subprocess, exactly as a user would
-(``python samples/X.py``, and for a few ``python -m hccl_py run -n N ...``,
-on gloo processes, or under torchrun); the runs go in parallel and each test checks
-one run's exit code and its verdict lines ``rank R: <case> PASS|FAIL|SKIP ...``.
+Each sample runs as a user would run it (``python samples/X.py``, and for a
+few ``python -m hccl_py run -n N ...``, on gloo processes, or under torchrun),
+as a fresh ``__main__``; runs with the same launcher share one process or one
+launch (``tests/sample_batch.py``), which imports torch once. The batches go in
+parallel and each test checks one run's exit code and its verdict lines
+``rank R: <case> PASS|FAIL|SKIP ...``.
 In-process, every sample also passes under the late schedule with poisoned
 receive buffers, which exposes reads of data whose Wait has not returned.
 """
@@ -20,16 +22,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sample_batch
 import torch
-from launch_helpers import SLOW, VERDICT, check_run, selected_jobs
+from launch_helpers import RUNNER_PREFIX, SLOW, VERDICT, check_run, launch_env, selected_jobs
 
 import hccl_py as hp
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
-#: Variables that would make a sample run on another backend or as one launcher rank.
-FOREIGN_ENV = ("HCCL_PY_", "MS_ROLE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_")
-RUN_TIMEOUT = 180
+#: Seconds one batch of sample runs may take (the samples inside time out after 30 s each).
+RUN_TIMEOUT = 600
 
 NPU_SKIP = {"torch_npu": "SKIP"}
 #: sample file -> {case: verdict expected on every rank of a 4-rank emulated run}
@@ -47,6 +49,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
     "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
@@ -99,6 +102,17 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         2,
         SAMPLES["mc2_moe_distribute_dispatch_v2_full_mesh.py"],
     ),
+    "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
+        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
+        4,
+        SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
+    ),
+    # ep = 4: AllGather<true> and InterHcclGroupSync both ways instead of AllGather<false> + Commit
+    "mc2_allto_all_all_gather_batch_mat_mul-n8": (
+        ["-m", "hccl_py", "run", "-n", "8"],
+        8,
+        SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
+    ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
         4,
@@ -127,32 +141,79 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
 }
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN_ENV)}
-    env["HCCL_PY_TIMEOUT"] = "30"
-    return env
+def _batches(wanted: list[str]) -> dict[tuple[str, ...], list[str]]:
+    """The wanted runs grouped by launcher: one process (or one launch) runs each group."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for run_id in wanted:
+        args = tuple(OTHER_RUNS[run_id][0]) if run_id in OTHER_RUNS else ()
+        groups.setdefault(args, []).append(run_id)
+    return groups
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
+def _sample_path(run_id: str) -> str:
+    return f"samples/{run_id if run_id in SAMPLES else run_id.rsplit('-', 1)[0] + '.py'}"
+
+
+def _run_batch(
+    args: tuple[str, ...], runs: dict[str, str]
+) -> dict[str, subprocess.CompletedProcess]:
+    """Run ``runs`` (run id -> script) in one batch (tests/sample_batch.py), split by sample.
+
+    Each run's result reads like its own process: the lines its sample printed,
+    its exit code (the highest any rank reported; 1 if none did), and the
+    batch's unprefixed output (launcher messages) as its stderr.
+    """
+    run_ids, paths = list(runs), list(runs.values())
+    command = [sys.executable, *args, "tests/sample_batch.py", *paths]
+    proc = subprocess.run(
+        command, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
     )
-
-
-def _commands() -> dict[str, list[str]]:
-    commands = {name: [sys.executable, f"samples/{name}"] for name in SAMPLES}
-    for run_id, (args, _, _) in OTHER_RUNS.items():
-        sample = run_id.rsplit("-", 1)[0]
-        commands[run_id] = [sys.executable, *args, f"samples/{sample}.py"]
-    return commands
+    names = {os.path.basename(p) for p in paths}
+    lines: dict[str, list[str]] = {name: [] for name in names}
+    codes: dict[str, int] = {}
+    rest = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        name, sep, text = RUNNER_PREFIX.sub("", line).partition(sample_batch.SEPARATOR)
+        if not sep or name not in names:
+            rest.append(line)
+        elif text.startswith("exit ") and text[5:].isdigit():
+            codes[name] = max(codes.get(name, 0), int(text[5:]))
+        else:
+            lines[name].append(text)
+    results = {}
+    for run_id, path in zip(run_ids, paths, strict=True):
+        name = os.path.basename(path)
+        code = codes.get(name, 1) if proc.returncode == 0 else proc.returncode
+        results[run_id] = subprocess.CompletedProcess(
+            command, code, "\n".join(lines[name]), "\n".join(rest)
+        )
+    return results
 
 
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest):
-    """Start every selected sample run at once; tests wait for the one they check."""
-    commands = _commands()
+    """Start every selected batch of sample runs at once; tests wait for the one they check."""
+    batches = _batches(selected_jobs(request, [*SAMPLES, *OTHER_RUNS]))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        yield {key: pool.submit(_run, commands[key]) for key in selected_jobs(request, commands)}
+        futures = {
+            args: pool.submit(_run_batch, args, {r: _sample_path(r) for r in ids})
+            for args, ids in batches.items()
+        }
+        yield {
+            run_id: _Result(futures[args], run_id)
+            for args, ids in batches.items()
+            for run_id in ids
+        }
+
+
+class _Result:
+    """One run's result inside its batch's future."""
+
+    def __init__(self, future: concurrent.futures.Future, run_id: str) -> None:
+        self.future, self.run_id = future, run_id
+
+    def result(self) -> subprocess.CompletedProcess:
+        return self.future.result()[self.run_id]
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -167,6 +228,19 @@ def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
 def test_sample_through_cli_and_launcher(runs, run_id: str) -> None:
     _, ranks, expected = OTHER_RUNS[run_id]
     check_run(runs[run_id].result(), ranks, expected)
+
+
+def test_batch_keeps_samples_apart(tmp_path: Path) -> None:
+    """A batch reports each sample's own lines and exit code, as separate processes would."""
+    failing = tmp_path / "failing_sample.py"
+    failing.write_text('print("rank 0: case           FAIL")\nraise SystemExit(1)\n')
+    runs = {"all_reduce_custom.py": "samples/all_reduce_custom.py", "failing": str(failing)}
+    runs["alltoall_custom.py"] = "samples/alltoall_custom.py"
+    results = _run_batch((), runs)
+    for name in ("all_reduce_custom.py", "alltoall_custom.py"):
+        check_run(results[name], 4, SAMPLES[name])  # exactly its own 8 verdicts, exit 0
+    assert results["failing"].returncode == 1
+    assert results["failing"].stdout == "rank 0: case           FAIL"
 
 
 def _load(name: str):

@@ -338,21 +338,28 @@ def test_deadlock_query_loop_of_the_last_rank_standing() -> None:
     check(err, hp.HcclDeadlockError, "rank 0 polls Query", "ranks [1] have not prepared")
 
 
-def test_deadlock_core_finalizes_while_other_cores_wait() -> None:
+def test_deadlock_core_waits_after_the_finalize() -> None:
+    """A Wait that a SyncAll orders after the sending core's Finalize hangs in every schedule.
+
+    (Without that SyncAll it is a race: tests/test_finalize_hazard.py.)
+    """
+
     def kernel(x: Any, y: Any, t: Any) -> None:
         h = comm(t)
         handle = h.AllGather[True](x, y, N, F32)
         if hp.GetBlockIdx() == 0:
-            h.Finalize()  # no Wait, no SyncAll: other cores are still waiting
+            h.Finalize()  # resets the finished-turn counters that core 1 then polls
+            hp.SyncAll()
         else:
+            hp.SyncAll()
             h.Wait(handle)
 
     err = fails(spmd(kernel, block_dim=2))
     check(
         err,
         hp.HcclCoreError,
-        "AIV core 0",
-        "AIV core 1 waits for handle 0 round 0",
+        "AIV core 1 waits for handle 0 round 0 after AIV core 0 finalized",
+        "hangs in every schedule",
         "SyncAll()",
         WORLD,
     )

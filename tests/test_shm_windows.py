@@ -28,6 +28,7 @@ from test_windows import ring_rank
 
 import hccl_py as hp
 from hccl_py.backends.dist import shm_windows
+from hccl_py.backends.dist.server import DistServer
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window_file, open_window_file
 from hccl_py.core.group import Group
 from hccl_py.kernel.context import current_rank_context
@@ -143,32 +144,28 @@ def test_a_full_shm_names_it_and_hccl_buffsize(shm: Path, monkeypatch) -> None:
 
 
 # ------------------------------------------------------------ sharing a domain's files
-class _Server(SharedWindows):
-    """The window part of a gloo server, over an in-process store."""
-
-    backend_name = "gloo"
+class _Host(DistServer):
+    """A gloo server's store side (``WindowHost``) over an in-process store, without groups."""
 
     def __init__(self, rank: int, store: dist.Store, buffsize_mb: int) -> None:
+        self.backend_name = "gloo"
         self.session = SimpleNamespace(rank=rank, store=store, check_abort=lambda: None)
         self.store = store
         self.config = SimpleNamespace(buffsize_mb=buffsize_mb, timeout=60.0)
         self.run = 0
         self._keys: dict[str, None] = {}
 
-    def group_timeout(self) -> float:
-        return 60.0
 
-    def _set(self, key: str, value: bytes) -> None:
-        self.store.set(key, value)
-        self._keys[key] = None
+def _window_part(rank: int, store: dist.Store, buffsize_mb: int = 1) -> SharedWindows:
+    return SharedWindows(_Host(rank, store, buffsize_mb))
 
 
-def _servers(n: int, buffsize_mb: int = 1) -> list[_Server]:
-    """``n`` ranks' window servers after the domain "dom" of every rank was created."""
+def _servers(n: int, buffsize_mb: int = 1) -> list[SharedWindows]:
+    """``n`` ranks' shared windows after the domain "dom" of every rank was created."""
     store = dist.HashStore()
-    servers = [_Server(r, store, buffsize_mb) for r in range(n)]
+    servers = [_window_part(r, store, buffsize_mb) for r in range(n)]
     group = Group(range(n), "dom")
-    threads = [threading.Thread(target=s._share_windows, args=(group,)) for s in servers]
+    threads = [threading.Thread(target=s.share, args=(group,)) for s in servers]
     for t in threads:
         t.start()
     for t in threads:
@@ -179,10 +176,10 @@ def _servers(n: int, buffsize_mb: int = 1) -> list[_Server]:
 def test_every_rank_maps_every_window_and_no_file_remains(shm: Path) -> None:
     servers = _servers(3)
     assert list(shm.iterdir()) == []
-    assert len(servers[0].window_paths) == 3 * len(KINDS)
+    assert len(servers[0].paths) == 3 * len(KINDS)
     for src in servers:
         hp_bytes = src.window("dom", 2, "Out").data
-        hp_bytes[src.session.rank] = 10 + src.session.rank
+        hp_bytes[src.host.session.rank] = 10 + src.host.session.rank
     for dst in servers:
         assert dst.window("dom", 2, "Out").data[:3].tolist() == [10, 11, 12]
 
@@ -205,11 +202,33 @@ def test_a_rank_without_files_makes_every_rank_say_so(shm: Path, monkeypatch) ->
             server.window("dom", 0, "Out")
 
 
+def test_alltoallv_write_waits_meet_through_the_store() -> None:
+    store = dist.HashStore()
+    parts, group = [_window_part(r, store) for r in range(2)], Group([0, 1], "dom")
+    got: list[list[bytes]] = []
+    peer = threading.Thread(target=lambda: got.append(parts[1].meet(group, "0", "rank 1")))
+    peer.start()
+    assert parts[0].meet(group, "0", "rank 0") == [b"", b""]
+    peer.join()
+    assert got == [[b"", b""]]
+
+
+def test_a_wait_that_no_peer_meets_times_out_naming_the_domain() -> None:
+    part = _window_part(0, dist.HashStore())
+    part.host.config.timeout = 0.01
+    with pytest.raises(hp.HcclTimeoutError) as info:
+        part.meet(Group([0, 1], "dom"), "0", "rank 0 waits for handle 0 AlltoAllvWrite")
+    assert str(info.value) == (
+        "timed out after 0.01 s: rank 0 waits for handle 0 AlltoAllvWrite: not every rank of "
+        "domain dom made its AlltoAllvWrite"
+    )
+
+
 def test_an_unreadable_record_in_the_store_is_a_clear_problem(shm: Path) -> None:
     store = dist.HashStore()
     store.set(shm_windows._names_key("dom", 1), b'{"host": 7}')
-    server = _Server(0, store, 1)
-    server._share_windows(Group([0, 1], "dom"))
+    server = _window_part(0, store)
+    server.share(Group([0, 1], "dom"))
     with pytest.raises(hp.HcclNoWindowsError) as info:
         server.window("dom", 0, "In")
     assert str(info.value) == (
@@ -222,8 +241,8 @@ def test_ranks_on_two_hosts_name_the_hosts_and_leave_no_file(shm: Path) -> None:
     store = dist.HashStore()
     elsewhere = {"host": "far-away/boot", "error": "", "In": "/x/In", "Out": "/x/Out"}
     store.set(shm_windows._names_key("dom", 1), json.dumps(elsewhere).encode())
-    server = _Server(0, store, 1)
-    server._share_windows(Group([0, 1], "dom"))
+    server = _window_part(0, store)
+    server.share(Group([0, 1], "dom"))
     with pytest.raises(hp.HcclNoWindowsError) as info:
         server.window("dom", 1, "Out")
     assert str(info.value) == (
@@ -253,7 +272,7 @@ def test_a_forced_exit_removes_the_files_this_process_created(shm: Path) -> None
 def paths_after_ring() -> list[str]:
     """The ring kernel (each rank writes only its peers' windows); this run's window files."""
     out = ring_rank()
-    paths = current_rank_context().server.window_paths
+    paths = current_rank_context().server.windows.paths
     assert out and not [p for p in paths if os.path.exists(p)], "files remain during the run"
     return paths
 
@@ -289,7 +308,7 @@ from test_windows import ring_rank
 
 def main():
     ring_rank()
-    paths = current_rank_context().server.window_paths
+    paths = current_rank_context().server.windows.paths
     print("ready", os.getpid(), json.dumps(paths), flush=True)
     threading.Event().wait()
 

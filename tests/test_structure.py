@@ -346,3 +346,51 @@ def test_adding_an_op_names_every_file_it_takes() -> None:
     assert all(m in registry for m in modules), (
         "every op module is listed in hccl_py/ops/__init__.py"
     )
+
+
+#: The parts of the Server protocol (hccl_py/server/protocol.py).
+PROTOCOL_PARTS = frozenset({"Tasks", "Windows", "Meetings", "Lifecycle"})
+#: The folders whose classes hold their parts rather than mix them in.
+COMPOSED = ("hccl_py/server", "hccl_py/backends", "emu")
+MAX_BASES = 2
+
+
+def _bases(node: ast.ClassDef) -> list[str]:
+    """A class's bases as written, the Server protocol's parts among them counted as one."""
+    names = [ast.unparse(base) for base in node.bases]
+    parts = [n for n in names if n.rpartition(".")[2] in PROTOCOL_PARTS]
+    return [n for n in names if n not in parts] + ([" + ".join(parts)] if parts else [])
+
+
+def _mixed_classes(source: str) -> dict[str, list[str]]:
+    """Class name -> bases, for the classes of ``source`` with more than MAX_BASES bases."""
+    classes = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]
+    return {c.name: _bases(c) for c in classes if len(_bases(c)) > MAX_BASES}
+
+
+def test_servers_hold_their_parts() -> None:
+    """No class in hccl_py/server/, hccl_py/backends/ or emu/ has more than two bases.
+
+    The rule: a class there lists at most two bases. The parts of the Server
+    protocol (Tasks, Windows, Meetings, Lifecycle) are one interface cut into
+    parts for reading: listed together they count as one base (``Server``
+    joins all four). Windows, one-sided copies, the race check and reports are
+    objects with one job each that a server builds in its ``__init__`` and
+    holds as attributes, not mixins that keep state in the server.
+    """
+    mixed = {
+        f"{path.relative_to(ROOT)}:{name}": bases
+        for folder in COMPOSED
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for name, bases in _mixed_classes(path.read_text()).items()
+    }
+    assert not mixed, f"classes with more than {MAX_BASES} bases (hold parts instead): {mixed}"
+
+
+def test_the_bases_check_sees_a_mixin_class() -> None:
+    source = (
+        "class A(B, m.C, D):\n    pass\n"
+        "class S(Tasks, Windows, Meetings, Lifecycle):\n    pass\n"
+        "class E(Base, p.Tasks, p.Windows):\n    pass\n"
+    )
+    assert _mixed_classes(source) == {"A": ["B", "m.C", "D"]}

@@ -573,6 +573,20 @@ def test_backends_without_windows_say_so_at_the_first_window_call() -> None:
     )
 
 
+def test_the_hccl_server_refuses_window_meetings_and_meets_exchanges_on_its_groups() -> None:
+    from hccl_py.backends.dist.server import DistServer
+    from hccl_py.core.group import Group
+    from hccl_py.server.protocol import EXCHANGE
+
+    server = DistServer.__new__(DistServer)
+    server.backend_name, server.domains = "hccl", {}
+    group = Group([0, 1], "g")
+    with pytest.raises(hp.HcclNoWindowsError, match="^rank 0 waits: the hccl backend does not"):
+        server.meet(group, 0, "0", "rank 0 waits")
+    assert server.meet(group, 0, EXCHANGE, "all_reduce", b"{}") is None  # no process group
+    assert server.meet(Group([3], "one"), 0, EXCHANGE, "all_reduce", b"{}") == [b"{}"]
+
+
 def test_batch_write_on_some_ranks_does_not_shift_the_collectives() -> None:
     m = 3
 

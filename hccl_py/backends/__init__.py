@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 #: Backend name -> "module:Class"; modules are imported only when used.
 BACKENDS: dict[str, str] = {
     "emu": "hccl_py.backends.emu.backend:EmuBackend",
-    "gloo": "hccl_py.backends.dist.server:GlooBackend",
+    "gloo": "hccl_py.backends.dist.gloo:GlooBackend",
     "hccl": "hccl_py.backends.dist.server:HcclBackend",
 }
 

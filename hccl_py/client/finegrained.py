@@ -73,6 +73,7 @@ class FineGrainedCalls(OneSidedCalls):
         self.state.record_wait(core, h, round_idx)
         task = info.task or self.state.task(h, core)
         self.server.wait(task, round_idx)
+        self.state.observe_turn(core, h, round_idx)
         info.waits = round_idx + 1
         return self._ok(HCCL_SUCCESS)
 

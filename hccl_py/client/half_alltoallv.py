@@ -153,7 +153,7 @@ class WriteCalls(FineGrainedCalls):
         core = self._core()
         self.state.task(h, core)
         key, _ = self.state.writes[h]
-        self.server.rendezvous(
+        self.server.meet(
             self.state.group,
             self.state.rank,
             key,

@@ -22,12 +22,7 @@ from .lifecycles import LIFECYCLES
 from .log import logged
 from .sender import is_sender
 from .state import Handle
-
-
-def _core_name(core: Any) -> str:
-    """``AIC core 1``: a core of the running kernel, as reports name it."""
-    return f"{core.kind.name} core {core.block_idx}"
-
+from .state import core_name as _core_name
 
 _C = HcclCMDType
 
@@ -138,6 +133,7 @@ class Hccl(WriteCalls):
         self.state.record_wait(core, h, info.waits)
         task = info.task or self.state.task(h, core)
         self.server.wait(task, info.waits)
+        self.state.observe_turn(core, h, info.waits)
         info.waits += 1
         return self._ok(HCCL_SUCCESS)
 
@@ -219,7 +215,6 @@ class Hccl(WriteCalls):
                         op=op_name(info.op),
                         round=info.commits,
                     )
-            self.state.check_finalize_order(self._core())
             if self.handles:
                 server.finalize(
                     self.state.group,
@@ -230,6 +225,7 @@ class Hccl(WriteCalls):
             if sync:
                 for h, info in enumerate(self.handles):
                     LIFECYCLES[info.lifecycle].drain(self, info, h)
+                self.state.check_finalize_order(self._core())
         self.finalized = True
         self._ok(None)
 

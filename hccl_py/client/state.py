@@ -1,9 +1,9 @@
 """Per-launch client state: what the Hccl objects of all cores of one launch share.
 
 Handles and tasks per context, the sending core, InterHcclGroupSync
-dependencies, and the SyncAll ordering between other cores' Waits and the
-sending core's Finalize; at kernel exit, the check for work the real server
-would hang on.
+dependencies, and the race between other cores' Waits and the reset of the
+finished-turn counters in the sending core's Finalize; at kernel exit, the check
+for work the real server would hang on.
 """
 
 from __future__ import annotations
@@ -11,12 +11,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..core import report
 from ..core.constants import HcclCMDType, HcclDataType
 from ..core.errors import HcclCoreError, HcclUnfinishedError
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 from ..ops import OPS
+
+#: How to order every core's Waits before the sending core's Finalize.
+FIX = "call SyncAll() after the last Wait of every core and before Finalize"
+
+
+def core_name(core: CoreContext) -> str:
+    """``AIV core 1``: a core of the running kernel, as reports name it."""
+    return f"{core.kind.name} core {core.block_idx}"
 
 
 @dataclass
@@ -67,6 +76,10 @@ class ClientState:
         self.launch_idx: int | None = None
         self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+        #: Whether the sender's Finalize reset the finished-turn counters before a racing Wait
+        #: polled (a seeded schedule's choice), and whether the race was reported.
+        self.reset = False
+        self.hazard_warned = False
         #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
         self.writes: dict[int, tuple[str, list]] = {}
         #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).
@@ -96,35 +109,99 @@ class ClientState:
         return self.launch_idx
 
     def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
-        """A core starts waiting: it must be ordered before the sender's Finalize by a SyncAll."""
+        """A core starts waiting; after the sender's Finalize in its own order, it hangs for sure."""
         passed = self.launch.barriers_passed(core)
         with self.rank_ctx.blocker.cond:
             finalized = self.finalized_by
             self.waits.append((core, passed, handle, round_idx))
-        if finalized is not None and core != finalized[0]:
-            self._unordered(finalized[0], core, handle, round_idx, "already finalized")
+        if finalized is None or core == finalized[0]:
+            return
+        if self.launch.ordered_before(finalized[0], finalized[1], core):
+            self._after_reset(finalized[0], core, handle, round_idx)
 
     def check_finalize_order(self, core: CoreContext) -> None:
-        """The sending core finalizes: every other core's Waits must come before it (SyncAll)."""
+        """The sending core's Finalize resets the finished-turn counters the other cores poll.
+
+        Called where the official ``Finalize<true>`` resets them (after the server
+        finished). A Wait of another core not ordered before it by a SyncAll is a
+        race (hccl_aicpu_impl.h): a ``finalize-unordered`` warning.
+        """
         with self.rank_ctx.blocker.cond:
             self.finalized_by = (core, self.launch.barriers_passed(core))
             waits = list(self.waits)
         for other, passed, handle, round_idx in waits:
             if other != core and not self.launch.ordered_before(other, passed, core):
-                self._unordered(core, other, handle, round_idx, "finalizes")
+                self._warn_unordered(core, other, handle, round_idx)
+                return
 
-    def _unordered(
-        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int, verb: str
+    def observe_turn(self, core: CoreContext, handle: int, round_idx: int) -> None:
+        """A Wait's round finished: its poll sees the counter unless Finalize reset it first.
+
+        After the sender's Finalize the reset and this poll race; the blocker
+        decides which comes first (hardware's usual order by default, the seed's
+        choice under a seeded schedule). Once reset, no later Wait sees its turn:
+        it hangs and the scheduler's deadlock report names it.
+        """
+        blocker = self.rank_ctx.blocker
+        with blocker.cond:
+            finalized = self.finalized_by
+            if finalized is None or core == finalized[0]:
+                return
+            self.reset |= blocker.reset_first()
+            reset = self.reset
+        if not reset:
+            self._warn_unordered(finalized[0], core, handle, round_idx)
+            return
+        where = f"rank {self.rank_ctx.rank} {core_name(core)}"
+        task = self.tasks[handle].describe()
+        blocker.wait_for(
+            lambda: False,
+            lambda: (
+                f"{where} waits for round {round_idx} of handle {handle} {task} in domain "
+                f"{self.group.name} forever: {core_name(finalized[0])}'s Finalize reset the "
+                f"finished-turn counters before this Wait polled, with no SyncAll() between "
+                f"them [finalize-unordered]; {FIX}"
+            ),
+        )
+
+    def _warn_unordered(
+        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
     ) -> None:
+        """The ``finalize-unordered`` warning, once per launch and domain."""
+        with self.rank_ctx.blocker.cond:
+            warned, self.hazard_warned = self.hazard_warned, True
+        if warned:
+            return
+        report.warn(
+            "finalize-unordered",
+            f"{core_name(finalizer)}'s Finalize resets the finished-turn counters while no "
+            f"SyncAll() orders {core_name(waiter)}'s Wait for handle {handle} round {round_idx} "
+            "before it: on hardware that Wait may poll after the reset and hang (this run let "
+            f"it see its turn first, as hardware usually does); {FIX}",
+            domain=self.group.name,
+            handle=handle,
+            op=self._op(handle),
+            round=round_idx,
+        )
+
+    def _op(self, handle: int) -> str | None:
+        """The op name of ``handle``'s task (None before the sending core prepared it)."""
+        task = self.tasks.get(handle)
+        return op_name(task.op) if task is not None else None
+
+    def _after_reset(
+        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
+    ) -> None:
+        """A Wait ordered after the sender's Finalize: the reset always comes first, a sure hang."""
         raise HcclCoreError(
-            f"{finalizer.kind.name} core {finalizer.block_idx} {verb} while "
-            f"{waiter.kind.name} core {waiter.block_idx} waits for handle {handle} round "
-            f"{round_idx}: no SyncAll() separates that Wait from Finalize. Finalize resets "
-            "the finish counters the other cores poll, so on hardware they may hang; call "
-            "SyncAll() after the last Wait of every core and before Finalize",
+            f"{core_name(waiter)} waits for handle {handle} round {round_idx} after "
+            f"{core_name(finalizer)} finalized (a SyncAll or flag orders the Wait after that "
+            "Finalize): Finalize reset the finished-turn counters this Wait polls, so on "
+            f"hardware it hangs in every schedule; {FIX}",
             rank=self.rank_ctx.rank,
             domain=self.group.name,
             handle=handle,
+            op=self._op(handle),
             round=round_idx,
         )
 
@@ -134,7 +211,7 @@ class ClientState:
         blocker.wait_for(
             lambda: handle in self.tasks,
             lambda: (
-                f"rank {self.rank_ctx.rank} {core.kind.name} core {core.block_idx} waits for the "
+                f"rank {self.rank_ctx.rank} {core_name(core)} waits for the "
                 f"sending core to prepare handle {handle} in domain {self.group.name}"
             ),
         )

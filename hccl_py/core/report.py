@@ -49,6 +49,10 @@ KINDS: dict[str, str] = {
     "alg-config": "the host's algConfig string names no algorithm the op knows",
     "dtype-mismatch": "a Prepare's dataType is not the dtype of a tensor passed as its buffer",
     "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
+    "finalize-unordered": (
+        "a core's Wait is not ordered before the sending core's Finalize by a SyncAll: "
+        "Finalize's counter reset may come first on hardware, and that Wait hangs"
+    ),
     "group-name": "a tiling's groupName is not the domain of the Hccl object that uses it",
     "message-slots": "an InterHcclGroupSync beyond the domain's message slots is ignored",
     "overlap": "overlapping receive ranges, run with overlap='warn'",

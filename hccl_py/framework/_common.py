@@ -7,7 +7,10 @@ ranks of the group exchange a small record of what they were asked to do
 output that is too small). Every rank then holds every rank's record, so all
 of them raise the same clear error, naming the ranks and values, before any
 data moves: no rank hangs and no partial result is presented as success.
-The exchange costs two small AllGathers (record lengths, then the records).
+The exchange is a meeting of the server (``meet`` at ``EXCHANGE``: emulated
+ranks hand their records to each other, gloo ranks all-gather them on the
+domain's process group); where the server cannot meet, it costs two small
+AllGathers (record lengths, then the records).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype
 from ..core.errors import HcclMismatchError
 from ..core.group import WORLD_GROUP_NAME, Group
 from ..kernel.context import current_rank_context
+from ..server.protocol import EXCHANGE
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64
@@ -164,7 +168,7 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
 def _exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     ctx = current_rank_context()
-    direct = ctx.server.exchange(group, group.rank_of(ctx.rank), op, payload)
+    direct = ctx.server.meet(group, group.rank_of(ctx.rank), EXCHANGE, op, payload)
     if direct is not None:
         return direct
     n = group.size

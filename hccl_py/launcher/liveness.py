@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -34,6 +35,12 @@ STALE_S = 10.0
 PARENT_ENV = "HCCL_PY_PARENT_PID"
 #: Folder where a rank process writes its Python stacks when its supervisor sends SIGUSR1.
 STACKS_ENV = "HCCL_PY_STACK_DIR"
+#: Folders of a job (os.pathsep-separated) that its rank processes remove when the process
+#: that started them is killed: it cannot remove them itself (hp.run's store folder, the fork
+#: server's socket folder).
+ORPHAN_DIRS_ENV = "HCCL_PY_ORPHAN_DIRS"
+#: Name prefixes of the only folders :func:`remove_orphan_dirs` removes.
+ORPHAN_PREFIXES = ("hccl_py-", "pymp-")
 _stack_files: list[Any] = []
 
 
@@ -46,7 +53,7 @@ def dump_stacks_on_request(rank: int) -> None:
     folder = os.environ.get(STACKS_ENV)
     if not folder or not hasattr(signal, "SIGUSR1") or _stack_files:
         return
-    out = open(stack_file(folder, rank), "w")  # noqa: SIM115 - stays open for the signal handler
+    out = open(stack_file(folder, rank), "x")  # noqa: SIM115 - stays open for the signal handler
     _stack_files.append(out)
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
 
@@ -126,9 +133,25 @@ def watch_parent(rank: int) -> None:
                 flush=True,
             )
         finally:
+            remove_orphan_dirs()
             forced_exit(1)
 
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
+
+
+def remove_orphan_dirs() -> None:
+    """Remove the folders of :data:`ORPHAN_DIRS_ENV`: the process that made them is gone.
+
+    Only temporary folders of this user whose names hccl_py or multiprocessing chose
+    (:data:`ORPHAN_PREFIXES`) are removed; several ranks may do it at once.
+    """
+    for folder in os.environ.get(ORPHAN_DIRS_ENV, "").split(os.pathsep):
+        name = os.path.basename(folder.rstrip(os.sep))
+        if not name.startswith(ORPHAN_PREFIXES):
+            continue
+        with contextlib.suppress(OSError):
+            if os.lstat(folder).st_uid == os.getuid():
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 class RankDiedError(errors.HcclError):

@@ -133,6 +133,15 @@ class Blocker:
         """Whether the server may leave ready work for later (the emulator's late schedules)."""
         return False
 
+    def reset_first(self) -> bool:
+        """Whether a Finalize's counter reset comes before another core's racing Wait poll.
+
+        Real threads decide it by timing: the client models the usual hardware
+        order (the Wait sees its turn first). The emulator's seeded schedules
+        decide it from their seed (``emu/policies.py``).
+        """
+        return False
+
     @property
     def serial(self) -> Any:
         """The lock every hccl_py call holds (the server's ``serial``)."""

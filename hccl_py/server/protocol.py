@@ -59,6 +59,9 @@ class Windows:
 
     #: Why this backend has no windows (None: it has them); named at the first window call.
     no_windows: str | None = "this backend does not provide communication windows"
+    #: Whether an unchanged flag poll may end in a deadlock report: only where every rank is
+    #: a thread of this process (a poll cannot see ranks of other processes wait).
+    polls_detect_deadlock = False
 
     def window(self, domain: str, rank: int, kind: str) -> Allocation:
         """Global rank ``rank``'s window ``kind`` ("In"/"Out") of ``domain``; raises without windows."""
@@ -81,31 +84,39 @@ class Windows:
         """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
 
 
-class Meetings:
-    """Direct meetings of the ranks of a domain, outside any task.
+#: The ``key`` of a framework collective's exchange of its arguments: each rank's next
+#: exchange in the domain (a server numbers them in call order, as a process group orders
+#: its calls). Every other key names a meeting over windows (AlltoAllvWrite's Wait).
+EXCHANGE = "framework exchange"
 
-    Framework collectives first exchange what every rank was asked to do
-    (:func:`hccl_py.framework._common.agree`), and AlltoAllvWrite's Wait needs
-    every peer's writes into this rank's window to be done. Optional: without
-    them framework collectives exchange their descriptions with two AllGather
-    tasks, and AlltoAllvWrite is refused as windows are.
+
+class Meetings:
+    """Direct meetings of the ranks of a domain, outside any task: one hook, :meth:`meet`.
+
+    Needed by framework collectives, which first exchange what every rank was
+    asked to do (:func:`hccl_py.framework._common.agree`, at key
+    :data:`EXCHANGE`), and by AlltoAllvWrite's Wait, which needs every peer's
+    writes into this rank's window to be done (keyed by the write's number in
+    its domain). Optional: without it framework collectives exchange their
+    descriptions with two AllGather tasks, and AlltoAllvWrite is refused as
+    windows are.
     """
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
-        """Every domain rank's ``payload`` of their next exchange in ``group``, or None.
+    def meet(
+        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+    ) -> list[bytes] | None:
+        """Domain rank ``rank`` arrives at ``key`` in ``group``; block until every rank did.
 
-        ``op`` names the framework collective (``all_reduce``) for reports. A
-        server that can rendezvous directly (the emulator: one process) returns
-        the payloads in domain-rank order; None (the default) makes the caller
-        exchange them with two AllGather tasks like any collective.
+        Returns every rank's ``payload`` in domain-rank order, or None where
+        this server cannot meet directly: at :data:`EXCHANGE` the caller then
+        exchanges the payloads with two AllGather tasks like any collective.
+        A meeting over windows also waits until the copies into the windows
+        landed; without windows (the default) it raises HcclNoWindowsError.
+        ``what`` names the meeting in reports: the framework collective
+        (``all_reduce``), or who waits for what.
         """
-        return None
-
-    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
-        """Domain rank ``rank`` arrived at ``key``; block until every rank of ``group`` did.
-
-        AlltoAllvWrite's Wait: every rank's writes into this rank's window are done.
-        """
+        if key == EXCHANGE:
+            return None
         raise HcclNoWindowsError(f"{what}: {self.no_windows}")
 
 

@@ -8,9 +8,9 @@ Prepare buffer) whose memory is mapped only when first touched, from
 zero-filled pages that the system commits only when written, so that a world
 of 64 ranks costs nothing until its kernels use the windows.
 
-Where the memory comes from is the server's business (:class:`LocalWindows`
-for ranks that share one process; shared-memory files for gloo processes on
-one host); backends without windows raise :class:`HcclNoWindowsError` at the
+Where the memory comes from is the server's business (a :class:`LocalWindows`
+of anonymous memory for ranks that share one process; shared-memory files for
+gloo processes on one host); backends without windows raise :class:`HcclNoWindowsError` at the
 first window call.
 """
 
@@ -205,58 +205,59 @@ class HcclNoWindowsError(HcclUsageError):
     always_raise = True
 
 
-class LocalWindows:
-    """Windows of ranks that share one address space (the emulator's threads).
+#: Where a window's bytes come from: ``factory(nbytes)`` -> (tensor, what keeps it mapped).
+Memory = Callable[[int], tuple[torch.Tensor, object]]
 
-    A mixin for a :class:`~hccl_py.server.protocol.Server` with a ``config``: windows are
-    created on first request and mapped on first touch.
+
+def _anonymous(domain: str, rank: int, kind: str) -> Memory:
+    return anonymous_memory
+
+
+class LocalWindows:
+    """The windows a server hands out, by (domain, rank, kind) and by integer base address.
+
+    A server builds one and forwards its window hooks to it. A window is created
+    on first request and mapped on first touch, from ``memory(domain, rank,
+    kind)`` (anonymous memory of this process by default: ranks that share one
+    address space, the emulator's threads); ``on_map(window)`` is called once
+    its memory is mapped.
     """
 
-    config: object
-    #: Whether an unchanged flag poll may end in a deadlock report: only where every rank is
-    #: a thread of this process (a poll cannot see ranks of other processes wait).
-    polls_detect_deadlock = True
+    def __init__(
+        self,
+        buffsize_mb: int,
+        memory: Callable[[str, int, str], Memory] = _anonymous,
+        on_map: Callable[[WindowAllocation], None] | None = None,
+    ) -> None:
+        self.buffsize_mb = buffsize_mb
+        self.memory = memory
+        self.on_map = on_map
+        self._by_key: dict[tuple[str, int, str], WindowAllocation] = {}
+        self._by_base: dict[int, WindowAllocation] = {}
 
-    def _window_store(self) -> dict[object, WindowAllocation]:
-        store = self.__dict__.get("_windows")
-        if store is None:
-            store = self.__dict__.setdefault("_windows", {})
-        return store
-
-    def window_memory(
-        self, window: WindowAllocation
-    ) -> Callable[[int], tuple[torch.Tensor, object]]:
-        """Where ``window``'s bytes come from (anonymous memory of this process)."""
-        return anonymous_memory
-
-    def window_mapped(self, window: WindowAllocation) -> None:
-        """``window``'s memory was just mapped (a hook; the default does nothing)."""
+    def __len__(self) -> int:
+        """How many windows were created so far."""
+        return len(self._by_key)
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` ("In"/"Out"/"Exp") of ``domain``."""
-        store = self._window_store()
         key = (domain, rank, kind)
-        found = store.get(key)
+        found = self._by_key.get(key)
         if found is None:
             with _lock:
-                found = store.get(key)
+                found = self._by_key.get(key)
                 if found is None:
                     found = WindowAllocation(
-                        domain, rank, kind, self.config.buffsize_mb, anonymous_memory
+                        domain, rank, kind, self.buffsize_mb, self.memory(domain, rank, kind)
                     )
-                    found._factory = self.window_memory(found)
-                    found.on_map = self.window_mapped
-                    store[key] = found
-                    store[found.int_base()] = found
+                    found.on_map = self.on_map
+                    self._by_base[found.int_base()] = found
+                    self._by_key[key] = found
         return found
 
     def window_at(self, base: int) -> WindowAllocation | None:
         """The window whose integer base address is ``base``, if one was created."""
-        return self._window_store().get(base)
-
-    def touched_windows(self) -> list[WindowAllocation]:
-        """The windows whose memory was mapped so far."""
-        return [w for k, w in self._window_store().items() if isinstance(k, tuple) and w.touched]
+        return self._by_base.get(base)
 
 
 def _resolve(base: int) -> Allocation | None:

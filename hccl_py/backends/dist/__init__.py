@@ -1,6 +1,7 @@
 """The torch.distributed backends ("gloo" and "hccl"): one process per rank.
 
-- :mod:`.server`: ``DistServer``, ``GlooBackend``, ``HcclBackend``.
+- :mod:`.server`: ``DistServer``, ``HcclBackend``.
+- :mod:`.gloo`: ``GlooBackend`` and its server (``DistServer`` with shared windows).
 - :mod:`.domain_queue`: one domain's tasks on one rank, run in Prepare order.
 - :mod:`.rounds`: the process-group calls of one round of each op.
 - :mod:`.session`: this process's place in the world (store, groups, liveness, outcomes).

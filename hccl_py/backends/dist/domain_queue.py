@@ -16,22 +16,17 @@ over the domain's process group instead, in Prepare order with its tasks.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
-from ...core.gm import NULL
-from ...core.task import Task
 from ...core.group import Group
-from ...launcher import sealed
+from ...core.task import Task
 from ...launcher import store as kv
 from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import count_mismatch, global_rank, mismatch
@@ -42,13 +37,10 @@ from . import rounds as pg_rounds
 from .descriptors import (
     decode_descriptor,
     desc_key,
-    encode_descriptor,
     final_key,
     returned_key,
-    stub,
 )
 from .session import LOOK_S, Session
-
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)

@@ -47,9 +47,9 @@ import torch.distributed as dist
 from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
-from ...server.reduce import reduce_ranks
-from ...sanitizer.overlap import first_shared
 from ...core.task import Task
+from ...sanitizer.overlap import first_shared
+from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
 

@@ -1,4 +1,4 @@
-"""The torch.distributed server, and the "gloo" and "hccl" backends built on it.
+"""The torch.distributed server, and the "hccl" backend built on it (gloo: :mod:`.gloo`).
 
 Each rank is a process. Its :class:`DistServer` keeps one process group per
 domain (the world group and every ``hp.new_group``) and one thread per domain
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,9 +24,9 @@ import torch
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclError, HcclTimeoutError
-from ...core.task import Task
+from ...core.errors import HcclError
 from ...core.group import Group
+from ...core.task import Task
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
@@ -35,14 +34,13 @@ from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
-from ...server.protocol import Backend, Server
+from ...server.protocol import EXCHANGE, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
 from .descriptors import desc_key, encode_descriptor, final_key, returned_key
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
-from .shm_windows import SharedWindows
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
@@ -52,9 +50,6 @@ REDUCE_ENV = "HCCL_PY_REDUCE"
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
-
-#: How often an AlltoAllvWrite Wait looks at the store on gloo.
-RENDEZVOUS_POLL_S = 0.002
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
@@ -188,16 +183,21 @@ class DistServer(Server):
             )
         if self.checks(task):
             key = desc_key(task.domain_name, task.seq, task.rank)
-            self._set(key, encode_descriptor(task, key))
+            self.publish(key, encode_descriptor(task, key))
         with self.cond:
             self._queue(task).submit(task)
             self.cond.notify_all()
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes] | None:
-        """Every domain rank's ``payload``: one all-gather on the domain's process group.
+    def meet(
+        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+    ) -> list[bytes] | None:
+        """A framework exchange: every domain rank's ``payload``, one all-gather on its group.
 
-        None (the two AllGather tasks of any server) for a group without a process group here.
+        None (the two AllGather tasks of any server) for a group without a process
+        group here; a meeting over windows is refused (this server has none).
         """
+        if key != EXCHANGE:
+            return super().meet(group, rank, key, what, payload)
         if group.size == 1:
             return [payload]
         if self.domains.get(group.name) is None:
@@ -205,7 +205,7 @@ class DistServer(Server):
         with self.cond:
             queue = self._queue_of(group)
             self._release()
-        return queue.exchange(op, payload)
+        return queue.exchange(what, payload)
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones before its first round.
@@ -218,7 +218,7 @@ class DistServer(Server):
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
         if self.check_tasks:
-            self._set(final_key(group.name, launch, rank), str(n_tasks).encode())
+            self.publish(final_key(group.name, launch, rank), str(n_tasks).encode())
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
         """This rank returned from kernel launch ``launch``: forget its finished tasks."""
@@ -230,11 +230,18 @@ class DistServer(Server):
 
     def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
-        self._set(returned_key(rank), b"1")
+        self.publish(returned_key(rank), b"1")
 
-    def _set(self, key: str, value: bytes) -> None:
+    def publish(self, key: str, value: bytes) -> None:
+        """Set ``key`` in the run's store (deleted after the run)."""
         self.store.set(key, value)
         self._keys[key] = None
+
+    def count_in(self, key: str) -> int:
+        """Count this rank in at store counter ``key`` (once); how many ranks are in."""
+        step = 0 if key in self._keys else 1
+        self._keys[key] = None
+        return int(self.store.add(key, step))
 
     def forget(self) -> None:
         """Delete this rank's task descriptors (call once no rank of the run checks any more)."""
@@ -386,45 +393,6 @@ class DistBackend(Backend):
                 f"{spec.world_size} ranks"
             )
         return session_for(spec, self, config.timeout).run(fn, args, config, gather=True)
-
-
-class GlooBackend(DistBackend):
-    """One CPU process per rank over torch.distributed's gloo (several hosts too)."""
-
-    name = "gloo"
-    pg_backend = "gloo"
-    check_tasks = True
-    exact = True
-    widen = {
-        torch.float16: torch.float32,
-        torch.bfloat16: torch.float32,
-        torch.int16: torch.int32,
-    }
-    drops_nan = True
-
-    def server_class(self) -> type[Server]:
-        """The gloo server, with windows in shared memory."""
-        return GlooServer
-
-
-class GlooServer(SharedWindows, DistServer):
-    """The gloo server: :class:`DistServer` with windows in shared memory of one host."""
-
-    def rendezvous(self, group: Group, rank: int, key: str, what: str) -> None:
-        """Count this rank in at ``key`` through the store; poll until every rank of ``group`` is."""
-        name = f"rendezvous/{group.name}/{key}"
-        if name not in self._keys:
-            self.store.add(name, 1)
-            self._keys[name] = None
-        deadline = time.monotonic() + self.config.timeout
-        while int(self.store.add(name, 0)) < group.size:
-            self.session.check_abort()
-            if time.monotonic() > deadline:
-                raise HcclTimeoutError(
-                    f"timed out after {self.config.timeout:g} s: {what}: not every rank of "
-                    f"domain {group.name} made its AlltoAllvWrite"
-                )
-            time.sleep(RENDEZVOUS_POLL_S)
 
 
 class HcclBackend(DistBackend):

@@ -27,17 +27,30 @@ import os
 import secrets
 import socket
 import stat
-from collections.abc import Callable
+import time
+from typing import Any, Protocol
 
 import torch
 
+from ...core.config import Config
+from ...core.errors import HcclTimeoutError
 from ...core.group import Group
 from ...launcher import shm_files
-from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
-from ...server.windows import BUFFSIZE_ENV, KINDS, HcclNoWindowsError, LocalWindows, WindowAllocation
 from ...launcher import store as kv
+from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
+from ...server.windows import (
+    BUFFSIZE_ENV,
+    KINDS,
+    HcclNoWindowsError,
+    LocalWindows,
+    Memory,
+    WindowAllocation,
+)
+from .session import Session
 
 _TOKEN_KEY = "windows/token"
+#: How often an AlltoAllvWrite Wait looks at the store.
+RENDEZVOUS_POLL_S = 0.002
 
 
 def _names_key(domain: str, rank: int) -> str:
@@ -160,35 +173,65 @@ def _record(raw: bytes) -> dict[str, str]:
     return record
 
 
-class SharedWindows(LocalWindows):
-    """Mixin for the gloo server (a ``DistServer``): windows in shared memory of one host."""
+class WindowHost(Protocol):
+    """What the shared windows need of their rank's server (``DistServer``)."""
 
-    #: A poll of a window flag cannot see the other processes wait: only the timeout applies.
-    polls_detect_deadlock = False
+    backend_name: str
+    config: Config
+    #: This run's number (in the token of window file names) and its part of the store.
+    run: int
+    session: Session
+    store: Any
+
+    def group_timeout(self) -> float:
+        """Seconds creating a domain may wait for its ranks."""
+        ...
+
+    def publish(self, key: str, value: bytes) -> None:
+        """Set ``key`` in the run's store (deleted after the run)."""
+        ...
+
+    def count_in(self, key: str) -> int:
+        """Count this rank in at store counter ``key`` (once); how many ranks are in."""
+        ...
+
+
+class SharedWindows:
+    """The windows of one gloo rank's server, in shared memory of one host.
+
+    The server builds one and forwards its window hooks to it; it shares the
+    windows of every domain this rank is a member of (:meth:`share`).
+    """
+
+    def __init__(self, host: WindowHost) -> None:
+        self.host = host
+        #: This job's token in window file names (the launcher's, or rank 0's of this run).
+        self.token: str | None = None
+        #: The window files of this run's domains (each removed once every member mapped it).
+        self.paths: list[str] = []
+        #: (domain, global rank, kind) -> the shared mapping of that window.
+        self.maps: dict[tuple[str, int, str], mmap.mmap] = {}
+        #: domain -> why its windows cannot be used (named at the first window call).
+        self.problems: dict[str, str] = {}
+        self.local = LocalWindows(host.config.buffsize_mb, memory=self._memory)
 
     def _token(self) -> str:
-        """This job's token in window file names (the launcher's, or rank 0's of this run)."""
-        token = self.__dict__.get("_shm_token")
-        if token is None:
+        """This job's token, agreed with rank 0 at the first domain."""
+        if self.token is None:
             token = os.environ.get(TOKEN_ENV, "")
             if not token:
-                if self.session.rank == 0:
-                    self._set(_TOKEN_KEY, new_token().encode())
+                if self.host.session.rank == 0:
+                    self.host.publish(_TOKEN_KEY, new_token().encode())
                 self._wait([_TOKEN_KEY], "rank 0 did not publish the token of window files")
-                token = self.store.get(_TOKEN_KEY).decode()
-            token = self.__dict__["_shm_token"] = f"{token}-{self.run}"
-        return token
+                token = self.host.store.get(_TOKEN_KEY).decode()
+            self.token = f"{token}-{self.host.run}"
+        return self.token
 
-    def on_new_group(self, group: Group) -> None:
-        """Create the domain's process group, then share its windows (members only)."""
-        super().on_new_group(group)
-        if group.rank_of(self.session.rank) is not None:
-            self._share_windows(group)
-
-    def _share_windows(self, group: Group) -> None:
+    def share(self, group: Group) -> None:
         """Create this rank's window files, map every member's, let the last one remove them."""
-        me, name = self.session.rank, group.name
-        nbytes = self.config.buffsize_mb << 20
+        host = self.host
+        me, name = host.session.rank, group.name
+        nbytes = host.config.buffsize_mb << 20
         own: dict[str, tuple[str, mmap.mmap]] = {}
         mine: dict[str, str] = {"host": host_id(), "error": ""}
         try:
@@ -201,7 +244,7 @@ class SharedWindows(LocalWindows):
             mine["error"] = exc.reason
         finally:
             mine.update({kind: path for kind, (path, _) in own.items()})
-            self._set(_names_key(name, me), json.dumps(mine).encode())
+            host.publish(_names_key(name, me), json.dumps(mine).encode())
         published = self._published(group)
         mapped: dict[tuple[int, str], mmap.mmap] = {}
         problem = self._hosts_problem(published) or next(
@@ -219,31 +262,28 @@ class SharedWindows(LocalWindows):
                         )
             except HcclNoWindowsError as exc:
                 problem, mapped = exc.reason, {}
-            self._keys[_mapped_key(name)] = None
-            if int(self.store.add(_mapped_key(name), 1)) == group.size:
+            if host.count_in(_mapped_key(name)) == group.size:
                 remove_files(paths)
-        self.__dict__.setdefault("_window_paths", []).extend(paths)
-        self.__dict__.setdefault("_window_maps", {}).update(
-            {(name, r, kind): m for (r, kind), m in mapped.items()}
-        )
+        self.paths.extend(paths)
+        self.maps.update({(name, r, kind): m for (r, kind), m in mapped.items()})
         if problem is not None:
-            self.__dict__.setdefault("_window_problems", {})[name] = problem
+            self.problems[name] = problem
 
     def _published(self, group: Group) -> dict[int, dict[str, str]]:
         """Every member's published window files (or the problem it had), by global rank."""
         keys = [_names_key(group.name, r) for r in group.ranks]
         self._wait(keys, f"ranks did not publish their window files of domain {group.name}")
-        values = kv.get_all(self.store, keys)
+        values = kv.get_all(self.host.store, keys)
         return {r: _record(raw) for r, raw in zip(group.ranks, values, strict=True)}
 
     def _wait(self, keys: list[str], what: str) -> None:
         """Wait for ``keys`` in the run's store; a failure of another rank ends the wait."""
         kv.wait_keys(
-            self.store,
+            self.host.store,
             keys,
-            self.group_timeout(),  # part of creating the domain, as its process group
+            self.host.group_timeout(),  # part of creating the domain, as its process group
             lambda missing: f"{what}: {missing}",
-            self.session.check_abort,
+            self.host.session.check_abort,
         )
 
     def _hosts_problem(self, published: dict[int, dict[str, str]]) -> str | None:
@@ -253,40 +293,55 @@ class SharedWindows(LocalWindows):
         if not others:
             return None
         return (
-            f"the {self.backend_name} backend keeps windows in shared memory of one host, but "
-            f"ranks run on {socket.gethostname()} and {', '.join(others)}: run window kernels "
-            "with the ranks on one host, or on the emulator"
+            f"the {self.host.backend_name} backend keeps windows in shared memory of one host, "
+            f"but ranks run on {socket.gethostname()} and {', '.join(others)}: run window "
+            "kernels with the ranks on one host, or on the emulator"
         )
-
-    @property
-    def window_paths(self) -> list[str]:
-        """The window files of this run's domains (each removed once every member mapped it)."""
-        return list(self.__dict__.get("_window_paths", []))
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """``rank``'s window, or the problem its domain's files had (HcclNoWindowsError)."""
-        problem = self.__dict__.get("_window_problems", {}).get(domain)
-        if problem is None and (domain, rank, kind) not in self.__dict__.get("_window_maps", {}):
+        problem = self.problems.get(domain)
+        if problem is None and (domain, rank, kind) not in self.maps:
             problem = f"domain {domain} has no shared window of rank {rank} on this rank"
         if problem is not None:
             raise HcclNoWindowsError(f"GetWindows{kind}Addr: {problem}")
-        return super().window(domain, rank, kind)
+        return self.local.window(domain, rank, kind)
 
-    def window_memory(
-        self, window: WindowAllocation
-    ) -> Callable[[int], tuple[torch.Tensor, object]]:
+    def window_at(self, base: int) -> WindowAllocation | None:
+        """The window whose integer base address is ``base``, if this rank used it."""
+        return self.local.window_at(base)
+
+    def _memory(self, domain: str, rank: int, kind: str) -> Memory:
         """The window's shared mapping, made when the domain was created."""
-        mapping = self.__dict__["_window_maps"][(window.domain, window.rank, window.kind)]
+        mapping = self.maps[(domain, rank, kind)]
         return lambda nbytes: (torch.frombuffer(mapping, dtype=torch.uint8, count=nbytes), mapping)
 
+    def meet(self, group: Group, key: str, what: str) -> list[bytes]:
+        """Count this rank in at ``key`` through the store; poll until every rank of ``group`` is.
+
+        A write into a window of shared memory is done when its call returns,
+        so every rank's arrival means that their copies landed.
+        """
+        name = f"rendezvous/{group.name}/{key}"
+        timeout = self.host.config.timeout
+        deadline = time.monotonic() + timeout
+        while self.host.count_in(name) < group.size:
+            self.host.session.check_abort()
+            if time.monotonic() > deadline:
+                raise HcclTimeoutError(
+                    f"timed out after {timeout:g} s: {what}: not every rank of "
+                    f"domain {group.name} made its AlltoAllvWrite"
+                )
+            time.sleep(RENDEZVOUS_POLL_S)
+        return [b""] * group.size
+
     def close(self) -> None:
-        """Stop the server; after a failed run, remove the window files that may remain."""
-        super().close()
+        """After a failed run, remove the window files that may remain."""
         try:
-            failed = self.session.store.check([kv.ABORT])
+            failed = self.host.session.store.check([kv.ABORT])
         except RuntimeError:  # the store's host is gone: the job ended
             failed = True
         if failed:
-            remove_files(self.window_paths)
-            if "_shm_token" in self.__dict__:
-                remove_job_files(self.__dict__["_shm_token"])
+            remove_files(self.paths)
+            if self.token is not None:
+                remove_job_files(self.token)

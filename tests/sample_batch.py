@@ -1,0 +1,64 @@
+"""Run several samples one after the other in one process, each as ``python samples/X.py`` would.
+
+``python tests/sample_batch.py samples/a.py samples/b.py`` (also under
+``python -m hccl_py run``, torchrun or msrun) runs each sample as a fresh
+``__main__`` with the samples folder first on ``sys.path`` and its own
+``sys.argv``, shows warnings anew for each (a warning one sample gave is not
+hidden in the next), and prints every line the sample wrote, to stdout or
+stderr, as ``<sample>| <line>``, then ``<sample>| exit <code>``. One process
+pays for importing torch once instead of once per sample; the lines keep
+samples apart even where ranks of a launcher share one output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import runpy
+import sys
+import traceback
+import warnings
+
+#: What a sample's lines start with in the batch's output: ``<sample>| ``.
+SEPARATOR = "| "
+
+
+def run_one(path: str) -> int:
+    """Run the sample at ``path`` as ``__main__``; print its prefixed lines; return its exit code."""
+    name = os.path.basename(path)
+    captured = io.StringIO()
+    code = 0
+    argv, sys.argv = sys.argv, [path]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(captured),
+            contextlib.redirect_stderr(captured),
+        ):
+            warnings.simplefilter("default")
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+            except BaseException:  # noqa: BLE001 - reported like an uncaught exception, then go on
+                traceback.print_exc()
+                code = 1
+    finally:
+        sys.argv = argv
+        sys.path.pop(0)
+    for line in [*captured.getvalue().splitlines(), f"exit {code}"]:
+        print(f"{name}{SEPARATOR}{line}", flush=True)
+    return code
+
+
+def main(paths: list[str]) -> int:
+    """Run every sample of ``paths``; the batch's own exit code is 0 unless a sample crashed it."""
+    for path in paths:
+        run_one(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

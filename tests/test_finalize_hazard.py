@@ -1,0 +1,177 @@
+"""Finalize without SyncAll: the race between other cores' Waits and Finalize's counter reset.
+
+The shape is the end of ops-transformer's BatchMatMulReduceScatterAlltoAll: every
+AIV core Commits and Waits the last handle, and core 0 (the sending core)
+Finalizes right after its own Wait, with no SyncAll. The official client's
+``Finalize<true>`` resets the finished-turn counters that the other cores' Waits
+poll (hccl_aicpu_impl.h): on hardware they usually poll first, but may hang.
+The default schedule runs the kernel as hardware usually does, with a
+``finalize-unordered`` warning; exploration finds the schedule that hangs; a Wait
+ordered after the Finalize hangs in every schedule and stays an error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from cases import init_hccl, make_tiling
+from expect import expects_warning
+
+import hccl_py as hp
+from hccl_py import Hccl, HcclDataType, HcclReduceOp
+
+F32 = HcclDataType.HCCL_DATA_TYPE_FP32
+SUM = HcclReduceOp.HCCL_REDUCE_SUM
+N = 8  # float32 elements per rank and handle
+HANDLES = 2  # like the kernel's AlltoAll handles and its last ReduceScatter
+CORES = 4
+WORLD = 2
+TIMEOUT = 20.0
+#: Schedules to explore: far more than a hanging one needs (each seeded schedule in which
+#: a Wait polls after the Finalize puts the reset first with probability 1/2).
+SCHEDULES = 16
+
+
+def wait_all(h: Hccl, handles: list[int]) -> None:
+    for handle in handles:
+        h.Wait(handle)
+
+
+def shipping_end(h: Hccl, handles: list[int]) -> None:
+    """BatchMatMulReduceScatterAlltoAll's end: Wait every handle, then Finalize at once."""
+    wait_all(h, handles)
+    h.Finalize()
+
+
+def synced_end(h: Hccl, handles: list[int]) -> None:
+    """The fix: every core's last Wait comes before Finalize through a SyncAll."""
+    wait_all(h, handles)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def wait_after_finalize(h: Hccl, handles: list[int]) -> None:
+    """The sending core finalizes, then a SyncAll orders the other cores' Waits after it."""
+    if hp.GetBlockIdx() == 0:
+        wait_all(h, handles)
+        h.Finalize()
+        hp.SyncAll()
+    else:
+        hp.SyncAll()
+        wait_all(h, handles)
+        h.Finalize()
+
+
+ENDS = {"shipping": shipping_end, "synced": synced_end, "after": wait_after_finalize}
+
+
+def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor) -> Any:
+    """Every AIV core prepares and commits the AllReduces, ends with ``end``, then reads y."""
+
+    def kernel(x: Any, y_gm: Any, tiling: Any) -> None:
+        h = init_hccl(Hccl(), tiling)
+        handles = [h.AllReduce[False](x, y_gm + i * N * 4, N, F32, SUM, 1) for i in range(HANDLES)]
+        for handle in handles:
+            h.Commit(handle)
+        ENDS[end](h, handles)
+        seen[hp.GetBlockIdx()] = y
+
+    return kernel
+
+
+def main(end: str) -> torch.Tensor:
+    """One launch on ``CORES`` AIV cores; what each core read from y after its Wait."""
+    x = torch.arange(N, dtype=torch.float32) + 10 * hp.get_rank()
+    y = torch.zeros(HANDLES * N)
+    seen = torch.full((CORES, HANDLES * N), float("nan"))
+    hp.launch(allreduce_kernel(end, y, seen), x, y, make_tiling(), block_dim=CORES)
+    return seen
+
+
+def expected() -> np.ndarray:
+    """What every core of every rank reads: the sum of the ranks' x."""
+    xs = np.arange(N, dtype=np.float32) + 10 * np.arange(WORLD, dtype=np.float32)[:, None]
+    return np.tile(xs.sum(axis=0), (CORES, HANDLES))
+
+
+def kinds(result: Any) -> dict[int, list[str]]:
+    """The warning kinds each rank reported."""
+    return {rank: [w.kind for w in ws] for rank, ws in result.warnings.items()}
+
+
+def deadlock_of(err: hp.WorldError) -> str:
+    """The text of the run's deadlock report (a root cause)."""
+    found = [e for e in err.root_causes.values() if isinstance(e, hp.HcclDeadlockError)]
+    assert found, f"no deadlock report:\n{err}"
+    return str(found[0])
+
+
+@expects_warning("finalize-unordered")
+def test_default_schedule_runs_the_shipping_kernel_with_one_warning_per_rank() -> None:
+    result = hp.run(main, world_size=WORLD, args=("shipping",), timeout=TIMEOUT)
+    for seen in result:
+        np.testing.assert_array_equal(seen.numpy(), expected())
+    assert kinds(result) == {rank: ["finalize-unordered"] for rank in range(WORLD)}
+    text = str(result.warnings[0][0])
+    for fact in ("AIV core 0's Finalize", "handle 0 round 0", "SyncAll()", "may poll after"):
+        assert fact in text, f"{fact!r} missing from: {text}"
+
+
+@expects_warning("finalize-unordered")
+def test_exploring_finds_the_hang_and_its_seed_replays_it() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=WORLD, args=("shipping",), explore=SCHEDULES, timeout=TIMEOUT)
+    err = info.value
+    assert isinstance(err.seed, int) and err.seed >= 1
+    assert f"replay: hp.run(..., seed={err.seed})" in str(err)
+    report = deadlock_of(err)
+    assert re.search(
+        r"AIV core [1-3] waits for round 0 of handle [01] AllReduce\(.*\) in domain hccl_world_group",
+        report,
+    )
+    for fact in (
+        "forever",
+        "AIV core 0's Finalize reset the finished-turn counters",
+        "no SyncAll() between",
+        "[finalize-unordered]",
+    ):
+        assert fact in report, f"{fact!r} missing from:\n{report}"
+    with pytest.raises(hp.WorldError) as again:
+        hp.run(main, world_size=WORLD, args=("shipping",), seed=err.seed, timeout=TIMEOUT)
+    assert deadlock_of(again.value) == report
+
+
+def test_syncall_before_finalize_gives_no_warning_in_any_schedule() -> None:
+    result = hp.run(main, world_size=WORLD, args=("synced",), explore=SCHEDULES, timeout=TIMEOUT)
+    for seen in result:
+        np.testing.assert_array_equal(seen.numpy(), expected())
+    # Any HcclWarning in any schedule would fail the run (pyproject.toml makes them errors).
+    assert not any(kinds(result).values())
+
+
+def test_a_wait_ordered_after_finalize_hangs_in_every_schedule() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=WORLD, args=("after",), explore=4, timeout=TIMEOUT)
+    err = info.value
+    assert err.seed is None, "the default schedule must already fail"
+    roots = [e for e in err.root_causes.values() if isinstance(e, hp.HcclCoreError)]
+    assert roots, f"no HcclCoreError root cause:\n{err}"
+    text = str(err)
+    for fact in (
+        "AIV core 1 waits for handle 0 round 0 after AIV core 0 finalized",
+        "hangs in every schedule",
+        "hccl_world_group",
+    ):
+        assert fact in text, f"{fact!r} missing from:\n{text}"
+
+
+@expects_warning("finalize-unordered")
+def test_gloo_runs_the_shipping_kernel_with_the_warning() -> None:
+    result = hp.run(main, world_size=WORLD, args=("shipping",), backend="gloo", timeout=TIMEOUT)
+    for seen in result:
+        np.testing.assert_array_equal(seen.numpy(), expected())
+    assert kinds(result) == {rank: ["finalize-unordered"] for rank in range(WORLD)}
