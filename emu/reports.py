@@ -1,7 +1,7 @@
 """The emulated server's reports: why a round has not run, and the state of the world.
 
 A part of :class:`~.world.EmuWorld`, kept apart so that the server's logic
-and the texts that explain it stay readable; it reads the world's slots
+and the texts that explain it stay readable; it reads the world's task board
 through :class:`SlotState`, and every method runs under the world's lock.
 """
 
@@ -12,6 +12,7 @@ from typing import Protocol
 
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
+from hccl_py.server.task_queue import Position, TaskBoard
 
 from .slot import Slot
 
@@ -30,17 +31,9 @@ def returned_note(returned: Collection[int]) -> str:
 class SlotState(Protocol):
     """What the reports read of the world (:class:`~.world.EmuWorld`)."""
 
-    #: Slots that have not finished, and the global ranks that returned from their function.
-    unfinished: dict[Slot, None]
+    #: The domain task queues, and the global ranks that returned from their function.
+    board: TaskBoard
     returned: set[int]
-
-    def _previous(self, slot: Slot) -> Slot | None:
-        """The slot before ``slot`` in its domain (None for the first)."""
-        ...
-
-    def _dep_slots(self, slot: Slot) -> list[Slot]:
-        """The slots of the InterHcclGroupSync dependencies of ``slot``'s tasks."""
-        ...
 
 
 class WorldReports:
@@ -55,39 +48,37 @@ class WorldReports:
 
     def _why(self, slot: Slot, round_idx: int, depth: int) -> str:
         """Under the lock: why round ``round_idx`` of ``slot`` has not run."""
-        ranks, world = slot.sample().domain.ranks, self.world
-        if slot.error is not None:
-            return f"failed: {slot.error.reason}"
-        if slot.done > round_idx:
-            return "finished"
-        if not slot.complete:
+        why = self.world.board.why(slot, round_idx)
+        ranks = slot.sample().domain.ranks
+        if why.kind == "failed":
+            return f"failed: {why.error.reason}"
+        if why.kind == "not submitted":
+            return self._missing(f"ranks {[ranks[r] for r in why.ranks]}", "prepared this task")
+        if why.kind == "not committed":
             return self._missing(
-                f"ranks {[ranks[r] for r in slot.not_submitted()]}", "prepared this task"
+                f"ranks {[ranks[r] for r in why.ranks]}", f"committed round {round_idx}"
             )
-        lagging = [ranks[r] for r in slot.not_committed(round_idx + 1)]
-        if lagging:
-            return self._missing(f"ranks {lagging}", f"committed round {round_idx}")
-        if slot.done < round_idx:
+        if why.kind == "earlier round":
             return f"round {slot.done} has to run first"
-        previous = world._previous(slot)
-        if previous is not None and not previous.finished:
+        if why.kind == "earlier task":
+            previous = why.position
             what = previous.sample()
             text = (
                 f"the server runs the tasks of a domain in Prepare order and task "
                 f"#{previous.seq} (handle {what.handle}, {what.describe()}) has not finished"
             )
             return self._chain(text, previous, depth)
-        for dep in world._dep_slots(slot):
-            if not dep.finished:
-                text = (
-                    f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain} "
-                    f"(handle {dep.sample().handle}, {dep.sample().describe()})"
-                )
-                return self._chain(text, dep, depth)
-        return "running" if slot.running else "runnable"
+        if why.kind == "dependency":
+            dep = why.dep if why.position is None else why.position.sample()
+            text = (
+                f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain_name} "
+                f"(handle {dep.handle}, {dep.describe()})"
+            )
+            return self._chain(text, why.position, depth)
+        return why.kind
 
-    def _chain(self, text: str, blocker: Slot, depth: int) -> str:
-        if depth <= 1:
+    def _chain(self, text: str, blocker: Position | None, depth: int) -> str:
+        if depth <= 1 or blocker is None:
             return text
         return f"{text}; that task: {self._why(blocker, blocker.done, depth - 1)}"
 
@@ -96,7 +87,7 @@ class WorldReports:
 
     def describe_world(self) -> str:
         """Under the lock: one line per unfinished slot, oldest first."""
-        slots = sorted(self.world.unfinished, key=lambda s: s.key)
+        slots = self.world.board.unfinished()
         lines = []
         for slot in slots[:STATE_LINES]:
             ranks = slot.sample().domain.ranks

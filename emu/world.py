@@ -22,19 +22,17 @@ import functools
 import threading
 from collections.abc import Iterator
 
-import torch
-
 from hccl_py.core import layout
 from hccl_py.core.config import Config
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
-from hccl_py.sanitizer.poison import in_place, poison
+from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
-from hccl_py.server.ordering import behind, dependency_state
 from hccl_py.server.protocol import EXCHANGE, Server
+from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
@@ -83,86 +81,25 @@ class EmuWorld(Server):
         self.writes = OneSidedWrites(
             self.blocker, self.races, config.poison, self.meetings, self.returned
         )
+        #: Every domain's slots, their order, failures and poison (one state machine).
+        self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         self.reports = WorldReports(self)
         self.blocker.describe_world = self.reports.describe_world
-        self.slots: dict[tuple[str, int], Slot] = {}
-        self.pending: dict[Slot, None] = {}
-        self.unfinished: dict[Slot, None] = {}
-        self.failed_at: dict[str, Slot] = {}
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
         #: (domain, launch) -> domain ranks that returned from that kernel launch.
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
-        #: Per domain: every slot below this position finished and was forgotten.
-        self.retired_below: dict[str, int] = {}
-        self.unpoisoned: dict[Slot, dict[int, list[int]]] = {}
-        self.poisoned: dict[Slot, list[tuple[int, list[tuple[int, torch.Tensor]], Task]]] = {}
         #: Mapped windows by the data pointer of their storage (flag polls through tensors).
         self.flag_windows: dict[int, WindowAllocation] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
-        key = (task.domain_name, task.seq)
-        slot = self.slots.get(key)
-        if slot is None and task.seq < self.retired_below.get(task.domain_name, 0):
-            return Slot.retired(task)
-        if slot is None:
-            slot = self.slots[key] = Slot(key, task.rank_dim)
-            self.unfinished[slot] = None
-            failed = self.failed_at.get(slot.domain)
-            if failed is not None and failed.seq < slot.seq:
-                self._set_error(slot, self._behind(failed))
+        slot = self.board.position(task)
+        assert isinstance(slot, Slot)
         return slot
-
-    def _behind(self, failed: Slot) -> HcclError:
-        return behind(failed.error, failed.seq, failed.domain)
 
     def _fail(self, slot: Slot, error: HcclError) -> None:
         """Under the lock: ``slot`` failed; so does every later slot of its domain."""
-        if slot.error is not None:
-            return
-        self._set_error(slot, error)
-        first = self.failed_at.get(slot.domain)
-        if first is None or slot.seq < first.seq:
-            self.failed_at[slot.domain] = slot
-        for later in [s for s in self.unfinished if s.domain == slot.domain and s.seq > slot.seq]:
-            self._set_error(later, self._behind(slot))
-        self.blocker.progressed()
-
-    def _set_error(self, slot: Slot, error: HcclError) -> None:
-        slot.error = error
-        self.pending.pop(slot, None)
-        self.unfinished.pop(slot, None)
-        self.unpoisoned.pop(slot, None)
-        self._unpoison(slot)
-
-    def _previous(self, slot: Slot) -> Slot | None:
-        return self.slots.get((slot.domain, slot.seq - 1)) if slot.seq else None
-
-    def _dep_slots(self, slot: Slot) -> list[Slot]:
-        return [self._slot(dep) for task in slot.tasks.values() for dep in task.deps]
-
-    def _ready(self, slot: Slot) -> bool:
-        if slot.running or slot.error is not None or not slot.complete or slot.finished:
-            return False
-        if slot.not_committed(slot.done + 1):
-            return False
-        previous = self._previous(slot)
-        if previous is not None and not previous.finished:
-            return False
-        deps = [dep for task in slot.tasks.values() for dep in task.deps]
-        done, error = dependency_state(
-            deps, lambda dep: self._slot(dep).error, lambda dep: self._slot(dep).finished
-        )
-        if error is not None:
-            self._fail(slot, error)
-        return done
-
-    def _reached(self, slot: Slot, task: Task) -> bool:
-        """Whether this rank's server has got to ``task``: every task it must follow finished."""
-        previous = self._previous(slot)
-        if previous is not None and not previous.finished:
-            return False
-        return all(self._slot(dep).finished for dep in task.deps)
+        self.board.fail(slot, error)
 
     def _poison_reached(self) -> None:
         """Under the lock: poison committed rounds whose task the server has reached.
@@ -171,49 +108,19 @@ class EmuWorld(Server):
         kernel that reads them before Wait sees NaN / 0xFF. Earlier, the blocks
         may still be another task's input. In-place rounds are left alone.
         """
-        for slot, per_rank in list(self.unpoisoned.items()):
-            if slot.error is not None:
-                del self.unpoisoned[slot]
-                continue
-            for rank, rounds in list(per_rank.items()):
-                task = slot.tasks[rank]
-                if not self._reached(slot, task):
-                    continue
-                for r in rounds:
-                    if r >= slot.done and not in_place(task, r):
-                        nbytes = layout.round_blocks(task, "recv", r).total()
-                        self.lane.run_sized(nbytes, self._poison, slot, task, r)
-                del per_rank[rank]
-            if not per_rank:
-                del self.unpoisoned[slot]
+        for slot, task, r in self.board.poison_due():
+            if not in_place(task, r):
+                nbytes = layout.round_blocks(task, "recv", r).total()
+                self.lane.run_sized(nbytes, self._poison, slot, task, r)
 
     def _poison(self, slot: Slot, task: Task, round_idx: int) -> None:
         """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""
-        blocks = layout.round_blocks(task, "recv", round_idx)
-        data = task.recv.alloc.data
-        saved = [
-            (start, data[start : start + size].clone())
-            for start, size in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
-            if size
-        ]
-        self.poisoned.setdefault(slot, []).append((round_idx, saved, task))
-        poison(task, round_idx)
-
-    def _unpoison(self, slot: Slot, round_idx: int | None = None) -> None:
-        """Under the lock: forget (a run round) or restore (a failed slot) poisoned bytes."""
-        kept = []
-        for r, saved, task in self.poisoned.pop(slot, []):
-            if round_idx is not None and r != round_idx:
-                kept.append((r, saved, task))
-            elif round_idx is None:
-                data = task.recv.alloc.data
-                for start, raw in saved:
-                    data[start : start + len(raw)].copy_(raw)
-        if kept:
-            self.poisoned[slot] = kept
+        self.board.poisoned(slot, round_idx, save_and_poison(task, round_idx))
 
     def _has_work(self) -> bool:
-        return bool(self.writes.pending) or any(self._ready(s) for s in list(self.pending))
+        return bool(self.writes.pending) or any(
+            self.board.ready(s) for s in list(self.board.pending)
+        )
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
@@ -221,15 +128,12 @@ class EmuWorld(Server):
         write = self.writes.job()
         if write is not None:
             return write
-        for slot in list(self.pending):
-            if self._ready(slot):
-                slot.running = True
-                return functools.partial(self._execute, slot)
-        return None
+        slot = self.board.claim()
+        return None if slot is None else functools.partial(self._execute, slot)
 
     def _execute(self, slot: Slot) -> None:
         round_idx = slot.done
-        tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
+        tasks = [slot.tasks[r] for r in slot.ranks]
         error = None
         started = now_us()
         try:
@@ -240,17 +144,10 @@ class EmuWorld(Server):
                 f"round {round_idx} of {tasks[0].describe()} failed: {type(exc).__name__}: {exc}"
             )
         with self.blocker.cond:
-            slot.running = False
-            if error is not None:
-                self._fail(slot, error)
-            else:
-                self._unpoison(slot, round_idx)
-                slot.done += 1
+            self.board.finish(slot, error)
+            if error is None:
                 for task in tasks:
                     server_round(task, round_idx, started)
-            if slot.finished:
-                self.pending.pop(slot, None)
-                self.unfinished.pop(slot, None)
             self._poison_reached()
             self.blocker.progressed()
 
@@ -258,14 +155,13 @@ class EmuWorld(Server):
     def submit(self, task: Task) -> None:
         with self.blocker.cond:
             self.blocker.raise_if_failed()
-            slot = self._slot(task)
-            slot.tasks[task.rank] = task
+            slot = self.board.submit(task)
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
                 if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                tasks = [slot.tasks[r] for r in range(slot.rank_dim)]
+                tasks = [slot.tasks[r] for r in slot.ranks]
                 error = mismatch(tasks) or shared_between_ranks(tasks)
                 if error is not None:
                     self._fail(slot, error)
@@ -274,13 +170,10 @@ class EmuWorld(Server):
     def commit(self, task: Task, round_idx: int) -> None:
         with self.blocker.cond:
             self.blocker.raise_if_failed()
-            slot = self._slot(task)
-            slot.committed[task.rank] = round_idx + 1
+            slot = self.board.commit(task, round_idx, self.config.poison)
+            assert isinstance(slot, Slot)
             slot.clocks[(task.rank, round_idx)] = self.watched.release(task.domain.ranks[task.rank])
-            if slot.error is None and not slot.finished:
-                self.pending[slot] = None
             if self.config.poison:
-                self.unpoisoned.setdefault(slot, {}).setdefault(task.rank, []).append(round_idx)
                 self._poison_reached()
             self.blocker.progressed()
         self.blocker.run_ready()
@@ -319,7 +212,7 @@ class EmuWorld(Server):
 
     def _ordered_after(self, slot: Slot, task: Task, rounds: range) -> None:
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
-        clocks = [slot.clocks.get((r, k)) for k in rounds for r in range(slot.rank_dim)]
+        clocks = [slot.clocks.get((r, k)) for k in rounds for r in slot.ranks]
         self.watched.acquire(task.domain.ranks[task.rank], clocks)
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
@@ -332,8 +225,9 @@ class EmuWorld(Server):
         self.flush_writes(name, rank)
         with self.blocker.cond:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
-            for slot in list(self.unfinished):
-                if slot.domain != name or slot.complete:
+            dom = self.board.domains.get(name)
+            for slot in [] if dom is None else dom.unfinished():
+                if slot.complete:
                     continue
                 for t in slot.tasks.values():
                     if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:
@@ -354,15 +248,9 @@ class EmuWorld(Server):
                 return
             del self.launch_returns[(name, launch)]
             self.finalized.pop((name, launch), None)
-            seq = self.retired_below.get(name, 0)
-            slot = self.slots.get((name, seq))
-            while slot is not None and slot.finished and slot.error is None:
-                if slot.sample().launch > launch:
-                    break
-                del self.slots[slot.key]
-                seq += 1
-                slot = self.slots.get((name, seq))
-            self.retired_below[name] = seq
+            dom = self.board.domains.get(name)
+            if dom is not None:
+                dom.retire(launch)
 
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
@@ -435,6 +323,5 @@ class EmuWorld(Server):
         with self.blocker.cond:
             self.returned.add(rank)
             if self.blocker.error is not None and len(self.returned) == self.world_size:
-                for slot in list(self.poisoned):
-                    self._unpoison(slot)
+                self.board.restore_all()
             self.blocker.progressed()

@@ -149,7 +149,7 @@ def test_exact_all_reduce_of_large_rounds_is_bit_identical_to_the_emulator() -> 
 
 
 def test_poisoned_late_rounds_still_land(monkeypatch: pytest.MonkeyPatch) -> None:
-    """poison=True and the late schedule on gloo: receive ranges are poisoned at Commit, then filled."""
+    """poison=True and the late schedule on gloo: receive ranges are poisoned once reached, then filled."""
     batch = cases.numpy_cases(5, 6)
     per_rank = hp.run(
         cases.run_cases,

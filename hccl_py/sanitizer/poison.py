@@ -4,16 +4,24 @@ A committed round's receive blocks are filled with NaN (floating types) or 0xFF
 bytes until the round runs, so a kernel that reads its output before Wait sees
 the pattern. Rounds whose receive blocks share bytes with their own send
 blocks (in-place use) are never poisoned: that would destroy the input.
+
+Every backend follows one rule (the order is kept by
+:mod:`hccl_py.server.task_queue`): a committed round is poisoned once the
+server reached its task, and when the round never runs (its task failed, or
+the run failed) the bytes it held before are put back (:func:`save_and_poison`,
+:func:`restore`).
 """
 
 from __future__ import annotations
+
+import torch
 
 from ..core import layout
 from ..core.constants import torch_dtype_of
 from ..core.task import Task
 from .overlap import in_place
 
-__all__ = ["in_place", "poison"]
+__all__ = ["Saved", "in_place", "poison", "restore", "save_and_poison"]
 
 
 def poison(task: Task, round_idx: int) -> None:
@@ -32,3 +40,28 @@ def poison(task: Task, round_idx: int) -> None:
             region.view(dtype).fill_(float("nan"))
         else:
             region.fill_(0xFF)
+
+
+#: What :func:`save_and_poison` kept of one round: its task and (start, original bytes) pairs.
+Saved = tuple[Task, list[tuple[int, torch.Tensor]]]
+
+
+def save_and_poison(task: Task, round_idx: int) -> Saved:
+    """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""
+    blocks = layout.round_blocks(task, "recv", round_idx)
+    data = task.recv.alloc.data
+    saved = [
+        (start, data[start : start + size].clone())
+        for start, size in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
+        if size
+    ]
+    poison(task, round_idx)
+    return task, saved
+
+
+def restore(saved: Saved) -> None:
+    """Put back the bytes :func:`save_and_poison` kept (the round never ran)."""
+    task, pieces = saved
+    data = task.recv.alloc.data
+    for start, raw in pieces:
+        data[start : start + len(raw)].copy_(raw)

@@ -9,9 +9,10 @@ The AI CPU server reads one message queue per domain, in Prepare order:
   server never gets past it, and a task whose dependency failed fails with
   that reason (:func:`dependency_failed`).
 
-The emulator keeps one slot per collective (every rank's task), the
-torch.distributed server one queue per domain on each rank; both decide with
-these functions, so their reports read the same.
+The emulator tracks every rank's task of a collective, the torch.distributed
+server only its own rank's; both keep them in one state machine
+(:mod:`.task_queue`), which decides with these functions, so their reports
+read the same.
 """
 
 from __future__ import annotations

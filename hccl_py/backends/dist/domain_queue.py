@@ -4,7 +4,9 @@ As the AI CPU server reads its message queue, a :class:`DomainQueue` runs
 round ``r`` of a task once this rank committed it (late schedule: once
 somebody waits for it), the previous round of the domain finished and every
 InterHcclGroupSync dependency finished. A failed task fails every later task
-of the domain (:mod:`hccl_py.server.ordering`). With task checks on, the
+of the domain. Those rules are the emulator's: the state lives in the
+server's :class:`~hccl_py.server.task_queue.TaskBoard`, which tracks this
+rank's tasks only (its peers' progress is the process group's business). With task checks on, the
 first round of each task first compares its descriptor with the peers' ones
 through the store; :class:`Absentees` names a peer that will never send one.
 A framework collective's arguments (:meth:`DomainQueue.exchange`) travel
@@ -26,8 +28,9 @@ from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
 from ...core.group import Group
 from ...core.task import Task
 from ...launcher import store as kv
+from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import count_mismatch, global_rank, mismatch
-from ...server.ordering import behind, dependency_state
+from ...server.task_queue import DomainTasks, TaskBoard
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
@@ -50,6 +53,7 @@ class DistServer(Protocol):
 
     backend_name: str
     blocker: Any
+    board: TaskBoard
     cond: threading.Condition
     config: Config
     late: bool
@@ -62,6 +66,18 @@ class DistServer(Protocol):
         ...
 
 
+def poison_reached(board: TaskBoard) -> None:
+    """Under the lock: poison the committed rounds whose task the server reached.
+
+    The emulator's rule (:mod:`hccl_py.sanitizer.poison`): until then the
+    receive blocks may still be an earlier task's input; the bytes are kept
+    and put back if the round never runs.
+    """
+    for position, task, r in board.poison_due():
+        if not in_place(task, r):
+            board.poisoned(position, r, save_and_poison(task, r))
+
+
 class DomainQueue:
     """The tasks of one domain on this rank, run in Prepare order by one thread."""
 
@@ -69,50 +85,70 @@ class DomainQueue:
         self.server = server
         self.group = group
         self.dom = dom
-        self.tasks: dict[int, Task] = {}
-        self.committed: dict[int, int] = {}
-        self.released: dict[int, int] = {}
-        self.done: dict[int, int] = {}
-        self.seq = 0
-        self.round = 0
-        #: Every task below this position finished and was forgotten (:meth:`retire`).
-        self.retired_below = 0
+        #: This rank's positions of the domain (the state machine shared with the emulator).
+        rank = group.rank_of(server.session.rank)
+        assert rank is not None, "a domain queue exists only on the domain's ranks"
+        self.queue: DomainTasks = server.board.domain(group.name, (rank,))
+        #: What the domain's thread (or a framework collective's exchange) does now, if anything.
         self.running = ""
-        self.error: HcclError | None = None
-        self.failed_seq: int | None = None
         self.stopping = False
         #: The task whose descriptors this queue's thread is comparing, if any.
         self.comparing: Task | None = None
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
-    def _deps_state(self, task: Task) -> tuple[bool, HcclError | None]:
-        """``(finished, error)`` of the task's InterHcclGroupSync dependencies."""
-        queues = self.server.queues
+    @property
+    def seq(self) -> int:
+        """The position the domain is at: its first unfinished task."""
+        return self.queue.head_seq
 
-        def failure(dep: Task) -> HcclError | None:
-            queue = queues.get(dep.domain_name)
-            return None if queue is None else queue.failure_at(dep.seq)
+    @property
+    def round(self) -> int:
+        """The next round of the task at :attr:`seq`."""
+        head = self.queue.head()
+        return 0 if head is None else head.done
 
-        def finished(dep: Task) -> bool:
-            queue = queues.get(dep.domain_name)
-            return queue is not None and queue.rounds_done(dep.seq, dep.repeat) >= dep.repeat
+    @property
+    def tasks(self) -> dict[int, Task]:
+        """This rank's tasks by position (not retired)."""
+        return {seq: p.sample() for seq, p in self.queue.positions.items() if p.tasks}
 
-        return dependency_state(task.deps, failure, finished)
+    @property
+    def error(self) -> HcclError | None:
+        """The error of the domain's first failed task, if any."""
+        return self.queue.first_failure()
+
+    def submit(self, task: Task) -> None:
+        """Under the lock: queue this rank's ``task``."""
+        self.server.board.submit(task)
+
+    def commit(self, task: Task, round_idx: int) -> None:
+        """Under the lock: this rank committed ``round_idx`` of ``task``."""
+        self.server.board.commit(task, round_idx, self.server.config.poison)
+        poison_reached(self.server.board)
 
     def ready(self) -> bool:
-        """Whether the thread can start its next round now."""
-        task = self.tasks.get(self.seq)
-        if task is None or self.error is not None or self.running:
-            return False
-        rounds = self.released if self.server.late else self.committed
-        if rounds.get(self.seq, 0) <= self.round:
-            return False
-        return self._deps_state(task)[0]
+        """Whether the thread can start its next round now (a failed dependency fails it)."""
+        head = self.queue.head()
+        return head is not None and not self.running and self.server.board.ready(head)
 
     def rounds_done(self, seq: int, repeat: int) -> int:
         """How many rounds of task ``seq`` (of ``repeat`` rounds) finished."""
-        return repeat if seq < self.retired_below else self.done.get(seq, 0)
+        return self.queue.rounds_done(seq, repeat)
+
+    def comes_first(self) -> str:
+        """Under the lock: the report of the round this domain must run before a later one."""
+        head = self.queue.head()
+        what = f"handle {head.sample().handle}, {head.sample().describe()}" if head else ""
+        state = self.running or (
+            "not committed by this rank"
+            if head is None or self.server.board.why(head, head.done).kind == "not committed"
+            else "waiting for an InterHcclGroupSync dependency"
+        )
+        return (
+            f"the domain runs its tasks in Prepare order and round {self.round} of task "
+            f"#{self.seq} ({what or 'not prepared yet'}) comes first: {state}"
+        )
 
     def retire(self, launch: int) -> range:
         """Under the lock: forget the finished tasks of kernel launches up to ``launch``.
@@ -120,14 +156,7 @@ class DomainQueue:
         This rank returned from that launch, so nobody here waits for them any
         more; their buffers are released. Returns the positions forgotten.
         """
-        first = seq = self.retired_below
-        while seq < self.seq and self.tasks[seq].launch <= launch:
-            del self.tasks[seq]
-            for rounds in (self.committed, self.released, self.done):
-                rounds.pop(seq, None)
-            seq += 1
-        self.retired_below = seq
-        return range(first, seq)
+        return self.queue.retire(launch)
 
     def forget_descriptors(self, rank: int, launch: int, seqs: range) -> None:
         """Delete the task descriptors of ``launch`` once every rank of the domain returned from it.
@@ -150,29 +179,18 @@ class DomainQueue:
 
     def failure_at(self, seq: int) -> HcclError | None:
         """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""
-        if self.error is None or seq < self.failed_seq:
-            return None
-        if seq == self.failed_seq:
-            return self.error
-        return behind(self.error, self.failed_seq, self.group.name)
-
-    def _fail(self, error: HcclError) -> None:
-        self.error = error
-        self.failed_seq = self.seq
-        self.server.cond.notify_all()
+        return self.queue.failure_at(seq)
 
     # ------------------------------------------------------------ running rounds
     def claim(self) -> tuple[Task, int] | None:
         """Under the lock: take the next round if it can start now (the queue is then running)."""
-        task = self.tasks.get(self.seq)
-        if task is not None and self.error is None and not self.running:
-            error = self._deps_state(task)[1]
-            if error is not None:
-                self._fail(error)
-        if self.stopping or not self.ready():
+        head = self.queue.head()
+        if self.stopping or self.running or head is None:
             return None
-        self.running = f"running round {self.round} on the process group"
-        return task, self.round
+        if self.server.board.claim([head]) is None:
+            return None
+        self.running = f"running round {head.done} on the process group"
+        return head.sample(), head.done
 
     def execute(self, task: Task, r: int) -> HcclError | None:
         """Outside the lock: run one claimed round; return its error, if any."""
@@ -258,14 +276,10 @@ class DomainQueue:
     def finish(self, task: Task, r: int, error: HcclError | None) -> None:
         """Under the lock: record the outcome of a claimed round and move on."""
         self.running = ""
-        if error is not None:
-            self._fail(error)
-            return
-        self.done[self.seq] = r + 1
-        if r + 1 == task.repeat:
-            self.seq, self.round = self.seq + 1, 0
-        else:
-            self.round = r + 1
+        position = self.queue.get(task.seq)
+        assert position is not None and position.done == r
+        self.server.board.finish(position, error)
+        poison_reached(self.server.board)
         self.server.cond.notify_all()
 
     def drain(self) -> None:

@@ -31,10 +31,11 @@ from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
 from ...launcher.spec import spec_from_env, under_launcher
-from ...sanitizer.poison import in_place, poison
+from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
 from ...server.protocol import EXCHANGE, Backend, Server
+from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
 from .descriptors import desc_key, encode_descriptor, final_key, returned_key
@@ -89,6 +90,10 @@ class DistServer(Server):
         self.late = config.schedule == "late"
         self.domains: dict[str, pg_rounds.Domain | None] = {}
         self.queues: dict[str, DomainQueue] = {}
+        #: This rank's tasks of every domain: the task-queue state machine the emulator uses.
+        self.board = TaskBoard(
+            late=self.late, local=True, restore=restore, on_failure=self.cond.notify_all
+        )
         self.groups: list[dist.ProcessGroup] = []
         #: This run's keys in the store, and those this rank set (deleted after the run).
         self.store = kv.scoped(session.store, f"run{run}/")
@@ -150,8 +155,7 @@ class DistServer(Server):
     def _release(self) -> None:
         """Late schedule: let every committed round start (a thread waits or queries)."""
         if self.late:
-            for queue in self.queues.values():
-                queue.released = dict(queue.committed)
+            self.board.release()
             self.cond.notify_all()
 
     def _local(self) -> list[DomainQueue]:
@@ -181,7 +185,7 @@ class DistServer(Server):
             key = desc_key(task.domain_name, task.seq, task.rank)
             self.publish(key, encode_descriptor(task, key))
         with self.cond:
-            self._queue(task).tasks[task.seq] = task
+            self._queue(task).submit(task)
             self.cond.notify_all()
 
     def meet(
@@ -248,10 +252,7 @@ class DistServer(Server):
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.cond:
-            queue = self._queue(task)
-            queue.committed[task.seq] = round_idx + 1
-            if self.config.poison and not in_place(task, round_idx):
-                poison(task, round_idx)
+            self._queue(task).commit(task, round_idx)
             self.cond.notify_all()
         if not self.late:
             self._run_local()
@@ -304,6 +305,8 @@ class DistServer(Server):
                 stuck |= queue.thread.is_alive()
         if stuck:
             return
+        with self.cond:
+            self.board.restore_all()  # the rounds still poisoned never ran
         for pg in self.groups:
             with contextlib.suppress(Exception):  # best effort: the process is leaving anyway
                 dist.destroy_process_group(pg)
@@ -320,22 +323,14 @@ class DistServer(Server):
         error = queue.failure_at(seq)
         if error is not None:
             return f"failed: {error.reason}"
-        if queue.rounds_done(seq, task.repeat) > r:
+        position = queue.queue.get(seq)
+        if position is None or queue.rounds_done(seq, task.repeat) > r:
             return "finished"
-        if queue.committed.get(seq, 0) <= r:
+        why = self.board.why(position, r)
+        if why.kind == "not committed":
             return f"this rank has not committed round {r}"
-        if (queue.seq, queue.round) < (seq, r):
-            head = queue.tasks.get(queue.seq)
-            what = f"handle {head.handle}, {head.describe()}" if head else "not prepared yet"
-            state = queue.running or (
-                "not committed by this rank"
-                if queue.committed.get(queue.seq, 0) <= queue.round
-                else "waiting for an InterHcclGroupSync dependency"
-            )
-            return (
-                f"the domain runs its tasks in Prepare order and round {queue.round} of task "
-                f"#{queue.seq} ({what}) comes first: {state}"
-            )
+        if why.kind in ("earlier round", "earlier task"):
+            return queue.comes_first()
         absent = queue.undescribed() if queue.running else []
         if absent:
             return (

@@ -1,0 +1,444 @@
+"""The domain task-queue state machine that every server runs its tasks with.
+
+The AI CPU server reads one message queue per domain, in Prepare order. Both
+the emulator (one world, every rank's task of a collective at one position)
+and the torch.distributed server (one rank, its own tasks only) keep the same
+state here, so that the two cannot drift apart:
+
+- per domain (:class:`DomainTasks`) the sequence of task positions; per
+  position (:class:`Position`) the task of each tracked domain rank, the
+  rounds each rank committed, the rounds done, whether one is running, and
+  the failure;
+- the transitions: :meth:`TaskBoard.submit`, :meth:`TaskBoard.commit`,
+  :meth:`TaskBoard.claim` (the next runnable round: Prepare order, every
+  tracked rank committed it, under the late schedule released it, and every
+  InterHcclGroupSync dependency finished), :meth:`TaskBoard.finish`,
+  :meth:`TaskBoard.fail` (the failure spreads to every later position of the
+  domain, and to a task that depends on it once the server reaches it) and
+  :meth:`DomainTasks.retire` (forget a kernel launch's finished positions);
+- the queries: :meth:`TaskBoard.why` (why a round is not done: which ranks
+  have not submitted or committed, which earlier position or dependency),
+  :meth:`DomainTasks.rounds_done` and :meth:`DomainTasks.failure_at`;
+- the poison rule: a committed round is poisoned once the server reached its
+  task (:meth:`TaskBoard.poison_due`); the bytes a server saved are forgotten
+  when the round runs and handed back to be restored when it never will (its
+  position failed: :meth:`TaskBoard.fail`; the run ended with it unrun:
+  :meth:`TaskBoard.restore_all`).
+
+Pure state: no threads, no locks (the caller holds its server's lock), no
+bytes moved. The texts of the reports stay with each server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from ..core.errors import HcclError
+from ..core.task import Task
+from .ordering import behind, dependency_state
+
+
+@dataclasses.dataclass(eq=False)
+class Position:
+    """One position of a domain: the tracked ranks' tasks and their rounds."""
+
+    domain: str
+    seq: int
+    #: The domain ranks whose tasks this server tracks (all of them, or its own).
+    ranks: tuple[int, ...]
+    tasks: dict[int, Task] = dataclasses.field(default_factory=dict)
+    #: Domain rank -> rounds committed (released: as the late schedule let them start).
+    committed: dict[int, int] = dataclasses.field(default_factory=dict)
+    released: dict[int, int] = dataclasses.field(default_factory=dict)
+    done: int = 0
+    running: bool = False
+    error: HcclError | None = None
+    #: Domain rank -> committed rounds not poisoned yet; round -> what the server saved.
+    unpoisoned: dict[int, list[int]] = dataclasses.field(default_factory=dict)
+    poisoned: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """``(domain, seq)``."""
+        return (self.domain, self.seq)
+
+    @property
+    def complete(self) -> bool:
+        """Every tracked rank submitted its task."""
+        return len(self.tasks) == len(self.ranks)
+
+    @property
+    def repeat(self) -> int:
+        """Rounds of the position (as the first submitted task says)."""
+        return self.sample().repeat
+
+    @property
+    def finished(self) -> bool:
+        """Every round ran."""
+        return self.complete and self.done >= self.repeat
+
+    def sample(self) -> Task:
+        """Some rank's task, for descriptions."""
+        return next(iter(self.tasks.values()))
+
+    def deps(self) -> list[Task]:
+        """The InterHcclGroupSync dependencies of every tracked rank's task."""
+        return [dep for task in self.tasks.values() for dep in task.deps]
+
+    def not_submitted(self) -> list[int]:
+        """Tracked domain ranks whose task has not arrived."""
+        return [r for r in self.ranks if r not in self.tasks]
+
+    def not_committed(self, rounds: int, late: bool = False) -> list[int]:
+        """Tracked domain ranks that committed (late: released) fewer than ``rounds`` rounds."""
+        counts = self.released if late else self.committed
+        return [r for r in self.ranks if counts.get(r, 0) < rounds]
+
+    @classmethod
+    def retired(cls, task: Task, ranks: Iterable[int]) -> Position:
+        """A stand-in for the finished position of ``task`` that its domain forgot."""
+        ranks = tuple(ranks)
+        position = cls(task.domain_name, task.seq, ranks)
+        position.tasks = dict.fromkeys(ranks, task)
+        position.done = task.repeat
+        return position
+
+
+#: The reasons :meth:`TaskBoard.why` gives, in the order the server meets them.
+WhyKind = Literal[
+    "failed",
+    "finished",
+    "not submitted",
+    "not committed",
+    "earlier round",
+    "earlier task",
+    "dependency",
+    "running",
+    "runnable",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Why:
+    """Why a round is not done: the first reason, in the order the server meets them.
+
+    ``kind`` is one of ``failed``, ``finished``, ``not submitted``, ``not
+    committed`` (``ranks``: the domain ranks), ``earlier round`` (round
+    ``position.done`` of the same position runs first), ``earlier task``
+    (``position``: the previous, unfinished position), ``dependency`` (``dep``:
+    the unfinished InterHcclGroupSync task, ``position``: its position if
+    known), ``running`` or ``runnable``.
+    """
+
+    kind: WhyKind
+    ranks: tuple[int, ...] = ()
+    position: Position | None = None
+    dep: Task | None = None
+    error: HcclError | None = None
+
+
+class DomainTasks:
+    """The positions of one domain, in Prepare order."""
+
+    def __init__(self, name: str, ranks: Iterable[int], position: type[Position]) -> None:
+        self.name = name
+        self.ranks = tuple(ranks)
+        self.position_type = position
+        self.positions: dict[int, Position] = {}
+        #: Every position below this one finished and was forgotten.
+        self.retired_below = 0
+        #: The lowest position that failed by itself (later ones fail behind it).
+        self.failed: Position | None = None
+
+    def get(self, seq: int) -> Position | None:
+        """The position ``seq``, if it exists and was not retired."""
+        return self.positions.get(seq)
+
+    def position(self, task: Task) -> Position:
+        """``task``'s position, created on first use (a stand-in once retired)."""
+        found = self.positions.get(task.seq)
+        if found is not None:
+            return found
+        if task.seq < self.retired_below:
+            return self.position_type.retired(task, self.ranks)
+        found = self.positions[task.seq] = self.position_type(self.name, task.seq, self.ranks)
+        if self.failed is not None and self.failed.seq < task.seq:
+            found.error = self._behind()
+        return found
+
+    def _behind(self) -> HcclError:
+        failed = self.failed
+        assert failed is not None and failed.error is not None
+        return behind(failed.error, failed.seq, self.name)
+
+    def head(self) -> Position | None:
+        """The first position that has not finished (the server's place in the queue), if any."""
+        unfinished = [p for p in self.positions.values() if not p.finished]
+        return min(unfinished, key=lambda p: p.seq, default=None)
+
+    @property
+    def head_seq(self) -> int:
+        """The seq of :meth:`head`, or the position after the last one when all finished."""
+        head = self.head()
+        if head is not None:
+            return head.seq
+        return max(self.positions, default=self.retired_below - 1) + 1
+
+    def reached(self, position: Position) -> bool:
+        """Whether the server got to ``position``: the previous position finished (or is unknown)."""
+        previous = self.positions.get(position.seq - 1)
+        return previous is None or previous.finished
+
+    def rounds_done(self, seq: int, repeat: int) -> int:
+        """How many rounds of position ``seq`` (of ``repeat`` rounds) finished."""
+        if seq < self.retired_below:
+            return repeat
+        found = self.positions.get(seq)
+        return 0 if found is None else found.done
+
+    def failure_at(self, seq: int) -> HcclError | None:
+        """The error position ``seq`` ends with, if it or an earlier position failed."""
+        found = self.positions.get(seq)
+        if found is not None:
+            return found.error
+        if self.failed is not None and self.failed.seq < seq:
+            return self._behind()
+        return None
+
+    def first_failure(self) -> HcclError | None:
+        """The error of the domain's lowest position that failed by itself."""
+        return None if self.failed is None else self.failed.error
+
+    def unfinished(self) -> list[Position]:
+        """The positions that neither finished nor failed, in Prepare order."""
+        return [p for p in self.positions.values() if p.error is None and not p.finished]
+
+    def retire(self, launch: int) -> range:
+        """Forget the leading finished positions of kernel launches up to ``launch``.
+
+        Nobody waits for them or queries them any more, and their tasks hold
+        the launch's buffers. Returns the positions forgotten.
+        """
+        first = seq = self.retired_below
+        found = self.positions.get(seq)
+        while found is not None and found.finished and found.error is None:
+            if found.sample().launch > launch:
+                break
+            del self.positions[seq]
+            seq += 1
+            found = self.positions.get(seq)
+        self.retired_below = seq
+        return range(first, seq)
+
+
+class TaskBoard:
+    """Every domain's task queue of one server; the caller holds the server's lock.
+
+    ``late``: a round may start only once released (:meth:`release`), as the
+    torch.distributed server's late schedule does; the emulator's scheduler
+    decides that itself and leaves it False.
+    """
+
+    def __init__(
+        self,
+        late: bool = False,
+        position: type[Position] = Position,
+        local: bool = False,
+        restore: Callable[[Any], None] | None = None,
+        on_failure: Callable[[], None] | None = None,
+    ) -> None:
+        self.late = late
+        self.position_type = position
+        #: Track only the submitting rank's task (one rank's server) instead of every rank's.
+        self.local = local
+        #: Called with what a poisoned round saved, once that round will never run.
+        self.restore = restore
+        #: Called after a failure spread (to wake the threads that wait).
+        self.on_failure = on_failure
+        self.domains: dict[str, DomainTasks] = {}
+        #: Positions with a Commit that neither finished nor failed, oldest Commit first.
+        self.pending: dict[Position, None] = {}
+        #: Positions with committed rounds not poisoned yet, oldest first.
+        self.unpoisoned: dict[Position, None] = {}
+
+    def domain(self, name: str, ranks: Iterable[int]) -> DomainTasks:
+        """The queue of domain ``name``, tracking domain ranks ``ranks`` (created on first use)."""
+        found = self.domains.get(name)
+        if found is None:
+            found = self.domains[name] = DomainTasks(name, ranks, self.position_type)
+        return found
+
+    def of(self, task: Task) -> DomainTasks:
+        """The queue of ``task``'s domain (created on first use)."""
+        ranks = (task.rank,) if self.local else range(task.rank_dim)
+        return self.domain(task.domain_name, ranks)
+
+    def position(self, task: Task) -> Position:
+        """``task``'s position (a stand-in once retired)."""
+        return self.of(task).position(task)
+
+    # ------------------------------------------------------------ transitions
+    def submit(self, task: Task) -> Position:
+        """Place ``task`` at its position."""
+        position = self.position(task)
+        position.tasks[task.rank] = task
+        return position
+
+    def commit(self, task: Task, round_idx: int, poison: bool = False) -> Position:
+        """Domain rank ``task.rank`` committed ``round_idx``; ``poison``: remember it to poison."""
+        position = self.position(task)
+        position.committed[task.rank] = round_idx + 1
+        if position.error is None and not position.finished:
+            self.pending[position] = None
+        if poison:
+            position.unpoisoned.setdefault(task.rank, []).append(round_idx)
+            self.unpoisoned[position] = None
+        return position
+
+    def release(self) -> None:
+        """Late schedule: every committed round may start."""
+        for position in self.pending:
+            position.released = dict(position.committed)
+
+    def ready(self, position: Position) -> bool:
+        """Whether the next round of ``position`` can start now.
+
+        A failed dependency fails the position once it is otherwise runnable.
+        """
+        if position.running or position.error is not None or not position.complete:
+            return False
+        if position.finished or position.not_committed(position.done + 1, self.late):
+            return False
+        if not self.domains[position.domain].reached(position):
+            return False
+        done, error = self.deps_state(position.deps())
+        if error is not None:
+            self.fail(position, error)
+        return done
+
+    def claim(self, positions: Iterable[Position] | None = None) -> Position | None:
+        """The first of ``positions`` (default: the pending ones) whose round can start; it runs."""
+        for position in list(self.pending if positions is None else positions):
+            if self.ready(position):
+                position.running = True
+                return position
+        return None
+
+    def finish(self, position: Position, error: HcclError | None = None) -> None:
+        """The claimed round of ``position`` ended (failed with ``error``)."""
+        position.running = False
+        if error is not None:
+            self.fail(position, error)
+            return
+        position.poisoned.pop(position.done, None)
+        position.done += 1
+        if position.finished:
+            self.pending.pop(position, None)
+
+    def fail(self, position: Position, error: HcclError) -> None:
+        """``position`` failed; so does every later unfinished position of its domain.
+
+        The bytes of their poisoned rounds go back (:attr:`restore`): those
+        rounds will never run.
+        """
+        if position.error is not None:
+            return
+        dom = self.domains[position.domain]
+        if dom.failed is None or position.seq < dom.failed.seq:
+            dom.failed = position
+        self._set_error(position, error)
+        for later in dom.unfinished():
+            if later.seq > position.seq:
+                self._set_error(later, behind(error, position.seq, dom.name))
+        if self.on_failure is not None:
+            self.on_failure()
+
+    def _set_error(self, position: Position, error: HcclError) -> None:
+        position.error = error
+        self.pending.pop(position, None)
+        self.unpoisoned.pop(position, None)
+        position.unpoisoned.clear()
+        self._give_back([position])
+
+    # --------------------------------------------------------------- poison
+    def poison_due(self) -> list[tuple[Position, Task, int]]:
+        """The committed rounds to poison now: ``(position, task, round)``, each once.
+
+        A round is due once the server reached its task (the earlier positions
+        and the task's dependencies finished): from then on the server may
+        write its receive blocks at any moment. Rounds that ran are dropped.
+        """
+        due = []
+        for position in list(self.unpoisoned):
+            if position.error is not None:
+                position.unpoisoned.clear()
+            elif self.domains[position.domain].reached(position):
+                for rank, rounds in list(position.unpoisoned.items()):
+                    task = position.tasks[rank]
+                    if self.deps_state(task.deps)[0]:
+                        due += [(position, task, r) for r in rounds if r >= position.done]
+                        del position.unpoisoned[rank]
+            if not position.unpoisoned:
+                del self.unpoisoned[position]
+        return due
+
+    def poisoned(self, position: Position, round_idx: int, saved: Any) -> None:
+        """The server poisoned ``round_idx`` of ``position`` and kept ``saved`` to restore."""
+        position.poisoned.setdefault(round_idx, []).append(saved)
+
+    def restore_all(self) -> None:
+        """The run ended: no poisoned round that has not run yet ever will; restore them."""
+        self._give_back([p for dom in self.domains.values() for p in dom.positions.values()])
+
+    def _give_back(self, positions: list[Position]) -> None:
+        for position in positions:
+            saved = [one for rounds in position.poisoned.values() for one in rounds]
+            position.poisoned.clear()
+            if self.restore is not None:
+                for one in saved:
+                    self.restore(one)
+
+    # --------------------------------------------------------------- queries
+    def deps_state(self, deps: Iterable[Task]) -> tuple[bool, HcclError | None]:
+        """``(all finished, error)`` of InterHcclGroupSync dependencies (:func:`dependency_state`)."""
+
+        def failure(dep: Task) -> HcclError | None:
+            dom = self.domains.get(dep.domain_name)
+            return None if dom is None else dom.failure_at(dep.seq)
+
+        def finished(dep: Task) -> bool:
+            dom = self.domains.get(dep.domain_name)
+            return dom is not None and dom.rounds_done(dep.seq, dep.repeat) >= dep.repeat
+
+        return dependency_state(deps, failure, finished)
+
+    def why(self, position: Position, round_idx: int) -> Why:
+        """Why round ``round_idx`` of ``position`` is not done (the first reason)."""
+        if position.error is not None:
+            return Why("failed", error=position.error)
+        if position.done > round_idx:
+            return Why("finished")
+        if not position.complete:
+            return Why("not submitted", tuple(position.not_submitted()))
+        lagging = position.not_committed(round_idx + 1)
+        if lagging:
+            return Why("not committed", tuple(lagging))
+        if position.done < round_idx:
+            return Why("earlier round", position=position)
+        dom = self.domains[position.domain]
+        previous = dom.get(position.seq - 1)
+        if previous is not None and not previous.finished:
+            return Why("earlier task", position=previous)
+        for dep in position.deps():
+            dep_dom = self.domains.get(dep.domain_name)
+            if dep_dom is None or dep_dom.rounds_done(dep.seq, dep.repeat) < dep.repeat:
+                found = None if dep_dom is None else dep_dom.get(dep.seq)
+                return Why("dependency", position=found, dep=dep)
+        return Why("running" if position.running else "runnable")
+
+    def unfinished(self) -> list[Position]:
+        """Every domain's positions that neither finished nor failed, by (domain, seq)."""
+        found = [p for dom in self.domains.values() for p in dom.unfinished()]
+        return sorted(found, key=lambda p: p.key)
