@@ -17,8 +17,9 @@ import numpy as np
 from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
+from .handle import Handle
 from .lifecycles import LIFECYCLES
-from .state import ClientState, Handle
+from .state import ClientState
 
 #: Why an object cannot communicate, by the rule (hccl_py.core.rules.RULES) a call then breaks.
 UNUSABLE = {

@@ -23,9 +23,10 @@ from .convert import slots_used
 from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .half_alltoallv import WindowWriter
+from .handle import Handle
 from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender
-from .state import ClientState, Handle
+from .state import ClientState
 from .state import core_name as _core_name
 
 

@@ -20,7 +20,7 @@ from ..kernel.context import current_rank_context
 from ..kernel.cores import CoreContext
 
 if TYPE_CHECKING:
-    from .state import Handle
+    from .handle import Handle
 
 
 def breach(

@@ -19,8 +19,8 @@ import torch
 from ..core.constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
 from .binding import Binding
 from .failures import Failures
+from .handle import Handle
 from .sender import calling_core
-from .state import Handle
 
 _A2AV = HcclCMDType.HCCL_CMD_ALLTOALLV
 

@@ -26,9 +26,9 @@ from ..core.gm import GmAddr, what_is
 from .binding import Binding
 from .convert import array
 from .failures import Failures
+from .handle import Handle
 from .onesided import _int_arg
 from .sender import calling_core, core_problem, is_sender
-from .state import Handle
 
 _HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
 

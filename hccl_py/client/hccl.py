@@ -27,12 +27,13 @@ from .convert import PrepareParam
 from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .half_alltoallv import WindowWriter
+from .handle import Handle
 from .log import logged
 from .onesided import OneSided
 from .prepare import PreparePath
 from .sender import DEFAULT_CFG, server_config
 from .setup import Setup
-from .state import ClientState, Handle
+from .state import ClientState
 
 _C = HcclCMDType
 

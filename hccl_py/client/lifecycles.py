@@ -14,8 +14,9 @@ from typing import Any, Protocol
 
 from ..core.constants import HCCL_SUCCESS
 from ..server.protocol import Server
+from .handle import Handle
 from .sender import calling_core
-from .state import ClientState, Handle
+from .state import ClientState
 
 
 class Steps(Protocol):

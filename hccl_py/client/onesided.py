@@ -22,8 +22,8 @@ from ..server.windows import WindowAllocation
 from .binding import Binding
 from .convert import slots_used
 from .failures import Failures
+from .handle import Handle
 from .sender import calling_core, core_problem, is_sender
-from .state import Handle
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
 

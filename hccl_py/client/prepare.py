@@ -21,8 +21,8 @@ from .binding import Binding
 from .convert import Limits, PrepareParam, dtype_mismatch, task_fields
 from .failures import Failures
 from .finegrained import FineGrainedSteps
+from .handle import Handle
 from .sender import calling_core, core_problem, is_sender
-from .state import Handle
 
 
 class PreparePath:

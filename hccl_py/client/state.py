@@ -8,15 +8,14 @@ for work the real server would hang on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from ..core.constants import HcclCMDType, HcclDataType
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
-from ..ops import OPS
 from .failures import breach
+from .handle import Handle
 
 #: How to order every core's Waits before the sending core's Finalize.
 FIX = "call SyncAll() after the last Wait of every core and before Finalize"
@@ -25,29 +24,6 @@ FIX = "call SyncAll() after the last Wait of every core and before Finalize"
 def core_name(core: CoreContext) -> str:
     """``AIV core 1``: a core of the running kernel, as reports name it."""
     return f"{core.kind.name} core {core.block_idx}"
-
-
-@dataclass
-class Handle:
-    """One handle as seen by one core's Hccl object."""
-
-    op: HcclCMDType
-    repeat: int
-    kind: KernelCoreType
-    commits: int = 0
-    waits: int = 0
-    task: Task | None = None
-    #: Fine-grained AlltoAllV (tiling stepSize > 0): steps per Commit/Wait, steps counted,
-    #: and the next slice Iterate hands out.
-    step_size: int = 0
-    steps_committed: int = 0
-    steps_waited: int = 0
-    slice: int = 0
-
-    @property
-    def lifecycle(self) -> str:
-        """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
-        return "fine-grained" if self.step_size else OPS[self.op].lifecycle
 
 
 class Sender(Protocol):

@@ -1,0 +1,33 @@
+"""One handle as one core's Hccl object sees it: its op, rounds, Commits and Waits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.constants import HcclCMDType
+from ..core.task import Task
+from ..kernel.cores import KernelCoreType
+from ..ops import OPS
+
+
+@dataclass
+class Handle:
+    """One handle as seen by one core's Hccl object."""
+
+    op: HcclCMDType
+    repeat: int
+    kind: KernelCoreType
+    commits: int = 0
+    waits: int = 0
+    task: Task | None = None
+    #: Fine-grained AlltoAllV (tiling stepSize > 0): steps per Commit/Wait, steps counted,
+    #: and the next slice Iterate hands out.
+    step_size: int = 0
+    steps_committed: int = 0
+    steps_waited: int = 0
+    slice: int = 0
+
+    @property
+    def lifecycle(self) -> str:
+        """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
+        return "fine-grained" if self.step_size else OPS[self.op].lifecycle
