@@ -40,6 +40,7 @@ from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
 
 from . import executor
+from .buffers import BufferRaces
 from .flags import FlagPolls
 from .lane import Lane
 from .onesided import OneSidedWrites
@@ -70,6 +71,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.serial = self.blocker.serial
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
+        self.buffers = BufferRaces(world_size, lambda: self.slots)
         self.exchanges = Rendezvous(self.blocker, self._release, self._acquire)
         self.slots: dict[tuple[str, int], Slot] = {}
         self.pending: dict[Slot, None] = {}
@@ -264,6 +266,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
             slot = self._slot(task)
             slot.committed[task.rank] = round_idx + 1
             slot.clocks[(task.rank, round_idx)] = self._release(task.domain.ranks[task.rank])
+            self.buffers.committed(task.domain.ranks[task.rank], task, round_idx)
             if slot.error is None and not slot.finished:
                 self.pending[slot] = None
             if self.config.poison:
@@ -308,6 +311,8 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
         clocks = [slot.clocks.get((r, k)) for k in rounds for r in range(slot.rank_dim)]
         self._acquire(task.domain.ranks[task.rank], clocks)
+        if rounds:
+            self.buffers.ordered(task.domain.ranks[task.rank], task, rounds[-1])
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
