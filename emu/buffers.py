@@ -81,29 +81,46 @@ def merged_runs(starts: np.ndarray, sizes: np.ndarray) -> Runs:
     return list(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
 
 
-def written_blocks(task: Task, round_idx: int) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and sizes of the receive blocks whose bytes round ``round_idx`` changes.
+def unchanged_block(task: Task, round_idx: int) -> int | None:
+    """The receive block of round ``round_idx`` whose bytes the round does not change, if any.
 
-    An op that does not reduce leaves out the rank's own block where it is the
-    in-place send block (the round writes back the bytes it read) and where
+    For an op that does not reduce: the rank's own block where it is the
+    in-place send block (the round writes back the bytes it read), or where
     ``skipLocalRankCopy`` keeps the server from writing it.
     """
-    recv = layout.round_blocks(task, "recv", round_idx)
-    starts, sizes = recv.starts, recv.sizes.copy()
     si, ri = task.spec.in_place(task.rank)
-    if task.spec.reduces or ri >= len(sizes):
-        return starts, sizes
+    recv = layout.round_blocks(task, "recv", round_idx)
+    if task.spec.reduces or ri >= len(recv.sizes):
+        return None
+    if task.skip_local:
+        return ri
     send = layout.round_blocks(task, "send", round_idx)
     shift = _storage_shift(task)
     same = (
         shift is not None
         and si < len(send.starts)
-        and int(send.starts[si]) + shift == int(starts[ri])
-        and int(send.sizes[si]) == int(sizes[ri])
+        and int(send.starts[si]) + shift == int(recv.starts[ri])
+        and int(send.sizes[si]) == int(recv.sizes[ri])
     )
-    if task.skip_local or same:
-        sizes[ri] = 0
-    return starts, sizes
+    return ri if same else None
+
+
+def round_runs(task: Task, side: str, round_idx: int) -> Runs:
+    """The bytes of its allocation that round ``round_idx`` reads (send) or changes (recv).
+
+    Memoised on the round's blocks, which tasks of the same shape share.
+    """
+    blocks = layout.round_blocks(task, side, round_idx)
+    skip = unchanged_block(task, round_idx) if side == "recv" else None
+
+    def runs(b: layout.Blocks) -> Runs:
+        sizes = b.sizes
+        if skip is not None:
+            sizes = sizes.copy()
+            sizes[skip] = 0
+        return merged_runs(b.starts, sizes)
+
+    return blocks.memo(f"buffer-runs-{skip}", runs)
 
 
 def _storage_shift(task: Task) -> int | None:
@@ -164,17 +181,13 @@ class BufferRaces:
     def committed(self, rank: int, task: Task, round_idx: int) -> None:
         """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes."""
         rnd = Round(task, round_idx, user_frame())
-        sides = {
-            "send": (task.send.alloc, layout.round_blocks(task, "send", round_idx)),
-            "recv": (task.recv.alloc, written_blocks(task, round_idx)),
-        }
         with self.lock:
-            for side, (alloc, blocks) in sides.items():
+            for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
                 memory = alloc.memory
                 if memory is None or not memory[0]:
                     continue
-                starts, sizes = (blocks.starts, blocks.sizes) if side == "send" else blocks
-                runs = merged_runs(starts + memory[1], sizes)
+                base = memory[1]
+                runs = [(lo + base, hi + base) for lo, hi in round_runs(task, side, round_idx)]
                 if not runs:
                     continue
                 mark = Mark(rnd, side, alloc)

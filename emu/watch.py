@@ -10,15 +10,16 @@ reads nothing) and hands their exact byte ranges to
 (``poison=True``); an early read of a window gets a copy of its input with
 0xFF in the bytes that have not arrived. While the rank has no pending round
 and no window is mapped, an operation costs one test. :class:`HostReads`, a
-torch function mode entered beside it, does the same for the reads that never
-reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled
-through them acquires like any other read). hccl_py's own work (under the
-world's lock) is not watched.
+torch function mode entered beside it under ``poison=True``, does the same for
+the reads that never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray``
+(a flag polled through them acquires like any other read). hccl_py's own work
+(under the world's lock) is not watched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -171,10 +172,50 @@ def watching(
     rank: int,
     internal: Callable[[], bool],
 ) -> Iterator[None]:
-    """Watch one core thread's accesses of windows and collective buffers, through aten and around it."""
+    """Watch one core thread's accesses of windows and collective buffers.
+
+    Through aten always; around it (:class:`HostReads`, which costs every tensor
+    method a Python call) only where window races are checked (``poison=True``).
+    """
     watch = WindowWatch(races, buffers, rank, internal)
-    with watch, HostReads(watch):
+    with watch, HostReads(watch) if races is not None else contextlib.nullcontext():
         yield
+
+
+class Unwatched:
+    """The world lock, with torch dispatch modes off while hccl_py's own work holds it.
+
+    The watches skip hccl_py's own operations anyway (they run under this lock);
+    a dispatch mode still costs each of them a trip through Python (some tens of
+    microseconds for a ``view``), which this saves. Only the outermost entry of a
+    thread that runs under a dispatch mode pays for it. ``_is_owned`` tells the
+    watches whether the calling thread holds the lock.
+    """
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self._guard = threading.local()
+
+    def __enter__(self) -> None:
+        lock = self.lock
+        outer = not lock._is_owned()
+        lock.__enter__()
+        if outer and torch._C._len_torch_dispatch_stack():
+            guard = torch._C._DisableTorchDispatch()
+            guard.__enter__()
+            self._guard.held = guard
+
+    def __exit__(self, *exc: object) -> None:
+        lock = self.lock
+        lock.__exit__(*exc)
+        if not lock._is_owned():
+            guard = getattr(self._guard, "held", None)
+            if guard is not None:
+                self._guard.held = None
+                guard.__exit__(None, None, None)
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
 
 
 _PLANS: dict[Any, tuple[tuple[int, str, bool], ...]] = {}

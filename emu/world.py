@@ -50,7 +50,7 @@ from .rendezvous import Rendezvous
 from .reports import WorldReports
 from .scheduler import Scheduler
 from .slot import Slot
-from .watch import WatchedWindows
+from .watch import Unwatched, WatchedWindows
 
 #: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
 _cores = threading.local()
@@ -68,7 +68,7 @@ class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Serve
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
         self.blocker.describe_world = self._describe_world
-        self.serial = self.blocker.serial
+        self.serial = Unwatched(self.blocker.serial)
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
         self.buffers = BufferRaces(world_size, lambda: self.slots)
