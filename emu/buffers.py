@@ -247,6 +247,7 @@ class BufferRaces:
             f"[{found.lo - base}, {found.hi - base}) of {found.mark.alloc.name} through the numpy "
             f"view taken at {where} come after {rnd.describe()}, committed at {rnd.where}: reads "
             "through a numpy view are not seen; take the view after the Wait of the round",
+            domain=rnd.task.domain_name,
             handle=rnd.task.handle,
             op=rnd.task.label,
             round=rnd.index,
