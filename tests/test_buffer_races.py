@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from cases import make_tiling
+from cases import init_hccl, make_tiling
 from expect import expects_warning
 from test_sanitizer import F32, SUM, TIMEOUT, comm
 from test_window_races import at
@@ -342,3 +342,49 @@ def test_a_numpy_view_of_pending_bytes_is_a_warning_not_an_error_under_poison() 
         assert warning.kind == "buffer-race"
         assert (warning.handle, warning.op, warning.round) == (0, "AllGather", 0)
         assert f"numpy view taken at {at('numpy-view', 'kernel', HERE)}" in str(warning)
+
+
+def _two_domains(synced: bool) -> Kernel:
+    """AllGather x -> y on domain 0, AllReduce of x in place on domain 1; only the latter waited."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        first_domain = init_hccl(hp.Hccl(), tilingGM, 0, ops=("AllGather",))
+        second_domain = init_hccl(hp.Hccl(), tilingGM, 1, ops=("AllReduce",))
+        gather = all_gather(first_domain, xGM, yGM)
+        if synced:
+            second_domain.InterHcclGroupSync(0, gather)
+        second_domain.Wait(second_domain.AllReduce[True](xGM, xGM, N, F32, SUM))
+        read_receive(xGM, yGM)
+        second_domain.Finalize()
+        first_domain.Finalize()
+
+    return kernel
+
+
+def _on_two_domains(kernel: Kernel, **options: Any) -> list:
+    def main() -> tuple[torch.Tensor, torch.Tensor]:
+        groups = {0: hp.world_group(), 1: hp.new_group(range(2))}
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        y = torch.zeros(2 * N)
+        hp.launch(kernel, x, y, make_tiling(groups=groups), groups=groups)
+        return x, y
+
+    return hp.run(main, world_size=2, timeout=TIMEOUT, **options)
+
+
+def test_a_wait_orders_the_tasks_its_task_depends_on_through_inter_hccl_group_sync() -> None:
+    for options in SCHEDULES:
+        for x, y in _on_two_domains(_two_domains(synced=True), **options):
+            assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+            assert torch.equal(x, torch.full((N,), 3.0))
+    with pytest.raises(hp.WorldError) as info:  # without the sync nothing orders the AllGather
+        _on_two_domains(_two_domains(synced=False))
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllGather", 0)
+
+
+def test_exploring_reports_a_missing_wait_in_its_first_schedule() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run(racy("AllGather", "read-recv"), explore=3)
+    assert isinstance(info.value.failures[0], hp.HcclRaceError)
+    assert info.value.seed is None, "the default schedule (a plain hp.run) finds it"
