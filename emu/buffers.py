@@ -40,8 +40,8 @@ from .intervals import IntervalMap, Runs
 from .races import user_frame
 from .slot import Slot
 
-#: What a pending side means for the kernel: (what the server does, what a race risks).
-_SIDES = {"send": "reads", "recv": "writes"}
+#: What the server does with the bytes of each side of a round.
+_SERVER_DOES = {"send": "reads", "recv": "writes"}
 
 
 @dataclass(eq=False)
@@ -153,7 +153,7 @@ class Finding:
         return HcclRaceError(
             f"collective buffer race: rank {rank} {'writes' if self.written else 'reads'} bytes "
             f"[{self.lo - base}, {self.hi - base}) of {mark.alloc.name} at {where} before the "
-            f"Wait of {rnd.describe()}, committed at {rnd.where}: the server {_SIDES[mark.side]} "
+            f"Wait of {rnd.describe()}, committed at {rnd.where}: the server {_SERVER_DOES[mark.side]} "
             f"these bytes (the {side} buffer) when the round runs, so {risk}. Call "
             f"Wait({task.handle}) (or Query until it reports the round done) before accessing "
             "them; see docs/sanitizer.md#buffer-races",
@@ -168,7 +168,9 @@ class Finding:
 class BufferRaces:
     """The pending rounds of every rank of one emulated world, by the storage they mark."""
 
-    def __init__(self, world_size: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]):
+    def __init__(
+        self, world_size: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]
+    ) -> None:
         self.lock = threading.Lock()
         #: Per global rank: storage address -> byte runs -> the marks of its pending rounds.
         self.pending: list[dict[int, IntervalMap]] = [{} for _ in range(world_size)]
@@ -176,7 +178,7 @@ class BufferRaces:
         #: The world's unretired slots, for the InterHcclGroupSync dependencies of a Wait.
         self.slots = slots
         #: (rank, round, where) of the numpy views already warned about.
-        self.warned: set[tuple[int, int, str]] = set()
+        self.warned: set[tuple[int, Round, str]] = set()
 
     def committed(self, rank: int, task: Task, round_idx: int) -> None:
         """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes."""
@@ -223,20 +225,18 @@ class BufferRaces:
     def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
         """Global rank ``rank`` reads or writes ``runs`` of ``storage``; raise if a round races."""
         with self.lock:
-            found = self._first(rank, storage, runs, lambda m: written or m.side == "recv")
-            if found is not None:
-                found.written = written
+            found = self._first(rank, storage, runs, written)
         if found is not None:
             raise found.error(rank, user_frame())
 
     def viewed(self, rank: int, storage: int, runs: Runs) -> None:
         """Rank ``rank`` took a numpy view of ``runs``: its reads through it are not seen."""
         with self.lock:
-            found = self._first(rank, storage, runs, lambda m: m.side == "recv")
+            found = self._first(rank, storage, runs, written=False)
         if found is None:
             return
         where, rnd = user_frame(), found.mark.round
-        key = (rank, id(rnd), where)
+        key = (rank, rnd, where)
         if key in self.warned:
             return
         self.warned.add(key)
@@ -253,10 +253,8 @@ class BufferRaces:
             round=rnd.index,
         )
 
-    def _first(
-        self, rank: int, storage: int, runs: Runs, races: Callable[[Mark], bool]
-    ) -> Finding | None:
-        """The first pending mark of ``runs`` that ``races`` picks, with the bytes it shares."""
+    def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
+        """The first pending mark that a read (or write) of ``runs`` races with, and the bytes."""
         spans = self.pending[rank].get(storage)
         if spans is None:
             return None
@@ -264,10 +262,10 @@ class BufferRaces:
         for lo, hi in runs:
             for a, b, marks in spans.overlapping(lo, hi):
                 for mark in marks:
-                    if not races(mark):
+                    if not (written or mark.side == "recv"):
                         continue
                     if found is None:
-                        found = Finding(mark, a, b, False)
+                        found = Finding(mark, a, b, written)
                     elif found.mark is mark:
                         found.hi = b
         return found
