@@ -11,6 +11,7 @@ Finalize) get no report; what the check cannot see is a warning.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,10 @@ import pytest
 import torch
 from cases import init_hccl, make_tiling
 from expect import expects_warning
+from hccl_py.backends.emu.watch import Unwatched
 from test_sanitizer import F32, SUM, TIMEOUT, comm
 from test_window_races import at
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
 
@@ -388,3 +391,26 @@ def test_exploring_reports_a_missing_wait_in_its_first_schedule() -> None:
         run(racy("AllGather", "read-recv"), explore=3)
     assert isinstance(info.value.failures[0], hp.HcclRaceError)
     assert info.value.seed is None, "the default schedule (a plain hp.run) finds it"
+
+
+def test_the_world_lock_keeps_dispatch_modes_away_from_hccl_py_s_own_work() -> None:
+    """Its own operations would only be skipped by the watch: they do not reach it at all."""
+    seen: list[str] = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    lock = Unwatched(threading.RLock())
+    t = torch.zeros(4)
+    with Seen():
+        with lock:
+            t.add_(1)
+            with lock:  # nested: still off, and still off after the inner exit
+                t.mul_(2)
+            t.sub_(1)
+            assert lock._is_owned()
+        t.neg_()  # after the outermost exit: seen again
+    assert seen == ["neg_"]
+    assert not lock._is_owned()
