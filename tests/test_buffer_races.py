@@ -68,8 +68,24 @@ def alltoallv(h: hp.Hccl, x: Any, y: Any) -> int:
     return h.AlltoAllV[True](x, counts, displs, F32, y, counts, displs, F32)  # commit-AlltoAllV
 
 
-PREPARES = {"AllGather": all_gather, "ReduceScatter": reduce_scatter, "AlltoAllV": alltoallv}
+def all_reduce(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.AllReduce[True](x, y, N, F32, SUM)  # commit-AllReduce
+
+
+def alltoall(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.AlltoAll[True](x, y, N // 2, F32)  # commit-AlltoAll
+
+
+PREPARES = {
+    "AllGather": all_gather,
+    "ReduceScatter": reduce_scatter,
+    "AlltoAllV": alltoallv,
+    "AllReduce": all_reduce,
+    "AlltoAll": alltoall,
+}
 DESCRIBED = {
+    "AllReduce": "AllReduce(FP32, count=8, SUM, repeat=1)",
+    "AlltoAll": "AlltoAll(FP32, count=4, repeat=1)",
     "AllGather": "AllGather(FP32, count=8, repeat=1)",
     "ReduceScatter": "ReduceScatter(FP32, count=4, SUM, repeat=1)",
     "AlltoAllV": "AlltoAllV(FP32, sendCounts=[4, 4], recvCounts=[4, 4], repeat=1)",
