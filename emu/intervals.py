@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 Piece = tuple[int, int, Any]
+#: Sorted, disjoint byte ranges ``[lo, hi)``.
+Runs = list[tuple[int, int]]
 
 
 class IntervalMap:

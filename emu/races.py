@@ -45,7 +45,7 @@ from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation
 
-from .intervals import IntervalMap
+from .intervals import IntervalMap, Runs
 from .views import HeldViews
 
 #: Reads and writes of at most this many bytes are flags (the size of a flag poll).
@@ -53,7 +53,6 @@ FLAG_BYTES = POLL_BYTES
 #: Findings listed in one report.
 SHOWN = 4
 
-Runs = list[tuple[int, int]]
 #: Code of these packages is never "where" a kernel read or wrote.
 _SKIP = (*(os.path.dirname(path) + os.sep for path in (torch.__file__, __file__)), PACKAGE_DIR)
 

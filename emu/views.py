@@ -13,16 +13,27 @@ the holder's findings become warnings.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from hccl_py.server.windows import WindowAllocation
 
-if TYPE_CHECKING:
-    from .races import Runs, WindowRaces
+from .intervals import Runs
+
+
+class WriteLog(Protocol):
+    """What the views need of the race check (:class:`~.races.WindowRaces` has it)."""
+
+    lock: threading.RLock
+    version: int
+
+    def unseen_write(
+        self, rank: int, window: WindowAllocation, runs: Runs, since: int, where: str
+    ) -> None: ...
 
 
 @dataclass(eq=False)
@@ -57,7 +68,7 @@ def runs_of(starts: np.ndarray, size: int) -> Runs:
 class HeldViews:
     """The live numpy views of the windows of one emulated world (under the races' lock)."""
 
-    def __init__(self, races: WindowRaces) -> None:
+    def __init__(self, races: WriteLog) -> None:
         self.races = races
         self.live: list[HeldView] = []
 

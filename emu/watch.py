@@ -1,21 +1,25 @@
-"""What a kernel's torch operations read and write in communication windows.
+"""What a kernel's torch operations read and write in windows and collective buffers.
 
 A :class:`WindowWatch` is a torch dispatch mode that a core thread enters for
-its kernel when window races are checked (``poison=True``). For every aten
-operation it finds the tensor arguments that live in a window, tells reads
-from writes by the operator's schema (an argument marked ``Tensor(a!)`` is
-written; one marked ``Tensor(a)`` is only viewed, which reads nothing) and
-hands their exact byte ranges to :class:`~.races.WindowRaces`; an early read
-gets a copy of its input with 0xFF in the bytes that have not arrived.
-:class:`HostReads`, a torch function mode entered beside it, does the same for
+its kernel on the emulator. For every aten operation it finds the tensor
+arguments that live in a window or in bytes of a pending collective round,
+tells reads from writes by the operator's schema (an argument marked
+``Tensor(a!)`` is written; one marked ``Tensor(a)`` is only viewed, which
+reads nothing) and hands their exact byte ranges to
+:class:`~.buffers.BufferRaces` (every run) and :class:`~.races.WindowRaces`
+(``poison=True``); an early read of a window gets a copy of its input with
+0xFF in the bytes that have not arrived. While the rank has no pending round
+and no window is mapped, an operation costs one test. :class:`HostReads`, a
+torch function mode entered beside it under ``poison=True``, does the same for
 the reads that never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray``
-(a flag polled through them acquires like any other read).
-hccl_py's own work (under the world's lock) is not watched.
+(a flag polled through them acquires like any other read). hccl_py's own work
+(under the world's lock) is not watched.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -26,7 +30,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from hccl_py.server.windows import WindowAllocation
 
-from .races import Runs, WindowRaces, user_frame
+from .buffers import BufferRaces
+from .intervals import Runs
+from .races import WindowRaces, user_frame
 from .views import runs_of
 
 #: Operators that look at a tensor's shape or dtype only (their arguments are not read).
@@ -40,23 +46,41 @@ _METADATA = frozenset(
 _HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__})
 
 Access = tuple[torch.Tensor, WindowAllocation, bool]
+#: No windows (when window races are not checked).
+_NONE: dict[int, WindowAllocation] = {}
 
 
 class WindowWatch(TorchDispatchMode):
-    """The window accesses of one rank's kernel code, for the race check."""
+    """The window and collective-buffer accesses of one rank's kernel code, for the race checks."""
 
-    def __init__(self, races: WindowRaces, rank: int, internal: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        races: WindowRaces | None,
+        buffers: BufferRaces | None,
+        rank: int,
+        internal: Callable[[], bool],
+    ) -> None:
         super().__init__()
         self.races = races
+        self.buffers = buffers
         self.rank = rank
         self.internal = internal
         self.aside = False  # True while HostReads does its own (unwatched) work
+        #: Both filled in place by their checks: tested before anything else.
+        self.windows = _NONE if races is None else races.windows
+        self.pending = {} if buffers is None else buffers.pending[rank]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
-        if self.aside or not self.races.windows or self.internal():
+        if self.aside or not (self.pending or self.windows) or self.internal():
             return func(*args, **kwargs)
-        accesses = list(self._accesses(func, args, kwargs))
+        used = list(self._used(func, args, kwargs))
+        if self.pending:
+            for tensor, storage, written in used:
+                if storage in self.pending:
+                    self.buffers.access(self.rank, storage, byte_runs(tensor)[0], written)
+        windows = self.windows
+        accesses = [(t, windows[s], w) for t, s, w in used if s in windows]
         if not accesses:
             return func(*args, **kwargs)
         # one window operation at a time: what a read saw is what the history says it saw
@@ -90,18 +114,16 @@ class WindowWatch(TorchDispatchMode):
         mirror = tensor.numpy()  # the same bytes, held by the check (no torch op on them later)
         self.races.held.add(self.rank, window, array, mirror, element_offsets(tensor), user_frame())
 
-    def _accesses(self, func: Any, args: tuple, kwargs: dict) -> Iterator[Access]:
-        """(tensor, window, written) for each tensor argument in a window that ``func`` accesses."""
-        windows = self.races.windows
+    def _used(
+        self, func: Any, args: tuple, kwargs: dict
+    ) -> Iterator[tuple[torch.Tensor, int, bool]]:
+        """(tensor, storage address, written) for each tensor argument whose data ``func`` uses."""
         for i, name, written in _plan(func):
             value = args[i] if i < len(args) else kwargs.get(name)
             tensors = value if isinstance(value, (list, tuple)) else (value,)
             for t in tensors:
-                if not isinstance(t, torch.Tensor) or t.numel() == 0:
-                    continue
-                window = windows.get(t.untyped_storage().data_ptr())
-                if window is not None:
-                    yield t, window, written
+                if isinstance(t, torch.Tensor) and t.numel():
+                    yield t, t.untyped_storage().data_ptr(), written
 
 
 class HostReads(TorchFunctionMode):
@@ -118,10 +140,17 @@ class HostReads(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         watch = self.watch
-        if func not in _HOST_READS or not watch.races.windows or watch.internal():
+        if func not in _HOST_READS or not (watch.pending or watch.windows) or watch.internal():
             return func(*args, **kwargs)
         tensor = args[0]
-        window = watch.races.windows.get(tensor.untyped_storage().data_ptr())
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in watch.pending and tensor.numel():
+            runs = byte_runs(tensor)[0]
+            if func is torch.Tensor.tolist:
+                watch.buffers.access(watch.rank, storage, runs, False)
+            else:  # a numpy view: what is read through it later is not seen
+                watch.buffers.viewed(watch.rank, storage, runs)
+        window = watch.windows.get(storage)
         if window is None or tensor.numel() == 0:
             return func(*args, **kwargs)
         with watch.races.lock:
@@ -137,11 +166,56 @@ class HostReads(TorchFunctionMode):
 
 
 @contextlib.contextmanager
-def watching(races: WindowRaces, rank: int, internal: Callable[[], bool]) -> Iterator[None]:
-    """Watch one core thread's window accesses, through aten and around it."""
-    watch = WindowWatch(races, rank, internal)
-    with watch, HostReads(watch):
+def watching(
+    races: WindowRaces | None,
+    buffers: BufferRaces | None,
+    rank: int,
+    internal: Callable[[], bool],
+) -> Iterator[None]:
+    """Watch one core thread's accesses of windows and collective buffers.
+
+    Through aten always; around it (:class:`HostReads`, which costs every tensor
+    method a Python call) only where window races are checked (``poison=True``).
+    """
+    watch = WindowWatch(races, buffers, rank, internal)
+    with watch, HostReads(watch) if races is not None else contextlib.nullcontext():
         yield
+
+
+class Unwatched:
+    """The world lock, with torch dispatch modes off while hccl_py's own work holds it.
+
+    The watches skip hccl_py's own operations anyway (they run under this lock);
+    a dispatch mode still costs each of them a trip through Python (some tens of
+    microseconds for a ``view``), which this saves. Only the outermost entry of a
+    thread that runs under a dispatch mode pays for it. ``_is_owned`` tells the
+    watches whether the calling thread holds the lock.
+    """
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self._guard = threading.local()
+
+    def __enter__(self) -> None:
+        lock = self.lock
+        outer = not lock._is_owned()
+        lock.__enter__()
+        if outer and torch._C._len_torch_dispatch_stack():
+            guard = torch._C._DisableTorchDispatch()
+            guard.__enter__()
+            self._guard.held = guard
+
+    def __exit__(self, *exc: object) -> None:
+        lock = self.lock
+        lock.__exit__(*exc)
+        if not lock._is_owned():
+            guard = getattr(self._guard, "held", None)
+            if guard is not None:
+                self._guard.held = None
+                guard.__exit__(None, None, None)
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
 
 
 _PLANS: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
@@ -213,12 +287,19 @@ class WatchedWindows:
     The world builds one, calls :meth:`release` at a Commit or an arrival and
     :meth:`acquire` when a Wait, a Query or a meeting returns. ``internal()``
     says that the calling thread does hccl_py's own work (it holds the world's
-    lock): that is not watched.
+    lock): that is not watched. The collective buffer check (``buffers``,
+    :mod:`.buffers`) shares the watch.
     """
 
-    def __init__(self, races: WindowRaces | None, internal: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        races: WindowRaces | None,
+        internal: Callable[[], bool],
+        buffers: BufferRaces | None = None,
+    ) -> None:
         self.races = races
         self.internal = internal
+        self.buffers = buffers
 
     def mapped(self, window: WindowAllocation) -> None:
         """``window``'s memory was just mapped: watch the accesses to it."""
@@ -230,10 +311,10 @@ class WatchedWindows:
         return contextlib.nullcontext() if self.races is None else self.races.kernel(rank)
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around one core's run of global rank ``rank``: watch its window accesses."""
-        if self.races is None:
+        """Around one core's run of global rank ``rank``: watch its window and buffer accesses."""
+        if self.races is None and self.buffers is None:
             return contextlib.nullcontext()
-        return watching(self.races, rank, self.internal)
+        return watching(self.races, self.buffers, rank, self.internal)
 
     def release(self, rank: int) -> tuple[int, ...] | None:
         """Global rank ``rank``'s clock for a peer to acquire (None when races are not checked)."""

@@ -38,6 +38,7 @@ from hccl_py.trace.hooks import server_round
 from hccl_py.trace.recorder import now_us
 
 from . import executor
+from .buffers import BufferRaces
 from .flags import FlagPolls
 from .lane import Lane
 from .onesided import OneSidedWrites
@@ -47,7 +48,7 @@ from .rendezvous import Rendezvous
 from .reports import WorldReports
 from .scheduler import Scheduler
 from .slot import Slot
-from .watch import WatchedWindows
+from .watch import Unwatched, WatchedWindows
 
 #: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
 _cores = threading.local()
@@ -71,10 +72,11 @@ class EmuWorld(Server):
         self.blocker = Scheduler(config.timeout, policy_for(config.seed, config.schedule))
         self.blocker.take_work = self._take_work
         self.blocker.has_work = self._has_work
-        self.serial = self.blocker.serial
+        self.serial = Unwatched(self.blocker.serial)
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
-        self.watched = WatchedWindows(self.races, self.serial._is_owned)
+        self.buffers = BufferRaces(world_size, self._slots)
+        self.watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
         self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
         self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
         self.returned: set[int] = set()
@@ -96,6 +98,14 @@ class EmuWorld(Server):
         slot = self.board.position(task)
         assert isinstance(slot, Slot)
         return slot
+
+    def _slots(self) -> dict[tuple[str, int], Slot]:
+        """Every unretired slot by (domain, seq), for the buffer check's dependencies."""
+        return {
+            (name, seq): slot
+            for name, dom in self.board.domains.items()
+            for seq, slot in dom.positions.items()
+        }
 
     def _fail(self, slot: Slot, error: HcclError) -> None:
         """Under the lock: ``slot`` failed; so does every later slot of its domain."""
@@ -173,6 +183,7 @@ class EmuWorld(Server):
             slot = self.board.commit(task, round_idx, self.config.poison)
             assert isinstance(slot, Slot)
             slot.clocks[(task.rank, round_idx)] = self.watched.release(task.domain.ranks[task.rank])
+            self.buffers.committed(task.domain.ranks[task.rank], task, round_idx)
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()
@@ -214,6 +225,8 @@ class EmuWorld(Server):
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
         clocks = [slot.clocks.get((r, k)) for k in rounds for r in slot.ranks]
         self.watched.acquire(task.domain.ranks[task.rank], clocks)
+        if rounds:
+            self.buffers.ordered(task.domain.ranks[task.rank], task, rounds[-1])
 
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.

@@ -771,8 +771,34 @@ def _gathered(n: int) -> torch.Tensor:
     return torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(N)
 
 
-def test_race_read_before_wait_is_exposed_by_late_schedule_and_poison() -> None:
-    kernel, seen = _reader(read_before_wait=True)
+def test_race_read_before_wait_is_reported_on_every_schedule() -> None:
+    kernel, _ = _reader(read_before_wait=True)
+    for options in ({}, {"schedule": "late", "poison": True}, {"seed": 1}):
+        err = fails(spmd(kernel), n=1, **options)
+        check(err, hp.HcclRaceError, "collective buffer race: rank 0 reads bytes [0, 32) of y at")
+
+
+def _hidden_reader() -> tuple[Kernel, dict[int, torch.Tensor]]:
+    """An AllGather kernel that copies its output before Wait through a numpy view.
+
+    The view is taken before the Prepare, so the buffer race check cannot see
+    the read; the poison can.
+    """
+    seen: dict[int, torch.Tensor] = {}
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        view = hp.gm_tensor(y, torch.float32, N * hp.get_world_size()).numpy()
+        handle = h.AllGather[True](x, y, N, F32)
+        seen[rank()] = torch.from_numpy(view.copy())
+        h.Wait(handle)
+        h.Finalize()
+
+    return kernel, seen
+
+
+def test_race_read_the_check_cannot_see_is_exposed_by_late_schedule_and_poison() -> None:
+    kernel, seen = _hidden_reader()
     hp.run(spmd(kernel), world_size=1, timeout=TIMEOUT)  # default: eager, no poison
     assert torch.equal(seen[0], _gathered(1)), "the racy kernel passes under the default schedule"
     for n in (1, 2):
@@ -813,8 +839,9 @@ def test_race_poison_marks_integer_outputs_with_ff_bytes() -> None:
 
     def kernel(x: Any, y: Any, t: Any) -> None:
         h = comm(t)
+        view = hp.gm_tensor(y, torch.int32, 2 * N).numpy()  # unseen by the buffer race check
         handle = h.AllGather[True](x, y, N, I32)
-        seen[rank()] = hp.gm_tensor(y, torch.int32, 2 * N).clone()
+        seen[rank()] = torch.from_numpy(view.copy())
         h.Wait(handle)
         h.Finalize()
 

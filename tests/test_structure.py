@@ -1,9 +1,10 @@
 """The package keeps the shape docs/architecture.md describes: no import cycles, small modules.
 
 Imports are read from the source with ``ast`` at every depth (an import inside a
-function is still an import), except those under ``if TYPE_CHECKING:``, which
-never run. The emulator folder ``emu/`` is scanned under the package name it
-installs as (pyproject's ``package-dir``).
+function is still an import). The cycle check counts those under ``if
+TYPE_CHECKING:`` too (a type-only cycle still ties two modules together); the
+layer check leaves them out, since they never run. The emulator folder ``emu/``
+is scanned under the package name it installs as (pyproject's ``package-dir``).
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement of a module, at any depth, except under ``if TYPE_CHECKING:``."""
+def _imports(tree: ast.AST, type_only: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, at any depth (under ``if TYPE_CHECKING:``: with ``type_only``)."""
     out: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
+            if isinstance(child, ast.If) and _is_type_checking(child.test) and not type_only:
                 for sub in child.orelse:
                     visit_stmt(sub)
                 continue
@@ -79,14 +80,14 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return out
 
 
-def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the package modules its import statements load."""
+def _edges(modules: dict[str, Path], type_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the package modules its import statements load (``type_only``: or name)."""
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         package = name if is_package else name.rpartition(".")[0]
         targets: set[str] = set()
-        for node in _imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path)), type_only):
             if isinstance(node, ast.Import):
                 targets.update(a.name for a in node.names if a.name in modules)
                 continue
@@ -165,12 +166,14 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(graph) == [["a", "b", "c"]]
     tree = ast.parse("if TYPE_CHECKING:\n    import x\ndef f():\n    import y\n")
     assert [a.name for node in _imports(tree) for a in node.names] == ["y"]
+    assert [a.name for node in _imports(tree, type_only=True) for a in node.names] == ["x", "y"]
 
 
 def test_no_import_cycles() -> None:
-    cycles = _cycles(_edges(_modules()))
-    assert not cycles, "import cycles (imports inside functions count): " + "; ".join(
-        " <-> ".join(c) for c in cycles
+    cycles = _cycles(_edges(_modules(), type_only=True))
+    assert not cycles, (
+        "import cycles (imports inside functions and type-only ones count): "
+        + "; ".join(" <-> ".join(c) for c in cycles)
     )
 
 

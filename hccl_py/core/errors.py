@@ -124,7 +124,12 @@ class HcclDeadlockError(HcclError):
 
 
 class HcclRaceError(HcclError):
-    """A kernel read window bytes that a peer writes with nothing ordering the two (poison mode)."""
+    """An access that nothing orders with another writer of the same bytes.
+
+    A read of window bytes that a peer writes (``poison=True``), or a kernel access
+    of a collective buffer that a committed round reads or writes before the Wait
+    that orders the round (every emulator run).
+    """
 
     always_raise = True
 

@@ -47,6 +47,7 @@ def user_frame() -> str:
 #: shows each one).
 KINDS: dict[str, str] = {
     "alg-config": "the host's algConfig string names no algorithm the op knows",
+    "buffer-race": "the buffer race check cannot decide: a numpy view of bytes a round will write",
     "dtype-mismatch": "a Prepare's dataType is not the dtype of a tensor passed as its buffer",
     "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
     "finalize-unordered": (

@@ -1,0 +1,325 @@
+"""Happens-before checks for collective buffers: accesses that no Wait orders with the server.
+
+On by default on the emulator. A Commit of round ``r`` hands that round's
+bytes to the server: its send ranges become *pending reads* and its receive
+ranges *pending writes* of the committing rank, with the line of the Commit
+(the Prepare's, for ``Prepare[True]``). The Wait of that round, or a Query
+that returns more than ``r``, orders the round before the rank's next
+accesses and clears them; so does every Wait or Query that the server's rules
+(tasks of a domain in Prepare order, InterHcclGroupSync) order after it. A
+kernel access in between, seen by :mod:`.watch`, is a race:
+
+- a **read of a pending receive range** may see the old bytes or the new;
+- a **write of a pending send range** may be sent or not;
+- a **write of a pending receive range** may be overwritten by the round or not.
+
+Each raises :class:`~hccl_py.core.errors.HcclRaceError` at the access, naming
+the handle, op, round, bytes and both lines. Nothing depends on whether the
+round already ran in this schedule, so a missing Wait is found in every
+schedule, the default one included. Bytes that a round only reads and writes
+back unchanged (the rank's own block of an in-place AllGather or AlltoAll) or
+never writes (``skipLocalRankCopy``) are no pending write. A ``.numpy()``
+view of pending receive bytes hides the reads made through it: a warning
+("buffer-race"), never an error.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hccl_py.core import layout, report
+from hccl_py.core.errors import HcclRaceError
+from hccl_py.core.gm import Allocation
+from hccl_py.core.task import Task
+
+from .intervals import IntervalMap, Runs
+from .races import user_frame
+from .slot import Slot
+
+#: What the server does with the bytes of each side of a round.
+_SERVER_DOES = {"send": "reads", "recv": "writes"}
+
+
+@dataclass(eq=False)
+class Round:
+    """One committed round of one rank's task, pending until a Wait or Query orders it."""
+
+    task: Task
+    index: int
+    where: str
+    #: (storage address, runs) that the round marked, to clear them again.
+    marks: list[tuple[int, Runs]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
+        return f"round {self.index} of handle {self.task.handle} ({self.task.describe()})"
+
+
+@dataclass(frozen=True, eq=False)
+class Mark:
+    """Bytes of one side of a pending round, in one allocation."""
+
+    round: Round
+    side: str
+    alloc: Allocation
+
+
+def merged_runs(starts: np.ndarray, sizes: np.ndarray) -> Runs:
+    """The non-empty blocks ``[start, start + size)`` merged into sorted, disjoint runs."""
+    keep = sizes > 0
+    starts, ends = starts[keep], starts[keep] + sizes[keep]
+    if not len(starts):
+        return []
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    firsts = np.flatnonzero(np.concatenate(([True], starts[1:] > ends[:-1])))
+    lasts = np.concatenate((firsts[1:] - 1, [len(starts) - 1]))
+    return list(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
+
+
+def unchanged_block(task: Task, round_idx: int) -> int | None:
+    """The receive block of round ``round_idx`` whose bytes the round does not change, if any.
+
+    For an op that does not reduce: the rank's own block where it is the
+    in-place send block (the round writes back the bytes it read), or where
+    ``skipLocalRankCopy`` keeps the server from writing it.
+    """
+    si, ri = task.spec.in_place(task.rank)
+    recv = layout.round_blocks(task, "recv", round_idx)
+    if task.spec.reduces or ri >= len(recv.sizes):
+        return None
+    if task.skip_local:
+        return ri
+    send = layout.round_blocks(task, "send", round_idx)
+    shift = _storage_shift(task)
+    same = (
+        shift is not None
+        and si < len(send.starts)
+        and int(send.starts[si]) + shift == int(recv.starts[ri])
+        and int(send.sizes[si]) == int(recv.sizes[ri])
+    )
+    return ri if same else None
+
+
+def round_runs(task: Task, side: str, round_idx: int) -> Runs:
+    """The bytes of its allocation that round ``round_idx`` reads (send) or changes (recv).
+
+    Memoised on the round's blocks, which tasks of the same shape share.
+    """
+    blocks = layout.round_blocks(task, side, round_idx)
+    skip = unchanged_block(task, round_idx) if side == "recv" else None
+
+    def runs(b: layout.Blocks) -> Runs:
+        sizes = b.sizes
+        if skip is not None:
+            sizes = sizes.copy()
+            sizes[skip] = 0
+        return merged_runs(b.starts, sizes)
+
+    return blocks.memo(f"buffer-runs-{skip}", runs)
+
+
+def _storage_shift(task: Task) -> int | None:
+    """Offset that maps send positions onto receive positions, when they share a storage."""
+    a, b = task.send.alloc.memory, task.recv.alloc.memory
+    if a is None or b is None or a[0] != b[0] or not a[0]:
+        return None
+    return a[1] - b[1]
+
+
+@dataclass
+class Finding:
+    """An access of bytes that a pending round reads or writes."""
+
+    mark: Mark
+    lo: int
+    hi: int
+    written: bool
+
+    def error(self, rank: int, where: str) -> HcclRaceError:
+        """The report of this finding, raised at the access (``where``) of global rank ``rank``."""
+        rnd, mark = self.mark.round, self.mark
+        task, base = rnd.task, mark.alloc.memory[1]
+        side = "send" if mark.side == "send" else "receive"
+        risk = {
+            (False, "recv"): "the read may see the old bytes or the new ones",
+            (True, "send"): "the server may send the old bytes or the new ones",
+            (True, "recv"): "the round may overwrite the kernel's write, or not",
+        }[(self.written, mark.side)]
+        return HcclRaceError(
+            f"collective buffer race: rank {rank} {'writes' if self.written else 'reads'} bytes "
+            f"[{self.lo - base}, {self.hi - base}) of {mark.alloc.name} at {where} before the "
+            f"Wait of {rnd.describe()}, committed at {rnd.where}: the server {_SERVER_DOES[mark.side]} "
+            f"these bytes (the {side} buffer) when the round runs, so {risk}. Call "
+            f"Wait({task.handle}) (or Query until it reports the round done) before accessing "
+            "them; see docs/sanitizer.md#buffer-races",
+            rank=rank,
+            domain=task.domain_name,
+            handle=task.handle,
+            op=task.label,
+            round=rnd.index,
+        )
+
+
+class BufferRaces:
+    """The pending rounds of every rank of one emulated world, by the storage they mark."""
+
+    def __init__(
+        self, world_size: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]
+    ) -> None:
+        self.lock = threading.Lock()
+        #: Per global rank: storage address -> byte runs -> the marks of its pending rounds.
+        self.pending: list[dict[int, IntervalMap]] = [{} for _ in range(world_size)]
+        self.live: list[list[Round]] = [[] for _ in range(world_size)]
+        #: The world's unretired slots, for the InterHcclGroupSync dependencies of a Wait.
+        self.slots = slots
+        #: (rank, round, where) of the numpy views already warned about.
+        self.warned: set[tuple[int, Round, str]] = set()
+
+    def committed(self, rank: int, task: Task, round_idx: int) -> None:
+        """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes."""
+        rnd = Round(task, round_idx, user_frame())
+        with self.lock:
+            for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
+                memory = alloc.memory
+                if memory is None or not memory[0]:
+                    continue
+                base = memory[1]
+                runs = [(lo + base, hi + base) for lo, hi in round_runs(task, side, round_idx)]
+                if not runs:
+                    continue
+                mark = Mark(rnd, side, alloc)
+                spans = self.pending[rank].setdefault(memory[0], IntervalMap())
+                for lo, hi in runs:
+                    spans.update(lo, hi, lambda old, m=mark: (*(old or ()), m))
+                rnd.marks.append((memory[0], runs))
+            self.live[rank].append(rnd)
+
+    def ordered(self, rank: int, task: Task, last: int) -> None:
+        """Global rank ``rank`` saw rounds ``0..last`` of ``task`` done: clear what that orders."""
+        with self.lock:
+            live = self.live[rank]
+            if not live:
+                return
+            done = _Ordered(task, last, self.slots)
+            finished = [rnd for rnd in live if done.covers(rnd)]
+            if not finished:
+                return
+            gone = set(map(id, finished))
+            self.live[rank] = [rnd for rnd in live if id(rnd) not in gone]
+            pending = self.pending[rank]
+            for rnd in finished:
+                for storage, runs in rnd.marks:
+                    spans = pending.get(storage)
+                    if spans is None:  # its other side, on the same bytes, emptied it
+                        continue
+                    for lo, hi in runs:
+                        spans.update(lo, hi, lambda old, r=rnd: _without(old, r))
+                    if not len(spans):
+                        del pending[storage]
+
+    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
+        """Global rank ``rank`` reads or writes ``runs`` of ``storage``; raise if a round races."""
+        with self.lock:
+            found = self._first(rank, storage, runs, written)
+        if found is not None:
+            raise found.error(rank, user_frame())
+
+    def viewed(self, rank: int, storage: int, runs: Runs) -> None:
+        """Rank ``rank`` took a numpy view of ``runs``: its reads through it are not seen."""
+        with self.lock:
+            found = self._first(rank, storage, runs, written=False)
+        if found is None:
+            return
+        where, rnd = user_frame(), found.mark.round
+        key = (rank, rnd, where)
+        if key in self.warned:
+            return
+        self.warned.add(key)
+        base = found.mark.alloc.memory[1]
+        report.warn(
+            "buffer-race",
+            f"collective buffer race check: cannot tell whether rank {rank}'s reads of bytes "
+            f"[{found.lo - base}, {found.hi - base}) of {found.mark.alloc.name} through the numpy "
+            f"view taken at {where} come after {rnd.describe()}, committed at {rnd.where}: reads "
+            "through a numpy view are not seen; take the view after the Wait of the round",
+            domain=rnd.task.domain_name,
+            handle=rnd.task.handle,
+            op=rnd.task.label,
+            round=rnd.index,
+        )
+
+    def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
+        """The first pending mark that a read (or write) of ``runs`` races with, and the bytes."""
+        spans = self.pending[rank].get(storage)
+        if spans is None:
+            return None
+        found: Finding | None = None
+        for lo, hi in runs:
+            for a, b, marks in spans.overlapping(lo, hi):
+                for mark in marks:
+                    if not (written or mark.side == "recv"):
+                        continue
+                    if found is None:
+                        found = Finding(mark, a, b, written)
+                    elif found.mark is mark:
+                        found.hi = b
+        return found
+
+
+def _without(marks: tuple[Mark, ...] | None, rnd: Round) -> tuple[Mark, ...] | None:
+    """``marks`` less those of ``rnd`` (None when none is left)."""
+    left = tuple(m for m in marks or () if m.round is not rnd)
+    return left or None
+
+
+class _Ordered:
+    """Which rounds a rank's seeing rounds ``0..last`` of ``task`` done orders before it.
+
+    The server runs the tasks of a domain in Prepare order, and a task only
+    after the tasks it depends on through InterHcclGroupSync (and theirs):
+    those finished too, in every schedule.
+    """
+
+    def __init__(
+        self, task: Task, last: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]
+    ) -> None:
+        self.task = task
+        self.last = last
+        self.slots = slots
+        self.below: dict[str, int] | None = None  # domain -> tasks below this seq finished
+
+    def covers(self, rnd: Round) -> bool:
+        """Whether ``rnd`` finished before the round that was seen done."""
+        t, seen = rnd.task, self.task
+        if t.domain_name == seen.domain_name:
+            return t.seq < seen.seq or (t.seq == seen.seq and rnd.index <= self.last)
+        if self.below is None:
+            self.below = self._dependencies()
+        return t.seq < self.below.get(t.domain_name, 0)
+
+    def _dependencies(self) -> dict[str, int]:
+        """Per other domain, the seq below which every task finished (through dependencies)."""
+        below = {self.task.domain_name: self.task.seq + 1}
+        todo = [(self.task.domain_name, self.task.seq)]
+        slots = self.slots()
+        while todo:
+            domain, top = todo.pop()
+            for dep in _deps(slots, domain, top):
+                if below.get(dep.domain_name, 0) <= dep.seq:
+                    below[dep.domain_name] = dep.seq + 1
+                    todo.append((dep.domain_name, dep.seq))
+        below.pop(self.task.domain_name)
+        return below
+
+
+def _deps(slots: Mapping[tuple[str, int], Slot], domain: str, top: int) -> Iterable[Task]:
+    """The InterHcclGroupSync dependencies of every task of ``domain`` up to seq ``top``."""
+    for (name, seq), slot in list(slots.items()):
+        if name == domain and seq <= top:
+            for task in slot.tasks.values():
+                yield from task.deps

@@ -1,0 +1,432 @@
+"""Happens-before checks for collective buffers (issue 25, item 4).
+
+Between the Commit of a round and the Wait (or a Query that reports it done)
+that orders it, the server may read the round's send bytes and write its
+receive bytes at any moment. A kernel that reads those receive bytes, or
+writes either, in that window gets an HcclRaceError at the access, on every
+schedule (the default one included), naming the handle, op, round, bytes and
+both lines. Correct kernels (Wait, Query, in-place forms, a later task's Wait,
+Finalize) get no report; what the check cannot see is a warning.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from cases import init_hccl, make_tiling
+from expect import expects_warning
+from hccl_py.backends.emu.watch import Unwatched
+from test_sanitizer import F32, SUM, TIMEOUT, comm
+from test_window_races import at
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import hccl_py as hp
+
+HERE = Path(__file__)
+N = 8  # float32 elements each rank sends
+SCHEDULES = [{}, {"schedule": "late"}, {"seed": 1}, {"seed": 2}]
+Kernel = Callable[[Any, Any, Any], Any]
+
+
+def run(kernel: Kernel, *, skip_local: bool = False, block_dim: int = 1, **options: Any) -> list:
+    """Launch ``kernel(xGM, yGM, tilingGM)`` on 2 ranks (A3): x = rank + 1 (N floats), y = 0 (2N)."""
+
+    def main() -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        y = torch.zeros(2 * N)
+        hp.launch(kernel, x, y, make_tiling(skip_local=skip_local), block_dim=block_dim)
+        return x, y
+
+    return hp.run(main, world_size=2, platform="A3", timeout=TIMEOUT, **options)
+
+
+def race(kernel: Kernel, **options: Any) -> hp.HcclRaceError:
+    """Rank 0's report of a run that must fail with it."""
+    with pytest.raises(hp.WorldError) as info:
+        run(kernel, **options)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    return err
+
+
+# ------------------------------------------------------------------ the programs
+def all_gather(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.AllGather[True](x, y, N, F32)  # commit-AllGather
+
+
+def reduce_scatter(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.ReduceScatter[True](x, y, N // 2, F32, SUM)  # commit-ReduceScatter
+
+
+def alltoallv(h: hp.Hccl, x: Any, y: Any) -> int:
+    counts, displs = [N // 2] * 2, [0, N // 2]
+    return h.AlltoAllV[True](x, counts, displs, F32, y, counts, displs, F32)  # commit-AlltoAllV
+
+
+def all_reduce(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.AllReduce[True](x, y, N, F32, SUM)  # commit-AllReduce
+
+
+def alltoall(h: hp.Hccl, x: Any, y: Any) -> int:
+    return h.AlltoAll[True](x, y, N // 2, F32)  # commit-AlltoAll
+
+
+PREPARES = {
+    "AllGather": all_gather,
+    "ReduceScatter": reduce_scatter,
+    "AlltoAllV": alltoallv,
+    "AllReduce": all_reduce,
+    "AlltoAll": alltoall,
+}
+DESCRIBED = {
+    "AllReduce": "AllReduce(FP32, count=8, SUM, repeat=1)",
+    "AlltoAll": "AlltoAll(FP32, count=4, repeat=1)",
+    "AllGather": "AllGather(FP32, count=8, repeat=1)",
+    "ReduceScatter": "ReduceScatter(FP32, count=4, SUM, repeat=1)",
+    "AlltoAllV": "AlltoAllV(FP32, sendCounts=[4, 4], recvCounts=[4, 4], repeat=1)",
+}
+
+
+def read_receive(x: Any, y: Any) -> None:
+    hp.gm_tensor(y, torch.float32, 4).sum()  # read-recv
+
+
+def write_send(x: Any, y: Any) -> None:
+    hp.gm_tensor(x, torch.float32, 2)[:] = 0.0  # write-send
+
+
+def write_receive(x: Any, y: Any) -> None:
+    hp.gm_tensor(y, torch.float32, 2)[:] = 0.0  # write-recv
+
+
+#: hazard -> (access, verb, bytes, buffer, what the server does, what the race risks)
+HAZARDS = {
+    "read-recv": (
+        read_receive,
+        "reads",
+        "bytes [0, 16) of yGM",
+        "writes these bytes (the receive buffer)",
+        "the read may see the old bytes or the new ones",
+    ),
+    "write-send": (
+        write_send,
+        "writes",
+        "bytes [0, 8) of xGM",
+        "reads these bytes (the send buffer)",
+        "the server may send the old bytes or the new ones",
+    ),
+    "write-recv": (
+        write_receive,
+        "writes",
+        "bytes [0, 8) of yGM",
+        "writes these bytes (the receive buffer)",
+        "the round may overwrite the kernel's write, or not",
+    ),
+}
+
+
+def racy(op: str, hazard: str) -> Kernel:
+    """Rank 0 makes ``hazard``'s access between the Commit and the Wait of ``op``."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = PREPARES[op](h, xGM, yGM)
+        if hp.get_rank() == 0:
+            HAZARDS[hazard][0](xGM, yGM)
+        h.Wait(handle)
+        h.Finalize()
+
+    return kernel
+
+
+# --------------------------------------------------------------- what is reported
+@pytest.mark.parametrize("hazard", sorted(HAZARDS))
+@pytest.mark.parametrize("op", sorted(PREPARES))
+def test_each_hazard_is_reported_with_both_lines_on_every_schedule(op: str, hazard: str) -> None:
+    access, verb, where, server, risk = HAZARDS[hazard]
+    want = (
+        f"[rank 0, domain hccl_world_group, handle 0, op {op}, round 0] collective buffer race: "
+        f"rank 0 {verb} {where} at {at(hazard, access.__name__, HERE)} before the Wait of round 0 "
+        f"of handle 0 ({DESCRIBED[op]}), committed at "
+        f"{at('commit-' + op, PREPARES[op].__name__, HERE)}: the server {server} when the round "
+        f"runs, so {risk}. Call Wait(0) (or Query until it reports the round done) before "
+        "accessing them; see docs/sanitizer.md#buffer-races"
+    )
+    for options in SCHEDULES:  # whether the round ran already does not matter
+        err = race(racy(op, hazard), **options)
+        assert str(err) == want, options
+        assert (err.handle, err.op, err.round, err.domain) == (0, op, 0, "hccl_world_group")
+
+
+def test_a_read_through_tolist_is_a_read_under_poison() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        hp.gm_tensor(yGM, torch.float32, 2 * N)[N:].tolist()  # tolist
+        h.Wait(handle)
+        h.Finalize()
+
+    err = race(kernel, poison=True)  # reads that bypass aten are looked at under poison
+    assert f"reads bytes [32, 64) of yGM at {at('tolist', 'kernel', HERE)}" in str(err)
+    run(kernel)  # not otherwise: they would cost every tensor method a Python call
+
+
+def test_each_round_is_ordered_by_its_own_wait() -> None:
+    """Round 0 waited, round 1 not: a read of round 0's bytes is fine, of round 1's a race."""
+    half = N // 2
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = h.AllGather[True](xGM, yGM, half, F32, N, 2)  # two rounds
+        h.Wait(handle)
+        out = hp.gm_tensor(yGM, torch.float32, 2 * N)
+        out[:half].sum()  # round 0 of rank 0's block: waited
+        out[N : N + half].sum()  # round 0 of rank 1's block: waited
+        out[half:N].sum()  # round-1
+        h.Wait(handle)
+        h.Finalize()
+
+    err = race(kernel)
+    assert err.round == 1
+    assert f"reads bytes [16, 32) of yGM at {at('round-1', 'kernel', HERE)}" in str(err)
+
+
+# ----------------------------------------------------------- what is not reported
+def _kernel(op: str, order: Callable[[hp.Hccl, int], None]) -> Kernel:
+    """Prepare ``op``, order it with ``order(h, handle)``, then read and write every byte."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = PREPARES[op](h, xGM, yGM)
+        order(h, handle)
+        hp.gm_tensor(yGM, torch.float32, 2 * N).add_(1.0)
+        hp.gm_tensor(xGM, torch.float32, N).mul_(2.0)
+        h.Finalize()
+
+    return kernel
+
+
+def _query_until_done(h: hp.Hccl, handle: int) -> None:
+    while h.Query(handle) < 1:
+        pass
+
+
+@pytest.mark.parametrize("op", sorted(PREPARES))
+@pytest.mark.parametrize("order", ["Wait", "Query"])
+def test_wait_or_a_query_that_reports_done_orders_the_round(op: str, order: str) -> None:
+    wait = {"Wait": lambda h, handle: h.Wait(handle), "Query": _query_until_done}[order]
+    for options in SCHEDULES:
+        for x, y in run(_kernel(op, wait), **options):
+            assert torch.equal(x, x[0] * torch.ones(N)) and x[0] in (2.0, 4.0)
+            assert not (y == 0).any(), "every received element was incremented"
+
+
+def test_a_query_that_reports_not_done_orders_nothing() -> None:
+    """Under the late schedule the first Query returns 0: the read after it is a race."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        assert h.Query(handle) == 0
+        read_receive(xGM, yGM)
+        h.Wait(handle)
+        h.Finalize()
+
+    err = race(kernel, schedule="late")
+    assert f"reads bytes [0, 16) of yGM at {at('read-recv', 'read_receive', HERE)}" in str(err)
+
+
+def test_the_wait_of_a_later_task_orders_an_earlier_one_and_finalize_orders_all() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        first = all_gather(h, xGM, yGM)
+        second = h.AllReduce[True](xGM, xGM, N, F32, SUM)
+        h.Wait(second)  # the server ran the AllGather before it
+        read_receive(xGM, yGM)
+        third = h.AllGather[True](xGM, yGM, N, F32)
+        h.Finalize()  # waits for the last round of every handle
+        read_receive(xGM, yGM)
+        assert (first, second, third) == (0, 1, 2)
+
+    for _x, y in run(kernel):
+        assert torch.equal(y, torch.full((2 * N,), 3.0))
+
+
+def test_in_place_all_reduce_gives_no_false_report_and_its_race_is_found() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any, early: bool) -> None:
+        h = comm(tilingGM)
+        hp.gm_tensor(xGM, torch.float32, N).add_(1.0)  # the input, before the Commit
+        handle = h.AllReduce[True](xGM, xGM, N, F32, SUM)
+        if early:
+            hp.gm_tensor(xGM, torch.float32, N).sum()  # in-place-early
+        h.Wait(handle)
+        hp.gm_tensor(xGM, torch.float32, N).mul_(2.0)
+        h.Finalize()
+
+    def main(early: bool) -> torch.Tensor:
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        hp.launch(kernel, x, torch.zeros(1), make_tiling(), early)
+        return x
+
+    for options in SCHEDULES:
+        out = hp.run(main, world_size=2, timeout=TIMEOUT, args=(False,), **options)
+        assert all(torch.equal(x, torch.full((N,), 10.0)) for x in out)
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, timeout=TIMEOUT, args=(True,))
+    assert f"at {at('in-place-early', 'kernel', HERE)}" in str(info.value.failures[0])
+
+
+def test_the_own_block_of_an_in_place_all_gather_may_be_read_but_not_written() -> None:
+    """The round writes back what it read there: reading it early is no race, writing is."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any, write: bool) -> None:
+        h = comm(tilingGM)
+        me = h.GetRankId()
+        own = yGM + me * N * 4
+        hp.gm_tensor(own, torch.float32, N).fill_(float(me + 1))
+        handle = h.AllGather[True](own, yGM, N, F32)
+        hp.gm_tensor(own, torch.float32, N).sum()  # the rank's own data: no race
+        if write:
+            hp.gm_tensor(own, torch.float32, 1).fill_(0.0)  # own-write
+        h.Wait(handle)
+        h.Finalize()
+
+    def main(write: bool) -> torch.Tensor:
+        y = torch.zeros(2 * N)
+        hp.launch(kernel, torch.zeros(1), y, make_tiling(), write)
+        return y
+
+    for y in hp.run(main, world_size=2, timeout=TIMEOUT, args=(False,), schedule="late"):
+        assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, timeout=TIMEOUT, args=(True,))
+    err = info.value.failures[0]
+    assert f"writes bytes [0, 4) of yGM at {at('own-write', 'kernel', HERE)}" in str(err)
+    assert "(the send buffer)" in str(err)
+
+
+def test_skip_local_rank_copy_leaves_the_own_block_to_the_kernel() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        me = h.GetRankId()
+        handle = all_gather(h, xGM, yGM)
+        own = hp.gm_tensor(yGM + me * N * 4, torch.float32, N)
+        own.copy_(hp.gm_tensor(xGM, torch.float32, N))  # the local copy, by the kernel
+        h.Wait(handle)
+        h.Finalize()
+
+    for _x, y in run(kernel, skip_local=True):
+        assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+
+
+def test_cores_that_wait_read_without_report() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)  # every core commits; block 0 sends
+        h.Wait(handle)
+        read_receive(xGM, yGM)
+        hp.SyncAll()
+        h.Finalize()
+
+    for options in SCHEDULES:
+        for _x, y in run(kernel, block_dim=3, **options):
+            assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+
+
+@expects_warning("buffer-race")
+def test_a_numpy_view_of_pending_bytes_is_a_warning_not_an_error_under_poison() -> None:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any, seen: list) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        view = hp.gm_tensor(yGM, torch.float32, 2 * N).numpy()  # numpy-view
+        h.Wait(handle)
+        seen.append(float(view.sum()))  # read after the Wait: correct, and not seen by the check
+        h.Finalize()
+
+    def main() -> list:
+        seen: list = []
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        hp.launch(kernel, x, torch.zeros(2 * N), make_tiling(), seen)
+        return seen
+
+    result = hp.run(main, world_size=2, platform="A3", timeout=TIMEOUT, poison=True)
+    assert list(result) == [[24.0], [24.0]]
+    for rank in (0, 1):
+        (warning,) = result.warnings[rank]
+        assert warning.kind == "buffer-race"
+        assert (warning.handle, warning.op, warning.round) == (0, "AllGather", 0)
+        assert f"numpy view taken at {at('numpy-view', 'kernel', HERE)}" in str(warning)
+
+
+def _two_domains(synced: bool) -> Kernel:
+    """AllGather x -> y on domain 0, AllReduce of x in place on domain 1; only the latter waited."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        first_domain = init_hccl(hp.Hccl(), tilingGM, 0, ops=("AllGather",))
+        second_domain = init_hccl(hp.Hccl(), tilingGM, 1, ops=("AllReduce",))
+        gather = all_gather(first_domain, xGM, yGM)
+        if synced:
+            second_domain.InterHcclGroupSync(0, gather)
+        second_domain.Wait(second_domain.AllReduce[True](xGM, xGM, N, F32, SUM))
+        read_receive(xGM, yGM)
+        second_domain.Finalize()
+        first_domain.Finalize()
+
+    return kernel
+
+
+def _on_two_domains(kernel: Kernel, **options: Any) -> list:
+    def main() -> tuple[torch.Tensor, torch.Tensor]:
+        groups = {0: hp.world_group(), 1: hp.new_group(range(2))}
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        y = torch.zeros(2 * N)
+        hp.launch(kernel, x, y, make_tiling(groups=groups), groups=groups)
+        return x, y
+
+    return hp.run(main, world_size=2, timeout=TIMEOUT, **options)
+
+
+def test_a_wait_orders_the_tasks_its_task_depends_on_through_inter_hccl_group_sync() -> None:
+    for options in SCHEDULES:
+        for x, y in _on_two_domains(_two_domains(synced=True), **options):
+            assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+            assert torch.equal(x, torch.full((N,), 3.0))
+    with pytest.raises(hp.WorldError) as info:  # without the sync nothing orders the AllGather
+        _on_two_domains(_two_domains(synced=False))
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllGather", 0)
+
+
+def test_exploring_reports_a_missing_wait_in_its_first_schedule() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run(racy("AllGather", "read-recv"), explore=3)
+    assert isinstance(info.value.failures[0], hp.HcclRaceError)
+    assert info.value.seed is None, "the default schedule (a plain hp.run) finds it"
+
+
+def test_the_world_lock_keeps_dispatch_modes_away_from_hccl_py_s_own_work() -> None:
+    """Its own operations would only be skipped by the watch: they do not reach it at all."""
+    seen: list[str] = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    lock = Unwatched(threading.RLock())
+    t = torch.zeros(4)
+    with Seen():
+        with lock:
+            t.add_(1)
+            with lock:  # nested: still off, and still off after the inner exit
+                t.mul_(2)
+            t.sub_(1)
+            assert lock._is_owned()
+        t.neg_()  # after the outermost exit: seen again
+    assert seen == ["neg_"]
+    assert not lock._is_owned()
