@@ -36,8 +36,6 @@ from mutants import (
     uncatchable_lines,
 )
 
-from hccl_py.core.report import KINDS
-
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
 #: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
 #: for BatchWrite, or sent as a BatchWrite item.
@@ -75,8 +73,6 @@ SPECS: dict[str, SampleSpec] = {
         SampleSpec("mc2_allto_all_all_gather_batch_mat_mul", world_sizes=(4, 8), block_dim=None),
     ]
 }
-#: Samples of SPECS that main has and this branch does not yet: their cases are skipped here.
-ON_MAIN_ONLY = {"mc2_allto_all_all_gather_batch_mat_mul"}
 
 FRAMEWORK_ONLY = "framework API only: no kernel code"
 WRONG_ON_PURPOSE = "wrong on purpose: its own check fails, so it cannot judge a mutant"
@@ -158,31 +154,31 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "alltoall_allgather_custom:SyncAll#1": ("explore", DEADLOCK),
     },
     "matmul_reduce_scatter": {
-        "matmul_reduce_scatter:SyncAll#1": ("default", CHECK),
+        "matmul_reduce_scatter:SyncAll#1": ("default", "HcclRaceError"),
     },
     "all_gather_matmul": {
-        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:Wait#1": ("default", "HcclRaceError"),
         "all_gather_matmul:SyncAll#1": ("explore", DEADLOCK),
     },
     "compute_then_allreduce": {
-        "matmul_allreduce_custom:SyncAll#1": ("default", CHECK),
+        "matmul_allreduce_custom:SyncAll#1": ("default", "HcclRaceError"),
     },
     "mc2_all_gather_matmul_full_mesh": {
-        "all_gather_matmul:Wait#1": ("default", CHECK),
+        "all_gather_matmul:Wait#1": ("default", "HcclRaceError"),
         "all_gather_matmul:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "all_gather_matmul:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
     },
     "mc2_matmul_all_reduce": {
         "mc2_sync_all:CrossCoreSetFlag#1": ("default", DEADLOCK),
-        "mc2_sync_all:CrossCoreWaitFlag#1": ("default", CHECK),
-        "matmul_all_reduce:mc2_sync_all#1": ("default", CHECK),
+        "mc2_sync_all:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+        "matmul_all_reduce:mc2_sync_all#1": ("default", "HcclRaceError"),
         "matmul_all_reduce:Wait#1": _missed(FINALIZE_WAITS),
         "matmul_all_reduce:mc2_sync_all#2": _missed(NOTIFY_CORE_ONLY),
     },
     "mc2_matmul_reduce_scatter_full_mesh": {
         "barrier:CrossCoreSetFlag#1": ("default", DEADLOCK),
-        "barrier:CrossCoreWaitFlag#1": ("default", CHECK),
-        "matmul_reduce_scatter:barrier#1": ("default", CHECK),
+        "barrier:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+        "matmul_reduce_scatter:barrier#1": ("default", "HcclRaceError"),
         "matmul_reduce_scatter:Wait#1": _missed(FINALIZE_WAITS),
         "matmul_reduce_scatter:Wait#2": _missed(FINALIZE_WAITS),
         "matmul_reduce_scatter:barrier#2": ("explore", DEADLOCK),
@@ -212,64 +208,21 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     },
     "moe_dispatch_combine": {},
     "mc2_allto_all_all_gather_batch_mat_mul": {
-        "LocalCalculation:Wait#1": ("default", CHECK),
+        "LocalCalculation:Wait#1": ("default", "HcclRaceError"),
         "LocalCalculation:SyncAll#1": _missed(OWN_WAIT),
         "LocalCalculation:SyncAll#2": ("default", CHECK),
         "LocalCalculation:SyncAll#3": ("default", CHECK),
-        "NonLocalCommunication:Wait#1": ("default", CHECK),
+        "NonLocalCommunication:Wait#1": ("default", "HcclRaceError"),
         "NonLocalCommunication:SyncAll#1": _missed(OWN_WAIT),
-        "NonLocalCommunication:SyncAll#2": ("default", CHECK),
+        "NonLocalCommunication:SyncAll#2": ("default", "HcclRaceError"),
         "CommunicateTile:InterHcclGroupSync#1": _missed(DISJOINT_TILES),
         "CommunicateTile:InterHcclGroupSync#2": ("default", CHECK),
-        "NonLocalCalculation:Wait#1": ("explore", "HcclScheduleError"),
+        "NonLocalCalculation:Wait#1": ("default", "HcclRaceError"),
         "NonLocalCalculation:SyncAll#1": _missed(OWN_WAIT),
         "NonLocalCalculation:SyncAll#2": ("default", CHECK),
         "NonLocalCalculation:SyncAll#3": ("default", CHECK),
     },
 }
-
-
-#: Issue 25 item 5 (merged into main as branch hazard): a Wait not ordered before Finalize is a
-#: warning and a hang that exploration finds, no longer an HcclCoreError at once. The mutations
-#: branch predates it, so its own runs expect the earlier verdicts of these sites.
-ITEM_5 = "finalize-unordered" in KINDS
-#: The sites whose verdict was ("default", "HcclCoreError") before item 5.
-CORE_ERROR_BEFORE_ITEM_5 = {
-    ("all_gather_custom", "all_gather_custom:SyncAll#1"),
-    ("all_gather_custom", "all_gather_tiled:SyncAll#1"),
-    ("all_reduce_custom", "all_reduce_custom:SyncAll#1"),
-    ("all_reduce_custom", "all_reduce_tiled:SyncAll#1"),
-    ("alltoall_custom", "alltoall_custom:SyncAll#1"),
-    ("alltoall_custom", "alltoall_tiled:SyncAll#1"),
-    ("alltoallv_custom", "alltoallv_custom:SyncAll#1"),
-    ("reduce_scatter_custom", "reduce_scatter_three_prepares:SyncAll#1"),
-    ("reduce_scatter_custom", "reduce_scatter_repeat:SyncAll#1"),
-    ("alltoall_allgather_custom", "alltoall_allgather_custom:SyncAll#1"),
-    ("all_gather_matmul", "all_gather_matmul:SyncAll#1"),
-    ("mc2_all_gather_matmul_full_mesh", "all_gather_matmul:CrossCoreWaitFlag#1"),
-    ("mc2_matmul_reduce_scatter_full_mesh", "barrier:CrossCoreWaitFlag#1"),
-    ("mc2_matmul_reduce_scatter_full_mesh", "matmul_reduce_scatter:barrier#2"),
-}
-
-
-def expected(name: str, site_id: str) -> tuple[str, str]:
-    """The verdict :data:`EXPECTED` names, or the one before item 5 where this code lacks it."""
-    if not ITEM_5 and (name, site_id) in CORE_ERROR_BEFORE_ITEM_5:
-        return ("default", "HcclCoreError")
-    return EXPECTED[name][site_id]
-
-
-def _absent(name: str) -> pytest.MarkDecorator:
-    """Skip a case of a sample that is not in this checkout (:data:`ON_MAIN_ONLY`)."""
-    return pytest.mark.skipif(
-        not (SAMPLES_DIR / f"{name}.py").exists(),
-        reason=f"samples/{name}.py is on main, not yet on this branch",
-    )
-
-
-def _cases(names: list[str]) -> list:
-    """``names`` as parameters, each skipped where its sample is not in this checkout."""
-    return [pytest.param(name, marks=_absent(name)) for name in names]
 
 
 # ---------------------------------------------------------------- the table covers everything
@@ -280,17 +233,17 @@ def test_every_sample_is_mutated_or_skipped_with_a_reason() -> None:
         f"samples {sorted(unlisted)} are neither mutated nor skipped: add a SampleSpec to "
         "SPECS and their verdicts to EXPECTED (python tests/mutants.py prints them)"
     )
-    assert set(SPECS) - ON_MAIN_ONLY | set(SKIPPED) <= present
+    assert set(SPECS) | set(SKIPPED) <= present
     assert set(EXPECTED) == set(SPECS)
 
 
-@pytest.mark.parametrize("name", _cases(list(SPECS)))
+@pytest.mark.parametrize("name", list(SPECS))
 def test_the_table_lists_every_site_of_the_sample(name: str) -> None:
     """A new or removed ordering statement changes the site list: the table must follow."""
     assert [site.id for site in find_sites(SPECS[name])] == list(EXPECTED[name])
 
 
-@pytest.mark.parametrize("name", _cases([n for n, s in SPECS.items() if s.flags]))
+@pytest.mark.parametrize("name", [n for n, s in SPECS.items() if s.flags])
 def test_every_flag_pattern_marks_a_site(name: str) -> None:
     spec = SPECS[name]
     flag_sites = [s.text for s in find_sites(spec) if s.name == "flag"]
@@ -358,7 +311,7 @@ def test_an_unknown_site_names_the_known_ones() -> None:
 
 
 # ---------------------------------------------------------------- the mutants
-@pytest.mark.parametrize("name", _cases([n for n in SPECS if EXPECTED[n]]))
+@pytest.mark.parametrize("name", [n for n in SPECS if EXPECTED[n]])
 def test_the_unmutated_sample_passes_at_the_mutation_size(name: str) -> None:
     """Otherwise every mutant would count as caught."""
     spec = SPECS[name]
@@ -377,7 +330,7 @@ def _mutant_cases() -> list:
         pytest.param(
             name,
             site_id,
-            marks=[_absent(name), *([SLOW] if expected(name, site_id)[0] != "default" else [])],
+            marks=[SLOW] if EXPECTED[name][site_id][0] != "default" else [],
         )
         for name, sites in EXPECTED.items()
         for site_id in sites
@@ -386,7 +339,7 @@ def _mutant_cases() -> list:
 
 @pytest.mark.parametrize(("name", "site_id"), _mutant_cases())
 def test_mutant_is_reported_as_the_table_says(name: str, site_id: str) -> None:
-    stage, evidence = expected(name, site_id)
+    stage, evidence = EXPECTED[name][site_id]
     verdict = judge(SPECS[name], site_id)
     hint = "python tests/mutants.py lists every verdict next to the table's"
     assert verdict.stage == stage, f"{name} without {site_id}: {verdict}; {hint}"
