@@ -447,6 +447,13 @@ def test_forged_pickles_in_the_store_are_refused(
     ), out
 
 
+@pytest.mark.parametrize("raw", ["abc", "0", "-1", "inf"])
+def test_a_bad_store_answer_wait_is_named(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(kv.ANSWER_ENV, raw)
+    with pytest.raises(ValueError, match=f"{kv.ANSWER_ENV} must be a positive number .*{raw!r}"):
+        kv.answer_s()
+
+
 def test_runner_names_what_holds_its_port(job: Path) -> None:
     """--master-port in use: a clear error naming the port and its holder, no traceback."""
     with socket.socket() as holder:
@@ -486,6 +493,7 @@ def test_plain_ranks_never_join_what_holds_master_port(
         kv.mark_run(kv.scoped(keep, kv.PREFIX), 2)
         refusal = "the store at {} belongs to another run"
     common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    common[kv.ANSWER_ENV] = "0.5"  # the listener never answers: no need to wait 2 x 5 s
     ranks = [start([sys.executable, str(job), "ok"], RANK=str(r), **common) for r in (0, 1)]
     try:
         outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]

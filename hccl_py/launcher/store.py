@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import math
 import os
 import socket
 import threading
@@ -42,8 +43,10 @@ ABORT = "abort"
 RUN_MARK = "run_mark"
 #: Address a store that hccl_py hosts listens on (default: the address the ranks connect to).
 LISTEN_ENV = "HCCL_PY_LISTEN_ADDR"
-#: Seconds a store must answer in once it accepts connections, and a run mark may take to appear.
+#: Seconds a store must answer in once it accepts connections (``HCCL_PY_STORE_ANSWER_S``
+#: overrides it), and a run mark may take to appear.
 ANSWER_S = 5.0
+ANSWER_ENV = "HCCL_PY_STORE_ANSWER_S"
 RUN_MARK_WAIT_S = 10.0
 RANK_COUNTER = "rank_counter"
 #: Polling interval of :func:`wait_keys`: starts short (peers usually publish within a
@@ -155,10 +158,22 @@ def host_store(address: str, port: int, timeout: float) -> tuple[dist.Store, int
     return store, port
 
 
+def answer_s() -> float:
+    """Seconds a store must answer in: :data:`ANSWER_ENV`, else :data:`ANSWER_S`."""
+    raw = os.environ.get(ANSWER_ENV, "")
+    try:
+        value = float(raw) if raw else ANSWER_S
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"{ANSWER_ENV} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
 def _accepts(address: str, port: int) -> bool:
     """Whether something accepts TCP connections at ``address:port`` now."""
     try:
-        socket.create_connection((address, port), timeout=ANSWER_S).close()
+        socket.create_connection((address, port), timeout=answer_s()).close()
     except OSError:
         return False
     return True
@@ -169,7 +184,7 @@ def join_store(address: str, port: int, timeout: float) -> dist.Store:
 
     torch's client waits forever for an answer from whatever accepts the
     connection; a listener that does not answer as a store within
-    :data:`ANSWER_S` (twice in a row) raises :class:`StoreJoinError` naming
+    :func:`answer_s` seconds (twice in a row) raises :class:`StoreJoinError` naming
     what holds the port.
     """
     made: list[Any] = []
@@ -182,9 +197,9 @@ def join_store(address: str, port: int, timeout: float) -> dist.Store:
 
     thread = threading.Thread(target=make, name="hccl_py-store-join", daemon=True)
     thread.start()
-    silent = 0
+    silent, wait = 0, answer_s()
     while True:
-        thread.join(ANSWER_S)
+        thread.join(wait)
         if not thread.is_alive():
             break
         silent = silent + 1 if _accepts(address, port) else 0
