@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterator
 
 import torch
 
 from hccl_py.core import layout
 from hccl_py.core.config import Config
+from hccl_py.core.current import RunnerLocal
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
@@ -52,7 +52,7 @@ from .slot import Slot
 from .watch import WatchedWindows
 
 #: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
-_cores = threading.local()
+_cores = RunnerLocal()
 
 
 class EmuWorld(WorldReports, OneSidedWrites, WatchedWindows, LocalWindows, Server):
