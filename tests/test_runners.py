@@ -1,0 +1,86 @@
+"""The emulator's runners are greenlets of one thread: what stays per runner when they switch."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from hccl_py.backends.emu import wait_until
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import hccl_py as hp
+from hccl_py.core.current import RunnerLocal
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten operations run under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_rank_runs_on_the_one_world_thread() -> None:
+    idents = hp.run(threading.get_ident, world_size=4)
+    assert len(set(idents)) == 1
+    assert idents[0] != threading.get_ident()
+
+
+def test_grad_mode_and_dispatch_modes_stay_with_their_runner() -> None:
+    """Rank 0 blocks inside no_grad and a dispatch mode; rank 1 runs meanwhile without either."""
+    ran = threading.Event()
+
+    def main() -> tuple[bool, int, bool]:
+        if hp.get_rank() == 0:
+            with torch.no_grad(), _CountOps() as mode:
+                wait_until(ran.is_set, "rank 1 ran")  # rank 1 runs here
+                torch.ones(2).add_(1)
+                return torch.is_grad_enabled(), mode.ops, True
+        torch.ones(2).add_(1)  # must not count in rank 0's mode
+        grad = torch.is_grad_enabled()
+        ran.set()
+        return grad, 0, torch._C._len_torch_dispatch_stack() == 0
+
+    (grad0, ops0, _), (grad1, _, no_mode1) = hp.run(main, world_size=2)
+    assert (grad0, grad1, no_mode1) == (False, True, True)
+    assert ops0 == 2  # ones and add_ of rank 0 only
+
+
+def test_runner_local_attributes_belong_to_one_runner() -> None:
+    local = RunnerLocal()
+    ran = threading.Event()
+
+    def main() -> object:
+        local.name = f"rank {hp.get_rank()}"
+        if hp.get_rank() == 0:
+            wait_until(ran.is_set, "rank 1 ran")
+        else:
+            ran.set()
+        return local.name
+
+    assert hp.run(main, world_size=2) == ["rank 0", "rank 1"]
+    assert getattr(local, "name", None) is None  # the caller's own is untouched
+
+
+def test_runners_that_block_deep_in_their_stack_do_not_add_up() -> None:
+    """Each core starts from the world's thread, not from the runner that blocked before it.
+
+    A greenlet starts with the recursion depth of the one that starts it: cores
+    started one from the other, each blocked 150 calls deep, would pass the
+    recursion limit (1000) long before the 8 cores of 4 ranks ran.
+    """
+
+    def deep(k: int) -> None:
+        if k:
+            deep(k - 1)
+        else:
+            hp.SyncAll()
+
+    def main() -> None:
+        hp.launch(deep, 150, block_dim=8)
+
+    hp.run(main, world_size=4)
