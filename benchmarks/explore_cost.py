@@ -4,11 +4,14 @@
     python benchmarks/explore_cost.py --ranks 8 --launches 100 --json out.json
 
 One program (``--launches`` launches of the benchmark's AllGather kernel,
-``python -m hccl_py bench --op allgather``) runs once under the default
-schedule and once with ``hp.run(explore=N)``: schedule 0 is the default one,
-schedules 1..N-1 are seeded (switches at every hccl_py call). The ratio is the
-explored run's time per schedule over the default run's time; the issue asks
-for at most 2. Runs alternate ``--runs`` times and the medians are reported.
+``python -m hccl_py bench --op allgather``) runs under the default schedule,
+and with ``hp.run(explore=N)``: schedule 0 is the default one, schedules
+1..N-1 are seeded (switches at every hccl_py call). ``explore`` turns poison
+(and with it the window race check) on unless ``poison=False`` is passed, so
+the explored run is timed both ways, and the default run with poison too. The
+ratios are the explored run's time per schedule over the default run's time;
+the issue asks for at most 2. Runs alternate ``--runs`` times and the medians
+are reported.
 Not a test: machines are noisy, compare only what one invocation measured.
 """
 
@@ -37,11 +40,14 @@ def launches(n_ranks: int, size: int, count: int) -> None:
         step.run()
 
 
-def timed(n_ranks: int, size: int, count: int, explore: int) -> float:
-    """Seconds of one ``hp.run`` of :func:`launches` (``explore`` 0: the default schedule only)."""
+def timed(n_ranks: int, size: int, count: int, explore: int, poison: bool | None = None) -> float:
+    """Seconds per schedule of one ``hp.run`` of :func:`launches` (``explore`` 0: the default only)."""
+    run = {} if poison is None else {"poison": poison}
     start = time.perf_counter()
-    hp.run(launches, world_size=n_ranks, args=(n_ranks, size, count), explore=explore or None)
-    return time.perf_counter() - start
+    hp.run(
+        launches, world_size=n_ranks, args=(n_ranks, size, count), explore=explore or None, **run
+    )
+    return (time.perf_counter() - start) / max(explore, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,22 +62,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    default, explored = [], []
+    #: What is timed: (schedules, poison); None: hp.run's own default.
+    kinds = {
+        "default": (0, None),
+        "default+poison": (0, True),
+        "explored": (args.explore, None),
+        "explored-no-poison": (args.explore, False),
+    }
+    times: dict[str, list[float]] = {k: [] for k in kinds}
     timed(args.ranks, args.size, 2, 0)  # warm-up: imports, first launches
     for _ in range(args.runs):
-        default.append(timed(args.ranks, args.size, args.launches, 0))
-        explored.append(timed(args.ranks, args.size, args.launches, args.explore) / args.explore)
-    d, e = statistics.median(default), statistics.median(explored)
+        for kind, (explore, poison) in kinds.items():
+            times[kind].append(timed(args.ranks, args.size, args.launches, explore, poison))
+    median = {k: statistics.median(v) for k, v in times.items()}
+    ratios = {k: median[k] / median["default"] for k in kinds if k != "default"}
+    cells = ", ".join(f"{k} {median[k] * 1e3:.1f} ms ({ratios.get(k, 1):.2f}x)" for k in kinds)
     print(
-        f"{args.ranks} ranks, {args.launches} launches of {args.size} B AllGather: "
-        f"default {d * 1e3:.1f} ms, explored {e * 1e3:.1f} ms per schedule "
-        f"(explore={args.explore}), ratio {e / d:.2f}"
+        f"{args.ranks} ranks, {args.launches} launches of {args.size} B AllGather, "
+        f"per schedule (explore={args.explore}): {cells}"
     )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        data = {"machine": machine(), "args": vars(args), "default_s": default}
-        data |= {"explored_s_per_schedule": explored, "ratio": e / d}
-        Path(args.json).write_text(json.dumps(data, indent=1))
+        data = {"machine": machine(), "args": vars(args), "seconds_per_schedule": times}
+        Path(args.json).write_text(json.dumps(data | {"ratios": ratios}, indent=1))
     return 0
 
 
