@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        data = {"machine": machine(), "args": vars(args), "seconds_per_schedule": times}
+        options = {k: v for k, v in vars(args).items() if k != "json"}
+        data = {"machine": machine(), "args": options, "seconds_per_schedule": times}
         Path(args.json).write_text(json.dumps(data | {"ratios": ratios}, indent=1))
     return 0
 

@@ -5,8 +5,9 @@
 reads ``PREFIX-before-run*.json`` and ``PREFIX-after-run*.json`` (each written
 by ``compare.py --json`` for one tree, the runs alternating between the trees
 so that both see the same load) and prints, per rank count and size, the
-median over the runs of each column (microseconds per op) and of each run's
-own ratio to the threaded process group measured beside it (``tpg``).
+median and the minimum over the runs of each column (microseconds per op;
+the minimum is the run least disturbed by other jobs) and the median of each
+run's own ratio to the threaded process group measured beside it (``tpg``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def _us(value: float | None, scale: float = 1e6, digits: int = 0) -> str:
     return "-" if value is None else f"{value * scale:.{digits}f}"
 
 
+def _spread(values: list[float | None]) -> str:
+    """``median / minimum`` in microseconds."""
+    known = [v for v in values if v]
+    return f"{_us(median(known))} / {_us(min(known))}" if known else "-"
+
+
 def table(before: list[dict], after: list[dict], ranks: int) -> str:
     """The markdown table of one rank count."""
     sizes = sorted({s for run in before + after for (n, c, s) in run if n == ranks and c == "tpg"})
@@ -53,8 +60,8 @@ def table(before: list[dict], after: list[dict], ranks: int) -> str:
         cells = [str(s)]
         for col, _ in COLUMNS:
             for runs in (before, after):
-                cells.append(_us(median([run.get((ranks, col, s)) for run in runs])))
-        cells.append(_us(median([run.get((ranks, "tpg", s)) for run in before + after])))
+                cells.append(_spread([run.get((ranks, col, s)) for run in runs]))
+        cells.append(_spread([run.get((ranks, "tpg", s)) for run in before + after]))
         for col in ("emu", "emu-fw"):
             ratios = [
                 run[(ranks, col, s)] / run[(ranks, "tpg", s)]
@@ -74,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no runs of both trees under {prefix}-{{before,after}}-run*.json", file=sys.stderr)
         return 2
     for ranks in sorted({n for run in after for (n, _, _) in run}):
-        print(f"### {ranks} ranks ({len(before)} runs before, {len(after)} after; us per op)\n")
+        print(
+            f"### {ranks} ranks ({len(before)} runs before, {len(after)} after; "
+            "us per op, median / minimum)\n"
+        )
         print(table(before, after, ranks) + "\n")
     return 0
 
