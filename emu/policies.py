@@ -34,6 +34,7 @@ class Runner:
         "rank",
         "target",
         "glet",
+        "gate",
         "pred",
         "what",
         "polls",
@@ -49,6 +50,8 @@ class Runner:
         #: What it runs, and the greenlet that runs it (made on its first turn, in the world's thread).
         self.target: Callable[[], None] | None = None
         self.glet: Any = None
+        #: A thread runner's lock, released when it gets the baton (``HCCL_PY_EMU_RUNNERS=threads``).
+        self.gate: Any = None
         #: None: runnable; else the condition it waits for and what it waits for.
         self.pred: Callable[[], bool] | None = None
         self.what: Text = ""

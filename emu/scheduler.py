@@ -36,12 +36,20 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 import greenlet
-import torch
 
+from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 
 from .policies import Policy, Runner
+from .runners import (
+    RUNNERS_ENV,
+    Spawned,
+    inside_backward,
+    put_torch_state,
+    runner_kind,
+    take_torch_state,
+)
 
 #: Unchanged reads in a row that make a poll: a kernel that reads a status word twice to
 #: flip it (``status[0] = 1 - status[0]`` after ``int(status[0])``) is not polling it.
@@ -50,60 +58,10 @@ POLL_READS = 3
 THREAD_NAME = "hccl_py-emu"
 
 
-class Spawned:
-    """A runner as its spawner sees it: ``join``/``is_alive`` like a thread, and its OS thread's ``ident``."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._scheduler = scheduler
-        self.ended = threading.Event()
-
-    @property
-    def ident(self) -> int | None:
-        """The ident of the OS thread that runs the runner (the world's thread)."""
-        thread = self._scheduler.thread
-        return None if thread is None else thread.ident
-
-    def is_alive(self) -> bool:
-        """Whether the runner has not ended yet."""
-        return not self.ended.is_set()
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait (at most ``timeout`` seconds) until the runner ended."""
-        self.ended.wait(timeout)
-
-
-class _Runner(greenlet.greenlet):
+class _Greenlet(greenlet.greenlet):
     """The greenlet of one runner (``runner``: what the scheduler knows of it)."""
 
     runner: Runner
-
-
-def _take_torch_state() -> tuple[bool, list, list] | None:
-    """Take the calling runner's torch state off the thread: its mode stacks, its grad mode.
-
-    None when there is nothing to take (no mode, grad enabled), the common case.
-    """
-    grad = torch.is_grad_enabled()
-    n_dispatch = torch._C._len_torch_dispatch_stack()
-    n_function = torch._C._len_torch_function_stack()
-    if grad and not n_dispatch and not n_function:
-        return None
-    dispatch = [torch._C._pop_torch_dispatch_stack(None) for _ in range(n_dispatch)]
-    function = [torch._C._pop_torch_function_stack() for _ in range(n_function)]
-    torch._C._set_grad_enabled(True)
-    return grad, dispatch, function
-
-
-def _put_torch_state(state: tuple[bool, list, list] | None) -> None:
-    """Put back what :func:`_take_torch_state` took."""
-    if state is None:
-        return
-    grad, dispatch, function = state
-    for mode in reversed(function):
-        torch._C._push_on_torch_function_stack(mode)
-    for mode in reversed(dispatch):
-        torch._C._push_on_torch_dispatch_stack(mode)
-    torch._C._set_grad_enabled(grad)
 
 
 class _Serial:
@@ -135,9 +93,12 @@ class Scheduler(Blocker):
         self.runners: list[Runner] = []
         self.current: Runner | None = None
         self.last: Runner | None = None
-        #: The world's OS thread, started by :meth:`begin`; it runs every runner.
+        #: Runners are OS threads (``HCCL_PY_EMU_RUNNERS=threads``) instead of greenlets.
+        self.threads = runner_kind() == "threads"
+        #: The world's OS thread, started by :meth:`begin`; it runs every greenlet runner.
         self.thread: threading.Thread | None = None
         self._hub: greenlet.greenlet | None = None
+        self._tls = threading.local()
         #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
         self.touched = time.monotonic()
         self._serial = _Serial(self) if policy.preemptive else self.cond
@@ -152,27 +113,38 @@ class Scheduler(Blocker):
     # ------------------------------------------------------------ runners
     def me(self) -> Runner | None:
         """The calling runner (None outside the world's runners)."""
+        if self.threads:
+            return getattr(self._tls, "runner", None)
         return getattr(greenlet.getcurrent(), "runner", None)
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
-    ) -> Spawned:
+    ) -> Spawned | threading.Thread:
         """Add ``target`` as a runner; it runs when the scheduler hands it the baton."""
         runner = Runner(key, name, rank)
         runner.target = target
-        runner.thread = Spawned(self)
+        if self.threads:
+            runner.gate = threading.Lock()
+            runner.gate.acquire()
+            runner.thread = threading.Thread(target=self._thread_body, args=(runner,), name=name)
+            runner.thread.daemon = True
+        else:
+            runner.thread = Spawned(self)
         with self.cond:
             self.runners.append(runner)
             self.runners.sort(key=lambda r: r.key)
             self.policy.add(runner)
+        if self.threads:
+            runner.thread.start()
         return runner.thread
 
     def begin(self) -> None:
         """Hand the baton to the first runner and start the world's thread, which runs them all."""
         with self.cond:
             self._hand(self.policy.choose(self.runners, None))
-        self.thread = threading.Thread(target=self._run_world, name=THREAD_NAME, daemon=True)
-        self.thread.start()
+        if not self.threads:
+            self.thread = threading.Thread(target=self._run_world, name=THREAD_NAME, daemon=True)
+            self.thread.start()
 
     def _run_world(self) -> None:
         """The world's thread: run the runner that holds the baton (again whenever one ends or starts one)."""
@@ -183,9 +155,15 @@ class Scheduler(Blocker):
     def _greenlet(self, runner: Runner) -> greenlet.greenlet:
         """``runner``'s greenlet, made on its first turn (in the world's thread)."""
         if runner.glet is None:
-            runner.glet = _Runner(self._body, parent=self._hub)
+            runner.glet = _Greenlet(self._body, parent=self._hub)
             runner.glet.runner = runner
         return runner.glet
+
+    def _thread_body(self, runner: Runner) -> None:
+        """What a thread runner runs: wait for the baton, then its target."""
+        self._tls.runner = runner
+        runner.gate.acquire()
+        runner.target()
 
     def _body(self) -> None:
         """What a runner's greenlet runs: its target; then the baton goes on."""
@@ -198,6 +176,16 @@ class Scheduler(Blocker):
             if runner in self.runners:  # a target that did not leave
                 self.leave()
             runner.thread.ended.set()
+
+    def _refuse_inside_backward(self, me: Runner) -> None:
+        """A greenlet runner cannot hand the baton on inside a backward pass (see :mod:`.runners`)."""
+        if inside_backward():
+            raise HcclError(
+                f"{me.name} waits for another rank inside an autograd backward pass (a "
+                "collective or a Wait in a backward function): torch runs a backward pass in "
+                "its thread, and the emulator's ranks share one thread; set "
+                f"{RUNNERS_ENV}=threads to run every rank and core as a thread of its own"
+            )
 
     def enter(self, n: int = 1) -> None:
         """Runners are counted by :meth:`spawn`."""
@@ -218,6 +206,8 @@ class Scheduler(Blocker):
         self.switches += 1
         self.current = self.last = runner
         self.touched = time.monotonic()
+        if self.threads:
+            runner.gate.release()
 
     # ----------------------------------------------------------- choosing
     def _runnable(self) -> list[Runner]:
@@ -258,15 +248,22 @@ class Scheduler(Blocker):
         if nxt is me:
             self.current = self.last = me
             return
+        if self.threads:
+            self._hand(nxt)
+            saved = self.cond._release_save()
+            me.gate.acquire()
+            self.cond._acquire_restore(saved)
+            return
+        self._refuse_inside_backward(me)
         self._hand(nxt)
-        torch_state = _take_torch_state()
+        torch_state = take_torch_state()
         saved = self.cond._release_save()
         try:
             # a greenlet starts with the recursion depth of the one that starts it: the
             # world's thread starts each, so that nested launches do not add up
             (self._hub if nxt.glet is None else nxt.glet).switch()
         finally:
-            _put_torch_state(torch_state)
+            put_torch_state(torch_state)
             self.cond._acquire_restore(saved)
 
     def _block(self, me: Runner, pred: Callable[[], bool], what: Text) -> None:

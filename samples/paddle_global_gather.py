@@ -41,4 +41,6 @@ def main() -> list[str]:
 
 
 if __name__ == "__main__":
+    # its backward pass waits for the other rank: the emulator runs ranks as threads for it
+    os.environ.setdefault("HCCL_PY_EMU_RUNNERS", "threads")
     run_sample(main, world_size=None if os.environ.get(hp.runtime.WORLD_SIZE_ENV) else 2)

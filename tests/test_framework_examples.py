@@ -21,6 +21,12 @@ from hccl_py.backends.emu import wait_until
 import hccl_py as hp
 
 
+@pytest.fixture(autouse=True)
+def _thread_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backward passes here wait for other ranks: the emulator's ranks run as threads."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "threads")
+
+
 def _gloo_missing() -> str | None:
     """Why the gloo backend cannot be used, or None when it imports."""
     try:

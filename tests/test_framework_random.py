@@ -16,6 +16,13 @@ from test_framework_examples import BACKENDS, TIMEOUT
 
 import hccl_py as hp
 
+
+@pytest.fixture(autouse=True)
+def _thread_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Backward passes here wait for other ranks: the emulator's ranks run as threads."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "threads")
+
+
 DTYPES = [
     torch.float16,
     torch.float32,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from hccl_py.backends.emu import wait_until
+from hccl_py.backends.emu.runners import RUNNERS_ENV
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
@@ -84,3 +86,54 @@ def test_runners_that_block_deep_in_their_stack_do_not_add_up() -> None:
         hp.launch(deep, 150, block_dim=8)
 
     hp.run(main, world_size=4)
+
+
+class _WaitsInBackward(torch.autograd.Function):
+    """Its backward pass waits until every rank has started its own backward pass."""
+
+    started: list[int] = []
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        _WaitsInBackward.started.append(hp.get_rank())
+        wait_until(lambda: len(_WaitsInBackward.started) >= 2, "both ranks are in backward")
+        return grad * 2
+
+
+def _backward_that_waits() -> list[float]:
+    x = torch.ones(2, requires_grad=True)
+    _WaitsInBackward.apply(x).sum().backward()
+    return x.grad.tolist()
+
+
+def test_waiting_inside_a_backward_pass_is_refused_with_what_to_set() -> None:
+    _WaitsInBackward.started = []
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_backward_that_waits, world_size=2)
+    (cause,) = info.value.root_causes.values()
+    assert isinstance(cause, hp.HcclError)
+    assert str(cause) == (
+        "rank0 waits for another rank inside an autograd backward pass (a collective or a "
+        "Wait in a backward function): torch runs a backward pass in its thread, and the "
+        "emulator's ranks share one thread; set HCCL_PY_EMU_RUNNERS=threads to run every "
+        "rank and core as a thread of its own"
+    )
+
+
+def test_thread_runners_wait_inside_backward_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    _WaitsInBackward.started = []
+    assert hp.run(_backward_that_waits, world_size=2) == [[2.0, 2.0], [2.0, 2.0]]
+    assert len(set(hp.run(threading.get_ident, world_size=2))) == 2
+
+
+def test_an_unknown_runner_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "fibers")
+    with pytest.raises(
+        ValueError, match="HCCL_PY_EMU_RUNNERS must be one of greenlets, threads, not 'fibers'"
+    ):
+        hp.run(threading.get_ident, world_size=2)
