@@ -1,4 +1,4 @@
-"""Runs the ranks of an emulated world as threads of this process."""
+"""Runs the ranks of an emulated world as runners of this process (threads, or greenlets)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ STACK_FRAMES = 6
 
 
 class EmuBackend(Backend):
-    """N ranks in one process, each a thread with its own memory and rank context."""
+    """N ranks in one process, each a runner with its own memory and rank context."""
 
     name = "emu"
 

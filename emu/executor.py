@@ -24,8 +24,12 @@ from hccl_py.server.reduce import reduce_ranks
 _C = HcclCMDType
 
 
-def _strided(data: torch.Tensor, blocks: Blocks) -> torch.Tensor | None:
-    """A (blocks, bytes) view of ``data`` when the blocks are regular and disjoint."""
+def _strided(data: torch.Tensor, blocks: Blocks, wide: bool = False) -> torch.Tensor | None:
+    """A (blocks, bytes) view of ``data`` when the blocks are regular and disjoint.
+
+    ``wide``: as the widest integer type that the sizes and alignment allow
+    (decided on the layout's numbers, without asking the view).
+    """
     reg = blocks.regular()
     if reg is None:
         return None
@@ -33,7 +37,13 @@ def _strided(data: torch.Tensor, blocks: Blocks) -> torch.Tensor | None:
     n = len(blocks.starts)
     if n > 1 and step < nbytes:
         return None
-    return data.as_strided((n, nbytes), (step, 1), data.storage_offset() + start)
+    offset = data.storage_offset() + start
+    view = data.as_strided((n, nbytes), (step, 1), offset)
+    if wide:
+        for dtype, size in _WIDE:
+            if nbytes % size == 0 and offset % size == 0 and step % size == 0:
+                return view.view(dtype)
+    return view
 
 
 def read(task: Task, side: str, round_idx: int) -> torch.Tensor:
@@ -51,20 +61,31 @@ def read(task: Task, side: str, round_idx: int) -> torch.Tensor:
 def write(
     task: Task, side: str, round_idx: int, values: torch.Tensor, skip: int | None = None
 ) -> None:
-    """Write (blocks, bytes) uint8 ``values`` into one round's destination blocks."""
+    """Write (blocks, bytes) ``values`` into one round's destination blocks.
+
+    ``values`` are bytes (uint8), or the same bytes as a wider integer type.
+    """
     blocks = layout.round_blocks(task, side, round_idx)
     data = task.memory(side)
-    view = _strided(data, blocks) if skip is None else None
+    view = _strided(data, blocks, wide=True) if skip is None else None
     if view is not None:
-        copy_bytes(view, values)
+        if view.dtype == values.dtype:
+            view.copy_(values)
+        else:
+            copy_bytes(_as_bytes(view), _as_bytes(values))
         return
     for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
         if k != skip:
-            copy_bytes(data[s : s + n], values[k])
+            copy_bytes(data[s : s + n], _as_bytes(values[k]))
 
 
 def _bytes(values: torch.Tensor) -> torch.Tensor:
     return values.contiguous().view(torch.uint8)
+
+
+def _as_bytes(values: torch.Tensor) -> torch.Tensor:
+    """An integer view as its bytes (uint8), the last dimension widened accordingly."""
+    return values if values.dtype == torch.uint8 else values.view(torch.uint8)
 
 
 #: Blocks of at least this many bytes are copied straight to their destination when the
@@ -137,7 +158,7 @@ def _all_gather(tasks: list[Task], r: int) -> None:
     if _direct(tasks, r):
         _direct_moves(tasks, r, 0)
         return
-    gathered = torch.cat([read(t, "send", r) for t in tasks])
+    gathered = _widen(torch.cat([read(t, "send", r) for t in tasks]))
     for t in tasks:
         write(t, "recv", r, gathered, skip=_local(t))
 

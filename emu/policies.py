@@ -11,8 +11,8 @@ racing Wait polls them (never by default; by the seed otherwise).
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Hashable
+from typing import Any
 
 from hccl_py.server.blocking import Text
 
@@ -31,12 +31,14 @@ KINDS = ("random", "pct")
 
 
 class Runner:
-    """One thread of the world that runs user code: a rank or one core of a kernel."""
+    """One runner of the world (a thread or a greenlet) that runs user code: a rank or a core."""
 
     __slots__ = (
         "key",
         "name",
         "rank",
+        "target",
+        "glet",
         "gate",
         "pred",
         "what",
@@ -50,15 +52,19 @@ class Runner:
         self.key = key
         self.name = name
         self.rank = rank
-        self.gate = threading.Lock()
-        self.gate.acquire()
+        #: What it runs, and the greenlet that runs it (made on its first turn, in the world's thread).
+        self.target: Callable[[], None] | None = None
+        self.glet: Any = None
+        #: A thread runner's lock, released when it gets the baton (``HCCL_PY_EMU_RUNNERS=threads``).
+        self.gate: Any = None
         #: None: runnable; else the condition it waits for and what it waits for.
         self.pred: Callable[[], bool] | None = None
         self.what: Text = ""
         #: What it polled since it last blocked: key -> (value seen, read again, description).
         self.polls: dict[Hashable, tuple[object, Callable[[], object], Text, int]] = {}
         self.priority = 0.0
-        self.thread: threading.Thread | None = None
+        #: Its handle as its spawner sees it (``join``, ``is_alive``, the ``ident`` of its OS thread).
+        self.thread: Any = None
         #: Waits on even in a failed world (a rank waiting for its cores to end).
         self.past_failure = False
 

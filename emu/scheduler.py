@@ -1,9 +1,12 @@
 """The emulator's scheduler: exactly one runner at a time, switches only at hccl_py calls.
 
-Every rank and every core of an emulated world is a *runner*: an OS thread that
-holds its own gate lock closed until the scheduler hands it the baton. Exactly
-one runner runs user code at any moment; control passes only where the running
-runner calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
+Every rank and every core of an emulated world is a *runner*: an OS thread of
+its own, or (``HCCL_PY_EMU_RUNNERS=greenlets``, :mod:`.runners`) a greenlet of
+the world's one OS thread, so that handing the baton to another runner is a
+greenlet switch (a fraction of a microsecond) instead of a wake-up of another
+OS thread (tens of microseconds to milliseconds on a loaded machine). Exactly one runner
+runs user code at any moment; control passes only where the running runner
+calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
 Finalize, a framework exchange, and, under a seeded schedule, at the start of
 any hccl_py call). Which runner goes next, and when the server runs a committed
 round, is decided by a :class:`Policy`:
@@ -19,6 +22,11 @@ round, is decided by a :class:`Policy`:
 A deadlock is exact: the running runner blocks, no other runner is runnable
 (every blocked runner's condition is false, every poller's values are
 unchanged) and the server has nothing to run.
+
+What is per thread in torch (the dispatch and function mode stacks, grad mode)
+is per runner here: a runner takes its own off when it hands the baton on and
+puts it back when it gets the baton again. Per-runner Python state lives in
+context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
 """
 
 from __future__ import annotations
@@ -28,14 +36,33 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import greenlet
+
+from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 
 from .policies import Policy, Runner
+from .runners import (
+    RUNNERS_ENV,
+    Spawned,
+    inside_backward,
+    put_torch_state,
+    runner_kind,
+    take_torch_state,
+)
 
 #: Unchanged reads in a row that make a poll: a kernel that reads a status word twice to
 #: flip it (``status[0] = 1 - status[0]`` after ``int(status[0])``) is not polling it.
 POLL_READS = 3
+#: The name of the world's OS thread, the one that runs every runner.
+THREAD_NAME = "hccl_py-emu"
+
+
+class _Greenlet(greenlet.greenlet):
+    """The greenlet of one runner (``runner``: what the scheduler knows of it)."""
+
+    runner: Runner
 
 
 class _Serial:
@@ -67,6 +94,11 @@ class Scheduler(Blocker):
         self.runners: list[Runner] = []
         self.current: Runner | None = None
         self.last: Runner | None = None
+        #: Runners are OS threads (``HCCL_PY_EMU_RUNNERS=threads``) instead of greenlets.
+        self.threads = runner_kind() == "threads"
+        #: The world's OS thread, started by :meth:`begin`; it runs every greenlet runner.
+        self.thread: threading.Thread | None = None
+        self._hub: greenlet.greenlet | None = None
         self._tls = threading.local()
         #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
         self.touched = time.monotonic()
@@ -81,32 +113,80 @@ class Scheduler(Blocker):
 
     # ------------------------------------------------------------ runners
     def me(self) -> Runner | None:
-        """The calling thread's runner (None outside the world's runners)."""
-        return getattr(self._tls, "runner", None)
+        """The calling runner (None outside the world's runners)."""
+        if self.threads:
+            return getattr(self._tls, "runner", None)
+        return getattr(greenlet.getcurrent(), "runner", None)
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
-    ) -> threading.Thread:
-        """Start ``target`` as a runner; it runs when the scheduler hands it the baton."""
+    ) -> Spawned | threading.Thread:
+        """Add ``target`` as a runner; it runs when the scheduler hands it the baton."""
         runner = Runner(key, name, rank)
-
-        def body() -> None:
-            self._tls.runner = runner
+        runner.target = target
+        if self.threads:
+            runner.gate = threading.Lock()
             runner.gate.acquire()
-            target()
-
+            runner.thread = threading.Thread(target=self._thread_body, args=(runner,), name=name)
+            runner.thread.daemon = True
+        else:
+            runner.thread = Spawned(self)
         with self.cond:
             self.runners.append(runner)
             self.runners.sort(key=lambda r: r.key)
             self.policy.add(runner)
-            runner.thread = threading.Thread(target=body, name=name, daemon=True)
-        runner.thread.start()
+        if self.threads:
+            runner.thread.start()
         return runner.thread
 
     def begin(self) -> None:
-        """Hand the baton to the first runner (called by the thread that spawned the ranks)."""
+        """Hand the baton to the first runner and start the world's thread, which runs them all."""
         with self.cond:
             self._hand(self.policy.choose(self.runners, None))
+        if not self.threads:
+            self.thread = threading.Thread(target=self._run_world, name=THREAD_NAME, daemon=True)
+            self.thread.start()
+
+    def _run_world(self) -> None:
+        """The world's thread: run the runner that holds the baton (again whenever one ends or starts one)."""
+        self._hub = greenlet.getcurrent()
+        while self.current is not None:
+            self._greenlet(self.current).switch()
+
+    def _greenlet(self, runner: Runner) -> greenlet.greenlet:
+        """``runner``'s greenlet, made on its first turn (in the world's thread)."""
+        if runner.glet is None:
+            runner.glet = _Greenlet(self._body, parent=self._hub)
+            runner.glet.runner = runner
+        return runner.glet
+
+    def _thread_body(self, runner: Runner) -> None:
+        """What a thread runner runs: wait for the baton, then its target."""
+        self._tls.runner = runner
+        runner.gate.acquire()
+        runner.target()
+
+    def _body(self) -> None:
+        """What a runner's greenlet runs: its target; then the baton goes on."""
+        runner = self.me()
+        try:
+            runner.target()
+        except BaseException as exc:  # noqa: BLE001 - a target that let an error out
+            self.fail(exc)
+        finally:
+            if runner in self.runners:  # a target that did not leave
+                self.leave()
+            runner.thread.ended.set()
+
+    def _refuse_inside_backward(self, me: Runner) -> None:
+        """A greenlet runner cannot hand the baton on inside a backward pass (see :mod:`.runners`)."""
+        if inside_backward():
+            raise HcclError(
+                f"{me.name} waits for another rank inside an autograd backward pass (a "
+                "collective or a Wait in a backward function): torch runs a backward pass in "
+                "its thread, and the emulator's ranks share one thread; set "
+                f"{RUNNERS_ENV}=threads to run every rank and core as a thread of its own"
+            )
 
     def enter(self, n: int = 1) -> None:
         """Runners are counted by :meth:`spawn`."""
@@ -123,11 +203,12 @@ class Scheduler(Blocker):
                     self._hand(nxt)
 
     def _hand(self, runner: Runner) -> None:
-        """Under the lock: ``runner`` runs next."""
+        """Under the lock: ``runner`` runs next (the caller switches to it, or ends)."""
         self.switches += 1
         self.current = self.last = runner
         self.touched = time.monotonic()
-        runner.gate.release()
+        if self.threads:
+            runner.gate.release()
 
     # ----------------------------------------------------------- choosing
     def _runnable(self) -> list[Runner]:
@@ -168,10 +249,23 @@ class Scheduler(Blocker):
         if nxt is me:
             self.current = self.last = me
             return
+        if self.threads:
+            self._hand(nxt)
+            saved = self.cond._release_save()
+            me.gate.acquire()
+            self.cond._acquire_restore(saved)
+            return
+        self._refuse_inside_backward(me)
         self._hand(nxt)
+        torch_state = take_torch_state()
         saved = self.cond._release_save()
-        me.gate.acquire()
-        self.cond._acquire_restore(saved)
+        try:
+            # a greenlet starts with the recursion depth of the one that starts it: the
+            # world's thread starts each, so that nested launches do not add up
+            (self._hub if nxt.glet is None else nxt.glet).switch()
+        finally:
+            put_torch_state(torch_state)
+            self.cond._acquire_restore(saved)
 
     def _block(self, me: Runner, pred: Callable[[], bool], what: Text) -> None:
         """Under the lock: ``me`` waits until ``pred()`` (or the world failed)."""
@@ -201,7 +295,7 @@ class Scheduler(Blocker):
             if not pred():
                 self.raise_if_failed()
 
-    def join_spawned(self, threads: list[threading.Thread], what: Text) -> None:
+    def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Block until the runners of ``threads`` ended, even in a failed world."""
         me = self.me()
         if me is None:

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Iterator
 
 from hccl_py.core import layout
 from hccl_py.core.config import Config
+from hccl_py.core.current import RunnerLocal
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
@@ -51,7 +51,7 @@ from .slot import Slot
 from .watch import Unwatched, WatchedWindows
 
 #: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
-_cores = threading.local()
+_cores = RunnerLocal()
 
 
 class EmuWorld(Server):

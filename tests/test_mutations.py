@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 import pytest
+from hccl_py.backends.emu.runners import RUNNERS_ENV
 from launch_helpers import SLOW, VERDICT
 from mutants import (
     SAMPLES_DIR,
@@ -73,6 +74,14 @@ SPECS: dict[str, SampleSpec] = {
         SampleSpec("mc2_allto_all_all_gather_batch_mat_mul", world_sizes=(4, 8), block_dim=None),
     ]
 }
+
+
+@pytest.fixture(autouse=True)
+def _greenlet_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel samples run on greenlet runners here: the same schedules as the default
+    thread runners (the table holds either way), faster, and so both kinds see every sample."""
+    monkeypatch.setenv(RUNNERS_ENV, "greenlets")
+
 
 FRAMEWORK_ONLY = "framework API only: no kernel code"
 WRONG_ON_PURPOSE = "wrong on purpose: its own check fails, so it cannot judge a mutant"

@@ -23,6 +23,7 @@ from test_window_races import M, at, early_text, race_of
 from test_windows import FLAG, client, run_kernel
 
 import hccl_py as hp
+from hccl_py.core.current import RunnerLocal
 
 #: Ways to read a window tensor outside aten, each giving a numpy array (a copy).
 HOST_READS: dict[str, Callable[[torch.Tensor], np.ndarray]] = {
@@ -140,7 +141,7 @@ def test_data_written_through_a_numpy_view_is_checked_when_the_view_dies() -> No
 
 
 def test_a_rank_holding_a_numpy_view_gets_warnings_not_errors() -> None:
-    held = threading.local()  # each rank's kernel runs in a thread of its own
+    held = RunnerLocal()  # each rank's own (its kernel is a runner of its own)
     holding = []  # no flag is written before both views exist
 
     def start(flag: hp.GmAddr) -> None:

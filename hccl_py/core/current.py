@@ -1,17 +1,23 @@
-"""The rank whose code is running in this thread, as the layers below the kernel see it.
+"""The rank whose code is running here, as the layers below the kernel see it.
 
-``hp.run`` binds every rank's threads to its rank context
-(:class:`hccl_py.kernel.context.RankContext`). Values, tilings and servers need
-only a few of its facts (which rank, the run's options, where warnings go, the
-serial lock), so they read them through :class:`RunningRank` from here and never
-import the kernel layer.
+``hp.run`` binds every rank's runners (threads, or the emulator's greenlets) to
+its rank context (:class:`hccl_py.kernel.context.RankContext`). Values, tilings
+and servers need only a few of its facts (which rank, the run's options, where
+warnings go, the serial lock), so they read them through :class:`RunningRank`
+from here and never import the kernel layer.
+
+What belongs to one runner is held in context variables, not thread-locals: a
+new thread and a new greenlet each start with an empty context, and the
+emulator's runners are greenlets that share one OS thread
+(:class:`RunnerLocal` is the ``threading.local`` of such state).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
-import threading
+import itertools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -35,18 +41,45 @@ class RunningRank(Protocol):
         """The lock every hccl_py call of this rank holds (see ``Server.serial``)."""
 
 
-_tls = threading.local()
+_rank: contextvars.ContextVar[Any] = contextvars.ContextVar("hccl_py_rank", default=None)
 _NO_LOCK = contextlib.nullcontext()
+_local_ids = itertools.count()
+
+
+class RunnerLocal:
+    """Attributes of the calling runner (thread or greenlet), as ``threading.local`` keeps them per thread."""
+
+    __slots__ = ("_var",)
+
+    def __init__(self) -> None:
+        var = contextvars.ContextVar(f"hccl_py_local_{next(_local_ids)}")
+        object.__setattr__(self, "_var", var)
+
+    def _own(self) -> dict[str, Any]:
+        found = self._var.get(None)
+        if found is None:
+            found = {}
+            self._var.set(found)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._own()[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._own()[name] = value
 
 
 def bind_rank(ctx: RunningRank | None) -> None:
-    """Bind ``ctx`` to the calling thread (None unbinds)."""
-    _tls.rank = ctx
+    """Bind ``ctx`` to the calling runner (None unbinds)."""
+    _rank.set(ctx)
 
 
 def current_rank(required: bool = True) -> Any:
-    """The calling thread's rank context; raises outside ``hp.run`` when ``required``."""
-    ctx = getattr(_tls, "rank", None)
+    """The calling runner's rank context; raises outside ``hp.run`` when ``required``."""
+    ctx = _rank.get()
     if ctx is None and required:
         raise RuntimeError(
             "no rank is running in this thread: call this inside a function started by "
@@ -62,7 +95,7 @@ def serial() -> contextlib.AbstractContextManager:
     call does not hand the interpreter to another rank at every torch operation;
     user code between calls never holds it.
     """
-    ctx = getattr(_tls, "rank", None)
+    ctx = _rank.get()
     return _NO_LOCK if ctx is None else ctx.serial
 
 

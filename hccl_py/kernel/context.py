@@ -8,6 +8,7 @@ core a :class:`CoreContext`. Module-level helpers (``get_rank``,
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -97,7 +98,7 @@ class RankContext:
         return group
 
 
-_tls = threading.local()
+_core: contextvars.ContextVar[Any] = contextvars.ContextVar("hccl_py_core", default=None)
 
 
 def set_rank_context(ctx: RankContext | None) -> None:
@@ -113,13 +114,13 @@ def current_rank_context(required: bool = True) -> RankContext | None:
 
 
 def set_core_context(ctx: Any) -> None:
-    """Bind a kernel core context to the calling thread (None unbinds)."""
-    _tls.core = ctx
+    """Bind a kernel core context to the calling runner (None unbinds)."""
+    _core.set(ctx)
 
 
 def current_core_context() -> Any:
-    """The calling thread's core context, or None outside a kernel."""
-    return getattr(_tls, "core", None)
+    """The calling runner's core context, or None outside a kernel."""
+    return _core.get()
 
 
 def get_rank() -> int:

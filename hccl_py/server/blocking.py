@@ -15,8 +15,9 @@ it counts as *spinning*; if it keeps polling the same value for
 :data:`FROZEN_POLLS` more polls while every other thread waits in vain (or spins
 too), the process is just as stuck and the poller reports the deadlock.
 
-The emulator's implementation (``emu/scheduler.py``) runs one thread at a time
-in an order it decides, and reports deadlocks exactly, without counting polls.
+The emulator's implementation (``emu/scheduler.py``) runs one runner (a
+greenlet) at a time in an order it decides, and reports deadlocks exactly,
+without counting polls; its ``spawn`` returns a thread-like handle.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..core.current import RunnerLocal
 from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
 from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
@@ -42,7 +43,7 @@ _DOMAIN_BITS = 62 - _DOMAIN_SHIFT
 _lock = threading.Lock()
 #: Views of at most this many bytes are flags: viewing one again counts as a poll.
 POLL_BYTES = 64
-_tls = threading.local()
+_tls = RunnerLocal()
 
 
 def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:

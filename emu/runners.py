@@ -1,0 +1,111 @@
+"""What the scheduler's runners are: OS threads (the default), or greenlets of one thread.
+
+Either way the scheduler runs one runner at a time, in the order it decides:
+the same program gives the same interleaving with both kinds.
+``HCCL_PY_EMU_RUNNERS=greenlets`` makes a hand-off between ranks a switch of a
+fraction of a microsecond instead of waking another OS thread (small
+operations about a third faster, docs/performance.md). It is not the default
+because of what torch and Python keep per OS thread: torch's autograd engine
+keeps the backward pass that a thread runs in that thread's state, so two
+ranks whose backward passes wait for each other (a collective inside a
+backward function, such as the gradient of ``global_gather``) cannot share
+one thread, and a ``threading.local`` of the program is shared by every rank.
+A greenlet runner that would block inside a backward pass is refused with an
+error that says so.
+
+What torch keeps per thread beyond that (the dispatch and function mode
+stacks, grad mode) travels with a greenlet runner: :func:`take_torch_state`
+when it hands the baton on, :func:`put_torch_state` when it runs again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Protocol
+
+import torch
+
+#: Environment variable: ``threads`` (default) or ``greenlets``.
+RUNNERS_ENV = "HCCL_PY_EMU_RUNNERS"
+RUNNER_KINDS = ("threads", "greenlets")
+
+
+def runner_kind() -> str:
+    """``threads`` or ``greenlets``, from :data:`RUNNERS_ENV`; ValueError for anything else."""
+    kind = os.environ.get(RUNNERS_ENV, "").strip().lower() or RUNNER_KINDS[0]
+    if kind not in RUNNER_KINDS:
+        raise ValueError(f"{RUNNERS_ENV} must be one of {', '.join(RUNNER_KINDS)}, not {kind!r}")
+    return kind
+
+
+def inside_backward() -> bool:
+    """Whether the calling thread is running an autograd backward pass."""
+    return torch._C._current_graph_task_id() != -1
+
+
+class _HasThread(Protocol):
+    thread: threading.Thread | None
+
+
+class Spawned:
+    """A greenlet runner as its spawner sees it: ``join``/``is_alive`` like a thread, and its OS thread's ``ident``."""
+
+    def __init__(self, world: _HasThread) -> None:
+        self._world = world
+        self.ended = threading.Event()
+
+    @property
+    def ident(self) -> int | None:
+        """The ident of the OS thread that runs the runner (the world's thread)."""
+        thread = self._world.thread
+        return None if thread is None else thread.ident
+
+    def is_alive(self) -> bool:
+        """Whether the runner has not ended yet."""
+        return not self.ended.is_set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds) until the runner ended."""
+        self.ended.wait(timeout)
+
+
+#: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's
+#: :class:`~.watch.Unwatched` holds it while hccl_py works): thread state too.
+_PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+
+TorchState = tuple[bool, list, list, tuple[bool, ...]]
+
+
+def take_torch_state() -> TorchState | None:
+    """Take the calling runner's torch state off the thread: its mode stacks, its grad mode,
+    and whether it turned torch dispatch modes off.
+
+    None when there is nothing to take (no mode, grad enabled, dispatch on), the common case.
+    """
+    grad = torch.is_grad_enabled()
+    n_dispatch = torch._C._len_torch_dispatch_stack()
+    n_function = torch._C._len_torch_function_stack()
+    off = tuple(torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in _PYTHON_KEYS)
+    if grad and not n_dispatch and not n_function and not any(off):
+        return None
+    dispatch = [torch._C._pop_torch_dispatch_stack(None) for _ in range(n_dispatch)]
+    function = [torch._C._pop_torch_function_stack() for _ in range(n_function)]
+    torch._C._set_grad_enabled(True)
+    for key in _PYTHON_KEYS:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+    return grad, dispatch, function, off
+
+
+def put_torch_state(state: TorchState | None) -> None:
+    """Put back what :func:`take_torch_state` took."""
+    if state is None:
+        return
+    grad, dispatch, function, off = state
+    for mode in reversed(function):
+        torch._C._push_on_torch_function_stack(mode)
+    for mode in reversed(dispatch):
+        torch._C._push_on_torch_dispatch_stack(mode)
+    torch._C._set_grad_enabled(grad)
+    for key, excluded in zip(_PYTHON_KEYS, off, strict=True):
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)

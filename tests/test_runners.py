@@ -1,0 +1,154 @@
+"""The emulator's greenlet runners (``HCCL_PY_EMU_RUNNERS=greenlets``): what stays per runner.
+
+Thread runners are the default and run every other test of the suite; here the
+greenlet runners share one thread, and what torch and hccl_py keep per runner
+must still travel with each rank.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from hccl_py.backends.emu import wait_until
+from hccl_py.backends.emu.runners import RUNNERS_ENV
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import hccl_py as hp
+from hccl_py.core.current import RunnerLocal
+
+
+@pytest.fixture(autouse=True)
+def _greenlet_runners(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "greenlets")
+
+
+def test_thread_runners_are_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(RUNNERS_ENV)
+    assert len(set(hp.run(threading.get_ident, world_size=3))) == 3
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten operations run under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_every_rank_runs_on_the_one_world_thread() -> None:
+    idents = hp.run(threading.get_ident, world_size=4)
+    assert len(set(idents)) == 1
+    assert idents[0] != threading.get_ident()
+
+
+def test_grad_mode_and_dispatch_modes_stay_with_their_runner() -> None:
+    """Rank 0 blocks inside no_grad and a dispatch mode; rank 1 runs meanwhile without either."""
+    ran = threading.Event()
+
+    def main() -> tuple[bool, int, bool]:
+        if hp.get_rank() == 0:
+            with torch.no_grad(), _CountOps() as mode:
+                wait_until(ran.is_set, "rank 1 ran")  # rank 1 runs here
+                torch.ones(2).add_(1)
+                return torch.is_grad_enabled(), mode.ops, True
+        torch.ones(2).add_(1)  # must not count in rank 0's mode
+        grad = torch.is_grad_enabled()
+        ran.set()
+        return grad, 0, torch._C._len_torch_dispatch_stack() == 0
+
+    (grad0, ops0, _), (grad1, _, no_mode1) = hp.run(main, world_size=2)
+    assert (grad0, grad1, no_mode1) == (False, True, True)
+    assert ops0 == 2  # ones and add_ of rank 0 only
+
+
+def test_runner_local_attributes_belong_to_one_runner() -> None:
+    local = RunnerLocal()
+    ran = threading.Event()
+
+    def main() -> object:
+        local.name = f"rank {hp.get_rank()}"
+        if hp.get_rank() == 0:
+            wait_until(ran.is_set, "rank 1 ran")
+        else:
+            ran.set()
+        return local.name
+
+    assert hp.run(main, world_size=2) == ["rank 0", "rank 1"]
+    assert getattr(local, "name", None) is None  # the caller's own is untouched
+
+
+def test_runners_that_block_deep_in_their_stack_do_not_add_up() -> None:
+    """Each core starts from the world's thread, not from the runner that blocked before it.
+
+    A greenlet starts with the recursion depth of the one that starts it: cores
+    started one from the other, each blocked 150 calls deep, would pass the
+    recursion limit (1000) long before the 8 cores of 4 ranks ran.
+    """
+
+    def deep(k: int) -> None:
+        if k:
+            deep(k - 1)
+        else:
+            hp.SyncAll()
+
+    def main() -> None:
+        hp.launch(deep, 150, block_dim=8)
+
+    hp.run(main, world_size=4)
+
+
+class _WaitsInBackward(torch.autograd.Function):
+    """Its backward pass waits until every rank has started its own backward pass."""
+
+    started: list[int] = []
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        _WaitsInBackward.started.append(hp.get_rank())
+        wait_until(lambda: len(_WaitsInBackward.started) >= 2, "both ranks are in backward")
+        return grad * 2
+
+
+def _backward_that_waits() -> list[float]:
+    x = torch.ones(2, requires_grad=True)
+    _WaitsInBackward.apply(x).sum().backward()
+    return x.grad.tolist()
+
+
+def test_waiting_inside_a_backward_pass_is_refused_with_what_to_set() -> None:
+    _WaitsInBackward.started = []
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_backward_that_waits, world_size=2)
+    (cause,) = info.value.root_causes.values()
+    assert isinstance(cause, hp.HcclError)
+    assert str(cause) == (
+        "rank0 waits for another rank inside an autograd backward pass (a collective or a "
+        "Wait in a backward function): torch runs a backward pass in its thread, and the "
+        "emulator's ranks share one thread; set HCCL_PY_EMU_RUNNERS=threads to run every "
+        "rank and core as a thread of its own"
+    )
+
+
+def test_thread_runners_wait_inside_backward_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    _WaitsInBackward.started = []
+    assert hp.run(_backward_that_waits, world_size=2) == [[2.0, 2.0], [2.0, 2.0]]
+    assert len(set(hp.run(threading.get_ident, world_size=2))) == 2
+
+
+def test_an_unknown_runner_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "fibers")
+    with pytest.raises(
+        ValueError, match="HCCL_PY_EMU_RUNNERS must be one of threads, greenlets, not 'fibers'"
+    ):
+        hp.run(threading.get_ident, world_size=2)
