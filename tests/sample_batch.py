@@ -48,8 +48,11 @@ def run_one(path: str) -> int:
     finally:
         sys.argv = argv
         sys.path.pop(0)
+    sys.stdout.flush()
     for line in [*captured.getvalue().splitlines(), f"exit {code}"]:
-        print(f"{name}{SEPARATOR}{line}", flush=True)
+        # one write per line: ranks of a launcher share the pipe, and print() may write a
+        # line and its newline apart (unbuffered output), which another rank's line splits
+        os.write(sys.stdout.fileno(), f"{name}{SEPARATOR}{line}\n".encode())
     return code
 
 
