@@ -24,7 +24,10 @@ from hccl_py.launcher.script import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds any launched job may take (start-up of 3-4 Python processes with torch included).
-JOB_TIMEOUT = 150
+JOB_TIMEOUT = 300
+#: hccl_py's timeout inside launched jobs: only a hang reaches it, and a loaded 2-core machine
+#: running several jobs at once may keep a rank's cores from the CPU for tens of seconds.
+JOB_HCCL_TIMEOUT = 120
 #: Variables that would make a launched script think it is already one rank of a world.
 FOREIGN_ENV = ("HCCL_PY_", "MS_", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "TORCHELASTIC")
 #: A sample's verdict line: ``rank R: <case> PASS|FAIL|SKIP <detail>``.
@@ -77,7 +80,7 @@ def launch_env(**extra: str) -> dict[str, str]:
     env["TMPDIR"] = job_temp()
     # msrun starts "python": make it this interpreter
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["HCCL_PY_TIMEOUT"] = "30"
+    env["HCCL_PY_TIMEOUT"] = str(JOB_HCCL_TIMEOUT)
     env.update(extra)
     return env
 
