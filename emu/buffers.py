@@ -168,14 +168,12 @@ class Finding:
 class BufferRaces:
     """The pending rounds of every rank of one emulated world, by the storage they mark."""
 
-    def __init__(
-        self, world_size: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]
-    ) -> None:
+    def __init__(self, world_size: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
         self.lock = threading.Lock()
         #: Per global rank: storage address -> byte runs -> the marks of its pending rounds.
         self.pending: list[dict[int, IntervalMap]] = [{} for _ in range(world_size)]
         self.live: list[list[Round]] = [[] for _ in range(world_size)]
-        #: The world's unretired slots, for the InterHcclGroupSync dependencies of a Wait.
+        #: A domain's unretired slots by seq, for the InterHcclGroupSync dependencies of a Wait.
         self.slots = slots
         #: (rank, round, where) of the numpy views already warned about.
         self.warned: set[tuple[int, Round, str]] = set()
@@ -285,9 +283,7 @@ class _Ordered:
     those finished too, in every schedule.
     """
 
-    def __init__(
-        self, task: Task, last: int, slots: Callable[[], Mapping[tuple[str, int], Slot]]
-    ) -> None:
+    def __init__(self, task: Task, last: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
         self.task = task
         self.last = last
         self.slots = slots
@@ -306,10 +302,9 @@ class _Ordered:
         """Per other domain, the seq below which every task finished (through dependencies)."""
         below = {self.task.domain_name: self.task.seq + 1}
         todo = [(self.task.domain_name, self.task.seq)]
-        slots = self.slots()
         while todo:
             domain, top = todo.pop()
-            for dep in _deps(slots, domain, top):
+            for dep in _deps(self.slots(domain), top):
                 if below.get(dep.domain_name, 0) <= dep.seq:
                     below[dep.domain_name] = dep.seq + 1
                     todo.append((dep.domain_name, dep.seq))
@@ -317,9 +312,9 @@ class _Ordered:
         return below
 
 
-def _deps(slots: Mapping[tuple[str, int], Slot], domain: str, top: int) -> Iterable[Task]:
-    """The InterHcclGroupSync dependencies of every task of ``domain`` up to seq ``top``."""
-    for (name, seq), slot in list(slots.items()):
-        if name == domain and seq <= top:
+def _deps(slots: Mapping[int, Slot], top: int) -> Iterable[Task]:
+    """The InterHcclGroupSync dependencies of every task of one domain up to seq ``top``."""
+    for seq, slot in list(slots.items()):
+        if seq <= top:
             for task in slot.tasks.values():
                 yield from task.deps

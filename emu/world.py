@@ -99,13 +99,10 @@ class EmuWorld(Server):
         assert isinstance(slot, Slot)
         return slot
 
-    def _slots(self) -> dict[tuple[str, int], Slot]:
-        """Every unretired slot by (domain, seq), for the buffer check's dependencies."""
-        return {
-            (name, seq): slot
-            for name, dom in self.board.domains.items()
-            for seq, slot in dom.positions.items()
-        }
+    def _slots(self, domain: str) -> dict[int, Slot]:
+        """The unretired slots of ``domain`` by seq, for the buffer check's dependencies."""
+        found = self.board.domains.get(domain)
+        return {} if found is None else found.positions
 
     def _fail(self, slot: Slot, error: HcclError) -> None:
         """Under the lock: ``slot`` failed; so does every later slot of its domain."""

@@ -192,33 +192,20 @@ def _run_batch(
 
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest):
-    """Start every selected batch of sample runs at once; tests wait for the one they check."""
+    """Start every selected batch of sample runs at once: run id -> its batch's future, whose
+    result maps each run id of the batch to its run's result."""
     batches = _batches(selected_jobs(request, [*SAMPLES, *OTHER_RUNS]))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         futures = {
             args: pool.submit(_run_batch, args, {r: _sample_path(r) for r in ids})
             for args, ids in batches.items()
         }
-        yield {
-            run_id: _Result(futures[args], run_id)
-            for args, ids in batches.items()
-            for run_id in ids
-        }
-
-
-class _Result:
-    """One run's result inside its batch's future."""
-
-    def __init__(self, future: concurrent.futures.Future, run_id: str) -> None:
-        self.future, self.run_id = future, run_id
-
-    def result(self) -> subprocess.CompletedProcess:
-        return self.future.result()[self.run_id]
+        yield {run_id: futures[args] for args, ids in batches.items() for run_id in ids}
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
-    check_run(runs[name].result(), 4, SAMPLES[name])
+    check_run(runs[name].result()[name], 4, SAMPLES[name])
 
 
 @pytest.mark.parametrize(
@@ -227,7 +214,7 @@ def test_sample_passes_on_4_emulated_ranks(runs, name: str) -> None:
 )
 def test_sample_through_cli_and_launcher(runs, run_id: str) -> None:
     _, ranks, expected = OTHER_RUNS[run_id]
-    check_run(runs[run_id].result(), ranks, expected)
+    check_run(runs[run_id].result()[run_id], ranks, expected)
 
 
 def test_batch_keeps_samples_apart(tmp_path: Path) -> None:

@@ -26,8 +26,7 @@ from .half_alltoallv import WindowWriter
 from .handle import Handle
 from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender
-from .state import ClientState
-from .state import core_name as _core_name
+from .state import ClientState, core_name
 
 
 class HandleControl:
@@ -146,8 +145,8 @@ class HandleControl:
             if h < len(sender.handles) and sender.handles[h].commits > round_idx:
                 return None
             return (
-                f"{_core_name(core)} committed round {round_idx}, but only the sending core's "
-                f"Commits reach the server and {_core_name(sender_core)} has not committed it"
+                f"{core_name(core)} committed round {round_idx}, but only the sending core's "
+                f"Commits reach the server and {core_name(sender_core)} has not committed it"
             )
 
         state.commit_notes.setdefault(h, {}).setdefault(round_idx, note)

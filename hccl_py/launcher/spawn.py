@@ -24,7 +24,7 @@ START_METHOD_ENV = "HCCL_PY_START_METHOD"
 #: Comma-separated modules the fork server imports once, besides :data:`PRELOAD`.
 PRELOAD_ENV = "HCCL_PY_PRELOAD"
 #: What the fork server imports before forking ranks ("__main__": the main script, as spawn would).
-PRELOAD = ("__main__", "numpy", "torch", "torch.distributed", "hccl_py.backends.dist")
+PRELOAD = ("__main__", "numpy", "torch", "torch.distributed")
 #: Heavy modules preloaded too when this process uses them (test modules import them), and
 #: the packages whose loaded modules are preloaded too: hccl_py's own (the backend's server,
 #: the client ...), which each rank would otherwise import again (about 0.2 s per rank and run).
