@@ -32,12 +32,41 @@ WORTH_PRELOADING = ("pytest", "hypothesis")
 PRELOAD_PACKAGES = ("hccl_py",)
 
 
+#: The longest path a Unix socket may have (``sun_path`` holds 108 bytes with the final NUL).
+SOCKET_PATH_MAX = 107
+#: What the fork server's socket name adds to multiprocessing's folder: "/listener-" and 8 letters.
+LISTENER_NAME_LEN = len("/listener-") + 8
+
+
+def forkserver_fits() -> bool:
+    """Whether the fork server's Unix socket path fits under multiprocessing's temporary folder.
+
+    multiprocessing listens in a ``pymp-*`` folder under TMPDIR; under a long TMPDIR (a
+    deeply nested test folder, say) the path is too long for a Unix socket and starting
+    the fork server fails with a bare ``OSError: AF_UNIX path too long``.
+    """
+    return len(mp_util.get_temp_dir()) + LISTENER_NAME_LEN <= SOCKET_PATH_MAX
+
+
+def start_method() -> str:
+    """``$HCCL_PY_START_METHOD``, else the fork server on Linux where its socket path fits, else spawn."""
+    asked = os.environ.get(START_METHOD_ENV)
+    if asked == "forkserver" and not forkserver_fits():
+        raise errors.HcclUsageError(
+            f"{START_METHOD_ENV}=forkserver: the fork server's socket would be "
+            f"{mp_util.get_temp_dir()}/listener-XXXXXXXX, longer than the {SOCKET_PATH_MAX} "
+            "characters a Unix socket path may have; set TMPDIR to a shorter folder, or "
+            f"{START_METHOD_ENV}=spawn"
+        )
+    if asked:
+        return asked
+    return "forkserver" if sys.platform.startswith("linux") and forkserver_fits() else "spawn"
+
+
 def _mp_context() -> Any:
     import torch.multiprocessing as mp
 
-    method = os.environ.get(START_METHOD_ENV) or (
-        "forkserver" if sys.platform.startswith("linux") else "spawn"
-    )
+    method = start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
         extra = [m for m in os.environ.get(PRELOAD_ENV, "").split(",") if m]
