@@ -8,12 +8,12 @@ tells reads from writes by the operator's schema (an argument marked
 reads nothing) and hands their exact byte ranges to
 :class:`~.buffers.BufferRaces` (every run) and :class:`~.races.WindowRaces`
 (``poison=True``); an early read of a window gets a copy of its input with
-0xFF in the bytes that have not arrived. While the rank has no pending round
-and no window is mapped, an operation costs one test. :class:`HostReads`, a
-torch function mode entered beside it under ``poison=True``, does the same for
-the reads that never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray``
-(a flag polled through them acquires like any other read). hccl_py's own work
-(under the world's lock) is not watched.
+0xFF in the bytes that have not arrived. :class:`HostReads`, a torch function
+mode beside it under ``poison=True``, does the same for the reads that never
+reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled through
+them acquires like any other read). Both are on a core's mode stacks only while
+the rank has a pending round or a window is mapped (:class:`CoreWatch`), and
+off while hccl_py's own work holds the world's lock (:class:`Unwatched`).
 """
 
 from __future__ import annotations
@@ -418,7 +418,10 @@ class WatchedWindows:
         return contextlib.nullcontext() if self.races is None else self.races.kernel(rank)
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around one core's run of global rank ``rank``: watch its window and buffer accesses."""
+        """Around one core's run of global rank ``rank``: watch its window and buffer accesses.
+
+        Enter it before the core's other modes: its own go in below them (:class:`CoreWatch`).
+        """
         if self.races is None and self.buffers is None:
             return contextlib.nullcontext()
         return CoreWatch(self.races, self.buffers, rank, self.internal)
