@@ -297,12 +297,17 @@ class Unwatched:
     def __enter__(self) -> None:
         lock = self.lock
         outer = not lock._is_owned()
-        if outer:
-            core = _CORE.get()
-            if core is not None:
-                core.held = True
-                core.off()
-        lock.__enter__()
+        core = _CORE.get() if outer else None
+        if core is not None:
+            core.held = True
+            core.off()
+        try:
+            lock.__enter__()
+        except BaseException:
+            if core is not None:  # not entered: no exit will put the watch back
+                core.held = False
+                core.sync()
+            raise
         if outer and torch._C._len_torch_dispatch_stack():
             guard = torch._C._DisableTorchDispatch()
             guard.__enter__()
