@@ -229,11 +229,10 @@ class CoreWatch:
         self.modes = [(_DISPATCH, watch)]
         if races is not None:  # reads that bypass aten, only where window races are checked
             self.modes.append((_FUNCTION, HostReads(watch)))
-        self.depths: list[int] = []
+        self.depths: list[int] = []  # the stacks' lengths at the core's start
         self.on = False
         self.held = False  # hccl_py's own work holds the lock (it puts the modes back on)
-        #: Times the modes were put on (for tests: a kernel that cannot race never pays).
-        self.entries = 0
+        self._token: contextvars.Token | None = None
 
     def __enter__(self) -> CoreWatch:
         self.depths = [stack.length() for stack, _ in self.modes]
@@ -253,7 +252,6 @@ class CoreWatch:
                 for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
                     stack.insert(min(depth, stack.length()), mode)
                 self.on = True
-                self.entries += 1
         else:
             self.off()
 
