@@ -51,6 +51,7 @@ from .runners import (
     runner_kind,
     take_torch_state,
 )
+from .watch import resumed
 
 #: Unchanged reads in a row that make a poll: a kernel that reads a status word twice to
 #: flip it (``status[0] = 1 - status[0]`` after ``int(status[0])``) is not polling it.
@@ -249,23 +250,22 @@ class Scheduler(Blocker):
         if nxt is me:
             self.current = self.last = me
             return
-        if self.threads:
-            self._hand(nxt)
-            saved = self.cond._release_save()
-            me.gate.acquire()
-            self.cond._acquire_restore(saved)
-            return
-        self._refuse_inside_backward(me)
+        if not self.threads:
+            self._refuse_inside_backward(me)
         self._hand(nxt)
-        torch_state = take_torch_state()
+        torch_state = None if self.threads else take_torch_state()
         saved = self.cond._release_save()
         try:
-            # a greenlet starts with the recursion depth of the one that starts it: the
-            # world's thread starts each, so that nested launches do not add up
-            (self._hub if nxt.glet is None else nxt.glet).switch()
+            if self.threads:
+                me.gate.acquire()
+            else:
+                # a greenlet starts with the recursion depth of the one that starts it: the
+                # world's thread starts each, so that nested launches do not add up
+                (self._hub if nxt.glet is None else nxt.glet).switch()
         finally:
             put_torch_state(torch_state)
             self.cond._acquire_restore(saved)
+            resumed()  # the race check's watch catches up with what the others did
 
     def _block(self, me: Runner, pred: Callable[[], bool], what: Text) -> None:
         """Under the lock: ``me`` waits until ``pred()`` (or the world failed)."""

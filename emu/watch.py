@@ -8,17 +8,18 @@ tells reads from writes by the operator's schema (an argument marked
 reads nothing) and hands their exact byte ranges to
 :class:`~.buffers.BufferRaces` (every run) and :class:`~.races.WindowRaces`
 (``poison=True``); an early read of a window gets a copy of its input with
-0xFF in the bytes that have not arrived. While the rank has no pending round
-and no window is mapped, an operation costs one test. :class:`HostReads`, a
-torch function mode entered beside it under ``poison=True``, does the same for
-the reads that never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray``
-(a flag polled through them acquires like any other read). hccl_py's own work
-(under the world's lock) is not watched.
+0xFF in the bytes that have not arrived. :class:`HostReads`, a torch function
+mode beside it under ``poison=True``, does the same for the reads that never
+reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled through
+them acquires like any other read). Both are on a core's mode stacks only while
+the rank has a pending round or a window is mapped (:class:`CoreWatch`), and
+off while hccl_py's own work holds the world's lock (:class:`Unwatched`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -165,31 +166,126 @@ class HostReads(TorchFunctionMode):
                 watch.aside = False
 
 
-@contextlib.contextmanager
-def watching(
-    races: WindowRaces | None,
-    buffers: BufferRaces | None,
-    rank: int,
-    internal: Callable[[], bool],
-) -> Iterator[None]:
-    """Watch one core thread's accesses of windows and collective buffers.
+class _Stack:
+    """One of a thread's torch mode stacks (dispatch or function), for putting a mode in or out."""
 
-    Through aten always; around it (:class:`HostReads`, which costs every tensor
-    method a Python call) only where window races are checked (``poison=True``).
+    def __init__(self, length: Callable[[], int], pop: Callable[[], Any], push: Callable) -> None:
+        self.length, self.pop, self.push = length, pop, push
+
+    def insert(self, depth: int, mode: Any) -> None:
+        """Put ``mode`` at ``depth`` (below the modes entered since, as if entered before them)."""
+        above = [self.pop() for _ in range(self.length() - depth)]
+        self.push(mode)
+        for other in reversed(above):
+            self.push(other)
+
+    def remove(self, mode: Any) -> None:
+        """Take ``mode`` out, wherever it is; the modes above it keep their order."""
+        above = []
+        while self.length():
+            top = self.pop()
+            if top is mode:
+                break
+            above.append(top)
+        for other in reversed(above):
+            self.push(other)
+
+
+_DISPATCH = _Stack(
+    torch._C._len_torch_dispatch_stack,
+    lambda: torch._C._pop_torch_dispatch_stack(None),
+    torch._C._push_on_torch_dispatch_stack,
+)
+_FUNCTION = _Stack(
+    torch._C._len_torch_function_stack,
+    torch._C._pop_torch_function_stack,
+    torch._C._push_on_torch_function_stack,
+)
+
+
+class CoreWatch:
+    """One core run's watch: its modes are on the mode stacks only while they can see something.
+
+    :class:`WindowWatch` (and, where window races are checked, :class:`HostReads`)
+    can only report an access while the rank has a pending round (the buffer
+    check) or a window is mapped (the window check). Otherwise they are off the
+    stacks and a torch operation costs them nothing. They are put on (at the
+    depth of the core's start, below any mode the kernel entered since) when the
+    core starts, when it leaves hccl_py's lock (:class:`Unwatched`: its own
+    Commit or window request), and when it gets the baton back after a switch
+    that did not come from hccl_py's lock (a flag poll); they are taken off while
+    hccl_py's own work holds the lock. Other runners change what the core can
+    see only while it does not run, so nothing is missed.
     """
-    watch = WindowWatch(races, buffers, rank, internal)
-    with watch, HostReads(watch) if races is not None else contextlib.nullcontext():
-        yield
+
+    def __init__(
+        self,
+        races: WindowRaces | None,
+        buffers: BufferRaces | None,
+        rank: int,
+        internal: Callable[[], bool],
+    ) -> None:
+        self.watch = watch = WindowWatch(races, buffers, rank, internal)
+        self.modes = [(_DISPATCH, watch)]
+        if races is not None:  # reads that bypass aten, only where window races are checked
+            self.modes.append((_FUNCTION, HostReads(watch)))
+        self.depths: list[int] = []  # the stacks' lengths at the core's start
+        self.on = False
+        self.held = False  # hccl_py's own work holds the lock (it puts the modes back on)
+        self._token: contextvars.Token | None = None
+
+    def __enter__(self) -> CoreWatch:
+        self.depths = [stack.length() for stack, _ in self.modes]
+        self._token = _CORE.set(self)
+        self.sync()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _CORE.reset(self._token)
+        self.off()
+
+    def sync(self) -> None:
+        """Put the modes on when they can see something now, take them off when they cannot."""
+        watch = self.watch
+        if watch.pending or watch.windows:
+            if not self.on:
+                for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
+                    stack.insert(min(depth, stack.length()), mode)
+                self.on = True
+        else:
+            self.off()
+
+    def off(self) -> None:
+        """Take the modes off the stacks."""
+        if self.on:
+            for stack, mode in self.modes:
+                stack.remove(mode)
+            self.on = False
+
+
+#: The calling runner's core watch while it runs an emulated kernel's core.
+_CORE: contextvars.ContextVar[CoreWatch | None] = contextvars.ContextVar(
+    "hccl_py_core_watch", default=None
+)
+
+
+def resumed() -> None:
+    """The calling runner got the baton back: outside hccl_py's lock, its watch catches up."""
+    core = _CORE.get()
+    if core is not None and not core.held:
+        core.sync()
 
 
 class Unwatched:
     """The world lock, with torch dispatch modes off while hccl_py's own work holds it.
 
     The watches skip hccl_py's own operations anyway (they run under this lock);
-    a dispatch mode still costs each of them a trip through Python (some tens of
-    microseconds for a ``view``), which this saves. Only the outermost entry of a
-    thread that runs under a dispatch mode pays for it. ``_is_owned`` tells the
-    watches whether the calling thread holds the lock.
+    a mode still costs each of them a trip through Python (some tens of
+    microseconds for a ``view``), which this saves: the calling core's own
+    watch (:class:`CoreWatch`) is taken off the stacks, and other dispatch modes
+    are turned off. Only the outermost entry of a thread pays for it, and its
+    exit puts the core's watch back where it can see something now. ``_is_owned``
+    tells the watches whether the calling thread holds the lock.
     """
 
     def __init__(self, lock: Any) -> None:
@@ -199,7 +295,17 @@ class Unwatched:
     def __enter__(self) -> None:
         lock = self.lock
         outer = not lock._is_owned()
-        lock.__enter__()
+        core = _CORE.get() if outer else None
+        if core is not None:
+            core.held = True
+            core.off()
+        try:
+            lock.__enter__()
+        except BaseException:
+            if core is not None:  # not entered: no exit will put the watch back
+                core.held = False
+                core.sync()
+            raise
         if outer and torch._C._len_torch_dispatch_stack():
             guard = torch._C._DisableTorchDispatch()
             guard.__enter__()
@@ -213,6 +319,10 @@ class Unwatched:
             if guard is not None:
                 self._guard.held = None
                 guard.__exit__(None, None, None)
+            core = _CORE.get()
+            if core is not None:
+                core.held = False
+                core.sync()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()
@@ -311,10 +421,13 @@ class WatchedWindows:
         return contextlib.nullcontext() if self.races is None else self.races.kernel(rank)
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around one core's run of global rank ``rank``: watch its window and buffer accesses."""
+        """Around one core's run of global rank ``rank``: watch its window and buffer accesses.
+
+        Enter it before the core's other modes: its own go in below them (:class:`CoreWatch`).
+        """
         if self.races is None and self.buffers is None:
             return contextlib.nullcontext()
-        return watching(self.races, self.buffers, rank, self.internal)
+        return CoreWatch(self.races, self.buffers, rank, self.internal)
 
     def release(self, rank: int) -> tuple[int, ...] | None:
         """Global rank ``rank``'s clock for a peer to acquire (None when races are not checked)."""

@@ -14,6 +14,7 @@ the run failed) the bytes it held before are put back (:func:`save_and_poison`,
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..core import layout
@@ -26,20 +27,35 @@ __all__ = ["Saved", "in_place", "poison", "restore", "save_and_poison"]
 
 def poison(task: Task, round_idx: int) -> None:
     """Fill one round's receive blocks with NaN (floating types) or 0xFF bytes."""
-    blocks = layout.round_blocks(task, "recv", round_idx)
     data = task.recv.alloc.data
     dtype = torch_dtype_of(task.dtype)
-    for s, n in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True):
+    size = dtype.itemsize if dtype is not None and dtype.is_floating_point else 1
+    for s, n in _runs(task, round_idx):
         region = data[s : s + n]
-        if (
-            dtype is not None
-            and dtype.is_floating_point
-            and dtype.itemsize > 1
-            and s % dtype.itemsize == 0
-        ):
+        if size > 1 and s % size == 0 and n % size == 0:
             region.view(dtype).fill_(float("nan"))
         else:
             region.fill_(0xFF)
+
+
+def _runs(task: Task, round_idx: int) -> list[tuple[int, int]]:
+    """The round's non-empty receive blocks as (start, size) runs (memoised).
+
+    A block that ends where the next one starts is merged with it: one copy and
+    one fill per run (the blocks of an AllGather's round are one run).
+    """
+    return layout.round_blocks(task, "recv", round_idx).memo("poison-runs", _merged)
+
+
+def _merged(blocks: layout.Blocks) -> list[tuple[int, int]]:
+    """The runs of :func:`_runs`, in block order."""
+    keep = blocks.sizes > 0
+    starts, ends = blocks.starts[keep], blocks.starts[keep] + blocks.sizes[keep]
+    if not len(starts):
+        return []
+    firsts = np.flatnonzero(np.concatenate(([True], starts[1:] != ends[:-1])))
+    lasts = np.concatenate((firsts[1:] - 1, [len(starts) - 1]))
+    return list(zip(starts[firsts].tolist(), (ends[lasts] - starts[firsts]).tolist(), strict=True))
 
 
 #: What :func:`save_and_poison` kept of one round: its task and (start, original bytes) pairs.
@@ -48,13 +64,8 @@ Saved = tuple[Task, list[tuple[int, torch.Tensor]]]
 
 def save_and_poison(task: Task, round_idx: int) -> Saved:
     """Poison one round's receive blocks, keeping their bytes to restore if it never runs."""
-    blocks = layout.round_blocks(task, "recv", round_idx)
     data = task.recv.alloc.data
-    saved = [
-        (start, data[start : start + size].clone())
-        for start, size in zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)
-        if size
-    ]
+    saved = [(start, data[start : start + size].clone()) for start, size in _runs(task, round_idx)]
     poison(task, round_idx)
     return task, saved
 
