@@ -1,20 +1,17 @@
 """Peak memory of the gloo backend's rounds (issue 28, goal 5): no large temporaries of its own.
 
 Each rank measures how far one op raises its resident high-water mark
-(``VmHWM``, reset through ``/proc/self/clear_refs``), for hccl_py's op and for
-the torch.distributed calls that it makes on gloo. glibc's mmap threshold is
-fixed first, so every large temporary is fresh pages (none is served from
-memory that an earlier op freed). The bound of each op is what raw gloo takes
-for its calls, plus what the op needs by design (exact AllReduce: the reduced
-1/n chunk; exact ReduceScatter: the exchanged rows), plus 1 MiB. The exact
+(:func:`hccl_py.bench.memory.peak_rise`, every large temporary in fresh
+pages), for hccl_py's op and for the torch.distributed calls that it makes on
+gloo. The bound of each op is what raw gloo takes for its calls, plus what the
+op needs by design (exact AllReduce: the reduced 1/n chunk; exact
+ReduceScatter: the exchanged rows), plus 1 MiB. The exact
 reductions are checked bit for bit against the emulator on the paths that
 write straight into the receive buffer.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 from collections.abc import Callable
 
 import cases
@@ -23,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 import hccl_py as hp
+from hccl_py.bench import memory
 from hccl_py.core.constants import hccl_dtype_of
 from hccl_py.server.reduce import reduce_ranks
 
@@ -35,12 +33,6 @@ SUM = hp.HcclReduceOp.HCCL_REDUCE_SUM
 #: torch.distributed's calls under their current names (the older ones are deprecated).
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-#: glibc's mallopt parameter of the mmap threshold (fixing it stops its dynamic growth).
-M_MMAP_THRESHOLD = -3
-
-pytestmark = pytest.mark.skipif(
-    not os.access("/proc/self/clear_refs", os.W_OK), reason="resets VmHWM (Linux /proc)"
-)
 
 
 def _kernel(xGM: hp.GmAddr, yGM: hp.GmAddr, tilingGM: hp.GmAddr, name: str, count: int) -> None:
@@ -50,33 +42,18 @@ def _kernel(xGM: hp.GmAddr, yGM: hp.GmAddr, tilingGM: hp.GmAddr, name: str, coun
     hccl.Finalize()
 
 
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        line = next(x for x in f if x.startswith(field + ":"))
-    return int(line.split()[1]) * 1024
-
-
-def _rise(call: Callable[[], object]) -> int:
-    """Bytes by which ``call`` raised this process's resident high-water mark."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    before = _status("VmRSS")
-    call()
-    return _status("VmHWM") - before
-
-
 def peaks(mode: str) -> dict[str, tuple[int, int]]:
     """Per rank: op -> (the rise of hccl_py's op, its bound), for ``HCCL_PY_REDUCE=mode``."""
-    ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 128 << 10)
+    memory.fresh_temporaries()
     n, count, tiling = hp.get_world_size(), BLOCK // 4, cases.make_tiling()
 
     def ours(name: str, send: int, recv: int, prepare_count: int) -> int:
         x, y = torch.ones(send // 4), torch.zeros(recv // 4)
-        return _rise(lambda: hp.launch(_kernel, x, y, tiling, name, prepare_count))
+        return memory.peak_rise(lambda: hp.launch(_kernel, x, y, tiling, name, prepare_count))
 
     def raw(call: Callable[..., object], send: int, recv: int) -> int:
         x, y = torch.ones(send // 4), torch.zeros(recv // 4)
-        return _rise(lambda: call(y, x))
+        return memory.peak_rise(lambda: call(y, x))
 
     ours("AllReduce", 4096, 4096, 1024)  # warm-up: connections, first launch
     gather = raw(ALL_GATHER, BLOCK // n, BLOCK)
@@ -105,6 +82,7 @@ def peaks(mode: str) -> dict[str, tuple[int, int]]:
     }
 
 
+@pytest.mark.skipif(not memory.can_reset_peak(), reason="resets VmHWM (Linux /proc)")
 @pytest.mark.parametrize("mode", ["exact", "native"])
 def test_rounds_add_no_temporaries_beyond_gloo(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HCCL_PY_REDUCE", mode)

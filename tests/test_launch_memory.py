@@ -8,8 +8,6 @@ per process-group call either). The 3000-launch variant is marked ``slow``.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import os
 
 import cases
@@ -18,6 +16,7 @@ import pytest
 import torch
 
 import hccl_py as hp
+from hccl_py.bench import memory
 from hccl_py.launcher import torch_env
 
 #: Launches of the memory soak (two 256 KiB buffers each) and the growth of the bytes that
@@ -39,27 +38,6 @@ def _all_reduce_kernel(xGM: hp.GmAddr, yGM: hp.GmAddr, tilingGM: hp.GmAddr) -> N
     hccl.Finalize()
 
 
-class _MallInfo2(ctypes.Structure):
-    """glibc's ``struct mallinfo2``."""
-
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            *("arena", "ordblks", "smblks", "hblks", "hblkhd"),
-            *("usmblks", "fsmblks", "uordblks", "fordblks", "keepcost"),
-        )
-    ]
-
-
-def _heap_bytes() -> int:
-    """Bytes that malloc holds for the program (glibc's mallinfo2: arenas and mmapped blocks)."""
-    gc.collect()
-    info = ctypes.CDLL(None).mallinfo2
-    info.restype = _MallInfo2
-    got = info()
-    return got.uordblks + got.hblkhd
-
-
 def launches_growth(n: int) -> tuple[float, float]:
     """Heap growth (KiB) over ``n`` AllReduce launches after a warm-up; a result."""
     tiling = cases.make_tiling()
@@ -71,15 +49,13 @@ def launches_growth(n: int) -> tuple[float, float]:
 
     for _ in range(20):
         once()
-    before = _heap_bytes()
+    before = memory.heap_bytes()
     for _ in range(n):
         y = once()
-    return (_heap_bytes() - before) / 1024, float(y[-1])
+    return (memory.heap_bytes() - before) / 1024, float(y[-1])
 
 
-@pytest.mark.skipif(
-    not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="reads glibc's mallinfo2 (glibc >= 2.33)"
-)
+@pytest.mark.skipif(not memory.has_heap_bytes(), reason="reads glibc's mallinfo2 (glibc >= 2.33)")
 @pytest.mark.parametrize("launches", [300, pytest.param(3000, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("backend_name", ["emu", "gloo"])
 def test_memory_stays_flat_across_launches(backend_name: str, launches: int) -> None:
