@@ -61,7 +61,12 @@ def status_bytes(field: str) -> int:
 
 
 def peak_rise(call: Callable[[], object]) -> int:
-    """Bytes by which ``call()`` raised this process's resident high-water mark."""
+    """Bytes by which ``call()`` raised this process's resident high-water mark.
+
+    Garbage is collected first: memory that a collection during ``call`` would
+    free (an earlier op's buffers in a reference cycle) would hide its temporaries.
+    """
+    gc.collect()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     before = status_bytes("VmRSS")
