@@ -22,23 +22,40 @@ def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype.is_floating_point else torch.int64
 
 
-def reduce_ranks(stacked: torch.Tensor | Sequence[torch.Tensor], op: HcclReduceOp) -> torch.Tensor:
+def reduce_ranks(
+    stacked: torch.Tensor | Sequence[torch.Tensor],
+    op: HcclReduceOp,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Reduce the ranks' tensors (``stacked[k]`` is rank k's), in rank order, to their dtype.
 
     ``stacked`` is one tensor with ranks first or a sequence of equally shaped
     tensors (views into each rank's memory, so nothing is stacked first).
+    ``out`` (their dtype and shape, sharing no byte with them) receives the
+    result, and is returned; when SUM accumulates in a wider type the result is
+    reduced aside and copied in, else it is reduced in ``out`` (no temporary).
     """
     dtype = stacked[0].dtype
     if op == HcclReduceOp.HCCL_REDUCE_SUM:
-        acc = stacked[0].to(accumulator_dtype(dtype), copy=True)
+        wide = accumulator_dtype(dtype)
+        acc = out if out is not None and wide == dtype else stacked[0].to(wide, copy=True)
+        if acc is out:
+            acc.copy_(stacked[0])
         for k in range(1, len(stacked)):
             acc += stacked[k]
-        return acc.to(dtype)
+        return _into(acc.to(dtype), out)
     combine = {
         HcclReduceOp.HCCL_REDUCE_MAX: torch.maximum,
         HcclReduceOp.HCCL_REDUCE_MIN: torch.minimum,
     }[op]
-    acc = stacked[0].clone()
+    acc = stacked[0].clone() if out is None else out.copy_(stacked[0])
     for k in range(1, len(stacked)):
         acc = combine(acc, stacked[k], out=acc)
     return acc
+
+
+def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """``result``, copied into ``out`` when there is one and it is not ``result`` already."""
+    if out is None or out is result:
+        return result
+    return out.copy_(result)

@@ -16,14 +16,19 @@ moves alike. Extra copies per round, beyond what the collective itself does:
   otherwise packed into one temporary; the receive side likewise, otherwise
   received into a temporary and copied into the blocks (one copy).
 - AllReduce / ReduceScatter, **exact** reduction (gloo's default): the inputs
-  of every rank are all-gathered (AllReduce) or exchanged all-to-all
-  (ReduceScatter) and reduced locally in rank order with the emulator's rule
-  (:func:`hccl_py.server.reduce.reduce_ranks`), so results are bit-identical to the
-  emulator. Costs one temporary of ``rankDim`` blocks and one write.
+  of every rank are exchanged and reduced locally in rank order with the
+  emulator's rule (:func:`hccl_py.server.reduce.reduce_ranks`), so results are
+  bit-identical to the emulator. ReduceScatter: one temporary of ``rankDim``
+  blocks (the exchanged rows), reduced straight into the receive block.
+  AllReduce below :data:`EXACT_SPLIT_MIN_BYTES`: every input all-gathered into
+  a temporary of ``rankDim`` blocks; from there on, see
+  :func:`_exact_all_reduce_split` (with equal chunks, one temporary of 1/n of
+  the block beyond the all-gather's own buffer).
 - AllReduce / ReduceScatter, **native** reduction (HCCL's default): the process
   group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the
   send block into the receive block first (none when they coincide);
-  ReduceScatter packs strided send blocks. Types the process group cannot
+  ReduceScatter packs strided send blocks and writes into the receive block
+  (a temporary when it shares bytes with the send blocks). Types the process group cannot
   reduce (gloo: FP16/BF16 SUM accumulates in FP32, INT16 in INT32) are widened
   into a temporary and narrowed back. gloo's MAX and MIN drop NaN, so on gloo
   (``Reduction.nan_pass``) a MAX or MIN of floating types also reduces one
@@ -254,7 +259,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     src = _gather(task.memory("send"), send)
     if dom.reduction.exact:
         if nbytes >= EXACT_SPLIT_MIN_BYTES:
-            _write_result(task, r, _exact_all_reduce_split(task, src, op, dom))
+            _exact_all_reduce_split(task, r, src, op, dom)
             return
         gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
         _all_gather_single(gathered, src, group=dom.pg)
@@ -266,7 +271,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     if nan is not None:
         dist.all_reduce(nan, dist.ReduceOp.MAX, group=dom.pg)
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
-    target = _receive_view(task, r, values) if wide == values.dtype else None
+    target = _receive_view(task, r, wide, values.numel()) if wide == values.dtype else None
     if target is not None:
         if target.data_ptr() != values.data_ptr():
             shared = first_shared(task, r, exempt_in_place=False) is not None
@@ -281,8 +286,8 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
 
 
 def _exact_all_reduce_split(
-    task: Task, src: torch.Tensor, op: HcclReduceOp, dom: Domain
-) -> torch.Tensor:
+    task: Task, r: int, src: torch.Tensor, op: HcclReduceOp, dom: Domain
+) -> None:
     """Exact AllReduce of ``src`` (this rank's input bytes) as a reduce-scatter and an all-gather.
 
     Domain rank ``k`` owns the ``k``-th of ``rankDim`` equal element chunks: an
@@ -291,6 +296,11 @@ def _exact_all_reduce_split(
     that element alone, so it is bit-identical to reducing whole inputs); an
     all-gather then hands every rank every reduced chunk. Each rank moves about
     2 (n-1)/n of its input, as a native ring does, instead of gathering all n inputs.
+
+    Memory: when the chunks are equal and in rank order, the all-gather writes
+    straight into the receive block, and the all-to-all too when that block
+    shares no byte with the send block; what is left is the reduced chunk (1/n
+    of the block). Otherwise the rows, and the padded gather, are temporaries.
     """
     n, size = task.rank_dim, task.elem_size
     per = -(-task.count // n)
@@ -298,27 +308,44 @@ def _exact_all_reduce_split(
     chunks = Blocks(bounds[:-1], np.diff(bounds))
     send = dom.to_pg(chunks)
     mine = int(chunks.sizes[task.rank])
-    received = torch.empty(mine * n, dtype=torch.uint8, device=src.device)
+    start = int(layout.round_blocks(task, "recv", r).starts[0])
+    target = task.memory("recv")[start : start + task.count * size]
+    direct = per * n == task.count and dom.identity
+    rows_here = direct and first_shared(task, r, exempt_in_place=False) is None
+    received = target if rows_here else torch.empty(mine * n, dtype=torch.uint8, device=src.device)
     dist.all_to_all_single(
         received, _gather(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
     )
     stacked = dom.to_domain(task.typed(received).view(n, mine // size))
+    reduced = reduce_ranks(stacked, op).view(torch.uint8).reshape(-1)
+    del received, stacked  # the rows are reduced: free them before the all-gather
+    if direct:  # the send bytes were all read by the all-to-all: the block may take the result
+        _all_gather_single(target, reduced, group=dom.pg)
+        return
     padded = torch.zeros(per * size, dtype=torch.uint8, device=src.device)
-    padded[:mine].copy_(reduce_ranks(stacked, op).view(torch.uint8).reshape(-1))
+    padded[:mine].copy_(reduced)
     gathered = torch.empty(per * size * n, dtype=torch.uint8, device=src.device)
     _all_gather_single(gathered, padded, group=dom.pg)
     rows = dom.to_domain(gathered.view(n, per * size))
-    return task.typed(rows.reshape(-1)[: task.count * size])
+    target.copy_(rows.reshape(-1)[: task.count * size])
 
 
-def _receive_view(task: Task, r: int, like: torch.Tensor) -> torch.Tensor | None:
-    """The round's receive block typed like ``like``, or None when it is misaligned for that type."""
+def _receive_view(task: Task, r: int, dtype: torch.dtype, count: int) -> torch.Tensor | None:
+    """The round's receive block as ``count`` elements of ``dtype``, or None when misaligned."""
     start = int(layout.round_blocks(task, "recv", r).starts[0])
-    raw = task.memory("recv")[start : start + like.numel() * like.element_size()]
+    raw = task.memory("recv")[start : start + count * dtype.itemsize]
     try:
-        return raw.view(like.dtype)
+        return raw.view(dtype)
     except RuntimeError:
         return None
+
+
+def _private_receive_view(task: Task, r: int, dtype: torch.dtype) -> torch.Tensor | None:
+    """The round's receive block as ``task.count`` elements, when it shares no byte with the
+    round's send blocks (a collective may write it while it reads them), else None."""
+    if first_shared(task, r, exempt_in_place=False) is not None:
+        return None
+    return _receive_view(task, r, dtype, task.count)
 
 
 def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
@@ -328,20 +355,26 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
     if dom.reduction.exact:
         received = _exchange(task, r, dom, None)
         stacked = dom.to_domain(task.typed(received).view(task.rank_dim, -1))
-        _write_result(task, r, reduce_ranks(stacked, op))
+        # the send bytes are all read (exchanged): the receive block may take the result
+        target = _receive_view(task, r, stacked.dtype, task.count)
+        reduced = reduce_ranks(stacked, op, out=target)
+        if target is None:
+            _write_result(task, r, reduced)
         return
     send = dom.to_pg(layout.round_blocks(task, "send", r))
     values = task.typed(_gather(task.memory("send"), send))
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
     src = values.to(wide, copy=wide != values.dtype)
-    out = torch.empty(task.count, dtype=wide, device=src.device)
+    target = _private_receive_view(task, r, wide) if wide == values.dtype else None
+    out = torch.empty(task.count, dtype=wide, device=src.device) if target is None else target
     _reduce_scatter_single(out, src, _REDUCE_OPS[op], group=dom.pg)
     nan = _nan_mask(values, op, dom)
     if nan is not None:
         mine = torch.empty(task.count, dtype=nan.dtype, device=nan.device)
         _reduce_scatter_single(mine, nan, dist.ReduceOp.MAX, group=dom.pg)
         _fill_nan(out, mine)
-    _write_result(task, r, out.to(values.dtype))
+    if target is None:
+        _write_result(task, r, out.to(values.dtype))
 
 
 # ------------------------------------------------------------------ control bytes

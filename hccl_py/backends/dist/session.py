@@ -31,7 +31,7 @@ from ...core.errors import (
     WorldError,
 )
 from ...kernel.context import RankContext, set_rank_context
-from ...launcher import exchange, wire
+from ...launcher import exchange, torch_env, wire
 from ...launcher import store as kv
 from ...launcher.liveness import (
     GRACE_S,
@@ -50,7 +50,6 @@ from .. import get_backend
 #: How often a thread that waits for its peers (their descriptors, a framework
 #: collective's arguments) looks for a peer that will never come, and for an abort.
 LOOK_S = 0.05
-
 
 #: Seconds the store and the default process group wait for the other ranks to join.
 JOIN_TIMEOUT_S = 300.0
@@ -104,6 +103,7 @@ class Session:
         self.thread_init = backend.thread_binder(self.device)
         self._owns_pg = not dist.is_initialized()
         if self._owns_pg:
+            torch_env.quiet_flight_recorder()
             dist.init_process_group(
                 backend.pg_backend,
                 store=kv.scoped(self._base, "pg/"),
