@@ -4,8 +4,8 @@
     python benchmarks/profile_blockdim.py 1 --profile 25    # and cProfile's top 25 (thread CPU)
 
 Every rank runs ``--iters`` launches of the benchmark's AllGather kernel
-(``python -m hccl_py bench --op allgather``, 1 KiB). Rank 0 reports per launch:
-the process's CPU time (all threads, ``getrusage``), thread starts, waits on the
+(``python -m hccl_py bench --op allgather``, 1 KiB). Printed per launch, the
+mean over the ranks: the process's CPU time (all threads, ``getrusage``), thread starts, waits on the
 rank's condition that returned (wake-ups), and voluntary and involuntary
 context switches. With ``--profile N`` every thread of rank 0 that runs
 hccl_py code is profiled with cProfile on a per-thread CPU clock, and the top
@@ -19,6 +19,7 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import resource
 import threading
@@ -34,6 +35,15 @@ from hccl_py.bench.reference import REDUCE_OPS, TYPES
 WARMUP = 5
 
 
+def _selective_condition() -> Any:
+    """The condition class with selective wake-ups, in trees that have one (else None)."""
+    try:
+        from hccl_py.server.threads import WakeCondition
+    except ImportError:
+        return None
+    return WakeCondition
+
+
 class Counted:
     """Counts thread starts and returns from condition waits in this process; profiles threads."""
 
@@ -46,7 +56,7 @@ class Counted:
         self._run = threading.Thread.run
 
     def install(self) -> None:
-        """Patch ``Thread.start``, ``Thread.run`` and ``Condition.wait`` of this process."""
+        """Patch ``Thread.start``, ``Thread.run`` and the condition waits of this process."""
         counted = self
 
         def start(thread: threading.Thread) -> None:
@@ -72,15 +82,54 @@ class Counted:
         threading.Thread.start = start  # type: ignore[method-assign]
         threading.Condition.wait = wait  # type: ignore[method-assign]
         threading.Thread.run = run  # type: ignore[method-assign]
+        selective = _selective_condition()
+        if selective is not None:  # the tree has selective wake-ups: count those waits too
+            wait_until = selective.wait_until
+
+            def counted_until(cond: Any, test: Any, timeout: float | None = None) -> bool:
+                woken = wait_until(cond, test, timeout)
+                counted.counts["condition wake-ups"] += 1
+                return woken
+
+            selective.wait_until = counted_until
+
+    @staticmethod
+    def threads() -> dict[str, float]:
+        """CPU seconds of each thread of this process, from ``/proc/self/task/<tid>/stat``.
+
+        Keyed by what the thread does: ``main`` (the rank's thread), ``cores`` (threads
+        that ran kernel cores), ``domain`` (domain threads), ``other`` (gloo's own ...).
+        """
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        tick = os.sysconf("SC_CLK_TCK")
+        found: Counter[str] = Counter()
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            name = names.get(int(tid), "")
+            kind = (
+                "main" if name == "MainThread" else
+                "cores" if name.startswith(("rank", "hccl_py-core")) else
+                "domain" if name.startswith("hccl_py-") else "other"
+            )  # fmt: skip
+            found[f"thread cpu s: {kind}"] += (int(fields[11]) + int(fields[12])) / tick
+        return dict(found)
 
     def snapshot(self) -> dict[str, float]:
         """The counters now, with CPU seconds and context switches of the whole process."""
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return dict(self.counts) | {
-            "cpu s": usage.ru_utime + usage.ru_stime,
-            "voluntary switches": usage.ru_nvcsw,
-            "involuntary switches": usage.ru_nivcsw,
-        }
+        return (
+            dict(self.counts)
+            | self.threads()
+            | {
+                "cpu s": usage.ru_utime + usage.ru_stime,
+                "voluntary switches": usage.ru_nvcsw,
+                "involuntary switches": usage.ru_nivcsw,
+            }
+        )
 
 
 def per_launch(block_dim: int, iters: int, profile: int) -> dict[str, Any]:
@@ -119,7 +168,7 @@ def per_launch(block_dim: int, iters: int, profile: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Measure on 4 gloo ranks and print rank 0's row (and its profile)."""
+    """Measure on 4 gloo ranks; print the mean over ranks (and rank 0's profile)."""
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -128,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", type=int, default=0, metavar="N")
     args = p.parse_args(argv)
     res = hp.run(per_launch, 4, backend="gloo", args=(args.block_dim, args.iters, args.profile))
-    row = res[0]
-    text = row.pop("profile", "")
-    print(json.dumps({"block_dim": args.block_dim} | row))
+    text = res[0].pop("profile", "")
+    keys = sorted({k for row in res for k in row})
+    mean = {k: round(sum(row.get(k, 0) for row in res) / len(res), 5) for k in keys}
+    cpu_by_rank = [row["cpu s"] for row in res]
+    print(json.dumps({"block_dim": args.block_dim} | mean | {"cpu s by rank": cpu_by_rank}))
     if text:
         print(text)
     return 0
