@@ -94,7 +94,7 @@ class Blocker:
     def __init__(self, timeout: float | None = None, detect_deadlock: bool = True) -> None:
         #: Wakes a waiting thread only when its condition holds (see :meth:`wait_for`).
         self.cond = WakeCondition(threading.RLock())
-        self.cond.on_notify = self._check_deadlock
+        self.cond.on_notify = self._wakes_everyone
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self.detect_deadlock = detect_deadlock
         self.active = 0
@@ -243,10 +243,6 @@ class Blocker:
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         me = threading.get_ident()
-
-        def due() -> bool:
-            return self.error is not None or pred() or self.job_ready()
-
         with self.cond:
             self.spinning.pop(me, None)
             while True:
@@ -274,7 +270,7 @@ class Blocker:
                 try:
                     self._check_deadlock()
                     self.raise_if_failed()
-                    self.cond.wait_until(due, remaining)
+                    self.cond.wait_until(pred, remaining)
                 finally:
                     self.blocked.pop(me, None)
                     self.progress_at = time.monotonic()  # a waiting rank is not idle
@@ -367,6 +363,15 @@ class Blocker:
             head + "\n".join(f"  - {line}" for line in group_rank_lines(lines)) + tail
         )
         self.cond.notify_all()
+
+    def _wakes_everyone(self) -> bool:
+        """Under the lock, at a notification: check for a deadlock; wake every waiter?
+
+        Yes when the world failed (every wait raises) or a job is ready for a
+        waiting thread to take; otherwise only the waiters whose condition holds wake.
+        """
+        self._check_deadlock()
+        return self.error is not None or self.job_ready()
 
     def _check_deadlock(self) -> None:
         """Under the lock: fail the world if every active thread waits in vain."""

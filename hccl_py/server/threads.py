@@ -55,9 +55,11 @@ class WakeCondition(threading.Condition):
     """A condition whose ``notify_all`` wakes only the waiters whose wake-up test passes.
 
     ``on_notify`` (optional) runs under the lock at each notification while a
-    waiter with a test sleeps, before the tests are evaluated: the blocker checks
-    there for a deadlock, which a waiter no longer checks at every notification
-    (a notification the hook makes is served by the same pass).
+    waiter with a test sleeps, before the tests are evaluated; when it returns
+    True every waiter wakes. The blocker checks there, once per notification,
+    what concerns every waiter (a deadlock, which a waiter no longer checks at
+    every notification; a failed world; a job ready to take). A notification
+    the hook makes is served by the same pass.
     ``wakeups`` counts the waiters woken so far.
     """
 
@@ -66,7 +68,7 @@ class WakeCondition(threading.Condition):
         self._sleepers: list[_Sleeper] = []
         self._notifying = False
         self._again = False
-        self.on_notify: Callable[[], None] | None = None
+        self.on_notify: Callable[[], bool] | None = None
         self.wakeups = 0
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -109,20 +111,21 @@ class WakeCondition(threading.Condition):
             return
         self._notifying = True
         try:
+            every = False
             if self.on_notify is not None and any(s.test for s in self._sleepers):
-                self.on_notify()  # what it notifies is woken by the pass below
+                every = self.on_notify()  # what it notifies is woken by the pass below
             self._again = True
             while self._again and self._sleepers and n != 0:
                 self._again = False
-                n = self._wake_due(n)
+                n = self._wake_due(n, every)
         finally:
             self._notifying = False
 
-    def _wake_due(self, n: int | None) -> int | None:
-        """Release the sleepers that are due (at most ``n``); how many more may be woken."""
+    def _wake_due(self, n: int | None, every: bool) -> int | None:
+        """Release the sleepers that are due (``every``: all), at most ``n``; how many more may wake."""
         asleep = []
         for sleeper in self._sleepers:
-            if n != 0 and sleeper.due():
+            if n != 0 and (every or sleeper.due()):
                 sleeper.lock.release()
                 self.wakeups += 1
                 n = None if n is None else n - 1
