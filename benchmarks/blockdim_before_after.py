@@ -3,8 +3,8 @@
     python benchmarks/blockdim_before_after.py --before OLD_TREE --runs 3   # measure, then summarise
     python benchmarks/blockdim_before_after.py --summarize                  # summarise the JSON only
 
-Each run measures, alternately for the tree given by ``--before`` and for this
-one (so both see the same load), ``cpu_per_op.py allgather kernel 1024 ITERS
+Each run measures, for the tree given by ``--before`` and for this one back to
+back in each cell (so both see the same load), ``cpu_per_op.py allgather kernel 1024 ITERS
 BLOCK_DIM`` (CPU ms per launch and rank, all threads) and ``python -m hccl_py
 bench --backend gloo --block-dim BLOCK_DIM`` (AllGather 1 KiB to 1 MiB) for
 block_dim 1, 2, 4 and 8. Each tree runs from its own folder (the rank processes
@@ -38,24 +38,24 @@ def _run(tree: Path, args: list[str]) -> str:
 
 
 def measure(trees: dict[str, Path], runs: int, iters: int) -> None:
-    """The measurements of the module docstring, ``runs`` times, alternating the trees."""
+    """The measurements of the module docstring, ``runs`` times, the trees back to back per cell."""
     cpu_per_op = str(HERE / "cpu_per_op.py")
     for i in range(1, runs + 1):
-        for name, tree in trees.items():
-            out = RESULTS / f"issue28-blockdim-{name}"
-            rows = [
-                json.loads(
-                    _run(tree, [cpu_per_op, "allgather", "kernel", "1024", str(iters), str(bd)])
-                )
-                for bd in BLOCK_DIMS
-            ]
-            Path(f"{out}-cpu-run{i}.json").write_text(json.dumps(rows, indent=1) + "\n")
-            for bd in BLOCK_DIMS:
+        rows: dict[str, list] = {name: [] for name in trees}
+        for bd in BLOCK_DIMS:
+            for name, tree in trees.items():
+                args = [cpu_per_op, "allgather", "kernel", "1024", str(iters), str(bd)]
+                rows[name].append(json.loads(_run(tree, args)))
+        for name in trees:
+            out = RESULTS / f"issue28-blockdim-{name}-cpu-run{i}.json"
+            out.write_text(json.dumps(rows[name], indent=1) + "\n")
+        for bd in BLOCK_DIMS:
+            for name, tree in trees.items():
                 _run(
                     tree,
                     ["-m", "hccl_py", "bench", "--backend", "gloo", "--nproc", "4"]
                     + ["-b", "1K", "-e", "1M", "-f", "32", "-n", "20", "--block-dim", str(bd)]
-                    + ["--json", f"{out}-bench{bd}-run{i}.json"],
+                    + ["--json", str(RESULTS / f"issue28-blockdim-{name}-bench{bd}-run{i}.json")],
                 )
 
 
