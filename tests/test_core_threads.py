@@ -3,11 +3,13 @@
 A launch with ``block_dim`` 8 must not start threads once the process has run
 one (the cores run on reusable threads), and a core that does not communicate
 must sleep while other cores of its rank prepare, commit and wait: it is woken
-once, when what it waits for happened. Counted, never timed.
+once, when what it waits for happened. Counted, never timed. The pool's threads
+end when idle, and a job on a reused thread starts as in a new one.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections import Counter
@@ -138,3 +140,36 @@ def test_idle_cores_start_no_thread_and_sleep_until_syncall() -> None:
     for starts, wakeups in hp.run(_counted_launches, 2, backend="gloo", timeout=60.0):
         assert starts == 0
         assert wakeups == {b: 3 for b in range(1, BLOCK_DIM)}
+
+
+def test_the_pool_reuses_an_idle_thread_and_ends_it_after_idle_s(monkeypatch) -> None:
+    """A second job runs on the first job's thread; a thread idle for IDLE_S ends."""
+    from hccl_py.server import threads
+
+    monkeypatch.setattr(threads, "IDLE_S", 0.2)
+    pool = threads.ThreadPool()
+    ran: list[threading.Thread] = []
+    for _ in range(2):
+        pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    assert ran[0] is ran[1] and pool.started == 1
+    _until(lambda: not ran[0].is_alive())
+    pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    assert ran[2] is not ran[0] and pool.started == 2
+
+
+def test_a_pool_job_starts_as_in_a_new_thread() -> None:
+    """No context variable and no grad mode of an earlier job on the same thread."""
+    from hccl_py.server import threads
+
+    pool = threads.ThreadPool()
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[tuple[str, bool]] = []
+
+    def first() -> None:
+        var.set("first job")
+        torch.set_grad_enabled(False)
+
+    pool.start(first, "first").join(60)
+    pool.start(lambda: seen.append((var.get(), torch.is_grad_enabled())), "second").join(60)
+    assert pool.started == 1
+    assert seen == [("unset", True)]

@@ -178,8 +178,8 @@ class _Worker:
             finally:
                 torch.set_grad_enabled(True)  # a new thread's grad mode
                 self.job = None
+                self.pool.idle(self)  # before done: a joined job's thread is idle again
                 job.done.set()
-                self.pool.idle(self)
 
 
 class ThreadPool:
