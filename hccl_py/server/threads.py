@@ -60,7 +60,6 @@ class WakeCondition(threading.Condition):
     what concerns every waiter (a deadlock, which a waiter no longer checks at
     every notification; a failed world; a job ready to take). A notification
     the hook makes is served by the same pass.
-    ``wakeups`` counts the waiters woken so far.
     """
 
     def __init__(self, lock: Any = None) -> None:
@@ -69,7 +68,6 @@ class WakeCondition(threading.Condition):
         self._notifying = False
         self._again = False
         self.on_notify: Callable[[], bool] | None = None
-        self.wakeups = 0
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait (holding the lock) until any notification, or ``timeout`` seconds."""
@@ -127,7 +125,6 @@ class WakeCondition(threading.Condition):
         for sleeper in self._sleepers:
             if n != 0 and (every or sleeper.due()):
                 sleeper.lock.release()
-                self.wakeups += 1
                 n = None if n is None else n - 1
             else:
                 asleep.append(sleeper)
