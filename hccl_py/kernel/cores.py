@@ -2,7 +2,9 @@
 
 Each core is a thread with its own :class:`CoreContext`, so ``GetBlockIdx()``,
 ``GetBlockNum()`` and ``g_coreType`` answer per core, and ``SyncAll()`` is a
-barrier across cores, as in AscendC.
+barrier across cores, as in AscendC. The rank's blocker provides the threads
+(``Blocker.spawn``): on gloo and HCCL reusable threads of the process's pool,
+on the emulator its runners.
 """
 
 from __future__ import annotations

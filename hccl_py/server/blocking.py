@@ -32,6 +32,7 @@ from typing import Any
 from ..core.config import TIMEOUT_ENV, default_timeout
 from ..core.errors import ForgedValueError, HcclDeadlockError, HcclPeerError, HcclTimeoutError
 from ..core.grouping import group_rank_lines
+from .threads import CORE_THREADS, PoolJob, WakeCondition
 
 #: Unchanged polls after which a polling thread counts as spinning.
 SPIN_POLLS = 10_000
@@ -84,12 +85,16 @@ class Blocker:
     ``take_work`` (optional) is called under the lock by a waiting thread; it may
     return a job (a callable) that the thread then runs outside the lock. This is
     how a lazily scheduled server executes rounds only when somebody waits.
-    ``has_work`` tells, without taking it, whether such a job exists.
+    ``has_work`` tells, without taking it, whether such a job exists (or one
+    runs); ``job_ready`` whether ``take_work`` would return a job now (it runs
+    in the thread that notifies, to decide whether to wake a waiter).
     ``describe_world`` (optional) returns lines on the server's state for reports.
     """
 
     def __init__(self, timeout: float | None = None, detect_deadlock: bool = True) -> None:
-        self.cond = threading.Condition(threading.RLock())
+        #: Wakes a waiting thread only when its condition holds (see :meth:`wait_for`).
+        self.cond = WakeCondition(threading.RLock())
+        self.cond.on_notify = self._wakes_everyone
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self.detect_deadlock = detect_deadlock
         self.active = 0
@@ -103,18 +108,21 @@ class Blocker:
         self.error: BaseException | None = None
         self.take_work: Callable[[], Job | None] = lambda: None
         self.has_work: Callable[[], bool] = lambda: False
+        self.job_ready: Callable[[], bool] = lambda: False
         self.describe_world: Callable[[], str] = lambda: ""
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
-    ) -> threading.Thread:
-        """Start ``target`` in a new thread that runs user code (``key`` orders it, ``rank`` owns it)."""
-        self.enter(1)
-        thread = threading.Thread(target=target, name=name, daemon=True)
-        thread.start()
-        return thread
+    ) -> PoolJob:
+        """Run ``target`` in a thread that runs user code (``key`` orders it, ``rank`` owns it).
 
-    def join_spawned(self, threads: list[threading.Thread], what: Text) -> None:
+        The thread is an idle one of the process's pool of core threads
+        (:data:`~hccl_py.server.threads.CORE_THREADS`), started only when none is idle.
+        """
+        self.enter(1)
+        return CORE_THREADS.start(target, name)
+
+    def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Wait (at most :data:`JOIN_S`) for ``threads``; a failed world releases them at once."""
         deadline = time.monotonic() + JOIN_S
         for t in threads:
@@ -225,6 +233,9 @@ class Blocker:
     def wait_for(self, pred: Callable[[], bool], what: Text, timeout: float | None = None) -> None:
         """Block until ``pred()`` (evaluated under the lock) is true.
 
+        A notification wakes the thread only when ``pred()`` holds, the world
+        failed or a job is ready for it (``job_ready``), so that a thread waits
+        through changes of the state that do not concern it.
         Raises :class:`HcclDeadlockError` when no thread can make progress,
         :class:`HcclTimeoutError` after ``timeout`` seconds (default: the
         blocker's), and :class:`HcclPeerError` when the world failed meanwhile.
@@ -259,7 +270,7 @@ class Blocker:
                 try:
                     self._check_deadlock()
                     self.raise_if_failed()
-                    self.cond.wait(remaining)
+                    self.cond.wait_until(pred, remaining)
                 finally:
                     self.blocked.pop(me, None)
                     self.progress_at = time.monotonic()  # a waiting rank is not idle
@@ -352,6 +363,15 @@ class Blocker:
             head + "\n".join(f"  - {line}" for line in group_rank_lines(lines)) + tail
         )
         self.cond.notify_all()
+
+    def _wakes_everyone(self) -> bool:
+        """Under the lock, at a notification: check for a deadlock; wake every waiter?
+
+        Yes when the world failed (every wait raises) or a job is ready for a
+        waiting thread to take; otherwise only the waiters whose condition holds wake.
+        """
+        self._check_deadlock()
+        return self.error is not None or self.job_ready()
 
     def _check_deadlock(self) -> None:
         """Under the lock: fail the world if every active thread waits in vain."""

@@ -31,6 +31,7 @@ from ...launcher import store as kv
 from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import count_mismatch, global_rank, mismatch
 from ...server.task_queue import DomainTasks, TaskBoard
+from ...server.threads import WakeCondition
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
@@ -54,7 +55,7 @@ class DistServer(Protocol):
     backend_name: str
     blocker: Any
     board: TaskBoard
-    cond: threading.Condition
+    cond: WakeCondition
     config: Config
     late: bool
     queues: dict[str, DomainQueue]
@@ -322,11 +323,15 @@ class DomainQueue:
                 while job is None:
                     if self.stopping or self.error is not None:
                         return
-                    cond.wait()
+                    cond.wait_until(self._due)
                     job = self.claim()
             error = self.execute(*job)
             with cond:
                 self.finish(*job, error)
+
+    def _due(self) -> bool:
+        """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
+        return self.stopping or self.error is not None or self.ready()
 
     def undescribed(self) -> list[int]:
         """Global ranks whose descriptor of the task being compared has not arrived (asks the store)."""

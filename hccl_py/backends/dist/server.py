@@ -100,6 +100,7 @@ class DistServer(Server):
         self._keys: dict[str, None] = {}
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
+        blocker.job_ready = lambda: self._take_local() is not None
 
     # ------------------------------------------------------------ domains
     def start(self, world: Group) -> None:

@@ -1,0 +1,175 @@
+"""What block_dim costs on the process backends, counted (issue 28, goal 2).
+
+A launch with ``block_dim`` 8 must not start threads once the process has run
+one (the cores run on reusable threads), and a core that does not communicate
+must sleep while other cores of its rank prepare, commit and wait: it is woken
+once, when what it waits for happened. Counted, never timed. The pool's threads
+end when idle, and a job on a reused thread starts as in a new one.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+import hccl_py as hp
+from hccl_py import Hccl, SyncAll
+from hccl_py.kernel.context import current_core_context, current_rank_context
+from hccl_py.server.blocking import Blocker
+
+BLOCK_DIM = 8
+ROUNDS = 4
+FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
+
+
+@contextmanager
+def counted_wakeups(cond: Any, key: Callable[[], Any]) -> Iterator[Counter]:
+    """Count, by ``key()`` of the waking thread, the returns from waits on ``cond``."""
+    seen: Counter = Counter()
+    names = [n for n in ("wait", "wait_until") if hasattr(cond, n)]
+    originals = {n: getattr(cond, n) for n in names}
+
+    def counting(original: Callable[..., bool]) -> Callable[..., bool]:
+        def wait(*args: Any, **kwargs: Any) -> bool:
+            woken = original(*args, **kwargs)
+            seen[key()] += 1
+            return woken
+
+        return wait
+
+    for name, original in originals.items():
+        setattr(cond, name, counting(original))
+    try:
+        yield seen
+    finally:
+        for name in names:
+            delattr(cond, name)
+
+
+def _until(check: Callable[[], bool]) -> None:
+    """Poll ``check`` (a state another thread reaches) every millisecond, for at most 60 s."""
+    deadline = time.monotonic() + 60
+    while not check():
+        assert time.monotonic() < deadline, "the other thread never got there"
+        time.sleep(0.001)
+
+
+def _asleep(cond: Any) -> bool:
+    """Whether a thread sleeps on ``cond`` (threading.Condition keeps its sleepers in ``_waiters``)."""
+    with cond:
+        return bool(getattr(cond, "_sleepers", None) or cond._waiters)
+
+
+def test_a_waiter_sleeps_through_changes_that_do_not_concern_it() -> None:
+    """Fifty notifications that leave a waiter's condition false do not wake it; the fifty-first does."""
+    blocker = Blocker(timeout=60.0)
+    blocker.enter(2)  # this thread and the waiter
+    flag = [False]
+    waiter = threading.Thread(
+        target=lambda: blocker.wait_for(lambda: flag[0], "the waiter waits for the flag")
+    )
+    with counted_wakeups(blocker.cond, lambda: threading.current_thread().name) as wakeups:
+        waiter.start()
+        for _ in range(50):
+            _until(lambda: _asleep(blocker.cond))
+            with blocker.cond:
+                blocker.progressed()  # some state changed, not the flag
+        _until(lambda: _asleep(blocker.cond))
+        with blocker.cond:
+            flag[0] = True
+            blocker.progressed()
+        waiter.join(60)
+    assert not waiter.is_alive()
+    assert wakeups == {waiter.name: 1}
+
+
+def _idle_cores_kernel(sendGM: Any, recvGM: Any, count: int) -> None:
+    """Block 0 runs ROUNDS AllGathers once every other core sleeps in SyncAll."""
+    hccl = Hccl()
+    hccl.Init(hp.GetHcclContext(0))
+    if hp.GetBlockIdx() == 0:
+        blocker = current_rank_context().blocker
+        rank_thread = threading.main_thread().ident
+        _until(lambda: len([t for t in blocker.blocked if t != rank_thread]) == BLOCK_DIM - 1)
+        for _ in range(ROUNDS):
+            handle = hccl.AllGather[True](sendGM, recvGM, count, FP32, count)
+            hccl.Wait(handle)
+    SyncAll()
+    hccl.Finalize()
+
+
+def _counted_launches() -> tuple[int, dict[int, int]]:
+    """On each rank: thread starts over three launches after a first one, and wake-ups per core."""
+    world = hp.get_world_size()
+    send = torch.arange(4.0) + 10 * hp.get_rank()
+    recv = torch.zeros(4 * world)
+    hp.launch(_idle_cores_kernel, send, recv, 4, block_dim=BLOCK_DIM)  # the threads start here
+    starts = [0]
+    start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        starts[0] += 1
+        start(thread)
+
+    blocker = current_rank_context().blocker
+
+    def block() -> int:
+        core = current_core_context()
+        return -1 if core is None else core.block_idx
+
+    threading.Thread.start = counting_start  # type: ignore[method-assign]
+    try:
+        with counted_wakeups(blocker.cond, block) as wakeups:
+            for _ in range(3):
+                hp.launch(_idle_cores_kernel, send, recv, 4, block_dim=BLOCK_DIM)
+    finally:
+        threading.Thread.start = start  # type: ignore[method-assign]
+    assert torch.equal(recv, torch.cat([torch.arange(4.0) + 10 * r for r in range(world)]))
+    return starts[0], {b: n for b, n in wakeups.items() if b > 0}
+
+
+def test_idle_cores_start_no_thread_and_sleep_until_syncall() -> None:
+    """block_dim 8 on gloo: no thread start per launch; each idle core wakes once per launch."""
+    for starts, wakeups in hp.run(_counted_launches, 2, backend="gloo", timeout=60.0):
+        assert starts == 0
+        assert wakeups == {b: 3 for b in range(1, BLOCK_DIM)}
+
+
+def test_the_pool_reuses_an_idle_thread_and_ends_it_after_idle_s(monkeypatch) -> None:
+    """A second job runs on the first job's thread; a thread idle for IDLE_S ends."""
+    from hccl_py.server import threads
+
+    monkeypatch.setattr(threads, "IDLE_S", 0.2)
+    pool = threads.ThreadPool()
+    ran: list[threading.Thread] = []
+    for _ in range(2):
+        pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    assert ran[0] is ran[1] and pool.started == 1
+    _until(lambda: not ran[0].is_alive())
+    pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    assert ran[2] is not ran[0] and pool.started == 2
+
+
+def test_a_pool_job_starts_as_in_a_new_thread() -> None:
+    """No context variable and no grad mode of an earlier job on the same thread."""
+    from hccl_py.server import threads
+
+    pool = threads.ThreadPool()
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    seen: list[tuple[str, bool]] = []
+
+    def first() -> None:
+        var.set("first job")
+        torch.set_grad_enabled(False)
+
+    pool.start(first, "first").join(60)
+    pool.start(lambda: seen.append((var.get(), torch.is_grad_enabled())), "second").join(60)
+    assert pool.started == 1
+    assert seen == [("unset", True)]
