@@ -102,7 +102,7 @@ class Scheduler(Blocker):
         self._tls = threading.local()
         #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
         self.touched = time.monotonic()
-        self._serial = _Serial(self) if policy.preemptive else self.cond
+        self._serial = _Serial(self) if policy.preemptive else self.lock
         #: Switches so far (a measure of the schedule, for reports).
         self.switches = 0
 

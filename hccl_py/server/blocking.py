@@ -89,7 +89,9 @@ class Blocker:
     """
 
     def __init__(self, timeout: float | None = None, detect_deadlock: bool = True) -> None:
-        self.cond = threading.Condition(threading.RLock())
+        #: The world lock (re-entrant); ``cond`` waits and notifies on it.
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self.detect_deadlock = detect_deadlock
         self.active = 0
@@ -145,8 +147,8 @@ class Blocker:
 
     @property
     def serial(self) -> Any:
-        """The lock every hccl_py call holds (the server's ``serial``)."""
-        return self.cond
+        """The lock every hccl_py call holds (the server's ``serial``): the lock of ``cond``."""
+        return self.lock
 
     def enter(self, n: int = 1) -> None:
         """Count ``n`` more threads that run user code (call before starting them)."""
