@@ -44,25 +44,42 @@ _DESCRIPTOR: dict[str, tuple[type, type[enum.IntEnum] | None, bool]] = {
     "one_sided_before": (int, None, False),
 }
 _NAMES = frozenset(_DESCRIPTOR)
+#: Per field, in the order of ``_DESCRIPTOR``: the Python types its JSON value may have.
+_ALLOWED = tuple(
+    frozenset({kind, type(None)} if optional else {kind})
+    for kind, _, optional in _DESCRIPTOR.values()
+)
+_ENUMS = tuple((name, members) for name, (_, members, _) in _DESCRIPTOR.items() if members)
+_LISTS = tuple(name for name, (kind, _, _) in _DESCRIPTOR.items() if kind is list)
 
 
-def _read(name: str, value: Any) -> Any:
-    """Field ``name`` of a descriptor as the task holds it; ValueError if it is not of its type."""
-    kind, members, optional = _DESCRIPTOR[name]
-    if value is None and optional:
-        return None
-    if type(value) is not kind:
-        raise ValueError(f"{name}: {str(value)[:60]} is not a {kind.__name__}")
-    if members is not None:
-        member = members._value2member_map_.get(value)
-        if member is None:
-            raise ValueError(f"{name}: {value} is not a valid {members.__name__}")
-        return member
-    if kind is list:
-        if not all(type(v) is int for v in value):
-            raise ValueError(f"{name}: {str(value)[:60]} is not a list of int")
-        return tuple(value)
-    return value
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A descriptor's fields as the task holds them; ValueError naming the first bad field.
+
+    The types of all values are checked at once (in C); then the enums are looked
+    up and the per-peer lists checked and made tuples.
+    """
+    values = [data[name] for name in _DESCRIPTOR]
+    if not all(map(frozenset.__contains__, _ALLOWED, map(type, values))):
+        for name, value, allowed in zip(_DESCRIPTOR, values, _ALLOWED, strict=True):
+            if type(value) not in allowed:
+                kind = _DESCRIPTOR[name][0].__name__
+                raise ValueError(f"{name}: {str(value)[:60]} is not a {kind}")
+    fields = dict(zip(_DESCRIPTOR, values, strict=True))
+    for name, members in _ENUMS:
+        value = fields[name]
+        if value is not None:
+            member = members._value2member_map_.get(value)
+            if member is None:
+                raise ValueError(f"{name}: {value} is not a valid {members.__name__}")
+            fields[name] = member
+    for name in _LISTS:
+        value = fields[name]
+        if value is not None:
+            if not all(type(v) is int for v in value):
+                raise ValueError(f"{name}: {str(value)[:60]} is not a list of int")
+            fields[name] = tuple(value)
+    return fields
 
 
 def encode_descriptor(task: Task, key: str) -> bytes:
@@ -83,7 +100,7 @@ def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
     try:
         if type(data) is not dict or data.keys() != _NAMES:
             raise ValueError("its fields are not a task descriptor's")
-        fields = {name: _read(name, value) for name, value in data.items()}
+        fields = _fields(data)
         if fields["rank"] != index:
             raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
     except ValueError as exc:
