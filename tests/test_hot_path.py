@@ -3,7 +3,8 @@
 The gloo backend's task descriptors are decoded with one type check of all
 fields at once; every forged field must still be refused, naming the field,
 and a decoded descriptor must be the task it describes. ``spec_of`` looks an
-op up in one dict lookup and must answer as ``HcclCMDType(int(op))`` does.
+op up in one dict lookup and must answer as ``HcclCMDType(int(op))`` does. The
+framework collectives' finished tasks are forgotten, as a kernel launch's are.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+import hccl_py as hp
 from hccl_py.backends.dist.descriptors import decode_descriptor, encode_descriptor, stub
 from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.core.gm import NULL, Allocation, GmAddr
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
+from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher import sealed
 from hccl_py.ops import OPS, op_name, spec_of
 from hccl_py.server.agreement import mismatch
@@ -129,3 +132,21 @@ def test_tasks_that_differ_in_a_raw_field_are_reported_by_that_field() -> None:
     assert error is not None and "disagree on the count" in str(error)
     reduce = mismatch([a, _task(rank=1, reduce_op=HcclReduceOp.HCCL_REDUCE_MAX)])
     assert reduce is not None and "reduce op" in str(reduce)
+
+
+def _positions_after_collectives(n: int) -> int:
+    out = torch.empty(8)
+    for _ in range(n):
+        hp.all_gather_into_tensor(out, torch.ones(4))
+    hp.barrier()
+    board = current_rank_context().server.board
+    return sum(len(domain.positions) for domain in board.domains.values())
+
+
+def test_framework_collectives_forget_their_finished_tasks() -> None:
+    """Each collective's tasks are forgotten once every rank returned from it, as a launch's are.
+
+    Kept, they would hold every collective's buffers and make each task-queue
+    scan of the gloo backend longer with every collective of the run.
+    """
+    assert max(hp.run(_positions_after_collectives, 2, args=(12,))) <= 1
