@@ -1,6 +1,7 @@
 """The client's Python per launch in two hccl_py trees, measured alternately: CPU time per op.
 
-    python benchmarks/client_cpu.py --before OLD_TREE --runs 3      # measure, then summarise
+    python benchmarks/client_cpu.py --before OLD_TREE --runs 2      # measure, then summarise
+    python benchmarks/client_cpu.py --before OLD --after NEW        # two other trees
     python benchmarks/client_cpu.py --summarize                     # summarise the JSON only
 
 Each run measures, alternately for the tree given by ``--before`` and for this
@@ -8,11 +9,14 @@ one (so that both see the same load), the emulator's CPU time per op
 (``profile_emu.py``: 4 and 8 ranks, 1 and 8 rounds, 1 KiB) and the gloo
 backend's CPU time per op and rank (``cpu_per_op.py``: kernel API and framework
 collectives, AllGather, AlltoAll, AllReduce and ReduceScatter at 1 KiB and
-64 KiB). The before tree runs with its own ``emu/`` folder (an overlay of
-symbolic links in a temporary folder, since the installed package maps
-``hccl_py.backends.emu`` to this tree's). The JSON goes to
-``benchmarks/results/issue25-hotpath-{before,after}-run{i}.json`` (emulator)
-and ``issue28-hotpath-{before,after}-run{i}.json`` (gloo); the summary prints
+64 KiB), and ``compare.py``'s emulator columns next to the threaded process
+group (AllGather, 1 KiB, 4 and 8 ranks). A tree given by ``--before`` or
+``--after`` runs with its own ``emu/`` folder (an overlay of symbolic links in
+a temporary folder, since the installed package maps ``hccl_py.backends.emu``
+to the installed tree's). The JSON goes to
+``benchmarks/results/issue25-hotpath-{before,after}-run{i}.json`` (emulator),
+``issue25-hotpath-compare-{before,after}-run{i}.json`` (``compare.py``) and
+``issue28-hotpath-{before,after}-run{i}.json`` (gloo); the summary prints
 each cell as the median over the runs and the spread (min..max).
 Not a test: machines are noisy, compare only what one invocation measured.
 """
@@ -65,14 +69,17 @@ def _run(tree: Path, args: list[str]) -> str:
     return done.stdout
 
 
-def measure_once(tree: Path, iters: int, ops: int) -> tuple[dict, dict]:
-    """One tree's measurements: (emulator rows, gloo rows)."""
+def measure_once(tree: Path, iters: int, ops: int, compare_json: Path) -> tuple[dict, dict]:
+    """One tree's measurements: (emulator rows, gloo rows); ``compare.py`` writes its own JSON."""
     emu = {}
     for ranks, rounds in EMU:
         out = _run(tree, ["profile_emu.py", "--ranks", str(ranks), "--repeat", str(rounds)]
                    + ["--iters", str(iters)])  # fmt: skip
         wall, cpu = (int(x) for x in _EMU_LINE.search(out).groups())
         emu[f"{ranks}ranks-r{rounds}"] = {"wall_us": wall, "cpu_us": cpu}
+    _run(tree, ["compare.py", "--ranks", "4", "8", "--ops", "allgather", "--columns", "emu",
+                "emu/r8", "emu-fw", "tpg", "--sizes", "1024", "--iters", "20", "--warmup", "3",
+                "--json", str(compare_json)])  # fmt: skip
     gloo = {}
     for op, api, size in GLOO:
         out = _run(tree, ["cpu_per_op.py", op, api, str(size), str(ops), "1"])
@@ -80,13 +87,19 @@ def measure_once(tree: Path, iters: int, ops: int) -> tuple[dict, dict]:
     return emu, gloo
 
 
-def measure(before: Path, runs: int, iters: int, ops: int) -> None:
+def measure(before: Path, after: Path | None, runs: int, iters: int, ops: int) -> None:
     """``runs`` rounds of both trees' measurements, alternating; JSON into benchmarks/results."""
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": overlay(before.resolve(), Path(tmp) / "before"), "after": HERE.parent}
+        trees = {
+            "before": overlay(before.resolve(), Path(tmp) / "before"),
+            "after": HERE.parent
+            if after is None
+            else overlay(after.resolve(), Path(tmp) / "after"),
+        }
         for i in range(1, runs + 1):
             for name, tree in trees.items():
-                emu, gloo = measure_once(tree, iters, ops)
+                compare_json = RESULTS / f"issue25-hotpath-compare-{name}-run{i}.json"
+                emu, gloo = measure_once(tree, iters, ops, compare_json)
                 (RESULTS / f"issue25-hotpath-{name}-run{i}.json").write_text(
                     json.dumps(emu, indent=1)
                 )
@@ -109,11 +122,31 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})"
 
 
+def _compare_cells(name: str) -> dict[str, list[float]]:
+    """``compare.py``'s times (us) by ``ranks column``, over the runs."""
+    cells: dict[str, list[float]] = {}
+    for path in sorted(RESULTS.glob(f"issue25-hotpath-compare-{name}-run*.json")):
+        for row in json.loads(path.read_text())["results"]:
+            for column, times in row["times"].items():
+                for value in times.values():
+                    cells.setdefault(f"{row['ranks']} ranks {column}", []).append(value * 1e6)
+    return cells
+
+
 def summarize() -> None:
     """Markdown tables of the measurements found in benchmarks/results."""
     print("| emulator, 1 KiB AllGather | before: CPU us per op | after | after/before |")
     print("|---|---|---|---|")
     before, after = _cells("issue25", "before", "cpu_us"), _cells("issue25", "after", "cpu_us")
+    for key in sorted(set(before) & set(after)):
+        ratio = statistics.median(after[key]) / statistics.median(before[key])
+        print(f"| {key} | {_spread(before[key])} | {_spread(after[key])} | {ratio:.2f} |")
+    print()
+    print(
+        "| compare.py, AllGather 1 KiB | before: us per op (per round for emu/r8) | after | after/before |"
+    )
+    print("|---|---|---|---|")
+    before, after = _compare_cells("before"), _compare_cells("after")
     for key in sorted(set(before) & set(after)):
         ratio = statistics.median(after[key]) / statistics.median(before[key])
         print(f"| {key} | {_spread(before[key])} | {_spread(after[key])} | {ratio:.2f} |")
@@ -132,7 +165,8 @@ def summarize() -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--before", type=Path, help="the hccl_py tree to compare this one with")
-    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--after", type=Path, help="the tree to measure instead of this one")
+    p.add_argument("--runs", type=int, default=2)
     p.add_argument("--iters", type=int, default=200, help="launches per emulator measurement")
     p.add_argument("--ops", type=int, default=200, help="ops per gloo measurement")
     p.add_argument("--summarize", action="store_true", help="only print the tables")
@@ -140,7 +174,7 @@ def main() -> None:
     if not args.summarize:
         if args.before is None:
             p.error("--before is required unless --summarize")
-        measure(args.before, args.runs, args.iters, args.ops)
+        measure(args.before, args.after, args.runs, args.iters, args.ops)
     summarize()
 
 
