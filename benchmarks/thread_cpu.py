@@ -1,0 +1,70 @@
+"""CPU time per op of each thread of each gloo rank process, from ``/proc/self/task`` (Linux).
+
+    python benchmarks/thread_cpu.py allgather kernel 1024 400     # op, api, bytes, ops
+
+Where ``cpu_per_op.py`` sums a rank's threads, this splits them: the main
+thread (the kernel's and the client's Python, the rounds it runs itself),
+the domain threads (``hccl_py-<domain>``), hccl_py's watchdog, and the
+threads that Python did not start (gloo's and the store's own, named by
+their thread id). Prints one line per rank, ms per op; the resolution is one
+clock tick (usually 10 ms) over all ops, so use a few hundred ops.
+Not a test: machines are noisy, compare only what one invocation measured.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+import hccl_py as hp
+from hccl_py.bench.calls import Step
+from hccl_py.bench.ops import BENCH_OPS, plan
+from hccl_py.bench.reference import REDUCE_OPS, TYPES
+
+RANKS = 4
+WARMUP = 5
+
+
+def cpu_by_thread() -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of this process, by thread name or id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    found = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        found[names.get(int(tid), f"tid{tid}")] = (int(fields[11]) + int(fields[12])) / tick
+    return found
+
+
+def per_thread(op: str, api: str, size: int, n: int) -> dict[str, float]:
+    """On every rank: CPU ms per op of each thread that ran during ``n`` ops."""
+    kind = TYPES["fp32"]
+    step = Step(api, plan(BENCH_OPS[op], hp.get_world_size(), size, kind.size), kind,
+                REDUCE_OPS["sum"], 1)  # fmt: skip
+    for _ in range(WARMUP):
+        step.run()
+    hp.barrier()
+    before = cpu_by_thread()
+    for _ in range(n):
+        step.run()
+    after = cpu_by_thread()
+    spent = {name: (t - before.get(name, 0.0)) / n * 1e3 for name, t in after.items()}
+    return {name: round(ms, 3) for name, ms in spent.items() if ms > 0}
+
+
+def main() -> None:
+    op, api, size, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    for rank, threads in enumerate(
+        hp.run(per_thread, RANKS, backend="gloo", args=(op, api, size, n))
+    ):
+        print(f"rank {rank}: {threads}")
+
+
+if __name__ == "__main__":
+    main()
