@@ -366,7 +366,7 @@ class DomainQueue:
             [
                 task if i == task.rank else decode_descriptor(k, next(raws), task, i)
                 for i, k in enumerate(keys)
-            ]  # fmt: skip
+            ]
         )
         if error is not None:
             raise error
