@@ -9,8 +9,9 @@ Every rank runs ``--iters`` launches of the benchmark's AllGather kernel
 the process's CPU time (all threads) per op, and the scheduler's switches per
 op: wall time beyond the CPU time is time that no thread of the process ran,
 such as waiting for the operating system to wake the next rank's thread. With
-``--profile N`` the world's thread (which runs every rank) is profiled with
-cProfile and the top N entries by own time are printed.
+``--profile N`` every runner's thread (or, with greenlet runners, the world's
+thread that runs them all) is profiled with cProfile on its own CPU time
+(``time.thread_time``) and the top N entries by own time are printed.
 Not a test: machines are noisy, compare only what one invocation measured.
 """
 
@@ -21,6 +22,7 @@ import cProfile
 import pstats
 import sys
 import time
+from collections.abc import Callable
 
 from hccl_py.backends.emu import scheduler
 
@@ -52,6 +54,25 @@ def per_op(n_ranks: int, size: int, repeat: int, iters: int) -> tuple[float, flo
     )
 
 
+def _profile_runners(profiles: list[cProfile.Profile]) -> None:
+    """Profile every runner's thread (and the greenlet runners' world thread) on its own CPU time."""
+
+    def wrap(method: Callable[..., None]) -> Callable[..., None]:
+        def profiled(*a: object) -> None:
+            profile = cProfile.Profile(time.thread_time)
+            profiles.append(profile)
+            profile.enable()
+            try:
+                method(*a)
+            finally:
+                profile.disable()
+
+        return profiled
+
+    scheduler.Scheduler._run_world = wrap(scheduler.Scheduler._run_world)
+    scheduler.Scheduler._thread_body = wrap(scheduler.Scheduler._thread_body)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and print; profile the world's thread when asked."""
     p = argparse.ArgumentParser(
@@ -63,18 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=300)
     p.add_argument("--profile", type=int, default=0, help="print cProfile's top N entries")
     args = p.parse_args(argv)
-    profile = cProfile.Profile()
+    profiles: list[cProfile.Profile] = []
     if args.profile:
-        run_world = scheduler.Scheduler._run_world
-
-        def profiled(self: scheduler.Scheduler) -> None:
-            profile.enable()
-            try:
-                run_world(self)
-            finally:
-                profile.disable()
-
-        scheduler.Scheduler._run_world = profiled
+        _profile_runners(profiles)
     wall, cpu, switches = hp.run(
         per_op, world_size=args.ranks, args=(args.ranks, args.size, args.repeat, args.iters)
     )[0]
@@ -84,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{wall * 1e6 / args.repeat:.0f} us wall"
     )
     if args.profile:
-        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
+        pstats.Stats(*profiles).sort_stats("tottime").print_stats(args.profile)
     return 0
 
 

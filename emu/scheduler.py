@@ -103,7 +103,7 @@ class Scheduler(Blocker):
         self._tls = threading.local()
         #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
         self.touched = time.monotonic()
-        self._serial = _Serial(self) if policy.preemptive else self.cond
+        self._serial = _Serial(self) if policy.preemptive else self.lock
         #: Switches so far (a measure of the schedule, for reports).
         self.switches = 0
 
@@ -132,7 +132,7 @@ class Scheduler(Blocker):
             runner.thread.daemon = True
         else:
             runner.thread = Spawned(self)
-        with self.cond:
+        with self.lock:
             self.runners.append(runner)
             self.runners.sort(key=lambda r: r.key)
             self.policy.add(runner)
@@ -142,7 +142,7 @@ class Scheduler(Blocker):
 
     def begin(self) -> None:
         """Hand the baton to the first runner and start the world's thread, which runs them all."""
-        with self.cond:
+        with self.lock:
             self._hand(self.policy.choose(self.runners, None))
         if not self.threads:
             self.thread = threading.Thread(target=self._run_world, name=THREAD_NAME, daemon=True)
@@ -195,7 +195,7 @@ class Scheduler(Blocker):
     def leave(self) -> None:
         """The calling runner ends: hand the baton on (or report a deadlock of the rest)."""
         me = self.me()
-        with self.cond:
+        with self.lock:
             self.runners.remove(me)
             if self.current is me:
                 self.current = None
@@ -286,7 +286,7 @@ class Scheduler(Blocker):
         if me is None:
             super().wait_for(pred, what, timeout)
             return
-        with self.cond:
+        with self.lock:
             me.polls.clear()
             self.touched = time.monotonic()
             if not pred():
@@ -305,7 +305,7 @@ class Scheduler(Blocker):
         def ended() -> bool:
             return all(r.thread not in threads for r in self.runners)
 
-        with self.cond:
+        with self.lock:
             me.past_failure = True
             try:
                 self._block(me, ended, what)
@@ -330,7 +330,7 @@ class Scheduler(Blocker):
         if me is None or read is None:
             super().poll(key, value, what, deadlock)
             return
-        with self.cond:
+        with self.lock:
             self.raise_if_failed()
             seen = me.polls.get(key)
             reads = 1 if seen is None or seen[0] != value else seen[3] + 1
@@ -355,7 +355,7 @@ class Scheduler(Blocker):
         me = self.me()
         if me is None or self.current is not me:
             return
-        with self.cond:
+        with self.lock:
             if self.error is None and self.has_work() and self.policy.run_round(True):
                 self._run_job()
             nxt = self.policy.switch(me, self._runnable())
@@ -370,7 +370,7 @@ class Scheduler(Blocker):
         me = self.me()
         if me is None or not self.policy.late:
             return
-        with self.cond:
+        with self.lock:
             while (
                 self.error is None
                 and self.has_work()
@@ -385,7 +385,7 @@ class Scheduler(Blocker):
         if me is None:
             super().pause()
             return
-        with self.cond:
+        with self.lock:
             others = [r for r in self._runnable() if r is not me]
             if others:
                 self._switch(me, self.policy.choose(others, me))
@@ -395,7 +395,7 @@ class Scheduler(Blocker):
         if self.me() is None:
             super().run_ready()
             return
-        with self.cond:
+        with self.lock:
             while self.error is None and self.has_work() and self.policy.run_round(True):
                 if not self._run_job():
                     return
@@ -406,7 +406,7 @@ class Scheduler(Blocker):
 
     def reset_first(self) -> bool:
         """A Finalize's counter reset races another core's Wait poll: the policy decides."""
-        with self.cond:
+        with self.lock:
             return self.policy.reset_first()
 
     def idle_for(self) -> float | None:
@@ -417,7 +417,7 @@ class Scheduler(Blocker):
 
     def state(self) -> str:
         """What every runner waits for, then the server's state."""
-        with self.cond:
+        with self.lock:
             lines = [
                 _text(r.what)
                 if r.pred is not None

@@ -150,7 +150,7 @@ class EmuWorld(Server):
             error = HcclError(
                 f"round {round_idx} of {tasks[0].describe()} failed: {type(exc).__name__}: {exc}"
             )
-        with self.blocker.cond:
+        with self.blocker.lock:
             self.board.finish(slot, error)
             if error is None:
                 for task in tasks:
@@ -160,7 +160,7 @@ class EmuWorld(Server):
 
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
-        with self.blocker.cond:
+        with self.blocker.lock:
             self.blocker.raise_if_failed()
             slot = self.board.submit(task)
             counts = self.finalized.get((task.domain_name, task.launch), {})
@@ -175,7 +175,7 @@ class EmuWorld(Server):
             self.blocker.progressed()
 
     def commit(self, task: Task, round_idx: int) -> None:
-        with self.blocker.cond:
+        with self.blocker.lock:
             self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
             assert isinstance(slot, Slot)
@@ -187,7 +187,7 @@ class EmuWorld(Server):
         self.blocker.run_ready()
 
     def wait(self, task: Task, round_idx: int) -> None:
-        with self.blocker.cond:
+        with self.blocker.lock:
             slot = self._slot(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
@@ -201,7 +201,7 @@ class EmuWorld(Server):
 
     def finished(self, task: Task) -> int:
         self.blocker.settle()
-        with self.blocker.cond:
+        with self.blocker.lock:
             slot = self._slot(task)
             if slot.error is not None:
                 raise error_for(slot.error, task, slot.done)
@@ -233,7 +233,7 @@ class EmuWorld(Server):
         """
         name = group.name
         self.flush_writes(name, rank)
-        with self.blocker.cond:
+        with self.blocker.lock:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             dom = self.board.domains.get(name)
             for slot in [] if dom is None else dom.unfinished():
@@ -251,7 +251,7 @@ class EmuWorld(Server):
         the launch's buffers: a long run of kernel launches stays flat in memory.
         """
         name = group.name
-        with self.blocker.cond:
+        with self.blocker.lock:
             returned = self.launch_returns.setdefault((name, launch), set())
             returned.add(rank)
             if len(returned) < group.size:
@@ -330,7 +330,7 @@ class EmuWorld(Server):
 
     def rank_returned(self, rank: int) -> None:
         """Global rank ``rank`` returned from its function: it will never submit or commit again."""
-        with self.blocker.cond:
+        with self.blocker.lock:
             self.returned.add(rank)
             if self.blocker.error is not None and len(self.returned) == self.world_size:
                 self.board.restore_all()

@@ -100,7 +100,6 @@ class HandleControl:
                 handle=handleId,
             )
             return
-        name = op_name(info.op)
         if info.commits >= info.repeat:
             breach(
                 "extra-commit",
@@ -108,7 +107,7 @@ class HandleControl:
                 "client ignores it (and logs an error)",
                 None,
                 handle=int(handleId),
-                op=name,
+                op=op_name(info.op),
                 round=info.commits,
                 expected=f"<= {info.repeat} commits",
                 actual=info.commits + 1,
@@ -121,7 +120,7 @@ class HandleControl:
                 f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
                 None,
                 handle=int(handleId),
-                op=name,
+                op=op_name(info.op),
                 round=info.commits,
             )
             return
@@ -166,10 +165,9 @@ class HandleControl:
             # With several queues the official client returns 0 at once.
             info.waits += 1
             return self._failures.ok(HCCL_SUCCESS)
-        name = op_name(info.op)
         core = calling_core()
         if core.kind != info.kind:
-            return self._failures.wrong_core(core, info, h, name)
+            return self._failures.wrong_core(core, info, h, op_name(info.op))
         later = [g for g in range(h + 1, len(b.handles)) if b.handles[g].waits]
         if later:
             self._failures.breach(
@@ -177,7 +175,7 @@ class HandleControl:
                 f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
                 f"must follow Prepare order",
                 handle=h,
-                op=name,
+                op=op_name(info.op),
                 round=info.waits,
             )
         b.state.record_wait(core, h, info.waits)

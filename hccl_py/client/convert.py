@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -53,8 +53,7 @@ class PrepareParam:
     rdispls: Any = None
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """What the preparing object allows now (platform, tilings, handles used)."""
 
     platform: Platform

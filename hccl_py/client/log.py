@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.current import serial
-from ..core.template import checked
+from ..core.template import misfit_or_raise
 from ..kernel.context import current_core_context, current_rank_context
 from ..trace.hooks import recorder, traced_call
 
@@ -70,24 +70,34 @@ def _round(client: Any, name: str, args: tuple) -> str:
 
 
 def logged(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Log each call of a client method (arguments, result or exception) at DEBUG level."""
+    """Log each call of a client method (arguments, result or exception) at DEBUG level.
+
+    The call holds the rank's serial lock and is recorded when the run records a
+    trace. Arguments that do not fit the method are reported as misuse
+    (:func:`~hccl_py.core.template.call_checked`). With the log off and no trace
+    it is one frame around ``method``.
+    """
     name = method.__name__
 
-    @checked
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with serial():
-            return _call(self, *args, **kwargs)
+        try:
+            with serial():
+                if recorder() is None and not logger.isEnabledFor(logging.DEBUG):
+                    return method(self, *args, **kwargs)
+                return _observed(self, args, kwargs)
+        except TypeError as exc:
+            return misfit_or_raise(exc, call, (self, *args), kwargs, self)
 
-    def _call(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def _observed(self: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         rec = recorder()
         if rec is not None:
             return traced_call(
-                rec, self, name, _head(name, args), args, lambda: _logged(self, *args, **kwargs)
+                rec, self, name, _head(name, args), args, lambda: _logged(self, args, kwargs)
             )
-        return _logged(self, *args, **kwargs)
+        return _logged(self, args, kwargs)
 
-    def _logged(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def _logged(self: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         if not logger.isEnabledFor(logging.DEBUG):
             return method(self, *args, **kwargs)
         head = f"{_where()}: {_head(name, args)}{_round(self, name, args)}"

@@ -86,7 +86,7 @@ class ClientState:
     def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
         """A core starts waiting; after the sender's Finalize in its own order, it hangs for sure."""
         passed = self.launch.barriers_passed(core)
-        with self.rank_ctx.blocker.cond:
+        with self.rank_ctx.blocker.lock:
             finalized = self.finalized_by
             self.waits.append((core, passed, handle, round_idx))
         if finalized is None or core == finalized[0]:
@@ -101,7 +101,7 @@ class ClientState:
         finished). A Wait of another core not ordered before it by a SyncAll is a
         race (hccl_aicpu_impl.h): a ``finalize-unordered`` warning.
         """
-        with self.rank_ctx.blocker.cond:
+        with self.rank_ctx.blocker.lock:
             self.finalized_by = (core, self.launch.barriers_passed(core))
             waits = list(self.waits)
         for other, passed, handle, round_idx in waits:
@@ -118,7 +118,7 @@ class ClientState:
         it hangs and the scheduler's deadlock report names it.
         """
         blocker = self.rank_ctx.blocker
-        with blocker.cond:
+        with blocker.lock:
             finalized = self.finalized_by
             if finalized is None or core == finalized[0]:
                 return
@@ -143,7 +143,7 @@ class ClientState:
         self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
     ) -> None:
         """The ``finalize-unordered`` warning, once per launch and domain."""
-        with self.rank_ctx.blocker.cond:
+        with self.rank_ctx.blocker.lock:
             warned, self.hazard_warned = self.hazard_warned, True
         if warned:
             return

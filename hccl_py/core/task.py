@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 
@@ -52,6 +53,15 @@ class Task:
     #: Commits of this task's rounds made on other cores than the sending one, by round: each
     #: gives the text a wait report adds while the sending core has not committed that round.
     commit_notes: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def replaced(self, **changes: Any) -> Task:
+        """A copy with ``changes`` to init fields, as ``dataclasses.replace`` makes it.
+
+        It reads the fields in one pass (``dataclasses.replace`` looks each one up
+        in the class's field table); the copy gets a fresh :attr:`layout_cache`.
+        """
+        init = {name: value for name, value in self.__dict__.items() if name in _INIT_FIELDS}
+        return Task(**(init | changes))
 
     def __getstate__(self) -> dict:
         """What travels to other processes: not the commit notes (functions of this process)."""
@@ -117,3 +127,7 @@ class Task:
         """What every rank of the domain must agree on for this task position."""
         counts = None if self.send_counts is None else len(self.send_counts)
         return (self.op, self.dtype, self.count, self.reduce_op, self.stride, self.repeat, counts)
+
+
+#: The fields of a :class:`Task` that its ``__init__`` takes (what :meth:`Task.replaced` may change).
+_INIT_FIELDS = frozenset(f.name for f in fields(Task) if f.init)

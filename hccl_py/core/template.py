@@ -127,11 +127,23 @@ def call_checked(
     """
     try:
         return func(*args, **kwargs)
-    except TypeError:
-        reason = misfit(func, args, kwargs, keyword)
-        if reason is None:
-            raise
-        return report_misfit(bound, func.__name__, reason)
+    except TypeError as exc:
+        return misfit_or_raise(exc, func, args, kwargs, bound, keyword)
+
+
+def misfit_or_raise(
+    exc: TypeError,
+    func: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    bound: Any = None,
+    keyword: str | None = None,
+) -> Any:
+    """After ``func(*args, **kwargs)`` raised ``exc``: report a misfit of the arguments, else re-raise."""
+    reason = misfit(func, args, kwargs, keyword)
+    if reason is None:
+        raise exc
+    return report_misfit(bound, func.__name__, reason)
 
 
 def checked(method: Callable[..., Any]) -> Callable[..., Any]:

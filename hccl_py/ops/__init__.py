@@ -39,7 +39,17 @@ EXECUTABLE: frozenset[HcclCMDType] = frozenset(c for c, s in OPS.items() if s.ex
 
 
 def spec_of(op: object) -> OpSpec | None:
-    """The spec of an op type (an ``HcclCMDType`` or its int value), or None if not a kernel op."""
+    """The spec of an op type (an ``HcclCMDType`` or its int value), or None if not a kernel op.
+
+    An ``HcclCMDType``, an int or a numpy integer is one lookup in ``OPS`` (they hash
+    and compare as their value); anything else (a string of digits, a tensor ...) goes through ``int``.
+    """
+    try:
+        spec = OPS.get(op)
+    except TypeError:  # unhashable
+        spec = None
+    if spec is not None:
+        return spec
     try:
         return OPS.get(HcclCMDType(int(op)))
     except (ValueError, TypeError):

@@ -37,20 +37,19 @@ _FIELDS: tuple[tuple[str, Callable[[Task], object]], ...] = (
 )
 
 
-def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
-    """Why the ranks' tasks of one slot disagree, or None."""
+def _where(task: Task) -> str:
+    """``task #3 of domain world``: which slot a report is about."""
+    return f"task #{task.seq} of domain {task.domain_name}"
+
+
+def _raw(task: Task) -> tuple:
+    """The fields :data:`_FIELDS` reports, as the task holds them (equal raw: equal reports)."""
+    return (task.op, task.dtype, task.count, task.reduce_op, task.stride, task.repeat)
+
+
+def _field_mismatch(tasks: list[Task], where: str) -> HcclMismatchError | None:
+    """The first field of :data:`_FIELDS` on which the tasks disagree, in report order."""
     first = tasks[0]
-    where = f"task #{first.seq} of domain {first.domain_name}"
-    for t in tasks[1:]:
-        if (t.launch, t.collective_index) != (first.launch, first.collective_index):
-            return HcclMismatchError(
-                f"ranks prepared different numbers of tasks: at {where}, rank {global_rank(first)} "
-                f"is at handle {first.handle} ({first.describe()}) of its kernel launch "
-                f"#{first.launch} in this domain, rank {global_rank(t)} at handle {t.handle} "
-                f"({t.describe()}) of launch #{t.launch}",
-                expected=f"launch #{first.launch} handle {first.handle}",
-                actual=f"launch #{t.launch} handle {t.handle}",
-            )
     for field, read in _FIELDS:
         want = read(first)
         for t in tasks[1:]:
@@ -63,6 +62,26 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
                     expected=want,
                     actual=read(t),
                 )
+    return None
+
+
+def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
+    """Why the ranks' tasks of one slot disagree, or None."""
+    first = tasks[0]
+    for t in tasks[1:]:
+        if (t.launch, t.collective_index) != (first.launch, first.collective_index):
+            return HcclMismatchError(
+                f"ranks prepared different numbers of tasks: at {_where(first)}, rank {global_rank(first)} "
+                f"is at handle {first.handle} ({first.describe()}) of its kernel launch "
+                f"#{first.launch} in this domain, rank {global_rank(t)} at handle {t.handle} "
+                f"({t.describe()}) of launch #{t.launch}",
+                expected=f"launch #{first.launch} handle {first.handle}",
+                actual=f"launch #{t.launch} handle {t.handle}",
+            )
+    differs = any(_raw(t) != _raw(first) for t in tasks[1:])
+    error = _field_mismatch(tasks, _where(first)) if differs else None
+    if error is not None:
+        return error
     if first.spec.pairwise_counts:
         sends = np.array([t.send_counts for t in tasks], dtype=np.int64)
         recvs = np.array([t.recv_counts for t in tasks], dtype=np.int64)
@@ -70,7 +89,7 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
         if len(bad):
             i, j = (int(x) for x in bad[0])
             return HcclMismatchError(
-                f"AlltoAllV counts disagree at {where} (handle {first.handle}): rank "
+                f"AlltoAllV counts disagree at {_where(first)} (handle {first.handle}): rank "
                 f"{global_rank(tasks[i])} sends {sends[i, j]} elements to rank {global_rank(tasks[j])}, "
                 f"which expects {recvs[j, i]} from it (sendCounts_{i}[{j}] != recvCounts_{j}[{i}])",
                 expected=int(recvs[j, i]),

@@ -92,8 +92,10 @@ class Blocker:
     """
 
     def __init__(self, timeout: float | None = None, detect_deadlock: bool = True) -> None:
-        #: Wakes a waiting thread only when its condition holds (see :meth:`wait_for`).
-        self.cond = WakeCondition(threading.RLock())
+        #: The world lock (re-entrant); ``cond`` waits and notifies on it, and wakes a
+        #: waiting thread only when its condition holds (see :meth:`wait_for`).
+        self.lock = threading.RLock()
+        self.cond = WakeCondition(self.lock)
         self.cond.on_notify = self._wakes_everyone
         self.timeout = default_timeout() if timeout is None else float(timeout)
         self.detect_deadlock = detect_deadlock
@@ -153,29 +155,29 @@ class Blocker:
 
     @property
     def serial(self) -> Any:
-        """The lock every hccl_py call holds (the server's ``serial``)."""
-        return self.cond
+        """The lock every hccl_py call holds (the server's ``serial``): the lock of ``cond``."""
+        return self.lock
 
     def enter(self, n: int = 1) -> None:
         """Count ``n`` more threads that run user code (call before starting them)."""
-        with self.cond:
+        with self.lock:
             self.active += n
 
     def leave(self) -> None:
         """The calling thread stops running user code; check whether the rest are stuck."""
-        with self.cond:
+        with self.lock:
             self.active -= 1
             self.spinning.pop(threading.get_ident(), None)
             self._check_deadlock()
 
     def notify(self) -> None:
         """Wake every waiter so it re-checks its condition."""
-        with self.cond:
+        with self.lock:
             self.cond.notify_all()
 
     def fail(self, error: BaseException) -> None:
         """Stop the world: every current and future wait raises because of ``error``."""
-        with self.cond:
+        with self.lock:
             if self.error is None:
                 self.error = error
             self.cond.notify_all()
@@ -187,7 +189,7 @@ class Blocker:
 
     def idle_for(self) -> float | None:
         """Seconds without progress while no thread waits or polls in hccl_py, else None."""
-        with self.cond:
+        with self.lock:
             if self.blocked or self.spinning:
                 return None
             return time.monotonic() - self.progress_at
@@ -206,7 +208,7 @@ class Blocker:
     def run_ready(self) -> None:
         """Run every job that ``take_work`` offers (an eager server calls this after a Commit)."""
         while True:
-            with self.cond:
+            with self.lock:
                 job = self.take_work()
             if job is None:
                 return
@@ -214,7 +216,7 @@ class Blocker:
 
     def state(self) -> str:
         """What every thread of the world is doing, then the server's state."""
-        with self.cond:
+        with self.lock:
             lines = [_text(what) for _, what in self.blocked.values()]
             now = time.monotonic()
             spinners = [s for s in self.spinning.values() if self._live(s, now)]
@@ -243,7 +245,7 @@ class Blocker:
         limit = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         me = threading.get_ident()
-        with self.cond:
+        with self.lock:
             self.spinning.pop(me, None)
             while True:
                 if pred():
@@ -294,7 +296,7 @@ class Blocker:
         ``read`` reads the polled value again (the emulator's scheduler uses it).
         """
         me = threading.get_ident()
-        with self.cond:
+        with self.lock:
             self.raise_if_failed()
             self.ticks += 1
             spin = self.spinning.get(me)

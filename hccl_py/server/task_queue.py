@@ -272,6 +272,9 @@ class TaskBoard:
 
     def of(self, task: Task) -> DomainTasks:
         """The queue of ``task``'s domain (created on first use)."""
+        found = self.domains.get(task.domain_name)
+        if found is not None:
+            return found
         ranks = (task.rank,) if self.local else range(task.rank_dim)
         return self.domain(task.domain_name, ranks)
 

@@ -7,8 +7,7 @@ types (:func:`decode_descriptor`): nothing read from the store is unpickled.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+import enum
 from typing import Any
 
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
@@ -19,49 +18,68 @@ from ...launcher import sealed
 
 def stub(task: Task) -> Task:
     """A copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
-    return dataclasses.replace(task, send=NULL, recv=NULL, deps=())
+    return task.replaced(send=NULL, recv=NULL, deps=())
 
 
-def _exact(kind: type) -> Callable[[Any], Any]:
-    def read(value: Any) -> Any:
-        if type(value) is not kind:
-            raise ValueError(f"{value!r} is not a {kind.__name__}")
-        return value
-
-    return read
-
-
-def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: None if value is None else read(value)
-
-
-def _counts(value: Any) -> tuple[int, ...]:
-    if type(value) is not list or not all(type(v) is int for v in value):
-        raise ValueError(f"{str(value)[:60]} is not a list of int")
-    return tuple(value)
-
-
-#: The fields of a task descriptor, and how each is read back from plain data.
-_DESCRIPTOR = {
-    "op": lambda v: HcclCMDType(_exact(int)(v)),
-    "rank": _exact(int),
-    "rank_dim": _exact(int),
-    "handle": _exact(int),
-    "seq": _exact(int),
-    "dtype": lambda v: HcclDataType(_exact(int)(v)),
-    "count": _exact(int),
-    "reduce_op": _optional(lambda v: HcclReduceOp(_exact(int)(v))),
-    "stride": _exact(int),
-    "repeat": _exact(int),
-    "send_counts": _optional(_counts),
-    "sdispls": _optional(_counts),
-    "recv_counts": _optional(_counts),
-    "rdispls": _optional(_counts),
-    "skip_local": _exact(bool),
-    "launch": _exact(int),
-    "caller": _optional(_exact(str)),
-    "one_sided_before": _exact(int),
+#: The fields of a task descriptor: (the JSON type of its value, the enum it names or None,
+#: whether it may be null). Every value is read back with exactly that type.
+_DESCRIPTOR: dict[str, tuple[type, type[enum.IntEnum] | None, bool]] = {
+    "op": (int, HcclCMDType, False),
+    "rank": (int, None, False),
+    "rank_dim": (int, None, False),
+    "handle": (int, None, False),
+    "seq": (int, None, False),
+    "dtype": (int, HcclDataType, False),
+    "count": (int, None, False),
+    "reduce_op": (int, HcclReduceOp, True),
+    "stride": (int, None, False),
+    "repeat": (int, None, False),
+    "send_counts": (list, None, True),
+    "sdispls": (list, None, True),
+    "recv_counts": (list, None, True),
+    "rdispls": (list, None, True),
+    "skip_local": (bool, None, False),
+    "launch": (int, None, False),
+    "caller": (str, None, True),
+    "one_sided_before": (int, None, False),
 }
+_NAMES = frozenset(_DESCRIPTOR)
+#: Per field, in the order of ``_DESCRIPTOR``: the Python types its JSON value may have.
+_ALLOWED = tuple(
+    frozenset({kind, type(None)} if optional else {kind})
+    for kind, _, optional in _DESCRIPTOR.values()
+)
+_ENUMS = tuple((name, members) for name, (_, members, _) in _DESCRIPTOR.items() if members)
+_LISTS = tuple(name for name, (kind, _, _) in _DESCRIPTOR.items() if kind is list)
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A descriptor's fields as the task holds them; ValueError naming the first bad field.
+
+    The types of all values are checked at once (in C); then the enums are looked
+    up and the per-peer lists checked and made tuples.
+    """
+    values = [data[name] for name in _DESCRIPTOR]
+    if not all(map(frozenset.__contains__, _ALLOWED, map(type, values))):
+        for name, value, allowed in zip(_DESCRIPTOR, values, _ALLOWED, strict=True):
+            if type(value) not in allowed:
+                kind = _DESCRIPTOR[name][0].__name__
+                raise ValueError(f"{name}: {str(value)[:60]} is not a {kind}")
+    fields = dict(zip(_DESCRIPTOR, values, strict=True))
+    for name, members in _ENUMS:
+        value = fields[name]
+        if value is not None:
+            member = members._value2member_map_.get(value)
+            if member is None:
+                raise ValueError(f"{name}: {value} is not a valid {members.__name__}")
+            fields[name] = member
+    for name in _LISTS:
+        value = fields[name]
+        if value is not None:
+            if not all(type(v) is int for v in value):
+                raise ValueError(f"{name}: {str(value)[:60]} is not a list of int")
+            fields[name] = tuple(value)
+    return fields
 
 
 def encode_descriptor(task: Task, key: str) -> bytes:
@@ -80,14 +98,14 @@ def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
     """
     data = sealed.load_json(key, raw)
     try:
-        if type(data) is not dict or set(data) != set(_DESCRIPTOR):
+        if type(data) is not dict or data.keys() != _NAMES:
             raise ValueError("its fields are not a task descriptor's")
-        fields = {name: read(data[name]) for name, read in _DESCRIPTOR.items()}
+        fields = _fields(data)
         if fields["rank"] != index:
             raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
     except ValueError as exc:
         raise sealed.refused(key, raw, f"it is not a task descriptor: {exc}") from None
-    return dataclasses.replace(stub(like), **fields)
+    return like.replaced(send=NULL, recv=NULL, deps=(), **fields)
 
 
 def desc_key(domain: str, seq: int, rank: int) -> str:

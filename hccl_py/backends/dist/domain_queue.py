@@ -363,10 +363,15 @@ class DomainQueue:
             self.server.session.check_abort()
             absentees.check(keys)
 
-        kv.wait_keys(store, keys, self.server.config.timeout, what, interrupt)
-        described = zip(keys, kv.get_all(store, keys), strict=True)
+        # this rank's own descriptor is ``task``: only the peers' ones are read and decoded
+        peers = [k for i, k in enumerate(keys) if i != task.rank]
+        kv.wait_keys(store, peers, self.server.config.timeout, what, interrupt)
+        raws = iter(kv.get_all(store, peers))
         error = mismatch(
-            [decode_descriptor(k, raw, task, i) for i, (k, raw) in enumerate(described)]
+            [
+                task if i == task.rank else decode_descriptor(k, next(raws), task, i)
+                for i, k in enumerate(keys)
+            ]
         )
         if error is not None:
             raise error

@@ -1,0 +1,152 @@
+"""The client's hot path keeps its checks: op lookups, task copies, descriptors, agreement.
+
+The gloo backend's task descriptors are decoded with one type check of all
+fields at once; every forged field must still be refused, naming the field,
+and a decoded descriptor must be the task it describes. ``spec_of`` looks an
+op up in one dict lookup and must answer as ``HcclCMDType(int(op))`` does. The
+framework collectives' finished tasks are forgotten, as a kernel launch's are.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+from hccl_py.backends.dist.descriptors import decode_descriptor, encode_descriptor, stub
+from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from hccl_py.core.gm import NULL, Allocation, GmAddr
+from hccl_py.core.group import Group
+from hccl_py.core.task import Task
+from hccl_py.kernel.context import current_rank_context
+from hccl_py.launcher import sealed
+from hccl_py.ops import OPS, op_name, spec_of
+from hccl_py.server.agreement import mismatch
+
+KEY = "desc/world/3/1"
+
+
+def _task(rank: int = 1, **changes: object) -> Task:
+    buf = GmAddr(Allocation(torch.zeros(64, dtype=torch.uint8), rank))
+    fields: dict[str, object] = dict(
+        op=HcclCMDType.HCCL_CMD_ALLREDUCE,
+        domain=Group((0, 1), "world"),
+        rank=rank,
+        rank_dim=2,
+        handle=0,
+        seq=3,
+        send=buf,
+        recv=buf,
+        dtype=HcclDataType.HCCL_DATA_TYPE_FP32,
+        count=4,
+        reduce_op=HcclReduceOp.HCCL_REDUCE_SUM,
+        caller=None,
+    )
+    return Task(**(fields | changes))
+
+
+def _raw(**changes: object) -> bytes:
+    """A sealed descriptor of ``_task()`` with some JSON values replaced (or removed: ...)."""
+    data = json.loads(sealed.unseal(KEY, encode_descriptor(_task(), KEY))[1])
+    data.update(changes)
+    data = {k: v for k, v in data.items() if v is not ...}
+    return sealed.dump_json(KEY, data)
+
+
+def test_a_decoded_descriptor_is_the_task_without_memory() -> None:
+    task = _task(send_counts=None, caller="all_reduce")
+    task.layout_cache["send"] = "cached"
+    back = decode_descriptor(KEY, encode_descriptor(task, KEY), _task(rank=0), 1)
+    assert back.signature() == task.signature()
+    assert (back.rank, back.seq, back.caller, back.launch) == (1, 3, "all_reduce", 0)
+    assert back.op is HcclCMDType.HCCL_CMD_ALLREDUCE
+    assert back.dtype is HcclDataType.HCCL_DATA_TYPE_FP32
+    assert back.reduce_op is HcclReduceOp.HCCL_REDUCE_SUM
+    assert (back.send, back.recv, back.deps, back.layout_cache) == (NULL, NULL, (), {})
+
+
+def test_counts_come_back_as_tuples_of_int() -> None:
+    counts = [1, 2]
+    raw = _raw(op=int(HcclCMDType.HCCL_CMD_ALLTOALLV), send_counts=counts, sdispls=counts,
+               recv_counts=counts, rdispls=counts, reduce_op=None)  # fmt: skip
+    back = decode_descriptor(KEY, raw, _task(), 1)
+    assert back.send_counts == (1, 2) and type(back.send_counts) is tuple
+    assert back.reduce_op is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        (dict(count=True), "count: True is not a int"),
+        (dict(count="4"), "count: 4 is not a int"),
+        (dict(handle=None), "handle: None is not a int"),
+        (dict(skip_local=0), "skip_local: 0 is not a bool"),
+        (dict(op=99), "op: 99 is not a valid HcclCMDType"),
+        (dict(dtype=13), "dtype: 13 is not a valid HcclDataType"),
+        (dict(reduce_op=7), "reduce_op: 7 is not a valid HcclReduceOp"),
+        (dict(send_counts=[1, "2"]), "send_counts: [1, '2'] is not a list of int"),
+        (dict(caller=5), "caller: 5 is not a str"),
+        (dict(rank=0), "it describes domain rank 0, not 1"),
+        (dict(extra=1), "its fields are not a task descriptor's"),
+        (dict(launch=...), "its fields are not a task descriptor's"),
+    ],
+)
+def test_a_forged_field_is_refused_by_name(changes: dict, why: str) -> None:
+    with pytest.raises(sealed.ForgedValueError) as refused:
+        decode_descriptor(KEY, _raw(**changes), _task(), 1)
+    assert f"it is not a task descriptor: {why};" in str(refused.value)
+
+
+def test_stub_and_replaced_copy_fields_with_a_fresh_layout_cache() -> None:
+    task = _task()
+    task.layout_cache["recv"] = "cached"
+    copy = stub(task)
+    assert (copy.send, copy.recv, copy.deps, copy.layout_cache) == (NULL, NULL, (), {})
+    assert copy.commit_notes is task.commit_notes and copy.count == task.count
+    assert task.layout_cache == {"recv": "cached"}
+    with pytest.raises(TypeError, match="bogus"):
+        task.replaced(bogus=1)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [HcclCMDType.HCCL_CMD_ALLGATHER, 6, np.int64(6), np.int32(6), 6.0, "6", torch.tensor(6),
+     np.array(6), True, 0, 1, 99, -1, 2**70, None, "x", [6], 6.5],
+)  # fmt: skip
+def test_spec_of_answers_as_the_enum_does(op: object) -> None:
+    try:
+        want = OPS.get(HcclCMDType(int(op)))
+    except (ValueError, TypeError):
+        want = None
+    assert spec_of(op) is want
+    assert op_name(op) == (want.name if want else op_name(op))
+
+
+def test_tasks_that_differ_in_a_raw_field_are_reported_by_that_field() -> None:
+    a, b = _task(rank=0), _task(rank=1, count=5)
+    assert mismatch([a, _task(rank=1)]) is None
+    error = mismatch([a, b])
+    assert error is not None and "disagree on the count" in str(error)
+    reduce = mismatch([a, _task(rank=1, reduce_op=HcclReduceOp.HCCL_REDUCE_MAX)])
+    assert reduce is not None and "reduce op" in str(reduce)
+
+
+def _positions_after_collectives(n: int) -> int:
+    out = torch.empty(8)
+    for _ in range(n):
+        hp.all_gather_into_tensor(out, torch.ones(4))
+    hp.barrier()
+    board = current_rank_context().server.board
+    return sum(len(domain.positions) for domain in board.domains.values())
+
+
+def test_framework_collectives_forget_their_finished_tasks() -> None:
+    """Each collective's tasks are forgotten once every rank returned from it, as a launch's are.
+
+    Kept, they would hold every collective's buffers and make each task-queue
+    scan of the gloo backend longer with every collective of the run.
+    """
+    assert max(hp.run(_positions_after_collectives, 2, args=(12,))) <= 1
