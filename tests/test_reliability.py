@@ -322,7 +322,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-@pytest.mark.parametrize("how", ["hp.run", "runner"])
+@pytest.mark.parametrize("how", ["hp.run", "hp.run spawn", "runner"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int) -> None:
     """Neither a process nor a temporary folder outlives a killed run (store, fork server socket)."""
@@ -337,7 +337,7 @@ def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int
         cmd,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "TMPDIR": str(temp)},
+        env={**os.environ, "TMPDIR": str(temp), "HCCL_PY_START_METHOD": how.partition(" ")[2]},
     )
     try:
         deadline = time.monotonic() + 60

@@ -149,12 +149,7 @@ class FrameworkKernel:
                 self._checked(self.hccl.Wait, handle)
             self.handles.clear()
             self._checked(self.hccl.Finalize)
-        server = self.rank_ctx.server
-        for client in self.state.clients.values():
-            client.check_exit()
-            if client.launch_idx is not None:
-                # as at the end of hp.launch: the server forgets the launch's finished tasks
-                server.launch_returned(client.group, client.rank, client.launch_idx)
+        self.state.finish()  # as at the end of hp.launch
 
 
 class Work:

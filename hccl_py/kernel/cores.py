@@ -129,6 +129,14 @@ class LaunchState:
                 self.clients[index] = factory()
             return self.clients[index]
 
+    def finish(self) -> None:
+        """The kernel returned: check each client's exit, then the server forgets the finished tasks."""
+        for client in self.clients.values():
+            client.check_exit()
+        for client in self.clients.values():
+            if client.launch_idx is not None:
+                self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
+
     def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
         """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
         with self.rank_ctx.blocker.cond:
@@ -258,11 +266,7 @@ def launch(
         else:
             _run_cores(kernel, gm_args, cores, rank_ctx)
     with serial():
-        for client in state.clients.values():
-            client.check_exit()
-        for client in state.clients.values():
-            if client.launch_idx is not None:
-                rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
+        state.finish()
 
 
 def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:

@@ -125,18 +125,22 @@ def watch_parent(rank: int) -> None:
     def watch() -> None:
         while pid_alive(parent) and os.getppid() != 1:
             time.sleep(HEARTBEAT_S)
-        try:  # the parent may have held the other end of stderr: it can be gone too
-            print(
-                f"hccl_py: rank {rank}: the process that started this run (pid {parent}) is "
-                "gone; exiting",
-                file=sys.stderr,
-                flush=True,
-            )
-        finally:
-            remove_orphan_dirs()
-            forced_exit(1)
+        leave_orphaned(rank, f"the process that started this run (pid {parent}) is gone")
 
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
+
+
+def leave_orphaned(rank: int, why: str) -> None:
+    """End this rank process, whose parent is gone: say ``why``, remove the run's folders, exit 1.
+
+    Whichever watch notices first (the parent's pid, or this process's parent
+    changing), the run's temporary folders (:data:`ORPHAN_DIRS_ENV`) go with it.
+    """
+    try:  # the parent may have held the other end of stderr: it can be gone too
+        print(f"hccl_py: rank {rank}: {why}; exiting", file=sys.stderr, flush=True)
+    finally:
+        remove_orphan_dirs()
+        forced_exit(1)
 
 
 def remove_orphan_dirs() -> None:

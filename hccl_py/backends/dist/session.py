@@ -39,7 +39,7 @@ from ...launcher.liveness import (
     Peers,
     RankDiedError,
     dump_stacks_on_request,
-    forced_exit,
+    leave_orphaned,
     watch_parent,
 )
 from ...launcher.spec import RankSpec
@@ -188,11 +188,7 @@ class Session:
         parent = os.getppid()
         while not self._stop.wait(HEARTBEAT_S / 2):
             if self.spec.launcher == "spawn" and os.getppid() != parent:
-                print(
-                    f"hccl_py: rank {self.rank}: the parent process is gone; exiting",
-                    file=sys.stderr,
-                )
-                forced_exit(1)
+                leave_orphaned(self.rank, "the parent process is gone")
             try:
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):
