@@ -77,3 +77,34 @@ def test_flight_recorder_is_off_unless_the_user_sized_it(monkeypatch: pytest.Mon
     env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "100"
     torch_env.quiet_flight_recorder()
     assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"}
+
+
+def buffers_freed_at_return() -> list[bool]:
+    """Whether a launch's buffers are freed as soon as the caller drops them (no collection)."""
+    import gc
+    import weakref
+
+    tiling = cases.make_tiling()
+    freed = []
+    gc.disable()
+    try:
+        for _ in range(2):
+            x, y = torch.ones(SOAK_ELEMS), torch.zeros(SOAK_ELEMS)
+            hp.launch(_all_reduce_kernel, x, y, tiling)
+            refs = [weakref.ref(x), weakref.ref(y)]
+            del x, y
+            freed.append(all(r() is None for r in refs))
+    finally:
+        gc.enable()
+    return freed
+
+
+def test_a_launch_keeps_no_buffer_after_it_returned() -> None:
+    """No reference cycle (the sending Hccl object and its client state) holds a launch's buffers.
+
+    On gloo, a rank's own process: once its launch returned, nothing of it is left. (The
+    emulator's world keeps a domain's finished collective until every rank's launch has
+    returned, since the tasks of all ranks sit in one queue: one launch at most.)
+    """
+    got = hp.run(buffers_freed_at_return, world_size=2, backend="gloo")
+    assert got == [[True, True]] * 2

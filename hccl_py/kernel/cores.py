@@ -136,6 +136,14 @@ class LaunchState:
         for client in self.clients.values():
             if client.launch_idx is not None:
                 self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
+        # no cycle keeps the launch's buffers (its tasks) until a garbage collection: the
+        # sending Hccl object and its client state hold each other, client states and cores
+        # hold this launch state
+        for client in self.clients.values():
+            client.sender = client.sender_core = None
+        self.clients.clear()
+        self.passed.clear()
+        self.returned.clear()
 
     def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
         """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
