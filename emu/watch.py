@@ -29,6 +29,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
@@ -290,7 +291,7 @@ class Unwatched:
 
     def __init__(self, lock: Any) -> None:
         self.lock = lock
-        self._guard = threading.local()
+        self._guard = RunnerLocal()
 
     def __enter__(self) -> None:
         lock = self.lock
