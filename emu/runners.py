@@ -14,7 +14,8 @@ A greenlet runner that would block inside a backward pass is refused with an
 error that says so.
 
 What torch keeps per thread beyond that (the dispatch and function mode
-stacks, grad mode) travels with a greenlet runner: :func:`take_torch_state`
+stacks, grad mode, torch dispatch and ``__torch_function__`` turned off)
+travels with a greenlet runner: :func:`take_torch_state`
 when it hands the baton on, :func:`put_torch_state` when it runs again.
 """
 
@@ -72,36 +73,51 @@ class Spawned:
 
 #: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's
 #: :class:`~.watch.Unwatched` holds it while hccl_py works): thread state too.
-_PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+_PYTHON_KEYS = (
+    torch._C.DispatchKey.Python,
+    torch._C.DispatchKey.PythonTLSSnapshot,
+    torch._C.DispatchKey.PreDispatch,
+)
+_FUNCTION_ON = torch._C._TorchFunctionState.ENABLED
 
-TorchState = tuple[bool, list, list, tuple[bool, ...]]
+TorchState = tuple[bool, list, list, tuple[bool, ...], torch._C._TorchFunctionState]
 
 
 def take_torch_state() -> TorchState | None:
     """Take the calling runner's torch state off the thread: its mode stacks, its grad mode,
-    and whether it turned torch dispatch modes off.
+    whether it turned torch dispatch modes off and whether it turned ``__torch_function__`` off
+    (``torch._C.DisableTorchFunction``, ``DisableTorchFunctionSubclass``).
 
-    None when there is nothing to take (no mode, grad enabled, dispatch on), the common case.
+    None when there is nothing to take (no mode, grad enabled, dispatch and torch function
+    on), the common case.
     """
     grad = torch.is_grad_enabled()
     n_dispatch = torch._C._len_torch_dispatch_stack()
     n_function = torch._C._len_torch_function_stack()
     off = tuple(torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in _PYTHON_KEYS)
-    if grad and not n_dispatch and not n_function and not any(off):
+    function_state = torch._C._get_torch_function_state()
+    if (
+        grad
+        and not n_dispatch
+        and not n_function
+        and not any(off)
+        and function_state == _FUNCTION_ON
+    ):
         return None
     dispatch = [torch._C._pop_torch_dispatch_stack(None) for _ in range(n_dispatch)]
     function = [torch._C._pop_torch_function_stack() for _ in range(n_function)]
     torch._C._set_grad_enabled(True)
     for key in _PYTHON_KEYS:
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
-    return grad, dispatch, function, off
+    torch._C._set_torch_function_state(_FUNCTION_ON)
+    return grad, dispatch, function, off, function_state
 
 
 def put_torch_state(state: TorchState | None) -> None:
     """Put back what :func:`take_torch_state` took."""
     if state is None:
         return
-    grad, dispatch, function, off = state
+    grad, dispatch, function, off, function_state = state
     for mode in reversed(function):
         torch._C._push_on_torch_function_stack(mode)
     for mode in reversed(dispatch):
@@ -109,3 +125,4 @@ def put_torch_state(state: TorchState | None) -> None:
     torch._C._set_grad_enabled(grad)
     for key, excluded in zip(_PYTHON_KEYS, off, strict=True):
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+    torch._C._set_torch_function_state(function_state)

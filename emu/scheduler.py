@@ -31,6 +31,7 @@ context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -168,13 +169,22 @@ class Scheduler(Blocker):
         runner.target()
 
     def _body(self) -> None:
-        """What a runner's greenlet runs: its target; then the baton goes on."""
+        """What a runner's greenlet runs: its target; then the baton goes on.
+
+        The target runs in a context of its own, dropped when it returns, as a
+        thread's is when the thread ends: what the runner keeps in context
+        variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy view of
+        a window that the race check watches until it dies) dies here, in the
+        runner, not in whatever thread a later garbage collection runs in.
+        """
         runner = self.me()
+        context = contextvars.Context()
         try:
-            runner.target()
+            context.run(runner.target)
         except BaseException as exc:  # noqa: BLE001 - a target that let an error out
             self.fail(exc)
         finally:
+            del context
             if runner in self.runners:  # a target that did not leave
                 self.leave()
             runner.thread.ended.set()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 

@@ -7,12 +7,15 @@ must still travel with each rank.
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 import torch
 from hccl_py.backends.emu import wait_until
 from hccl_py.backends.emu.runners import RUNNERS_ENV
+from hccl_py.backends.emu.scheduler import THREAD_NAME
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
@@ -81,6 +84,54 @@ def test_runner_local_attributes_belong_to_one_runner() -> None:
 
     assert hp.run(main, world_size=2) == ["rank 0", "rank 1"]
     assert getattr(local, "name", None) is None  # the caller's own is untouched
+
+
+def test_torch_function_turned_off_stays_with_its_runner() -> None:
+    """Rank 0 blocks with ``__torch_function__`` off; rank 1 runs meanwhile with it on.
+
+    Off in rank 1, the race check's function mode would not see its ``tolist()`` reads.
+    """
+    ran = threading.Event()
+    enabled = torch._C._TorchFunctionState.ENABLED
+
+    def main() -> tuple[object, object]:
+        if hp.get_rank() == 0:
+            with torch._C.DisableTorchFunctionSubclass():
+                wait_until(ran.is_set, "rank 1 ran")  # rank 1 runs here
+                return torch._C._get_torch_function_state(), None
+        state = torch._C._get_torch_function_state()
+        ran.set()
+        return state, torch._C._dispatch_tls_is_dispatch_key_excluded(
+            torch._C.DispatchKey.PreDispatch
+        )
+
+    (state0, _), (state1, pre_dispatch_off1) = hp.run(main, world_size=2)
+    assert state0 == torch._C._TorchFunctionState.SUBCLASSES_DISABLED
+    assert (state1, pre_dispatch_off1) == (enabled, False)
+
+
+def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
+    """A greenlet runner's context variables die when it ends, as a thread's do.
+
+    Not at some later garbage collection in another thread: the race check's
+    numpy views record their holder's writes when they die.
+    """
+    local = RunnerLocal()
+    died: list[str] = []
+
+    class Kept:
+        """Something a rank keeps in a runner-local attribute."""
+
+    def main() -> None:
+        local.kept = Kept()
+        weakref.finalize(local.kept, lambda: died.append(threading.current_thread().name))
+
+    gc.disable()  # nothing but the runner's end may free it
+    try:
+        hp.run(main, world_size=2)
+        assert died == [THREAD_NAME] * 2
+    finally:
+        gc.enable()
 
 
 def test_runners_that_block_deep_in_their_stack_do_not_add_up() -> None:
