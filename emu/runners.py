@@ -21,8 +21,10 @@ when it hands the baton on, :func:`put_torch_state` when it runs again.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -43,6 +45,17 @@ def runner_kind() -> str:
 def inside_backward() -> bool:
     """Whether the calling thread is running an autograd backward pass."""
     return torch._C._current_graph_task_id() != -1
+
+
+def run_alone(target: Callable[[], None]) -> None:
+    """Run a greenlet runner's ``target`` in a context of its own, dropped when it returns.
+
+    As a thread's context is when the thread ends: what the runner keeps in
+    context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
+    view of a window that the race check watches until it dies) dies in the
+    runner, not at a later garbage collection in whatever thread runs it.
+    """
+    contextvars.Context().run(target)
 
 
 class _HasThread(Protocol):

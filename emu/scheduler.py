@@ -31,7 +31,6 @@ context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -49,6 +48,7 @@ from .runners import (
     Spawned,
     inside_backward,
     put_torch_state,
+    run_alone,
     runner_kind,
     take_torch_state,
 )
@@ -169,22 +169,13 @@ class Scheduler(Blocker):
         runner.target()
 
     def _body(self) -> None:
-        """What a runner's greenlet runs: its target; then the baton goes on.
-
-        The target runs in a context of its own, dropped when it returns, as a
-        thread's is when the thread ends: what the runner keeps in context
-        variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy view of
-        a window that the race check watches until it dies) dies here, in the
-        runner, not in whatever thread a later garbage collection runs in.
-        """
+        """What a runner's greenlet runs: its target; then the baton goes on."""
         runner = self.me()
-        context = contextvars.Context()
         try:
-            context.run(runner.target)
+            run_alone(runner.target)
         except BaseException as exc:  # noqa: BLE001 - a target that let an error out
             self.fail(exc)
         finally:
-            del context
             if runner in self.runners:  # a target that did not leave
                 self.leave()
             runner.thread.ended.set()
