@@ -7,9 +7,12 @@ must still travel with each rank.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -86,28 +89,55 @@ def test_runner_local_attributes_belong_to_one_runner() -> None:
     assert getattr(local, "name", None) is None  # the caller's own is untouched
 
 
-def test_torch_function_turned_off_stays_with_its_runner() -> None:
-    """Rank 0 blocks with ``__torch_function__`` off; rank 1 runs meanwhile with it on.
-
-    Off in rank 1, the race check's function mode would not see its ``tolist()`` reads.
-    """
+def _across_a_switch(scope: Callable[[], Any], probe: Callable[[], object]) -> list[object]:
+    """``probe()`` of rank 0 inside ``scope()``, after it blocked and rank 1 ran; then rank 1's."""
     ran = threading.Event()
-    enabled = torch._C._TorchFunctionState.ENABLED
 
-    def main() -> tuple[object, object]:
+    def main() -> object:
         if hp.get_rank() == 0:
-            with torch._C.DisableTorchFunctionSubclass():
+            with scope():
                 wait_until(ran.is_set, "rank 1 ran")  # rank 1 runs here
-                return torch._C._get_torch_function_state(), None
-        state = torch._C._get_torch_function_state()
+                return probe()
+        seen = probe()
         ran.set()
-        return state, torch._C._dispatch_tls_is_dispatch_key_excluded(
-            torch._C.DispatchKey.PreDispatch
-        )
+        return seen
 
-    (state0, _), (state1, pre_dispatch_off1) = hp.run(main, world_size=2)
-    assert state0 == torch._C._TorchFunctionState.SUBCLASSES_DISABLED
-    assert (state1, pre_dispatch_off1) == (enabled, False)
+    return hp.run(main, world_size=2)
+
+
+def _function_and_pre_dispatch() -> tuple[object, bool]:
+    pre_dispatch = torch._C.DispatchKey.PreDispatch
+    return torch._C._get_torch_function_state(), torch._C._dispatch_tls_is_dispatch_key_excluded(
+        pre_dispatch
+    )
+
+
+def test_torch_function_turned_off_stays_with_its_runner() -> None:
+    """Off in rank 1 too, the race check's function mode would not see its ``tolist()`` reads."""
+    state = torch._C._TorchFunctionState
+    assert _across_a_switch(torch._C.DisableTorchFunctionSubclass, _function_and_pre_dispatch) == [
+        (state.SUBCLASSES_DISABLED, False),
+        (state.ENABLED, False),
+    ]
+
+
+def _inference_and_autocast() -> tuple[bool, bool, bool, torch.dtype]:
+    made = torch.ones(2, 2)
+    product = made @ made
+    return torch.is_inference_mode_enabled(), made.is_inference(), made.requires_grad, product.dtype
+
+
+def test_inference_mode_and_autocast_stay_with_their_runner() -> None:
+    def scope() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        return stack
+
+    assert _across_a_switch(scope, _inference_and_autocast) == [
+        (True, True, False, torch.bfloat16),
+        (False, False, False, torch.float32),
+    ]
 
 
 def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
