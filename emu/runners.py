@@ -95,6 +95,32 @@ _FUNCTION_ON = torch._C._TorchFunctionState.ENABLED
 _AUTOCAST_DEVICES = tuple(torch._C._autocast_supported_devices())
 
 
+def _excluded_in_a_new_thread() -> torch._C.DispatchKeySet:
+    """The dispatch keys that torch excludes in a thread that changed nothing (autocast's)."""
+    found = []
+    thread = threading.Thread(
+        target=lambda: found.append(torch._C._dispatch_tls_local_exclude_set()), daemon=True
+    )
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+#: Inference mode, autocast and dispatch modes turned off all change this set.
+_PLAIN_EXCLUDED = _excluded_in_a_new_thread()
+
+
+def _plain() -> bool:
+    """Whether the calling thread's torch state is a new thread's: nothing for a runner to take."""
+    return (
+        torch.is_grad_enabled()
+        and not torch._C._len_torch_dispatch_stack()
+        and not torch._C._len_torch_function_stack()
+        and torch._C._get_torch_function_state() == _FUNCTION_ON
+        and torch._C._dispatch_tls_local_exclude_set() == _PLAIN_EXCLUDED
+    )
+
+
 class TorchState(NamedTuple):
     """What :func:`take_torch_state` took off the thread for one runner."""
 
@@ -120,6 +146,8 @@ def take_torch_state() -> TorchState | None:
     None when there is nothing to take (no mode, grad enabled, dispatch and torch function
     on, no inference mode, no autocast), the common case.
     """
+    if _plain():
+        return None
     grad = torch.is_grad_enabled()
     n_dispatch = torch._C._len_torch_dispatch_stack()
     n_function = torch._C._len_torch_function_stack()
@@ -127,16 +155,6 @@ def take_torch_state() -> TorchState | None:
     function_state = torch._C._get_torch_function_state()
     inference = torch.is_inference_mode_enabled()
     autocast = torch._C._is_any_autocast_enabled()
-    if (
-        grad
-        and not n_dispatch
-        and not n_function
-        and not any(off)
-        and function_state == _FUNCTION_ON
-        and not inference
-        and not autocast
-    ):
-        return None
     guards = [torch._C._InferenceMode(False)] if inference else []
     casts = []
     if autocast:
