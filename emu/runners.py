@@ -47,17 +47,6 @@ def inside_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def run_alone(target: Callable[[], None]) -> None:
-    """Run a greenlet runner's ``target`` in a context of its own, dropped when it returns.
-
-    As a thread's context is when the thread ends: what the runner keeps in
-    context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
-    view of a window that the race check watches until it dies) dies in the
-    runner, not at a later garbage collection in whatever thread runs it.
-    """
-    contextvars.Context().run(target)
-
-
 class _HasThread(Protocol):
     thread: threading.Thread | None
 
@@ -82,6 +71,17 @@ class Spawned:
     def join(self, timeout: float | None = None) -> None:
         """Wait (at most ``timeout`` seconds) until the runner ended."""
         self.ended.wait(timeout)
+
+    @staticmethod
+    def run(target: Callable[[], None]) -> None:
+        """Run the runner's ``target`` in a context of its own, dropped when it returns.
+
+        As a thread's context is when the thread ends: what the runner keeps in
+        context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
+        view of a window that the race check watches until it dies) dies in the
+        runner, not at a later garbage collection in whatever thread runs it.
+        """
+        contextvars.Context().run(target)
 
 
 #: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's

@@ -48,7 +48,6 @@ from .runners import (
     Spawned,
     inside_backward,
     put_torch_state,
-    run_alone,
     runner_kind,
     take_torch_state,
 )
@@ -172,7 +171,7 @@ class Scheduler(Blocker):
         """What a runner's greenlet runs: its target; then the baton goes on."""
         runner = self.me()
         try:
-            run_alone(runner.target)
+            runner.thread.run(runner.target)
         except BaseException as exc:  # noqa: BLE001 - a target that let an error out
             self.fail(exc)
         finally:
