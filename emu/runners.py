@@ -14,15 +14,18 @@ A greenlet runner that would block inside a backward pass is refused with an
 error that says so.
 
 What torch keeps per thread beyond that (the dispatch and function mode
-stacks, grad mode) travels with a greenlet runner: :func:`take_torch_state`
+stacks, grad mode, torch dispatch and ``__torch_function__`` turned off,
+inference mode, autocast) travels with a greenlet runner: :func:`take_torch_state`
 when it hands the baton on, :func:`put_torch_state` when it runs again.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -69,43 +72,122 @@ class Spawned:
         """Wait (at most ``timeout`` seconds) until the runner ended."""
         self.ended.wait(timeout)
 
+    @staticmethod
+    def run(target: Callable[[], None]) -> None:
+        """Run the runner's ``target`` in a context of its own, dropped when it returns.
+
+        As a thread's context is when the thread ends: what the runner keeps in
+        context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
+        view of a window that the race check watches until it dies) dies in the
+        runner, not at a later garbage collection in whatever thread runs it.
+        """
+        contextvars.Context().run(target)
+
 
 #: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's
 #: :class:`~.watch.Unwatched` holds it while hccl_py works): thread state too.
-_PYTHON_KEYS = (torch._C.DispatchKey.Python, torch._C.DispatchKey.PythonTLSSnapshot)
+_PYTHON_KEYS = (
+    torch._C.DispatchKey.Python,
+    torch._C.DispatchKey.PythonTLSSnapshot,
+    torch._C.DispatchKey.PreDispatch,
+)
+_FUNCTION_ON = torch._C._TorchFunctionState.ENABLED
+_AUTOCAST_DEVICES = tuple(torch._C._autocast_supported_devices())
 
-TorchState = tuple[bool, list, list, tuple[bool, ...]]
+
+def _excluded_in_a_new_thread() -> torch._C.DispatchKeySet:
+    """The dispatch keys that torch excludes in a thread that changed nothing (autocast's)."""
+    found = []
+    thread = threading.Thread(
+        target=lambda: found.append(torch._C._dispatch_tls_local_exclude_set()), daemon=True
+    )
+    thread.start()
+    thread.join()
+    return found[0]
+
+
+#: Inference mode, autocast and dispatch modes turned off all change this set.
+_PLAIN_EXCLUDED = _excluded_in_a_new_thread()
+
+
+def _plain() -> bool:
+    """Whether the calling thread's torch state is a new thread's: nothing for a runner to take."""
+    return (
+        torch.is_grad_enabled()
+        and not torch._C._len_torch_dispatch_stack()
+        and not torch._C._len_torch_function_stack()
+        and torch._C._get_torch_function_state() == _FUNCTION_ON
+        and torch._C._dispatch_tls_local_exclude_set() == _PLAIN_EXCLUDED
+    )
+
+
+class TorchState(NamedTuple):
+    """What :func:`take_torch_state` took off the thread for one runner."""
+
+    grad: bool
+    dispatch: list
+    function: list
+    off: tuple[bool, ...]
+    function_state: torch._C._TorchFunctionState
+    #: Guards entered when it was taken, exited (last first) when it is put back: inference
+    #: mode off (its exit restores the runner's whole autograd state and dispatch key set),
+    #: autocast off.
+    guards: list
+    #: (device type, dtype) of each device type whose autocast was on.
+    autocast: list[tuple[str, torch.dtype]]
 
 
 def take_torch_state() -> TorchState | None:
     """Take the calling runner's torch state off the thread: its mode stacks, its grad mode,
-    and whether it turned torch dispatch modes off.
+    whether it turned torch dispatch modes off and whether it turned ``__torch_function__`` off
+    (``torch._C.DisableTorchFunction``, ``DisableTorchFunctionSubclass``), its inference mode
+    and its autocast.
 
-    None when there is nothing to take (no mode, grad enabled, dispatch on), the common case.
+    None when there is nothing to take (no mode, grad enabled, dispatch and torch function
+    on, no inference mode, no autocast), the common case.
     """
+    if _plain():
+        return None
     grad = torch.is_grad_enabled()
     n_dispatch = torch._C._len_torch_dispatch_stack()
     n_function = torch._C._len_torch_function_stack()
     off = tuple(torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in _PYTHON_KEYS)
-    if grad and not n_dispatch and not n_function and not any(off):
-        return None
+    function_state = torch._C._get_torch_function_state()
+    inference = torch.is_inference_mode_enabled()
+    autocast = torch._C._is_any_autocast_enabled()
+    guards = [torch._C._InferenceMode(False)] if inference else []
+    casts = []
+    if autocast:
+        casts = [
+            (d, torch.get_autocast_dtype(d))
+            for d in _AUTOCAST_DEVICES
+            if torch.is_autocast_enabled(d)
+        ]
+        guards.append(torch._C._DisableAutocast())
+    for guard in guards:
+        guard.__enter__()
     dispatch = [torch._C._pop_torch_dispatch_stack(None) for _ in range(n_dispatch)]
     function = [torch._C._pop_torch_function_stack() for _ in range(n_function)]
     torch._C._set_grad_enabled(True)
     for key in _PYTHON_KEYS:
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
-    return grad, dispatch, function, off
+    torch._C._set_torch_function_state(_FUNCTION_ON)
+    return TorchState(grad, dispatch, function, off, function_state, guards, casts)
 
 
 def put_torch_state(state: TorchState | None) -> None:
     """Put back what :func:`take_torch_state` took."""
     if state is None:
         return
-    grad, dispatch, function, off = state
-    for mode in reversed(function):
+    for mode in reversed(state.function):
         torch._C._push_on_torch_function_stack(mode)
-    for mode in reversed(dispatch):
+    for mode in reversed(state.dispatch):
         torch._C._push_on_torch_dispatch_stack(mode)
-    torch._C._set_grad_enabled(grad)
-    for key, excluded in zip(_PYTHON_KEYS, off, strict=True):
+    torch._C._set_grad_enabled(state.grad)
+    for key, excluded in zip(_PYTHON_KEYS, state.off, strict=True):
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
+    torch._C._set_torch_function_state(state.function_state)
+    for guard in reversed(state.guards):
+        guard.__exit__(None, None, None)
+    for device, dtype in state.autocast:
+        torch.set_autocast_dtype(device, dtype)

@@ -171,7 +171,7 @@ class Scheduler(Blocker):
         """What a runner's greenlet runs: its target; then the baton goes on."""
         runner = self.me()
         try:
-            runner.target()
+            runner.thread.run(runner.target)
         except BaseException as exc:  # noqa: BLE001 - a target that let an error out
             self.fail(exc)
         finally:

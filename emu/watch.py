@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -29,6 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
@@ -283,14 +283,18 @@ class Unwatched:
     a mode still costs each of them a trip through Python (some tens of
     microseconds for a ``view``), which this saves: the calling core's own
     watch (:class:`CoreWatch`) is taken off the stacks, and other dispatch modes
-    are turned off. Only the outermost entry of a thread pays for it, and its
-    exit puts the core's watch back where it can see something now. ``_is_owned``
-    tells the watches whether the calling thread holds the lock.
+    are turned off. Only the outermost entry of a runner pays for it, and its
+    exit puts the core's watch back where it can see something now. The guard
+    that turns them off is kept per runner (greenlet runners share a thread and
+    block inside the lock, each with a guard of its own). ``_is_owned`` tells
+    the watches whether the calling runner holds the lock (a runner that hands
+    the baton on releases it fully, so on the one thread of greenlet runners
+    only the running one can hold it).
     """
 
     def __init__(self, lock: Any) -> None:
         self.lock = lock
-        self._guard = threading.local()
+        self._guard = RunnerLocal()
 
     def __enter__(self) -> None:
         lock = self.lock

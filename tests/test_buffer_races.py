@@ -20,13 +20,15 @@ import pytest
 import torch
 from cases import init_hccl, make_tiling
 from expect import expects_warning
-from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
 from hccl_py.backends.emu.watch import Unwatched
 from test_sanitizer import F32, SUM, TIMEOUT, comm
 from test_window_races import at
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
+
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
 
 HERE = Path(__file__)
 N = 8  # float32 elements each rank sends
@@ -146,15 +148,11 @@ def racy(op: str, hazard: str) -> Kernel:
 
 
 # --------------------------------------------------------------- what is reported
-@pytest.mark.parametrize("runners", RUNNER_KINDS)
 @pytest.mark.parametrize("hazard", sorted(HAZARDS))
 @pytest.mark.parametrize("op", sorted(PREPARES))
-def test_each_hazard_is_reported_with_both_lines_on_every_schedule(
-    op: str, hazard: str, runners: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_each_hazard_is_reported_with_both_lines_on_every_schedule(op: str, hazard: str) -> None:
     """On thread and greenlet runners alike (a greenlet runner that holds the world lock
     turned dispatch modes off on the shared thread: the next runner must get them back)."""
-    monkeypatch.setenv(RUNNERS_ENV, runners)
     access, verb, where, server, risk = HAZARDS[hazard]
     want = (
         f"[rank 0, domain hccl_world_group, handle 0, op {op}, round 0] collective buffer race: "

@@ -17,6 +17,9 @@ from hccl_py.backends.emu import wait_until
 
 import hccl_py as hp
 
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
+
 SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
 SOURCE = Path(__file__).read_text().splitlines()
 SAMPLE_SOURCE = (SAMPLES_DIR / "moe_distribute_window.py").read_text().splitlines()

@@ -7,12 +7,18 @@ must still travel with each rank.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 from hccl_py.backends.emu import wait_until
 from hccl_py.backends.emu.runners import RUNNERS_ENV
+from hccl_py.backends.emu.scheduler import THREAD_NAME
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
@@ -81,6 +87,81 @@ def test_runner_local_attributes_belong_to_one_runner() -> None:
 
     assert hp.run(main, world_size=2) == ["rank 0", "rank 1"]
     assert getattr(local, "name", None) is None  # the caller's own is untouched
+
+
+def _across_a_switch(scope: Callable[[], Any], probe: Callable[[], object]) -> list[object]:
+    """``probe()`` of rank 0 inside ``scope()``, after it blocked and rank 1 ran; then rank 1's."""
+    ran = threading.Event()
+
+    def main() -> object:
+        if hp.get_rank() == 0:
+            with scope():
+                wait_until(ran.is_set, "rank 1 ran")  # rank 1 runs here
+                return probe()
+        seen = probe()
+        ran.set()
+        return seen
+
+    return hp.run(main, world_size=2)
+
+
+def _function_and_pre_dispatch() -> tuple[object, bool]:
+    pre_dispatch = torch._C.DispatchKey.PreDispatch
+    return torch._C._get_torch_function_state(), torch._C._dispatch_tls_is_dispatch_key_excluded(
+        pre_dispatch
+    )
+
+
+def test_torch_function_turned_off_stays_with_its_runner() -> None:
+    """Off in rank 1 too, the race check's function mode would not see its ``tolist()`` reads."""
+    state = torch._C._TorchFunctionState
+    assert _across_a_switch(torch._C.DisableTorchFunctionSubclass, _function_and_pre_dispatch) == [
+        (state.SUBCLASSES_DISABLED, False),
+        (state.ENABLED, False),
+    ]
+
+
+def _inference_and_autocast() -> tuple[bool, bool, bool, torch.dtype]:
+    made = torch.ones(2, 2)
+    product = made @ made
+    return torch.is_inference_mode_enabled(), made.is_inference(), made.requires_grad, product.dtype
+
+
+def test_inference_mode_and_autocast_stay_with_their_runner() -> None:
+    def scope() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+        return stack
+
+    assert _across_a_switch(scope, _inference_and_autocast) == [
+        (True, True, False, torch.bfloat16),
+        (False, False, False, torch.float32),
+    ]
+
+
+def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
+    """A greenlet runner's context variables die when it ends, as a thread's do.
+
+    Not at some later garbage collection in another thread: the race check's
+    numpy views record their holder's writes when they die.
+    """
+    local = RunnerLocal()
+    died: list[str] = []
+
+    class Kept:
+        """Something a rank keeps in a runner-local attribute."""
+
+    def main() -> None:
+        local.kept = Kept()
+        weakref.finalize(local.kept, lambda: died.append(threading.current_thread().name))
+
+    gc.disable()  # nothing but the runner's end may free it
+    try:
+        hp.run(main, world_size=2)
+        assert died == [THREAD_NAME] * 2
+    finally:
+        gc.enable()
 
 
 def test_runners_that_block_deep_in_their_stack_do_not_add_up() -> None:

@@ -29,6 +29,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
 
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
+
 HERE = Path(__file__)
 Modes = tuple[list[type], list[type]]
 

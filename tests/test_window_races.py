@@ -35,6 +35,9 @@ from test_windows import (
 
 import hccl_py as hp
 
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
+
 M = 32  # floats of data: 128 bytes, more than a flag
 HERE = Path(__file__)
 WINDOWS = HERE.with_name("test_windows.py")  # where the shared kernels live
@@ -440,6 +443,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.one_runner_kind  # its own processes, on the default runners
 def test_run_poison_flag_checks_a_script_that_does_not_ask(tmp_path: Path) -> None:
     script = tmp_path / "racy.py"
     script.write_text(RACY_SCRIPT)

@@ -25,6 +25,9 @@ from test_windows import FLAG, client, run_kernel
 import hccl_py as hp
 from hccl_py.core.current import RunnerLocal
 
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
+
 #: Ways to read a window tensor outside aten, each giving a numpy array (a copy).
 HOST_READS: dict[str, Callable[[torch.Tensor], np.ndarray]] = {
     "tolist": lambda t: np.array(t.tolist(), dtype=np.float64),  # read-tolist

@@ -20,6 +20,9 @@ from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTi
 from hccl_py.ops.batch_write import ITEM_DTYPES
 from hccl_py.server.windows import shown_value
 
+#: Every test here runs on thread and on greenlet runners (tests/conftest.py).
+pytestmark = pytest.mark.runner_kinds
+
 FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 FLAG = 1 << 20  # byte offset of the flags in the In window, past the data
 
@@ -484,6 +487,7 @@ def unwritten_flag_rank() -> None:
     hp.launch(_unwritten_flag_kernel, torch.zeros(1), tiling())
 
 
+@pytest.mark.one_runner_kind  # gloo: no emulator runners
 def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
     """Other processes may write a flag: a vain poll ends in the timeout, which names it."""
     with pytest.raises(hp.WorldError) as info:
