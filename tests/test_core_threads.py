@@ -173,3 +173,24 @@ def test_a_pool_job_starts_as_in_a_new_thread() -> None:
     pool.start(lambda: seen.append((var.get(), torch.is_grad_enabled())), "second").join(60)
     assert pool.started == 1
     assert seen == [("unset", True)]
+
+
+def test_a_job_that_raises_does_not_leave_a_dead_thread_in_the_pool() -> None:
+    """The raising job's thread ends as a plain thread would; the next job still runs."""
+    from hccl_py.server import threads
+
+    pool = threads.ThreadPool()
+
+    def fails() -> None:
+        raise RuntimeError("a core's body let an error out")
+
+    hook, threading.excepthook = threading.excepthook, lambda args: None
+    try:
+        pool.start(fails, "job").join(60)
+    finally:
+        threading.excepthook = hook
+    ran = threading.Event()
+    job = pool.start(ran.set, "job")
+    job.join(60)
+    assert ran.is_set() and not job.is_alive()
+    assert pool.started == 2

@@ -169,13 +169,16 @@ class _Worker:
             job = self.job
             assert job is not None
             self.thread.name = job.name
+            returned = False
             try:
                 # A fresh context, as a new thread has: no context variable of an earlier job.
                 contextvars.Context().run(job.target)
+                returned = True
             finally:
                 torch.set_grad_enabled(True)  # a new thread's grad mode
                 self.job = None
-                self.pool.idle(self)  # before done: a joined job's thread is idle again
+                if returned:  # an error that escaped ends this thread, as a plain thread's would
+                    self.pool.idle(self)  # before done: a joined job's thread is idle again
                 job.done.set()
 
 
