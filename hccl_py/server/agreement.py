@@ -42,11 +42,6 @@ def _where(task: Task) -> str:
     return f"task #{task.seq} of domain {task.domain_name}"
 
 
-def _raw(task: Task) -> tuple:
-    """The fields :data:`_FIELDS` reports, as the task holds them (equal raw: equal reports)."""
-    return (task.op, task.dtype, task.count, task.reduce_op, task.stride, task.repeat)
-
-
 def _field_mismatch(tasks: list[Task], where: str) -> HcclMismatchError | None:
     """The first field of :data:`_FIELDS` on which the tasks disagree, in report order."""
     first = tasks[0]
@@ -78,7 +73,7 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
                 expected=f"launch #{first.launch} handle {first.handle}",
                 actual=f"launch #{t.launch} handle {t.handle}",
             )
-    differs = any(_raw(t) != _raw(first) for t in tasks[1:])
+    differs = any(t.signature() != first.signature() for t in tasks[1:])
     error = _field_mismatch(tasks, _where(first)) if differs else None
     if error is not None:
         return error

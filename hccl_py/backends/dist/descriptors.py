@@ -16,9 +16,9 @@ from ...core.task import Task
 from ...launcher import sealed
 
 
-def stub(task: Task) -> Task:
-    """A copy of ``task`` for the descriptor exchange (no memory, no dependencies)."""
-    return task.replaced(send=NULL, recv=NULL, deps=())
+def stub(task: Task, **changes: Any) -> Task:
+    """A copy of ``task`` (with ``changes``) for the descriptor exchange (no memory, no dependencies)."""
+    return task.replaced(send=NULL, recv=NULL, deps=(), **changes)
 
 
 #: The fields of a task descriptor: (the JSON type of its value, the enum it names or None,
@@ -105,7 +105,7 @@ def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
             raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
     except ValueError as exc:
         raise sealed.refused(key, raw, f"it is not a task descriptor: {exc}") from None
-    return like.replaced(send=NULL, recv=NULL, deps=(), **fields)
+    return stub(like, **fields)
 
 
 def desc_key(domain: str, seq: int, rank: int) -> str:
