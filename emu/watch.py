@@ -218,16 +218,10 @@ class CoreWatch:
     see only while it does not run, so nothing is missed.
     """
 
-    def __init__(
-        self,
-        races: WindowRaces | None,
-        buffers: BufferRaces | None,
-        rank: int,
-        internal: Callable[[], bool],
-    ) -> None:
-        self.watch = watch = WindowWatch(races, buffers, rank, internal)
+    def __init__(self, watch: WindowWatch) -> None:
+        self.watch = watch
         self.modes = [(_DISPATCH, watch)]
-        if races is not None:  # reads that bypass aten, only where window races are checked
+        if watch.races is not None:  # reads that bypass aten, only where window races are checked
             self.modes.append((_FUNCTION, HostReads(watch)))
         self.depths: list[int] = []  # the stacks' lengths at the core's start
         self.on = False
@@ -431,7 +425,7 @@ class WatchedWindows:
         """
         if self.races is None and self.buffers is None:
             return contextlib.nullcontext()
-        return CoreWatch(self.races, self.buffers, rank, self.internal)
+        return CoreWatch(WindowWatch(self.races, self.buffers, rank, self.internal))
 
     def release(self, rank: int) -> tuple[int, ...] | None:
         """Global rank ``rank``'s clock for a peer to acquire (None when races are not checked)."""

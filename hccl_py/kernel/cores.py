@@ -133,13 +133,12 @@ class LaunchState:
         """The kernel returned: check each client's exit, then the server forgets the finished tasks."""
         for client in self.clients.values():
             client.check_exit()
-        for client in self.clients.values():
-            if client.launch_idx is not None:
-                self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
         # no cycle keeps the launch's buffers (its tasks) until a garbage collection: the
         # sending Hccl object and its client state hold each other, client states and cores
         # hold this launch state
         for client in self.clients.values():
+            if client.launch_idx is not None:
+                self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
             client.sender = client.sender_core = None
         self.clients.clear()
         self.passed.clear()
