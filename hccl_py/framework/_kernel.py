@@ -13,6 +13,7 @@ by :meth:`Work.wait`) waits, finalizes and runs the launch's exit check then.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -52,10 +53,16 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
     """The host-side tiling of one framework kernel: one cc tiling for ``op`` on ``group``.
 
     The client takes the domain from the kernel context, so a group name longer
-    than the tiling's 128-byte field is clipped rather than refused.
+    than the tiling's 128-byte field is clipped rather than refused. The client
+    only reads a tiling, so calls of the same op on the same group share one.
     """
+    return _tiling(group.name, HcclCMDType(op), HcclReduceOp(reduce_op))
+
+
+@functools.lru_cache(maxsize=256)
+def _tiling(group_name: str, op: HcclCMDType, reduce_op: HcclReduceOp) -> _FrameworkTiling:
     tiling = _FrameworkTiling()
-    name = group.name.encode()[:GROUP_NAME_SIZE].decode(errors="ignore")
+    name = group_name.encode()[:GROUP_NAME_SIZE].decode(errors="ignore")
     cfg = Mc2CcTilingConfig(name, op, OPS[op].alg_config, int(reduce_op))
     if cfg.GetTiling(tiling.mc2InitTiling) or cfg.GetTiling(tiling.ccTiling):
         raise HcclUsageError(f"cannot build the tiling of {op_name(op)}: {cfg.last_error}")
