@@ -436,7 +436,9 @@ def _gated(write_after_commit: bool) -> Kernel:
     return main
 
 
-def test_a_task_behind_an_uncommitted_inter_hccl_group_sync_dependency_races_from_its_commit() -> None:
+def test_a_task_behind_an_uncommitted_inter_hccl_group_sync_dependency_races_from_its_commit() -> (
+    None
+):
     for options in SCHEDULES:
         result = hp.run(_gated(False), world_size=2, timeout=TIMEOUT, **options)
         assert all(torch.equal(z, torch.full((N,), 3.0)) for z in result)
