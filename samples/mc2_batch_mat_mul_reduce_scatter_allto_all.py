@@ -142,8 +142,10 @@ class BatchMatMulReduceScatterAlltoAll:
         self.tilingData = tiling
         self.InitTilingData()
 
+        # HCCL, on every core (the AIC cores need epRankId too)
         self.hcclAlltoAll, self.hcclReduceScatter = Hccl(), Hccl()
-        contextGM0, contextGM1 = hp.GetHcclContext(0), hp.GetHcclContext(1)
+        contextGM0 = hp.GetHcclContext(0)  # HCCL_GROUP_ID_0
+        contextGM1 = hp.GetHcclContext(1)
         self.hcclAlltoAll.Init(contextGM0, hcclInitTiling)
         self.hcclAlltoAll.SetCcTiling(alltoAllCcTiling)
         self.hcclReduceScatter.Init(contextGM1, hcclInitTiling)
