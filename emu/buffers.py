@@ -7,7 +7,10 @@ ranges *pending writes* of the committing rank, with the line of the Commit
 that returns more than ``r``, orders the round before the rank's next
 accesses and clears them; so does every Wait or Query that the server's rules
 (tasks of a domain in Prepare order, InterHcclGroupSync) order after it. A
-kernel access in between, seen by :mod:`.watch`, is a race:
+round whose task waits for a round that the rank has not committed yet (through
+InterHcclGroupSync or behind an earlier task) is marked at that Commit instead:
+the server cannot start it before. A kernel access in between, seen by
+:mod:`.watch`, is a race:
 
 - a **read of a pending receive range** may see the old bytes or the new;
 - a **write of a pending send range** may be sent or not;
@@ -173,37 +176,78 @@ class BufferRaces:
         #: Per global rank: storage address -> byte runs -> the marks of its pending rounds.
         self.pending: list[dict[int, IntervalMap]] = [{} for _ in range(world_size)]
         self.live: list[list[Round]] = [[] for _ in range(world_size)]
+        #: Per global rank: committed rounds whose task waits behind a round it did not commit.
+        self.gated: list[list[Round]] = [[] for _ in range(world_size)]
         #: A domain's unretired slots by seq, for the InterHcclGroupSync dependencies of a Wait.
         self.slots = slots
         #: (rank, round, where) of the numpy views already warned about.
         self.warned: set[tuple[int, Round, str]] = set()
 
     def committed(self, rank: int, task: Task, round_idx: int) -> None:
-        """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes."""
+        """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes, or,
+        while a round that must finish first is not committed by this rank (the task waits
+        behind it), keep them until that Commit; then mark the rounds it releases."""
         rnd = Round(task, round_idx, user_frame())
         with self.lock:
-            for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
-                memory = alloc.memory
-                if memory is None or not memory[0]:
-                    continue
-                base = memory[1]
-                runs = [(lo + base, hi + base) for lo, hi in round_runs(task, side, round_idx)]
-                if not runs:
-                    continue
-                mark = Mark(rnd, side, alloc)
-                spans = self.pending[rank].setdefault(memory[0], IntervalMap())
-                for lo, hi in runs:
-                    spans.update(lo, hi, lambda old, m=mark: (*(old or ()), m))
-                rnd.marks.append((memory[0], runs))
-            self.live[rank].append(rnd)
+            if self._gated(rank, task):
+                self.gated[rank].append(rnd)
+            else:
+                self._mark(rank, rnd)
+            for held in list(self.gated[rank]):
+                if held is not rnd and not self._gated(rank, held.task):
+                    self.gated[rank].remove(held)
+                    self._mark(rank, held)
+
+    def _gated(self, rank: int, task: Task) -> bool:
+        """Whether global rank ``rank`` has not committed every round of a task that must
+        finish before ``task`` runs: an earlier task of its domain, a task it depends on through
+        InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
+        that Commit, so no access made before it races with ``task``."""
+        # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
+        todo = [(task.domain_name, task.seq - 1)]
+        todo += [(d.domain_name, d.seq) for d in _deps(self.slots(task.domain_name), task.seq)]
+        top: dict[str, int] = {}
+        while todo:
+            domain, seq = todo.pop()
+            if top.get(domain, -1) >= seq:
+                continue
+            top[domain] = seq
+            slots = self.slots(domain)
+            for at, slot in list(slots.items()):
+                if at <= seq and any(
+                    t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat
+                    for r, t in slot.tasks.items()
+                ):
+                    return True
+            todo += [(d.domain_name, d.seq) for d in _deps(slots, seq)]
+        return False
+
+    def _mark(self, rank: int, rnd: Round) -> None:
+        """Under the lock: the bytes of ``rnd`` become pending accesses of the server."""
+        task, round_idx = rnd.task, rnd.index
+        for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
+            memory = alloc.memory
+            if memory is None or not memory[0]:
+                continue
+            base = memory[1]
+            runs = [(lo + base, hi + base) for lo, hi in round_runs(task, side, round_idx)]
+            if not runs:
+                continue
+            mark = Mark(rnd, side, alloc)
+            spans = self.pending[rank].setdefault(memory[0], IntervalMap())
+            for lo, hi in runs:
+                spans.update(lo, hi, lambda old, m=mark: (*(old or ()), m))
+            rnd.marks.append((memory[0], runs))
+        self.live[rank].append(rnd)
 
     def ordered(self, rank: int, task: Task, last: int) -> None:
         """Global rank ``rank`` saw rounds ``0..last`` of ``task`` done: clear what that orders."""
         with self.lock:
             live = self.live[rank]
-            if not live:
+            if not live and not self.gated[rank]:
                 return
             done = _Ordered(task, last, self.slots)
+            self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             finished = [rnd for rnd in live if done.covers(rnd)]
             if not finished:
                 return

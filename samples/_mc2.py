@@ -16,7 +16,7 @@ import torch
 from _common import skip
 
 import hccl_py as hp
-from hccl_py import HcclDataType
+from hccl_py import HCCL_CMD_ALLTOALLV, HcclDataType, Mc2CcTilingConfig
 
 FP16 = HcclDataType.HCCL_DATA_TYPE_FP16
 SIZEOF_HALF = 2
@@ -26,7 +26,12 @@ AIC_KERNEL = dict(block_dim=2, kernel_type="aic")
 
 def uint32_fields(*names: str) -> list[tuple[str, type]]:
     """``uint32_t`` members of a TilingData struct, in order."""
-    return [(name, ctypes.c_uint32) for name in names]
+    return typed_fields(ctypes.c_uint32, *names)
+
+
+def typed_fields(c_type: type, *names: str) -> list[tuple[str, type]]:
+    """Members of one C type of a TilingData struct, in order."""
+    return [(name, c_type) for name in names]
 
 
 #: The TilingData members of a fused matmul + collective: shapes and the row tiling.
@@ -97,3 +102,99 @@ def moe_inputs(
     n_experts = local_experts * hp.get_world_size()
     ids = np.stack([rng.permutation(n_experts)[:k] for _ in range(bs)]).astype(np.int32)
     return x, ids
+
+
+# ---------------------------------------------------------------- the two-domain BMM kernels
+# (AlltoAllAllGatherBatchMatMul and BatchMatMulReduceScatterAlltoAll: EP and TP domains)
+
+
+class BMM_TileInfo(ctypes.Structure):
+    """optiling::BMM_TileInfo: ``tileCnt`` tiles of ``tileLen`` and ``tailCnt`` of ``tailLen``."""
+
+    _fields_ = typed_fields(ctypes.c_uint64, "tileCnt", "tileLen", "tailCnt", "tailLen")
+
+
+def tile_info(tileCnt: int, tileLen: int, tailCnt: int = 0, tailLen: int = 0) -> BMM_TileInfo:
+    """A BMM_TileInfo (UpdateTileInfo / InitTileInfo of the host tilings)."""
+    return BMM_TileInfo(tileCnt, tileLen, tailCnt, tailLen)
+
+
+def ep_tp_groups(n: int, tp: int) -> tuple[list[list[int]], list[list[int]]]:
+    """EP groups ``{i, i + tp, ...}`` and TP groups ``{tp * j, ..., tp * j + tp - 1}``, as the
+    sources' examples build them."""
+    ep = n // tp
+    return [[i + j * tp for j in range(ep)] for i in range(tp)], [
+        [j * tp + i for i in range(tp)] for j in range(ep)
+    ]
+
+
+def ep_tp_domains(tp: int) -> tuple[hp.Group, hp.Group]:
+    """This rank's EP and TP groups (:func:`ep_tp_groups`); every rank creates every group."""
+    rank = hp.get_rank()
+    ep_lists, tp_lists = ep_tp_groups(hp.get_world_size(), tp)
+    ep_groups = [hp.new_group(ranks) for ranks in ep_lists]
+    tp_groups = [hp.new_group(ranks) for ranks in tp_lists]
+    return (
+        next(g for g in ep_groups if rank in g.ranks),
+        next(g for g in tp_groups if rank in g.ranks),
+    )
+
+
+def member_addresses(tilingGM: hp.GmAddr, struct: type, *members: str) -> list[hp.GmAddr]:
+    """``&(tiling->member)`` for each member: the GM addresses of parts of the tiling."""
+    return [tilingGM + hp.offsetof(struct, member) for member in members]
+
+
+def set_ep_tp_hccl_tiling(
+    initTiling, alltoAllCcTiling, tpCcTiling, epGroup: str, tpGroup: str, tpOpType, tpAlgConfig: str
+) -> None:
+    """SetHcclTiling of both hosts: one Mc2CcTilingConfig fills the init tiling and the EP
+    domain's AlltoAllV cc tiling, then, renamed to the TP group, the TP op's cc tiling.
+
+    The sources' first opType is their ``OP_TYPE_ALL_TO_ALL`` = 8, which is
+    ``HCCL_CMD_ALLTOALLV`` (``HCCL_CMD_ALLTOALL`` is 10); the strings are their configs.
+    """
+    hcclCcTilingConfig = Mc2CcTilingConfig(
+        epGroup, HCCL_CMD_ALLTOALLV, "AlltoAll=level0:fullmesh;level1:pairwise", 0, FP16, FP16
+    )
+    hcclCcTilingConfig.GetTiling(initTiling)
+    hcclCcTilingConfig.GetTiling(alltoAllCcTiling)
+    hcclCcTilingConfig.SetGroupName(tpGroup)
+    hcclCcTilingConfig.SetOpType(tpOpType)
+    hcclCcTilingConfig.SetAlgConfig(tpAlgConfig)
+    hcclCcTilingConfig.GetTiling(tpCcTiling)
+
+
+def core_rows(totalM: int, vecCoreNum: int, blockIdx: int) -> np.ndarray:
+    """The rows ``[tileLen * blockIdx, min(tileLen * (blockIdx + 1), totalM))`` of one AIV core."""
+    tileLen = -(-totalM // vecCoreNum)
+    return np.arange(tileLen * blockIdx, min(tileLen * (blockIdx + 1), totalM))
+
+
+def copy_rows(dst: hp.GmAddr, dstOffsets, src: hp.GmAddr, srcOffsets, width: int) -> None:
+    """``DataCopyPad`` of ``width`` elements for each row: element offsets in, element offsets out."""
+    if len(srcOffsets) == 0:
+        return
+    cols = np.arange(width)
+    srcIdx = torch.from_numpy((np.asarray(srcOffsets)[:, None] + cols).reshape(-1))
+    dstIdx = torch.from_numpy((np.asarray(dstOffsets)[:, None] + cols).reshape(-1))
+    srcT = hp.gm_tensor(src, FP16, int(srcIdx.max()) + 1)
+    dstT = hp.gm_tensor(dst, FP16, int(dstIdx.max()) + 1)
+    dstT[dstIdx.to(dstT.device)] = srcT[srcIdx.to(srcT.device)]
+
+
+def data_copy(dst: hp.GmAddr, src: hp.GmAddr, count: int) -> None:
+    """``DataCopyPad`` of ``count`` contiguous FP16 elements, GM to GM."""
+    hp.gm_tensor(dst, FP16, count).copy_(hp.gm_tensor(src, FP16, count))
+
+
+def batch_matmul(aGM, bGM, cGM, batch: int, rows: int, k: int, n: int) -> None:
+    """Mc2BatchMatMulCommonKernel (stand-in): ``c[e] = a[e] @ b[e]`` for ``batch`` FP16
+    matrices (rows x k by k x n), the batches split over the AIC cores; AIV cores return."""
+    if hp.g_coreType != hp.AIC:
+        return
+    a = hp.gm_tensor(aGM, FP16, batch * rows * k).view(batch, rows, k)
+    b = hp.gm_tensor(bGM, FP16, batch * k * n).view(batch, k, n)
+    c = hp.gm_tensor(cGM, FP16, batch * rows * n).view(batch, rows, n)
+    first, last = split_to_core(batch, hp.GetBlockNum(), hp.GetBlockIdx())
+    matmul(c[first:last], a[first:last], b[first:last])

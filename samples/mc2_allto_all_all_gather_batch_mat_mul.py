@@ -48,23 +48,30 @@ samples/mc2_allto_all_all_gather_batch_mat_mul.py``.
 from ctypes import Structure, c_bool, c_uint32, c_uint64
 
 import numpy as np
-import torch
 from _common import compare, on_device, random_ints, run_sample, skip, zeros
-from _mc2 import SIZEOF_HALF, matmul, split_to_core
+from _mc2 import (
+    SIZEOF_HALF,
+    BMM_TileInfo,
+    batch_matmul,
+    copy_rows,
+    core_rows,
+    ep_tp_domains,
+    ep_tp_groups,
+    member_addresses,
+    set_ep_tp_hccl_tiling,
+    tile_info,
+)
+from _mc2 import typed_fields as _fields
 
 import hccl_py as hp
 from hccl_py import (
-    AIC,
     AIV,
     HCCL_CMD_ALLGATHER,
-    HCCL_CMD_ALLTOALLV,
     HCCL_DATA_TYPE_FP16,
     Hccl,
     Mc2CcTiling,
-    Mc2CcTilingConfig,
     Mc2InitTiling,
     TilingData,
-    offsetof,
 )
 
 PLATFORM = "A3"  # AlltoAllV and InterHcclGroupSync are A3 calls
@@ -74,16 +81,6 @@ C_TILE = 2  # domesticTileC.tileLen: two tiles of 2 rows and a tail of 1
 BLOCK_DIM = 2  # mix_aic_1_2: 2 AIC and 4 AIV cores
 dataLen1 = SIZEOF_HALF
 IsNeedY2 = True  # the template arguments this port instantiates: XShard 1, Y2Need
-
-
-class BMM_TileInfo(Structure):
-    """optiling::BMM_TileInfo: ``tileCnt`` tiles of ``tileLen`` and ``tailCnt`` of ``tailLen``."""
-
-    _fields_ = [(name, c_uint64) for name in ("tileCnt", "tileLen", "tailCnt", "tailLen")]
-
-
-def _fields(c_type: type, *names: str) -> list[tuple[str, type]]:
-    return [(name, c_type) for name in names]
 
 
 class Mc2CommonTiling(Structure):
@@ -124,24 +121,6 @@ class AlltoAllAllGatherBatchMatMulTilingData(TilingData):
         ("allGatherCcTiling", Mc2CcTiling),
         ("commonTiling", Mc2CommonTiling),
     ]
-
-
-def core_rows(totalM: int, vecCoreNum: int, blockIdx: int) -> np.ndarray:
-    """The rows ``[tileLen * blockIdx, min(tileLen * (blockIdx + 1), totalM))`` of one AIV core."""
-    tileLen = -(-totalM // vecCoreNum)
-    return np.arange(tileLen * blockIdx, min(tileLen * (blockIdx + 1), totalM))
-
-
-def copy_rows(dst: hp.GmAddr, dstOffsets, src: hp.GmAddr, srcOffsets, width: int) -> None:
-    """``DataCopyPad`` of ``width`` elements for each row: element offsets in, element offsets out."""
-    if len(srcOffsets) == 0:
-        return
-    cols = np.arange(width)
-    srcIdx = torch.from_numpy((np.asarray(srcOffsets)[:, None] + cols).reshape(-1))
-    dstIdx = torch.from_numpy((np.asarray(dstOffsets)[:, None] + cols).reshape(-1))
-    srcT = hp.gm_tensor(src, HCCL_DATA_TYPE_FP16, int(srcIdx.max()) + 1)
-    dstT = hp.gm_tensor(dst, HCCL_DATA_TYPE_FP16, int(dstIdx.max()) + 1)
-    dstT[dstIdx.to(dstT.device)] = srcT[srcIdx.to(srcT.device)]
 
 
 class AlltoAllAllGatherBatchMatMul:
@@ -451,14 +430,7 @@ class AlltoAllAllGatherBatchMatMul:
 
     def BatchMatMul(self, aGM, bGM, batch: int, rows: int) -> None:
         """Mc2BatchMatMulCommonKernel (stand-in): bmmOut[e] = a[e] @ w[e], experts split over AIC."""
-        if hp.g_coreType != AIC:
-            return
-        H, M = self.H, self.M
-        a = hp.gm_tensor(aGM, HCCL_DATA_TYPE_FP16, batch * rows * H).view(batch, rows, H)
-        w = hp.gm_tensor(bGM, HCCL_DATA_TYPE_FP16, batch * H * M).view(batch, H, M)
-        c = hp.gm_tensor(self.bmmOutGM, HCCL_DATA_TYPE_FP16, batch * rows * M).view(batch, rows, M)
-        first, last = split_to_core(batch, hp.GetBlockNum(), hp.GetBlockIdx())
-        matmul(c[first:last], a[first:last], w[first:last])
+        batch_matmul(aGM, bGM, self.bmmOutGM, batch, rows, self.H, self.M)
 
     def TransposeAllGatherInput(self, isCTail, dataCopyInBaseGM, dataCopyOutBaseGM):
         """Drop this rank's own block: [k][ep][c] -> [k][ep - 1][c]."""
@@ -541,10 +513,13 @@ def allto_all_all_gather_batch_mat_mul(
 ):
     """The kernel entry, template ``XShard = 1``: the tilings' addresses, Init, Process."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllAllGatherBatchMatMulTilingData, tilingGM)
-    Tiling = AlltoAllAllGatherBatchMatMulTilingData
-    hcclInitTiling = tilingGM + offsetof(Tiling, "hcclInitTiling")
-    allGatherCcTiling = tilingGM + offsetof(Tiling, "allGatherCcTiling")
-    alltoAllCcTiling = tilingGM + offsetof(Tiling, "alltoAllCcTiling")
+    hcclInitTiling, allGatherCcTiling, alltoAllCcTiling = member_addresses(
+        tilingGM,
+        AlltoAllAllGatherBatchMatMulTilingData,
+        "hcclInitTiling",
+        "allGatherCcTiling",
+        "alltoAllCcTiling",
+    )
     op = AlltoAllAllGatherBatchMatMul()
     op.Init(
         xGM,
@@ -558,11 +533,6 @@ def allto_all_all_gather_batch_mat_mul(
         alltoAllCcTiling,
     )
     op.Process()
-
-
-def tile_info(tileCnt: int, tileLen: int, tailCnt: int = 0, tailLen: int = 0) -> BMM_TileInfo:
-    """A BMM_TileInfo (UpdateTileInfo of the host tiling)."""
-    return BMM_TileInfo(tileCnt, tileLen, tailCnt, tailLen)
 
 
 def make_tiling(ep: int, epGroup: str, tpGroup: str) -> AlltoAllAllGatherBatchMatMulTilingData:
@@ -579,32 +549,16 @@ def make_tiling(ep: int, epGroup: str, tpGroup: str) -> AlltoAllAllGatherBatchMa
     tile_cnt, tail = divmod(C, C_TILE)
     common.domesticTileC = tile_info(tile_cnt, C_TILE, int(tail > 0), tail)
 
-    # opType1 is the source's OP_TYPE_ALL_TO_ALL = 8, which is HCCL_CMD_ALLTOALLV (HCCL_CMD_ALLTOALL
-    # is 10); the strings are its alltoAllConfig and allGatherConfig, written in place
-    hcclCcTilingConfig = Mc2CcTilingConfig(
+    set_ep_tp_hccl_tiling(
+        tiling.hcclInitTiling,
+        tiling.alltoAllCcTiling,
+        tiling.allGatherCcTiling,
         epGroup,
-        HCCL_CMD_ALLTOALLV,
-        "AlltoAll=level0:fullmesh;level1:pairwise",
-        0,
-        HCCL_DATA_TYPE_FP16,
-        HCCL_DATA_TYPE_FP16,
+        tpGroup,
+        HCCL_CMD_ALLGATHER,
+        "AllGather=level0:doublering",
     )
-    hcclCcTilingConfig.GetTiling(tiling.hcclInitTiling)
-    hcclCcTilingConfig.GetTiling(tiling.alltoAllCcTiling)
-    hcclCcTilingConfig.SetGroupName(tpGroup)
-    hcclCcTilingConfig.SetOpType(HCCL_CMD_ALLGATHER)
-    hcclCcTilingConfig.SetAlgConfig("AllGather=level0:doublering")
-    hcclCcTilingConfig.GetTiling(tiling.allGatherCcTiling)
     return tiling
-
-
-def groups_of(n: int) -> tuple[list[list[int]], list[list[int]]]:
-    """EP groups ``{i, i + TP, ...}`` and TP groups ``{TP * j, ..., TP * j + TP - 1}``, as the
-    source's example builds them."""
-    ep = n // TP
-    return [[i + j * TP for j in range(ep)] for i in range(TP)], [
-        [j * TP + i for i in range(TP)] for j in range(ep)
-    ]
 
 
 def inputs(rank: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
@@ -615,7 +569,7 @@ def inputs(rank: int, ep: int) -> tuple[np.ndarray, np.ndarray]:
 def reference(rank: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """numpy, as the source's golden.py: AlltoAll in EP, AllGather in TP, permute, bmm."""
     ep = n // TP
-    ep_groups, tp_groups = groups_of(n)
+    ep_groups, tp_groups = ep_tp_groups(n, TP)
     e_r = rank // TP
     a2a = {
         r: np.stack(
@@ -645,11 +599,7 @@ def main() -> list[str]:
     if n % TP or ep not in (2, 4, 8, 16, 32):
         why = f"needs ep, tp in 2/4/8/16/32 and {n} ranks = ep * tp"
         return [skip(case, why) for case in ("y1", "y2")]
-    ep_lists, tp_lists = groups_of(n)
-    ep_groups = [hp.new_group(ranks) for ranks in ep_lists]  # every rank creates every group
-    tp_groups = [hp.new_group(ranks) for ranks in tp_lists]
-    ep_group = next(g for g in ep_groups if rank in g.ranks)
-    tp_group = next(g for g in tp_groups if rank in g.ranks)
+    ep_group, tp_group = ep_tp_domains(TP)
     x, w = inputs(rank, ep)
     y1, y2 = zeros(E_OVER_EP, ep * TP * C, M), zeros(E_OVER_EP, ep * TP * C, H)
     workspace = zeros(workspace_elements(ep))

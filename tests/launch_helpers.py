@@ -117,18 +117,42 @@ def torchrun(
     return launch([*command, "--master-port", str(free_port()), str(script), *args], **extra)
 
 
-def check_run(proc: subprocess.CompletedProcess, ranks: int, expected: dict[str, str]) -> None:
-    """Exit code 0 and exactly one line with the expected verdict per (rank, case)."""
+def check_run(
+    proc: subprocess.CompletedProcess,
+    ranks: int,
+    expected: dict[str, str],
+    warnings: tuple[str, ...] = (),
+) -> None:
+    """Exit code 0 and exactly one line with the expected verdict per (rank, case); no
+    HcclWarning, or (``warnings``) warnings of exactly those kinds."""
     out = f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert proc.returncode == 0, out
     lines = [RUNNER_PREFIX.sub("", line) for line in proc.stdout.splitlines()]
     verdicts = [(int(m[1]), m[2], m[3]) for m in map(VERDICT.match, lines) if m]
     want = [(r, case, v) for r in range(ranks) for case, v in expected.items()]
     assert sorted(verdicts) == sorted(want), out
-    assert_no_warning(proc)
+    if warnings:
+        assert warning_kinds(proc) == set(warnings), out
+    else:
+        assert_no_warning(proc)
 
 
 def assert_no_warning(proc: subprocess.CompletedProcess) -> None:
     """Our samples are warning-free: no HcclWarning, no end-of-run warning summary."""
     text = proc.stdout + proc.stderr
     assert "HcclWarning" not in text and WARNING_SUMMARY not in text, text
+
+
+#: The end-of-run summary's kinds: ``hccl_py: 8 warning(s) on 4 rank(s): kind x8, other x2``.
+_SUMMARY_KINDS = re.compile(r" warning\(s\) on \d+ rank\(s\): (.*)$")
+
+
+def warning_kinds(proc: subprocess.CompletedProcess) -> set[str]:
+    """The kinds of the HcclWarnings a run printed: each warning's ``[kind]`` and the summary's."""
+    kinds = set()
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if "HcclWarning" in line:
+            kinds.update(re.findall(r"\[([a-z0-9-]+)\]$", line.rstrip()))
+        if found := _SUMMARY_KINDS.search(line):
+            kinds.update(part.rsplit(" x", 1)[0] for part in found[1].split(", "))
+    return kinds

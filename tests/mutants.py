@@ -17,7 +17,9 @@ sample needs more, ``block_dim=2``), and says who reports it:
   core misuse, ...) or the sample's own numpy check prints FAIL;
 - ``explore``: otherwise ``hp.run(..., explore=16)`` raises (an error on some
   schedule, or ``HcclScheduleError``: results that differ between schedules) or
-  its results FAIL the sample's check;
+  its results FAIL the sample's check; not for a sample that finalizes without
+  a SyncAll as its source does (``SampleSpec.warnings``): one of its own
+  schedules hangs;
 - ``missed``: neither.
 
 Every run is deterministic: the default schedule is fixed and the explored ones
@@ -59,6 +61,8 @@ CALL_RESULT = int(hp.HCCL_SUCCESS)
 EXPLORE = 16
 #: Limit of one run; the emulator reports deadlocks at once, this only bounds a runaway loop.
 TIMEOUT = 30
+#: Warning kinds of a sample that some explored schedule turns into a hang of the sample itself.
+UNEXPLORABLE = frozenset({"finalize-unordered"})
 #: Verdict line of a sample (see samples/_common.py).
 FAIL_LINE = re.compile(r"^rank \d+: \S+ +FAIL\b")
 
@@ -77,6 +81,15 @@ class SampleSpec:
     #: Kernel launches of ``main``'s ``for launch in (1, 2):`` loop, when the suite needs more
     #: (a write that only the next launch reads); None keeps the sample's.
     launches: int | None = None
+    #: HcclWarning kinds the sample itself gives (its source's own races). With
+    #: ``finalize-unordered`` some explored schedule of the sample itself hangs, so only the
+    #: default schedule judges its mutants (:data:`UNEXPLORABLE`).
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def explorable(self) -> bool:
+        """Whether the explore stage can judge a mutant: the sample passes every schedule."""
+        return not UNEXPLORABLE & set(self.warnings)
 
 
 @dataclass(frozen=True)
@@ -356,6 +369,8 @@ def judge(spec: SampleSpec, site_id: str) -> Verdict:
         found = _stage(spec, module)
         if found is not None:
             return Verdict("default", found)
+        if not spec.explorable:
+            return Verdict("missed", "")
         found = _stage(spec, module, explore=EXPLORE)
     return Verdict("explore", found) if found is not None else Verdict("missed", "")
 

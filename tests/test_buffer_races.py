@@ -407,6 +407,48 @@ def test_a_wait_orders_the_tasks_its_task_depends_on_through_inter_hccl_group_sy
     assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllGather", 0)
 
 
+def _gated(write_after_commit: bool) -> Kernel:
+    """Domain 1's AllReduce of z (committed at its Prepare) waits through InterHcclGroupSync
+    for domain 0's AllGather of x, committed later: z may be written until that Commit, as
+    BatchMatMulReduceScatterAlltoAll writes a ReduceScatter<true>'s input after its Prepare."""
+
+    def kernel(xGM: Any, yGM: Any, zGM: Any, tilingGM: Any) -> None:
+        first_domain = init_hccl(hp.Hccl(), tilingGM, 0, ops=("AllGather",))
+        second_domain = init_hccl(hp.Hccl(), tilingGM, 1, ops=("AllReduce",))
+        gather = first_domain.AllGather[False](xGM, yGM, N, F32, 0)
+        second_domain.InterHcclGroupSync(0, gather)
+        reduce = second_domain.AllReduce[True](zGM, zGM, N, F32, SUM)
+        hp.gm_tensor(zGM, torch.float32, N)[:] = hp.get_rank() + 1.0  # the server cannot start yet
+        first_domain.Commit(gather)
+        if write_after_commit:
+            hp.gm_tensor(zGM, torch.float32, 2)[:] = 0.0  # now it may
+        first_domain.Wait(gather)
+        second_domain.Wait(reduce)
+        second_domain.Finalize()
+        first_domain.Finalize()
+
+    def main() -> torch.Tensor:
+        groups = {0: hp.world_group(), 1: hp.new_group(range(2))}
+        x, y, z = torch.ones(N), torch.zeros(2 * N), torch.zeros(N)
+        hp.launch(kernel, x, y, z, make_tiling(groups=groups), groups=groups)
+        return z
+
+    return main
+
+
+def test_a_task_behind_an_uncommitted_inter_hccl_group_sync_dependency_races_from_its_commit() -> (
+    None
+):
+    for options in SCHEDULES:
+        result = hp.run(_gated(False), world_size=2, timeout=TIMEOUT, **options)
+        assert all(torch.equal(z, torch.full((N,), 3.0)) for z in result)
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_gated(True), world_size=2, timeout=TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllReduce", 0), err
+    assert "writes bytes [0, 8) of zGM" in str(err), err
+
+
 def test_exploring_reports_a_missing_wait_in_its_first_schedule() -> None:
     with pytest.raises(hp.WorldError) as info:
         run(racy("AllGather", "read-recv"), explore=3)
