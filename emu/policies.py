@@ -46,6 +46,8 @@ class Runner:
         "priority",
         "thread",
         "past_failure",
+        "polling",
+        "released",
     )
 
     def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
@@ -67,6 +69,9 @@ class Runner:
         self.thread: Any = None
         #: Waits on even in a failed world (a rank waiting for its cores to end).
         self.past_failure = False
+        #: Blocked in a poll; and let go on reading while nothing else could run (its loop may end).
+        self.polling = False
+        self.released = False
 
     def runnable(self) -> bool:
         """Not blocked, or its condition holds now."""

@@ -43,6 +43,7 @@ from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 
 from .policies import Policy, Runner
+from .polls import QuietPolls, changed, record
 from .runners import (
     RUNNERS_ENV,
     Spawned,
@@ -53,9 +54,6 @@ from .runners import (
 )
 from .watch import resumed
 
-#: Unchanged reads in a row that make a poll: a kernel that reads a status word twice to
-#: flip it (``status[0] = 1 - status[0]`` after ``int(status[0])``) is not polling it.
-POLL_READS = 3
 #: The name of the world's OS thread, the one that runs every runner.
 THREAD_NAME = "hccl_py-emu"
 
@@ -106,6 +104,8 @@ class Scheduler(Blocker):
         self._serial = _Serial(self) if policy.preemptive else self.lock
         #: Switches so far (a measure of the schedule, for reports).
         self.switches = 0
+        #: Blocked pollers let read on since something other than a released poller last ran.
+        self.quiet = QuietPolls()
 
     @property
     def serial(self) -> Any:
@@ -226,11 +226,19 @@ class Scheduler(Blocker):
             runnable = self._runnable()
             job = self.error is None and self.has_work() and self.policy.run_round(bool(runnable))
             if job and self._run_job():
+                self.quiet.progressed()
                 continue
             if runnable:
+                if not all(r.released for r in runnable):
+                    self.quiet.progressed()
                 return self.policy.choose(runnable, self.last)
             if not self.runners:
                 return None
+            poller = self.error is None and self.quiet.release(
+                self.runners, lambda pollers: self.policy.choose(pollers, self.last)
+            )
+            if poller:  # it may end its own loop (see :mod:`.polls`)
+                return poller
             self._declare_deadlock()
 
     def _run_job(self) -> bool:
@@ -320,32 +328,23 @@ class Scheduler(Blocker):
         deadlock: bool = True,
         read: Callable[[], object] | None = None,
     ) -> None:
-        """A non-blocking poll that saw ``value``; :data:`POLL_READS` unchanged reads block the runner.
-
-        The runner then waits until one of the values it polled since it last
-        blocked changes (``read()`` gives each one now): a poller whose values
-        nobody can change any more is part of a deadlock.
-        """
+        """A non-blocking poll that saw ``value``; unchanged reads block the runner (:mod:`.polls`)."""
         me = self.me()
         if me is None or read is None:
             super().poll(key, value, what, deadlock)
             return
         with self.lock:
             self.raise_if_failed()
-            seen = me.polls.get(key)
-            reads = 1 if seen is None or seen[0] != value else seen[3] + 1
-            me.polls[key] = (value, read, what, reads)
-            if reads < POLL_READS:
+            if not record(me, key, value, read, what):
                 self.point()
                 return
             self.touched = time.monotonic()
-            polls = dict(me.polls)
-
-            def changed() -> bool:
-                return any(rd() != v for v, rd, _, _ in polls.values())
-
-            self._block(me, changed, what)
-            me.polls.clear()
+            me.polling = True
+            try:
+                self._block(me, changed(me), what)
+            finally:
+                me.polling = me.released = False
+                me.polls.clear()
             self.raise_if_failed()
 
     def point(self) -> None:

@@ -338,6 +338,45 @@ def test_deadlock_query_loop_of_the_last_rank_standing() -> None:
     check(err, hp.HcclDeadlockError, "rank 0 polls Query", "ranks [1] have not prepared")
 
 
+@pytest.mark.parametrize("polls", [3, 7, 200])
+def test_bounded_query_loop_that_goes_on_is_no_deadlock(polls: int) -> None:
+    """Every rank queries its uncommitted handle ``polls`` times, gives up, then commits.
+
+    While every rank polls, nothing else can run; a poller is let read on, as on
+    hardware, so the loops end and the AllGather completes (no false report).
+    """
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        handle = h.AllGather(x, y, N, F32)
+        seen = {h.Query(handle) for _ in range(polls)}
+        assert seen == {0}, seen
+        h.Commit(handle)
+        assert h.Wait(handle) == 0
+        h.Finalize()
+
+    out = hp.run(spmd(kernel), world_size=2, timeout=TIMEOUT)
+    for _, y in out:
+        assert y.tolist() == [1.0] * N + [2.0] * N
+
+
+def test_query_loop_past_the_quiet_allowance_is_a_deadlock() -> None:
+    """One read more than the emulator lets a lone poller make is reported, on every rank."""
+    from hccl_py.backends.emu.polls import QUIET_READS
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        handle = h.AllGather(x, y, N, F32)
+        for _ in range(2 * QUIET_READS):
+            h.Query(handle)
+        h.Commit(handle)
+        h.Wait(handle)
+        h.Finalize()
+
+    err = fails(spmd(kernel))
+    check(err, hp.HcclDeadlockError, "ranks 0-1: poll Query for round 0 of handle 0 AllGather")
+
+
 def test_deadlock_core_waits_after_the_finalize() -> None:
     """A Wait that a SyncAll orders after the sending core's Finalize hangs in every schedule.
 

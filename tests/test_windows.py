@@ -474,6 +474,18 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
         ) in err.reason
 
 
+def test_rereading_a_word_of_ones_own_window_in_a_bounded_loop_is_no_deadlock() -> None:
+    """A kernel writes its own status word, then reads it again a few times (no poll forever)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        word = hp.gm_tensor(h.GetWindowsInAddr(h.GetRankId()) + FLAG, torch.int32, 1)
+        word[0] = 7
+        hp.gm_tensor(out, torch.float32, 1)[0] = float(sum(int(word[0]) for _ in range(4)))
+
+    assert run_kernel(kernel, n=2, out_len=1, timeout=60) == [[28.0], [28.0]]
+
+
 def _unwritten_flag_kernel(out, tilingGM):
     h = client(tilingGM)
     if h.GetRankId() == 0:
