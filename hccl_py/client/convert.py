@@ -95,46 +95,44 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
             ("rdispls", "rdispls"),
         ):
             fields[key] = array(name, getattr(p, key), limits.rank_dim)
-    _refusals(spec, fields, limits)
-    return fields
-
-
-def _refusals(spec: OpSpec, fields: dict[str, Any], limits: Limits) -> None:
-    """hccl_py's own refusals that every core can decide from the arguments alone.
-
-    The official client checks none of these (its Prepare validates the
-    arguments of section f of docs/notes/official-client.md only): the rank and
-    size limits are documented constraints, a buffer in another rank's memory is
-    the sanitizer's finding. They run here, on every core, so that every core of
-    a kernel refuses the same call and the handle ids of the cores stay equal in
-    a lenient run (the sending core's further checks need the task's layout).
-    """
+    # hccl_py's own refusals, which the official client does not make: decided here, from
+    # the arguments, on every core, so that every core refuses the same call and the cores'
+    # handle ids stay equal in a lenient run (only the sending core builds the task)
+    me = limits.rank
+    if p.send_buf.alloc.rank != me or p.recv_buf.alloc.rank != me:
+        _foreign(p, me)
     platform = limits.platform
     if limits.kernel_api:
         limit = platform.max_alltoall_ranks
-        if limit and spec.name in ("AlltoAll", "AlltoAllV") and limits.rank_dim > limit:
+        if limit and limits.rank_dim > limit and spec.name in ("AlltoAll", "AlltoAllV"):
             raise InvalidCall(
                 "platform-limit",
                 f"{platform.name} allows at most {limit} ranks in {spec.name}",
                 actual=limits.rank_dim,
             )
-    for side in ("send", "recv"):
-        owner = fields[side].alloc.rank
-        if owner is not None and owner != limits.rank:
+        if platform.max_task_bytes:
+            _task_bytes(spec, fields, limits)
+    return fields
+
+
+def _foreign(p: PrepareParam, me: int) -> None:
+    """A send or receive buffer in another rank's memory (hccl_py's refusal, not the client's)."""
+    for side, addr in (("send", p.send_buf), ("recv", p.recv_buf)):
+        owner = addr.alloc.rank
+        if owner is not None and owner != me:
             raise InvalidCall(
-                "foreign-memory",
-                f"{side}Buf points into rank {owner}'s memory, not this rank's",
+                "foreign-memory", f"{side}Buf points into rank {owner}'s memory, not this rank's"
             )
-    if limits.kernel_api and platform.max_task_bytes:
-        _task_bytes(spec, fields, limits)
 
 
 def _task_bytes(spec: OpSpec, fields: dict[str, Any], limits: Limits) -> None:
     """Ascend 950: one task moves at most ``max_task_bytes`` of data on a side.
 
-    A side's bytes lie inside its allocation (the sending core's bounds check
-    says so, in every run), so only an allocation larger than the limit can
-    hold too much: for such a (rare) one the extent is computed from the layout.
+    A documented limit that no client Prepare checks (docs/notes/official-client.md,
+    section f); hccl_py refuses it. A side's bytes lie inside its allocation (the
+    sending core's bounds check says so, in every run), so only an allocation
+    larger than the limit can hold too much: for such a (rare) one the extent is
+    computed from the layout, with a throwaway Task that is never sent.
     """
     cap = limits.platform.max_task_bytes
     if fields["send"].alloc.nbytes <= cap and fields["recv"].alloc.nbytes <= cap:
