@@ -110,7 +110,8 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
                 f"{platform.name} allows at most {limit} ranks in {spec.name}",
                 actual=limits.rank_dim,
             )
-        if platform.max_task_bytes:
+        cap = platform.max_task_bytes
+        if cap and (p.send_buf.alloc.nbytes > cap or p.recv_buf.alloc.nbytes > cap):
             _task_bytes(spec, fields, limits)
     return fields
 
@@ -131,12 +132,11 @@ def _task_bytes(spec: OpSpec, fields: dict[str, Any], limits: Limits) -> None:
     A documented limit that no client Prepare checks (docs/notes/official-client.md,
     section f); hccl_py refuses it. A side's bytes lie inside its allocation (the
     sending core's bounds check says so, in every run), so only an allocation
-    larger than the limit can hold too much: for such a (rare) one the extent is
-    computed from the layout, with a throwaway Task that is never sent.
+    larger than the limit can hold too much: :func:`task_fields` calls this for
+    such a (rare) one, and the extent is computed from the layout, with a
+    throwaway Task that is never sent.
     """
     cap = limits.platform.max_task_bytes
-    if fields["send"].alloc.nbytes <= cap and fields["recv"].alloc.nbytes <= cap:
-        return
     shape = Task(
         op=spec.cmd, domain=None, rank=limits.rank, rank_dim=limits.rank_dim, handle=-1,
         seq=-1, **fields,
