@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import torch
 
+from ..core import layout
 from ..core.constants import (
     DTYPE_INFO,
     HCCL_MAX_HANDLE_ID,
@@ -29,6 +30,7 @@ from ..core.constants import (
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr, what_is
 from ..core.platform import Platform
+from ..core.task import Task
 from ..ops import OpSpec
 
 E = TypeVar("E", bound=enum.IntEnum)
@@ -63,6 +65,8 @@ class Limits(NamedTuple):
     #: InterHcclGroupSync messages sent: they share the domain's message slots with Prepares.
     syncs_used: int
     rank_dim: int
+    #: The global rank that prepares (whose memory the buffers must be).
+    rank: int
 
 
 def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
@@ -91,7 +95,65 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
             ("rdispls", "rdispls"),
         ):
             fields[key] = array(name, getattr(p, key), limits.rank_dim)
+    # hccl_py's own refusals, which the official client does not make: decided here, from
+    # the arguments, on every core, so that every core refuses the same call and the cores'
+    # handle ids stay equal in a lenient run (only the sending core builds the task)
+    me = limits.rank
+    if p.send_buf.alloc.rank != me or p.recv_buf.alloc.rank != me:
+        _foreign(p, me)
+    platform = limits.platform
+    if limits.kernel_api:
+        limit = platform.max_alltoall_ranks
+        if limit and limits.rank_dim > limit and spec.name in ("AlltoAll", "AlltoAllV"):
+            raise InvalidCall(
+                "platform-limit",
+                f"{platform.name} allows at most {limit} ranks in {spec.name}",
+                actual=limits.rank_dim,
+            )
+        cap = platform.max_task_bytes
+        if cap and (p.send_buf.alloc.nbytes > cap or p.recv_buf.alloc.nbytes > cap):
+            _task_bytes(spec, fields, limits)
     return fields
+
+
+def _foreign(p: PrepareParam, me: int) -> None:
+    """A send or receive buffer in another rank's memory (hccl_py's refusal, not the client's)."""
+    for side, addr in (("send", p.send_buf), ("recv", p.recv_buf)):
+        owner = addr.alloc.rank
+        if owner is not None and owner != me:
+            raise InvalidCall(
+                "foreign-memory", f"{side}Buf points into rank {owner}'s memory, not this rank's"
+            )
+
+
+def _task_bytes(spec: OpSpec, fields: dict[str, Any], limits: Limits) -> None:
+    """Ascend 950: one task moves at most ``max_task_bytes`` of data on a side.
+
+    A documented limit that no client Prepare checks (docs/notes/official-client.md,
+    section f); hccl_py refuses it. A side's bytes lie inside its allocation (the
+    sending core's bounds check says so, in every run), so only an allocation
+    larger than the limit can hold too much: :func:`task_fields` calls this for
+    such a (rare) one, and the extent is computed from the layout, with a
+    throwaway Task that is never sent.
+    """
+    cap = limits.platform.max_task_bytes
+    shape = Task(
+        op=spec.cmd, domain=None, rank=limits.rank, rank_dim=limits.rank_dim, handle=-1,
+        seq=-1, **fields,
+    )  # fmt: skip
+    for side in ("send", "recv"):
+        nbytes = fields[side].alloc.nbytes
+        extent = layout.span(layout.all_blocks(shape, side)) if nbytes > cap else None
+        if extent is None:
+            continue
+        lo, hi = extent
+        # a range outside the allocation is the bounds check's (an error in every run)
+        if lo >= 0 and hi <= nbytes and hi - lo > cap:
+            raise InvalidCall(
+                "platform-limit",
+                f"one task's data exceeds {cap} bytes on {limits.platform.name}",
+                actual=hi - lo,
+            )
 
 
 def _common(p: PrepareParam, limits: Limits) -> HcclDataType:

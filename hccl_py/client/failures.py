@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import report
 from ..core.constants import HCCL_FAILED, HCCL_SUCCESS, INVALID_HANDLE_ID
 from ..core.errors import HcclWarning, InvalidCall
-from ..core.rules import RAISE, WARN, rule
+from ..core.rules import RAISE, RETURN, WARN, rule
 from ..kernel.context import current_rank_context
 from ..kernel.cores import CoreContext
 
@@ -28,6 +28,7 @@ def breach(
     reason: str,
     ret: Any = HCCL_FAILED,
     note: Callable[[str], None] | None = None,
+    alone: bool = False,
     **facts: Any,
 ) -> Any:
     """A call broke rule ``rule_id``: raise, or return ``ret`` (with a warning), as its row says.
@@ -35,11 +36,19 @@ def breach(
     ``facts`` (``domain``, ``handle``, ``op``, ``round``, ``expected``, ``actual``)
     name what the call concerns; ``rank`` is the calling rank unless given.
     ``note`` receives the text that says why (the error's, or the warning's).
+    ``alone``: only the sending core can find this (the other cores of the kernel
+    got a handle id for the same call), so a lenient run raises rather than return.
     """
     row = rule(rule_id)
     ctx = current_rank_context(required=False)
     facts = {"rank": ctx.rank if ctx else None} | facts
     action = row.strict if ctx is None or ctx.config.strict else row.lenient
+    if alone and action == RETURN:
+        action = RAISE
+        reason += (
+            " (only the sending core can check this: the other cores of the kernel got a "
+            "handle id for this call, so it is an error even with strict=False)"
+        )
     error = None
     if row.error is not None and action != WARN:
         error = row.error(reason, **facts)
@@ -66,14 +75,25 @@ class Failures:
     def _note(self, text: str) -> None:
         self.last_error = text
 
-    def breach(self, rule_id: str, reason: str, ret: Any = HCCL_FAILED, **facts: Any) -> Any:
+    def breach(
+        self, rule_id: str, reason: str, ret: Any = HCCL_FAILED, alone: bool = False, **facts: Any
+    ) -> Any:
         """:func:`breach` for this object's domain, kept as its ``last_error``."""
-        return breach(rule_id, reason, ret, self._note, domain=self._domain(), **facts)
+        return breach(rule_id, reason, ret, self._note, alone, domain=self._domain(), **facts)
 
-    def refuse(self, name: str, bad: InvalidCall, **facts: Any) -> int:
-        """A Prepare-like call ``name`` that ``bad`` says may not run: -1, or its error."""
+    def refuse(self, name: str, bad: InvalidCall, alone: bool = False, **facts: Any) -> int:
+        """A Prepare-like call ``name`` that ``bad`` says may not run: -1, or its error.
+
+        ``alone``: only the sending core could find it (see :func:`breach`).
+        """
         return self.breach(
-            bad.rule, f"{name}: {bad.reason}", INVALID_HANDLE_ID, op=name, **facts, **bad.facts
+            bad.rule,
+            f"{name}: {bad.reason}",
+            INVALID_HANDLE_ID,
+            alone,
+            op=name,
+            **facts,
+            **bad.facts,
         )
 
     def wrong_core(self, core: CoreContext, info: Handle, h: int, op: str) -> int:

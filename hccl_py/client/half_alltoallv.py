@@ -28,7 +28,7 @@ from .convert import array
 from .failures import Failures
 from .handle import Handle
 from .onesided import _int_arg
-from .sender import calling_core, core_problem, is_sender
+from .sender import calling_core, core_problem, has_other_cores, is_sender
 
 _HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
 
@@ -61,15 +61,21 @@ class WindowWriter:
         core = calling_core()
         handle = len(b.handles)
         task = copies = None
+        sender = is_sender(b.config, core)
         try:
             size = self._check_write(usrIn, remoteWinOffset, localDataSize)
-            if is_sender(b.config, core):
+            if sender:
                 problem = core_problem(b, core)
                 if problem:
                     raise InvalidCall("sending-core", problem)
-                copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset)
         except InvalidCall as bad:
             return failures.refuse(name, bad, handle=handle)
+        if sender:
+            try:
+                copies = self._slices(usrIn, sendOffsets, sendSizes, remoteWinOffset)
+            except InvalidCall as bad:
+                # only the sending core reads the slices: the other cores got this handle
+                return failures.refuse(name, bad, alone=has_other_cores(core), handle=handle)
         state = b.state
         if copies is not None:
             task = state.one_sided_task(_HALF, handle, usrIn, size)

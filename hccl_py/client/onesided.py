@@ -23,7 +23,7 @@ from .binding import Binding
 from .convert import slots_used
 from .failures import Failures
 from .handle import Handle
-from .sender import calling_core, core_problem, is_sender
+from .sender import calling_core, core_problem, has_other_cores, is_sender
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
 
@@ -157,7 +157,9 @@ class OneSided:
             try:
                 copies = self._copies(batchWriteInfo, int(itemNum))
             except InvalidCall as bad:
-                return failures.refuse(name, bad, handle=handle)
+                # with one sender, the other cores never read the items: they got this handle
+                alone = not queues and has_other_cores(core)
+                return failures.refuse(name, bad, alone=alone, handle=handle)
             if not queues:
                 state.sender = b
                 state.sender_core = core

@@ -22,7 +22,7 @@ from .convert import Limits, PrepareParam, dtype_mismatch, task_fields
 from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .handle import Handle
-from .sender import calling_core, core_problem, is_sender
+from .sender import calling_core, core_problem, has_other_cores, is_sender
 
 
 class PreparePath:
@@ -42,6 +42,7 @@ class PreparePath:
             handles_used=len(b.handles),
             syncs_used=b.n_syncs,
             rank_dim=b.state.rank_dim,
+            rank=b.state.rank_ctx.rank,
         )
 
     def prepare(self, param: PrepareParam, commit: bool, commit_call: Callable[[int], None]) -> int:
@@ -97,13 +98,11 @@ class PreparePath:
             commit_notes=state.commit_notes.setdefault(handle, {}),
             **fields,
         )
-        config = state.rank_ctx.config
         try:
-            check_task(
-                task, state.rank_ctx.rank, config.platform, b.framework is None, config.overlap
-            )
+            check_task(task, state.rank_ctx.rank, state.rank_ctx.config.overlap)
         except InvalidCall as bad:
-            return failures.refuse(name, bad, handle=handle)
+            # only this core built the task: a -1 here would leave the other cores a handle ahead
+            return failures.refuse(name, bad, alone=has_other_cores(core), handle=handle)
         state.sender = b
         state.sender_core = core
         state.tasks[handle] = task

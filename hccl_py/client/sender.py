@@ -78,3 +78,13 @@ def core_problem(obj: Any, core: CoreContext) -> str | None:
     if state.sender not in (None, obj):
         return "a second Hccl object sends on the same context on this core"
     return None
+
+
+def has_other_cores(core: CoreContext) -> bool:
+    """Whether the launch of ``core`` has other cores (which get handle ids of their own).
+
+    A refusal that only the sending core can make (it needs the task, or GM the
+    other cores do not read) cannot return -1 there alone when other cores
+    prepare too: their next handle ids would be one ahead of the sending core's.
+    """
+    return sum(core.launch.cores_of_kind.values()) > 1

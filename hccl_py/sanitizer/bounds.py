@@ -1,10 +1,11 @@
-"""Client-side checks of a complete task before it is sent: ownership, bounds, limits, overlaps.
+"""Client-side checks of a complete task before it is sent: bounds and overlaps.
 
 Every byte a task will read or write must lie inside the allocation its
-address points into, on this rank; the platform's rank and size limits hold
-(kernel API calls only); and receive ranges must not overlap each other or the
+address points into, and receive ranges must not overlap each other or the
 send ranges except in the in-place forms (:mod:`.overlap`). A finding raises
-:class:`~hccl_py.core.errors.InvalidCall`; the client reports it.
+:class:`~hccl_py.core.errors.InvalidCall`; the client reports it. (Ownership
+and the platform's rank and size limits are checked on every core, before the
+task exists: :func:`hccl_py.client.convert.task_fields`.)
 """
 
 from __future__ import annotations
@@ -13,30 +14,21 @@ import numpy as np
 
 from ..core import layout, report
 from ..core.errors import InvalidCall
-from ..core.platform import Platform
 from ..core.task import Task
 from .overlap import send_recv_clash
 
 
-def check_task(task: Task, me: int, platform: Platform, kernel_api: bool, overlap: str) -> None:
+def check_task(task: Task, me: int, overlap: str) -> None:
     """Raise :class:`InvalidCall` if ``task`` (prepared by global rank ``me``) may not run.
 
-    ``kernel_api``: the platform's op limits apply (False for framework
-    collectives); ``overlap``: the run's overlap policy ("error", "warn", "ignore").
+    ``overlap``: the run's overlap policy ("error", "warn", "ignore").
+    Only the sending core builds the task, so only it makes these checks; both
+    findings raise in every run (``bounds``, and ``recv-overlap`` under
+    overlap="error"), so no core returns -1 alone. The refusals that a lenient
+    run returns as -1 (rank and size limits, another rank's memory) are decided
+    on every core from the arguments (:func:`hccl_py.client.convert.task_fields`).
     """
-    limit = platform.max_alltoall_ranks if kernel_api else None
-    if task.spec.name in ("AlltoAll", "AlltoAllV") and limit and task.rank_dim > limit:
-        raise InvalidCall(
-            "platform-limit",
-            f"{platform.name} allows at most {limit} ranks in {task.name}",
-            actual=task.rank_dim,
-        )
     for side, addr in (("send", task.send), ("recv", task.recv)):
-        if addr.rank is not None and addr.rank != me:
-            raise InvalidCall(
-                "foreign-memory",
-                f"{side}Buf points into rank {addr.rank}'s memory, not this rank's",
-            )
         blocks = layout.all_blocks(task, side)
         extent = layout.span(blocks)
         if extent is None:
@@ -57,12 +49,6 @@ def check_task(task: Task, me: int, platform: Platform, kernel_api: bool, overla
                 round=rnd,
                 expected=f"[0, {addr.alloc.nbytes})",
                 actual=f"[{lo}, {hi})",
-            )
-        if platform.max_task_bytes and kernel_api and hi - lo > platform.max_task_bytes:
-            raise InvalidCall(
-                "platform-limit",
-                f"one task's data exceeds {platform.max_task_bytes} bytes on {platform.name}",
-                actual=hi - lo,
             )
     _check_overlap(task, me, overlap)
 
