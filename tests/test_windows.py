@@ -423,6 +423,33 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
     np.testing.assert_array_equal(np.array(got[0]), want)
 
 
+def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
+    # hccl_aicpu_impl.h, HcclImpl<AICPU>::Wait: queueNum_ != 0 -> HCCL_SUCCESS before the handle checks
+    errors = []
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        got = [h.Wait(-1), h.Wait(63), h.Wait(5)]  # out of range, never prepared
+        handle = h.AllReduce(out + 64, out + 96, 4, FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
+        got.append(h.Wait(handle))  # not committed yet
+        h.Commit(handle)
+        got += [h.Wait(handle), h.Wait(handle)]  # the second beyond the Commits
+        errors.append(h.last_error)
+        hp.gm_tensor(out, torch.float32, len(got))[:] = torch.tensor(got, dtype=torch.float32)
+        h.Finalize()
+
+    def main() -> list[float]:
+        out = torch.zeros(32)
+        out[16:20] = 1.0
+        hp.launch(kernel, out, tiling(queue_num=2))
+        return out[:6].tolist() + out[24:28].tolist()
+
+    got = hp.run(main, world_size=2, platform="A3")  # strict: valid, no error raised
+    assert got == [[0.0] * 6 + [2.0] * 4] * 2
+    assert errors == [None, None]
+    assert not any(got.warnings.values())
+
+
 @pytest.mark.parametrize(
     ("platform", "call", "message"),
     [

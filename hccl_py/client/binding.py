@@ -102,3 +102,16 @@ class Binding:
             num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
             self.queues = (self.tiling_src, num)
         return self.queues[1]
+
+    def waits_at_once(self) -> bool:
+        """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
+
+        hccl_aicpu_impl.h, ``Wait``: after the init check, ``queueNum_ != 0`` returns
+        HCCL_SUCCESS before any handle or commit check (platform_v220 reads queueNum).
+        """
+        return (
+            self.state is not None
+            and self.server_type == HcclServerType.HCCL_SERVER_TYPE_AICPU
+            and self.state.rank_ctx.config.platform.reads_queue_num
+            and self.queue_num() != 0
+        )

@@ -152,7 +152,15 @@ class HandleControl:
 
     # -------------------------------------------------------------------- Wait
     def wait(self, handleId: Any) -> int:
-        """Wait: block until the next round of ``handleId`` finished; 0, or -1."""
+        """Wait: block until the next round of ``handleId`` finished; 0, or -1.
+
+        With several queues (queueNum != 0) the official client returns 0 at once,
+        before any handle or commit check (hccl_aicpu_impl.h, ``Wait``): it waits for
+        nothing, whatever the handle; QueueBarrier and Finalize order the tasks.
+        """
+        b = self._binding
+        if b.state is not None and b.waits_at_once():
+            return self._failures.ok(HCCL_SUCCESS)
         info, ret = self._usable_info("Wait", handleId)
         if info is None:
             return ret
@@ -161,10 +169,6 @@ class HandleControl:
     def wait_round(self, info: Handle, h: int) -> int:
         """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
         b = self._binding
-        if b.queue_num():
-            # With several queues the official client returns 0 at once.
-            info.waits += 1
-            return self._failures.ok(HCCL_SUCCESS)
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, op_name(info.op))

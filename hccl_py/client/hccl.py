@@ -122,6 +122,10 @@ class Hccl:
         """The handle with id ``handle``, or None (the debug log and the trace read it)."""
         return self._binding.handle(handle)
 
+    def _waits_at_once(self) -> bool:
+        """Whether Wait returns 0 at once (queueNum != 0): the trace draws no wait flow then."""
+        return self._binding.waits_at_once()
+
     def _signature_misfit(self, reason: str, **facts: Any) -> Any:
         """Arguments that do not fit a call's signature (:mod:`hccl_py.core.template`)."""
         return self._failures.breach("signature", reason, **facts)
@@ -344,7 +348,11 @@ class Hccl:
 
     @logged
     def Wait(self, handleId: int) -> int:
-        """Block until the next round of ``handleId`` finished; 0, or -1 without waiting."""
+        """Block until the next round of ``handleId`` finished; 0, or -1 without waiting.
+
+        With several queues (the tiling's queueNum != 0) it returns 0 at once, whatever
+        the handle, as the official AI CPU client does.
+        """
         return self._control.wait(handleId)
 
     @logged
