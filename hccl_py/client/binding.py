@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType
+from ..core.constants import HcclServerConfig, HcclServerType
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
 from .handle import Handle
@@ -44,7 +44,8 @@ class Binding:
         self.tiling_src: Any = None
         #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
         self.queues: tuple[Any, int] | None = None
-        self.cc: dict[HcclCMDType, Mc2CcTiling] = {}
+        #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
+        self.cc: dict[int, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
         self.n_syncs = 0
         self.finalized = False
