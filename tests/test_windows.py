@@ -528,6 +528,26 @@ def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
     ), err
 
 
+def test_slots_taken_by_queue_barriers_are_named_in_the_refusal() -> None:
+    # platform_v220/hccl_aicpu.h, QueueBarrier: ++curMsgPosition_, a message slot like a Prepare
+    errors = []
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        for _ in range(63):
+            h.QueueBarrier[hp.ScopeType.ALL](0)
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](out, 1, 0)
+        errors.append(h.last_error)
+        h.Finalize()
+
+    assert run_kernel(kernel, n=1, platform="A3", queue_num=2, strict=False) == [[-1.0] + [0.0] * 7]
+    assert errors == [
+        "[rank 0, domain hccl_world_group, op BatchWrite] BatchWrite: the domain already used 63 "
+        "of its 64 message slots (0 Prepare, 63 InterHcclGroupSync or QueueBarrier); the last "
+        "one is Finalize's"
+    ]
+
+
 def test_queue_id_beyond_queue_num_zero_is_refused() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)

@@ -101,16 +101,23 @@ class HandleControl:
             )
             return
         if info.commits >= info.repeat:
+            info.extra_commits += 1
+            allowed = self.steps.commits_per_prepare(info)
+            steps = (
+                f" ({info.repeat * b.state.rank_dim} steps, {info.step_size} per Commit)"
+                if info.step_size
+                else ""
+            )
             breach(
                 "extra-commit",
-                f"extra Commit: all {info.repeat} rounds are already committed; the official "
-                "client ignores it (and logs an error)",
+                f"extra Commit: all {info.repeat} rounds{steps} are already committed; the "
+                "official client ignores it (and logs an error)",
                 None,
                 handle=int(handleId),
                 op=op_name(info.op),
                 round=info.commits,
-                expected=f"<= {info.repeat} commits",
-                actual=info.commits + 1,
+                expected=f"<= {allowed} commits",
+                actual=allowed + info.extra_commits,
             )
             return
         core = calling_core()

@@ -324,7 +324,11 @@ class Hccl:
         *,
         commit: bool = False,
     ) -> int:
-        """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""
+        """Prepare the writes of every peer's slice of ``usrIn`` into its CCU window; a handle or -1.
+
+        The peer's CCU window is the one its context lists as ``windowsOut[0]`` (its Out
+        window), at ``remoteWinOffset`` (docs/windows.md, "AlltoAllvWrite").
+        """
         return self._writes.prepare(
             usrIn, sendOffsets, sendSizes, remoteWinOffset, localDataSize, commit, self.Commit
         )
