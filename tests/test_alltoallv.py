@@ -268,7 +268,10 @@ def _bad_array_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, which: st
 BAD_ARRAYS = {
     "short": ("sdispls must hold at least 2 integers", "1 given"),
     "negative": ("rdispls", "non-negative"),
-    "recvType": ("recvType must equal sendType",),
+    # hccl_aicpu_impl.h, AlltoAllV: sendType == recvType (the message names both types)
+    "recvType": (
+        "recvType must equal sendType (expected HCCL_DATA_TYPE_FP32, got HCCL_DATA_TYPE_INT32)",
+    ),
 }
 
 

@@ -177,3 +177,48 @@ def test_template_argument_that_is_not_a_flag_is_a_usage_error() -> None:
         hp.SyncAll["yes"]
     with pytest.raises(hp.HcclUsageError, match="SyncAll: too many positional arguments"):
         hp.SyncAll(True, 1)
+
+
+class _SevenCc(hp.TilingData):
+    _fields_ = [("init", hp.Mc2InitTiling)] + [(f"cc{i}", hp.Mc2CcTiling) for i in range(7)]
+
+
+#: opTypes with no Python API (INVALID, BROADCAST, REDUCE, ALLTOALLVC, ALLGATHER_V, the gap 19)
+#: and HCCL_CMD_ALL, the first value the client refuses.
+_OP_TYPES = [0, 1, 3, 9, 16, 19, 21]
+
+
+@pytest.mark.parametrize("init", ["InitV2", "Init"])
+def test_set_cc_tiling_takes_any_op_type_below_all(init: str) -> None:
+    # platform_v220/hccl_aicpu.h, SetCcTiling/SetCcTilingV2: the one check is opType < HCCL_CMD_ALL
+    seen: list = []
+
+    def kernel(tilingGM):
+        h = Hccl()
+        if init == "InitV2":
+            h.InitV2(hp.GetHcclContext(0), tilingGM)
+        else:
+            h.Init(hp.GetHcclContext(0), tilingGM)
+        for i in range(len(_OP_TYPES)):
+            at = hp.offsetof(_SevenCc, f"cc{i}")
+            ret = h.SetCcTilingV2(at) if init == "InitV2" else h.SetCcTiling(tilingGM + at)
+            seen.append((ret, h.last_error))
+
+    def main():
+        t = _SevenCc()
+        cfg = hp.Mc2CcTilingConfig("hccl_world_group", hp.HcclCMDType.HCCL_CMD_ALLGATHER, "")
+        assert cfg.GetTiling(t.init) == 0
+        for i, op in enumerate(_OP_TYPES):
+            assert cfg.GetTiling(getattr(t, f"cc{i}")) == 0
+            getattr(t, f"cc{i}").opType = op  # the host refuses 0 and 19 cannot be set there
+        hp.launch(kernel, t)
+        return seen
+
+    got = hp.run(main, world_size=1, platform="A3", strict=False, timeout=RUN_TIMEOUT)[0]
+    assert got[:-1] == [(0, None)] * (len(_OP_TYPES) - 1)
+    assert got[-1][0] == -1
+    name = "SetCcTilingV2(3136)" if init == "InitV2" else "SetCcTiling"
+    assert got[-1][1] == (
+        f"[rank 0, domain hccl_world_group] {name}: opType 21 in the Mc2CcTiling is not below "
+        "HCCL_CMD_ALL (21) (expected < 21, got 21)"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
@@ -119,3 +120,35 @@ def test_iterate_on_a_handle_that_is_not_fine_grained(platform: str) -> None:
         assert reason.endswith("Iterate is not supported on Atlas A2")
     else:
         assert "handle 0 is not a fine-grained AlltoAllV (tiling stepSize > 0)" in reason
+
+
+@expects_warning("extra-commit")
+def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
+    # hccl_aicpu_impl.h, Commit: the limit is repeat * rankDim steps, stepSize per Commit
+    def kernel(x, y, tilingGM):
+        t = hp.GET_TILING_DATA_WITH_STRUCT(A2avTiling, tilingGM)
+        h = Hccl()
+        h.InitV2(hp.GetHcclContext(0), t)
+        h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+        dim = h.GetRankDim()
+        handle = h.AlltoAllV(
+            x, [1] * dim, list(range(dim)), FP32, y, [1] * dim, list(range(dim)), FP32
+        )
+        for _ in range(4):  # 2 Commits of 2 steps cover the 4 steps; the 3rd and 4th are extra
+            h.Commit(handle)
+        errors.append(h.last_error)
+        assert [h.Wait(handle), h.Wait(handle)] == [0, 0]
+        h.Finalize()
+
+    errors: list = []
+
+    def main():
+        hp.launch(kernel, torch.zeros(4), torch.zeros(4), tiling(2))
+
+    hp.run(main, world_size=4, platform="A3", strict=False)
+    assert sorted(errors) == [
+        f"[rank {rank}, domain hccl_world_group, handle 0, op AlltoAllV, round 1] extra Commit: "
+        "all 1 rounds (4 steps, 2 per Commit) are already committed; the official client "
+        "ignores it (and logs an error) (expected <= 2 commits, got 4) [extra-commit]"
+        for rank in range(4)
+    ]

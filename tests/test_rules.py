@@ -528,7 +528,7 @@ RULES: dict[str, Rule] = {
     "SetCcTilingV2/not-a-cc-tiling": Rule(
         _set_cc(lambda: cases.cc_offset("AllGather") + 256),
         HCCL_FAILED,
-        ("unknown or unsupported opType",),
+        ("opType 1818452840", "not below HCCL_CMD_ALL (21)"),
         (PROBE, 0, *AFTER[1:]),
     ),
     "SetCcTilingV2/not-initialised": Rule(

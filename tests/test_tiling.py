@@ -237,14 +237,32 @@ def test_get_tiling_cc_writes_every_field_and_clears_old_bytes():
 
 
 @EXPECTS_ALG_CONFIG
-def test_names_of_exactly_128_bytes_fill_the_array_without_nul():
-    name, alg = "g" * 128, "a" * 128
+def test_names_of_127_bytes_fill_the_array_up_to_its_nul():
+    name, alg = "g" * 127, "a" * 127
     tiling = build(Mc2CcTilingConfig(name, ALLGATHER, alg))
     raw = bytes(tiling.cc)
-    assert raw[16:144] == name.encode()
-    assert raw[144:272] == alg.encode()
+    assert raw[16:144] == name.encode() + b"\0"
+    assert raw[144:272] == alg.encode() + b"\0"
     assert cc_group_name(tiling.cc) == name
     assert cc_alg_config(tiling.cc) == alg
+
+
+@pytest.mark.parametrize("field", ["groupName", "algConfig"])
+def test_names_of_exactly_128_bytes_pass_the_setter_but_fail_cc_tiling(field):
+    # hccl_tiling.cpp, Mc2CcTilingConfig::GetTiling: length <= 128 passes, strcpy_s into char[128] fails
+    kwargs = {"groupName": GROUP, "opType": ALLGATHER, "algConfig": AG_ALG}
+    cfg = Mc2CcTilingConfig(**kwargs)
+    assert getattr(cfg, f"Set{field[0].upper()}{field[1:]}")("x" * 128) == TILING_SUCCESS
+    tiling = OneCcTiling()
+    assert cfg.GetTiling(tiling.mc2InitTiling) == TILING_SUCCESS
+    assert cfg.GetTiling(tiling.cc) == TILING_FAILED
+    assert cfg.last_error == (
+        f"GetTiling(Mc2CcTiling): {field} is 128 bytes long; it passes the length check "
+        "(<= 128), but the C++ GetTiling copies it with strcpy_s into a 128-byte array, which "
+        "fails without room for the terminating NUL: at most 127 bytes fit"
+    )
+    assert tiling.mc2InitTiling.mc2HcommCnt == 0
+    assert bytes(tiling.cc) == bytes(512)
 
 
 def test_get_tiling_cc_before_init_fails_and_writes_nothing():
@@ -384,11 +402,11 @@ SETTER_CASES = [
     ("SetOpType", [1, 2, 19, 20], [0, 21, -1, 2**32, "6", 2.0], _cc("opType")),
     (
         "SetGroupName",
-        ["", "g", "g" * 128, "é" * 64],
+        ["", "g", "g" * 127, "é" * 63 + "g"],  # 128 bytes pass the setter, not GetTiling
         ["g" * 129, "é" * 65, 5],
         lambda t: cc_group_name(t.cc),
     ),
-    ("SetAlgConfig", ["", AR_ALG, "a" * 128], ["a" * 129, None], lambda t: cc_alg_config(t.cc)),
+    ("SetAlgConfig", ["", AR_ALG, "a" * 127], ["a" * 129, None], lambda t: cc_alg_config(t.cc)),
     ("SetReduceType", [0, 1, 2, 3], [4, -1, 2**32, 1.0], _cc("reduceType")),
     ("SetStepSize", [0, 1, 255], [-1, 256], _cc("stepSize")),
     ("SetSkipLocalRankCopy", [0, 1], [2, -1, 255], _cc("skipLocalRankCopy")),

@@ -423,6 +423,33 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
     np.testing.assert_array_equal(np.array(got[0]), want)
 
 
+def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
+    # hccl_aicpu_impl.h, HcclImpl<AICPU>::Wait: queueNum_ != 0 -> HCCL_SUCCESS before the handle checks
+    errors = []
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        got = [h.Wait(-1), h.Wait(63), h.Wait(5)]  # out of range, never prepared
+        handle = h.AllReduce(out + 64, out + 96, 4, FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
+        got.append(h.Wait(handle))  # not committed yet
+        h.Commit(handle)
+        got += [h.Wait(handle), h.Wait(handle)]  # the second beyond the Commits
+        errors.append(h.last_error)
+        hp.gm_tensor(out, torch.float32, len(got))[:] = torch.tensor(got, dtype=torch.float32)
+        h.Finalize()
+
+    def main() -> list[float]:
+        out = torch.zeros(32)
+        out[16:20] = 1.0
+        hp.launch(kernel, out, tiling(queue_num=2))
+        return out[:6].tolist() + out[24:28].tolist()
+
+    got = hp.run(main, world_size=2, platform="A3")  # strict: valid, no error raised
+    assert got == [[0.0] * 6 + [2.0] * 4] * 2
+    assert errors == [None, None]
+    assert not any(got.warnings.values())
+
+
 @pytest.mark.parametrize(
     ("platform", "call", "message"),
     [
@@ -511,6 +538,26 @@ def test_flag_that_nobody_writes_on_gloo_times_out_naming_the_flag() -> None:
         "rank 0 (domain hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank wrote "
         "them [polled "
     ), err
+
+
+def test_slots_taken_by_queue_barriers_are_named_in_the_refusal() -> None:
+    # platform_v220/hccl_aicpu.h, QueueBarrier: ++curMsgPosition_, a message slot like a Prepare
+    errors = []
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        for _ in range(63):
+            h.QueueBarrier[hp.ScopeType.ALL](0)
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](out, 1, 0)
+        errors.append(h.last_error)
+        h.Finalize()
+
+    assert run_kernel(kernel, n=1, platform="A3", queue_num=2, strict=False) == [[-1.0] + [0.0] * 7]
+    assert errors == [
+        "[rank 0, domain hccl_world_group, op BatchWrite] BatchWrite: the domain already used 63 "
+        "of its 64 message slots (0 Prepare, 63 InterHcclGroupSync or QueueBarrier); the last "
+        "one is Finalize's"
+    ]
 
 
 def test_queue_id_beyond_queue_num_zero_is_refused() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType
+from ..core.constants import HcclServerConfig, HcclServerType
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
 from .handle import Handle
@@ -44,7 +44,8 @@ class Binding:
         self.tiling_src: Any = None
         #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
         self.queues: tuple[Any, int] | None = None
-        self.cc: dict[HcclCMDType, Mc2CcTiling] = {}
+        #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
+        self.cc: dict[int, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
         self.n_syncs = 0
         self.finalized = False
@@ -102,3 +103,16 @@ class Binding:
             num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
             self.queues = (self.tiling_src, num)
         return self.queues[1]
+
+    def waits_at_once(self) -> bool:
+        """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
+
+        hccl_aicpu_impl.h, ``Wait``: after the init check, ``queueNum_ != 0`` returns
+        HCCL_SUCCESS before any handle or commit check (platform_v220 reads queueNum).
+        """
+        return (
+            self.state is not None
+            and self.server_type == HcclServerType.HCCL_SERVER_TYPE_AICPU
+            and self.state.rank_ctx.config.platform.reads_queue_num
+            and self.queue_num() != 0
+        )

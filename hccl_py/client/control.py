@@ -101,16 +101,23 @@ class HandleControl:
             )
             return
         if info.commits >= info.repeat:
+            info.extra_commits += 1
+            allowed = self.steps.commits_per_prepare(info)
+            steps = (
+                f" ({info.repeat * b.state.rank_dim} steps, {info.step_size} per Commit)"
+                if info.step_size
+                else ""
+            )
             breach(
                 "extra-commit",
-                f"extra Commit: all {info.repeat} rounds are already committed; the official "
-                "client ignores it (and logs an error)",
+                f"extra Commit: all {info.repeat} rounds{steps} are already committed; the "
+                "official client ignores it (and logs an error)",
                 None,
                 handle=int(handleId),
                 op=op_name(info.op),
                 round=info.commits,
-                expected=f"<= {info.repeat} commits",
-                actual=info.commits + 1,
+                expected=f"<= {allowed} commits",
+                actual=allowed + info.extra_commits,
             )
             return
         core = calling_core()
@@ -152,7 +159,15 @@ class HandleControl:
 
     # -------------------------------------------------------------------- Wait
     def wait(self, handleId: Any) -> int:
-        """Wait: block until the next round of ``handleId`` finished; 0, or -1."""
+        """Wait: block until the next round of ``handleId`` finished; 0, or -1.
+
+        With several queues (queueNum != 0) the official client returns 0 at once,
+        before any handle or commit check (hccl_aicpu_impl.h, ``Wait``): it waits for
+        nothing, whatever the handle; QueueBarrier and Finalize order the tasks.
+        """
+        b = self._binding
+        if b.state is not None and b.waits_at_once():
+            return self._failures.ok(HCCL_SUCCESS)
         info, ret = self._usable_info("Wait", handleId)
         if info is None:
             return ret
@@ -161,10 +176,6 @@ class HandleControl:
     def wait_round(self, info: Handle, h: int) -> int:
         """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
         b = self._binding
-        if b.queue_num():
-            # With several queues the official client returns 0 at once.
-            info.waits += 1
-            return self._failures.ok(HCCL_SUCCESS)
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, op_name(info.op))

@@ -76,9 +76,13 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         send=p.send_buf, recv=p.recv_buf, dtype=dtype, repeat=int(p.repeat)
     )
-    if spec.pairwise_counts and as_enum(HcclDataType, p.recv_type) != dtype:
+    recv_type = as_enum(HcclDataType, p.recv_type) if spec.pairwise_counts else dtype
+    if recv_type != dtype:
         raise InvalidCall(
-            "bad-argument", "recvType must equal sendType", expected=dtype.name, actual=p.recv_type
+            "bad-argument",
+            "recvType must equal sendType",
+            expected=dtype.name,
+            actual=p.recv_type if recv_type is None else recv_type.name,
         )
     if spec.count_arg is not None:
         # count 0 is the kernel API's rule; framework collectives of empty tensors may move nothing
@@ -269,7 +273,8 @@ def slots_used(prepares: int, syncs: int) -> str:
     """Why no message slot is left: a domain's queue has 64, and Finalize needs the last one."""
     return (
         f"the domain already used {prepares + syncs} of its {HCCL_MAX_HANDLE_ID + 1} message "
-        f"slots ({prepares} Prepare, {syncs} InterHcclGroupSync); the last one is Finalize's"
+        f"slots ({prepares} Prepare, {syncs} InterHcclGroupSync or QueueBarrier); the last one "
+        "is Finalize's"
     )
 
 

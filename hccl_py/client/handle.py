@@ -18,6 +18,8 @@ class Handle:
     repeat: int
     kind: KernelCoreType
     commits: int = 0
+    #: Commits beyond the last round (ignored, as the official client does; reports count them).
+    extra_commits: int = 0
     waits: int = 0
     task: Task | None = None
     #: Fine-grained AlltoAllV (tiling stepSize > 0): steps per Commit/Wait, steps counted,

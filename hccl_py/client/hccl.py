@@ -122,6 +122,10 @@ class Hccl:
         """The handle with id ``handle``, or None (the debug log and the trace read it)."""
         return self._binding.handle(handle)
 
+    def _waits_at_once(self) -> bool:
+        """Whether Wait returns 0 at once (queueNum != 0): the trace draws no wait flow then."""
+        return self._binding.waits_at_once()
+
     def _signature_misfit(self, reason: str, **facts: Any) -> Any:
         """Arguments that do not fit a call's signature (:mod:`hccl_py.core.template`)."""
         return self._failures.breach("signature", reason, **facts)
@@ -320,7 +324,11 @@ class Hccl:
         *,
         commit: bool = False,
     ) -> int:
-        """Prepare the writes of every peer's slice of ``usrIn`` into its In window; a handle or -1."""
+        """Prepare the writes of every peer's slice of ``usrIn`` into its CCU window; a handle or -1.
+
+        The peer's CCU window is the one its context lists as ``windowsOut[0]`` (its Out
+        window), at ``remoteWinOffset`` (docs/windows.md, "AlltoAllvWrite").
+        """
         return self._writes.prepare(
             usrIn, sendOffsets, sendSizes, remoteWinOffset, localDataSize, commit, self.Commit
         )
@@ -344,7 +352,11 @@ class Hccl:
 
     @logged
     def Wait(self, handleId: int) -> int:
-        """Block until the next round of ``handleId`` finished; 0, or -1 without waiting."""
+        """Block until the next round of ``handleId`` finished; 0, or -1 without waiting.
+
+        With several queues (the tiling's queueNum != 0) it returns 0 at once, whatever
+        the handle, as the official AI CPU client does.
+        """
         return self._control.wait(handleId)
 
     @logged

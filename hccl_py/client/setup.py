@@ -20,6 +20,16 @@ def _is_null(tiling: Any) -> bool:
     return tiling is None or (isinstance(tiling, GmAddr) and tiling.is_null)
 
 
+def _op_name(op: int) -> str:
+    """The op's name: the op table's, the HcclCMDType member's, or the bare number."""
+    if op in OPS:
+        return OPS[op].name
+    try:
+        return HcclCMDType(op).name
+    except ValueError:
+        return f"opType {op}"
+
+
 class Setup:
     """The initialisation calls of one Hccl object: what they check and what they bind."""
 
@@ -118,15 +128,21 @@ class Setup:
         return self._register(cc, "SetCcTiling")
 
     def _register(self, cc: Mc2CcTiling, where: str) -> int:
+        """Store ``cc`` for its opType: any opType below HCCL_CMD_ALL, as the official client.
+
+        platform_v220/hccl_aicpu.h, ``SetCcTiling``/``SetCcTilingV2``: the only check on the
+        tiling is ``opType < HCCL_CMD_ALL`` (0 and ops without a kernel API pass too); a
+        Prepare of an op hccl_py has no call for cannot follow.
+        """
         b = self._binding
-        try:
-            op = HcclCMDType(cc.opType)
-        except ValueError:
-            op = None
-        if op not in OPS:
+        op = int(cc.opType)
+        if op >= HcclCMDType.HCCL_CMD_ALL:
             return self._failures.breach(
                 "cc-tiling",
-                f"{where}: unknown or unsupported opType {cc.opType} in the Mc2CcTiling",
+                f"{where}: opType {op} in the Mc2CcTiling is not below HCCL_CMD_ALL "
+                f"({int(HcclCMDType.HCCL_CMD_ALL)})",
+                expected=f"< {int(HcclCMDType.HCCL_CMD_ALL)}",
+                actual=op,
             )
         name = cc_group_name(cc)
         if name != b.state.group.name and b.framework is None:
@@ -135,7 +151,7 @@ class Setup:
                 f"{where}: the tiling's groupName {name!r} is not the domain of context "
                 f"{b.state.context.index} ({b.state.group.name!r}); the host built this "
                 "tiling for another communication domain",
-                op=OPS[op].name,
+                op=_op_name(op),
             )
         b.cc[op] = cc
         return self._failures.ok()

@@ -35,6 +35,9 @@ class Platform:
     batch_write_remote_only: bool = False
     #: Whether the multi-queue calls exist (QueueBarrier, GetQueueNum, queueID > 0).
     has_queues: bool = False
+    #: Whether the AI CPU client reads the tiling's queueNum (platform_v220: A2 and A3; the
+    #: 950 clients never set it, so a Wait there never returns 0 for it).
+    reads_queue_num: bool = True
     #: Whether Iterate (fine-grained AlltoAllV, tiling stepSize > 0) exists.
     has_iterate: bool = False
     #: Whether the tiling's algConfig has an effect (SetAlgConfig: a reserved field on A2 and 950).
@@ -86,6 +89,7 @@ PLATFORMS: dict[str, Platform] = {
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,
         has_windows=False,
+        reads_queue_num=False,
     ),
 }
 

@@ -73,7 +73,7 @@ RULES: dict[str, Rule] = {
     "server-type": _refused("an Hccl server type the platform does not have"),
     "repeated-init": _carries_on("a second Init of an initialised object", "repeated-init"),
     "init-style": _refused("SetCcTilingV2 after Init, or SetCcTiling after InitV2"),
-    "cc-tiling": _refused("SetCcTiling(V2) of bytes that are no Mc2CcTiling of a known op"),
+    "cc-tiling": _refused("SetCcTiling(V2) of no Mc2CcTiling (bad offset, opType >= ALL)"),
     "group-name": _carries_on("a tiling's groupName that is not the domain", "group-name"),
     "unsupported": _refused("a call, op or option the platform or server type lacks"),
     "no-tiling": _refused("a Prepare-like call of an op with no Mc2CcTiling set"),

@@ -230,13 +230,20 @@ class Mc2CcTilingConfig:
 
     @_host_call
     def SetGroupName(self, groupName: str) -> int:
-        """Set the communication domain name (at most 128 UTF-8 bytes)."""
+        """Set the communication domain name (at most 128 UTF-8 bytes; GetTiling copies 127).
+
+        As in C++, 128 bytes pass here, but GetTiling(Mc2CcTiling) then fails: its
+        strcpy_s into the 128-byte array needs room for the terminating NUL.
+        """
         what = "SetGroupName: groupName"
         return self._set_name("_groupName", what, groupName, GROUP_NAME_SIZE)
 
     @_host_call
     def SetAlgConfig(self, algConfig: str) -> int:
-        """Set the algorithm string, e.g. ``"AllGather=level0:doublering"`` (at most 128 bytes)."""
+        """Set the algorithm string, e.g. ``"AllGather=level0:doublering"`` (at most 128 bytes).
+
+        As for SetGroupName, GetTiling(Mc2CcTiling) fails for exactly 128 bytes (strcpy_s).
+        """
         what = "SetAlgConfig: algConfig"
         return self._set_name("_algConfig", what, algConfig, ALG_CONFIG_SIZE)
 
@@ -366,6 +373,19 @@ class Mc2CcTilingConfig:
         src = self._data_type(f"{what}: srcDataType", self._srcDataType)
         if src is None:
             return TILING_FAILED
+        # hccl_tiling.cpp, Mc2CcTilingConfig::GetTiling: after the checks, strcpy_s copies each
+        # name into its 128-byte array, which fails (returns 1) without room for the NUL.
+        for field, raw, size in (
+            ("groupName", group, GROUP_NAME_SIZE),
+            ("algConfig", alg, ALG_CONFIG_SIZE),
+        ):
+            if len(raw) >= size:
+                return self._fail(
+                    f"{what}: {field} is {len(raw)} bytes long; it passes the length check "
+                    f"(<= {size}), but the C++ GetTiling copies it with strcpy_s into a "
+                    f"{size}-byte array, which fails without room for the terminating NUL: "
+                    f"at most {size - 1} bytes fit"
+                )
         engine = self._int_in_range(f"{what}: commEngine", self._commEngine, 0, _UINT8_MAX)
         if engine is None:
             return TILING_FAILED

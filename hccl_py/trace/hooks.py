@@ -64,7 +64,7 @@ def traced_call(
         # (none for an extra Commit, several for a fine-grained step).
         for r in range(round_idx, info.commits):
             rec.flow(f"commit/{rec.rank}/{round_key(task, r)}", tid, start, start=True)
-    if name == "Wait" and task is not None and result == 0:
+    if name == "Wait" and task is not None and result == 0 and not client._waits_at_once():
         rec.wait_flow(round_key(task, round_idx), tid, end)
     if name == "_prepare" and isinstance(result, int) and result >= 0:
         info = client._handle(result)
