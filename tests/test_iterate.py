@@ -33,15 +33,20 @@ def tiling(step: int) -> A2avTiling:
     return t
 
 
+def client(tilingGM) -> Hccl:
+    """Inside a kernel: an Hccl object initialised with the A2av tiling's AlltoAllV cc tiling."""
+    h = Hccl()
+    h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(A2avTiling, tilingGM))
+    h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+    return h
+
+
 def iterate_run(step: int, repeat: int, per_call: int, sync: bool = True, n: int = 8):
     """Every rank's list of (Iterate result, slices) until it returns 0, and its recv buffer."""
     c = 2
 
     def kernel(x, y, tilingGM):
-        t = hp.GET_TILING_DATA_WITH_STRUCT(A2avTiling, tilingGM)
-        h = Hccl()
-        h.InitV2(hp.GetHcclContext(0), t)
-        h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+        h = client(tilingGM)
         dim = h.GetRankDim()
         counts = [c] * dim
         displs = [c * repeat * j for j in range(dim)]
@@ -126,10 +131,7 @@ def test_iterate_on_a_handle_that_is_not_fine_grained(platform: str) -> None:
 def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
     # hccl_aicpu_impl.h, Commit: the limit is repeat * rankDim steps, stepSize per Commit
     def kernel(x, y, tilingGM):
-        t = hp.GET_TILING_DATA_WITH_STRUCT(A2avTiling, tilingGM)
-        h = Hccl()
-        h.InitV2(hp.GetHcclContext(0), t)
-        h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+        h = client(tilingGM)
         dim = h.GetRankDim()
         handle = h.AlltoAllV(
             x, [1] * dim, list(range(dim)), FP32, y, [1] * dim, list(range(dim)), FP32
