@@ -49,6 +49,9 @@ class IntervalMap:
         if hi <= lo:
             return
         i, j = self._span(lo, hi)
+        if i == j or (j == i + 1 and self._pieces[i][0] == lo and self._pieces[i][1] == hi):
+            self._whole(i, j, lo, hi, fn)  # a gap, or exactly one piece: what the loop gives
+            return
         old = self._pieces[i:j]
         new: list[Piece] = []
         if old and old[0][0] < lo:
@@ -70,6 +73,15 @@ class IntervalMap:
             new.append((hi, old[-1][1], old[-1][2]))
         self._pieces[i:j] = new
         self._starts[i:j] = [p[0] for p in new]
+
+    def _whole(self, i: int, j: int, lo: int, hi: int, fn: Callable[[Any], Any]) -> None:
+        """``update`` where ``[lo, hi)`` is a gap (``i == j``) or exactly the piece ``i``."""
+        value = fn(None if i == j else self._pieces[i][2])
+        if value is None:
+            del self._pieces[i:j], self._starts[i:j]
+        else:
+            self._pieces[i:j] = [(lo, hi, value)]
+            self._starts[i:j] = [lo]
 
     def assign(self, lo: int, hi: int, value: Any) -> None:
         """Give every byte of ``[lo, hi)`` ``value`` (None clears the range)."""

@@ -401,6 +401,30 @@ def test_interval_map_against_a_byte_array() -> None:
         assert sum(b - a for a, b, _ in pieces) == int((ref[q_lo:q_hi] != 0).sum())
 
 
+def test_interval_map_updates_of_whole_pieces_and_gaps_against_bytes() -> None:
+    """Marks added to and taken from a few fixed ranges, as the buffer race check does: the
+    updates of exactly one piece or of a gap (a shortcut) give what byte-wise updates give."""
+    rng = np.random.default_rng(11)
+    size = 64
+    ranges = [(0, 16), (16, 32), (8, 24), (40, 64), (0, 64), (32, 40)]
+    imap, ref = IntervalMap(), [() for _ in range(size)]
+    for _ in range(600):
+        lo, hi = ranges[int(rng.integers(len(ranges)))]
+        mark = int(rng.integers(4))
+        if rng.random() < 0.5:
+            imap.update(lo, hi, lambda old, m=mark: (*(old or ()), m))
+            ref[lo:hi] = [(*old, mark) for old in ref[lo:hi]]
+        else:
+            imap.update(lo, hi, lambda old, m=mark: tuple(v for v in old or () if v != m) or None)
+            ref[lo:hi] = [tuple(v for v in old if v != mark) for old in ref[lo:hi]]
+        got = [() for _ in range(size)]
+        for a, b, value in imap.overlapping(0, size):
+            assert a < b and value
+            got[a:b] = [value] * (b - a)
+        assert got == ref
+        assert len(imap) == len({(a, b) for a, b, _ in imap.overlapping(0, size)})
+
+
 # ------------------------------------------------------- without touching the script
 RACY_SCRIPT = """
 import threading
