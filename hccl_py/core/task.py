@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -95,9 +96,9 @@ class Task:
         """The AscendC name of the op."""
         return op_name(self.op)
 
-    @property
+    @functools.cached_property
     def domain_name(self) -> str:
-        """Name of the task's communication domain."""
+        """Name of the task's communication domain (a task's domain never changes)."""
         name = getattr(self.domain, "name", None)
         return str(self.domain) if name is None else name
 
