@@ -19,6 +19,9 @@ import hccl_py as hp
 from hccl_py.bench import memory
 from hccl_py.launcher import torch_env
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 #: Launches of the memory soak (two 256 KiB buffers each) and the growth of the bytes that
 #: malloc holds for the program (every arena, mmapped blocks too; freed memory that glibc keeps
 #: is not counted, so the measure is exact to a few KiB) that they may cause: the world's whole
