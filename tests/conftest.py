@@ -6,12 +6,39 @@ in :data:`SEMANTIC_BACKENDS`. Hypothesis-driven tests run many small worlds and
 need a backend in :data:`FAST_BACKENDS`; a seeded batch variant covers the rest.
 The race and window tests (modules marked ``runner_kinds``) run once per kind of
 the emulator's runners (``emu_runners``): threads and greenlets.
+
+Under pytest-xdist (``--dist loadgroup``) a test file is one unit of work, as with
+``loadfile``, unless the module is marked ``spread``: then each of its tests is a unit of its
+own, so that one long file no longer runs on one worker while the others idle. The units
+start longest first (:data:`LONGEST_FIRST`).
 """
 
 from __future__ import annotations
 
 import pytest
 from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
+
+#: Test files whose units xdist hands out first, longest first (seconds measured alone on a
+#: 2-core machine): a long unit that started last would run alone at the end of the suite.
+#: Within a ``spread`` file its ``slow`` tests go first. Every other file follows in
+#: collection order.
+LONGEST_FIRST = (
+    "test_mutations.py",  # 117 s; its four explored mc2_allto_all mutants 15-25 s each
+    "test_npu_standin.py",  # 112 s, one unit: its jobs start together (module fixture)
+    "test_launchers.py",  # 187 s over 30 tests
+    "test_reliability.py",  # 109 s
+    "test_launch_memory.py",
+    "test_samples.py",  # 65 s, one unit: its jobs start together (module fixture)
+    "test_rules.py",
+    "test_trace.py",
+    "test_random_ops.py",
+    "test_shm_windows.py",
+    "test_cli.py",
+    "test_soak.py",
+    "test_window_races.py",
+    "test_gloo_backend.py",
+    "test_gloo_memory.py",
+)
 
 #: Backends every semantic test runs on.
 SEMANTIC_BACKENDS = ["emu", "gloo"]
@@ -41,6 +68,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     node = metafunc.definition
     if node.get_closest_marker("runner_kinds") and not node.get_closest_marker("one_runner_kind"):
         metafunc.parametrize("emu_runners", RUNNER_KINDS, indirect=True)
+
+
+def _start_order(item: pytest.Item) -> tuple[int, int]:
+    name = item.path.name
+    first = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    spread_slow = item.get_closest_marker("spread") and item.get_closest_marker("slow")
+    return first, 0 if spread_slow else 1
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long units first; every test of a module not marked ``spread`` in the file's xdist group."""
+    items.sort(key=_start_order)  # stable: a file's tests keep their order (slow ones aside)
+    for item in items:
+        if not item.get_closest_marker("spread"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,9 @@ import hccl_py as hp
 from hccl_py.__main__ import main
 from hccl_py.__main__ import main as cli
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(

@@ -11,6 +11,9 @@ from cases import RUN_TIMEOUT
 import hccl_py as hp
 from hccl_py import AIC, AIV
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 
 def _launch(kernel: Any, block_dim: int) -> list:
     """Per rank: ``kernel(log)`` on ``block_dim`` blocks of a mixed kernel; the log."""

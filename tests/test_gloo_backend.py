@@ -26,6 +26,9 @@ import torch
 import hccl_py as hp
 from hccl_py import Hccl
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 TIMEOUT = 20.0
 FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 

@@ -24,6 +24,9 @@ from hccl_py.bench import memory
 from hccl_py.core.constants import hccl_dtype_of
 from hccl_py.server.reduce import reduce_ranks
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 MIB = 1 << 20
 #: Bytes of the receive block of one rank (AllReduce, ReduceScatter, AllGather's send block).
 BLOCK = 8 * MIB

@@ -33,6 +33,9 @@ from hccl_py.launcher import store as kv
 from hccl_py.launcher.script import free_port
 from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 SAMPLE = ROOT / "samples" / "all_gather_custom.py"
 #: Where the msrun virtual environment lives (override: HCCL_PY_MSRUN_VENV; or HCCL_PY_MSRUN=<msrun>).
 MSRUN_VENV = Path(

@@ -37,6 +37,9 @@ from mutants import (
     uncatchable_lines,
 )
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
 #: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
 #: for BatchWrite, or sent as a BatchWrite item.

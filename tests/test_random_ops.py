@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 
 import hccl_py as hp
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 #: Examples per op (keep all hypothesis tests together well under 30 s).
 EXAMPLES = 80
 BATCH = 20

@@ -31,6 +31,9 @@ import hccl_py as hp
 from hccl_py import Hccl
 from hccl_py.launcher import wire
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 F32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 SUM = hp.HcclReduceOp.HCCL_REDUCE_SUM
 TIMEOUT = 20.0

@@ -25,6 +25,9 @@ from expect import expects_warning
 import hccl_py as hp
 from hccl_py import HCCL_FAILED, HCCL_SUCCESS, Hccl, HcclDataType, HcclReduceOp
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 DT = HcclDataType
 FP32 = DT.HCCL_DATA_TYPE_FP32
 SUM = HcclReduceOp.HCCL_REDUCE_SUM

@@ -41,7 +41,11 @@ NBYTES = 1 << 20
 #: Seconds a launched job may take to print its readiness line, and its ranks to exit.
 READY_S, EXIT_S = 150.0, 30.0
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux files")
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux files"),
+    pytest.mark.spread,
+]
 
 
 @pytest.fixture

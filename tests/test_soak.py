@@ -18,7 +18,8 @@ from launch_helpers import SLOW
 
 import hccl_py as hp
 
-pytestmark = SLOW
+#: Each test is a unit of its own under xdist (conftest.py).
+pytestmark = [SLOW, pytest.mark.spread]
 
 #: Random cases per emulator run, and runs (200 cases in all); gloo gets 50 in two runs.
 EMU_BATCH, EMU_RUNS = 20, 10

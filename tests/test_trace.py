@@ -16,6 +16,9 @@ import torch
 import hccl_py as hp
 from hccl_py.trace import recorder
 
+#: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
+pytestmark = pytest.mark.spread
+
 ROOT = Path(__file__).resolve().parent.parent
 F16 = hp.HCCL_DATA_TYPE_FP16
 ELEMS, TILE = 300, 128

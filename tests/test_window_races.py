@@ -36,7 +36,8 @@ from test_windows import (
 import hccl_py as hp
 
 #: Every test here runs on thread and on greenlet runners (tests/conftest.py).
-pytestmark = pytest.mark.runner_kinds
+#: Each test is a unit of its own under xdist (conftest.py).
+pytestmark = [pytest.mark.runner_kinds, pytest.mark.spread]
 
 M = 32  # floats of data: 128 bytes, more than a flag
 HERE = Path(__file__)
