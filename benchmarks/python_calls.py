@@ -30,9 +30,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hccl_py.backends.emu.runners import RUNNERS_ENV
 
 import hccl_py as hp
-from hccl_py.backends.emu.runners import RUNNERS_ENV
 from hccl_py.bench.calls import Step
 from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.reference import REDUCE_OPS, TYPES
