@@ -9,7 +9,7 @@ from ..core.constants import HcclCMDType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
 from ..kernel.cores import HcclContext
-from ..ops import OPS
+from ..ops import op_name
 from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, cc_group_name, read_cc_tiling, tiling_bytes
 from .binding import Binding
 from .failures import Failures
@@ -18,16 +18,6 @@ from .state import ClientState
 
 def _is_null(tiling: Any) -> bool:
     return tiling is None or (isinstance(tiling, GmAddr) and tiling.is_null)
-
-
-def _op_name(op: int) -> str:
-    """The op's name: the op table's, the HcclCMDType member's, or the bare number."""
-    if op in OPS:
-        return OPS[op].name
-    try:
-        return HcclCMDType(op).name
-    except ValueError:
-        return f"opType {op}"
 
 
 class Setup:
@@ -151,7 +141,7 @@ class Setup:
                 f"{where}: the tiling's groupName {name!r} is not the domain of context "
                 f"{b.state.context.index} ({b.state.group.name!r}); the host built this "
                 "tiling for another communication domain",
-                op=_op_name(op),
+                op=op_name(op),
             )
         b.cc[op] = cc
         return self._failures.ok()

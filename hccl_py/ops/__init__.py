@@ -57,14 +57,20 @@ def spec_of(op: object) -> OpSpec | None:
 
 
 def op_name(op: object) -> str:
-    """The AscendC method name of an op type (``AllGather`` for HCCL_CMD_ALLGATHER)."""
+    """The AscendC method name of an op type (``AllGather`` for HCCL_CMD_ALLGATHER).
+
+    An op type with no call here (``HCCL_CMD_BROADCAST``, which SetCcTiling accepts)
+    is named by its ``HcclCMDType`` member, any other value by its number.
+    """
     spec = spec_of(op)
     if spec is not None:
         return spec.name
     try:
-        return f"op{int(op)}"
+        value = int(op)
     except (ValueError, TypeError):
         return f"op{op!r}"
+    member = HcclCMDType._value2member_map_.get(value)
+    return member.name if member is not None else f"op{value}"
 
 
 __all__ = ["BY_NAME", "EXECUTABLE", "OPS", "OpSpec", "op_name", "spec_of", "stride"]
