@@ -28,9 +28,11 @@ view of pending receive bytes hides the reads made through it: a warning
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,7 +41,7 @@ from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
 
-from .intervals import IntervalMap, Runs
+from .intervals import Runs
 from .races import user_frame
 from .slot import Slot
 
@@ -54,21 +56,39 @@ class Round:
     task: Task
     index: int
     where: str
-    #: (storage address, runs) that the round marked, to clear them again.
-    marks: list[tuple[int, Runs]] = field(default_factory=list)
+    #: The storage addresses that the round marked, to clear them again.
+    marks: list[int] = field(default_factory=list)
 
     def describe(self) -> str:
         """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
         return f"round {self.index} of handle {self.task.handle} ({self.task.describe()})"
 
 
-@dataclass(frozen=True, eq=False)
-class Mark:
-    """Bytes of one side of a pending round, in one allocation."""
+class Mark(NamedTuple):
+    """Bytes of one side of a pending round, in one allocation: sorted, disjoint runs
+    ``[starts[i], ends[i])`` from the allocation's first byte, at ``base`` in its storage."""
 
     round: Round
     side: str
     alloc: Allocation
+    base: int
+    starts: list[int]
+    ends: list[int]
+
+    def overlap(self, runs: Runs) -> tuple[int, int] | None:
+        """``(lo, hi)``: from the first to the last marked byte that ``runs`` (sorted, disjoint
+        storage addresses) touch, as storage addresses; None if they touch none."""
+        starts, ends, base = self.starts, self.ends, self.base
+        first = last = None
+        for lo, hi in runs:
+            lo, hi = lo - base, hi - base
+            i = bisect.bisect_right(ends, lo)
+            if i == len(starts) or starts[i] >= hi:
+                continue
+            if first is None:
+                first = max(starts[i], lo)
+            last = min(ends[bisect.bisect_left(starts, hi) - 1], hi)
+        return None if first is None else (first + base, last + base)
 
 
 def merged_runs(starts: np.ndarray, sizes: np.ndarray) -> Runs:
@@ -108,20 +128,22 @@ def unchanged_block(task: Task, round_idx: int) -> int | None:
     return ri if same else None
 
 
-def round_runs(task: Task, side: str, round_idx: int) -> Runs:
-    """The bytes of its allocation that round ``round_idx`` reads (send) or changes (recv).
+def round_runs(task: Task, side: str, round_idx: int) -> tuple[list[int], list[int]]:
+    """The bytes of its allocation that round ``round_idx`` reads (send) or changes (recv):
+    the starts and the ends of sorted, disjoint runs.
 
     Memoised on the round's blocks, which tasks of the same shape share.
     """
     blocks = layout.round_blocks(task, side, round_idx)
     skip = unchanged_block(task, round_idx) if side == "recv" else None
 
-    def runs(b: layout.Blocks) -> Runs:
+    def runs(b: layout.Blocks) -> tuple[list[int], list[int]]:
         sizes = b.sizes
         if skip is not None:
             sizes = sizes.copy()
             sizes[skip] = 0
-        return merged_runs(b.starts, sizes)
+        merged = merged_runs(b.starts, sizes)
+        return [lo for lo, _ in merged], [hi for _, hi in merged]
 
     return blocks.memo(f"buffer-runs-{skip}", runs)
 
@@ -173,8 +195,9 @@ class BufferRaces:
 
     def __init__(self, world_size: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
         self.lock = threading.Lock()
-        #: Per global rank: storage address -> byte runs -> the marks of its pending rounds.
-        self.pending: list[dict[int, IntervalMap]] = [{} for _ in range(world_size)]
+        #: Per global rank: storage address -> the marks of its pending rounds there, in the
+        #: order they were made (tested with ``in`` before every watched torch operation).
+        self.pending: list[dict[int, list[Mark]]] = [{} for _ in range(world_size)]
         self.live: list[list[Round]] = [[] for _ in range(world_size)]
         #: Per global rank: committed rounds whose task waits behind a round it did not commit.
         self.gated: list[list[Round]] = [[] for _ in range(world_size)]
@@ -203,9 +226,14 @@ class BufferRaces:
         finish before ``task`` runs: an earlier task of its domain, a task it depends on through
         InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
         that Commit, so no access made before it races with ``task``."""
+        slots = self.slots(task.domain_name)
+        if next(iter(slots), task.seq) >= task.seq:  # no earlier task of the domain is left
+            own = slots.get(task.seq)
+            if own is None or not any(t.deps for t in own.tasks.values()):
+                return False
         # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
         todo = [(task.domain_name, task.seq - 1)]
-        todo += [(d.domain_name, d.seq) for d in _deps(self.slots(task.domain_name), task.seq)]
+        todo += [(d.domain_name, d.seq) for d in _deps(slots, task.seq)]
         top: dict[str, int] = {}
         while todo:
             domain, seq = todo.pop()
@@ -225,19 +253,20 @@ class BufferRaces:
     def _mark(self, rank: int, rnd: Round) -> None:
         """Under the lock: the bytes of ``rnd`` become pending accesses of the server."""
         task, round_idx = rnd.task, rnd.index
+        pending = self.pending[rank]
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
             memory = alloc.memory
             if memory is None or not memory[0]:
                 continue
-            base = memory[1]
-            runs = [(lo + base, hi + base) for lo, hi in round_runs(task, side, round_idx)]
-            if not runs:
+            starts, ends = round_runs(task, side, round_idx)
+            if not starts:
                 continue
-            mark = Mark(rnd, side, alloc)
-            spans = self.pending[rank].setdefault(memory[0], IntervalMap())
-            for lo, hi in runs:
-                spans.update(lo, hi, lambda old, m=mark: (*(old or ()), m))
-            rnd.marks.append((memory[0], runs))
+            storage = memory[0]
+            marks = pending.get(storage)
+            if marks is None:
+                marks = pending[storage] = []
+            marks.append(Mark(rnd, side, alloc, memory[1], starts, ends))
+            rnd.marks.append(storage)
         self.live[rank].append(rnd)
 
     def ordered(self, rank: int, task: Task, last: int) -> None:
@@ -247,22 +276,19 @@ class BufferRaces:
             if not live and not self.gated[rank]:
                 return
             done = _Ordered(task, last, self.slots)
-            self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
-            finished = [rnd for rnd in live if done.covers(rnd)]
+            if self.gated[rank]:
+                self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
+            finished = {rnd for rnd in live if done.covers(rnd)}
             if not finished:
                 return
-            gone = set(map(id, finished))
-            self.live[rank] = [rnd for rnd in live if id(rnd) not in gone]
+            self.live[rank] = [rnd for rnd in live if rnd not in finished]
             pending = self.pending[rank]
-            for rnd in finished:
-                for storage, runs in rnd.marks:
-                    spans = pending.get(storage)
-                    if spans is None:  # its other side, on the same bytes, emptied it
-                        continue
-                    for lo, hi in runs:
-                        spans.update(lo, hi, lambda old, r=rnd: _without(old, r))
-                    if not len(spans):
-                        del pending[storage]
+            for storage in {s for rnd in finished for s in rnd.marks}:
+                left = [m for m in pending[storage] if m.round not in finished]
+                if left:
+                    pending[storage] = left
+                else:
+                    del pending[storage]
 
     def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
         """Global rank ``rank`` reads or writes ``runs`` of ``storage``; raise if a round races."""
@@ -296,27 +322,15 @@ class BufferRaces:
         )
 
     def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
-        """The first pending mark that a read (or write) of ``runs`` races with, and the bytes."""
-        spans = self.pending[rank].get(storage)
-        if spans is None:
-            return None
+        """The pending mark that a read (or write) of ``runs`` races with first in address order
+        (the earliest made among those that start together), and the bytes it shares."""
         found: Finding | None = None
-        for lo, hi in runs:
-            for a, b, marks in spans.overlapping(lo, hi):
-                for mark in marks:
-                    if not (written or mark.side == "recv"):
-                        continue
-                    if found is None:
-                        found = Finding(mark, a, b, written)
-                    elif found.mark is mark:
-                        found.hi = b
+        for mark in self.pending[rank].get(storage, ()):
+            if written or mark.side == "recv":
+                span = mark.overlap(runs)
+                if span is not None and (found is None or span[0] < found.lo):
+                    found = Finding(mark, span[0], span[1], written)
         return found
-
-
-def _without(marks: tuple[Mark, ...] | None, rnd: Round) -> tuple[Mark, ...] | None:
-    """``marks`` less those of ``rnd`` (None when none is left)."""
-    left = tuple(m for m in marks or () if m.round is not rnd)
-    return left or None
 
 
 class _Ordered:
