@@ -36,7 +36,12 @@ class TemplateFunction:
     def __get__(self, obj: Any, owner: type | None = None) -> TemplateFunction:
         if obj is None:
             return self
-        return TemplateFunction(self._func, self._keyword, obj, self._convert)
+        # bound like a method, at each access: a copy of the wrapper's attributes (what
+        # update_wrapper copied once), not a second update_wrapper (some 30 calls)
+        bound = object.__new__(TemplateFunction)
+        bound.__dict__.update(self.__dict__)
+        bound._bound = obj
+        return bound
 
     def _target(self) -> Callable[..., Any]:
         return self._func if self._bound is None else functools.partial(self._func, self._bound)
