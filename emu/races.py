@@ -57,19 +57,20 @@ SHOWN = 4
 _SKIP = (*(os.path.dirname(path) + os.sep for path in (torch.__file__, __file__)), PACKAGE_DIR)
 
 
-#: Code objects of torch and hccl_py met by :func:`user_frame` (only theirs: a bounded set).
-_SKIPPED_CODE: set = set()
+#: Files of torch and hccl_py met by :func:`user_frame` (a string's hash is kept in it, so a
+#: frame costs one lookup; a code object's hash is computed over its constants each time).
+_SKIPPED_FILES: set[str] = set()
 
 
 def user_frame() -> str:
     """``file.py:line (function)`` of the innermost caller outside torch and hccl_py."""
     frame = sys._getframe(1)
     while frame is not None:
-        code = frame.f_code
-        if code not in _SKIPPED_CODE:
-            if not code.co_filename.startswith(_SKIP):
+        filename = frame.f_code.co_filename
+        if filename not in _SKIPPED_FILES:
+            if not filename.startswith(_SKIP):
                 break
-            _SKIPPED_CODE.add(code)
+            _SKIPPED_FILES.add(filename)
         frame = frame.f_back
     if frame is None:
         return "an unknown place"
