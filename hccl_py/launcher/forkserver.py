@@ -8,9 +8,12 @@ from a process that has imported numpy, torch and hccl_py once skips those impor
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import util as mp_util
 from typing import Any
 
@@ -80,3 +83,25 @@ def mp_context(main: bool = True, also: Sequence[str] = ()) -> Any:
         worth = [m for m in WORTH_PRELOADING if m in sys.modules]
         ctx.set_forkserver_preload([*base, *worth, *loaded, *also, *extra])
     return ctx
+
+
+def fork_server_pid() -> int | None:
+    """The pid of this process's fork server, None while it has none running."""
+    return mp_forkserver._forkserver._forkserver_pid
+
+
+def stop_fork_server() -> None:
+    """End this process's fork server now; the next start starts a new one.
+
+    Left to itself it ends when this process does, running the clean-up of an
+    interpreter with torch loaded first (about a CPU-second); killed, it has
+    nothing to clean up. multiprocessing's own stop then reaps it and removes
+    its socket.
+    """
+    pid = fork_server_pid()
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        mp_forkserver._forkserver._stop()
