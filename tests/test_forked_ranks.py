@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from launch_helpers import ROOT, launch
+from launch_helpers import ROOT, launch, launch_env
 
 from hccl_py.launcher import forked, forkserver
 from hccl_py.launcher.supervise import Child, stop
@@ -346,3 +347,75 @@ def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path) -> None:
     while _alive(server) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(server), "the fork server outlived the runner"
+
+
+@pytest.mark.parametrize(
+    "asked, long_tmpdir, expected",
+    [
+        (None, False, "forkserver"),
+        ("spawn", False, None),
+        (None, True, None),
+        ("forkserver", True, "set TMPDIR to a shorter folder"),
+    ],
+)
+def test_how_the_runner_starts_its_ranks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked, long_tmpdir, expected
+) -> None:
+    """The fork server by default; fresh interpreters when asked or where its socket cannot be."""
+    from multiprocessing import util as mp_util
+
+    from hccl_py.launcher import script as runner
+
+    monkeypatch.setattr(runner, "mp_context", lambda main, also: "forkserver")
+    if long_tmpdir:
+        monkeypatch.setattr(mp_util, "get_temp_dir", lambda: "/" + "d" * 100 + "/pymp-abcdefgh")
+    if asked is None:
+        monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(forkserver.START_METHOD_ENV, asked)
+    script = tmp_path / "job.py"
+    script.write_text("print(1)\n")
+    opts = runner.RunnerOptions(str(script), (), 2, "gloo")
+    if expected and " " in expected:
+        with pytest.raises(runner.LaunchError, match=expected):
+            runner._fork_server(opts)
+    else:
+        assert runner._fork_server(opts) == expected
+
+
+def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) -> None:
+    """``kill -TERM -PGID`` (a shell's ``kill %1``, GNU timeout): the fork server is not in it.
+
+    The runner stops the ranks and reads how they ended; a fork server killed with
+    the runner would have left them running and read them as "exited with code 255".
+    """
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(600)\n")
+    (tmp_path / "tmp").mkdir()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(tmp_path / "tmp")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's job
+    )
+    try:
+        lines: list[str] = []
+        pids: dict[int, int] = {}
+        while len(pids) < 2 and (line := runner.stdout.readline()):
+            lines.append(line)
+            if found := re.match(r"\[rank (\d)\] pid (\d+)$", line.strip()):
+                pids[int(found[1])] = int(found[2])
+        assert len(pids) == 2, "".join(lines)
+        os.killpg(runner.pid, signal.SIGTERM)
+        out = "".join(lines) + runner.communicate(timeout=HANG_BOUND_S)[0]
+    finally:
+        runner.kill()
+        runner.wait()
+    assert runner.returncode == 128 + signal.SIGTERM, out
+    assert f"rank 0 (pid {pids[0]}) was killed by SIGTERM" in out, out
+    assert f"rank 1 (pid {pids[1]}) was killed by SIGTERM" in out, out
+    assert not [p for p in pids.values() if _alive(p)], "a rank outlived its runner"
+    assert not list((tmp_path / "tmp").iterdir())

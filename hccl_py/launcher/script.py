@@ -25,6 +25,8 @@ from .supervise import Child, has_key, stop, supervise
 
 #: Seconds node 0's runner keeps the store up for the ranks of the other hosts, after its own.
 OTHER_HOSTS_S = 300.0
+#: What the runner's fork server imports last: it leaves the runner's process group.
+SERVER_SESSION = "hccl_py.launcher.server_session"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -95,7 +97,8 @@ def _fork_server(opts: RunnerOptions) -> Any | None:
     """multiprocessing's context whose fork server starts the ranks, or None: fresh interpreters.
 
     The fork server (:func:`.forkserver.start_method`) runs a readable Python
-    source file (:func:`.forked.runs_forked`); it preloads ``opts.preload`` too.
+    source file (:func:`.forked.runs_forked`); it preloads ``opts.preload`` too, and
+    last :mod:`.server_session`, which takes it out of this process's group.
     """
     try:
         method = start_method()
@@ -103,7 +106,7 @@ def _fork_server(opts: RunnerOptions) -> Any | None:
         raise LaunchError(str(exc)) from None
     if method != "forkserver" or not forked.runs_forked(opts.script):
         return None
-    return mp_context(main=False, also=opts.preload)
+    return mp_context(main=False, also=[*opts.preload, SERVER_SESSION])
 
 
 def _start_rank(
