@@ -147,6 +147,11 @@ CASES = {
         sys.excepthook = lambda kind, *rest: print("hook saw", kind.__name__)
         raise RuntimeError("x")
     """,
+    "excepthook outside any except": """
+        import sys
+        sys.excepthook = lambda *args: print("being handled:", sys.exc_info()[0])
+        raise ValueError("x")
+    """,
     "broken excepthook": """
         import sys
         def hook(*args):

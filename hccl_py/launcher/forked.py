@@ -230,9 +230,11 @@ def run_main(path: str) -> int | None:
     except SystemExit as exc:
         return _exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - printed as Python prints an uncaught one
-        _print_uncaught(exc, code)
-        return None if isinstance(exc, KeyboardInterrupt) else 1
-    return 0
+        uncaught = exc
+    else:
+        return 0
+    _print_uncaught(uncaught, code)  # outside the except: no exception is being handled
+    return None if isinstance(uncaught, KeyboardInterrupt) else 1
 
 
 def exit_as_python(code: int | None) -> NoReturn:
@@ -279,8 +281,6 @@ def _print_uncaught(exc: BaseException, code: types.CodeType | None) -> None:
     try:
         sys.excepthook(type(exc), exc, tb)
     except BaseException as failure:  # noqa: BLE001 - Python reports both, as here
-        if failure.__context__ is exc:  # not in Python, which calls the hook outside any except
-            failure.__context__ = None
         failure.__traceback__ = failure.__traceback__.tb_next  # from the hook's frame on
         print("Error in sys.excepthook:", file=sys.stderr)
         sys.__excepthook__(type(failure), failure, failure.__traceback__)
