@@ -254,6 +254,18 @@ def test_only_python_source_is_forked(tmp_path: Path) -> None:
     assert not forked.runs_forked(str(tmp_path / "x.pyc"))
 
 
+def test_a_python_without_the_state_a_rank_resets_starts_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from multiprocessing import resource_tracker
+
+    source = tmp_path / "plain.py"
+    source.write_text("print('hi')\n")
+    assert forked.runs_forked(str(source))
+    monkeypatch.delattr(resource_tracker._resource_tracker, "_fd")
+    assert not forked.runs_forked(str(source))
+
+
 def test_sys_path_starts_with_the_scripts_real_folder(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()

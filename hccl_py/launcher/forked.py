@@ -65,12 +65,13 @@ class ScriptRun:
 def runs_forked(script: str) -> bool:
     """Whether a forked rank runs ``script`` as Python would: readable Python source.
 
-    A zip archive, a compiled ``.pyc``, a file this process cannot read, and
+    A Python whose multiprocessing lacks what a forked rank resets, a zip
+    archive, a compiled ``.pyc``, a file this process cannot read, and
     source that does not decode in its declared encoding or has a NUL byte
     (which Python reports otherwise for a file than ``compile`` does) get a
     fresh interpreter, which runs (or refuses) them as Python does.
     """
-    if script.endswith(".pyc"):
+    if script.endswith(".pyc") or not _internals_present():
         return False
     try:
         with open(script, "rb") as f:
@@ -82,6 +83,23 @@ def runs_forked(script: str) -> bool:
         b"\0" not in source
         and source[:2] != importlib.util.MAGIC_NUMBER[:2]
         and not zipfile.is_zipfile(io.BytesIO(source))
+    )
+
+
+def _internals_present() -> bool:
+    """Whether multiprocessing has the private state :func:`_forget_the_fork_server` resets.
+
+    It is CPython's own (checked on 3.11); where a version lacks a piece, ranks
+    start as fresh interpreters instead.
+    """
+    from multiprocessing import context, forkserver, resource_tracker
+
+    return (
+        hasattr(forkserver._forkserver, "_forkserver_alive_fd")
+        and hasattr(resource_tracker._resource_tracker, "_fd")
+        and hasattr(process, "_current_process")
+        and hasattr(process, "_parent_process")
+        and hasattr(context._default_context, "_actual_context")
     )
 
 
