@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     from .launcher.script import RunnerOptions, run_script
     from .launcher.spec import LaunchError
 
+    backend_module = BACKENDS.get(backend, "").partition(":")[0]
+
     try:
         return run_script(
             RunnerOptions(
@@ -236,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                 master_port=opts.master_port,
                 platform=opts.platform,
                 listen_addr=opts.listen_addr,
+                preload=(backend_module,) if backend_module else (),
             )
         )
     except LaunchError as exc:

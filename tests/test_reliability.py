@@ -680,21 +680,21 @@ def test_a_long_tmpdir_does_not_break_hp_run(monkeypatch: pytest.MonkeyPatch, as
     """A socket path past 107 characters: spawn by default, a clear error if forkserver is asked."""
     from multiprocessing import util as mp_util
 
-    from hccl_py.launcher import spawn
+    from hccl_py.launcher import forkserver
 
     folder = "/" + "d" * 60 + "/pymp-abcdefgh"  # 75 characters: the socket path needs 93
     monkeypatch.setattr(mp_util, "get_temp_dir", lambda: folder)
     if asked is None:
-        monkeypatch.delenv(spawn.START_METHOD_ENV, raising=False)
+        monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
     else:
-        monkeypatch.setenv(spawn.START_METHOD_ENV, asked)
-    assert spawn.forkserver_fits()
+        monkeypatch.setenv(forkserver.START_METHOD_ENV, asked)
+    assert forkserver.forkserver_fits()
     expected = asked or ("forkserver" if sys.platform.startswith("linux") else "spawn")
-    assert spawn.start_method() == expected
+    assert forkserver.start_method() == expected
     monkeypatch.setattr(mp_util, "get_temp_dir", lambda: folder.replace("d" * 60, "d" * 80))
-    assert not spawn.forkserver_fits()
+    assert not forkserver.forkserver_fits()
     if asked == "forkserver":
         with pytest.raises(hp.HcclUsageError, match="set TMPDIR to a shorter folder"):
-            spawn.start_method()
+            forkserver.start_method()
     else:
-        assert spawn.start_method() == "spawn"
+        assert forkserver.start_method() == "spawn"

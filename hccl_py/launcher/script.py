@@ -11,18 +11,22 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import util as mp_util
 from typing import IO, Any
 
 from ..core import errors
-from . import exchange, sealed
+from . import exchange, forked, sealed
 from . import store as kv
-from .liveness import PARENT_ENV, exit_text
+from .forkserver import fork_server_pid, mp_context, start_method, stop_fork_server
+from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, exit_text
 from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
 
 #: Seconds node 0's runner keeps the store up for the ranks of the other hosts, after its own.
 OTHER_HOSTS_S = 300.0
+#: What the runner's fork server imports last: it leaves the runner's process group.
+SERVER_SESSION = "hccl_py.launcher.server_session"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -71,6 +75,8 @@ class RunnerOptions:
     platform: str | None = None
     #: Where node 0's store listens (None: ``HCCL_PY_LISTEN_ADDR``, else ``master_addr``).
     listen_addr: str | None = None
+    #: Modules the fork server imports besides what this process loaded (the backend's).
+    preload: tuple[str, ...] = ()
 
 
 def _open_store(opts: RunnerOptions, world: int) -> tuple[Any, Any, int]:
@@ -87,6 +93,41 @@ def _open_store(opts: RunnerOptions, world: int) -> tuple[Any, Any, int]:
     return None, store, port
 
 
+def _fork_server(opts: RunnerOptions) -> Any | None:
+    """multiprocessing's context whose fork server starts the ranks, or None: fresh interpreters.
+
+    The fork server (:func:`.forkserver.start_method`) runs a readable Python
+    source file (:func:`.forked.runs_forked`); it preloads ``opts.preload`` too, and
+    last :mod:`.server_session`, which takes it out of this process's group.
+    """
+    try:
+        method = start_method()
+    except errors.HcclUsageError as exc:
+        raise LaunchError(str(exc)) from None
+    if method != "forkserver" or not forked.runs_forked(opts.script):
+        return None
+    return mp_context(main=False, also=[*opts.preload, SERVER_SESSION])
+
+
+def _start_rank(
+    ctx: Any, opts: RunnerOptions, env: dict[str, str], rank: int
+) -> tuple[Child, IO[bytes], IO[bytes]]:
+    """Start one rank, from the fork server of ``ctx`` or (None) as a fresh interpreter."""
+    if ctx is not None:
+        proc, out, err = forked.start(
+            ctx, opts.script, opts.script_args, env, f"hccl_py-rank{rank}"
+        )
+        return Child(rank, proc, session=True), out, err
+    proc = subprocess.Popen(
+        [sys.executable, opts.script, *opts.script_args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    return Child(rank, proc), proc.stdout, proc.stderr
+
+
 def run_script(opts: RunnerOptions) -> int:
     """Start ``opts.nproc`` processes of the script on this host; return the job's exit code.
 
@@ -94,6 +135,8 @@ def run_script(opts: RunnerOptions) -> int:
     ``master_addr:master_port``); every rank's output is forwarded line by line
     with a ``[rank k]`` prefix. When a rank fails the others get :data:`GRACE_S`
     seconds to stop, then they are killed; SIGTERM or Ctrl-C stops them at once.
+    The ranks come from a fork server preloaded with torch and hccl_py
+    (:mod:`.forked`), or are fresh interpreters (``HCCL_PY_START_METHOD=spawn``).
     """
     if opts.nnodes > 1 and opts.master_port is None:
         raise LaunchError("--master-port is required with --nnodes > 1")
@@ -105,6 +148,8 @@ def run_script(opts: RunnerOptions) -> int:
             "each rank that what it reads from the store comes from this run"
         )
     sealed.ensure_secret()
+    ctx = _fork_server(opts)
+    own_server = ctx is not None and fork_server_pid() is None  # else hp.run's, in this process
     world = opts.nnodes * opts.nproc
     host, store, port = _open_store(opts, world)
     lock = threading.Lock()
@@ -123,6 +168,8 @@ def run_script(opts: RunnerOptions) -> int:
             "HCCL_PY_WORLD_SIZE": str(world),
             "PYTHONUNBUFFERED": "1",
             TOKEN_ENV: new_token(),
+            # what a killed runner leaves: the fork server's socket folder (see forkserver_fits)
+            ORPHAN_DIRS_ENV: mp_util.get_temp_dir(),
         }
     )
     if opts.platform:
@@ -136,17 +183,10 @@ def run_script(opts: RunnerOptions) -> int:
             env = dict(
                 base_env, RANK=str(rank), LOCAL_RANK=str(local), GROUP_RANK=str(opts.node_rank)
             )
-            proc = subprocess.Popen(
-                [sys.executable, opts.script, *opts.script_args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-            child = Child(rank, proc)
+            child, out_pipe, err_pipe = _start_rank(ctx, opts, env, rank)
             child.output_done = threading.Event()
             children.append(child)
-            streams = ((proc.stdout, sys.stdout, None), (proc.stderr, sys.stderr, child))
+            streams = ((out_pipe, sys.stdout, None), (err_pipe, sys.stderr, child))
             for stream, out, tail in streams:
                 reader = threading.Thread(
                     target=_forward,
@@ -165,7 +205,12 @@ def run_script(opts: RunnerOptions) -> int:
         )
         say(f"stopped: {ended or 'no rank had started'}")
         return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
+    except BaseException:  # a rank that failed to start: the ones started go too
+        stop(children)
+        raise
     finally:
+        if own_server:  # the run's fork server ends with it
+            stop_fork_server()
         remove_job_files(base_env[TOKEN_ENV])
         if main:
             signal.signal(signal.SIGTERM, previous)

@@ -22,11 +22,17 @@ OUTPUT_WAIT_S = 5.0
 
 
 class Child:
-    """One supervised rank process: a ``subprocess.Popen`` or a ``multiprocessing.Process``."""
+    """One supervised rank process: a ``subprocess.Popen`` or a ``multiprocessing.Process``.
 
-    def __init__(self, rank: int, proc: Any) -> None:
+    ``session``: the process leads a session of its own (``start_new_session``, or
+    ``os.setsid`` in a rank forked by the runner), so that stopping it stops its whole
+    process group; by default a Popen does and a multiprocessing Process does not.
+    """
+
+    def __init__(self, rank: int, proc: Any, session: bool | None = None) -> None:
         self.rank = rank
         self.proc = proc
+        self.session = isinstance(proc, subprocess.Popen) if session is None else session
         #: Why the supervisor stopped it (and where it was), if it did.
         self.stopped: str | None = None
         #: Its last non-blank line of error output, and set once that output ended (when the
@@ -50,10 +56,13 @@ class Child:
         if self.poll() is not None:
             return
         try:
-            if isinstance(self.proc, subprocess.Popen):
-                os.killpg(self.proc.pid, sig)
-            else:
-                os.kill(self.proc.pid, sig)
+            if self.session:
+                try:
+                    os.killpg(self.proc.pid, sig)
+                    return
+                except ProcessLookupError:  # a forked rank that has not called os.setsid yet
+                    pass
+            os.kill(self.proc.pid, sig)
         except ProcessLookupError:
             pass
 

@@ -1,0 +1,438 @@
+"""The runner's ranks forked from the fork server behave as ``python script.py args`` did.
+
+Two kinds of check. In-process: :func:`hccl_py.launcher.forked.start` runs small
+scripts from this process's fork server, and everything each prints (its
+facts, its exit, its traceback) must equal what a fresh ``python script.py``
+prints and returns. End to end: ``python -m hccl_py run`` with the fork server
+(the default) and with ``HCCL_PY_START_METHOD=spawn`` (fresh interpreters) runs
+one probe script, whose facts must agree except for what a fork preloads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zipfile
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from launch_helpers import ROOT, launch, launch_env
+
+from hccl_py.launcher import forked, forkserver
+from hccl_py.launcher.supervise import Child, stop
+
+pytestmark = [
+    pytest.mark.spread,
+    pytest.mark.skipif(sys.platform != "linux", reason="the fork server and /proc are Linux's"),
+]
+
+#: Bounds a wait that only ends in a hang when the code is wrong; it never measures speed.
+HANG_BOUND_S = 120.0
+
+#: Prints, as JSON, what a script can see of how it was started.
+FACTS = """
+import json, os, sys
+fds = os.listdir("/proc/self/fd")  # the listing's own descriptor is the last one
+start_globals = sorted(globals())
+import multiprocessing as mp
+facts = {
+    "name": __name__,
+    "file": __file__,
+    "doc": __doc__,
+    "globals": start_globals,
+    "loader": type(__loader__).__name__,
+    "spec": repr(__spec__),
+    "argv": sys.argv,
+    "orig_argv": sys.orig_argv[1:],
+    "cmdline": open("/proc/self/cmdline", "rb").read().rstrip(b"\\0").decode().split("\\0"),
+    "path0": sys.path[0],
+    "cwd": os.getcwd(),
+    "fds": sorted(map(int, fds))[:-1],
+    "stdin": os.fstat(0).st_ino if 0 in map(int, fds) else None,
+    "streams": [
+        [s.name, s.mode, s.encoding, s.errors, s.line_buffering, s.write_through]
+        for s in (sys.stdout, sys.stderr)
+    ],
+    "dunder_streams": [sys.stdout is sys.__stdout__, sys.stderr is sys.__stderr__],
+    "main_module": sys.modules["__main__"].__dict__ is globals(),
+    "leads_session": os.getsid(0) == os.getpid() == os.getpgid(0),
+    "process": repr(mp.current_process()),
+    "parent_process": repr(mp.parent_process()),
+    "start_method": mp.get_start_method(allow_none=True),
+}
+mp.set_start_method("spawn")  # refused if multiprocessing kept the fork server's
+"""
+
+
+def _read_all(stream: IO[bytes]) -> str:
+    """Everything ``stream`` gives until EOF; fails where EOF never comes (a write end leaked)."""
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(stream.read()), daemon=True)
+    reader.start()
+    reader.join(HANG_BOUND_S)
+    assert box, "the rank's pipe never reached EOF: a write end of it stayed open"
+    stream.close()
+    return box[0].decode()
+
+
+@pytest.fixture(scope="module")
+def ctx() -> Any:
+    if forkserver.start_method() != "forkserver":
+        pytest.skip("HCCL_PY_START_METHOD or TMPDIR rule out the fork server here")
+    return forkserver.mp_context(main=False)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _forked(ctx: Any, script: Path, *args: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of ``script`` run by a rank forked from ``ctx``."""
+    proc, out, err = forked.start(ctx, str(script), args, _env(), "test-rank")
+    texts = _read_all(out), _read_all(err)
+    proc.join(HANG_BOUND_S)
+    return proc.exitcode, *texts
+
+
+def _fresh(script: Path, *args: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of ``python script args`` (in a session of its own)."""
+    out = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+        start_new_session=True,
+    )
+    return out.returncode, out.stdout, out.stderr
+
+
+CASES = {
+    "facts": FACTS + "print(json.dumps(facts))",
+    "exit code": "print('leaving', end='')\nimport sys\nsys.exit(3)",
+    "exit message": "import sys\nsys.exit('a message')",
+    "exit code past 255": "raise SystemExit(256 + 7)",
+    "traceback": """
+        def fail():
+            raise ValueError("boom")
+        try:
+            {}["key"]
+        except KeyError:
+            fail()
+    """,
+    "syntax error": "x = (1,\n",
+    "keyboard interrupt": """
+        import atexit
+        atexit.register(print, "atexit ran")
+        raise KeyboardInterrupt
+    """,
+    "killed": "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)",
+    "threads and atexit": """
+        import atexit, ctypes, sys, threading, time
+        def late():
+            time.sleep(0.2)
+            print("thread done")
+        threading.Thread(target=late).start()
+        atexit.register(print, "atexit ran")
+        ctypes.CDLL(None).printf(b"C stdio, no newline ")
+        sys.excepthook = lambda kind, *rest: print("hook saw", kind.__name__)
+        raise RuntimeError("x")
+    """,
+    "excepthook outside any except": """
+        import sys
+        sys.excepthook = lambda *args: print("being handled:", sys.exc_info()[0])
+        raise ValueError("x")
+    """,
+    "broken excepthook": """
+        import sys
+        def hook(*args):
+            raise TypeError("the hook broke")
+        sys.excepthook = hook
+        raise ValueError("the original")
+    """,
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_forked_rank_is_python_script_py(ctx: Any, tmp_path: Path, case: str) -> None:
+    """Output and exit code equal a fresh interpreter's: facts, exits, tracebacks, signals."""
+    script = tmp_path / "sub" / "script.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(CASES[case]))
+    forked_run = _forked(ctx, script, "an arg", "-x")
+    assert forked_run == _fresh(script, "an arg", "-x")
+    if case == "facts":
+        facts = json.loads(forked_run[1])
+        assert facts["name"] == "__main__" and facts["file"] == str(script)
+        assert facts["argv"] == [str(script), "an arg", "-x"]
+        assert facts["path0"] == str(script.parent.resolve())
+        assert facts["leads_session"] and facts["fds"] == [0, 1, 2]
+    if case == "traceback":
+        assert forked_run[0] == 1 and forked_run[2].count("Traceback") == 2  # the chain, once
+        assert "hccl_py" not in forked_run[2] and "Process " not in forked_run[2]
+
+
+def test_argv_and_file_keep_the_script_path_as_given(ctx: Any, tmp_path: Path) -> None:
+    """A relative path: argv[0] as given, __file__ joined to the folder (not normalized)."""
+    script = tmp_path / "given.py"
+    script.write_text("import sys\nprint(sys.argv[0], __file__)")
+    given = os.path.relpath(script)
+    if given.startswith(os.sep):  # no relative path from here: nothing to check
+        pytest.skip("the temporary folder has no relative path from the current folder")
+    _, out, _ = _forked(ctx, Path(given))
+    assert out.split() == [given, os.getcwd() + os.sep + given]
+    assert _fresh(Path(given))[1] == out
+
+
+def test_a_rank_and_what_it_started_are_stopped_together(ctx: Any, tmp_path: Path) -> None:
+    """The rank leads its own process group: stopping it stops the processes it started."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    proc, out, err = forked.start(ctx, str(script), (), _env(), "test-rank")
+    grandchild = int(out.readline())
+    try:
+        stop([Child(0, proc, session=True)])
+        assert proc.exitcode == -signal.SIGTERM
+        deadline = time.monotonic() + HANG_BOUND_S
+        while _alive(grandchild) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(grandchild), "the process the rank started outlived it"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(grandchild, signal.SIGKILL)
+        proc.kill()
+        _read_all(out), _read_all(err)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_only_python_source_is_forked(tmp_path: Path) -> None:
+    """A zip archive, a .pyc, an unreadable file or source Python reads in its own way (bytes
+    that do not decode, a NUL) gets a fresh interpreter instead."""
+    source = tmp_path / "plain.py"
+    source.write_text("print(1)\n")
+    archive = tmp_path / "app.pyz"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("__main__.py", "print(1)\n")
+    compiled = tmp_path / "compiled"
+    compiled.write_bytes(__import__("importlib.util").util.MAGIC_NUMBER + b"\0" * 12)
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"# -*- coding: latin-1 -*-\nprint('\xe9')\n")
+    undecodable = tmp_path / "undecodable.py"
+    undecodable.write_bytes(b"print('\xff')\n")  # Python names it in its own words
+    nul = tmp_path / "nul.py"
+    nul.write_bytes(b"print(1)\0\n")
+    assert forked.runs_forked(str(source)) and forked.runs_forked(str(latin))
+    assert not forked.runs_forked(str(undecodable)) and not forked.runs_forked(str(nul))
+    assert not forked.runs_forked(str(archive))
+    assert not forked.runs_forked(str(compiled))
+    assert not forked.runs_forked(str(tmp_path / "missing.py"))
+    assert not forked.runs_forked(str(tmp_path / "x.pyc"))
+
+
+def test_a_python_without_the_state_a_rank_resets_starts_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from multiprocessing import resource_tracker
+
+    source = tmp_path / "plain.py"
+    source.write_text("print('hi')\n")
+    assert forked.runs_forked(str(source))
+    monkeypatch.delattr(resource_tracker._resource_tracker, "_fd")
+    assert not forked.runs_forked(str(source))
+
+
+def test_sys_path_starts_with_the_scripts_real_folder(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "s.py").write_text("")
+    (tmp_path / "link.py").symlink_to(real / "s.py")
+    path = forked.script_sys_path(str(tmp_path / "link.py"), {})
+    assert path[0] == str(real.resolve()) and list(path[1:]) == sys.path[1:]
+    assert (
+        list(forked.script_sys_path(str(real / "s.py"), {"PYTHONSAFEPATH": "1"})) == (sys.path[1:])
+    )
+
+
+# ------------------------------------------------------------------ through the runner
+PROBE = (
+    FACTS
+    + """
+facts["preloaded"] = "torch" in sys.modules
+facts["env"] = dict(os.environ)
+facts["sys_path"] = sys.path
+facts["pid"], facts["ppid"] = os.getpid(), os.getppid()
+import numpy.random
+facts["random"] = numpy.random.random()
+rank = os.environ["RANK"]
+with open(os.path.join(sys.argv[1], rank + ".json"), "w") as f:
+    json.dump(facts, f)
+print("stdout of rank", rank)
+print("stderr of rank", rank, file=sys.stderr)
+if rank == "1":  # rank 0 leaves first, so that this rank's exit alone fails the job
+    import time
+    while not os.path.exists(os.path.join(sys.argv[1], "0.json")):
+        time.sleep(0.02)
+    with open(os.path.join(sys.argv[1], "0.json")) as f:
+        first = json.load(f)["pid"]
+    while os.path.exists(f"/proc/{first}"):
+        time.sleep(0.02)
+    sys.exit(3)
+"""
+)
+#: Facts that differ between ranks, or between a forked and a fresh rank by design.
+PER_PROCESS = ("pid", "ppid", "random", "preloaded", "env")
+#: The runner's variables that each run picks anew (a port, a token, a folder ...).
+PER_RUN_ENV = (
+    "MASTER_PORT",
+    "HCCL_PY_SHM_TOKEN",
+    "HCCL_PY_PARENT_PID",
+    "HCCL_PY_SECRET",
+    "HCCL_PY_ORPHAN_DIRS",
+    "HCCL_PY_START_METHOD",
+)
+
+
+def _run_probe(folder: Path, method: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run the probe on 2 ranks from ``folder``; the runner's result and each rank's facts."""
+    temp = folder / "tmp"
+    temp.mkdir()
+    out = launch(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
+        + [os.path.relpath(folder / "probe.py", ROOT), str(folder)],
+        TMPDIR=str(temp),
+        HCCL_PY_START_METHOD=method,
+        HCCL_PY_PRELOAD="numpy.random",  # seeded once in the fork server: each rank reseeds it
+    )
+    ranks = []
+    for rank in range(2):
+        ranks.append(json.loads((folder / f"{rank}.json").read_text()))
+        (folder / f"{rank}.json").unlink()
+    left = sorted(p.name for p in temp.iterdir())
+    assert not left, f"the run left {left} in its TMPDIR"
+    temp.rmdir()
+    return out, ranks
+
+
+def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path) -> None:
+    """The same probe with the fork server and with fresh interpreters: every fact agrees."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    runs = {method: _run_probe(tmp_path, method) for method in ("forkserver", "spawn")}
+    for method, (out, ranks) in runs.items():
+        assert out.returncode == 3, out.stderr
+        assert "[rank 0] stdout of rank 0" in out.stdout.splitlines()
+        assert "[rank 1] stderr of rank 1" in out.stderr.splitlines()
+        assert "hccl_py: exit codes: rank 1 exited with code 3" in out.stderr, out.stderr
+        assert [r["preloaded"] for r in ranks] == [method == "forkserver"] * 2
+        assert ranks[0]["random"] != ranks[1]["random"], method
+        for rank, facts in enumerate(ranks):
+            assert facts["env"]["RANK"] == str(rank) and facts["name"] == "__main__"
+            assert facts["leads_session"] and facts["fds"] == [0, 1, 2]
+    for fork, fresh in zip(runs["forkserver"][1], runs["spawn"][1], strict=True):
+        differ = {
+            k: (fork[k], fresh[k]) for k in fork if k not in PER_PROCESS and fork[k] != fresh[k]
+        }
+        assert not differ, differ
+        envs = [{k: v for k, v in f["env"].items() if k not in PER_RUN_ENV} for f in (fork, fresh)]
+        assert envs[0] == envs[1]
+    server = runs["forkserver"][1][0]["ppid"]  # the fork server: it ends with the runner
+    deadline = time.monotonic() + HANG_BOUND_S
+    while _alive(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(server), "the fork server outlived the runner"
+
+
+@pytest.mark.parametrize(
+    "asked, long_tmpdir, expected",
+    [
+        (None, False, "forkserver"),
+        ("spawn", False, None),
+        (None, True, None),
+        ("forkserver", True, "set TMPDIR to a shorter folder"),
+    ],
+)
+def test_how_the_runner_starts_its_ranks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked, long_tmpdir, expected
+) -> None:
+    """The fork server by default; fresh interpreters when asked or where its socket cannot be."""
+    from multiprocessing import util as mp_util
+
+    from hccl_py.launcher import script as runner
+
+    monkeypatch.setattr(runner, "mp_context", lambda main, also: "forkserver")
+    if long_tmpdir:
+        monkeypatch.setattr(mp_util, "get_temp_dir", lambda: "/" + "d" * 100 + "/pymp-abcdefgh")
+    if asked is None:
+        monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
+    else:
+        monkeypatch.setenv(forkserver.START_METHOD_ENV, asked)
+    script = tmp_path / "job.py"
+    script.write_text("print(1)\n")
+    opts = runner.RunnerOptions(str(script), (), 2, "gloo")
+    if expected and " " in expected:
+        with pytest.raises(runner.LaunchError, match=expected):
+            runner._fork_server(opts)
+    else:
+        assert runner._fork_server(opts) == expected
+
+
+def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) -> None:
+    """``kill -TERM -PGID`` (a shell's ``kill %1``, GNU timeout): the fork server is not in it.
+
+    The runner stops the ranks and reads how they ended; a fork server killed with
+    the runner would have left them running and read them as "exited with code 255".
+    """
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(600)\n")
+    (tmp_path / "tmp").mkdir()
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(tmp_path / "tmp")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's job
+    )
+    try:
+        lines: list[str] = []
+        pids: dict[int, int] = {}
+        while len(pids) < 2 and (line := runner.stdout.readline()):
+            lines.append(line)
+            if found := re.match(r"\[rank (\d)\] pid (\d+)$", line.strip()):
+                pids[int(found[1])] = int(found[2])
+        assert len(pids) == 2, "".join(lines)
+        os.killpg(runner.pid, signal.SIGTERM)
+        out = "".join(lines) + runner.communicate(timeout=HANG_BOUND_S)[0]
+    finally:
+        runner.kill()
+        runner.wait()
+    assert runner.returncode == 128 + signal.SIGTERM, out
+    assert f"rank 0 (pid {pids[0]}) was killed by SIGTERM" in out, out
+    assert f"rank 1 (pid {pids[1]}) was killed by SIGTERM" in out, out
+    assert not [p for p in pids.values() if _alive(p)], "a rank outlived its runner"
+    assert not list((tmp_path / "tmp").iterdir())
