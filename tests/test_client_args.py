@@ -222,3 +222,15 @@ def test_set_cc_tiling_takes_any_op_type_below_all(init: str) -> None:
         f"[rank 0, domain hccl_world_group] {name}: opType 21 in the Mc2CcTiling is not below "
         "HCCL_CMD_ALL (21) (expected < 21, got 21)"
     )
+
+
+def test_a_bound_template_method_keeps_what_functools_wraps_gives_the_unbound_one() -> None:
+    """``hccl.AllGather`` is bound at each access without ``functools.update_wrapper``."""
+    hccl = object.__new__(Hccl)
+    for name in ("AllGather", "AlltoAllV", "Finalize"):
+        unbound, bound = getattr(Hccl, name), getattr(hccl, name)
+        assert bound is not unbound and bound._bound is hccl and unbound._bound is None
+        assert vars(bound).keys() == vars(unbound).keys()
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
+            assert getattr(bound, attr) == getattr(unbound, attr), (name, attr)
+        assert bound.__wrapped__.__name__ == name
