@@ -165,8 +165,7 @@ class HandleControl:
         before any handle or commit check (hccl_aicpu_impl.h, ``Wait``): it waits for
         nothing, whatever the handle; QueueBarrier and Finalize order the tasks.
         """
-        b = self._binding
-        if b.state is not None and b.waits_at_once():
+        if self._binding.waits_at_once():
             return self._failures.ok(HCCL_SUCCESS)
         info, ret = self._usable_info("Wait", handleId)
         if info is None:

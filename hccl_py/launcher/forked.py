@@ -87,15 +87,19 @@ def runs_forked(script: str) -> bool:
 
 
 def _internals_present() -> bool:
-    """Whether multiprocessing has the private state :func:`_forget_the_fork_server` resets.
+    """Whether multiprocessing has the private state :func:`_forget_the_fork_server` resets
+    and the runner reads (:func:`.forkserver.fork_server_pid`, :func:`.forkserver.stop_fork_server`).
 
     It is CPython's own (checked on 3.11); where a version lacks a piece, ranks
     start as fresh interpreters instead.
     """
     from multiprocessing import context, forkserver, resource_tracker
 
+    server = forkserver._forkserver
     return (
-        hasattr(forkserver._forkserver, "_forkserver_alive_fd")
+        hasattr(server, "_forkserver_alive_fd")
+        and hasattr(server, "_forkserver_pid")
+        and hasattr(server, "_stop")
         and hasattr(resource_tracker._resource_tracker, "_fd")
         and hasattr(process, "_current_process")
         and hasattr(process, "_parent_process")
