@@ -169,8 +169,14 @@ def _run_in_process(opts: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code."""
+def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
+    """Entry point; returns the process exit code.
+
+    With ``fast_exit`` (the command line) a runner that started its ranks on
+    another backend then ends this process as Python would (threads joined,
+    ``atexit`` run, output flushed) without tearing down the interpreter, which
+    with torch loaded costs about a CPU-second; it ran none of the user's code.
+    """
     opts = build_parser().parse_args(argv)
     if opts.command == "bench":
         from .bench.cli import main as bench_main
@@ -220,13 +226,14 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[EXPLORE_ENV] = str(opts.explore)
     if backend == "emu":
         return _run_in_process(opts)
+    from .launcher.forked import exit_as_python
     from .launcher.script import RunnerOptions, run_script
     from .launcher.spec import LaunchError
 
     backend_module = BACKENDS.get(backend, "").partition(":")[0]
 
     try:
-        return run_script(
+        code = run_script(
             RunnerOptions(
                 script=opts.script,
                 script_args=tuple(opts.args),
@@ -244,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     except LaunchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if fast_exit:
+        exit_as_python(code)
+    return code
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(fast_exit=True))

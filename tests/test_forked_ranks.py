@@ -286,6 +286,8 @@ facts["preloaded"] = "torch" in sys.modules
 facts["env"] = dict(os.environ)
 facts["sys_path"] = sys.path
 facts["pid"], facts["ppid"] = os.getpid(), os.getppid()
+with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+    facts["parent"] = f.read().decode().split(chr(0))
 import numpy.random
 facts["random"] = numpy.random.random()
 rank = os.environ["RANK"]
@@ -305,7 +307,7 @@ if rank == "1":  # rank 0 leaves first, so that this rank's exit alone fails the
 """
 )
 #: Facts that differ between ranks, or between a forked and a fresh rank by design.
-PER_PROCESS = ("pid", "ppid", "random", "preloaded", "env")
+PER_PROCESS = ("pid", "ppid", "parent", "random", "preloaded", "env")
 #: The runner's variables that each run picks anew (a port, a token, a folder ...).
 PER_RUN_ENV = (
     "MASTER_PORT",
@@ -359,6 +361,10 @@ def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path) -> None:
         assert not differ, differ
         envs = [{k: v for k, v in f["env"].items() if k not in PER_RUN_ENV} for f in (fork, fresh)]
         assert envs[0] == envs[1]
+    # the runner's fork server is a fork of the runner, which has imported torch already,
+    # not a fresh interpreter that imports it again
+    parents = [r["parent"] for r in runs["forkserver"][1]]
+    assert parents[0] == parents[1] and parents[0][1:4] == ["-m", "hccl_py", "run"], parents
     server = runs["forkserver"][1][0]["ppid"]  # the fork server: it ends with the runner
     deadline = time.monotonic() + HANG_BOUND_S
     while _alive(server) and time.monotonic() < deadline:
@@ -398,6 +404,33 @@ def test_how_the_runner_starts_its_ranks(
             runner._fork_server(opts)
     else:
         assert runner._fork_server(opts) == expected
+
+
+def test_the_fork_server_is_a_fork_only_where_that_is_safe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another thread in the process, or a multiprocessing whose server loop is not the one
+    the fork runs: the exec'd fork server is left to start (nothing is forked here)."""
+    before = forkserver.fork_server_pid()
+    alone = threading.active_count() == 1  # an xdist worker may run a thread of its own
+    assert forkserver.can_fork_as_server() == alone
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert not forkserver.can_fork_as_server()
+        assert not forkserver.fork_as_server()
+    finally:
+        release.set()
+        other.join()
+    assert forkserver.can_fork_as_server() == alone
+
+    def newer_main(listener_fd, alive_r, preload, main_path=None, sys_path=None, *, authkey_r=None):
+        raise AssertionError("never called")
+
+    monkeypatch.setattr(forkserver.mp_forkserver, "main", newer_main)
+    assert not forkserver.can_fork_as_server() and not forkserver.fork_as_server()
+    assert forkserver.fork_server_pid() == before
 
 
 def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) -> None:

@@ -9,11 +9,17 @@ from a process that has imported numpy, torch and hccl_py once skips those impor
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import signal
+import socket
 import sys
+import threading
+import warnings
 from collections.abc import Sequence
+from multiprocessing import connection as mp_connection
 from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import resource_tracker
 from multiprocessing import util as mp_util
 from typing import Any
 
@@ -105,3 +111,89 @@ def stop_fork_server() -> None:
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
         mp_forkserver._forkserver._stop()
+
+
+#: The parameters of multiprocessing's fork server ``main`` that :func:`fork_as_server` calls
+#: (CPython 3.11 and 3.12; later versions add an authentication key, and get the exec'd server).
+SERVER_MAIN_PARAMETERS = ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
+
+
+def can_fork_as_server() -> bool:
+    """Whether :func:`fork_as_server` may make this process's fork server a fork of it.
+
+    Only while no other Python thread runs here (a fork copies the calling
+    thread alone, with whatever locks the others held) and where
+    multiprocessing's fork server is the one it was written against.
+    """
+    server = mp_forkserver._forkserver
+    return (
+        threading.active_count() == 1
+        and tuple(inspect.signature(mp_forkserver.main).parameters) == SERVER_MAIN_PARAMETERS
+        and all(
+            hasattr(server, name) for name in ("_lock", "_preload_modules", "_forkserver_address")
+        )
+        and hasattr(resource_tracker._resource_tracker, "_fd")
+    )
+
+
+def fork_as_server() -> bool:
+    """Start this process's fork server (:func:`mp_context`'s) as a fork of this process.
+
+    multiprocessing starts it as a fresh interpreter, which imports torch again
+    (about 2.5 CPU-seconds); the runner has imported it already, so its fork
+    serves the ranks as well, at the cost of a fork. The fork runs
+    multiprocessing's own server loop: it imports the preload modules this
+    process lacks, then serves and reaps the ranks, and the runner talks to it
+    (and stops it) exactly as to the exec'd one. Returns False, starting
+    nothing, when a server runs already or :func:`can_fork_as_server` says no.
+    """
+    server = mp_forkserver._forkserver
+    if not can_fork_as_server():
+        return False
+    with server._lock:
+        if server._forkserver_pid is not None:
+            return False
+        resource_tracker.ensure_running()
+        for stream in (sys.stdout, sys.stderr):  # else the fork would write it out again
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with socket.socket(socket.AF_UNIX) as listener:
+            address = mp_connection.arbitrary_address("AF_UNIX")
+            listener.bind(address)
+            os.chmod(address, 0o600)
+            listener.listen()
+            alive_r, alive_w = os.pipe()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of a fork with native threads: torch keeps one, idle,
+                # exactly as in the exec'd server that forks every rank after importing torch
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                _serve(listener.fileno(), alive_r, list(server._preload_modules))
+            os.close(alive_r)
+        server._forkserver_address = address
+        server._forkserver_alive_fd = alive_w
+        server._forkserver_pid = pid
+    return True
+
+
+def _serve(listener_fd: int, alive_r: int, preload: list[str]) -> None:
+    """In the fork: keep only stdio and the server's two fds, then run multiprocessing's server."""
+    code = 1
+    try:
+        keep = {0, 1, 2, listener_fd, alive_r}
+        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+            if fd not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        resource_tracker._resource_tracker._fd = None  # the runner's, closed above
+        mp_forkserver.main(listener_fd, alive_r, [m for m in preload if m != "__main__"])
+        code = 0
+    except SystemExit as exc:  # the server's loop ends so when the runner closes its pipe
+        code = 0 if exc.code is None else 1
+    except BaseException:  # noqa: BLE001 - reported as the exec'd server would
+        sys.excepthook(*sys.exc_info())
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(code)

@@ -17,7 +17,13 @@ from typing import IO, Any
 from ..core import errors
 from . import exchange, forked, sealed
 from . import store as kv
-from .forkserver import fork_server_pid, mp_context, start_method, stop_fork_server
+from .forkserver import (
+    fork_as_server,
+    fork_server_pid,
+    mp_context,
+    start_method,
+    stop_fork_server,
+)
 from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, exit_text
 from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import STORE_HOSTED_ENV, LaunchError
@@ -150,6 +156,8 @@ def run_script(opts: RunnerOptions) -> int:
     sealed.ensure_secret()
     ctx = _fork_server(opts)
     own_server = ctx is not None and fork_server_pid() is None  # else hp.run's, in this process
+    if own_server:  # this process has imported torch: its fork serves the ranks
+        fork_as_server()
     world = opts.nnodes * opts.nproc
     host, store, port = _open_store(opts, world)
     lock = threading.Lock()
