@@ -3,8 +3,8 @@
 The core semantic tests (worked examples, random ops, call rules) run on gloo
 through the ``backend`` fixture. This file covers what is specific to
 processes: world sizes 1-4 on the world group, the native reduction path, the
-order of ranks inside process groups, mismatches reported through the store
-exactly as the emulator reports them, local deadlocks, rank failures
+order of ranks inside process groups, mismatches reported from descriptors
+exchanged over the process group exactly as the emulator reports them, local deadlocks, rank failures
 (exceptions and killed processes) and what cannot be sent to a process.
 """
 
@@ -270,13 +270,42 @@ def _root_causes(plan: dict, backend: str, **kwargs: Any) -> dict[int, BaseExcep
     ids=["different-counts", "different-task-numbers"],
 )
 def test_mismatch_is_reported_as_on_the_emulator(plan: dict) -> None:
-    """Descriptors exchanged through the store give the emulator's very report (same code)."""
+    """Descriptors exchanged over the process group give the emulator's very report (same code)."""
     gloo = _root_causes(plan, "gloo", timeout=10.0)
     emu = _root_causes(plan, "emu", timeout=10.0)
     assert gloo, "every rank failed only because of a peer?"
     for errors in (gloo, emu):
         assert all(isinstance(e, hp.HcclMismatchError) for e in errors.values()), errors
     assert {str(e) for e in gloo.values()} <= {str(e) for e in emu.values()}
+
+
+def kernel_or_framework_rank() -> None:
+    """Rank 0 calls a framework collective where rank 1 launches a kernel AllGather."""
+    x = torch.ones(8)
+    y = torch.zeros(8 * hp.get_world_size())
+    if hp.get_rank() == 0:
+        hp.all_gather_into_tensor(y, x)
+    else:
+        hp.launch(_gather_kernel, x, y, _tiling(), [8])
+
+
+def test_a_kernel_task_against_a_framework_collective_is_named_on_both_sides() -> None:
+    """The descriptor and the framework arguments travel in the same exchange: each side
+    reads what the other called at once, not at the timeout."""
+    causes = _root_causes_of(kernel_or_framework_rank, 2)
+    assert sorted(causes) == [0, 1], causes
+    assert all(isinstance(e, hp.HcclMismatchError) for e in causes.values()), causes
+    assert "rank 0 all_gather_into_tensor, rank 1 kernel task #0 (AllGather(FP32, count=8" in (
+        str(causes[0])
+    )
+    assert "rank 1 compares kernel task #0 (handle 0, AllGather(FP32, count=8" in str(causes[1])
+    assert "rank 0 did not: it called all_gather_into_tensor" in str(causes[1])
+
+
+def _root_causes_of(fn: Any, world: int) -> dict[int, BaseException]:
+    with pytest.raises(hp.WorldError) as info:
+        _run(fn, world, timeout=10.0)
+    return info.value.root_causes
 
 
 def test_peer_that_returned_is_named() -> None:

@@ -1,7 +1,7 @@
 """The client's hot path keeps its checks: op lookups, task copies, descriptors, agreement.
 
 The gloo backend's task descriptors are decoded with one type check of all
-fields at once; every forged field must still be refused, naming the field,
+fields at once; every malformed field must still be refused, naming the field,
 and a decoded descriptor must be the task it describes. ``spec_of`` looks an
 op up in one dict lookup and must answer as ``HcclCMDType(int(op))`` does. The
 framework collectives' finished tasks are forgotten, as a kernel launch's are.
@@ -22,11 +22,8 @@ from hccl_py.core.gm import NULL, Allocation, GmAddr
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
 from hccl_py.kernel.context import current_rank_context
-from hccl_py.launcher import sealed
 from hccl_py.ops import OPS, op_name, spec_of
 from hccl_py.server.agreement import mismatch
-
-KEY = "desc/world/3/1"
 
 
 def _task(rank: int = 1, **changes: object) -> Task:
@@ -49,17 +46,17 @@ def _task(rank: int = 1, **changes: object) -> Task:
 
 
 def _raw(**changes: object) -> bytes:
-    """A sealed descriptor of ``_task()`` with some JSON values replaced (or removed: ...)."""
-    data = json.loads(sealed.unseal(KEY, encode_descriptor(_task(), KEY))[1])
-    data.update(changes)
-    data = {k: v for k, v in data.items() if v is not ...}
-    return sealed.dump_json(KEY, data)
+    """The descriptor of ``_task()`` with some JSON values replaced (or removed: ...)."""
+    record = json.loads(encode_descriptor(_task()))
+    record["task"].update(changes)
+    record["task"] = {k: v for k, v in record["task"].items() if v is not ...}
+    return json.dumps(record).encode()
 
 
 def test_a_decoded_descriptor_is_the_task_without_memory() -> None:
     task = _task(send_counts=None, caller="all_reduce")
     task.layout_cache["send"] = "cached"
-    back = decode_descriptor(KEY, encode_descriptor(task, KEY), _task(rank=0), 1)
+    back = decode_descriptor(encode_descriptor(task), _task(rank=0), 1)
     assert back.signature() == task.signature()
     assert (back.rank, back.seq, back.caller, back.launch) == (1, 3, "all_reduce", 0)
     assert back.op is HcclCMDType.HCCL_CMD_ALLREDUCE
@@ -72,7 +69,7 @@ def test_counts_come_back_as_tuples_of_int() -> None:
     counts = [1, 2]
     raw = _raw(op=int(HcclCMDType.HCCL_CMD_ALLTOALLV), send_counts=counts, sdispls=counts,
                recv_counts=counts, rdispls=counts, reduce_op=None)  # fmt: skip
-    back = decode_descriptor(KEY, raw, _task(), 1)
+    back = decode_descriptor(raw, _task(), 1)
     assert back.send_counts == (1, 2) and type(back.send_counts) is tuple
     assert back.reduce_op is None
 
@@ -89,15 +86,33 @@ def test_counts_come_back_as_tuples_of_int() -> None:
         (dict(reduce_op=7), "reduce_op: 7 is not a valid HcclReduceOp"),
         (dict(send_counts=[1, "2"]), "send_counts: [1, '2'] is not a list of int"),
         (dict(caller=5), "caller: 5 is not a str"),
-        (dict(rank=0), "it describes domain rank 0, not 1"),
-        (dict(extra=1), "its fields are not a task descriptor's"),
-        (dict(launch=...), "its fields are not a task descriptor's"),
+        (dict(rank=0), "it described domain rank 0, not 1"),
+        (dict(extra=1), "whose fields are not a task descriptor's"),
+        (dict(launch=...), "whose fields are not a task descriptor's"),
     ],
 )
-def test_a_forged_field_is_refused_by_name(changes: dict, why: str) -> None:
-    with pytest.raises(sealed.ForgedValueError) as refused:
-        decode_descriptor(KEY, _raw(**changes), _task(), 1)
-    assert f"it is not a task descriptor: {why};" in str(refused.value)
+def test_a_malformed_field_is_refused_by_name(changes: dict, why: str) -> None:
+    with pytest.raises(hp.HcclMismatchError) as refused:
+        decode_descriptor(_raw(**changes), _task(rank=0), 1)
+    text = str(refused.value)
+    assert "rank 0 compares kernel task #3 (handle 0, AllReduce(FP32, count=4" in text
+    assert "rank 1 did not: " in text and text.endswith(why), text
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b'{"op":"all_reduce","problem":null,"tensor":[4]}', "it called all_reduce"),
+        (b"\x80\x04K\x01.", "it sent b'\\x80\\x04K\\x01.'"),
+        (b"[1, 2]", "it sent b'[1, 2]'"),
+    ],
+)
+def test_what_a_peer_sent_instead_of_a_descriptor_is_named(raw: bytes, why: str) -> None:
+    """A framework collective's arguments (the peer called another collective) or bytes
+    that are no JSON record: a mismatch naming both sides, never a raw KeyError."""
+    with pytest.raises(hp.HcclMismatchError) as refused:
+        decode_descriptor(raw, _task(rank=0), 1)
+    assert str(refused.value).endswith(f"rank 1 did not: {why}")
 
 
 def test_stub_and_replaced_copy_fields_with_a_fresh_layout_cache() -> None:

@@ -12,7 +12,9 @@ all under the prefix ``hccl_py/``:
 - ``rank_counter``: ranks handed out to processes that were started without one.
 - ``run<i>/result/<rank>``: the outcome (value or exception) of ``hp.run`` call ``i``.
 - ``run<i>/read/<rank>``: rank has collected every outcome of run ``i``.
-- ``run<i>/desc/<domain>/<seq>/<rank>``: task descriptors compared in strict mode (plain data).
+- ``run<i>/final/<domain>/<launch>/<rank>``: how many tasks a rank finalized a kernel launch
+  with (task check); ``run<i>/joined/<domain>/<seq>/<rank>``: a rank has waited in a task's
+  descriptor exchange (only a slow exchange writes it).
 
 Values read back are framed and, with the run's secret, signed (:mod:`.sealed`):
 nothing from the store is unpickled unless its signature proves this run wrote it.

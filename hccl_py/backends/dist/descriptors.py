@@ -2,18 +2,24 @@
 
 A descriptor is the task without memory or dependencies (:func:`stub`), written
 as JSON (:func:`encode_descriptor`) and read back field by field with exact
-types (:func:`decode_descriptor`): nothing read from the store is unpickled.
+types (:func:`decode_descriptor`): nothing a peer sends is unpickled. The ranks
+exchange them over the domain's process group, in the same all-gather a
+framework collective's arguments travel in, so a descriptor is a record with the
+``op`` and ``problem`` keys that those arguments have too: a rank that runs a
+framework collective where its peer runs a kernel task reads, on both sides,
+that they called different collectives.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
+from ...core.errors import HcclMismatchError
 from ...core.gm import NULL
 from ...core.task import Task
-from ...launcher import sealed
 
 
 def stub(task: Task, **changes: Any) -> Task:
@@ -82,34 +88,56 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def encode_descriptor(task: Task, key: str) -> bytes:
-    """``task``'s descriptor as plain data for store key ``key`` (what the ranks compare)."""
+def encode_descriptor(task: Task) -> bytes:
+    """``task``'s descriptor as the plain JSON record its peers compare."""
     data = {}
     for name in _DESCRIPTOR:
         value = getattr(task, name)
         data[name] = list(value) if isinstance(value, tuple) else value
-    return sealed.dump_json(key, data)
+    record = {"op": f"kernel task #{task.seq} ({task.describe()})", "problem": None, "task": data}
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
-def decode_descriptor(key: str, raw: bytes, like: Task, index: int) -> Task:
-    """The task that domain rank ``index`` described at ``key``, in ``like``'s domain.
+def decode_descriptor(raw: bytes, like: Task, index: int) -> Task:
+    """The task that domain rank ``index`` sent (``raw``), in ``like``'s domain.
 
-    Raises :class:`~.sealed.ForgedValueError` for anything but a descriptor of that rank.
+    Raises :class:`HcclMismatchError` for anything but that rank's task
+    descriptor, naming what it sent instead (a framework collective's arguments).
     """
-    data = sealed.load_json(key, raw)
+    peer = like.domain.ranks[index]
     try:
-        if type(data) is not dict or data.keys() != _NAMES:
-            raise ValueError("its fields are not a task descriptor's")
+        record = json.loads(raw)
+    except ValueError:
+        record = None
+    data = record.get("task") if type(record) is dict else None
+    try:
+        if type(data) is not dict:
+            called = record.get("op") if type(record) is dict else None
+            raise ValueError(
+                f"it called {called}" if type(called) is str else f"it sent {raw[:60]!r}"
+            )
+        if data.keys() != _NAMES:
+            raise ValueError(f"it sent {raw[:60]!r}, whose fields are not a task descriptor's")
         fields = _fields(data)
         if fields["rank"] != index:
-            raise ValueError(f"it describes domain rank {fields['rank']}, not {index}")
+            raise ValueError(f"it described domain rank {fields['rank']}, not {index}")
     except ValueError as exc:
-        raise sealed.refused(key, raw, f"it is not a task descriptor: {exc}") from None
+        raise HcclMismatchError(
+            f"ranks of domain {like.domain_name} called different collectives at the same "
+            f"point: rank {like.domain.ranks[like.rank]} compares kernel task #{like.seq} "
+            f"(handle {like.handle}, {like.describe()}) with its peers, rank {peer} did not: "
+            f"{exc}"
+        ) from None
     return stub(like, **fields)
 
 
-def desc_key(domain: str, seq: int, rank: int) -> str:
-    return f"desc/{domain}/{seq}/{rank}"
+def joined_key(domain: str, seq: int, rank: int) -> str:
+    """Set by a rank that has waited :data:`~.session.LOOK_S` in the exchange of task ``seq``.
+
+    Only a slow exchange writes it (and deletes it after): it tells a report
+    which peers have prepared the task and which have not.
+    """
+    return f"joined/{domain}/{seq}/{rank}"
 
 
 def final_key(domain: str, launch: int, rank: int) -> str:

@@ -7,10 +7,10 @@ InterHcclGroupSync dependency finished. A failed task fails every later task
 of the domain. Those rules are the emulator's: the state lives in the
 server's :class:`~hccl_py.server.task_queue.TaskBoard`, which tracks this
 rank's tasks only (its peers' progress is the process group's business). With task checks on, the
-first round of each task first compares its descriptor with the peers' ones
-through the store; :class:`Absentees` names a peer that will never send one.
-A framework collective's arguments (:meth:`DomainQueue.exchange`) travel
-over the domain's process group instead, in Prepare order with its tasks.
+first round of each task first compares its descriptor with the peers' ones,
+exchanged over the domain's process group as a framework collective's
+arguments are (:meth:`DomainQueue.exchange`), in Prepare order with its tasks;
+:class:`Absentees` names a peer that will never send one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError
+from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError, HcclTimeoutError
 from ...core.group import Group
 from ...core.task import Task
 from ...launcher import store as kv
@@ -37,8 +37,9 @@ from ...trace.recorder import now_us
 from . import rounds as pg_rounds
 from .descriptors import (
     decode_descriptor,
-    desc_key,
+    encode_descriptor,
     final_key,
+    joined_key,
     returned_key,
 )
 from .session import LOOK_S, Session
@@ -159,22 +160,18 @@ class DomainQueue:
         """
         return self.queue.retire(launch)
 
-    def forget_descriptors(self, rank: int, launch: int, seqs: range) -> None:
-        """Delete the task descriptors of ``launch`` once every rank of the domain returned from it.
+    def forget_final_counts(self, rank: int, launch: int) -> None:
+        """Delete the Finalize counts of ``launch`` once every rank of the domain returned from it.
 
-        Every rank compared them before the tasks' first rounds, and a rank
-        returns from a launch only after its tasks ran: nobody reads them any
-        more. The last rank to return deletes every rank's keys.
+        A rank returns from a launch only after its tasks ran, so nobody waits
+        for a task of it any more. The last rank to return deletes every rank's key.
         """
         name, server = self.group.name, self.server
-        for key in [*(desc_key(name, s, rank) for s in seqs), final_key(name, launch, rank)]:
-            server._keys.pop(key, None)
+        server._keys.pop(final_key(name, launch, rank), None)
         counter = f"launch_returned/{name}/{launch}"
         if int(server.store.add(counter, 1)) < self.group.size:
             return
-        ranks = range(self.group.size)
-        keys = [desc_key(name, s, r) for s in seqs for r in ranks]
-        for key in [*keys, *(final_key(name, launch, r) for r in ranks), counter]:
+        for key in [*(final_key(name, launch, r) for r in range(self.group.size)), counter]:
             with contextlib.suppress(Exception):  # best effort, as in DistServer.forget
                 server.store.delete_key(key)
 
@@ -334,7 +331,11 @@ class DomainQueue:
         return self.stopping or self.error is not None or self.ready()
 
     def undescribed(self) -> list[int]:
-        """Global ranks whose descriptor of the task being compared has not arrived (asks the store)."""
+        """Global ranks that have not joined the descriptor exchange of the task being compared.
+
+        A rank marks that it joined once it has waited :data:`LOOK_S` in it
+        (:func:`.descriptors.joined_key`); asks the store.
+        """
         task = self.comparing
         if task is None:
             return []
@@ -342,35 +343,24 @@ class DomainQueue:
         return [
             self.group.ranks[i]
             for i in range(task.rank_dim)
-            if not store.check([desc_key(task.domain_name, task.seq, i)])
+            if i != task.rank and not store.check([joined_key(task.domain_name, task.seq, i)])
         ]
 
     def _check(self, task: Task) -> None:
-        """Compare this task with the other ranks' tasks at the same position (strict mode)."""
-        store = self.server.store
-        keys = [desc_key(task.domain_name, task.seq, i) for i in range(task.rank_dim)]
-        absentees = Absentees(self.server, task)
+        """Compare this task with the other ranks' tasks at the same position (strict mode).
 
-        def what(missing: list[str]) -> str:
-            who = [self.group.ranks[int(k.rsplit("/", 1)[1])] for k in missing]
-            return (
-                f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
-                f"{self.group.name} (its own: handle {task.handle}, {task.describe()}): ranks "
-                f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
-            )
-
-        def interrupt() -> None:
-            self.server.session.check_abort()
-            absentees.check(keys)
-
-        # this rank's own descriptor is ``task``: only the peers' ones are read and decoded
-        peers = [k for i, k in enumerate(keys) if i != task.rank]
-        kv.wait_keys(store, peers, self.server.config.timeout, what, interrupt)
-        raws = iter(kv.get_all(store, peers))
+        The descriptors travel in one all-gather on the domain's process group;
+        while it waits for a peer, :class:`Absentees` looks for one that will
+        never join (it finalized after fewer tasks, returned, or is gone).
+        """
+        absentees = Absentees(self.server, task, self)
+        payloads = pg_rounds.all_gather_bytes(
+            self.dom, encode_descriptor(task), self.server.session.device, absentees.wait
+        )
         error = mismatch(
             [
-                task if i == task.rank else decode_descriptor(k, next(raws), task, i)
-                for i, k in enumerate(keys)
+                task if i == task.rank else decode_descriptor(raw, task, i)
+                for i, raw in enumerate(payloads)
             ]
         )
         if error is not None:
@@ -378,27 +368,61 @@ class DomainQueue:
 
 
 class Absentees:
-    """Spots, while a task waits for its peers' descriptors, a peer that will never send one.
+    """Spots, while a task's descriptor exchange waits, a peer that will never join it.
 
     That peer finalized its kernel launch after fewer tasks (a count mismatch,
     reported as the emulator does), returned from its function, or its process
-    is gone.
+    is gone. Once it has waited :data:`LOOK_S`, this rank marks that it joined
+    (:func:`.descriptors.joined_key`), for its peers' reports.
     """
 
-    def __init__(self, server: DistServer, task: Task) -> None:
+    def __init__(self, server: DistServer, task: Task, queue: DomainQueue) -> None:
         self.server = server
         self.store = server.store
         self.task = task
-        self.next_look = 0.0
+        self.queue = queue
+        self.marked = ""
 
-    def check(self, desc_keys: list[str]) -> None:
-        """Raise if a peer will never send its descriptor (looks at most every LOOK_S seconds)."""
-        if time.monotonic() < self.next_look:
-            return
-        self.next_look = time.monotonic() + LOOK_S
+    def wait(self, work: dist.Work) -> None:
+        """Block until ``work`` (the exchange) finished; raise if a peer will never join it."""
+        finished = threading.Event()
+        work.get_future().add_done_callback(lambda _: finished.set())
+        deadline = time.monotonic() + self.server.config.timeout
+        try:
+            while not finished.wait(LOOK_S):
+                if not self.marked:
+                    self.marked = joined_key(self.task.domain_name, self.task.seq, self.task.rank)
+                    self.store.set(self.marked, b"1")
+                self.server.session.check_abort()
+                self.check()
+                if time.monotonic() >= deadline:
+                    timeout = self.server.config.timeout
+                    who = self.queue.undescribed()
+                    raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
+            try:
+                work.wait()
+            except Exception:
+                self.check()  # the process group failed because that peer's process ended
+                raise
+        finally:
+            if self.marked:
+                with contextlib.suppress(Exception):  # best effort, as in DistServer.forget
+                    self.store.delete_key(self.marked)
+
+    def waiting(self, who: list[int]) -> str:
+        """The timeout's report: this rank waits for ``who`` to prepare the task."""
         task = self.task
-        for i, key in enumerate(desc_keys):
-            if i == task.rank or self.store.check([key]):
+        return (
+            f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
+            f"{task.domain_name} (its own: handle {task.handle}, {task.describe()}): ranks "
+            f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
+        )
+
+    def check(self) -> None:
+        """Raise if a peer that has not joined the exchange never will."""
+        task = self.task
+        for i in range(task.rank_dim):
+            if i == task.rank or self.store.check([joined_key(task.domain_name, task.seq, i)]):
                 continue
             final = final_key(task.domain_name, task.launch, i)
             n_tasks = kv.read_int(self.store, final) if self.store.check([final]) else None

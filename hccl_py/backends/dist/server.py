@@ -8,7 +8,8 @@ previous round of the domain finished and every InterHcclGroupSync dependency
 finished. Each round becomes process-group calls (:mod:`.rounds`), run in the
 thread that waits for it when the domain's thread has not started it. With task
 checks on (``HCCL_PY_CHECK_TASKS``, the default on gloo) ranks compare their
-tasks' descriptors (:mod:`.descriptors`) before the first round, as the emulator does.
+tasks' descriptors (:mod:`.descriptors`, exchanged over the domain's process group) before
+the first round, as the emulator does.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from ...server.protocol import EXCHANGE, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
-from .descriptors import desc_key, encode_descriptor, final_key, returned_key
+from .descriptors import final_key, returned_key
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
 
@@ -182,9 +183,6 @@ class DistServer(Server):
                 rank=global_rank(task),
                 op=task.label,
             )
-        if self.checks(task):
-            key = desc_key(task.domain_name, task.seq, task.rank)
-            self.publish(key, encode_descriptor(task, key))
         with self.cond:
             self._queue(task).submit(task)
             self.cond.notify_all()
@@ -227,7 +225,7 @@ class DistServer(Server):
             queue = self.queues.get(group.name)
             seqs = None if queue is None else queue.retire(launch)
         if seqs is not None and self.check_tasks:
-            queue.forget_descriptors(rank, launch, seqs)
+            queue.forget_final_counts(rank, launch)
 
     def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
