@@ -215,7 +215,8 @@ class Scheduler(Blocker):
     def _runnable(self) -> list[Runner]:
         if self.error is not None:
             return [r for r in self.runners if not r.past_failure or r.runnable()]
-        return [r for r in self.runners if r.runnable()]
+        # Runner.runnable inline: this runs at every switch, for every runner
+        return [r for r in self.runners if r.pred is None or r.pred()]
 
     def _next(self, me: Runner | None) -> Runner | None:
         """Under the lock: run the rounds the policy wants now, then pick the next runner.

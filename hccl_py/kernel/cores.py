@@ -111,6 +111,8 @@ class LaunchState:
         #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
         self.passed: dict[CoreContext, dict[Any, int]] = {}
         self.returned: list[CoreContext] = []
+        #: How many of :attr:`returned` are AIV cores (SyncAll's wait asks at every switch).
+        self.returned_aiv = 0
 
     def core_contexts(self) -> list[CoreContext]:
         """Every core of the launch, AIC cores first."""
@@ -143,6 +145,7 @@ class LaunchState:
         self.clients.clear()
         self.passed.clear()
         self.returned.clear()
+        self.returned_aiv = 0
 
     def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
         """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
@@ -163,6 +166,7 @@ class LaunchState:
     def core_returned(self, core: CoreContext) -> None:
         """Under the blocker's lock: ``core`` returned from the kernel."""
         self.returned.append(core)
+        self.returned_aiv += core.kind == AIV
 
     def _pass(self, core: CoreContext, kind: Any) -> None:
         counts = self.passed.setdefault(core, {})
@@ -197,7 +201,10 @@ class LaunchState:
                 return
         rank = self.rank_ctx.rank
         blocker.wait_for(
-            lambda: self._barrier_generation[only_aiv] != generation or self._absent(only_aiv),
+            lambda: (
+                self._barrier_generation[only_aiv] != generation
+                or (self.returned_aiv if only_aiv else len(self.returned)) > 0
+            ),
             lambda: (
                 f"rank {rank} {core.kind.name} core {core.block_idx} waits in SyncAll: "
                 f"{self._barrier_arrived[only_aiv]} of {n} cores arrived"

@@ -310,13 +310,26 @@ class TaskBoard:
 
         A failed dependency fails the position once it is otherwise runnable.
         """
-        if position.running or position.error is not None or not position.complete:
+        # asked for every pending position at every switch of the emulator: the properties
+        # (complete, finished, not_committed) inline, and no dependency lookup without one
+        if (
+            position.running
+            or position.error is not None
+            or len(position.tasks) != len(position.ranks)
+        ):
             return False
-        if position.finished or position.not_committed(position.done + 1, self.late):
+        rounds = position.done + 1
+        if rounds > position.sample().repeat:
+            return False
+        counts = position.released if self.late else position.committed
+        if any(counts.get(r, 0) < rounds for r in position.ranks):
             return False
         if not self.domains[position.domain].reached(position):
             return False
-        done, error = self.deps_state(position.deps())
+        deps = position.deps()
+        if not deps:
+            return True
+        done, error = self.deps_state(deps)
         if error is not None:
             self.fail(position, error)
         return done
