@@ -433,6 +433,27 @@ def test_the_fork_server_is_a_fork_only_where_that_is_safe(
     assert forkserver.fork_server_pid() == before
 
 
+def test_a_failed_fork_leaves_the_exec_d_server_to_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No process to spare for the fork: False, and nothing of it is left (fds, socket)."""
+    if not forkserver.can_fork_as_server():
+        pytest.skip("another thread runs in this test process")
+    monkeypatch.setattr(forkserver.mp_util, "get_temp_dir", lambda: str(tmp_path))
+    before = forkserver.fork_server_pid()
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(forkserver.os, "fork", no_fork)
+    forkserver.resource_tracker.ensure_running()  # its pipe is multiprocessing's, kept on purpose
+    fds = sorted(os.listdir("/proc/self/fd"))
+    assert not forkserver.fork_as_server()
+    assert forkserver.fork_server_pid() == before
+    assert sorted(os.listdir("/proc/self/fd")) == fds
+    assert not list(tmp_path.iterdir()), "the server's socket file was left behind"
+
+
 def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) -> None:
     """``kill -TERM -PGID`` (a shell's ``kill %1``, GNU timeout): the fork server is not in it.
 

@@ -145,7 +145,8 @@ def fork_as_server() -> bool:
     multiprocessing's own server loop: it imports the preload modules this
     process lacks, then serves and reaps the ranks, and the runner talks to it
     (and stops it) exactly as to the exec'd one. Returns False, starting
-    nothing, when a server runs already or :func:`can_fork_as_server` says no.
+    nothing, when a server runs already, :func:`can_fork_as_server` says no or
+    the fork fails.
     """
     server = mp_forkserver._forkserver
     if not can_fork_as_server():
@@ -163,11 +164,18 @@ def fork_as_server() -> bool:
             os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = os.pipe()
-            with warnings.catch_warnings():
-                # Python 3.12+ warns of a fork with native threads: torch keeps one, idle,
-                # exactly as in the exec'd server that forks every rank after importing torch
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
+            try:
+                with warnings.catch_warnings():
+                    # Python 3.12+ warns of a fork with native threads: torch keeps one, idle,
+                    # exactly as in the exec'd server that forks every rank after importing torch
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:  # no process to spare now: multiprocessing's own server will try
+                os.close(alive_r)
+                os.close(alive_w)
+                with contextlib.suppress(OSError):
+                    os.unlink(address)
+                return False
             if pid == 0:
                 _serve(listener.fileno(), alive_r, list(server._preload_modules))
             os.close(alive_r)
