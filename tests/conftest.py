@@ -15,6 +15,11 @@ start longest first (:data:`LONGEST_FIRST`).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
 
@@ -44,6 +49,21 @@ LONGEST_FIRST = (
 SEMANTIC_BACKENDS = ["emu", "gloo"]
 #: Backends cheap enough to start one world per hypothesis example.
 FAST_BACKENDS = {"emu"}
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh empty folder right under the machine's temporary folder, removed after the test.
+
+    For a launched job's TMPDIR: pytest's ``tmp_path`` grows with its run counter and worker
+    (``pytest-of-USER/pytest-123/popen-gw3/<test name>``), and multiprocessing's fork server
+    socket under it can exceed the 107 characters a Unix socket path may have.
+    """
+    path = Path(tempfile.mkdtemp(prefix="hccl_py-t-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", params=SEMANTIC_BACKENDS)

@@ -319,10 +319,11 @@ PER_RUN_ENV = (
 )
 
 
-def _run_probe(folder: Path, method: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """Run the probe on 2 ranks from ``folder``; the runner's result and each rank's facts."""
-    temp = folder / "tmp"
-    temp.mkdir()
+def _run_probe(
+    folder: Path, temp: Path, method: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run the probe on 2 ranks from ``folder`` (TMPDIR ``temp``, left empty); the runner's
+    result and each rank's facts."""
     out = launch(
         [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
         + [os.path.relpath(folder / "probe.py", ROOT), str(folder)],
@@ -332,18 +333,19 @@ def _run_probe(folder: Path, method: str) -> tuple[subprocess.CompletedProcess, 
     )
     ranks = []
     for rank in range(2):
-        ranks.append(json.loads((folder / f"{rank}.json").read_text()))
+        facts = folder / f"{rank}.json"
+        assert facts.exists(), f"{method}: rank {rank} wrote no facts\n{out.stdout}\n{out.stderr}"
+        ranks.append(json.loads(facts.read_text()))
         (folder / f"{rank}.json").unlink()
     left = sorted(p.name for p in temp.iterdir())
     assert not left, f"the run left {left} in its TMPDIR"
-    temp.rmdir()
     return out, ranks
 
 
-def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path) -> None:
+def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path, short_tmp: Path) -> None:
     """The same probe with the fork server and with fresh interpreters: every fact agrees."""
     (tmp_path / "probe.py").write_text(PROBE)
-    runs = {method: _run_probe(tmp_path, method) for method in ("forkserver", "spawn")}
+    runs = {method: _run_probe(tmp_path, short_tmp, method) for method in ("forkserver", "spawn")}
     for method, (out, ranks) in runs.items():
         assert out.returncode == 3, out.stderr
         assert "[rank 0] stdout of rank 0" in out.stdout.splitlines()
@@ -454,7 +456,9 @@ def test_a_failed_fork_leaves_the_exec_d_server_to_start(
     assert not list(tmp_path.iterdir()), "the server's socket file was left behind"
 
 
-def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) -> None:
+def test_a_signal_to_the_runners_process_group_stops_every_rank(
+    tmp_path: Path, short_tmp: Path
+) -> None:
     """``kill -TERM -PGID`` (a shell's ``kill %1``, GNU timeout): the fork server is not in it.
 
     The runner stops the ranks and reads how they ended; a fork server killed with
@@ -462,11 +466,10 @@ def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) 
     """
     script = tmp_path / "sleeper.py"
     script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(600)\n")
-    (tmp_path / "tmp").mkdir()
     runner = subprocess.Popen(
         [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
         cwd=ROOT,
-        env=launch_env(TMPDIR=str(tmp_path / "tmp")),
+        env=launch_env(TMPDIR=str(short_tmp)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -489,4 +492,4 @@ def test_a_signal_to_the_runners_process_group_stops_every_rank(tmp_path: Path) 
     assert f"rank 0 (pid {pids[0]}) was killed by SIGTERM" in out, out
     assert f"rank 1 (pid {pids[1]}) was killed by SIGTERM" in out, out
     assert not [p for p in pids.values() if _alive(p)], "a rank outlived its runner"
-    assert not list((tmp_path / "tmp").iterdir())
+    assert not list(short_tmp.iterdir())

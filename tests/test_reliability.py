@@ -327,15 +327,16 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 @pytest.mark.parametrize("how", ["hp.run", "hp.run spawn", "runner"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killing_the_parent_leaves_no_process(tmp_path: Path, how: str, sig: int) -> None:
+def test_killing_the_parent_leaves_no_process(
+    tmp_path: Path, short_tmp: Path, how: str, sig: int
+) -> None:
     """Neither a process nor a temporary folder outlives a killed run (store, fork server socket)."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     cmd = [sys.executable, str(script), str(tmp_path)]
     if how == "runner":
         cmd = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", *cmd[1:]]
-    temp = tmp_path / "temp"
-    temp.mkdir()
+    temp = short_tmp
     parent = subprocess.Popen(
         cmd,
         stdout=subprocess.DEVNULL,

@@ -1,9 +1,8 @@
 """The domain task-queue state machine that every server runs its tasks with.
 
-The AI CPU server reads one message queue per domain, in Prepare order. Both
-the emulator (one world, every rank's task of a collective at one position)
-and the torch.distributed server (one rank, its own tasks only) keep the same
-state here, so that the two cannot drift apart:
+The AI CPU server reads one message queue per domain, in Prepare order. Both the emulator
+(one world, every rank's task of a collective at one position) and the torch.distributed
+server (one rank, its own tasks only) keep the same state here, so they cannot drift apart:
 
 - per domain (:class:`DomainTasks`) the sequence of task positions; per
   position (:class:`Position`) the task of each tracked domain rank, the
@@ -19,14 +18,13 @@ state here, so that the two cannot drift apart:
 - the queries: :meth:`TaskBoard.why` (why a round is not done: which ranks
   have not submitted or committed, which earlier position or dependency),
   :meth:`DomainTasks.rounds_done` and :meth:`DomainTasks.failure_at`;
-- the poison rule: a committed round is poisoned once the server reached its
-  task (:meth:`TaskBoard.poison_due`); the bytes a server saved are forgotten
-  when the round runs and handed back to be restored when it never will (its
-  position failed: :meth:`TaskBoard.fail`; the run ended with it unrun:
-  :meth:`TaskBoard.restore_all`).
+- the poison rule: a committed round is poisoned once the server reached its task
+  (:meth:`TaskBoard.poison_due`); the bytes a server saved are forgotten when the round
+  runs and handed back to be restored when it never will (its position failed:
+  :meth:`TaskBoard.fail`; the run ended with it unrun: :meth:`TaskBoard.restore_all`).
 
-Pure state: no threads, no locks (the caller holds its server's lock), no
-bytes moved. The texts of the reports stay with each server.
+Pure state: no threads, no locks (the caller holds its server's lock), no bytes
+moved. The texts of the reports stay with each server.
 """
 
 from __future__ import annotations
@@ -91,10 +89,9 @@ class Position:
         """Tracked domain ranks whose task has not arrived."""
         return [r for r in self.ranks if r not in self.tasks]
 
-    def not_committed(self, rounds: int, late: bool = False) -> list[int]:
-        """Tracked domain ranks that committed (late: released) fewer than ``rounds`` rounds."""
-        counts = self.released if late else self.committed
-        return [r for r in self.ranks if counts.get(r, 0) < rounds]
+    def not_committed(self, rounds: int) -> list[int]:
+        """Tracked domain ranks that committed fewer than ``rounds`` rounds."""
+        return [r for r in self.ranks if self.committed.get(r, 0) < rounds]
 
     @classmethod
     def retired(cls, task: Task, ranks: Iterable[int]) -> Position:
@@ -306,30 +303,23 @@ class TaskBoard:
             position.released = dict(position.committed)
 
     def ready(self, position: Position) -> bool:
-        """Whether the next round of ``position`` can start now.
+        """Whether the next round of ``position`` can start now (asked at every emulator switch).
 
         A failed dependency fails the position once it is otherwise runnable.
         """
-        # asked for every pending position at every switch of the emulator: the properties
-        # (complete, finished, not_committed) inline, and no dependency lookup without one
+        counts = position.released if self.late else position.committed
+        rounds = position.done + 1
         if (
             position.running
             or position.error is not None
-            or len(position.tasks) != len(position.ranks)
+            or len(position.tasks) != len(position.ranks)  # not complete
+            or rounds > position.sample().repeat  # finished
+            or any(counts.get(r, 0) < rounds for r in position.ranks)
+            or not self.domains[position.domain].reached(position)
         ):
             return False
-        rounds = position.done + 1
-        if rounds > position.sample().repeat:
-            return False
-        counts = position.released if self.late else position.committed
-        if any(counts.get(r, 0) < rounds for r in position.ranks):
-            return False
-        if not self.domains[position.domain].reached(position):
-            return False
         deps = position.deps()
-        if not deps:
-            return True
-        done, error = self.deps_state(deps)
+        done, error = self.deps_state(deps) if deps else (True, None)
         if error is not None:
             self.fail(position, error)
         return done
