@@ -10,6 +10,7 @@ racing Wait polls them (never by default; by the seed otherwise).
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -78,6 +79,11 @@ class Runner:
         return self.pred is None or self.pred()
 
 
+def runner_key(runner: Runner) -> Hashable:
+    """The (rank, core) order the default schedule runs runners in."""
+    return runner.key
+
+
 class Policy:
     """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
 
@@ -90,6 +96,25 @@ class Policy:
 
     def add(self, runner: Runner) -> None:
         """A new runner joins the world."""
+
+    def runnable(self, runners: list[Runner], last: Runner | None) -> list[Runner]:
+        """The runners (in key order) that :meth:`choose` picks from, ``last`` having run last.
+
+        The default pick is the first runnable runner after ``last`` in key order, so
+        the scan stops there: asked at every switch, it no longer tests every blocked
+        runner's condition. A released poller found first makes it test them all (the
+        quiet-polls count needs to know whether anything else could run).
+        """
+        start = 0 if last is None else bisect.bisect_right(runners, last.key, key=runner_key)
+        for i in range(len(runners)):
+            r = runners[(start + i) % len(runners)]
+            if r.pred is None or r.pred():
+                if r.released:
+                    break
+                return [r]
+        else:
+            return []
+        return [r for r in runners if r.pred is None or r.pred()]
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
@@ -132,6 +157,10 @@ class SeededPolicy(Policy):
 
     def add(self, runner: Runner) -> None:
         runner.priority = self.rng.random() + PCT_CHANGES
+
+    def runnable(self, runners: list[Runner], last: Runner | None) -> list[Runner]:
+        """Every runnable runner: a random or priority pick needs them all."""
+        return [r for r in runners if r.pred is None or r.pred()]
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         if self.kind == "pct":

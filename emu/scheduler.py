@@ -31,6 +31,7 @@ context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -42,7 +43,7 @@ from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 
-from .policies import Policy, Runner
+from .policies import Policy, Runner, runner_key
 from .polls import QuietPolls, changed, record
 from .runners import (
     RUNNERS_ENV,
@@ -133,8 +134,7 @@ class Scheduler(Blocker):
         else:
             runner.thread = Spawned(self)
         with self.lock:
-            self.runners.append(runner)
-            self.runners.sort(key=lambda r: r.key)
+            bisect.insort(self.runners, runner, key=runner_key)
             self.policy.add(runner)
         if self.threads:
             runner.thread.start()
@@ -215,8 +215,7 @@ class Scheduler(Blocker):
     def _runnable(self) -> list[Runner]:
         if self.error is not None:
             return [r for r in self.runners if not r.past_failure or r.runnable()]
-        # Runner.runnable inline: this runs at every switch, for every runner
-        return [r for r in self.runners if r.pred is None or r.pred()]
+        return self.policy.runnable(self.runners, self.last)
 
     def _next(self, me: Runner | None) -> Runner | None:
         """Under the lock: run the rounds the policy wants now, then pick the next runner.
