@@ -105,7 +105,10 @@ class Policy:
         runner's condition. A released poller found first makes it test them all (the
         quiet-polls count needs to know whether anything else could run).
         """
-        start = 0 if last is None else bisect.bisect_right(runners, last.key, key=runner_key)
+        try:  # an identity scan in C; a runner that ended is found by its key
+            start = runners.index(last) + 1
+        except ValueError:
+            start = 0 if last is None else bisect.bisect_right(runners, last.key, key=runner_key)
         for i in range(len(runners)):
             r = runners[(start + i) % len(runners)]
             if r.pred is None or r.pred():
