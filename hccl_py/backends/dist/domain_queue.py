@@ -43,6 +43,7 @@ from .descriptors import (
     returned_key,
 )
 from .session import LOOK_S, Session
+from .waits import watch_work
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
@@ -385,25 +386,26 @@ class Absentees:
 
     def wait(self, work: dist.Work) -> None:
         """Block until ``work`` (the exchange) finished; raise if a peer will never join it."""
-        finished = threading.Event()
-        work.get_future().add_done_callback(lambda _: finished.set())
-        deadline = time.monotonic() + self.server.config.timeout
+        timeout = self.server.config.timeout
+        deadline = time.monotonic() + timeout
+
+        def look() -> None:
+            if not self.marked:
+                self.marked = joined_key(self.task.domain_name, self.task.seq, self.task.rank)
+                self.store.set(self.marked, b"1")
+            self.server.session.check_abort()
+            self.check()
+            if time.monotonic() >= deadline:
+                who = self.queue.undescribed()
+                raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
+
         try:
-            while not finished.wait(LOOK_S):
-                if not self.marked:
-                    self.marked = joined_key(self.task.domain_name, self.task.seq, self.task.rank)
-                    self.store.set(self.marked, b"1")
-                self.server.session.check_abort()
-                self.check()
-                if time.monotonic() >= deadline:
-                    timeout = self.server.config.timeout
-                    who = self.queue.undescribed()
-                    raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
-            try:
-                work.wait()
-            except Exception:
-                self.check()  # the process group failed because that peer's process ended
-                raise
+            watch_work(work, LOOK_S, look)
+        except HcclError:
+            raise
+        except Exception:
+            self.check()  # the process group failed because that peer's process ended
+            raise
         finally:
             if self.marked:
                 with contextlib.suppress(Exception):  # best effort, as in DistServer.forget

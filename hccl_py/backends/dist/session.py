@@ -26,6 +26,7 @@ from ...core.config import Config
 from ...core.errors import (
     ForgedValueError,
     HcclDeadlockError,
+    HcclError,
     HcclPeerError,
     HcclTimeoutError,
     WorldError,
@@ -46,6 +47,7 @@ from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
+from .waits import watch_work
 
 #: How often a thread that waits for its peers (their descriptors, a framework
 #: collective's arguments) looks for a peer that will never come, and for an abort.
@@ -133,8 +135,6 @@ class Session:
     ) -> None:  # fmt: skip
         """Block until the process-group call ``work`` of ``op`` finished; every :data:`LOOK_S`
         seconds stop on an abort, a peer that ``returned`` without the call, or the timeout."""
-        finished = threading.Event()
-        work.get_future().add_done_callback(lambda _: finished.set())
         deadline = time.monotonic() + timeout
 
         def no_one_left() -> None:
@@ -146,7 +146,7 @@ class Session:
                     f"rank {self.rank} called in {where}: it would wait forever"
                 )
 
-        while not finished.wait(LOOK_S):
+        def look() -> None:
             self.check_abort()
             no_one_left()
             if time.monotonic() >= deadline:
@@ -154,8 +154,11 @@ class Session:
                     f"timed out after {timeout:g} s: rank {self.rank} waits in {op} for the "
                     f"other ranks of {where} to call it"
                 )
+
         try:
-            work.wait()
+            watch_work(work, LOOK_S, look)
+        except HcclError:
+            raise
         except Exception:
             no_one_left()  # the process group failed because that peer's process ended
             raise
