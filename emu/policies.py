@@ -84,6 +84,11 @@ def runner_key(runner: Runner) -> Hashable:
     return runner.key
 
 
+def every_runnable(runners: list[Runner]) -> list[Runner]:
+    """The runnable ones of ``runners`` (:meth:`Runner.runnable` inline: asked at every switch)."""
+    return [r for r in runners if r.pred is None or r.pred()]
+
+
 class Policy:
     """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
 
@@ -117,7 +122,7 @@ class Policy:
                 return [r]
         else:
             return []
-        return [r for r in runners if r.pred is None or r.pred()]
+        return every_runnable(runners)
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
@@ -163,7 +168,7 @@ class SeededPolicy(Policy):
 
     def runnable(self, runners: list[Runner], last: Runner | None) -> list[Runner]:
         """Every runnable runner: a random or priority pick needs them all."""
-        return [r for r in runners if r.pred is None or r.pred()]
+        return every_runnable(runners)
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         if self.kind == "pct":

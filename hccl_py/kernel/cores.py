@@ -111,8 +111,6 @@ class LaunchState:
         #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
         self.passed: dict[CoreContext, dict[Any, int]] = {}
         self.returned: list[CoreContext] = []
-        #: How many of :attr:`returned` are AIV cores (SyncAll's wait asks at every switch).
-        self.returned_aiv = 0
 
     def core_contexts(self) -> list[CoreContext]:
         """Every core of the launch, AIC cores first."""
@@ -145,7 +143,6 @@ class LaunchState:
         self.clients.clear()
         self.passed.clear()
         self.returned.clear()
-        self.returned_aiv = 0
 
     def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
         """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
@@ -166,7 +163,6 @@ class LaunchState:
     def core_returned(self, core: CoreContext) -> None:
         """Under the blocker's lock: ``core`` returned from the kernel."""
         self.returned.append(core)
-        self.returned_aiv += core.kind == AIV
 
     def _pass(self, core: CoreContext, kind: Any) -> None:
         counts = self.passed.setdefault(core, {})
@@ -201,9 +197,10 @@ class LaunchState:
                 return
         rank = self.rank_ctx.rank
         blocker.wait_for(
+            # asked at every switch: no call while no core has returned (the usual case)
             lambda: (
                 self._barrier_generation[only_aiv] != generation
-                or (self.returned_aiv if only_aiv else len(self.returned)) > 0
+                or bool(self.returned and self._absent(only_aiv))
             ),
             lambda: (
                 f"rank {rank} {core.kind.name} core {core.block_idx} waits in SyncAll: "

@@ -89,9 +89,10 @@ class Position:
         """Tracked domain ranks whose task has not arrived."""
         return [r for r in self.ranks if r not in self.tasks]
 
-    def not_committed(self, rounds: int) -> list[int]:
-        """Tracked domain ranks that committed fewer than ``rounds`` rounds."""
-        return [r for r in self.ranks if self.committed.get(r, 0) < rounds]
+    def not_committed(self, rounds: int, late: bool = False) -> list[int]:
+        """Tracked domain ranks that committed (late: released) fewer than ``rounds`` rounds."""
+        counts = self.released if late else self.committed
+        return [r for r in self.ranks if counts.get(r, 0) < rounds]
 
     @classmethod
     def retired(cls, task: Task, ranks: Iterable[int]) -> Position:
@@ -307,16 +308,11 @@ class TaskBoard:
 
         A failed dependency fails the position once it is otherwise runnable.
         """
-        counts = position.released if self.late else position.committed
-        rounds = position.done + 1
-        if (
-            position.running
-            or position.error is not None
-            or len(position.tasks) != len(position.ranks)  # not complete
-            or rounds > position.sample().repeat  # finished
-            or any(counts.get(r, 0) < rounds for r in position.ranks)
-            or not self.domains[position.domain].reached(position)
-        ):
+        if position.running or position.error is not None or not position.complete:
+            return False
+        if position.finished or position.not_committed(position.done + 1, self.late):
+            return False
+        if not self.domains[position.domain].reached(position):
             return False
         deps = position.deps()
         done, error = self.deps_state(deps) if deps else (True, None)

@@ -153,13 +153,13 @@ class DomainQueue:
             f"#{self.seq} ({what or 'not prepared yet'}) comes first: {state}"
         )
 
-    def retire(self, launch: int) -> range:
+    def retire(self, launch: int) -> None:
         """Under the lock: forget the finished tasks of kernel launches up to ``launch``.
 
         This rank returned from that launch, so nobody here waits for them any
-        more; their buffers are released. Returns the positions forgotten.
+        more; their buffers are released.
         """
-        return self.queue.retire(launch)
+        self.queue.retire(launch)
 
     def forget_final_counts(self, rank: int, launch: int) -> None:
         """Delete the Finalize counts of ``launch`` once every rank of the domain returned from it.
@@ -399,13 +399,8 @@ class Absentees:
                 who = self.queue.undescribed()
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
 
-        try:
-            watch_work(work, LOOK_S, look)
-        except HcclError:
-            raise
-        except Exception:
-            self.check()  # the process group failed because that peer's process ended
-            raise
+        try:  # a failed process group: because a peer's process ended? then name it
+            watch_work(work, LOOK_S, look, self.check)
         finally:
             if self.marked:
                 with contextlib.suppress(Exception):  # best effort, as in DistServer.forget

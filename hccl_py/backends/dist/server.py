@@ -223,8 +223,9 @@ class DistServer(Server):
         """This rank returned from kernel launch ``launch``: forget its finished tasks."""
         with self.cond:
             queue = self.queues.get(group.name)
-            seqs = None if queue is None else queue.retire(launch)
-        if seqs is not None and self.check_tasks:
+            if queue is not None:
+                queue.retire(launch)
+        if queue is not None and self.check_tasks:
             queue.forget_final_counts(rank, launch)
 
     def rank_returned(self, rank: int) -> None:

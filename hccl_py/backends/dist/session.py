@@ -26,7 +26,6 @@ from ...core.config import Config
 from ...core.errors import (
     ForgedValueError,
     HcclDeadlockError,
-    HcclError,
     HcclPeerError,
     HcclTimeoutError,
     WorldError,
@@ -155,13 +154,8 @@ class Session:
                     f"other ranks of {where} to call it"
                 )
 
-        try:
-            watch_work(work, LOOK_S, look)
-        except HcclError:
-            raise
-        except Exception:
-            no_one_left()  # the process group failed because that peer's process ended
-            raise
+        # the process group failed because that peer's process ended: name it
+        watch_work(work, LOOK_S, look, no_one_left)
 
     def check_abort(self, wait: float | None = None) -> None:
         """Raise :class:`HcclPeerError` if another rank failed.
