@@ -29,9 +29,10 @@ view of pending receive bytes hides the reads made through it: a warning
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -56,12 +57,36 @@ class Round:
     task: Task
     index: int
     where: str
-    #: The storage addresses that the round marked, to clear them again.
-    marks: list[int] = field(default_factory=list)
+    #: When the round was marked, among every round of the world (ties in reports go to the
+    #: earliest).
+    order: int = 0
 
     def describe(self) -> str:
         """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
         return f"round {self.index} of handle {self.task.handle} ({self.task.describe()})"
+
+
+@dataclass(eq=False)
+class Pending:
+    """One side of one task of a rank, while some of its committed rounds are not ordered.
+
+    The bytes of those rounds are computed only when a kernel access meets the
+    storage (:meth:`marks`): a Commit and a Wait only add and drop rounds. Both sides
+    of a task share one list of rounds.
+    """
+
+    task: Task
+    side: str
+    alloc: Allocation
+    base: int
+    rounds: list[Round]
+
+    def marks(self) -> Iterable[Mark]:
+        """The marks of the pending rounds that move bytes on this side."""
+        for rnd in self.rounds:
+            starts, ends = round_runs(self.task, self.side, rnd.index)
+            if starts:
+                yield Mark(rnd, self.side, self.alloc, self.base, starts, ends)
 
 
 class Mark(NamedTuple):
@@ -195,10 +220,12 @@ class BufferRaces:
 
     def __init__(self, world_size: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
         self.lock = threading.Lock()
-        #: Per global rank: storage address -> the marks of its pending rounds there, in the
-        #: order they were made (tested with ``in`` before every watched torch operation).
-        self.pending: list[dict[int, list[Mark]]] = [{} for _ in range(world_size)]
-        self.live: list[list[Round]] = [[] for _ in range(world_size)]
+        #: Per global rank: storage address -> the sides of its tasks with pending rounds there
+        #: (tested with ``in`` before every watched torch operation).
+        self.pending: list[dict[int, list[Pending]]] = [{} for _ in range(world_size)]
+        #: Per global rank: task -> its pending sides (the same objects as in ``pending``).
+        self.tasks: list[dict[Task, list[Pending]]] = [{} for _ in range(world_size)]
+        self._order = itertools.count()
         #: Per global rank: committed rounds whose task waits behind a round it did not commit.
         self.gated: list[list[Round]] = [[] for _ in range(world_size)]
         #: A domain's unretired slots by seq, for the InterHcclGroupSync dependencies of a Wait.
@@ -252,43 +279,64 @@ class BufferRaces:
 
     def _mark(self, rank: int, rnd: Round) -> None:
         """Under the lock: the bytes of ``rnd`` become pending accesses of the server."""
-        task, round_idx = rnd.task, rnd.index
-        pending = self.pending[rank]
+        task = rnd.task
+        rnd.order = next(self._order)
+        sides = self.tasks[rank].get(task)
+        if sides is None:
+            sides = self._sides(rank, task)
+            if not sides:
+                return
+            self.tasks[rank][task] = sides
+        rounds = sides[0].rounds  # the sides share one list, in index order
+        if rounds and rounds[-1].index > rnd.index:  # a round held back behind another
+            bisect.insort(rounds, rnd, key=lambda held: held.index)
+        else:
+            rounds.append(rnd)
+
+    def _sides(self, rank: int, task: Task) -> list[Pending]:
+        """The sides of ``task`` in tensor memory, filed under their storages."""
+        rounds: list[Round] = []
+        sides = []
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
             memory = alloc.memory
             if memory is None or not memory[0]:
                 continue
-            starts, ends = round_runs(task, side, round_idx)
-            if not starts:
-                continue
-            storage = memory[0]
-            marks = pending.get(storage)
-            if marks is None:
-                marks = pending[storage] = []
-            marks.append(Mark(rnd, side, alloc, memory[1], starts, ends))
-            rnd.marks.append(storage)
-        self.live[rank].append(rnd)
+            pending = Pending(task, side, alloc, memory[1], rounds)
+            self.pending[rank].setdefault(memory[0], []).append(pending)
+            sides.append(pending)
+        return sides
 
     def ordered(self, rank: int, task: Task, last: int) -> None:
         """Global rank ``rank`` saw rounds ``0..last`` of ``task`` done: clear what that orders."""
         with self.lock:
-            live = self.live[rank]
-            if not live and not self.gated[rank]:
+            tasks = self.tasks[rank]
+            if not tasks and not self.gated[rank]:
                 return
             done = _Ordered(task, last, self.slots)
             if self.gated[rank]:
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
-            finished = {rnd for rnd in live if done.covers(rnd)}
-            if not finished:
-                return
-            self.live[rank] = [rnd for rnd in live if rnd not in finished]
-            pending = self.pending[rank]
-            for storage in {s for rnd in finished for s in rnd.marks}:
-                left = [m for m in pending[storage] if m.round not in finished]
-                if left:
-                    pending[storage] = left
-                else:
-                    del pending[storage]
+            for pending_task, sides in list(tasks.items()):
+                rounds = sides[0].rounds
+                # what a Wait orders of a task's rounds (in index order) is a prefix of them
+                while rounds and done.covers(rounds[0]):
+                    if done.covers(rounds[-1]):
+                        rounds.clear()
+                    else:
+                        del rounds[0]
+                if not rounds:
+                    del tasks[pending_task]
+                    self._unfile(rank, sides)
+
+    def _unfile(self, rank: int, sides: list[Pending]) -> None:
+        """Drop ``sides`` (no round pending any more) from their storages' lists."""
+        pending = self.pending[rank]
+        for side in sides:
+            storage = side.alloc.memory[0]
+            left = [p for p in pending[storage] if p is not side]
+            if left:
+                pending[storage] = left
+            else:
+                del pending[storage]
 
     def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
         """Global rank ``rank`` reads or writes ``runs`` of ``storage``; raise if a round races."""
@@ -322,15 +370,27 @@ class BufferRaces:
         )
 
     def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
-        """The pending mark that a read (or write) of ``runs`` races with first in address order
-        (the earliest made among those that start together), and the bytes it shares."""
-        found: Finding | None = None
-        for mark in self.pending[rank].get(storage, ()):
-            if written or mark.side == "recv":
-                span = mark.overlap(runs)
-                if span is not None and (found is None or span[0] < found.lo):
-                    found = Finding(mark, span[0], span[1], written)
-        return found
+        """The pending mark that a read (or write) of ``runs`` of ``storage`` races with first."""
+        marks = [
+            mark
+            for pending in self.pending[rank].get(storage, ())
+            if written or pending.side == "recv"
+            for mark in pending.marks()
+        ]
+        marks.sort(key=lambda mark: mark.round.order)  # stable: a round's send side first
+        return first_finding(marks, runs, written)
+
+
+def first_finding(marks: Iterable[Mark], runs: Runs, written: bool) -> Finding | None:
+    """The mark that an access of ``runs`` meets first in address order (the earliest in
+    ``marks`` among those that start together), and the bytes it shares; None if none races."""
+    found: Finding | None = None
+    for mark in marks:
+        if written or mark.side == "recv":
+            span = mark.overlap(runs)
+            if span is not None and (found is None or span[0] < found.lo):
+                found = Finding(mark, span[0], span[1], written)
+    return found
 
 
 class _Ordered:

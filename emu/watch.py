@@ -313,7 +313,7 @@ class Unwatched:
         lock = self.lock
         lock.__exit__(*exc)
         if not lock._is_owned():
-            guard = getattr(self._guard, "held", None)
+            guard = self._guard.get("held")
             if guard is not None:
                 self._guard.held = None
                 guard.__exit__(None, None, None)

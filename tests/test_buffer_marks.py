@@ -1,12 +1,16 @@
 """The buffer race check's pending marks against a byte-by-byte numpy reference.
 
-The check keeps, per storage, the marks of a rank's pending rounds (sorted,
-disjoint runs of bytes) and, at each access, reports the mark that the access
-meets first in address order (the earliest made among marks that start
-there), with the bytes from that first shared byte to the last one.
+The check keeps, per storage, the sides of a rank's tasks with pending rounds;
+at an access it turns their rounds into marks (sorted, disjoint runs of bytes)
+and reports the mark that the access meets first in address order (the
+earliest made among marks that start there), with the bytes from that first
+shared byte to the last one. A Wait drops the rounds it orders, and a task's
+sides once none is left.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -48,18 +52,16 @@ def reference(marks: list[Mark], access: list[tuple[int, int]], written: bool) -
 @pytest.mark.parametrize("seed", range(200))
 def test_the_first_racing_mark_and_its_bytes_match_a_byte_reference(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    races = BufferRaces(1, lambda domain: {})
     marks = []
     for index in range(int(rng.integers(1, 5))):
         runs = random_runs(rng, SIZE) or [(0, 1)]
         side = "recv" if rng.random() < 0.5 else "send"
         starts, ends = [lo for lo, _ in runs], [hi for _, hi in runs]
         marks.append(Mark(Round(None, index, "k.py:1"), side, None, STORAGE + BASE, starts, ends))
-    races.pending[0][STORAGE] = marks
     access = [(lo + STORAGE, hi + STORAGE) for lo, hi in random_runs(rng, BASE + SIZE + 64)]
     written = bool(rng.random() < 0.5)
 
-    found = races._first(0, STORAGE, access, written)
+    found = buffers.first_finding(marks, access, written)
     expected = reference(marks, access, written)
 
     if expected is None:
@@ -70,23 +72,72 @@ def test_the_first_racing_mark_and_its_bytes_match_a_byte_reference(seed: int) -
         assert found.written is written
 
 
-def test_marks_of_a_finished_round_are_dropped_and_an_empty_storage_with_them(
+class _Alloc:
+    """Where a task's buffer lies: a storage address and the allocation's offset in it."""
+
+    def __init__(self, storage: int) -> None:
+        self.memory = (storage, BASE)
+
+
+class _Task:
+    """The two buffers of a task, all the bookkeeping of pending rounds looks at."""
+
+    def __init__(self, send: int, recv: int) -> None:
+        self.send, self.recv = (
+            SimpleNamespace(alloc=_Alloc(send)),
+            SimpleNamespace(alloc=_Alloc(recv)),
+        )
+
+
+class _Seen:
+    """Stands in for ``buffers._Ordered``: orders the rounds whose index is at most ``last``."""
+
+    def __init__(self, task: object, last: int, slots: object) -> None:
+        self.last = last
+
+    def covers(self, rnd: Round) -> bool:
+        return rnd.index <= self.last
+
+
+def test_ordered_rounds_are_dropped_and_a_storage_with_none_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     races = BufferRaces(1, lambda domain: {})
-    done, other = Round(None, 0, "a.py:1"), Round(None, 1, "a.py:2")
-    done.marks.append(STORAGE)
-    races.pending[0][STORAGE] = [Mark(done, "recv", None, 0, [0], [8])]
-    races.live[0] = [done, other]
+    task = _Task(STORAGE, STORAGE + SIZE)
+    rounds = [Round(task, index, f"a.py:{index}") for index in (0, 2, 1)]  # 2 held back
+    for rnd in rounds:
+        races._mark(0, rnd)
+    assert [r.order for r in rounds] == sorted(r.order for r in rounds)
+    send, recv = races.tasks[0][task]
+    assert races.pending[0] == {STORAGE: [send], STORAGE + SIZE: [recv]}
+    assert send.rounds is recv.rounds and [r.index for r in send.rounds] == [0, 1, 2]
 
-    class Seen:  # orders exactly ``done``
-        def __init__(self, *args: object) -> None:
-            pass
+    monkeypatch.setattr(buffers, "_Ordered", _Seen)
+    races.ordered(0, task, 0)
+    assert [r.index for r in send.rounds] == [1, 2]
+    assert set(races.pending[0]) == {STORAGE, STORAGE + SIZE}
+    races.ordered(0, task, 2)
+    assert races.pending[0] == {} and races.tasks[0] == {}
 
-        def covers(self, rnd: Round) -> bool:
-            return rnd is done
 
-    monkeypatch.setattr(buffers, "_Ordered", Seen)
-    races.ordered(0, None, 0)
-    assert STORAGE not in races.pending[0]
-    assert races.live[0] == [other]
+def test_a_storage_keeps_the_sides_of_other_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    races = BufferRaces(1, lambda domain: {})
+    first, second = _Task(STORAGE, STORAGE), _Task(STORAGE, STORAGE + SIZE)
+    races._mark(0, Round(first, 0, "a.py:1"))
+    races._mark(0, Round(second, 0, "a.py:2"))
+    monkeypatch.setattr(buffers, "_Ordered", lambda task, last, slots: _Orders(task))
+    races.ordered(0, first, 0)
+    assert races.pending[0] == {
+        STORAGE: [races.tasks[0][second][0]],
+        STORAGE + SIZE: [races.tasks[0][second][1]],
+    }
+
+
+class _Orders:
+    """Orders every round of one task."""
+
+    def __init__(self, task: object) -> None:
+        self.task = task
+
+    def covers(self, rnd: Round) -> bool:
+        return rnd.task is self.task

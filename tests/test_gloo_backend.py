@@ -25,6 +25,7 @@ import torch
 
 import hccl_py as hp
 from hccl_py import Hccl
+from hccl_py.launcher.liveness import RankDiedError
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
@@ -325,6 +326,20 @@ def test_mismatch_without_checks_fails_within_the_timeout(monkeypatch: pytest.Mo
     assert list(failures) == [1], failures
     assert isinstance(failures[1], (hp.HcclPeerError, hp.HcclTimeoutError)), failures[1]
     assert "AllGather(FP32, count=4" in str(failures[1])
+
+
+def test_different_counts_without_checks_abort_a_rank_as_gloo_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HCCL_PY_CHECK_TASKS=0: gloo itself meets messages of different sizes and aborts the
+    process that receives the larger one (no Python exception): what the check, a collective
+    of its own before the data, prevents (docs/backends.md)."""
+    monkeypatch.setenv("HCCL_PY_CHECK_TASKS", "0")
+    with pytest.raises(hp.WorldError) as info:
+        _run(mismatching_rank, 2, {0: [4], 1: [5]}, timeout=10.0)
+    died = [e for e in info.value.root_causes.values() if isinstance(e, RankDiedError)]
+    assert len(died) == 1, info.value.root_causes
+    assert died[0].how == "was killed by SIGABRT", died[0]
 
 
 def sleeping_rank() -> None:

@@ -68,6 +68,11 @@ class RunnerLocal:
         except KeyError:
             raise AttributeError(name) from None
 
+    def get(self, name: str, default: Any = None) -> Any:
+        """The attribute ``name`` of the calling runner, or ``default`` (no exception raised)."""
+        found = self._var.get(None)
+        return default if found is None else found.get(name, default)
+
     def __setattr__(self, name: str, value: Any) -> None:
         self._own()[name] = value
 

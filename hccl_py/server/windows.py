@@ -161,7 +161,7 @@ class WindowAllocation(Allocation):
         if ctx is None:
             return
         key = (self._base, offset, n)
-        last, _tls.last_view = getattr(_tls, "last_view", None), key
+        last, _tls.last_view = _tls.get("last_view"), key
         if last != key:
             return
         if n > POLL_BYTES:  # a poll through one large read: let the others run
