@@ -296,7 +296,8 @@ class Unwatched:
         core = _CORE.get() if outer else None
         if core is not None:
             core.held = True
-            core.off()
+            if core.on:
+                core.off()
         try:
             lock.__enter__()
         except BaseException:
@@ -320,7 +321,9 @@ class Unwatched:
             core = _CORE.get()
             if core is not None:
                 core.held = False
-                core.sync()
+                watch = core.watch
+                if core.on != bool(watch.pending or watch.windows):  # what sync would change
+                    core.sync()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()
