@@ -316,16 +316,15 @@ class BufferRaces:
             if self.gated[rank]:
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
-                rounds = sides[0].rounds
-                # what a Wait orders of a task's rounds (in index order) is a prefix of them
-                while rounds and done.covers(rounds[0]):
-                    if done.covers(rounds[-1]):
-                        rounds.clear()
-                    else:
-                        del rounds[0]
-                if not rounds:
+                rounds = sides[0].rounds  # never empty while filed
+                if done.covers(rounds[-1]):  # what a Wait orders of them is a prefix
                     del tasks[pending_task]
                     self._unfile(rank, sides)
+                    continue
+                ordered = 0
+                while done.covers(rounds[ordered]):
+                    ordered += 1
+                del rounds[:ordered]
 
     def _unfile(self, rank: int, sides: list[Pending]) -> None:
         """Drop ``sides`` (no round pending any more) from their storages' lists."""

@@ -321,9 +321,7 @@ class Unwatched:
             core = _CORE.get()
             if core is not None:
                 core.held = False
-                watch = core.watch
-                if core.on != bool(watch.pending or watch.windows):  # what sync would change
-                    core.sync()
+                core.sync()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()
