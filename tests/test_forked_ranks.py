@@ -291,8 +291,10 @@ with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
 import numpy.random
 facts["random"] = numpy.random.random()
 rank = os.environ["RANK"]
-with open(os.path.join(sys.argv[1], rank + ".json"), "w") as f:
+# written whole, then renamed: the other rank reads it as soon as the name exists
+with open(os.path.join(sys.argv[1], rank + ".part"), "w") as f:
     json.dump(facts, f)
+os.replace(os.path.join(sys.argv[1], rank + ".part"), os.path.join(sys.argv[1], rank + ".json"))
 print("stdout of rank", rank)
 print("stderr of rank", rank, file=sys.stderr)
 if rank == "1":  # rank 0 leaves first, so that this rank's exit alone fails the job
