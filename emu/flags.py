@@ -14,19 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch._dynamo  # noqa: F401 - see below
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
 
-from .watch import _plan, byte_runs
-
-# Entering a dispatch mode imports torch._dynamo on first use (about 1 s, 300 modules): done
-# here, before any rank runs, so that it never counts as a rank's own-code time.
+from .watch import KernelMode, _plan, byte_runs
 
 
-class FlagPolls(TorchDispatchMode):
+class FlagPolls(KernelMode):
     """Reports the small window reads of one core to the scheduler as polls."""
 
     def __init__(

@@ -51,7 +51,22 @@ Access = tuple[torch.Tensor, WindowAllocation, bool]
 _NONE: dict[int, WindowAllocation] = {}
 
 
-class WindowWatch(TorchDispatchMode):
+class KernelMode(TorchDispatchMode):
+    """A dispatch mode of the emulated kernels, whose handler runs as a plain call.
+
+    torch wraps a dispatch mode's ``__torch_dispatch__`` in dynamo's ``disable``
+    unless the class says not to: the wrapper imports ``torch._dynamo`` at the first
+    operation (about 2 CPU-seconds in every emulating process) and sets and resets
+    dynamo's frame hook around every operation. The kernels' modes never compile,
+    so they opt out.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+
+class WindowWatch(KernelMode):
     """The window and collective-buffer accesses of one rank's kernel code, for the race checks."""
 
     def __init__(

@@ -159,3 +159,12 @@ def test_a_kernel_that_asks_for_a_window_is_watched_from_then_on() -> None:
     assert err.reason == early_text(0, 1, 0, 4 * M, where["window-read"], where["window-write"])
     # the poll watch stays innermost (a poll that blocks holds none of the race check's locks)
     assert stacks == [([WindowWatch, FlagPolls], [HostReads])] * 2
+
+
+@pytest.mark.parametrize("mode", [WindowWatch, FlagPolls])
+def test_kernel_modes_handle_operations_without_dynamo(mode: type) -> None:
+    """torch would wrap the handler in dynamo's disable (importing torch._dynamo, about 2
+    CPU-seconds, at a run's first operation, and toggling its frame hook on every one)."""
+    handler = mode.__dict__["__torch_dispatch__"]
+    assert not hasattr(handler, "__wrapped__"), handler
+    assert handler.__qualname__ == f"{mode.__name__}.__torch_dispatch__"
