@@ -18,7 +18,8 @@ import torch
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
 
-from .watch import KernelMode, _plan, byte_runs
+from .modes import KernelMode
+from .watch import _plan, byte_runs
 
 
 class FlagPolls(KernelMode):

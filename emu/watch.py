@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
 from .intervals import Runs
+from .modes import KernelMode
 from .races import WindowRaces, user_frame
 from .views import runs_of
 
@@ -49,21 +49,6 @@ _HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor._
 Access = tuple[torch.Tensor, WindowAllocation, bool]
 #: No windows (when window races are not checked).
 _NONE: dict[int, WindowAllocation] = {}
-
-
-class KernelMode(TorchDispatchMode):
-    """A dispatch mode of the emulated kernels, whose handler runs as a plain call.
-
-    torch wraps a dispatch mode's ``__torch_dispatch__`` in dynamo's ``disable``
-    unless the class says not to: the wrapper imports ``torch._dynamo`` at the first
-    operation (about 2 CPU-seconds in every emulating process) and sets and resets
-    dynamo's frame hook around every operation. The kernels' modes never compile,
-    so they opt out.
-    """
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False
 
 
 class WindowWatch(KernelMode):
