@@ -20,10 +20,10 @@ import pytest
 import torch
 from cases import init_hccl, make_tiling
 from expect import expects_warning
+from hccl_py.backends.emu.modes import KernelMode
 from hccl_py.backends.emu.watch import Unwatched
 from test_sanitizer import F32, SUM, TIMEOUT, comm
 from test_window_races import at
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
 
@@ -460,7 +460,7 @@ def test_the_world_lock_keeps_dispatch_modes_away_from_hccl_py_s_own_work() -> N
     """Its own operations would only be skipped by the watch: they do not reach it at all."""
     seen: list[str] = []
 
-    class Seen(TorchDispatchMode):
+    class Seen(KernelMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             seen.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))

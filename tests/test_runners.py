@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 from hccl_py.backends.emu import wait_until
+from hccl_py.backends.emu.modes import KernelMode
 from hccl_py.backends.emu.runners import RUNNERS_ENV
 from hccl_py.backends.emu.scheduler import THREAD_NAME
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
 from hccl_py.core.current import RunnerLocal
@@ -35,7 +35,7 @@ def test_thread_runners_are_the_default(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(set(hp.run(threading.get_ident, world_size=3))) == 3
 
 
-class _CountOps(TorchDispatchMode):
+class _CountOps(KernelMode):
     """Counts the aten operations run under it."""
 
     def __init__(self) -> None:

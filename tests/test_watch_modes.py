@@ -20,12 +20,12 @@ import pytest
 import torch
 from hccl_py.backends.emu import wait_until
 from hccl_py.backends.emu.flags import FlagPolls
+from hccl_py.backends.emu.modes import KernelMode
 from hccl_py.backends.emu.watch import HostReads, WindowWatch
 from test_buffer_races import Kernel, N, all_gather, race, run
 from test_sanitizer import comm
 from test_window_races import M, at, early_text, race_of
 from test_windows import client, run_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import hccl_py as hp
 
@@ -78,7 +78,7 @@ def test_a_kernel_without_windows_is_watched_only_while_its_round_is_pending() -
 def test_a_pending_round_is_still_checked_inside_a_mode_of_the_kernel() -> None:
     """The watch goes in below the kernel's own mode, which still leaves the stack itself."""
 
-    class Seen(TorchDispatchMode):
+    class Seen(KernelMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
             return func(*args, **(kwargs or {}))
 
