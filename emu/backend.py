@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import sys
@@ -109,7 +108,7 @@ class _Stopped(BaseException):
     """Raised inside a stuck rank's thread to end it (not an Exception: user code cannot catch it)."""
 
 
-def _where(thread: threading.Thread) -> str:
+def _where(thread: Any) -> str:
     """The innermost frames of ``thread``'s Python stack, for a report."""
     frame = sys._current_frames().get(thread.ident or -1)
     stack = traceback.extract_stack(frame) if frame is not None else []
@@ -136,9 +135,7 @@ def _stop_running(
     )
     # A loop of Python code stops at its next bytecode; a long C call (time.sleep)
     # stops when it returns: the thread is a daemon and cannot hold the process open.
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(runner.thread.ident), ctypes.py_object(_Stopped)
-    )
+    runner.thread.interrupt(_Stopped)
     runner.thread.join(STOP_WAIT_S)
 
 

@@ -32,6 +32,7 @@ context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -42,6 +43,7 @@ import greenlet
 from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
+from hccl_py.server.threads import PoolJob
 
 from .policies import Policy, Runner, runner_key
 from .polls import QuietPolls, changed, record
@@ -51,38 +53,22 @@ from .runners import (
     inside_backward,
     put_torch_state,
     runner_kind,
+    runner_threads,
     take_torch_state,
 )
+from .switching import SwitchingLock
 from .watch import resumed
 
 #: The name of the world's OS thread, the one that runs every runner.
 THREAD_NAME = "hccl_py-emu"
+#: Seconds :meth:`Scheduler.close` waits for each idle runner thread to end.
+CLOSE_WAIT_S = 5.0
 
 
 class _Greenlet(greenlet.greenlet):
     """The greenlet of one runner (``runner``: what the scheduler knows of it)."""
 
     runner: Runner
-
-
-class _Serial:
-    """The world lock as a switch point: a seeded schedule may switch at every hccl_py call."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
-        self.lock = scheduler.cond
-
-    def __enter__(self) -> None:
-        outer = not self.lock._is_owned()
-        self.lock.acquire()
-        if outer:
-            self.scheduler.point()
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.release()
-
-    def _is_owned(self) -> bool:
-        return self.lock._is_owned()
 
 
 class Scheduler(Blocker):
@@ -96,13 +82,15 @@ class Scheduler(Blocker):
         self.last: Runner | None = None
         #: Runners are OS threads (``HCCL_PY_EMU_RUNNERS=threads``) instead of greenlets.
         self.threads = runner_kind() == "threads"
+        #: The thread runners' threads, reused from one runner to a later one (:meth:`close`).
+        self.pool = runner_threads() if self.threads else None
         #: The world's OS thread, started by :meth:`begin`; it runs every greenlet runner.
         self.thread: threading.Thread | None = None
         self._hub: greenlet.greenlet | None = None
         self._tls = threading.local()
         #: When the running runner got the baton or last blocked or polled (the watchdog's clock).
         self.touched = time.monotonic()
-        self._serial = _Serial(self) if policy.preemptive else self.lock
+        self._serial = SwitchingLock(self) if policy.preemptive else self.lock
         #: Switches so far (a measure of the schedule, for reports).
         self.switches = 0
         #: Blocked pollers let read on since something other than a released poller last ran.
@@ -122,23 +110,27 @@ class Scheduler(Blocker):
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
-    ) -> Spawned | threading.Thread:
+    ) -> Spawned | PoolJob:
         """Add ``target`` as a runner; it runs when the scheduler hands it the baton."""
         runner = Runner(key, name, rank)
         runner.target = target
         if self.threads:
             runner.gate = threading.Lock()
             runner.gate.acquire()
-            runner.thread = threading.Thread(target=self._thread_body, args=(runner,), name=name)
-            runner.thread.daemon = True
         else:
             runner.thread = Spawned(self)
         with self.lock:
             bisect.insort(self.runners, runner, key=runner_key)
             self.policy.add(runner)
-        if self.threads:
-            runner.thread.start()
+        if self.pool is not None:
+            runner.thread = self.pool.start(functools.partial(self._thread_body, runner), name)
         return runner.thread
+
+    def close(self) -> None:
+        """The run ended: end the idle runner threads (one stuck in its own code ends when it
+        returns; it is a daemon)."""
+        if self.pool is not None:
+            self.pool.close(CLOSE_WAIT_S)
 
     def begin(self) -> None:
         """Hand the baton to the first runner and start the world's thread, which runs them all."""
@@ -164,8 +156,11 @@ class Scheduler(Blocker):
     def _thread_body(self, runner: Runner) -> None:
         """What a thread runner runs: wait for the baton, then its target."""
         self._tls.runner = runner
-        runner.gate.acquire()
-        runner.target()
+        try:
+            runner.gate.acquire()
+            runner.target()
+        finally:
+            self._tls.runner = None  # the thread may run another runner (or none) next
 
     def _body(self) -> None:
         """What a runner's greenlet runs: its target; then the baton goes on."""

@@ -325,8 +325,9 @@ class EmuWorld(Server):
         return self.windows.window_at(base)
 
     def close(self) -> None:
-        """End the server's lane thread."""
+        """End the server's lane thread and the idle runner threads."""
         self.lane.close()
+        self.blocker.close()
 
     def rank_returned(self, rank: int) -> None:
         """Global rank ``rank`` returned from its function: it will never submit or commit again."""

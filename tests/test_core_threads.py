@@ -10,6 +10,7 @@ end when idle, and a job on a reused thread starts as in a new one.
 from __future__ import annotations
 
 import contextvars
+import gc
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ import torch
 import hccl_py as hp
 from hccl_py import Hccl, SyncAll
 from hccl_py.kernel.context import current_core_context, current_rank_context
+from hccl_py.server import threads as threads_module
 from hccl_py.server.blocking import Blocker
 
 BLOCK_DIM = 8
@@ -194,3 +196,94 @@ def test_a_job_that_raises_does_not_leave_a_dead_thread_in_the_pool() -> None:
     job.join(60)
     assert ran.is_set() and not job.is_alive()
     assert pool.started == 2
+
+
+def test_an_interrupted_job_ends_and_its_thread_is_not_reused() -> None:
+    """``interrupt`` raises in the job's thread while the target runs, and never after it."""
+    from hccl_py.server import threads
+
+    class Stop(BaseException):
+        pass
+
+    pool = threads.ThreadPool()
+    running, caught = threading.Event(), []
+
+    def spins() -> None:
+        running.set()
+        try:
+            while True:
+                pass
+        except Stop:
+            caught.append(threading.current_thread())
+
+    job = pool.start(spins, "spins")
+    _until(running.is_set)
+    assert job.interrupt(Stop)
+    job.join(60)
+    assert not job.is_alive() and len(caught) == 1
+    assert not job.interrupt(Stop), "a returned job cannot be interrupted"
+    _until(lambda: not caught[0].is_alive())  # ended: an interrupted thread is not reused
+    ran: list[threading.Thread] = []
+    pool.start(lambda: ran.append(threading.current_thread()), "next").join(60)
+    assert ran[0] is not caught[0] and pool.started == 2
+
+
+def test_a_thread_that_is_not_fresh_is_not_reused_and_close_ends_the_idle_ones() -> None:
+    """``fresh`` false after a job ends the thread; ``close`` ends and joins the idle threads."""
+    from hccl_py.server import threads
+
+    fresh = [False]
+    pool = threads.ThreadPool(fresh=lambda: fresh[0])
+    ran: list[threading.Thread] = []
+    for _ in range(2):
+        pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    assert ran[0] is not ran[1] and pool.started == 2
+    fresh[0] = True
+    pool.start(lambda: ran.append(threading.current_thread()), "job").join(60)
+    _until(lambda: ran[2].name == threads.IDLE_NAME)
+    pool.close(60)
+    assert not ran[2].is_alive()
+
+
+def _records_its_thread(seen: list, launch: int) -> Callable[..., None]:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        seen.append((launch, hp.get_rank(), hp.GetBlockIdx(), threading.current_thread()))
+
+    return kernel
+
+
+def _three_launches(seen: list) -> None:
+    x, y = torch.zeros(4), torch.zeros(4)
+    for launch in range(3):
+        hp.launch(_records_its_thread(seen, launch), x, y, None, block_dim=4)
+
+
+def test_emulated_cores_of_later_launches_reuse_the_threads_of_earlier_ones(monkeypatch) -> None:
+    """Thread runners: the cores of a rank's launch run on threads of their own, and later
+    launches (and the other rank, which runs after it) take those threads; the run leaves no
+    thread behind."""
+    from hccl_py.backends.emu.runners import RUNNERS_ENV
+    from threads_left import left_since, threads_now
+
+    from hccl_py.server.threads import IDLE_NAME
+
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    gc.collect()
+    pools = len(threads_module._POOLS)
+    seen: list[tuple[int, int, int, threading.Thread]] = []
+    baseline = threads_now()
+    hp.run(_three_launches, args=(seen,), world_size=2, timeout=60.0)
+    assert sorted((launch, rank, core) for launch, rank, core, _ in seen) == [
+        (launch, rank, core) for launch in range(3) for rank in range(2) for core in range(4)
+    ]
+    cores = Counter((launch, rank) for launch, rank, _, _ in seen)
+    threads = {
+        (launch, rank): {t for n, r, _, t in seen if (n, r) == (launch, rank)}
+        for launch, rank in cores
+    }
+    assert all(len(ts) == 4 for ts in threads.values()), threads
+    assert len({t for *_, t in seen}) == 4, "each core started a thread of its own"
+    assert not left_since(baseline)
+    assert not [t for t in threading.enumerate() if t not in baseline and t.name == IDLE_NAME]
+    gc.collect()
+    assert len(threads_module._POOLS) <= pools, "the run's pool outlived it"

@@ -12,7 +12,6 @@ change.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 import reference as ref
 import torch
 from cases import OpCase, check_case, init_hccl, make_tiling, run_cases
+from threads_left import left_since, threads_now
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclDataType, HcclReduceOp
@@ -125,10 +125,10 @@ def _run_failing(fn: Body, n: int = 2, **run_kw: Any) -> dict[int, tuple[np.ndar
         if not (fn is _skip_rank_1 and r == 1):
             hp.launch(_body(fn), x, y, make_tiling())
 
-    baseline = threading.active_count()
+    baseline = threads_now()
     with pytest.raises(hp.WorldError):
         hp.run(main, world_size=n, timeout=run_kw.pop("timeout", TIMEOUT), **run_kw)
-    assert threading.active_count() == baseline
+    assert not left_since(baseline), left_since(baseline)
     return {r: (x.numpy(), y.numpy()) for r, (x, y) in buffers.items()}
 
 

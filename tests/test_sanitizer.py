@@ -10,7 +10,6 @@ their expected duration, so a pass proves detection, not a timeout.
 
 from __future__ import annotations
 
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import pytest
 import torch
 from cases import init_hccl, make_tiling
 from expect import expects_warning
+from threads_left import left_since, threads_now
 
 import hccl_py as hp
 from hccl_py import (
@@ -103,11 +103,11 @@ def spmd(
 
 def fails(fn: Callable[[], Any], n: int = 2, **run_kw: Any) -> hp.WorldError:
     """Run ``fn`` on ``n`` ranks; it must fail, promptly, leaving no thread running."""
-    baseline = threading.active_count()
+    baseline = threads_now()
     run_kw.setdefault("timeout", TIMEOUT)
     with pytest.raises(hp.WorldError) as info:
         hp.run(fn, world_size=n, **run_kw)
-    assert threading.active_count() == baseline, "a rank or core thread is still running"
+    assert not left_since(baseline), f"threads still running: {left_since(baseline)}"
     return info.value
 
 
@@ -990,18 +990,18 @@ def test_timeout_of_a_query_loop_waiting_for_a_busy_rank() -> None:
 def test_timeout_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "0.25")
     assert default_timeout() == 0.25
-    baseline = threading.active_count()
+    baseline = threads_now()
     with pytest.raises(hp.WorldError) as info:
         hp.run(_waits_for_a_sleeper(0.8), world_size=2)
-    assert threading.active_count() == baseline
+    assert not left_since(baseline), left_since(baseline)
     check(info.value, hp.HcclTimeoutError, "rank 1 ran its own code for 0.25 s", rank=1)
 
 
 def test_no_warning_and_no_thread_left_after_a_clean_run() -> None:
     kernel, seen = _reader(read_before_wait=False)
-    baseline = threading.active_count()
+    baseline = threads_now()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         hp.run(spmd(kernel, block_dim=3), world_size=3, timeout=TIMEOUT)
-    assert threading.active_count() == baseline
+    assert not left_since(baseline), left_since(baseline)
     assert all(torch.equal(seen[r], _gathered(3)) for r in range(3))

@@ -12,14 +12,17 @@ rounds that another core runs. Plain ``wait`` wakes at every notification, as
 launches: a launch with ``block_dim`` 8 takes eight idle threads of the pool
 (and starts new ones only when fewer are idle), so that a launch costs no
 thread creation. An idle thread sleeps on its own lock and ends after
-:data:`IDLE_S` seconds without work.
+:data:`IDLE_S` seconds without work. The emulator keeps a pool of its own per
+run for its thread runners (``ThreadPool(fresh=...)``), closed when the run ends.
 """
 
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +30,8 @@ import torch
 
 #: Seconds an idle pool thread waits for work before it ends.
 IDLE_S = 30.0
+#: The name of a pool thread while it has no job.
+IDLE_NAME = "hccl_py-idle"
 
 Test = Callable[[], bool]
 
@@ -139,6 +144,11 @@ class PoolJob:
         self.target = target
         self.name = name
         self.done = threading.Event()
+        #: The OS thread that runs the target, while it runs (None before and after).
+        self.ident: int | None = None
+        #: Whether :meth:`interrupt` sent an exception into the target's thread.
+        self.interrupted = False
+        self._lock = threading.Lock()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the target returned (at most ``timeout`` seconds)."""
@@ -147,6 +157,35 @@ class PoolJob:
     def is_alive(self) -> bool:
         """Whether the target has not returned yet."""
         return not self.done.is_set()
+
+    def interrupt(self, exc: type[BaseException]) -> bool:
+        """Raise ``exc`` in the target's thread at its next bytecode (to stop a stuck target).
+
+        Only while the target runs (False otherwise): the exception can never reach a
+        later job of the same thread, and the thread is not reused after it.
+        """
+        with self._lock:
+            if self.ident is None:
+                return False
+            self.interrupted = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.ident), ctypes.py_object(exc)
+            )
+            return True
+
+    def _begin(self) -> None:
+        with self._lock:
+            self.ident = threading.get_ident()
+
+    def _end(self) -> bool:
+        """The target returned: no interruption from now on; whether one was sent."""
+        while True:
+            try:
+                with self._lock:
+                    self.ident = None
+                    return self.interrupted
+            except BaseException:  # noqa: BLE001 - an interruption sent as the target returned
+                continue
 
 
 class _Worker:
@@ -157,41 +196,63 @@ class _Worker:
         self.gate = threading.Lock()
         self.gate.acquire()
         self.job: PoolJob | None = None
-        self.thread = threading.Thread(target=self._loop, name="hccl_py-core", daemon=True)
+        self.thread = threading.Thread(target=self._loop, name=IDLE_NAME, daemon=True)
 
-    def give(self, job: PoolJob) -> None:
-        """Run ``job`` next."""
+    def give(self, job: PoolJob | None) -> None:
+        """Run ``job`` next (None: end)."""
         self.job = job
         self.gate.release()
 
     def _loop(self) -> None:
-        while self.pool.next_job(self):
-            job = self.job
-            assert job is not None
-            self.thread.name = job.name
-            returned = False
+        try:
+            while self.pool.next_job(self) and self.job is not None:
+                if not self._run(self.job):
+                    return
+        finally:
+            self.pool.gone(self)
+
+    def _run(self, job: PoolJob) -> bool:
+        """Run one job; whether this thread may take another (an escaped error ends it, as it
+        ends a plain thread, and so do an interruption and torch state a new thread lacks)."""
+        self.thread.name = job.name
+        returned = reuse = False
+        job._begin()
+        try:
+            # A fresh context, as a new thread has: no context variable of an earlier job.
+            contextvars.Context().run(job.target)
+            returned = True
+        finally:
             try:
-                # A fresh context, as a new thread has: no context variable of an earlier job.
-                contextvars.Context().run(job.target)
-                returned = True
-            finally:
+                interrupted = job._end()
                 torch.set_grad_enabled(True)  # a new thread's grad mode
                 self.job = None
-                if returned:  # an error that escaped ends this thread, as a plain thread's would
-                    self.pool.idle(self)  # before done: a joined job's thread is idle again
+                reuse = returned and not interrupted and self.pool.fresh()
+                if reuse:  # before done: a joined job's thread is idle again
+                    self.thread.name = IDLE_NAME
+                    reuse = self.pool.idle(self)
+            finally:
                 job.done.set()
+        return reuse
 
 
 class ThreadPool:
-    """Reusable daemon threads that run one job at a time (see the module docstring)."""
+    """Reusable daemon threads that run one job at a time (see the module docstring).
 
-    def __init__(self) -> None:
+    ``fresh`` says whether the calling thread, after a job, is as a new thread
+    would be (torch's per-thread state); a thread that is not ends instead of
+    taking another job.
+    """
+
+    def __init__(self, fresh: Callable[[], bool] | None = None) -> None:
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
+        #: Every thread of the pool that has not ended.
+        self._workers: set[_Worker] = set()
+        self._closed = False
+        self.fresh = fresh or (lambda: True)
         #: Threads this pool started so far.
         self.started = 0
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._forget)
+        _POOLS.add(self)
 
     def start(self, target: Callable[[], None], name: str) -> PoolJob:
         """Run ``target`` in an idle thread (a new one if none is idle); returns its handle."""
@@ -202,14 +263,18 @@ class ThreadPool:
                 self.started += 1
         if worker is None:
             worker = _Worker(self)
+            with self._lock:
+                self._workers.add(worker)
             worker.thread.start()
         worker.give(job)
         return job
 
-    def idle(self, worker: _Worker) -> None:
-        """``worker`` finished its job and waits for the next one."""
+    def idle(self, worker: _Worker) -> bool:
+        """``worker`` finished its job: it waits for the next one (False: the pool is closed)."""
         with self._lock:
-            self._idle.append(worker)
+            if not self._closed:
+                self._idle.append(worker)
+            return not self._closed
 
     def next_job(self, worker: _Worker) -> bool:
         """Block until ``worker`` is given a job (True), or it stayed idle :data:`IDLE_S` (False)."""
@@ -222,11 +287,41 @@ class ThreadPool:
         worker.gate.acquire()  # taken from the idle list just now: its job is on the way
         return True
 
+    def gone(self, worker: _Worker) -> None:
+        """``worker``'s thread ends."""
+        with self._lock:
+            self._workers.discard(worker)
+
+    def close(self, timeout: float) -> None:
+        """End the idle threads and wait (at most ``timeout`` seconds each) for every thread
+        whose job returned; a thread still running its job ends when the job returns."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            ending = [w for w in self._workers if w.job is None or w.job.done.is_set()]
+        for worker in idle:
+            worker.give(None)
+        for worker in ending:
+            worker.thread.join(timeout)
+
     def _forget(self) -> None:
         """In a forked child: the parent's threads do not exist here."""
         self._lock = threading.Lock()
         self._idle = []
+        self._workers = set()
 
+
+#: Every pool of this process, forgotten in a forked child (one fork hook, not one per pool).
+_POOLS: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
+
+
+def _forget_all() -> None:
+    for pool in list(_POOLS):
+        pool._forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_all)
 
 #: The threads of this process that run the cores of kernel launches.
 CORE_THREADS = ThreadPool()

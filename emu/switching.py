@@ -1,0 +1,25 @@
+"""The world lock of a seeded schedule: entering it is a switch point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SwitchingLock:
+    """The world lock as a switch point: a seeded schedule may switch at every hccl_py call."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.lock = scheduler.cond
+
+    def __enter__(self) -> None:
+        outer = not self.lock._is_owned()
+        self.lock.acquire()
+        if outer:
+            self.scheduler.point()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+    def _is_owned(self) -> bool:
+        return self.lock._is_owned()
