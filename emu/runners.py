@@ -35,7 +35,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -116,19 +116,17 @@ _FUNCTION_ON = torch._C._TorchFunctionState.ENABLED
 _AUTOCAST_DEVICES = tuple(torch._C._autocast_supported_devices())
 
 
-def _excluded_in_a_new_thread() -> torch._C.DispatchKeySet:
-    """The dispatch keys that torch excludes in a thread that changed nothing (autocast's)."""
+def _in_a_new_thread(read: Callable[[], Any]) -> Any:
+    """What ``read()`` returns in a thread that changed nothing."""
     found = []
-    thread = threading.Thread(
-        target=lambda: found.append(torch._C._dispatch_tls_local_exclude_set()), daemon=True
-    )
+    thread = threading.Thread(target=lambda: found.append(read()), daemon=True)
     thread.start()
     thread.join()
     return found[0]
 
 
 #: Inference mode, autocast and dispatch modes turned off all change this set.
-_PLAIN_EXCLUDED = _excluded_in_a_new_thread()
+_PLAIN_EXCLUDED = _in_a_new_thread(torch._C._dispatch_tls_local_exclude_set)
 
 
 def _plain() -> bool:
@@ -142,10 +140,38 @@ def _plain() -> bool:
     )
 
 
+def _autograd_flags() -> tuple:
+    """The calling thread's autograd switches that nothing above covers (where this torch has
+    them): multithreaded backward, forward AD, view replay, default saved-tensor hooks."""
+    c = torch._C
+    flags = tuple(
+        getattr(c, name)() if hasattr(c, name) else None
+        for name in (
+            "_is_multithreading_enabled",
+            "_is_fwd_grad_enabled",
+            "_is_view_replay_enabled",
+        )
+    )
+    try:
+        hooks = c._autograd._top_saved_tensors_default_hooks(False)
+    except (AttributeError, TypeError):
+        hooks = None
+    return (*flags, hooks is None)
+
+
+#: A new thread's :func:`_autograd_flags`.
+_PLAIN_AUTOGRAD = _in_a_new_thread(_autograd_flags)
+
+
+def _fresh() -> bool:
+    """Whether a runner's thread, its runner ended, is as a new thread: it may run another."""
+    return _plain() and _autograd_flags() == _PLAIN_AUTOGRAD
+
+
 def runner_threads() -> ThreadPool:
     """A pool for the thread runners of one run: a thread is reused only while its torch state
     is a new thread's; :meth:`~hccl_py.server.threads.ThreadPool.close` it when the run ends."""
-    return ThreadPool(fresh=_plain)
+    return ThreadPool(fresh=_fresh)
 
 
 class TorchState(NamedTuple):

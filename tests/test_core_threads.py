@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import torch
 
 import hccl_py as hp
@@ -287,3 +288,34 @@ def test_emulated_cores_of_later_launches_reuse_the_threads_of_earlier_ones(monk
     assert not [t for t in threading.enumerate() if t not in baseline and t.name == IDLE_NAME]
     gc.collect()
     assert len(threads_module._POOLS) <= pools, "the run's pool outlived it"
+
+
+def _leaves_multithreading_off() -> None:
+    torch.autograd.set_multithreading_enabled(False)
+
+
+def _leaves_saved_tensor_hooks_on() -> None:
+    torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t).__enter__()
+
+
+@pytest.mark.parametrize("leaves", [_leaves_multithreading_off, _leaves_saved_tensor_hooks_on])
+def test_an_emulator_runner_thread_with_changed_autograd_state_is_not_reused(leaves) -> None:
+    """A runner that leaves per-thread autograd state a new thread lacks ends its thread: the
+    next runner starts on a new one, with that state as a new thread has it."""
+    from hccl_py.backends.emu.runners import runner_threads
+
+    pool = runner_threads()
+    ran: list[tuple[threading.Thread, bool, bool]] = []
+
+    def records() -> None:
+        hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+        ran.append(
+            (threading.current_thread(), torch._C._is_multithreading_enabled(), hooks is None)
+        )
+
+    pool.start(records, "first").join(60)
+    pool.start(leaves, "leaves").join(60)
+    pool.start(records, "next").join(60)
+    pool.close(60)
+    assert pool.started == 2 and ran[0][0] is not ran[1][0]
+    assert ran[1][1:] == (True, True)

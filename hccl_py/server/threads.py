@@ -179,13 +179,19 @@ class PoolJob:
 
     def _end(self) -> bool:
         """The target returned: no interruption from now on; whether one was sent."""
-        while True:
-            try:
-                with self._lock:
-                    self.ident = None
-                    return self.interrupted
-            except BaseException:  # noqa: BLE001 - an interruption sent as the target returned
-                continue
+        with self._lock:
+            self.ident = None
+            return self.interrupted
+
+
+def _ended(job: PoolJob) -> bool:
+    """``job._end()``, again if an interruption sent as the target returned arrives meanwhile
+    (at the call, inside it, or at its return): none can be sent once it returned."""
+    while True:
+        try:
+            return job._end()
+        except BaseException:  # noqa: BLE001 - that interruption: the thread ends after
+            continue
 
 
 class _Worker:
@@ -216,14 +222,14 @@ class _Worker:
         ends a plain thread, and so do an interruption and torch state a new thread lacks)."""
         self.thread.name = job.name
         returned = reuse = False
-        job._begin()
         try:
+            job._begin()
             # A fresh context, as a new thread has: no context variable of an earlier job.
             contextvars.Context().run(job.target)
             returned = True
         finally:
             try:
-                interrupted = job._end()
+                interrupted = _ended(job)
                 torch.set_grad_enabled(True)  # a new thread's grad mode
                 self.job = None
                 reuse = returned and not interrupted and self.pool.fresh()
@@ -263,9 +269,9 @@ class ThreadPool:
                 self.started += 1
         if worker is None:
             worker = _Worker(self)
+            worker.thread.start()  # a thread that cannot start is never one of the workers
             with self._lock:
                 self._workers.add(worker)
-            worker.thread.start()
         worker.give(job)
         return job
 
@@ -294,11 +300,11 @@ class ThreadPool:
 
     def close(self, timeout: float) -> None:
         """End the idle threads and wait (at most ``timeout`` seconds each) for every thread
-        whose job returned; a thread still running its job ends when the job returns."""
+        but those whose job was interrupted (stuck: they end when the job returns)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-            ending = [w for w in self._workers if w.job is None or w.job.done.is_set()]
+            ending = [w for w in self._workers if w.job is None or not w.job.interrupted]
         for worker in idle:
             worker.give(None)
         for worker in ending:
