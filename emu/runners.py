@@ -31,7 +31,6 @@ own variables.
 from __future__ import annotations
 
 import contextvars
-import ctypes
 import os
 import threading
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from hccl_py.server.threads import ThreadPool
+from hccl_py.server.threads import ThreadPool, raise_in_thread
 
 #: Environment variable: ``threads`` (default) or ``greenlets``.
 RUNNERS_ENV = "HCCL_PY_EMU_RUNNERS"
@@ -90,7 +89,7 @@ class Spawned:
         ident = self.ident
         if ident is None or not self.is_alive():
             return False
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
+        raise_in_thread(ident, exc)
         return True
 
     @staticmethod

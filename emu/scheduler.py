@@ -61,7 +61,8 @@ from .watch import resumed
 
 #: The name of the world's OS thread, the one that runs every runner.
 THREAD_NAME = "hccl_py-emu"
-#: Seconds :meth:`Scheduler.close` waits for each idle runner thread to end.
+#: Seconds :meth:`Scheduler.close` waits for each idle runner thread to end, and a runner's
+#: join for the thread of a runner that left.
 CLOSE_WAIT_S = 5.0
 
 
@@ -314,6 +315,9 @@ class Scheduler(Blocker):
                 self._block(me, ended, what)
             finally:
                 me.past_failure = False
+        if self.threads:  # each thread is back in the pool after its runner left: reused next
+            for thread in threads:
+                thread.join(CLOSE_WAIT_S)
 
     def poll(
         self,

@@ -137,6 +137,11 @@ class WakeCondition(threading.Condition):
         return n
 
 
+def raise_in_thread(ident: int, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in the thread ``ident`` at its next bytecode (a long C call: when it returns)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
+
+
 class PoolJob:
     """One target run by a pool thread; ``join`` and ``is_alive`` as on a thread."""
 
@@ -168,9 +173,7 @@ class PoolJob:
             if self.ident is None:
                 return False
             self.interrupted = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.ident), ctypes.py_object(exc)
-            )
+            raise_in_thread(self.ident, exc)
             return True
 
     def _begin(self) -> None:
