@@ -16,10 +16,12 @@ start longest first (:data:`LONGEST_FIRST`).
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import bytecode
 import pytest
 from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
 
@@ -44,6 +46,23 @@ LONGEST_FIRST = (
     "test_gloo_backend.py",
     "test_gloo_memory.py",
 )
+
+#: The checkout: where the suite's own bytecode goes (:mod:`bytecode`).
+ROOT = Path(__file__).resolve().parent.parent
+_WRITTEN: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where no interpreter writes bytecode, the session writes it once, before workers start."""
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+        _WRITTEN.extend(bytecode.write_missing(ROOT))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the bytecode the session wrote: the checkout is left as it was."""
+    bytecode.remove(_WRITTEN)
+    _WRITTEN.clear()
+
 
 #: Backends every semantic test runs on.
 SEMANTIC_BACKENDS = ["emu", "gloo"]
