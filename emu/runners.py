@@ -34,11 +34,13 @@ import contextvars
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
-from hccl_py.server.threads import ThreadPool, raise_in_thread
+from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
+
+from . import autograd_state
 
 #: Environment variable: ``threads`` (default) or ``greenlets``.
 RUNNERS_ENV = "HCCL_PY_EMU_RUNNERS"
@@ -112,20 +114,12 @@ _PYTHON_KEYS = (
     torch._C.DispatchKey.PreDispatch,
 )
 _FUNCTION_ON = torch._C._TorchFunctionState.ENABLED
+_NONE_OFF = (False,) * len(_PYTHON_KEYS)
 _AUTOCAST_DEVICES = tuple(torch._C._autocast_supported_devices())
 
 
-def _in_a_new_thread(read: Callable[[], Any]) -> Any:
-    """What ``read()`` returns in a thread that changed nothing."""
-    found = []
-    thread = threading.Thread(target=lambda: found.append(read()), daemon=True)
-    thread.start()
-    thread.join()
-    return found[0]
-
-
 #: Inference mode, autocast and dispatch modes turned off all change this set.
-_PLAIN_EXCLUDED = _in_a_new_thread(torch._C._dispatch_tls_local_exclude_set)
+_PLAIN_EXCLUDED = read_in_a_new_thread(torch._C._dispatch_tls_local_exclude_set)
 
 
 def _plain() -> bool:
@@ -139,32 +133,9 @@ def _plain() -> bool:
     )
 
 
-def _autograd_flags() -> tuple:
-    """The calling thread's autograd switches that nothing above covers (where this torch has
-    them): multithreaded backward, forward AD, view replay, default saved-tensor hooks."""
-    c = torch._C
-    flags = tuple(
-        getattr(c, name)() if hasattr(c, name) else None
-        for name in (
-            "_is_multithreading_enabled",
-            "_is_fwd_grad_enabled",
-            "_is_view_replay_enabled",
-        )
-    )
-    try:
-        hooks = c._autograd._top_saved_tensors_default_hooks(False)
-    except (AttributeError, TypeError):
-        hooks = None
-    return (*flags, hooks is None)
-
-
-#: A new thread's :func:`_autograd_flags`.
-_PLAIN_AUTOGRAD = _in_a_new_thread(_autograd_flags)
-
-
 def _fresh() -> bool:
     """Whether a runner's thread, its runner ended, is as a new thread: it may run another."""
-    return _plain() and _autograd_flags() == _PLAIN_AUTOGRAD
+    return _plain() and autograd_state.is_plain()
 
 
 def runner_threads() -> ThreadPool:
@@ -187,19 +158,24 @@ class TorchState(NamedTuple):
     guards: list
     #: (device type, dtype) of each device type whose autocast was on.
     autocast: list[tuple[str, torch.dtype]]
+    #: Autograd's per-thread switches and saved-tensor hooks, where not a new thread's.
+    autograd: autograd_state.AutogradState | None
 
 
 def take_torch_state() -> TorchState | None:
     """Take the calling runner's torch state off the thread: its mode stacks, its grad mode,
     whether it turned torch dispatch modes off and whether it turned ``__torch_function__`` off
-    (``torch._C.DisableTorchFunction``, ``DisableTorchFunctionSubclass``), its inference mode
-    and its autocast.
+    (``torch._C.DisableTorchFunction``, ``DisableTorchFunctionSubclass``), its inference mode,
+    its autocast and autograd's per-thread switches (:mod:`.autograd_state`).
 
     None when there is nothing to take (no mode, grad enabled, dispatch and torch function
-    on, no inference mode, no autocast), the common case.
+    on, no inference mode, no autocast, autograd as in a new thread), the common case.
     """
     if _plain():
-        return None
+        autograd = autograd_state.take()
+        if autograd is None:
+            return None
+        return TorchState(True, [], [], _NONE_OFF, _FUNCTION_ON, [], [], autograd)
     grad = torch.is_grad_enabled()
     n_dispatch = torch._C._len_torch_dispatch_stack()
     n_function = torch._C._len_torch_function_stack()
@@ -224,7 +200,8 @@ def take_torch_state() -> TorchState | None:
     for key in _PYTHON_KEYS:
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
     torch._C._set_torch_function_state(_FUNCTION_ON)
-    return TorchState(grad, dispatch, function, off, function_state, guards, casts)
+    autograd = autograd_state.take()
+    return TorchState(grad, dispatch, function, off, function_state, guards, casts, autograd)
 
 
 def put_torch_state(state: TorchState | None) -> None:
@@ -239,6 +216,7 @@ def put_torch_state(state: TorchState | None) -> None:
     for key, excluded in zip(_PYTHON_KEYS, state.off, strict=True):
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, excluded)
     torch._C._set_torch_function_state(state.function_state)
+    autograd_state.put(state.autograd)
     for guard in reversed(state.guards):
         guard.__exit__(None, None, None)
     for device, dtype in state.autocast:

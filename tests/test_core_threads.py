@@ -298,7 +298,23 @@ def _leaves_saved_tensor_hooks_on() -> None:
     torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t).__enter__()
 
 
-@pytest.mark.parametrize("leaves", [_leaves_multithreading_off, _leaves_saved_tensor_hooks_on])
+_LEFT_OPEN: list = []  # a generator context manager exits when collected: kept here
+
+
+def _leaves_saved_tensor_hooks_disabled() -> None:
+    scope = torch.autograd.graph.disable_saved_tensors_hooks("disabled by a core")
+    scope.__enter__()
+    _LEFT_OPEN.append(scope)
+
+
+@pytest.mark.parametrize(
+    "leaves",
+    [
+        _leaves_multithreading_off,
+        _leaves_saved_tensor_hooks_on,
+        _leaves_saved_tensor_hooks_disabled,
+    ],
+)
 def test_an_emulator_runner_thread_with_changed_autograd_state_is_not_reused(leaves) -> None:
     """A runner that leaves per-thread autograd state a new thread lacks ends its thread: the
     next runner starts on a new one, with that state as a new thread has it."""

@@ -140,6 +140,59 @@ def test_inference_mode_and_autocast_stay_with_their_runner() -> None:
     ]
 
 
+_PACKED: list[int] = []
+
+
+def _pack(t: torch.Tensor) -> torch.Tensor:
+    _PACKED.append(hp.get_rank())
+    return t
+
+
+def _autograd_switches() -> tuple[list[int], bool, bool, bool]:
+    """Whose saved-tensor hook saw this rank's product, and the per-thread autograd switches."""
+    _PACKED.clear()
+    x = torch.ones(2, requires_grad=True)
+    (x * x).sum()
+    c = torch._C
+    return (
+        list(_PACKED),
+        c._is_multithreading_enabled(),
+        c._is_view_replay_enabled(),
+        c._is_fwd_grad_enabled(),
+    )
+
+
+def test_saved_tensor_hooks_and_autograd_switches_stay_with_their_runner() -> None:
+    def scope() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t))
+        stack.enter_context(torch.autograd.set_multithreading_enabled(False))
+        stack.enter_context(torch.autograd._force_original_view_tracking(True))
+        torch._C._set_fwd_grad_enabled(False)
+        stack.callback(torch._C._set_fwd_grad_enabled, True)
+        return stack
+
+    assert _across_a_switch(scope, _autograd_switches) == [
+        ([0, 0], False, True, False),
+        ([], True, False, True),
+    ]
+
+
+def _hooks_usable() -> str:
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
+            return "usable"
+    except RuntimeError as err:
+        return str(err)
+
+
+def test_saved_tensor_hooks_disabled_stay_with_their_runner() -> None:
+    def scope() -> contextlib.AbstractContextManager:
+        return torch.autograd.graph.disable_saved_tensors_hooks("off in rank 0")
+
+    assert _across_a_switch(scope, _hooks_usable) == ["off in rank 0", "usable"]
+
+
 def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
     """A greenlet runner's context variables die when it ends, as a thread's do.
 

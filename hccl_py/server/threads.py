@@ -137,6 +137,15 @@ class WakeCondition(threading.Condition):
         return n
 
 
+def read_in_a_new_thread(read: Callable[[], Any]) -> Any:
+    """What ``read()`` returns in a thread that changed nothing (a new thread's torch state)."""
+    found = []
+    thread = threading.Thread(target=lambda: found.append(read()), daemon=True)
+    thread.start()
+    thread.join()
+    return found[0]
+
+
 def raise_in_thread(ident: int, exc: type[BaseException]) -> None:
     """Raise ``exc`` in the thread ``ident`` at its next bytecode (a long C call: when it returns)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
