@@ -101,9 +101,13 @@ class Spawned:
         As a thread's context is when the thread ends: what the runner keeps in
         context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
         view of a window that the race check watches until it dies) dies in the
-        runner, not at a later garbage collection in whatever thread runs it.
+        runner, not at a later garbage collection in whatever thread runs it. Autograd's
+        per-thread state goes with it too (:func:`.autograd_state.clear`).
         """
-        contextvars.Context().run(target)
+        try:
+            contextvars.Context().run(target)
+        finally:
+            autograd_state.clear()
 
 
 #: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's

@@ -267,8 +267,10 @@ class Scheduler(Blocker):
                 # world's thread starts each, so that nested launches do not add up
                 (self._hub if nxt.glet is None else nxt.glet).switch()
         finally:
-            put_torch_state(torch_state)
-            self.cond._acquire_restore(saved)
+            try:
+                put_torch_state(torch_state)
+            finally:  # the lock is this runner's again, whatever putting its state back raised
+                self.cond._acquire_restore(saved)
             resumed()  # the race check's watch catches up with what the others did
 
     def _block(self, me: Runner, pred: Callable[[], bool], what: Text) -> None:

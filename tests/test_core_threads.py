@@ -307,12 +307,17 @@ def _leaves_saved_tensor_hooks_disabled() -> None:
     _LEFT_OPEN.append(scope)
 
 
+def _leaves_grad_layout_enforcement_off() -> None:
+    torch._C._set_grad_layout_enforcement_enabled(False)
+
+
 @pytest.mark.parametrize(
     "leaves",
     [
         _leaves_multithreading_off,
         _leaves_saved_tensor_hooks_on,
         _leaves_saved_tensor_hooks_disabled,
+        _leaves_grad_layout_enforcement_off,
     ],
 )
 def test_an_emulator_runner_thread_with_changed_autograd_state_is_not_reused(leaves) -> None:

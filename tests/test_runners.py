@@ -148,7 +148,7 @@ def _pack(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def _autograd_switches() -> tuple[list[int], bool, bool, bool]:
+def _autograd_switches() -> tuple[list[int], bool, bool, bool, bool]:
     """Whose saved-tensor hook saw this rank's product, and the per-thread autograd switches."""
     _PACKED.clear()
     x = torch.ones(2, requires_grad=True)
@@ -159,22 +159,37 @@ def _autograd_switches() -> tuple[list[int], bool, bool, bool]:
         c._is_multithreading_enabled(),
         c._is_view_replay_enabled(),
         c._is_fwd_grad_enabled(),
+        c._is_grad_layout_enforcement_enabled(),
     )
 
 
+#: Where torch can show a thread's saved-tensor hooks (2.8 and later), and has the switches.
+shows_hooks = pytest.mark.skipif(
+    not hasattr(torch._C._autograd, "_top_saved_tensors_default_hooks")
+    or not hasattr(torch._C, "_set_grad_layout_enforcement_enabled"),
+    reason="this torch cannot show a thread's saved-tensor hooks: they stay with the thread",
+)
+
+
+def _set_for_the_scope(stack: contextlib.ExitStack, setter: Callable, value: bool) -> None:
+    setter(not value)
+    stack.callback(setter, value)
+
+
+@shows_hooks
 def test_saved_tensor_hooks_and_autograd_switches_stay_with_their_runner() -> None:
     def scope() -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
         stack.enter_context(torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t))
         stack.enter_context(torch.autograd.set_multithreading_enabled(False))
         stack.enter_context(torch.autograd._force_original_view_tracking(True))
-        torch._C._set_fwd_grad_enabled(False)
-        stack.callback(torch._C._set_fwd_grad_enabled, True)
+        _set_for_the_scope(stack, torch._C._set_fwd_grad_enabled, True)
+        _set_for_the_scope(stack, torch._C._set_grad_layout_enforcement_enabled, True)
         return stack
 
     assert _across_a_switch(scope, _autograd_switches) == [
-        ([0, 0], False, True, False),
-        ([], True, False, True),
+        ([0, 0], False, True, False, False),
+        ([], True, False, True, True),
     ]
 
 
@@ -191,6 +206,33 @@ def test_saved_tensor_hooks_disabled_stay_with_their_runner() -> None:
         return torch.autograd.graph.disable_saved_tensors_hooks("off in rank 0")
 
     assert _across_a_switch(scope, _hooks_usable) == ["off in rank 0", "usable"]
+
+
+_LEFT_DISABLED: list = []  # a generator context manager exits when collected: kept here
+
+
+@shows_hooks
+def test_a_runner_that_ends_with_hooks_disabled_leaves_them_to_no_one() -> None:
+    """Rank 1 returns inside ``disable_saved_tensors_hooks``; rank 0, waiting inside its own
+    hooks, gets them back and runs on."""
+    ran = threading.Event()
+
+    def main() -> object:
+        if hp.get_rank() == 0:
+            with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
+                wait_until(ran.is_set, "rank 1 ran")
+                return _autograd_switches()[0]
+        scope = torch.autograd.graph.disable_saved_tensors_hooks("left by rank 1")
+        scope.__enter__()
+        _LEFT_DISABLED.append(scope)
+        ran.set()
+        return None
+
+    try:
+        assert hp.run(main, world_size=2) == [[0, 0], None]
+        assert _hooks_usable() == "usable"  # the caller's thread is not the world's
+    finally:
+        _LEFT_DISABLED.clear()
 
 
 def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
