@@ -15,6 +15,7 @@ disabled, stay with the thread.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -65,8 +66,12 @@ class AutogradState(NamedTuple):
     hooks_disabled: str | None
 
 
+_GETTERS = tuple(get for get, _ in _SWITCHES)
+_CALL = operator.methodcaller("__call__")  # the getters called from C: asked at every hand-off
+
+
 def _values() -> tuple[Any, ...]:
-    switches = tuple(get() for get, _ in _SWITCHES)
+    switches = tuple(map(_CALL, _GETTERS))
     if _top_hooks is None:
         return switches
     return (*switches, _top_hooks() is None, _HOOKS._saved_tensors_hooks_is_enabled())
@@ -86,7 +91,7 @@ def take() -> AutogradState | None:
     if there is nothing to take."""
     if is_plain():
         return None
-    switches = tuple(get() for get, _ in _SWITCHES)
+    switches = tuple(map(_CALL, _GETTERS))
     for (_, put), value in zip(_SWITCHES, PLAIN, strict=False):
         put(value)
     disabled, hooks = None, []

@@ -11,8 +11,9 @@ racing Wait polls them (never by default; by the seed otherwise).
 from __future__ import annotations
 
 import bisect
+import operator
 import random
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from hccl_py.server.blocking import Text
@@ -89,6 +90,37 @@ def every_runnable(runners: list[Runner]) -> list[Runner]:
     return [r for r in runners if r.pred is None or r.pred()]
 
 
+def schedulable(runner: Runner) -> bool:
+    """In a failed world: whether ``runner`` may run (it meets the failure at its next call),
+    or waits on as before (:attr:`Runner.past_failure`) and may go on."""
+    return not runner.past_failure or runner.runnable()
+
+
+def first_ok(
+    runners: Iterable[Runner], ok: Callable[[Runner], bool] | None, skip: Runner | None = None
+) -> Runner | None:
+    """The first of ``runners`` but ``skip`` that may run now: ``ok(runner)``, or where ``ok``
+    is None runnable (its condition asked inline)."""
+    for r in runners:
+        if r is not skip and ((r.pred is None or r.pred()) if ok is None else ok(r)):
+            return r
+    return None
+
+
+def every_ok(
+    runners: Iterable[Runner], ok: Callable[[Runner], bool] | None, skip: Runner | None = None
+) -> list[Runner]:
+    """Every one of ``runners`` but ``skip`` that may run now (see :func:`first_ok`)."""
+    return [
+        r
+        for r in runners
+        if r is not skip and ((r.pred is None or r.pred()) if ok is None else ok(r))
+    ]
+
+
+_PRIORITY = operator.attrgetter("priority")
+
+
 class Policy:
     """The fixed default schedule: run until blocked, then the next runner in (rank, core) order."""
 
@@ -132,8 +164,15 @@ class Policy:
                     return r
         return runnable[0]
 
-    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
-        """At a non-blocking switch point of ``current``: another runner to run, or None."""
+    def switch(
+        self, current: Runner, runners: list[Runner], ok: Callable[[Runner], bool] | None
+    ) -> Runner | None:
+        """At a non-blocking switch point of ``current``: another runner to run, or None.
+
+        ``runners`` are the world's, in key order; ``ok(runner)`` says whether one may run
+        now (None: whether it is runnable). A policy asks it only of the runners its choice
+        depends on: it is a blocked runner's condition, asked at every switch point.
+        """
         return None
 
     def run_round(self, runners_can_go: bool) -> bool:
@@ -172,20 +211,24 @@ class SeededPolicy(Policy):
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         if self.kind == "pct":
-            return max(runnable, key=lambda r: r.priority)
+            return max(runnable, key=_PRIORITY)
         return self.rng.choice(runnable)
 
-    def switch(self, current: Runner, runnable: list[Runner]) -> Runner | None:
+    def switch(
+        self, current: Runner, runners: list[Runner], ok: Callable[[Runner], bool] | None
+    ) -> Runner | None:
         if self.kind == "pct":
             if self.changes < PCT_CHANGES and self.rng.random() < PCT_CHANGE_P:
                 self.changes += 1
                 current.priority = PCT_CHANGES - self.changes  # below every initial priority
-            best = max(runnable, key=lambda r: r.priority)
-            return best if best.priority > current.priority else None
-        others = [r for r in runnable if r is not current]
-        if others and self.rng.random() < SWITCH_P:
-            return self.rng.choice(others)
-        return None
+            # the one of highest priority that may run, the first in key order among equals
+            # (a stable sort), if above the current one's: only runners above it are asked
+            mine = current.priority
+            higher = [r for r in runners if r.priority > mine]
+            return first_ok(sorted(higher, key=_PRIORITY, reverse=True), ok)
+        if first_ok(runners, ok, current) is None or self.rng.random() >= SWITCH_P:
+            return None
+        return self.rng.choice(every_ok(runners, ok, current))
 
     def reset_first(self) -> bool:
         return self.rng.random() < RESET_FIRST_P

@@ -45,7 +45,7 @@ from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 from hccl_py.server.threads import PoolJob
 
-from .policies import Policy, Runner, runner_key
+from .policies import Policy, Runner, runner_key, schedulable
 from .polls import QuietPolls, changed, record
 from .runners import (
     RUNNERS_ENV,
@@ -210,7 +210,7 @@ class Scheduler(Blocker):
     # ----------------------------------------------------------- choosing
     def _runnable(self) -> list[Runner]:
         if self.error is not None:
-            return [r for r in self.runners if not r.past_failure or r.runnable()]
+            return list(filter(schedulable, self.runners))
         return self.policy.runnable(self.runners, self.last)
 
     def _next(self, me: Runner | None) -> Runner | None:
@@ -358,7 +358,8 @@ class Scheduler(Blocker):
         with self.lock:
             if self.error is None and self.has_work() and self.policy.run_round(True):
                 self._run_job()
-            nxt = self.policy.switch(me, self._runnable())
+            ok = None if self.error is None else schedulable
+            nxt = self.policy.switch(me, self.runners, ok)
             if nxt is not None:
                 self._switch(me, nxt)
 
