@@ -15,6 +15,7 @@ start longest first (:data:`LONGEST_FIRST`).
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -53,7 +54,10 @@ _WRITTEN: list[Path] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Where no interpreter writes bytecode, the session writes it once, before workers start."""
+    """Where no interpreter writes bytecode, the session writes it once, before workers start.
+    Refuses, before any worker starts, a pytest-xdist that cannot group this suite's files."""
+    if config.getvalue("dist") == "loadgroup" and _xdist_cannot_group():
+        raise pytest.UsageError(UNGROUPED.format(pytest.__version__))
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
 
@@ -123,6 +127,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if not item.get_closest_marker("spread"):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+#: Why the suite refuses to run where pytest-xdist cannot group a file's tests.
+UNGROUPED = (
+    "pytest {} with this pytest-xdist does not group tests by xdist_group "
+    "(pytest-dev/pytest-xdist#1386): a module's jobs would start once per worker; install "
+    "pytest<9.2, as pip install -e '.[test]' does"
+)
+
+
+def _xdist_cannot_group() -> bool:
+    """pytest 9.2 derives node ids from a structured id: pytest-xdist 3.8's grouping, which
+    appends the group to ``_nodeid``, no longer takes (pytest-dev/pytest-xdist#1386)."""
+    version = getattr(sys.modules.get("xdist"), "__version__", "0")
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    return "_nodeid" not in getattr(pytest.Item, "__slots__", ("_nodeid",)) and release <= (3, 8, 0)
+
+
+@pytest.hookimpl(specname="pytest_collection_modifyitems", trylast=True)
+def pytest_check_grouping(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a worker, after xdist's own hook put each test's group in its node id: stop if it did
+    not. A module's start-them-all fixture would start its jobs on every worker, and a file's
+    tests would be dealt out one by one (pytest 9.2 with pytest-xdist 3.8,
+    pytest-dev/pytest-xdist#1386: xdist's node id change no longer takes)."""
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    grouped = [item for item in items if item.get_closest_marker("xdist_group")]
+    if grouped and "@" not in grouped[0].nodeid:
+        raise pytest.UsageError(UNGROUPED.format(pytest.__version__))
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,15 @@
-"""The session's bytecode (tests/bytecode.py): written where missing, and only that removed."""
+"""The suite's own harness: the session's bytecode (tests/bytecode.py), written where missing
+and only that removed, and the refusal of a pytest-xdist that cannot group (tests/conftest.py)."""
 
 from __future__ import annotations
 
 import importlib.util
+import types
 from pathlib import Path
 
 import bytecode
+import conftest
+import pytest
 
 
 def _cached(source: Path) -> Path:
@@ -33,3 +37,20 @@ def test_missing_bytecode_is_written_and_only_that_is_removed(tmp_path: Path) ->
     bytecode.remove(written)
     assert not _cached(fresh).parent.exists()
     assert kept_cache.read_bytes() == b"someone else's"
+
+
+@pytest.mark.parametrize(
+    ("slots", "version", "refused"),
+    [
+        (("_id", "name"), "3.8.0", True),  # pytest 9.2's structured ids, xdist 3.8: #1386
+        (("_id", "name"), "3.9.0", False),  # an xdist that may have fixed it is let through
+        (("_id", "name"), "3.10.1", False),
+        (("_nodeid", "name"), "3.8.0", False),  # pytest before 9.2
+    ],
+)
+def test_an_xdist_that_cannot_group_is_refused(
+    monkeypatch: pytest.MonkeyPatch, slots: tuple[str, ...], version: str, refused: bool
+) -> None:
+    monkeypatch.setitem(conftest.sys.modules, "xdist", types.SimpleNamespace(__version__=version))
+    monkeypatch.setattr(pytest.Item, "__slots__", slots, raising=False)
+    assert conftest._xdist_cannot_group() is refused
