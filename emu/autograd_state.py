@@ -89,14 +89,15 @@ def is_plain() -> bool:
 def take() -> AutogradState | None:
     """Take the calling runner's autograd state off the thread, leaving a new thread's; None
     if there is nothing to take."""
-    if is_plain():
+    values = _values()
+    if values == PLAIN:
         return None
-    switches = tuple(map(_CALL, _GETTERS))
+    switches = values[: len(_SWITCHES)]
     for (_, put), value in zip(_SWITCHES, PLAIN, strict=False):
         put(value)
     disabled, hooks = None, []
     if _top_hooks is not None:
-        if not _HOOKS._saved_tensors_hooks_is_enabled():
+        if not values[-1]:  # the hooks are disabled
             disabled = _HOOKS._saved_tensors_hooks_get_disabled_error_message() or ""
             _HOOKS._saved_tensors_hooks_enable()
         while (top := _top_hooks()) is not None:

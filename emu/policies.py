@@ -85,11 +85,6 @@ def runner_key(runner: Runner) -> Hashable:
     return runner.key
 
 
-def every_runnable(runners: list[Runner]) -> list[Runner]:
-    """The runnable ones of ``runners`` (:meth:`Runner.runnable` inline: asked at every switch)."""
-    return [r for r in runners if r.pred is None or r.pred()]
-
-
 def schedulable(runner: Runner) -> bool:
     """In a failed world: whether ``runner`` may run (it meets the failure at its next call),
     or waits on as before (:attr:`Runner.past_failure`) and may go on."""
@@ -100,7 +95,7 @@ def first_ok(
     runners: Iterable[Runner], ok: Callable[[Runner], bool] | None, skip: Runner | None = None
 ) -> Runner | None:
     """The first of ``runners`` but ``skip`` that may run now: ``ok(runner)``, or where ``ok``
-    is None runnable (its condition asked inline)."""
+    is None runnable (:meth:`Runner.runnable` inline: asked at every switch)."""
     for r in runners:
         if r is not skip and ((r.pred is None or r.pred()) if ok is None else ok(r)):
             return r
@@ -154,7 +149,7 @@ class Policy:
                 return [r]
         else:
             return []
-        return every_runnable(runners)
+        return every_ok(runners, None)
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         """The runner to run next among ``runnable`` (in key order); ``current`` ran last."""
@@ -207,7 +202,7 @@ class SeededPolicy(Policy):
 
     def runnable(self, runners: list[Runner], last: Runner | None) -> list[Runner]:
         """Every runnable runner: a random or priority pick needs them all."""
-        return every_runnable(runners)
+        return every_ok(runners, None)
 
     def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
         if self.kind == "pct":
