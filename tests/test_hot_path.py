@@ -16,12 +16,22 @@ import pytest
 import torch
 
 import hccl_py as hp
-from hccl_py.backends.dist.descriptors import decode_descriptor, encode_descriptor, stub
+from hccl_py.backends.dist import descriptors
+from hccl_py.backends.dist.descriptors import (
+    decode_all,
+    decode_descriptor,
+    encode_descriptor,
+    final_key,
+    final_value,
+    read_final,
+    stub,
+)
 from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.core.gm import NULL, Allocation, GmAddr
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
 from hccl_py.kernel.context import current_rank_context
+from hccl_py.launcher.sealed import ForgedValueError
 from hccl_py.ops import OPS, op_name, spec_of
 from hccl_py.server.agreement import mismatch
 
@@ -113,6 +123,80 @@ def test_what_a_peer_sent_instead_of_a_descriptor_is_named(raw: bytes, why: str)
     with pytest.raises(hp.HcclMismatchError) as refused:
         decode_descriptor(raw, _task(rank=0), 1)
     assert str(refused.value).endswith(f"rank 1 did not: {why}")
+
+
+def _domain_of(n: int, **per_rank: list[object]) -> list[Task]:
+    """The tasks of ranks 0..n-1 of one domain; ``per_rank`` gives a field's value per rank."""
+    group = Group(tuple(range(n)), "world")
+    return [
+        _task(rank=r, domain=group, rank_dim=n, **{k: v[r] for k, v in per_rank.items()})
+        for r in range(n)
+    ]
+
+
+@pytest.mark.parametrize("me", [0, 2])
+def test_descriptors_equal_to_this_ranks_own_are_the_tasks_a_full_decode_gives(me: int) -> None:
+    """The shortcut for a peer whose descriptor is this rank's but for the rank must give
+    what decoding gives; a descriptor that differs in any field is decoded and checked."""
+    for tasks in (
+        _domain_of(3),
+        _domain_of(3, count=[4, 4, 5]),
+        _domain_of(3, caller=[None, None, 'x "rank":0,']),
+        _domain_of(3, op=[HcclCMDType.HCCL_CMD_ALLTOALLV] * 3, reduce_op=[None] * 3,
+                   send_counts=[(1, 2, 3)] * 3, recv_counts=[(1, 2, 3)] * 3,
+                   sdispls=[(0, 1, 3)] * 3, rdispls=[(0, 1, 3)] * 3),
+    ):  # fmt: skip
+        payloads = [encode_descriptor(t) for t in tasks]
+        fast = decode_all(tasks[me], payloads[me], payloads)
+        full = [
+            tasks[me] if i == me else decode_descriptor(raw, tasks[me], i)
+            for i, raw in enumerate(payloads)
+        ]
+        assert [t.rank for t in fast] == [0, 1, 2]
+        assert [t.signature() for t in fast] == [t.signature() for t in full]
+        assert [(t.caller, t.send_counts, t.seq) for t in fast] == [
+            (t.caller, t.send_counts, t.seq) for t in full
+        ]
+        assert (mismatch(fast) is None) == (mismatch(full) is None)
+    # equal descriptors still go through the pairwise check: each rank sends 1, 2, 3 elements
+    # to ranks 0, 1, 2 but expects 1, 2, 3 from them, so rank 0 sends 2 to rank 1, which
+    # expects 1
+    same_counts = tasks
+    error = mismatch(decode_all(same_counts[0], payloads[0], payloads))
+    assert error is not None and "sendCounts_0[1] != recvCounts_1[0]" in str(error)
+    with pytest.raises(hp.HcclMismatchError, match="rank 1 did not: count: True is not a int"):
+        decode_all(_task(rank=0), encode_descriptor(_task(rank=0)), [b"", _raw(count=True)])
+
+
+def test_descriptors_equal_to_this_ranks_own_are_not_parsed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks = _domain_of(3)
+    payloads = [encode_descriptor(t) for t in tasks]
+    monkeypatch.setattr(descriptors, "decode_descriptor", lambda *a: pytest.fail("parsed"))
+    assert [t.rank for t in decode_all(tasks[1], payloads[1], payloads)] == [0, 1, 2]
+
+
+class _Store:
+    """The part of a torch.distributed store that :func:`read_final` uses."""
+
+    def __init__(self, **values: bytes) -> None:
+        self.values = values
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.values for k in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.values[key]
+
+
+def test_the_finalize_count_is_read_back_and_anything_else_is_refused() -> None:
+    key = final_key("world", 1)
+    assert read_final(_Store(), key) is None
+    assert read_final(_Store(**{key: final_value(7, 3)}), key) == (7, 3)
+    for forged in (b"\x80\x04K\x01.", b"7", b"7 3 1", b"-1 3", b"7 x"):
+        with pytest.raises(ForgedValueError, match=f"refused the value of store key '{key}'"):
+            read_final(_Store(**{key: forged}), key)
 
 
 def test_stub_and_replaced_copy_fields_with_a_fresh_layout_cache() -> None:

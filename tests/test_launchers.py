@@ -414,7 +414,7 @@ def _listen_addresses(port: int) -> set[str]:
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads /proc/net/tcp")
 @pytest.mark.parametrize(
     "scope, key",
-    [("", kv.ABORT), ("run0/", "final/hccl_world_group/0/1")],
+    [("", kv.ABORT), ("run0/", "final/hccl_world_group/1")],
     ids=["abort", "finalize count"],
 )
 def test_forged_pickles_in_the_store_are_refused(

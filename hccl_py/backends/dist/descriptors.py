@@ -16,10 +16,13 @@ import enum
 import json
 from typing import Any
 
+import torch.distributed as dist
+
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ...core.errors import HcclMismatchError
 from ...core.gm import NULL
 from ...core.task import Task
+from ...launcher import sealed
 
 
 def stub(task: Task, **changes: Any) -> Task:
@@ -131,6 +134,25 @@ def decode_descriptor(raw: bytes, like: Task, index: int) -> Task:
     return stub(like, **fields)
 
 
+def decode_all(task: Task, mine: bytes, payloads: list[bytes]) -> list[Task]:
+    """Every domain rank's task, from the descriptors gathered in domain order (``mine`` is ``task``'s).
+
+    A peer's descriptor that is this rank's own, byte for byte, but for the
+    ``rank`` field describes the same task at that rank: it is not parsed again
+    (what most tasks of a correct kernel send). Anything else is decoded and
+    checked field by field (:func:`decode_descriptor`).
+    """
+    own = b'"rank":%d,' % task.rank
+    return [
+        task
+        if i == task.rank
+        else stub(task, rank=i)
+        if raw == mine.replace(own, b'"rank":%d,' % i, 1)
+        else decode_descriptor(raw, task, i)
+        for i, raw in enumerate(payloads)
+    ]
+
+
 def joined_key(domain: str, seq: int, rank: int) -> str:
     """Set by a rank that has waited :data:`~.session.LOOK_S` in the exchange of task ``seq``.
 
@@ -140,8 +162,34 @@ def joined_key(domain: str, seq: int, rank: int) -> str:
     return f"joined/{domain}/{seq}/{rank}"
 
 
-def final_key(domain: str, launch: int, rank: int) -> str:
-    return f"final/{domain}/{launch}/{rank}"
+def final_key(domain: str, rank: int) -> str:
+    """Holds ``"LAUNCH N"``: the last kernel launch in which domain rank ``rank`` finalized, after N tasks.
+
+    One key per rank and domain, overwritten at each Finalize (a store write, no
+    count of who has read it, nothing to delete until the run ends). A rank that
+    waits in the exchange of a task which that peer never prepared reads it; the
+    peer cannot have overwritten it with a later launch of the domain, whose
+    first task's exchange would have met that waiting rank's first.
+    """
+    return f"final/{domain}/{rank}"
+
+
+def final_value(launch: int, n_tasks: int) -> bytes:
+    return f"{launch} {n_tasks}".encode()
+
+
+def read_final(store: dist.Store, key: str) -> tuple[int, int] | None:
+    """``(launch, n_tasks)`` at :func:`final_key` ``key``, None while it is not set.
+
+    Anything but two numbers is refused (:class:`~hccl_py.launcher.sealed.ForgedValueError`).
+    """
+    if not store.check([key]):
+        return None
+    raw = store.get(key)
+    parts = raw.split()
+    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+        raise sealed.refused(key, raw, "hccl_py writes a launch and a task count there")
+    return int(parts[0]), int(parts[1])
 
 
 def returned_key(rank: int) -> str:

@@ -27,7 +27,6 @@ from ...core.config import Config
 from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError, HcclTimeoutError
 from ...core.group import Group
 from ...core.task import Task
-from ...launcher import store as kv
 from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import count_mismatch, global_rank, mismatch
 from ...server.task_queue import DomainTasks, TaskBoard
@@ -36,10 +35,11 @@ from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import rounds as pg_rounds
 from .descriptors import (
-    decode_descriptor,
+    decode_all,
     encode_descriptor,
     final_key,
     joined_key,
+    read_final,
     returned_key,
 )
 from .session import LOOK_S, Session
@@ -160,21 +160,6 @@ class DomainQueue:
         more; their buffers are released.
         """
         self.queue.retire(launch)
-
-    def forget_final_counts(self, rank: int, launch: int) -> None:
-        """Delete the Finalize counts of ``launch`` once every rank of the domain returned from it.
-
-        A rank returns from a launch only after its tasks ran, so nobody waits
-        for a task of it any more. The last rank to return deletes every rank's key.
-        """
-        name, server = self.group.name, self.server
-        server._keys.pop(final_key(name, launch, rank), None)
-        counter = f"launch_returned/{name}/{launch}"
-        if int(server.store.add(counter, 1)) < self.group.size:
-            return
-        for key in [*(final_key(name, launch, r) for r in range(self.group.size)), counter]:
-            with contextlib.suppress(Exception):  # best effort, as in DistServer.forget
-                server.store.delete_key(key)
 
     def failure_at(self, seq: int) -> HcclError | None:
         """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""
@@ -355,15 +340,11 @@ class DomainQueue:
         never join (it finalized after fewer tasks, returned, or is gone).
         """
         absentees = Absentees(self.server, task, self)
+        mine = encode_descriptor(task)
         payloads = pg_rounds.all_gather_bytes(
-            self.dom, encode_descriptor(task), self.server.session.device, absentees.wait
+            self.dom, mine, self.server.session.device, absentees.wait
         )
-        error = mismatch(
-            [
-                task if i == task.rank else decode_descriptor(raw, task, i)
-                for i, raw in enumerate(payloads)
-            ]
-        )
+        error = mismatch(decode_all(task, mine, payloads))
         if error is not None:
             raise error
 
@@ -421,10 +402,10 @@ class Absentees:
         for i in range(task.rank_dim):
             if i == task.rank or self.store.check([joined_key(task.domain_name, task.seq, i)]):
                 continue
-            final = final_key(task.domain_name, task.launch, i)
-            n_tasks = kv.read_int(self.store, final) if self.store.check([final]) else None
-            if n_tasks is not None and task.collective_index >= n_tasks:
-                raise count_mismatch(task, i, n_tasks)
+            final = final_key(task.domain_name, i)
+            last = read_final(self.store, final)
+            if last is not None and last[0] == task.launch and task.collective_index >= last[1]:
+                raise count_mismatch(task, i, last[1])
             peer = task.domain.ranks[i]
             returned = self.store.check([returned_key(peer)])
             how = "returned from its function" if returned else self.server.session.peers.gone(peer)

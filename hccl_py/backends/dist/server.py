@@ -39,7 +39,7 @@ from ...server.protocol import EXCHANGE, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
-from .descriptors import final_key, returned_key
+from .descriptors import final_key, final_value, returned_key
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
 
@@ -217,7 +217,7 @@ class DistServer(Server):
     def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
         if self.check_tasks:
-            self.publish(final_key(group.name, launch, rank), str(n_tasks).encode())
+            self.publish(final_key(group.name, rank), final_value(launch, n_tasks))
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
         """This rank returned from kernel launch ``launch``: forget its finished tasks."""
@@ -225,8 +225,6 @@ class DistServer(Server):
             queue = self.queues.get(group.name)
             if queue is not None:
                 queue.retire(launch)
-        if queue is not None and self.check_tasks:
-            queue.forget_final_counts(rank, launch)
 
     def rank_returned(self, rank: int) -> None:
         """This rank returned from its function: it prepares no more tasks in this run."""
