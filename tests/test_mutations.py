@@ -83,6 +83,9 @@ SPECS: dict[str, SampleSpec] = {
             block_dim=None,
             warnings=("finalize-unordered",),
         ),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (2: four AIV cores, one transpose
+        # piece each, so the flag 8 barrier orders pieces of both AI cores)
+        SampleSpec("mc2_allto_all_matmul", block_dim=None),
     ]
 }
 
@@ -128,6 +131,11 @@ LOCAL_RS_ORDERS_ALLTOALLV = (
     "equivalent: the local ReduceScatter runs only after the last AlltoAllV (its "
     "InterHcclGroupSync), so its Wait, before the local rows of y are written, orders every "
     "AlltoAllV too; Finalize waits for the last one"
+)
+WAIT_ONE_END = (
+    "equivalent in this port: in the communicate-first mode (SendCnt 0, RecvCnt 1) Process "
+    "already waited for every task, so End's loop finds none left and never calls this Wait "
+    "(it serves the send-first mode, whose Process only commits)"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -258,6 +266,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "LocalCommunicationAndCal:Wait#2": ("default", "HcclRaceError"),
         "OnNonLocalReduceScatterFinished:SyncAll#1": ("default", "HcclRaceError"),
         "WaitAllAlltoAll:Wait#1": _missed(LOCAL_RS_ORDERS_ALLTOALLV),
+    },
+    "mc2_allto_all_matmul": {
+        "Process:Wait#1": ("default", "HcclRaceError"),
+        "End:Wait#1": _missed(WAIT_ONE_END),
+        "Process:SyncAll#1": ("default", "HcclRaceError"),
+        "Process:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#1": ("default", CHECK),
+        "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#2": ("default", CHECK),
     },
 }
 

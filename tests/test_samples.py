@@ -52,6 +52,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": {"y": "PASS"},
+    "mc2_allto_all_matmul.py": {"all2all_out": "PASS", "y": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
@@ -130,6 +131,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "hccl_py", "run", "-n", "8"],
         8,
         SAMPLES["mc2_batch_mat_mul_reduce_scatter_allto_all.py"],
+    ),
+    "mc2_allto_all_matmul-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_allto_all_matmul.py"],
+    ),
+    "mc2_allto_all_matmul-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_allto_all_matmul.py"],
     ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
