@@ -18,8 +18,9 @@ import torch
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
 
+from .extents import byte_runs
 from .modes import KernelMode
-from .watch import _plan, byte_runs
+from .watch import _plan
 
 
 class FlagPolls(KernelMode):

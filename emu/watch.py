@@ -31,10 +31,10 @@ from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
+from .extents import byte_runs, element_offsets, touched
 from .intervals import Runs
 from .modes import KernelMode
 from .races import WindowRaces, user_frame
-from .views import runs_of
 
 #: Operators that look at a tensor's shape or dtype only (their arguments are not read).
 _METADATA = frozenset(
@@ -46,7 +46,8 @@ _METADATA = frozenset(
 #: Tensor methods that read (or share) a tensor's data without an aten operator.
 _HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__})
 
-Access = tuple[torch.Tensor, WindowAllocation, bool]
+#: (tensor, window, written, the byte runs the operation touches and their size)
+Access = tuple[torch.Tensor, WindowAllocation, bool, tuple[Runs, int]]
 #: No windows (when window races are not checked).
 _NONE: dict[int, WindowAllocation] = {}
 
@@ -77,11 +78,17 @@ class WindowWatch(KernelMode):
             return func(*args, **kwargs)
         used = list(self._used(func, args, kwargs))
         if self.pending:
-            for tensor, storage, written in used:
+            for tensor, storage, written, i in used:
                 if storage in self.pending:
-                    self.buffers.access(self.rank, storage, byte_runs(tensor)[0], written)
+                    runs = touched(func, args, i, tensor)[0]
+                    if runs:  # an index that picks nothing touches nothing
+                        self.buffers.access(self.rank, storage, runs, written)
         windows = self.windows
-        accesses = [(t, windows[s], w) for t, s, w in used if s in windows]
+        accesses = [
+            (t, windows[s], w, runs)
+            for t, s, w, i in used
+            if s in windows and (runs := touched(func, args, i, t))[1]
+        ]
         if not accesses:
             return func(*args, **kwargs)
         # one window operation at a time: what a read saw is what the history says it saw
@@ -91,22 +98,24 @@ class WindowWatch(KernelMode):
     def _run(self, func: Any, args: tuple, kwargs: dict, accesses: list[Access]) -> Any:
         """Check, run and record one operation on window bytes (under the history's lock)."""
         swap: dict[int, torch.Tensor] = {}
-        for tensor, window, written in accesses:
+        for tensor, window, written, runs in accesses:
             if not written:
-                swap.update(self.read(tensor, window))
+                swap.update(self.read(tensor, window, runs))
         if swap:
             args = _replace(args, swap)
             kwargs = _replace(kwargs, swap)
         result = func(*args, **kwargs)
-        for tensor, window, written in accesses:
+        for _, window, written, (runs, nbytes) in accesses:
             if written:
-                runs, nbytes = byte_runs(tensor)
                 self.races.write(self.rank, window, runs, nbytes)
         return result
 
-    def read(self, tensor: torch.Tensor, window: WindowAllocation) -> dict[int, torch.Tensor]:
-        """Record a read of ``tensor``; {id: poisoned copy} where the read is early, else {}."""
-        runs, nbytes = byte_runs(tensor)
+    def read(
+        self, tensor: torch.Tensor, window: WindowAllocation, runs: tuple[Runs, int] | None = None
+    ) -> dict[int, torch.Tensor]:
+        """Record a read of ``tensor`` (of ``runs`` of it: all by default); {id: poisoned
+        copy} where the read is early, else {}."""
+        runs, nbytes = byte_runs(tensor) if runs is None else runs
         poison = self.races.read(self.rank, window, runs, nbytes)
         return {id(tensor): poisoned(tensor, poison)} if poison else {}
 
@@ -117,14 +126,15 @@ class WindowWatch(KernelMode):
 
     def _used(
         self, func: Any, args: tuple, kwargs: dict
-    ) -> Iterator[tuple[torch.Tensor, int, bool]]:
-        """(tensor, storage address, written) for each tensor argument whose data ``func`` uses."""
+    ) -> Iterator[tuple[torch.Tensor, int, bool, int]]:
+        """(tensor, storage address, written, position) for each tensor argument whose data
+        ``func`` uses."""
         for i, name, written in _plan(func):
             value = args[i] if i < len(args) else kwargs.get(name)
             tensors = value if isinstance(value, (list, tuple)) else (value,)
             for t in tensors:
                 if isinstance(t, torch.Tensor) and t.numel():
-                    yield t, t.untyped_storage().data_ptr(), written
+                    yield t, t.untyped_storage().data_ptr(), written, i
 
 
 class HostReads(TorchFunctionMode):
@@ -344,26 +354,6 @@ def _plan(func: Any) -> tuple[tuple[int, str, bool], ...]:
             )
         _PLANS[func] = plan
     return plan
-
-
-def element_offsets(tensor: torch.Tensor) -> np.ndarray:
-    """The window offset of every element of ``tensor``, in row-major order."""
-    offsets = np.zeros(1, dtype=np.int64)
-    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
-    base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
-    return base + offsets * tensor.element_size()
-
-
-def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:
-    """The contiguous byte ranges of its window that ``tensor`` covers, and their total size."""
-    size = tensor.element_size()
-    if tensor.is_contiguous():
-        lo = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
-        nbytes = tensor.numel() * size
-        return [(lo, lo + nbytes)], nbytes
-    starts = np.unique(element_offsets(tensor))
-    return runs_of(starts, size), len(starts) * size
 
 
 def poisoned(tensor: torch.Tensor, ranges: Runs) -> torch.Tensor:

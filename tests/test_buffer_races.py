@@ -201,6 +201,62 @@ def test_each_round_is_ordered_by_its_own_wait() -> None:
     assert f"reads bytes [16, 32) of yGM at {at('round-1', 'kernel', HERE)}" in str(err)
 
 
+#: Indexing operations on the receive buffer of a two-round AllGather after the Wait of round 0:
+#: each touches only the elements it picks. ``ok`` picks round 0's elements (rank 0's block
+#: is elements 0-3, rank 1's 8-11), ``late`` adds one of round 1's (element 5 or 6).
+ROUND0 = [0, 1, 8, 11]
+PICKS: dict[str, Callable[[torch.Tensor, list[int]], Any]] = {
+    "index": lambda out, at: out[torch.tensor(at)].sum(),
+    "bool mask": lambda out, at: out[torch.isin(torch.arange(2 * N), torch.tensor(at))].sum(),
+    "index_select": lambda out, at: torch.index_select(out, 0, torch.tensor(at)).sum(),
+    "gather": lambda out, at: torch.gather(out, 0, torch.tensor(at)).sum(),
+    "take": lambda out, at: torch.take(out, torch.tensor(at)).sum(),
+    "masked_select": lambda out, at: torch.masked_select(
+        out, torch.isin(torch.arange(2 * N), torch.tensor(at))
+    ).sum(),
+    "embedding": lambda out, at: torch.nn.functional.embedding(
+        torch.tensor(at), out.view(-1, 1)
+    ).sum(),
+    "index_put_": lambda out, at: out.index_put_((torch.tensor(at),), torch.tensor(1.0)),
+    "setitem": lambda out, at: out.__setitem__(torch.tensor(at), 1.0),
+    "scatter_": lambda out, at: out.scatter_(0, torch.tensor(at), 1.0),
+    "index_fill_": lambda out, at: out.index_fill_(0, torch.tensor(at), 1.0),
+    "index_add_": lambda out, at: out.index_add_(0, torch.tensor(at), torch.ones(len(at))),
+    "masked_fill_": lambda out, at: out.masked_fill_(
+        torch.isin(torch.arange(2 * N), torch.tensor(at)), 1.0
+    ),
+}
+WRITES = {"index_put_", "setitem", "scatter_", "index_fill_", "index_add_", "masked_fill_"}
+
+
+def _picking(pick: str, at: list[int]) -> Kernel:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = h.AllGather[True](xGM, yGM, N // 2, F32, N, 2)  # two rounds
+        h.Wait(handle)
+        if hp.get_rank() == 0:
+            PICKS[pick](hp.gm_tensor(yGM, torch.float32, 2 * N), at)
+        h.Wait(handle)
+        h.Finalize()
+
+    return kernel
+
+
+@pytest.mark.parametrize("pick", sorted(PICKS))
+def test_an_indexing_operation_touches_only_the_elements_it_picks(pick: str) -> None:
+    """A gather from the rows of a finished round, out of a view that spans a pending one,
+    is no race; picking one element of the pending round is, and the report names only its
+    bytes. Before 2026-11-28 the whole view counted, a false report."""
+    for options in SCHEDULES:
+        run(_picking(pick, ROUND0), **options)
+    late = 6 if pick in WRITES else 5
+    err = race(_picking(pick, [*ROUND0, late]))
+    assert err.round == 1
+    verb = "writes" if pick in WRITES else "reads"
+    where = f"bytes [{late * 4}, {late * 4 + 4}) of yGM at {HERE.name}:"  # the PICKS line
+    assert f"rank 0 {verb} {where}" in str(err), str(err)
+
+
 # ----------------------------------------------------------- what is not reported
 def _kernel(op: str, order: Callable[[hp.Hccl, int], None]) -> Kernel:
     """Prepare ``op``, order it with ``order(h, handle)``, then read and write every byte."""

@@ -341,6 +341,42 @@ def test_strided_accesses_are_checked_byte_for_byte() -> None:
     assert f"at {at('strided-read')}, which rank 1 wrote at" in lines[1]
 
 
+def test_an_indexed_read_is_checked_for_the_elements_it_picks() -> None:
+    """``table[rows, 1]`` reads column 1 only: a peer's write of column 0 is no race for it,
+    and the same gather of column 0 is reported for exactly those bytes (before 2026-11-28
+    every element of ``table`` counted as read)."""
+    rows, cols = 40, 4
+    written = threading.Event()
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        table = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, rows * cols).view(rows, cols)
+        if h.GetRankId() == 1:
+            table[:, 0] = 1.0
+            written.set()
+        else:
+            table[:, 1] = 2.0
+            wait_until(written.is_set)
+            column = int(hp.gm_tensor(out + 4, torch.int32, 1)[0])
+            picked = table[torch.arange(rows), torch.full((rows,), column)]  # indexed-read
+            hp.gm_tensor(out, torch.float32, 1)[0] = picked.sum()
+        h.Finalize()
+
+    def main(column: int) -> float:
+        out = torch.zeros(2)
+        out[1:].view(torch.int32)[0] = column
+        hp.launch(kernel, out, tiling())
+        return float(out[0])
+
+    assert hp.run(main, world_size=2, poison=True, args=(1,))[0] == 2.0 * rows
+    written.clear()
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, poison=True, args=(0,))
+    lines = race_of(info, 0).reason.splitlines()
+    assert lines[1].startswith(f"  - rank 0 read bytes [0, {4 * cols * (rows - 1) + 4}) of ")
+    assert f"at {at('indexed-read')}, which rank 1 wrote at" in lines[1]
+
+
 def test_peers_adding_into_the_same_bytes_are_not_reported() -> None:
     n = 4
 

@@ -1,0 +1,123 @@
+"""The bytes of its storage that a torch operation reads or writes in a tensor.
+
+A view covers the bytes of its elements (:func:`byte_runs`). An indexing operation
+touches fewer: ``t[idx]`` (``aten.index``), ``index_select``, ``gather``, ``take``,
+``masked_select`` and ``embedding`` read only the elements their indices or
+mask pick from their first argument; ``t[idx] = v`` (``index_put_``),
+``scatter_`` and its reducing forms, ``index_copy_``, ``index_fill_``,
+``index_add_``, ``masked_fill_`` and ``masked_scatter_`` write only those. The
+race checks must see exactly those bytes, not the whole view the kernel holds:
+a kernel that gathers the rows of a finished round from a buffer whose other
+rows a pending round will write makes no race, and a report of one would be
+false. Each selection is found by running the same indexing on the byte
+offsets of the view's elements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .intervals import Runs
+from .views import runs_of
+
+_aten = torch.ops.aten
+
+#: op -> the offsets it picks from an offsets tensor shaped like its first argument.
+Pick = Callable[[torch.Tensor, tuple], torch.Tensor]
+
+
+def _index(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
+    return _aten.index.Tensor(offsets, args[1])
+
+
+def _along(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
+    return _aten.index_select.default(offsets, args[1], args[2])
+
+
+def _gathered(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
+    return _aten.gather.default(offsets, args[1], args[2])
+
+
+def _masked(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
+    return _aten.masked_select.default(offsets, args[1])
+
+
+_PICKS: dict[Any, Pick] = {
+    # reads
+    _aten.index: _index,
+    _aten.index_select: _along,
+    _aten.gather: _gathered,
+    _aten.take: lambda offsets, args: _aten.take.default(offsets, args[1]),
+    _aten.masked_select: _masked,
+    _aten.embedding: lambda offsets, args: _aten.index_select.default(
+        offsets, 0, args[1].reshape(-1)
+    ),
+    # writes (in place: the functional forms copy all of their first argument)
+    _aten.index_put_: _index,
+    _aten._index_put_impl_: _index,
+    _aten.scatter_: _gathered,
+    _aten.scatter_add_: _gathered,
+    _aten.scatter_reduce_: _gathered,
+    _aten.index_copy_: _along,
+    _aten.index_fill_: _along,
+    _aten.index_add_: _along,
+    _aten.masked_fill_: _masked,
+    _aten.masked_scatter_: _masked,
+}
+
+
+def selected_offsets(
+    func: Any, args: tuple, position: int, offsets: Callable[[], np.ndarray], tensor: torch.Tensor
+) -> np.ndarray | None:
+    """The byte offsets of the elements of argument ``position`` (``tensor``) that ``func``
+    reads or writes when it picks some of them by index or mask; None when it uses all.
+
+    ``offsets()`` gives the byte offset of every element of ``tensor`` in row-major
+    order. Arguments that the rule cannot apply to count as every element, as
+    before this rule existed.
+    """
+    pick = _PICKS.get(func.overloadpacket)
+    if pick is None or position != 0 or len(args) < 2:
+        return None
+    shaped = torch.from_numpy(offsets()).view(tensor.shape)
+    try:
+        return pick(shaped, args).reshape(-1).numpy()
+    except (RuntimeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def element_offsets(tensor: torch.Tensor) -> np.ndarray:
+    """The window offset of every element of ``tensor``, in row-major order."""
+    offsets = np.zeros(1, dtype=np.int64)
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+    return base + offsets * tensor.element_size()
+
+
+def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:
+    """The contiguous byte ranges of its window that ``tensor`` covers, and their total size."""
+    size = tensor.element_size()
+    if tensor.is_contiguous():
+        lo = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+        nbytes = tensor.numel() * size
+        return [(lo, lo + nbytes)], nbytes
+    starts = np.unique(element_offsets(tensor))
+    return runs_of(starts, size), len(starts) * size
+
+
+def touched(func: Any, args: tuple, position: int, tensor: torch.Tensor) -> tuple[Runs, int]:
+    """The byte runs of ``tensor`` (argument ``position`` of ``func``) that the operation
+    reads or writes, and their size: the elements an index or a mask picks (:mod:`.selections`),
+    else all of them."""
+    picked = selected_offsets(func, args, position, lambda: element_offsets(tensor), tensor)
+    if picked is None:
+        return byte_runs(tensor)
+    if picked.size == 0:
+        return [], 0
+    starts = np.unique(picked)
+    return runs_of(starts, tensor.element_size()), len(starts) * tensor.element_size()
