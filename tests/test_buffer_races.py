@@ -225,8 +225,16 @@ PICKS: dict[str, Callable[[torch.Tensor, list[int]], Any]] = {
     "masked_fill_": lambda out, at: out.masked_fill_(
         torch.isin(torch.arange(2 * N), torch.tensor(at)), 1.0
     ),
+    "index_copy_": lambda out, at: out.index_copy_(0, torch.tensor(at), torch.ones(len(at))),
+    "masked_scatter_": lambda out, at: out.masked_scatter_(
+        torch.isin(torch.arange(2 * N), torch.tensor(at)), torch.ones(2 * N)
+    ),
+    "scatter_add_": lambda out, at: out.scatter_add_(0, torch.tensor(at), torch.ones(len(at))),
+    "scatter_reduce_": lambda out, at: out.scatter_reduce_(
+        0, torch.tensor(at), torch.ones(len(at)), "amax"
+    ),
 }
-WRITES = {"index_put_", "setitem", "scatter_", "index_fill_", "index_add_", "masked_fill_"}
+WRITES = {name for name in PICKS if name.endswith("_")} | {"setitem"}
 
 
 def _picking(pick: str, at: list[int]) -> Kernel:
