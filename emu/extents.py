@@ -71,23 +71,33 @@ _PICKS: dict[Any, Pick] = {
 
 
 def selected_offsets(
-    func: Any, args: tuple, position: int, offsets: Callable[[], np.ndarray], tensor: torch.Tensor
+    func: Any, args: tuple, position: int, tensor: torch.Tensor
 ) -> np.ndarray | None:
     """The byte offsets of the elements of argument ``position`` (``tensor``) that ``func``
     reads or writes when it picks some of them by index or mask; None when it uses all.
 
-    ``offsets()`` gives the byte offset of every element of ``tensor`` in row-major
-    order. Arguments that the rule cannot apply to count as every element, as
-    before this rule existed.
+    The indexing runs once per dimension on a zero-copy view of the coordinates
+    along it (``arange`` expanded to the tensor's shape), so it costs what the
+    picked elements cost, never what the whole view spans. Arguments the rule
+    cannot apply to count as every element, as before this rule existed.
     """
     pick = _PICKS.get(func.overloadpacket)
-    if pick is None or position != 0 or len(args) < 2:
+    if pick is None or position != 0 or len(args) < 2 or tensor.dim() == 0:
         return None
-    shaped = torch.from_numpy(offsets()).view(tensor.shape)
+    shape = tensor.shape
+    total = torch.zeros((1,) * tensor.dim(), dtype=torch.int64).expand(shape)
     try:
-        return pick(shaped, args).reshape(-1).numpy()
+        offsets = pick(total, args).reshape(-1)
+        for dim, (size, stride) in enumerate(zip(shape, tensor.stride(), strict=True)):
+            if size > 1 and stride:
+                along = [1] * tensor.dim()
+                along[dim] = size
+                coordinate = torch.arange(size, dtype=torch.int64).view(along).expand(shape)
+                offsets = offsets + pick(coordinate, args).reshape(-1) * stride
     except (RuntimeError, IndexError, TypeError, ValueError):
         return None
+    base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+    return (base + offsets * tensor.element_size()).numpy()
 
 
 def element_offsets(tensor: torch.Tensor) -> np.ndarray:
@@ -114,7 +124,7 @@ def touched(func: Any, args: tuple, position: int, tensor: torch.Tensor) -> tupl
     """The byte runs of ``tensor`` (argument ``position`` of ``func``) that the operation
     reads or writes, and their size: the elements an index or a mask picks (:mod:`.selections`),
     else all of them."""
-    picked = selected_offsets(func, args, position, lambda: element_offsets(tensor), tensor)
+    picked = selected_offsets(func, args, position, tensor)
     if picked is None:
         return byte_runs(tensor)
     if picked.size == 0:
