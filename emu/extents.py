@@ -70,6 +70,11 @@ _PICKS: dict[Any, Pick] = {
 }
 
 
+def picks(func: Any) -> bool:
+    """Whether ``func`` is an indexing operation that may touch only some elements."""
+    return func.overloadpacket in _PICKS
+
+
 def selected_offsets(
     func: Any, args: tuple, position: int, tensor: torch.Tensor
 ) -> np.ndarray | None:

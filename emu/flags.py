@@ -18,7 +18,8 @@ import torch
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
 
-from .extents import byte_runs
+from .extents import byte_runs, picks, touched
+from .intervals import Runs
 from .modes import KernelMode
 from .watch import _plan
 
@@ -49,13 +50,19 @@ class FlagPolls(KernelMode):
             if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
                 continue
             window = self.windows.get(value.untyped_storage().data_ptr())
-            if window is not None and value.numel() * value.element_size() <= POLL_BYTES:
-                self._poll(window, value)
+            if window is None:
+                continue
+            if value.numel() * value.element_size() <= POLL_BYTES:
+                self._poll(window, value, byte_runs(value)[0])
+            elif picks(func):  # flags[idx] of a larger view reads only what idx picks
+                runs, nbytes = touched(func, args, i, value)
+                if 0 < nbytes <= POLL_BYTES:
+                    self._poll(window, value, runs)
         return result
 
-    def _poll(self, window: WindowAllocation, tensor: torch.Tensor) -> None:
-        """One read of flag bytes: the scheduler blocks a core that reads them unchanged again."""
-        runs, _ = byte_runs(tensor)
+    def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
+        """One read of flag bytes (``runs`` of ``tensor``): the scheduler blocks a core that
+        reads them unchanged again."""
         lo, hi = runs[0][0], runs[-1][1]
 
         def read() -> bytes:

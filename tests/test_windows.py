@@ -816,6 +816,35 @@ def test_a_ring_polling_held_flags_runs_on_eight_ranks() -> None:
     assert got == [[1.0]] * 8
 
 
+def _ring_on_indexed_flags(write_next: bool):
+    """Each rank polls its flag as ``flags[torch.tensor([k])]`` of a 4 KiB view of its window."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        flags = hp.gm_tensor(h.GetWindowsInAddr(me) + FLAG - 2048, torch.int32, 1024)
+        k = torch.tensor([2048 // 4])  # FLAG, picked out of the large view
+        if write_next:
+            hp.gm_tensor(h.GetWindowsInAddr((me + 1) % dim) + FLAG, torch.int32, 1)[0] = 1
+        while int(flags[k]) != 1:  # an indexed poll: aten.index reads 4 of 4096 bytes
+            pass
+        hp.gm_tensor(out, torch.float32, 1)[0] = 1.0
+        h.Finalize()
+
+    return kernel
+
+
+def test_a_flag_picked_by_a_tensor_index_is_a_poll() -> None:
+    """The poll reads only the picked element: the scheduler sees it (no 60 s timeout of a
+    spinning runner), the ring runs, and a flag nobody writes is a deadlock naming 4 bytes."""
+    assert run_kernel(_ring_on_indexed_flags(write_next=True), n=4, out_len=1) == [[1.0]] * 4
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_ring_on_indexed_flags(write_next=False), n=2, out_len=1, timeout=600)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value
+    assert "rank 0 polls bytes [1048576, 1048580) of WindowsIn of rank 0" in err.reason
+
+
 def test_held_flags_nobody_writes_are_one_deadlock_report_on_eight_ranks() -> None:
     with pytest.raises(hp.WorldError) as info:
         run_kernel(_ring_on_held_flags(write_next=False), n=8, out_len=1, timeout=600)
