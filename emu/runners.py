@@ -101,12 +101,14 @@ class Spawned:
         As a thread's context is when the thread ends: what the runner keeps in
         context variables (a :class:`~hccl_py.core.current.RunnerLocal`, a numpy
         view of a window that the race check watches until it dies) dies in the
-        runner, not at a later garbage collection in whatever thread runs it. Autograd's
-        per-thread state goes with it too (:func:`.autograd_state.clear`).
+        runner, not at a later garbage collection in whatever thread runs it. The torch
+        state it leaves on the thread goes with it too (:func:`drop_torch_state`,
+        :func:`.autograd_state.clear`), as it would with a thread.
         """
         try:
             contextvars.Context().run(target)
         finally:
+            drop_torch_state()
             autograd_state.clear()
 
 
@@ -140,6 +142,26 @@ def _plain() -> bool:
 def _fresh() -> bool:
     """Whether a runner's thread, its runner ended, is as a new thread: it may run another."""
     return _plain() and autograd_state.is_plain()
+
+
+def drop_torch_state() -> None:
+    """Leave the calling thread's mode stacks, grad mode and torch dispatch and function
+    switches as a new thread's: what a greenlet runner that ended left on the world's thread
+    (a mode it entered and never exited) must not reach the runners that run next.
+
+    Inference mode and autocast are left: their guards restore them when the runner's
+    objects die, as their context managers go with the runner's context.
+    """
+    if _plain():
+        return
+    while torch._C._len_torch_dispatch_stack():
+        torch._C._pop_torch_dispatch_stack(None)
+    while torch._C._len_torch_function_stack():
+        torch._C._pop_torch_function_stack()
+    torch._C._set_grad_enabled(True)
+    for key in _PYTHON_KEYS:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
+    torch._C._set_torch_function_state(_FUNCTION_ON)
 
 
 def runner_threads() -> ThreadPool:

@@ -235,6 +235,46 @@ def test_a_runner_that_ends_with_hooks_disabled_leaves_them_to_no_one() -> None:
         _LEFT_DISABLED.clear()
 
 
+class _Noop(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        return func(*args, **(kwargs or {}))
+
+
+def _torch_state() -> tuple[bool, int, int, bool]:
+    return (
+        torch.is_grad_enabled(),
+        torch._C._len_torch_dispatch_stack(),
+        torch._C._len_torch_function_stack(),
+        torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python),
+    )
+
+
+def test_a_runner_that_ends_inside_modes_leaves_them_to_no_one() -> None:
+    """Rank 0 returns with a dispatch mode and a function mode entered and never exited, grad
+    off and torch dispatch turned off: as when a thread ends, none of it reaches rank 1,
+    which runs after it on the same thread (before 2026-11-28 rank 0's mode saw rank 1's
+    operations)."""
+    counter = _CountOps()
+    returning = threading.Event()
+
+    def main() -> tuple[bool, int, int, bool]:
+        if hp.get_rank() == 0:
+            counter.__enter__()
+            _Noop().__enter__()
+            torch._C._set_grad_enabled(False)
+            torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.Python, True)
+            returning.set()
+            return _torch_state()
+        wait_until(returning.is_set, "rank 0 returns")  # no hccl_py call after it: it ends
+        torch.ones(2).add_(1)
+        return _torch_state()
+
+    left, clean = hp.run(main, world_size=2)
+    assert left == (False, 1, 1, True)
+    assert clean == (True, 0, 0, False)
+    assert counter.ops == 0, "rank 0's mode saw rank 1's operations"
+
+
 def test_what_a_runner_keeps_dies_when_it_ends_in_the_world_thread() -> None:
     """A greenlet runner's context variables die when it ends, as a thread's do.
 
