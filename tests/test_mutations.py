@@ -86,6 +86,9 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: four AIV cores, one transpose
         # piece each, so the flag 8 barrier orders pieces of both AI cores)
         SampleSpec("mc2_allto_all_matmul", block_dim=None),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
+        # baseN blocks, one per AIC core)
+        SampleSpec("mc2_allto_allv_grouped_mat_mul", block_dim=None),
     ]
 }
 
@@ -136,6 +139,17 @@ WAIT_ONE_END = (
     "equivalent in this port: in the communicate-first mode (SendCnt 0, RecvCnt 1) Process "
     "already waited for every task, so End's loop finds none left and never calls this Wait "
     "(it serves the send-first mode, whose Process only commits)"
+)
+SHARED_MM_APART = (
+    "equivalent in this port: the shared expert's matmul reads mm x and mm weight and writes "
+    "mm y, which no later statement of any core touches, and the AIC cores' next reads "
+    "(the received rows) are ordered by the first expert's Wait and SyncAll<false>"
+)
+GMM_WAITED_ALL = (
+    "equivalent: AIV block 0, the only core that Waits, has waited for every expert's "
+    "AlltoAllV before this barrier, and the other AIV cores' Finalize sends nothing, so "
+    "no Finalize can overtake a Wait; the AIC cores' last matmul reads rows that its own "
+    "expert's SyncAll<false> already ordered"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -275,6 +289,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Process:CrossCoreWaitFlag#1": ("default", CHECK),
         "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "Process:CrossCoreWaitFlag#2": ("default", CHECK),
+    },
+    "mc2_allto_allv_grouped_mat_mul": {
+        "Process:SyncAll#1": _missed(SHARED_MM_APART),
+        "Process:SyncAll#2": _missed(GMM_WAITED_ALL),
+        "HcclAlltoAllvExec:Wait#1": ("default", "HcclRaceError"),
+        "HcclAlltoAllvExec:SyncAll#1": ("default", "HcclRaceError"),
     },
 }
 
