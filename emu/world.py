@@ -225,7 +225,7 @@ class EmuWorld(Server):
         if rounds:
             self.buffers.ordered(task.domain.ranks[task.rank], task, rounds[-1])
 
-    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
+    def finalize(self, group: Group, rank: int, launch: int | None, n_tasks: int) -> None:
         """Domain rank ``rank`` finalized its kernel launch ``launch`` after ``n_tasks`` tasks.
 
         Every rank must prepare the same number of tasks per launch: a task of
@@ -233,6 +233,8 @@ class EmuWorld(Server):
         """
         name = group.name
         self.flush_writes(name, rank)
+        if launch is None:  # one-sided tasks only: nothing to match
+            return
         with self.blocker.lock:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             dom = self.board.domains.get(name)

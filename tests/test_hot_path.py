@@ -194,7 +194,7 @@ def test_the_finalize_count_is_read_back_and_anything_else_is_refused() -> None:
     key = final_key("world", 1)
     assert read_final(_Store(), key) is None
     assert read_final(_Store(**{key: final_value(7, 3)}), key) == (7, 3)
-    for forged in (b"\x80\x04K\x01.", b"7", b"7 3 1", b"-1 3", b"7 x"):
+    for forged in (b"\x80\x04K\x01.", b"7", b"7 3 1", b"-1 3", b"7 x", b"9" * 5000 + b" 1"):
         with pytest.raises(ForgedValueError, match=f"refused the value of store key '{key}'"):
             read_final(_Store(**{key: forged}), key)
 

@@ -856,3 +856,48 @@ def test_held_flags_nobody_writes_are_one_deadlock_report_on_eight_ranks() -> No
         "hccl_world_group), which keep the value 0 (int32; bytes 00 00 00 00): no rank writes them"
         for r in range(8)
     ]
+
+
+def _one_sided_only(out, tilingGM):
+    """A launch whose only task is a BatchWrite of 4 floats to the next rank."""
+    h = client(tilingGM)
+    me, dim = h.GetRankId(), h.GetRankDim()
+    local = h.GetWindowsOutAddr(me)
+    hp.gm_tensor(local, torch.float32, 4)[:] = 1.0
+    info = local + 4096
+    peer = (me + 1) % dim
+    item = (int(local), int(h.GetWindowsInAddr(peer)), 4, int(FP32), peer)
+    hp.gm_tensor(info, torch.uint8, 32)[:] = a2_items([item])
+    h.Wait(h.BatchWrite[True](info, 1))
+    h.Finalize()
+
+
+def _all_reduce(xGM, yGM, tilingGM):
+    h = client(tilingGM)
+    h.Wait(h.AllReduce[True](xGM, yGM, 4, FP32, hp.HCCL_REDUCE_SUM))
+    h.Finalize()
+
+
+def one_sided_launch_on_rank_0_only() -> list[float]:
+    x, y, t = torch.full((4,), hp.get_rank() + 1.0), torch.zeros(4), tiling()
+    hp.launch(_all_reduce, x, y, t)
+    if hp.get_rank() == 0:  # ranks do not match one-sided tasks: a launch of them is its own
+        hp.launch(_one_sided_only, torch.zeros(4), t)
+    y.zero_()
+    hp.launch(_all_reduce, x, y, t)
+    return y.tolist()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_a_launch_of_one_sided_tasks_on_one_rank_shifts_no_later_launch(backend: str) -> None:
+    """Before 2026-11-28 such a launch took a launch number of the domain on rank 0 alone, so
+    the next AllReduce was a false 'different numbers of tasks' on both backends."""
+    got = hp.run(
+        one_sided_launch_on_rank_0_only,
+        world_size=2,
+        backend=backend,
+        platform="A2",
+        ranks_per_server=1,
+        timeout=30,
+    )
+    assert got == [[3.0] * 4, [3.0] * 4]

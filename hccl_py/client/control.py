@@ -272,7 +272,9 @@ class HandleControl:
                         round=info.commits,
                     )
             if b.handles:
-                b.server.finalize(state.group, state.rank, state.launch_index(), b.queued_count())
+                queued = b.queued_count()
+                launch = state.launch_index() if queued else None
+                b.server.finalize(state.group, state.rank, launch, queued)
             if sync:
                 for h, info in enumerate(b.handles):
                     LIFECYCLES[info.lifecycle].drain(self, info, h)

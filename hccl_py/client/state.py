@@ -73,11 +73,23 @@ class ClientState:
             recv=addr,
             dtype=HcclDataType.HCCL_DATA_TYPE_INT8,
             count=count,
-            launch=self.launch_index(),
+            launch=self.next_launch(),
         )
 
+    def next_launch(self) -> int:
+        """The index :meth:`launch_index` gives (or would give) this launch, taking none.
+
+        One-sided tasks carry it: ranks do not match them, so a launch that makes only
+        one-sided tasks takes no index (on one rank alone, it would shift every later
+        launch's index against its peers' ones).
+        """
+        if self.launch_idx is not None:
+            return self.launch_idx
+        return self.rank_ctx.launches[self.group.name]
+
     def launch_index(self) -> int:
-        """This launch's index among the launches of this rank that sent tasks to the domain."""
+        """This launch's index among the launches of this rank that sent tasks to the domain's
+        queue (collectives, which ranks match task by task)."""
         if self.launch_idx is None:
             self.launch_idx = self.rank_ctx.launches[self.group.name]
             self.rank_ctx.launches[self.group.name] += 1

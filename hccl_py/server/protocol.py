@@ -46,8 +46,15 @@ class Tasks(ABC):
     def finished(self, task: Task) -> int:
         """How many rounds of ``task`` have finished on this rank (never blocks)."""
 
-    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:  # noqa: B027
-        """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks."""
+    def finalize(  # noqa: B027
+        self, group: Group, rank: int, launch: int | None, n_tasks: int
+    ) -> None:
+        """Domain rank ``rank`` finalized kernel launch ``launch`` after ``n_tasks`` tasks.
+
+        ``launch`` is None for a launch whose tasks were all one-sided (BatchWrite,
+        AlltoAllvWrite): ranks do not match those, so such a launch is none of the
+        domain's numbered launches.
+        """
 
 
 class Windows:

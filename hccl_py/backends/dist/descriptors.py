@@ -165,11 +165,14 @@ def joined_key(domain: str, seq: int, rank: int) -> str:
 def final_key(domain: str, rank: int) -> str:
     """Holds ``"LAUNCH N"``: the last kernel launch in which domain rank ``rank`` finalized, after N tasks.
 
-    One key per rank and domain, overwritten at each Finalize (a store write, no
-    count of who has read it, nothing to delete until the run ends). A rank that
-    waits in the exchange of a task which that peer never prepared reads it; the
-    peer cannot have overwritten it with a later launch of the domain, whose
-    first task's exchange would have met that waiting rank's first.
+    One key per rank and domain, overwritten at each Finalize of a launch that
+    queued tasks (a store write, no count of who has read it, nothing to delete
+    until the run ends). A rank that waits in the exchange of a task which that
+    peer never prepared reads it. The peer cannot have gone past a later launch of
+    the domain meanwhile: that launch's first task meets the waiting rank's
+    exchange first (a launch mismatch, reported as such), and a launch of one-sided
+    tasks only writes no count. A later launch's count read before that meeting
+    only postpones the report to it.
     """
     return f"final/{domain}/{rank}"
 
@@ -187,7 +190,7 @@ def read_final(store: dist.Store, key: str) -> tuple[int, int] | None:
         return None
     raw = store.get(key)
     parts = raw.split()
-    if len(parts) != 2 or not all(part.isdigit() for part in parts):
+    if len(parts) != 2 or not all(part.isdigit() and len(part) <= 18 for part in parts):
         raise sealed.refused(key, raw, "hccl_py writes a launch and a task count there")
     return int(parts[0]), int(parts[1])
 

@@ -214,9 +214,9 @@ class DistServer(Server):
         """
         return self.check_tasks and task.caller is None
 
-    def finalize(self, group: Group, rank: int, launch: int, n_tasks: int) -> None:
+    def finalize(self, group: Group, rank: int, launch: int | None, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
-        if self.check_tasks:
+        if self.check_tasks and launch is not None:
             self.publish(final_key(group.name, rank), final_value(launch, n_tasks))
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
