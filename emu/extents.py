@@ -35,7 +35,10 @@ def _index(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
 
 
 def _along(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
-    return _aten.index_select.default(offsets, args[1], args[2])
+    """``index_select(offsets, dim, index)`` as an index of that dimension, which reads only
+    the picked elements of an expanded tensor (``index_select`` on dim > 0 reads them all)."""
+    dim = args[1] % offsets.dim()
+    return _aten.index.Tensor(offsets, [None] * dim + [args[2].reshape(-1)])
 
 
 def _gathered(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
@@ -53,9 +56,7 @@ _PICKS: dict[Any, Pick] = {
     _aten.gather: _gathered,
     _aten.take: lambda offsets, args: _aten.take.default(offsets, args[1]),
     _aten.masked_select: _masked,
-    _aten.embedding: lambda offsets, args: _aten.index_select.default(
-        offsets, 0, args[1].reshape(-1)
-    ),
+    _aten.embedding: lambda offsets, args: _aten.index.Tensor(offsets, [args[1].reshape(-1)]),
     # writes (in place: the functional forms copy all of their first argument)
     _aten.index_put_: _index,
     _aten._index_put_impl_: _index,
@@ -75,24 +76,39 @@ def picks(func: Any) -> bool:
     return func.overloadpacket in _PICKS
 
 
+#: A pick of at least 1/DENSE of a view's elements is found with one index over the view.
+DENSE = 8
+
+
 def selected_offsets(
     func: Any, args: tuple, position: int, tensor: torch.Tensor
 ) -> np.ndarray | None:
-    """The byte offsets of the elements of argument ``position`` (``tensor``) that ``func``
-    reads or writes when it picks some of them by index or mask; None when it uses all.
+    """The sorted byte offsets (each once) of the elements of argument ``position``
+    (``tensor``) that ``func`` reads or writes when it picks some of them by index or
+    mask; None when it uses all of them.
 
-    The indexing runs once per dimension on a zero-copy view of the coordinates
-    along it (``arange`` expanded to the tensor's shape), so it costs what the
-    picked elements cost, never what the whole view spans. Arguments the rule
-    cannot apply to count as every element, as before this rule existed.
+    A small pick runs the indexing once per dimension on a zero-copy view of the
+    coordinates along it (``arange`` expanded to the tensor's shape), so it costs
+    what the picked elements cost, not what the view spans; a pick of a large part
+    of the view runs it once on the elements' row-major indices and marks them.
+    Arguments the rule cannot apply to count as every element, as before this rule
+    existed.
     """
     pick = _PICKS.get(func.overloadpacket)
     if pick is None or position != 0 or len(args) < 2 or tensor.dim() == 0:
         return None
-    shape = tensor.shape
-    total = torch.zeros((1,) * tensor.dim(), dtype=torch.int64).expand(shape)
+    shape, numel = tensor.shape, tensor.numel()
     try:
-        offsets = pick(total, args).reshape(-1)
+        constant = pick(torch.zeros((1,) * tensor.dim(), dtype=torch.int64).expand(shape), args)
+        if constant.numel() * DENSE >= numel:
+            flat = pick(torch.arange(numel, dtype=torch.int64).view(shape), args)
+            hit = np.zeros(numel, dtype=bool)
+            hit[flat.reshape(-1).numpy()] = True
+            if tensor.is_contiguous():
+                base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+                return base + np.flatnonzero(hit) * tensor.element_size()
+            return np.unique(element_offsets(tensor)[hit])
+        offsets = constant.reshape(-1)
         for dim, (size, stride) in enumerate(zip(shape, tensor.stride(), strict=True)):
             if size > 1 and stride:
                 along = [1] * tensor.dim()
@@ -102,7 +118,7 @@ def selected_offsets(
     except (RuntimeError, IndexError, TypeError, ValueError):
         return None
     base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
-    return (base + offsets * tensor.element_size()).numpy()
+    return np.unique(base + offsets.numpy() * tensor.element_size())
 
 
 def element_offsets(tensor: torch.Tensor) -> np.ndarray:
@@ -134,5 +150,4 @@ def touched(func: Any, args: tuple, position: int, tensor: torch.Tensor) -> tupl
         return byte_runs(tensor)
     if picked.size == 0:
         return [], 0
-    starts = np.unique(picked)
-    return runs_of(starts, tensor.element_size()), len(starts) * tensor.element_size()
+    return runs_of(picked, tensor.element_size()), picked.size * tensor.element_size()

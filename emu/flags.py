@@ -54,7 +54,11 @@ class FlagPolls(KernelMode):
                 continue
             if value.numel() * value.element_size() <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
-            elif picks(func):  # flags[idx] of a larger view reads only what idx picks
+            elif (  # flags[idx] of a larger view reads only what idx picks
+                picks(func)
+                and isinstance(result, torch.Tensor)
+                and result.numel() * value.element_size() <= POLL_BYTES
+            ):
                 runs, nbytes = touched(func, args, i, value)
                 if 0 < nbytes <= POLL_BYTES:
                     self._poll(window, value, runs)

@@ -31,7 +31,7 @@ def _definition(func: Any, args: tuple, view: torch.Tensor) -> np.ndarray:
     offsets = torch.from_numpy(element_offsets(view)).view(view.shape)
     written = _WRITTEN_AS.get(func.overloadpacket)
     picked = written(offsets, args) if written else func(offsets, *args[1:])
-    return np.sort(picked.reshape(-1).numpy())
+    return np.unique(picked.reshape(-1).numpy())
 
 
 def _views(rng: np.random.Generator, storage: torch.Tensor) -> list[torch.Tensor]:
@@ -59,6 +59,7 @@ def _cases(v: torch.Tensor, gen: torch.Generator) -> list[tuple[Any, tuple]]:
         (aten.index.Tensor, (v, [torch.tensor([1, 0]), None, torch.tensor([1, 2])])),
         (aten.index.Tensor, (v, [mask(rows, cols)])),
         (aten.index_select.default, (v, 1, torch.tensor([2, 0]))),
+        (aten.index_select.default, (v, -1, torch.tensor([3]))),
         (aten.gather.default, (v, 2, torch.randint(0, depth, (2, cols, 3), generator=gen))),
         (aten.take.default, (v, torch.randint(0, v.numel(), (7,), generator=gen))),
         (aten.masked_select.default, (v, mask(rows, cols, depth))),
@@ -70,18 +71,24 @@ def _cases(v: torch.Tensor, gen: torch.Generator) -> list[tuple[Any, tuple]]:
     ]
 
 
-def test_the_picked_bytes_are_those_of_the_picked_elements() -> None:
+@pytest.mark.parametrize("dense", [True, False])
+def test_the_picked_bytes_are_those_of_the_picked_elements(
+    dense: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways of finding a pick (one index over the view's elements for a large pick,
+    one per dimension on coordinate views for a small one) give the definition's bytes."""
+    monkeypatch.setattr(extents, "DENSE", 1 << 30 if dense else 0)
     rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
     storage = torch.zeros(4000)
     for view in _views(rng, storage):
         for func, args in _cases(view, gen):
             got = selected_offsets(func, args, 0, view)
             assert got is not None, func
-            assert np.array_equal(np.sort(got), _definition(func, args, view)), func
+            assert np.array_equal(got, _definition(func, args, view)), func
     table = storage[:60].view(20, 3)
     ids = torch.tensor([[1, 5], [2, 2]])
     got = selected_offsets(aten.embedding.default, (table, ids), 0, table)
-    assert np.array_equal(np.sort(got), _definition(aten.embedding.default, (table, ids), table))
+    assert np.array_equal(got, _definition(aten.embedding.default, (table, ids), table))
 
 
 def test_other_operations_and_arguments_use_every_element() -> None:
@@ -100,3 +107,46 @@ def test_a_pick_never_computes_every_elements_offset(monkeypatch: pytest.MonkeyP
     view = torch.zeros(1024, 1024)
     got = selected_offsets(aten.index.Tensor, (view, [torch.tensor([3])]), 0, view)
     assert got is not None and np.array_equal(got, (3 * 1024 + np.arange(1024)) * 4)
+
+
+#: In-place writes with values that change every element they write (the view holds 1..n).
+WRITES = {
+    "index_put_": lambda v, i: v.index_put_((i,), torch.tensor(-1.0)),
+    "index_put_ accumulate": lambda v, i: v.index_put_((i,), torch.tensor(5.0), accumulate=True),
+    "scatter_": lambda v, i: v.scatter_(1, i.expand(v.shape[0], -1), -1.0),
+    "scatter_add_": lambda v, i: v.scatter_add_(1, i.expand(2, -1), torch.ones(2, len(i))),
+    "scatter_reduce_": lambda v, i: v.scatter_reduce_(
+        1, i.expand(2, -1), torch.ones(2, len(i)), "sum"
+    ),
+    "index_copy_": lambda v, i: v.index_copy_(1, i, -torch.ones(v.shape[0], len(i))),
+    "index_fill_": lambda v, i: v.index_fill_(1, i, -1.0),
+    "index_add_": lambda v, i: v.index_add_(1, i, torch.ones(v.shape[0], len(i))),
+    "masked_fill_": lambda v, i: v.masked_fill_(torch.isin(torch.arange(v.shape[1]), i), -1.0),
+    "masked_scatter_": lambda v, i: v.masked_scatter_(
+        torch.isin(torch.arange(v.shape[1]), i), -torch.ones(v.numel())
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRITES))
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_write_picks_exactly_the_elements_it_changes(name: str, transposed: bool) -> None:
+    """Against what the operation really does, not the formula the pick uses: run it on a
+    view whose elements all differ from what it writes, and compare the changed bytes."""
+    storage = torch.arange(1.0, 201.0)
+    view = storage[3:].as_strided((6, 8), (1, 6) if transposed else (8, 1))
+    before = storage.clone()
+    index = torch.tensor([5, 1, 5]) if name != "index_copy_" else torch.tensor([5, 1])
+    recorded: list[np.ndarray] = []
+
+    class Record(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if extents.picks(func) and args and args[0] is view:
+                recorded.append(selected_offsets(func, args, 0, view))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        WRITES[name](view, index)
+    changed = np.flatnonzero((storage != before).numpy()) * storage.element_size()
+    assert len(recorded) == 1 and recorded[0] is not None, recorded
+    assert np.array_equal(recorded[0], changed)
