@@ -89,6 +89,9 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
         # baseN blocks, one per AIC core)
         SampleSpec("mc2_allto_allv_grouped_mat_mul", block_dim=None),
+        # 2 ranks; its block_dim is GetNumBlocks of the port's 2 AIC and 4 AIV cores (2: the
+        # permute splits each batch's (expert, rank) pairs over all four AIV cores)
+        SampleSpec("mc2_allto_allv_grouped_mat_mul_2026", block_dim=None),
     ]
 }
 
@@ -150,6 +153,13 @@ GMM_WAITED_ALL = (
     "AlltoAllV before this barrier, and the other AIV cores' Finalize sends nothing, so "
     "no Finalize can overtake a Wait; the AIC cores' last matmul reads rows that its own "
     "expert's SyncAll<false> already ordered"
+)
+A2AV_END_AFTER_WAITS = (
+    "equivalent: AIV block 0, the only core that Waits, has waited for every batch's "
+    "AlltoAllV in the loop before End, the other AIV cores' Finalize sends nothing and the "
+    "AIC cores make no Hccl call after GetRankDim, so no Finalize can overtake a Wait; every "
+    "read of received rows (the AIV permute, the AIC matmul) is already ordered after its "
+    "batch's Wait by SyncAll<true> and flag 8"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -295,6 +305,14 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Process:SyncAll#2": _missed(GMM_WAITED_ALL),
         "HcclAlltoAllvExec:Wait#1": ("default", "HcclRaceError"),
         "HcclAlltoAllvExec:SyncAll#1": ("default", "HcclRaceError"),
+    },
+    "mc2_allto_allv_grouped_mat_mul_2026": {
+        "Wait:Wait#1": ("default", "HcclRaceError"),
+        "End:SyncAll#1": _missed(A2AV_END_AFTER_WAITS),
+        "ProcessCommRoundMode:Wait#1": ("default", "HcclRaceError"),
+        "ProcessCommRoundMode:SyncAll#1": ("default", "HcclRaceError"),
+        "ProcessCommRoundMode:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "ProcessCommRoundMode:CrossCoreWaitFlag#1": ("default", CHECK),
     },
 }
 

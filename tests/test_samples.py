@@ -54,6 +54,11 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": {"y": "PASS"},
     "mc2_allto_all_matmul.py": {"all2all_out": "PASS", "y": "PASS"},
     "mc2_allto_allv_grouped_mat_mul.py": {"permuteOut": "PASS", "gmmY": "PASS", "mmY": "PASS"},
+    "mc2_allto_allv_grouped_mat_mul_2026.py": {
+        "permuteOut": "PASS",
+        "gmmY": "PASS",
+        "mmY": "PASS",
+    },
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
@@ -152,6 +157,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_allto_allv_grouped_mat_mul.py"],
+    ),
+    "mc2_allto_allv_grouped_mat_mul_2026-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_allto_allv_grouped_mat_mul_2026.py"],
+    ),
+    "mc2_allto_allv_grouped_mat_mul_2026-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_allto_allv_grouped_mat_mul_2026.py"],
     ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
