@@ -58,8 +58,7 @@ offset tables it reads from the workspace are Python lists; ``GMMQuantTilingData
 the workspace is the user workspace (``GetUserWorkspace`` with a system workspace of 0,
 ``GetLibApiWorkSpaceSize`` taken as 0); the host's ``epWorldSize`` check (A3 admits 8, 16,
 32, 64 and 128) is not applied: the sample runs 2 or 4 ranks; the platform is 2 AIC and 4
-AIV cores. ``CrossCoreWaitFlag<SYNC_MODE_AIV_TO_AIC, PIPE_MTE2>(8)`` is written
-``hp.CrossCoreWaitFlag(8)``: hccl_py's Wait takes no template arguments.
+AIV cores.
 
 How it differs from the 2025 port (samples/mc2_allto_allv_grouped_mat_mul.py, the
 coarse-grained kernel): ``InitV2``/``SetCcTilingV2`` instead of ``Init``/``SetCcTiling``;
@@ -86,6 +85,7 @@ from hccl_py import (
     AIV,
     HCCL_CMD_ALLTOALLV,
     HCCL_SERVER_TYPE_AICPU,
+    PIPE_MTE2,
     PIPE_V,
     Hccl,
     Mc2CcTiling,
@@ -471,8 +471,7 @@ class A2avGmmScheduler:
         self.commOutGm_ = workspaceGM + workspaceOffset
         workspaceOffset += commOutLen
         self.permuteOutGm_ = permuteOut
-        # &tilingData_->hcclA2avTilingInfo.hcclInitTiling: offset 0, the struct's own address
-        hcclInitTiling = tilingData
+        hcclInitTiling = tilingData.hcclA2avTilingInfo.hcclInitTiling  # &...->hcclInitTiling
         hcclCcTilingOffset = offsetof(AlltoAllvGmmTilingData, "hcclA2avTilingInfo") + offsetof(
             HcclA2avTilingInfo, "a2avCcTiling"
         )
@@ -520,7 +519,7 @@ class A2avGmmScheduler:
                 if self.isPermuteOut_:
                     self.commOp.PermuteData(start, actualExpertNum, self.permuteOutGm_)
             if hp.g_coreType == AIC:
-                hp.CrossCoreWaitFlag(SYNC_FLAG_ID_COMM_DONE)  # <SYNC_MODE_AIV_TO_AIC, PIPE_MTE2>
+                hp.CrossCoreWaitFlag[SYNC_MODE_AIV_TO_AIC, PIPE_MTE2](SYNC_FLAG_ID_COMM_DONE)
                 self.computeOp.Process(start, actualExpertNum)
 
 

@@ -234,3 +234,30 @@ def test_a_bound_template_method_keeps_what_functools_wraps_gives_the_unbound_on
         for attr in ("__module__", "__name__", "__qualname__", "__doc__", "__wrapped__"):
             assert getattr(bound, attr) == getattr(unbound, attr), (name, attr)
         assert bound.__wrapped__.__name__ == name
+
+
+def _gather_from_the_first_member(x, y, tilingGM):
+    """InitV2 given ``&tiling->mc2InitTiling``, the address of the tiling's first member, as
+    the 2026 AlltoAllvGroupedMatMul passes it: the cc tiling is read at an offset from it."""
+    from cases import KernelTiling, cc_member
+
+    tiling = hp.GET_TILING_DATA_WITH_STRUCT(KernelTiling, tilingGM)
+    hccl = Hccl()
+    hccl.InitV2(hp.GetHcclContext(0), tiling.mc2InitTiling)
+    member = cc_member("AllGather")
+    assert hccl.SetCcTilingV2(hp.offsetof(KernelTiling, member)) == 0, hccl.last_error
+    hccl.Wait(hccl.AllGather[True](x, y, 4, FP32))
+    hccl.Finalize()
+
+
+def test_init_v2_with_the_address_of_the_tilings_first_member_reads_on_into_the_tiling() -> None:
+    def main() -> list[float]:
+        from cases import make_tiling
+
+        y = torch.zeros(8)
+        hp.launch(_gather_from_the_first_member, torch.full((4,), hp.get_rank() + 1.0), y,
+                  make_tiling())  # fmt: skip
+        return y.tolist()
+
+    got = hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
+    assert got == [[1.0] * 4 + [2.0] * 4] * 2

@@ -59,7 +59,7 @@ def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
             with lock:
                 order.append(("aic-released", hp.GetBlockIdx()))
         else:
-            hp.CrossCoreWaitFlag(5)
+            hp.CrossCoreWaitFlag[2, hp.PIPE_MTE2](5)  # the template form, as AscendC writes it
             with lock:
                 order.append(("aiv-released", hp.GetBlockIdx()))
             hp.CrossCoreSetFlag[2, hp.PIPE_MTE3](6)
@@ -109,6 +109,8 @@ def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
         (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1 or 2"),
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1 or 2 and pipe"),
+        (lambda: hp.CrossCoreWaitFlag[4, hp.PIPE_S](1), "CrossCoreWaitFlag[4, 0]: modeId must"),
+        (lambda: hp.CrossCoreWaitFlag[0, 99](1), "pipe one of"),
     ],
 )
 def test_bad_arguments_name_the_rule(call: Any, fact: str) -> None:

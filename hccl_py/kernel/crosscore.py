@@ -27,6 +27,7 @@ import functools
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import HcclCoreError, HcclDeadlockError
@@ -142,40 +143,53 @@ def _kernel_core(what: str, flag: Any) -> CoreContext:
 
 def _set_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
     core = _kernel_core("CrossCoreSetFlag", flagId)
-    if mode not in (0, 1, 2) or pipe not in SET_PIPES:
-        raise HcclCoreError(
-            f"CrossCoreSetFlag[{mode}, {pipe}]: modeId must be 0, 1 or 2 and pipe one of "
-            f"{sorted(p.name for p in SET_PIPES)}",
-            rank=core.launch.rank_ctx.rank,
-        )
+    _check_mode("CrossCoreSetFlag", core, mode, pipe, SET_PIPES)
     blocker = core.launch.rank_ctx.blocker
     with blocker.cond:
         _flags(core.launch).set(core, mode, flagId)
         blocker.cond.notify_all()
 
 
-class _SetFlag:
-    """``CrossCoreSetFlag[modeId, pipe](flagId)``: the template arguments in brackets."""
+class _Templated:
+    """``Name[modeId, pipe](flagId)``: a cross-core flag call with its template arguments in
+    brackets (``Name(flagId)`` takes the defaults: mode 0 and the call's default pipe)."""
+
+    def __init__(self, call: Callable[..., None], name: str, pipe: Pipe) -> None:
+        self._call, self._name, self._pipe = call, name, pipe
 
     def __getitem__(self, params: Any) -> Any:
-        mode, pipe = params if isinstance(params, tuple) else (params, Pipe.PIPE_FIX)
-        return functools.partial(_set_flag, mode=mode, pipe=pipe)
+        mode, pipe = params if isinstance(params, tuple) else (params, self._pipe)
+        return functools.partial(self._call, mode=mode, pipe=pipe)
 
-    def __call__(self, flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
-        _set_flag(flagId, mode, pipe)
+    def __call__(self, flagId: int, mode: int = 0, pipe: int | None = None) -> None:
+        self._call(flagId, mode, self._pipe if pipe is None else pipe)
 
     def __repr__(self) -> str:
-        return "CrossCoreSetFlag[modeId, pipe](flagId)"
+        return f"{self._name}[modeId, pipe](flagId)"
 
 
 #: Set a flag: template arguments modeId and pipe in brackets, then the flag id;
 #: without brackets it is mode 0.
-CrossCoreSetFlag = _SetFlag()
+CrossCoreSetFlag = _Templated(_set_flag, "CrossCoreSetFlag", Pipe.PIPE_FIX)
 
 
-def CrossCoreWaitFlag(flagId: int) -> None:
-    """Block until this core's counter of ``flagId`` is positive, then consume one count."""
+def _check_mode(what: str, core: CoreContext, mode: int, pipe: int, pipes: frozenset) -> None:
+    if mode not in (0, 1, 2) or pipe not in pipes:
+        raise HcclCoreError(
+            f"{what}[{mode}, {pipe}]: modeId must be 0, 1 or 2 and pipe one of "
+            f"{sorted(p.name for p in pipes)}",
+            rank=core.launch.rank_ctx.rank,
+        )
+
+
+def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
+    """Block until this core's counter of ``flagId`` is positive, then consume one count.
+
+    ``mode`` and ``pipe`` are the template arguments (``CrossCoreWaitFlag<modeId, pipe>``):
+    checked, and otherwise the same wait for every mode, as the counter is the core's own.
+    """
     core = _kernel_core("CrossCoreWaitFlag", flagId)
+    _check_mode("CrossCoreWaitFlag", core, mode, pipe, frozenset(Pipe))
     launch = core.launch
     flags = _flags(launch)
     blocker = launch.rank_ctx.blocker
@@ -206,3 +220,8 @@ def CrossCoreWaitFlag(flagId: int) -> None:
         "pending for this core; every Set must be paired with a Wait on each receiving core",
         rank=launch.rank_ctx.rank,
     )
+
+
+#: Wait for a flag: block until this core's counter of the flag id is positive, then consume
+#: one count; optional template arguments modeId and pipe in brackets, then the flag id.
+CrossCoreWaitFlag = _Templated(_wait_flag, "CrossCoreWaitFlag", Pipe.PIPE_S)

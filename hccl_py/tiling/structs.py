@@ -140,10 +140,24 @@ def offsetof(struct_type: type[ctypes.Structure] | ctypes.Structure, member: str
     return total
 
 
+def _reading_on(obj: ctypes._CData, nbytes: int) -> bytes:
+    """Up to ``nbytes`` bytes from ``obj`` on, reading past its end into the ctypes object it
+    is a member of: a kernel given the address of a tiling's first member
+    (``&tiling->mc2InitTiling``) holds the whole tiling, and the client reads the cc
+    tilings at offsets from that address."""
+    root = obj
+    while getattr(root, "_b_base_", None) is not None:
+        root = root._b_base_
+    start = ctypes.addressof(obj)
+    end = ctypes.addressof(root) + ctypes.sizeof(root)
+    return ctypes.string_at(start, min(nbytes, end - start))
+
+
 def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
     """The raw bytes of ``obj``: a ctypes instance, a bytes-like object, or a ``read_bytes`` source.
 
-    With ``nbytes`` the result is the first ``nbytes`` bytes, and a source that
+    With ``nbytes`` the result is the first ``nbytes`` bytes (a ctypes member of a larger
+    ctypes object reads on into it, as its address does on the device), and a source that
     holds fewer raises ``ValueError``. ``nbytes`` is required for an object that
     is only known by its ``read_bytes`` method (its length is unknown).
     """
@@ -159,7 +173,7 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
             )
         data = bytes(reader(nbytes))
     elif isinstance(obj, ctypes.Structure | ctypes.Union | ctypes.Array):
-        data = bytes(obj)
+        data = bytes(obj) if nbytes is None else _reading_on(obj, nbytes)
     else:
         try:
             view = memoryview(obj)
