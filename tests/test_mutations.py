@@ -92,6 +92,10 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is GetNumBlocks of the port's 2 AIC and 4 AIV cores (2: the
         # permute splits each batch's (expert, rank) pairs over all four AIV cores)
         SampleSpec("mc2_allto_allv_grouped_mat_mul_2026", block_dim=None),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (2: both AIC cores multiply rows of
+        # every tile, so the flag 8 barrier orders them, and four AIV cores, one transpose
+        # piece each)
+        SampleSpec("mc2_matmul_allto_all", block_dim=None),
     ]
 }
 
@@ -160,6 +164,17 @@ A2AV_END_AFTER_WAITS = (
     "AIC cores make no Hccl call after GetRankDim, so no Finalize can overtake a Wait; every "
     "read of received rows (the AIV permute, the AIC matmul) is already ordered after its "
     "batch's Wait by SyncAll<true> and flag 8"
+)
+SEND_ONE_PROCESS = (
+    "equivalent in this port: in the compute-first mode (SendCnt 1, RecvCnt 0) Process "
+    "commits the task and never reaches this Wait (it serves the communicate-first mode, "
+    "whose Process waits)"
+)
+SEND_ONE_END = (
+    "equivalent: the kernel reads nothing the AlltoAlls write (y is read by the host after "
+    "the launch) and writes no send buffer after its Commit (each tile has its own rows of "
+    "the transposed buffer), and Finalize waits for the last task, so these Waits order "
+    "nothing"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -313,6 +328,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ProcessCommRoundMode:SyncAll#1": ("default", "HcclRaceError"),
         "ProcessCommRoundMode:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "ProcessCommRoundMode:CrossCoreWaitFlag#1": ("default", CHECK),
+    },
+    "mc2_matmul_allto_all": {
+        "Process:Wait#1": _missed(SEND_ONE_PROCESS),
+        "End:Wait#1": _missed(SEND_ONE_END),
+        "ProcessDefault:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "ProcessDefault:CrossCoreWaitFlag#1": ("explore", "HcclScheduleError"),
+        "ProcessDefault:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "ProcessDefault:CrossCoreWaitFlag#2": ("default", CHECK),
+        "ProcessDefault:SyncAll#1": ("default", "HcclRaceError"),
     },
 }
 
