@@ -10,7 +10,9 @@ Source: ops-transformer, ``mc2/allto_all_matmul/``: the kernel entry
 ``Init``, ``PrepareAll``, ``Process``, ``AddIndex``, ``End``), ``MC2AlltoAllPrimitives``
 (``primitives/hccl_primitives.h``: ``Prepare``), ``MC2VecTranspose``
 (``computation/math/mc2_vec_transpose.h``) and ``MC2FpMatmul``
-(``computation/matmul/mc2_fp_matmul.h``). The tiling struct is
+(``computation/matmul/mc2_fp_matmul.h``), as yuanfang-chen/ops-transformer holds them (in
+mirror-cann's 2026-07-21 snapshot the communicator is ``HcclCommunicator`` of
+``communicator/hccl_communicator.h``, the same code). The tiling struct is
 ``AlltoAllMatmulTilingDataA3`` (``op_kernel/arch22/allto_all_matmul_tiling_data_910_93.h``),
 the host tiling ``AllToAllFpMatmulTilingBaseA3`` of
 ``op_host/op_tiling/arch22/allto_all_fp_matmul_tiling_910_93.cpp`` (``SetHcclTiling``,
