@@ -261,3 +261,60 @@ def test_init_v2_with_the_address_of_the_tilings_first_member_reads_on_into_the_
 
     got = hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
     assert got == [[1.0] * 4 + [2.0] * 4] * 2
+
+
+def _ccu_finalize_async(x, y, tilingGM):
+    hccl = init_hccl(Hccl(hp.HCCL_SERVER_TYPE_CCU), tilingGM, ops=["AllGather"])
+    assert hccl.AllGather[True](x, y, 4, FP32) == 0
+    hccl.Finalize[False]()  # the CCU client never reads sync: it waits as Finalize<true>
+    assert hccl.AllGather[True](x, y, 4, FP32) == -1  # finalized
+    hp.gm_tensor(y, torch.float32, 8).sum()  # ordered: no race report
+
+
+def test_finalize_false_on_the_ccu_client_is_finalize_true() -> None:
+    """Ascend 950's CCU client ignores Finalize's template argument (hccl_ccu_v0.h): no
+    refusal, and the Finalize waits for the task, as Finalize<true> does."""
+
+    def main() -> list[float]:
+        from cases import make_tiling
+
+        y = torch.zeros(8)
+        hp.launch(_ccu_finalize_async, torch.full((4,), hp.get_rank() + 1.0), y, make_tiling())
+        return y.tolist()
+
+    got = hp.run(main, world_size=2, platform="950", strict=False, timeout=RUN_TIMEOUT)
+    assert got == [[1.0] * 4 + [2.0] * 4] * 2
+    assert got.warnings == {}
+
+
+def _extra_commit(x, y, tilingGM, server: int) -> None:
+    hccl = init_hccl(Hccl(server), tilingGM, ops=["AllGather"])
+    handle = hccl.AllGather[True](x, y, 4, FP32)
+    hccl.Commit(handle)  # beyond repeat = 1
+    hccl.Wait(handle)
+    hccl.Finalize()
+
+
+@expects_warning("extra-commit")
+@pytest.mark.parametrize(
+    ("platform", "server", "says"),
+    [
+        ("A3", hp.HCCL_SERVER_TYPE_AICPU, "the official client ignores it"),
+        ("950", hp.HCCL_SERVER_TYPE_CCU, "the CCU client sends it as round 1, past the task's"),
+    ],
+)
+def test_an_extra_commit_says_what_each_client_does_with_it(
+    platform: str, server: int, says: str
+) -> None:
+    """The AI CPU client drops a Commit beyond repeat; the CCU client sends it as one more
+    round (hccl_ccu_v0.h, Commit and CommitMsg), which reads and writes past the buffers."""
+
+    def main() -> None:
+        from cases import make_tiling
+
+        hp.launch(_extra_commit, torch.ones(4), torch.zeros(8), make_tiling(), server)
+
+    out = hp.run(main, world_size=2, platform=platform, timeout=RUN_TIMEOUT)
+    kinds = {w.kind for ws in out.warnings.values() for w in ws}
+    assert kinds == {"extra-commit"}
+    assert all(says in str(w) for ws in out.warnings.values() for w in ws)

@@ -518,6 +518,12 @@ RULES: dict[str, Rule] = {
     "finalize/not-initialised": Rule(
         uninitialised(lambda h, e: h.Finalize()), None, ("Finalize", "not initialised")
     ),
+    "GetRankId/not-initialised": Rule(
+        uninitialised(lambda h, e: h.GetRankId()), 0xFFFFFFFF, ("GetRankId", "not initialised")
+    ),
+    "GetRankDim/not-initialised": Rule(
+        uninitialised(lambda h, e: h.GetRankDim()), 0xFFFFFFFF, ("GetRankDim", "not initialised")
+    ),
     # ----------------------------------------------------------- tilings
     "SetCcTilingV2/offset-0": Rule(
         _set_cc(lambda: 0), HCCL_FAILED, ("SetCcTilingV2(0)", "bad offset"), (PROBE, 0, *AFTER[1:])

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
+from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclServerType
 from ..core.task import op_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
@@ -110,8 +110,13 @@ class HandleControl:
             )
             breach(
                 "extra-commit",
-                f"extra Commit: all {info.repeat} rounds{steps} are already committed; the "
-                "official client ignores it (and logs an error)",
+                f"extra Commit: all {info.repeat} rounds{steps} are already committed; "
+                + (
+                    f"the CCU client sends it as round {info.repeat}, past the task's last "
+                    "round: on the device it reads and writes past the buffers"
+                    if b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU
+                    else "the official client ignores it (and logs an error)"
+                ),
                 None,
                 handle=int(handleId),
                 op=op_name(info.op),
@@ -247,6 +252,8 @@ class HandleControl:
             return
         state = b.state
         platform = state.rank_ctx.config.platform
+        if not sync and b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU:
+            sync = True  # the CCU client's Finalize never reads its template argument
         if not sync:
             has_batch_write = any(h.lifecycle == "batch-write" for h in b.handles)
             if not (platform.finalize_async_allowed and has_batch_write):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ..core.constants import HcclCMDType
+from ..core.constants import HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
 from ..kernel.cores import HcclContext
@@ -14,6 +14,9 @@ from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, cc_group_name, read_cc_til
 from .binding import Binding
 from .failures import Failures
 from .state import ClientState
+
+#: What GetRankId and GetRankDim return before Init (the C++ client's ``UINT32_MAX``).
+UINT32_MAX = 0xFFFFFFFF
 
 
 def _is_null(tiling: Any) -> bool:
@@ -51,10 +54,16 @@ class Setup:
             )
             return
         if b.state is not None and not b.finalized:
+            ccu = b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU
             breach(
                 "repeated-init",
-                f"{mode}: the Hccl object is already initialised; the official client ignores "
-                "a second Init (the first one stays in force)",
+                f"{mode}: the Hccl object is already initialised; "
+                + (
+                    "the CCU client starts over (handle ids from 0, its counters reset), "
+                    "hccl_py keeps the first Init"
+                    if ccu
+                    else "the official client ignores a second Init (the first one stays in force)"
+                ),
                 None,
             )
             return
@@ -147,10 +156,11 @@ class Setup:
         return self._failures.ok()
 
     def rank_fact(self, call: str, value: str) -> int:
-        """GetRankId / GetRankDim: the domain's ``rank`` or ``rank_dim``; 0 before Init."""
+        """GetRankId / GetRankDim: the domain's ``rank`` or ``rank_dim``; before Init the
+        official client's UINT32_MAX."""
         state = self._binding.state
         if state is None:
             return self._failures.breach(
-                "not-initialised", f"{call}: the Hccl object is not initialised", 0
+                "not-initialised", f"{call}: the Hccl object is not initialised", UINT32_MAX
             )
         return getattr(state, value)
