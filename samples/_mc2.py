@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _common import skip
+from _common import random_ints, skip
 
 import hccl_py as hp
 from hccl_py import HCCL_CMD_ALLTOALLV, HcclDataType, Mc2CcTilingConfig
@@ -102,6 +102,52 @@ def moe_inputs(
     n_experts = local_experts * hp.get_world_size()
     ids = np.stack([rng.permutation(n_experts)[:k] for _ in range(bs)]).astype(np.int32)
     return x, ids
+
+
+def expert_recv_counts(
+    send_counts: Callable[[int, int], list[int]], rank: int, n: int, experts: int
+) -> list[int]:
+    """``recv_counts[i * experts + e]``: the tokens that rank i sends to ``rank``'s expert e."""
+    return [send_counts(i, n)[rank * experts + e] for i in range(n) for e in range(experts)]
+
+
+def gmm_inputs(
+    rank: int, tokens: int, experts: int, h1: int, n1: int, bs: int, h2: int, n2: int
+) -> tuple[np.ndarray, ...]:
+    """The AlltoAllvGroupedMatMul samples' inputs: gmm x (tokens, h1) sorted by global expert,
+    gmm weight (experts, h1, n1), the shared expert's mm x (bs, h2) and mm weight (h2, n2)."""
+    return (
+        random_ints(rank, (tokens, h1)),
+        random_ints(1000 + rank, (experts, h1, n1)),
+        random_ints(2000 + rank, (bs, h2)),
+        random_ints(3000 + rank, (h2, n2)),
+    )
+
+
+def gmm_reference(
+    rank: int,
+    n: int,
+    send_counts: Callable[[int, int], list[int]],
+    inputs: Callable[[int, int], tuple[np.ndarray, ...]],
+    experts: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """numpy for AlltoAllvGroupedMatMul: each local expert's rows from every rank in rank order
+    (permuteOut), their matmul by its weight (gmmY), and the shared expert's matmul (mmY)."""
+    _, w, mm_x, mm_w = inputs(rank, n)
+    xs = [inputs(src, n)[0] for src in range(n)]
+    rows, y = [], []
+    for e in range(experts):
+        g = rank * experts + e
+        parts = []
+        for src in range(n):
+            counts = send_counts(src, n)
+            start = sum(counts[:g])
+            parts.append(xs[src][start : start + counts[g]])
+        block = np.concatenate(parts)
+        rows.append(block)
+        y.append((block.astype(np.float32) @ w[e].astype(np.float32)).astype(np.float16))
+    mm_y = (mm_x.astype(np.float32) @ mm_w.astype(np.float32)).astype(np.float16)
+    return np.concatenate(rows), np.concatenate(y), mm_y
 
 
 # ---------------------------------------------------------------- the two-domain BMM kernels

@@ -55,8 +55,17 @@ Run: ``python samples/mc2_allto_allv_grouped_mat_mul.py`` (4 emulated ranks),
 from ctypes import Structure, c_bool, c_int32, c_int64, c_uint64
 
 import numpy as np
-from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
-from _mc2 import FP16, SIZEOF_HALF, matmul, member_addresses, typed_fields
+from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
+from _mc2 import (
+    FP16,
+    SIZEOF_HALF,
+    expert_recv_counts,
+    gmm_inputs,
+    gmm_reference,
+    matmul,
+    member_addresses,
+    typed_fields,
+)
 
 import hccl_py as hp
 from hccl_py import (
@@ -409,7 +418,7 @@ def send_counts(rank: int, n: int) -> list[int]:
 
 def recv_counts(rank: int, n: int) -> list[int]:
     """``recv_counts[i * E_ep + e]``: tokens that rank i sends to this rank's expert e."""
-    return [send_counts(i, n)[rank * E_EP + e] for i in range(n) for e in range(E_EP)]
+    return expert_recv_counts(send_counts, rank, n, E_EP)
 
 
 def make_tiling(rank: int, n: int) -> AlltoAllvGmmTilingData:
@@ -443,30 +452,12 @@ def make_tiling(rank: int, n: int) -> AlltoAllvGmmTilingData:
 
 def inputs(rank: int, n: int) -> tuple[np.ndarray, ...]:
     """gmm x (BSK, H1) sorted by global expert, gmm weight (E_ep, H1, N1), mm x, mm weight."""
-    return (
-        random_ints(rank, (sum(send_counts(rank, n)), H1)),
-        random_ints(1000 + rank, (E_EP, H1, N1)),
-        random_ints(2000 + rank, (BS, H2)),
-        random_ints(3000 + rank, (H2, N2)),
-    )
+    return gmm_inputs(rank, sum(send_counts(rank, n)), E_EP, H1, N1, BS, H2, N2)
 
 
 def reference(rank: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """numpy: each expert's rows from every rank in rank order, then its matmul; the shared mm."""
-    rows, y = [], []
-    _, w, mm_x, mm_w = inputs(rank, n)
-    for e in range(E_EP):
-        g = rank * E_EP + e
-        expert_rows = []
-        for src in range(n):
-            counts = send_counts(src, n)
-            start = sum(counts[:g])
-            expert_rows.append(inputs(src, n)[0][start : start + counts[g]])
-        block = np.concatenate(expert_rows)
-        rows.append(block)
-        y.append((block.astype(np.float32) @ w[e].astype(np.float32)).astype(np.float16))
-    mm_y = (mm_x.astype(np.float32) @ mm_w.astype(np.float32)).astype(np.float16)
-    return np.concatenate(rows), np.concatenate(y), mm_y
+    """numpy: permuteOut, gmmY and mmY (:func:`_mc2.gmm_reference`)."""
+    return gmm_reference(rank, n, send_counts, inputs, E_EP)
 
 
 def main() -> list[str]:

@@ -12,7 +12,9 @@ file read at that commit: the kernel entry ``op_kernel/arch22/matmul_allto_all.c
 ``PrepareAll``, ``Process``, ``AddIndex``, ``End``), ``MC2AlltoAllPrimitives``
 (``communication/primitives/hccl_primitives.h``: ``Prepare``), ``MC2VecTranspose``
 (``computation/math/mc2_vec_transpose.h``) and ``MC2FpMatmul``
-(``computation/matmul/mc2_fp_matmul.h``, ``DEFINE_MC2_MATMUL_FOR_MATMUL_COMPUTATION_A3_FP``).
+(``computation/matmul/mc2_fp_matmul.h``, ``DEFINE_MC2_MATMUL_FOR_MATMUL_COMPUTATION_A3_FP``);
+the primitives, the transpose and the matmul are in samples/_mc2_templates.py, shared with
+the AlltoAllMatmul port as the kernels share them.
 The tiling struct is ``MatmulAlltoAllTilingDataA3``
 (``op_kernel/arch22/matmul_allto_all_tiling_data_910_93.h``), the host tiling
 ``FpMatmulAllToAllTilingBaseA3`` of ``op_host/op_tiling/arch22/fp_matmul_allto_all_tiling_910_93.cpp``
@@ -67,7 +69,8 @@ from ctypes import Structure, c_uint64
 
 import numpy as np
 from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
-from _mc2 import FP16, SIZEOF_HALF, matmul, split_to_core, uint32_fields
+from _mc2 import FP16, SIZEOF_HALF, uint32_fields
+from _mc2_templates import MC2AlltoAllContext, MC2AlltoAllPrimitives, MC2FpMatmul, MC2VecTranspose
 
 import hccl_py as hp
 from hccl_py import (
@@ -113,32 +116,6 @@ class MatmulAlltoAllTilingDataA3(TilingData):
         ("mc2CcTiling", Mc2CcTiling),
         ("matmulAlltoAllTilingInfo", MatmulAlltoAllTilingInfoA3),
     ]
-
-
-# ---------------------------------------------------------------- hccl_primitives.h
-class MC2AlltoAllContext:
-    """MC2AlltoAllContext: what one tile group's AlltoAll tasks need."""
-
-    def __init__(self) -> None:
-        self.taskCnt = 0
-        self.sendBuffer = self.recvBuffer = hp.NULL
-        self.sendOffset = self.recvOffset = self.sendCount = self.strideCount = 0
-        self.hcclDataType = 0
-        self.repeat = 1
-
-
-class MC2AlltoAllPrimitives:
-    """MC2AlltoAllPrimitives: the Prepare of task ``taskIndex`` of a group."""
-
-    def Prepare(self, hccl, context: MC2AlltoAllContext, taskIndex: int) -> int:
-        return hccl.AlltoAll[False](
-            context.sendBuffer + taskIndex * context.sendOffset,
-            context.recvBuffer + taskIndex * context.recvOffset,
-            context.sendCount,
-            context.hcclDataType,
-            context.strideCount,
-            context.repeat,
-        )
 
 
 # ---------------------------------------------------------------- hccl_communicator.h
@@ -213,113 +190,6 @@ class HcclCommunicator:
                     self.taskSuccess_[i] = True
         if self.notifyFlag_:
             self.hccl_.Finalize()
-
-
-# ---------------------------------------------------------------- transpose (mc2_vec_transpose.h)
-class MC2TransposeContext:
-    """MC2TransposeContext: where one tile group's column blocks go, and their shape."""
-
-    def __init__(self) -> None:
-        self.transposeSrcAddr = self.transposeDstAddr = hp.NULL
-        self.transposeSrcOffset = self.transposeDstOffset = 0
-        self.nextSrcBlockOffset = self.nextDstBlockOffset = 0
-        self.rankCnt = self.innerAxis = self.transM = 0
-        self.innerOffsetIn = self.innerOffsetOut = 0
-
-
-class MC2VecTranspose:
-    """MC2VecTranspose<half>: each AIV core copies its 64 x 256 pieces of every rank's block."""
-
-    MAIN_TILEM_SPLIT_SIZE = 64
-    MAIN_INNER_AXIS_SPLIT_SIZE = 256
-    ONE_RATIO_TWO = 2
-
-    def __init__(self) -> None:
-        self.context_ = MC2TransposeContext()
-
-    def GetContextPtr(self) -> MC2TransposeContext:
-        return self.context_
-
-    def Process(self, taskIndex: int) -> None:
-        ctx = self.context_
-        srcAddr = ctx.transposeSrcAddr + taskIndex * ctx.transposeSrcOffset
-        dstAddr = ctx.transposeDstAddr + taskIndex * ctx.transposeDstOffset
-        splitM, splitInner = self.MAIN_TILEM_SPLIT_SIZE, self.MAIN_INNER_AXIS_SPLIT_SIZE
-        usedCoreNum = hp.GetBlockNum() * self.ONE_RATIO_TWO  # CV 1:2, every AIV core at first
-        tileMSplitCnt = -(-ctx.transM // splitM)
-        innerAxisSplitCnt = -(-ctx.innerAxis // splitInner)
-        totalCnt = tileMSplitCnt * innerAxisSplitCnt
-        tailSplitTileM = ctx.transM - (tileMSplitCnt - 1) * splitM
-        tailSplitInnerAxis = ctx.innerAxis - (innerAxisSplitCnt - 1) * splitInner
-        usedCoreNum = min(usedCoreNum, totalCnt)
-        calBlockRound, tailBlockCnt = divmod(totalCnt, usedCoreNum)
-        blockIdx = hp.GetBlockIdx()
-        if blockIdx >= usedCoreNum:
-            return
-        if blockIdx < tailBlockCnt:
-            calBlockRound += 1
-        for rankIdx in range(ctx.rankCnt):
-            srcGmOffset = rankIdx * ctx.nextSrcBlockOffset  # this rank's columns of the input
-            dstGmOffset = rankIdx * ctx.nextDstBlockOffset  # its block of the output
-            for block in range(calBlockRound):
-                inTotal = block * usedCoreNum + blockIdx
-                curInner, curTileM = inTotal % innerAxisSplitCnt, inTotal // innerAxisSplitCnt
-                rows = tailSplitTileM if curTileM == tileMSplitCnt - 1 else splitM
-                cols = tailSplitInnerAxis if curInner == innerAxisSplitCnt - 1 else splitInner
-                src = srcGmOffset + curTileM * splitM * ctx.innerOffsetIn + curInner * splitInner
-                dst = dstGmOffset + curTileM * splitM * ctx.innerOffsetOut + curInner * splitInner
-                self.VecTransposeProcess(srcAddr, src, dstAddr, dst, rows, cols)
-
-    def VecTransposeProcess(self, srcAddr, srcGmOffset, dstAddr, dstGmOffset, rows, cols) -> None:
-        """CopyInToUB + CopyOutToGm: ``rows`` rows of ``cols`` elements, each side with its
-        own row pitch (innerOffsetIn, innerOffsetOut), through the Unified Buffer."""
-        ctx = self.context_
-        src = hp.gm_tensor(
-            srcAddr + srcGmOffset * SIZEOF_HALF, FP16, (rows - 1) * ctx.innerOffsetIn + cols
-        )
-        dst = hp.gm_tensor(
-            dstAddr + dstGmOffset * SIZEOF_HALF, FP16, (rows - 1) * ctx.innerOffsetOut + cols
-        )
-        ub = src.as_strided((rows, cols), (ctx.innerOffsetIn, 1)).clone()
-        dst.as_strided((rows, cols), (ctx.innerOffsetOut, 1)).copy_(ub)
-
-
-# ---------------------------------------------------------------- matmul (mc2_fp_matmul.h)
-class MC2MMBaseData:
-    """MC2MMContext's baseData: the matrices of task 0 and the step per task, in bytes."""
-
-    def __init__(self) -> None:
-        self.aGM = self.bGM = self.cGM = self.biasGM = hp.NULL
-        self.aOffset = self.bOffset = self.cOffset = 0
-
-
-class MC2FpMatmul:
-    """MC2FpMatmul (stand-in for Mc2MatmulBaseKernel): c = a @ b of one task on the AIC cores."""
-
-    def __init__(self, tiling: MatmulAlltoAllTilingDataA3) -> None:
-        self.baseData = MC2MMBaseData()
-        self.info = tiling.matmulAlltoAllTilingInfo
-        self.rows = 0  # the task's M: tileM or tailM (the matmul tiling's M)
-
-    def GetContextPtr(self) -> "MC2FpMatmul":
-        return self
-
-    def Init(self) -> None:
-        pass
-
-    def Process(self, taskIndex: int) -> None:
-        if hp.g_coreType == AIV:
-            return
-        info, base = self.info, self.baseData
-        a = hp.gm_tensor(base.aGM + taskIndex * base.aOffset, FP16, self.rows * info.rankK)
-        b = hp.gm_tensor(base.bGM + taskIndex * base.bOffset, FP16, info.rankK * info.rankN)
-        c = hp.gm_tensor(base.cGM + taskIndex * base.cOffset, FP16, self.rows * info.rankN)
-        first, last = split_to_core(self.rows, hp.GetBlockNum(), hp.GetBlockIdx())
-        a, c = a.view(self.rows, info.rankK), c.view(self.rows, info.rankN)
-        matmul(c[first:last], a[first:last], b.view(info.rankK, info.rankN))
-
-    def End(self) -> None:
-        pass
 
 
 # ---------------------------------------------------------------- matmul_allto_all_pipeline.h
@@ -456,7 +326,8 @@ def matmul_allto_all(
 ):
     """The kernel entry, ``SOC_ASCEND910_93`` and FP16 bias: MATMUL_ALLTO_ALL_A3_FP_IMPL."""
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulAlltoAllTilingDataA3, tilingGM)
-    matmulImplName = MC2FpMatmul(tilingData)
+    info = tilingData.matmulAlltoAllTilingInfo
+    matmulImplName = MC2FpMatmul(info, info.rankK)
     transposeImplName = MC2VecTranspose()
     commImplName = HcclCommunicator(tilingData)
     SchedulerImpl = MatmulAlltoAllPipeLine(matmulImplName, transposeImplName, commImplName)
