@@ -9,8 +9,8 @@ mask pick from their first argument; ``t[idx] = v`` (``index_put_``),
 race checks must see exactly those bytes, not the whole view the kernel holds:
 a kernel that gathers the rows of a finished round from a buffer whose other
 rows a pending round will write makes no race, and a report of one would be
-false. Each selection is found by running the same indexing on the byte
-offsets of the view's elements.
+false. Each selection is found by running the same indexing on the
+coordinates (or row-major indices) of the view's elements.
 """
 
 from __future__ import annotations
@@ -71,6 +71,11 @@ _PICKS: dict[Any, Pick] = {
 }
 
 
+def _base(tensor: torch.Tensor) -> int:
+    """The byte offset of ``tensor``'s first element in its storage."""
+    return tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+
+
 def picks(func: Any) -> bool:
     """Whether ``func`` is an indexing operation that may touch only some elements."""
     return func.overloadpacket in _PICKS
@@ -105,8 +110,7 @@ def selected_offsets(
             hit = np.zeros(numel, dtype=bool)
             hit[flat.reshape(-1).numpy()] = True
             if tensor.is_contiguous():
-                base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
-                return base + np.flatnonzero(hit) * tensor.element_size()
+                return _base(tensor) + np.flatnonzero(hit) * tensor.element_size()
             return np.unique(element_offsets(tensor)[hit])
         offsets = constant.reshape(-1)
         for dim, (size, stride) in enumerate(zip(shape, tensor.stride(), strict=True)):
@@ -117,8 +121,7 @@ def selected_offsets(
                 offsets = offsets + pick(coordinate, args).reshape(-1) * stride
     except (RuntimeError, IndexError, TypeError, ValueError):
         return None
-    base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
-    return np.unique(base + offsets.numpy() * tensor.element_size())
+    return np.unique(_base(tensor) + offsets.numpy() * tensor.element_size())
 
 
 def element_offsets(tensor: torch.Tensor) -> np.ndarray:
@@ -126,7 +129,7 @@ def element_offsets(tensor: torch.Tensor) -> np.ndarray:
     offsets = np.zeros(1, dtype=np.int64)
     for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
         offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
-    base = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+    base = _base(tensor)
     return base + offsets * tensor.element_size()
 
 
@@ -134,7 +137,7 @@ def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:
     """The contiguous byte ranges of its window that ``tensor`` covers, and their total size."""
     size = tensor.element_size()
     if tensor.is_contiguous():
-        lo = tensor.data_ptr() - tensor.untyped_storage().data_ptr()
+        lo = _base(tensor)
         nbytes = tensor.numel() * size
         return [(lo, lo + nbytes)], nbytes
     starts = np.unique(element_offsets(tensor))
@@ -143,8 +146,8 @@ def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:
 
 def touched(func: Any, args: tuple, position: int, tensor: torch.Tensor) -> tuple[Runs, int]:
     """The byte runs of ``tensor`` (argument ``position`` of ``func``) that the operation
-    reads or writes, and their size: the elements an index or a mask picks (:mod:`.selections`),
-    else all of them."""
+    reads or writes, and their size: the elements an index or a mask picks
+    (:func:`selected_offsets`), else all of them."""
     picked = selected_offsets(func, args, position, tensor)
     if picked is None:
         return byte_runs(tensor)

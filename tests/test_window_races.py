@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -306,24 +307,27 @@ def test_batch_write_whose_last_item_is_the_flag_is_clean_a3() -> None:
     check_every_schedule(kernel, n, lambda s: np.arange(M) + 10.0 * s, platform="A3")
 
 
-def test_strided_accesses_are_checked_byte_for_byte() -> None:
-    rows, cols = 40, 4
+ROWS, COLS = 40, 4  # the window table of the column tests: rank 1 writes column 0
+
+
+def _column_reads(clean: Callable, racy: Callable, marker: str) -> None:
+    """Rank 1 writes column 0 of a (ROWS, COLS) float table in a window, rank 0 column 1; then
+    rank 0 reads the table with ``clean`` (no report: it reads none of rank 1's bytes) and, in
+    a second run, with ``racy``, which reads column 0: reported for exactly its bytes, at the
+    line of ``racy`` marked ``# marker``."""
     written = threading.Event()
 
     def kernel(out, tilingGM):
         h = client(tilingGM)
-        me = h.GetRankId()
-        table = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, rows * cols).view(rows, cols)
-        if me == 1:
+        table = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, ROWS * COLS).view(ROWS, COLS)
+        if h.GetRankId() == 1:
             table[:, 0] = 1.0  # column 0 only, 160 bytes in 40 pieces
             written.set()
         else:
             table[:, 1] = 2.0
             wait_until(written.is_set)
-            mine = table[:, 1:].sum()  # columns 1-3: nobody else wrote them
-            hp.gm_tensor(out, torch.float32, 1)[0] = mine
-            if int(hp.gm_tensor(out + 4, torch.int32, 1)[0]):
-                hp.gm_tensor(out, torch.float32, 1)[0] = table[:, 0].sum()  # strided-read
+            read = racy if int(hp.gm_tensor(out + 4, torch.int32, 1)[0]) else clean
+            hp.gm_tensor(out, torch.float32, 1)[0] = read(table)
         h.Finalize()
 
     def main(peek: int) -> float:
@@ -332,49 +336,34 @@ def test_strided_accesses_are_checked_byte_for_byte() -> None:
         hp.launch(kernel, out, tiling())
         return float(out[0])
 
-    assert hp.run(main, world_size=2, poison=True, args=(0,))[0] == 2.0 * rows
+    assert hp.run(main, world_size=2, poison=True, args=(0,))[0] == 2.0 * ROWS
     written.clear()
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=2, poison=True, args=(1,))
     lines = race_of(info, 0).reason.splitlines()
-    assert lines[1].startswith(f"  - rank 0 read bytes [0, {4 * cols * (rows - 1) + 4}) of ")
-    assert f"at {at('strided-read')}, which rank 1 wrote at" in lines[1]
+    assert lines[1].startswith(f"  - rank 0 read bytes [0, {4 * COLS * (ROWS - 1) + 4}) of ")
+    assert f"at {at(marker, '<lambda>')}, which rank 1 wrote at" in lines[1]
+
+
+def test_strided_accesses_are_checked_byte_for_byte() -> None:
+    """Columns 1-3 (nobody else wrote them) are no race; column 0, 160 bytes in 40 pieces, is."""
+    _column_reads(
+        lambda table: table[:, 1:].sum(),
+        lambda table: table[:, 0].sum(),  # strided-read
+        "strided-read",
+    )
 
 
 def test_an_indexed_read_is_checked_for_the_elements_it_picks() -> None:
     """``table[rows, 1]`` reads column 1 only: a peer's write of column 0 is no race for it,
     and the same gather of column 0 is reported for exactly those bytes (before 2026-11-28
     every element of ``table`` counted as read)."""
-    rows, cols = 40, 4
-    written = threading.Event()
-
-    def kernel(out, tilingGM):
-        h = client(tilingGM)
-        table = hp.gm_tensor(h.GetWindowsInAddr(0), torch.float32, rows * cols).view(rows, cols)
-        if h.GetRankId() == 1:
-            table[:, 0] = 1.0
-            written.set()
-        else:
-            table[:, 1] = 2.0
-            wait_until(written.is_set)
-            column = int(hp.gm_tensor(out + 4, torch.int32, 1)[0])
-            picked = table[torch.arange(rows), torch.full((rows,), column)]  # indexed-read
-            hp.gm_tensor(out, torch.float32, 1)[0] = picked.sum()
-        h.Finalize()
-
-    def main(column: int) -> float:
-        out = torch.zeros(2)
-        out[1:].view(torch.int32)[0] = column
-        hp.launch(kernel, out, tiling())
-        return float(out[0])
-
-    assert hp.run(main, world_size=2, poison=True, args=(1,))[0] == 2.0 * rows
-    written.clear()
-    with pytest.raises(hp.WorldError) as info:
-        hp.run(main, world_size=2, poison=True, args=(0,))
-    lines = race_of(info, 0).reason.splitlines()
-    assert lines[1].startswith(f"  - rank 0 read bytes [0, {4 * cols * (rows - 1) + 4}) of ")
-    assert f"at {at('indexed-read')}, which rank 1 wrote at" in lines[1]
+    rows = torch.arange(ROWS)
+    _column_reads(
+        lambda table: table[rows, torch.full((ROWS,), 1)].sum(),
+        lambda table: table[rows, torch.full((ROWS,), 0)].sum(),  # indexed-read
+        "indexed-read",
+    )
 
 
 def test_peers_adding_into_the_same_bytes_are_not_reported() -> None:

@@ -33,6 +33,8 @@ class Binding:
 
     def __init__(self, server_type: HcclServerType, config: HcclServerConfig) -> None:
         self.server_type = server_type
+        #: Whether this is the CCU client (Ascend 950), whose rules differ from the AI CPU one's.
+        self.ccu = server_type == HcclServerType.HCCL_SERVER_TYPE_CCU
         self.config = config
         #: The user's collective (e.g. "all_reduce") when this is an internal client of
         #: hccl_py.framework, which reports name; None for kernel code. Framework collectives

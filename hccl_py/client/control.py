@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS, HcclServerType
+from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
 from ..core.task import op_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
@@ -114,7 +114,7 @@ class HandleControl:
                 + (
                     f"the CCU client sends it as round {info.repeat}, past the task's last "
                     "round: on the device it reads and writes past the buffers"
-                    if b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU
+                    if b.ccu
                     else "the official client ignores it (and logs an error)"
                 ),
                 None,
@@ -252,7 +252,7 @@ class HandleControl:
             return
         state = b.state
         platform = state.rank_ctx.config.platform
-        if not sync and b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU:
+        if not sync and b.ccu:
             sync = True  # the CCU client's Finalize never reads its template argument
         if not sync:
             has_batch_write = any(h.lifecycle == "batch-write" for h in b.handles)

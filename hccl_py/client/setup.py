@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from ..core.constants import HcclCMDType, HcclServerType
+from ..core.constants import HcclCMDType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
 from ..kernel.cores import HcclContext
@@ -54,14 +54,13 @@ class Setup:
             )
             return
         if b.state is not None and not b.finalized:
-            ccu = b.server_type == HcclServerType.HCCL_SERVER_TYPE_CCU
             breach(
                 "repeated-init",
                 f"{mode}: the Hccl object is already initialised; "
                 + (
                     "the CCU client starts over (handle ids from 0, its counters reset), "
                     "hccl_py keeps the first Init"
-                    if ccu
+                    if b.ccu
                     else "the official client ignores a second Init (the first one stays in force)"
                 ),
                 None,

@@ -54,6 +54,8 @@ class Pipe(enum.IntEnum):
 
 #: Pipes a Set may name (not the scalar pipe, not all pipes).
 SET_PIPES = frozenset(Pipe) - {Pipe.PIPE_S, Pipe.PIPE_ALL}
+#: Pipes a Wait may name (any).
+WAIT_PIPES = frozenset(Pipe)
 
 
 def _ai_core(core: CoreContext) -> int:
@@ -189,7 +191,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     checked, and otherwise the same wait for every mode, as the counter is the core's own.
     """
     core = _kernel_core("CrossCoreWaitFlag", flagId)
-    _check_mode("CrossCoreWaitFlag", core, mode, pipe, frozenset(Pipe))
+    _check_mode("CrossCoreWaitFlag", core, mode, pipe, WAIT_PIPES)
     launch = core.launch
     flags = _flags(launch)
     blocker = launch.rank_ctx.blocker
