@@ -31,7 +31,12 @@ Pick = Callable[[torch.Tensor, tuple], torch.Tensor]
 
 
 def _index(offsets: torch.Tensor, args: tuple) -> torch.Tensor:
-    return _aten.index.Tensor(offsets, args[1])
+    """``offsets[indices]``; a ``uint8`` mask as the ``bool`` mask it means, so that the
+    replay does not repeat torch's deprecation warning, which the kernel's own call gave."""
+    indices = [
+        i.bool() if isinstance(i, torch.Tensor) and i.dtype == torch.uint8 else i for i in args[1]
+    ]
+    return _aten.index.Tensor(offsets, indices)
 
 
 def _along(offsets: torch.Tensor, args: tuple) -> torch.Tensor:

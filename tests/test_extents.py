@@ -8,6 +8,7 @@ tensor that holds every element's byte offset (the definition).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,27 @@ def test_other_operations_and_arguments_use_every_element() -> None:
     assert selected_offsets(aten.index_put.default, (v, [index], v[0]), 0, v) is None  # a copy
     out_of_range = (v, 0, torch.tensor([9]))
     assert selected_offsets(aten.index_select.default, out_of_range, 0, v) is None
+
+
+def test_a_uint8_mask_picks_as_its_bool_mask_without_warning_again(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """torch warns that ``uint8`` masks are deprecated (a Python warning or a line on stderr)
+    when the kernel indexes with one; the replay on coordinates must not warn once more per
+    dimension."""
+    view = torch.zeros(4, 6)[:, 1:5]
+    mask = torch.tensor([1, 0, 1, 1], dtype=torch.uint8)
+    for func in (aten.index.Tensor, aten.index_put_.default):
+        args = (view, [mask], torch.tensor(1.0))
+        capfd.readouterr()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = selected_offsets(func, args, 0, view)
+        assert [str(w.message) for w in caught] == []
+        assert "uint8" not in capfd.readouterr().err
+        want = selected_offsets(func, (view, [mask.bool()], torch.tensor(1.0)), 0, view)
+        assert got is not None and np.array_equal(got, want)
+        assert got.size == 3 * 4
 
 
 def test_a_pick_never_computes_every_elements_offset(monkeypatch: pytest.MonkeyPatch) -> None:
