@@ -450,6 +450,35 @@ def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     assert not any(got.warnings.values())
 
 
+def test_query_with_queues_returns_0_for_any_handle_in_range() -> None:
+    # hccl_aicpu_impl.h, HcclImpl<AICPU>::Query: the init and range checks, then
+    # queueNum_ != 0 -> 0 before the handle is looked up (prepared or not)
+    errors = []
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        got = [h.Query(0), h.Query(62)]  # in range, never prepared
+        handle = h.AllReduce[True](out + 64, out + 96, 4, FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
+        got.append(h.Query(handle))
+        h.QueueBarrier[hp.ScopeType.ALL](0)
+        got.append(h.Query(handle))  # its round ran: still 0 with several queues
+        errors.append(h.last_error)
+        got += [h.Query(63), h.Query(-1)]  # out of range: -1
+        errors.append(h.last_error)
+        hp.gm_tensor(out, torch.float32, len(got))[:] = torch.tensor(got, dtype=torch.float32)
+        h.Finalize()
+
+    def main() -> list[float]:
+        out = torch.zeros(32)
+        hp.launch(kernel, out, tiling(queue_num=2))
+        return out[:6].tolist()
+
+    got = hp.run(main, world_size=2, platform="A3", strict=False)
+    assert got == [[0.0, 0.0, 0.0, 0.0, -1.0, -1.0]] * 2
+    assert errors[0] is None
+    assert "Query: handle -1 is out of range" in errors[1]
+
+
 @pytest.mark.parametrize(
     ("platform", "call", "message"),
     [

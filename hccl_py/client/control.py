@@ -236,12 +236,31 @@ class HandleControl:
             return breach(
                 "unsupported", f"Query is not supported on {platform.name}", handle=handleId
             )
+        if b.waits_at_once():
+            return self._query_with_queues(handleId)
         info = b.handle(handleId)
         if info is None:
             return self._unknown_handle("Query", handleId)
         if b.finalized:
             return self._failures.ok(0)
         return self._failures.ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
+
+    def _query_with_queues(self, handleId: Any) -> int:
+        """Query with several queues (queueNum != 0): 0 for any handle id in [0, 63).
+
+        hccl_aicpu_impl.h, ``Query``: after the init and range checks, ``queueNum_ != 0``
+        returns 0 before it looks up the handle; its rounds are not counted per queue
+        (QueueBarrier orders them), so a prepared handle reads 0 as well as one never
+        prepared.
+        """
+        in_range = (
+            isinstance(handleId, (int, np.integer))
+            and not isinstance(handleId, bool)
+            and 0 <= int(handleId) < HCCL_MAX_HANDLE_ID
+        )
+        if not in_range:
+            return self._unknown_handle("Query", handleId)
+        return self._failures.ok(0)
 
     def finalize(self, sync: bool) -> None:
         """Finalize: no more tasks; with ``sync``, wait for the last one."""

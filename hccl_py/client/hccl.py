@@ -361,7 +361,11 @@ class Hccl:
 
     @logged
     def Query(self, handleId: int) -> int:
-        """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle."""
+        """How many rounds of ``handleId`` have finished (0..repeat); -1 for a bad handle.
+
+        With several queues (queueNum != 0) it is 0 for any handle id in range, as in the
+        official client, which does not count rounds per queue.
+        """
         return self._control.query(handleId)
 
     @template("sync")
