@@ -154,3 +154,65 @@ def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
         "ignores it (and logs an error) (expected <= 2 commits, got 4) [extra-commit]"
         for rank in range(4)
     ]
+
+
+def test_a_wait_before_the_round_s_last_step_is_committed_is_unsupported_not_a_deadlock() -> None:
+    """The official server runs each fine-grained step once it is committed; hccl_py runs the
+    round once all its steps are. A Wait of step 0 right after its Commit would wait forever
+    here, where hardware returns: an HcclUnsupportedError that says so, not a deadlock report."""
+    n, c = 4, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, displs = [c] * n, [c * j for j in range(n)]
+        handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        h.Commit(handle)
+        h.Wait(handle)
+
+    def main() -> None:
+        x, y = torch.arange(n * c, dtype=torch.float32), torch.zeros(n * c)
+        hp.launch(kernel, x, y, tiling(1))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=n, platform="A3", timeout=30)
+    roots = info.value.root_causes
+    assert roots and all(isinstance(e, hp.HcclUnsupportedError) for e in roots.values())
+    err = next(iter(roots.values()))
+    assert (err.handle, err.op, err.round, err.actual) == (0, "AlltoAllV", 0, 1)
+    assert "Wait of step 0 (of 4) before this core committed the last step of its round" in str(err)
+    assert not any(isinstance(e, hp.HcclDeadlockError) for e in info.value.failures.values())
+
+
+def test_commits_of_every_step_before_the_waits_run_as_the_iterate_example() -> None:
+    """The AscendC Iterate example's compute-first form: Iterate<false> and a Commit per step,
+    then a Wait per step; each step's input slice is written just before its Commit."""
+    n, c, tiles = 4, 2, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        counts, displs = [c] * n, [c * tiles * j for j in range(n)]
+        handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, tiles)
+        xs = hp.gm_tensor(x, torch.float32, n * c * tiles)
+        peer = torch.zeros(1, dtype=torch.int32)
+        for i in range(tiles):
+            for _ in range(n):
+                assert h.Iterate[False](handle, peer, 1) == 1
+                at = int(peer[0]) * c * tiles + i * c
+                xs[at : at + c] = torch.arange(c) + 100 * me + 10 * int(peer[0]) + i
+                h.Commit(handle)
+        for _ in range(tiles * n):
+            assert h.Wait(handle) == 0
+        hp.SyncAll()
+        h.Finalize()
+
+    def main() -> list[float]:
+        x, y = torch.zeros(n * c * tiles), torch.zeros(n * c * tiles)
+        hp.launch(kernel, x, y, tiling(1))
+        return y.tolist()
+
+    got = np.array(hp.run(main, world_size=n, platform="A3"))
+    src, i, k = np.meshgrid(np.arange(n), np.arange(tiles), np.arange(c), indexing="ij")
+    for me in range(n):
+        want = (k + 100 * src + 10 * me + i).reshape(-1)
+        np.testing.assert_array_equal(got[me], want)

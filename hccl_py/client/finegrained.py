@@ -75,8 +75,25 @@ class FineGrainedSteps:
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, "AlltoAllV")
+        dim = state.rank_dim
+        waited = min(info.steps_waited + info.step_size, info.repeat * dim)
+        round_idx = -(-waited // dim) - 1
+        if state.sender is b and info.steps_committed < (round_idx + 1) * dim:
+            return self._failures.breach(
+                "step-wait",
+                f"Wait of step {waited - 1} (of {info.repeat * dim}) before this core committed "
+                f"the last step of its round ({info.steps_committed} of {(round_idx + 1) * dim} "
+                f"steps committed): the official server runs each step as it is committed, but "
+                f"hccl_py runs a fine-grained round once all {dim} of its steps are committed, "
+                f"so this Wait would never return here; commit the round's steps before its "
+                f"Waits (as the AscendC Iterate example does) or prepare with AlltoAllV[True]",
+                handle=h,
+                op="AlltoAllV",
+                round=round_idx,
+                expected=f">= {(round_idx + 1) * dim} steps committed",
+                actual=info.steps_committed,
+            )
         info.steps_waited += info.step_size
-        round_idx = min(info.repeat, -(-info.steps_waited // state.rank_dim)) - 1
         state.record_wait(core, h, round_idx)
         task = info.task or state.task(h, core)
         b.server.wait(task, round_idx)
