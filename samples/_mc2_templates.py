@@ -2,19 +2,23 @@
 
 ops-transformer's kernels built on ``mc2/common/op_kernel/mc2_templates/`` (AlltoAllMatmul,
 MatmulAlltoAll) instantiate the same ``MC2AlltoAllPrimitives``, ``MC2VecTranspose`` and
-``MC2FpMatmul``; the ports share them here as the kernels share the templates. What orders
-work (the communicator's Commit, Wait and Finalize, the pipelines' SyncAll and CrossCore
-flags) stays in each sample, where the mutation suite (tests/mutants.py) removes it.
+``MC2FpMatmul``; the ports share them here as the kernels share the templates. Likewise the
+kernels built on ``mc2/allto_allv_quant_grouped_mat_mul/op_kernel/mc2_templates/`` (the 2026
+AlltoAllvGroupedMatMul and GroupedMatMulAlltoAllv) share its tiling structs
+(``common/a2av_common_tiling.h``) and ``QuantGroupedMatmul`` (``compute/quant_grouped_matmul.h``).
+What orders work (the communicator's Commit, Wait and Finalize, the pipelines' SyncAll and
+CrossCore flags) stays in each sample, where the mutation suite (tests/mutants.py) removes it.
 """
 
 from __future__ import annotations
 
+from ctypes import Structure, c_int8, c_int32, c_uint8, c_uint16, c_uint32, c_uint64
 from typing import Any
 
-from _mc2 import FP16, SIZEOF_HALF, matmul, split_to_core
+from _mc2 import FP16, SIZEOF_HALF, matmul, split_to_core, typed_fields
 
 import hccl_py as hp
-from hccl_py import AIV
+from hccl_py import AIV, Mc2CcTiling, Mc2InitTiling
 
 
 # ---------------------------------------------------------------- hccl_primitives.h
@@ -149,6 +153,200 @@ class MC2FpMatmul:
         first, last = split_to_core(self.rows, hp.GetBlockNum(), hp.GetBlockIdx())
         a, c = a.view(self.rows, k), c.view(self.rows, n)
         matmul(c[first:last], a[first:last], b.view(k, n))
+
+    def End(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- a2av_common_tiling.h, a2av_gmm_utils.h
+MAX_EP_RANK_SIZE = 128
+MAX_EXPERT_SIZE = 256
+MAX_EXPERT_PER_RANK = 32
+TENSOR_LIST_SIZE = 512
+MAX_HANDLE_ID_NUM = 64
+PERMUTE_BUF_SIZE = 32768
+PACK_FACTOR, X_TYPE_SIZE = 1, 2  # FP16 gmm x
+
+
+class HcclA2avTilingInfo(Structure):
+    _fields_ = [("hcclInitTiling", Mc2InitTiling), ("a2avCcTiling", Mc2CcTiling)]
+
+
+class TaskTilingInfo(Structure):
+    """TaskTilingInfo, member for member."""
+
+    _fields_ = [
+        *typed_fields(c_uint64, "BSK", "BS", "H1", "H2", "A", "N1", "N2", "epWorldSize", "e"),
+        *typed_fields(c_uint64, "ubSize", "aivCoreNum", "aicCoreNum"),
+        *typed_fields(
+            c_uint32, "expertNum", "mainLoopExpertNum", "tailLoopExpertNum", "totalLoopCount"
+        ),
+        ("sendCnt", c_int32 * MAX_EXPERT_SIZE),
+        ("recvCnt", c_int32 * MAX_EXPERT_SIZE),
+    ]
+
+
+class GMMQuantParams(Structure):
+    _fields_ = [
+        *typed_fields(c_uint32, "groupNum", "activeType", "aQuantMode", "bQuantMode"),
+        *typed_fields(c_uint8, "singleX", "singleW", "singleY"),
+        ("groupType", c_int8),
+        *typed_fields(c_uint8, "groupListType", "hasBias"),
+        ("reserved", c_uint16),
+    ]
+
+
+class GMMArray(Structure):
+    _fields_ = [(name, c_int32 * 128) for name in ("mList", "kList", "nList")]
+
+
+class TCubeTiling(Structure):
+    """The leading members of TCubeTiling, up to baseK."""
+
+    _fields_ = typed_fields(
+        c_int32, "usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN"
+    ) + typed_fields(c_int32, "singleCoreK", "baseM", "baseN", "baseK")
+
+
+class GMMQuantTilingData(Structure):
+    _fields_ = [
+        ("gmmQuantParams", GMMQuantParams),
+        ("gmmArray", GMMArray),
+        ("mmTilingData", TCubeTiling),
+    ]
+
+
+def CeilDiv(a: int, b: int) -> int:
+    return 0 if b == 0 else (a + b - 1) // b
+
+
+def Align(a: int, b: int) -> int:
+    return 0 if b == 0 else CeilDiv(a, b) * b
+
+
+# ---------------------------------------------------------------- a2av_comm_params.h
+class A2avCommParams:
+    def __init__(self) -> None:
+        self.sendCnt = [0] * MAX_EP_RANK_SIZE
+        self.sendOffset = [0] * MAX_EP_RANK_SIZE
+        self.recvCnt = [0] * MAX_EP_RANK_SIZE
+        self.recvOffset = [0] * MAX_EP_RANK_SIZE
+
+
+# ---------------------------------------------------------------- quant_grouped_matmul.h
+class QuantGroupedMatmul:
+    """QuantGroupedMatmul<..., FP16, ND, aTrans = false, bTrans = false, isLocal, isA2avGmm>:
+    the grouped matmul of one batch of experts on the AIC cores (stand-in for Mc2GmmASWKernel).
+
+    Groups are (expert, rank) pairs unless ``isLocal`` (the shared expert: one group of BS
+    rows). ``isA2avGmm`` (communicate first): A is read through a table of per-group offsets
+    into the rank-major receive buffer, C is written after the previous group. Otherwise
+    (compute first): A follows the previous group and C goes through a table of per-group
+    offsets into a rank-major send buffer (``cGroupOffsetTable``).
+    """
+
+    def __init__(self, isLocal: bool, isA2avGmm: bool) -> None:
+        self.isLocal, self.isA2avGmm = isLocal, isA2avGmm
+        self.expertTokenNum_ = [0] * MAX_EXPERT_PER_RANK
+        self.expertTokenOffset_ = 0
+
+    def Init(self, xGM, weightGM, yGM, tilingData, gmmTilingData, isA2avGmmFlag=False) -> None:
+        if hp.g_coreType == AIV:
+            return
+        self.xGM_, self.wGM_, self.yGM_ = xGM, weightGM, yGM
+        self.xBase_, self.wBase_, self.yBase_ = xGM, weightGM, yGM  # the GlobalTensors
+        info = tilingData.taskTilingInfo
+        self.tilingData_, self.gmmTilingData_ = tilingData, gmmTilingData
+        self.e_, self.epWorldSize_ = info.e, info.epWorldSize
+        self.h1_, self.n1_, self.bs_ = info.H1, info.N1, info.BS
+        opCnt = info.recvCnt if isA2avGmmFlag else info.sendCnt
+        for e in range(self.e_):
+            for i in range(self.epWorldSize_):
+                self.expertTokenNum_[e] += opCnt[e + i * self.e_]
+
+    def Process(self, startExpertIdx: int, expertNum: int = 1) -> None:
+        if hp.g_coreType == AIV:
+            return
+        batch = range(startExpertIdx, startExpertIdx + expertNum)
+        expertTokenNum = sum(self.expertTokenNum_[x] for x in batch)
+        if not self.isLocal and expertTokenNum == 0:
+            return
+        ranks, e, info = self.epWorldSize_, self.e_, self.tilingData_.taskTilingInfo
+        aTable = cTable = None
+        if not self.isLocal:  # group (expert, rank): rows of rank r for the batch's expert
+            opCnt = info.recvCnt if self.isA2avGmm else info.sendCnt
+            groupList = [opCnt[x + r * e] for x in batch for r in range(ranks)]
+            # the rank-major side: per rank the batch's experts, rank after rank
+            table, rankStart = [0] * len(groupList), 0
+            width = self.h1_ // PACK_FACTOR if self.isA2avGmm else self.n1_
+            if self.isA2avGmm:
+                rankStart = self.expertTokenOffset_ * width
+            for r in range(ranks):
+                running = rankStart
+                for j, x in enumerate(batch):
+                    table[j * ranks + r] = running
+                    running += opCnt[x + r * e] * width
+                rankStart = running
+            if self.isA2avGmm:
+                aTable = table
+            else:
+                cTable = table
+            groupNum = expertNum * ranks
+        else:
+            groupList, groupNum = [self.bs_], 1
+        self.UpdateAddr(startExpertIdx, expertTokenNum)
+        k = info.H2 if self.isLocal else self.h1_
+        n = info.N2 if self.isLocal else self.n1_
+        self.Mc2GmmASWKernel(groupNum, groupList, aTable, cTable, k, n, ranks)
+
+    def UpdateAddr(self, startExpertIdx: int, expertTokenNum: int) -> None:
+        if not self.isLocal and self.isA2avGmm:  # x stays at commOut, the table places it
+            self.xGM_ = self.xBase_
+        else:
+            self.xGM_ = self.xBase_ + self.expertTokenOffset_ * self.h1_ * SIZEOF_HALF
+        self.wGM_ = self.wBase_ + startExpertIdx * self.h1_ * self.n1_ * SIZEOF_HALF
+        self.yGM_ = self.yBase_ + self.expertTokenOffset_ * self.n1_ * SIZEOF_HALF
+        self.expertTokenOffset_ += expertTokenNum
+
+    def Mc2GmmASWKernel(self, groupNum, groupList, aTable, cTable, k, n, rankDim) -> None:
+        """Stand-in (QuantASWBlockSch::UpdateGroupOffset): groups in order, A at its table's
+        offset or after the previous group, the weight moving on at each expert boundary, C at
+        its table's offset or after the previous group; blocks baseM x baseN dealt round robin
+        over usedCoreNum AIC cores."""
+        cube = self.gmmTilingData_.mmTilingData
+        block, me = 0, hp.GetBlockIdx()
+        aOff = bOff = cOff = 0
+        for g in range(groupNum):
+            m = groupList[g]
+            if g > 0:
+                aOff = aTable[g] if aTable else aOff + groupList[g - 1] * k
+                if rankDim <= 1 or g % rankDim == 0:
+                    bOff += k * n
+                cOff = cTable[g] if rankDim > 1 and cTable else cOff + groupList[g - 1] * n
+            else:
+                aOff = aTable[0] if aTable else 0
+                cOff = cTable[0] if rankDim > 1 and cTable else 0
+            for mIdx in range(CeilDiv(m, cube.baseM)):
+                for nIdx in range(CeilDiv(n, cube.baseN)):
+                    if block % cube.usedCoreNum == me:
+                        self.block(aOff, bOff, cOff, m, k, n, mIdx, nIdx)
+                    block += 1
+
+    def block(self, aOff, bOff, cOff, m, k, n, mIdx, nIdx) -> None:
+        cube = self.gmmTilingData_.mmTilingData
+        rows = min(cube.baseM, m - mIdx * cube.baseM)
+        cols = min(cube.baseN, n - nIdx * cube.baseN)
+        r0, c0 = mIdx * cube.baseM, nIdx * cube.baseN
+        a = hp.gm_tensor(self.xGM_ + (aOff + r0 * k) * SIZEOF_HALF, FP16, rows * k)
+        b = hp.gm_tensor(self.wGM_ + (bOff + c0) * SIZEOF_HALF, FP16, (k - 1) * n + cols)
+        c = hp.gm_tensor(
+            self.yGM_ + (cOff + r0 * n + c0) * SIZEOF_HALF, FP16, (rows - 1) * n + cols
+        )
+        matmul(
+            c.as_strided((rows, cols), (n, 1)),
+            a.view(rows, k),
+            b.as_strided((k, cols), (n, 1)),
+        )
 
     def End(self) -> None:
         pass

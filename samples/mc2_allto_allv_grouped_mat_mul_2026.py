@@ -50,6 +50,10 @@ matmul read straight from ``commOut`` (groups (expert, rank), a batch without to
 skipped); ``End``: ``SyncAll<false>`` on every core, then ``Finalize`` on every AIV core
 (blocks 1.. prepared nothing), none on the AIC cores.
 
+The tiling structs of ``a2av_common_tiling.h`` and the ``QuantGroupedMatmul`` stand-in are
+shared with the GroupedMatMulAlltoAllv port (samples/_mc2_templates.py), as the two kernels
+share the templates.
+
 Stand-ins: FP16 only, weights not transposed; ``Mc2GmmASWKernel`` is a torch call per
 baseM x baseN block, the blocks of each ``Process`` call dealt round robin over
 ``usedCoreNum`` AIC cores (the ASW window order is not reproduced), and the group list and
@@ -73,18 +77,25 @@ Run: ``python samples/mc2_allto_allv_grouped_mat_mul_2026.py`` (4 emulated ranks
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_allto_allv_grouped_mat_mul_2026.py``.
 """
 
-from ctypes import Structure, c_bool, c_int8, c_int32, c_uint8, c_uint16, c_uint32, c_uint64
+from ctypes import c_bool
 
 import numpy as np
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
-from _mc2 import (
-    FP16,
-    SIZEOF_HALF,
-    expert_recv_counts,
-    gmm_inputs,
-    gmm_reference,
-    matmul,
-    typed_fields,
+from _mc2 import FP16, SIZEOF_HALF, expert_recv_counts, gmm_inputs, gmm_reference
+from _mc2_templates import (
+    MAX_EXPERT_SIZE,
+    MAX_HANDLE_ID_NUM,
+    PACK_FACTOR,
+    PERMUTE_BUF_SIZE,
+    TENSOR_LIST_SIZE,
+    X_TYPE_SIZE,
+    A2avCommParams,
+    Align,
+    CeilDiv,
+    GMMQuantTilingData,
+    HcclA2avTilingInfo,
+    QuantGroupedMatmul,
+    TaskTilingInfo,
 )
 
 import hccl_py as hp
@@ -96,9 +107,7 @@ from hccl_py import (
     PIPE_MTE2,
     PIPE_V,
     Hccl,
-    Mc2CcTiling,
     Mc2CcTilingConfig,
-    Mc2InitTiling,
     TilingData,
     offsetof,
 )
@@ -110,65 +119,9 @@ BASE_M = BASE_N = 16  # the stand-in for the grouped matmul tiling's baseM, base
 AIC_NUM, AIV_NUM = 2, 4  # GetCoreNumAic / GetCoreNumAiv of the sample's platform
 ENGINE_AICPU = 2  # Mc2Comm::ENGINE_AICPU (mc2/common/utils/mc2_comm_utils.h)
 
-# ---------------------------------------------------------------- a2av_common_tiling.h
-MAX_EP_RANK_SIZE = 128
-MAX_EXPERT_SIZE = 256
-MAX_EXPERT_PER_RANK = 32
-TENSOR_LIST_SIZE = 512
-MAX_HANDLE_ID_NUM = 64
-PERMUTE_BUF_SIZE = 32768
-SYNC_MODE_AIV_TO_AIC = 2  # not DAV_3510
+SYNC_MODE_AIV_TO_AIC = 2  # not DAV_3510 (a2av_common_tiling.h)
 SYNC_FLAG_AIV1_OFFSET = 0
 SYNC_FLAG_ID_COMM_DONE = 8
-PACK_FACTOR, X_TYPE_SIZE = 1, 2  # FP16 gmm x
-
-
-class HcclA2avTilingInfo(Structure):
-    _fields_ = [("hcclInitTiling", Mc2InitTiling), ("a2avCcTiling", Mc2CcTiling)]
-
-
-class TaskTilingInfo(Structure):
-    """TaskTilingInfo, member for member."""
-
-    _fields_ = [
-        *typed_fields(c_uint64, "BSK", "BS", "H1", "H2", "A", "N1", "N2", "epWorldSize", "e"),
-        *typed_fields(c_uint64, "ubSize", "aivCoreNum", "aicCoreNum"),
-        *typed_fields(
-            c_uint32, "expertNum", "mainLoopExpertNum", "tailLoopExpertNum", "totalLoopCount"
-        ),
-        ("sendCnt", c_int32 * MAX_EXPERT_SIZE),
-        ("recvCnt", c_int32 * MAX_EXPERT_SIZE),
-    ]
-
-
-class GMMQuantParams(Structure):
-    _fields_ = [
-        *typed_fields(c_uint32, "groupNum", "activeType", "aQuantMode", "bQuantMode"),
-        *typed_fields(c_uint8, "singleX", "singleW", "singleY"),
-        ("groupType", c_int8),
-        *typed_fields(c_uint8, "groupListType", "hasBias"),
-        ("reserved", c_uint16),
-    ]
-
-
-class GMMArray(Structure):
-    _fields_ = [(name, c_int32 * 128) for name in ("mList", "kList", "nList")]
-
-
-class TCubeTiling(Structure):
-    """The leading members of TCubeTiling, up to baseK."""
-
-    _fields_ = typed_fields(
-        c_int32, "usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN"
-    ) + typed_fields(c_int32, "singleCoreK", "baseM", "baseN", "baseK")
-
-
-class GMMQuantTilingData(Structure):
-    _fields_ = [
-        ("gmmQuantParams", GMMQuantParams),
-        ("gmmArray", GMMArray),
-        ("mmTilingData", TCubeTiling),
-    ]
 
 
 class AlltoAllvGmmTilingData(TilingData):
@@ -184,23 +137,7 @@ class AlltoAllvGmmTilingData(TilingData):
     ]
 
 
-def CeilDiv(a: int, b: int) -> int:
-    return 0 if b == 0 else (a + b - 1) // b
-
-
-def Align(a: int, b: int) -> int:
-    return 0 if b == 0 else CeilDiv(a, b) * b
-
-
 # ---------------------------------------------------------------- a2av_comm_params.h
-class A2avCommParams:
-    def __init__(self) -> None:
-        self.sendCnt = [0] * MAX_EP_RANK_SIZE
-        self.sendOffset = [0] * MAX_EP_RANK_SIZE
-        self.recvCnt = [0] * MAX_EP_RANK_SIZE
-        self.recvOffset = [0] * MAX_EP_RANK_SIZE
-
-
 def CalcA2avCommBeforeParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, axis, lastSum):
     """Counts of the batch's experts per rank, send displacements over the rows sorted by
     global expert, receive displacements running on from the previous batch (rank-major).
@@ -358,116 +295,14 @@ class HcclA2avOp:
         self.hccl_.Finalize()
 
 
-# ---------------------------------------------------------------- quant_grouped_matmul.h
-class QuantGroupedMatmul:
-    """QuantGroupedMatmul<..., FP16, ND, aTrans = false, bTrans = false, isLocal, isA2avGmm =
-    true>: the grouped matmul of one batch on the AIC cores (stand-in for Mc2GmmASWKernel)."""
-
-    def __init__(self, isLocal: bool) -> None:
-        self.isLocal = isLocal
-        self.expertTokenNum_ = [0] * MAX_EXPERT_PER_RANK
-        self.expertTokenOffset_ = 0
-
-    def Init(self, xGM, weightGM, yGM, tilingData, gmmTilingData, isA2avGmmFlag=True) -> None:
-        if hp.g_coreType == AIV:
-            return
-        self.xGM_, self.wGM_, self.yGM_ = xGM, weightGM, yGM
-        self.xBase_, self.wBase_, self.yBase_ = xGM, weightGM, yGM  # the GlobalTensors
-        info = tilingData.taskTilingInfo
-        self.tilingData_, self.gmmTilingData_ = tilingData, gmmTilingData
-        self.e_, self.epWorldSize_ = info.e, info.epWorldSize
-        self.h1_, self.n1_, self.bs_ = info.H1, info.N1, info.BS
-        opCnt = info.recvCnt if isA2avGmmFlag else info.sendCnt
-        for e in range(self.e_):
-            for i in range(self.epWorldSize_):
-                self.expertTokenNum_[e] += opCnt[e + i * self.e_]
-
-    def Process(self, startExpertIdx: int, expertNum: int = 1) -> None:
-        if hp.g_coreType == AIV:
-            return
-        batch = range(startExpertIdx, startExpertIdx + expertNum)
-        expertTokenNum = sum(self.expertTokenNum_[x] for x in batch)
-        if not self.isLocal and expertTokenNum == 0:
-            return
-        ranks, e = self.epWorldSize_, self.e_
-        if not self.isLocal:  # group (expert, rank): rows of rank r for the batch's expert
-            opCnt = self.tilingData_.taskTilingInfo.recvCnt
-            groupList = [opCnt[x + r * e] for x in batch for r in range(ranks)]
-            aGroupOffsetTable = [0] * len(groupList)
-            rankStart = self.expertTokenOffset_ * self.h1_ // PACK_FACTOR
-            for r in range(ranks):  # commOut is rank-major inside the batch
-                running = rankStart
-                for j, x in enumerate(batch):
-                    aGroupOffsetTable[j * ranks + r] = running
-                    running += opCnt[x + r * e] * self.h1_ // PACK_FACTOR
-                rankStart = running
-            groupNum = expertNum * ranks
-        else:
-            groupList, aGroupOffsetTable, groupNum = [self.bs_], None, 1
-        self.UpdateAddr(startExpertIdx, expertTokenNum)
-        k = self.h1_ if not self.isLocal else self.tilingData_.taskTilingInfo.H2
-        n = self.n1_ if not self.isLocal else self.tilingData_.taskTilingInfo.N2
-        self.Mc2GmmASWKernel(groupNum, groupList, aGroupOffsetTable, k, n, ranks)
-
-    def UpdateAddr(self, startExpertIdx: int, expertTokenNum: int) -> None:
-        if not self.isLocal:  # isA2avGmm: x stays at commOut, the offset table places it
-            self.xGM_ = self.xBase_
-        else:
-            self.xGM_ = self.xBase_ + self.expertTokenOffset_ * self.h1_ * SIZEOF_HALF
-        self.wGM_ = self.wBase_ + startExpertIdx * self.h1_ * self.n1_ * SIZEOF_HALF
-        self.yGM_ = self.yBase_ + self.expertTokenOffset_ * self.n1_ * SIZEOF_HALF
-        self.expertTokenOffset_ += expertTokenNum
-
-    def Mc2GmmASWKernel(self, groupNum, groupList, aGroupOffsetTable, k, n, rankDim) -> None:
-        """Stand-in: groups in order, A at the table's offset (or after the previous group),
-        the weight moving on at each expert boundary, C after the previous group; blocks
-        baseM x baseN dealt round robin over usedCoreNum AIC cores."""
-        cube = self.gmmTilingData_.mmTilingData
-        block, me = 0, hp.GetBlockIdx()
-        aOff = bOff = cOff = 0
-        for g in range(groupNum):
-            m = groupList[g]
-            if g > 0:
-                aOff = aGroupOffsetTable[g] if aGroupOffsetTable else aOff + groupList[g - 1] * k
-                if rankDim <= 1 or g % rankDim == 0:
-                    bOff += k * n
-                cOff += groupList[g - 1] * n
-            elif aGroupOffsetTable:
-                aOff = aGroupOffsetTable[0]
-            for mIdx in range(CeilDiv(m, cube.baseM)):
-                for nIdx in range(CeilDiv(n, cube.baseN)):
-                    if block % cube.usedCoreNum == me:
-                        self.block(aOff, bOff, cOff, m, k, n, mIdx, nIdx)
-                    block += 1
-
-    def block(self, aOff, bOff, cOff, m, k, n, mIdx, nIdx) -> None:
-        cube = self.gmmTilingData_.mmTilingData
-        rows = min(cube.baseM, m - mIdx * cube.baseM)
-        cols = min(cube.baseN, n - nIdx * cube.baseN)
-        r0, c0 = mIdx * cube.baseM, nIdx * cube.baseN
-        a = hp.gm_tensor(self.xGM_ + (aOff + r0 * k) * SIZEOF_HALF, FP16, rows * k)
-        b = hp.gm_tensor(self.wGM_ + (bOff + c0) * SIZEOF_HALF, FP16, (k - 1) * n + cols)
-        c = hp.gm_tensor(
-            self.yGM_ + (cOff + r0 * n + c0) * SIZEOF_HALF, FP16, (rows - 1) * n + cols
-        )
-        matmul(
-            c.as_strided((rows, cols), (n, 1)),
-            a.view(rows, k),
-            b.as_strided((k, cols), (n, 1)),
-        )
-
-    def End(self) -> None:
-        pass
-
-
 # ---------------------------------------------------------------- a2av_gmm_scheduler.h
 class A2avGmmScheduler:
     """A2avGmmScheduler<HcclA2avOp, QuantGroupedMatmul (gmm), QuantGroupedMatmul (local mm)>."""
 
     def __init__(self) -> None:
         self.commOp = HcclA2avOp()
-        self.computeOp = QuantGroupedMatmul(isLocal=False)
-        self.localComputeOp = QuantGroupedMatmul(isLocal=True)
+        self.computeOp = QuantGroupedMatmul(isLocal=False, isA2avGmm=True)
+        self.localComputeOp = QuantGroupedMatmul(isLocal=True, isA2avGmm=True)
 
     def Init(self, gmmx, gmmw, mmx, mmw, gmmy, mmy, permuteOut, workspaceGM, tilingGM) -> None:
         tilingData = hp.GET_TILING_DATA_WITH_STRUCT(AlltoAllvGmmTilingData, tilingGM)
@@ -495,8 +330,10 @@ class A2avGmmScheduler:
         self.computeWorkspaceGm_ = workspaceGM + workspaceOffset
         self.isPermuteOut_ = tilingData.isPermuteOut
         if tilingData.isNeedMM:
-            self.localComputeOp.Init(mmx, mmw, mmy, tilingData, tilingData.mmQuantTilingData)
-        self.computeOp.Init(self.commOutGm_, gmmw, gmmy, tilingData, tilingData.gmmQuantTilingData)
+            self.localComputeOp.Init(mmx, mmw, mmy, tilingData, tilingData.mmQuantTilingData, True)
+        self.computeOp.Init(
+            self.commOutGm_, gmmw, gmmy, tilingData, tilingData.gmmQuantTilingData, True
+        )
 
     def Process(self) -> None:
         if self.tilingData_.isNeedMM:

@@ -96,6 +96,9 @@ SPECS: dict[str, SampleSpec] = {
         # every tile, so the flag 8 barrier orders them, and four AIV cores, one transpose
         # piece each)
         SampleSpec("mc2_matmul_allto_all", block_dim=None),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
+        # baseN blocks, one per AIC core, so the flag 8 barrier orders them)
+        SampleSpec("mc2_grouped_mat_mul_allto_allv", block_dim=None),
     ]
 }
 
@@ -175,6 +178,16 @@ SEND_ONE_END = (
     "the launch) and writes no send buffer after its Commit (each tile has its own rows of "
     "the transposed buffer), and Finalize waits for the last task, so these Waits order "
     "nothing"
+)
+GMM_A2AV_WAITS = (
+    "equivalent: the kernel reads nothing the AlltoAllVs write (y is read by the host after "
+    "the launch), nothing writes a batch's rows of the send buffer after its AlltoAllV (each "
+    "batch has its own), and Finalize waits for the last task, so these Waits order nothing"
+)
+GMM_A2AV_END = (
+    "equivalent: AIV block 0, the only core that Waits, has waited for every batch before End "
+    "and Finalizes itself; the other AIV cores' Finalize sends nothing and the AIC cores make "
+    "no Hccl call after GetRankDim, so the barrier keeps no Finalize behind another core's use"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -337,6 +350,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ProcessDefault:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "ProcessDefault:CrossCoreWaitFlag#2": ("default", CHECK),
         "ProcessDefault:SyncAll#1": ("default", "HcclRaceError"),
+    },
+    "mc2_grouped_mat_mul_allto_allv": {
+        "Wait:Wait#1": _missed(GMM_A2AV_WAITS),
+        "End:SyncAll#1": _missed(GMM_A2AV_END),
+        "Process:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
+        "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#2": ("default", "HcclRaceError"),
+        "Process:Wait#1": _missed(GMM_A2AV_WAITS),
     },
 }
 
