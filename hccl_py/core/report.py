@@ -20,8 +20,16 @@ from .errors import HcclUsageError, HcclWarning
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+#: File name -> whether it is hccl_py's (a frame then costs one lookup, not an abspath).
+_PACKAGE_FILES: dict[str, bool] = {}
+
+
 def _in_package(frame: object) -> bool:
-    return os.path.abspath(frame.f_code.co_filename).startswith(PACKAGE_DIR)
+    filename = frame.f_code.co_filename
+    known = _PACKAGE_FILES.get(filename)
+    if known is None:
+        known = _PACKAGE_FILES[filename] = os.path.abspath(filename).startswith(PACKAGE_DIR)
+    return known
 
 
 def _user_stacklevel() -> int:

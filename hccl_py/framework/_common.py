@@ -202,7 +202,8 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
     """
     record = {"op": op, "problem": problem, **facts}
     raw = _exchange(group, op, json.dumps(record, separators=(",", ":")).encode())
-    records = [json.loads(r) for r in raw]
+    decoded: dict[bytes, dict[str, Any]] = {}  # ranks that agree send the same bytes
+    records = [decoded[r] if r in decoded else decoded.setdefault(r, json.loads(r)) for r in raw]
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:
         listed = ", ".join(f"{who(group, i)} {name}" for i, name in enumerate(ops))
