@@ -222,6 +222,6 @@ def require_same(
 ) -> None:
     """HcclMismatchError unless every rank's ``records[i][key]`` is the same."""
     values = [r[key] for r in records]
-    if any(v != values[0] for v in values):
+    if values.count(values[0]) != len(values):
         listed = ", ".join(f"{who(group, i)} {v}" for i, v in enumerate(values))
         raise mismatch(op, f"{label} must be the same on every rank of {group.name}: {listed}")
