@@ -423,6 +423,38 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
     np.testing.assert_array_equal(np.array(got[0]), want)
 
 
+def test_a3_item_type_is_reserved_and_not_read() -> None:
+    # BatchWrite.md (A3): type is a reserved field; the shipping A3 setup kernels
+    # (moe_distribute_dispatch_setup/combine_setup arch22) write an HcclDataType there
+    m = 6
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.float32, m)[:] = torch.arange(m) + 10 * me
+        peer = (me + 1) % dim
+        items = a3_items([(int(local), int(h.GetWindowsInAddr(peer)), 4 * m)])
+        items.view(torch.int64)[0] = int(hp.HcclDataType.HCCL_DATA_TYPE_FP16)
+        hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = items
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local + 4096, 1)
+        h.Finalize()
+
+    def main() -> list[float]:
+        out = torch.zeros(1)
+        hp.launch(kernel, out, tiling())
+        hp.barrier()
+        group = hp.world_group()
+        win = hp.kernel.context.current_rank_context().server.window(
+            group.name, hp.get_rank(), "In"
+        )
+        return out.tolist() + hp.gm_tensor(hp.GmAddr(win), torch.float32, m).tolist()
+
+    got = hp.run(main, world_size=2, platform="A3")
+    for rank in (0, 1):
+        assert got[rank] == [0.0] + [float(v + 10 * (1 - rank)) for v in range(m)]
+
+
 def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     # hccl_aicpu_impl.h, HcclImpl<AICPU>::Wait: queueNum_ != 0 -> HCCL_SUCCESS before the handle checks
     errors = []
