@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from expect import expects_warning
+from hccl_py.backends.emu import wait_until
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
@@ -156,11 +157,54 @@ def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
     ]
 
 
-def test_a_wait_before_the_round_s_last_step_is_committed_is_unsupported_not_a_deadlock() -> None:
-    """The official server runs each fine-grained step once it is committed; hccl_py runs the
-    round once all its steps are. A Wait of step 0 right after its Commit would wait forever
-    here, where hardware returns: an HcclUnsupportedError that says so, not a deadlock report."""
-    n, c = 4, 2
+def test_each_step_runs_once_committed_a_wait_between_commits_returns() -> None:
+    """The official server runs each fine-grained step once it is committed: a Commit and a
+    Wait per step (Query counting finished steps) moves each step's pair of blocks, step k
+    of a round sending rank i's block for peer i + k. Until 2026-11-28 a round ran only
+    once all its steps were committed, and this kernel was a false deadlock report."""
+    n, c, tiles = 4, 2, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        counts, displs = [c] * n, [c * tiles * j for j in range(n)]
+        handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, tiles)
+        ys = hp.gm_tensor(y, torch.float32, n * c * tiles)
+        seen = []
+        for step in range(tiles * n):
+            h.Commit(handle)
+            assert h.Wait(handle) == 0
+            assert h.Query(handle) == step + 1
+            src = (me - step) % n  # the block this step received
+            at = src * c * tiles + step // n * c
+            seen.append(ys[at : at + c].tolist())
+        h.Finalize()
+        return seen
+
+    def main() -> tuple[list, list[float]]:
+        me = hp.get_rank()
+        x = torch.arange(n * c * tiles, dtype=torch.float32) + 1000 * me
+        y = torch.full((n * c * tiles,), -1.0)
+        seen = []
+        hp.launch(lambda *a: seen.append(kernel(*a)), x, y, tiling(1))
+        return seen[0], y.tolist()
+
+    got = hp.run(main, world_size=n, platform="A3")
+    for me, (seen, y) in enumerate(got):
+        want = np.full(n * c * tiles, -1.0)
+        for step in range(tiles * n):
+            src, r = (me - step) % n, step // n
+            block = 1000 * src + me * c * tiles + r * c + np.arange(c)
+            at = src * c * tiles + r * c
+            want[at : at + c] = block
+            assert seen[step] == block.tolist()  # in place when its own Wait returned
+        np.testing.assert_array_equal(np.array(y), want)
+
+
+def test_a_step_is_not_run_before_every_rank_committed_it() -> None:
+    """A rank that commits fewer steps than its peers leaves the step it did not commit
+    unrun: a Wait for it is a deadlock report naming the step (the server's round)."""
+    n, c = 2, 2
 
     def kernel(x, y, tilingGM):
         h = client(tilingGM)
@@ -168,19 +212,22 @@ def test_a_wait_before_the_round_s_last_step_is_committed_is_unsupported_not_a_d
         handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, 1)
         h.Commit(handle)
         h.Wait(handle)
+        if h.GetRankId() == 0:
+            h.Commit(handle)
+            h.Wait(handle)
+        else:  # never commits step 1: blocks where no hccl_py call will release it
+            wait_until(lambda: False)
 
     def main() -> None:
-        x, y = torch.arange(n * c, dtype=torch.float32), torch.zeros(n * c)
-        hp.launch(kernel, x, y, tiling(1))
+        hp.launch(kernel, torch.zeros(n * c), torch.zeros(n * c), tiling(1))
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=n, platform="A3", timeout=30)
-    roots = info.value.root_causes
-    assert roots and all(isinstance(e, hp.HcclUnsupportedError) for e in roots.values())
-    err = next(iter(roots.values()))
-    assert (err.handle, err.op, err.round, err.actual) == (0, "AlltoAllV", 0, 1)
-    assert "Wait of step 0 (of 4) before this core committed the last step of its round" in str(err)
-    assert not any(isinstance(e, hp.HcclDeadlockError) for e in info.value.failures.values())
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError)
+    assert "rank 0 waits for round 1 of handle 0 AlltoAllV" in str(err)
+    assert "repeat=1 in 2 fine-grained steps, the rounds that reports count" in str(err)
+    assert "ranks [1] have not committed round 1" in str(err)
 
 
 def test_commits_of_every_step_before_the_waits_run_as_the_iterate_example() -> None:

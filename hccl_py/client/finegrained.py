@@ -4,8 +4,9 @@ An AlltoAllV whose Mc2CcTiling has ``stepSize > 0`` counts ``rankDim`` steps
 per round (one per peer): ``AlltoAllV[True]`` commits ``repeat * rankDim``
 steps, each Commit and each Wait advances by ``stepSize`` steps, and
 ``Iterate`` hands out the peers whose data is in place, in the pairwise order
-of the official client. The emulator runs a round once all of its steps are
-committed, so a Wait of a step waits for the whole round that contains it.
+of the official client. The server runs each step once every rank committed it
+(its task's rounds are the steps, ``Task.steps``): step k of a round moves
+each rank's block for peer rank + k.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ class FineGrainedSteps:
             return 0
         return int(b.cc[op].stepSize)
 
-    def commit_steps(self, info: Handle) -> int:
-        """Count one Commit of a fine-grained handle; the number of rounds it completes."""
+    def commit_steps(self, info: Handle) -> range:
+        """Count one Commit of a fine-grained handle; the steps it commits."""
         dim = self._binding.state.rank_dim
-        info.steps_committed = min(info.repeat * dim, info.steps_committed + info.step_size)
-        return info.steps_committed // dim - info.commits
+        first = info.steps_committed
+        info.steps_committed = min(info.repeat * dim, first + info.step_size)
+        info.commits = info.steps_committed // dim
+        return range(first, info.steps_committed)
 
     def commits_per_prepare(self, info: Handle) -> int:
         """How many Commits ``[True]`` stands for: repeat, or repeat*rankDim steps in stepSize."""
@@ -75,30 +78,15 @@ class FineGrainedSteps:
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, "AlltoAllV")
-        dim = state.rank_dim
-        waited = min(info.steps_waited + info.step_size, info.repeat * dim)
-        round_idx = -(-waited // dim) - 1
-        if state.sender is b and info.steps_committed < (round_idx + 1) * dim:
-            return self._failures.breach(
-                "step-wait",
-                f"Wait of step {waited - 1} (of {info.repeat * dim}) before this core committed "
-                f"the last step of its round ({info.steps_committed} of {(round_idx + 1) * dim} "
-                f"steps committed): the official server runs each step as it is committed, but "
-                f"hccl_py runs a fine-grained round once all {dim} of its steps are committed, "
-                f"so this Wait would never return here; commit the round's steps before its "
-                f"Waits (as the AscendC Iterate example does) or prepare with AlltoAllV[True]",
-                handle=h,
-                op="AlltoAllV",
-                round=round_idx,
-                expected=f">= {(round_idx + 1) * dim} steps committed",
-                actual=info.steps_committed,
-            )
-        info.steps_waited += info.step_size
-        state.record_wait(core, h, round_idx)
+        first = info.steps_waited
+        info.steps_waited = min(first + info.step_size, info.repeat * state.rank_dim)
+        last = info.steps_waited - 1
+        state.record_wait(core, h, last)
         task = info.task or state.task(h, core)
-        b.server.wait(task, round_idx)
-        state.observe_turn(core, h, round_idx)
-        info.waits = round_idx + 1
+        for step in range(first, info.steps_waited):
+            b.server.wait(task, step)
+        state.observe_turn(core, h, last)
+        info.waits = -(-info.steps_waited // state.rank_dim)
         return self._failures.ok(HCCL_SUCCESS)
 
     def iterate(

@@ -22,7 +22,7 @@ from .state import ClientState
 class Steps(Protocol):
     """Step counting of fine-grained handles (:class:`.finegrained.FineGrainedSteps`)."""
 
-    def commit_steps(self, info: Handle) -> int: ...
+    def commit_steps(self, info: Handle) -> range: ...
     def wait(self, info: Handle, h: int) -> int: ...
 
 
@@ -89,17 +89,25 @@ class Rounds(Lifecycle):
 
 
 class FineGrained(Rounds):
-    """Fine-grained AlltoAllV (tiling stepSize > 0): Commit and Wait advance by steps."""
+    """Fine-grained AlltoAllV (tiling stepSize > 0): Commit and Wait advance by steps.
+
+    The server's rounds of its task are the steps (``Task.steps``): each Commit lets
+    the server run ``stepSize`` more of them, as the official server runs each step
+    once it is committed, and Query counts finished steps (the finished turns).
+    """
 
     def commit(self, client: Control, info: Handle, h: int) -> None:
-        for _ in range(client.steps.commit_steps(info)):
-            super().commit(client, info, h)
+        for step in client.steps.commit_steps(info):
+            if info.task is not None:
+                client.server.commit(info.task, step)
+            else:  # not the sending core: counted here, and named if the step then hangs
+                client.note_local_commit(calling_core(), h, step)
 
     def wait(self, client: Control, info: Handle, h: int) -> int:
         return client.steps.wait(info, h)
 
-    def finished(self, client: Control, info: Handle, h: int) -> int:
-        return super().finished(client, info, h) * client.state.rank_dim
+    def drain(self, client: Control, info: Handle, h: int) -> None:
+        client.server.wait(info.task, info.task.repeat - 1)
 
 
 class BatchWrites(Lifecycle):

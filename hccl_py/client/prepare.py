@@ -83,6 +83,7 @@ class PreparePath:
                     handle=handle,
                     expected=fields["dtype"].name,
                 )
+        steps = state.rank_dim if step_size else 1  # a fine-grained round runs step by step
         task = Task(
             op=op,
             domain=state.group,
@@ -96,7 +97,7 @@ class PreparePath:
             caller=b.framework,
             one_sided_before=len(b.handles) - b.queued_count(),
             commit_notes=state.commit_notes.setdefault(handle, {}),
-            **fields,
+            **fields | {"repeat": fields["repeat"] * steps, "steps": steps},
         )
         try:
             check_task(task, state.rank_ctx.rank, state.rank_ctx.config.overlap)
@@ -106,7 +107,7 @@ class PreparePath:
         state.sender = b
         state.sender_core = core
         state.tasks[handle] = task
-        b.handles.append(Handle(op, task.repeat, core.kind, task=task, step_size=step_size))
+        b.handles.append(Handle(op, fields["repeat"], core.kind, task=task, step_size=step_size))
         b.server.submit(task)
         return self._prepared(handle, commit, commit_call)
 

@@ -150,17 +150,6 @@ class HcclCoreError(HcclError):
     """A call was made from the wrong core (type or block) of a kernel."""
 
 
-class HcclUnsupportedError(HcclError):
-    """Valid code that the official stack runs but hccl_py cannot reproduce faithfully.
-
-    Raised where running on would end in a report that is not true of hardware (a
-    deadlock the server would not have): the message says what hccl_py does not
-    reproduce and how to write the kernel so that it can run.
-    """
-
-    always_raise = True
-
-
 class HcclPeerError(HcclError):
     """This rank was stopped because another rank failed."""
 

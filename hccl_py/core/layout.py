@@ -99,8 +99,8 @@ def _layout_key(task: Task, side: str) -> tuple:
     addr = task.send if side == "send" else task.recv
     return (
         side, task.op, task.rank, task.rank_dim, task.count, task.stride, task.repeat,
-        task.elem_size, addr.offset, task.send_counts, task.sdispls, task.recv_counts,
-        task.rdispls,
+        task.steps, task.elem_size, addr.offset, task.send_counts, task.sdispls,
+        task.recv_counts, task.rdispls,
     )  # fmt: skip
 
 

@@ -21,7 +21,6 @@ from .errors import (
     HcclError,
     HcclOverlapError,
     HcclUnfinishedError,
-    HcclUnsupportedError,
     HcclUsageError,
 )
 
@@ -105,10 +104,6 @@ RULES: dict[str, Rule] = {
         RETURN,
         RETURN,
         warning="wait-not-committed",
-    ),
-    "step-wait": _always(
-        "a Wait of a fine-grained step before its round's last step is committed (not reproduced)",
-        HcclUnsupportedError,
     ),
     "sync-target": _refused("InterHcclGroupSync naming no other initialised domain"),
     "message-slots": _carries_on("an InterHcclGroupSync beyond the message slots", "message-slots"),

@@ -40,6 +40,10 @@ class Task:
     recv_counts: tuple[int, ...] | None = None
     rdispls: tuple[int, ...] | None = None
     skip_local: bool = False
+    #: The server's rounds per round of the kernel's task: ``rank_dim`` for a fine-grained
+    #: AlltoAllV (tiling stepSize > 0), which the server runs step by step as they are
+    #: committed, one peer pair per step (``repeat`` then counts steps); 1 otherwise.
+    steps: int = 1
     deps: tuple[Task, ...] = field(default_factory=tuple)
     #: Which kernel launch of this rank prepared the task, counting the launches that use
     #: the domain (ranks must prepare the same tasks in the same launches).
@@ -115,7 +119,13 @@ class Task:
             parts.append(HcclReduceOp(self.reduce_op).name.removeprefix("HCCL_REDUCE_"))
         if self.stride:
             parts.append(f"strideCount={self.stride}")
-        parts.append(f"repeat={self.repeat}")
+        if self.steps > 1:
+            parts.append(
+                f"repeat={self.repeat // self.steps} in {self.repeat} fine-grained steps, "
+                "the rounds that reports count"
+            )
+        else:
+            parts.append(f"repeat={self.repeat}")
         core = f"{self.name}({', '.join(parts)})"
         return f"{self.caller}'s {core}" if self.caller else core
 

@@ -4,7 +4,10 @@ Rank i sends ``sendCounts_i[j]`` elements from ``sendBuf_i + sdispls_i[j]*size``
 to rank j, which stores them at ``recvBuf_j + rdispls_j[i]*size``;
 ``recvCounts_j[i]`` must equal ``sendCounts_i[j]`` (checked pairwise across
 ranks). Round r shifts each displacement by ``r * count`` of its peer. All-zero
-counts are valid. Its tiling uses the AlltoAll algConfig string.
+counts are valid. Its tiling uses the AlltoAll algConfig string. A fine-grained
+AlltoAllV (tiling stepSize > 0, ``Task.steps == rankDim``) runs each round as
+rankDim steps, the server's rounds: in step k rank i sends its block for peer
+i + k and receives the block of peer i - k (the pairwise order of ``Iterate``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ def _layout(
     send = side == "send"
     counts = np.asarray(task.send_counts if send else task.recv_counts, dtype=r.dtype)
     displs = np.asarray(task.sdispls if send else task.rdispls, dtype=r.dtype)
+    if task.steps > 1:
+        # step k of a round: this rank sends its block for peer rank + k, receives from rank - k
+        r, k = r // task.steps, r % task.steps
+        partner = (task.rank + k if send else task.rank - k) % task.rank_dim
+        starts = displs[None, :] + r * counts[None, :]
+        return starts, np.where(peers == partner, counts[None, :], 0).astype(r.dtype)
     starts = displs[None, :] + r * counts[None, :]
     return starts, np.broadcast_to(counts[None, :], starts.shape)
 

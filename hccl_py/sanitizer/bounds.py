@@ -80,7 +80,8 @@ def _overlap_advice(task: Task, a: int, b: int) -> str:
     if not task.spec.pairwise_counts:
         return ""
     spans = ", ".join(
-        f"peer {p}: [{task.rdispls[p]}, {task.rdispls[p] + task.repeat * task.recv_counts[p]})"
+        f"peer {p}: [{task.rdispls[p]}, "
+        f"{task.rdispls[p] + task.repeat // task.steps * task.recv_counts[p]})"
         for p in (a, b)
     )
     return (

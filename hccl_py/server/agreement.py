@@ -33,6 +33,7 @@ _FIELDS: tuple[tuple[str, Callable[[Task], object]], ...] = (
     ("count", lambda t: t.count),
     ("reduce op", lambda t: _name(HcclReduceOp, t.reduce_op, "HCCL_REDUCE_")),
     ("strideCount", lambda t: t.stride),
+    ("steps per round", lambda t: t.steps),
     ("repeat", lambda t: t.repeat),
 )
 

@@ -48,6 +48,7 @@ _DESCRIPTOR: dict[str, tuple[type, type[enum.IntEnum] | None, bool]] = {
     "recv_counts": (list, None, True),
     "rdispls": (list, None, True),
     "skip_local": (bool, None, False),
+    "steps": (int, None, False),
     "launch": (int, None, False),
     "caller": (str, None, True),
     "one_sided_before": (int, None, False),
