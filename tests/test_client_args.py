@@ -287,6 +287,65 @@ def test_finalize_false_on_the_ccu_client_is_finalize_true() -> None:
     assert got.warnings == {}
 
 
+def _finalize_after_waits(x, y, tilingGM, server: int, waited: tuple[int, ...]) -> None:
+    hccl = init_hccl(Hccl(server), tilingGM, ops=["AllGather"])
+    handles = [hccl.AllGather[True](x, y, 4, FP32) for _ in range(2)]
+    for h in waited:
+        hccl.Wait(handles[h])
+    hccl.Finalize()
+
+
+def _run_finalize_after_waits(platform: str, server: int, waited: tuple[int, ...]) -> list:
+    def main() -> list[float]:
+        from cases import make_tiling
+
+        y = torch.zeros(8)
+        hp.launch(_finalize_after_waits, torch.full((4,), hp.get_rank() + 1.0), y,
+                  make_tiling(), server, waited)  # fmt: skip
+        return y.tolist()
+
+    return hp.run(main, world_size=2, platform=platform, timeout=RUN_TIMEOUT)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_ccu_finalize_with_an_earlier_handle_not_waited_never_finishes(strict: bool) -> None:
+    """The CCU client's Finalize Waits only the last handle and writes its message into the
+    slot after the rounds *waited* (hccl_ccu_v0.h, Finalize: ``globalCurWaitId_``), not
+    after the rounds sent: with handle 0 not waited it lands on handle 1's slot, which the
+    CCU has read, and the kernel never finishes. An error in every run."""
+
+    def main() -> None:
+        from cases import make_tiling
+
+        hp.launch(_finalize_after_waits, torch.ones(4), torch.zeros(8), make_tiling(),
+                  hp.HCCL_SERVER_TYPE_CCU, (1,))  # fmt: skip
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", strict=strict, timeout=RUN_TIMEOUT)
+    causes = info.value.root_causes or info.value.failures
+    assert {type(e).__name__ for e in causes.values()} == {"HcclUnfinishedError"}
+    text = str(causes[0])
+    assert "handle 0" in text and "waited 0 of 1 committed rounds" in text
+    assert "slot after the rounds waited (1), not after the rounds sent (2)" in text
+
+
+@pytest.mark.parametrize(
+    ("platform", "server", "waited"),
+    [
+        ("950", hp.HCCL_SERVER_TYPE_CCU, (0, 1)),  # every round waited: the next slot
+        ("950", hp.HCCL_SERVER_TYPE_CCU, (0,)),  # the last handle: Finalize Waits it itself
+        ("950", hp.HCCL_SERVER_TYPE_AICPU, (1,)),  # the AI CPU message goes to the next slot
+        ("A3", hp.HCCL_SERVER_TYPE_AICPU, ()),
+    ],
+)
+def test_finalize_without_every_wait_is_fine_where_its_message_takes_the_next_slot(
+    platform: str, server: int, waited: tuple[int, ...]
+) -> None:
+    got = _run_finalize_after_waits(platform, server, waited)
+    assert got == [[1.0] * 4 + [2.0] * 4] * 2
+    assert got.warnings == {}
+
+
 def _extra_commit(x, y, tilingGM, server: int) -> None:
     hccl = init_hccl(Hccl(server), tilingGM, ops=["AllGather"])
     handle = hccl.AllGather[True](x, y, 4, FP32)

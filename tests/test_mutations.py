@@ -99,6 +99,10 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
         # baseN blocks, one per AIC core, so the flag 8 barrier orders them)
         SampleSpec("mc2_grouped_mat_mul_allto_allv", block_dim=None),
+        # 2 ranks: comm_mode "ccu", the CCU client; its block_dim is the tiling's aicCoreNum
+        # (3: two AIC cores multiply base blocks of every tile, so the flag 3 barrier orders
+        # them before block 0's ReduceScatter, and the third is idle)
+        SampleSpec("mc2_matmul_reduce_scatter_v2_950", block_dim=None),
     ]
 }
 
@@ -188,6 +192,12 @@ GMM_A2AV_END = (
     "equivalent: AIV block 0, the only core that Waits, has waited for every batch before End "
     "and Finalizes itself; the other AIV cores' Finalize sends nothing and the AIC cores make "
     "no Hccl call after GetRankDim, so the barrier keeps no Finalize behind another core's use"
+)
+IDLE_FLAG_WAIT = (
+    "equivalent in this port: the idle AIC core (blockIdx >= usedCoreNum) reads and writes "
+    "nothing; without its Wait its Sets still complete the other cores' flag 3 barriers, and "
+    "it is left with one pending count per tile (3, under the 15 a flag holds) when the "
+    "kernel returns"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -359,6 +369,13 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "Process:CrossCoreWaitFlag#2": ("default", "HcclRaceError"),
         "Process:Wait#1": _missed(GMM_A2AV_WAITS),
+    },
+    "mc2_matmul_reduce_scatter_v2_950": {
+        "PostProcess:Wait#1": ("default", "HcclUnfinishedError"),
+        "Compute:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "Compute:CrossCoreWaitFlag#1": _missed(IDLE_FLAG_WAIT),
+        "MatMulV3Compute:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "MatMulV3Compute:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
     },
 }
 

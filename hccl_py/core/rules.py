@@ -112,6 +112,11 @@ RULES: dict[str, Rule] = {
     "finalize-uncommitted": _always(
         "Finalize with rounds left uncommitted (the server would wait forever)", HcclUnfinishedError
     ),
+    "finalize-unwaited": _always(
+        "Finalize on the CCU client with rounds of a handle but the last not waited "
+        "(its message lands on a used slot)",
+        HcclUnfinishedError,
+    ),
     "unordered-finalize": _always(
         "a Wait that a SyncAll or flag orders after the sending core's Finalize", HcclCoreError
     ),
