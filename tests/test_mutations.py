@@ -99,6 +99,10 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
         # baseN blocks, one per AIC core, so the flag 8 barrier orders them)
         SampleSpec("mc2_grouped_mat_mul_allto_allv", block_dim=None),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (3: the tail's matmul uses 2 AIC
+        # cores, so AIC core 2 only Waits there, and the flag 3 barrier orders three cores);
+        # two launches, comm_mode "ccu" (CCU client) and "ai_cpu" (AI CPU client)
+        SampleSpec("mc2_all_gather_matmul_v2_950", block_dim=None),
     ]
 }
 
@@ -188,6 +192,11 @@ GMM_A2AV_END = (
     "equivalent: AIV block 0, the only core that Waits, has waited for every batch before End "
     "and Finalizes itself; the other AIV cores' Finalize sends nothing and the AIC cores make "
     "no Hccl call after GetRankDim, so the barrier keeps no Finalize behind another core's use"
+)
+AGMM_V2_IDLE_WAITS = (
+    "equivalent: the cores past the tiling's usedCoreNum read nothing the AllGathers write; "
+    "their Waits only keep their own counts (the CCU client's free message slots, the AI CPU "
+    "client's wait count) in step with the working core's, which no later call of theirs reads"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -359,6 +368,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "Process:CrossCoreWaitFlag#2": ("default", "HcclRaceError"),
         "Process:Wait#1": _missed(GMM_A2AV_WAITS),
+    },
+    "mc2_all_gather_matmul_v2_950": {
+        "EndNotify:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        # the ai_cpu launch: its AI CPU client's Finalize resets the finished-turn counters an
+        # idle core's Wait polls; in the ccu launch the barrier orders nothing (the CCU
+        # client's Finalize resets nothing)
+        "EndNotify:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
+        "MatmulKernelComputeGather:Wait#1": _missed(AGMM_V2_IDLE_WAITS),
+        "MatmulKernelComputeGather:Wait#2": ("default", "HcclRaceError"),
     },
 }
 
