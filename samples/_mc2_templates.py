@@ -350,3 +350,32 @@ class QuantGroupedMatmul:
 
     def End(self) -> None:
         pass
+
+
+# ---------------------------------------------------------------- mc2_tiling_struct.h (arch35)
+# The RCSTiling and Mc2MatMulV3TilingData of the Ascend 950 (arch35) fused matmul kernels
+# (AllGatherMatmulV2's AllGatherMatmulTilingDataV2 holds one RCSTiling and three of the latter).
+class RCSTiling(Structure):
+    """Mc2Tiling::RCSTiling: the shapes, the row cut and the workspace lengths, field for field."""
+
+    _fields_ = (
+        typed_fields(c_uint32, "rankDim", "rankID", "commtype", "subtype", "tileCnt", "tailM")
+        + typed_fields(c_uint32, "tailCnt", "biasLen", "isAdd", "rankM", "rankN", "rankK")
+        + typed_fields(c_uint32, "gatherIndex", "isTransposeA", "isTransposeB", "storageGather")
+        + typed_fields(c_uint64, "nd2NzWorkLen", "cToFloatLen", "gatherLen")
+        + typed_fields(c_uint32, "workspaceAddr4", "aicCoreNum", "needUbBuffer", "addX3UbCnt")
+        + typed_fields(c_uint32, "commWorkSpaceSize", "isInputCommQuantScale", "dataType")
+        + typed_fields(c_uint32, "commInt8WorkSpace", "dynamicQuantTempBuffSize")
+    )
+
+
+class Mc2MatMulV3TilingData(Structure):
+    """Mc2MatMulV3TilingData (mat_mul_v3 arch35/mat_mul_tiling_data.h), TCubeTiling cut after baseK."""
+
+    _fields_ = (
+        [("tCubeTiling", TCubeTiling)]
+        + typed_fields(
+            c_uint32, "mTailCnt", "nTailCnt", "kTailCnt", "mBaseTailSplitCnt", "nBaseTailSplitCnt"
+        )
+        + typed_fields(c_uint32, "mTailMain", "nTailMain", "isHf32", "aswWindowLen")
+    )

@@ -8,6 +8,8 @@ poll (hccl_aicpu_impl.h): on hardware they usually poll first, but may hang.
 The default schedule runs the kernel as hardware usually does, with a
 ``finalize-unordered`` warning; exploration finds the schedule that hangs; a Wait
 ordered after the Finalize hangs in every schedule and stays an error.
+The CCU client of Ascend 950 resets no counter in Finalize (platform_v310/hccl_ccu_v0.h):
+the same kernel on it is no race and no hang, in any order.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from cases import init_hccl, make_tiling
 from expect import expects_warning
 
 import hccl_py as hp
-from hccl_py import Hccl, HcclDataType, HcclReduceOp
+from hccl_py import Hccl, HcclDataType, HcclReduceOp, HcclServerType
 
 F32 = HcclDataType.HCCL_DATA_TYPE_FP32
 SUM = HcclReduceOp.HCCL_REDUCE_SUM
+AICPU, CCU = HcclServerType.HCCL_SERVER_TYPE_AICPU, HcclServerType.HCCL_SERVER_TYPE_CCU
 N = 8  # float32 elements per rank and handle
 HANDLES = 2  # like the kernel's AlltoAll handles and its last ReduceScatter
 CORES = 4
@@ -69,11 +72,11 @@ def wait_after_finalize(h: Hccl, handles: list[int]) -> None:
 ENDS = {"shipping": shipping_end, "synced": synced_end, "after": wait_after_finalize}
 
 
-def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor) -> Any:
+def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor, server: Any) -> Any:
     """Every AIV core prepares and commits the AllReduces, ends with ``end``, then reads y."""
 
     def kernel(x: Any, y_gm: Any, tiling: Any) -> None:
-        h = init_hccl(Hccl(), tiling)
+        h = init_hccl(Hccl[server](), tiling)
         handles = [h.AllReduce[False](x, y_gm + i * N * 4, N, F32, SUM, 1) for i in range(HANDLES)]
         for handle in handles:
             h.Commit(handle)
@@ -83,12 +86,12 @@ def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor) -> Any:
     return kernel
 
 
-def main(end: str) -> torch.Tensor:
+def main(end: str, server: Any = AICPU) -> torch.Tensor:
     """One launch on ``CORES`` AIV cores; what each core read from y after its Wait."""
     x = torch.arange(N, dtype=torch.float32) + 10 * hp.get_rank()
     y = torch.zeros(HANDLES * N)
     seen = torch.full((CORES, HANDLES * N), float("nan"))
-    hp.launch(allreduce_kernel(end, y, seen), x, y, make_tiling(), block_dim=CORES)
+    hp.launch(allreduce_kernel(end, y, seen, server), x, y, make_tiling(), block_dim=CORES)
     return seen
 
 
@@ -175,3 +178,21 @@ def test_gloo_runs_the_shipping_kernel_with_the_warning() -> None:
     for seen in result:
         np.testing.assert_array_equal(seen.numpy(), expected())
     assert kinds(result) == {rank: ["finalize-unordered"] for rank in range(WORLD)}
+
+
+@pytest.mark.parametrize("end", ["shipping", "after"])
+def test_the_ccu_clients_finalize_resets_nothing_so_no_order_hangs(end: str) -> None:
+    """The CCU client's Finalize Waits for the last handle and sends the finalize message;
+    another core's Wait polls the round's CKE or the working core's soft-sync count
+    (finishCntGM_), which Finalize leaves alone: no warning, no hang, in any schedule."""
+    result = hp.run(
+        main,
+        world_size=WORLD,
+        args=(end, CCU),
+        platform="950",
+        explore=SCHEDULES,
+        timeout=TIMEOUT,
+    )
+    for seen in result:
+        np.testing.assert_array_equal(seen.numpy(), expected())
+    assert not any(kinds(result).values())

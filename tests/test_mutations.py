@@ -103,6 +103,10 @@ SPECS: dict[str, SampleSpec] = {
         # (3: two AIC cores multiply base blocks of every tile, so the flag 3 barrier orders
         # them before block 0's ReduceScatter, and the third is idle)
         SampleSpec("mc2_matmul_reduce_scatter_v2_950", block_dim=None),
+        # 2 ranks; its block_dim is the tiling's aicCoreNum (3: the tail's matmul uses 2 AIC
+        # cores, so AIC core 2 only Waits there, and the flag 3 barrier orders three cores);
+        # two launches, comm_mode "ccu" (CCU client) and "ai_cpu" (AI CPU client)
+        SampleSpec("mc2_all_gather_matmul_v2_950", block_dim=None),
     ]
 }
 
@@ -198,6 +202,10 @@ IDLE_FLAG_WAIT = (
     "nothing; without its Wait its Sets still complete the other cores' flag 3 barriers, and "
     "it is left with one pending count per tile (3, under the 15 a flag holds) when the "
     "kernel returns"
+AGMM_V2_IDLE_WAITS = (
+    "equivalent: the cores past the tiling's usedCoreNum read nothing the AllGathers write; "
+    "their Waits only keep their own counts (the CCU client's free message slots, the AI CPU "
+    "client's wait count) in step with the working core's, which no later call of theirs reads"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -376,6 +384,14 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Compute:CrossCoreWaitFlag#1": _missed(IDLE_FLAG_WAIT),
         "MatMulV3Compute:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "MatMulV3Compute:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+    "mc2_all_gather_matmul_v2_950": {
+        "EndNotify:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        # the ai_cpu launch: its AI CPU client's Finalize resets the finished-turn counters an
+        # idle core's Wait polls; in the ccu launch the barrier orders nothing (the CCU
+        # client's Finalize resets nothing)
+        "EndNotify:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
+        "MatmulKernelComputeGather:Wait#1": _missed(AGMM_V2_IDLE_WAITS),
+        "MatmulKernelComputeGather:Wait#2": ("default", "HcclRaceError"),
     },
 }
 

@@ -62,6 +62,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_allto_all.py": {"y": "PASS"},
     "mc2_grouped_mat_mul_allto_allv.py": {"y": "PASS", "mmY": "PASS"},
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
+    "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
@@ -201,6 +202,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_matmul_reduce_scatter_v2_950.py"],
+    ),
+    "mc2_all_gather_matmul_v2_950-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_all_gather_matmul_v2_950.py"],
+    ),
+    "mc2_all_gather_matmul_v2_950-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_all_gather_matmul_v2_950.py"],
     ),
     "moe_distribute_window-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],

@@ -312,7 +312,13 @@ class HandleControl:
             if sync:
                 for h, info in enumerate(b.handles):
                     LIFECYCLES[info.lifecycle].drain(self, info, h)
-                state.check_finalize_order(calling_core())
+                if not b.ccu:
+                    # The AI CPU client's Finalize<true> resets the finished-turn counters that
+                    # the other cores' Waits poll (hccl_aicpu_impl.h). The CCU client's resets
+                    # nothing (platform_v310/hccl_ccu_v0.h): it Waits for the last handle and
+                    # writes the finalize message; another core's Wait polls the round's CKE or
+                    # the working core's soft-sync count finishCntGM_, which only InitV2 clears.
+                    state.check_finalize_order(calling_core())
         b.finalized = True
         self._failures.ok(None)
 
