@@ -202,6 +202,7 @@ IDLE_FLAG_WAIT = (
     "nothing; without its Wait its Sets still complete the other cores' flag 3 barriers, and "
     "it is left with one pending count per tile (3, under the 15 a flag holds) when the "
     "kernel returns"
+)
 AGMM_V2_IDLE_WAITS = (
     "equivalent: the cores past the tiling's usedCoreNum read nothing the AllGathers write; "
     "their Waits only keep their own counts (the CCU client's free message slots, the AI CPU "
@@ -384,6 +385,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Compute:CrossCoreWaitFlag#1": _missed(IDLE_FLAG_WAIT),
         "MatMulV3Compute:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "MatMulV3Compute:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+    },
     "mc2_all_gather_matmul_v2_950": {
         "EndNotify:CrossCoreSetFlag#1": ("default", DEADLOCK),
         # the ai_cpu launch: its AI CPU client's Finalize resets the finished-turn counters an
