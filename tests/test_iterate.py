@@ -157,39 +157,39 @@ def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
     ]
 
 
-def test_each_step_runs_once_committed_a_wait_between_commits_returns() -> None:
+def _per_step_kernel(x, y, tilingGM, n: int, c: int, tiles: int, seen: list) -> None:
+    """A Commit, a Wait and a Query per step; each step's received block read at its Wait."""
+    h = client(tilingGM)
+    me = h.GetRankId()
+    counts, displs = [c] * n, [c * tiles * j for j in range(n)]
+    handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, tiles)
+    ys = hp.gm_tensor(y, torch.float32, n * c * tiles)
+    for step in range(tiles * n):
+        h.Commit(handle)
+        assert h.Wait(handle) == 0
+        assert h.Query(handle) == step + 1
+        at = (me - step) % n * c * tiles + step // n * c  # the block this step received
+        seen.append(ys[at : at + c].tolist())
+    h.Finalize()
+
+
+def _per_step_main(n: int, c: int, tiles: int) -> tuple[list, list[float]]:
+    me = hp.get_rank()
+    x = torch.arange(n * c * tiles, dtype=torch.float32) + 1000 * me
+    y = torch.full((n * c * tiles,), -1.0)
+    seen: list = []
+    hp.launch(lambda *a: _per_step_kernel(*a, n, c, tiles, seen), x, y, tiling(1))
+    return seen, y.tolist()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_each_step_runs_once_committed_a_wait_between_commits_returns(backend: str) -> None:
     """The official server runs each fine-grained step once it is committed: a Commit and a
     Wait per step (Query counting finished steps) moves each step's pair of blocks, step k
     of a round sending rank i's block for peer i + k. Until 2026-11-28 a round ran only
     once all its steps were committed, and this kernel was a false deadlock report."""
-    n, c, tiles = 4, 2, 2
-
-    def kernel(x, y, tilingGM):
-        h = client(tilingGM)
-        me = h.GetRankId()
-        counts, displs = [c] * n, [c * tiles * j for j in range(n)]
-        handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, tiles)
-        ys = hp.gm_tensor(y, torch.float32, n * c * tiles)
-        seen = []
-        for step in range(tiles * n):
-            h.Commit(handle)
-            assert h.Wait(handle) == 0
-            assert h.Query(handle) == step + 1
-            src = (me - step) % n  # the block this step received
-            at = src * c * tiles + step // n * c
-            seen.append(ys[at : at + c].tolist())
-        h.Finalize()
-        return seen
-
-    def main() -> tuple[list, list[float]]:
-        me = hp.get_rank()
-        x = torch.arange(n * c * tiles, dtype=torch.float32) + 1000 * me
-        y = torch.full((n * c * tiles,), -1.0)
-        seen = []
-        hp.launch(lambda *a: seen.append(kernel(*a)), x, y, tiling(1))
-        return seen[0], y.tolist()
-
-    got = hp.run(main, world_size=n, platform="A3")
+    n, c, tiles = (4, 2, 2) if backend == "emu" else (2, 2, 2)
+    got = hp.run(_per_step_main, args=(n, c, tiles), world_size=n, platform="A3", backend=backend)
     for me, (seen, y) in enumerate(got):
         want = np.full(n * c * tiles, -1.0)
         for step in range(tiles * n):
