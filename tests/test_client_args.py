@@ -295,7 +295,9 @@ def _finalize_after_waits(x, y, tilingGM, server: int, waited: tuple[int, ...]) 
     hccl.Finalize()
 
 
-def _run_finalize_after_waits(platform: str, server: int, waited: tuple[int, ...]) -> list:
+def _run_finalize_after_waits(
+    platform: str, server: int, waited: tuple[int, ...], strict: bool = True
+) -> list:
     def main() -> list[float]:
         from cases import make_tiling
 
@@ -304,7 +306,7 @@ def _run_finalize_after_waits(platform: str, server: int, waited: tuple[int, ...
                   make_tiling(), server, waited)  # fmt: skip
         return y.tolist()
 
-    return hp.run(main, world_size=2, platform=platform, timeout=RUN_TIMEOUT)
+    return hp.run(main, world_size=2, platform=platform, strict=strict, timeout=RUN_TIMEOUT)
 
 
 @pytest.mark.parametrize("strict", [True, False])
@@ -327,6 +329,28 @@ def test_ccu_finalize_with_an_earlier_handle_not_waited_never_finishes(strict: b
     text = str(causes[0])
     assert "handle 0" in text and "waited 0 of 1 committed rounds" in text
     assert "slot after the rounds waited (1), not after the rounds sent (2)" in text
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_wait_beyond_the_commits_on_the_ccu_client_is_an_error(strict: bool) -> None:
+    """The CCU client's Wait checks only that the handle was committed once (hccl_ccu_v0.h,
+    Wait) and polls the slot after its last round: a second Wait of a one-round handle hangs,
+    or takes the next handle's completion so that its Wait hangs. The AI CPU client returns
+    -1 at once there (a ``wait-not-committed`` warning); on the CCU it is an error in every
+    run."""
+    with pytest.raises(hp.WorldError) as info:
+        _run_finalize_after_waits("950", hp.HCCL_SERVER_TYPE_CCU, (0, 0, 1), strict=strict)
+    causes = info.value.root_causes or info.value.failures
+    assert {type(e).__name__ for e in causes.values()} == {"HcclUsageError"}
+    err = causes[0]
+    assert (err.handle, err.round, err.actual) == (0, 1, 2)
+    assert "Wait of handle 0 after its 1 committed round(s) were all waited" in str(err)
+
+
+@expects_warning("wait-not-committed")
+def test_a_wait_beyond_the_commits_on_the_950_ai_cpu_client_returns_minus_1() -> None:
+    got = _run_finalize_after_waits("950", hp.HCCL_SERVER_TYPE_AICPU, (0, 0, 1), strict=False)
+    assert got == [[1.0] * 4 + [2.0] * 4] * 2
 
 
 @pytest.mark.parametrize(

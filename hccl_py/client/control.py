@@ -216,6 +216,22 @@ class HandleControl:
         Rounds that no core ever commits are reported when the kernel returns.
         """
         b = self._binding
+        if b.ccu and info.commits and b.state.sender is b:
+            return self._failures.breach(
+                "ccu-wait-beyond",
+                f"Wait of handle {h} after its {info.commits} committed round(s) were all "
+                f"waited: the CCU client checks only that the handle was committed once "
+                f"(hccl_ccu_v0.h, Wait) and polls the message slot after the handle's last "
+                f"round, so this Wait hangs, or takes the completion of a later handle's round "
+                f"and that handle's Wait (or Finalize) hangs instead; Wait once per committed "
+                f"round",
+                HCCL_FAILED,
+                handle=h,
+                op=op_name(info.op),
+                round=info.waits,
+                expected=f"<= {info.commits} Waits",
+                actual=info.waits + 1,
+            )
         what = "already waited" if info.waits >= info.repeat else "not committed by this core"
         return self._failures.breach(
             "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle",

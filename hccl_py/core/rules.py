@@ -105,6 +105,10 @@ RULES: dict[str, Rule] = {
         RETURN,
         warning="wait-not-committed",
     ),
+    "ccu-wait-beyond": _always(
+        "a Wait beyond a handle's committed rounds on the CCU client's sending core (it hangs)",
+        HcclUsageError,
+    ),
     "sync-target": _refused("InterHcclGroupSync naming no other initialised domain"),
     "message-slots": _carries_on("an InterHcclGroupSync beyond the message slots", "message-slots"),
     "window-rank": _carries_on("GetWindowsIn/OutAddr of a rank outside the domain", "window-rank"),
