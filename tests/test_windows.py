@@ -568,6 +568,47 @@ def test_a_poll_of_k_status_blocks_sees_them_on_every_explored_schedule(nbytes: 
     assert hp.run(main, world_size=3, timeout=20, explore=16) == [nbytes / 4, 0.0, nbytes / 4]
 
 
+def _round_robin_kernel(nbytes: int, writer: bool):
+    """The combine's LocalWindowCopy with two tokens: rank 0 polls their status blocks round
+    robin (token a, token b, a again ...) until both are complete; rank 1 writes them when
+    ``writer``. Rank 0 runs first on the default schedule, so it polls before they come."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        state = h.GetWindowsInAddr(0) + FLAG
+        if h.GetRankId() == 1 and writer:
+            for token in (1, 0):
+                hp.gm_tensor(state + 1024 * token, torch.float32, nbytes // 4)[:] = 1
+        elif h.GetRankId() == 0:
+            done = [False, False]
+            for _ in range(STATUS_POLL_BOUND):
+                for token in (0, 1):
+                    view = hp.gm_tensor(state + 1024 * token, torch.float32, nbytes // 4)
+                    done[token] = done[token] or float(view.sum()) == nbytes // 4
+                if all(done):
+                    break
+            hp.gm_tensor(out, torch.float32, 1)[0] = sum(done)
+
+    return kernel
+
+
+@pytest.mark.parametrize("nbytes", [32, 96, 512])
+def test_a_round_robin_poll_of_two_tokens_status_blocks_sees_them(nbytes: int) -> None:
+    """Before 2026-11-29 views of more than 64 bytes were polls only when viewed twice in a
+    row: the round-robin loop held the baton until the run's timeout (HcclTimeoutError)."""
+    got = run_kernel(_round_robin_kernel(nbytes, writer=True), n=2, out_len=1, timeout=5)
+    assert got == [[2.0], [0.0]]
+
+
+@pytest.mark.parametrize("nbytes", [32, 96])
+def test_a_round_robin_poll_that_nobody_answers_is_a_deadlock(nbytes: int) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_round_robin_kernel(nbytes, writer=False), n=2, out_len=1, timeout=5)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value
+    assert f"rank 0 polls bytes [1048576, {1048576 + nbytes}) of WindowsIn" in err.reason
+
+
 def test_rereading_a_word_of_ones_own_window_in_a_bounded_loop_is_no_deadlock() -> None:
     """A kernel writes its own status word, then reads it again a few times (no poll forever)."""
 

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,9 @@ _lock = threading.Lock()
 #: Accesses of at most this many bytes are flags for the emulator's race checks and polls
 #: through held tensors (emu/flags.py, emu/races.py); viewing any range again is a poll.
 POLL_BYTES = 64
+#: Ranges larger than a flag that a runner keeps in mind: viewing one of them again is a poll
+#: (a round-robin poll over the status blocks of the tokens a core waits for).
+RECENT_VIEWS = 32
 _tls = RunnerLocal()
 
 
@@ -160,7 +164,11 @@ class WindowAllocation(Allocation):
         status blocks of 32 bytes in one copy and polls their sum. (Before 2026-11-29 such
         a poll only let the others run: a status nobody wrote hung the run, with no
         deadlock report and no timeout, and under a PCT schedule two such pollers handed
-        the baton to each other for ever.)
+        the baton to each other for ever.) A range larger than a flag is a poll too when the
+        runner viewed it among its last :data:`RECENT_VIEWS` ranges: the combine polls the
+        tokens of its share round robin, each again after the others (small ranges are
+        seen where they are read, emu/flags.py). (Before 2026-11-29 such a loop held the
+        baton until the run's timeout, an ``HcclTimeoutError`` on valid code.)
         """
         n = view.numel()
         ctx = current_rank_context(required=False)
@@ -168,7 +176,7 @@ class WindowAllocation(Allocation):
             return
         key = (self._base, offset, n)
         last, _tls.last_view = _tls.get("last_view"), key
-        if last != key:
+        if last != key and not (n > POLL_BYTES and _viewed_lately(key)):
             return
         time.sleep(0)
         server = ctx.server
@@ -187,6 +195,20 @@ class WindowAllocation(Allocation):
             deadlock=deadlock,
             read=lambda: self.host_bytes(offset, end),
         )
+
+
+def _viewed_lately(key: tuple[int, int, int]) -> bool:
+    """Whether the calling runner viewed the range ``key`` among its last
+    :data:`RECENT_VIEWS` ranges larger than a flag; notes this view."""
+    recent = _tls.get("recent_views")
+    if recent is None:
+        recent = _tls.recent_views = OrderedDict()
+    seen = key in recent
+    recent[key] = None
+    recent.move_to_end(key)
+    if len(recent) > RECENT_VIEWS:
+        recent.popitem(last=False)
+    return seen
 
 
 def _shown_start(raw: bytes, dtype: torch.dtype) -> str:
