@@ -96,6 +96,19 @@ SPECS: dict[str, SampleSpec] = {
         # every tile, so the flag 8 barrier orders them, and four AIV cores, one transpose
         # piece each)
         SampleSpec("mc2_matmul_allto_all", block_dim=None),
+        # the dispatch port runs first; three launches, so that the third combine reuses the
+        # first one's half; its block_dim is the tiling's aivNum (3: core 0 waits for two
+        # tokens round robin)
+        SampleSpec(
+            "mc2_moe_distribute_combine_v2",
+            flags=(
+                r"^selfDataStatusGMTensor\[: UB_ALIGN // 4\] = ",
+                r"\] = statusTensor$",
+                r"\] = self\.stateResetTensor$",
+            ),
+            launches=3,
+            block_dim=None,
+        ),
     ]
 }
 
@@ -175,6 +188,12 @@ SEND_ONE_END = (
     "the launch) and writes no send buffer after its Commit (each tile has its own rows of "
     "the transposed buffer), and Finalize waits for the last task, so these Waits order "
     "nothing"
+)
+DISPATCH_BETWEEN_COMBINES = (
+    "equivalent in this sample: the dispatch between two combines orders them on every rank "
+    "(its copy-out waits for every rank's counts, which each rank sends after its previous "
+    "combine returned), so a combine that stays in the same half of the window never meets "
+    "the previous one there"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -263,14 +282,14 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
     },
     "mc2_moe_distribute_dispatch_v2_full_mesh": {
-        "dispatch:flag#1": ("explore", DEADLOCK),
+        "dispatch:flag#1": ("explore", "HcclRaceError"),
         "dispatch:flag#2": ("default", DEADLOCK),
         "dispatch:flag#3": ("default", DEADLOCK),
         "dispatch:poll#1": ("default", CHECK),
         "dispatch:flag#4": ("default", CHECK),
         "dispatch:SyncAll#1": ("default", CHECK),
-        "dispatch:poll#2": ("explore", "HcclScheduleError"),
-        "dispatch:flag#5": ("explore", "HcclScheduleError"),
+        "dispatch:poll#2": ("explore", "HcclRaceError"),
+        "dispatch:flag#5": ("explore", "HcclRaceError"),
     },
     "moe_distribute_window": {
         "send_rows:flag#1": ("default", DEADLOCK),
@@ -337,6 +356,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ProcessDefault:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "ProcessDefault:CrossCoreWaitFlag#2": ("default", CHECK),
         "ProcessDefault:SyncAll#1": ("default", "HcclRaceError"),
+    },
+    "mc2_moe_distribute_combine_v2": {
+        "InitWinState:flag#1": _missed(DISPATCH_BETWEEN_COMBINES),
+        "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
+        "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
+        "WaitDispatch:flag#1": ("default", CHECK),
     },
 }
 
