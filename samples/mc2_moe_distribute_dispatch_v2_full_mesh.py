@@ -41,7 +41,7 @@ import hccl_py as hp
 
 PLATFORM = "A3"
 RUN_KWARGS = {"buffsize_mb": 2}
-BS, K, H = 3, 2, 16  # tokens per rank, experts per token, hidden size
+BS, K, H = 4, 3, 48  # tokens per rank, experts per token, hidden size (rows wider than a flag)
 LOCAL_EXPERTS = 2  # moe experts per rank
 AIV_NUM = 3
 FLAG_FIELD_OFFSET = 768 * 1024
@@ -199,26 +199,32 @@ def reference(rank: int, launch: int) -> np.ndarray:
     )
 
 
+def launch_dispatch(x: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """One dispatch of this rank's tokens: expandX, expandIdx, expertTokenNums, sendCounts."""
+    n = hp.get_world_size()
+    expand_x = torch.zeros(BS * K * n * H, dtype=torch.float16, device=hp.device())
+    expand_idx = torch.zeros(BS * K * n * 3, dtype=torch.int32, device=hp.device())
+    token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
+    send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
+    hp.launch(
+        dispatch,
+        on_device(x),
+        on_device(ids),
+        expand_x,
+        expand_idx,
+        token_nums,
+        send_counts,
+        block_dim=AIV_NUM,
+        kernel_type="aiv",
+    )
+    return expand_x, expand_idx, token_nums, send_counts
+
+
 def main() -> list[str]:
-    rank, n = hp.get_rank(), hp.get_world_size()
+    rank = hp.get_rank()
     lines = []
     for launch in (1, 2):  # the data state flips: the second launch uses the other halves
-        x, ids = inputs(rank, launch)
-        expand_x = torch.zeros(BS * K * n * H, dtype=torch.float16, device=hp.device())
-        expand_idx = torch.zeros(BS * K * n * 3, dtype=torch.int32, device=hp.device())
-        token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
-        send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
-        hp.launch(
-            dispatch,
-            on_device(x),
-            on_device(ids),
-            expand_x,
-            expand_idx,
-            token_nums,
-            send_counts,
-            block_dim=AIV_NUM,
-            kernel_type="aiv",
-        )
+        expand_x, expand_idx, token_nums, send_counts = launch_dispatch(*inputs(rank, launch))
         total = int(send_counts[-1])
         got = torch.cat(
             [

@@ -107,6 +107,19 @@ SPECS: dict[str, SampleSpec] = {
         # cores, so AIC core 2 only Waits there, and the flag 3 barrier orders three cores);
         # two launches, comm_mode "ccu" (CCU client) and "ai_cpu" (AI CPU client)
         SampleSpec("mc2_all_gather_matmul_v2_950", block_dim=None),
+        # the dispatch port runs first; three launches, so that the third combine reuses the
+        # first one's half; its block_dim is the tiling's aivNum (3: core 0 waits for two
+        # tokens round robin)
+        SampleSpec(
+            "mc2_moe_distribute_combine_v2",
+            flags=(
+                r"^selfDataStatusGMTensor\[: UB_ALIGN // 4\] = ",
+                r"\] = statusTensor$",
+                r"\] = self\.stateResetTensor$",
+            ),
+            launches=3,
+            block_dim=None,
+        ),
     ]
 }
 
@@ -208,6 +221,12 @@ AGMM_V2_IDLE_WAITS = (
     "their Waits only keep their own counts (the CCU client's free message slots, the AI CPU "
     "client's wait count) in step with the working core's, which no later call of theirs reads"
 )
+DISPATCH_BETWEEN_COMBINES = (
+    "equivalent in this sample: the dispatch between two combines orders them on every rank "
+    "(its copy-out waits for every rank's counts, which each rank sends after its previous "
+    "combine returned), so a combine that stays in the same half of the window never meets "
+    "the previous one there"
+)
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
 DEADLOCK = "HcclDeadlockError"
@@ -288,21 +307,21 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "matmul_reduce_scatter:barrier#2": ("explore", DEADLOCK),
     },
     "mc2_moe_distribute_dispatch_v2_950": {
-        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclRaceError"),
-        "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclRaceError"),
+        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclScheduleError"),
+        "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclScheduleError"),
         "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
     },
     "mc2_moe_distribute_dispatch_v2_full_mesh": {
-        "dispatch:flag#1": ("explore", DEADLOCK),
+        "dispatch:flag#1": ("explore", "HcclRaceError"),
         "dispatch:flag#2": ("default", DEADLOCK),
         "dispatch:flag#3": ("default", DEADLOCK),
         "dispatch:poll#1": ("default", CHECK),
         "dispatch:flag#4": ("default", CHECK),
         "dispatch:SyncAll#1": ("default", CHECK),
-        "dispatch:poll#2": ("explore", "HcclScheduleError"),
-        "dispatch:flag#5": ("explore", "HcclScheduleError"),
+        "dispatch:poll#2": ("explore", "HcclRaceError"),
+        "dispatch:flag#5": ("explore", "HcclRaceError"),
     },
     "moe_distribute_window": {
         "send_rows:flag#1": ("default", DEADLOCK),
@@ -394,6 +413,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "EndNotify:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
         "MatmulKernelComputeGather:Wait#1": _missed(AGMM_V2_IDLE_WAITS),
         "MatmulKernelComputeGather:Wait#2": ("default", "HcclRaceError"),
+    },
+    "mc2_moe_distribute_combine_v2": {
+        "InitWinState:flag#1": _missed(DISPATCH_BETWEEN_COMBINES),
+        "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
+        "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
+        "WaitDispatch:flag#1": ("default", CHECK),
     },
 }
 

@@ -64,6 +64,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -119,6 +120,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
         2,
         SAMPLES["mc2_moe_distribute_dispatch_v2_full_mesh.py"],
+    ),
+    "mc2_moe_distribute_combine_v2-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_moe_distribute_combine_v2.py"],
+    ),
+    "mc2_moe_distribute_combine_v2-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_moe_distribute_combine_v2.py"],
     ),
     "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],

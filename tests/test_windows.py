@@ -562,6 +562,114 @@ def test_flag_that_nobody_writes_ends_in_a_deadlock_report() -> None:
         ) in err.reason
 
 
+#: Reads of a status poll before the test gives up: far more than the emulator's deadlock
+#: detection needs (emu/polls.py, QUIET_READS), a few seconds of handing the baton around.
+STATUS_POLL_BOUND = 50_000
+
+
+def _poll_status_blocks(state: hp.GmAddr, nbytes: int) -> float:
+    """The A3 MoE combine's WaitDispatch: one read of a token's K status blocks of 32 bytes
+    (``nbytes = K * 32``) until all are 1.0f, that is their sum is ``8 * K``; the last sum."""
+    got = 0.0
+    for _ in range(STATUS_POLL_BOUND):
+        got = float(hp.gm_tensor(state, torch.float32, nbytes // 4).sum())
+        if got == nbytes // 4:
+            break
+    return got
+
+
+@pytest.mark.parametrize("nbytes", [64, 96, 512])
+def test_a_poll_of_k_status_blocks_that_nobody_writes_is_a_deadlock(nbytes: int) -> None:
+    """A poll through one read of more than 64 bytes is a poll too: before 2026-11-28 it only
+    let the others run, so a flag nobody writes never ended the run (no deadlock report, no
+    timeout: the pollers kept handing the baton to each other)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        _poll_status_blocks(h.GetWindowsInAddr(h.GetRankId()) + FLAG, nbytes)
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, timeout=20)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value
+    shown = "[0.0" + ", 0.0" * 15 + "] (float32; bytes" + " 00" * 64 + ")"
+    more = "" if nbytes == 64 else f" and {nbytes - 64} more bytes"
+    for rank in (0, 1):
+        assert (
+            f"rank {rank} polls bytes [1048576, {1048576 + nbytes}) of WindowsIn of rank {rank} "
+            f"(domain hccl_world_group), which keep the value {shown}{more}: no rank writes them"
+        ) in err.reason
+
+
+@pytest.mark.parametrize("nbytes", [96, 512])
+def test_a_poll_of_k_status_blocks_sees_them_on_every_explored_schedule(nbytes: int) -> None:
+    """Rank 1 spends the PCT schedules' priority changes in a first launch, then writes the
+    blocks of ranks 0 and 2, which poll them. Before 2026-11-28 a large poll only paused, and
+    under a PCT schedule the two pollers handed the baton to each other for ever."""
+
+    def busy(scratch):
+        for _ in range(2000):  # switch points
+            hp.gm_tensor(scratch, torch.float32, 1)
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        if h.GetRankId() == 1:
+            for peer in (0, 2):
+                hp.gm_tensor(h.GetWindowsInAddr(peer) + FLAG, torch.float32, nbytes // 4)[:] = 1
+        else:
+            got = _poll_status_blocks(h.GetWindowsInAddr(h.GetRankId()) + FLAG, nbytes)
+            hp.gm_tensor(out, torch.float32, 1)[0] = got
+
+    def main() -> float:
+        out = torch.zeros(1)
+        hp.launch(busy, out)
+        hp.launch(kernel, out, tiling())
+        return float(out[0])
+
+    assert hp.run(main, world_size=3, timeout=20, explore=16) == [nbytes / 4, 0.0, nbytes / 4]
+
+
+def _round_robin_kernel(nbytes: int, writer: bool):
+    """The combine's LocalWindowCopy with two tokens: rank 0 polls their status blocks round
+    robin (token a, token b, a again ...) until both are complete; rank 1 writes them when
+    ``writer``. Rank 0 runs first on the default schedule, so it polls before they come."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        state = h.GetWindowsInAddr(0) + FLAG
+        if h.GetRankId() == 1 and writer:
+            for token in (1, 0):
+                hp.gm_tensor(state + 1024 * token, torch.float32, nbytes // 4)[:] = 1
+        elif h.GetRankId() == 0:
+            done = [False, False]
+            for _ in range(STATUS_POLL_BOUND):
+                for token in (0, 1):
+                    view = hp.gm_tensor(state + 1024 * token, torch.float32, nbytes // 4)
+                    done[token] = done[token] or float(view.sum()) == nbytes // 4
+                if all(done):
+                    break
+            hp.gm_tensor(out, torch.float32, 1)[0] = sum(done)
+
+    return kernel
+
+
+@pytest.mark.parametrize("nbytes", [32, 96, 512])
+def test_a_round_robin_poll_of_two_tokens_status_blocks_sees_them(nbytes: int) -> None:
+    """Before 2026-11-28 views of more than 64 bytes were polls only when viewed twice in a
+    row: the round-robin loop held the baton until the run's timeout (HcclTimeoutError)."""
+    got = run_kernel(_round_robin_kernel(nbytes, writer=True), n=2, out_len=1, timeout=5)
+    assert got == [[2.0], [0.0]]
+
+
+@pytest.mark.parametrize("nbytes", [32, 96])
+def test_a_round_robin_poll_that_nobody_answers_is_a_deadlock(nbytes: int) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_round_robin_kernel(nbytes, writer=False), n=2, out_len=1, timeout=5)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value
+    assert f"rank 0 polls bytes [1048576, {1048576 + nbytes}) of WindowsIn" in err.reason
+
+
 def test_rereading_a_word_of_ones_own_window_in_a_bounded_loop_is_no_deadlock() -> None:
     """A kernel writes its own status word, then reads it again a few times (no poll forever)."""
 

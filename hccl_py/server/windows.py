@@ -21,6 +21,7 @@ import os
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
@@ -41,8 +42,12 @@ _DOMAIN_SHIFT = ADDR_SHIFT + _RANK_BITS
 _DOMAIN_BITS = 62 - _DOMAIN_SHIFT
 
 _lock = threading.Lock()
-#: Views of at most this many bytes are flags: viewing one again counts as a poll.
+#: Accesses of at most this many bytes are flags for the emulator's race checks and polls
+#: through held tensors (emu/flags.py, emu/races.py); viewing any range again is a poll.
 POLL_BYTES = 64
+#: Ranges larger than a flag that a runner keeps in mind: viewing one of them again is a poll
+#: (a round-robin poll over the status blocks of the tokens a core waits for).
+RECENT_VIEWS = 32
 _tls = RunnerLocal()
 
 
@@ -149,12 +154,21 @@ class WindowAllocation(Allocation):
         return self._base
 
     def on_view(self, offset: int, view: torch.Tensor, dtype: torch.dtype) -> None:
-        """A second view in a row of the same small range is a flag poll: yield and report it.
+        """A second view in a row of the same range is a flag poll: yield and report it.
 
         Polling loops (``while gm_tensor(flag, ...)[0] != 1``) thus let the other
         ranks' threads run, and a flag that nobody will ever write ends in a
         deadlock report (or a timeout) naming the window, its rank and the offset; where
-        the writers may be other processes (gloo), in the timeout only.
+        the writers may be other processes (gloo), in the timeout only. The range may be
+        larger than a flag (:data:`POLL_BYTES`): the A3 MoE combine reads a token's K
+        status blocks of 32 bytes in one copy and polls their sum. (Before 2026-11-28 such
+        a poll only let the others run: a status nobody wrote hung the run, with no
+        deadlock report and no timeout, and under a PCT schedule two such pollers handed
+        the baton to each other for ever.) A range larger than a flag is a poll too when the
+        runner viewed it among its last :data:`RECENT_VIEWS` ranges: the combine polls the
+        tokens of its share round robin, each again after the others (small ranges are
+        seen where they are read, emu/flags.py). (Before 2026-11-28 such a loop held the
+        baton until the run's timeout, an ``HcclTimeoutError`` on valid code.)
         """
         n = view.numel()
         ctx = current_rank_context(required=False)
@@ -162,10 +176,7 @@ class WindowAllocation(Allocation):
             return
         key = (self._base, offset, n)
         last, _tls.last_view = _tls.get("last_view"), key
-        if last != key:
-            return
-        if n > POLL_BYTES:  # a poll through one large read: let the others run
-            ctx.blocker.pause()
+        if last != key and not (n > POLL_BYTES and _viewed_lately(key)):
             return
         time.sleep(0)
         server = ctx.server
@@ -179,11 +190,32 @@ class WindowAllocation(Allocation):
             value,
             lambda: (
                 f"rank {ctx.rank} polls bytes [{offset}, {end}) of {self.name} (domain "
-                f"{self.domain}), which keep the value {shown_value(value, dtype)}: {why}"
+                f"{self.domain}), which keep the value {_shown_start(value, dtype)}: {why}"
             ),
             deadlock=deadlock,
             read=lambda: self.host_bytes(offset, end),
         )
+
+
+def _viewed_lately(key: tuple[int, int, int]) -> bool:
+    """Whether the calling runner viewed the range ``key`` among its last
+    :data:`RECENT_VIEWS` ranges larger than a flag; notes this view."""
+    recent = _tls.get("recent_views")
+    if recent is None:
+        recent = _tls.recent_views = OrderedDict()
+    seen = key in recent
+    recent[key] = None
+    recent.move_to_end(key)
+    if len(recent) > RECENT_VIEWS:
+        recent.popitem(last=False)
+    return seen
+
+
+def _shown_start(raw: bytes, dtype: torch.dtype) -> str:
+    """:func:`shown_value` of a polled range, of its first :data:`POLL_BYTES` if larger."""
+    if len(raw) <= POLL_BYTES:
+        return shown_value(raw, dtype)
+    return f"{shown_value(raw[:POLL_BYTES], dtype)} and {len(raw) - POLL_BYTES} more bytes"
 
 
 def shown_value(raw: bytes, dtype: torch.dtype) -> str:
