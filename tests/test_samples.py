@@ -434,6 +434,22 @@ def _alg_configs(tree: ast.AST) -> list[tuple[str, str]]:
     Read from ``Mc2CcTilingConfig(group, HCCL_CMD_X, "alg", ...)`` and from a
     ``SetAlgConfig("alg")`` after a ``SetOpType(HCCL_CMD_X)``.
     """
+    # a sample may name the op type as its source does (``OP_TYPE_ALL_TO_ALL = 8``)
+    consts = {
+        t.id: node.value.value
+        for node in getattr(tree, "body", [])
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and type(node.value.value) is int
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def cmd_name(name: str) -> str:
+        if name in hp.HcclCMDType.__members__ or name not in consts:
+            return name
+        return hp.HcclCMDType(consts[name]).name
+
     found, op = [], None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -441,11 +457,11 @@ def _alg_configs(tree: ast.AST) -> list[tuple[str, str]]:
         name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
         args = node.args
         if name == "Mc2CcTilingConfig" and len(args) >= 3 and isinstance(args[1], ast.Name):
-            op = args[1].id
+            op = cmd_name(args[1].id)
             if isinstance(args[2], ast.Constant):
                 found.append((op, args[2].value))
         elif name == "SetOpType" and args and isinstance(args[0], ast.Name):
-            op = args[0].id
+            op = cmd_name(args[0].id)
         elif name == "SetAlgConfig" and args and isinstance(args[0], ast.Constant) and op:
             found.append((op, args[0].value))
     return found
