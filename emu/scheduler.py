@@ -380,17 +380,6 @@ class Scheduler(Blocker):
             ):
                 pass
 
-    def pause(self) -> None:
-        """The calling runner stays runnable but lets the next runnable one run first."""
-        me = self.me()
-        if me is None:
-            super().pause()
-            return
-        with self.lock:
-            others = [r for r in self._runnable() if r is not me]
-            if others:
-                self._switch(me, self.policy.choose(others, me))
-
     def run_ready(self) -> None:
         """After a Commit: run the ready rounds if the policy runs them now (eager)."""
         if self.me() is None:

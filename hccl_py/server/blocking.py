@@ -136,10 +136,6 @@ class Blocker:
     def settle(self) -> None:
         """Before a poll (Query): a late server may run what is ready (the emulator's)."""
 
-    def pause(self) -> None:
-        """Let the other threads run a while (a poll the blocker cannot read back)."""
-        time.sleep(0)
-
     def defers(self) -> bool:
         """Whether the server may leave ready work for later (the emulator's late schedules)."""
         return False
