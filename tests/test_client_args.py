@@ -347,6 +347,31 @@ def test_a_wait_beyond_the_commits_on_the_ccu_client_is_an_error(strict: bool) -
     assert "Wait of handle 0 after its 1 committed round(s) were all waited" in str(err)
 
 
+def _ccu_extra_round(x, y, tilingGM) -> None:
+    hccl = init_hccl(Hccl(hp.HCCL_SERVER_TYPE_CCU), tilingGM, ops=["AllGather"])
+    handle = hccl.AllGather[True](x, y, 4, FP32)
+    hccl.Commit(handle)  # beyond repeat = 1: the CCU sends it as one more round
+    got = [hccl.Wait(handle), hccl.Wait(handle)]
+    hccl.Finalize()
+    hp.gm_tensor(y, torch.float32, 2)[:] = torch.tensor(got, dtype=torch.float32) + 10
+
+
+@expects_warning("extra-commit")
+def test_a_wait_of_the_ccu_client_s_extra_round_returns() -> None:
+    """The CCU client sent the extra Commit as a round (hccl_ccu_v0.h, CommitMsg), so a second
+    Wait polls exactly that round's slot and returns: no ccu-wait-beyond error."""
+
+    def main() -> list[float]:
+        from cases import make_tiling
+
+        y = torch.zeros(8)
+        hp.launch(_ccu_extra_round, torch.full((4,), hp.get_rank() + 1.0), y, make_tiling())
+        return y.tolist()
+
+    got = hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT)
+    assert got == [[10.0, 10.0, 1.0, 1.0] + [2.0] * 4] * 2
+
+
 @expects_warning("wait-not-committed")
 def test_a_wait_beyond_the_commits_on_the_950_ai_cpu_client_returns_minus_1() -> None:
     got = _run_finalize_after_waits("950", hp.HCCL_SERVER_TYPE_AICPU, (0, 0, 1), strict=False)

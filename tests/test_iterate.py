@@ -263,3 +263,50 @@ def test_commits_of_every_step_before_the_waits_run_as_the_iterate_example() -> 
     for me in range(n):
         want = (k + 100 * src + 10 * me + i).reshape(-1)
         np.testing.assert_array_equal(got[me], want)
+
+
+def test_a_wait_past_the_last_step_is_an_error_as_it_hangs_on_the_device() -> None:
+    """stepSize 2 on 3 ranks: 3 steps, so the second Wait asks for a 4th step (the official
+    client's waitCnt += stepSize) that no Commit can start: it hangs there; an error here."""
+    n, c = 3, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, displs = [c] * n, [c * j for j in range(n)]
+        handle = h.AlltoAllV[True](x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        assert h.Wait(handle) == 0
+        h.Wait(handle)
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(n * c), torch.zeros(n * c), tiling(2))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=n, platform="A3", timeout=30, strict=False)
+    causes = info.value.root_causes or info.value.failures
+    assert {type(e).__name__ for e in causes.values()} == {"HcclUsageError"}
+    err = causes[0]
+    assert (err.handle, err.actual) == (0, 4)
+    assert "Wait of steps [2, 4) of handle 0, which has 3 steps (1 x 3 peers)" in str(err)
+
+
+@pytest.mark.parametrize("step", [0, 1])
+def test_an_overlap_report_names_the_kernel_s_rounds_fine_grained_or_not(step: int) -> None:
+    """Receive ranges of two rounds that overlap: the report names rounds 0 and 1 and the
+    peers, whether the task runs step by step or not (its server rounds are steps)."""
+    n, c, rounds = 2, 2, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, sdispls = [c] * n, [c * rounds * j for j in range(n)]
+        rdispls = [c * j for j in range(n)]  # too close: round 1 of peer 0 meets peer 1
+        h.AlltoAllV(x, counts, sdispls, FP32, y, counts, rdispls, FP32, rounds)
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(n * c * rounds), torch.zeros(n * c * rounds), tiling(step))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=n, platform="A3", strict=False)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclOverlapError)
+    assert "round 0 block 1 and round 1 block 0 write the same bytes of y" in str(err)
+    assert err.round == 1

@@ -389,3 +389,25 @@ def test_sync_all_shows_on_each_core_track_as_long_as_it_waited(tmp_path: Path) 
         ]  # fmt: skip
         first_wait = {e["tid"]: e["dur"] for e in mine if e["args"]["call"] == "SyncAll()"}
         assert first_wait[100] >= 150_000 > first_wait[101], first_wait
+
+
+def _fine_grained() -> None:
+    from test_iterate import _per_step_main
+
+    _per_step_main(2, 2, 2)
+
+
+def test_fine_grained_flows_follow_the_server_steps(tmp_path: Path) -> None:
+    """A fine-grained AlltoAllV's server rounds are its steps: each step's Commit flows into
+    that step's round and the round into its Wait (2 ranks x 2 rounds x 2 steps)."""
+    path = tmp_path / "trace.json"
+    hp.run(_fine_grained, world_size=2, platform="A3", trace=path)
+    events = _events(path)
+    starts = _check_flows(events)
+    for rank in range(2):
+        commits = sorted(i for i in starts if i.startswith(f"commit/{rank}/"))
+        waits = [i for i in starts if i.startswith("wait/") and starts[i]["pid"] == rank]
+        assert len(commits) == 4 and len(set(commits)) == 4, commits
+        assert len(waits) == 4, waits
+    rounds = [e for e in events if e.get("cat") == "round" and e["pid"] == 0]
+    assert [e["args"]["round"] for e in rounds] == [0, 1, 2, 3]

@@ -78,8 +78,22 @@ class FineGrainedSteps:
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, "AlltoAllV")
-        first = info.steps_waited
-        info.steps_waited = min(first + info.step_size, info.repeat * state.rank_dim)
+        first, total = info.steps_waited, info.repeat * state.rank_dim
+        if first + info.step_size > total:
+            return self._failures.breach(
+                "step-wait-beyond",
+                f"Wait of steps [{first}, {first + info.step_size}) of handle {h}, which has "
+                f"{total} steps ({info.repeat} x {state.rank_dim} peers): the official client "
+                f"waits until {first + info.step_size} steps finished (hccl_aicpu_impl.h, Wait: "
+                f"waitCnt += stepSize), one no Commit can start, so it hangs; choose a stepSize "
+                f"that divides repeat x rankDim, or let Iterate[True] wait",
+                HCCL_FAILED,
+                handle=h,
+                op="AlltoAllV",
+                expected=f"<= {total} steps",
+                actual=first + info.step_size,
+            )
+        info.steps_waited = first + info.step_size
         last = info.steps_waited - 1
         state.record_wait(core, h, last)
         task = info.task or state.task(h, core)

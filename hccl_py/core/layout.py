@@ -176,6 +176,8 @@ def _first_overlap(blocks: Blocks) -> tuple[int, int] | None:
 
 
 def block_round_peer(task: Task, side: str, flat_index: int) -> tuple[int, int]:
-    """Turn a flat index of :func:`all_blocks` back into ``(round, block)``."""
+    """Turn a flat index of :func:`all_blocks` back into ``(round, block)``: the kernel's
+    round, also for a fine-grained task, whose server rounds are its steps."""
     n = _element_layout(task, side, np.zeros(1))[0].shape[1]
-    return divmod(flat_index, n)
+    server_round, block = divmod(flat_index, n)
+    return server_round // task.steps, block

@@ -105,6 +105,10 @@ RULES: dict[str, Rule] = {
         RETURN,
         warning="wait-not-committed",
     ),
+    "step-wait-beyond": _always(
+        "a fine-grained Wait for steps past the handle's last (stepSize does not divide them)",
+        HcclUsageError,
+    ),
     "ccu-wait-beyond": _always(
         "a Wait beyond a handle's committed rounds on the CCU client's sending core (it hangs)",
         HcclUsageError,

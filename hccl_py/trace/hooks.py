@@ -46,8 +46,11 @@ def traced_call(
     """Run one client call, recording it (and for Commit / Wait, the flow to or from its round)."""
     tid = core_tid()
     info = client._handle(args[0]) if name in ("Commit", "Wait") and args else None
-    if info is not None:
-        round_idx = info.commits if name == "Commit" else info.waits
+    if info is not None:  # the server's round: a fine-grained handle's are its steps
+        if info.step_size:
+            round_idx = info.steps_committed if name == "Commit" else info.steps_waited
+        else:
+            round_idx = info.commits if name == "Commit" else info.waits
     start = now_us()
     try:
         result = run()
@@ -62,10 +65,12 @@ def traced_call(
     if name == "Commit" and task is not None and info.task is not None:
         # Only the sending core's Commit reaches the server: one flow per round it committed
         # (none for an extra Commit, several for a fine-grained step).
-        for r in range(round_idx, info.commits):
+        done = info.steps_committed if info.step_size else info.commits
+        for r in range(round_idx, done):
             rec.flow(f"commit/{rec.rank}/{round_key(task, r)}", tid, start, start=True)
     if name == "Wait" and task is not None and result == 0 and not client._waits_at_once():
-        rec.wait_flow(round_key(task, round_idx), tid, end)
+        last = info.steps_waited - 1 if info.step_size else round_idx  # a Wait's last step
+        rec.wait_flow(round_key(task, last), tid, end)
     if name == "_prepare" and isinstance(result, int) and result >= 0:
         info = client._handle(result)
         if info is not None and info.task is not None:  # the core that sent the task
