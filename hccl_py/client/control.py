@@ -222,32 +222,32 @@ class HandleControl:
                 # extra-commit warning said it runs past the task): hccl_py does not run it
                 info.waits += 1
                 return self._failures.ok(HCCL_SUCCESS)
-            rule, expected, actual = "ccu-wait-beyond", f"<= {info.commits} Waits", info.waits + 1
-            reason = (
+            return self._failures.breach(
+                "ccu-wait-beyond",
                 f"Wait of handle {h} after its {info.commits} committed round(s) were all "
                 f"waited: the CCU client checks only that the handle was committed once "
                 f"(hccl_ccu_v0.h, Wait) and polls the message slot after the handle's last "
                 f"round, so this Wait hangs, or takes the completion of a later handle's round "
                 f"and that handle's Wait (or Finalize) hangs instead; Wait once per committed "
-                f"round"
+                f"round",
+                HCCL_FAILED,
+                handle=h,
+                op=op_name(info.op),
+                round=info.waits,
+                expected=f"<= {info.commits} Waits",
+                actual=info.waits + 1,
             )
-        else:
-            what = "already waited" if info.waits >= info.repeat else "not committed by this core"
-            rule = "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle"
-            expected, actual = f"> {info.waits} commits", info.commits
-            reason = (
-                f"Wait returns -1 at once: this core waited {info.waits} and committed "
-                f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})"
-            )
+        what = "already waited" if info.waits >= info.repeat else "not committed by this core"
         return self._failures.breach(
-            rule,
-            reason,
+            "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle",
+            f"Wait returns -1 at once: this core waited {info.waits} and committed "
+            f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})",
             HCCL_FAILED,
             handle=h,
             op=op_name(info.op),
             round=info.waits,
-            expected=expected,
-            actual=actual,
+            expected=f"> {info.waits} commits",
+            actual=info.commits,
         )
 
     # ---------------------------------------------------------- Query, Finalize
