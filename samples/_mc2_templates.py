@@ -379,3 +379,27 @@ class Mc2MatMulV3TilingData(Structure):
         )
         + typed_fields(c_uint32, "mTailMain", "nTailMain", "isHf32", "aswWindowLen")
     )
+
+
+# ---------------------------------------------------------------- mc2_mat_mul_asw_kernel.h (arch35)
+class AswBasicIndex:
+    """``UpdateBasicIndex`` of the arch35 ASW matmul kernels: the (m, n) base block of a linear
+    index, walked in windows of ``mainWindow`` m-blocks (the last window ``tailWindow``), every
+    other window's n order reversed. The deriving kernel sets ``nCnt``, ``mainWindow``,
+    ``mainRow`` and ``tailWindow``; it orders nothing, so both 950 matmul ports share it."""
+
+    nCnt: int
+    mainWindow: int
+    mainRow: int
+    tailWindow: int
+
+    def UpdateBasicIndex(self, index: int) -> tuple[int, int]:
+        rowIdx = index // self.nCnt // self.mainWindow
+        if rowIdx < self.mainRow:
+            mIdx = rowIdx * self.mainWindow + index % self.mainWindow
+            nIdx = (index // self.mainWindow) % self.nCnt
+        else:
+            rowIdx, tailIndex = self.mainRow, index - self.mainRow * self.mainWindow * self.nCnt
+            mIdx = self.mainRow * self.mainWindow + tailIndex % self.tailWindow
+            nIdx = (tailIndex // self.tailWindow) % self.nCnt
+        return mIdx, (self.nCnt - 1 - nIdx if rowIdx % 2 else nIdx)

@@ -42,7 +42,7 @@ from ctypes import c_uint32
 import numpy as np
 from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
 from _mc2 import FP16, SIZEOF_HALF, matmul
-from _mc2_templates import Mc2MatMulV3TilingData, RCSTiling
+from _mc2_templates import AswBasicIndex, Mc2MatMulV3TilingData, RCSTiling
 
 import hccl_py as hp
 from hccl_py import (
@@ -99,7 +99,7 @@ def block_matmul(aGM, bGM, cGM, offsetA, offsetB, offsetC, m, n, k, ldc) -> None
     matmul(c.as_strided((m, n), (ldc, 1)), a, b.as_strided((k, n), (ldc, 1)))
 
 
-class MC2MatmulAswKernelDerive:
+class MC2MatmulAswKernelDerive(AswBasicIndex):
     """MC2MatmulAswKernelDerive with MC2MatmulAswBlockDerive (isGather): the base blocks of one
     slice of every other rank's rows, dealt over usedCoreNum cores in sliding windows; a slice
     continues where the last one's partial round stopped (preCoreNum_)."""
@@ -136,21 +136,6 @@ class MC2MatmulAswKernelDerive:
         others = [i for i in range(cfg.rankDim) if i != cfg.rankID]
         self.offsetsA_ = [i * self.rankMK_ + rows * cfg.rankK for i in others]
         self.offsetsC_ = [i * self.rankMN_ + rows * cfg.rankN for i in others]
-
-    def UpdateBasicIndex(self, index: int) -> tuple[int, int]:
-        """The (m, n) block of ``index``: windows of mainWindow m-blocks, odd rows reversed."""
-        rowIdx = index // self.nCnt // self.mainWindow
-        if rowIdx < self.mainRow:
-            mIdx = rowIdx * self.mainWindow + index % self.mainWindow
-            nIdx = (index // self.mainWindow) % self.nCnt
-        else:
-            rowIdx = self.mainRow
-            tailIndex = index - self.mainRow * self.mainWindow * self.nCnt
-            mIdx = self.mainRow * self.mainWindow + tailIndex % self.tailWindow
-            nIdx = (tailIndex // self.tailWindow) % self.nCnt
-        if rowIdx % 2 != 0:
-            nIdx = self.nCnt - 1 - nIdx
-        return mIdx, nIdx
 
     def Process(self, isLast: bool) -> None:
         if hp.g_coreType != AIC:

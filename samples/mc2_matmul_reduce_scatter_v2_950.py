@@ -52,12 +52,12 @@ Run: ``python samples/mc2_matmul_reduce_scatter_v2_950.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_matmul_reduce_scatter_v2_950.py``.
 """
 
-from ctypes import c_uint32, c_uint64
+from ctypes import c_uint32
 
 import numpy as np
 from _common import WORLD_GROUP, compare, on_device, random_ints, run_sample, zeros
-from _mc2 import FP16, SIZEOF_HALF, matmul, typed_fields, uint32_fields
-from _mc2_templates import TCubeTiling
+from _mc2 import FP16, SIZEOF_HALF, matmul
+from _mc2_templates import AswBasicIndex, Mc2MatMulV3TilingData, RCSTiling
 
 import hccl_py as hp
 from hccl_py import (
@@ -88,30 +88,6 @@ A5_AICPU_TS_ENGINE, A5_CCU_ENGINE = 2, 6  # mc2_tiling_utils.h
 STANDARD_CARD_4P, EIGHT_P_8P = 4, 8
 
 
-class RCSTiling(TilingData):
-    """Mc2Tiling::RCSTiling, member for member."""
-
-    _fields_ = [
-        *uint32_fields("rankDim", "rankID", "commtype", "subtype", "tileCnt", "tailM", "tailCnt"),
-        *uint32_fields("biasLen", "isAdd", "rankM", "rankN", "rankK", "gatherIndex"),
-        *uint32_fields("isTransposeA", "isTransposeB", "storageGather"),
-        *typed_fields(c_uint64, "nd2NzWorkLen", "cToFloatLen", "gatherLen"),
-        *uint32_fields("workspaceAddr4", "aicCoreNum", "needUbBuffer", "addX3UbCnt"),
-        *uint32_fields("commWorkSpaceSize", "isInputCommQuantScale", "dataType"),
-        *uint32_fields("commInt8WorkSpace", "dynamicQuantTempBuffSize"),
-    ]
-
-
-class Mc2MatMulV3TilingData(TilingData):
-    """Mc2MatMulV3TilingData with its TCubeTiling cut after baseK."""
-
-    _fields_ = [
-        ("tCubeTiling", TCubeTiling),
-        *uint32_fields("mTailCnt", "nTailCnt", "kTailCnt", "mBaseTailSplitCnt"),
-        *uint32_fields("nBaseTailSplitCnt", "mTailMain", "nTailMain", "isHf32", "aswWindowLen"),
-    ]
-
-
 class MatmulReduceScatterV2TilingData(TilingData):
     _fields_ = [
         ("mc2InitTiling", Mc2InitTiling),
@@ -130,7 +106,7 @@ def HcclTypeSelector(commMode: int):
 
 
 # ---------------------------------------------------------------- mc2_mat_mul_asw_{kernel,block}.h
-class MC2MatmulAswKernelDerive:
+class MC2MatmulAswKernelDerive(AswBasicIndex):
     """MC2MatmulAswKernelDerive with MC2MatmulAswBlockDerive (isGather false): the tile's base
     blocks, ``tileM`` rows of every rank block, dealt to the AIC cores in the ASW window order;
     one torch matmul per block stands in for the cube's Iterate/GetTensorC."""
@@ -162,18 +138,6 @@ class MC2MatmulAswKernelDerive:
             cfg.tileCnt * self.headSliceM_ + idx * cfg.tailM if isTail else idx * self.headSliceM_
         )
         self.offsetsM_ = [i * self.rankM_ + offset for i in range(cfg.rankDim)]
-
-    def UpdateBasicIndex(self, index: int) -> tuple[int, int]:
-        """The (m, n) base block of ``index``: windows of mainWindow rows, every other reversed."""
-        rowIdx = index // self.nCnt // self.mainWindow
-        if rowIdx < self.mainRow:
-            mIdx = rowIdx * self.mainWindow + index % self.mainWindow
-            nIdx = (index // self.mainWindow) % self.nCnt
-        else:
-            rowIdx, tailIndex = self.mainRow, index - self.mainRow * self.mainWindow * self.nCnt
-            mIdx = self.mainRow * self.mainWindow + tailIndex % self.tailWindow
-            nIdx = (tailIndex // self.tailWindow) % self.nCnt
-        return mIdx, (self.nCnt - 1 - nIdx if rowIdx % 2 else nIdx)
 
     def Process(self, isLast: bool) -> None:
         if hp.g_coreType == AIV:
