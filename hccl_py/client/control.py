@@ -156,11 +156,10 @@ class HandleControl:
             sender, sender_core = state.sender, state.sender_core
             if sender is None or sender_core is None:
                 return None
-            if h < len(sender.handles):
-                info = sender.handles[h]  # a fine-grained task's server rounds are its steps
-                if (info.steps_committed if info.step_size else info.commits) > round_idx:
-                    return None
-            unit = "step" if h < len(sender.handles) and sender.handles[h].step_size else "round"
+            info = sender.handles[h] if h < len(sender.handles) else None
+            if info is not None and info.rounds_committed > round_idx:
+                return None
+            unit = "step" if info is not None and info.step_size else "round"
             return (
                 f"{core_name(core)} committed {unit} {round_idx}, but only the sending core's "
                 f"Commits reach the server and {core_name(sender_core)} has not committed it"

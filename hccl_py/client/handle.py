@@ -30,6 +30,16 @@ class Handle:
     slice: int = 0
 
     @property
+    def rounds_committed(self) -> int:
+        """The server rounds this core committed: a fine-grained handle's rounds are its steps."""
+        return self.steps_committed if self.step_size else self.commits
+
+    @property
+    def rounds_waited(self) -> int:
+        """The server rounds this core waited for (steps, for a fine-grained handle)."""
+        return self.steps_waited if self.step_size else self.waits
+
+    @property
     def lifecycle(self) -> str:
         """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
         return "fine-grained" if self.step_size else OPS[self.op].lifecycle

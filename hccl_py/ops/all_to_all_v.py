@@ -24,14 +24,15 @@ def _layout(
     send = side == "send"
     counts = np.asarray(task.send_counts if send else task.recv_counts, dtype=r.dtype)
     displs = np.asarray(task.sdispls if send else task.rdispls, dtype=r.dtype)
-    if task.steps > 1:
-        # step k of a round: this rank sends its block for peer rank + k, receives from rank - k
-        r, k = r // task.steps, r % task.steps
-        partner = (task.rank + k if send else task.rank - k) % task.rank_dim
-        starts = displs[None, :] + r * counts[None, :]
-        return starts, np.where(peers == partner, counts[None, :], 0).astype(r.dtype)
+    step = None
+    if task.steps > 1:  # a server round is step k of round r
+        r, step = r // task.steps, r % task.steps
     starts = displs[None, :] + r * counts[None, :]
-    return starts, np.broadcast_to(counts[None, :], starts.shape)
+    if step is None:
+        return starts, np.broadcast_to(counts[None, :], starts.shape)
+    # step k: this rank sends its block for peer rank + k and receives that of rank - k
+    partner = (task.rank + step if send else task.rank - step) % task.rank_dim
+    return starts, np.where(peers == partner, counts[None, :], 0).astype(r.dtype)
 
 
 SPEC = OpSpec(

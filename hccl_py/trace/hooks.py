@@ -47,10 +47,7 @@ def traced_call(
     tid = core_tid()
     info = client._handle(args[0]) if name in ("Commit", "Wait") and args else None
     if info is not None:  # the server's round: a fine-grained handle's are its steps
-        if info.step_size:
-            round_idx = info.steps_committed if name == "Commit" else info.steps_waited
-        else:
-            round_idx = info.commits if name == "Commit" else info.waits
+        round_idx = info.rounds_committed if name == "Commit" else info.rounds_waited
     start = now_us()
     try:
         result = run()
@@ -65,12 +62,10 @@ def traced_call(
     if name == "Commit" and task is not None and info.task is not None:
         # Only the sending core's Commit reaches the server: one flow per round it committed
         # (none for an extra Commit, several for a fine-grained step).
-        done = info.steps_committed if info.step_size else info.commits
-        for r in range(round_idx, done):
+        for r in range(round_idx, info.rounds_committed):
             rec.flow(f"commit/{rec.rank}/{round_key(task, r)}", tid, start, start=True)
     if name == "Wait" and task is not None and result == 0 and not client._waits_at_once():
-        last = info.steps_waited - 1 if info.step_size else round_idx  # a Wait's last step
-        rec.wait_flow(round_key(task, last), tid, end)
+        rec.wait_flow(round_key(task, info.rounds_waited - 1), tid, end)  # its last round
     if name == "_prepare" and isinstance(result, int) and result >= 0:
         info = client._handle(result)
         if info is not None and info.task is not None:  # the core that sent the task
