@@ -285,7 +285,7 @@ def test_a_wait_past_the_last_step_is_an_error_as_it_hangs_on_the_device() -> No
     causes = info.value.root_causes or info.value.failures
     assert {type(e).__name__ for e in causes.values()} == {"HcclUsageError"}
     err = causes[0]
-    assert (err.handle, err.actual) == (0, 4)
+    assert (err.handle, err.round, err.actual) == (0, 1, 4)
     assert "Wait of steps [2, 4) of handle 0, which has 3 steps (1 x 3 peers)" in str(err)
 
 

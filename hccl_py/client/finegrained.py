@@ -90,6 +90,7 @@ class FineGrainedSteps:
                 HCCL_FAILED,
                 handle=h,
                 op="AlltoAllV",
+                round=(first + info.step_size - 1) // state.rank_dim,  # past the last round
                 expected=f"<= {total} steps",
                 actual=first + info.step_size,
             )
