@@ -53,6 +53,7 @@ ORDERING_CALLS = frozenset(
         "CrossCoreSetFlag",
         "CrossCoreWaitFlag",
         "QueueBarrier",
+        "Drain",
     }
 )
 #: What a removed call whose result is used returns instead.

@@ -1,7 +1,7 @@
 """A mutation suite over the kernel samples (issue 25 item 8).
 
 For every kernel sample, each ordering statement (Wait, SyncAll,
-InterHcclGroupSync, CrossCoreSetFlag/WaitFlag, QueueBarrier, a barrier helper
+InterHcclGroupSync, CrossCoreSetFlag/WaitFlag, QueueBarrier, Hcomm's Drain, a barrier helper
 made of them, a flag write, a flag poll) is removed in turn, and the mutant
 must be reported by the default schedule or by ``hp.run(..., explore=16)``,
 exactly as :data:`EXPECTED` says, or be listed there as not catchable with the
@@ -120,6 +120,20 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # three launches: the third assigns slots again over the window and workspace the
+        # first two left; its block_dim is the tiling's aivNum (3: with 2 ranks the third core
+        # has no rank to send to)
+        SampleSpec(
+            "mc2_moe_ep_dispatch",
+            flags=(
+                r"\[::UB_STRIDE\] = 1$",
+                r"WriteNbi\(\s*commHandle,\s*notifyAddr",
+                r"^i32\(notifyAddr",
+                r"\)\[:\] = 0$",
+            ),
+            launches=3,
+            block_dim=None,
+        ),
     ]
 }
 
@@ -226,6 +240,11 @@ DISPATCH_BETWEEN_COMBINES = (
     "(its copy-out waits for every rank's counts, which each rank sends after its previous "
     "combine returned), so a combine that stays in the same half of the window never meets "
     "the previous one there"
+)
+HCOMM_WRITES_LAND_AT_ONCE = (
+    "not catchable in this port: hccl_py has no Hcomm API, and the sample's stand-in "
+    "WriteNbi copies at once, so Drain has no write left to wait for (on hardware the "
+    "notify may overtake the data without it)"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -419,6 +438,23 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_moe_ep_dispatch": {
+        "BufferInit:flag#1": ("default", DEADLOCK),
+        "BufferInit:SyncAll#1": ("default", DEADLOCK),
+        "Communication:Drain#1": _missed(HCOMM_WRITES_LAND_AT_ONCE),
+        "Communication:flag#1": ("default", DEADLOCK),
+        "Communication:flag#2": ("default", DEADLOCK),
+        "GetRecvCount:poll#1": ("default", CHECK),
+        "GetRecvCount:flag#1": ("default", CHECK),
+        "WriteToRemoteWindow:flag#1": ("default", DEADLOCK),
+        "WriteToRemoteWindow:Drain#1": _missed(HCOMM_WRITES_LAND_AT_ONCE),
+        "WriteToRemoteWindow:flag#2": ("default", DEADLOCK),
+        "ProcessDirect:SyncAll#1": ("default", CHECK),
+        "ProcessDirect:SyncAll#2": ("default", CHECK),
+        "moe_ep_dispatch_epilogue:poll#1": ("explore", "HcclRaceError"),
+        "moe_ep_dispatch_epilogue:flag#1": ("explore", "HcclRaceError"),
+        "moe_ep_dispatch_epilogue:SyncAll#1": ("default", CHECK),
     },
 }
 

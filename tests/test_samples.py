@@ -65,6 +65,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -125,6 +126,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
         2,
         SAMPLES["mc2_moe_distribute_combine_v2.py"],
+    ),
+    "mc2_moe_ep_dispatch-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_moe_ep_dispatch.py"],
+    ),
+    "mc2_moe_ep_dispatch-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_moe_ep_dispatch.py"],
     ),
     "mc2_moe_distribute_combine_v2-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
