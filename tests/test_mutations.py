@@ -120,6 +120,15 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # three ranks, so that the fourth launch's elastic info leaves one out; its block_dim
+        # is the tiling's aivNum (4: with two or three peers, the sending cores 1..3 split
+        # them, and with two the third returns after SetStatus)
+        SampleSpec(
+            "mc2_distribute_barrier",
+            world_sizes=(2, 3),
+            flags=(r"^selfDataStatus\[0\] = ", r"\] = 1\.0$", r"\] = 0$"),
+            block_dim=None,
+        ),
     ]
 }
 
@@ -230,6 +239,12 @@ DISPATCH_BETWEEN_COMBINES = (
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
 DEADLOCK = "HcclDeadlockError"
+
+LAST_SYNCALL = (
+    "equivalent: the SyncAll is the kernel's last statement and nothing after it reads what "
+    "another core wrote; a kernel ends (and the stream's next one starts) only once every "
+    "core returned"
+)
 
 
 def _missed(reason: str) -> tuple[str, str]:
@@ -419,6 +434,16 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_distribute_barrier": {
+        "InitStatus:flag#1": ("default", CHECK),
+        "TimeOutTest:poll#1": ("default", CHECK),
+        "TimeOutTest:flag#1": ("default", CHECK),
+        "SetStatus:flag#1": ("default", DEADLOCK),
+        "WaitStatus:poll#1": ("default", CHECK),
+        "CleanStatus:flag#1": ("default", DEADLOCK),
+        "CleanStatus:flag#2": ("default", CHECK),
+        "Process:SyncAll#1": _missed(LAST_SYNCALL),
     },
 }
 
