@@ -1,4 +1,4 @@
-"""The Ascend 950 MTE engine's context.
+"""The Ascend 950 MTE engine's context, and what the QuantAllReduce port found with it.
 
 A 950 host that sets ``SetCommEngine(3)`` (``AIV_ENGINE``) on the cc tiling of a domain gets a
 context that lists every rank's windows (ops-transformer's ``HcclCombinOpParam``: ``rankId``,
@@ -8,12 +8,16 @@ context that lists every rank's windows (ops-transformer's ``HcclCombinOpParam``
 from __future__ import annotations
 
 import ctypes
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import hccl_py as hp
 from hccl_py import HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
 
 
 class OneCcTiling(TilingData):
@@ -66,3 +70,28 @@ def test_another_engine_keeps_the_ccu_context(engine: int) -> None:
         hp.WorldError, match=r"windowsIn\[1\]: on Ascend 950 the context is the CCU"
     ):
         hp.run(lambda: run_ring(engine), world_size=2, platform="950", buffsize_mb=1)
+
+
+def test_quant_all_reduce_reads_past_its_scales_for_the_tail_block() -> None:
+    """The source's CopyDataBlock copies a full block's scales for the tail block too: with the
+    scales tensor passed at its exact size the read past its end is reported."""
+    sys.path.insert(0, str(SAMPLES_DIR))
+    try:
+        import mc2_quant_all_reduce as qar
+    finally:
+        sys.path.remove(str(SAMPLES_DIR))
+
+    def main() -> None:
+        XType, ScalesType, OutputType = qar.LAUNCHES[1]
+        x_np, scales_np = qar.inputs(hp.get_rank(), 1)
+        x = torch.from_numpy(x_np).to(XType)
+        scales = torch.from_numpy(scales_np).float()
+        output = torch.zeros(qar.BS, qar.H, dtype=OutputType)
+        tiling, numBlocks = qar.QuantAllReduceTilingFunc(
+            x, scales, OutputType, "hccl_world_group", hp.get_world_size()
+        )
+        kernel = qar.quant_all_reduce_kernel(XType, ScalesType, OutputType)
+        hp.launch(kernel, x, scales, output, None, tiling, block_dim=numBlocks, kernel_type="aiv")
+
+    with pytest.raises(hp.WorldError, match=r"bytes \[128, 192\) of scales fall outside its 160"):
+        hp.run(main, world_size=2, platform="950", **qar.RUN_KWARGS)

@@ -129,6 +129,17 @@ SPECS: dict[str, SampleSpec] = {
             flags=(r"^selfDataStatus\[0\] = ", r"\] = 1\.0$", r"\] = 0$"),
             block_dim=None,
         ),
+        # 2 ranks; its block_dim is the tiling's aivNum (4: three blocks, the tail on core 2,
+        # core 3 idle); three launches, so that the third reuses the first one's partition
+        SampleSpec(
+            "mc2_quant_all_reduce",
+            flags=(
+                r"\] = winFlagLocalTensor$",
+                r"\] = statusTensor$",
+                r"\] = self\.stateResetTensor$",
+            ),
+            block_dim=None,
+        ),
     ]
 }
 
@@ -444,6 +455,14 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "CleanStatus:flag#1": ("default", DEADLOCK),
         "CleanStatus:flag#2": ("default", CHECK),
         "Process:SyncAll#1": _missed(LAST_SYNCALL),
+    },
+    "mc2_quant_all_reduce": {
+        # without the flip every launch uses partition 0: a rank that starts the next launch
+        # copies its x over the window data a slower peer may still read
+        "InitGMTensor:flag#1": ("explore", "HcclRaceError"),
+        "WriteStatusToWin:flag#1": ("default", DEADLOCK),
+        "ReadStatus:poll#1": ("default", CHECK),
+        "ReadStatus:flag#1": ("default", CHECK),
     },
 }
 
