@@ -132,6 +132,25 @@ SPECS: dict[str, SampleSpec] = {
                 r"\)\[:\] = 0$",
             ),
             launches=3,
+        ),
+        # three ranks, so that the fourth launch's elastic info leaves one out; its block_dim
+        # is the tiling's aivNum (4: with two or three peers, the sending cores 1..3 split
+        # them, and with two the third returns after SetStatus)
+        SampleSpec(
+            "mc2_distribute_barrier",
+            world_sizes=(2, 3),
+            flags=(r"^selfDataStatus\[0\] = ", r"\] = 1\.0$", r"\] = 0$"),
+            block_dim=None,
+        ),
+        # 2 ranks; its block_dim is the tiling's aivNum (4: three blocks, the tail on core 2,
+        # core 3 idle); three launches, so that the third reuses the first one's partition
+        SampleSpec(
+            "mc2_quant_all_reduce",
+            flags=(
+                r"\] = winFlagLocalTensor$",
+                r"\] = statusTensor$",
+                r"\] = self\.stateResetTensor$",
+            ),
             block_dim=None,
         ),
     ]
@@ -249,6 +268,12 @@ HCOMM_WRITES_LAND_AT_ONCE = (
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
 DEADLOCK = "HcclDeadlockError"
+
+LAST_SYNCALL = (
+    "equivalent: the SyncAll is the kernel's last statement and nothing after it reads what "
+    "another core wrote; a kernel ends (and the stream's next one starts) only once every "
+    "core returned"
+)
 
 
 def _missed(reason: str) -> tuple[str, str]:
@@ -455,6 +480,24 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "moe_ep_dispatch_epilogue:poll#1": ("explore", "HcclRaceError"),
         "moe_ep_dispatch_epilogue:flag#1": ("explore", "HcclRaceError"),
         "moe_ep_dispatch_epilogue:SyncAll#1": ("default", CHECK),
+    },
+    "mc2_distribute_barrier": {
+        "InitStatus:flag#1": ("default", CHECK),
+        "TimeOutTest:poll#1": ("default", CHECK),
+        "TimeOutTest:flag#1": ("default", CHECK),
+        "SetStatus:flag#1": ("default", DEADLOCK),
+        "WaitStatus:poll#1": ("default", CHECK),
+        "CleanStatus:flag#1": ("default", DEADLOCK),
+        "CleanStatus:flag#2": ("default", CHECK),
+        "Process:SyncAll#1": _missed(LAST_SYNCALL),
+    },
+    "mc2_quant_all_reduce": {
+        # without the flip every launch uses partition 0: a rank that starts the next launch
+        # copies its x over the window data a slower peer may still read
+        "InitGMTensor:flag#1": ("explore", "HcclRaceError"),
+        "WriteStatusToWin:flag#1": ("default", DEADLOCK),
+        "ReadStatus:poll#1": ("default", CHECK),
+        "ReadStatus:flag#1": ("default", CHECK),
     },
 }
 

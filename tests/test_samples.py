@@ -66,6 +66,10 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_distribute_barrier.py": {
+        f"{case}-{launch}": "PASS" for launch in (1, 2, 3, 4) for case in ("rows", "state")
+    },
+    "mc2_quant_all_reduce.py": {"launch-1": "PASS", "launch-2": "PASS", "launch-3": "PASS"},
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -141,6 +145,27 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_moe_distribute_combine_v2.py"],
+    ),
+    # two ranks: no fourth launch (its elastic info leaves one rank of three or more out)
+    "mc2_distribute_barrier-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3) for c in ("rows", "state")},
+    ),
+    "mc2_distribute_barrier-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3) for c in ("rows", "state")},
+    ),
+    "mc2_quant_all_reduce-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_quant_all_reduce.py"],
+    ),
+    "mc2_quant_all_reduce-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_quant_all_reduce.py"],
     ),
     "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
