@@ -6,7 +6,10 @@ Shipping kernels read the context structure directly: ``HcclCombineOpParam``
 ``rankSize``, ``localWindowsIn/Out/Exp``, ``winExpSize``,
 ``remoteRes[r].nextDevicePtr->windowsIn/Out/Exp``). On Ascend 950 the context
 is the CCU's: index 0 of ``windowsIn``/``windowsOut`` is this rank's own
-window (docs/windows.md, "The context").
+window, unless the launch's tiling asks for the MTE engine (``commEngine`` 3,
+``AIV_ENGINE``) for the domain: then, as on A2, ``windowsIn[r]`` is rank r's
+(docs/windows.md, "The context"). ``rankDim`` is ``rankNum`` under the name the
+kernels' own copies of the structure give that field.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ import numpy as np
 from ..core.constants import HcclServerType
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
+
+#: ``mc2tiling::AIV_ENGINE``: a cc tiling for the MTE engine (no AI CPU server, no CCU). On
+#: Ascend 950 the host builds the context of such a domain with every rank's windows.
+AIV_ENGINE = 3
 
 if TYPE_CHECKING:
     from .context import Group
@@ -33,8 +40,14 @@ class ContextFields:
 
     @property
     def _ccu(self) -> bool:
-        """Whether this is the CCU's context (Ascend 950), which lists only this rank's windows."""
-        return self.launch.rank_ctx.config.platform.server == HcclServerType.HCCL_SERVER_TYPE_CCU
+        """Whether this is the CCU's context (Ascend 950), which lists only this rank's windows.
+
+        A domain whose cc tiling in the launch's tiling asks for the MTE engine
+        (``SetCommEngine(3)``, as the 950 MTE kernels' hosts do) gets the MTE context instead.
+        """
+        if self.launch.rank_ctx.config.platform.server != HcclServerType.HCCL_SERVER_TYPE_CCU:
+            return False
+        return self.launch.cc_engines.get(self.group.name) != AIV_ENGINE
 
     @property
     def rankId(self) -> int:  # noqa: N802 - the C++ field name
@@ -48,6 +61,7 @@ class ContextFields:
 
     localUsrRankId = rankId
     rankSize = rankNum
+    rankDim = rankNum  # the name in the 950 kernels' HcclCombinOpParam / HcclA5OpResParam
 
     @property
     def winSize(self) -> int:  # noqa: N802
@@ -99,7 +113,10 @@ class ContextFields:
                 raise HcclUsageError(
                     f"{what}: on {self.launch.rank_ctx.config.platform.name} the context is the "
                     "CCU's, whose window entry 0 is this rank's own window (the CCU client's "
-                    "scratch, windowsOut[0]); peers' windows are reached through AlltoAllvWrite"
+                    "scratch, windowsOut[0]); peers' windows are reached through AlltoAllvWrite, "
+                    "or through windowsIn[r] of the MTE context, which a launch gets when its "
+                    "tiling's cc tiling for the domain asks for the MTE engine "
+                    f"(SetCommEngine({AIV_ENGINE}))"
                 )
             return self._own(kind)
         if not 0 <= rankId < self.group.size:

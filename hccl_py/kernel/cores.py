@@ -25,6 +25,7 @@ from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
 from ..core.template import template
+from ..tiling.structs import cc_engines
 from ..trace.hooks import core_tid, recorder
 from ..trace.recorder import now_us
 from .context import (
@@ -104,6 +105,8 @@ class LaunchState:
         n_aic, n_aiv = KERNEL_TYPES[kernel_type]
         self.cores_of_kind = {AIC: n_aic * block_dim, AIV: n_aiv * block_dim}
         self.clients: dict[int, Any] = {}
+        #: groupName -> commEngine of the cc tilings in the launch's tiling argument
+        self.cc_engines: dict[str, int] = {}
         self._lock = threading.Lock()
         self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
         self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
@@ -270,6 +273,7 @@ def launch(
         state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
         names = _parameter_names(kernel, len(args))
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
+        state.cc_engines = {k: v for a in reversed(args) for k, v in cc_engines(a).items()}
         cores = state.core_contexts()
     with rank_ctx.server.kernel_scope(rank_ctx.rank):
         if len(cores) == 1:

@@ -235,3 +235,22 @@ def cc_group_name(cc: Mc2CcTiling) -> str:
 def cc_alg_config(cc: Mc2CcTiling) -> str:
     """The algorithm configuration string stored in a cc tiling."""
     return _decode(bytes(cc.algConfig))
+
+
+def cc_engines(tiling: object) -> dict[str, int]:
+    """``groupName -> commEngine`` of the cc tilings a tiling struct registers (a kernel argument).
+
+    Only a ctypes struct that starts with an ``Mc2InitTiling`` (the layout the framework reads the
+    communication set-up from) registers any; entries whose offset leaves the struct are skipped.
+    """
+    fields = getattr(type(tiling), "_fields_", None)
+    if not fields or fields[0][1] is not Mc2InitTiling:
+        return {}
+    raw = bytes(tiling)
+    init = Mc2InitTiling.from_buffer_copy(raw)
+    engines = {}
+    for offset in list(init.offset)[: min(init.mc2HcommCnt, MAX_CC_TILING_NUM)]:
+        if MC2_INIT_TILING_SIZE <= offset <= len(raw) - MC2_CC_TILING_SIZE:
+            cc = read_cc_tiling(raw, offset)
+            engines.setdefault(cc_group_name(cc), cc.commEngine)
+    return engines
