@@ -120,6 +120,16 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # three launches: the third is back in the first one's half of the windows, so the
+        # flag flip and the state area's reset are read again
+        SampleSpec(
+            "mc2_quant_reduce_scatter",
+            flags=(
+                r"^selfWinFlagGMTensor\[:\] = ",
+                r"^stateGMTensor\[:\] = statusTensor$",
+                r"^selfStatusWinTensor\[:\] = ",
+            ),
+        ),
     ]
 }
 
@@ -419,6 +429,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_quant_reduce_scatter": {
+        "InitGMTensor:flag#1": ("explore", "HcclRaceError"),
+        "WriteStatusToWin:flag#1": ("default", DEADLOCK),
+        "ReadStatus:poll#1": ("default", CHECK),
+        "ReadStatus:flag#1": ("default", CHECK),
     },
 }
 
