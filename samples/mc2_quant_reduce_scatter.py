@@ -18,34 +18,37 @@ Source: mirror-cann/ops-transformer at 3a280bcc (2026-07-21), every file read at
 ``op_host/op_tiling/common/quant_reduce_scatter_util_tiling.cpp``. docs/notes/mc2-kernels.md,
 section 15.
 
-What it computes: every rank holds ``x`` (BS, H), int8, quantised per group of 128 columns with
-one FP32 scale per group (``scales`` (BS, H / 128)); rank r's output is its 1/rankDim share of
-the rows, ``sum over ranks s of dequant(x_s, scales_s)`` in FP32, rounded to half. No Hccl object
-and no AI CPU server: the host's cc tiling asks for the MTE (AIV) engine, and the kernel reads
-every rank's windows from the context.
+What it computes: every rank holds ``x`` (BS, H), quantised per group of columns, and its
+``scales``; rank r's output is its 1/rankDim share of the rows, ``sum over ranks s of
+dequant(x_s, scales_s)`` in FP32, in the output type. Two instances run: KG (int8 x, one FP32
+scale per 128 columns, half output; three launches) and MX (FP8 E4M3 x, one E8M0 scale per 32
+columns, scales (BS, H / 64, 2), FP32 output; one launch). No Hccl object and no AI CPU server:
+the host's cc tiling asks for the MTE (AIV) engine, and the kernel reads every rank's windows
+from the context.
 
 What runs unchanged: the window layout (``windowsIn[r]``: state area 0 at 0, state area 1 at
 462 KB, the cores' 0/1 flags at 924 KB + ``aivId * 512``, data area 0 at 1 MB; data area 1 is
 ``windowsOut[r]``; scales right after the ``xSize`` bytes of x); the per-core 0/1 flag, read
-and flipped on every launch, choosing the areas (so the sample launches three times, the third
-in the first one's areas); the block tiling (``xPerBlock`` from the UB budget, the host's
+and flipped on every launch, choosing the areas (so KG launches three times, the third in the
+first one's areas, and MX runs in the second's); the block tiling (``xPerBlock`` from the UB budget, the host's
 recommendation, the slice and the 1024 alignment; blocks dealt out to the cores, the first ones
 one more, the tail block on ``lastAivId``); the copy of every block of every rank's slice into
 this rank's window; one 32-byte status block ``{1.0f, 0 ...}`` per (core, rank) written into
 every rank's state area at ``(aivId * rankDim + rankId) * 32``; the wait for the sum of this
 core's ``rankDim`` blocks to be within 0.5 of ``rankDim``, then their reset; the reads of this
 rank's slice from every rank's window, starting at its own rank (``(rankId + i) % rankDim``),
-the dequantisation (int8 -> half -> float, times the scale broadcast over 128), the FP32 sum
-in that order, and the cast with ``CAST_RINT`` to the half output.
+the dequantisation (int8 -> half -> float or FP8 -> float; E8M0 scales -> BF16 32 at a time ->
+float; each scale broadcast over its group), the FP32 sum in that order, and the output: a
+``CAST_RINT`` cast to half, or a plain copy for FP32.
 
-Stand-ins: only the KG path (int8 x, FP32 scales, half output; MX quantisation, FP8/HiF8 x,
-E8M0 scales and BF16/FP32 output are not ported); UB buffers are torch tensors and pipe
-barriers, queues and ``SyncFunc`` are program order; ``Sum`` is ``torch.sum``; two AIV cores
-instead of ``GetCoreNumAiv()``; a 2 MB window (``HCCL_BUFFSIZE``); H = 5120 and BS twice
-the world size, so each rank's slice is five blocks of 2048 and core 0 copies three, core 1
-two. A slice that ends in a short tail block makes the kernel read scales past the end of the
-``scales`` tensor (``CopyDataBlock`` copies a full block's scales); tests/test_samples.py
-checks that the emulator reports it (section 15 of the notes).
+Stand-ins: two of the op's instances (not ported: HiF8 and FP8 E5M2 x, BF16 output, the FP4
+branch of ``CastToFloat``); UB buffers are torch tensors and pipe barriers, queues and
+``SyncFunc`` are program order; ``Sum`` is ``torch.sum``, ``CastVf`` a torch cast; two AIV cores
+instead of ``GetCoreNumAiv()``; a 2 MB window (``HCCL_BUFFSIZE``); H = 5120 and BS twice the world
+size, so each rank's slice is five blocks of 2048 and core 0 copies three, core 1 two. A slice
+that ends in a short tail block makes the kernel read scales past the end of the ``scales``
+tensor (``CopyDataBlock`` copies a full block's scales); tests/test_samples.py checks that the
+emulator reports it (section 15 of the notes).
 
 Run: ``python samples/mc2_quant_reduce_scatter.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_quant_reduce_scatter.py``.
@@ -83,10 +86,20 @@ ZERONE_STATE_POS = 0
 WIN_ADDR_ALIGN = 512
 # vec_comp.h
 PER_GROUP_SIZE = 128  # KG quantisation: 128 x share one scale
+MX_SIZE = 32  # MX quantisation: 32 x share one scale
+MX_SCALE_TRANS_NUM = 32  # E8M0 scales one VF_CALL<CastVf> converts
+# quant_reduce_scatter_mte.h
+MX_SCALES_LAST_DIM = 2  # MX scales are (BS, H / 64, 2)
+# quant_reduce_scatter_util_tiling.h: the scales' last dimension per mode
+TG_QUANT_NUMBER, MX_QUANT_NUMBER = 128, 64
 # AscendC, __NPU_ARCH__ 3510
 TOTAL_UB_SIZE = 248 * 1024
-SIZEOF = {torch.int8: 1, torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
-XType, ScalesType, OutputType = torch.int8, torch.float32, torch.float16
+fp8_e8m0_t = torch.float8_e8m0fnu
+SIZEOF = {torch.int8: 1, torch.float8_e4m3fn: 1, fp8_e8m0_t: 1, torch.float32: 4}
+SIZEOF |= {torch.float16: 2, torch.bfloat16: 2}
+#: The two instances the sample launches: <XType, ScalesType, OutputType>.
+KG = (torch.int8, torch.float32, torch.float16)  # int8 x, FP32 scales per 128, half out
+MX = (torch.float8_e4m3fn, fp8_e8m0_t, torch.float32)  # FP8 x, E8M0 scales per 32, FP32 out
 
 
 class QuantReduceScatterTilingInfo(Structure):
@@ -132,6 +145,11 @@ def FracDiv(total: int, base: int, num: int, den: int) -> int:
     return total * num // (base * num + den)
 
 
+def CastVf(src: torch.Tensor) -> torch.Tensor:
+    """The E8M0 -> BF16 micro-op (2 ** (e - 127) is exact in BF16)."""
+    return src.to(torch.bfloat16)
+
+
 def gm(addr: hp.GmAddr, dtype: torch.dtype, count: int) -> torch.Tensor:
     """A GlobalTensor of ``count`` elements at ``addr``."""
     return hp.gm_tensor(addr, dtype, count)
@@ -139,7 +157,10 @@ def gm(addr: hp.GmAddr, dtype: torch.dtype, count: int) -> torch.Tensor:
 
 # ---------------------------------------------------------------- mte_comm.h
 class MTECommunication:
-    """``MTECommunication<int8_t, float, half>``: the copies into the windows and the flags."""
+    """``MTECommunication<XType, ScalesType, OutputType>``: the copies into the windows and flags."""
+
+    def __init__(self, XType: torch.dtype, ScalesType: torch.dtype, OutputType: torch.dtype):
+        self.XType, self.ScalesType, self.OutputType = XType, ScalesType, OutputType
 
     def InitHcclContext(self) -> None:
         self.hcclContext_ = hp.GetHcclContext(0)  # GetHcclContext<HCCL_GROUP_ID_0>()
@@ -174,7 +195,7 @@ class MTECommunication:
     def SetBlockSize(self, elementsPerBlock, aivNum, lastBlockNum, scaleNumsPerBlock=0) -> None:
         self.xNumPerBlock_, self.aivNum_, self.tailXNums_ = elementsPerBlock, aivNum, lastBlockNum
         if scaleNumsPerBlock == 0:
-            scaleNumsPerBlock = SCALE_BLCOK_BYTES // SIZEOF[ScalesType]
+            scaleNumsPerBlock = SCALE_BLCOK_BYTES // SIZEOF[self.ScalesType]
         self.scaleNumsPerBlock_ = scaleNumsPerBlock
 
     def ComputeTailAivId(self, totalAivCount: int) -> None:
@@ -186,14 +207,14 @@ class MTECommunication:
 
     def CopyDataBlock(self, curXOffset: int, curScaleOffset: int, count: int) -> None:
         # x: GM -> UB -> window
-        xTmpTensor = gm(self.xGMTensor_ + curXOffset, XType, count).clone()
-        gm(self.localWinXGM_ + curXOffset, XType, count)[:] = xTmpTensor
+        xTmpTensor = gm(self.xGMTensor_ + curXOffset, self.XType, count).clone()
+        gm(self.localWinXGM_ + curXOffset, self.XType, count)[:] = xTmpTensor
         # scales: GM -> UB -> window (DataCopyPad of a whole block's scales)
-        scaleBytes = SIZEOF[ScalesType]
+        scaleBytes = SIZEOF[self.ScalesType]
         scaleGM = self.scalesGMTensor_ + curScaleOffset * scaleBytes
-        scaleTmpTensor = gm(scaleGM, ScalesType, self.scaleNumsPerBlock_).clone()
+        scaleTmpTensor = gm(scaleGM, self.ScalesType, self.scaleNumsPerBlock_).clone()
         winScaleGM = self.localWinScaleGM_ + curScaleOffset * scaleBytes
-        gm(winScaleGM, ScalesType, self.scaleNumsPerBlock_)[:] = scaleTmpTensor
+        gm(winScaleGM, self.ScalesType, self.scaleNumsPerBlock_)[:] = scaleTmpTensor
 
     def CopyDataToWin(self, xSliceSizeNums: int, scaleSliceNums: int) -> None:
         """``CopyDataToWin<true>`` (ReduceScatter): this core's blocks of every rank's slice."""
@@ -239,8 +260,13 @@ class MTECommunication:
         selfStatusWinTensor[:] = self.stateResetTensor_  # the state area back to zeros
 
     def CopyResultToOutput(self, outOffsetGM: int, localResultTensor, count: int) -> None:
-        xOutTensor = localResultTensor[:count].to(OutputType)  # Cast CAST_RINT
-        gm(self.outputTensor_ + outOffsetGM * SIZEOF[OutputType], OutputType, count)[:] = xOutTensor
+        if self.OutputType == torch.float32:
+            xOutTensor = localResultTensor[:count].clone()  # DataCopy
+        else:
+            xOutTensor = localResultTensor[:count].to(self.OutputType)  # Cast CAST_RINT
+        gm(self.outputTensor_ + outOffsetGM * SIZEOF[self.OutputType], self.OutputType, count)[
+            :
+        ] = xOutTensor
 
     def GetWinAddrGm(self, rankId: int, offset: int = 0) -> hp.GmAddr:
         return self.hcclContext_.windowsIn[rankId] + offset
@@ -258,7 +284,10 @@ class MTECommunication:
 
 # ---------------------------------------------------------------- vec_comp.h
 class VectorCompute:
-    """``VectorCompute<int8_t, float, half>``: dequantise a block and add it to the sum."""
+    """``VectorCompute<XType, ScalesType, OutputType>``: dequantise a block, add it to the sum."""
+
+    def __init__(self, XType: torch.dtype, ScalesType: torch.dtype, OutputType: torch.dtype):
+        self.XType, self.ScalesType, self.OutputType = XType, ScalesType, OutputType
 
     def SetBlockSize(self, elementsPerBlock: int) -> None:
         self.xNumPerBlock_ = elementsPerBlock
@@ -267,13 +296,27 @@ class VectorCompute:
         self.scaleNumsPerBlock_ = n
 
     def CastToFloat(self, xTensor: torch.Tensor, scaleTensor: torch.Tensor) -> None:
-        # int8 -> half -> float (the int8 values are exact in half)
-        self.xCastTemp_ = xTensor.to(torch.float16).to(torch.float32)
-        # KG: the float scales broadcast over their 128 x
-        totalScaleNum = self.xNumPerBlock_ // PER_GROUP_SIZE
-        castLocalScale = scaleTensor[:totalScaleNum]
-        self.scaleCalTensor_ = castLocalScale[:, None].expand(totalScaleNum, PER_GROUP_SIZE)
-        self.scaleCalTensor_ = self.scaleCalTensor_.reshape(-1)
+        if self.XType == torch.int8:
+            # int8 -> half -> float (the int8 values are exact in half)
+            self.xCastTemp_ = xTensor.to(torch.float16).to(torch.float32)
+        else:
+            self.xCastTemp_ = xTensor.to(torch.float32)  # FP8 -> float
+        if self.ScalesType == fp8_e8m0_t:
+            # MX: E8M0 -> BF16 (VF_CALL<CastVf>, 32 scales a call) -> float, broadcast over 32
+            totalScaleNum = self.xNumPerBlock_ // MX_SIZE
+            scaleLoopCnt, scaleTailNum = divmod(totalScaleNum, MX_SCALE_TRANS_NUM)
+            tempBf16Scale = torch.zeros(totalScaleNum, dtype=torch.bfloat16)
+            for loopIdx in range(scaleLoopCnt + (scaleTailNum > 0)):
+                part = slice(loopIdx * MX_SCALE_TRANS_NUM, (loopIdx + 1) * MX_SCALE_TRANS_NUM)
+                tempBf16Scale[part] = CastVf(scaleTensor[:totalScaleNum][part])
+            castLocalScale = tempBf16Scale.to(torch.float32)
+            group = MX_SIZE
+        else:
+            # KG: the scales are float already (ReinterpretCast), broadcast over 128
+            totalScaleNum = self.xNumPerBlock_ // PER_GROUP_SIZE
+            castLocalScale = scaleTensor[:totalScaleNum]
+            group = PER_GROUP_SIZE
+        self.scaleCalTensor_ = castLocalScale[:, None].expand(totalScaleNum, group).reshape(-1)
 
     def DequantReduceSum(self, xTensor, scaleTensor, sumTensor: torch.Tensor) -> None:
         self.CastToFloat(xTensor, scaleTensor)
@@ -283,11 +326,12 @@ class VectorCompute:
 
 # ---------------------------------------------------------------- quant_reduce_scatter_mte.h
 class QuantReduceScatterMte:
-    """``QuantReduceScatterMte<int8_t, float, half>``."""
+    """``QuantReduceScatterMte<XType, ScalesType, OutputType>``."""
 
-    def __init__(self) -> None:
-        self.mteComm_ = MTECommunication()
-        self.vecComp_ = VectorCompute()
+    def __init__(self, XType: torch.dtype, ScalesType: torch.dtype, OutputType: torch.dtype):
+        self.XType, self.ScalesType, self.OutputType = XType, ScalesType, OutputType
+        self.mteComm_ = MTECommunication(XType, ScalesType, OutputType)
+        self.vecComp_ = VectorCompute(XType, ScalesType, OutputType)
 
     def Init(self, x, scales, output, tilingData: QuantReduceScatterTilingData) -> None:
         self.mteComm_.InitHcclContext()
@@ -301,11 +345,13 @@ class QuantReduceScatterMte:
         info = tilingData.quantReduceScatterTilingInfo
         rankDim = self.mteComm_.hcclContext_.rankDim
         self.totalWinSize_ = info.totalWinSize
-        self.xSize_ = info.bs * info.hiddenSize * SIZEOF[XType]
-        self.scaleSize_ = info.bs * info.scaleHiddenSize * SIZEOF[ScalesType]
+        self.xSize_ = info.bs * info.hiddenSize * SIZEOF[self.XType]
+        self.scaleSize_ = info.bs * info.scaleHiddenSize * SIZEOF[self.ScalesType]
+        if self.ScalesType == fp8_e8m0_t:
+            self.scaleSize_ *= MX_SCALES_LAST_DIM
         xSliceSize = self.xSize_ // rankDim
-        self.xSliceSizeNums_ = xSliceSize // SIZEOF[XType]
-        self.scaleSliceNums_ = self.scaleSize_ // (rankDim * SIZEOF[ScalesType])
+        self.xSliceSizeNums_ = xSliceSize // SIZEOF[self.XType]
+        self.scaleSliceNums_ = self.scaleSize_ // (rankDim * SIZEOF[self.ScalesType])
 
     def ComputeXPerBlock(self, tilingData: QuantReduceScatterTilingData) -> None:
         """The block size: what fits the UB, at most the host's and the slice, 1024-aligned."""
@@ -317,10 +363,15 @@ class QuantReduceScatterMte:
         mteCommFixedSpace += 2 * rankDim * UB_ALIGN_BYTES
         # bytes per x: xOutQueue_, xQueue_, brcbBuf_, xCastBuf_, xCastBf16Buf_, xCastfp16Buf_,
         # sumBuf_, xInQueue_
-        baseDynamic = BUFFER_NUM * SIZEOF[OutputType] + BUFFER_NUM * SIZEOF[XType] + 4 + 4 + 2 + 2
-        baseDynamic += 4 + BUFFER_NUM * SIZEOF[XType]
+        baseDynamic = (
+            BUFFER_NUM * SIZEOF[self.OutputType] + BUFFER_NUM * SIZEOF[self.XType] + 4 + 4 + 2 + 2
+        )
+        baseDynamic += 4 + BUFFER_NUM * SIZEOF[self.XType]
         remainingSpace = TOTAL_UB_SIZE - mteCommFixedSpace
-        maxXPerBlock = FracDiv(remainingSpace, baseDynamic, 32, 3)  # + 3/32 B of scale per x
+        if self.ScalesType == fp8_e8m0_t:
+            maxXPerBlock = FracDiv(remainingSpace, baseDynamic, 4, 1)  # + 1/4 B of scale per x
+        else:
+            maxXPerBlock = FracDiv(remainingSpace, baseDynamic, 32, 3)  # + 3/32 B of scale per x
         hostRecommended = info.xPerBlock
         if hostRecommended != 0 and maxXPerBlock > hostRecommended:
             maxXPerBlock = hostRecommended
@@ -329,9 +380,12 @@ class QuantReduceScatterMte:
         self.xPerBlock_ = FloorAlign(self.xPerBlock_, alignBlock)
         if self.xPerBlock_ == 0:
             self.xPerBlock_ = alignBlock
-        self.scaleNumsPerBlock_ = self.xPerBlock_ // PER_GROUP_SIZE
+        if self.ScalesType == fp8_e8m0_t:
+            self.scaleNumsPerBlock_ = self.xPerBlock_ // MX_SIZE
+        else:
+            self.scaleNumsPerBlock_ = self.xPerBlock_ // PER_GROUP_SIZE
         # xInQueue_, scaleInQue_ (32-byte aligned), sumBuf_: the UB tensors of the reads
-        scaleAlignNum = UB_ALIGN_BYTES // SIZEOF[ScalesType]
+        scaleAlignNum = UB_ALIGN_BYTES // SIZEOF[self.ScalesType]
         self.scaleAllocCount_ = CeilAlignU32(self.scaleNumsPerBlock_, scaleAlignNum)
         self.sumTensor_ = torch.zeros(self.xPerBlock_, dtype=torch.float32)
 
@@ -361,12 +415,12 @@ class QuantReduceScatterMte:
 
     def ReadDataBlockReduceSum(self, curXOffset, curScaleOffset, xNum, scaleNum) -> None:
         # x: window -> UB (xInQueue_, a block's room; the rest keeps what it held)
-        xTmpTensor = torch.zeros(self.xPerBlock_, dtype=XType)
-        xTmpTensor[:xNum] = gm(self.remoteWinXGM_ + curXOffset, XType, xNum)
+        xTmpTensor = torch.zeros(self.xPerBlock_, dtype=self.XType)
+        xTmpTensor[:xNum] = gm(self.remoteWinXGM_ + curXOffset, self.XType, xNum)
         # scales: window -> UB (DataCopyPad of scaleNum)
-        scaleTmpTensor = torch.zeros(self.scaleAllocCount_, dtype=ScalesType)
-        scaleGM = self.remoteWinScaleGM_ + curScaleOffset * SIZEOF[ScalesType]
-        scaleTmpTensor[:scaleNum] = gm(scaleGM, ScalesType, scaleNum)
+        scaleTmpTensor = torch.zeros(self.scaleAllocCount_, dtype=self.ScalesType)
+        scaleGM = self.remoteWinScaleGM_ + curScaleOffset * SIZEOF[self.ScalesType]
+        scaleTmpTensor[:scaleNum] = gm(scaleGM, self.ScalesType, scaleNum)
         self.vecComp_.DequantReduceSum(xTmpTensor, scaleTmpTensor, self.sumTensor_)
 
     def ClearSumTensor(self) -> None:
@@ -382,7 +436,10 @@ class QuantReduceScatterMte:
             curXNum, curScaleNum = self.xPerBlock_, self.scaleNumsPerBlock_
             if aivId == self.lastAivId_ and curBlock == self.assignedBlockNums_ - 1:
                 curXNum = self.tailXNums_
-                curScaleNum = CeilDivU32(curXNum, PER_GROUP_SIZE)
+                if self.ScalesType == fp8_e8m0_t:
+                    curScaleNum = CeilDivU32(curXNum, MX_SIZE)
+                else:
+                    curScaleNum = CeilDivU32(curXNum, PER_GROUP_SIZE)
             self.ClearSumTensor()
             # every rank's window, staggered: rank r reads r, r + 1, ... first
             startRankId = context.rankId
@@ -409,21 +466,30 @@ class QuantReduceScatterMte:
         self.ExecuteReduceScatter()
 
 
-def quant_reduce_scatter(x, scales, output, workspaceGM, tilingGM):
-    """The kernel entry, ``quant_reduce_scatter<MTE_COMM>`` (KERNEL_TYPE_AIV_ONLY)."""
-    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(QuantReduceScatterTilingData, tilingGM)
-    op = QuantReduceScatterMte()
-    op.Init(x, scales, output, tilingData)
-    op.Process()
+def QuantReduceScatterKernel(DTYPE_X, DTYPE_SCALES, DTYPE_OUT_PUT):
+    """The kernel instance the binary holds for these input and output types."""
+
+    def quant_reduce_scatter(x, scales, output, workspaceGM, tilingGM):
+        """The kernel entry, ``quant_reduce_scatter<MTE_COMM>`` (KERNEL_TYPE_AIV_ONLY)."""
+        tilingData = hp.GET_TILING_DATA_WITH_STRUCT(QuantReduceScatterTilingData, tilingGM)
+        op = QuantReduceScatterMte(DTYPE_X, DTYPE_SCALES, DTYPE_OUT_PUT)
+        op.Init(x, scales, output, tilingData)
+        op.Process()
+
+    return quant_reduce_scatter
 
 
 # ---------------------------------------------------------------- host tiling
-def QuantReduceScatterTilingFunc(bs: int, h: int, rankSize: int) -> QuantReduceScatterTilingData:
-    """Host: the shape checks, SetHcommCfg, SetTilingData, SetXPerBlock (x (bs, h), KG)."""
-    # CheckTilingFunc: BS divisible by the ranks, H in [1024, 8192] and a multiple of 128
+def QuantReduceScatterTilingFunc(
+    bs: int, h: int, rankSize: int, scalesDtype: torch.dtype
+) -> QuantReduceScatterTilingData:
+    """Host: the shape checks, SetHcommCfg, SetTilingData, SetXPerBlock (x (bs, h))."""
+    # CheckTilingFunc: BS divisible by the ranks, H in [1024, 8192] and a multiple of 128;
+    # the quantisation mode from the scales' type (FP32: TG, E8M0: MX)
     assert rankSize in (2, 4, 8), "rankSize must be 2, 4 or 8"
     assert bs % rankSize == 0, "BS must be a multiple of rankSize"
     assert 1024 <= h <= 8192 and h % 128 == 0, "H must be in [1024, 8192] and 128 multiple"
+    quantNumber = MX_QUANT_NUMBER if scalesDtype == fp8_e8m0_t else TG_QUANT_NUMBER
     tilingData = QuantReduceScatterTilingData()
     # SetHcommCfg: the MTE engine
     mc2CcTilingConfig = Mc2CcTilingConfig(
@@ -432,10 +498,10 @@ def QuantReduceScatterTilingFunc(bs: int, h: int, rankSize: int) -> QuantReduceS
     assert mc2CcTilingConfig.SetCommEngine(AIV_TYPE) == 0
     assert mc2CcTilingConfig.GetTiling(tilingData.mc2InitTiling) == 0
     assert mc2CcTilingConfig.GetTiling(tilingData.mc2CcTiling) == 0
-    # SetTilingData
+    # SetTilingData: the scales' dimension 1 (TG: (bs, h / 128), MX: (bs, h / 64, 2))
     info = tilingData.quantReduceScatterTilingInfo
     info.aivNum = AIV_NUM  # blockDim = CalcTschBlockDim(aivNum, 0, aivNum)
-    info.bs, info.hiddenSize, info.scaleHiddenSize = bs, h, CeilDiv(h, PER_GROUP_SIZE)
+    info.bs, info.hiddenSize, info.scaleHiddenSize = bs, h, CeilDiv(h, quantNumber)
     info.totalWinSize = RUN_KWARGS["buffsize_mb"] << 20  # GetMaxWindowSize(): HCCL_BUFFSIZE
     # SetXPerBlock: about three blocks per core, at least 2048, a multiple of 1024
     TARGET_ITER, MIN_BLOCK, ALIGN_BLOCK = 3, 2048, 1024
@@ -448,10 +514,18 @@ def QuantReduceScatterTilingFunc(bs: int, h: int, rankSize: int) -> QuantReduceS
 
 
 # ---------------------------------------------------------------- inputs and reference
-def inputs(rank: int, launch: int, bs: int, h: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank ``rank``'s x (bs, h) int8 and scales (bs, h / 128) FP32: random values quantised
-    per group of 128 (scale = amax / 127, x = round(v / scale)), as a KG producer does."""
+def inputs(rank: int, launch: int, bs: int, h: int, mode=KG) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s x (bs, h) and scales, as numpy arrays of the kernel's bytes.
+
+    KG: int8 x and FP32 scales (bs, h / 128): random values quantised per group of 128
+    (scale = amax / 127, x = round(v / scale)). MX: FP8 E4M3 codes (uint8, every finite code)
+    and E8M0 scale codes (uint8, scales 2 ** -10 .. 2 ** 3) of shape (bs, h / 64, 2).
+    """
     rng = np.random.default_rng(100 * launch + rank)
+    if mode == MX:
+        codes = rng.integers(0, 0x7F, size=(bs, h), dtype=np.uint8)  # 0x7F is NaN
+        codes |= (rng.integers(0, 2, size=(bs, h)) << 7).astype(np.uint8)  # the sign
+        return codes, rng.integers(117, 131, size=(bs, h // 64, 2), dtype=np.uint8)
     values = rng.standard_normal((bs, h // PER_GROUP_SIZE, PER_GROUP_SIZE)).astype(np.float32)
     values *= np.float32(1 + rank)
     scales = (np.abs(values).max(axis=2) / np.float32(127)).astype(np.float32)
@@ -459,28 +533,40 @@ def inputs(rank: int, launch: int, bs: int, h: int) -> tuple[np.ndarray, np.ndar
     return x.reshape(bs, h), scales
 
 
-def reference(rank: int, n: int, launch: int, bs: int, h: int) -> np.ndarray:
-    """numpy: this rank's rows of ``sum_s x_s * scales_s``, summed in FP32 in the kernel's order
-    (this rank first, then the next ones round the ring), rounded to half."""
+def dequantise(x: np.ndarray, scales: np.ndarray, mode) -> np.ndarray:
+    """numpy: FP32 x times its group's scale; FP8 E4M3 and E8M0 decoded from their bits."""
+    if mode == MX:
+        exponent, mantissa = (x >> 3 & 0xF).astype(np.int32), (x & 7).astype(np.float32)
+        normal = np.ldexp(1 + mantissa / 8, exponent - 7)
+        value = np.where(exponent == 0, np.ldexp(mantissa / 8, -6), normal)
+        value = np.where(x >> 7, -value, value).astype(np.float32)
+        scale = np.ldexp(np.float32(1), scales.reshape(len(x), -1).astype(np.int32) - 127)
+        return value * np.repeat(scale.astype(np.float32), MX_SIZE, axis=1)
+    return x.astype(np.float32) * np.repeat(scales, PER_GROUP_SIZE, axis=1)
+
+
+def reference(rank: int, n: int, launch: int, bs: int, h: int, mode=KG) -> np.ndarray:
+    """numpy: this rank's rows of ``sum_s dequant(x_s, scales_s)``, summed in FP32 in the
+    kernel's order (this rank first, then the next ones round the ring), in the output type."""
     rows = slice(rank * bs // n, (rank + 1) * bs // n)
     acc = np.zeros((bs // n, h), dtype=np.float32)
     for i in range(n):
-        x, scales = inputs((rank + i) % n, launch, bs, h)
-        dequant = x[rows].astype(np.float32) * np.repeat(scales[rows], PER_GROUP_SIZE, axis=1)
-        acc = (acc + dequant).astype(np.float32)
-    return acc.astype(np.float16)
+        x, scales = inputs((rank + i) % n, launch, bs, h, mode)
+        acc = (acc + dequantise(x[rows], scales[rows], mode)).astype(np.float32)
+    return acc if mode == MX else acc.astype(np.float16)
 
 
-def launch_quant_reduce_scatter(launch: int, bs: int, h: int) -> torch.Tensor:
-    """One launch on this rank's inputs: the (bs / rankDim, h) half output."""
+def launch_quant_reduce_scatter(launch: int, bs: int, h: int, mode=KG) -> torch.Tensor:
+    """One launch on this rank's inputs: the (bs / rankDim, h) output."""
     n = hp.get_world_size()
-    tiling = QuantReduceScatterTilingFunc(bs, h, n)
-    x, scales = inputs(hp.get_rank(), launch, bs, h)
-    output = zeros(bs // n, h)
+    XType, ScalesType, OutputType = mode
+    tiling = QuantReduceScatterTilingFunc(bs, h, n, ScalesType)
+    x, scales = inputs(hp.get_rank(), launch, bs, h, mode)
+    output = zeros(bs // n, h, dtype=OutputType)
     hp.launch(
-        quant_reduce_scatter,
-        on_device(x),
-        on_device(scales),
+        QuantReduceScatterKernel(XType, ScalesType, OutputType),
+        on_device(x).view(XType),
+        on_device(scales).view(ScalesType),
         output,
         None,
         tiling,
@@ -497,6 +583,8 @@ def main() -> list[str]:
     for launch in range(1, LAUNCHES + 1):  # the 0/1 flag flips: launches alternate halves
         output = launch_quant_reduce_scatter(launch, bs, H)
         lines.append(compare(f"launch-{launch}", output, reference(rank, n, launch, bs, H)))
+    output = launch_quant_reduce_scatter(LAUNCHES + 1, bs, H, MX)  # and the MX instance
+    lines.append(compare("mx", output, reference(rank, n, LAUNCHES + 1, bs, H, MX)))
     return lines
 
 

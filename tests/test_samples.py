@@ -66,7 +66,12 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
-    "mc2_quant_reduce_scatter.py": {"launch-1": "PASS", "launch-2": "PASS", "launch-3": "PASS"},
+    "mc2_quant_reduce_scatter.py": {
+        "launch-1": "PASS",
+        "launch-2": "PASS",
+        "launch-3": "PASS",
+        "mx": "PASS",
+    },
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -399,9 +404,10 @@ def _quant_reduce_scatter_tail(sample, pad: int) -> list[str]:
     scalesGM = torch.zeros(scales.size + pad, dtype=torch.float32, device=hp.device())
     scalesGM[: scales.size] = torch.from_numpy(scales.reshape(-1))
     out = torch.zeros(bs // n, h, dtype=torch.float16, device=hp.device())
-    tiling = sample.QuantReduceScatterTilingFunc(bs, h, n)
+    tiling = sample.QuantReduceScatterTilingFunc(bs, h, n, torch.float32)
     args = (torch.from_numpy(x), scalesGM, out, None, tiling)
-    hp.launch(sample.quant_reduce_scatter, *args, block_dim=sample.AIV_NUM, kernel_type="aiv")
+    kernel = sample.QuantReduceScatterKernel(*sample.KG)
+    hp.launch(kernel, *args, block_dim=sample.AIV_NUM, kernel_type="aiv")
     return [sample.compare("tail", out, sample.reference(rank, n, 1, bs, h))]
 
 
