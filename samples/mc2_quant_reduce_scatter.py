@@ -90,7 +90,7 @@ MX_SIZE = 32  # MX quantisation: 32 x share one scale
 MX_SCALE_TRANS_NUM = 32  # E8M0 scales one VF_CALL<CastVf> converts
 # quant_reduce_scatter_mte.h
 MX_SCALES_LAST_DIM = 2  # MX scales are (BS, H / 64, 2)
-# quant_reduce_scatter_util_tiling.h: the scales' last dimension per mode
+# quant_reduce_scatter_util_tiling.h: columns of x per column of scales, per mode
 TG_QUANT_NUMBER, MX_QUANT_NUMBER = 128, 64
 # AscendC, __NPU_ARCH__ 3510
 TOTAL_UB_SIZE = 248 * 1024
@@ -246,17 +246,14 @@ class MTECommunication:
         """Wait until every rank's core ``aivId`` wrote its status block here, then clear them."""
         rankDim = self.hcclContext_.rankDim
         stateGM = self.GetWinStatusAddrGm(self.hcclContext_.rankId, self.winBufferFlags_)
-        offset = self.aivId_ * rankDim * FLOAT_UB_ALIGN_NUM
+        offset = self.aivId_ * rankDim * FLOAT_UB_ALIGN_NUM  # this core's rankDim blocks
+        statusGM = stateGM + offset * 4
         statusCnt = rankDim * FLOAT_UB_ALIGN_NUM
         minTarget, maxTarget = rankDim - 0.5, rankDim + 0.5
         # DataCopy the rankDim blocks from GM, Sum them, until the sum is rankDim
-        while (
-            not minTarget
-            <= float(gm(stateGM + offset * 4, torch.float32, statusCnt).sum())
-            <= maxTarget
-        ):
+        while not minTarget <= float(gm(statusGM, torch.float32, statusCnt).sum()) <= maxTarget:
             pass
-        selfStatusWinTensor = gm(stateGM + offset * 4, torch.float32, statusCnt)
+        selfStatusWinTensor = gm(statusGM, torch.float32, statusCnt)
         selfStatusWinTensor[:] = self.stateResetTensor_  # the state area back to zeros
 
     def CopyResultToOutput(self, outOffsetGM: int, localResultTensor, count: int) -> None:
@@ -264,9 +261,8 @@ class MTECommunication:
             xOutTensor = localResultTensor[:count].clone()  # DataCopy
         else:
             xOutTensor = localResultTensor[:count].to(self.OutputType)  # Cast CAST_RINT
-        gm(self.outputTensor_ + outOffsetGM * SIZEOF[self.OutputType], self.OutputType, count)[
-            :
-        ] = xOutTensor
+        outGM = self.outputTensor_ + outOffsetGM * SIZEOF[self.OutputType]
+        gm(outGM, self.OutputType, count)[:] = xOutTensor
 
     def GetWinAddrGm(self, rankId: int, offset: int = 0) -> hp.GmAddr:
         return self.hcclContext_.windowsIn[rankId] + offset
@@ -414,7 +410,7 @@ class QuantReduceScatterMte:
         self.mteComm_.InitGMTensor(x, scales, output, self.xSize_, self.totalWinSize_)
 
     def ReadDataBlockReduceSum(self, curXOffset, curScaleOffset, xNum, scaleNum) -> None:
-        # x: window -> UB (xInQueue_, a block's room; the rest keeps what it held)
+        # x: window -> UB (xInQueue_ has a whole block's room; the lanes past xNum are unused)
         xTmpTensor = torch.zeros(self.xPerBlock_, dtype=self.XType)
         xTmpTensor[:xNum] = gm(self.remoteWinXGM_ + curXOffset, self.XType, xNum)
         # scales: window -> UB (DataCopyPad of scaleNum)
