@@ -7,6 +7,8 @@ CCU server; every sender writes at remoteWinOffset = rankId * S.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -275,3 +277,48 @@ def test_other_entries_of_the_ccu_context_are_refused() -> None:
 
     reason = hp.run(main, world_size=2, platform="950")[0]
     assert "windowsIn[1]: on Ascend 950 the context is the CCU's" in reason
+
+
+def _mte_context_rank(engine: int) -> dict:
+    """A 950 launch whose tiling asks for ``engine`` (``SetCommEngine``) for the world group."""
+    t = WriteTiling()
+    cfg = Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLTOALL, "", 0)
+    assert cfg.SetCommEngine(engine) == 0
+    assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.write) == 0
+    got = {}
+
+    def kernel(tilingGM):
+        ctx = hp.GetHcclContext(0)
+        me, dim = ctx.rankId, ctx.rankDim
+        got["dim"] = (dim, ctx.rankNum, len(ctx.windowsIn))
+        windows = [ctx.windowsIn[r] for r in range(dim)]  # every rank's, on every rank
+        hp.gm_tensor(windows[(me + 1) % dim] + 4 * me, torch.int32, 1)[0] = 10 + me
+
+    def read(tilingGM):
+        ctx = hp.GetHcclContext(0)
+        prev = (ctx.rankId - 1) % ctx.rankDim
+        got["flag"] = int(hp.gm_tensor(ctx.windowsIn[ctx.rankId] + 4 * prev, torch.int32, 1)[0])
+        got["same"] = int(ctx.windowsIn[ctx.rankId]) == int(ctx.windowsIn[0])
+
+    try:
+        hp.launch(kernel, t)
+    except hp.HcclUsageError as err:
+        return {"error": str(err)}
+    hp.barrier()
+    hp.launch(read, t)
+    return got
+
+
+def test_a_950_tiling_for_the_mte_engine_gets_every_ranks_windows() -> None:
+    """QuantReduceScatter's host asks for the AIV (MTE) engine, and its kernel reads
+    ``windowsIn[r]`` / ``windowsOut[r]`` of every rank r and ``rankDim``."""
+    out = hp.run(functools.partial(_mte_context_rank, 3), world_size=3, platform="950")
+    for rank, got in enumerate(out):
+        assert got == {"dim": (3, 3, 3), "flag": 10 + (rank - 1) % 3, "same": rank == 0}
+
+
+@pytest.mark.parametrize("engine", [0, 6])
+def test_a_950_tiling_for_another_engine_keeps_the_ccu_context(engine: int) -> None:
+    for got in hp.run(functools.partial(_mte_context_rank, engine), world_size=2, platform="950"):
+        assert "on Ascend 950 the context is the CCU's" in got["error"]
+        assert "SetCommEngine(3)" in got["error"]

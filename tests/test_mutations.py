@@ -153,6 +153,16 @@ SPECS: dict[str, SampleSpec] = {
             ),
             block_dim=None,
         ),
+        # three launches: the third is back in the first one's half of the windows, so the
+        # flag flip and the state area's reset are read again
+        SampleSpec(
+            "mc2_quant_reduce_scatter",
+            flags=(
+                r"^selfWinFlagGMTensor\[:\] = ",
+                r"^stateGMTensor\[:\] = statusTensor$",
+                r"^selfStatusWinTensor\[:\] = ",
+            ),
+        ),
     ]
 }
 
@@ -494,6 +504,12 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "mc2_quant_all_reduce": {
         # without the flip every launch uses partition 0: a rank that starts the next launch
         # copies its x over the window data a slower peer may still read
+        "InitGMTensor:flag#1": ("explore", "HcclRaceError"),
+        "WriteStatusToWin:flag#1": ("default", DEADLOCK),
+        "ReadStatus:poll#1": ("default", CHECK),
+        "ReadStatus:flag#1": ("default", CHECK),
+    },
+    "mc2_quant_reduce_scatter": {
         "InitGMTensor:flag#1": ("explore", "HcclRaceError"),
         "WriteStatusToWin:flag#1": ("default", DEADLOCK),
         "ReadStatus:poll#1": ("default", CHECK),

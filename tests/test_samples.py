@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import functools
 import importlib.util
 import os
 import subprocess
@@ -70,6 +71,12 @@ SAMPLES: dict[str, dict[str, str]] = {
         f"{case}-{launch}": "PASS" for launch in (1, 2, 3, 4) for case in ("rows", "state")
     },
     "mc2_quant_all_reduce.py": {"launch-1": "PASS", "launch-2": "PASS", "launch-3": "PASS"},
+    "mc2_quant_reduce_scatter.py": {
+        "launch-1": "PASS",
+        "launch-2": "PASS",
+        "launch-3": "PASS",
+        "mx": "PASS",
+    },
     "moe_distribute_window.py": {
         "dispatch-direct": "PASS",
         "combine-direct": "PASS",
@@ -166,6 +173,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_quant_all_reduce.py"],
+    ),
+    "mc2_quant_reduce_scatter-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_quant_reduce_scatter.py"],
+    ),
+    "mc2_quant_reduce_scatter-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_quant_reduce_scatter.py"],
     ),
     "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
         ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
@@ -412,6 +429,40 @@ def test_sample_waits_before_reading(monkeypatch: pytest.MonkeyPatch, name: str)
     )
     verdicts = {(int(m[1]), m[2]): m[3] for line in sum(per_rank, []) if (m := VERDICT.match(line))}
     assert verdicts == {(r, c): v for r in range(4) for c, v in SAMPLES[name].items()}
+
+
+def _quant_reduce_scatter_tail(sample, pad: int) -> list[str]:
+    """One launch with a short tail block (H = 1152: a slice of 1024 + 128 elements), the scales
+    given in an allocation ``pad`` floats longer than the tensor."""
+    n, rank = hp.get_world_size(), hp.get_rank()
+    bs, h = n, 1152
+    x, scales = sample.inputs(rank, 1, bs, h)
+    scalesGM = torch.zeros(scales.size + pad, dtype=torch.float32, device=hp.device())
+    scalesGM[: scales.size] = torch.from_numpy(scales.reshape(-1))
+    out = torch.zeros(bs // n, h, dtype=torch.float16, device=hp.device())
+    tiling = sample.QuantReduceScatterTilingFunc(bs, h, n, torch.float32)
+    args = (torch.from_numpy(x), scalesGM, out, None, tiling)
+    kernel = sample.QuantReduceScatterKernel(*sample.KG)
+    hp.launch(kernel, *args, block_dim=sample.AIV_NUM, kernel_type="aiv")
+    return [sample.compare("tail", out, sample.reference(rank, n, 1, bs, h))]
+
+
+def test_quant_reduce_scatter_tail_block_reads_past_the_scales(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's CopyDataBlock copies a whole block's scales (8) for the tail block (1 scale):
+    the last rank's slice reads 7 scales past the end of the scales tensor (docs/notes/mc2-kernels.md,
+    section 18). With room after the tensor the result is right."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_quant_reduce_scatter")
+    kwargs = dict(world_size=2, backend="emu", platform="950", **sample.RUN_KWARGS, timeout=20)
+    with pytest.raises(hp.WorldError) as err:
+        hp.run(functools.partial(_quant_reduce_scatter_tail, sample, 0), **kwargs)
+    roots = list((err.value.root_causes or err.value.failures).values())
+    assert [type(e).__name__ for e in roots] == ["HcclBoundsError"]
+    assert "bytes [68, 100) of scales fall outside its 72 bytes" in str(roots[0])
+    padded = hp.run(functools.partial(_quant_reduce_scatter_tail, sample, 8), **kwargs)
+    assert [line.split()[3] for lines in padded for line in lines] == ["PASS", "PASS"]
 
 
 # ---------------------------------------------------------------- the verdict helpers
