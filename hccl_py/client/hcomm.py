@@ -154,7 +154,8 @@ class Hcomm:
                 else "no channel that HcclChannelAcquire returned to this rank"
             )
             shown = f"{channel:#x}" if isinstance(channel, int) else what_is(channel)
-            self._fail("unknown-channel", call, f"channel {shown} is {whose}", actual=channel)
+            why = f"rank {ctx.rank} Hcomm.{call}: channel {shown} is {whose}"
+            breach("unknown-channel", why, HCOMM_FAILED, op=call, actual=channel)
         return found
 
     def _post(
