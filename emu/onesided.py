@@ -1,4 +1,4 @@
-"""BatchWrite on the emulator: at once, or when the scheduler runs them.
+"""BatchWrite and Hcomm writes on the emulator: at once, or when the scheduler runs them.
 
 With the default eager schedule the copies of a BatchWrite run in the preparing
 runner, at Prepare. With ``schedule="late"`` they wait until no runner of the
@@ -6,6 +6,12 @@ world can go on (every one waits or polls a flag nobody changed), like the
 rounds of a collective; a seeded schedule runs them somewhere in between; and with ``poison=True`` their destination bytes read 0xFF until
 then: a kernel that reads a window before the flag that announces the data
 sees the poison instead of data that arrived by chance.
+
+Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
+doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
+the draining runner, waits for those another thread runs, and orders the
+drainer after them for the window race check. Pending copies land in the order
+they were posted (one channel's writes are ordered on hardware too).
 """
 
 from __future__ import annotations
@@ -16,19 +22,16 @@ from collections.abc import Collection
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
 from hccl_py.server.blocking import Blocker, Job
+from hccl_py.server.remote_writes import ChannelKey, Copies, run_copies
 from hccl_py.server.windows import WindowAllocation
 
 from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
 
-Copies = list[tuple[object, object, int]]
-
-
-def run_copies(copies: Copies) -> None:
-    """Copy each (source, destination, bytes) in order, as the server does."""
-    for src, dst, nbytes in copies:
-        dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
+#: Whose pending copies: (domain, domain rank) of a BatchWrite, (HCOMM, channel) of Hcomm.
+Key = tuple
+HCOMM = "#hcomm"
 
 
 class OneSidedWrites:
@@ -53,23 +56,44 @@ class OneSidedWrites:
         self.poison = poison
         self.meetings = meetings
         self.returned = returned
-        #: Under the lock: BatchWrites not run yet, and those running now (until they are done).
-        self.pending: list[tuple[Task, Copies]] = []
-        self.running: list[tuple[Task, Copies]] = []
+        #: Under the lock: copies not run yet, and those running now (until they are done).
+        self.pending: list[tuple[Key, Copies]] = []
+        self.running: list[tuple[Key, Copies]] = []
         #: (domain, domain rank) -> global rank, of every rank that wrote (for the race check).
         self.writers: dict[tuple[str, int], int] = {}
 
     def write_items(self, task: Task, copies: Copies) -> None:
         """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded)."""
+        rank = task.domain.ranks[task.rank]
+        self.writers[(task.domain_name, task.rank)] = rank
+        self._record(rank, copies, None)
+        self._submit((task.domain_name, task.rank), copies)
+
+    def post(self, channel: ChannelKey, copies: Copies) -> None:
+        """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
+        agent = None if self.races is None else self.races.channel_agent(channel)
+        self._record(channel[0], copies, agent)
+        self._submit((HCOMM, channel), copies)
+
+    def drain(self, channel: ChannelKey) -> None:
+        """Hcomm ``Drain``: land ``channel``'s pending copies; order the drainer after them."""
+        self._flush_key((HCOMM, channel), f"Drain: the writes of channel {channel[1]:#x} land")
+        if self.races is not None:
+            self.races.drained(channel[0], self.races.channel_agent(channel))
+
+    def _record(self, rank: int, copies: Copies, agent: int | None) -> None:
+        """The race check's record of the window bytes that ``copies`` will write."""
         races = self.races
-        if races is not None:
-            rank, where = task.domain.ranks[task.rank], user_frame()
-            self.writers[(task.domain_name, task.rank)] = rank
-            clocks = races.batch_clocks(rank, len(copies))
-            for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
-                if isinstance(dst.alloc, WindowAllocation):
-                    runs = [(dst.offset, dst.offset + nbytes)]
-                    races.write(rank, dst.alloc, runs, nbytes, clock, where)
+        if races is None:
+            return
+        where = user_frame()
+        clocks = races.batch_clocks(rank, len(copies), agent)
+        for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
+            if isinstance(dst.alloc, WindowAllocation):
+                runs = [(dst.offset, dst.offset + nbytes)]
+                races.write(rank, dst.alloc, runs, nbytes, clock, where, agent)
+
+    def _submit(self, key: Key, copies: Copies) -> None:
         if not self.blocker.defers():
             run_copies(copies)
             return
@@ -77,17 +101,20 @@ class OneSidedWrites:
             if self.poison:
                 for _, dst, nbytes in copies:
                     dst.bytes_view(nbytes).fill_(0xFF)
-            self.pending.append((task, copies))
+            self.pending.append((key, copies))
             self.blocker.progressed()
 
     def flush(self, domain: str | None = None, rank: int | None = None) -> None:
-        """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
+        """Run the pending BatchWrites of domain rank ``rank`` (all copies without arguments)."""
+        self._flush_key(None if domain is None else (domain, rank), "a BatchWrite's copies finish")
+        writer = self.writers.get((domain, rank))
+        if self.races is not None and writer is not None:
+            self.races.landed(writer)
+
+    def _flush_key(self, key: Key | None, what: str) -> None:
+        """Run the pending copies of ``key`` (all without one); wait for those running elsewhere."""
         with self.blocker.cond:
-            mine = [
-                w
-                for w in self.pending
-                if domain is None or (w[0].domain_name == domain and w[0].rank == rank)
-            ]
+            mine = [w for w in self.pending if key is None or w[0] == key]
             for w in mine:
                 self.pending.remove(w)
             self.running.extend(mine)
@@ -99,16 +126,10 @@ class OneSidedWrites:
             self.blocker.progressed()
 
         def elsewhere() -> bool:
-            return any(
-                domain is None or (t.domain_name == domain and t.rank == rank)
-                for t, _ in self.running
-            )
+            return any(key is None or k == key for k, _ in self.running)
 
-        # a copy of this rank that another thread is running right now must land first
-        self.blocker.wait_for(lambda: not elsewhere(), "a BatchWrite's copies finish")
-        writer = self.writers.get((domain, rank))
-        if self.races is not None and writer is not None:
-            self.races.landed(writer)
+        # a copy of this key that another thread is running right now must land first
+        self.blocker.wait_for(lambda: not elsewhere(), what)
 
     def job(self) -> Job | None:
         """Under the lock: the oldest pending BatchWrite as a job, or None."""
@@ -118,7 +139,7 @@ class OneSidedWrites:
         self.running.append(write)
         return functools.partial(self._run, write)
 
-    def _run(self, write: tuple[Task, Copies]) -> None:
+    def _run(self, write: tuple[Key, Copies]) -> None:
         run_copies(write[1])
         with self.blocker.cond:
             self.running.remove(write)
@@ -129,7 +150,7 @@ class OneSidedWrites:
         name = group.name
 
         def landed() -> bool:
-            return not any(w[0].domain_name == name for w in self.pending + self.running)
+            return not any(w[0][0] == name for w in self.pending + self.running)
 
         def why(missing: list[int]) -> str:
             if missing:

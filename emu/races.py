@@ -147,6 +147,8 @@ class WindowRaces:
         #: after the call, unordered with what the rank does next).
         size = 2 * world_size
         self.clocks = [[int(r == q and r < world_size) for q in range(size)] for r in range(size)]
+        #: Hcomm channel -> its clock component (added after the ranks' and queues').
+        self.agents: dict[object, int] = {}
         #: storage address -> window, for the accesses that :mod:`.watch` sees
         self.windows: dict[int, WindowAllocation] = {}
         self.writes: dict[WindowAllocation, IntervalMap] = {}
@@ -184,16 +186,34 @@ class WindowRaces:
                 if clock is not None:
                     self._join(rank, clock)
 
-    def batch_clocks(self, rank: int, n_items: int) -> list[tuple[int, ...]]:
-        """The clocks of the ``n_items`` copies of a BatchWrite that ``rank`` calls now."""
+    def channel_agent(self, key: object) -> int:
+        """The clock component of Hcomm channel ``key``: its writes land in order, after the call."""
         with self.lock:
-            queue = self.n + rank
+            agent = self.agents.get(key)
+            if agent is None:
+                agent = self.agents[key] = len(self.clocks)
+                for clock in self.clocks:
+                    clock.append(0)
+                self.clocks.append([0] * (agent + 1))
+            return agent
+
+    def batch_clocks(
+        self, rank: int, n_items: int, agent: int | None = None
+    ) -> list[tuple[int, ...]]:
+        """The clocks of ``n_items`` copies that ``rank`` posts now (BatchWrite: on its queue)."""
+        with self.lock:
+            queue = self.n + rank if agent is None else agent
             self._join(queue, self._release(rank))
             clocks = []
             for _ in range(n_items):
                 self.clocks[queue][queue] += 1
                 clocks.append(tuple(self.clocks[queue]))
             return clocks
+
+    def drained(self, rank: int, agent: int) -> None:
+        """Rank ``rank`` knows that every copy of ``agent`` (an Hcomm channel) landed."""
+        with self.lock:
+            self._join(rank, tuple(self.clocks[agent]))
 
     def landed(self, rank: int, writers: Iterable[int] | None = None) -> None:
         """Rank ``rank`` knows that the BatchWrites of ``writers`` (default: its own) landed."""
@@ -281,10 +301,13 @@ class WindowRaces:
         nbytes: int,
         clock: tuple[int, ...] | None = None,
         where: str | None = None,
+        agent: int | None = None,
     ) -> None:
-        """Rank ``rank`` wrote ``runs`` of ``window`` (a BatchWrite copy passes its queue's clock)."""
+        """Rank ``rank`` wrote ``runs`` of ``window`` (a posted copy passes its queue's clock
+        and, for an Hcomm channel, its ``agent``)."""
         where = user_frame() if where is None else where
-        agent = rank if clock is None else self.n + rank
+        if agent is None:
+            agent = rank if clock is None else self.n + rank
         with self.lock:
             if clock is None:
                 clock = self._release(rank)

@@ -32,6 +32,7 @@ from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
 from hccl_py.server.protocol import EXCHANGE, Server
+from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
@@ -280,6 +281,14 @@ class EmuWorld(Server):
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
         self.writes.flush(domain, rank)
 
+    def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
+        """Hcomm: land ``copies`` now or leave them to the scheduler (see :mod:`.onesided`)."""
+        self.writes.post(channel, copies)
+
+    def drain_channel(self, channel: ChannelKey) -> None:
+        """Hcomm ``Drain``: block until ``channel``'s writes landed (see :mod:`.onesided`)."""
+        self.writes.drain(channel)
+
     def _window_mapped(self, window: WindowAllocation) -> None:
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
@@ -338,3 +347,5 @@ class EmuWorld(Server):
             if self.blocker.error is not None and len(self.returned) == self.world_size:
                 self.board.restore_all()
             self.blocker.progressed()
+        if len(self.returned) == self.world_size and self.blocker.error is None:
+            self.writes.flush()  # writes still in flight land, as hardware completes them

@@ -19,12 +19,23 @@ except Exception:
 
 from . import ops
 from .client import Hccl
+from .client.channels import (
+    HcclChannelAcquire,
+    HcclChannelDesc,
+    HcclChannelGetHcclBuffer,
+    HcclGetHcclBuffer,
+)
+from .client.hcomm import Hcomm
 from .core import constants as _constants
 from .core.constants import (
     HCCL_FAILED,
     HCCL_MAX_HANDLE_ID,
     HCCL_SUCCESS,
+    HCOMM_FAILED,
+    HCOMM_SUCCESS,
     INVALID_HANDLE_ID,
+    CommEngine,
+    CommProtocol,
     CoreType,
     HcclCMDType,
     HcclDataType,
@@ -91,7 +102,15 @@ from .tiling import (
 )
 
 _enum_names = _constants.export_members(
-    globals(), HcclDataType, HcclReduceOp, HcclCMDType, HcclServerType, CoreType, Pipe
+    globals(),
+    HcclDataType,
+    HcclReduceOp,
+    HcclCMDType,
+    HcclServerType,
+    CoreType,
+    Pipe,
+    CommProtocol,
+    CommEngine,
 )
 
 __version__ = "0.1.0"
@@ -104,6 +123,15 @@ __all__ = [
     "HCCL_FAILED",
     "HCCL_MAX_HANDLE_ID",
     "HCCL_SUCCESS",
+    "HCOMM_FAILED",
+    "HCOMM_SUCCESS",
+    "CommEngine",
+    "CommProtocol",
+    "Hcomm",
+    "HcclChannelAcquire",
+    "HcclChannelDesc",
+    "HcclChannelGetHcclBuffer",
+    "HcclGetHcclBuffer",
     "INVALID_HANDLE_ID",
     "NULL",
     "PLATFORMS",

@@ -38,11 +38,14 @@ Stand-ins: FP16 tokens instead of BF16 (no FP8, no scales, ``IsMxQuant`` false),
 AIV cores (``GetCoreNumAiv``); the vector counting of ``CalSendCntPerExpert`` /
 ``CalSendCntPerRank`` (histograms, compares, GatherMask) is torch over the core's tokens; UB
 buffers are torch tensors; the workspace is its user part only (no 16 MiB system part).
-hccl_py has no ``Hcomm`` API and no Ascend 950 context that lists every rank's window:
-``MoeCommContext`` is built in the kernel from the A3 context's ``windowsIn[r]`` (the host's
-``epHcclBuffer``), a handle is the peer's rank, and ``Hcomm.WriteNbi`` copies at once (one
-legal timing of a non-blocking write; ``Drain`` then has nothing left to wait for, so its
-removal cannot be seen). The receiver is ``MoeEpDispatchEpilogue.WaitDispatch`` of
+``MoeCommContext`` is filled on the host as ``Mc2Context::GetHcclCommResource`` does
+(``hp.HcclChannelAcquire``, ``hp.HcclChannelGetHcclBuffer``, ``hp.HcclGetHcclBuffer``) and
+the kernel writes with ``hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]`` (docs/hcomm.md): a write is in
+flight until the scheduler lands it or ``Drain`` waits for it, and its source is read when
+it lands, so the data ``Drain`` guards the next launch's rewrite of the slot stash (a
+dropped one is caught by ``explore=16``). The count ``Drain`` is equivalent: the notify
+follows on the same channel, which lands in order (URMA_DEFAULT_CFG). Ascend 950's UBC_CTP
+runs here on the A3 platform's windows (the HCCL buffers). The receiver is ``MoeEpDispatchEpilogue.WaitDispatch`` of
 ``mc2/moe_ep_dispatch_epilogue/op_kernel/moe_ep_dispatch_epilogue.h`` (poll the slot notify
 sum, clear it) followed by a plain copy of each source's slots, instead of the epilogue's
 per-expert reordering: it gives the tokens the check compares.
@@ -202,13 +205,18 @@ def MoeEpDispatchTilingFunc(
 
 
 class MoeCommContext:
-    """``Mc2Aclnn::MoeCommContext`` (stand-in: built from the A3 context, see the docstring)."""
+    """``Mc2Aclnn::MoeCommContext``, filled on the host as ``Mc2Context::GetHcclCommResource``
+    does: a channel per peer (``HcclChannelAcquire``) and every rank's HCCL buffer."""
 
-    def __init__(self, ctx: hp.HcclContext) -> None:
-        self.epRankId = ctx.localUsrRankId
-        n = ctx.rankSize
-        self.epHcclBuffer = [ctx.windowsIn[r] for r in range(n)]
-        self.hcommHandle = [r for r in range(n) if r != self.epRankId]
+    def __init__(self) -> None:
+        self.epRankId = hp.get_rank()
+        n = hp.get_world_size()
+        descs = [hp.HcclChannelDesc(r) for r in range(n) if r != self.epRankId]
+        self.hcommHandle = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, descs, len(descs))
+        self.epHcclBuffer = [None] * n
+        for desc, channel in zip(descs, self.hcommHandle, strict=True):
+            self.epHcclBuffer[desc.remoteRank] = hp.HcclChannelGetHcclBuffer(None, channel)[0]
+        self.epHcclBuffer[self.epRankId] = hp.HcclGetHcclBuffer()[0]
 
 
 def GetWinAddrByRankId(ctx: MoeCommContext, rankId: int, offset: int) -> hp.GmAddr:
@@ -218,20 +226,6 @@ def GetWinAddrByRankId(ctx: MoeCommContext, rankId: int, offset: int) -> hp.GmAd
 def GetCommHandle(ctx: MoeCommContext, localRankId: int, rankId: int) -> int:
     index = rankId - 1 if rankId > localRankId else rankId
     return ctx.hcommHandle[index]
-
-
-class Hcomm:
-    """``AscendC::Hcomm<COMM_PROTOCOL_UBC_CTP>`` stand-in: a write lands at once."""
-
-    def Init(self, buffer: torch.Tensor, size: int) -> None:
-        pass
-
-    def WriteNbi(self, handle: int, dst: hp.GmAddr, src: hp.GmAddr, size: int) -> None:
-        assert dst.rank == handle, f"WriteNbi on the handle of rank {handle} into rank {dst.rank}"
-        hp.gm_tensor(dst, torch.uint8, size).copy_(hp.gm_tensor(src, torch.uint8, size))
-
-    def Drain(self, handle: int) -> None:
-        pass
 
 
 def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
@@ -247,7 +241,7 @@ class MoeEpDispatch:
     def Init(self, context, x, topkIdx, topkWeights, scales, cachedSlotIdx, numRecvPerRank,
              numRecvPerExpert, dstBufferSlotIdx, workspaceGM, tilingData) -> None:  # fmt: skip
         self.aivId_ = hp.GetBlockIdx()
-        self.mc2Context_ = MoeCommContext(hp.GetHcclContext(0))  # the `context` argument
+        self.mc2Context_ = context
         self.epRankId_ = self.mc2Context_.epRankId
         info = tilingData.moeEpDispatchInfo
         self.IsCached, self.IsTopkWeights = bool(info.isCached), bool(info.isTopkWeights)
@@ -316,8 +310,8 @@ class MoeEpDispatch:
         return startId, endId, endId - startId
 
     def BufferInit(self) -> None:
-        self.hcomm_ = Hcomm()
-        self.hcomm_.Init(torch.zeros(512, dtype=torch.uint8), 512)
+        self.hcomm_ = hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]()
+        self.hcomm_.Init(torch.zeros(512, dtype=torch.uint8), 512)  # hcommTensor_
         n = self.epWorldSize_
         self.sendCntPerRankTensor_ = torch.zeros(n * UB_STRIDE, dtype=torch.int32)
         self.sendCntPerExpertTensor_ = torch.zeros(self.moeExpertNumAlign_ // 4, dtype=torch.int32)
@@ -573,11 +567,10 @@ def moe_ep_dispatch(context, x, topkIdx, topkWeights, scales, cachedSlotIdx, num
 # ---------------------------------------------------------------- the receiver (stand-in)
 
 
-def moe_ep_dispatch_epilogue(numRecvPerRank, recvSlots, tilingGM):
+def moe_ep_dispatch_epilogue(ctx, numRecvPerRank, recvSlots, tilingGM):
     """MoeEpDispatchEpilogue's WaitDispatch, then each source's slots copied out in order."""
     info = hp.GET_TILING_DATA_WITH_STRUCT(MoeEpDispatchTilingData, tilingGM).moeEpDispatchInfo
     aivId, aivNum, n = hp.GetBlockIdx(), info.aivNum, info.cfg.epWorldSize
-    ctx = MoeCommContext(hp.GetHcclContext(0))
     localSlotStateWinAddr = GetWinAddrByRankId(ctx, ctx.epRankId, info.slotWinStateOffset)
     localWinAddr = GetWinAddrByRankId(ctx, ctx.epRankId, info.winDataOffset)
     perSlotBytes, nmt = info.cfg.perSlotBytes, info.cfg.numMaxTokensPerRank
@@ -665,6 +658,7 @@ def main() -> list[str]:
     rank, n = hp.get_rank(), hp.get_world_size()
     lines, dev = [], hp.device()
     workspace, cached = None, None
+    context = MoeCommContext()  # the host's Mc2Context, once per communicator
     for launch in (1, 2):  # odd: slots assigned; even: the previous routing, cached slots
         x, ids, weights = inputs(rank, launch)
         isCached = launch % 2 == 0
@@ -678,7 +672,7 @@ def main() -> list[str]:
         aivNum = tiling.moeEpDispatchInfo.aivNum
         hp.launch(
             moe_ep_dispatch,
-            None,  # the context: see MoeCommContext
+            context,
             on_device(x),
             on_device(ids),
             None if isCached else on_device(weights),
@@ -697,7 +691,7 @@ def main() -> list[str]:
             n * NUM_MAX_TOKENS_PER_RANK * perSlot, dtype=torch.uint8, device=dev
         )
         hp.launch(
-            moe_ep_dispatch_epilogue, numRecvPerRank, recvSlots, tiling, block_dim=aivNum,
+            moe_ep_dispatch_epilogue, context, numRecvPerRank, recvSlots, tiling, block_dim=aivNum,
             kernel_type="aiv",
         )  # fmt: skip
         total = int(numRecvPerRank.sum())

@@ -115,6 +115,40 @@ class ScopeType(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class CommProtocol(enum.IntEnum):
+    """AscendC ``CommProtocol`` (include/adv_api/hcomm/hcomm_common.h): an Hcomm channel's protocol."""
+
+    COMM_PROTOCOL_RESERVED = -1
+    COMM_PROTOCOL_HCCS = 0
+    COMM_PROTOCOL_ROCE = 1
+    COMM_PROTOCOL_PCIE = 2
+    COMM_PROTOCOL_SIO = 3
+    COMM_PROTOCOL_UBC_CTP = 4
+    COMM_PROTOCOL_UBC_TP = 5
+    COMM_PROTOCOL_UB_MEM = 6
+    COMM_PROTOCOL_UBOE = 7
+    COMM_PROTOCOL_HCCS_ONLY = 8
+
+
+class CommEngine(enum.IntEnum):
+    """AscendC ``CommEngine`` (hcomm_inner_def.h): who drives an Hcomm channel."""
+
+    COMM_ENGINE_RESERVED = -1
+    COMM_ENGINE_CPU = 0
+    COMM_ENGINE_CPU_TS = 1
+    COMM_ENGINE_AICPU = 2
+    COMM_ENGINE_AICPU_TS = 3
+    COMM_ENGINE_AIV = 4
+    COMM_ENGINE_CCU = 5
+
+
+#: Hcomm's return codes (hcomm_inner_def.h).
+HCOMM_SUCCESS = 0
+HCOMM_FAILED = -1
+#: The smallest UB buffer ``Hcomm.Init`` accepts (HCOMM_URMA_TMP_BUF_SIZE, hcomm_aiv_urma_def.h).
+HCOMM_URMA_TMP_BUF_SIZE = 512
+
+
 class HcclServerConfig:
     """Which core sends the messages: ``{CoreType type, int64 blockId}``.
 

@@ -81,6 +81,7 @@ RULES: dict[str, Rule] = {
     "handle-limit": _refused("a Prepare-like call beyond the 63 handles or the message slots"),
     "platform-limit": _refused("a task beyond a platform limit (ranks, bytes, items, servers)"),
     "foreign-memory": _refused("a buffer in another rank's memory, or a target that is no window"),
+    "unknown-channel": _refused("an Hcomm call on a channel that this rank did not acquire"),
     "bounds": _always(
         "a byte range outside the allocation its address points into", HcclBoundsError
     ),

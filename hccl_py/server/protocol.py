@@ -21,6 +21,7 @@ from ..core.constants import HcclCMDType
 from ..core.gm import Allocation
 from ..core.group import Group
 from ..core.task import Task
+from .remote_writes import ChannelKey, Copies, run_copies
 from .windows import HcclNoWindowsError
 
 
@@ -84,8 +85,19 @@ class Windows:
         The addresses are checked already. The default copies at once, in order,
         which is what any backend whose windows are this process's memory needs.
         """
-        for src, dst, nbytes in copies:
-            dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
+        run_copies(copies)
+
+    def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
+        """Hcomm: the doorbell of ``channel`` rang for ``copies`` (checked already, in order).
+
+        They land in order (URMA_DEFAULT_CFG: strongly ordered, fenced). The
+        default lands them at once, which any backend whose windows are this
+        process's memory may do (a legal timing of a non-blocking write).
+        """
+        run_copies(copies)
+
+    def drain_channel(self, channel: ChannelKey) -> None:  # noqa: B027
+        """Hcomm ``Drain``: block until every write posted on ``channel`` landed."""
 
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
         """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""

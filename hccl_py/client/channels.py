@@ -1,0 +1,136 @@
+"""Host side of Hcomm: channels to peers and their HCCL buffers, as ``mc2_context.cpp`` gets them.
+
+ops-transformer's ``Mc2Context::GetHcclCommResource`` fills the kernel input
+``MoeCommContext`` with one channel per peer (``HcclChannelDescInit``,
+``HcclChannelAcquire``) and each peer's HCCL buffer (``HcclChannelGetHcclBuffer``;
+its own: ``HcclGetHcclBuffer``). Here the communicator is an hccl_py
+:class:`~hccl_py.core.group.Group` (``hp.world_group()`` or ``hp.new_group``), a
+channel handle is a uint64 that only the acquiring rank may use, and a rank's
+HCCL buffer is its In window of the domain (the memory ``GetWindowsInAddr``
+returns, ``HCCL_BUFFSIZE`` bytes).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.constants import CommEngine, CommProtocol
+from ..core.errors import HcclUsageError
+from ..core.gm import GmAddr, what_is
+from ..core.group import Group
+from ..kernel.context import RankContext, current_rank_context
+
+#: Channel handles carry this tag in their top 16 bits ("HC"), then the owner's rank + 1.
+HANDLE_TAG = 0x4843 << 48
+
+
+@dataclass(frozen=True)
+class HcclChannelDesc:
+    """``HcclChannelDesc``: the peer (a rank of the communicator) and the protocol of one channel."""
+
+    remoteRank: int  # noqa: N815
+    protocol: CommProtocol = CommProtocol.COMM_PROTOCOL_UBC_CTP
+
+
+@dataclass
+class Channel:
+    """One acquired channel: its owner, its peer, and the writes posted but not committed yet."""
+
+    handle: int
+    owner: int
+    peer: int
+    group: Group
+    protocol: CommProtocol
+    #: Copies posted with ``commit=False`` since the last doorbell (Commit, WriteNbi[True]).
+    uncommitted: list = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The servers' key of this channel."""
+        return (self.owner, self.handle)
+
+
+_channels: weakref.WeakKeyDictionary[RankContext, dict[int, Channel]] = weakref.WeakKeyDictionary()
+
+
+def channels_of(ctx: RankContext) -> dict[int, Channel]:
+    """The channels rank ``ctx`` acquired, by handle."""
+    return _channels.setdefault(ctx, {})
+
+
+def owner_of(handle: int) -> int | None:
+    """The rank that acquired ``handle`` by its tag, or None for no channel handle."""
+    if not isinstance(handle, int) or handle >> 48 != HANDLE_TAG >> 48:
+        return None
+    return ((handle >> 32) & 0xFFFF) - 1
+
+
+def _comm(comm: Any, call: str) -> Group:
+    if comm is None:
+        return current_rank_context().world_group
+    if not isinstance(comm, Group):
+        raise HcclUsageError(
+            f"{call}: comm must be an hp.Group (the communicator), not {what_is(comm)}"
+        )
+    return comm
+
+
+def HcclChannelAcquire(  # noqa: N802
+    comm: Group | None, engine: CommEngine, channelDescs: list[HcclChannelDesc], channelNum: int
+) -> list[int]:
+    """``HcclChannelAcquire``: one channel handle per descriptor, to its ``remoteRank``.
+
+    C++ fills the ``channels`` array and returns HCCL_SUCCESS; this returns the
+    handles. ``comm`` None is the world.
+    """
+    ctx = current_rank_context()
+    group = _comm(comm, "HcclChannelAcquire")
+    me = ctx.rank
+    if me not in group.ranks:
+        raise HcclUsageError(f"HcclChannelAcquire: rank {me} is not in communicator {group.name}")
+    if CommEngine(engine) != CommEngine.COMM_ENGINE_AIV:
+        raise HcclUsageError(
+            f"HcclChannelAcquire: engine {CommEngine(engine).name}: hccl_py's Hcomm runs on "
+            "AIV cores (COMM_ENGINE_AIV)"
+        )
+    if channelNum != len(channelDescs):
+        raise HcclUsageError(
+            f"HcclChannelAcquire: channelNum {channelNum} but {len(channelDescs)} descriptors"
+        )
+    mine = channels_of(ctx)
+    handles = []
+    for desc in channelDescs:
+        r = desc.remoteRank
+        if not isinstance(r, int) or not 0 <= r < group.size or group.ranks[r] == me:
+            raise HcclUsageError(
+                f"HcclChannelAcquire: remoteRank {r!r} is not another rank of communicator "
+                f"{group.name} (size {group.size}, this rank is {group.ranks.index(me)})"
+            )
+        handle = HANDLE_TAG | (me + 1) << 32 | len(mine)
+        mine[handle] = Channel(handle, me, group.ranks[r], group, CommProtocol(desc.protocol))
+        handles.append(handle)
+    return handles
+
+
+def _buffer(ctx: RankContext, group: Group, rank: int) -> tuple[GmAddr, int]:
+    alloc = ctx.server.window(group.name, rank, "In")
+    return GmAddr(alloc, 0), alloc.nbytes
+
+
+def HcclGetHcclBuffer(comm: Group | None = None) -> tuple[GmAddr, int]:  # noqa: N802
+    """``HcclGetHcclBuffer``: this rank's HCCL buffer (its In window) and its size."""
+    ctx = current_rank_context()
+    return _buffer(ctx, _comm(comm, "HcclGetHcclBuffer"), ctx.rank)
+
+
+def HcclChannelGetHcclBuffer(comm: Group | None, channel: int) -> tuple[GmAddr, int]:  # noqa: N802
+    """``HcclChannelGetHcclBuffer``: the HCCL buffer of ``channel``'s peer and its size."""
+    ctx = current_rank_context()
+    found = channels_of(ctx).get(channel)
+    if found is None:
+        raise HcclUsageError(
+            f"HcclChannelGetHcclBuffer: rank {ctx.rank} acquired no channel {channel!r}"
+        )
+    return _buffer(ctx, found.group, found.peer)

@@ -1,0 +1,248 @@
+"""``AscendC::Hcomm``: one-sided writes and reads over channels to peers (Ascend 950's URMA).
+
+In Python: ``hcomm = hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]()``, ``hcomm.Init(ub, 512)``,
+``hcomm.WriteNbi(channel, dst, src, len)`` (``WriteNbi[False]`` posts without the
+doorbell), ``ReadNbi``, ``WriteWithNotifyNbi``, ``Commit(channel)``, ``Drain(channel)``.
+Every call returns ``HCOMM_SUCCESS`` (0) or ``HCOMM_FAILED`` (-1), as
+``impl/adv_api/detail/hcomm/impl/platform_v310/hcomm_aiv_urma.h`` does.
+
+What the official implementation does, and this one with it: a request is
+written to the channel's send queue; with ``commit`` (the default) the doorbell
+rings for every request posted so far, else ``Commit`` rings it. The remote
+address must lie in a buffer registered for the channel (``HcommFindBufferIdx``:
+the peer's HCCL buffer), else -1. ``URMA_DEFAULT_CFG`` (strongly ordered, fence:
+each request waits for the earlier ones) makes one channel's writes land in the
+order they were posted. ``Drain`` polls the completion queue until every request
+posted on the channel completed (all cores', as it reads the channel's count).
+When the copies land is the server's business (see docs/hcomm.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
+from ..core.errors import HcclBoundsError, InvalidCall
+from ..core.gm import GmAddr, what_is
+from ..core.template import checked, template
+from ..kernel.context import current_rank_context
+from ..server.remote_writes import Copies, Immediate
+from ..server.windows import WindowAllocation
+from .channels import Channel, channels_of, owner_of
+from .failures import breach
+
+_UBC_CTP = CommProtocol.COMM_PROTOCOL_UBC_CTP
+
+
+class Hcomm:
+    """``AscendC::Hcomm<commProtocol>`` (``Hcomm[protocol]()``; the default is COMM_PROTOCOL_UBC_CTP)."""
+
+    def __class_getitem__(cls, commProtocol: CommProtocol) -> functools.partial:
+        return functools.partial(cls, commProtocol)
+
+    def __init__(self, commProtocol: CommProtocol = _UBC_CTP) -> None:
+        self.commProtocol = commProtocol
+        self._ready = False
+
+    def _signature_misfit(self, reason: str, op: str) -> int:
+        return breach("signature", reason, HCOMM_FAILED, op=op)
+
+    @checked
+    def Init(self, buff: Any, len: int) -> int:  # noqa: A002, N802
+        """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``."""
+        if not isinstance(buff, torch.Tensor):
+            return self._fail(
+                "bad-argument", "Init", f"buff must be a UB tensor, not {what_is(buff)}"
+            )
+        size = buff.numel() * buff.element_size()
+        if not isinstance(len, int) or not HCOMM_URMA_TMP_BUF_SIZE <= len <= size:
+            return self._fail(
+                "bad-argument",
+                "Init",
+                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE "
+                f"({HCOMM_URMA_TMP_BUF_SIZE}) and at most the buffer's {size} bytes",
+            )
+        self._ready = True
+        return HCOMM_SUCCESS
+
+    @template("commit")
+    def WriteNbi(
+        self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True
+    ) -> int:  # noqa: A002, N802
+        """WriteNbi[commit](channel, dst, src, len): ``len`` bytes from this rank to the peer."""
+        return self._post("WriteNbi", channel, dst, src, len, commit)
+
+    @template("commit")
+    def ReadNbi(self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True) -> int:  # noqa: A002, N802
+        """ReadNbi[commit](channel, dst, src, len): ``len`` bytes from the peer into this rank."""
+        return self._post("ReadNbi", channel, dst, src, len, commit)
+
+    @template("commit")
+    def WriteWithNotifyNbi(  # noqa: N802
+        self,
+        channel: int,
+        dst: GmAddr,
+        src: GmAddr,
+        len: int,  # noqa: A002
+        notifyAddr: GmAddr,  # noqa: N803
+        notifyVal: int,  # noqa: N803
+        commit: bool = True,
+    ) -> int:
+        """WriteWithNotifyNbi[commit]: a write, then the uint64 ``notifyVal`` at ``notifyAddr``."""
+        return self._post(
+            "WriteWithNotifyNbi", channel, dst, src, len, commit, (notifyAddr, notifyVal)
+        )
+
+    @checked
+    def Commit(self, channel: int) -> int:  # noqa: N802
+        """Commit(channel): ring the doorbell for the requests posted with ``commit=False``."""
+        found = self._channel("Commit", channel)
+        if found is None:
+            return HCOMM_FAILED
+        self._ring(found)
+        return HCOMM_SUCCESS
+
+    @checked
+    def Drain(self, channel: int) -> int:  # noqa: N802
+        """Drain(channel): block until every request posted on ``channel`` completed."""
+        found = self._channel("Drain", channel)
+        if found is None:
+            return HCOMM_FAILED
+        ctx = current_rank_context()
+        if found.uncommitted:
+            ctx.blocker.wait_for(
+                lambda: not found.uncommitted,
+                lambda: (
+                    f"rank {ctx.rank} Drain(channel {channel:#x}) waits for "
+                    f"{len(found.uncommitted)} requests posted with commit=False that no Commit "
+                    "(or later WriteNbi[True]) on that channel submitted: they never complete"
+                ),
+            )
+        ctx.server.drain_channel(found.key)
+        return HCOMM_SUCCESS
+
+    # ------------------------------------------------------------------ internals
+    def _fail(self, rule_id: str, call: str, why: str, **facts: Any) -> int:
+        ctx = current_rank_context()
+        return breach(
+            rule_id, f"rank {ctx.rank} Hcomm.{call}: {why}", HCOMM_FAILED, op=call, **facts
+        )
+
+    def _channel(self, call: str, channel: Any) -> Channel | None:
+        """The calling rank's channel ``channel``, or None after reporting why it is not usable."""
+        if self.commProtocol != _UBC_CTP:
+            self._fail(
+                "unsupported",
+                call,
+                f"Hcomm<{CommProtocol(self.commProtocol).name}> is not emulated (only "
+                "COMM_PROTOCOL_UBC_CTP); the official base implementation returns -1",
+            )
+            return None
+        if not self._ready:
+            self._fail("not-initialised", call, "Hcomm.Init(buff, len) has not succeeded")
+            return None
+        ctx = current_rank_context()
+        found = channels_of(ctx).get(channel) if isinstance(channel, int) else None
+        if found is None:
+            owner = owner_of(channel)
+            whose = (
+                f"a channel of rank {owner}"
+                if owner is not None and owner != ctx.rank
+                else "no channel that HcclChannelAcquire returned to this rank"
+            )
+            shown = f"{channel:#x}" if isinstance(channel, int) else what_is(channel)
+            why = f"rank {ctx.rank} Hcomm.{call}: channel {shown} is {whose}"
+            breach("unknown-channel", why, HCOMM_FAILED, op=call, actual=channel)
+        return found
+
+    def _post(
+        self, call: str, channel: Any, dst: Any, src: Any, nbytes: Any, commit: bool,
+        notify: tuple[Any, Any] | None = None,
+    ) -> int:  # fmt: skip
+        found = self._channel(call, channel)
+        if found is None:
+            return HCOMM_FAILED
+        try:
+            copies = self._copies(call, found, dst, src, nbytes, notify)
+        except InvalidCall as bad:
+            return self._fail(bad.rule, call, f"channel {channel:#x}: {bad.reason}", **bad.facts)
+        found.uncommitted.extend(copies)
+        if commit:
+            self._ring(found)
+        return HCOMM_SUCCESS
+
+    def _ring(self, found: Channel) -> None:
+        """The doorbell: every request posted so far on ``found`` goes to the server."""
+        copies, found.uncommitted = found.uncommitted, []
+        if copies:
+            current_rank_context().server.post_writes(found.key, copies)
+
+    def _copies(
+        self, call: str, found: Channel, dst: Any, src: Any, nbytes: Any,
+        notify: tuple[Any, Any] | None,
+    ) -> Copies:  # fmt: skip
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise InvalidCall("bad-argument", f"len must be a non-negative int, not {nbytes!r}")
+        reads = call == "ReadNbi"
+        remote, local = (src, dst) if reads else (dst, src)
+        remote_name, local_name = ("src", "dst") if reads else ("dst", "src")
+        _remote(found, remote, nbytes, remote_name)
+        _local(found, local, nbytes, local_name)
+        copies: Copies = [(src, dst, nbytes)]
+        if notify is not None:
+            addr, value = notify
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+                raise InvalidCall("bad-argument", f"notifyVal must be a uint64, not {value!r}")
+            _remote(found, addr, 8, "notifyAddr")
+            copies.append((Immediate(value), addr, 8))
+        return copies
+
+
+def _address(addr: Any, what: str) -> GmAddr:
+    if addr is None or (isinstance(addr, GmAddr) and addr.is_null):
+        raise InvalidCall("bad-argument", f"{what} is a null address")
+    if not isinstance(addr, GmAddr):
+        raise InvalidCall("bad-argument", f"{what} must be a GM address, not {what_is(addr)}")
+    return addr
+
+
+def _remote(found: Channel, addr: Any, nbytes: int, what: str) -> None:
+    """``addr`` must lie in the channel peer's HCCL buffer (HcommFindBufferIdx)."""
+    addr = _address(addr, what)
+    alloc = addr.alloc
+    peer = found.peer
+    if not isinstance(alloc, WindowAllocation) or alloc.rank != peer:
+        raise InvalidCall(
+            "foreign-memory",
+            f"{what} {addr!r} is not in the HCCL buffer of the channel's peer, rank {peer} "
+            "(HcclChannelGetHcclBuffer); the official HcommFindBufferIdx fails and the call "
+            "returns -1",
+            expected=peer,
+            actual=alloc.rank,
+        )
+    if addr.offset < 0 or addr.offset + nbytes > alloc.nbytes:
+        raise InvalidCall(
+            "foreign-memory",
+            f"{what}: bytes [{addr.offset}, {addr.offset + nbytes}) fall outside rank {peer}'s "
+            f"HCCL buffer {alloc.name} of {alloc.nbytes} bytes (HcommFindBufferIdx fails)",
+        )
+
+
+def _local(found: Channel, addr: Any, nbytes: int, what: str) -> None:
+    """``addr`` must be this rank's memory, ``nbytes`` of it."""
+    addr = _address(addr, what)
+    if addr.rank != found.owner:
+        raise InvalidCall(
+            "foreign-memory",
+            f"{what} {addr!r} points into rank {addr.rank}'s memory; it must be this rank's "
+            f"(rank {found.owner})",
+            expected=found.owner,
+            actual=addr.rank,
+        )
+    try:
+        addr.check_range(nbytes, what)
+    except HcclBoundsError as exc:
+        raise InvalidCall("bounds", exc.reason) from None

@@ -1,0 +1,252 @@
+"""Hcomm (``hp.Hcomm``, the host channels): landing, Drain, order, poison, bad arguments, gloo.
+
+Every kernel runs on two or three ranks; each rank sends to the next one over the
+channel that ``HcclChannelAcquire`` returned, into the peer's HCCL buffer that
+``HcclChannelGetHcclBuffer`` returned, and the results are compared with numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+
+N = 256  # data bytes: more than a flag (64 bytes), so the race check treats them as data
+DATA = 512  # offset of the data in the peer's buffer
+SCHEDULES = [{"schedule": "eager"}, {"schedule": "late"}, {"seed": 1}, {"seed": 2}, {"seed": 7}]
+
+
+def channels() -> tuple[dict[int, int], dict[int, hp.GmAddr]]:
+    """The host side: a channel to every peer and every rank's HCCL buffer, by rank."""
+    me, n = hp.get_rank(), hp.get_world_size()
+    descs = [hp.HcclChannelDesc(r) for r in range(n) if r != me]
+    handles = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, descs, len(descs))
+    handle = {d.remoteRank: h for d, h in zip(descs, handles, strict=True)}
+    buffers = {r: hp.HcclChannelGetHcclBuffer(None, h)[0] for r, h in handle.items()}
+    buffers[me] = hp.HcclGetHcclBuffer()[0]
+    return handle, buffers
+
+
+def new_hcomm() -> hp.Hcomm:
+    hcomm = hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]()
+    assert hcomm.Init(torch.zeros(512, dtype=torch.uint8), 512) == hp.HCOMM_SUCCESS
+    return hcomm
+
+
+def source(rank: int) -> np.ndarray:
+    return ((np.arange(N) * 7 + rank * 31) % 251).astype(np.uint8)
+
+
+def flag(addr: hp.GmAddr) -> torch.Tensor:
+    return hp.gm_tensor(addr, torch.int32, 1)
+
+
+def ring_kernel(handle, buffers, src, one, out, mode: str) -> None:  # noqa: ANN001
+    """Send ``src`` to the next rank, then announce it; read what the previous rank sent.
+
+    ``mode``: "drain" (WriteNbi, Drain, flag by the core), "no-drain" (the Drain
+    dropped), "channel-flag" (WriteNbi of the flag on the same channel, no Drain),
+    "notify" (WriteWithNotifyNbi), "uncommitted" (WriteNbi[False], Commit, Drain).
+    """
+    me, n = hp.get_rank(), hp.get_world_size()
+    peer = (me + 1) % n
+    hcomm, ch = new_hcomm(), handle[peer]
+    dst, notify = buffers[peer] + DATA, buffers[peer]
+    if mode == "notify":
+        assert hcomm.WriteWithNotifyNbi(ch, dst, src, N, notify, 1) == hp.HCOMM_SUCCESS
+    elif mode == "uncommitted":
+        assert hcomm.WriteNbi[False](ch, dst, src, N) == hp.HCOMM_SUCCESS
+        assert hcomm.Commit(ch) == hp.HCOMM_SUCCESS
+        assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+        flag(notify)[0] = 1
+    else:
+        assert hcomm.WriteNbi(ch, dst, src, N) == hp.HCOMM_SUCCESS
+        if mode == "drain":
+            assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+        if mode == "channel-flag":
+            assert hcomm.WriteNbi(ch, notify, one, 4) == hp.HCOMM_SUCCESS
+        else:
+            flag(notify)[0] = 1
+    own = buffers[me]
+    while int(flag(own)[0]) != 1:
+        pass
+    hp.gm_tensor(out, torch.uint8, N)[:] = hp.gm_tensor(own + DATA, torch.uint8, N)
+    flag(own)[0] = 0
+
+
+def ring(mode: str) -> list[int]:
+    handle, buffers = channels()
+    src = torch.from_numpy(source(hp.get_rank()))
+    out = torch.zeros(N, dtype=torch.uint8)
+    one = torch.ones(2, dtype=torch.int32)
+    hp.launch(ring_kernel, handle, buffers, src, one, out, mode, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+def expected(n: int) -> list[list[int]]:
+    return [source((r - 1) % n).tolist() for r in range(n)]
+
+
+@pytest.mark.parametrize("mode", ["drain", "channel-flag", "notify", "uncommitted"])
+@pytest.mark.parametrize("kw", SCHEDULES, ids=str)
+def test_ordered_writes_arrive_on_every_schedule(mode: str, kw: dict[str, Any]) -> None:
+    """Drain, one channel's later write (URMA_DEFAULT_CFG orders them) or the notify of
+    WriteWithNotifyNbi orders the data before the flag: no race, the data arrived."""
+    got = hp.run(ring, world_size=3, platform="A3", poison=True, args=(mode,), **kw)
+    assert got == expected(3)
+
+
+@pytest.mark.parametrize("kw", SCHEDULES, ids=str)
+def test_a_dropped_drain_is_a_race_naming_the_write(kw: dict[str, Any]) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(ring, world_size=2, platform="A3", poison=True, args=("no-drain",), **kw)
+    text = str(info.value)
+    assert "HcclRaceError" in text and "test_hcomm.py" in text
+    assert "ring_kernel" in text  # the write's line and the read's line
+
+
+def test_late_writes_land_only_at_drain() -> None:
+    """Under the late schedule a posted write has not landed before its Drain."""
+
+    def kernel(handle, buffers, src, seen) -> None:  # noqa: ANN001
+        me = hp.get_rank()
+        if me == 0:
+            hcomm = new_hcomm()
+            dst = buffers[1] + DATA
+            assert hcomm.WriteNbi(handle[1], dst, src, N) == hp.HCOMM_SUCCESS
+            seen[0] = int(hp.gm_tensor(src, torch.uint8, 1)[0])
+            hp.gm_tensor(src, torch.uint8, N).fill_(9)  # the source is read when it lands
+            assert hcomm.Drain(handle[1]) == hp.HCOMM_SUCCESS
+
+    def main() -> list[int]:
+        handle, buffers = channels()
+        src = torch.from_numpy(source(hp.get_rank()))
+        seen = [0]
+        hp.launch(kernel, handle, buffers, src, seen, block_dim=1, kernel_type="aiv")
+        hp.barrier()
+        return hp.gm_tensor(buffers[hp.get_rank()] + DATA, torch.uint8, 4).tolist()
+
+    late = hp.run(main, world_size=2, platform="A3", schedule="late")
+    eager = hp.run(main, world_size=2, platform="A3", schedule="eager")
+    assert late[1] == [9] * 4  # landed at Drain: after the source changed
+    assert eager[1] == source(0)[:4].tolist()  # landed at the call
+
+
+def read_kernel(handle, buffers, out, drain: bool) -> None:  # noqa: ANN001
+    me = hp.get_rank()
+    if me == 0:
+        hcomm = new_hcomm()
+        assert hcomm.ReadNbi(handle[1], out, buffers[1] + DATA, N) == hp.HCOMM_SUCCESS
+        if drain:
+            assert hcomm.Drain(handle[1]) == hp.HCOMM_SUCCESS
+
+
+def read(drain: bool) -> list[int]:
+    handle, buffers = channels()
+    me = hp.get_rank()
+    hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)[:] = torch.from_numpy(source(me))
+    hp.barrier()
+    out = torch.zeros(N, dtype=torch.uint8)
+    hp.launch(read_kernel, handle, buffers, out, drain, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("schedule", ["eager", "late"])
+def test_read_nbi_poisons_its_destination_until_drain(schedule: str) -> None:
+    got = hp.run(read, world_size=2, platform="A3", poison=True, schedule=schedule, args=(False,))
+    want = source(1).tolist() if schedule == "eager" else [0xFF] * N
+    assert got[0] == want
+    got = hp.run(read, world_size=2, platform="A3", poison=True, schedule=schedule, args=(True,))
+    assert got[0] == source(1).tolist()
+
+
+def uncommitted_drain() -> None:
+    def kernel(handle, buffers, src) -> None:  # noqa: ANN001
+        hcomm = new_hcomm()
+        peer = 1 - hp.get_rank()
+        hcomm.WriteNbi[False](handle[peer], buffers[peer] + DATA, src, N)
+        hcomm.Drain(handle[peer])
+
+    handle, buffers = channels()
+    src = torch.from_numpy(source(0))
+    hp.launch(kernel, handle, buffers, src, block_dim=1, kernel_type="aiv")
+
+
+def test_a_drain_of_uncommitted_writes_is_a_deadlock() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(uncommitted_drain, world_size=2, platform="A3")
+    text = str(info.value)
+    assert "HcclDeadlockError" in text
+    assert "commit=False" in text and "Drain(channel 0x" in text
+
+
+# ---------------------------------------------------------------- bad arguments
+def bad_call(case: str) -> list[Any]:
+    """One misuse on rank 0 (``strict=False``: the call's return and last words)."""
+    handle, buffers = channels()
+    result: list[Any] = []
+
+    def kernel(src) -> None:  # noqa: ANN001
+        if hp.get_rank() != 0:
+            return
+        hcomm = hp.Hcomm()
+        if case == "init":
+            result.append(hcomm.Init(torch.zeros(64, dtype=torch.uint8), 64))
+            return
+        hcomm.Init(torch.zeros(512, dtype=torch.uint8), 512)
+        ch, dst = handle[1], buffers[1] + DATA
+        calls = {
+            "unknown-channel": lambda: hcomm.WriteNbi(12345, dst, src, N),
+            "other-rank-channel": lambda: hcomm.Drain(other[0]),
+            "null-dst": lambda: hcomm.WriteNbi(ch, hp.NULL, src, N),
+            "not-peer": lambda: hcomm.WriteNbi(ch, buffers[0] + DATA, src, N),
+            "past-buffer": lambda: hcomm.WriteNbi(ch, dst, src, 1 << 40),
+            "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
+            "signature": lambda: hcomm.WriteNbi(ch, dst),
+        }
+        result.append(calls[case]())
+
+    other = [0]
+    if hp.get_rank() == 0:
+        other[0] = (0x4843 << 48) | (2 << 32)  # a handle of rank 1
+    src = torch.from_numpy(source(0))
+    hp.launch(kernel, src, block_dim=1, kernel_type="aiv")
+    return result
+
+
+BAD = {
+    "init": (hp.HcclUsageError, "at least HCOMM_URMA_TMP_BUF_SIZE"),
+    "unknown-channel": (hp.HcclUsageError, "rank 0 Hcomm.WriteNbi: channel 0x3039 is no channel"),
+    "other-rank-channel": (
+        hp.HcclUsageError,
+        "Hcomm.Drain: channel 0x4843000200000000 is a channel of rank 1",
+    ),
+    "null-dst": (hp.HcclUsageError, "dst is a null address"),
+    "not-peer": (hp.HcclUsageError, "not in the HCCL buffer of the channel's peer, rank 1"),
+    "past-buffer": (hp.HcclUsageError, "fall outside rank 1's HCCL buffer"),
+    "local-src-bounds": (hp.HcclBoundsError, "src: bytes [0, 257)"),
+    "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_arguments_are_named(case: str) -> None:
+    error, words = BAD[case]
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(bad_call, world_size=2, platform="A3", args=(case,))
+    assert error.__name__ in str(info.value) and words in str(info.value)
+    if error is hp.HcclUsageError:  # a lenient run returns the official -1
+        assert hp.run(bad_call, world_size=2, platform="A3", strict=False, args=(case,))[0] == [
+            hp.HCOMM_FAILED
+        ]
+
+
+# ---------------------------------------------------------------- gloo
+@pytest.mark.parametrize("mode", ["drain", "notify"])
+def test_gloo_runs_an_hcomm_kernel(mode: str) -> None:
+    got = hp.run(ring, world_size=2, backend="gloo", platform="A3", timeout=60, args=(mode,))
+    assert got == expected(2)
