@@ -114,7 +114,6 @@ class ScopeType(enum.IntEnum):
     BLOCK = 2
 
 
-@dataclass(frozen=True)
 class CommProtocol(enum.IntEnum):
     """AscendC ``CommProtocol`` (include/adv_api/hcomm/hcomm_common.h): an Hcomm channel's protocol."""
 
@@ -149,6 +148,7 @@ HCOMM_FAILED = -1
 HCOMM_URMA_TMP_BUF_SIZE = 512
 
 
+@dataclass(frozen=True)
 class HcclServerConfig:
     """Which core sends the messages: ``{CoreType type, int64 blockId}``.
 
