@@ -245,6 +245,32 @@ def test_bad_arguments_are_named(case: str) -> None:
         ]
 
 
+HOST_BAD = {
+    "engine": (lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_CCU, d, 1), "COMM_ENGINE_CCU"),
+    "engine-int": (lambda d: hp.HcclChannelAcquire(None, 99, d, 1), "engine 99"),
+    "descs": (lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [1], 1), "list of hp."),
+    "count": (lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, d, 2), "channelNum 2"),
+    "self": (
+        lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(0)], 1),
+        "remoteRank 0 is not another rank",
+    ),
+    "buffer": (lambda d: hp.HcclChannelGetHcclBuffer(None, 7), "acquired no channel 7"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOST_BAD))
+def test_host_side_misuse_is_named(case: str) -> None:
+    call, words = HOST_BAD[case]
+
+    def host() -> None:
+        if hp.get_rank() == 0:
+            call([hp.HcclChannelDesc(1)])
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(host, world_size=2, platform="A3")
+    assert "HcclUsageError" in str(info.value) and words in str(info.value)
+
+
 # ---------------------------------------------------------------- gloo
 @pytest.mark.parametrize("mode", ["drain", "notify"])
 def test_gloo_runs_an_hcomm_kernel(mode: str) -> None:

@@ -90,14 +90,22 @@ def HcclChannelAcquire(  # noqa: N802
     me = ctx.rank
     if me not in group.ranks:
         raise HcclUsageError(f"HcclChannelAcquire: rank {me} is not in communicator {group.name}")
-    if CommEngine(engine) != CommEngine.COMM_ENGINE_AIV:
+    if engine not in CommEngine._value2member_map_ or engine != CommEngine.COMM_ENGINE_AIV:
+        shown = CommEngine(engine).name if engine in CommEngine._value2member_map_ else repr(engine)
         raise HcclUsageError(
-            f"HcclChannelAcquire: engine {CommEngine(engine).name}: hccl_py's Hcomm runs on "
-            "AIV cores (COMM_ENGINE_AIV)"
+            f"HcclChannelAcquire: engine {shown}: hccl_py's Hcomm runs on AIV cores "
+            "(COMM_ENGINE_AIV)"
+        )
+    if not isinstance(channelDescs, (list, tuple)) or not all(
+        isinstance(d, HcclChannelDesc) for d in channelDescs
+    ):
+        raise HcclUsageError(
+            "HcclChannelAcquire: channelDescs must be a list of hp.HcclChannelDesc, not "
+            f"{what_is(channelDescs)}"
         )
     if channelNum != len(channelDescs):
         raise HcclUsageError(
-            f"HcclChannelAcquire: channelNum {channelNum} but {len(channelDescs)} descriptors"
+            f"HcclChannelAcquire: channelNum {channelNum!r} but {len(channelDescs)} descriptors"
         )
     mine = channels_of(ctx)
     handles = []
