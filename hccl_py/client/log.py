@@ -11,6 +11,7 @@ import enum
 import functools
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -38,8 +39,14 @@ def _where() -> str:
     return f"{who} {core.kind.name} core {core.block_idx}" if core is not None else who
 
 
+#: `` at 0x7f...`` in a default repr (``<Tiling object at 0x7f...>``): an address, not the same
+#: in two runs.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _show(arg: Any) -> str:
-    return arg.name if isinstance(arg, enum.Enum) else repr(arg)
+    """An argument as the log and the trace show it: the same text in every run (no address)."""
+    return arg.name if isinstance(arg, enum.Enum) else _ADDRESS.sub("", repr(arg))
 
 
 def _head(name: str, args: tuple) -> str:
