@@ -25,10 +25,16 @@ _PACKAGE_FILES: dict[str, bool] = {}
 
 
 def _in_package(frame: object) -> bool:
+    """Whether ``frame`` runs hccl_py's code: a file under the package folder, or a module of
+    the package that lives elsewhere (the emulator's ``emu/`` folder of a source checkout,
+    installed as ``hccl_py.backends.emu``), so that a report names the same line whichever
+    way hccl_py was installed."""
     filename = frame.f_code.co_filename
     known = _PACKAGE_FILES.get(filename)
     if known is None:
-        known = _PACKAGE_FILES[filename] = os.path.abspath(filename).startswith(PACKAGE_DIR)
+        name = frame.f_globals.get("__name__") or ""
+        known = os.path.abspath(filename).startswith(PACKAGE_DIR) or name.startswith("hccl_py.")
+        _PACKAGE_FILES[filename] = known
     return known
 
 
