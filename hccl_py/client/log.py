@@ -11,11 +11,11 @@ import enum
 import functools
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
 from ..core.current import serial
+from ..core.report import plain_repr
 from ..core.template import misfit_or_raise
 from ..kernel.context import current_core_context, current_rank_context
 from ..trace.hooks import recorder, traced_call
@@ -39,14 +39,9 @@ def _where() -> str:
     return f"{who} {core.kind.name} core {core.block_idx}" if core is not None else who
 
 
-#: `` at 0x7f...`` in a default repr (``<Tiling object at 0x7f...>``): an address, not the same
-#: in two runs.
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
 def _show(arg: Any) -> str:
     """An argument as the log and the trace show it: the same text in every run (no address)."""
-    return arg.name if isinstance(arg, enum.Enum) else _ADDRESS.sub("", repr(arg))
+    return arg.name if isinstance(arg, enum.Enum) else plain_repr(arg)
 
 
 def _head(name: str, args: tuple) -> str:

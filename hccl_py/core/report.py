@@ -10,6 +10,7 @@ names its kind.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -44,6 +45,16 @@ def _user_stacklevel() -> int:
     while frame is not None and _in_package(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+#: `` at 0x7f...`` in a default repr (``<Tiling object at 0x7f...>``): an address, which no two
+#: runs share.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def plain_repr(value: object) -> str:
+    """``repr(value)`` without the addresses of default reprs: the same text in every run."""
+    return _ADDRESS.sub("", repr(value))
 
 
 def user_frame() -> str:
