@@ -18,6 +18,7 @@ import torch
 
 from .core.config import Config
 from .core.errors import HcclError, WorldError
+from .core.report import plain_repr
 from .kernel.outcome import RankOutcome
 
 
@@ -56,7 +57,7 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
             return f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
         found = (first_difference(a[k], b[k], f"{where}[{k!r}]") for k in a)
         return next((d for d in found if d is not None), None)
-    return None if a == b else f"{where}: {a!r} vs {b!r}"
+    return None if a == b else f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
 
 
 def _value(outcome: Any) -> Any:

@@ -12,6 +12,7 @@ Finalize) get no report; what the check cannot see is a warning.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -430,6 +431,29 @@ def test_a_numpy_view_of_pending_bytes_is_a_warning_not_an_error_under_poison() 
         assert warning.kind == "buffer-race"
         assert (warning.handle, warning.op, warning.round) == (0, "AllGather", 0)
         assert f"numpy view taken at {at('numpy-view', 'kernel', HERE)}" in str(warning)
+
+
+def test_a_warning_of_the_emulator_points_at_the_kernel_line() -> None:
+    """Python's warning names the user's line, not the emulator's (whose folder, ``emu/`` in a
+    checkout, lies outside ``hccl_py/``): the same text in a checkout and an installed wheel."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        hp.gm_tensor(yGM, torch.float32, 2 * N).numpy()  # numpy-view-line
+        h.Wait(handle)
+        h.Finalize()
+
+    def main() -> None:
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        hp.launch(kernel, x, torch.zeros(2 * N), make_tiling())
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hp.run(main, world_size=2, platform="A3", timeout=TIMEOUT, poison=True)
+    shown = [(Path(w.filename), w.lineno) for w in caught if "[buffer-race]" in str(w.message)]
+    line = at("numpy-view-line", "kernel", HERE).split(":")[1].split(" ")[0]
+    assert shown == [(HERE, int(line))] * 2, shown
 
 
 def _two_domains(synced: bool) -> Kernel:

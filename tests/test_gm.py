@@ -13,6 +13,7 @@ from cases import RUN_TIMEOUT
 import hccl_py as hp
 from hccl_py import GmAddr, HcclDataType
 from hccl_py.core.gm import to_gm
+from hccl_py.explore import first_difference
 
 FLOATS = 16  # the test allocation: 16 float32 = 64 bytes
 
@@ -120,6 +121,21 @@ def test_gm_tensor_refuses_counts_that_are_not_ints(addr: GmAddr, count: Any) ->
 def test_gm_tensor_needs_a_gm_address(where: Any) -> None:
     with pytest.raises(hp.HcclUsageError, match="gm_tensor: addr must be a GM address"):
         hp.gm_tensor(where, torch.float32, 1)
+
+
+class _T:
+    """An object with Python's default repr, ``<test_gm._T object at 0x7f...>``."""
+
+
+def test_reports_name_no_address() -> None:
+    """A default repr holds an address that no two runs share: the reports leave it out."""
+    with pytest.raises(hp.HcclUsageError) as info:
+        hp.gm_tensor(_T(), torch.float32, 1)
+    assert str(info.value).endswith("not a test_gm._T (<test_gm._T object>)"), info.value
+    assert first_difference([_T()], [0], "r") == "r[0]: _T vs int"
+    assert first_difference({"k": _T()}, {"k": _T()}, "r") == (
+        "r['k']: <test_gm._T object> vs <test_gm._T object>"
+    )
 
 
 @pytest.mark.parametrize(

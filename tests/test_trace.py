@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -110,6 +111,19 @@ def test_trace_records_every_call_round_and_flow(tmp_path: Path, backend: str, r
     result = hp.run(main, world_size=ranks, backend=backend, trace=path)
     _check_timeline(_events(path), ranks)
     assert set(result.traces) == set(range(ranks))
+
+
+def test_call_texts_name_no_address(tmp_path: Path) -> None:
+    """A tiling object's default repr holds its address, which no two runs share: the trace
+    (and the debug log) show it without (the same program gives the same trace texts)."""
+    path = tmp_path / "trace.json"
+    hp.run(main, world_size=2, trace=path)
+    inits = [e["args"]["call"] for e in _events(path) if e.get("name") == "InitV2"]
+    assert len(inits) == 2
+    for call in inits:
+        assert call.startswith("InitV2(HcclContext(0, hccl_world_group), <"), call
+        assert " at 0x" not in call, call
+        assert call.endswith(".Tiling object>)"), call
 
 
 def _every_core(tail_stride: int = ELEMS) -> None:
@@ -325,6 +339,28 @@ def test_cli_run_trace_summary_and_layout(tmp_path: Path) -> None:
     assert out.returncode == 1  # the sample's check fails on purpose
     assert "[768, 856) written more than once" in out.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_two_processes_give_the_same_timeline_but_its_times(tmp_path: Path) -> None:
+    """The default schedule is fixed: a run in another process (another hash seed, other
+    addresses, the other kind of runner, another torch thread count) records the same
+    events in the same order, with the same texts; only the times differ."""
+    sample = str(ROOT / "samples" / "debug_stride_mistake.py")
+    runs = []
+    for i, (seed, runners, threads) in enumerate((("0", "threads", 1), ("4321", "greenlets", 3))):
+        trace = tmp_path / f"t{i}.json"
+        code = (
+            f"import runpy, sys, torch; torch.set_num_threads({threads}); sys.argv = sys.argv[1:]; "
+        )
+        code += "runpy.run_module('hccl_py', run_name='__main__', alter_sys=True)"
+        env = {**os.environ, "PYTHONHASHSEED": seed, "HCCL_PY_EMU_RUNNERS": runners}
+        out = subprocess.run([sys.executable, "-c", code, "hccl_py", "run", "-n", "2", "--trace",
+                              str(trace), sample, "--fixed"], capture_output=True, text=True,
+                             timeout=300, env=env)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        events = [{k: v for k, v in e.items() if k not in ("ts", "dur")} for e in _events(trace)]
+        runs.append((out.stdout, events))
+    assert runs[0][1] and runs[0] == runs[1]
 
 
 def test_cli_layout_draws_send_strips() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.current import serial
+from ..core.report import plain_repr
 from ..core.template import misfit_or_raise
 from ..kernel.context import current_core_context, current_rank_context
 from ..trace.hooks import recorder, traced_call
@@ -39,7 +40,8 @@ def _where() -> str:
 
 
 def _show(arg: Any) -> str:
-    return arg.name if isinstance(arg, enum.Enum) else repr(arg)
+    """An argument as the log and the trace show it: the same text in every run (no address)."""
+    return arg.name if isinstance(arg, enum.Enum) else plain_repr(arg)
 
 
 def _head(name: str, args: tuple) -> str:

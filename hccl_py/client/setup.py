@@ -8,6 +8,7 @@ from typing import Any
 from ..core.constants import HcclCMDType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
+from ..core.report import plain_repr
 from ..kernel.cores import HcclContext
 from ..ops import op_name
 from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, cc_group_name, read_cc_tiling, tiling_bytes
@@ -49,7 +50,7 @@ class Setup:
         if not isinstance(context, HcclContext):
             breach(
                 "bad-context",
-                f"{mode}: context must come from GetHcclContext(0 or 1), got {context!r}",
+                f"{mode}: context must come from GetHcclContext(0 or 1), got {plain_repr(context)}",
                 None,
             )
             return

@@ -21,6 +21,7 @@ import torch
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
 from .current import serialized
 from .errors import HcclBoundsError, HcclUsageError
+from .report import plain_repr
 
 _alloc_ids = itertools.count()
 
@@ -347,7 +348,7 @@ def what_is(value: Any) -> str:
     article = "an" if kind[:1] in "aeiou" else "a"
     if shape is not None:
         return f"{article} {kind} of shape {tuple(shape)} and dtype {dtype}"
-    return f"{article} {kind} ({value!r:.40})"
+    return f"{article} {kind} ({plain_repr(value):.40})"
 
 
 def as_elements(raw: torch.Tensor, data_type: int) -> torch.Tensor:

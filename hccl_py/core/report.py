@@ -10,6 +10,7 @@ names its kind.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -25,10 +26,16 @@ _PACKAGE_FILES: dict[str, bool] = {}
 
 
 def _in_package(frame: object) -> bool:
+    """Whether ``frame`` runs hccl_py's code: a file under the package folder, or a module of
+    the package that lives elsewhere (the emulator's ``emu/`` folder of a source checkout,
+    installed as ``hccl_py.backends.emu``), so that a report names the same line whichever
+    way hccl_py was installed."""
     filename = frame.f_code.co_filename
     known = _PACKAGE_FILES.get(filename)
     if known is None:
-        known = _PACKAGE_FILES[filename] = os.path.abspath(filename).startswith(PACKAGE_DIR)
+        name = frame.f_globals.get("__name__") or ""
+        known = os.path.abspath(filename).startswith(PACKAGE_DIR) or name.startswith("hccl_py.")
+        _PACKAGE_FILES[filename] = known
     return known
 
 
@@ -38,6 +45,16 @@ def _user_stacklevel() -> int:
     while frame is not None and _in_package(frame):
         frame, level = frame.f_back, level + 1
     return level
+
+
+#: `` at 0x7f...`` in a default repr (``<Tiling object at 0x7f...>``): an address, which no two
+#: runs share.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def plain_repr(value: object) -> str:
+    """``repr(value)`` without the addresses of default reprs: the same text in every run."""
+    return _ADDRESS.sub("", repr(value))
 
 
 def user_frame() -> str:
