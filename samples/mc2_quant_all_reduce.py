@@ -54,6 +54,18 @@ import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, run_sample
 from _mc2 import typed_fields
+from _quant_mte import (
+    MX_SIZE,
+    PER_GROUP_SIZE,
+    BlockAlignMod,
+    CeilAlignU32,
+    CeilDiv,
+    FloorAlign,
+    FracDiv,
+    VectorCompute,
+    fp8_e8m0_t,
+    gm,
+)
 
 import hccl_py as hp
 from hccl_py import AIC, HCCL_SUCCESS, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData
@@ -70,9 +82,7 @@ STATE_WIN_SIZE = 1024 * 1024
 SINGLE_STATE_REGION_SIZE = 462 * 1024
 ZERONE_STATE_POS = 0
 WIN_ADDR_ALIGN = 512
-# quant_all_reduce_mte_one_shot.h, vec_comp.h
-MX_SIZE = 32
-PER_GROUP_SIZE = 128
+# quant_all_reduce_mte_one_shot.h
 TOTAL_UB_SIZE = 248 * 1024  # AscendC kernel_utils_constants.h, the 950 value
 # quant_reduce_scatter_util_tiling.h, quant_all_reduce_tiling.cpp
 OP_TYPE_ALL_TO_ALL = 8
@@ -101,66 +111,6 @@ class QuantAllReduceTilingData(TilingData):
         ("mc2CcTiling", Mc2CcTiling),
         ("quantAllReduceTilingInfo", QuantAllReduceTilingInfo),
     ]
-
-
-# ---------------------------------------------------------------- utils.h
-def CeilDiv(a: int, b: int) -> int:
-    return (a + b - 1) // b if b else 0
-
-
-def CeilAlignU32(a: int, b: int) -> int:
-    return CeilDiv(a, b) * b if b else a
-
-
-def BlockAlignMod(a: int, b: int) -> int:
-    if b == 0:
-        return 0
-    return a % b or b
-
-
-def FloorAlign(a: int, b: int) -> int:
-    return a // b * b if b else a
-
-
-def FracDiv(total: int, base: int, num: int, den: int) -> int:
-    return total * num // (base * num + den)
-
-
-def gm(addr: hp.GmAddr, dtype: torch.dtype, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, dtype, n)
-
-
-# ---------------------------------------------------------------- vec_comp.h
-class VectorCompute:
-    def __init__(self, ScalesType: torch.dtype) -> None:
-        self.ScalesType = ScalesType
-
-    def SetBlockSize(self, elementsPerBlock: int) -> None:
-        self.xNumPerBlock_ = elementsPerBlock
-
-    def SetScaleNums(self, n: int) -> None:
-        self.scaleNumsPerBlock_ = n
-
-    def CastToFloat(self, xTensor: torch.Tensor, scaleTensor: torch.Tensor):
-        """x to FP32 (INT8 through FP16), the scales to FP32 (E8M0 through BF16), each scale
-        broadcast over its group."""
-        if xTensor.dtype == torch.int8:
-            xCastTemp = xTensor.to(torch.float16).float()
-        else:
-            xCastTemp = xTensor.float()
-        if self.ScalesType == torch.float8_e8m0fnu:
-            castLocalScale = scaleTensor.to(torch.bfloat16).float()
-            group = MX_SIZE
-        else:
-            castLocalScale = scaleTensor
-            group = PER_GROUP_SIZE
-        scaleCalTensor = castLocalScale.repeat_interleave(group)[: xCastTemp.numel()]
-        return xCastTemp, scaleCalTensor
-
-    def DequantReduceSum(self, xTensor, scaleTensor, sumTensor: torch.Tensor) -> None:
-        xCastTemp, scaleCalTensor = self.CastToFloat(xTensor, scaleTensor)
-        xCastTemp = xCastTemp * scaleCalTensor
-        sumTensor[: xCastTemp.numel()] += xCastTemp
 
 
 # ---------------------------------------------------------------- mte_comm.h
@@ -279,7 +229,7 @@ class QuantAllReduceMteOneShot:
     def __init__(self, XType, ScalesType, OutputType) -> None:
         self.XType, self.ScalesType, self.OutputType = XType, ScalesType, OutputType
         self.mteComm_ = MTECommunication(XType, ScalesType, OutputType)
-        self.vecComp_ = VectorCompute(ScalesType)
+        self.vecComp_ = VectorCompute(XType, ScalesType, OutputType)
 
     def Init(self, x, scales, output, tilingData) -> None:
         self.mteComm_.InitHcclContext()
@@ -308,7 +258,7 @@ class QuantAllReduceMteOneShot:
             + BUFFER_NUM * self.XType.itemsize  # xInQueue_
         )  # fmt: skip
         remainingSpace = TOTAL_UB_SIZE - commFixedSpace
-        if self.ScalesType == torch.float8_e8m0fnu:
+        if self.ScalesType == fp8_e8m0_t:
             maxXPerBlock = FracDiv(remainingSpace, dynamicBaseSize, 4, 1)  # + 1/4 byte per x
         else:
             maxXPerBlock = FracDiv(remainingSpace, dynamicBaseSize, 32, 3)  # + 3/32 byte per x
@@ -318,7 +268,7 @@ class QuantAllReduceMteOneShot:
         self.xPerBlock_ = min(maxXPerBlock, self.xNums_)
         alignBlock = info.alignBlock
         self.xPerBlock_ = FloorAlign(self.xPerBlock_, alignBlock) or alignBlock
-        if self.ScalesType == torch.float8_e8m0fnu:
+        if self.ScalesType == fp8_e8m0_t:
             self.scaleNumsPerBlock_ = self.xPerBlock_ // MX_SIZE
         else:
             self.scaleNumsPerBlock_ = self.xPerBlock_ // PER_GROUP_SIZE
@@ -349,9 +299,13 @@ class QuantAllReduceMteOneShot:
         self.mteComm_.InitGMTensor(x, scales, output, self.xSize_, self.totalWinSize_)
 
     def ReadDataBlockReduceSum(self, currXOffset, currScaleOffset, xNum, scaleNum) -> None:
-        xTemp = gm(self.remoteWinX_ + currXOffset * self.XType.itemsize, self.XType, xNum)
+        # window -> UB: a whole block's room; the lanes past xNum (and scaleNum) stay zero
+        xTemp = torch.zeros(self.xPerBlock_, dtype=self.XType)
+        xTemp[:xNum] = gm(self.remoteWinX_ + currXOffset * self.XType.itemsize, self.XType, xNum)
         size = self.ScalesType.itemsize
-        scaleTemp = gm(self.remoteWinScale_ + currScaleOffset * size, self.ScalesType, scaleNum)
+        scaleTemp = torch.zeros(self.scaleNumsPerBlock_, dtype=self.ScalesType)
+        scaleGM = self.remoteWinScale_ + currScaleOffset * size
+        scaleTemp[:scaleNum] = gm(scaleGM, self.ScalesType, scaleNum)
         self.vecComp_.DequantReduceSum(xTemp, scaleTemp, self.sumTensor_)
 
     def ClearSumTensor(self) -> None:
@@ -367,7 +321,7 @@ class QuantAllReduceMteOneShot:
             currXNum, currScaleNum = self.xPerBlock_, self.scaleNumsPerBlock_
             if aivId == self.lastAivId_ and iterBlock == self.assignedBlockNums_ - 1:
                 currXNum = self.tailXNums_
-                group = MX_SIZE if self.ScalesType == torch.float8_e8m0fnu else PER_GROUP_SIZE
+                group = MX_SIZE if self.ScalesType == fp8_e8m0_t else PER_GROUP_SIZE
                 currScaleNum = CeilDiv(currXNum, group)
             self.ClearSumTensor()
             startRankId = ctx.rankId
@@ -411,7 +365,7 @@ def QuantAllReduceTilingFunc(x, scales, outputType, group, worldSize):
     if scales.dtype == torch.float32:
         assert scales.shape == (bs, CeilDiv(h, TG_QUANT_NUMBER))  # TG_QUANT_MOD
     else:
-        assert x.dtype != torch.int8 and scales.dtype == torch.float8_e8m0fnu  # MX_QUANT_MOD
+        assert x.dtype != torch.int8 and scales.dtype == fp8_e8m0_t  # MX_QUANT_MOD
         assert scales.shape == (bs, CeilDiv(h, MX_QUANT_NUMBER), MX_SCALE_LAST_DIM)
     actualWinSize = x.numel() * x.element_size() + scales.numel() * scales.element_size()
     actualWinSize += MB_SIZE
@@ -443,7 +397,7 @@ def QuantAllReduceTilingFunc(x, scales, outputType, group, worldSize):
 LAUNCHES = {
     1: (torch.int8, torch.float32, torch.float16),
     2: (torch.float8_e4m3fn, torch.float32, torch.bfloat16),
-    3: (torch.float8_e5m2, torch.float8_e8m0fnu, torch.float32),
+    3: (torch.float8_e5m2, fp8_e8m0_t, torch.float32),
 }
 
 
@@ -500,7 +454,7 @@ def main() -> list[str]:
         x_np, scales_np = inputs(rank, launch)
         x = torch.from_numpy(x_np).to(XType).to(hp.device())
         scales = torch.from_numpy(scales_np).float().to(ScalesType)
-        if ScalesType == torch.float8_e8m0fnu:
+        if ScalesType == fp8_e8m0_t:
             scales = scales.reshape(BS, H // MX_QUANT_NUMBER, MX_SCALE_LAST_DIM)
         scales = scales.to(hp.device())
         output = torch.zeros(BS, H, dtype=OutputType, device=hp.device())

@@ -60,6 +60,19 @@ import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import typed_fields
+from _quant_mte import (
+    MX_SIZE,
+    PER_GROUP_SIZE,
+    BlockAlignMod,
+    CeilAlignU32,
+    CeilDiv,
+    CeilDivU32,
+    FloorAlign,
+    FracDiv,
+    VectorCompute,
+    fp8_e8m0_t,
+    gm,
+)
 
 import hccl_py as hp
 from hccl_py import AIV, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData
@@ -84,17 +97,12 @@ STATE_WIN_SIZE = 1024 * 1024  # state areas 0 and 1, then the cores' 0/1 flags
 SINGLE_STATE_REGION_SIZE = 462 * 1024
 ZERONE_STATE_POS = 0
 WIN_ADDR_ALIGN = 512
-# vec_comp.h
-PER_GROUP_SIZE = 128  # KG quantisation: 128 x share one scale
-MX_SIZE = 32  # MX quantisation: 32 x share one scale
-MX_SCALE_TRANS_NUM = 32  # E8M0 scales one VF_CALL<CastVf> converts
 # quant_reduce_scatter_mte.h
 MX_SCALES_LAST_DIM = 2  # MX scales are (BS, H / 64, 2)
 # quant_reduce_scatter_util_tiling.h: columns of x per column of scales, per mode
 TG_QUANT_NUMBER, MX_QUANT_NUMBER = 128, 64
 # AscendC, __NPU_ARCH__ 3510
 TOTAL_UB_SIZE = 248 * 1024
-fp8_e8m0_t = torch.float8_e8m0fnu
 SIZEOF = {torch.int8: 1, torch.float8_e4m3fn: 1, fp8_e8m0_t: 1, torch.float32: 4}
 SIZEOF |= {torch.float16: 2, torch.bfloat16: 2}
 #: The two instances the sample launches: <XType, ScalesType, OutputType>.
@@ -115,44 +123,6 @@ class QuantReduceScatterTilingData(TilingData):
         ("mc2CcTiling", Mc2CcTiling),
         ("quantReduceScatterTilingInfo", QuantReduceScatterTilingInfo),
     ]
-
-
-# ---------------------------------------------------------------- utils.h
-def CeilDiv(a: int, b: int) -> int:
-    return (a + b - 1) // b if b else 0
-
-
-CeilDivU32 = CeilDiv
-
-
-def CeilAlignU32(a: int, b: int) -> int:
-    return CeilDivU32(a, b) * b if b else a
-
-
-def BlockAlignMod(a: int, b: int) -> int:
-    """``a % b``, or ``b`` when that is 0: the size of the last block."""
-    if b == 0:
-        return 0
-    return a % b or b
-
-
-def FloorAlign(a: int, b: int) -> int:
-    return a // b * b if b else a
-
-
-def FracDiv(total: int, base: int, num: int, den: int) -> int:
-    """``total / (base + num / den)`` without truncating the fraction."""
-    return total * num // (base * num + den)
-
-
-def CastVf(src: torch.Tensor) -> torch.Tensor:
-    """The E8M0 -> BF16 micro-op (2 ** (e - 127) is exact in BF16)."""
-    return src.to(torch.bfloat16)
-
-
-def gm(addr: hp.GmAddr, dtype: torch.dtype, count: int) -> torch.Tensor:
-    """A GlobalTensor of ``count`` elements at ``addr``."""
-    return hp.gm_tensor(addr, dtype, count)
 
 
 # ---------------------------------------------------------------- mte_comm.h
@@ -276,48 +246,6 @@ class MTECommunication:
         if winFlag == 0:
             return self.GetWinAddrGm(rankId)
         return self.GetWinAddrGm(rankId, SINGLE_STATE_REGION_SIZE)
-
-
-# ---------------------------------------------------------------- vec_comp.h
-class VectorCompute:
-    """``VectorCompute<XType, ScalesType, OutputType>``: dequantise a block, add it to the sum."""
-
-    def __init__(self, XType: torch.dtype, ScalesType: torch.dtype, OutputType: torch.dtype):
-        self.XType, self.ScalesType, self.OutputType = XType, ScalesType, OutputType
-
-    def SetBlockSize(self, elementsPerBlock: int) -> None:
-        self.xNumPerBlock_ = elementsPerBlock
-
-    def SetScaleNums(self, n: int) -> None:
-        self.scaleNumsPerBlock_ = n
-
-    def CastToFloat(self, xTensor: torch.Tensor, scaleTensor: torch.Tensor) -> None:
-        if self.XType == torch.int8:
-            # int8 -> half -> float (the int8 values are exact in half)
-            self.xCastTemp_ = xTensor.to(torch.float16).to(torch.float32)
-        else:
-            self.xCastTemp_ = xTensor.to(torch.float32)  # FP8 -> float
-        if self.ScalesType == fp8_e8m0_t:
-            # MX: E8M0 -> BF16 (VF_CALL<CastVf>, 32 scales a call) -> float, broadcast over 32
-            totalScaleNum = self.xNumPerBlock_ // MX_SIZE
-            scaleLoopCnt, scaleTailNum = divmod(totalScaleNum, MX_SCALE_TRANS_NUM)
-            tempBf16Scale = torch.zeros(totalScaleNum, dtype=torch.bfloat16)
-            for loopIdx in range(scaleLoopCnt + (scaleTailNum > 0)):
-                part = slice(loopIdx * MX_SCALE_TRANS_NUM, (loopIdx + 1) * MX_SCALE_TRANS_NUM)
-                tempBf16Scale[part] = CastVf(scaleTensor[:totalScaleNum][part])
-            castLocalScale = tempBf16Scale.to(torch.float32)
-            group = MX_SIZE
-        else:
-            # KG: the scales are float already (ReinterpretCast), broadcast over 128
-            totalScaleNum = self.xNumPerBlock_ // PER_GROUP_SIZE
-            castLocalScale = scaleTensor[:totalScaleNum]
-            group = PER_GROUP_SIZE
-        self.scaleCalTensor_ = castLocalScale[:, None].expand(totalScaleNum, group).reshape(-1)
-
-    def DequantReduceSum(self, xTensor, scaleTensor, sumTensor: torch.Tensor) -> None:
-        self.CastToFloat(xTensor, scaleTensor)
-        self.xCastTemp_ = self.xCastTemp_ * self.scaleCalTensor_  # Mul: dequantise
-        sumTensor += self.xCastTemp_  # Add: accumulate
 
 
 # ---------------------------------------------------------------- quant_reduce_scatter_mte.h
