@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
+from ..core.current import serialized
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr, what_is
 from ..core.template import checked, template
@@ -51,6 +52,7 @@ class Hcomm:
         return breach("signature", reason, HCOMM_FAILED, op=op)
 
     @checked
+    @serialized
     def Init(self, buff: Any, len: int) -> int:  # noqa: A002, N802
         """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``."""
         if not isinstance(buff, torch.Tensor):
@@ -69,6 +71,7 @@ class Hcomm:
         return HCOMM_SUCCESS
 
     @template("commit")
+    @serialized
     def WriteNbi(
         self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True
     ) -> int:  # noqa: A002, N802
@@ -76,11 +79,13 @@ class Hcomm:
         return self._post("WriteNbi", channel, dst, src, len, commit)
 
     @template("commit")
+    @serialized
     def ReadNbi(self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True) -> int:  # noqa: A002, N802
         """ReadNbi[commit](channel, dst, src, len): ``len`` bytes from the peer into this rank."""
         return self._post("ReadNbi", channel, dst, src, len, commit)
 
     @template("commit")
+    @serialized
     def WriteWithNotifyNbi(  # noqa: N802
         self,
         channel: int,
@@ -97,6 +102,7 @@ class Hcomm:
         )
 
     @checked
+    @serialized
     def Commit(self, channel: int) -> int:  # noqa: N802
         """Commit(channel): ring the doorbell for the requests posted with ``commit=False``."""
         found = self._channel("Commit", channel)
@@ -106,6 +112,7 @@ class Hcomm:
         return HCOMM_SUCCESS
 
     @checked
+    @serialized
     def Drain(self, channel: int) -> int:  # noqa: N802
         """Drain(channel): block until every request posted on ``channel`` completed."""
         found = self._channel("Drain", channel)
