@@ -364,6 +364,10 @@ def bad_call(case: str) -> list[Any]:
             "past-buffer": lambda: hcomm.WriteNbi(ch, dst, src, 1 << 40),
             "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
             "signature": lambda: hcomm.WriteNbi(ch, dst),
+            "init-elements": lambda: hp.Hcomm().Init(torch.zeros(128, dtype=torch.int32), 512),
+            "protocol-roce": lambda: hp.Hcomm[hp.CommProtocol.COMM_PROTOCOL_ROCE]().Init(
+                torch.zeros(512, dtype=torch.uint8), 512
+            ),
         }
         result.append(calls[case]())
 
@@ -387,6 +391,9 @@ BAD = {
     "past-buffer": (hp.HcclUsageError, "fall outside rank 1's HCCL buffer"),
     "local-src-bounds": (hp.HcclBoundsError, "src: bytes [0, 257)"),
     "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
+    # LocalTensor::GetSize() counts elements: 512 bytes of int32 are 128 < 512 (official -1)
+    "init-elements": (hp.HcclUsageError, "more than buff.GetSize(), its 128 elements"),
+    "protocol-roce": (hp.HcclUsageError, "Hcomm<COMM_PROTOCOL_ROCE> is not emulated"),
 }
 
 
@@ -412,6 +419,26 @@ HOST_BAD = {
         "remoteRank 0 is not another rank",
     ),
     "buffer": (lambda d: hp.HcclChannelGetHcclBuffer(None, 7), "acquired no channel 7"),
+    "buffer-unhashable": (
+        lambda d: hp.HcclChannelGetHcclBuffer(None, [7]),
+        "HcclChannelGetHcclBuffer: this rank acquired no channel [7]",
+    ),
+    "buffer-comm": (lambda d: hp.HcclChannelGetHcclBuffer("w", 7), "comm must be an hp.Group"),
+    "buffer-other-comm": (
+        lambda d: hp.HcclChannelGetHcclBuffer(
+            None, hp.HcclChannelAcquire(hp.new_group([0, 1]), hp.COMM_ENGINE_AIV, d, 1)[0]
+        ),
+        "was acquired on communicator group_0_1, not hccl_world_group",
+    ),
+    "engine-unhashable": (
+        lambda d: hp.HcclChannelAcquire(None, [4], d, 1),
+        "rank 0 HcclChannelAcquire: engine [4]",
+    ),
+    "protocol": (
+        lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1, 77)], 1),
+        "the protocol 77 of the descriptor of remoteRank 1 is no CommProtocol",
+    ),
+    "template-protocol": (lambda d: hp.Hcomm[99](), "rank 0 Hcomm[99]: the template argument"),
 }
 
 
@@ -422,10 +449,14 @@ def test_host_side_misuse_is_named(case: str) -> None:
     def host() -> None:
         if hp.get_rank() == 0:
             call([hp.HcclChannelDesc(1)])
+        elif case == "buffer-other-comm":
+            hp.new_group([0, 1])
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(host, world_size=2, platform="A3")
-    assert "HcclUsageError" in str(info.value) and words in str(info.value)
+    text = str(info.value)
+    assert "HcclUsageError" in text and words in text
+    assert not any(raw in text for raw in ("TypeError", "ValueError", "KeyError", "Attribute"))
 
 
 # ---------------------------------------------------------------- gloo

@@ -26,8 +26,9 @@ import torch
 
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
 from ..core.current import serialized
-from ..core.errors import HcclBoundsError, InvalidCall
+from ..core.errors import HcclBoundsError, HcclUsageError, InvalidCall
 from ..core.gm import GmAddr, what_is
+from ..core.report import plain_repr
 from ..core.template import checked, template
 from ..kernel.context import current_rank_context
 from ..server.remote_writes import Copies, Immediate
@@ -45,7 +46,18 @@ class Hcomm:
         return functools.partial(cls, commProtocol)
 
     def __init__(self, commProtocol: CommProtocol = _UBC_CTP) -> None:
-        self.commProtocol = commProtocol
+        known = CommProtocol._value2member_map_
+        if isinstance(commProtocol, bool) or not (
+            isinstance(commProtocol, int) and commProtocol in known
+        ):  # a C++ template argument that is no CommProtocol does not compile
+            ctx = current_rank_context(required=False)
+            who = "" if ctx is None else f"rank {ctx.rank} "
+            raise HcclUsageError(
+                f"{who}Hcomm[{plain_repr(commProtocol)}]: the template argument must be a "
+                "CommProtocol (hp.COMM_PROTOCOL_UBC_CTP)",
+                rank=None if ctx is None else ctx.rank,
+            )
+        self.commProtocol = CommProtocol(commProtocol)
         self._ready = False
 
     def _signature_misfit(self, reason: str, op: str) -> int:
@@ -54,18 +66,30 @@ class Hcomm:
     @checked
     @serialized
     def Init(self, buff: Any, len: int) -> int:  # noqa: A002, N802
-        """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``."""
+        """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``.
+
+        As the official ``len > buff.GetSize()``, ``len`` (bytes) is compared with the
+        tensor's element count: a uint8 tensor of ``len`` bytes or more always fits.
+        """
+        if self._unsupported("Init"):
+            return HCOMM_FAILED
         if not isinstance(buff, torch.Tensor):
             return self._fail(
                 "bad-argument", "Init", f"buff must be a UB tensor, not {what_is(buff)}"
             )
-        size = buff.numel() * buff.element_size()
-        if not isinstance(len, int) or not HCOMM_URMA_TMP_BUF_SIZE <= len <= size:
+        size = buff.numel()
+        if isinstance(len, bool) or not isinstance(len, int) or len < HCOMM_URMA_TMP_BUF_SIZE:
             return self._fail(
                 "bad-argument",
                 "Init",
-                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE "
-                f"({HCOMM_URMA_TMP_BUF_SIZE}) and at most the buffer's {size} bytes",
+                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE ({HCOMM_URMA_TMP_BUF_SIZE})",
+            )
+        if len > size:
+            return self._fail(
+                "bad-argument",
+                "Init",
+                f"len {len} is more than buff.GetSize(), its {size} elements of "
+                f"{buff.dtype} (the official check compares the bytes with the element count)",
             )
         self._ready = True
         return HCOMM_SUCCESS
@@ -138,15 +162,24 @@ class Hcomm:
             rule_id, f"rank {ctx.rank} Hcomm.{call}: {why}", HCOMM_FAILED, op=call, **facts
         )
 
+    def _unsupported(self, call: str) -> bool:
+        """Whether this Hcomm's protocol is not emulated (reported)."""
+        if self.commProtocol == _UBC_CTP:
+            return False
+        own = "its own implementation (hcomm_aiv_roce.h)"
+        base = "the base implementation, whose calls return -1"
+        has = own if self.commProtocol == CommProtocol.COMM_PROTOCOL_ROCE else base
+        self._fail(
+            "unsupported",
+            call,
+            f"Hcomm<{self.commProtocol.name}> is not emulated (only COMM_PROTOCOL_UBC_CTP); "
+            f"officially it has {has}",
+        )
+        return True
+
     def _channel(self, call: str, channel: Any) -> Channel | None:
         """The calling rank's channel ``channel``, or None after reporting why it is not usable."""
-        if self.commProtocol != _UBC_CTP:
-            self._fail(
-                "unsupported",
-                call,
-                f"Hcomm<{CommProtocol(self.commProtocol).name}> is not emulated (only "
-                "COMM_PROTOCOL_UBC_CTP); the official base implementation returns -1",
-            )
+        if self._unsupported(call):
             return None
         if not self._ready:
             self._fail("not-initialised", call, "Hcomm.Init(buff, len) has not succeeded")
