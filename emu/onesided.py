@@ -32,6 +32,9 @@ from .reports import returned_note
 #: Whose pending copies: (domain, domain rank) of a BatchWrite, (HCOMM, channel) of Hcomm.
 Key = tuple
 HCOMM = "#hcomm"
+#: An Hcomm copy of at most this many bytes (the uint64 notify, a flag) lands whole: until
+#: then its bytes keep their old value, never the poison (a poll sees 0, not 0xFF..FF).
+WHOLE_BYTES = 8
 
 
 class OneSidedWrites:
@@ -73,7 +76,7 @@ class OneSidedWrites:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
         agent = None if self.races is None else self.races.channel_agent(channel)
         self._record(channel[0], copies, agent)
-        self._submit((HCOMM, channel), copies)
+        self._submit((HCOMM, channel), copies, WHOLE_BYTES)
 
     def drain(self, channel: ChannelKey) -> None:
         """Hcomm ``Drain``: land ``channel``'s pending copies; order the drainer after them."""
@@ -93,14 +96,16 @@ class OneSidedWrites:
                 runs = [(dst.offset, dst.offset + nbytes)]
                 races.write(rank, dst.alloc, runs, nbytes, clock, where, agent)
 
-    def _submit(self, key: Key, copies: Copies) -> None:
+    def _submit(self, key: Key, copies: Copies, whole: int = 0) -> None:
+        """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes)."""
         if not self.blocker.defers():
             run_copies(copies)
             return
         with self.blocker.cond:
             if self.poison:
                 for _, dst, nbytes in copies:
-                    dst.bytes_view(nbytes).fill_(0xFF)
+                    if nbytes > whole:
+                        dst.bytes_view(nbytes).fill_(0xFF)
             self.pending.append((key, copies))
             self.blocker.progressed()
 

@@ -89,6 +89,8 @@ class Write:
     flag: bool
     #: The clock component that counts this write: the rank's own, or its BatchWrite queue's.
     agent: int
+    #: Landed by an Hcomm channel (WriteNbi, ReadNbi's destination): ordered by its Drain.
+    hcomm: bool = False
 
     @property
     def epoch(self) -> int:
@@ -123,11 +125,13 @@ class Finding:
     def text(self) -> str:
         w, where = self.write, f"bytes [{self.lo}, {self.hi}) of {self.window.name}"
         where += f" (domain {self.window.domain})"
+        how = "wrote through an Hcomm channel" if w.hcomm else "wrote"
+        gap = "flag, Drain" if w.hcomm else "flag"
         if self.early:
             return (
                 f"rank {self.reader} read {where} at {self.read_where}, which rank {w.rank} "
-                f"wrote at {w.where}, with no flag or completed Wait in between: the data may "
-                "not have arrived yet (the read saw 0xFF there)"
+                f"{how} at {w.where}, with no {gap} or completed Wait in between: the data "
+                "may not have arrived yet (the read saw 0xFF there)"
             )
         return (
             f"rank {self.reader} read {where} at {self.read_where} before rank {w.rank} wrote "
@@ -263,7 +267,13 @@ class WindowRaces:
                 if self.last_flag[rank] == look:
                     return []
                 self.last_flag[rank] = look
-            pieces = [p for p in self._pieces(window, runs) if p[2].rank != rank]
+            # a rank's own writes are program-ordered, but not what its Hcomm channel
+            # lands for it later (a ReadNbi's destination): those count like a peer's
+            pieces = [
+                p
+                for p in self._pieces(window, runs)
+                if p[2].rank != rank or p[2].agent >= 2 * self.n
+            ]
             for _, _, w in pieces:
                 if flag or w.flag:
                     self._join(rank, w.clock)
@@ -312,7 +322,9 @@ class WindowRaces:
             if clock is None:
                 clock = self._release(rank)
             self.version += 1
-            w = Write(rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent)
+            w = Write(
+                rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent, agent >= 2 * self.n
+            )
             reads = self.reads.get(window)
             for lo, hi in runs:
                 if reads is not None:
@@ -387,6 +399,18 @@ def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
     if len(found) > SHOWN:
         lines.append(f"  - and {len(found) - SHOWN} more")
     first = found[0]
+    if first.write.hcomm:
+        advice = (
+            f"\nHave rank {first.write.rank} Drain the channel before the flag that announces "
+            "the data or before reading a ReadNbi's destination (or send the flag on the same "
+            "channel: its writes land in order); see docs/hcomm.md"
+        )
+        return HcclRaceError(
+            "window race: a read of window bytes that an Hcomm channel writes is not ordered "
+            "with the write:\n" + "\n".join(lines) + advice,
+            rank=rank,
+            domain=first.window.domain,
+        )
     return HcclRaceError(
         "window race: a read of window bytes that a peer writes is not ordered with the "
         "write:\n" + "\n".join(lines) + f"\nHave rank {first.write.rank} write a flag after "

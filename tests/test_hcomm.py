@@ -184,6 +184,163 @@ def test_a_drain_of_uncommitted_writes_is_a_deadlock() -> None:
     assert "commit=False" in text and "Drain(channel 0x" in text
 
 
+def one_way(sender: int, mode: str) -> list[int]:
+    """Rank ``sender`` writes to the other rank and raises its flag; the other reads.
+
+    ``mode``: "no-drain" (a core flag after WriteNbi), "two-channels" (the flag by
+    WriteNbi on a second channel to the same peer), "launches" (WriteNbi in one
+    launch, Drain and flag in the next), "other-core" (core 0 posts, core 1 drains
+    after SyncAll and raises the flag), "other-core-commits" (core 0 posts with
+    commit=False and drains; core 1 commits).
+    """
+    handle, buffers = channels()
+    me, recv = hp.get_rank(), 1 - sender
+    src = torch.from_numpy(source(me))
+    one = torch.ones(2, dtype=torch.int32)
+    out = torch.zeros(N, dtype=torch.uint8)
+    if mode == "two-channels" and me == sender:
+        desc = [hp.HcclChannelDesc(recv)]
+        second = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, desc, 1)[0]
+
+    def send(src, one) -> None:  # noqa: ANN001
+        core, hcomm, ch = hp.GetBlockIdx(), new_hcomm(), handle[recv]
+        dst, note = buffers[recv] + DATA, buffers[me] + 64
+        if mode == "other-core-commits":
+            if core == 0:
+                assert hcomm.WriteNbi[False](ch, dst, src, N) == hp.HCOMM_SUCCESS
+                flag(note)[0] = 1
+                assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+                flag(buffers[recv])[0] = 1
+            else:
+                while int(flag(note)[0]) != 1:
+                    pass
+                assert hcomm.Commit(ch) == hp.HCOMM_SUCCESS
+            return
+        if core == 0 and mode != "launched":
+            assert hcomm.WriteNbi(ch, dst, src, N) == hp.HCOMM_SUCCESS
+        if mode == "other-core":
+            hp.SyncAll()
+            if core == 0:
+                return
+        if mode == "launches":
+            return
+        if mode == "two-channels":
+            assert hcomm.WriteNbi(second, buffers[recv], one, 4) == hp.HCOMM_SUCCESS
+            return
+        if mode in ("other-core", "launched"):
+            assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+        flag(buffers[recv])[0] = 1
+
+    def receive(out) -> None:  # noqa: ANN001
+        while int(flag(buffers[me])[0]) != 1:
+            pass
+        hp.gm_tensor(out, torch.uint8, N)[:] = hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)
+
+    cores = 2 if mode.startswith("other-core") else 1
+    if me == sender:
+        hp.launch(send, src, one, block_dim=cores, kernel_type="aiv")
+        if mode == "launches":
+            mode = "launched"
+            hp.launch(send, src, one, block_dim=1, kernel_type="aiv")
+    else:
+        hp.launch(receive, out, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("sender", [0, 1])
+@pytest.mark.parametrize("kw", SCHEDULES[:2], ids=str)
+@pytest.mark.parametrize("mode", ["no-drain", "two-channels"])
+def test_a_flag_not_ordered_after_the_data_is_a_race_whichever_rank_sends(
+    mode: str, kw: dict[str, Any], sender: int
+) -> None:
+    """A core's flag after WriteNbi without Drain, or a flag on another channel (channels are
+    not ordered with each other). The eager copy must not count as the core's own write."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(one_way, world_size=2, platform="A3", poison=True, args=(sender, mode), **kw)
+    text = str(info.value)
+    assert f"rank {1 - sender}: HcclRaceError" in text
+    assert "through an Hcomm channel" in text
+    assert "Drain the channel" in text
+
+
+@pytest.mark.parametrize("mode", ["launches", "other-core", "other-core-commits"])
+@pytest.mark.parametrize("kw", SCHEDULES, ids=str)
+def test_drain_in_a_later_launch_or_by_another_core_orders_the_data(
+    mode: str, kw: dict[str, Any]
+) -> None:
+    """Drain waits for the channel's requests, whichever core or launch posted them; a Commit
+    by another core submits what this one posted with commit=False."""
+    got = hp.run(one_way, world_size=2, platform="A3", poison=True, args=(0, mode), **kw)
+    assert got[1] == source(0).tolist()
+
+
+def read_into_window(drain: bool) -> list[int]:
+    """Rank 0 reads rank 1's data into its own HCCL buffer, then reads that."""
+    handle, buffers = channels()
+    me = hp.get_rank()
+    hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)[:] = torch.from_numpy(source(me))
+    hp.barrier()
+    out = torch.zeros(N, dtype=torch.uint8)
+
+    def kernel(out) -> None:  # noqa: ANN001
+        if me == 0:
+            hcomm, local = new_hcomm(), buffers[0] + 4096
+            assert hcomm.ReadNbi(handle[1], local, buffers[1] + DATA, N) == hp.HCOMM_SUCCESS
+            if drain:
+                assert hcomm.Drain(handle[1]) == hp.HCOMM_SUCCESS
+            hp.gm_tensor(out, torch.uint8, N)[:] = hp.gm_tensor(local, torch.uint8, N)
+
+    hp.launch(kernel, out, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("kw", SCHEDULES[:3], ids=str)
+def test_a_read_nbi_destination_read_before_drain_is_a_race(kw: dict[str, Any]) -> None:
+    """The rank's own channel lands it later: not program-ordered like its own writes."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(read_into_window, world_size=2, platform="A3", poison=True, args=(False,), **kw)
+    assert "rank 0: HcclRaceError" in str(info.value)
+    assert "which rank 0 wrote through an Hcomm channel" in str(info.value)
+    got = hp.run(read_into_window, world_size=2, platform="A3", poison=True, args=(True,), **kw)
+    assert got[0] == source(1).tolist()
+
+
+def poll_nonzero(mode: str) -> list[int]:
+    """Each rank sends to the next and announces it on the channel; the receiver polls the
+    announcement until it is not 0 (a correct kernel: the notify lands after the data)."""
+    handle, buffers = channels()
+    me, n = hp.get_rank(), hp.get_world_size()
+    src = torch.from_numpy(source(me))
+    five = torch.full((2,), 5, dtype=torch.int32)
+    out = torch.zeros(N, dtype=torch.uint8)
+
+    def kernel(src, five, out) -> None:  # noqa: ANN001
+        peer = (me + 1) % n
+        hcomm, ch, dst = new_hcomm(), handle[peer], buffers[peer] + DATA
+        if mode == "notify":
+            assert hcomm.WriteWithNotifyNbi(ch, dst, src, N, buffers[peer], 5) == 0
+        else:
+            assert hcomm.WriteNbi(ch, dst, src, N) == 0
+            assert hcomm.WriteNbi(ch, buffers[peer], five, 4) == 0
+        while int(flag(buffers[me])[0]) == 0:
+            pass
+        hp.gm_tensor(out, torch.uint8, N)[:] = hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)
+
+    hp.launch(kernel, src, five, out, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("mode", ["notify", "channel-flag"])
+@pytest.mark.parametrize("kw", SCHEDULES, ids=str)
+def test_a_notify_in_flight_keeps_its_old_value_not_the_poison(
+    mode: str, kw: dict[str, Any]
+) -> None:
+    """Until it lands a uint64 notify (or a small flag) holds what it held: 0, never
+    0xFF..FF, which a poll for "not 0" would take for the announcement."""
+    got = hp.run(poll_nonzero, world_size=3, platform="A3", poison=True, args=(mode,), **kw)
+    assert got == expected(3)
+
+
 # ---------------------------------------------------------------- bad arguments
 def bad_call(case: str) -> list[Any]:
     """One misuse on rank 0 (``strict=False``: the call's return and last words)."""
@@ -207,6 +364,10 @@ def bad_call(case: str) -> list[Any]:
             "past-buffer": lambda: hcomm.WriteNbi(ch, dst, src, 1 << 40),
             "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
             "signature": lambda: hcomm.WriteNbi(ch, dst),
+            "init-elements": lambda: hp.Hcomm().Init(torch.zeros(128, dtype=torch.int32), 512),
+            "protocol-roce": lambda: hp.Hcomm[hp.CommProtocol.COMM_PROTOCOL_ROCE]().Init(
+                torch.zeros(512, dtype=torch.uint8), 512
+            ),
         }
         result.append(calls[case]())
 
@@ -230,6 +391,9 @@ BAD = {
     "past-buffer": (hp.HcclUsageError, "fall outside rank 1's HCCL buffer"),
     "local-src-bounds": (hp.HcclBoundsError, "src: bytes [0, 257)"),
     "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
+    # LocalTensor::GetSize() counts elements: 512 bytes of int32 are 128 < 512 (official -1)
+    "init-elements": (hp.HcclUsageError, "more than buff.GetSize(), its 128 elements"),
+    "protocol-roce": (hp.HcclUsageError, "Hcomm<COMM_PROTOCOL_ROCE> is not emulated"),
 }
 
 
@@ -255,6 +419,26 @@ HOST_BAD = {
         "remoteRank 0 is not another rank",
     ),
     "buffer": (lambda d: hp.HcclChannelGetHcclBuffer(None, 7), "acquired no channel 7"),
+    "buffer-unhashable": (
+        lambda d: hp.HcclChannelGetHcclBuffer(None, [7]),
+        "HcclChannelGetHcclBuffer: this rank acquired no channel [7]",
+    ),
+    "buffer-comm": (lambda d: hp.HcclChannelGetHcclBuffer("w", 7), "comm must be an hp.Group"),
+    "buffer-other-comm": (
+        lambda d: hp.HcclChannelGetHcclBuffer(
+            None, hp.HcclChannelAcquire(hp.new_group([0, 1]), hp.COMM_ENGINE_AIV, d, 1)[0]
+        ),
+        "was acquired on communicator group_0_1, not hccl_world_group",
+    ),
+    "engine-unhashable": (
+        lambda d: hp.HcclChannelAcquire(None, [4], d, 1),
+        "rank 0 HcclChannelAcquire: engine [4]",
+    ),
+    "protocol": (
+        lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1, 77)], 1),
+        "the protocol 77 of the descriptor of remoteRank 1 is no CommProtocol",
+    ),
+    "template-protocol": (lambda d: hp.Hcomm[99](), "rank 0 Hcomm[99]: the template argument"),
 }
 
 
@@ -265,10 +449,14 @@ def test_host_side_misuse_is_named(case: str) -> None:
     def host() -> None:
         if hp.get_rank() == 0:
             call([hp.HcclChannelDesc(1)])
+        elif case == "buffer-other-comm":
+            hp.new_group([0, 1])
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(host, world_size=2, platform="A3")
-    assert "HcclUsageError" in str(info.value) and words in str(info.value)
+    text = str(info.value)
+    assert "HcclUsageError" in text and words in text
+    assert not any(raw in text for raw in ("TypeError", "ValueError", "KeyError", "Attribute"))
 
 
 # ---------------------------------------------------------------- gloo

@@ -20,6 +20,7 @@ from ..core.constants import CommEngine, CommProtocol
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr, what_is
 from ..core.group import Group
+from ..core.report import plain_repr
 from ..kernel.context import RankContext, current_rank_context
 
 #: Channel handles carry this tag in their top 16 bits ("HC"), then the owner's rank + 1.
@@ -71,9 +72,7 @@ def _comm(comm: Any, call: str) -> Group:
     if comm is None:
         return current_rank_context().world_group
     if not isinstance(comm, Group):
-        raise HcclUsageError(
-            f"{call}: comm must be an hp.Group (the communicator), not {what_is(comm)}"
-        )
+        _refuse(call, f"comm must be an hp.Group (the communicator), not {what_is(comm)}")
     return comm
 
 
@@ -86,40 +85,66 @@ def HcclChannelAcquire(  # noqa: N802
     handles. ``comm`` None is the world.
     """
     ctx = current_rank_context()
-    group = _comm(comm, "HcclChannelAcquire")
     me = ctx.rank
+    group = _comm(comm, "HcclChannelAcquire")
     if me not in group.ranks:
-        raise HcclUsageError(f"HcclChannelAcquire: rank {me} is not in communicator {group.name}")
-    if engine not in CommEngine._value2member_map_ or engine != CommEngine.COMM_ENGINE_AIV:
-        shown = CommEngine(engine).name if engine in CommEngine._value2member_map_ else repr(engine)
-        raise HcclUsageError(
-            f"HcclChannelAcquire: engine {shown}: hccl_py's Hcomm runs on AIV cores "
-            "(COMM_ENGINE_AIV)"
+        _refuse("HcclChannelAcquire", f"rank {me} is not in communicator {group.name}")
+    if not _member(engine, CommEngine) or engine != CommEngine.COMM_ENGINE_AIV:
+        shown = CommEngine(engine).name if _member(engine, CommEngine) else plain_repr(engine)
+        _refuse(
+            "HcclChannelAcquire",
+            f"engine {shown}: hccl_py's Hcomm runs on AIV cores (COMM_ENGINE_AIV)",
         )
     if not isinstance(channelDescs, (list, tuple)) or not all(
         isinstance(d, HcclChannelDesc) for d in channelDescs
     ):
-        raise HcclUsageError(
-            "HcclChannelAcquire: channelDescs must be a list of hp.HcclChannelDesc, not "
-            f"{what_is(channelDescs)}"
+        _refuse(
+            "HcclChannelAcquire",
+            f"channelDescs must be a list of hp.HcclChannelDesc, not {what_is(channelDescs)}",
         )
-    if channelNum != len(channelDescs):
-        raise HcclUsageError(
-            f"HcclChannelAcquire: channelNum {channelNum!r} but {len(channelDescs)} descriptors"
+    if isinstance(channelNum, bool) or channelNum != len(channelDescs):
+        _refuse(
+            "HcclChannelAcquire",
+            f"channelNum {plain_repr(channelNum)} but {len(channelDescs)} descriptors",
         )
     mine = channels_of(ctx)
     handles = []
     for desc in channelDescs:
         r = desc.remoteRank
-        if not isinstance(r, int) or not 0 <= r < group.size or group.ranks[r] == me:
-            raise HcclUsageError(
-                f"HcclChannelAcquire: remoteRank {r!r} is not another rank of communicator "
-                f"{group.name} (size {group.size}, this rank is {group.ranks.index(me)})"
+        if (
+            isinstance(r, bool)
+            or not isinstance(r, int)
+            or not 0 <= r < group.size
+            or group.ranks[r] == me
+        ):
+            _refuse(
+                "HcclChannelAcquire",
+                f"remoteRank {plain_repr(r)} is not another rank of communicator {group.name} "
+                f"(size {group.size}, this rank is {group.ranks.index(me)})",
+            )
+        if not _member(desc.protocol, CommProtocol):
+            _refuse(
+                "HcclChannelAcquire",
+                f"the protocol {plain_repr(desc.protocol)} of the descriptor of remoteRank {r} "
+                "is no CommProtocol",
             )
         handle = HANDLE_TAG | (me + 1) << 32 | len(mine)
         mine[handle] = Channel(handle, me, group.ranks[r], group, CommProtocol(desc.protocol))
         handles.append(handle)
     return handles
+
+
+def _member(value: Any, enum: type) -> bool:
+    """Whether ``value`` is an int value of ``enum`` (bools, floats, unhashables are not)."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and value in enum._value2member_map_  # type: ignore[attr-defined]
+    )
+
+
+def _refuse(call: str, why: str) -> None:
+    """Raise the HcclUsageError of a host call that rank ``rank`` made wrong."""
+    rank = current_rank_context().rank
+    raise HcclUsageError(f"rank {rank} {call}: {why}", rank=rank, op=call)
 
 
 def _buffer(ctx: RankContext, group: Group, rank: int) -> tuple[GmAddr, int]:
@@ -136,9 +161,15 @@ def HcclGetHcclBuffer(comm: Group | None = None) -> tuple[GmAddr, int]:  # noqa:
 def HcclChannelGetHcclBuffer(comm: Group | None, channel: int) -> tuple[GmAddr, int]:  # noqa: N802
     """``HcclChannelGetHcclBuffer``: the HCCL buffer of ``channel``'s peer and its size."""
     ctx = current_rank_context()
-    found = channels_of(ctx).get(channel)
+    call = "HcclChannelGetHcclBuffer"
+    group = _comm(comm, call)
+    found = channels_of(ctx).get(channel) if isinstance(channel, int) else None
     if found is None:
-        raise HcclUsageError(
-            f"HcclChannelGetHcclBuffer: rank {ctx.rank} acquired no channel {channel!r}"
+        _refuse(call, f"this rank acquired no channel {plain_repr(channel)}")
+    if found.group.name != group.name:
+        _refuse(
+            call,
+            f"channel {channel:#x} was acquired on communicator {found.group.name}, not "
+            f"{group.name}",
         )
     return _buffer(ctx, found.group, found.peer)

@@ -25,8 +25,10 @@ from typing import Any
 import torch
 
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
-from ..core.errors import HcclBoundsError, InvalidCall
+from ..core.current import serialized
+from ..core.errors import HcclBoundsError, HcclUsageError, InvalidCall
 from ..core.gm import GmAddr, what_is
+from ..core.report import plain_repr
 from ..core.template import checked, template
 from ..kernel.context import current_rank_context
 from ..server.remote_writes import Copies, Immediate
@@ -44,31 +46,56 @@ class Hcomm:
         return functools.partial(cls, commProtocol)
 
     def __init__(self, commProtocol: CommProtocol = _UBC_CTP) -> None:
-        self.commProtocol = commProtocol
+        known = CommProtocol._value2member_map_
+        if isinstance(commProtocol, bool) or not (
+            isinstance(commProtocol, int) and commProtocol in known
+        ):  # a C++ template argument that is no CommProtocol does not compile
+            ctx = current_rank_context(required=False)
+            who = "" if ctx is None else f"rank {ctx.rank} "
+            raise HcclUsageError(
+                f"{who}Hcomm[{plain_repr(commProtocol)}]: the template argument must be a "
+                "CommProtocol (hp.COMM_PROTOCOL_UBC_CTP)",
+                rank=None if ctx is None else ctx.rank,
+            )
+        self.commProtocol = CommProtocol(commProtocol)
         self._ready = False
 
     def _signature_misfit(self, reason: str, op: str) -> int:
         return breach("signature", reason, HCOMM_FAILED, op=op)
 
     @checked
+    @serialized
     def Init(self, buff: Any, len: int) -> int:  # noqa: A002, N802
-        """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``."""
+        """Init(buff, len): the UB work buffer; -1 if ``len`` is below 512 or beyond ``buff``.
+
+        As the official ``len > buff.GetSize()``, ``len`` (bytes) is compared with the
+        tensor's element count: a uint8 tensor of ``len`` bytes or more always fits.
+        """
+        if self._unsupported("Init"):
+            return HCOMM_FAILED
         if not isinstance(buff, torch.Tensor):
             return self._fail(
                 "bad-argument", "Init", f"buff must be a UB tensor, not {what_is(buff)}"
             )
-        size = buff.numel() * buff.element_size()
-        if not isinstance(len, int) or not HCOMM_URMA_TMP_BUF_SIZE <= len <= size:
+        size = buff.numel()
+        if isinstance(len, bool) or not isinstance(len, int) or len < HCOMM_URMA_TMP_BUF_SIZE:
             return self._fail(
                 "bad-argument",
                 "Init",
-                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE "
-                f"({HCOMM_URMA_TMP_BUF_SIZE}) and at most the buffer's {size} bytes",
+                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE ({HCOMM_URMA_TMP_BUF_SIZE})",
+            )
+        if len > size:
+            return self._fail(
+                "bad-argument",
+                "Init",
+                f"len {len} is more than buff.GetSize(), its {size} elements of "
+                f"{buff.dtype} (the official check compares the bytes with the element count)",
             )
         self._ready = True
         return HCOMM_SUCCESS
 
     @template("commit")
+    @serialized
     def WriteNbi(
         self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True
     ) -> int:  # noqa: A002, N802
@@ -76,11 +103,13 @@ class Hcomm:
         return self._post("WriteNbi", channel, dst, src, len, commit)
 
     @template("commit")
+    @serialized
     def ReadNbi(self, channel: int, dst: GmAddr, src: GmAddr, len: int, commit: bool = True) -> int:  # noqa: A002, N802
         """ReadNbi[commit](channel, dst, src, len): ``len`` bytes from the peer into this rank."""
         return self._post("ReadNbi", channel, dst, src, len, commit)
 
     @template("commit")
+    @serialized
     def WriteWithNotifyNbi(  # noqa: N802
         self,
         channel: int,
@@ -97,6 +126,7 @@ class Hcomm:
         )
 
     @checked
+    @serialized
     def Commit(self, channel: int) -> int:  # noqa: N802
         """Commit(channel): ring the doorbell for the requests posted with ``commit=False``."""
         found = self._channel("Commit", channel)
@@ -106,6 +136,7 @@ class Hcomm:
         return HCOMM_SUCCESS
 
     @checked
+    @serialized
     def Drain(self, channel: int) -> int:  # noqa: N802
         """Drain(channel): block until every request posted on ``channel`` completed."""
         found = self._channel("Drain", channel)
@@ -131,15 +162,24 @@ class Hcomm:
             rule_id, f"rank {ctx.rank} Hcomm.{call}: {why}", HCOMM_FAILED, op=call, **facts
         )
 
+    def _unsupported(self, call: str) -> bool:
+        """Whether this Hcomm's protocol is not emulated (reported)."""
+        if self.commProtocol == _UBC_CTP:
+            return False
+        own = "its own implementation (hcomm_aiv_roce.h)"
+        base = "the base implementation, whose calls return -1"
+        has = own if self.commProtocol == CommProtocol.COMM_PROTOCOL_ROCE else base
+        self._fail(
+            "unsupported",
+            call,
+            f"Hcomm<{self.commProtocol.name}> is not emulated (only COMM_PROTOCOL_UBC_CTP); "
+            f"officially it has {has}",
+        )
+        return True
+
     def _channel(self, call: str, channel: Any) -> Channel | None:
         """The calling rank's channel ``channel``, or None after reporting why it is not usable."""
-        if self.commProtocol != _UBC_CTP:
-            self._fail(
-                "unsupported",
-                call,
-                f"Hcomm<{CommProtocol(self.commProtocol).name}> is not emulated (only "
-                "COMM_PROTOCOL_UBC_CTP); the official base implementation returns -1",
-            )
+        if self._unsupported(call):
             return None
         if not self._ready:
             self._fail("not-initialised", call, "Hcomm.Init(buff, len) has not succeeded")
