@@ -654,6 +654,39 @@ def decode(slots: torch.Tensor, launch: int, tiling: MoeEpDispatchTilingData) ->
     return out
 
 
+def launch_dispatch(context, x, ids, weights, cached, workspace):
+    """One MoeEpDispatch launch as the host runs it (aclnn): the tiling, the outputs, the
+    launch; ``cached`` is a previous ``dstBufferSlotIdx`` (IsCached) or None, ``workspace``
+    the previous launch's (None: a new one). Returns the tiling, the workspace,
+    ``numRecvPerRank``, ``numRecvPerExpert`` and ``dstBufferSlotIdx``."""
+    rank, n, dev = hp.get_rank(), hp.get_world_size(), hp.device()
+    isCached = cached is not None
+    tiling, wsSize = MoeEpDispatchTilingFunc(n, rank, LOCAL_EXPERTS * n, x.shape, ids.shape,
+                                             weights is not None, isCached)  # fmt: skip
+    if workspace is None:  # the workspace outlives a launch (stale counters included)
+        workspace = torch.zeros(wsSize, dtype=torch.uint8, device=dev)
+    numRecvPerRank = torch.zeros(n, dtype=torch.int32, device=dev)
+    numRecvPerExpert = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=dev)
+    dstSlotIdx = torch.zeros(ids.shape, dtype=torch.int32, device=dev)
+    hp.launch(
+        moe_ep_dispatch,
+        context,
+        on_device(x),
+        on_device(ids),
+        None if weights is None else on_device(weights),
+        None,
+        cached,
+        numRecvPerRank,
+        numRecvPerExpert,
+        dstSlotIdx,
+        workspace,
+        tiling,
+        block_dim=tiling.moeEpDispatchInfo.aivNum,
+        kernel_type="aiv",
+    )
+    return tiling, workspace, numRecvPerRank, numRecvPerExpert, dstSlotIdx
+
+
 def main() -> list[str]:
     rank, n = hp.get_rank(), hp.get_world_size()
     lines, dev = [], hp.device()
@@ -662,30 +695,10 @@ def main() -> list[str]:
     for launch in (1, 2):  # odd: slots assigned; even: the previous routing, cached slots
         x, ids, weights = inputs(rank, launch)
         isCached = launch % 2 == 0
-        tiling, wsSize = MoeEpDispatchTilingFunc(n, rank, LOCAL_EXPERTS * n, x.shape, ids.shape,
-                                                 not isCached, isCached)  # fmt: skip
-        if workspace is None:  # the workspace outlives a launch (stale counters included)
-            workspace = torch.zeros(wsSize, dtype=torch.uint8, device=dev)
-        numRecvPerRank = torch.zeros(n, dtype=torch.int32, device=dev)
-        numRecvPerExpert = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=dev)
-        dstSlotIdx = torch.zeros(BS, K, dtype=torch.int32, device=dev)
-        aivNum = tiling.moeEpDispatchInfo.aivNum
-        hp.launch(
-            moe_ep_dispatch,
-            context,
-            on_device(x),
-            on_device(ids),
-            None if isCached else on_device(weights),
-            None,
-            cached if isCached else None,
-            numRecvPerRank,
-            numRecvPerExpert,
-            dstSlotIdx,
-            workspace,
-            tiling,
-            block_dim=aivNum,
-            kernel_type="aiv",
+        tiling, workspace, numRecvPerRank, numRecvPerExpert, dstSlotIdx = launch_dispatch(
+            context, x, ids, None if isCached else weights, cached if isCached else None, workspace
         )
+        aivNum = tiling.moeEpDispatchInfo.aivNum
         perSlot = tiling.moeEpDispatchInfo.cfg.perSlotBytes
         recvSlots = torch.zeros(
             n * NUM_MAX_TOKENS_PER_RANK * perSlot, dtype=torch.uint8, device=dev

@@ -109,6 +109,45 @@ def test_a_dropped_drain_is_a_race_naming_the_write(kw: dict[str, Any]) -> None:
     assert "ring_kernel" in text  # the write's line and the read's line
 
 
+def early_row_kernel(handle, buffers, src, one, out) -> None:  # noqa: ANN001
+    """Core 0 writes a row, all cores meet (the row may land there, run by a waiting core),
+    core 0 writes a 32-byte status on the same channel and drains; the receiver polls its
+    statuses in one read wider than a flag, as MoeEpCombine's WaitDispatch does."""
+    me, n, core = hp.get_rank(), hp.get_world_size(), hp.GetBlockIdx()
+    peer = (me + 1) % n
+    hcomm, ch = new_hcomm(), handle[peer]
+    if core == 0:
+        assert hcomm.WriteNbi(ch, buffers[peer] + DATA, src, N) == hp.HCOMM_SUCCESS
+    hp.SyncAll()
+    if core != 0:
+        return
+    assert hcomm.WriteNbi(ch, buffers[peer], one, 32) == hp.HCOMM_SUCCESS
+    assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+    own = buffers[me]
+    while float(hp.gm_tensor(own, torch.float32, 24).sum()) != 8.0:
+        pass
+    hp.gm_tensor(out, torch.uint8, N)[:] = hp.gm_tensor(own + DATA, torch.uint8, N)
+
+
+def early_row() -> list[int]:
+    handle, buffers = channels()
+    src = torch.from_numpy(source(hp.get_rank()))
+    out = torch.zeros(N, dtype=torch.uint8)
+    one = torch.ones(8, dtype=torch.float32)
+    hp.launch(early_row_kernel, handle, buffers, src, one, out, block_dim=2, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("kw", [*SCHEDULES, {"seed": 4}, {"seed": 5}], ids=str)
+def test_a_landing_is_not_the_calling_cores_write(kw: dict[str, Any]) -> None:
+    """A write lands in whichever thread runs it (the poster when eager, a Drain, a waiting
+    core); the race check keeps it as the channel's write, so the status that follows on the
+    channel orders the row for the receiver. (It used to record the copy as a direct write of
+    the core that ran it, with that core's clock: a false HcclRaceError on the row.)"""
+    got = hp.run(early_row, world_size=2, platform="A3", poison=True, **kw)
+    assert got == expected(2)
+
+
 def test_late_writes_land_only_at_drain() -> None:
     """Under the late schedule a posted write has not landed before its Drain."""
 

@@ -133,6 +133,19 @@ SPECS: dict[str, SampleSpec] = {
             ),
             launches=3,
         ),
+        # the dispatch port and the epilogue run first; three launches, so that the third
+        # combine rewrites the stash and the statuses the first two sent from; its block_dim is
+        # the tiling's aivNum (3: with 2 ranks the third core sends to no rank)
+        SampleSpec(
+            "mc2_moe_ep_combine",
+            flags=(
+                r"^blocks\(self\.localSlotStateWinAddr_, n\)\[:\] = 0$",
+                r"\] = self\.statusTensor_$",
+                r"WriteNbi\(commHandle, remoteRankStateAddr",
+                r"\] = self\.stateResetTensor_\[:copyCount\]$",
+            ),
+            launches=3,
+        ),
         # three ranks, so that the fourth launch's elastic info leaves one out; its block_dim
         # is the tiling's aivNum (4: with two or three peers, the sending cores 1..3 split
         # them, and with two the third returns after SetStatus)
@@ -275,6 +288,16 @@ HCOMM_CHANNEL_ORDER = (
     "URMA_DEFAULT_CFG (strongly ordered, fence) lands one channel's writes in order, so the "
     "notify never overtakes them; and nothing rewrites the counts' source before the next "
     "launch's own exchange"
+)
+HCOMM_STATUS_ORDER = (
+    "equivalent on hardware: the status goes on the same channel as the row it announces, and "
+    "URMA_DEFAULT_CFG lands one channel's writes in order; the Drain after the status still "
+    "completes both before the stash is written again"
+)
+HCOMM_STATUS_SOURCE = (
+    "equivalent: the status source is the same eight 1.0f at every rewrite, and a stash slot "
+    "is written again only in the next launch, after the receiver saw its status (which lands "
+    "after the row) and the dispatch in between synchronised every rank"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -491,6 +514,18 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "moe_ep_dispatch_epilogue:poll#1": ("explore", "HcclRaceError"),
         "moe_ep_dispatch_epilogue:flag#1": ("explore", "HcclRaceError"),
         "moe_ep_dispatch_epilogue:SyncAll#1": ("default", CHECK),
+    },
+    "mc2_moe_ep_combine": {
+        "WaitDispatch:poll#1": ("default", CHECK),
+        "WaitDispatch:flag#1": ("default", CHECK),
+        "Process:SyncAll#1": ("default", DEADLOCK),
+        "Process:SyncAll#2": ("default", DEADLOCK),
+        "Process:SyncAll#3": ("default", CHECK),
+        "SetStatus:flag#1": ("default", DEADLOCK),
+        "SetStatus:Drain#1": _missed(HCOMM_STATUS_ORDER),
+        "SetStatus:flag#2": ("default", DEADLOCK),
+        "SetStatus:Drain#2": _missed(HCOMM_STATUS_SOURCE),
+        "WaitDispatch:flag#2": ("default", CHECK),
     },
     "mc2_distribute_barrier": {
         "InitStatus:flag#1": ("default", CHECK),

@@ -67,6 +67,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in (1, 2, 3, 4) for case in ("rows", "state")
     },
@@ -147,6 +148,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_moe_ep_dispatch.py"],
+    ),
+    "mc2_moe_ep_combine-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_moe_ep_combine.py"],
+    ),
+    "mc2_moe_ep_combine-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_moe_ep_combine.py"],
     ),
     "mc2_moe_distribute_combine_v2-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
