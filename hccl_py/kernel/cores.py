@@ -105,8 +105,7 @@ class LaunchState:
         n_aic, n_aiv = KERNEL_TYPES[kernel_type]
         self.cores_of_kind = {AIC: n_aic * block_dim, AIV: n_aiv * block_dim}
         self.clients: dict[int, Any] = {}
-        #: groupName -> commEngine of the cc tilings in the launch's tiling argument
-        self.cc_engines: dict[str, int] = {}
+        self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
         self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
         self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
@@ -114,6 +113,11 @@ class LaunchState:
         #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
         self.passed: dict[CoreContext, dict[Any, int]] = {}
         self.returned: list[CoreContext] = []
+
+    @functools.cached_property
+    def cc_engines(self) -> dict[str, int]:
+        """groupName -> commEngine of the launch's cc tilings (parsed at a 950 context's ask)."""
+        return {k: v for a in reversed(self.args) for k, v in cc_engines(a).items()}
 
     def core_contexts(self) -> list[CoreContext]:
         """Every core of the launch, AIC cores first."""
@@ -273,7 +277,7 @@ def launch(
         state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
         names = _parameter_names(kernel, len(args))
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
-        state.cc_engines = {k: v for a in reversed(args) for k, v in cc_engines(a).items()}
+        state.args = args
         cores = state.core_contexts()
     with rank_ctx.server.kernel_scope(rank_ctx.rank):
         if len(cores) == 1:
