@@ -195,7 +195,9 @@ class EngramFetchArch35:
             HCOMM_INIT_SIZE + TILE_BYTES * RELAY_BUFFER_NUM + countsBufSize + offsetsBufSize
             + commBufferBufSize + hcommHandleBufSize
         )  # fmt: skip
-        availableUb = self.ubSize_ - usedUb - ubReserved if self.ubSize_ > usedUb + ubReserved else 0
+        availableUb = (
+            self.ubSize_ - usedUb - ubReserved if self.ubSize_ > usedUb + ubReserved else 0
+        )
         maxBatchSize = availableUb // bytesPerIndice
         numTokens = self.numTokens_
         self.indicesBatchSize_ = numTokens if numTokens <= maxBatchSize else maxBatchSize
