@@ -40,6 +40,10 @@ on UB tensors; intra-core ``SetFlag``/``WaitFlag`` (``SyncFunc``) and ``PipeBarr
 comments; the 16 MiB system workspace is None (the kernels ignore it). How the table gets
 into the HCCL buffer is not part of the op: the host writes its shard and ``hp.barrier()``
 runs once before the first round. Ascend 950's UBC_CTP runs on the A3 platform's windows.
+The wait's empty tiling struct has one uint32 member (ctypes needs one). The wait kernel's
+``Drain`` is the only ordering call: a dropped one is caught by ``explore=16`` (a seed that
+lands the reads late changes ``fetched``); no race check watches a ``ReadNbi`` into plain GM
+(docs/hcomm.md).
 
 Run: ``python samples/mc2_engram_fetch.py`` (4 emulated ranks, three rounds of fetch and
 wait), ``python -m hccl_py run -n 2 --backend gloo samples/mc2_engram_fetch.py``.
@@ -185,8 +189,8 @@ class EngramFetchArch35:
         offsetsBufSize = Ceil(n * 4, UB_ALIGN) * UB_ALIGN
         commBufferBufSize = Ceil(n * 8, UB_ALIGN) * UB_ALIGN
         hcommHandleBufSize = Ceil(n * 8, UB_ALIGN) * UB_ALIGN
-        self.rankCountsBuf_ = torch.zeros(countsBufSize // 4, dtype=torch.int64)
-        self.rankOffsetsBuf_ = torch.zeros(offsetsBufSize // 4, dtype=torch.int64)
+        self.rankCountsBuf_ = torch.zeros(countsBufSize // 4, dtype=torch.int32)
+        self.rankOffsetsBuf_ = torch.zeros(offsetsBufSize // 4, dtype=torch.int32)
 
         ubReserved = 8 * 1024
         # indices, tokenIdxInRank, rankIDs, positions, divisor (4 bytes each), mask (~1 byte)
