@@ -146,6 +146,9 @@ SPECS: dict[str, SampleSpec] = {
             ),
             launches=3,
         ),
+        # 2 ranks: cores 2..5 are beyond numRanks and help copy the own rows; its block_dim is
+        # the tiling's aivNum (6); three rounds of (fetch, wait), round 2 from one peer only
+        SampleSpec("mc2_engram_fetch", block_dim=None),
         # three ranks, so that the fourth launch's elastic info leaves one out; its block_dim
         # is the tiling's aivNum (4: with two or three peers, the sending cores 1..3 split
         # them, and with two the third returns after SetStatus)
@@ -526,6 +529,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "SetStatus:flag#2": ("default", DEADLOCK),
         "SetStatus:Drain#2": _missed(HCOMM_STATUS_SOURCE),
         "WaitDispatch:flag#2": ("default", CHECK),
+    },
+    "mc2_engram_fetch": {
+        # the host reads fetched while reads are in flight: no race check sees a ReadNbi into
+        # plain GM (docs/hcomm.md), but a seed that lands them late changes the result
+        "Process:Drain#1": ("explore", "HcclScheduleError"),
     },
     "mc2_distribute_barrier": {
         "InitStatus:flag#1": ("default", CHECK),

@@ -68,6 +68,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in (1, 2, 3, 4) for case in ("rows", "state")
     },
@@ -158,6 +159,16 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
         SAMPLES["mc2_moe_ep_combine.py"],
+    ),
+    "mc2_engram_fetch-gloo": (
+        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
+        2,
+        SAMPLES["mc2_engram_fetch.py"],
+    ),
+    "mc2_engram_fetch-torchrun": (
+        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
+        2,
+        SAMPLES["mc2_engram_fetch.py"],
     ),
     "mc2_moe_distribute_combine_v2-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
