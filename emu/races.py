@@ -269,11 +269,7 @@ class WindowRaces:
                 self.last_flag[rank] = look
             # a rank's own writes are program-ordered, but not what its Hcomm channel
             # lands for it later (a ReadNbi's destination): those count like a peer's
-            pieces = [
-                p
-                for p in self._pieces(window, runs)
-                if p[2].rank != rank or p[2].agent >= 2 * self.n
-            ]
+            pieces = [p for p in self._pieces(window, runs) if p[2].rank != rank or p[2].hcomm]
             for _, _, w in pieces:
                 if flag or w.flag:
                     self._join(rank, w.clock)
