@@ -70,10 +70,15 @@ class Rounds(Lifecycle):
     def commit(self, client: Control, info: Handle, h: int) -> None:
         """This core's Commit of the next round."""
         info.commits += 1
+        self._send(client, info, h, info.commits - 1)
+
+    @staticmethod
+    def _send(client: Control, info: Handle, h: int, round_idx: int) -> None:
+        """Hand server round ``round_idx`` of ``info``'s task to the server."""
         if info.task is not None:
-            client.server.commit(info.task, info.commits - 1)
+            client.server.commit(info.task, round_idx)
         else:  # not the sending core: counted here, and named if the round then hangs
-            client.note_local_commit(calling_core(), h, info.commits - 1)
+            client.note_local_commit(calling_core(), h, round_idx)
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         return client.wait_round(info, h)
@@ -84,8 +89,9 @@ class Rounds(Lifecycle):
         return 0 if task is None else client.server.finished(task)
 
     def drain(self, client: Control, info: Handle, h: int) -> None:
-        """Finalize<true> on the sending core: wait until the last round finished."""
-        client.server.wait(info.task, info.repeat - 1)
+        """Finalize<true> on the sending core: wait until the task's last server round (a
+        fine-grained task's last step) finished."""
+        client.server.wait(info.task, info.task.repeat - 1)
 
 
 class FineGrained(Rounds):
@@ -98,16 +104,10 @@ class FineGrained(Rounds):
 
     def commit(self, client: Control, info: Handle, h: int) -> None:
         for step in client.steps.commit_steps(info):
-            if info.task is not None:
-                client.server.commit(info.task, step)
-            else:  # not the sending core: counted here, and named if the step then hangs
-                client.note_local_commit(calling_core(), h, step)
+            self._send(client, info, h, step)
 
     def wait(self, client: Control, info: Handle, h: int) -> int:
         return client.steps.wait(info, h)
-
-    def drain(self, client: Control, info: Handle, h: int) -> None:
-        client.server.wait(info.task, info.task.repeat - 1)
 
 
 class BatchWrites(Lifecycle):
