@@ -92,6 +92,19 @@ WARNINGS: dict[str, tuple[str, ...]] = {
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": ("finalize-unordered",),
 }
 UNEVEN_SKIPPED = {"equal-count": "PASS", "uneven": "SKIP"}
+
+
+def _gloo(sample: str, n: int = 2) -> tuple[list[str], int, dict[str, str]]:
+    """A run of ``samples/<sample>.py`` on ``n`` gloo processes (``hccl_py run``)."""
+    return (["-m", "hccl_py", "run", "-n", str(n), "--backend", "gloo"], n, SAMPLES[f"{sample}.py"])
+
+
+def _torchrun(sample: str) -> tuple[list[str], int, dict[str, str]]:
+    """A run of ``samples/<sample>.py`` under torchrun, 2 processes."""
+    cmd = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    return (cmd, 2, SAMPLES[f"{sample}.py"])
+
+
 #: run id -> (python arguments, ranks, expected verdicts) for runs other than ``python X.py``.
 OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "alltoallv_custom-n8": (["-m", "hccl_py", "run", "-n", "8"], 8, UNEVEN_SKIPPED),
@@ -100,81 +113,25 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         2,
         SAMPLES["all_gather_matmul.py"],
     ),
-    "alltoall_allgather_custom-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["alltoall_allgather_custom.py"],
+    "alltoall_allgather_custom-gloo": _gloo("alltoall_allgather_custom"),
+    "mc2_matmul_reduce_scatter_full_mesh-gloo": _gloo("mc2_matmul_reduce_scatter_full_mesh"),
+    "mc2_matmul_all_reduce-gloo": _gloo("mc2_matmul_all_reduce"),
+    "mc2_all_gather_matmul_full_mesh-torchrun": _torchrun("mc2_all_gather_matmul_full_mesh"),
+    "mc2_matmul_reduce_scatter_full_mesh-torchrun": _torchrun(
+        "mc2_matmul_reduce_scatter_full_mesh"
     ),
-    "mc2_matmul_reduce_scatter_full_mesh-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_matmul_reduce_scatter_full_mesh.py"],
+    "mc2_moe_distribute_dispatch_v2_950-gloo": _gloo("mc2_moe_distribute_dispatch_v2_950"),
+    "mc2_moe_distribute_dispatch_v2_full_mesh-gloo": _gloo(
+        "mc2_moe_distribute_dispatch_v2_full_mesh"
     ),
-    "mc2_matmul_all_reduce-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_matmul_all_reduce.py"],
-    ),
-    "mc2_all_gather_matmul_full_mesh-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_all_gather_matmul_full_mesh.py"],
-    ),
-    "mc2_matmul_reduce_scatter_full_mesh-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_matmul_reduce_scatter_full_mesh.py"],
-    ),
-    "mc2_moe_distribute_dispatch_v2_950-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_moe_distribute_dispatch_v2_950.py"],
-    ),
-    "mc2_moe_distribute_dispatch_v2_full_mesh-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_moe_distribute_dispatch_v2_full_mesh.py"],
-    ),
-    "mc2_moe_distribute_combine_v2-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_moe_distribute_combine_v2.py"],
-    ),
-    "mc2_moe_ep_dispatch-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_moe_ep_dispatch.py"],
-    ),
-    "mc2_moe_ep_dispatch-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_moe_ep_dispatch.py"],
-    ),
-    "mc2_moe_ep_combine-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_moe_ep_combine.py"],
-    ),
-    "mc2_moe_ep_combine-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_moe_ep_combine.py"],
-    ),
-    "mc2_engram_fetch-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_engram_fetch.py"],
-    ),
-    "mc2_engram_fetch-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_engram_fetch.py"],
-    ),
-    "mc2_moe_distribute_combine_v2-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_moe_distribute_combine_v2.py"],
-    ),
+    "mc2_moe_distribute_combine_v2-gloo": _gloo("mc2_moe_distribute_combine_v2"),
+    "mc2_moe_ep_dispatch-gloo": _gloo("mc2_moe_ep_dispatch"),
+    "mc2_moe_ep_dispatch-torchrun": _torchrun("mc2_moe_ep_dispatch"),
+    "mc2_moe_ep_combine-gloo": _gloo("mc2_moe_ep_combine"),
+    "mc2_moe_ep_combine-torchrun": _torchrun("mc2_moe_ep_combine"),
+    "mc2_engram_fetch-gloo": _gloo("mc2_engram_fetch"),
+    "mc2_engram_fetch-torchrun": _torchrun("mc2_engram_fetch"),
+    "mc2_moe_distribute_combine_v2-torchrun": _torchrun("mc2_moe_distribute_combine_v2"),
     # two ranks: no fourth launch (its elastic info leaves one rank of three or more out)
     "mc2_distribute_barrier-gloo": (
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
@@ -186,30 +143,12 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         2,
         {f"{c}-{launch}": "PASS" for launch in (1, 2, 3) for c in ("rows", "state")},
     ),
-    "mc2_quant_all_reduce-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_quant_all_reduce.py"],
-    ),
-    "mc2_quant_all_reduce-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_quant_all_reduce.py"],
-    ),
-    "mc2_quant_reduce_scatter-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_quant_reduce_scatter.py"],
-    ),
-    "mc2_quant_reduce_scatter-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_quant_reduce_scatter.py"],
-    ),
-    "mc2_allto_all_all_gather_batch_mat_mul-gloo": (
-        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
-        4,
-        SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
+    "mc2_quant_all_reduce-gloo": _gloo("mc2_quant_all_reduce"),
+    "mc2_quant_all_reduce-torchrun": _torchrun("mc2_quant_all_reduce"),
+    "mc2_quant_reduce_scatter-gloo": _gloo("mc2_quant_reduce_scatter"),
+    "mc2_quant_reduce_scatter-torchrun": _torchrun("mc2_quant_reduce_scatter"),
+    "mc2_allto_all_all_gather_batch_mat_mul-gloo": _gloo(
+        "mc2_allto_all_all_gather_batch_mat_mul", 4
     ),
     # ep = 4: AllGather<true> and InterHcclGroupSync both ways instead of AllGather<false> + Commit
     "mc2_allto_all_all_gather_batch_mat_mul-n8": (
@@ -217,10 +156,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         8,
         SAMPLES["mc2_allto_all_all_gather_batch_mat_mul.py"],
     ),
-    "mc2_batch_mat_mul_reduce_scatter_allto_all-gloo": (
-        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
-        4,
-        SAMPLES["mc2_batch_mat_mul_reduce_scatter_allto_all.py"],
+    "mc2_batch_mat_mul_reduce_scatter_allto_all-gloo": _gloo(
+        "mc2_batch_mat_mul_reduce_scatter_allto_all", 4
     ),
     # ep = 4: three peers per AlltoAllV, two of them skipped in the transposes
     "mc2_batch_mat_mul_reduce_scatter_allto_all-n8": (
@@ -228,92 +165,30 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         8,
         SAMPLES["mc2_batch_mat_mul_reduce_scatter_allto_all.py"],
     ),
-    "mc2_allto_all_matmul-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_allto_all_matmul.py"],
+    "mc2_allto_all_matmul-gloo": _gloo("mc2_allto_all_matmul"),
+    "mc2_allto_all_matmul-torchrun": _torchrun("mc2_allto_all_matmul"),
+    "mc2_allto_allv_grouped_mat_mul-gloo": _gloo("mc2_allto_allv_grouped_mat_mul"),
+    "mc2_allto_allv_grouped_mat_mul-torchrun": _torchrun("mc2_allto_allv_grouped_mat_mul"),
+    "mc2_allto_allv_grouped_mat_mul_2026-gloo": _gloo("mc2_allto_allv_grouped_mat_mul_2026"),
+    "mc2_allto_allv_grouped_mat_mul_2026-torchrun": _torchrun(
+        "mc2_allto_allv_grouped_mat_mul_2026"
     ),
-    "mc2_allto_all_matmul-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_allto_all_matmul.py"],
-    ),
-    "mc2_allto_allv_grouped_mat_mul-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_allto_allv_grouped_mat_mul.py"],
-    ),
-    "mc2_allto_allv_grouped_mat_mul-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_allto_allv_grouped_mat_mul.py"],
-    ),
-    "mc2_allto_allv_grouped_mat_mul_2026-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_allto_allv_grouped_mat_mul_2026.py"],
-    ),
-    "mc2_allto_allv_grouped_mat_mul_2026-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_allto_allv_grouped_mat_mul_2026.py"],
-    ),
-    "mc2_matmul_allto_all-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_matmul_allto_all.py"],
-    ),
-    "mc2_matmul_allto_all-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_matmul_allto_all.py"],
-    ),
-    "mc2_grouped_mat_mul_allto_allv-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_grouped_mat_mul_allto_allv.py"],
-    ),
-    "mc2_grouped_mat_mul_allto_allv-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_grouped_mat_mul_allto_allv.py"],
-    ),
+    "mc2_matmul_allto_all-gloo": _gloo("mc2_matmul_allto_all"),
+    "mc2_matmul_allto_all-torchrun": _torchrun("mc2_matmul_allto_all"),
+    "mc2_grouped_mat_mul_allto_allv-gloo": _gloo("mc2_grouped_mat_mul_allto_allv"),
+    "mc2_grouped_mat_mul_allto_allv-torchrun": _torchrun("mc2_grouped_mat_mul_allto_allv"),
     # 2 ranks: comm_mode "ccu", the CCU client (4 ranks, in-process, run the 950 AI CPU one)
-    "mc2_matmul_reduce_scatter_v2_950-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_matmul_reduce_scatter_v2_950.py"],
-    ),
-    "mc2_matmul_reduce_scatter_v2_950-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_matmul_reduce_scatter_v2_950.py"],
-    ),
-    "mc2_all_gather_matmul_v2_950-gloo": (
-        ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
-        2,
-        SAMPLES["mc2_all_gather_matmul_v2_950.py"],
-    ),
-    "mc2_all_gather_matmul_v2_950-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["mc2_all_gather_matmul_v2_950.py"],
-    ),
-    "moe_distribute_window-gloo": (
-        ["-m", "hccl_py", "run", "-n", "4", "--backend", "gloo"],
-        4,
-        SAMPLES["moe_distribute_window.py"],
-    ),
+    "mc2_matmul_reduce_scatter_v2_950-gloo": _gloo("mc2_matmul_reduce_scatter_v2_950"),
+    "mc2_matmul_reduce_scatter_v2_950-torchrun": _torchrun("mc2_matmul_reduce_scatter_v2_950"),
+    "mc2_all_gather_matmul_v2_950-gloo": _gloo("mc2_all_gather_matmul_v2_950"),
+    "mc2_all_gather_matmul_v2_950-torchrun": _torchrun("mc2_all_gather_matmul_v2_950"),
+    "moe_distribute_window-gloo": _gloo("moe_distribute_window", 4),
     "moe_distribute_window-n16": (
         ["-m", "hccl_py", "run", "-n", "16"],
         16,
         SAMPLES["moe_distribute_window.py"],
     ),
-    "moe_distribute_window-torchrun": (
-        ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
-        2,
-        SAMPLES["moe_distribute_window.py"],
-    ),
+    "moe_distribute_window-torchrun": _torchrun("moe_distribute_window"),
     "moe_distribute_window-n2": (
         ["-m", "hccl_py", "run", "-n", "2"],
         2,
