@@ -950,6 +950,31 @@ def test_context_fields_have_the_cpp_names() -> None:
         assert got["flag"] == 10 + (rank - 1) % 3
 
 
+def test_a3_context_says_its_windows_are_ccl_buffers() -> None:
+    """AttentionToFFN and FFNToAttention (ops-transformer mc2/attention_to_ffn,
+    mc2/ffn_to_attention) read ``userMemType`` and take ``remoteRes[r]`` when it is 0 (CCL
+    buffer), ``userMemRes[r].addr`` otherwise: hccl_py's windows are CCL buffers, and
+    ``userMemRes``, which HCCL fills only for user memory, says so when read."""
+
+    def main() -> tuple[int, str]:
+        got = []
+
+        def kernel(tilingGM):
+            ctx = hp.GetHcclContext(0)
+            try:
+                ctx.userMemRes[0]
+            except hp.HcclUsageError as e:
+                got.append((ctx.userMemType, str(e)))
+
+        hp.launch(kernel, tiling())
+        return got[0]
+
+    for mem_type, message in hp.run(main, world_size=2, platform="A3", buffsize_mb=2):
+        assert mem_type == 0
+        assert "userMemRes[0]: the context's userMemType is 0 (CCL buffer)" in message
+        assert "remoteRes[r].nextDevicePtr->windowsIn" in message
+
+
 def test_a_window_only_kernel_needs_no_finalize() -> None:
     """It sent the server nothing (docs/windows.md, Finalize in window kernels)."""
 
