@@ -682,6 +682,29 @@ def test_rereading_a_word_of_ones_own_window_in_a_bounded_loop_is_no_deadlock() 
     assert run_kernel(kernel, n=2, out_len=1, timeout=60) == [[28.0], [28.0]]
 
 
+def test_a_bounded_check_of_a_peers_flag_repeated_per_token_ends_on_every_schedule() -> None:
+    """AttentionToFFN's CheckFlagAndSetTableGM, once per token: rank 0 reads rank 1's flag
+    until it is no longer 1, and it is 0 at once, so each loop ends at its first read; then it
+    writes the flag that rank 1 polls. The unchanged reads make rank 0 a blocked poller (the
+    emulator cannot tell), which must be let read on. Before 2026-11-28 a PCT schedule let
+    only the poller of highest priority read on, rank 1, a thousand times, and declared a
+    deadlock that no hardware run can have."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        flag = h.GetWindowsInAddr(1) + FLAG
+        if h.GetRankId() == 1:
+            wait_flag(flag, 1)
+        else:
+            for _ in range(4):  # one check per token sent
+                while int(hp.gm_tensor(flag, torch.int32, 1)[0]) == 1:
+                    pass
+            hp.gm_tensor(flag, torch.int32, 1)[0] = 1
+        hp.gm_tensor(out, torch.float32, 1)[0] = 1.0
+
+    assert run_kernel(kernel, n=2, out_len=1, timeout=20, explore=16) == [[1.0], [1.0]]
+
+
 def _unwritten_flag_kernel(out, tilingGM):
     h = client(tilingGM)
     if h.GetRankId() == 0:
