@@ -49,8 +49,10 @@ fills them once; ``hp.barrier()`` after). Sizes: ``BS`` 3, ``K`` 2, one shared e
 every FFN rank, two routed experts per FFN rank, ``H = HS = 1024`` (the tiling's minimum),
 one micro batch (FFNToAttention's tiling allows only one).
 
-Launches: odd ones plain; even ones with an active mask that leaves the last token out,
-and FFNToAttention with an ``attnRankTable``.
+Launches: odd ones plain, routed to the first FFN rank's experts only (the other FFN ranks
+get the flag and no token, so the next launch's flag check has to wait for them); even ones
+routed at random, with an active mask that leaves the last token out, and FFNToAttention
+with an ``attnRankTable``.
 
 Run: ``python samples/mc2_attention_ffn.py`` (4 emulated ranks: two attention, two FFN),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_attention_ffn.py``.
