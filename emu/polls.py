@@ -26,14 +26,22 @@ QUIET_READS = 3000
 
 
 class QuietPolls:
-    """How often blocked pollers were let read on since anything else last ran."""
+    """How often blocked pollers were let read on since anything else last ran.
+
+    The pollers take turns: each release goes to one of those released least often since
+    then (``choose`` picks among them). A policy's own pick alone (a PCT schedule's highest
+    priority) could release the same poller every time, and never the one whose next read
+    ends its loop, and so declare a deadlock that no hardware run can have.
+    """
 
     def __init__(self) -> None:
         self.releases = 0
+        self.turns: dict[int, int] = {}
 
     def progressed(self) -> None:
         """A runner that was no released poller ran, or the server ran a round."""
         self.releases = 0
+        self.turns.clear()
 
     def release(
         self, runners: list[Runner], choose: Callable[[list[Runner]], Runner]
@@ -44,8 +52,10 @@ class QuietPolls:
         pollers = [r for r in runners if r.polling and not r.released]
         if not pollers:
             return None
+        fewest = min(self.turns.get(id(r), 0) for r in pollers)
         self.releases += 1
-        poller = choose(pollers)
+        poller = choose([r for r in pollers if self.turns.get(id(r), 0) == fewest])
+        self.turns[id(poller)] = fewest + 1
         poller.released = True
         return poller
 

@@ -149,6 +149,15 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks: cores 2..5 are beyond numRanks and help copy the own rows; its block_dim is
         # the tiling's aivNum (6); three rounds of (fetch, wait), round 2 from one peer only
         SampleSpec("mc2_engram_fetch", block_dim=None),
+        # 3 ranks: one attention worker, two FFN workers, so that the second FFN gets session
+        # 0's flag but no token in launch 1 and the check of launch 2 waits for it; its block
+        # dims are the tiling's aivNum (4) and the stand-ins' one core
+        SampleSpec(
+            "mc2_attention_ffn",
+            world_sizes=(3,),
+            flags=(r"= self\.statusTensor_\[", r"\] = 1$", r"\] = INT_MAX$", r"\] = 0$"),
+            block_dim=None,
+        ),
         # three ranks, so that the fourth launch's elastic info leaves one out; its block_dim
         # is the tiling's aivNum (4: with two or three peers, the sending cores 1..3 split
         # them, and with two the third returns after SetStatus)
@@ -534,6 +543,21 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         # the host reads fetched while reads are in flight: no race check sees a ReadNbi into
         # plain GM (docs/hcomm.md), but a seed that lands them late changes the result
         "Process:Drain#1": ("explore", "HcclScheduleError"),
+    },
+    "mc2_attention_ffn": {
+        # without the check, launch 2 writes the second FFN's row before it read launch 1's
+        "CheckFlagAndSetTableGM:poll#1": ("explore", DEADLOCK),
+        "SendTokenToFFNByTokenIdx:flag#1": ("default", DEADLOCK),
+        "SetFlagToFFN:flag#1": ("default", DEADLOCK),
+        "SetFlagInAttn:flag#1": ("default", DEADLOCK),
+        "Process:SyncAll#1": ("default", DEADLOCK),
+        "Process:flag#1": ("default", DEADLOCK),
+        "ffn_table_init:flag#1": ("default", CHECK),
+        "ffn_worker:poll#1": ("default", DEADLOCK),
+        "ffn_worker:flag#1": ("default", CHECK),
+        "ffn_worker:flag#2": ("default", DEADLOCK),
+        "attention_worker:poll#1": ("explore", "HcclRaceError"),
+        "attention_worker:flag#1": ("explore", "HcclRaceError"),
     },
     "mc2_distribute_barrier": {
         "InitStatus:flag#1": ("default", CHECK),

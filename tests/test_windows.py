@@ -682,6 +682,29 @@ def test_rereading_a_word_of_ones_own_window_in_a_bounded_loop_is_no_deadlock() 
     assert run_kernel(kernel, n=2, out_len=1, timeout=60) == [[28.0], [28.0]]
 
 
+def test_a_bounded_check_of_a_peers_flag_repeated_per_token_ends_on_every_schedule() -> None:
+    """AttentionToFFN's CheckFlagAndSetTableGM, once per token: rank 0 reads rank 1's flag
+    until it is no longer 1, and it is 0 at once, so each loop ends at its first read; then it
+    writes the flag that rank 1 polls. The unchanged reads make rank 0 a blocked poller (the
+    emulator cannot tell), which must be let read on. Before 2026-11-28 a PCT schedule let
+    only the poller of highest priority read on, rank 1, a thousand times, and declared a
+    deadlock that no hardware run can have."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        flag = h.GetWindowsInAddr(1) + FLAG
+        if h.GetRankId() == 1:
+            wait_flag(flag, 1)
+        else:
+            for _ in range(4):  # one check per token sent
+                while int(hp.gm_tensor(flag, torch.int32, 1)[0]) == 1:
+                    pass
+            hp.gm_tensor(flag, torch.int32, 1)[0] = 1
+        hp.gm_tensor(out, torch.float32, 1)[0] = 1.0
+
+    assert run_kernel(kernel, n=2, out_len=1, timeout=20, explore=16) == [[1.0], [1.0]]
+
+
 def _unwritten_flag_kernel(out, tilingGM):
     h = client(tilingGM)
     if h.GetRankId() == 0:
@@ -948,6 +971,31 @@ def test_context_fields_have_the_cpp_names() -> None:
         assert got["local"] == got["remote"]
         assert len(set(got["local"])) == 3, "In, Out and Exp are three windows"
         assert got["flag"] == 10 + (rank - 1) % 3
+
+
+def test_a3_context_says_its_windows_are_ccl_buffers() -> None:
+    """AttentionToFFN and FFNToAttention (ops-transformer mc2/attention_to_ffn,
+    mc2/ffn_to_attention) read ``userMemType`` and take ``remoteRes[r]`` when it is 0 (CCL
+    buffer), ``userMemRes[r].addr`` otherwise: hccl_py's windows are CCL buffers, and
+    ``userMemRes``, which HCCL fills only for user memory, says so when read."""
+
+    def main() -> tuple[int, str]:
+        got = []
+
+        def kernel(tilingGM):
+            ctx = hp.GetHcclContext(0)
+            try:
+                ctx.userMemRes[0]
+            except hp.HcclUsageError as e:
+                got.append((ctx.userMemType, str(e)))
+
+        hp.launch(kernel, tiling())
+        return got[0]
+
+    for mem_type, message in hp.run(main, world_size=2, platform="A3", buffsize_mb=2):
+        assert mem_type == 0
+        assert "userMemRes[0]: the context's userMemType is 0 (CCL buffer)" in message
+        assert "remoteRes[r].nextDevicePtr->windowsIn" in message
 
 
 def test_a_window_only_kernel_needs_no_finalize() -> None:

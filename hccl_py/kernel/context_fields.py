@@ -4,7 +4,8 @@ Shipping kernels read the context structure directly: ``HcclCombineOpParam``
 (A2, Ascend 950: ``rankId``, ``rankNum``, ``winSize``, ``windowsIn[i]``,
 ``windowsOut[i]``) and the A3 ``HcclOpResParam`` (``localUsrRankId``,
 ``rankSize``, ``localWindowsIn/Out/Exp``, ``winExpSize``,
-``remoteRes[r].nextDevicePtr->windowsIn/Out/Exp``). On Ascend 950 the context
+``remoteRes[r].nextDevicePtr->windowsIn/Out/Exp``, ``userMemType``: 0, the windows are
+HCCL's CCL buffers, so ``userMemRes`` is not filled). On Ascend 950 the context
 is the CCU's: index 0 of ``windowsIn``/``windowsOut`` is this rank's own
 window, unless the launch's tiling asks for the MTE engine (``commEngine`` 3,
 ``AIV_ENGINE``) for the domain: then, as on A2, ``windowsIn[r]`` is rank r's
@@ -22,6 +23,10 @@ import numpy as np
 from ..core.constants import HcclServerType
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
+
+#: ``HcclOpResParam::userMemType`` of every context: 0, "CCL Buffer" (1 would be user memory
+#: registered with HCCL, whose addresses ``userMemRes[r]`` gives; hccl_py has none).
+USER_MEM_TYPE_CCL_BUFFER = 0
 
 #: ``mc2tiling::AIV_ENGINE``: a cc tiling for the MTE engine (no AI CPU server, no CCU). On
 #: Ascend 950 the host builds the context of such a domain with every rank's windows.
@@ -100,6 +105,16 @@ class ContextFields:
         """``remoteRes[r].nextDevicePtr``: peer ``r``'s windows (A3 ``HcclOpResParam``)."""
         return RemoteResTable(self)
 
+    #: ``userMemType``: 0, the windows are HCCL's CCL buffers (A3 ``HcclOpResParam``). The
+    #: AttentionToFFN / FFNToAttention kernels read it to choose between ``remoteRes`` and
+    #: ``userMemRes``.
+    userMemType = USER_MEM_TYPE_CCL_BUFFER  # noqa: N815
+
+    @property
+    def userMemRes(self) -> UserMemResTable:  # noqa: N802
+        """``userMemRes[r]``: not filled, since ``userMemType`` is 0 (A3 ``HcclOpResParam``)."""
+        return UserMemResTable(self)
+
     def _own(self, kind: str) -> GmAddr:
         server = self.launch.rank_ctx.server
         return GmAddr(server.window(self.group.name, self.launch.rank_ctx.rank, kind))
@@ -138,6 +153,23 @@ class WindowTable:
 
     def __len__(self) -> int:
         return 1 if self._context._ccu else self._context.group.size
+
+
+class UserMemResTable:
+    """``context.userMemRes[r]``: HCCL fills it only for user memory (``userMemType`` 1)."""
+
+    def __init__(self, context: ContextFields) -> None:
+        self._context = context
+
+    def __getitem__(self, r: int) -> Any:
+        raise HcclUsageError(
+            f"userMemRes[{r!r}]: the context's userMemType is {self._context.userMemType} "
+            "(CCL buffer): HCCL fills userMemRes only for user memory (userMemType 1), which "
+            "hccl_py does not model; peers' windows are remoteRes[r].nextDevicePtr->windowsIn"
+        )
+
+    def __len__(self) -> int:
+        return self._context.rankNum
 
 
 @dataclass(frozen=True)
