@@ -14,6 +14,7 @@ that never posts a read into plain GM pays nothing.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from .posted import PostedRequests
 from .watch import _CORE, CoreWatch, WindowWatch
@@ -22,7 +23,8 @@ from .watch import _CORE, CoreWatch, WindowWatch
 class HostWatch(CoreWatch):
     """A :class:`CoreWatch` of the host code of one rank, for its undrained Hcomm reads."""
 
-    def __init__(self, posted: PostedRequests, rank: int, internal) -> None:  # noqa: ANN001
+    def __init__(self, posted: PostedRequests, rank: int, internal: Callable[[], bool]) -> None:
+        # the posted requests stand in for the buffer check: the host sees only theirs
         super().__init__(WindowWatch(None, posted, rank, internal))  # type: ignore[arg-type]
         self.paused = False
 
@@ -38,7 +40,7 @@ class HostScope:
     """Around one rank's function: its host watch, entered after the first launch that
     leaves reads in flight, and left when the function returns."""
 
-    def __init__(self, posted: PostedRequests, rank: int, internal) -> None:  # noqa: ANN001
+    def __init__(self, posted: PostedRequests, rank: int, internal: Callable[[], bool]) -> None:
         self.posted = posted
         self.rank = rank
         self.internal = internal
