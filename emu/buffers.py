@@ -33,7 +33,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -47,11 +47,29 @@ from .races import user_frame
 from .server_order import Ordered, deps
 from .slot import Slot
 
-if TYPE_CHECKING:
-    from .posted import Posted, Request
-
 #: What the server does with the bytes of each side of a round.
 _SERVER_DOES = {"send": "reads", "recv": "writes"}
+
+
+class Owner(Protocol):
+    """What a mark belongs to: a committed :class:`Round`, or Hcomm requests (:mod:`.posted`)."""
+
+    #: When it was marked, among every mark of the world (ties in reports go to the earliest).
+    order: int
+    #: What orders it before the rank's next accesses (for the warning).
+    ordered_by: str
+
+    def facts(self) -> dict[str, object]: ...
+    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError: ...
+    def unseen(self) -> str: ...
+
+
+class Marked(Protocol):
+    """What a storage's list holds: a :class:`Pending` side, or Hcomm requests (:mod:`.posted`)."""
+
+    side: str
+
+    def marks(self) -> Iterable[Mark]: ...
 
 
 @dataclass(eq=False)
@@ -136,7 +154,7 @@ class Mark(NamedTuple):
     allocation: sorted, disjoint runs ``[starts[i], ends[i])`` from the allocation's first
     byte, at ``base`` in its storage."""
 
-    round: Round | Request
+    round: Owner
     side: str
     alloc: Allocation
     base: int
@@ -246,7 +264,7 @@ class BufferRaces:
         #: Per global rank: storage address -> the sides of its tasks with pending rounds there,
         #: and its Hcomm requests that no Drain ordered yet (:mod:`.posted`; tested with ``in``
         #: before every watched torch operation).
-        self.pending: list[dict[int, list[Pending | Posted]]] = [{} for _ in range(world_size)]
+        self.pending: list[dict[int, list[Marked]]] = [{} for _ in range(world_size)]
         #: Per global rank: task -> its pending sides (the same objects as in ``pending``).
         self.tasks: list[dict[Task, list[Pending]]] = [{} for _ in range(world_size)]
         #: Numbers the marks (rounds and Hcomm requests) in the order they were made.

@@ -9,14 +9,18 @@ Commit marks a round whose task waits behind one the rank has not committed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hccl_py.core.task import Task
 
 from .slot import Slot
 
-if TYPE_CHECKING:
-    from .buffers import Round
+
+class Round(Protocol):
+    """A committed round (:class:`.buffers.Round`): its task and its index."""
+
+    task: Task
+    index: int
 
 
 class Ordered:
