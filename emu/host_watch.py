@@ -2,11 +2,12 @@
 
 A kernel may return with ``ReadNbi`` requests in flight (EngramFetch reads in one
 launch and drains in the next): until their channel's ``Drain``, the rank's host
-code must not touch their destination either. :class:`HostScope` is entered
-around each rank's function; after a kernel launch that leaves such requests
-(:mod:`.posted`), it puts a :class:`HostWatch` on the host runner's dispatch
-mode stack, which checks the host's torch operations against their bytes only
-(nothing else is watched on the host). The watch is off while a kernel of the
+code must not touch their destination either. Each rank's function has a
+:class:`HostScope`, which is also the scope of each of its kernel launches;
+after a launch that leaves such requests (:mod:`.posted`), it puts a
+:class:`HostWatch` on the host runner's dispatch mode stack, which checks the
+host's torch operations against their bytes only (nothing else is watched on
+the host). The watch is off while a kernel of the
 rank runs (its cores have their own), and while nothing is in flight: a rank
 that never posts a read into plain GM pays nothing.
 """
@@ -37,8 +38,10 @@ class HostWatch(CoreWatch):
 
 
 class HostScope:
-    """Around one rank's function: its host watch, entered after the first launch that
-    leaves reads in flight, and left when the function returns."""
+    """One rank's host watch, entered after the first kernel launch that leaves reads in
+    flight and left by :meth:`close` when the rank's function returns; as a context manager,
+    the scope of one launch (around ``inner``, the race check's own scope of it): the watch
+    is off inside and back on after it while reads are in flight."""
 
     def __init__(self, posted: PostedRequests, rank: int, internal: Callable[[], bool]) -> None:
         self.posted = posted
@@ -46,20 +49,27 @@ class HostScope:
         self.internal = internal
         self.stack = contextlib.ExitStack()
         self.watch: HostWatch | None = None
+        self.inner: contextlib.AbstractContextManager = contextlib.nullcontext()
 
-    def __enter__(self) -> HostScope:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """The rank's function returned: take the watch off."""
         self.stack.close()
 
-    def launching(self) -> None:
-        """A kernel launch of the rank starts: its cores watch themselves."""
-        if self.watch is not None and _CORE.get() is self.watch:
-            self.watch.paused = True
-            self.watch.off()
+    def __enter__(self) -> None:
+        watch = self.watch
+        if watch is not None and _CORE.get() is watch:
+            watch.paused = True
+            watch.off()
+        self.inner.__enter__()
 
-    def launched(self) -> None:
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.inner.__exit__(*exc)
+        finally:
+            if self.watch is not None or self.posted.pending[self.rank]:
+                self._launched()
+
+    def _launched(self) -> None:
         """The launch returned: watch the host while reads are in flight."""
         watch = self.watch
         if watch is None:

@@ -303,29 +303,24 @@ class EmuWorld(Server):
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
-    @contextlib.contextmanager
-    def kernel_scope(self, rank: int) -> Iterator[None]:
+    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
         watch is off inside, and on after it while Hcomm reads are in flight."""
         host = self.hosts[rank]
-        if host is not None:
-            host.launching()
-        try:
-            with self.watched.kernel_scope(rank):
-                yield
-        finally:
-            if host is not None:
-                host.launched()
+        if host is None:
+            return self.watched.kernel_scope(rank)
+        host.inner = self.watched.kernel_scope(rank)
+        return host
 
     @contextlib.contextmanager
     def host_scope(self, rank: int) -> Iterator[None]:
         """Around the function of global rank ``rank``, in its runner (:mod:`.host_watch`)."""
-        with HostScope(self.posted, rank, self.serial._is_owned) as host:
-            self.hosts[rank] = host
-            try:
-                yield
-            finally:
-                self.hosts[rank] = None
+        host = self.hosts[rank] = HostScope(self.posted, rank, self.serial._is_owned)
+        try:
+            yield
+        finally:
+            self.hosts[rank] = None
+            host.close()
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:
