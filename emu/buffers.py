@@ -23,7 +23,8 @@ schedule, the default one included. Bytes that a round only reads and writes
 back unchanged (the rank's own block of an in-place AllGather or AlltoAll) or
 never writes (``skipLocalRankCopy``) are no pending write. A ``.numpy()``
 view of pending receive bytes hides the reads made through it: a warning
-("buffer-race"), never an error.
+("buffer-race"), never an error. Hcomm reads into plain GM share these marks and this
+watch until their channel's Drain (:mod:`.posted`).
 """
 
 from __future__ import annotations

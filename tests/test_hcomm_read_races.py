@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from expect import expects_warning
 from test_hcomm import DATA, N, channels, new_hcomm, source
 from test_window_races import at
 
@@ -197,3 +198,39 @@ def never_drained() -> list[int]:
 
 def test_a_read_never_drained_and_never_touched_is_no_finding() -> None:
     assert hp.run(never_drained, world_size=2, platform="A3") == [[2.0], [2.0]]
+
+
+def view_before_drain() -> list[int]:
+    """Rank 0 takes a numpy view of the destination before the Drain and reads it after."""
+    handle, buffers = channels()
+    me = hp.get_rank()
+    hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)[:] = torch.from_numpy(source(me))
+    hp.barrier()
+    out = torch.zeros(N, dtype=torch.uint8)
+    seen: list[int] = []
+
+    def kernel(out) -> None:  # noqa: ANN001
+        if me == 0:
+            hcomm = new_hcomm()
+            assert hcomm.ReadNbi(handle[1], out, buffers[1] + DATA, N) == 0  # view-read
+            view = hp.gm_tensor(out, torch.uint8, N).numpy()  # early-view
+            assert hcomm.Drain(handle[1]) == hp.HCOMM_SUCCESS
+            seen.extend(view.tolist())  # after the Drain: correct, not seen by the check
+
+    hp.launch(kernel, out)
+    return seen
+
+
+@expects_warning("buffer-race")
+def test_a_numpy_view_before_drain_is_a_warning_under_poison() -> None:
+    """As for a collective round: reads through the view are not seen, so no error."""
+    result = hp.run(view_before_drain, world_size=2, platform="A3", poison=True)
+    assert result[0] == source(1).tolist()
+    (warning,) = result.warnings[0]
+    assert warning.kind == "buffer-race" and warning.op == "ReadNbi"
+    text = str(warning)
+    assert f"numpy view taken at {at('early-view', 'kernel', HERE)}" in text
+    assert "come after the ReadNbi on channel 0x" in text
+    assert f"at {at('view-read', 'kernel', HERE)}" in text
+    assert "take the view after the Drain of the channel" in text
+    assert 1 not in result.warnings
