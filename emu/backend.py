@@ -56,7 +56,8 @@ class EmuBackend(Backend):
         def body(rank: int) -> None:
             set_rank_context(RankContext(rank, n, config, world, world.blocker))
             try:
-                results[rank] = fn(*per_rank[rank])
+                with world.host_scope(rank):
+                    results[rank] = fn(*per_rank[rank])
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised as WorldError
                 exc.hccl_rank = rank
                 exc.hccl_traceback = traceback.format_exc()

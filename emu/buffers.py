@@ -23,7 +23,8 @@ schedule, the default one included. Bytes that a round only reads and writes
 back unchanged (the rank's own block of an in-place AllGather or AlltoAll) or
 never writes (``skipLocalRankCopy``) are no pending write. A ``.numpy()``
 view of pending receive bytes hides the reads made through it: a warning
-("buffer-race"), never an error.
+("buffer-race"), never an error. Hcomm reads into plain GM share these marks and this
+watch until their channel's Drain (:mod:`.posted`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -44,10 +45,32 @@ from hccl_py.core.task import Task
 
 from .intervals import Runs
 from .races import user_frame
+from .server_order import Ordered, deps
 from .slot import Slot
 
 #: What the server does with the bytes of each side of a round.
 _SERVER_DOES = {"send": "reads", "recv": "writes"}
+
+
+class Owner(Protocol):
+    """What a mark belongs to: a committed :class:`Round`, or Hcomm requests (:mod:`.posted`)."""
+
+    #: When it was marked, among every mark of the world (ties in reports go to the earliest).
+    order: int
+    #: What orders it before the rank's next accesses (for the warning).
+    ordered_by: str
+
+    def facts(self) -> dict[str, object]: ...
+    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError: ...
+    def unseen(self) -> str: ...
+
+
+class Marked(Protocol):
+    """What a storage's list holds: a :class:`Pending` side, or Hcomm requests (:mod:`.posted`)."""
+
+    side: str
+
+    def marks(self) -> Iterable[Mark]: ...
 
 
 @dataclass(eq=False)
@@ -64,6 +87,44 @@ class Round:
     def describe(self) -> str:
         """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
         return f"round {self.index} of handle {self.task.handle} ({self.task.describe()})"
+
+    def facts(self) -> dict[str, object]:
+        """The round's facts for a report."""
+        task = self.task
+        return {
+            "domain": task.domain_name,
+            "handle": task.handle,
+            "op": task.label,
+            "round": self.index,
+        }
+
+    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError:
+        """The report of ``found``, an access at ``where`` of global rank ``rank``."""
+        task, mark = self.task, found.mark
+        base = mark.alloc.memory[1]
+        side = "send" if mark.side == "send" else "receive"
+        risk = {
+            (False, "recv"): "the read may see the old bytes or the new ones",
+            (True, "send"): "the server may send the old bytes or the new ones",
+            (True, "recv"): "the round may overwrite the kernel's write, or not",
+        }[(found.written, mark.side)]
+        return HcclRaceError(
+            f"collective buffer race: rank {rank} {'writes' if found.written else 'reads'} bytes "
+            f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
+            f"Wait of {self.describe()}, committed at {self.where}: the server "
+            f"{_SERVER_DOES[mark.side]} these bytes (the {side} buffer) when the round runs, so "
+            f"{risk}. Call Wait({task.handle}) (or Query until it reports the round done) before "
+            "accessing them; see docs/sanitizer.md#buffer-races",
+            rank=rank,
+            **self.facts(),
+        )
+
+    #: What orders the round before the rank's next accesses (for the warning).
+    ordered_by = "the Wait of the round"
+
+    def unseen(self) -> str:
+        """What a numpy view taken now may read too early, for the warning."""
+        return f"{self.describe()}, committed at {self.where}"
 
 
 @dataclass(eq=False)
@@ -90,10 +151,11 @@ class Pending:
 
 
 class Mark(NamedTuple):
-    """Bytes of one side of a pending round, in one allocation: sorted, disjoint runs
-    ``[starts[i], ends[i])`` from the allocation's first byte, at ``base`` in its storage."""
+    """Bytes of one side of a pending round (or of Hcomm requests, :mod:`.posted`), in one
+    allocation: sorted, disjoint runs ``[starts[i], ends[i])`` from the allocation's first
+    byte, at ``base`` in its storage."""
 
-    round: Round
+    round: Owner
     side: str
     alloc: Allocation
     base: int
@@ -192,27 +254,7 @@ class Finding:
 
     def error(self, rank: int, where: str) -> HcclRaceError:
         """The report of this finding, raised at the access (``where``) of global rank ``rank``."""
-        rnd, mark = self.mark.round, self.mark
-        task, base = rnd.task, mark.alloc.memory[1]
-        side = "send" if mark.side == "send" else "receive"
-        risk = {
-            (False, "recv"): "the read may see the old bytes or the new ones",
-            (True, "send"): "the server may send the old bytes or the new ones",
-            (True, "recv"): "the round may overwrite the kernel's write, or not",
-        }[(self.written, mark.side)]
-        return HcclRaceError(
-            f"collective buffer race: rank {rank} {'writes' if self.written else 'reads'} bytes "
-            f"[{self.lo - base}, {self.hi - base}) of {mark.alloc.name} at {where} before the "
-            f"Wait of {rnd.describe()}, committed at {rnd.where}: the server {_SERVER_DOES[mark.side]} "
-            f"these bytes (the {side} buffer) when the round runs, so {risk}. Call "
-            f"Wait({task.handle}) (or Query until it reports the round done) before accessing "
-            "them; see docs/sanitizer.md#buffer-races",
-            rank=rank,
-            domain=task.domain_name,
-            handle=task.handle,
-            op=task.label,
-            round=rnd.index,
-        )
+        return self.mark.round.error(self, rank, where)
 
 
 class BufferRaces:
@@ -220,12 +262,14 @@ class BufferRaces:
 
     def __init__(self, world_size: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
         self.lock = threading.Lock()
-        #: Per global rank: storage address -> the sides of its tasks with pending rounds there
-        #: (tested with ``in`` before every watched torch operation).
-        self.pending: list[dict[int, list[Pending]]] = [{} for _ in range(world_size)]
+        #: Per global rank: storage address -> the sides of its tasks with pending rounds there,
+        #: and its Hcomm requests that no Drain ordered yet (:mod:`.posted`; tested with ``in``
+        #: before every watched torch operation).
+        self.pending: list[dict[int, list[Marked]]] = [{} for _ in range(world_size)]
         #: Per global rank: task -> its pending sides (the same objects as in ``pending``).
         self.tasks: list[dict[Task, list[Pending]]] = [{} for _ in range(world_size)]
-        self._order = itertools.count()
+        #: Numbers the marks (rounds and Hcomm requests) in the order they were made.
+        self.sequence = itertools.count()
         #: Per global rank: committed rounds whose task waits behind a round it did not commit.
         self.gated: list[list[Round]] = [[] for _ in range(world_size)]
         #: A domain's unretired slots by seq, for the InterHcclGroupSync dependencies of a Wait.
@@ -260,7 +304,7 @@ class BufferRaces:
                 return False
         # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
         todo = [(task.domain_name, task.seq - 1)]
-        todo += [(d.domain_name, d.seq) for d in _deps(slots, task.seq)]
+        todo += [(d.domain_name, d.seq) for d in deps(slots, task.seq)]
         top: dict[str, int] = {}
         while todo:
             domain, seq = todo.pop()
@@ -274,13 +318,13 @@ class BufferRaces:
                     for r, t in slot.tasks.items()
                 ):
                     return True
-            todo += [(d.domain_name, d.seq) for d in _deps(slots, seq)]
+            todo += [(d.domain_name, d.seq) for d in deps(slots, seq)]
         return False
 
     def _mark(self, rank: int, rnd: Round) -> None:
         """Under the lock: the bytes of ``rnd`` become pending accesses of the server."""
         task = rnd.task
-        rnd.order = next(self._order)
+        rnd.order = next(self.sequence)
         sides = self.tasks[rank].get(task)
         if sides is None:
             sides = self._sides(rank, task)
@@ -312,7 +356,7 @@ class BufferRaces:
             tasks = self.tasks[rank]
             if not tasks and not self.gated[rank]:
                 return
-            done = _Ordered(task, last, self.slots)
+            done = Ordered(task, last, self.slots)
             if self.gated[rank]:
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
@@ -360,12 +404,9 @@ class BufferRaces:
             "buffer-race",
             f"collective buffer race check: cannot tell whether rank {rank}'s reads of bytes "
             f"[{found.lo - base}, {found.hi - base}) of {found.mark.alloc.name} through the numpy "
-            f"view taken at {where} come after {rnd.describe()}, committed at {rnd.where}: reads "
-            "through a numpy view are not seen; take the view after the Wait of the round",
-            domain=rnd.task.domain_name,
-            handle=rnd.task.handle,
-            op=rnd.task.label,
-            round=rnd.index,
+            f"view taken at {where} come after {rnd.unseen()}: reads through a numpy view are "
+            f"not seen; take the view after {rnd.ordered_by}",
+            **rnd.facts(),
         )
 
     def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
@@ -390,48 +431,3 @@ def first_finding(marks: Iterable[Mark], runs: Runs, written: bool) -> Finding |
             if span is not None and (found is None or span[0] < found.lo):
                 found = Finding(mark, span[0], span[1], written)
     return found
-
-
-class _Ordered:
-    """Which rounds a rank's seeing rounds ``0..last`` of ``task`` done orders before it.
-
-    The server runs the tasks of a domain in Prepare order, and a task only
-    after the tasks it depends on through InterHcclGroupSync (and theirs):
-    those finished too, in every schedule.
-    """
-
-    def __init__(self, task: Task, last: int, slots: Callable[[str], Mapping[int, Slot]]) -> None:
-        self.task = task
-        self.last = last
-        self.slots = slots
-        self.below: dict[str, int] | None = None  # domain -> tasks below this seq finished
-
-    def covers(self, rnd: Round) -> bool:
-        """Whether ``rnd`` finished before the round that was seen done."""
-        t, seen = rnd.task, self.task
-        if t.domain_name == seen.domain_name:
-            return t.seq < seen.seq or (t.seq == seen.seq and rnd.index <= self.last)
-        if self.below is None:
-            self.below = self._dependencies()
-        return t.seq < self.below.get(t.domain_name, 0)
-
-    def _dependencies(self) -> dict[str, int]:
-        """Per other domain, the seq below which every task finished (through dependencies)."""
-        below = {self.task.domain_name: self.task.seq + 1}
-        todo = [(self.task.domain_name, self.task.seq)]
-        while todo:
-            domain, top = todo.pop()
-            for dep in _deps(self.slots(domain), top):
-                if below.get(dep.domain_name, 0) <= dep.seq:
-                    below[dep.domain_name] = dep.seq + 1
-                    todo.append((dep.domain_name, dep.seq))
-        below.pop(self.task.domain_name)
-        return below
-
-
-def _deps(slots: Mapping[int, Slot], top: int) -> Iterable[Task]:
-    """The InterHcclGroupSync dependencies of every task of one domain up to seq ``top``."""
-    for seq, slot in list(slots.items()):
-        if seq <= top:
-            for task in slot.tasks.values():
-                yield from task.deps

@@ -41,9 +41,11 @@ from hccl_py.trace.recorder import now_us
 from . import executor
 from .buffers import BufferRaces
 from .flags import FlagPolls
+from .host_watch import HostScope
 from .lane import Lane
 from .onesided import OneSidedWrites
 from .policies import policy_for
+from .posted import PostedRequests
 from .races import WindowRaces
 from .rendezvous import Rendezvous
 from .reports import WorldReports
@@ -77,6 +79,9 @@ class EmuWorld(Server):
         self.lane = Lane(f"hccl_py-emu-server-{id(self):x}")
         self.races = WindowRaces(world_size) if config.poison else None
         self.buffers = BufferRaces(world_size, self._slots)
+        self.posted = PostedRequests(self.buffers)
+        #: Per global rank: the scope of its function, for the host's watch (:mod:`.host_watch`).
+        self.hosts: list[HostScope | None] = [None] * world_size
         self.watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
         self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
         self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
@@ -285,17 +290,37 @@ class EmuWorld(Server):
         """Hcomm: land ``copies`` now or leave them to the scheduler (see :mod:`.onesided`)."""
         self.writes.post(channel, copies)
 
+    def hcomm_posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:
+        """Hcomm: mark a ReadNbi's destination in plain GM until the Drain (:mod:`.posted`)."""
+        self.posted.posted(channel, call, copies)
+
     def drain_channel(self, channel: ChannelKey) -> None:
         """Hcomm ``Drain``: block until ``channel``'s writes landed (see :mod:`.onesided`)."""
         self.writes.drain(channel)
+        self.posted.drained(channel)
 
     def _window_mapped(self, window: WindowAllocation) -> None:
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around a kernel launch of global rank ``rank``: the race check's scope."""
-        return self.watched.kernel_scope(rank)
+        """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
+        watch is off inside, and on after it while Hcomm reads are in flight."""
+        host = self.hosts[rank]
+        if host is None:
+            return self.watched.kernel_scope(rank)
+        host.inner = self.watched.kernel_scope(rank)
+        return host
+
+    @contextlib.contextmanager
+    def host_scope(self, rank: int) -> Iterator[None]:
+        """Around the function of global rank ``rank``, in its runner (:mod:`.host_watch`)."""
+        host = self.hosts[rank] = HostScope(self.posted, rank, self.serial._is_owned)
+        try:
+            yield
+        finally:
+            self.hosts[rank] = None
+            host.close()
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:

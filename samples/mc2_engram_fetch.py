@@ -41,9 +41,9 @@ comments; the 16 MiB system workspace is None (the kernels ignore it). How the t
 into the HCCL buffer is not part of the op: the host writes its shard and ``hp.barrier()``
 runs once before the first round. Ascend 950's UBC_CTP runs on the A3 platform's windows.
 The wait's empty tiling struct has one uint32 member (ctypes needs one). The wait kernel's
-``Drain`` is the only ordering call: a dropped one is caught by ``explore=16`` (a seed that
-lands the reads late changes ``fetched``); no race check watches a ``ReadNbi`` into plain GM
-(docs/hcomm.md).
+``Drain`` is the only ordering call: without it the host's read of ``fetched`` is an
+``HcclRaceError`` on the default schedule (the race check marks a ``ReadNbi``'s plain GM
+destination until its channel's ``Drain``, docs/hcomm.md).
 
 Run: ``python samples/mc2_engram_fetch.py`` (4 emulated ranks, three rounds of fetch and
 wait), ``python -m hccl_py run -n 2 --backend gloo samples/mc2_engram_fetch.py``.

@@ -90,7 +90,7 @@ class _Task:
 
 
 class _Seen:
-    """Stands in for ``buffers._Ordered``: orders the rounds whose index is at most ``last``."""
+    """Stands in for ``buffers.Ordered``: orders the rounds whose index is at most ``last``."""
 
     def __init__(self, task: object, last: int, slots: object) -> None:
         self.last = last
@@ -112,7 +112,7 @@ def test_ordered_rounds_are_dropped_and_a_storage_with_none_left(
     assert races.pending[0] == {STORAGE: [send], STORAGE + SIZE: [recv]}
     assert send.rounds is recv.rounds and [r.index for r in send.rounds] == [0, 1, 2]
 
-    monkeypatch.setattr(buffers, "_Ordered", _Seen)
+    monkeypatch.setattr(buffers, "Ordered", _Seen)
     races.ordered(0, task, 0)
     assert [r.index for r in send.rounds] == [1, 2]
     assert set(races.pending[0]) == {STORAGE, STORAGE + SIZE}
@@ -125,7 +125,7 @@ def test_a_storage_keeps_the_sides_of_other_tasks(monkeypatch: pytest.MonkeyPatc
     first, second = _Task(STORAGE, STORAGE), _Task(STORAGE, STORAGE + SIZE)
     races._mark(0, Round(first, 0, "a.py:1"))
     races._mark(0, Round(second, 0, "a.py:2"))
-    monkeypatch.setattr(buffers, "_Ordered", lambda task, last, slots: _Orders(task))
+    monkeypatch.setattr(buffers, "Ordered", lambda task, last, slots: _Orders(task))
     races.ordered(0, first, 0)
     assert races.pending[0] == {
         STORAGE: [races.tasks[0][second][0]],

@@ -209,6 +209,7 @@ class Hcomm:
             copies = self._copies(call, found, dst, src, nbytes, notify)
         except InvalidCall as bad:
             return self._fail(bad.rule, call, f"channel {channel:#x}: {bad.reason}", **bad.facts)
+        current_rank_context().server.hcomm_posted(found.key, call, copies)
         found.uncommitted.extend(copies)
         if commit:
             self._ring(found)

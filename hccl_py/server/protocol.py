@@ -96,6 +96,13 @@ class Windows:
         """
         run_copies(copies)
 
+    def hcomm_posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:  # noqa: B027
+        """Hcomm: ``call`` posted ``copies`` on ``channel`` (checked already; rung or not).
+
+        A hook for the emulator's race check (the ReadNbi destinations that only a
+        Drain orders); the copies go to :meth:`post_writes` at the doorbell.
+        """
+
     def drain_channel(self, channel: ChannelKey) -> None:  # noqa: B027
         """Hcomm ``Drain``: block until every write posted on ``channel`` landed."""
 

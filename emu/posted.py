@@ -1,0 +1,172 @@
+"""Happens-before checks for Hcomm reads into plain GM: accesses that no Drain orders.
+
+On by default on the emulator, beside the collective buffer check (:mod:`.buffers`),
+whose marks and watch it shares. A ``ReadNbi`` whose destination is this rank's
+plain GM (a kernel input or output, not a window) writes those bytes when it
+lands, which only the channel's ``Drain`` orders. From the call on (a request
+posted with ``commit=False`` can be rung by any core's ``Commit`` of the
+channel), its destination bytes are a pending write of the posting rank, with
+the line of the call; the channel's ``Drain`` (any core, any later launch of the
+rank) clears them. Until then a kernel access of those bytes (any core of the
+rank, any launch) or an access by the rank's host code after the kernel
+(:mod:`.host_watch`) raises :class:`~hccl_py.core.errors.HcclRaceError`, naming
+the rank, the channel, the call, the bytes and both lines. Nothing depends on
+whether the read already landed in this schedule, so the default one finds it.
+
+A destination in a window is the window race check's (``poison=True``): it sees
+the landing as a write of the channel. A request that is never drained is no
+finding by itself: only an access of its bytes is. A ``WriteNbi``'s source is
+read when it lands, but not only a ``Drain`` orders that: a peer that saw the
+write arrive answers through other means, and shipping kernels never drain
+their last notify (MoeEpDispatch's ``WriteToRemoteWindow`` posts its slot notify
+from its workspace, and the next launch's ``ResetCounters`` rewrites those
+bytes before any Drain of the channel). Marking sources would report them, so
+sources are not marked.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from hccl_py.core.errors import HcclRaceError
+from hccl_py.core.gm import Allocation
+from hccl_py.server.remote_writes import ChannelKey, Copies
+from hccl_py.server.windows import WindowAllocation
+
+from .buffers import BufferRaces, Finding, Mark, first_finding
+from .intervals import Runs
+from .races import user_frame
+
+
+@dataclass(eq=False)
+class Request:
+    """The Hcomm requests of one call site on one channel of a rank, until its Drain."""
+
+    call: str
+    channel: ChannelKey
+    where: str
+    #: When the first one was posted, among every mark of the world (:mod:`.buffers`).
+    order: int = 0
+    #: What orders the requests before the rank's next accesses (for the warning).
+    ordered_by = "the Drain of the channel"
+
+    def describe(self) -> str:
+        """``ReadNbi on channel 0x4843000100000000``."""
+        return f"{self.call} on channel {self.channel[1]:#x}"
+
+    def facts(self) -> dict[str, object]:
+        """The request's facts for a report."""
+        return {"op": self.call}
+
+    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError:
+        """The report of ``found``, an access at ``where`` of global rank ``rank``."""
+        mark = found.mark
+        base = mark.alloc.memory[1]
+        risk = (
+            "the landing may overwrite that write, or not"
+            if found.written
+            else "the read may see the old bytes or the new ones"
+        )
+        return HcclRaceError(
+            f"Hcomm read race: rank {rank} {'writes' if found.written else 'reads'} bytes "
+            f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
+            f"Drain of channel {self.channel[1]:#x}: the {self.call} at {self.where} writes "
+            f"these bytes when it lands, which only the Drain orders, so {risk}. Call "
+            f"Drain(channel) (any core of the rank, or a later launch) before accessing them; "
+            "see docs/hcomm.md#when-writes-land",
+            rank=rank,
+            **self.facts(),
+        )
+
+    def unseen(self) -> str:
+        """What a numpy view taken now may read too early, for the warning."""
+        return f"the {self.describe()} at {self.where}"
+
+
+@dataclass(eq=False)
+class Posted:
+    """The bytes of one allocation that one :class:`Request` writes when it lands: sorted,
+    disjoint runs from the allocation's first byte, at ``base`` in its storage."""
+
+    request: Request
+    alloc: Allocation
+    base: int
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    #: The landing writes these bytes: a read or a write of them races (as a receive range).
+    side = "recv"
+
+    def add(self, lo: int, hi: int) -> None:
+        """Mark ``[lo, hi)`` too (merged with the runs it overlaps or touches)."""
+        i = bisect.bisect_left(self.ends, lo)
+        j = bisect.bisect_right(self.starts, hi)
+        if i < j:
+            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
+        self.starts[i:j] = [lo]
+        self.ends[i:j] = [hi]
+
+    def marks(self) -> list[Mark]:
+        """The one mark of these bytes, as :mod:`.buffers` checks them."""
+        return [Mark(self.request, self.side, self.alloc, self.base, self.starts, self.ends)]
+
+
+class PostedRequests:
+    """The undrained Hcomm reads into plain GM of every rank of one emulated world."""
+
+    def __init__(self, buffers: BufferRaces) -> None:
+        self.buffers = buffers
+        world_size = len(buffers.pending)
+        #: Per global rank: storage address -> its requests there, for the host's watch
+        #: (the kernels' watch finds the same objects in ``buffers.pending``).
+        self.pending: list[dict[int, list[Posted]]] = [{} for _ in range(world_size)]
+        #: Per channel: (call site, allocation) -> its marked bytes.
+        self.channels: dict[ChannelKey, dict[tuple[str, int], Posted]] = {}
+
+    def posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:
+        """Global rank ``channel[0]`` called ``call`` on ``channel``: mark a read's destination."""
+        if call != "ReadNbi":
+            return
+        _, dst, nbytes = copies[0]
+        alloc = dst.alloc
+        memory = alloc.memory
+        if not nbytes or isinstance(alloc, WindowAllocation) or memory is None or not memory[0]:
+            return
+        where = user_frame()
+        rank = channel[0]
+        with self.buffers.lock:
+            sites = self.channels.setdefault(channel, {})
+            found = sites.get((where, id(alloc)))
+            if found is None:
+                request = Request(call, channel, where, next(self.buffers.sequence))
+                found = sites[(where, id(alloc))] = Posted(request, alloc, memory[1])
+                for index in (self.buffers.pending[rank], self.pending[rank]):
+                    index.setdefault(memory[0], []).append(found)
+            found.add(dst.offset, dst.offset + nbytes)
+
+    def drained(self, channel: ChannelKey) -> None:
+        """``channel``'s Drain returned: its requests are ordered before the rank's next accesses."""
+        with self.buffers.lock:
+            sites = self.channels.pop(channel, None)
+            if not sites:
+                return
+            rank = channel[0]
+            for posted in sites.values():
+                storage = posted.alloc.memory[0]
+                for index in (self.buffers.pending[rank], self.pending[rank]):
+                    left = [p for p in index[storage] if p is not posted]
+                    if left:
+                        index[storage] = left
+                    else:
+                        del index[storage]
+
+    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
+        """The host code of global rank ``rank`` reads or writes ``runs`` of ``storage``."""
+        with self.buffers.lock:
+            marks = [
+                mark for posted in self.pending[rank].get(storage, ()) for mark in posted.marks()
+            ]
+            marks.sort(key=lambda mark: mark.round.order)
+            found = first_finding(marks, runs, written)
+        if found is not None:
+            raise found.error(rank, user_frame())
