@@ -154,7 +154,7 @@ def test_AllGather_repeat_prepare_commit_2_1_1_overlap() -> None:
 
 def test_AllGather_repeat_prepare_commit_16_1_1() -> None:
     """test_hccl_950.cpp, AllGather_repeat_prepare_commit_16_1_1: 16 handles, ids 0..15, each
-    Wait 0 (more handles than the CCU client's queue would need to recycle none)."""
+    Wait 0."""
 
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
         for i in range(16):
@@ -375,7 +375,7 @@ def _aicpu_want(op: str, world: int, repeat: int) -> list[int]:
     return y.tolist()
 
 
-@pytest.mark.parametrize("op", list(AICPU_CASES))
+@pytest.mark.parametrize("op", list(AICPU_CASES), ids=lambda op: f"{op}_repeat1_prepare1_commit1")
 def test_aicpu_repeat1_prepare1_commit1_wait1_success(op: str) -> None:
     """test_hccl_aicpu_950.cpp, AllGather_, AllReduce_, ReduceScatter_ and
     AlltoAll_repeat1_prepare1_commit1_wait1_success: InitV2 with the OpResCtx, GetRankDim the
@@ -392,7 +392,7 @@ def test_aicpu_repeat1_prepare1_commit1_wait1_success(op: str) -> None:
         assert y[:64] == _aicpu_want(op, 4, 1)
 
 
-@pytest.mark.parametrize("op", list(AICPU_CASES))
+@pytest.mark.parametrize("op", list(AICPU_CASES), ids=lambda op: f"{op}_repeat3_prepare1_commit0")
 def test_aicpu_repeat3_prepare1_commit0_wait3_success(op: str) -> None:
     """test_hccl_aicpu_950.cpp, AllGather_, AllReduce_, ReduceScatter_ and
     AlltoAll_repeat3_prepare1_commit0_wait3_success: Prepare<true> with repeat 3 commits all
@@ -644,3 +644,28 @@ def test_hcomm_roce_is_not_emulated(call: str) -> None:
     assert rec == [hp.HCOMM_FAILED] and buf[DATA:] == [101] * N
     with pytest.raises(hp.WorldError, match="HcclUsageError.*not emulated"):
         run_hcomm(body, platform="A3")
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_AlltoAllV_repeat3_prepare1_commit0_wait3_success_uint32_arrays(kind: str) -> None:
+    """test_hccl_aicpu_950.cpp, AlltoAllV_repeat3_prepare1_commit0_wait3_success passes
+    ``uint32_t`` arrays; every client casts the ``void*`` to ``uint64_t*`` (hccl_ccu_v0.h,
+    AlltoAllV; hccl_aicpu_impl.h) and reads 8-byte entries, so 4 uint32 counts are read as 2
+    uint64 values and 2 more past the array. hccl_py refuses an array of entries that are not
+    8 bytes (it used to take their values, hiding the bug): -1, or HcclUsageError."""
+
+    def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
+        sc, sd, rc, rd = _alltoallv_tables(h.GetRankId(), 1)
+        as32 = (
+            (lambda v: np.array(v, dtype=np.uint32))
+            if kind == "numpy"
+            else (lambda v: torch.tensor(v, dtype=torch.int32))
+        )
+        hd = h.AlltoAllV[True](x, as32(sc), sd, INT8, y, rc, rd, INT8, 1)
+        rec += [hd, h.last_error]
+
+    cmd = HcclCMDType.HCCL_CMD_ALLTOALLV
+    for rec, _ in run_950(body, world=4, server=AICPU, cmd=cmd, strict=False):
+        assert rec[1] == hp.INVALID_HANDLE_ID and "uint64" in rec[2] and "sendCounts" in rec[2]
+    with pytest.raises(hp.WorldError, match="HcclUsageError.*sendCounts.*4-byte entries"):
+        run_950(body, world=4, server=AICPU, cmd=cmd)
