@@ -220,6 +220,16 @@ def _probe_ccu_init(e: Env) -> None:
     e.probe(ccu, ccu.InitV2(hp.GetHcclContext(0), e.tiling))
 
 
+def _query_on_ccu(h: Hccl, e: Env) -> None:
+    """Query on the CCU client of Ascend 950, which has none (the 950 AI CPU client has it)."""
+    ccu = Hccl(hp.HCCL_SERVER_TYPE_CCU)
+    _init(ccu, e)
+    hd = e.gather(ccu)
+    e.probe(ccu, ccu.Query(hd))
+    e.add(ccu.Wait(hd))
+    ccu.Finalize()
+
+
 def _second_init(h: Hccl, e: Env) -> None:
     """InitV2 twice: the second one is ignored (the first stays in force), then a valid task."""
     _init(h, e)
@@ -557,10 +567,10 @@ RULES: dict[str, Rule] = {
         ("SetCcTilingV2", "InitV2", "do not mix"),
         AFTER,
     ),
-    "Query/on-950": Rule(
-        after_one_gather(lambda h, e, hd: h.Query(hd)),
+    "Query/on-950-CCU": Rule(
+        _query_on_ccu,
         -1,
-        ("Query", "Ascend 950"),
+        ("Query", "CCU client", "Ascend 950"),
         (PROBE, 0),
         platform="950",
     ),

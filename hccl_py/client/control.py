@@ -257,10 +257,13 @@ class HandleControl:
             return breach(
                 "not-initialised", "Query: the Hccl object is not initialised", handle=handleId
             )
-        platform = b.state.rank_ctx.config.platform
-        if not platform.has_query:
+        if b.ccu:  # the 950 AI CPU client has it (hccl_aicpu_impl.h); Query.md says none
+            platform = b.state.rank_ctx.config.platform.name
             return breach(
-                "unsupported", f"Query is not supported on {platform.name}", handle=handleId
+                "unsupported",
+                f"Query is not supported by the CCU client on {platform} "
+                "(platform_v310/hccl_ccu_v0_def.h has none)",
+                handle=handleId,
             )
         if b.waits_at_once():
             return self._query_with_queues(handleId)

@@ -320,6 +320,14 @@ def array(name: str, values: Any, n: int) -> tuple[int, ...]:
                 f"{name} must hold at least {n} uint64 entries: {exc.reason}",
             ) from None
         values = np.frombuffer(raw, dtype="<u8")
+    width = _entry_bytes(values)
+    if width not in (None, 8):
+        raise InvalidCall(
+            "bad-argument",
+            f"{name} is an array of {values.dtype} ({width}-byte entries): the official "
+            "client casts the pointer to uint64_t* and reads 8-byte entries; pass 64-bit "
+            "integers (or a list)",
+        )
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu()
     items = values.tolist() if hasattr(values, "tolist") else values
@@ -342,3 +350,12 @@ def array(name: str, values: Any, n: int) -> tuple[int, ...]:
     if any(v < 0 for v in items):
         raise InvalidCall("bad-argument", f"{name} must be non-negative", actual=list(items))
     return tuple(items)
+
+
+def _entry_bytes(values: Any) -> int | None:
+    """The size of one entry of a numpy array or tensor (None for a Python sequence)."""
+    if isinstance(values, torch.Tensor):
+        return values.element_size()
+    if isinstance(values, np.ndarray):
+        return values.itemsize
+    return None

@@ -22,8 +22,6 @@ class Platform:
     max_alltoall_ranks: int | None = None
     #: Servers a kernel may also name (Ascend 950 runs the AI CPU server too since 2026-05).
     other_servers: frozenset[HcclServerType] = frozenset()
-    #: Whether ``Query`` exists (not on Ascend 950).
-    has_query: bool = True
     max_task_bytes: int | None = None
     #: Whether GetWindowsInAddr/GetWindowsOutAddr exist (not on Ascend 950).
     has_windows: bool = True
@@ -85,7 +83,6 @@ PLATFORMS: dict[str, Platform] = {
         name="Ascend 950",
         server=HcclServerType.HCCL_SERVER_TYPE_CCU,
         other_servers=frozenset({HcclServerType.HCCL_SERVER_TYPE_AICPU}),
-        has_query=False,
         finalize_async_allowed=False,
         max_task_bytes=256 * 1024 * 1024,
         has_windows=False,
