@@ -423,6 +423,33 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
     np.testing.assert_array_equal(np.array(got[0]), want)
 
 
+def test_async_finalize_on_a3_core_without_tasks_is_allowed() -> None:
+    # moe_distribute_combine_setup (arch22): every AIV core Finalize<false>s, the cores that
+    # have no peer to write to (startRankId_ >= worldSize_) without any task of their own
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        if hp.GetBlockIdx() == 0:
+            local = h.GetWindowsOutAddr(me)
+            hp.gm_tensor(local, torch.float32, 1)[0] = 7.0 + me
+            dst = h.GetWindowsInAddr(me) + 64
+            hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = a3_items([(int(local), int(dst), 4)])
+            h.BatchWrite[True](local + 4096, 1, 1)
+        hp.SyncAll()
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=2), block_dim=2, kernel_type="aiv")
+        hp.barrier()
+        group = hp.world_group()
+        win = hp.kernel.context.current_rank_context().server.window(
+            group.name, hp.get_rank(), "In"
+        )
+        return hp.gm_tensor(hp.GmAddr(win) + 64, torch.float32, 1).tolist()
+
+    assert hp.run(main, world_size=2, platform="A3") == [[7.0], [8.0]]
+
+
 def test_a3_item_type_is_reserved_and_not_read() -> None:
     # BatchWrite.md (A3): type is a reserved field; the shipping A3 setup kernels
     # (moe_distribute_dispatch_setup/combine_setup arch22) write an HcclDataType there
