@@ -17,6 +17,7 @@ from test_reliability import garbage_findings
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py.explore import HcclScheduleError
 from hccl_py.ops.batch_write import ITEM_DTYPES
 from hccl_py.server.windows import shown_value
 
@@ -448,6 +449,47 @@ def test_async_finalize_on_a3_core_without_tasks_is_allowed() -> None:
         return hp.gm_tensor(hp.GmAddr(win) + 64, torch.float32, 1).tolist()
 
     assert hp.run(main, world_size=2, platform="A3") == [[7.0], [8.0]]
+
+
+def _data_then_flag_kernel(flag_queue: int):
+    """Rank 0 sends 64 float32 rows on queue 0, then a 1.0f flag on ``flag_queue`` (A3
+    items); rank 1 polls the flag and reads the rows (moe_distribute_combine_setup's data
+    and status items: the kernel puts both on the peer's queue so that the flag lands last)."""
+    m = 64
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        win = h.GetWindowsInAddr(1)
+        if me == 0:
+            local = h.GetWindowsOutAddr(0)
+            hp.gm_tensor(local, torch.float32, m + 1)[:] = torch.arange(m + 1.0) + 1
+            data = a3_items([(int(local), int(win), 4 * m)])
+            flag = a3_items([(int(local + 4 * m), int(win + FLAG), 4)])
+            hp.gm_tensor(local + 4096, torch.uint8, 128)[:] = torch.cat([data, flag])
+            h.BatchWrite[True](local + 4096, 1, 0)
+            h.BatchWrite[True](local + 4096 + 64, 1, flag_queue)
+        else:
+            wait_flag(win + FLAG, 0x42820000)  # 65.0f
+            hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(win, torch.float32, m)
+        h.Finalize[False]()
+
+    return kernel
+
+
+def test_one_queues_batch_writes_land_in_order_on_every_schedule() -> None:
+    got = run_kernel(_data_then_flag_kernel(0), n=2, out_len=64, queue_num=2, platform="A3",
+                     explore=16, poison=True)  # fmt: skip
+    assert got[1] == [float(v) for v in range(1, 65)]
+
+
+def test_a_flag_on_another_queue_may_land_before_the_data() -> None:
+    """Before 2026-11-28 every pending BatchWrite of a rank landed in posting order, whatever
+    its queue: a kernel that announced its data on another queue passed every schedule."""
+    # some schedule lands the flag first: rank 1 reads the rows' poison
+    with pytest.raises(HcclScheduleError, match=r"rank 1's result\[0\]: 1\.0 vs nan"):
+        run_kernel(_data_then_flag_kernel(1), n=2, out_len=64, queue_num=2, platform="A3",
+                   explore=16, poison=True)  # fmt: skip
 
 
 def test_a3_item_type_is_reserved_and_not_read() -> None:

@@ -163,7 +163,9 @@ class OneSided:
             if not queues:
                 state.sender = b
                 state.sender_core = core
-            b.server.write_items(task, copies)
+            # the message queue: the official client's queueID + GetBlockIdx() * queueNum
+            slot = int(queueID) + core.block_idx * queues if queues else 0
+            b.server.write_items(task, copies, slot)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
 
