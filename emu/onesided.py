@@ -15,7 +15,8 @@ BatchWrite queue (``queueID + blockIdx * queueNum``) or one Hcomm channel land i
 the order they were posted, as on hardware; the server serves the queues and
 channels in posting order under the default schedule and in an order the seed
 picks under a seeded one (a flag sent on another queue than its data may land
-first).
+first). After a ``QueueBarrier`` on a queue, that queue's later copies land only
+after every copy the rank had posted before it, on any queue.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from .reports import returned_note
 #: (HCOMM, channel) of Hcomm.
 Key = tuple
 HCOMM = "#hcomm"
+#: A pending write: its key, its copies and the writes that must land before it.
+Write = tuple[Key, Copies, tuple]
 #: An Hcomm copy of at most this many bytes (the uint64 notify, a flag) lands whole: until
 #: then its bytes keep their old value, never the poison (a poll sees 0, not 0xFF..FF).
 WHOLE_BYTES = 8
@@ -64,9 +67,12 @@ class OneSidedWrites:
         self.poison = poison
         self.meetings = meetings
         self.returned = returned
-        #: Under the lock: copies not run yet, and those running now (until they are done).
-        self.pending: list[tuple[Key, Copies]] = []
-        self.running: list[tuple[Key, Copies]] = []
+        #: Under the lock: copies not run yet, and those running now (until they are done), as
+        #: (key, copies, the writes that must land first: those before a QueueBarrier).
+        self.pending: list[Write] = []
+        self.running: list[Write] = []
+        #: BatchWrite key -> the writes its later copies wait for (its last QueueBarrier's).
+        self.barriers: dict[Key, tuple[Write, ...]] = {}
         #: (domain, domain rank) -> global rank, of every rank that wrote (for the race check).
         self.writers: dict[tuple[str, int], int] = {}
         #: Which of ``n`` keys with pending copies lands its oldest next (the policy's choice).
@@ -78,6 +84,13 @@ class OneSidedWrites:
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
         self._submit((task.domain_name, task.rank, queue), copies)
+
+    def barrier(self, domain: str, rank: int, queue: int) -> None:
+        """QueueBarrier[ALL] on ``queue`` of domain rank ``rank``: the queue's later copies
+        land after every copy of the rank posted before it, on any queue or core."""
+        with self.blocker.cond:
+            before = tuple(w for w in self.pending + self.running if w[0][:2] == (domain, rank))
+            self.barriers[(domain, rank, queue)] = before
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
@@ -115,7 +128,7 @@ class OneSidedWrites:
                 for _, dst, nbytes in copies:
                     if nbytes > whole:
                         dst.bytes_view(nbytes).fill_(0xFF)
-            self.pending.append((key, copies))
+            self.pending.append((key, copies, self.barriers.get(key, ())))
             self.blocker.progressed()
 
     def flush(self, domain: str | None = None, rank: int | None = None) -> None:
@@ -137,29 +150,35 @@ class OneSidedWrites:
                 self.pending.remove(w)
             # under the world lock: the landing is the server's work, not the calling core's
             # write (its race watch skips what runs under the lock)
-            for _, copies in mine:
+            for _, copies, _ in mine:
                 run_copies(copies)
             self.blocker.progressed()
 
         def elsewhere() -> bool:
-            return any(match(k) for k, _ in self.running)
+            return any(match(w[0]) for w in self.running)
 
         # a copy of this key that another thread is running right now must land first
         self.blocker.wait_for(lambda: not elsewhere(), what)
 
     def job(self) -> Job | None:
-        """Under the lock: the oldest pending copies of one key (the policy picks it), or None."""
+        """Under the lock: the oldest pending copies of one key (the policy picks it), or None.
+
+        A key's oldest copies wait while a write they come after (a QueueBarrier's) is
+        pending or running.
+        """
+        unlanded = {id(w) for w in self.pending + self.running}
         heads: dict[Key, int] = {}
-        for i, (k, _) in enumerate(self.pending):
-            heads.setdefault(k, i)
-        if not heads:
+        for i, (k, _, before) in enumerate(self.pending):
+            if k not in heads:
+                heads[k] = -1 if any(id(w) in unlanded for w in before) else i
+        order = [i for i in heads.values() if i >= 0]
+        if not order:
             return None
-        order = list(heads.values())
         write = self.pending.pop(order[self.pick(len(order))])
         self.running.append(write)
         return functools.partial(self._run, write)
 
-    def _run(self, write: tuple[Key, Copies]) -> None:
+    def _run(self, write: Write) -> None:
         with self.blocker.cond:  # the server's copy, unseen by the running thread's race watch
             run_copies(write[1])
             self.running.remove(write)

@@ -280,6 +280,10 @@ class EmuWorld(Server):
         """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
         self.writes.write_items(task, copies, queue)
 
+    def queue_barrier(self, domain: str, rank: int, queue: int) -> None:
+        """QueueBarrier[ALL]: ``queue``'s later BatchWrites land after the rank's earlier ones."""
+        self.writes.barrier(domain, rank, queue)
+
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
         self.writes.flush(domain, rank)

@@ -451,10 +451,11 @@ def test_async_finalize_on_a3_core_without_tasks_is_allowed() -> None:
     assert hp.run(main, world_size=2, platform="A3") == [[7.0], [8.0]]
 
 
-def _data_then_flag_kernel(flag_queue: int):
+def _data_then_flag_kernel(flag_queue: int, barrier: bool = False):
     """Rank 0 sends 64 float32 rows on queue 0, then a 1.0f flag on ``flag_queue`` (A3
     items); rank 1 polls the flag and reads the rows (moe_distribute_combine_setup's data
-    and status items: the kernel puts both on the peer's queue so that the flag lands last)."""
+    and status items: the kernel puts both on the peer's queue so that the flag lands last);
+    with ``barrier`` a QueueBarrier[ALL] on the flag's queue comes between them."""
     m = 64
 
     def kernel(out, tilingGM):
@@ -468,6 +469,8 @@ def _data_then_flag_kernel(flag_queue: int):
             flag = a3_items([(int(local + 4 * m), int(win + FLAG), 4)])
             hp.gm_tensor(local + 4096, torch.uint8, 128)[:] = torch.cat([data, flag])
             h.BatchWrite[True](local + 4096, 1, 0)
+            if barrier:
+                h.QueueBarrier[hp.ScopeType.ALL](flag_queue)
             h.BatchWrite[True](local + 4096 + 64, 1, flag_queue)
         else:
             wait_flag(win + FLAG, 0x42820000)  # 65.0f
@@ -490,6 +493,14 @@ def test_a_flag_on_another_queue_may_land_before_the_data() -> None:
     with pytest.raises(HcclScheduleError, match=r"rank 1's result\[0\]: 1\.0 vs nan"):
         run_kernel(_data_then_flag_kernel(1), n=2, out_len=64, queue_num=2, platform="A3",
                    explore=16, poison=True)  # fmt: skip
+
+
+def test_a_queue_barrier_orders_the_flag_after_another_queues_data() -> None:
+    # QueueBarrier.md: the barrier holds the later BatchWrites of its queue until the tasks
+    # of every queue in its scope (ALL) are done
+    got = run_kernel(_data_then_flag_kernel(1, barrier=True), n=2, out_len=64, queue_num=2,
+                     platform="A3", explore=16, poison=True)  # fmt: skip
+    assert got[1] == [float(v) for v in range(1, 65)]
 
 
 def test_a3_item_type_is_reserved_and_not_read() -> None:

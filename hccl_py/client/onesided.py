@@ -106,7 +106,10 @@ class OneSided:
         if problem:
             breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
-        # BatchWrites of this emulation finish at Prepare: every queue is already drained.
+        # the queue's later BatchWrites run after every earlier one of the rank (ScopeType ALL)
+        queues = b.queue_num()
+        slot = int(queueID) + calling_core().block_idx * queues if queues else 0
+        b.server.queue_barrier(b.state.group.name, b.state.rank, slot)
         b.n_syncs += 1
         self._failures.ok(None)
 

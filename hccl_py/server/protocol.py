@@ -90,6 +90,10 @@ class Windows:
         """
         run_copies(copies)
 
+    def queue_barrier(self, domain: str, rank: int, queue: int) -> None:  # noqa: B027
+        """QueueBarrier[ALL] on ``queue``: its later BatchWrites run after every earlier one
+        of domain rank ``rank``. Nothing to do where BatchWrites land at once, in order."""
+
     def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies`` (checked already, in order).
 
