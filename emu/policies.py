@@ -174,6 +174,11 @@ class Policy:
         """Whether the server runs a ready round now (``runners_can_go``: some runner could run)."""
         return not (self.late and runners_can_go)
 
+    def pick_queue(self, n: int) -> int:
+        """Which of ``n`` queues with pending one-sided copies the server serves next: the
+        one whose oldest copy is the oldest (by default every copy lands in posting order)."""
+        return 0
+
     def reset_first(self) -> bool:
         """Whether a Finalize's counter reset comes before a racing Wait poll: never, by default.
 
@@ -224,6 +229,9 @@ class SeededPolicy(Policy):
         if first_ok(runners, ok, current) is None or self.rng.random() >= SWITCH_P:
             return None
         return self.rng.choice(every_ok(runners, ok, current))
+
+    def pick_queue(self, n: int) -> int:
+        return self.rng.randrange(n) if n > 1 else 0
 
     def reset_first(self) -> bool:
         return self.rng.random() < RESET_FIRST_P

@@ -89,6 +89,7 @@ class EmuWorld(Server):
         self.writes = OneSidedWrites(
             self.blocker, self.races, config.poison, self.meetings, self.returned
         )
+        self.writes.pick = self.blocker.policy.pick_queue
         #: Every domain's slots, their order, failures and poison (one state machine).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         self.reports = WorldReports(self)
@@ -278,9 +279,15 @@ class EmuWorld(Server):
             return self.meetings.exchange(group, rank, what, payload)
         return self.writes.meet(group, rank, key, what, payload)
 
-    def write_items(self, task: Task, copies: list[tuple[object, object, int]]) -> None:
+    def write_items(
+        self, task: Task, copies: list[tuple[object, object, int]], queue: int = 0
+    ) -> None:
         """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
-        self.writes.write_items(task, copies)
+        self.writes.write_items(task, copies, queue)
+
+    def queue_barrier(self, domain: str, rank: int, queue: int) -> None:
+        """QueueBarrier[ALL]: ``queue``'s later BatchWrites land after the rank's earlier ones."""
+        self.writes.barrier(domain, rank, queue)
 
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""

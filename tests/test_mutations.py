@@ -120,6 +120,18 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # three launches, so that the third setup and teardown reuse the first one's halves;
+        # its block_dim is the tiling's aivNum (4: with 2 ranks cores 2 and 3 have no peer)
+        SampleSpec(
+            "mc2_moe_distribute_combine_setup",
+            flags=(
+                r"^self\.sdmaStatusGlobal_\[0\] = ",
+                r"^selfDataStatusTensor\[0\] = ",
+                r"^self\.StatusBlocks\(\)\[:\] = 0$",
+            ),
+            launches=3,
+            block_dim=None,
+        ),
         # three launches: the third assigns slots again over the window and workspace the
         # first two left; its block_dim is the tiling's aivNum (3: with 2 ranks the third core
         # has no rank to send to)
@@ -310,6 +322,12 @@ HCOMM_STATUS_SOURCE = (
     "equivalent: the status source is the same eight 1.0f at every rewrite, and a stash slot "
     "is written again only in the next launch, after the receiver saw its status (which lands "
     "after the row) and the dispatch in between synchronised every rank"
+)
+QUEUED_FINALIZE = (
+    "equivalent: with queueNum > 0 every core sends its own BatchWrites and then its own "
+    "Finalize message on each of its own queues (SendFinalizeMsg), so no core's Finalize "
+    "overtakes another core's BatchWrite, and nothing after the SyncAll reads what another "
+    "core wrote"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -509,6 +527,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_moe_distribute_combine_setup": {
+        "InitStatusTargetSum:flag#1": ("default", DEADLOCK),
+        "Process:SyncAll#1": _missed(QUEUED_FINALIZE),
+        "Init:flag#1": ("explore", "HcclRaceError"),
+        "WaitDispatch:SyncAll#1": ("default", DEADLOCK),
+        "WaitDispatch:poll#1": ("explore", "HcclRaceError"),
+        "WaitDispatch:flag#1": ("explore", "HcclRaceError"),
+        "WaitDispatch:SyncAll#2": ("default", DEADLOCK),
     },
     "mc2_moe_ep_dispatch": {
         "BufferInit:flag#1": ("default", DEADLOCK),

@@ -66,6 +66,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_combine_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
@@ -135,6 +136,9 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_attention_ffn-gloo": _gloo("mc2_attention_ffn"),
     "mc2_attention_ffn-torchrun": _torchrun("mc2_attention_ffn"),
     "mc2_moe_distribute_combine_v2-torchrun": _torchrun("mc2_moe_distribute_combine_v2"),
+    # 2 ranks: AIV cores 2 and 3 of the setup have no peer (Finalize<false> without a task)
+    "mc2_moe_distribute_combine_setup-gloo": _gloo("mc2_moe_distribute_combine_setup"),
+    "mc2_moe_distribute_combine_setup-torchrun": _torchrun("mc2_moe_distribute_combine_setup"),
     # two ranks: no fourth launch (its elastic info leaves one rank of three or more out)
     "mc2_distribute_barrier-gloo": (
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],

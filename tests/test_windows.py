@@ -17,6 +17,7 @@ from test_reliability import garbage_findings
 
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py.explore import HcclScheduleError
 from hccl_py.ops.batch_write import ITEM_DTYPES
 from hccl_py.server.windows import shown_value
 
@@ -421,6 +422,85 @@ def test_batch_write_a3_queues_barrier_and_async_finalize() -> None:
     got = hp.run(main, world_size=n, platform="A3")
     want = np.concatenate([np.arange(m) - r for r in range(n)])
     np.testing.assert_array_equal(np.array(got[0]), want)
+
+
+def test_async_finalize_on_a3_core_without_tasks_is_allowed() -> None:
+    # moe_distribute_combine_setup (arch22): every AIV core Finalize<false>s, the cores that
+    # have no peer to write to (startRankId_ >= worldSize_) without any task of their own
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        if hp.GetBlockIdx() == 0:
+            local = h.GetWindowsOutAddr(me)
+            hp.gm_tensor(local, torch.float32, 1)[0] = 7.0 + me
+            dst = h.GetWindowsInAddr(me) + 64
+            hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = a3_items([(int(local), int(dst), 4)])
+            h.BatchWrite[True](local + 4096, 1, 1)
+        hp.SyncAll()
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=2), block_dim=2, kernel_type="aiv")
+        hp.barrier()
+        group = hp.world_group()
+        win = hp.kernel.context.current_rank_context().server.window(
+            group.name, hp.get_rank(), "In"
+        )
+        return hp.gm_tensor(hp.GmAddr(win) + 64, torch.float32, 1).tolist()
+
+    assert hp.run(main, world_size=2, platform="A3") == [[7.0], [8.0]]
+
+
+def _data_then_flag_kernel(flag_queue: int, barrier: bool = False):
+    """Rank 0 sends 64 float32 rows on queue 0, then a 1.0f flag on ``flag_queue`` (A3
+    items); rank 1 polls the flag and reads the rows (moe_distribute_combine_setup's data
+    and status items: the kernel puts both on the peer's queue so that the flag lands last);
+    with ``barrier`` a QueueBarrier[ALL] on the flag's queue comes between them."""
+    m = 64
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        win = h.GetWindowsInAddr(1)
+        if me == 0:
+            local = h.GetWindowsOutAddr(0)
+            hp.gm_tensor(local, torch.float32, m + 1)[:] = torch.arange(m + 1.0) + 1
+            data = a3_items([(int(local), int(win), 4 * m)])
+            flag = a3_items([(int(local + 4 * m), int(win + FLAG), 4)])
+            hp.gm_tensor(local + 4096, torch.uint8, 128)[:] = torch.cat([data, flag])
+            h.BatchWrite[True](local + 4096, 1, 0)
+            if barrier:
+                h.QueueBarrier[hp.ScopeType.ALL](flag_queue)
+            h.BatchWrite[True](local + 4096 + 64, 1, flag_queue)
+        else:
+            wait_flag(win + FLAG, 0x42820000)  # 65.0f
+            hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(win, torch.float32, m)
+        h.Finalize[False]()
+
+    return kernel
+
+
+def test_one_queues_batch_writes_land_in_order_on_every_schedule() -> None:
+    got = run_kernel(_data_then_flag_kernel(0), n=2, out_len=64, queue_num=2, platform="A3",
+                     explore=16, poison=True)  # fmt: skip
+    assert got[1] == [float(v) for v in range(1, 65)]
+
+
+def test_a_flag_on_another_queue_may_land_before_the_data() -> None:
+    """Before 2026-11-28 every pending BatchWrite of a rank landed in posting order, whatever
+    its queue: a kernel that announced its data on another queue passed every schedule."""
+    # some schedule lands the flag first: rank 1 reads the rows' poison
+    with pytest.raises(HcclScheduleError, match=r"rank 1's result\[0\]: 1\.0 vs nan"):
+        run_kernel(_data_then_flag_kernel(1), n=2, out_len=64, queue_num=2, platform="A3",
+                   explore=16, poison=True)  # fmt: skip
+
+
+def test_a_queue_barrier_orders_the_flag_after_another_queues_data() -> None:
+    # QueueBarrier.md: the barrier holds the later BatchWrites of its queue until the tasks
+    # of every queue in its scope (ALL) are done
+    got = run_kernel(_data_then_flag_kernel(1, barrier=True), n=2, out_len=64, queue_num=2,
+                     platform="A3", explore=16, poison=True)  # fmt: skip
+    assert got[1] == [float(v) for v in range(1, 65)]
 
 
 def test_a3_item_type_is_reserved_and_not_read() -> None:

@@ -303,8 +303,10 @@ class HandleControl:
         if not sync and b.ccu:
             sync = True  # the CCU client's Finalize never reads its template argument
         if not sync:
-            has_batch_write = any(h.lifecycle == "batch-write" for h in b.handles)
-            if not (platform.finalize_async_allowed and has_batch_write):
+            # A3 documents Finalize<false> for BatchWrite tasks; a core without any task (an
+            # idle core of a BatchWrite kernel: moe_distribute_combine_setup) has no other kind
+            only_batch_writes = all(h.lifecycle == "batch-write" for h in b.handles)
+            if not (platform.finalize_async_allowed and only_batch_writes):
                 breach(
                     "finalize-async",
                     f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "

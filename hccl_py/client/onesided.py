@@ -106,7 +106,10 @@ class OneSided:
         if problem:
             breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
-        # BatchWrites of this emulation finish at Prepare: every queue is already drained.
+        # the queue's later BatchWrites run after every earlier one of the rank (ScopeType ALL)
+        queues = b.queue_num()
+        slot = int(queueID) + calling_core().block_idx * queues if queues else 0
+        b.server.queue_barrier(b.state.group.name, b.state.rank, slot)
         b.n_syncs += 1
         self._failures.ok(None)
 
@@ -163,7 +166,9 @@ class OneSided:
             if not queues:
                 state.sender = b
                 state.sender_core = core
-            b.server.write_items(task, copies)
+            # the message queue: the official client's queueID + GetBlockIdx() * queueNum
+            slot = int(queueID) + core.block_idx * queues if queues else 0
+            b.server.write_items(task, copies, slot)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
 
