@@ -5,7 +5,9 @@ runner, at Prepare. With ``schedule="late"`` they wait until no runner of the
 world can go on (every one waits or polls a flag nobody changed), like the
 rounds of a collective; a seeded schedule runs them somewhere in between; and with ``poison=True`` their destination bytes read 0xFF until
 then: a kernel that reads a window before the flag that announces the data
-sees the poison instead of data that arrived by chance.
+sees the poison instead of data that arrived by chance. A copy of at most
+``FLAG_BYTES`` (a flag or status block, as the race check counts it) is not
+poisoned: until it lands a poll sees the old value, as on hardware.
 
 Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
@@ -25,7 +27,7 @@ from hccl_py.server.blocking import Blocker, Job
 from hccl_py.server.remote_writes import ChannelKey, Copies, run_copies
 from hccl_py.server.windows import WindowAllocation
 
-from .races import WindowRaces, user_frame
+from .races import FLAG_BYTES, WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
 
@@ -70,7 +72,9 @@ class OneSidedWrites:
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
-        self._submit((task.domain_name, task.rank), copies)
+        # a flag-sized item (a status block) lands whole: a poll sees its old value, never
+        # the poison (hardware never shows 0xFF..FF there; a poll that ends on NaN would stop)
+        self._submit((task.domain_name, task.rank), copies, FLAG_BYTES)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
@@ -116,6 +120,12 @@ class OneSidedWrites:
         writer = self.writers.get((domain, rank))
         if self.races is not None and writer is not None:
             self.races.landed(writer)
+
+    def land_rank(self, rank: int) -> None:
+        """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""
+        for (domain, drank), writer in list(self.writers.items()):
+            if writer == rank and domain != HCOMM:
+                self.flush(domain, drank)
 
     def _flush_key(self, key: Key | None, what: str) -> None:
         """Run the pending copies of ``key`` (all without one); wait for those running elsewhere."""

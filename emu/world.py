@@ -293,9 +293,18 @@ class EmuWorld(Server):
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
-    def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around a kernel launch of global rank ``rank``: the race check's scope."""
-        return self.watched.kernel_scope(rank)
+    @contextlib.contextmanager
+    def kernel_scope(self, rank: int) -> Iterator[None]:
+        """Around a kernel launch of global rank ``rank``: the race check's scope.
+
+        The launch ends with its AI CPU server's task, which returns only once every
+        task it was given finished (``CommKfcDispatcher::Run`` loops until
+        ``IsAllTaskFinished`` after Finalize): BatchWrites that a ``Finalize<false>``
+        left running land before the rank's next launch starts.
+        """
+        with self.watched.kernel_scope(rank):
+            yield
+            self.writes.land_rank(rank)
 
     @contextlib.contextmanager
     def core_scope(self, rank: int) -> Iterator[None]:

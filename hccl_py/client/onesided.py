@@ -106,9 +106,46 @@ class OneSided:
         if problem:
             breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
-        # BatchWrites of this emulation finish at Prepare: every queue is already drained.
         b.n_syncs += 1
+        state, core = b.state, calling_core()
+        slot, _ = self._slots(core, int(queueID))
+        with state.rank_ctx.blocker.cond:
+            index = state.barriers_sent.get(slot, 0)
+            state.barriers_sent[slot] = index + 1
+            state.barrier_arrivals[index] = state.barrier_arrivals.get(index, 0) + 1
+            state.rank_ctx.blocker.cond.notify_all()
         self._failures.ok(None)
+
+    def _slots(self, core: Any, q: int) -> tuple[int, int]:
+        """Queue ``q``'s message slot on ``core`` and the rank's number of slots.
+
+        ``queueNum`` slots per block, ``commBlockNum`` blocks (the launch's cores of
+        this kind when the tiling sets none).
+        """
+        b = self._binding
+        n = max(b.queue_num(), 1)
+        blocks = b.comm_block_num() or core.launch.cores_of_kind[core.kind]
+        return q + core.block_idx * n, blocks * n
+
+    def _behind_barriers(self, core: Any, q: int) -> None:
+        """A BatchWrite behind QueueBarrier[ALL]s of its queue waits until every queue sent them.
+
+        The server runs no task behind a barrier before every queue of the rank
+        reached it and the tasks before it ran; here the posting core waits at the
+        task behind it, so that the task is posted (and lands, in posting order)
+        after every queue's earlier ones. A queue that never sends the barrier
+        leaves the real server hanging: the deadlock report names the barrier.
+        """
+        state = self._binding.state
+        slot, slots = self._slots(core, q)
+        passed = state.barriers_sent.get(slot, 0)
+        if not passed:
+            return
+        state.rank_ctx.blocker.wait_for(
+            lambda: all(state.barrier_arrivals.get(i, 0) >= slots for i in range(passed)),
+            f"BatchWrite on queue {q} behind QueueBarrier #{passed - 1}: waiting until all "
+            f"{slots} queues of the rank sent it (the server runs nothing behind it before)",
+        )
 
     def _queue_problem(self, queueID: Any) -> str | None:
         q = _int_arg(queueID)
@@ -145,6 +182,8 @@ class OneSided:
         core = calling_core()
         handle = len(b.handles)
         sends = queues > 0 or is_sender(b.config, core)
+        if queues:
+            self._behind_barriers(core, int(queueID))
         task = None
         if sends:
             problem = None if queues else core_problem(b, core)
