@@ -17,6 +17,7 @@ import numpy as np
 from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
+from ..kernel.cores import CoreContext
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
 from .binding import Binding
@@ -116,7 +117,7 @@ class OneSided:
             state.rank_ctx.blocker.cond.notify_all()
         self._failures.ok(None)
 
-    def _slots(self, core: Any, q: int) -> tuple[int, int]:
+    def _slots(self, core: CoreContext, q: int) -> tuple[int, int]:
         """Queue ``q``'s message slot on ``core`` and the rank's number of slots.
 
         ``queueNum`` slots per block, ``commBlockNum`` blocks (the launch's cores of
@@ -127,7 +128,7 @@ class OneSided:
         blocks = b.comm_block_num() or core.launch.cores_of_kind[core.kind]
         return q + core.block_idx * n, blocks * n
 
-    def _behind_barriers(self, core: Any, q: int) -> None:
+    def _behind_barriers(self, core: CoreContext, q: int) -> None:
         """A BatchWrite behind QueueBarrier[ALL]s of its queue waits until every queue sent them.
 
         The server runs no task behind a barrier before every queue of the rank
