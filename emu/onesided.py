@@ -6,8 +6,8 @@ world can go on (every one waits or polls a flag nobody changed), like the
 rounds of a collective; a seeded schedule runs them somewhere in between; and with ``poison=True`` their destination bytes read 0xFF until
 then: a kernel that reads a window before the flag that announces the data
 sees the poison instead of data that arrived by chance. A copy of at most
-``FLAG_BYTES`` (a flag or status block, as the race check counts it) is not
-poisoned: until it lands a poll sees the old value, as on hardware.
+``WHOLE_ITEM_BYTES`` (a flag, a 32-byte status block) is not poisoned: until it
+lands a poll sees the old value, as on hardware.
 
 Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
@@ -27,7 +27,7 @@ from hccl_py.server.blocking import Blocker, Job
 from hccl_py.server.remote_writes import ChannelKey, Copies, run_copies
 from hccl_py.server.windows import WindowAllocation
 
-from .races import FLAG_BYTES, WindowRaces, user_frame
+from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
 
@@ -37,6 +37,9 @@ HCOMM = "#hcomm"
 #: An Hcomm copy of at most this many bytes (the uint64 notify, a flag) lands whole: until
 #: then its bytes keep their old value, never the poison (a poll sees 0, not 0xFF..FF).
 WHOLE_BYTES = 8
+#: A BatchWrite item of at most this many bytes (a flag, a 32-byte status block: one MTE/SDMA
+#: block) lands whole too: until then a poll sees the old value, never the poison.
+WHOLE_ITEM_BYTES = 32
 
 
 class OneSidedWrites:
@@ -72,9 +75,8 @@ class OneSidedWrites:
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
-        # a flag-sized item (a status block) lands whole: a poll sees its old value, never
-        # the poison (hardware never shows 0xFF..FF there; a poll that ends on NaN would stop)
-        self._submit((task.domain_name, task.rank), copies, FLAG_BYTES)
+        # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
+        self._submit((task.domain_name, task.rank), copies, WHOLE_ITEM_BYTES)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""

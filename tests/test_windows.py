@@ -330,7 +330,9 @@ def flag_after_batch_write(m: int):
 
 
 def test_race_flag_written_directly_after_batch_write_reads_poison() -> None:
-    m = 4  # 16 bytes: read as a flag, so no race report, but the data is not there yet
+    # 48 bytes: read as a flag, so no race report, but the data is not there yet (copies of
+    # at most 32 bytes land whole, unpoisoned: tests/test_batch_write_queues.py)
+    m = 12
     kernel = flag_after_batch_write(m)
     eager = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
     np.testing.assert_array_equal(eager, [[2.0] * m, [1.0] * m])
