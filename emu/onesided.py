@@ -5,7 +5,9 @@ runner, at Prepare. With ``schedule="late"`` they wait until no runner of the
 world can go on (every one waits or polls a flag nobody changed), like the
 rounds of a collective; a seeded schedule runs them somewhere in between; and with ``poison=True`` their destination bytes read 0xFF until
 then: a kernel that reads a window before the flag that announces the data
-sees the poison instead of data that arrived by chance.
+sees the poison instead of data that arrived by chance. A BatchWrite item of at most
+``WHOLE_ITEM_BYTES`` (a flag, a 32-byte status block) is not poisoned: until it
+lands a poll sees the old value, as on hardware.
 
 Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
@@ -15,12 +17,16 @@ BatchWrite queue (``queueID + blockIdx * queueNum``) or one Hcomm channel land i
 the order they were posted, as on hardware; the server serves the queues and
 channels in posting order under the default schedule and in an order the seed
 picks under a seeded one (a flag sent on another queue than its data may land
-first). After a ``QueueBarrier`` on a queue, that queue's later copies land only
-after every copy the rank had posted before it, on any queue.
+first). A write carries its queue's epoch, the number of ``QueueBarrier[ALL]`` calls
+its queue had made when it was posted; it lands only after every write of the rank
+of a lower epoch (posted before its own queue's barrier). The client posts a write
+behind barrier ``e`` only once every queue of the rank has sent it
+(:mod:`hccl_py.client.onesided`), so those are all posted by then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Collection
 
@@ -38,11 +44,13 @@ from .reports import returned_note
 #: (HCOMM, channel) of Hcomm.
 Key = tuple
 HCOMM = "#hcomm"
-#: A pending write: its key, its copies and the writes that must land before it.
-Write = tuple[Key, Copies, tuple]
+#: A pending write: its key, its copies and its queue's epoch (QueueBarriers before it).
+Write = tuple[Key, Copies, int]
 #: An Hcomm copy of at most this many bytes (the uint64 notify, a flag) lands whole: until
 #: then its bytes keep their old value, never the poison (a poll sees 0, not 0xFF..FF).
 WHOLE_BYTES = 8
+#: A BatchWrite item of at most this many bytes (a flag, a status block) lands whole too.
+WHOLE_ITEM_BYTES = 32
 
 
 class OneSidedWrites:
@@ -67,30 +75,21 @@ class OneSidedWrites:
         self.poison = poison
         self.meetings = meetings
         self.returned = returned
-        #: Under the lock: copies not run yet, and those running now (until they are done), as
-        #: (key, copies, the writes that must land first: those before a QueueBarrier).
+        #: Under the lock: copies not run yet, and those running now (until they are done).
         self.pending: list[Write] = []
         self.running: list[Write] = []
-        #: BatchWrite key -> the writes its later copies wait for (its last QueueBarrier's).
-        self.barriers: dict[Key, tuple[Write, ...]] = {}
         #: (domain, domain rank) -> global rank, of every rank that wrote (for the race check).
         self.writers: dict[tuple[str, int], int] = {}
         #: Which of ``n`` keys with pending copies lands its oldest next (the policy's choice).
         self.pick: Callable[[int], int] = lambda n: 0
 
-    def write_items(self, task: Task, copies: Copies, queue: int = 0) -> None:
+    def write_items(self, task: Task, copies: Copies, queue: int = 0, epoch: int = 0) -> None:
         """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded)."""
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
-        self._submit((task.domain_name, task.rank, queue), copies)
-
-    def barrier(self, domain: str, rank: int, queue: int) -> None:
-        """QueueBarrier[ALL] on ``queue`` of domain rank ``rank``: the queue's later copies
-        land after every copy of the rank posted before it, on any queue or core."""
-        with self.blocker.cond:
-            before = tuple(w for w in self.pending + self.running if w[0][:2] == (domain, rank))
-            self.barriers[(domain, rank, queue)] = before
+        # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
+        self._submit((task.domain_name, task.rank, queue), copies, WHOLE_ITEM_BYTES, epoch)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
@@ -117,7 +116,7 @@ class OneSidedWrites:
                 runs = [(dst.offset, dst.offset + nbytes)]
                 races.write(rank, dst.alloc, runs, nbytes, clock, where, agent)
 
-    def _submit(self, key: Key, copies: Copies, whole: int = 0) -> None:
+    def _submit(self, key: Key, copies: Copies, whole: int = 0, epoch: int = 0) -> None:
         """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes)."""
         if not self.blocker.defers():
             with self.blocker.cond:  # the server's copy, not the posting core's own write
@@ -128,7 +127,7 @@ class OneSidedWrites:
                 for _, dst, nbytes in copies:
                     if nbytes > whole:
                         dst.bytes_view(nbytes).fill_(0xFF)
-            self.pending.append((key, copies, self.barriers.get(key, ())))
+            self.pending.append((key, copies, epoch))
             self.blocker.progressed()
 
     def flush(self, domain: str | None = None, rank: int | None = None) -> None:
@@ -142,10 +141,17 @@ class OneSidedWrites:
         if self.races is not None and writer is not None:
             self.races.landed(writer)
 
+    def land_rank(self, rank: int) -> None:
+        """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""
+        for (domain, drank), writer in list(self.writers.items()):
+            if writer == rank and domain != HCOMM:
+                self.flush(domain, drank)
+
     def _flush_key(self, match: Callable[[Key], bool], what: str) -> None:
-        """Run the pending copies whose key ``match``es; wait for those running elsewhere."""
+        """Run the pending copies whose key ``match``es, lower epochs first; wait for those
+        running elsewhere."""
         with self.blocker.cond:
-            mine = [w for w in self.pending if match(w[0])]
+            mine = sorted((w for w in self.pending if match(w[0])), key=lambda w: w[2])
             for w in mine:
                 self.pending.remove(w)
             # under the world lock: the landing is the server's work, not the calling core's
@@ -163,14 +169,16 @@ class OneSidedWrites:
     def job(self) -> Job | None:
         """Under the lock: the oldest pending copies of one key (the policy picks it), or None.
 
-        A key's oldest copies wait while a write they come after (a QueueBarrier's) is
-        pending or running.
+        A key's oldest copies wait while a write of the same rank and a lower epoch (posted
+        before its queue's QueueBarrier) is pending or running.
         """
-        unlanded = {id(w) for w in self.pending + self.running}
+        lowest: dict[Key, int] = {}
+        for k, _, epoch in self.pending + self.running:
+            lowest[k[:2]] = min(epoch, lowest.get(k[:2], epoch))
         heads: dict[Key, int] = {}
-        for i, (k, _, before) in enumerate(self.pending):
+        for i, (k, _, epoch) in enumerate(self.pending):
             if k not in heads:
-                heads[k] = -1 if any(id(w) in unlanded for w in before) else i
+                heads[k] = -1 if lowest[k[:2]] < epoch else i
         order = [i for i in heads.values() if i >= 0]
         if not order:
             return None
@@ -201,3 +209,32 @@ class OneSidedWrites:
         if self.races is not None:  # every rank's copies into this window landed
             self.races.landed(group.ranks[rank], group.ranks)
         return arrived
+
+
+class LaunchEnd:
+    """A kernel launch's scope around ``inner``: at its end the rank's pending BatchWrites land.
+
+    The launch ends with its AI CPU server's task, which returns only once every
+    task it was given finished (``CommKfcDispatcher::Run`` loops until
+    ``IsAllTaskFinished`` after Finalize): copies that a ``Finalize<false>`` left
+    pending land before the rank's next launch starts.
+    """
+
+    __slots__ = ("inner", "writes", "rank")
+
+    def __init__(
+        self, inner: contextlib.AbstractContextManager, writes: OneSidedWrites, rank: int
+    ) -> None:
+        self.inner = inner
+        self.writes = writes
+        self.rank = rank
+
+    def __enter__(self) -> None:
+        self.inner.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if exc[0] is None:
+                self.writes.land_rank(self.rank)
+        finally:
+            self.inner.__exit__(*exc)

@@ -43,7 +43,7 @@ from .buffers import BufferRaces
 from .flags import FlagPolls
 from .host_watch import HostScope
 from .lane import Lane
-from .onesided import OneSidedWrites
+from .onesided import LaunchEnd, OneSidedWrites
 from .policies import policy_for
 from .posted import PostedRequests
 from .races import WindowRaces
@@ -280,14 +280,10 @@ class EmuWorld(Server):
         return self.writes.meet(group, rank, key, what, payload)
 
     def write_items(
-        self, task: Task, copies: list[tuple[object, object, int]], queue: int = 0
+        self, task: Task, copies: list[tuple[object, object, int]], queue: int = 0, epoch: int = 0
     ) -> None:
         """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
-        self.writes.write_items(task, copies, queue)
-
-    def queue_barrier(self, domain: str, rank: int, queue: int) -> None:
-        """QueueBarrier[ALL]: ``queue``'s later BatchWrites land after the rank's earlier ones."""
-        self.writes.barrier(domain, rank, queue)
+        self.writes.write_items(task, copies, queue, epoch)
 
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
@@ -312,12 +308,13 @@ class EmuWorld(Server):
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
-        watch is off inside, and on after it while Hcomm reads are in flight."""
+        watch is off inside, and on after it while Hcomm reads are in flight; at its end the
+        BatchWrites that a ``Finalize<false>`` left pending land (:class:`.onesided.LaunchEnd`)."""
         host = self.hosts[rank]
-        if host is None:
-            return self.watched.kernel_scope(rank)
-        host.inner = self.watched.kernel_scope(rank)
-        return host
+        inner = self.watched.kernel_scope(rank)
+        if host is not None:
+            host.inner, inner = inner, host
+        return LaunchEnd(inner, self.writes, rank)
 
     @contextlib.contextmanager
     def host_scope(self, rank: int) -> Iterator[None]:

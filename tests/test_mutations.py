@@ -69,6 +69,13 @@ SPECS: dict[str, SampleSpec] = {
             flags=(r"selfDataStatus\[0\] = ", r"\] = ONE$", r"\] = 0(\.0)?$"),
             launches=3,
         ),
+        # A3 BatchWrite over queues: data, QueueBarrier on every queue, status, Finalize<false>;
+        # three launches so that the first one's halves (state word, status flags) come back
+        SampleSpec(
+            "mc2_moe_distribute_dispatch_setup",
+            flags=(r"selfDataStatus\[0\] = ", r"^blocks\(\)\[:\] = status"),
+            launches=3,
+        ),
         # 4 ranks, 2 per server: the A2 path reaches the other server through BatchWrite
         SampleSpec("moe_distribute_window", world_sizes=(4,), flags=WINDOW_FLAGS),
         SampleSpec("moe_dispatch_combine"),  # framework collectives only: no site
@@ -290,6 +297,10 @@ GMM_A2AV_END = (
     "and Finalizes itself; the other AIV cores' Finalize sends nothing and the AIC cores make "
     "no Hccl call after GetRankDim, so the barrier keeps no Finalize behind another core's use"
 )
+LAST_SYNC_AFTER_FINALIZE = (
+    "equivalent: the setup's SyncAll follows every core's Finalize<false>; no core reads or "
+    "writes anything after it, and the launch ends when the last core returns"
+)
 IDLE_FLAG_WAIT = (
     "equivalent in this port: the idle AIC core (blockIdx >= usedCoreNum) reads and writes "
     "nothing; without its Wait its Sets still complete the other cores' flag 3 barriers, and "
@@ -430,6 +441,14 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "dispatch:SyncAll#1": ("default", CHECK),
         "dispatch:poll#2": ("explore", "HcclRaceError"),
         "dispatch:flag#5": ("explore", "HcclRaceError"),
+    },
+    "mc2_moe_distribute_dispatch_setup": {
+        "Process:QueueBarrier#1": ("explore", "HcclScheduleError"),
+        "Process:SyncAll#1": _missed(LAST_SYNC_AFTER_FINALIZE),
+        "Init:flag#1": ("explore", "HcclDeadlockError"),
+        "WaitDispatch:poll#1": ("explore", "HcclScheduleError"),
+        "WaitDispatch:flag#1": ("explore", "HcclScheduleError"),
+        "Process:SyncAll#2": ("explore", "HcclScheduleError"),
     },
     "moe_distribute_window": {
         "send_rows:flag#1": ("default", DEADLOCK),

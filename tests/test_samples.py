@@ -69,6 +69,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_combine_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_dispatch_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
@@ -132,6 +133,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_moe_ep_combine-gloo": _gloo("mc2_moe_ep_combine"),
     "mc2_moe_ep_combine-torchrun": _torchrun("mc2_moe_ep_combine"),
     "mc2_engram_fetch-gloo": _gloo("mc2_engram_fetch"),
+    "mc2_moe_distribute_dispatch_setup-gloo": _gloo("mc2_moe_distribute_dispatch_setup"),
+    "mc2_moe_distribute_dispatch_setup-torchrun": _torchrun("mc2_moe_distribute_dispatch_setup"),
     "mc2_engram_fetch-torchrun": _torchrun("mc2_engram_fetch"),
     "mc2_attention_ffn-gloo": _gloo("mc2_attention_ffn"),
     "mc2_attention_ffn-torchrun": _torchrun("mc2_attention_ffn"),

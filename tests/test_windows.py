@@ -16,7 +16,14 @@ import torch
 from test_reliability import garbage_findings
 
 import hccl_py as hp
-from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
+from hccl_py import (
+    Hccl,
+    HcclCMDType,
+    HcclDeadlockError,
+    Mc2CcTiling,
+    Mc2CcTilingConfig,
+    Mc2InitTiling,
+)
 from hccl_py.explore import HcclScheduleError
 from hccl_py.ops.batch_write import ITEM_DTYPES
 from hccl_py.server.windows import shown_value
@@ -331,7 +338,9 @@ def flag_after_batch_write(m: int):
 
 
 def test_race_flag_written_directly_after_batch_write_reads_poison() -> None:
-    m = 4  # 16 bytes: read as a flag, so no race report, but the data is not there yet
+    # 48 bytes: read as a flag, so no race report, but the data is not there yet (copies of
+    # at most 32 bytes land whole, unpoisoned: tests/test_batch_write_queues.py)
+    m = 12
     kernel = flag_after_batch_write(m)
     eager = np.array(run_kernel(kernel, n=2, out_len=m, ranks_per_server=1))
     np.testing.assert_array_equal(eager, [[2.0] * m, [1.0] * m])
@@ -451,12 +460,15 @@ def test_async_finalize_on_a3_core_without_tasks_is_allowed() -> None:
     assert hp.run(main, world_size=2, platform="A3") == [[7.0], [8.0]]
 
 
-def _data_then_flag_kernel(flag_queue: int, barrier: bool = False):
+def _data_then_flag_kernel(flag_queue: int, barrier: tuple[int, ...] = ()):
     """Rank 0 sends 64 float32 rows on queue 0, then a 1.0f flag on ``flag_queue`` (A3
     items); rank 1 polls the flag and reads the rows (moe_distribute_combine_setup's data
-    and status items: the kernel puts both on the peer's queue so that the flag lands last);
-    with ``barrier`` a QueueBarrier[ALL] on the flag's queue comes between them."""
+    and status items: the kernel puts both on the peer's queue so that the flag lands last),
+    then acknowledges them in rank 0's window, which rank 0 waits for before it returns (its
+    pending copies would land when its launch ends); a QueueBarrier[ALL] on each queue of
+    ``barrier`` comes between data and flag."""
     m = 64
+    ack = FLAG + 64
 
     def kernel(out, tilingGM):
         h = client(tilingGM)
@@ -469,12 +481,14 @@ def _data_then_flag_kernel(flag_queue: int, barrier: bool = False):
             flag = a3_items([(int(local + 4 * m), int(win + FLAG), 4)])
             hp.gm_tensor(local + 4096, torch.uint8, 128)[:] = torch.cat([data, flag])
             h.BatchWrite[True](local + 4096, 1, 0)
-            if barrier:
-                h.QueueBarrier[hp.ScopeType.ALL](flag_queue)
+            for queue in barrier:
+                h.QueueBarrier[hp.ScopeType.ALL](queue)
             h.BatchWrite[True](local + 4096 + 64, 1, flag_queue)
+            wait_flag(h.GetWindowsInAddr(0) + ack, 1)
         else:
             wait_flag(win + FLAG, 0x42820000)  # 65.0f
             hp.gm_tensor(out, torch.float32, m)[:] = hp.gm_tensor(win, torch.float32, m)
+            hp.gm_tensor(h.GetWindowsInAddr(0) + ack, torch.int32, 1)[0] = 1
         h.Finalize[False]()
 
     return kernel
@@ -497,10 +511,20 @@ def test_a_flag_on_another_queue_may_land_before_the_data() -> None:
 
 def test_a_queue_barrier_orders_the_flag_after_another_queues_data() -> None:
     # QueueBarrier.md: the barrier holds the later BatchWrites of its queue until the tasks
-    # of every queue in its scope (ALL) are done
-    got = run_kernel(_data_then_flag_kernel(1, barrier=True), n=2, out_len=64, queue_num=2,
+    # of every queue in its scope (ALL) are done; its example barriers every queue
+    got = run_kernel(_data_then_flag_kernel(1, barrier=(0, 1)), n=2, out_len=64, queue_num=2,
                      platform="A3", explore=16, poison=True)  # fmt: skip
     assert got[1] == [float(v) for v in range(1, 65)]
+
+
+def test_a_barrier_on_some_queues_only_is_a_deadlock_report_naming_it() -> None:
+    """hccl_py reads QueueBarrier[ALL] as a barrier of every queue of the rank (docs/fidelity.md
+    lists it as open): the flag behind it waits for queue 0, which never sends the barrier."""
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_data_then_flag_kernel(1, barrier=(1,)), n=2, out_len=64, queue_num=2,
+                   platform="A3")  # fmt: skip
+    assert isinstance(info.value.failures[0], HcclDeadlockError)
+    assert "behind QueueBarrier #0: waiting until all 2 queues of the rank" in str(info.value)
 
 
 def test_a3_item_type_is_reserved_and_not_read() -> None:

@@ -96,6 +96,14 @@ class Binding:
         """
         return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
 
+    def comm_block_num(self) -> int:
+        """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""
+        if self.tiling_src is None:
+            return 0
+        end = Mc2InitTiling.commBlockNum.offset + 2
+        raw = tiling_bytes(self.tiling_src, nbytes=end)
+        return int.from_bytes(raw[Mc2InitTiling.commBlockNum.offset : end], "little")
+
     def queue_num(self) -> int:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
         if self.tiling_src is None:

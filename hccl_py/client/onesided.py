@@ -17,6 +17,7 @@ import numpy as np
 from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
+from ..kernel.cores import CoreContext
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
 from .binding import Binding
@@ -106,12 +107,47 @@ class OneSided:
         if problem:
             breach("bad-argument", f"QueueBarrier: {problem}", None)
             return
-        # the queue's later BatchWrites run after every earlier one of the rank (ScopeType ALL)
-        queues = b.queue_num()
-        slot = int(queueID) + calling_core().block_idx * queues if queues else 0
-        b.server.queue_barrier(b.state.group.name, b.state.rank, slot)
         b.n_syncs += 1
+        state, core = b.state, calling_core()
+        slot, _ = self._slots(core, int(queueID))
+        with state.rank_ctx.blocker.cond:
+            index = state.barriers_sent.get(slot, 0)
+            state.barriers_sent[slot] = index + 1
+            state.barrier_arrivals[index] = state.barrier_arrivals.get(index, 0) + 1
+            state.rank_ctx.blocker.cond.notify_all()
         self._failures.ok(None)
+
+    def _slots(self, core: CoreContext, q: int) -> tuple[int, int]:
+        """Queue ``q``'s message slot on ``core`` and the rank's number of slots.
+
+        ``queueNum`` slots per block, ``commBlockNum`` blocks (the launch's cores of
+        this kind when the tiling sets none).
+        """
+        b = self._binding
+        n = max(b.queue_num(), 1)
+        blocks = b.comm_block_num() or core.launch.cores_of_kind[core.kind]
+        return q + core.block_idx * n, blocks * n
+
+    def _behind_barriers(self, core: CoreContext, q: int) -> None:
+        """A BatchWrite behind QueueBarrier[ALL]s of its queue waits until every queue sent them.
+
+        The server runs no task behind a barrier before every queue of the rank
+        reached it and the tasks before it ran; here the posting core waits at the
+        task behind it, so that the task is posted after every queue's earlier ones
+        (and the server lands it after them: its epoch is higher). A queue that never
+        sends the barrier is reported as a deadlock naming the barrier (QueueBarrier.md
+        and its example barrier every queue; docs/fidelity.md).
+        """
+        state = self._binding.state
+        slot, slots = self._slots(core, q)
+        passed = state.barriers_sent.get(slot, 0)
+        if not passed:
+            return
+        state.rank_ctx.blocker.wait_for(
+            lambda: all(state.barrier_arrivals.get(i, 0) >= slots for i in range(passed)),
+            f"BatchWrite on queue {q} behind QueueBarrier #{passed - 1}: waiting until all "
+            f"{slots} queues of the rank sent it (the server runs nothing behind it before)",
+        )
 
     def _queue_problem(self, queueID: Any) -> str | None:
         q = _int_arg(queueID)
@@ -148,6 +184,8 @@ class OneSided:
         core = calling_core()
         handle = len(b.handles)
         sends = queues > 0 or is_sender(b.config, core)
+        if queues:
+            self._behind_barriers(core, int(queueID))
         task = None
         if sends:
             problem = None if queues else core_problem(b, core)
@@ -166,9 +204,10 @@ class OneSided:
             if not queues:
                 state.sender = b
                 state.sender_core = core
-            # the message queue: the official client's queueID + GetBlockIdx() * queueNum
-            slot = int(queueID) + core.block_idx * queues if queues else 0
-            b.server.write_items(task, copies, slot)
+            # the message queue: the official client's queueID + GetBlockIdx() * queueNum; its
+            # epoch (barriers sent): the write lands after the rank's writes of lower epochs
+            slot = self._slots(core, int(queueID))[0] if queues else 0
+            b.server.write_items(task, copies, slot, state.barriers_sent.get(slot, 0))
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
 

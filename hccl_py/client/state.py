@@ -55,6 +55,9 @@ class ClientState:
         #: polled (a seeded schedule's choice), and whether the race was reported.
         self.reset = False
         self.hazard_warned = False
+        #: QueueBarrier: barriers each queue slot sent, and arrivals at each barrier index.
+        self.barriers_sent: dict[int, int] = {}
+        self.barrier_arrivals: dict[int, int] = {}
         #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
         self.writes: dict[int, tuple[str, list]] = {}
         #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).

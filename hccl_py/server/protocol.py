@@ -79,20 +79,20 @@ class Windows:
         """The window whose integer base address is ``base`` (for ``GmAddr.from_int``)."""
         return None
 
-    def write_items(self, task: Task, copies: list[tuple[Any, Any, int]], queue: int = 0) -> None:
+    def write_items(
+        self, task: Task, copies: list[tuple[Any, Any, int]], queue: int = 0, epoch: int = 0
+    ) -> None:
         """Run one BatchWrite: copy ``nbytes`` from each source to each destination address.
 
         The addresses are checked already. ``queue`` is the message queue it went on
         (``queueID + blockIdx * queueNum``, 0 with one queue): the server runs one queue's
-        BatchWrites in order, and those of different queues in no order. The default
-        copies at once, in order, which is what any backend whose windows are this
-        process's memory needs.
+        BatchWrites in order, and those of different queues in no order; ``epoch`` is how
+        many QueueBarrier[ALL]s the queue had sent (it lands after every write of the rank
+        of a lower epoch). The default copies at once, in order, which is what any backend
+        whose windows are this process's memory needs (the client posts a write behind a
+        barrier only once every queue sent it).
         """
         run_copies(copies)
-
-    def queue_barrier(self, domain: str, rank: int, queue: int) -> None:  # noqa: B027
-        """QueueBarrier[ALL] on ``queue``: its later BatchWrites run after every earlier one
-        of domain rank ``rank``. Nothing to do where BatchWrites land at once, in order."""
 
     def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies`` (checked already, in order).

@@ -1,0 +1,123 @@
+"""A3 BatchWrite over several queues, as the shipping MoE setup kernels use it.
+
+Three behaviours that samples/mc2_moe_distribute_dispatch_setup.py needs of the
+emulator: a flag-sized item is never poisoned (a poll sees the old value until it
+lands), a BatchWrite behind a QueueBarrier[ALL] lands after every queue's earlier
+BatchWrites (also another core's), and copies that a Finalize<false> left running
+land before the rank's next launch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_windows import FLAG, a3_items, client, tiling
+
+import hccl_py as hp
+
+pytestmark = pytest.mark.runner_kinds
+
+ONE = 1.0
+
+
+def status_poll(addr: hp.GmAddr) -> int:
+    """The teardown's WaitDispatch: until |flag - 1.0| <= eps (a NaN flag ends it too)."""
+    while abs(float(hp.gm_tensor(addr, torch.float32, 1)[0]) - ONE) > 1e-6:
+        pass
+    return int(hp.gm_tensor(addr + 4, torch.int32, 1)[0])
+
+
+def test_a_flag_sized_item_is_not_poisoned_before_it_lands() -> None:
+    """Before the fix a pending 32-byte status block read 0xFF..FF under poison: the NaN flag
+    ended the poll at once and the count read -1, which hardware never shows."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        stage = h.GetWindowsOutAddr(me)
+        block = torch.zeros(8, dtype=torch.int32)
+        block[0], block[1] = 0x3F800000, 7 + me
+        hp.gm_tensor(stage, torch.int32, 8)[:] = block
+        hp.gm_tensor(stage + 64, torch.uint8, 64)[:] = a3_items(
+            [(int(stage), int(h.GetWindowsInAddr(1 - me) + FLAG), 32)]
+        )
+        h.BatchWrite[True](stage + 64, 1, 0)
+        hp.gm_tensor(out, torch.float32, 1)[0] = status_poll(h.GetWindowsInAddr(me) + FLAG)
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        out = torch.zeros(1)
+        hp.launch(kernel, out, tiling(queue_num=1))
+        return out.tolist()
+
+    got = hp.run(main, world_size=2, platform="A3", poison=True, schedule="late")
+    assert got == [[8.0], [7.0]]
+
+
+def barrier_kernel(out, tilingGM):
+    """Core 1 sends the data, core 0 the flag behind a QueueBarrier on every queue."""
+    h = client(tilingGM)
+    me, core = h.GetRankId(), hp.GetBlockIdx()
+    peer = h.GetWindowsInAddr(1 - me)
+    stage = h.GetWindowsOutAddr(me) + 4096 * core
+    if core == 0:  # the flag: the default schedule runs core 0 first, up to its poll
+        hp.gm_tensor(stage, torch.float32, 8)[:] = torch.tensor([ONE] + [0.0] * 7)
+        rows = [(int(stage), int(peer + FLAG), 32)]
+    else:
+        hp.gm_tensor(stage, torch.float32, 64)[:] = torch.arange(64) + me
+        rows = [(int(stage), int(peer), 256)]
+    hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(rows)
+    if core == 1:
+        h.BatchWrite[True](stage + 1024, 1, 0)
+    h.QueueBarrier(0)
+    if core == 0:
+        h.BatchWrite[True](stage + 1024, 1, 0)
+    if core == 0:
+        status_poll(h.GetWindowsInAddr(me) + FLAG)
+        hp.gm_tensor(out, torch.float32, 64)[:] = hp.gm_tensor(
+            h.GetWindowsInAddr(me), torch.float32, 64
+        )
+    h.Finalize[False]()
+
+
+def test_a_batch_write_behind_a_queue_barrier_lands_after_other_cores_earlier_ones() -> None:
+    """Before the fix the flag (core 0, behind the barrier) landed before core 1 had even
+    posted its data: the receiver read zeros where the peer's rows belong."""
+
+    def main() -> list[float]:
+        out = torch.zeros(64)
+        hp.launch(barrier_kernel, out, tiling(queue_num=1), block_dim=2, kernel_type="aiv")
+        return out.tolist()
+
+    for seed in range(8):  # seeded schedules switch cores at every hccl_py call
+        got = hp.run(main, world_size=2, platform="A3", seed=seed)
+        for me in (0, 1):
+            assert got[me] == [float(v + 1 - me) for v in range(64)], seed
+
+
+def test_batch_writes_left_by_finalize_false_land_before_the_next_launch() -> None:
+    """Before the fix a copy left pending by Finalize<false> read its source when it landed,
+    after the next launch had rewritten it: the peer got the next launch's value."""
+
+    def kernel(out, tilingGM, value):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        stage = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(stage, torch.float32, 64)[:] = value
+        hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(
+            [(int(stage), int(h.GetWindowsInAddr(1 - me) + 256 * int(value)), 256)]
+        )
+        h.BatchWrite[True](stage + 1024, 1, 0)
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        for value in (1.0, 2.0):
+            hp.launch(kernel, torch.zeros(1), tiling(queue_num=1), value)
+        hp.barrier()
+        group = hp.world_group()
+        ctx = hp.kernel.context.current_rank_context()
+        win = hp.GmAddr(ctx.server.window(group.name, hp.get_rank(), "In"))
+        return hp.gm_tensor(win + 256, torch.float32, 128).tolist()
+
+    got = hp.run(main, world_size=2, platform="A3", schedule="late")
+    assert got[0] == [1.0] * 64 + [2.0] * 64
