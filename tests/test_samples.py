@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import ctypes
 import functools
 import importlib.util
 import os
@@ -483,3 +484,15 @@ def test_sample_alg_configs_match_the_op_table() -> None:
                 )
             seen += 1
     assert seen >= 10, f"only {seen} algConfig strings found in the samples"
+
+
+def test_mc2_moe_context_has_the_layout_of_the_cpp_struct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Mc2Aclnn::Mc2MoeContext``: two uint32, a uint64, two uint64[1024]; the kernels read
+    ``epRankId`` at 0 and ``epHcclBuffer_`` at 16, and aclnn passes 4100 int32 elements."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    context = _load("_mc2_context")
+    struct = context.Mc2MoeContext
+    assert (struct.epRankId.offset, struct.kfcContextAddr.offset) == (0, 8)
+    assert context.EP_HCCL_BUFFER == 16
+    assert struct.hcommHandle_.offset == 16 + 8 * 1024
+    assert ctypes.sizeof(struct) // 4 == 4100
