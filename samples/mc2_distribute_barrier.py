@@ -28,19 +28,27 @@ this rank's id ``[4 + rankId]``, the peer of logical id ``i`` at ``[4 + worldSiz
 the timeout input (core 0 gives up with an assertion after ``timeOut`` microseconds), the
 strided reads (``DataCopyParams``) and their sums, and the host tiling (world size checks,
 the ``Mc2CcTilingConfig`` with op type 8 and ``AIV_ENGINE``, ``aivNum`` as ``blockDim``).
+Launches 5-8 repeat the four cases through DistributeBarrierExtend
+(``mc2/distribute_barrier_extend/op_kernel/arch35/distribute_barrier_extend_apt.cpp``, host
+``op_host/op_tiling/distribute_barrier_extend_tiling.cpp``): the same kernel with the tiling's
+``isMc2Context`` set, which reads the rank and every rank's HCCL buffer from its ``mc2Context``
+input (``Mc2MoeContext``, built on the host as aclnn does: samples/_mc2_context.py) and keeps its
+state words, status blocks and finish flags at ``epHcclBuffer_[r]`` instead of the Exp window;
+its tiling has no Hccl config. docs/notes/mc2-kernels.md, section 24.
 
 Stand-ins: ``aivNum`` is 4 (A3 has 48 AIV cores); the UB buffers are torch tensors and the
 pipe barriers program order; ``GetSystemCycle() / 50`` is ``time.monotonic_ns() // 1000``;
-the ``isMc2Context`` path of DistributeBarrierExtend (Ascend 950, ``Mc2MoeContext``'s
-``epHcclBuffer_``) and the arch35 build are not ported: their window context is the 950 MTE
-engine's, which hccl_py does not model (docs/windows.md, "The context"). The barrier's
+the extend op ships for Ascend 950 alone: its launches run on the A3 platform, the HCCL
+buffers being the In windows of a communicator of their own (``hp.new_group``). The barrier's
 effect is checked with two kernels of the sample around it: before it, every rank writes a
 256-byte row into each peer's In window; after it, every rank reads the rows it received
 (a real use: a kernel that may only read what peers wrote before the barrier).
 
 Launches: 1 and 2 plain (the state flips, the second uses the other half), 3 with the timeout
 input and an elastic info that renumbers the ranks (rotation), 4 (with 3 or more ranks) with
-an elastic info that leaves the last rank out; it does not launch.
+an elastic info that leaves the last rank out; it does not launch. 5-8: the same through the
+extend entry (rows in two more parts of the In window, so that the rank left out by launch 4,
+racing ahead into launch 5, writes none that a peer is still reading).
 
 Run: ``python samples/mc2_distribute_barrier.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_distribute_barrier.py``.
@@ -53,6 +61,7 @@ import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, run_sample
 from _mc2 import typed_fields, uint32_fields
+from _mc2_context import GetMc2ContextTensor, Mc2MoeContextHolder
 
 import hccl_py as hp
 from hccl_py import HCCL_SUCCESS, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling, TilingData
@@ -70,13 +79,13 @@ STATE_WIN_OFFSET = 900 * 1024
 CYCLES_PER_US = 50
 # distribute_barrier_tiling_helper.h, mc2_tiling_utils.h
 OP_TYPE_ALL_TO_ALL = 8  # the value of HCCL_CMD_ALLTOALLV, whatever the name says
-MIN_WORLD_SIZE, MAX_WORLD_SIZE_A3 = 2, 384
+MIN_WORLD_SIZE, MAX_WORLD_SIZE_A3, MAX_WORLD_SIZE_A5 = 2, 384, 1024
 AIV_ENGINE = 3
 UB_SIZE_A3 = 192 * 1024
 AIV_NUM = 4  # stand-in for GetCoreNumAiv()
 # the sample's own kernels around the barrier
 ROW = 64  # float32 values per row: 256 bytes, data rather than a flag
-HALF = 64 * 1024  # rows of odd and even launches go to different halves of the In window
+HALF = 64 * 1024  # rows of odd and even launches go to different parts of the In window
 
 
 class DistributeBarrierInfo(Structure):
@@ -133,11 +142,18 @@ class DistributeBarrier:
         self.finishGm_ = self.statusSpaceGm_ + STATE_WIN_OFFSET + self.aivNum_ * UB_ALIGN * 4
 
     def InitContextAndRankInfo(self, mc2Context, tilingData):
-        assert not tilingData.distributeBarrierInfo.isMc2Context  # the A3 build passes nullptr
-        self.winContext_ = hp.GetHcclContext(0)  # HcclOpResParam
-        self.rankIdOriginal_ = self.winContext_.localUsrRankId  # Mc2Kernel::GetRankId
-        self.rankId_ = self.winContext_.localUsrRankId
-        self.statusDataSpaceGm_ = self.winContext_.localWindowsExp  # GetStatusDataSpaceGm
+        self.isMc2Context_ = bool(tilingData.distributeBarrierInfo.isMc2Context)
+        if self.isMc2Context_:  # DistributeBarrierExtend: the Mc2MoeContext input
+            self.mc2Context_ = Mc2MoeContextHolder()
+            self.mc2Context_.InitAndCheck(mc2Context, 0, 0)
+            self.rankIdOriginal_ = self.mc2Context_.GetEpRankId()  # mc2Context_->epRankId
+            self.rankId_ = self.rankIdOriginal_
+            self.statusDataSpaceGm_ = self.mc2Context_.epHcclBuffer(self.rankId_)
+        else:
+            self.winContext_ = hp.GetHcclContext(0)  # HcclOpResParam
+            self.rankIdOriginal_ = self.winContext_.localUsrRankId  # Mc2Kernel::GetRankId
+            self.rankId_ = self.winContext_.localUsrRankId
+            self.statusDataSpaceGm_ = self.winContext_.localWindowsExp  # GetStatusDataSpaceGm
 
     def InitElasticInfo(self, elasticInfo):
         n = ELASTIC_METAINFO_OFFSET + RANK_LIST_NUM * self.worldSizeOriginal_
@@ -169,6 +185,8 @@ class DistributeBarrier:
             self.endRankId_ = self.startRankId_ + self.sendRankNum_
 
     def GeWindowAddr(self, toRankId, curRankID):
+        if self.isMc2Context_:  # epHcclBuffer_[toRankId], this launch's half
+            return self.mc2Context_.epHcclBuffer(toRankId) + self.dataState_ * WIN_STATE_OFFSET
         # Mc2Kernel::GetBaseWindStateAddrByRankId (A3): the Exp window, this launch's half
         if toRankId == curRankID:
             base = self.winContext_.localWindowsExp
@@ -245,23 +263,37 @@ def distribute_barrier(xRef, timeOut, elasticInfo, xRefOut, workspaceGM, tilingG
     op.Process()
 
 
+def distribute_barrier_extend(
+    mc2Context, xRef, timeOut, elasticInfo, xRefOut, workspaceGM, tilingGM
+):
+    """arch35/distribute_barrier_extend_apt.cpp: the same kernel, given the context."""
+    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(DistributeBarrierTilingData, tilingGM)
+    op = DistributeBarrier()
+    op.Init(mc2Context, timeOut, elasticInfo, workspaceGM, tilingData)
+    op.Process()
+
+
 # ---------------------------------------------------------------- host tiling
-def DistributeBarrierTilingFunc(worldSize, group, isInputTimeOut, isInputElasticInfo):
-    """DistributeBarrierExtendTilingFuncNew with DistributeBarrier's config (no mc2 context)."""
+def DistributeBarrierTilingFunc(worldSize, group, isInputTimeOut, isInputElasticInfo,
+                                isMc2Context=False):  # fmt: skip
+    """DistributeBarrierExtendTilingFuncNew with DistributeBarrier's config (``isMc2Context``
+    false) or DistributeBarrierExtend's (true: the context input, no Hccl tiling)."""
     tilingData = DistributeBarrierTilingData()
     info = tilingData.distributeBarrierInfo
     info.isInputTimeOut = isInputTimeOut
     info.isInputElasticInfo = isInputElasticInfo
-    info.isMc2Context = False
-    # CheckAndSetAttrs
-    assert MIN_WORLD_SIZE <= worldSize <= MAX_WORLD_SIZE_A3, f"worldSize={worldSize}"
+    info.isMc2Context = isMc2Context
+    # CheckAndSetAttrs (the extend op ships for Ascend 950 alone: MAX_WORLD_SIZE_A5)
+    maxWorldSize = MAX_WORLD_SIZE_A5 if isMc2Context else MAX_WORLD_SIZE_A3
+    assert MIN_WORLD_SIZE <= worldSize <= maxWorldSize, f"worldSize={worldSize}"
     info.worldSize = worldSize
-    # SetHcommCfg
-    algConfigAllToAllStr = "AlltoAll=level0:fullmesh;level1:pairwise"
-    mc2CcTilingConfig = Mc2CcTilingConfig(group, OP_TYPE_ALL_TO_ALL, algConfigAllToAllStr)
-    assert mc2CcTilingConfig.SetCommEngine(AIV_ENGINE) == 0  # no AI CPU is started
-    assert mc2CcTilingConfig.GetTiling(tilingData.mc2InitTiling) == HCCL_SUCCESS
-    assert mc2CcTilingConfig.GetTiling(tilingData.mc2CcTiling1) == HCCL_SUCCESS
+    if not isMc2Context:
+        # SetHcommCfg
+        algConfigAllToAllStr = "AlltoAll=level0:fullmesh;level1:pairwise"
+        mc2CcTilingConfig = Mc2CcTilingConfig(group, OP_TYPE_ALL_TO_ALL, algConfigAllToAllStr)
+        assert mc2CcTilingConfig.SetCommEngine(AIV_ENGINE) == 0  # no AI CPU is started
+        assert mc2CcTilingConfig.GetTiling(tilingData.mc2InitTiling) == HCCL_SUCCESS
+        assert mc2CcTilingConfig.GetTiling(tilingData.mc2CcTiling1) == HCCL_SUCCESS
     # numBlocks = CalcTschBlockDim(aivNum, 0, aivNum): every AIV core
     info.totalUbSize = UB_SIZE_A3
     info.aivNum = AIV_NUM
@@ -299,18 +331,30 @@ def read_rows(outGM, peersGM):
             out[peer] = f32(ctx.localWindowsIn + half * HALF + peer * ROW * 4, ROW)
 
 
-def read_state(outGM, launchGM):
+def read_state(outGM, launchGM, mc2Context):
     """After the barrier: the per-core state words, and the status blocks and finish flags of
-    the half this launch used, in this rank's Exp window (what a later launch starts from).
-    The other half is not read: a peer's next barrier may be writing it already."""
+    the half this launch used, in this rank's Exp window (the extend entry's: its
+    ``epHcclBuffer_`` entry), what a later launch starts from. The other half is not read: a
+    peer's next barrier may be writing it already."""
     ctx = hp.GetHcclContext(0)
     n, exp = ctx.rankSize, ctx.localWindowsExp
+    if mc2Context:
+        holder = Mc2MoeContextHolder()
+        holder.InitAndCheck(mc2Context, n, 0)
+        exp = holder.GetStatusDataSpaceGm()
     out = i32(outGM, AIV_NUM + (n + AIV_NUM) * 8)
     out[:AIV_NUM] = i32(exp + STATE_WIN_OFFSET, AIV_NUM * 32)[::32]
     base = exp + (int(i32(launchGM, 1)[0]) - 1) % 2 * WIN_STATE_OFFSET
     out[AIV_NUM : AIV_NUM + n * 8] = i32(base, n * 128).view(n, 128)[:, :8].reshape(-1)
     finish = i32(base + STATE_WIN_OFFSET + AIV_NUM * 128, AIV_NUM * 32).view(AIV_NUM, 32)
     out[AIV_NUM + n * 8 :] = finish[:, :8].reshape(-1)
+
+
+def half_of(launch: int) -> int:
+    """The In window half (of ``HALF`` bytes) of launch ``launch``'s rows: odd and even launches
+    alternate; the extend launches use two more, so that a rank the fourth launch left out,
+    racing ahead into the fifth, does not write rows a peer is still reading."""
+    return (launch + 1) % 2 + (2 if launch > 4 else 0)
 
 
 def elastic_info(launch: int, n: int) -> np.ndarray | None:
@@ -334,16 +378,16 @@ def expected_state(launch: int, n: int) -> np.ndarray:
     return np.concatenate([np.full(AIV_NUM, launch % 2), np.zeros((n + AIV_NUM) * 8)])
 
 
-def left_out(launch: int, n: int) -> list[str]:
+def left_out(launch: int, n: int, mc2Context: torch.Tensor | None) -> list[str]:
     """The rank that barrier ``launch`` leaves out: its In window half still holds the rows
     of launch ``launch - 2`` and its state is that of launch ``launch - 1``."""
     rank, dev = hp.get_rank(), hp.device()
-    peers = torch.tensor([(launch + 1) % 2, *range(n)], dtype=torch.int32, device=dev)
+    peers = torch.tensor([half_of(launch), *range(n)], dtype=torch.int32, device=dev)
     got = torch.zeros(n * ROW, dtype=torch.float32, device=dev)
     hp.launch(read_rows, got, peers, block_dim=2, kernel_type="aiv")
     state = torch.zeros(AIV_NUM + (n + AIV_NUM) * 8, dtype=torch.int32, device=dev)
     launch_t = torch.tensor([launch - 1], dtype=torch.int32, device=dev)
-    hp.launch(read_state, state, launch_t, block_dim=1, kernel_type="aiv")
+    hp.launch(read_state, state, launch_t, mc2Context, block_dim=1, kernel_type="aiv")
     want = np.stack([row(launch - 2, s, rank) for s in range(n)])
     return [
         compare(f"rows-{launch}", got, want, "left out"),
@@ -352,48 +396,54 @@ def left_out(launch: int, n: int) -> list[str]:
 
 
 def main() -> list[str]:
+    """Launches 1-4 through DistributeBarrier, 5-8 (the same four cases) through
+    DistributeBarrierExtend, whose state lives in the HCCL buffers of its own communicator."""
     rank, n = hp.get_rank(), hp.get_world_size()
     dev = hp.device()
+    groupEp = hp.new_group(list(range(n)))  # the extend op's EP communicator
+    mc2Context, _ = GetMc2ContextTensor(groupEp)  # aclnn: Mc2Context::GetMc2ContextTensor
     lines = []
-    for launch in (1, 2, 3, 4):
-        if launch == 4 and n < 3:
+    for launch in (1, 2, 3, 4, 5, 6, 7, 8):
+        case, extend = (launch - 1) % 4 + 1, launch > 4
+        if case == 4 and n < 3:
             continue  # the elastic shrink needs a world of two left
-        group = members(launch, n)
+        context = mc2Context if extend else None
+        group = members(case, n)
         if rank not in group:  # left out by the elastic info: it does not launch, and no
-            lines += left_out(launch, n)  # peer's barrier touches its windows
+            lines += left_out(launch, n, context)  # peer's barrier touches its windows
             continue
-        peers = torch.tensor([(launch + 1) % 2, *(p if p in group else -1 for p in range(n))])
+        peers = torch.tensor([half_of(launch), *(p if p in group else -1 for p in range(n))])
         peers = peers.to(torch.int32).to(dev)
         rows = torch.from_numpy(np.stack([row(launch, rank, d) for d in range(n)])).to(dev)
         hp.launch(write_rows, rows, peers, block_dim=2, kernel_type="aiv")
 
         x_ref = torch.arange(16, dtype=torch.float16, device=dev)
-        elastic = elastic_info(launch, n)
+        elastic = elastic_info(case, n)
         time_out = torch.tensor([60_000_000], dtype=torch.int32, device=dev)  # 60 s, in us
         tiling, numBlocks = DistributeBarrierTilingFunc(
-            n, WORLD_GROUP, launch == 3, elastic is not None
+            n, WORLD_GROUP, case == 3, elastic is not None, extend
         )
-        hp.launch(
-            distribute_barrier,
+        args = (
             x_ref,
-            time_out if launch == 3 else None,
+            time_out if case == 3 else None,
             None if elastic is None else torch.from_numpy(elastic).to(dev),
             x_ref,
             None,
             tiling,
-            block_dim=numBlocks,
-            kernel_type="aiv",
         )
+        kernel = distribute_barrier_extend if extend else distribute_barrier
+        hp.launch(kernel, *(mc2Context, *args) if extend else args, block_dim=numBlocks,
+                  kernel_type="aiv")  # fmt: skip
 
         got = torch.zeros(n * ROW, dtype=torch.float32, device=dev)
         hp.launch(read_rows, got, peers, block_dim=2, kernel_type="aiv")
         state = torch.zeros(AIV_NUM + (n + AIV_NUM) * 8, dtype=torch.int32, device=dev)
         launch_t = torch.tensor([launch], dtype=torch.int32, device=dev)
-        hp.launch(read_state, state, launch_t, block_dim=1, kernel_type="aiv")
+        hp.launch(read_state, state, launch_t, context, block_dim=1, kernel_type="aiv")
         want = np.stack(
             [row(launch, s, rank) if s in group else np.zeros(ROW, np.float32) for s in range(n)]
         )
-        detail = f"{len(group)} ranks"
+        detail = f"{len(group)} ranks" + (", extend" if extend else "")
         lines.append(compare(f"rows-{launch}", got, want, detail))
         # xRefOut is xRef, which the kernel never touches: it is there to order the graph
         got_state = torch.cat([state.double(), x_ref.double()])

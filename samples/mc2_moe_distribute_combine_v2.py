@@ -31,6 +31,13 @@ info, AddRmsNorm; UB buffers and pipe barriers are tensors and program order; th
 the kernels add their global id to each row; the workspace holds the user part only; ``aivNum`` is
 the dispatch port's 3 cores (BS = 4: core 0 waits for two tokens; K = 3: 96-byte status reads).
 
+The v3 entry (``v3-1``, ``v3-2``): ``mc2/moe_distribute_combine_v3/op_kernel/arch22/
+moe_distribute_combine_v3_a3.cpp`` runs the same kernel with ``Mc2MoeContextHolder`` (the
+dispatch port's v3 path runs before it, on the same context); its tiling
+(``MoeDistributeCombineV3TilingFunc``: ``isMc2Context``) has no Hccl config and the window
+``ccl_buffer_size - 1 MiB - epWorldSize * 1024``. The arch35 v3 entry runs another kernel
+(``MoeDistributeCombineV2A5Mte``), not ported. docs/notes/mc2-kernels.md, section 24.
+
 Run: ``python samples/mc2_moe_distribute_combine_v2.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_moe_distribute_combine_v2.py``.
 """
@@ -41,12 +48,14 @@ import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import split_to_core, typed_fields, uint32_fields
+from _mc2_context import MB_SIZE, GetMc2ContextTensor, Mc2MoeContextHolder
 from mc2_moe_distribute_dispatch_v2_full_mesh import (
     AIV_NUM,
     BS,
     LOCAL_EXPERTS,
     RUN_KWARGS,
     Context,
+    DispatchV3Tiling,
     H,
     K,
     f32,
@@ -114,7 +123,7 @@ class HcclContextHolder(Context):
     def __init__(self) -> None:
         pass
 
-    def InitAndCheck(self, ctxPtr: hp.HcclContext, totalWinSize: int) -> None:
+    def InitAndCheck(self, ctxPtr: hp.HcclContext, epWorldSize: int, totalWinSize: int) -> None:
         self.ctx = ctxPtr
         CheckWindowSize(totalWinSize, self.ctx.winSize)
 
@@ -144,7 +153,11 @@ def InitWinState(selfDataStatusGMTensor, epRankIdHccl, epWorldSizeHccl, epRankId
 
 
 class MoeDistributeCombineV2:
-    """``MoeDistributeCombineV2<HcclContextHolder, half, half, int32_t, UNQUANT, false>``."""
+    """``MoeDistributeCombineV2<ContextHolder, half, half, int32_t, UNQUANT, false>``: the v2
+    entry's ``HcclContextHolder``, or the v3 entry's ``Mc2MoeContextHolder``."""
+
+    def __init__(self, ContextHolder: type = HcclContextHolder) -> None:
+        self.ContextHolder = ContextHolder
 
     def Init(self, mc2Context, expandX, expertIds, expandIdx, epSendCount, expertScales, XOut,
              workspaceGM, tilingData) -> None:  # fmt: skip
@@ -155,8 +168,8 @@ class MoeDistributeCombineV2:
         self.epSendCountGM, self.expertScalesGM = epSendCount, expertScales
         self.expandOutGlobal = XOut
         info = tilingData.moeDistributeCombineV2Info
-        self.ctx = HcclContextHolder()
-        self.ctx.InitAndCheck(mc2Context, info.totalWinSizeEp)
+        self.ctx = self.ContextHolder()
+        self.ctx.InitAndCheck(mc2Context, info.epWorldSize, info.totalWinSizeEp)
         self.InitAttrs(info)
         # the window is cut into two halves: consecutive combines alternate between them
         self.winDataSizeOffsetEp = self.dataState * (info.totalWinSizeEp // 2)
@@ -354,8 +367,24 @@ def moe_distribute_combine_v2(expandX, expertIds, assistInfoForCombine, epSendCo
     op.Process()
 
 
-def make_tiling(rank: int, n: int) -> MoeDistributeCombineV2TilingData:
-    """Host: MoeDistributeCombineA3TilingFuncImpl with this rank's attributes."""
+def moe_distribute_combine_v3(mc2Context, expandX, expertIds, assistInfoForCombine, epSendCount,
+                              scales, tpSendCount, xActiveMask, activationScale, weightScale,
+                              groupList, expandScales, sharedExpertX, elasticInfo, oriX,
+                              constExpertAlpha1, constExpertAlpha2, constExpertV, performanceInfo,
+                              XOut, workspaceGM, tilingGM):  # fmt: skip
+    """arch22/moe_distribute_combine_v3_a3.cpp: the same kernel with ``Mc2MoeContextHolder``."""
+    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MoeDistributeCombineV2TilingData, tilingGM)
+    op = MoeDistributeCombineV2(Mc2MoeContextHolder)
+    op.Init(mc2Context, expandX, expertIds, assistInfoForCombine, epSendCount, scales, XOut,
+            workspaceGM, tilingData)  # fmt: skip
+    op.Process()
+
+
+def make_tiling(rank: int, n: int, cclBufferSize: int = 0) -> MoeDistributeCombineV2TilingData:
+    """Host: MoeDistributeCombineA3TilingFuncImpl with this rank's attributes; with
+    ``cclBufferSize`` (the v3 op's attribute) MoeDistributeCombineV3TilingFunc's
+    ``isMc2Context`` config: the window is the attribute less the 1 MiB state area, and there
+    is no Hccl tiling."""
     tiling = MoeDistributeCombineV2TilingData()
     info = tiling.moeDistributeCombineV2Info
     # GetAttrAndSetTilingData, CheckAttrs, CheckTensorShape
@@ -374,6 +403,13 @@ def make_tiling(rank: int, n: int) -> MoeDistributeCombineV2TilingData:
     maxBs = info.globalBs // n
     actualSize = maxBs * tokenNeedSizeDispatch * n * info.moeExpertPerRankNum
     actualSize = (actualSize + maxBs * tokenNeedSizeCombine * (K + info.sharedExpertNum)) * 2
+    info.isMc2Context = cclBufferSize > 0
+    if info.isMc2Context:
+        maxWindowSizeEp = cclBufferSize - MB_SIZE
+        assert actualSize <= maxWindowSizeEp, "HCCL_BUFFSIZE_EP is too SMALL"
+        info.totalWinSizeEp = maxWindowSizeEp - n * EP_RANK_OFFSET_STEP
+        info.aivNum, info.totalUbSize, info.bufferNum = AIV_NUM, UB_SIZE, BUFFER_NUM
+        return tiling
     assert actualSize <= HCCL_BUFFSIZE, "HCCL_BUFFSIZE_EP is too SMALL"
     info.totalWinSizeEp = HCCL_BUFFSIZE - n * EP_RANK_OFFSET_STEP
     # SetHCommCfg
@@ -411,30 +447,40 @@ def reference(rank: int, launch: int) -> np.ndarray:
 
 
 def main() -> list[str]:
+    """Two launches of dispatch and combine through the v2 entries (the HCCL context), then two
+    through the v3 entries (the ``mc2Context`` input over their own communicator's buffers)."""
     rank, n = hp.get_rank(), hp.get_world_size()
-    tiling = make_tiling(rank, n)
-    info = tiling.moeDistributeCombineV2Info
+    mc2Context, hcclBuffSize = GetMc2ContextTensor(hp.new_group(list(range(n))))
+    v3 = (mc2Context, DispatchV3Tiling(n, rank, hcclBuffSize))
+    tilings = {"launch": make_tiling(rank, n), "v3": make_tiling(rank, n, hcclBuffSize)}
+    info = tilings["launch"].moeDistributeCombineV2Info
     workspace = zeros(info.aivNum * MASK_CALC_NEED_WORKSPACE // 2)
     lines = []
-    for launch in (1, 2):  # each op's data state flips: the second launch uses the other halves
-        x, ids = inputs(rank, launch)
-        expand_x, expand_idx, _, send_counts = launch_dispatch(x, ids)
-        x_out = zeros(BS, H)
-        hp.launch(
-            moe_distribute_combine_v2,
-            experts(expand_x, send_counts),
-            on_device(ids),
-            expand_idx,
-            send_counts,
-            on_device(expert_scales(rank, launch)),
-            *[None] * 13,  # tpSendCounts .. performanceInfo: not given
-            x_out,
-            workspace,
-            tiling,
-            block_dim=info.aivNum,
-            kernel_type="aiv",
-        )
-        lines.append(compare(f"launch-{launch}", x_out, reference(rank, launch)))
+    for entry in ("launch", "v3"):  # the v2 launches, then the v3 ones
+        for launch in (1, 2):  # each op's data state flips: the second launch uses the other halves
+            x, ids = inputs(rank, launch)
+            expand_x, expand_idx, _, send_counts = launch_dispatch(
+                x, ids, v3 if entry == "v3" else None
+            )
+            x_out = zeros(BS, H)
+            args = (
+                experts(expand_x, send_counts),
+                on_device(ids),
+                expand_idx,
+                send_counts,
+                on_device(expert_scales(rank, launch)),
+                *[None] * 13,  # tpSendCounts .. performanceInfo: not given
+                x_out,
+                workspace,
+                tilings[entry],
+            )
+            if entry == "v3":
+                hp.launch(moe_distribute_combine_v3, mc2Context, *args, block_dim=info.aivNum,
+                          kernel_type="aiv")  # fmt: skip
+            else:
+                hp.launch(moe_distribute_combine_v2, *args, block_dim=info.aivNum,
+                          kernel_type="aiv")  # fmt: skip
+            lines.append(compare(f"{entry}-{launch}", x_out, reference(rank, launch)))
     return lines
 
 

@@ -28,14 +28,26 @@ elastic info, no expert scales, no performance info; the soft synchronisation of
 copy-out cores through ``CUMSUM_FLAG_OFFSET`` flags in the window (``WaitCumSumFlag``) is a
 ``SyncAll``; numpy does the per-pair counting that the kernel does with vector compares.
 
+The v3 entry (``v3-1``, ``v3-2``): ``mc2/moe_distribute_dispatch_v3/op_kernel/arch22/
+moe_distribute_dispatch_v3_a3.cpp`` and the MTE builds of ``arch35/moe_distribute_dispatch_v3_apt.cpp``
+run the same kernel with ``ContextHolder = Mc2MoeContextHolder``
+(``moe_distribute_dispatch_v2/op_kernel/mc2_moe_context_holder.h``): rank and buffers from the
+``mc2Context`` input (``Mc2MoeContext``, built on the host as aclnn does: samples/_mc2_context.py),
+state area and status words at ``epHcclBuffer_[r]``, data at ``epHcclBuffer_[r] + STATE_SIZE``,
+``totalWinSizeEp`` from the tiling (``ccl_buffer_size - 1 MiB - epWorldSize * 1024``). Its
+buffers are the In windows of a communicator of its own. docs/notes/mc2-kernels.md, section 24.
+
 Run: ``python samples/mc2_moe_distribute_dispatch_v2_full_mesh.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_moe_distribute_dispatch_v2_full_mesh.py``.
 """
 
+from ctypes import Structure, c_bool, c_uint64
+
 import numpy as np
 import torch
 from _common import compare, on_device, run_sample
-from _mc2 import moe_inputs, split_to_core
+from _mc2 import moe_inputs, split_to_core, uint32_fields
+from _mc2_context import EP_RANK_OFFSET_STEP, MB_SIZE, GetMc2ContextTensor, Mc2MoeContextHolder
 
 import hccl_py as hp
 
@@ -50,6 +62,7 @@ WIN_ADDR_ALIGN = 512
 STATE_OFFSET = 32
 SPLIT_BLOCK_SIZE, SPLIT_BLOCK_DATA_SIZE = 512, 480
 COMBINE_IN_DATA_SIZE = 2
+SCALE_EXPAND_IDX_BUFFER = 44  # moe_distribute_check_win_size.h
 ONE = 1.0  # the flag value (0x3F800000)
 
 
@@ -58,6 +71,12 @@ class Context:
 
     def __init__(self, ctx: hp.HcclContext) -> None:
         self.ctx = ctx
+
+    def GetEpRankId(self) -> int:
+        return self.ctx.localUsrRankId
+
+    def GetEpWorldSize(self) -> int:
+        return self.ctx.rankSize
 
     def GetStatusDataSpaceGm(self) -> hp.GmAddr:
         return self.ctx.localWindowsExp
@@ -81,12 +100,29 @@ def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
     return hp.gm_tensor(addr, torch.int32, n)
 
 
-def dispatch(xGM, expertIdsGM, expandXOutGM, expandIdxOutGM, expertTokenNumsOutGM, sendCountsOutGM):
+class DispatchV3Info(Structure):
+    """The fields of ``MoeDistributeDispatchV2Info`` that the v3 entry's kernel reads here."""
+
+    _fields_ = [
+        *uint32_fields("epWorldSize", "epRankId"),
+        ("isMc2Context", c_bool),
+        ("totalWinSizeEp", c_uint64),
+    ]
+
+
+def dispatch(xGM, expertIdsGM, expandXOutGM, expandIdxOutGM, expertTokenNumsOutGM, sendCountsOutGM,
+             mc2Context=hp.NULL, tilingData=None):  # fmt: skip
+    """The kernel; ``moe_distribute_dispatch_v3`` passes its context input and tiling."""
     aivId, aivNum = hp.GetBlockIdx(), AIV_NUM
-    context = Context(hp.GetHcclContext(0))
-    epRankId, epWorldSize = context.ctx.localUsrRankId, context.ctx.rankSize
+    if tilingData is not None and tilingData.isMc2Context:  # Mc2MoeContextHolder
+        context = Mc2MoeContextHolder()
+        context.InitAndCheck(mc2Context, tilingData.epWorldSize, tilingData.totalWinSizeEp)
+        totalWinSize = tilingData.totalWinSizeEp
+    else:  # HcclContextHolder: the window size is the context's
+        context = Context(hp.GetHcclContext(0))
+        totalWinSize = context.ctx.winSize
+    epRankId, epWorldSize = context.GetEpRankId(), context.GetEpWorldSize()
     moeExpertNum = LOCAL_EXPERTS * epWorldSize
-    totalWinSize = context.ctx.winSize
     hOutSize = H * 2
     blockCntPerToken = -(-hOutSize // SPLIT_BLOCK_DATA_SIZE)
     hCommuSize = blockCntPerToken * SPLIT_BLOCK_SIZE
@@ -177,6 +213,28 @@ def dispatch(xGM, expertIdsGM, expandXOutGM, expandIdxOutGM, expertTokenNumsOutG
             f32(token + SPLIT_BLOCK_DATA_SIZE, 1)[0] = 0.0
 
 
+def moe_distribute_dispatch_v3(mc2Context, xGM, expertIdsGM, expandXOutGM, expandIdxOutGM,
+                               expertTokenNumsOutGM, sendCountsOutGM, tilingGM):  # fmt: skip
+    """arch22/moe_distribute_dispatch_v3_a3.cpp (and arch35's MTE build): the same kernel,
+    ``MoeDistributeDispatchV2FullMesh<Mc2MoeContextHolder, ...>``, given the context."""
+    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(DispatchV3Info, tilingGM)
+    dispatch(xGM, expertIdsGM, expandXOutGM, expandIdxOutGM, expertTokenNumsOutGM,
+             sendCountsOutGM, mc2Context, tilingData)  # fmt: skip
+
+
+def DispatchV3Tiling(n: int, rank: int, cclBufferSize: int) -> DispatchV3Info:
+    """Host: MoeDistributeDispatchV3TilingFunc's window size (CheckWinSize, the mc2 context
+    path): the ``ccl_buffer_size`` attribute less the 1 MiB state area and the ranks' steps."""
+    info = DispatchV3Info(epWorldSize=n, epRankId=rank, isMc2Context=True)
+    maxWindowSizeEp = cclBufferSize - MB_SIZE
+    tokenNeedSizeCombine = -(-H * 2 // WIN_ADDR_ALIGN) * WIN_ADDR_ALIGN
+    tokenNeedSizeDispatch = -(-(-(-H * 2 // 32) * 32 + SCALE_EXPAND_IDX_BUFFER) // 480) * 512
+    actualSize = BS * tokenNeedSizeDispatch * n * LOCAL_EXPERTS + BS * tokenNeedSizeCombine * K
+    assert actualSize * 2 <= maxWindowSizeEp, "HCCL_BUFFSIZE_EP is too SMALL"
+    info.totalWinSizeEp = maxWindowSizeEp - n * EP_RANK_OFFSET_STEP
+    return info
+
+
 def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
     """Rank ``rank``'s tokens (exact FP16 integers naming rank, token, column) and routing."""
     return moe_inputs(rank, launch, BS, K, H, LOCAL_EXPERTS)
@@ -199,42 +257,55 @@ def reference(rank: int, launch: int) -> np.ndarray:
     )
 
 
-def launch_dispatch(x: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, ...]:
-    """One dispatch of this rank's tokens: expandX, expandIdx, expertTokenNums, sendCounts."""
+def launch_dispatch(
+    x: np.ndarray, ids: np.ndarray, v3: tuple | None = None
+) -> tuple[torch.Tensor, ...]:
+    """One dispatch of this rank's tokens: expandX, expandIdx, expertTokenNums, sendCounts;
+    ``v3``: (context tensor, tiling) to launch through ``moe_distribute_dispatch_v3``."""
     n = hp.get_world_size()
     expand_x = torch.zeros(BS * K * n * H, dtype=torch.float16, device=hp.device())
     expand_idx = torch.zeros(BS * K * n * 3, dtype=torch.int32, device=hp.device())
     token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
     send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
-    hp.launch(
-        dispatch,
-        on_device(x),
-        on_device(ids),
-        expand_x,
-        expand_idx,
-        token_nums,
-        send_counts,
-        block_dim=AIV_NUM,
-        kernel_type="aiv",
-    )
+    args = (on_device(x), on_device(ids), expand_x, expand_idx, token_nums, send_counts)
+    if v3 is None:
+        hp.launch(dispatch, *args, block_dim=AIV_NUM, kernel_type="aiv")
+    else:
+        mc2Context, tiling = v3
+        hp.launch(moe_distribute_dispatch_v3, mc2Context, *args, tiling, block_dim=AIV_NUM,
+                  kernel_type="aiv")  # fmt: skip
     return expand_x, expand_idx, token_nums, send_counts
 
 
+def v3_context() -> tuple[torch.Tensor, DispatchV3Info]:
+    """Host of the v3 entry: its own EP communicator, the context tensor (aclnn's
+    ``GetMc2ContextTensor``) and the tiling with ``ccl_buffer_size`` its HCCL buffer size."""
+    n = hp.get_world_size()
+    mc2Context, hcclBuffSize = GetMc2ContextTensor(hp.new_group(list(range(n))))
+    return mc2Context, DispatchV3Tiling(n, hp.get_rank(), hcclBuffSize)
+
+
 def main() -> list[str]:
+    """Two launches through the v2 entry (the HCCL context), then two through the v3 entry
+    (the ``mc2Context`` input over its own communicator's HCCL buffers)."""
     rank = hp.get_rank()
+    v3 = v3_context()
     lines = []
-    for launch in (1, 2):  # the data state flips: the second launch uses the other halves
-        expand_x, expand_idx, token_nums, send_counts = launch_dispatch(*inputs(rank, launch))
-        total = int(send_counts[-1])
-        got = torch.cat(
-            [
-                expand_x[: total * H].double(),
-                expand_idx[: total * 3].double(),
-                send_counts.double(),
-                token_nums.double(),
-            ]
-        )
-        lines.append(compare(f"launch-{launch}", got, reference(rank, launch), f"{total} tokens"))
+    for entry in ("launch", "v3"):  # the v2 launches, then the v3 ones
+        for launch in (1, 2):  # the data state flips: the second launch uses the other halves
+            outputs = launch_dispatch(*inputs(rank, launch), v3 if entry == "v3" else None)
+            expand_x, expand_idx, token_nums, send_counts = outputs
+            total = int(send_counts[-1])
+            got = torch.cat(
+                [
+                    expand_x[: total * H].double(),
+                    expand_idx[: total * 3].double(),
+                    send_counts.double(),
+                    token_nums.double(),
+                ]
+            )
+            want = reference(rank, launch)
+            lines.append(compare(f"{entry}-{launch}", got, want, f"{total} tokens"))
     return lines
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures
+import ctypes
 import functools
 import importlib.util
 import os
@@ -64,8 +65,12 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_grouped_mat_mul_allto_allv.py": {"y": "PASS", "mmY": "PASS"},
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
-    "mc2_moe_distribute_dispatch_v2_full_mesh.py": {"launch-1": "PASS", "launch-2": "PASS"},
-    "mc2_moe_distribute_combine_v2.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_dispatch_v2_full_mesh.py": {
+        f"{entry}-{launch}": "PASS" for launch in (1, 2) for entry in ("launch", "v3")
+    },
+    "mc2_moe_distribute_combine_v2.py": {
+        f"{entry}-{launch}": "PASS" for launch in (1, 2) for entry in ("launch", "v3")
+    },
     "mc2_moe_distribute_combine_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
@@ -73,7 +78,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
-        f"{case}-{launch}": "PASS" for launch in (1, 2, 3, 4) for case in ("rows", "state")
+        f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
     "mc2_quant_all_reduce.py": {"launch-1": "PASS", "launch-2": "PASS", "launch-3": "PASS"},
     "mc2_quant_reduce_scatter.py": {
@@ -142,16 +147,17 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     # 2 ranks: AIV cores 2 and 3 of the setup have no peer (Finalize<false> without a task)
     "mc2_moe_distribute_combine_setup-gloo": _gloo("mc2_moe_distribute_combine_setup"),
     "mc2_moe_distribute_combine_setup-torchrun": _torchrun("mc2_moe_distribute_combine_setup"),
-    # two ranks: no fourth launch (its elastic info leaves one rank of three or more out)
+    # two ranks: no fourth or eighth launch (their elastic info leaves one rank of three or
+    # more out)
     "mc2_distribute_barrier-gloo": (
         ["-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"],
         2,
-        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3) for c in ("rows", "state")},
+        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3, 5, 6, 7) for c in ("rows", "state")},
     ),
     "mc2_distribute_barrier-torchrun": (
         ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"],
         2,
-        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3) for c in ("rows", "state")},
+        {f"{c}-{launch}": "PASS" for launch in (1, 2, 3, 5, 6, 7) for c in ("rows", "state")},
     ),
     "mc2_quant_all_reduce-gloo": _gloo("mc2_quant_all_reduce"),
     "mc2_quant_all_reduce-torchrun": _torchrun("mc2_quant_all_reduce"),
@@ -478,3 +484,15 @@ def test_sample_alg_configs_match_the_op_table() -> None:
                 )
             seen += 1
     assert seen >= 10, f"only {seen} algConfig strings found in the samples"
+
+
+def test_mc2_moe_context_has_the_layout_of_the_cpp_struct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Mc2Aclnn::Mc2MoeContext``: two uint32, a uint64, two uint64[1024]; the kernels read
+    ``epRankId`` at 0 and ``epHcclBuffer_`` at 16, and aclnn passes 4100 int32 elements."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    context = _load("_mc2_context")
+    struct = context.Mc2MoeContext
+    assert (struct.epRankId.offset, struct.kfcContextAddr.offset) == (0, 8)
+    assert context.EP_HCCL_BUFFER == 16
+    assert struct.hcommHandle_.offset == 16 + 8 * 1024
+    assert ctypes.sizeof(struct) // 4 == 4100
