@@ -56,7 +56,7 @@ import ctypes
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample
-from _mc2 import moe_inputs, split_to_core
+from _mc2 import moe_inputs, split_to_core, typed_fields, uint32_fields
 
 import hccl_py as hp
 from hccl_py import (
@@ -105,27 +105,24 @@ BatchWriteItem = np.dtype(
 
 class MoeDistributeDispatchSetupInfo(TilingData):
     _fields_ = [
-        *(
-            (name, ctypes.c_uint32)
-            for name in (
-                "epWorldSize",
-                "epRankId",
-                "expertShardType",
-                "sharedExpertNum",
-                "sharedExpertRankNum",
-                "moeExpertNum",
-                "moeExpertPerRankNum",
-                "quantMode",
-                "globalBs",
-                "bs",
-                "k",
-                "h",
-                "aivNum",
-                "sdmaUsedStreamPerCore",
-            )
+        *uint32_fields(
+            "epWorldSize",
+            "epRankId",
+            "expertShardType",
+            "sharedExpertNum",
+            "sharedExpertRankNum",
+            "moeExpertNum",
+            "moeExpertPerRankNum",
+            "quantMode",
+            "globalBs",
+            "bs",
+            "k",
+            "h",
+            "aivNum",
+            "sdmaUsedStreamPerCore",
         ),
-        *((name, ctypes.c_bool) for name in ("isQuant", "isActiveMask", "reserved2", "reserved3")),
-        *((name, ctypes.c_uint64) for name in ("totalUbSize", "totalWinSize", "scalesCount")),
+        *typed_fields(ctypes.c_bool, "isQuant", "isActiveMask", "reserved2", "reserved3"),
+        *typed_fields(ctypes.c_uint64, "totalUbSize", "totalWinSize", "scalesCount"),
     ]
 
 
@@ -139,24 +136,21 @@ class MoeDistributeDispatchSetupTilingData(TilingData):
 
 class MoeDistributeDispatchTeardownInfo(TilingData):
     _fields_ = [
-        *(
-            (name, ctypes.c_uint32)
-            for name in (
-                "epWorldSize",
-                "epRankId",
-                "expertShardType",
-                "sharedExpertNum",
-                "sharedExpertRankNum",
-                "moeExpertNum",
-                "quantMode",
-                "globalBs",
-                "bs",
-                "k",
-                "h",
-                "aivNum",
-            )
+        *uint32_fields(
+            "epWorldSize",
+            "epRankId",
+            "expertShardType",
+            "sharedExpertNum",
+            "sharedExpertRankNum",
+            "moeExpertNum",
+            "quantMode",
+            "globalBs",
+            "bs",
+            "k",
+            "h",
+            "aivNum",
         ),
-        *((name, ctypes.c_bool) for name in ("isQuant", "isActiveMask", "reserved2", "reserved3")),
+        *typed_fields(ctypes.c_bool, "isQuant", "isActiveMask", "reserved2", "reserved3"),
         ("totalUbSize", ctypes.c_uint64),
         ("totalWinSize", ctypes.c_uint64),
         ("expertTokenNumsType", ctypes.c_uint32),
