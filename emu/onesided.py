@@ -13,15 +13,15 @@ Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
 the draining runner, waits for those another thread runs, and orders the
 drainer after them for the window race check. The pending copies of one
-BatchWrite queue (``queueID + blockIdx * queueNum`` of one context's message area) or one
-Hcomm channel land in
-the order they were posted, as on hardware; the server serves the queues and
-channels in posting order under the default schedule and in an order the seed
-picks under a seeded one (a flag sent on another queue than its data may land
-first). A write carries its queue's epoch, the number of ``QueueBarrier[ALL]`` calls
-its queue had made when it was posted; it lands only after every write of the rank
-of a lower epoch in the same context (posted before its own queue's barrier). The client posts a write
-behind barrier ``e`` only once every queue of the rank has sent it
+BatchWrite queue (``queueID + blockIdx * queueNum`` in one context's message
+area) or one Hcomm channel land in the order they were posted, as on hardware;
+the server serves the queues and channels in posting order under the default
+schedule and in an order the seed picks under a seeded one (a flag sent on
+another queue than its data may land first). A write carries its queue's epoch,
+the number of ``QueueBarrier[ALL]`` calls its queue had made when it was posted;
+it lands only after every write of the rank and context of a lower epoch
+(posted before its own queue's barrier). The client posts a write behind
+barrier ``e`` only once every queue of the context has sent it
 (:mod:`hccl_py.client.onesided`), so those are all posted by then.
 """
 
