@@ -13,14 +13,15 @@ Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
 the draining runner, waits for those another thread runs, and orders the
 drainer after them for the window race check. The pending copies of one
-BatchWrite queue (``queueID + blockIdx * queueNum``) or one Hcomm channel land in
-the order they were posted, as on hardware; the server serves the queues and
-channels in posting order under the default schedule and in an order the seed
-picks under a seeded one (a flag sent on another queue than its data may land
-first). A write carries its queue's epoch, the number of ``QueueBarrier[ALL]`` calls
-its queue had made when it was posted; it lands only after every write of the rank
-of a lower epoch (posted before its own queue's barrier). The client posts a write
-behind barrier ``e`` only once every queue of the rank has sent it
+BatchWrite queue (``queueID + blockIdx * queueNum`` in one context's message
+area) or one Hcomm channel land in the order they were posted, as on hardware;
+the server serves the queues and channels in posting order under the default
+schedule and in an order the seed picks under a seeded one (a flag sent on
+another queue than its data may land first). A write carries its queue's epoch,
+the number of ``QueueBarrier[ALL]`` calls its queue had made when it was posted;
+it lands only after every write of the rank and context of a lower epoch
+(posted before its own queue's barrier). The client posts a write behind
+barrier ``e`` only once every queue of the context has sent it
 (:mod:`hccl_py.client.onesided`), so those are all posted by then.
 """
 
@@ -40,8 +41,9 @@ from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
 
-#: Whose pending copies, landed in order: (domain, domain rank, queue) of a BatchWrite,
-#: (HCOMM, channel) of Hcomm.
+#: Whose pending copies, landed in order: (domain, domain rank, context index, queue) of a
+#: BatchWrite, (HCOMM, channel) of Hcomm. ``key[:3]``: whose epochs are compared (one context's
+#: message area; an Hcomm channel).
 Key = tuple
 HCOMM = "#hcomm"
 #: A pending write: its key, its copies and its queue's epoch (QueueBarriers before it).
@@ -83,13 +85,16 @@ class OneSidedWrites:
         #: Which of ``n`` keys with pending copies lands its oldest next (the policy's choice).
         self.pick: Callable[[int], int] = lambda n: 0
 
-    def write_items(self, task: Task, copies: Copies, queue: int = 0, epoch: int = 0) -> None:
-        """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded)."""
+    def write_items(
+        self, task: Task, copies: Copies, queue: tuple[int, int] = (0, 0), epoch: int = 0
+    ) -> None:
+        """Run one BatchWrite now (eager) or leave it to the scheduler (late, seeded);
+        ``queue``: (context index, message queue)."""
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
-        self._submit((task.domain_name, task.rank, queue), copies, WHOLE_ITEM_BYTES, epoch)
+        self._submit((task.domain_name, task.rank, *queue), copies, WHOLE_ITEM_BYTES, epoch)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
@@ -169,16 +174,16 @@ class OneSidedWrites:
     def job(self) -> Job | None:
         """Under the lock: the oldest pending copies of one key (the policy picks it), or None.
 
-        A key's oldest copies wait while a write of the same rank and a lower epoch (posted
-        before its queue's QueueBarrier) is pending or running.
+        A key's oldest copies wait while a write of the same rank and context and a lower
+        epoch (posted before its queue's QueueBarrier) is pending or running.
         """
         lowest: dict[Key, int] = {}
         for k, _, epoch in self.pending + self.running:
-            lowest[k[:2]] = min(epoch, lowest.get(k[:2], epoch))
+            lowest[k[:3]] = min(epoch, lowest.get(k[:3], epoch))
         heads: dict[Key, int] = {}
         for i, (k, _, epoch) in enumerate(self.pending):
             if k not in heads:
-                heads[k] = -1 if lowest[k[:2]] < epoch else i
+                heads[k] = -1 if lowest[k[:3]] < epoch else i
         order = [i for i in heads.values() if i >= 0]
         if not order:
             return None

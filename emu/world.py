@@ -280,7 +280,11 @@ class EmuWorld(Server):
         return self.writes.meet(group, rank, key, what, payload)
 
     def write_items(
-        self, task: Task, copies: list[tuple[object, object, int]], queue: int = 0, epoch: int = 0
+        self,
+        task: Task,
+        copies: list[tuple[object, object, int]],
+        queue: tuple[int, int] = (0, 0),
+        epoch: int = 0,
     ) -> None:
         """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
         self.writes.write_items(task, copies, queue, epoch)

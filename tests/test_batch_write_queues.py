@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_windows import FLAG, a3_items, client, tiling
+from test_windows import FLAG, BwTiling, a3_items, client, tiling, wait_flag
 
 import hccl_py as hp
+from hccl_py import Hccl
 
 pytestmark = pytest.mark.runner_kinds
 
@@ -121,3 +122,43 @@ def test_batch_writes_left_by_finalize_false_land_before_the_next_launch() -> No
 
     got = hp.run(main, world_size=2, platform="A3", schedule="late")
     assert got[0] == [1.0] * 64 + [2.0] * 64
+
+
+def two_contexts_kernel(out, tilingGM):
+    """Context 0 sends 1 and, behind a QueueBarrier, 2; context 1 then sends the flag 3."""
+    t = hp.GET_TILING_DATA_WITH_STRUCT(BwTiling, tilingGM)
+    h0, h1 = Hccl(), Hccl()
+    for index, h in enumerate((h0, h1)):
+        h.InitV2(hp.GetHcclContext(index), t)
+        assert h.SetCcTilingV2(hp.offsetof(BwTiling, "bw")) == 0
+    me = h0.GetRankId()
+    peer, local = h0.GetWindowsInAddr(1 - me), h0.GetWindowsOutAddr(me)
+    hp.gm_tensor(local, torch.int32, 3)[:] = torch.tensor([1, 2, 3])
+    items = a3_items([(int(local + 4 * k), int(peer + 64 * k), 4) for k in range(2)])
+    items = torch.cat([items, a3_items([(int(local + 8), int(peer + FLAG), 4)])])
+    hp.gm_tensor(local + 4096, torch.uint8, items.numel())[:] = items
+    h0.BatchWrite[True](local + 4096, 1, 0)
+    h0.QueueBarrier(0)
+    h0.BatchWrite[True](local + 4096 + 64, 1, 0)
+    h1.BatchWrite[True](local + 4096 + 128, 1, 0)
+    wait_flag(h0.GetWindowsInAddr(me) + FLAG, 3)
+    hp.gm_tensor(out, torch.float32, 1)[0] = 1.0
+    h0.Finalize[False]()
+    h1.Finalize[False]()
+
+
+def test_the_batch_write_queues_of_two_contexts_are_not_ordered_together() -> None:
+    """Each context's Hccl object has its own message area (InitV2 reads its workSpace): the
+    flag that context 1 sends waits neither for context 0's queue nor for its barrier. Before
+    the fix both contexts' writes shared one queue and one barrier count on the emulator: the
+    flag, of epoch 0, sat behind context 0's epoch-1 write, which waited for it, and the late
+    schedule declared a deadlock that the gloo backend (and hardware) does not have."""
+
+    def main() -> list[float]:
+        out = torch.zeros(1)
+        world = hp.world_group()
+        hp.launch(two_contexts_kernel, out, tiling(queue_num=1), groups=[world, world])
+        return out.tolist()
+
+    for option in ({"schedule": "late"}, {"seed": 3}):
+        assert hp.run(main, world_size=2, platform="A3", **option) == [[1.0], [1.0]], option

@@ -207,7 +207,8 @@ class OneSided:
             # the message queue: the official client's queueID + GetBlockIdx() * queueNum; its
             # epoch (barriers sent): the write lands after the rank's writes of lower epochs
             slot = self._slots(core, int(queueID))[0] if queues else 0
-            b.server.write_items(task, copies, slot, state.barriers_sent.get(slot, 0))
+            queue = (state.context.index, slot)  # each context has its own message area
+            b.server.write_items(task, copies, queue, state.barriers_sent.get(slot, 0))
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
 

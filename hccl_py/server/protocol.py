@@ -80,15 +80,20 @@ class Windows:
         return None
 
     def write_items(
-        self, task: Task, copies: list[tuple[Any, Any, int]], queue: int = 0, epoch: int = 0
+        self,
+        task: Task,
+        copies: list[tuple[Any, Any, int]],
+        queue: tuple[int, int] = (0, 0),
+        epoch: int = 0,
     ) -> None:
         """Run one BatchWrite: copy ``nbytes`` from each source to each destination address.
 
-        The addresses are checked already. ``queue`` is the message queue it went on
-        (``queueID + blockIdx * queueNum``, 0 with one queue): the server runs one queue's
-        BatchWrites in order, and those of different queues in no order; ``epoch`` is how
-        many QueueBarrier[ALL]s the queue had sent (it lands after every write of the rank
-        of a lower epoch). The default copies at once, in order, which is what any backend
+        The addresses are checked already. ``queue`` is the message queue it went on: the
+        index of the kernel's context (each Hccl object's InitV2 takes its message area from
+        its context) and ``queueID + blockIdx * queueNum`` (0 with one queue); the server
+        runs one queue's BatchWrites in order, and those of different queues in no order;
+        ``epoch`` is how many QueueBarrier[ALL]s the queue had sent (it lands after every
+        write of the rank and context of a lower epoch). The default copies at once, in order, which is what any backend
         whose windows are this process's memory needs (the client posts a write behind a
         barrier only once every queue sent it).
         """
