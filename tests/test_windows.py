@@ -559,6 +559,35 @@ def test_a3_item_type_is_reserved_and_not_read() -> None:
         assert got[rank] == [0.0] + [float(v + 10 * (1 - rank)) for v in range(m)]
 
 
+#: What a Finalize[True] after a task with several queues raises (its wait never ends).
+QUEUED_FINALIZE = r"Finalize\[True\] with queueNum 2 after a task would wait forever"
+
+
+def test_finalize_true_with_queues_after_a_task_would_hang() -> None:
+    """hccl_aicpu_impl.h: with queueNum != 0 Query is always 0, so Finalize<true>'s loop
+    ``while (Query(curHandleId_) < handleIdRepeat_[curHandleId_])`` never ends after a task;
+    before 2026-11-28 hccl_py accepted it. Without a task (curHandleId_ -1) it does not wait."""
+
+    def kernel(out, tilingGM, send: bool):
+        h = client(tilingGM)
+        if send:
+            me = h.GetRankId()
+            local = h.GetWindowsOutAddr(me)
+            hp.gm_tensor(local + 4096, torch.uint8, 64)[:] = a3_items(
+                [(int(local), int(h.GetWindowsInAddr(1 - me)), 16)]
+            )
+            h.BatchWrite[True](local + 4096, 1, 0)
+        h.Finalize()
+
+    def main(send: bool) -> None:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=2), send)
+
+    assert hp.run(main, args=(False,), world_size=2, platform="A3") == [None, None]
+    with pytest.raises(hp.WorldError, match=QUEUED_FINALIZE) as info:
+        hp.run(main, args=(True,), world_size=2, platform="A3", strict=False)
+    assert isinstance(info.value.failures[0], hp.HcclUnfinishedError)
+
+
 def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     # hccl_aicpu_impl.h, HcclImpl<AICPU>::Wait: queueNum_ != 0 -> HCCL_SUCCESS before the handle checks
     errors = []
@@ -577,11 +606,12 @@ def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     def main() -> list[float]:
         out = torch.zeros(32)
         out[16:20] = 1.0
-        hp.launch(kernel, out, tiling(queue_num=2))
-        return out[:6].tolist() + out[24:28].tolist()
+        with pytest.raises(hp.HcclUnfinishedError, match=QUEUED_FINALIZE):
+            hp.launch(kernel, out, tiling(queue_num=2))
+        return out[:6].tolist()
 
-    got = hp.run(main, world_size=2, platform="A3")  # strict: valid, no error raised
-    assert got == [[0.0] * 6 + [2.0] * 4] * 2
+    got = hp.run(main, world_size=2, platform="A3")  # strict: the Waits raised nothing
+    assert got == [[0.0] * 6] * 2
     assert errors == [None, None]
     assert not any(got.warnings.values())
 
@@ -606,7 +636,8 @@ def test_query_with_queues_returns_0_for_any_handle_in_range() -> None:
 
     def main() -> list[float]:
         out = torch.zeros(32)
-        hp.launch(kernel, out, tiling(queue_num=2))
+        with pytest.raises(hp.HcclUnfinishedError, match=QUEUED_FINALIZE):
+            hp.launch(kernel, out, tiling(queue_num=2))
         return out[:6].tolist()
 
     got = hp.run(main, world_size=2, platform="A3", strict=False)

@@ -32,6 +32,14 @@ from .state import ClientState, core_name
 CCU_MAX_MSG_NUM = 64
 
 
+#: hccl_aicpu_impl.h: with queues Query is always 0, so Finalize<true>'s wait for the last
+#: handle (``while Query(curHandleId_) < repeat``) never ends.
+_QUEUED_FINALIZE = (
+    "Finalize[True] with queueNum {n} after a task would wait forever: with several queues "
+    "Query is always 0; use Finalize[False], as BatchWrite.md's multi-queue example does"
+)
+
+
 class HandleControl:
     """Commit, Wait, Query, Finalize and InterHcclGroupSync of one Hccl object's handles."""
 
@@ -314,6 +322,9 @@ class HandleControl:
                     None,
                 )
                 return
+        if sync and b.handles and not b.ccu and b.queue_num():
+            breach("finalize-queues", _QUEUED_FINALIZE.format(n=b.queue_num()), None)
+            return
         if state.sender is b:
             for h, info in enumerate(b.handles):
                 if info.commits < info.repeat:

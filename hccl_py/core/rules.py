@@ -118,6 +118,9 @@ RULES: dict[str, Rule] = {
     "message-slots": _carries_on("an InterHcclGroupSync beyond the message slots", "message-slots"),
     "window-rank": _carries_on("GetWindowsIn/OutAddr of a rank outside the domain", "window-rank"),
     "finalize-async": _refused("Finalize[False] where the platform or the tasks forbid it"),
+    "finalize-queues": _always(
+        "Finalize[True] after a task with several queues (its wait never ends)", HcclUnfinishedError
+    ),
     "finalize-uncommitted": _always(
         "Finalize with rounds left uncommitted (the server would wait forever)", HcclUnfinishedError
     ),
