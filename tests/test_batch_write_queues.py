@@ -162,3 +162,37 @@ def test_the_batch_write_queues_of_two_contexts_are_not_ordered_together() -> No
 
     for option in ({"schedule": "late"}, {"seed": 3}):
         assert hp.run(main, world_size=2, platform="A3", **option) == [[1.0], [1.0]], option
+
+
+def test_a_core_goes_on_past_a_batch_write_behind_a_barrier() -> None:
+    """On hardware only the server holds a BatchWrite behind a QueueBarrier; the core goes on.
+    Before, hccl_py held the core there, and this kernel (core 0's barrier and write, then a
+    SyncAll that core 1 passes before its own barrier) was a false deadlock report."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, core = h.GetRankId(), hp.GetBlockIdx()
+        stage = h.GetWindowsOutAddr(me)
+        if core == 0:
+            hp.gm_tensor(stage, torch.float32, 8)[:] = torch.arange(8) + 10 * me
+            hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(
+                [(int(stage), int(h.GetWindowsInAddr(1 - me)), 32)]
+            )
+            h.QueueBarrier(0)
+            h.BatchWrite[True](stage + 1024, 1, 0)
+            hp.SyncAll()
+        else:
+            hp.SyncAll()
+            h.QueueBarrier(0)
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=1), block_dim=2, kernel_type="aiv")
+        hp.barrier()
+        ctx = hp.kernel.context.current_rank_context()
+        win = hp.GmAddr(ctx.server.window(hp.world_group().name, hp.get_rank(), "In"))
+        return hp.gm_tensor(win, torch.float32, 8).tolist()
+
+    for seed in (None, 0, 1, 2, 3):
+        got = hp.run(main, world_size=2, platform="A3", seed=seed)
+        assert got == [[float(v + 10) for v in range(8)], [float(v) for v in range(8)]], seed

@@ -524,7 +524,7 @@ def test_a_barrier_on_some_queues_only_is_a_deadlock_report_naming_it() -> None:
         run_kernel(_data_then_flag_kernel(1, barrier=(1,)), n=2, out_len=64, queue_num=2,
                    platform="A3")  # fmt: skip
     assert isinstance(info.value.failures[0], HcclDeadlockError)
-    assert "behind QueueBarrier #0: waiting until all 2 queues of the rank" in str(info.value)
+    assert "waits behind QueueBarrier #0 until all 2 queues of the rank sent it" in str(info.value)
 
 
 def test_a3_item_type_is_reserved_and_not_read() -> None:

@@ -10,7 +10,8 @@ range into a window; no peer takes part, so nothing is matched across ranks.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from .failures import Failures
 from .handle import Handle
 from .sender import calling_core, core_problem, has_other_cores, is_sender
 
+if TYPE_CHECKING:
+    from .state import ClientState
+
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
 
 
@@ -33,6 +37,25 @@ def _int_arg(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         return None
     return int(value)
+
+
+def _passed(state: ClientState, epoch: int, slots: int) -> bool:
+    """Whether all ``slots`` queues of the rank sent QueueBarriers 0..``epoch - 1``.
+
+    QueueBarrier.md: the barrier holds its queue's later BatchWrites until the tasks of
+    every queue in its scope (ALL) are done, "so that all queues are synchronised"; the
+    server runs nothing behind it before every queue reached it (docs/windows.md).
+    """
+    return all(state.barrier_arrivals.get(i, 0) >= slots for i in range(epoch))
+
+
+def _split(items: list, test: Callable[[Any], bool]) -> tuple[list, list]:
+    """``items`` that pass ``test`` and those that do not, each in order."""
+    passed: list = []
+    failed: list = []
+    for item in items:
+        (passed if test(item) else failed).append(item)
+    return passed, failed
 
 
 class OneSided:
@@ -109,12 +132,16 @@ class OneSided:
             return
         b.n_syncs += 1
         state, core = b.state, calling_core()
-        slot, _ = self._slots(core, int(queueID))
+        slot, slots = self._slots(core, int(queueID))
         with state.rank_ctx.blocker.cond:
             index = state.barriers_sent.get(slot, 0)
             state.barriers_sent[slot] = index + 1
             state.barrier_arrivals[index] = state.barrier_arrivals.get(index, 0) + 1
-            state.rank_ctx.blocker.cond.notify_all()
+            released, state.held = _split(state.held, lambda w: _passed(state, w[3], slots))
+            for write in released:
+                del state.rank_ctx.blocker.held[id(write)]
+        for write in released:  # the last queue's barrier lets the server run them
+            b.server.write_items(*write)
         self._failures.ok(None)
 
     def _slots(self, core: CoreContext, q: int) -> tuple[int, int]:
@@ -127,27 +154,6 @@ class OneSided:
         n = max(b.queue_num(), 1)
         blocks = b.comm_block_num() or core.launch.cores_of_kind[core.kind]
         return q + core.block_idx * n, blocks * n
-
-    def _behind_barriers(self, core: CoreContext, q: int) -> None:
-        """A BatchWrite behind QueueBarrier[ALL]s of its queue waits until every queue sent them.
-
-        The server runs no task behind a barrier before every queue of the rank
-        reached it and the tasks before it ran; here the posting core waits at the
-        task behind it, so that the task is posted after every queue's earlier ones
-        (and the server lands it after them: its epoch is higher). A queue that never
-        sends the barrier is reported as a deadlock naming the barrier (QueueBarrier.md
-        and its example barrier every queue; docs/fidelity.md).
-        """
-        state = self._binding.state
-        slot, slots = self._slots(core, q)
-        passed = state.barriers_sent.get(slot, 0)
-        if not passed:
-            return
-        state.rank_ctx.blocker.wait_for(
-            lambda: all(state.barrier_arrivals.get(i, 0) >= slots for i in range(passed)),
-            f"BatchWrite on queue {q} behind QueueBarrier #{passed - 1}: waiting until all "
-            f"{slots} queues of the rank sent it (the server runs nothing behind it before)",
-        )
 
     def _queue_problem(self, queueID: Any) -> str | None:
         q = _int_arg(queueID)
@@ -184,8 +190,6 @@ class OneSided:
         core = calling_core()
         handle = len(b.handles)
         sends = queues > 0 or is_sender(b.config, core)
-        if queues:
-            self._behind_barriers(core, int(queueID))
         task = None
         if sends:
             problem = None if queues else core_problem(b, core)
@@ -206,9 +210,22 @@ class OneSided:
                 state.sender_core = core
             # the message queue: the official client's queueID + GetBlockIdx() * queueNum; its
             # epoch (barriers sent): the write lands after the rank's writes of lower epochs
-            slot = self._slots(core, int(queueID))[0] if queues else 0
+            slot, slots = self._slots(core, int(queueID)) if queues else (0, 1)
             queue = (state.context.index, slot)  # each context has its own message area
-            b.server.write_items(task, copies, queue, state.barriers_sent.get(slot, 0))
+            write = (task, copies, queue, state.barriers_sent.get(slot, 0))
+            with state.rank_ctx.blocker.cond:
+                # behind a QueueBarrier[ALL] that not every queue of the rank has sent yet: the
+                # server holds it (the core goes on) until the last queue sends it
+                held = not _passed(state, write[3], slots)
+                if held:
+                    state.held.append(write)
+                    state.rank_ctx.blocker.held[id(write)] = (
+                        f"rank {state.rank_ctx.rank}: a BatchWrite on queue {queueID} of core "
+                        f"{core.block_idx} waits behind QueueBarrier #{write[3] - 1} until all "
+                        f"{slots} queues of the rank sent it"
+                    )
+            if not held:
+                b.server.write_items(*write)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
 

@@ -112,6 +112,8 @@ class Blocker:
         self.has_work: Callable[[], bool] = lambda: False
         self.job_ready: Callable[[], bool] = lambda: False
         self.describe_world: Callable[[], str] = lambda: ""
+        #: Under the lock: what the clients hold back, for deadlock reports (key -> line).
+        self.held: dict[Any, str] = {}
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
@@ -354,6 +356,7 @@ class Blocker:
     def _deadlock(self, lines: list[str]) -> None:
         """Under the lock: fail the world with ``lines`` (who waits for what) and the server's state."""
         world = self.describe_world()
+        lines = lines + list(self.held.values())
         head = "deadlock: every running thread waits and none of them can make progress:\n"
         tail = f"\n{world}" if world else ""
         _log.debug("%s%s%s", head, "\n".join(f"  - {line}" for line in lines), tail)
