@@ -196,3 +196,29 @@ def test_a_core_goes_on_past_a_batch_write_behind_a_barrier() -> None:
     for seed in (None, 0, 1, 2, 3):
         got = hp.run(main, world_size=2, platform="A3", seed=seed)
         assert got == [[float(v + 10) for v in range(8)], [float(v) for v in range(8)]], seed
+
+
+def test_a_batch_write_still_held_when_the_kernel_returns_is_reported() -> None:
+    """Queue 0 never sends the barrier that the write on queue 1 waits behind: the real server
+    holds that write forever; the kernel's exit says so instead of dropping it silently."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        stage = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(
+            [(int(stage), int(h.GetWindowsInAddr(1 - me)), 32)]
+        )
+        h.QueueBarrier(1)
+        h.BatchWrite[True](stage + 1024, 1, 1)
+        h.Finalize[False]()
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=2))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="A3")
+    assert isinstance(info.value.failures[0], hp.HcclUnfinishedError)
+    assert "a BatchWrite on queue 1 behind QueueBarrier #0, which not every queue" in str(
+        info.value
+    )
