@@ -148,8 +148,8 @@ class OneSidedWrites:
 
     def land_rank(self, rank: int) -> None:
         """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""
-        for (domain, drank), writer in list(self.writers.items()):
-            if writer == rank and domain != HCOMM:
+        for (domain, drank), writer in list(self.writers.items()):  # BatchWrite writers only
+            if writer == rank:
                 self.flush(domain, drank)
 
     def _flush_key(self, match: Callable[[Key], bool], what: str) -> None:
