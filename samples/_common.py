@@ -35,6 +35,26 @@ WORLD_GROUP = "hccl_world_group"
 VERDICT_LINE = re.compile(r"^rank (\d+): (\S+) +(PASS|FAIL|SKIP)\b")
 
 
+def Ceil(a: int, b: int) -> int:
+    """AscendC's ``Ceil``: ``a / b`` rounded up."""
+    return -(-a // b)
+
+
+def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
+    """``n`` int32 values at a GM address (a kernel's ``GlobalTensor<int32_t>``)."""
+    return hp.gm_tensor(addr, torch.int32, n)
+
+
+def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
+    """``n`` float values at a GM address (a kernel's ``GlobalTensor<float>``)."""
+    return hp.gm_tensor(addr, torch.float32, n)
+
+
+def f16(addr: hp.GmAddr, n: int) -> torch.Tensor:
+    """``n`` half values at a GM address (a kernel's ``GlobalTensor<half>``)."""
+    return hp.gm_tensor(addr, torch.float16, n)
+
+
 def rank_data(rank: int, count: int) -> np.ndarray:
     """The FP16 input of ``rank``: ``count`` values ``rank + 8 * (i % 13)``."""
     return (rank + RANK_SPAN * (np.arange(count) % PERIOD)).astype(np.float16)

@@ -62,7 +62,7 @@ from ctypes import Structure, c_bool, c_uint8, c_uint64
 
 import numpy as np
 import torch
-from _common import WORLD_GROUP, compare, on_device, run_sample
+from _common import WORLD_GROUP, Ceil, compare, f16, i32, on_device, run_sample
 from _mc2 import typed_fields, uint32_fields
 
 import hccl_py as hp
@@ -92,18 +92,6 @@ NO_QUANT_MODE_WIN_SIZE = 2
 MOE_EXPERT_MAX_NUM, SHARED_EXPERT_MAX_NUM, BS_MAX, K_MAX = 1024, 4, 512, 16
 H_MIN, H_MAX, SCALE_SIZE = 1024, 8192, 128
 MIN_WORLD_SIZE, MAX_WORLD_SIZE = 2, 768
-
-
-def Ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
-
-
-def f16(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float16, n)
 
 
 class AttentionToFFNInfo(Structure):

@@ -59,7 +59,7 @@ from ctypes import Structure, c_bool, c_uint64
 
 import numpy as np
 import torch
-from _common import WORLD_GROUP, compare, run_sample
+from _common import WORLD_GROUP, compare, f32, i32, run_sample
 from _mc2 import typed_fields, uint32_fields
 from _mc2_context import GetMc2ContextTensor, Mc2MoeContextHolder
 
@@ -102,14 +102,6 @@ class DistributeBarrierTilingData(TilingData):
         ("mc2CcTiling1", Mc2CcTiling),
         ("distributeBarrierInfo", DistributeBarrierInfo),
     ]
-
-
-def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float32, n)
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
 
 
 def GetSystemCycle() -> int:

@@ -53,7 +53,7 @@ from ctypes import c_int32, c_int64, c_uint32, c_uint64
 
 import numpy as np
 import torch
-from _common import compare, on_device, run_sample
+from _common import Ceil, compare, on_device, run_sample
 
 import hccl_py as hp
 from hccl_py import TilingData
@@ -83,10 +83,6 @@ ENGRAM_FETCH_DEFAULT_MODE = 0
 HIDDEN_SIZE_ALIGN = 128
 SYSTEM_NEED_WORKSPACE = 16 * 1024 * 1024
 COMM_CONTEXT_WORDS = (8 + 2 * MAX_QP_SIZE * 8) // 4  # sizeof(EngramCommContext) / 4
-
-
-def Ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class EngramFetchTilingData(TilingData):

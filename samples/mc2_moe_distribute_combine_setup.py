@@ -58,7 +58,7 @@ from ctypes import Structure, c_bool, c_uint64
 
 import numpy as np
 import torch
-from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
+from _common import WORLD_GROUP, compare, f32, i32, on_device, run_sample, zeros
 from _mc2 import member_addresses, moe_inputs, typed_fields, uint32_fields
 
 import hccl_py as hp
@@ -123,14 +123,6 @@ class MoeDistributeCombineTeardownTilingData(TilingData):
         ("mc2CcTiling", Mc2CcTiling),
         ("moeDistributeCombineTeardownInfo", MoeDistributeCombineTeardownInfo),
     ]
-
-
-def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float32, n)
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
 
 
 def SetValue(addr: hp.GmAddr, value: int, nbytes: int) -> None:

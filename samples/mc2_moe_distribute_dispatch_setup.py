@@ -55,7 +55,7 @@ import ctypes
 
 import numpy as np
 import torch
-from _common import WORLD_GROUP, compare, on_device, run_sample
+from _common import WORLD_GROUP, compare, f32, i32, on_device, run_sample
 from _mc2 import moe_inputs, split_to_core, typed_fields, uint32_fields
 
 import hccl_py as hp
@@ -164,14 +164,6 @@ class MoeDistributeDispatchTeardownTilingData(TilingData):
         ("mc2CcTiling", Mc2CcTiling),
         ("moeDistributeDispatchTeardownInfo", MoeDistributeDispatchTeardownInfo),
     ]
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
-
-
-def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float32, n)
 
 
 def fp16(addr: hp.GmAddr, n: int) -> torch.Tensor:

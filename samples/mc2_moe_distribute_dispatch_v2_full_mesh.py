@@ -45,7 +45,7 @@ from ctypes import Structure, c_bool, c_uint64
 
 import numpy as np
 import torch
-from _common import compare, on_device, run_sample
+from _common import compare, f32, i32, on_device, run_sample
 from _mc2 import moe_inputs, split_to_core, uint32_fields
 from _mc2_context import EP_RANK_OFFSET_STEP, MB_SIZE, GetMc2ContextTensor, Mc2MoeContextHolder
 
@@ -90,14 +90,6 @@ class Context:
         if rankId == curRankId:
             return self.ctx.localWindowsExp
         return self.ctx.remoteRes[rankId].nextDevicePtr.windowsExp
-
-
-def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float32, n)
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
 
 
 class DispatchV3Info(Structure):

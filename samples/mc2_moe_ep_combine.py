@@ -51,7 +51,7 @@ from ctypes import c_uint64
 
 import numpy as np
 import torch
-from _common import compare, on_device, run_sample
+from _common import Ceil, compare, f32, on_device, run_sample
 from _mc2 import moe_inputs, split_to_core, uint32_fields
 from mc2_moe_ep_dispatch import (
     AIV_NUM,
@@ -86,14 +86,6 @@ METADATA_DTYPE_SIZE = 4
 ELEM_ALIGN = 8
 META_TOPK_SECTION = 2
 SIZEOF_X = 2  # FP16
-
-
-def Ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def f32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.float32, n)
 
 
 class MoeEpCombineInfo(TilingData):

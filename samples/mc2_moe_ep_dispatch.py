@@ -58,7 +58,7 @@ from ctypes import c_uint64
 
 import numpy as np
 import torch
-from _common import compare, on_device, run_sample
+from _common import Ceil, compare, i32, on_device, run_sample
 from _mc2 import moe_inputs, split_to_core, uint32_fields
 
 import hccl_py as hp
@@ -82,10 +82,6 @@ CQE_MAX_WRITE_SIZE = 256 * 1024 * 1024
 MAX_OUT_DTYPE_SIZE = 2
 METADATA_DTYPE_SIZE = 4
 SIZEOF_X = 2  # FP16
-
-
-def Ceil(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class MoeEpCommonTilingData(TilingData):
@@ -226,10 +222,6 @@ def GetWinAddrByRankId(ctx: MoeCommContext, rankId: int, offset: int) -> hp.GmAd
 def GetCommHandle(ctx: MoeCommContext, localRankId: int, rankId: int) -> int:
     index = rankId - 1 if rankId > localRankId else rankId
     return ctx.hcommHandle[index]
-
-
-def i32(addr: hp.GmAddr, n: int) -> torch.Tensor:
-    return hp.gm_tensor(addr, torch.int32, n)
 
 
 def blocks(addr: hp.GmAddr, n: int) -> torch.Tensor:
