@@ -44,8 +44,8 @@ class Binding:
         #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
         self.mode: str | None = None
         self.tiling_src: Any = None
-        #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
-        self.queues: tuple[Any, int] | None = None
+        #: (tiling, Mc2InitTiling.queueNum, Mc2InitTiling.commBlockNum) once read from that tiling.
+        self.queues: tuple[Any, int, int] | None = None
         #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
         self.cc: dict[int, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
@@ -98,21 +98,24 @@ class Binding:
 
     def comm_block_num(self) -> int:
         """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""
-        if self.tiling_src is None:
-            return 0
-        end = Mc2InitTiling.commBlockNum.offset + 2
-        raw = tiling_bytes(self.tiling_src, nbytes=end)
-        return int.from_bytes(raw[Mc2InitTiling.commBlockNum.offset : end], "little")
+        return self._queue_fields()[1]
 
     def queue_num(self) -> int:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
+        return self._queue_fields()[0]
+
+    def _queue_fields(self) -> tuple[int, int]:
+        """queueNum and commBlockNum (uint16, next to each other), read once per tiling."""
         if self.tiling_src is None:
-            return 0
+            return 0, 0
         if self.queues is None or self.queues[0] is not self.tiling_src:
-            raw = tiling_bytes(self.tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
-            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
-            self.queues = (self.tiling_src, num)
-        return self.queues[1]
+            start = Mc2InitTiling.queueNum.offset
+            end = Mc2InitTiling.commBlockNum.offset + 2
+            raw = tiling_bytes(self.tiling_src, nbytes=end)
+            num = int.from_bytes(raw[start : start + 2], "little")
+            blocks = int.from_bytes(raw[end - 2 : end], "little")
+            self.queues = (self.tiling_src, num, blocks)
+        return self.queues[1], self.queues[2]
 
     def waits_at_once(self) -> bool:
         """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
