@@ -137,10 +137,10 @@ class OneSided:
             index = state.barriers_sent.get(slot, 0)
             state.barriers_sent[slot] = index + 1
             state.barrier_arrivals[index] = state.barrier_arrivals.get(index, 0) + 1
-            released, state.held = _split(state.held, lambda w: _passed(state, w[3], slots))
-            for write in released:
+            released, state.held = _split(state.held, lambda h: _passed(state, h[0][3], slots))
+            for write, _ in released:
                 del state.rank_ctx.blocker.held[id(write)]
-        for write in released:  # the last queue's barrier lets the server run them
+        for write, _ in released:  # the last queue's barrier lets the server run them
             b.server.write_items(*write)
         self._failures.ok(None)
 
@@ -218,12 +218,12 @@ class OneSided:
                 # server holds it (the core goes on) until the last queue sends it
                 held = not _passed(state, write[3], slots)
                 if held:
-                    state.held.append(write)
-                    state.rank_ctx.blocker.held[id(write)] = (
-                        f"rank {state.rank_ctx.rank}: a BatchWrite on queue {queueID} of core "
-                        f"{core.block_idx} waits behind QueueBarrier #{write[3] - 1} until all "
-                        f"{slots} queues of the rank sent it"
+                    what = (
+                        f"a BatchWrite on queue {queueID} of core {core.block_idx} waits behind "
+                        f"QueueBarrier #{write[3] - 1} until all {slots} queues of the rank sent it"
                     )
+                    state.held.append((write, what))
+                    state.rank_ctx.blocker.held[id(write)] = f"rank {state.rank_ctx.rank}: {what}"
             if not held:
                 b.server.write_items(*write)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))

@@ -58,8 +58,9 @@ class ClientState:
         #: QueueBarrier: barriers each queue slot sent, and arrivals at each barrier index.
         self.barriers_sent: dict[int, int] = {}
         self.barrier_arrivals: dict[int, int] = {}
-        #: BatchWrites behind a QueueBarrier not every queue sent yet, as write_items arguments.
-        self.held: list[tuple] = []
+        #: BatchWrites behind a QueueBarrier not every queue sent yet: (write_items arguments,
+        #: what it waits for), also in the blocker's ``held`` for deadlock reports.
+        self.held: list[tuple[tuple, str]] = []
         #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
         self.writes: dict[int, tuple[str, list]] = {}
         #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).
@@ -228,12 +229,8 @@ class ClientState:
                 )
         if sender is not None and sender.handles and not sender.finalized:
             problems.append("Finalize() was never called")
-        problems += [
-            f"a BatchWrite on queue {queue[1]} behind QueueBarrier #{epoch - 1}, which not every "
-            f"queue of the rank sent (the server holds it)"
-            for _, _, queue, epoch in self.held
-        ]
-        for write in self.held:  # reported here: no later deadlock report names it again
+        problems += [f"{what} (the server holds it)" for _, what in self.held]
+        for write, _ in self.held:  # reported here: no later deadlock report names it again
             self.rank_ctx.blocker.held.pop(id(write), None)
         if problems:
             breach(
