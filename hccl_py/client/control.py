@@ -322,8 +322,8 @@ class HandleControl:
                     None,
                 )
                 return
-        if sync and b.handles and not b.ccu and b.queue_num():
-            breach("finalize-queues", _QUEUED_FINALIZE.format(n=b.queue_num()), None)
+        if sync and b.handles and not b.ccu and (queues := b.queue_num()):
+            breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
             return
         if state.sender is b:
             for h, info in enumerate(b.handles):

@@ -93,9 +93,9 @@ class Windows:
         its context) and ``queueID + blockIdx * queueNum`` (0 with one queue); the server
         runs one queue's BatchWrites in order, and those of different queues in no order;
         ``epoch`` is how many QueueBarrier[ALL]s the queue had sent (it lands after every
-        write of the rank and context of a lower epoch). The default copies at once, in order, which is what any backend
-        whose windows are this process's memory needs (the client posts a write behind a
-        barrier only once every queue sent it).
+        write of the rank and context of a lower epoch). The default copies at once, in
+        order, which is what any backend whose windows are this process's memory needs (the
+        client posts a write behind a barrier only once every queue sent it).
         """
         run_copies(copies)
 
