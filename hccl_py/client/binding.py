@@ -44,8 +44,10 @@ class Binding:
         #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
         self.mode: str | None = None
         self.tiling_src: Any = None
-        #: (tiling, Mc2InitTiling.queueNum, Mc2InitTiling.commBlockNum) once read from that tiling.
-        self.queues: tuple[Any, int, int] | None = None
+        #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
+        self.queues: tuple[Any, int] | None = None
+        #: (tiling, Mc2InitTiling.commBlockNum) once asked (BatchWrite and QueueBarrier only).
+        self.blocks: tuple[Any, int] | None = None
         #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
         self.cc: dict[int, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
@@ -57,7 +59,7 @@ class Binding:
         self.state = state
         self.mode = mode
         self.tiling_src = tiling
-        self.queues = None
+        self.queues = self.blocks = None
         self.cc = {}
         self.handles = []
         self.n_syncs = 0
@@ -98,24 +100,24 @@ class Binding:
 
     def comm_block_num(self) -> int:
         """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""
-        return self._queue_fields()[1]
+        if self.tiling_src is None:
+            return 0
+        if self.blocks is None or self.blocks[0] is not self.tiling_src:
+            end = Mc2InitTiling.commBlockNum.offset + 2
+            raw = tiling_bytes(self.tiling_src, nbytes=end)
+            num = int.from_bytes(raw[Mc2InitTiling.commBlockNum.offset : end], "little")
+            self.blocks = (self.tiling_src, num)
+        return self.blocks[1]
 
     def queue_num(self) -> int:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
-        return self._queue_fields()[0]
-
-    def _queue_fields(self) -> tuple[int, int]:
-        """queueNum and commBlockNum (uint16, next to each other), read once per tiling."""
         if self.tiling_src is None:
-            return 0, 0
+            return 0
         if self.queues is None or self.queues[0] is not self.tiling_src:
-            start = Mc2InitTiling.queueNum.offset
-            end = Mc2InitTiling.commBlockNum.offset + 2
-            raw = tiling_bytes(self.tiling_src, nbytes=end)
-            num = int.from_bytes(raw[start : start + 2], "little")
-            blocks = int.from_bytes(raw[end - 2 : end], "little")
-            self.queues = (self.tiling_src, num, blocks)
-        return self.queues[1], self.queues[2]
+            raw = tiling_bytes(self.tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
+            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
+            self.queues = (self.tiling_src, num)
+        return self.queues[1]
 
     def waits_at_once(self) -> bool:
         """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
