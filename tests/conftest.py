@@ -18,13 +18,13 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import bytecode
 import pytest
 from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
+from temp_dirs import owned_temp
 
 #: Test files whose units xdist hands out first, longest first (seconds measured alone on a
 #: 2-core machine): a long unit that started last would run alone at the end of the suite.
@@ -82,7 +82,7 @@ def short_tmp() -> Iterator[Path]:
     (``pytest-of-USER/pytest-123/popen-gw3/<test name>``), and multiprocessing's fork server
     socket under it can exceed the 107 characters a Unix socket path may have.
     """
-    path = Path(tempfile.mkdtemp(prefix="hccl_py-t-"))
+    path = Path(owned_temp("hccl_py-t-"))
     try:
         yield path
     finally:

@@ -14,11 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from temp_dirs import owned_temp
 
 from hccl_py.launcher.script import free_port
 
@@ -69,7 +69,7 @@ def job_temp() -> str:
     torchrun's agent keeps a ``torchelastic_*`` folder per job in TMPDIR; the
     jobs' leftovers go here instead of into the machine's temporary folder.
     """
-    path = tempfile.mkdtemp(prefix="hccl_py-jobs-")
+    path = owned_temp("hccl_py-jobs-")
     atexit.register(shutil.rmtree, path, True)
     return path
 
