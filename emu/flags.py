@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from hccl_py.server.blocking import Blocker
-from hccl_py.server.windows import POLL_BYTES, WindowAllocation, shown_value
+from hccl_py.server.windows import HELD_POLL_BYTES, POLL_BYTES, WindowAllocation, shown_start
 
 from .extents import byte_runs, picks, touched
 from .intervals import Runs
@@ -25,7 +25,7 @@ from .watch import _plan
 
 
 class FlagPolls(KernelMode):
-    """Reports the small window reads of one core to the scheduler as polls."""
+    """Reports the flag and status reads of one core's held window tensors as polls."""
 
     def __init__(
         self,
@@ -39,6 +39,9 @@ class FlagPolls(KernelMode):
         self.blocker = blocker
         self.rank = rank
         self.internal = internal
+        #: The window range this core read last: a status area read again with no other
+        #: window read between is a poll (a data tile read again later is not).
+        self.last_read: tuple | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -52,7 +55,10 @@ class FlagPolls(KernelMode):
             window = self.windows.get(value.untyped_storage().data_ptr())
             if window is None:
                 continue
-            if value.numel() * value.element_size() <= POLL_BYTES:
+            size = value.numel() * value.element_size()
+            where = (id(window), value.storage_offset(), value.shape, value.stride())
+            again, self.last_read = self.last_read, where
+            if size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
             elif (  # flags[idx] of a larger view reads only what idx picks
                 picks(func)
@@ -62,6 +68,8 @@ class FlagPolls(KernelMode):
                 runs, nbytes = touched(func, args, i, value)
                 if 0 < nbytes <= POLL_BYTES:
                     self._poll(window, value, runs)
+            elif size <= HELD_POLL_BYTES and again == where:  # a status area
+                self._poll(window, value, byte_runs(value)[0])
         return result
 
     def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
@@ -78,7 +86,7 @@ class FlagPolls(KernelMode):
         def what() -> str:
             return (
                 f"rank {self.rank} polls bytes [{lo}, {hi}) of {window.name} (domain "
-                f"{window.domain}), which keep the value {shown_value(seen, dtype)}: "
+                f"{window.domain}), which keep the value {shown_start(seen, dtype)}: "
                 "no rank writes them"
             )
 

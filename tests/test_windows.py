@@ -1253,3 +1253,55 @@ def test_a_launch_of_one_sided_tasks_on_one_rank_shifts_no_later_launch(backend:
         timeout=30,
     )
     assert got == [[3.0] * 4, [3.0] * 4]
+
+
+def _held_status_kernel(nbytes: int, copy_to_ub: bool, writer: bool):
+    """A literal port of a status poll: the kernel sets up its GlobalTensor once and reads it
+    on every turn of its loop (``DataCopy`` into a UB buffer, or a ReduceSum straight from
+    it), as MoeEpDispatchEpilogue's WaitDispatch does; rank 1 writes the status when
+    ``writer``. Rank 0 runs first on the default schedule, so it polls before the status
+    comes."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        state = h.GetWindowsInAddr(0) + FLAG
+        if h.GetRankId() == 1 and writer:
+            hp.gm_tensor(state, torch.int32, nbytes // 4)[:] = 1
+        elif h.GetRankId() == 0:
+            status = hp.gm_tensor(state, torch.int32, nbytes // 4)
+            ub = torch.zeros(nbytes // 4, dtype=torch.int32)
+            got = 0
+            for _ in range(STATUS_POLL_BOUND):
+                if copy_to_ub:
+                    ub[:] = status
+                    got = int(ub.sum())
+                else:
+                    got = int(status.sum())
+                if got == nbytes // 4:
+                    break
+            hp.gm_tensor(out, torch.float32, 1)[0] = got
+
+    return kernel
+
+
+@pytest.mark.parametrize("copy_to_ub", [True, False])
+@pytest.mark.parametrize("nbytes", [128, 4096])
+def test_a_held_view_of_a_status_area_is_polled(nbytes: int, copy_to_ub: bool) -> None:
+    """Before 2026-11-28 only reads of at most 64 bytes of a held view were polls: rank 0
+    spun in its loop with the baton, rank 1 never ran, and the run ended at the timeout
+    (or at the loop's bound, with the status unseen)."""
+    got = run_kernel(_held_status_kernel(nbytes, copy_to_ub, True), n=2, timeout=60)
+    assert got[0][0] == nbytes // 4
+
+
+@pytest.mark.parametrize("copy_to_ub", [True, False])
+def test_a_held_view_of_a_status_area_nobody_writes_is_a_deadlock(copy_to_ub: bool) -> None:
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(_held_status_kernel(128, copy_to_ub, False), n=2, timeout=60)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError), info.value
+    assert (
+        "rank 0 polls bytes [1048576, 1048704) of WindowsIn of rank 0 (domain hccl_world_group), "
+        "which keep the value [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] (int32; bytes"
+    ) in err.reason
+    assert "and 64 more bytes: no rank writes them" in err.reason

@@ -45,6 +45,10 @@ _lock = threading.Lock()
 #: Accesses of at most this many bytes are flags for the emulator's race checks and polls
 #: through held tensors (emu/flags.py, emu/races.py); viewing any range again is a poll.
 POLL_BYTES = 64
+#: Reads of at most this many bytes through a window tensor a kernel holds are polls
+#: (emu/flags.py): a status area it set up once and reads on every turn of its loop
+#: (``DataCopy`` of ``n`` status blocks into UB, a ``ReduceSum`` of them).
+HELD_POLL_BYTES = 4096
 #: Ranges larger than a flag that a runner keeps in mind: viewing one of them again is a poll
 #: (a round-robin poll over the status blocks of the tokens a core waits for).
 RECENT_VIEWS = 32
@@ -191,7 +195,7 @@ class WindowAllocation(Allocation):
             value,
             lambda: (
                 f"rank {ctx.rank} polls bytes [{offset}, {end}) of {self.name} (domain "
-                f"{self.domain}), which keep the value {_shown_start(value, dtype)}: {why}"
+                f"{self.domain}), which keep the value {shown_start(value, dtype)}: {why}"
             ),
             deadlock=deadlock,
             read=lambda: self.host_bytes(offset, end),
@@ -212,7 +216,7 @@ def _viewed_lately(key: tuple[int, int, int]) -> bool:
     return seen
 
 
-def _shown_start(raw: bytes, dtype: torch.dtype) -> str:
+def shown_start(raw: bytes, dtype: torch.dtype) -> str:
     """:func:`shown_value` of a polled range, of its first :data:`POLL_BYTES` if larger."""
     if len(raw) <= POLL_BYTES:
         return shown_value(raw, dtype)
