@@ -37,7 +37,12 @@ core copies the own rank's rows and flag itself; then every core polls its ranks
 The multi-server path (16 ranks) is refused by hccl_py: BatchWrite.md allows A2 items only
 towards ranks on other servers and never the own rank, while these kernels address every
 rank of the domain (section 25). ``main`` therefore runs the single-server path; the 16-rank
-run is tests/test_samples.py's ``mc2_moe_distribute_a2-n16`` (expects that refusal).
+run is tests/test_samples.py's ``test_moe_distribute_a2_multi_server_batch_write_is_refused``.
+With 4 experts per rank ``moeExpertNum`` is a multiple of 8: the combine copies
+``RoundUp(moeExpertNum, 8)`` counts of ``epSendCount``, a tensor of ``moeExpertNum``, which
+reads past its end otherwise (``test_moe_distribute_a2_combine_reads_past_ep_send_count``).
+The routing alternates between launches (see ``inputs``) so that a flag left set would be
+read by the launch after next.
 
 Stand-ins: FP16; no ``xActiveMask``, zero/copy/const experts, smooth scales, performance info
 or ADump (the DFX writes); the vector counting (``GatherMask``, ``Histograms``) is numpy; UB
@@ -90,7 +95,6 @@ BUFFER_NUM = 2
 UB_ALIGN = 32
 BITS32_PER_BLOCK = 8
 BW_ITEM_SIZE = 32  # sizeof(BatchWriteItem) on A2
-U32_PER_ITEM = BW_ITEM_SIZE // 4
 DISPATCH_SKIP_OFFSET = 512
 FLAG_VALUE = -1  # 0xFFFFFFFF
 A2_RANK_NUM_PER_SERVER = 8
@@ -102,11 +106,14 @@ OP_TYPE_BATCH_WRITE = 18
 UB_SIZE = 192 * 1024
 #: The A2 ``BatchWriteItem`` as the kernels fill it (u64 words 0-2, u32 words 6-7).
 BatchWriteItem = np.dtype(
-    [("localBuf", "<u8"), ("remoteBuf", "<u8"), ("count", "<u8"), ("dataType", "<u4"),
-     ("remoteRankId", "<u4")]  # fmt: skip
+    [
+        ("localBuf", "<u8"),
+        ("remoteBuf", "<u8"),
+        ("count", "<u8"),
+        ("dataType", "<u4"),
+        ("remoteRankId", "<u4"),
+    ]
 )
-
-
 
 
 class MoeDistributeDispatchA2Info(Structure):
@@ -190,7 +197,9 @@ class MoeDistributeDispatchA2:
         self.bufferChosenGlobal_ = i32(self.windowInGM_ + FULLMESH_BUFFERID_ADDR, 1)
         self.bufferChosen_ = int(self.bufferChosenGlobal_[0])
         self.windowInGM_ = self.windowInGM_ + ADUMP_WIN_SIZE + self.totalSize_ * self.bufferChosen_
-        self.windowOutGM_ = self.windowOutGM_ + ADUMP_WIN_SIZE + self.totalSize_ * self.bufferChosen_
+        self.windowOutGM_ = (
+            self.windowOutGM_ + ADUMP_WIN_SIZE + self.totalSize_ * self.bufferChosen_
+        )
         self.x, self.expertIds = x, expertIds
         self.expandXOutGM_, self.expandIdxOutGM_ = expandXOut, expandIdxOut
         self.expertTokenNumsOutGM_, self.epRecvCountsGM_ = expertTokenNumsOut, epRecvCountsOut
@@ -239,7 +248,9 @@ class MoeDistributeDispatchA2:
         if self.aivId_ == self.aivNum_ - 1:
             i32(self.expandIdxOutGM_, self.expertIdsCnt_)[:] = torch.tensor(self.expertCountTensor_)
             # the own status straight into the own In window
-            own = self.windowInStatus(self.rankId_ * self.dataSizePerRank_ // 4, self.statusEntryCount_)
+            own = self.windowInStatus(
+                self.rankId_ * self.dataSizePerRank_ // 4, self.statusEntryCount_
+            )
             own[:] = torch.from_numpy(self.statusTensor_[self.rankId_].copy())
             for rankId in range(W):
                 rankOffset = rankId * self.dataSizePerRank_ // 4
@@ -247,9 +258,10 @@ class MoeDistributeDispatchA2:
                 entry[:] = torch.from_numpy(self.statusTensor_[rankId].copy())
                 startExpertId = rankId * E
                 tokenCount = cumsum[startExpertId + E] - cumsum[startExpertId]
-                dataFlagOffset = rankOffset + (
-                    self.dataOffset_ + tokenCount * self.hCommuSize_ + DISPATCH_SKIP_OFFSET
-                ) // 4
+                dataFlagOffset = (
+                    rankOffset
+                    + (self.dataOffset_ + tokenCount * self.hCommuSize_ + DISPATCH_SKIP_OFFSET) // 4
+                )
                 self.sendStatus(dataFlagOffset, 1)[0] = FLAG_VALUE
 
     def ReorderTokens(self) -> None:
@@ -261,7 +273,9 @@ class MoeDistributeDispatchA2:
             expertId = self.expertIdsTensor_[expertIdx]
             rankId = expertId // E
             startExpertId = rankId * E
-            expertOffset = self.expertCumsumTensor_[expertId] - self.expertCumsumTensor_[startExpertId]
+            expertOffset = (
+                self.expertCumsumTensor_[expertId] - self.expertCumsumTensor_[startExpertId]
+            )
             tokenOffset = self.expertCountTensor_[expertIdx]
             sendTokensGlobal = self.windowOutGM_ + rankId * self.dataSizePerRank_ + self.dataOffset_
             row = (expertIdx // self.axisK_) * self.axisH_
@@ -339,9 +353,10 @@ class MoeDistributeDispatchA2:
                 if status[SEC - 1] != FLAG_VALUE:
                     continue
                 tokenCount = sum(status[:E])
-                dataFlagOffset = rankOffset + (
-                    self.dataOffset_ + tokenCount * self.hCommuSize_ + DISPATCH_SKIP_OFFSET
-                ) // 4
+                dataFlagOffset = (
+                    rankOffset
+                    + (self.dataOffset_ + tokenCount * self.hCommuSize_ + DISPATCH_SKIP_OFFSET) // 4
+                )
                 dataFlag = self.windowInStatus(dataFlagOffset, 1)
                 if int(dataFlag[0]) != FLAG_VALUE:
                     continue
@@ -352,7 +367,9 @@ class MoeDistributeDispatchA2:
 
     def GetStatusCumSum(self) -> None:
         E, W, SEC = self.localMoeExpertNum_, self.worldSize_, self.statusEntryCount_
-        status = [self.windowInStatus(r * self.dataSizePerRank_ // 4, SEC).tolist() for r in range(W)]
+        status = [
+            self.windowInStatus(r * self.dataSizePerRank_ // 4, SEC).tolist() for r in range(W)
+        ]
         self.statusTensor_ = np.array(status, dtype=np.int64)
         # epRecvCountsTemp[r][j]: the pairs of ranks 0..r for local expert j
         temp = np.cumsum(self.statusTensor_[:, :E], axis=0)
@@ -395,7 +412,9 @@ class MoeDistributeDispatchA2:
         singleMachineMaxStatusSize = RoundUp(
             (self.maxMoeExpertNum_ // self.worldSize_ + 1) * 4, UB_ALIGN
         )
-        statusSize = singleMachineMaxStatusSize if self.isSingleServer_ else multiMachineMaxStatusSize
+        statusSize = (
+            singleMachineMaxStatusSize if self.isSingleServer_ else multiMachineMaxStatusSize
+        )
         for rankId in range(self.worldSize_):
             self.windowInStatus(rankId * self.dataSizePerRank_ // 4, statusSize // 4)[:] = 0
 
@@ -439,7 +458,12 @@ class MoeDistributeCombineA2:
         T = MoeDistributeCombineA2TilingData
         tilingData = hp.GET_TILING_DATA_WITH_STRUCT(T, tilingGM)
         info = tilingData.moeDistributeCombineInfo
-        self.rankId_, self.axisBS_, self.axisH_, self.axisK_ = info.epRankId, info.bs, info.h, info.k
+        self.rankId_, self.axisBS_, self.axisH_, self.axisK_ = (
+            info.epRankId,
+            info.bs,
+            info.h,
+            info.k,
+        )
         self.aivNum_, self.moeExpertNum_ = info.aivNum, info.moeExpertNum
         self.worldSize_ = info.epWorldSize
         self.isSingleServer_ = self.worldSize_ <= A2_RANK_NUM_PER_SERVER
@@ -708,8 +732,18 @@ def combine_tiling(rank: int, n: int) -> MoeDistributeCombineA2TilingData:
 
 
 def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
-    """Rank ``rank``'s tokens (exact FP16 integers naming rank, token, column) and routing."""
-    return moe_inputs(rank, launch, BS, K, H, LOCAL_EXPERTS)
+    """Rank ``rank``'s tokens (exact FP16 integers naming rank, token, column, launch) and
+    routing: odd launches send two of each token's K = 3 pairs to the next rank and one to
+    the own rank, even launches the other way round. A launch thus finds its flags where the
+    launch before last, in the same halves of the windows, left its own, past the rows of
+    the launch between: a flag left set would be read."""
+    n = hp.get_world_size()
+    x, _ = moe_inputs(rank, launch, BS, K, H, LOCAL_EXPERTS)
+    near, far = rank, (rank + 1) % n
+    targets = [far, far, near] if launch % 2 else [near, near, far]
+    ids = [[targets[k] * LOCAL_EXPERTS + (t + k) % LOCAL_EXPERTS for k in range(K)]
+           for t in range(BS)]  # fmt: skip
+    return x, np.array(ids, dtype=np.int32)
 
 
 def expert_scales(rank: int, launch: int) -> np.ndarray:

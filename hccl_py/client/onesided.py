@@ -369,6 +369,15 @@ class OneSided:
                 actual=dst.rank,
             )
         me, per = state.rank_ctx.rank, config.ranks_per_server
+        if config.platform.batch_write_remote_only and peer == me:
+            raise InvalidCall(
+                "platform-limit",
+                f"item {k}: remoteRankId {remote} names this rank; on {config.platform.name} "
+                "an item's destination must not be the own rank (BatchWrite.md), whatever "
+                "ranks_per_server is; copy into the own window directly",
+                expected="the id of a rank on another server",
+                actual=remote,
+            )
         if config.platform.batch_write_remote_only and me // per == peer // per:
             raise InvalidCall(
                 "platform-limit",
