@@ -372,6 +372,29 @@ def test_batch_write_a2_refuses_the_own_rank_whatever_ranks_per_server() -> None
     )
 
 
+def test_batch_write_a2_refuses_a_source_outside_the_windows() -> None:
+    # BatchWrite.md (A2): localBuf is "the window address of the data this end sends"; its
+    # example copies inputGM into the Out window first. RDMA reads registered memory only.
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(hp.get_rank())
+        peer = 1 - hp.get_rank()
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(out), int(h.GetWindowsInAddr(peer)), 1, int(FP32), peer)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1)
+    reason = info.value.failures[0].reason
+    assert reason.startswith("BatchWrite: item 0: the source ")
+    assert reason.endswith(
+        "is not a communication window; on Atlas A2 localBuf is a window address (BatchWrite.md: "
+        "copy the data into GetWindowsOutAddr's window first), RDMA reads no other memory"
+    )
+
+
 def test_batch_write_a2_refuses_a_peer_on_the_same_server() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)

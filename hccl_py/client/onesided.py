@@ -302,6 +302,13 @@ class OneSided:
                     expected=me,
                     actual=src.rank,
                 )
+            if fmt == "A2" and not isinstance(src.alloc, WindowAllocation):
+                raise InvalidCall(
+                    "foreign-memory",
+                    f"item {k}: the source {src!r} is not a communication window; on "
+                    f"{config.platform.name} localBuf is a window address (BatchWrite.md: copy "
+                    "the data into GetWindowsOutAddr's window first), RDMA reads no other memory",
+                )
             self._check_destination(k, dst)
             if items.remote_rank is not None:
                 self._check_a2_peer(k, int(items.remote_rank[k]), dst)
