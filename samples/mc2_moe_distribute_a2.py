@@ -9,8 +9,9 @@ and ``mc2/moe_distribute_combine_v2/op_kernel/arch22/moe_distribute_combine_v2_a
 the constants of ``moe_distribute_a2_constant.h``, the tiling structs of
 ``op_kernel/moe_distribute_dispatch_tiling.h`` and ``moe_distribute_combine_tiling.h``, and the host
 tilings ``op_host/op_tiling/arch22/moe_distribute_dispatch_v2_tiling_arch22.cpp`` and
-``moe_distribute_combine_tiling_arch22.cpp`` (``CheckCommAlg``, ``CalcTilingKey``,
-``GetAlgConfig``, ``CheckWinSize``, the attributes). docs/notes/mc2-kernels.md, section 25.
+``moe_distribute_combine_tiling_arch22.cpp`` (the attributes, ``GetAlgConfig``, the fullmesh
+formula of ``CheckWinSize``; ``CheckCommAlg`` / ``CalcTilingKey`` give the MTE key to every
+run here: ``commAlg`` unset, no ``HCCL_INTRA_*`` variables). docs/notes/mc2-kernels.md, section 25.
 
 What it computes: the dispatch sends each (token, k) pair to the rank of its expert, grouped
 by expert, and every rank writes its received rows to ``expandX`` by [local expert][source
