@@ -207,6 +207,24 @@ SPECS: dict[str, SampleSpec] = {
                 r"^selfStatusWinTensor\[:\] = ",
             ),
         ),
+        # 2 ranks (the single-server path: 16 ranks take the BatchWrite path, which hccl_py
+        # refuses, see the sample); its block_dim is the tiling's aivNum (3: core 2 has no
+        # rank to send to or poll); three launches, so that the third dispatch and combine
+        # find the halves the first ones left
+        SampleSpec(
+            "mc2_moe_distribute_a2",
+            flags=(
+                r"\[0\] = self\.buffer(Chosen|Id)_ \^ 1$",
+                r"\[0\] = FLAG_VALUE$",
+                r"\[0\] = 0$",
+                r"^i32\(rankGM( \+ flagAt)?, (1|self\.statusEntryCount_)\)\[:\] = (flag|status)$",
+                r"^(own|entry)\[:\] = ",
+                r"\)\[:\] = 0$",
+                r"^expertRecvCountGlobal\[:\] = 0$",
+            ),
+            launches=3,
+            block_dim=None,
+        ),
     ]
 }
 
@@ -339,6 +357,29 @@ QUEUED_FINALIZE = (
     "Finalize message on each of its own queues (SendFinalizeMsg), so no core's Finalize "
     "overtakes another core's BatchWrite, and nothing after the SyncAll reads what another "
     "core wrote"
+)
+A2_MULTI_SERVER = (
+    "the multi-server path (epWorldSize > 8), which never runs: at 2 ranks the kernels copy "
+    "into the peers' windows themselves, and at 16 hccl_py refuses core 0's BatchWrite (items "
+    "to the own rank and to ranks of the own server, against BatchWrite.md)"
+)
+A2_OWN_STATUS = (
+    "equivalent on the single-server path: the core that sends to the own rank copies the "
+    "same status block into the own In window after the SyncAll (the direct write serves "
+    "the multi-server path)"
+)
+A2_DISPATCH_FLAG_RESET = (
+    "equivalent at 2 ranks: CleanUpFlags clears (maxMoeExpertNum / epWorldSize + 1) * 4 = "
+    "2080 bytes of each source's slot, which hold the data flag of any count up to BS * K = 12"
+)
+A2_STATUS_CLEANUP = (
+    "equivalent: a sender writes a source's status block before its rows and data flag, and "
+    "the poller reads the status again until the flag at the position its counts give is "
+    "set; a stale status points into the new rows, whose FP16 data is never 0xFFFFFFFF"
+)
+A2_OFFSETS_SYNC = (
+    "equivalent: WaitDispatch ends with a SyncAll of every core (it has no early return) "
+    "before LocalWindowCopy reads the other cores' expert window offsets"
 )
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
@@ -588,6 +629,38 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "mc2_engram_fetch": {
         # the host reads fetched while the reads into it are in flight (emu/posted.py)
         "Process:Drain#1": ("default", "HcclRaceError"),
+    },
+    "mc2_moe_distribute_a2": {
+        "IndexSort:flag#1": _missed(A2_OWN_STATUS),
+        "IndexSort:flag#2": ("default", DEADLOCK),
+        "IndexSort:flag#3": ("default", DEADLOCK),
+        "SingleServerSendToMoeExpert:flag#1": ("explore", DEADLOCK),
+        "SingleServerSendToMoeExpert:flag#2": ("default", DEADLOCK),
+        "SingleServerSendToMoeExpert:flag#3": ("default", DEADLOCK),
+        "SendToMoeExpert:flag#1": _missed(A2_MULTI_SERVER),
+        "SendToMoeExpert:flag#2": _missed(A2_MULTI_SERVER),
+        "WaitDispatch:SyncAll#1": ("default", DEADLOCK),
+        "WaitDispatch:flag#1": _missed(A2_DISPATCH_FLAG_RESET),
+        "WaitDispatch:SyncAll#2": ("default", DEADLOCK),
+        "CleanUpFlags:flag#1": _missed(A2_STATUS_CLEANUP),
+        "Process:SyncAll#1": ("default", DEADLOCK),
+        "Process:SyncAll#2": _missed(A2_MULTI_SERVER),
+        "Process:SyncAll#3": ("default", DEADLOCK),
+        "SingleServerDispatch:flag#1": ("default", DEADLOCK),
+        "ConstructBatchWriteInfo:flag#1": _missed(A2_MULTI_SERVER),
+        "MultiServerDispatch:flag#1": _missed(A2_MULTI_SERVER),
+        "MultiServerDispatch:flag#2": _missed(A2_MULTI_SERVER),
+        "AlltoAllDispatch:SyncAll#1": ("default", DEADLOCK),
+        "AlltoAllDispatch:SyncAll#2": ("default", DEADLOCK),
+        "AlltoAllDispatch:flag#1": ("explore", DEADLOCK),
+        "AlltoAllDispatch:SyncAll#3": _missed(A2_MULTI_SERVER),
+        "CalRecvCountsAndOffsets:flag#1": ("default", DEADLOCK),
+        "CalRecvCountsAndOffsets:SyncAll#1": ("explore", DEADLOCK),
+        "CalRecvCountsAndOffsets:SyncAll#2": ("default", DEADLOCK),
+        "CalRecvCountsAndOffsets:SyncAll#3": _missed(A2_OFFSETS_SYNC),
+        # combine: a flag left set is found two launches later, in the same half (routing)
+        "WaitDispatch:flag#2": ("explore", "HcclScheduleError"),
+        "WaitDispatch:SyncAll#3": ("explore", "HcclScheduleError"),
     },
     "mc2_attention_ffn": {
         # without the check, launch 2 writes the second FFN's row before it read launch 1's

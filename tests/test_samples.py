@@ -76,6 +76,9 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_distribute_dispatch_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
+    "mc2_moe_distribute_a2.py": {
+        f"{op}-{launch}": "PASS" for launch in (1, 2) for op in ("dispatch", "combine")
+    },
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
@@ -143,6 +146,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_engram_fetch-torchrun": _torchrun("mc2_engram_fetch"),
     "mc2_attention_ffn-gloo": _gloo("mc2_attention_ffn"),
     "mc2_attention_ffn-torchrun": _torchrun("mc2_attention_ffn"),
+    "mc2_moe_distribute_a2-gloo": _gloo("mc2_moe_distribute_a2"),
+    "mc2_moe_distribute_a2-torchrun": _torchrun("mc2_moe_distribute_a2"),
     "mc2_moe_distribute_combine_v2-torchrun": _torchrun("mc2_moe_distribute_combine_v2"),
     # 2 ranks: AIV cores 2 and 3 of the setup have no peer (Finalize<false> without a task)
     "mc2_moe_distribute_combine_setup-gloo": _gloo("mc2_moe_distribute_combine_setup"),
@@ -376,6 +381,47 @@ def test_quant_reduce_scatter_tail_block_reads_past_the_scales(
     assert "bytes [68, 100) of scales fall outside its 72 bytes" in str(roots[0])
     padded = hp.run(functools.partial(_quant_reduce_scatter_tail, sample, 8), **kwargs)
     assert [line.split()[3] for lines in padded for line in lines] == ["PASS", "PASS"]
+
+
+def test_moe_distribute_a2_multi_server_batch_write_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With 16 ranks (two servers of 8) the A2 kernels BatchWrite one item to every rank, the
+    own one and those of the own server included, which BatchWrite.md forbids on Atlas A2
+    (docs/notes/mc2-kernels.md, section 25): core 0's single BatchWrite is refused."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_moe_distribute_a2")
+    kwargs = dict(world_size=16, backend="emu", platform="A2", **sample.RUN_KWARGS, timeout=20)
+    with pytest.raises(hp.WorldError) as err:
+        hp.run(sample.main, **kwargs)
+    roots = err.value.root_causes or err.value.failures
+    assert sorted(roots) == list(range(16))
+    assert {type(e).__name__ for e in roots.values()} == {"HcclUsageError"}
+    assert roots[0].reason == (
+        "BatchWrite: item 0: remoteRankId 0 names this rank; on Atlas A2 an item's destination "
+        "must not be the own rank (BatchWrite.md), whatever ranks_per_server is; copy into the "
+        "own window directly"
+    )
+    assert roots[9].reason.startswith(
+        "BatchWrite: item 8: on Atlas A2 BatchWrite only reaches ranks on other servers, but "
+        "rank 9 and rank 8 are both on server 1"
+    )
+
+
+def test_moe_distribute_a2_combine_reads_past_ep_send_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The combine copies RoundUp(moeExpertNum, 8) counts of epSendCount, a tensor of
+    moeExpertNum: with 2 ranks of 2 experts it reads 16 bytes past its end (section 25)."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_moe_distribute_a2")
+    monkeypatch.setattr(sample, "LOCAL_EXPERTS", 2)
+    kwargs = dict(world_size=2, backend="emu", platform="A2", **sample.RUN_KWARGS, timeout=20)
+    with pytest.raises(hp.WorldError) as err:
+        hp.run(sample.main, **kwargs)
+    roots = list((err.value.root_causes or err.value.failures).values())
+    assert {type(e).__name__ for e in roots} == {"HcclBoundsError"}
+    assert "bytes [0, 32) of epSendCount fall outside its 16 bytes" in str(roots[0])
 
 
 # ---------------------------------------------------------------- the verdict helpers

@@ -350,6 +350,51 @@ def test_race_flag_written_directly_after_batch_write_reads_poison() -> None:
     assert np.isnan(late).any(), late
 
 
+def test_batch_write_a2_refuses_the_own_rank_whatever_ranks_per_server() -> None:
+    # BatchWrite.md (A2): the destination card of an item cannot be the own card; one rank per
+    # server does not lift that, so the report must not suggest it
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(0)
+        me = hp.get_rank()
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(h.GetWindowsInAddr(me)), 1, int(FP32), me)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1)
+    assert info.value.failures[0].reason == (
+        "BatchWrite: item 0: remoteRankId 0 names this rank; on Atlas A2 an item's destination "
+        "must not be the own rank (BatchWrite.md), whatever ranks_per_server is; copy into the "
+        "own window directly"
+    )
+
+
+def test_batch_write_a2_refuses_a_source_outside_the_windows() -> None:
+    # BatchWrite.md (A2): localBuf is "the window address of the data this end sends"; its
+    # example copies inputGM into the Out window first. RDMA reads registered memory only.
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        local = h.GetWindowsOutAddr(hp.get_rank())
+        peer = 1 - hp.get_rank()
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(out), int(h.GetWindowsInAddr(peer)), 1, int(FP32), peer)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1)
+    reason = info.value.failures[0].reason
+    assert reason.startswith("BatchWrite: item 0: the source ")
+    assert reason.endswith(
+        "is not a communication window; on Atlas A2 localBuf is a window address (BatchWrite.md: "
+        "copy the data into GetWindowsOutAddr's window first), RDMA reads no other memory"
+    )
+
+
 def test_batch_write_a2_refuses_a_peer_on_the_same_server() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)

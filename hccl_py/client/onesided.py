@@ -302,6 +302,13 @@ class OneSided:
                     expected=me,
                     actual=src.rank,
                 )
+            if fmt == "A2" and not isinstance(src.alloc, WindowAllocation):
+                raise InvalidCall(
+                    "foreign-memory",
+                    f"item {k}: the source {src!r} is not a communication window; on "
+                    f"{config.platform.name} localBuf is a window address (BatchWrite.md: copy "
+                    "the data into GetWindowsOutAddr's window first), RDMA reads no other memory",
+                )
             self._check_destination(k, dst)
             if items.remote_rank is not None:
                 self._check_a2_peer(k, int(items.remote_rank[k]), dst)
@@ -369,6 +376,15 @@ class OneSided:
                 actual=dst.rank,
             )
         me, per = state.rank_ctx.rank, config.ranks_per_server
+        if config.platform.batch_write_remote_only and peer == me:
+            raise InvalidCall(
+                "platform-limit",
+                f"item {k}: remoteRankId {remote} names this rank; on {config.platform.name} "
+                "an item's destination must not be the own rank (BatchWrite.md), whatever "
+                "ranks_per_server is; copy into the own window directly",
+                expected="the id of a rank on another server",
+                actual=remote,
+            )
         if config.platform.batch_write_remote_only and me // per == peer // per:
             raise InvalidCall(
                 "platform-limit",
