@@ -8,12 +8,10 @@ Source: ops-transformer, ``mc2/moe_ep_combine/op_kernel/moe_ep_combine.h`` (``Mo
 ``Mc2Aclnn::MoeCommContext`` of ``mc2/common/op_kernel/mc2_moe_context.h`` and the host tiling
 ``op_host/op_tiling/moe_ep_combine_tiling.cpp`` (``CheckAttrParams``,
 ``CheckInputTensorShape``, ``perSlotBytes``, ``CheckWinSize``, the workspace). Its partner,
-samples/mc2_moe_ep_dispatch.py, runs first (imported); between them this file ports the
-non-quantised paths of ``mc2/moe_ep_dispatch_epilogue/op_kernel/moe_ep_dispatch_epilogue.h``
-(``MoeEpDispatchEpilogue``: ``WaitDispatch``, ``ComputePrefixSums``, ``CountHits``,
-``CopyFromWindowByExpert``, ``CopyFromWindowByCachedMeta``), which turns the received slots
-into ``recvX`` rows grouped by local expert with their ``recvSrcMetadata``
-``{srcRank, tokenIdx, topkIdx, slotIdx}``: the combine's inputs.
+samples/mc2_moe_ep_dispatch.py, runs first (imported), and so does the epilogue port that sample
+holds (``MoeEpDispatchEpilogue``, imported as ``launch_epilogue``): it turns the received
+slots into ``recvX`` rows grouped by local expert with their ``recvSrcMetadata``
+``{srcRank, tokenIdx, topkIdx, slotIdx}``, the combine's inputs.
 
 What runs unchanged: the window layout of ``CheckWinSize`` (the combine status area at
 ``winStateOffset``, right after the dispatch's count and slot notify words: one 32-byte status
@@ -35,10 +33,8 @@ Stand-ins: FP16 rows instead of BF16, no bias inputs (the kernel ignores them), 
 because the kernel waits for all K statuses of a token (see docs/notes/mc2-kernels.md, section
 19); small sizes and the dispatch port's three AIV cores; UB buffers are torch tensors, pipe
 barriers and cache maintenance are program order; the workspaces are their user parts only.
-The epilogue's host tiling is derived from the dispatch's (same ``cfg`` and offsets; its
-workspace is the per-core hit counts) and its vector hit count (``Sub``/``Abs``/``Mins``/
-``ReduceSum``) is a torch compare. The "experts" between the epilogue and the combine add
-their global expert id to each row (FP16, exact). ``MoeCommContext`` is the dispatch port's:
+The "experts" between the epilogue and the combine add their global expert id to each row
+(FP16, exact). ``MoeCommContext`` is the dispatch port's:
 ``hp.HcclChannelAcquire`` / ``hp.HcclChannelGetHcclBuffer`` on the host, writes through
 ``hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]`` (docs/hcomm.md), Ascend 950's UBC_CTP on the A3
 platform's windows.

@@ -45,10 +45,29 @@ flight until the scheduler lands it or ``Drain`` waits for it, and its source is
 it lands, so the data ``Drain`` guards the next launch's rewrite of the slot stash (a
 dropped one is caught by ``explore=16``). The count ``Drain`` is equivalent: the notify
 follows on the same channel, which lands in order (URMA_DEFAULT_CFG). Ascend 950's UBC_CTP
-runs here on the A3 platform's windows (the HCCL buffers). The receiver is ``MoeEpDispatchEpilogue.WaitDispatch`` of
-``mc2/moe_ep_dispatch_epilogue/op_kernel/moe_ep_dispatch_epilogue.h`` (poll the slot notify
-sum, clear it) followed by a plain copy of each source's slots, instead of the epilogue's
-per-expert reordering: it gives the tokens the check compares.
+runs here on the A3 platform's windows (the HCCL buffers).
+
+Each dispatch is followed, as in the shipping pipeline, by a launch of its second kernel on
+the same windows: MoeEpDispatchEpilogue (``mc2/moe_ep_dispatch_epilogue``:
+``op_kernel/moe_ep_dispatch_epilogue.h``, ``Init``, ``SplitToCore``, ``WaitDispatch``,
+``Process``, ``ComputePrefixSums``, ``CountHits``, ``CopyFromWindowByExpert``,
+``CopyFromWindowByCachedMeta``; ``moe_ep_dispatch_epilogue.cpp``,
+``moe_ep_dispatch_epilogue_tiling.h`` and the host tiling
+``op_host/op_tiling/moe_ep_dispatch_epilogue_tiling.cpp``: ``CheckAttrParams``,
+``CheckInputTensorShape``, ``CheckOutputTensors``, ``perSlotBytes``, ``CheckWinSize``, the
+workspace). Its last AIV core polls the slot notify words (32 bytes every 512, an int32
+``ReduceSum`` over the sources, the flag column) until they sum to ``epWorldSize`` and zeroes
+them; after ``SyncAll`` every core counts, for its share of each source's slots, the hits per
+local expert (top-k ids padded with -1; ``Sub``, ``Abs``, ``Mins`` 1, ``ReduceSum``: the
+misses) into the workspace; after another ``SyncAll`` a core's rows of an expert start after
+the expert's prefix and the earlier cores' hits, and each slot with a hit is read once and
+written to ``recvX`` once per hit, with ``recvSrcMetadata`` ``{srcRank, tokenIdx, topkIdx,
+slotIdx}`` and the top-k weight. The cached path (even launches) splits the rows of the
+previous ``recvSrcMetadata`` over the cores and reads each row's slot again. The check
+compares ``dstBufferSlotIdx``, ``numRecvPerRank``, ``numRecvPerExpert``, ``recvX``,
+``recvSrcMetadata`` and ``recvTopkWeights`` with numpy. The epilogue's stand-ins: FP16 (no
+``recv_scales``, ``IsMxQuant`` false); ``HasTopkWeights`` (a tiling key) is whether
+``recvTopkWeights`` is given; the host sizes the outputs from ``numRecvPerExpert`` (A rows).
 
 Run: ``python samples/mc2_moe_ep_dispatch.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_moe_ep_dispatch.py``.
