@@ -8,12 +8,10 @@ Source: ops-transformer, ``mc2/moe_ep_combine/op_kernel/moe_ep_combine.h`` (``Mo
 ``Mc2Aclnn::MoeCommContext`` of ``mc2/common/op_kernel/mc2_moe_context.h`` and the host tiling
 ``op_host/op_tiling/moe_ep_combine_tiling.cpp`` (``CheckAttrParams``,
 ``CheckInputTensorShape``, ``perSlotBytes``, ``CheckWinSize``, the workspace). Its partner,
-samples/mc2_moe_ep_dispatch.py, runs first (imported); between them this file ports the
-non-quantised paths of ``mc2/moe_ep_dispatch_epilogue/op_kernel/moe_ep_dispatch_epilogue.h``
-(``MoeEpDispatchEpilogue``: ``WaitDispatch``, ``ComputePrefixSums``, ``CountHits``,
-``CopyFromWindowByExpert``, ``CopyFromWindowByCachedMeta``), which turns the received slots
-into ``recvX`` rows grouped by local expert with their ``recvSrcMetadata``
-``{srcRank, tokenIdx, topkIdx, slotIdx}``: the combine's inputs.
+samples/mc2_moe_ep_dispatch.py, runs first (imported), and so does the epilogue port that sample
+holds (``MoeEpDispatchEpilogue``, imported as ``launch_epilogue``): it turns the received
+slots into ``recvX`` rows grouped by local expert with their ``recvSrcMetadata``
+``{srcRank, tokenIdx, topkIdx, slotIdx}``, the combine's inputs.
 
 What runs unchanged: the window layout of ``CheckWinSize`` (the combine status area at
 ``winStateOffset``, right after the dispatch's count and slot notify words: one 32-byte status
@@ -35,10 +33,8 @@ Stand-ins: FP16 rows instead of BF16, no bias inputs (the kernel ignores them), 
 because the kernel waits for all K statuses of a token (see docs/notes/mc2-kernels.md, section
 19); small sizes and the dispatch port's three AIV cores; UB buffers are torch tensors, pipe
 barriers and cache maintenance are program order; the workspaces are their user parts only.
-The epilogue's host tiling is derived from the dispatch's (same ``cfg`` and offsets; its
-workspace is the per-core hit counts) and its vector hit count (``Sub``/``Abs``/``Mins``/
-``ReduceSum``) is a torch compare. The "experts" between the epilogue and the combine add
-their global expert id to each row (FP16, exact). ``MoeCommContext`` is the dispatch port's:
+The "experts" between the epilogue and the combine add their global expert id to each row
+(FP16, exact). ``MoeCommContext`` is the dispatch port's:
 ``hp.HcclChannelAcquire`` / ``hp.HcclChannelGetHcclBuffer`` on the host, writes through
 ``hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]`` (docs/hcomm.md), Ascend 950's UBC_CTP on the A3
 platform's windows.
@@ -67,10 +63,9 @@ from mc2_moe_ep_dispatch import (
     K,
     MoeCommContext,
     MoeEpCommonTilingData,
-    MoeEpDispatchTilingData,
-    blocks,
     i32,
     launch_dispatch,
+    launch_epilogue,
 )
 
 import hccl_py as hp
@@ -83,8 +78,6 @@ FLOAT_PER_UB_ALIGN = 8
 DCCI_OFFSET = 64
 MAX_OUT_DTYPE_SIZE = 2
 METADATA_DTYPE_SIZE = 4
-ELEM_ALIGN = 8
-META_TOPK_SECTION = 2
 SIZEOF_X = 2  # FP16
 
 
@@ -108,19 +101,6 @@ class MoeEpCombineInfo(TilingData):
 
 class MoeEpCombineTilingData(TilingData):
     _fields_ = [("moeEpCombineInfo", MoeEpCombineInfo)]
-
-
-class MoeEpDispatchEpilogueInfo(TilingData):
-    _fields_ = [
-        ("cfg", MoeEpCommonTilingData),
-        *uint32_fields("aivNum"),
-        *[(name, c_uint64) for name in ("totalUbSize", "winDataOffset", "slotWinStateOffset")],
-        *uint32_fields("cached", "isMxQuant"),
-    ]
-
-
-class MoeEpDispatchEpilogueTilingData(TilingData):
-    _fields_ = [("moeEpDispatchEpilogueInfo", MoeEpDispatchEpilogueInfo)]
 
 
 # ---------------------------------------------------------------- host tiling
@@ -170,179 +150,6 @@ def MoeEpCombineTilingFunc(epWorldSize, epRankId, numExperts, nmt, cclBufferSize
     info.aivNum = AIV_NUM  # GetCoreNumAiv stand-in
     info.totalUbSize = 248 * 1024
     return tiling, workspace
-
-
-def MoeEpDispatchEpilogueTilingFunc(dispatch: MoeEpDispatchTilingData, cached: bool):
-    """Stand-in for the epilogue's host tiling: the dispatch's cfg and offsets; the workspace
-    holds the per-core hit counts."""
-    tiling = MoeEpDispatchEpilogueTilingData()
-    src, info = dispatch.moeEpDispatchInfo, tiling.moeEpDispatchEpilogueInfo
-    info.cfg = src.cfg
-    info.aivNum, info.totalUbSize = src.aivNum, src.totalUbSize
-    info.winDataOffset, info.slotWinStateOffset = src.winDataOffset, src.slotWinStateOffset
-    info.cached = int(cached)
-    hitCountStride = Ceil(src.cfg.numLocalExperts, ELEM_ALIGN) * ELEM_ALIGN
-    return tiling, info.aivNum * hitCountStride * 4
-
-
-# ---------------------------------------------------------------- the epilogue (dispatch side)
-
-
-class MoeEpDispatchEpilogue:
-    def Init(self, context, numRecvPerRank, numRecvPerExpert, cachedRecvSrcMetadata, recvX,
-             recvSrcMetadata, recvTopkWeights, workspace, tilingData) -> None:  # fmt: skip
-        info = tilingData.moeEpDispatchEpilogueInfo
-        self.aivId_, self.aivNum_ = hp.GetBlockIdx(), info.aivNum
-        self.IsCached, self.HasTopkWeights = bool(info.cached), recvTopkWeights is not None
-        self.numLocalExperts_, self.axisK_, self.axisH_ = (
-            info.cfg.numLocalExperts,
-            info.cfg.topK,
-            info.cfg.hidden,
-        )
-        self.epWorldSize_, self.numMaxTokensPerRank_ = (
-            info.cfg.epWorldSize,
-            info.cfg.numMaxTokensPerRank,
-        )
-        self.perSlotBytes_ = info.cfg.perSlotBytes
-        ctx = context
-        self.epRankId_ = ctx.epRankId
-        self.localSlotStateWinAddr_ = ctx.epHcclBuffer[self.epRankId_] + info.slotWinStateOffset
-        self.localWinAddr_ = ctx.epHcclBuffer[self.epRankId_] + info.winDataOffset
-        self.metaOffset_ = Ceil(self.axisH_ * SIZEOF_X, UB_ALIGN) * UB_ALIGN
-        self.numRecvPerRankGm_ = i32(numRecvPerRank, self.epWorldSize_)
-        self.cachedRecvSrcMetadata_ = cachedRecvSrcMetadata
-        self.recvX_, self.recvSrcMetadata_ = recvX, recvSrcMetadata
-        self.recvTopkWeights_ = recvTopkWeights
-        self.axisKAlign_ = Ceil(self.axisK_, ELEM_ALIGN) * ELEM_ALIGN
-        self.hitCountStride_ = Ceil(self.numLocalExperts_, ELEM_ALIGN) * ELEM_ALIGN
-        self.hitCountGm_ = i32(workspace, self.aivNum_ * self.hitCountStride_)
-        L = self.numLocalExperts_
-        self.ubExpertPfx_ = hp.gm_tensor(numRecvPerExpert, torch.int64, L).clone()
-        self.expertSum_ = int(self.ubExpertPfx_.sum())
-
-    def SplitToCore(self, curSendCnt: int) -> tuple[int, int, int]:
-        start, end = split_to_core(curSendCnt, self.aivNum_, self.aivId_)
-        return start, end, end - start
-
-    def WaitDispatch(self) -> None:
-        if self.aivId_ != self.aivNum_ - 1:
-            return
-        n = self.epWorldSize_  # the column sums of the slot notify words: the flag column
-        while int(blocks(self.localSlotStateWinAddr_, n).sum(dim=0)[0]) != n:
-            pass
-        blocks(self.localSlotStateWinAddr_, n)[:] = 0
-
-    def ComputePrefixSums(self) -> None:
-        self.ubExpertPfx_ = torch.cumsum(self.ubExpertPfx_, 0) - self.ubExpertPfx_
-
-    def slotMeta(self, rankId: int, slot: int) -> torch.Tensor:
-        addr = self.localWinAddr_ + (rankId * self.numMaxTokensPerRank_ + slot) * self.perSlotBytes_
-        return i32(addr + self.metaOffset_, META_TOPK_SECTION * self.axisKAlign_ + 2)
-
-    def CountHits(self) -> None:
-        self.ubRecvCnt_ = self.numRecvPerRankGm_.clone()
-        self.ubHitCount_ = torch.zeros(self.numLocalExperts_, dtype=torch.int32)
-        base = self.epRankId_ * self.numLocalExperts_
-        for rankId in range(self.epWorldSize_):
-            slotCnt = int(self.ubRecvCnt_[rankId])
-            slotStart, slotEnd, _ = self.SplitToCore(slotCnt)
-            if slotCnt == 0 or slotStart >= slotEnd:
-                continue
-            ids = torch.stack(
-                [self.slotMeta(rankId, s)[: self.axisK_] for s in range(slotStart, slotEnd)]
-            )
-            for localExpertId in range(self.numLocalExperts_):
-                self.ubHitCount_[localExpertId] += int((ids == base + localExpertId).sum())
-        row = self.aivId_ * self.hitCountStride_
-        self.hitCountGm_[row : row + self.numLocalExperts_] = self.ubHitCount_
-
-    def CopyFromWindowByExpert(self) -> None:
-        L, K_, H_ = self.numLocalExperts_, self.axisK_, self.axisH_
-        ubRowStart = self.ubExpertPfx_.clone()
-        for aiv in range(self.aivId_):  # the earlier cores' hits come first in each expert
-            row = aiv * self.hitCountStride_
-            ubRowStart += self.hitCountGm_[row : row + L].to(torch.int64)
-        ubLocalCursor = [0] * L
-        base = self.epRankId_ * L
-        recvX = hp.gm_tensor(self.recvX_, torch.float16, self.expertSum_ * H_)
-        meta = i32(self.recvSrcMetadata_, self.expertSum_ * RECV_META_FIELDS)
-        for rankId in range(self.epWorldSize_):
-            slotCnt = int(self.ubRecvCnt_[rankId])
-            slotStart, slotEnd, _ = self.SplitToCore(slotCnt)
-            if slotCnt == 0 or slotStart >= slotEnd:
-                continue
-            for slot in range(slotStart, slotEnd):
-                ubMeta = self.slotMeta(rankId, slot).clone()
-                srcRank, tokenIdx = (
-                    int(ubMeta[2 * self.axisKAlign_]),
-                    int(ubMeta[2 * self.axisKAlign_ + 1]),
-                )
-                slotAddr = (
-                    self.localWinAddr_
-                    + (rankId * self.numMaxTokensPerRank_ + slot) * self.perSlotBytes_
-                )
-                token = hp.gm_tensor(slotAddr, torch.float16, H_).clone()  # tokenQueue_
-                for topkIdx in range(K_):
-                    expertId = int(ubMeta[topkIdx])
-                    if not base <= expertId < base + L:
-                        continue
-                    localExpertId = expertId - base
-                    globalRow = int(ubRowStart[localExpertId]) + ubLocalCursor[localExpertId]
-                    ubLocalCursor[localExpertId] += 1
-                    recvX[globalRow * H_ : (globalRow + 1) * H_] = token
-                    if self.HasTopkWeights:
-                        weight = ubMeta[self.axisKAlign_ + topkIdx : self.axisKAlign_ + topkIdx + 1]
-                        f32(self.recvTopkWeights_ + globalRow * 4, 1)[:] = weight.view(
-                            torch.float32
-                        )
-                    m = globalRow * RECV_META_FIELDS
-                    meta[m : m + RECV_META_FIELDS] = torch.tensor(
-                        [srcRank, tokenIdx, topkIdx, slot]
-                    )
-
-    def CopyFromWindowByCachedMeta(self) -> None:
-        if self.expertSum_ == 0:
-            return
-        startId, endId, cnt = self.SplitToCore(self.expertSum_)
-        if startId >= endId:
-            return
-        H_ = self.axisH_
-        ubStageMeta = i32(
-            self.cachedRecvSrcMetadata_ + startId * 16, cnt * RECV_META_FIELDS
-        ).clone()
-        recvX = hp.gm_tensor(self.recvX_, torch.float16, self.expertSum_ * H_)
-        for i in range(cnt):
-            srcRankId, _, _, slotIdx = ubStageMeta[i * 4 : i * 4 + 4].tolist()
-            slotAddr = (
-                self.localWinAddr_
-                + (srcRankId * self.numMaxTokensPerRank_ + slotIdx) * self.perSlotBytes_
-            )
-            globalRow = startId + i
-            recvX[globalRow * H_ : (globalRow + 1) * H_] = hp.gm_tensor(slotAddr, torch.float16, H_)
-        i32(self.recvSrcMetadata_ + startId * 16, cnt * RECV_META_FIELDS)[:] = ubStageMeta
-
-    def Process(self) -> None:
-        if not self.IsCached:
-            self.ComputePrefixSums()
-            self.WaitDispatch()
-            hp.SyncAll()
-            self.CountHits()
-            hp.SyncAll()
-            if int(self.ubHitCount_.sum()) != 0:  # the kernel's totalHits: this core's hits
-                self.CopyFromWindowByExpert()
-        else:
-            self.WaitDispatch()
-            hp.SyncAll()
-            self.CopyFromWindowByCachedMeta()
-
-
-def moe_ep_dispatch_epilogue(context, numRecvPerRank, numRecvPerExpert, cachedRecvSrcMetadata,
-                             recvX, recvSrcMetadata, recvTopkWeights, workspace, tilingGM):  # fmt: skip
-    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MoeEpDispatchEpilogueTilingData, tilingGM)
-    op = MoeEpDispatchEpilogue()
-    op.Init(context, numRecvPerRank, numRecvPerExpert, cachedRecvSrcMetadata, recvX,
-            recvSrcMetadata, recvTopkWeights, workspace, tilingData)  # fmt: skip
-    op.Process()
 
 
 # ---------------------------------------------------------------- the kernel
@@ -593,25 +400,20 @@ def reference(rank: int, launch: int) -> np.ndarray:
 def main() -> list[str]:
     rank, n, dev = hp.get_rank(), hp.get_world_size(), hp.device()
     context = MoeCommContext()  # the host's Mc2Context, once per communicator
-    lines, dispatchWs, combineWs, cachedSlots, cachedMeta = [], None, None, None, None
+    lines, cachedSlots, cachedMeta = [], None, None
+    dispatchWs, epilogueWs, combineWs = None, None, None
     for launch in (1, 2):  # odd: slots numbered, weights; even: IsCached, no weights
         x, ids, weights = inputs(rank, launch)
         isCached = launch % 2 == 0
-        tiling, dispatchWs, numRecvPerRank, numRecvPerExpert, dstSlotIdx = launch_dispatch(
+        _, dispatchWs, numRecvPerRank, numRecvPerExpert, dstSlotIdx = launch_dispatch(
             context, x, ids, None if isCached else weights, cachedSlots if isCached else None,
             dispatchWs,
         )  # fmt: skip
-        epiTiling, epiWsSize = MoeEpDispatchEpilogueTilingFunc(tiling, isCached)
-        A = int(numRecvPerExpert.sum())
-        recvX = torch.zeros(A, H, dtype=torch.float16, device=dev)
-        recvSrcMetadata = torch.zeros(A, RECV_META_FIELDS, dtype=torch.int32, device=dev)
-        recvTopkWeights = None if isCached else torch.zeros(A, dtype=torch.float32, device=dev)
-        hp.launch(
-            moe_ep_dispatch_epilogue, context, numRecvPerRank, numRecvPerExpert,
-            cachedMeta if isCached else None, recvX,
-            recvSrcMetadata, recvTopkWeights, torch.zeros(epiWsSize, dtype=torch.uint8, device=dev),
-            epiTiling, block_dim=AIV_NUM, kernel_type="aiv",
+        recvX, recvSrcMetadata, recvTopkWeights, epilogueWs = launch_epilogue(
+            context, dstSlotIdx, numRecvPerRank, numRecvPerExpert,
+            cachedMeta if isCached else None, not isCached, epilogueWs,
         )  # fmt: skip
+        A = recvX.shape[0]
         expertX = experts(recvX, numRecvPerExpert)
         cTiling, wsSize = MoeEpCombineTilingFunc(
             n, rank, LOCAL_EXPERTS * n, NUM_MAX_TOKENS_PER_RANK, CCL_BUFFER_SIZE, expertX.shape,

@@ -45,10 +45,29 @@ flight until the scheduler lands it or ``Drain`` waits for it, and its source is
 it lands, so the data ``Drain`` guards the next launch's rewrite of the slot stash (a
 dropped one is caught by ``explore=16``). The count ``Drain`` is equivalent: the notify
 follows on the same channel, which lands in order (URMA_DEFAULT_CFG). Ascend 950's UBC_CTP
-runs here on the A3 platform's windows (the HCCL buffers). The receiver is ``MoeEpDispatchEpilogue.WaitDispatch`` of
-``mc2/moe_ep_dispatch_epilogue/op_kernel/moe_ep_dispatch_epilogue.h`` (poll the slot notify
-sum, clear it) followed by a plain copy of each source's slots, instead of the epilogue's
-per-expert reordering: it gives the tokens the check compares.
+runs here on the A3 platform's windows (the HCCL buffers).
+
+Each dispatch is followed, as in the shipping pipeline, by a launch of its second kernel on
+the same windows: MoeEpDispatchEpilogue (``mc2/moe_ep_dispatch_epilogue``:
+``op_kernel/moe_ep_dispatch_epilogue.h``, ``Init``, ``SplitToCore``, ``WaitDispatch``,
+``Process``, ``ComputePrefixSums``, ``CountHits``, ``CopyFromWindowByExpert``,
+``CopyFromWindowByCachedMeta``; ``moe_ep_dispatch_epilogue.cpp``,
+``moe_ep_dispatch_epilogue_tiling.h`` and the host tiling
+``op_host/op_tiling/moe_ep_dispatch_epilogue_tiling.cpp``: ``CheckAttrParams``,
+``CheckInputTensorShape``, ``CheckOutputTensors``, ``perSlotBytes``, ``CheckWinSize``, the
+workspace). Its last AIV core polls the slot notify words (32 bytes every 512, an int32
+``ReduceSum`` over the sources, the flag column) until they sum to ``epWorldSize`` and zeroes
+them; after ``SyncAll`` every core counts, for its share of each source's slots, the hits per
+local expert (top-k ids padded with -1; ``Sub``, ``Abs``, ``Mins`` 1, ``ReduceSum``: the
+misses) into the workspace; after another ``SyncAll`` a core's rows of an expert start after
+the expert's prefix and the earlier cores' hits, and each slot with a hit is read once and
+written to ``recvX`` once per hit, with ``recvSrcMetadata`` ``{srcRank, tokenIdx, topkIdx,
+slotIdx}`` and the top-k weight. The cached path (even launches) splits the rows of the
+previous ``recvSrcMetadata`` over the cores and reads each row's slot again. The check
+compares ``dstBufferSlotIdx``, ``numRecvPerRank``, ``numRecvPerExpert``, ``recvX``,
+``recvSrcMetadata`` and ``recvTopkWeights`` with numpy. The epilogue's stand-ins: FP16 (no
+``recv_scales``, ``IsMxQuant`` false); ``HasTopkWeights`` (a tiling key) is whether
+``recvTopkWeights`` is given; the host sizes the outputs from ``numRecvPerExpert`` (A rows).
 
 Run: ``python samples/mc2_moe_ep_dispatch.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_moe_ep_dispatch.py``.
@@ -58,7 +77,7 @@ from ctypes import c_uint64
 
 import numpy as np
 import torch
-from _common import Ceil, compare, i32, on_device, run_sample
+from _common import Ceil, compare, f32, i32, on_device, run_sample
 from _mc2 import moe_inputs, split_to_core, uint32_fields
 
 import hccl_py as hp
@@ -556,29 +575,374 @@ def moe_ep_dispatch(context, x, topkIdx, topkWeights, scales, cachedSlotIdx, num
     op.Process()
 
 
-# ---------------------------------------------------------------- the receiver (stand-in)
+# ---------------------------------------------------------------- the epilogue: host tiling
+
+ELEM_ALIGN = 8
+RECV_META_FIELDS = 4
+META_TOPK_SECTION = 2
+META_EXTRA_FIELDS = 2
+META_SRC_RANK_OFFSET, META_TOKEN_IDX_OFFSET, META_TOPK_IDX_OFFSET, META_SLOT_IDX_OFFSET = 0, 1, 2, 3
+HIT_ROW_OFFSET, HIT_TOPK_OFFSET, HIT_ENTRY_SIZE = 0, 1, 2
+K_MAX, H_MAX = 32, 8192
 
 
-def moe_ep_dispatch_epilogue(ctx, numRecvPerRank, recvSlots, tilingGM):
-    """MoeEpDispatchEpilogue's WaitDispatch, then each source's slots copied out in order."""
-    info = hp.GET_TILING_DATA_WITH_STRUCT(MoeEpDispatchTilingData, tilingGM).moeEpDispatchInfo
-    aivId, aivNum, n = hp.GetBlockIdx(), info.aivNum, info.cfg.epWorldSize
-    localSlotStateWinAddr = GetWinAddrByRankId(ctx, ctx.epRankId, info.slotWinStateOffset)
-    localWinAddr = GetWinAddrByRankId(ctx, ctx.epRankId, info.winDataOffset)
-    perSlotBytes, nmt = info.cfg.perSlotBytes, info.cfg.numMaxTokensPerRank
-    if aivId == aivNum - 1:  # WaitDispatch: the column sums of the notify words, flag column
-        while int(blocks(localSlotStateWinAddr, n).sum(dim=0)[0]) != n:
-            pass
-        blocks(localSlotStateWinAddr, n)[:] = 0
-    hp.SyncAll()
-    counts = i32(numRecvPerRank, n).tolist()
-    first, last = split_to_core(n, aivNum, aivId)
-    for src in range(first, last):
-        row = sum(counts[:src])
-        size = counts[src] * perSlotBytes
-        hp.gm_tensor(recvSlots + row * perSlotBytes, torch.uint8, size)[:] = hp.gm_tensor(
-            localWinAddr + src * nmt * perSlotBytes, torch.uint8, size
+class MoeEpDispatchEpilogueInfo(TilingData):
+    _fields_ = [
+        ("cfg", MoeEpCommonTilingData),
+        *uint32_fields("aivNum"),
+        *[(name, c_uint64) for name in ("totalUbSize", "winDataOffset", "slotWinStateOffset")],
+        *uint32_fields("cached", "isMxQuant"),
+    ]
+
+
+class MoeEpDispatchEpilogueTilingData(TilingData):
+    _fields_ = [("moeEpDispatchEpilogueInfo", MoeEpDispatchEpilogueInfo)]
+
+
+def MoeEpDispatchEpilogueTilingFunc(epWorldSize, epRankId, numExperts, nmt, cclBufferSize,
+                                    dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert,
+                                    cachedRecvSrcMetadata, recvX, recvSrcMetadata,
+                                    recvTopkWeights):  # fmt: skip
+    """The epilogue's host tiling (shapes as tuples, None for an absent optional tensor): the
+    tiling data and the workspace size (its user part, the per-core hit counts)."""
+    tiling = MoeEpDispatchEpilogueTilingData()
+    info = tiling.moeEpDispatchEpilogueInfo
+    # CheckAttrParams (expert_alignment 1)
+    assert 2 <= epWorldSize <= 128 and 0 <= epRankId < epWorldSize
+    assert 2 <= numExperts <= 2048 and numExperts % epWorldSize == 0 and nmt > 0
+    assert cclBufferSize > 0
+    info.cfg.epWorldSize, info.cfg.epRankId, info.cfg.numExperts = epWorldSize, epRankId, numExperts
+    info.cfg.numLocalExperts = numExperts // epWorldSize
+    info.cfg.numMaxTokensPerRank, info.cfg.expertAlignment = nmt, 1
+    cached = cachedRecvSrcMetadata is not None
+    info.cached = int(cached)
+    # CheckInputTensorShape
+    numTokens, topK = dstBufferSlotIdx
+    assert numTokens > 0 and 0 < topK <= K_MAX
+    minTopKLocalExperts = min(topK, info.cfg.numLocalExperts)
+    upper = epWorldSize * nmt * minTopKLocalExperts
+    if cached:
+        assert 0 <= cachedRecvSrcMetadata[0] <= upper
+        assert cachedRecvSrcMetadata[1] == RECV_META_FIELDS
+    assert tuple(numRecvPerRank) == (epWorldSize,)
+    assert tuple(numRecvPerExpert) == (info.cfg.numLocalExperts,)
+    info.cfg.numTokens, info.cfg.topK = numTokens, topK
+    # CheckOutputTensors (FP16 recv_x: no recv_scales)
+    aAlloc, hidden = recvX
+    assert 0 <= aAlloc <= upper and 0 < hidden <= H_MAX
+    assert recvTopkWeights is None or tuple(recvTopkWeights) == (aAlloc,)
+    assert tuple(recvSrcMetadata) == (aAlloc, RECV_META_FIELDS)
+    info.cfg.hidden = hidden
+    hAlign32 = Ceil(hidden * MAX_OUT_DTYPE_SIZE, UB_ALIGN) * UB_ALIGN
+    kAlign32 = Ceil(topK * METADATA_DTYPE_SIZE, UB_ALIGN) * UB_ALIGN
+    info.cfg.perSlotBytes = AlignUpWin(hAlign32 + 0 + kAlign32 * 2 + UB_ALIGN)
+    # CheckWinSize: the dispatch's layout, so the same offsets
+    n, L, K_ = epWorldSize, info.cfg.numLocalExperts, topK
+    cntWinStateSize = n * AlignUpWin(L * 4) + n * WIN_ADDR_ALIGN
+    dispatchWinStateSize = cntWinStateSize + n * WIN_ADDR_ALIGN
+    combineWinStateSize = nmt * K_ * WIN_ADDR_ALIGN + n * WIN_ADDR_ALIGN
+    dispatchWinDataSize = n * nmt * info.cfg.perSlotBytes
+    combineWinDataSize = nmt * K_ * AlignUpWin(hAlign32 + UB_ALIGN)
+    totalStateWinSizeEp = dispatchWinStateSize + combineWinStateSize
+    winNeed = dispatchWinDataSize + combineWinDataSize + totalStateWinSizeEp
+    assert winNeed <= cclBufferSize, "ccl_buffer_size is not enough"
+    info.winDataOffset, info.slotWinStateOffset = totalStateWinSizeEp, cntWinStateSize
+    info.aivNum, info.totalUbSize = AIV_NUM, 248 * 1024  # GetCoreNumAiv, GetCoreMemSize
+    # the workspace (without SYSTEM_NEED_WORKSPACE)
+    hitCountBytes = info.aivNum * Ceil(L, ELEM_ALIGN) * ELEM_ALIGN * 4
+    return tiling, AlignUpWin(hitCountBytes)
+
+
+# ---------------------------------------------------------------- the epilogue: the kernel
+
+
+def slot_rows(addr: hp.GmAddr, count: int, elems: int, stride: int) -> torch.Tensor:
+    """``count`` rows of ``elems`` int32 ``stride`` bytes apart (a DataCopyPad of
+    ``count`` blocks with a source stride), each row a read of its own bytes only."""
+    return torch.stack([i32(addr + i * stride, elems) for i in range(count)])
+
+
+class MoeEpDispatchEpilogue:
+    def Init(self, context, dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert,
+             cachedRecvSrcMetadata, recvX, recvSrcMetadata, recvTopkWeights, recvScales,
+             workspace, tilingData) -> None:  # fmt: skip
+        info = tilingData.moeEpDispatchEpilogueInfo
+        self.IsCached = bool(info.cached)
+        self.HasTopkWeights = bool(recvTopkWeights)  # the tiling key: recv_topk_weights given
+        self.aivId_ = hp.GetBlockIdx()
+        self.workspaceGM_ = workspace
+        self.numLocalExperts_ = info.cfg.numLocalExperts
+        self.aivNum_ = info.aivNum
+        self.axisK_, self.axisH_ = info.cfg.topK, info.cfg.hidden
+        self.epWorldSize_ = info.cfg.epWorldSize
+        self.numMaxTokensPerRank_ = info.cfg.numMaxTokensPerRank
+        self.perSlotBytes_ = info.cfg.perSlotBytes
+        self.winDataOffset_ = info.winDataOffset
+        self.slotWinStateOffset_ = info.slotWinStateOffset
+
+        self.mc2Context_ = context
+        self.epRankId_ = self.mc2Context_.epRankId
+        self.localSlotStateWinAddr_ = GetWinAddrByRankId(
+            self.mc2Context_, self.epRankId_, self.slotWinStateOffset_
         )
+        self.localWinAddr_ = GetWinAddrByRankId(
+            self.mc2Context_, self.epRankId_, self.winDataOffset_
+        )
+        self.metaOffset_ = Ceil(self.axisH_ * SIZEOF_X, UB_ALIGN) * UB_ALIGN
+
+        n, L, K_ = self.epWorldSize_, self.numLocalExperts_, self.axisK_
+        self.numRecvPerRankGm_ = i32(numRecvPerRank, n)
+        self.numRecvPerExpertGm_ = hp.gm_tensor(numRecvPerExpert, torch.int64, L)
+        self.cachedRecvSrcMetadataGm_ = cachedRecvSrcMetadata
+        self.recvXGm_ = recvX
+        self.recvSrcMetadataGm_ = recvSrcMetadata
+        if self.HasTopkWeights:
+            self.recvTopkWeightsGm_ = recvTopkWeights
+        self.hitCountGm_ = workspace
+
+        self.axisKAlign_ = Ceil(K_, ELEM_ALIGN) * ELEM_ALIGN
+        self.metaBytes_ = META_TOPK_SECTION * self.axisKAlign_ * 4 + UB_ALIGN
+        self.ubExpertPfx_ = torch.zeros(Ceil(L * 8, UB_ALIGN) * UB_ALIGN // 8, dtype=torch.int64)
+        self.ubWaitStatus_ = torch.zeros(n, UB_ALIGN // 4, dtype=torch.int32)
+        self.ubWaitSum_ = torch.zeros(UB_ALIGN // 4, dtype=torch.int32)
+
+        if not self.IsCached:
+            self.hitCountStride_ = Ceil(L, ELEM_ALIGN) * ELEM_ALIGN
+            self.paddedMetaElems_ = (
+                Ceil(META_TOPK_SECTION * self.axisKAlign_ + META_EXTRA_FIELDS, ELEM_ALIGN)
+                * ELEM_ALIGN
+            )
+            self.paddedTopkElems_ = self.axisKAlign_
+            maxSlotsPerAiv = Ceil(self.numMaxTokensPerRank_, self.aivNum_)
+            self.ubRecvCnt_ = torch.zeros(Ceil(n * 4, UB_ALIGN) * UB_ALIGN // 4, dtype=torch.int32)
+            self.ubHitCount_ = torch.zeros(Ceil(L * 4, UB_ALIGN) * UB_ALIGN // 4, dtype=torch.int32)
+            self.ubRowStart_ = torch.zeros(Ceil(L * 8, UB_ALIGN) * UB_ALIGN // 8, dtype=torch.int64)
+            self.ubMeta_ = torch.zeros(maxSlotsPerAiv * self.paddedMetaElems_, dtype=torch.int32)
+            topkElems = maxSlotsPerAiv * self.paddedTopkElems_
+            self.ubTopkIds_ = torch.zeros(topkElems, dtype=torch.int32)
+            self.ubTargetExpertId_ = torch.zeros(topkElems, dtype=torch.int32)
+            self.ubSubExpertId_ = torch.zeros(topkElems, dtype=torch.int32)
+            self.ubHitCountRowI64_ = torch.zeros_like(self.ubRowStart_)
+            self.ubStageWeights_ = torch.zeros(K_ * UB_ALIGN // 4, dtype=torch.float32)
+            self.ubStageMeta_ = torch.zeros(K_ * UB_ALIGN // 4, dtype=torch.int32)
+            self.ubHitList_ = torch.zeros(K_ * HIT_ENTRY_SIZE, dtype=torch.int64)
+            self.ubLocalCursor_ = torch.zeros_like(self.ubHitCount_)
+
+        self.tokenQueueBufBytes_ = self.metaOffset_  # tokenQueue_ (no scales: FP16)
+
+        self.ubExpertPfx_[:L] = self.numRecvPerExpertGm_
+        expertSum = 0
+        for localExpertIdx in range(L):
+            expertSum += int(self.ubExpertPfx_[localExpertIdx])
+        self.expertSum_ = expertSum
+
+    def SplitToCore(self, curSendCnt: int, curUseAivNum: int) -> tuple[int, int, int]:
+        startId, endId = split_to_core(curSendCnt, curUseAivNum, self.aivId_)
+        return startId, endId, endId - startId
+
+    def SumOfSlotFlags(self) -> int:
+        """One look at the slot notify words (DataCopy of 32 bytes every 512): their column
+        sums (int32 ReduceSum, pattern RA), of which the first is the flags'."""
+        self.ubWaitStatus_[:] = blocks(self.localSlotStateWinAddr_, self.epWorldSize_)
+        self.ubWaitSum_[:] = self.ubWaitStatus_.sum(dim=0)
+        return int(self.ubWaitSum_[0])
+
+    def WaitDispatch(self) -> None:
+        if self.aivId_ != self.aivNum_ - 1:
+            return
+        commpareFlag = self.epWorldSize_
+        while self.SumOfSlotFlags() != commpareFlag:
+            pass
+        self.ubWaitStatus_[:] = 0  # Duplicate
+        blocks(self.localSlotStateWinAddr_, self.epWorldSize_)[:] = self.ubWaitStatus_
+
+    def Process(self) -> None:
+        if not self.IsCached:
+            self.ComputePrefixSums()
+            self.WaitDispatch()
+            hp.SyncAll()
+            self.CountHits()
+            hp.SyncAll()
+            totalHits = 0  # this core's hits
+            for localExpertIdx in range(self.numLocalExperts_):
+                totalHits += int(self.ubHitCount_[localExpertIdx])
+            if totalHits != 0:
+                self.CopyFromWindowByExpert()
+        else:
+            self.WaitDispatch()
+            hp.SyncAll()
+            self.CopyFromWindowByCachedMeta()
+
+    def ComputePrefixSums(self) -> None:
+        cumulativeRowOffset = 0
+        for localExpertIdx in range(self.numLocalExperts_):
+            expertTokenCnt = int(self.ubExpertPfx_[localExpertIdx])
+            self.ubExpertPfx_[localExpertIdx] = cumulativeRowOffset
+            cumulativeRowOffset += expertTokenCnt
+
+    def CountHits(self) -> None:
+        n, L, K_ = self.epWorldSize_, self.numLocalExperts_, self.axisK_
+        nmt, perSlotBytes = self.numMaxTokensPerRank_, self.perSlotBytes_
+        self.ubRecvCnt_[:n] = self.numRecvPerRankGm_
+        self.ubHitCount_[:L] = 0
+        for rankId in range(n):
+            slotCnt = int(self.ubRecvCnt_[rankId])
+            if slotCnt == 0:
+                continue
+            slotStart, slotEnd, slotCntPerAiv = self.SplitToCore(slotCnt, self.aivNum_)
+            if slotStart >= slotEnd:
+                continue
+            srcRankBase = self.localWinAddr_ + rankId * nmt * perSlotBytes
+            firstSlotAddrThisAiv = srcRankBase + slotStart * perSlotBytes
+            # DataCopyPad: K ids per slot, each row padded with -1 to paddedTopkElems_
+            rows = self.ubTopkIds_[: slotCntPerAiv * self.paddedTopkElems_].view(slotCntPerAiv, -1)
+            rows[:, K_:] = -1
+            rows[:, :K_] = slot_rows(
+                firstSlotAddrThisAiv + self.metaOffset_, slotCntPerAiv, K_, perSlotBytes
+            )
+            calCnt = slotCntPerAiv * self.paddedTopkElems_
+            for localExpertId in range(L):
+                targetExpertId = self.epRankId_ * L + localExpertId
+                self.ubTargetExpertId_[:calCnt] = targetExpertId  # Duplicate
+                torch.sub(self.ubTopkIds_[:calCnt], self.ubTargetExpertId_[:calCnt],
+                          out=self.ubSubExpertId_[:calCnt])  # fmt: skip
+                torch.abs(self.ubSubExpertId_[:calCnt], out=self.ubTargetExpertId_[:calCnt])
+                torch.clamp(
+                    self.ubTargetExpertId_[:calCnt], max=1, out=self.ubSubExpertId_[:calCnt]
+                )
+                self.ubTargetExpertId_[0] = self.ubSubExpertId_[:calCnt].sum()  # ReduceSum AR
+                curOtherExpertCnt = int(self.ubTargetExpertId_[0])
+                curExpertCnt = calCnt - curOtherExpertCnt if calCnt >= curOtherExpertCnt else 0
+                currentHits = int(self.ubHitCount_[localExpertId])
+                self.ubHitCount_[localExpertId] = currentHits + curExpertCnt
+        row = self.aivId_ * self.hitCountStride_
+        i32(self.hitCountGm_ + row * 4, L)[:] = self.ubHitCount_[:L]
+
+    def CopyFromWindowByExpert(self) -> None:
+        n, L, K_, H_ = self.epWorldSize_, self.numLocalExperts_, self.axisK_, self.axisH_
+        nmt, perSlotBytes, Ka = self.numMaxTokensPerRank_, self.perSlotBytes_, self.axisKAlign_
+        self.ubRowStart_[:L] = self.ubExpertPfx_[:L]  # Adds 0
+        for aiv in range(self.aivId_):  # the earlier cores' hits come first in each expert
+            self.ubHitCount_[:L] = i32(self.hitCountGm_ + aiv * self.hitCountStride_ * 4, L)
+            self.ubHitCountRowI64_[:L] = self.ubHitCount_[:L]  # Cast
+            self.ubRowStart_[:L] += self.ubHitCountRowI64_[:L]  # Add
+        self.ubLocalCursor_[:L] = 0
+        tokenBytes = H_ * SIZEOF_X
+        rankExpertBase = self.epRankId_ * L
+        rankExpertEnd = rankExpertBase + L
+        for rankId in range(n):
+            slotCnt = int(self.ubRecvCnt_[rankId])
+            if slotCnt == 0:
+                continue
+            slotStart, slotEnd, slotCntPerAiv = self.SplitToCore(slotCnt, self.aivNum_)
+            if slotStart >= slotEnd:
+                continue
+            srcRankBase = self.localWinAddr_ + rankId * nmt * perSlotBytes
+            firstSlotAddrThisAiv = srcRankBase + slotStart * perSlotBytes
+            metaRows = self.ubMeta_[: slotCntPerAiv * self.paddedMetaElems_].view(slotCntPerAiv, -1)
+            metaRows[:] = slot_rows(
+                firstSlotAddrThisAiv + self.metaOffset_, slotCntPerAiv, self.metaBytes_ // 4,
+                perSlotBytes,
+            )  # fmt: skip
+            for localSlot in range(slotCntPerAiv):
+                metaBase = localSlot * self.paddedMetaElems_
+                hitCnt = 0
+                srcRankMeta = int(self.ubMeta_[metaBase + META_TOPK_SECTION * Ka])
+                tokenIdxMeta = int(self.ubMeta_[metaBase + META_TOPK_SECTION * Ka + 1])
+                slotAddr = srcRankBase + (slotStart + localSlot) * perSlotBytes
+                for topkIdx in range(K_):
+                    expertId = int(self.ubMeta_[metaBase + topkIdx])
+                    if expertId < rankExpertBase or expertId >= rankExpertEnd:
+                        continue
+                    localExpertId = expertId - rankExpertBase
+                    expertRowStart = int(self.ubRowStart_[localExpertId])
+                    cursor = int(self.ubLocalCursor_[localExpertId])
+                    self.ubLocalCursor_[localExpertId] = cursor + 1
+                    globalRow = expertRowStart + cursor
+                    self.ubHitList_[hitCnt * HIT_ENTRY_SIZE + HIT_ROW_OFFSET] = globalRow
+                    self.ubHitList_[hitCnt * HIT_ENTRY_SIZE + HIT_TOPK_OFFSET] = topkIdx
+                    hitCnt += 1
+                if hitCnt == 0:
+                    continue
+                tokenTensor = torch.zeros(
+                    self.tokenQueueBufBytes_, dtype=torch.uint8
+                )  # AllocTensor
+                tokenTensor[:tokenBytes] = hp.gm_tensor(slotAddr, torch.uint8, tokenBytes)
+                tokenOut = tokenTensor  # EnQue, DeQue
+                for i in range(hitCnt):
+                    globalRow = int(self.ubHitList_[i * HIT_ENTRY_SIZE + HIT_ROW_OFFSET])
+                    topkIdx = int(self.ubHitList_[i * HIT_ENTRY_SIZE + HIT_TOPK_OFFSET])
+                    hp.gm_tensor(self.recvXGm_ + globalRow * tokenBytes, torch.uint8, tokenBytes)[
+                        :
+                    ] = tokenOut[:tokenBytes]
+                    if self.HasTopkWeights:
+                        weights = self.ubMeta_.view(torch.float32)[metaBase + Ka + topkIdx]
+                        self.ubStageWeights_[i * ELEM_ALIGN] = weights
+                    stage = i * ELEM_ALIGN
+                    self.ubStageMeta_[stage + META_SRC_RANK_OFFSET] = srcRankMeta
+                    self.ubStageMeta_[stage + META_TOKEN_IDX_OFFSET] = tokenIdxMeta
+                    self.ubStageMeta_[stage + META_TOPK_IDX_OFFSET] = topkIdx
+                    self.ubStageMeta_[stage + META_SLOT_IDX_OFFSET] = slotStart + localSlot
+                for i in range(hitCnt):
+                    globalRow = int(self.ubHitList_[i * HIT_ENTRY_SIZE + HIT_ROW_OFFSET])
+                    if self.HasTopkWeights:
+                        f32(self.recvTopkWeightsGm_ + globalRow * 4, 1)[:] = self.ubStageWeights_[
+                            i * ELEM_ALIGN
+                        ]
+                    i32(self.recvSrcMetadataGm_ + globalRow * RECV_META_FIELDS * 4,
+                        RECV_META_FIELDS)[:] = self.ubStageMeta_[i * ELEM_ALIGN : i * ELEM_ALIGN + 4]  # fmt: skip
+
+    def CopyFromWindowByCachedMeta(self) -> None:
+        if self.expertSum_ == 0:
+            return
+        startId, endId, cnt = self.SplitToCore(self.expertSum_, self.aivNum_)
+        if startId >= endId:
+            return
+        H_, nmt, perSlotBytes = self.axisH_, self.numMaxTokensPerRank_, self.perSlotBytes_
+        tokenBytes = H_ * SIZEOF_X
+        self.ubMeta_ = torch.zeros(
+            Ceil(self.metaBytes_, UB_ALIGN) * UB_ALIGN // 4, dtype=torch.int32
+        )
+        self.ubStageWeights_ = torch.zeros(Ceil(cnt * 4, UB_ALIGN) * UB_ALIGN // 4)
+        self.ubStageMeta_ = torch.zeros(
+            Ceil(cnt * RECV_META_FIELDS * 4, UB_ALIGN) * UB_ALIGN // 4, dtype=torch.int32
+        )
+        metaStart = self.cachedRecvSrcMetadataGm_ + startId * RECV_META_FIELDS * 4
+        self.ubStageMeta_[: cnt * RECV_META_FIELDS] = i32(metaStart, cnt * RECV_META_FIELDS)
+        for i in range(cnt):
+            metaBase = i * RECV_META_FIELDS
+            srcRankId = int(self.ubStageMeta_[metaBase + META_SRC_RANK_OFFSET])
+            srcTopkIdx = int(self.ubStageMeta_[metaBase + META_TOPK_IDX_OFFSET])
+            slotIdx = int(self.ubStageMeta_[metaBase + META_SLOT_IDX_OFFSET])
+            slotAddr = self.localWinAddr_ + srcRankId * nmt * perSlotBytes + slotIdx * perSlotBytes
+            tokenTensor = torch.zeros(self.tokenQueueBufBytes_, dtype=torch.uint8)  # AllocTensor
+            tokenTensor[:tokenBytes] = hp.gm_tensor(slotAddr, torch.uint8, tokenBytes)
+            if self.HasTopkWeights:
+                self.ubMeta_[: self.metaBytes_ // 4] = i32(
+                    slotAddr + self.metaOffset_, self.metaBytes_ // 4
+                )
+                weight = self.ubMeta_.view(torch.float32)[self.axisKAlign_ + srcTopkIdx]
+                self.ubStageWeights_[i] = weight
+            tokenOut = tokenTensor  # EnQue, DeQue
+            globalRow = startId + i
+            hp.gm_tensor(self.recvXGm_ + globalRow * tokenBytes, torch.uint8, tokenBytes)[:] = (
+                tokenOut[:tokenBytes]
+            )
+        if self.HasTopkWeights:
+            f32(self.recvTopkWeightsGm_ + startId * 4, cnt)[:] = self.ubStageWeights_[:cnt]
+        i32(self.recvSrcMetadataGm_ + startId * RECV_META_FIELDS * 4, cnt * RECV_META_FIELDS)[:] = (
+            self.ubStageMeta_[: cnt * RECV_META_FIELDS]
+        )
+
+
+def moe_ep_dispatch_epilogue(context, dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert,
+                             cachedRecvSrcMetadata, recvX, recvSrcMetadata, recvTopkWeights,
+                             recvScales, workspace, tilingGM):  # fmt: skip
+    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MoeEpDispatchEpilogueTilingData, tilingGM)
+    op = MoeEpDispatchEpilogue()
+    op.Init(context, dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert, cachedRecvSrcMetadata,
+            recvX, recvSrcMetadata, recvTopkWeights, recvScales, workspace, tilingData)  # fmt: skip
+    op.Process()
 
 
 # ---------------------------------------------------------------- host side and the check
@@ -610,40 +974,45 @@ def reference_slots(ids: np.ndarray, n: int) -> np.ndarray:
 
 
 def reference(rank: int, launch: int) -> np.ndarray:
-    """numpy: dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert, then every received slot's
-    x row, top-k ids, top-k weights (odd launches) and {source rank, token}."""
-    n = hp.get_world_size()
+    """numpy: dstBufferSlotIdx, numRecvPerRank, numRecvPerExpert, then the epilogue's recvX,
+    recvSrcMetadata and (odd launches) recvTopkWeights.
+
+    Slots of each source are numbered in its token order. The epilogue's rows are grouped by
+    local expert; within one, AIV core c's hits come before core c + 1's, and a core walks its
+    share of each source's slots (SplitToCore), source by source, slot by slot, k by k. An
+    even launch replays the previous routing, so its rows keep the previous launch's order.
+    """
+    n, base = hp.get_world_size(), rank * LOCAL_EXPERTS
     _, ids, _ = inputs(rank, launch)
     parts = [reference_slots(ids, n).reshape(-1)]
-    per_rank, per_expert, rows = [], np.zeros(LOCAL_EXPERTS, dtype=np.int64), []
+    per_rank, per_expert = [], np.zeros(LOCAL_EXPERTS, dtype=np.int64)
+    received = []  # per source: its tokens with an expert here, in slot order
     for s in range(n):
-        x, sids, w = inputs(s, launch)
+        _, sids, _ = inputs(s, launch)
         tokens = [
             t for t in range(BS) if any(e >= 0 and e // LOCAL_EXPERTS == rank for e in sids[t])
         ]
+        received.append(tokens)
         per_rank.append(len(tokens))
         for e in range(LOCAL_EXPERTS):
-            per_expert[e] += np.count_nonzero(sids == rank * LOCAL_EXPERTS + e)
-        for t in tokens:
-            rows += [x[t].astype(np.float64), sids[t].astype(np.float64)]
-            rows += [w[t].astype(np.float64)] if launch % 2 else []
-            rows.append(np.array([s, t], dtype=np.float64))
-    parts += [np.array(per_rank), per_expert, *rows]
-    return np.concatenate([p.astype(np.float64).reshape(-1) for p in parts])
-
-
-def decode(slots: torch.Tensor, launch: int, tiling: MoeEpDispatchTilingData) -> list[torch.Tensor]:
-    """The check's view of received slots: x, ids, weights (odd launches), {rank, token}."""
-    cfg = tiling.moeEpDispatchInfo.cfg
-    hAlign = Ceil(cfg.hidden * SIZEOF_X, UB_ALIGN) * UB_ALIGN
-    Ka = Ceil(cfg.topK * TOPK_INFO_SIZE, UB_ALIGN) * UB_ALIGN // TOPK_INFO_SIZE
-    out = []
-    for slot in slots.view(-1, cfg.perSlotBytes):
-        meta = slot[hAlign:].view(torch.int32)
-        out += [slot[: H * SIZEOF_X].view(torch.float16).double(), meta[:K].double()]
-        out += [meta[Ka : Ka + K].view(torch.float32).double()] if launch % 2 else []
-        out.append(meta[2 * Ka : 2 * Ka + 2].double())
-    return out
+            per_expert[e] += np.count_nonzero(sids == base + e)
+    rows: list[list[tuple[int, int, int, int]]] = [[] for _ in range(LOCAL_EXPERTS)]
+    for core in range(AIV_NUM):
+        for s, tokens in enumerate(received):
+            _, sids, _ = inputs(s, launch)
+            first, last = split_to_core(len(tokens), AIV_NUM, core)
+            for slot in range(first, last):
+                t = tokens[slot]
+                for k in range(K):
+                    if base <= sids[t, k] < base + LOCAL_EXPERTS:
+                        rows[sids[t, k] - base].append((s, t, k, slot))
+    meta = [row for expert in rows for row in expert]
+    sources = [inputs(s, launch) for s in range(n)]
+    recv_x = [sources[s][0][t] for s, t, _, _ in meta]
+    parts += [np.array(per_rank), per_expert, *recv_x, np.array(meta).reshape(-1)]
+    if launch % 2:
+        parts.append(np.array([sources[s][2][t, k] for s, t, k, _ in meta]))
+    return np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1) for p in parts])
 
 
 def launch_dispatch(context, x, ids, weights, cached, workspace):
@@ -679,10 +1048,37 @@ def launch_dispatch(context, x, ids, weights, cached, workspace):
     return tiling, workspace, numRecvPerRank, numRecvPerExpert, dstSlotIdx
 
 
+def launch_epilogue(context, dstSlotIdx, numRecvPerRank, numRecvPerExpert, cachedMeta,
+                    weights, workspace):  # fmt: skip
+    """One MoeEpDispatchEpilogue launch as the host runs it, after its dispatch: recvX and
+    recvSrcMetadata sized by the dispatch's per-expert counts (A rows), recvTopkWeights when
+    ``weights``, ``cachedMeta`` a previous recvSrcMetadata (IsCached) or None, ``workspace``
+    the previous launch's (None: a new one). Returns recvX, recvSrcMetadata,
+    recvTopkWeights (or None) and the workspace."""
+    rank, n, dev = hp.get_rank(), hp.get_world_size(), hp.device()
+    A = int(numRecvPerExpert.sum())  # the host's look at the dispatch's counts
+    recvX = torch.zeros(A, H, dtype=torch.float16, device=dev)
+    recvSrcMetadata = torch.zeros(A, RECV_META_FIELDS, dtype=torch.int32, device=dev)
+    recvTopkWeights = torch.zeros(A, dtype=torch.float32, device=dev) if weights else None
+    tiling, wsSize = MoeEpDispatchEpilogueTilingFunc(
+        n, rank, LOCAL_EXPERTS * n, NUM_MAX_TOKENS_PER_RANK, CCL_BUFFER_SIZE,
+        tuple(dstSlotIdx.shape), tuple(numRecvPerRank.shape), tuple(numRecvPerExpert.shape),
+        None if cachedMeta is None else tuple(cachedMeta.shape), tuple(recvX.shape),
+        tuple(recvSrcMetadata.shape), None if recvTopkWeights is None else (A,),
+    )  # fmt: skip
+    if workspace is None:  # the workspace outlives a launch (stale hit counts included)
+        workspace = torch.zeros(wsSize, dtype=torch.uint8, device=dev)
+    hp.launch(
+        moe_ep_dispatch_epilogue, context, dstSlotIdx, numRecvPerRank, numRecvPerExpert,
+        cachedMeta, recvX, recvSrcMetadata, recvTopkWeights, None, workspace, tiling,
+        block_dim=tiling.moeEpDispatchEpilogueInfo.aivNum, kernel_type="aiv",
+    )  # fmt: skip
+    return recvX, recvSrcMetadata, recvTopkWeights, workspace
+
+
 def main() -> list[str]:
-    rank, n = hp.get_rank(), hp.get_world_size()
-    lines, dev = [], hp.device()
-    workspace, cached = None, None
+    rank = hp.get_rank()
+    lines, workspace, epiWorkspace, cached, cachedMeta = [], None, None, None, None
     context = MoeCommContext()  # the host's Mc2Context, once per communicator
     for launch in (1, 2):  # odd: slots assigned; even: the previous routing, cached slots
         x, ids, weights = inputs(rank, launch)
@@ -690,29 +1086,17 @@ def main() -> list[str]:
         tiling, workspace, numRecvPerRank, numRecvPerExpert, dstSlotIdx = launch_dispatch(
             context, x, ids, None if isCached else weights, cached if isCached else None, workspace
         )
-        aivNum = tiling.moeEpDispatchInfo.aivNum
-        perSlot = tiling.moeEpDispatchInfo.cfg.perSlotBytes
-        recvSlots = torch.zeros(
-            n * NUM_MAX_TOKENS_PER_RANK * perSlot, dtype=torch.uint8, device=dev
-        )
-        hp.launch(
-            moe_ep_dispatch_epilogue, context, numRecvPerRank, recvSlots, tiling, block_dim=aivNum,
-            kernel_type="aiv",
+        recvX, recvSrcMetadata, recvTopkWeights, epiWorkspace = launch_epilogue(
+            context, dstSlotIdx, numRecvPerRank, numRecvPerExpert,
+            cachedMeta if isCached else None, not isCached, epiWorkspace,
         )  # fmt: skip
-        total = int(numRecvPerRank.sum())
-        got = torch.cat(
-            [
-                dstSlotIdx.double().reshape(-1),
-                numRecvPerRank.double(),
-                numRecvPerExpert.double(),
-                *decode(recvSlots[: total * perSlot].cpu(), launch, tiling),
-            ]
-        )
-        mode = "cached" if isCached else "dedup"
-        lines.append(
-            compare(f"launch-{launch}", got, reference(rank, launch), f"{mode}, {total} slots")
-        )
-        cached = dstSlotIdx.clone()
+        got = [dstSlotIdx, numRecvPerRank, numRecvPerExpert, recvX, recvSrcMetadata]
+        got += [] if recvTopkWeights is None else [recvTopkWeights]
+        got = torch.cat([t.double().reshape(-1) for t in got])
+        mode = "cached" if isCached else "dedup, weights"
+        detail = f"{mode}, {int(numRecvPerRank.sum())} slots, {recvX.shape[0]} rows"
+        lines.append(compare(f"launch-{launch}", got, reference(rank, launch), detail))
+        cached, cachedMeta = dstSlotIdx.clone(), recvSrcMetadata.clone()
     return lines
 
 
