@@ -402,7 +402,7 @@ def SyncAll(aiv_only: bool = True) -> None:
     """
     core = _core()
     rec = recorder()
-    start = now_us()
+    start = now_us() if rec is not None else 0.0
     core.launch.sync_all(core, aiv_only)
     if rec is not None:
         head = "SyncAll()" if aiv_only else "SyncAll[False]()"

@@ -157,7 +157,10 @@ class PoolJob:
     def __init__(self, target: Callable[[], None], name: str) -> None:
         self.target = target
         self.name = name
-        self.done = threading.Event()
+        #: Held until the target returned (cheaper than an Event: no Python-level condition).
+        self._running = threading.Lock()
+        self._running.acquire()
+        self._returned = False
         #: The OS thread that runs the target, while it runs (None before and after).
         self.ident: int | None = None
         #: Whether :meth:`interrupt` sent an exception into the target's thread.
@@ -166,11 +169,12 @@ class PoolJob:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the target returned (at most ``timeout`` seconds)."""
-        self.done.wait(timeout)
+        if self._running.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            self._running.release()
 
     def is_alive(self) -> bool:
         """Whether the target has not returned yet."""
-        return not self.done.is_set()
+        return not self._returned
 
     def interrupt(self, exc: type[BaseException]) -> bool:
         """Raise ``exc`` in the target's thread at its next bytecode (to stop a stuck target).
@@ -249,7 +253,8 @@ class _Worker:
                     self.thread.name = IDLE_NAME
                     reuse = self.pool.idle(self)
             finally:
-                job.done.set()
+                job._returned = True
+                job._running.release()
         return reuse
 
 

@@ -111,6 +111,11 @@ class DomainQueue:
         head = self.queue.head()
         return 0 if head is None else head.done
 
+    def _at(self) -> tuple[int, int]:
+        """``(seq, round)`` with one look at the queue's head."""
+        head = self.queue.head()
+        return (self.queue.head_seq, 0) if head is None else (head.seq, head.done)
+
     @property
     def tasks(self) -> dict[int, Task]:
         """This rank's tasks by position (not retired)."""
@@ -132,8 +137,10 @@ class DomainQueue:
 
     def ready(self) -> bool:
         """Whether the thread can start its next round now (a failed dependency fails it)."""
+        if self.running:  # asked at every notification: no look at the queue while a round runs
+            return False
         head = self.queue.head()
-        return head is not None and not self.running and self.server.board.ready(head)
+        return head is not None and self.server.board.ready(head)
 
     def rounds_done(self, seq: int, repeat: int) -> int:
         """How many rounds of task ``seq`` (of ``repeat`` rounds) finished."""
@@ -287,7 +294,9 @@ class DomainQueue:
         cond = self.server.cond
         while True:
             with cond:
-                if upto is not None and (self.seq, self.round) > upto:
+                if self.running:  # another thread runs a round (claim() would refuse)
+                    return
+                if upto is not None and self._at() > upto:
                     return
                 job = self.claim()
             if job is None:

@@ -91,6 +91,9 @@ class DistServer(Server):
         self.late = config.schedule == "late"
         self.domains: dict[str, pg_rounds.Domain | None] = {}
         self.queues: dict[str, DomainQueue] = {}
+        #: The queues of single-rank domains (no thread: waiting threads run their rounds),
+        #: replaced, never changed, when one is added; every wait asks for them.
+        self.local_queues: tuple[DomainQueue, ...] = ()
         #: This rank's tasks of every domain: the task-queue state machine the emulator uses.
         self.board = TaskBoard(
             late=self.late, local=True, restore=restore, on_failure=self.cond.notify_all
@@ -149,6 +152,8 @@ class DistServer(Server):
             queue = self.queues[name] = DomainQueue(self, group, dom)
             if queue.group.size > 1:
                 queue.thread.start()
+            else:
+                self.local_queues = (*self.local_queues, queue)
         return queue
 
     def _has_work(self) -> bool:
@@ -160,17 +165,14 @@ class DistServer(Server):
             self.board.release()
             self.cond.notify_all()
 
-    def _local(self) -> list[DomainQueue]:
-        return [q for q in self.queues.values() if q.group.size == 1]
-
     def _run_local(self) -> None:
         """Run the ready rounds of single-rank domains in this thread (they need no peer)."""
-        for queue in self._local():
+        for queue in self.local_queues:
             queue.drain()
 
     def _take_local(self) -> Callable[[], None] | None:
         """Blocker hook, under the lock: a waiting thread runs a ready single-rank round."""
-        for queue in self._local():
+        for queue in self.local_queues:
             if queue.ready():
                 return queue.drain
         return None
@@ -261,10 +263,10 @@ class DistServer(Server):
             self._release()
         self._run_local()
         queue.run_until((task.seq, round_idx))
+        tasks, seq, repeat = queue.queue, task.seq, task.repeat
         self.blocker.wait_for(
-            lambda: (
-                queue.rounds_done(task.seq, task.repeat) > round_idx or queue.failure_at(task.seq)
-            ),
+            # asked at every notification while this thread sleeps (each idle core of a launch)
+            lambda: tasks.rounds_done(seq, repeat) > round_idx or tasks.failure_at(seq) is not None,
             lambda: self._describe_wait(queue, task, round_idx),
         )
         with self.cond:
