@@ -300,7 +300,7 @@ class BufferRaces:
         slots = self.slots(task.domain_name)
         if next(iter(slots), task.seq) >= task.seq:  # no earlier task of the domain is left
             own = slots.get(task.seq)
-            if own is None or not any(t.deps for t in own.tasks.values()):
+            if own is None or not own.all_deps:
                 return False
         # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
         todo = [(task.domain_name, task.seq - 1)]
