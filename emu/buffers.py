@@ -34,6 +34,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -44,7 +45,7 @@ from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
 
 from .intervals import Runs
-from .races import user_frame
+from .races import place_text, user_frame, user_place
 from .server_order import Ordered, deps
 from .slot import Slot
 
@@ -79,10 +80,16 @@ class Round:
 
     task: Task
     index: int
-    where: str
+    #: Where it was committed: a text, or a :func:`~.races.user_place` made text when asked.
+    at: str | tuple[CodeType, int] | None
     #: When the round was marked, among every round of the world (ties in reports go to the
     #: earliest).
     order: int = 0
+
+    @property
+    def where(self) -> str:
+        """``file.py:line (function)`` of the Commit."""
+        return self.at if isinstance(self.at, str) else place_text(self.at)
 
     def describe(self) -> str:
         """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
@@ -281,7 +288,7 @@ class BufferRaces:
         """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes, or,
         while a round that must finish first is not committed by this rank (the task waits
         behind it), keep them until that Commit; then mark the rounds it releases."""
-        rnd = Round(task, round_idx, user_frame())
+        rnd = Round(task, round_idx, user_place())
         with self.lock:
             if self._gated(rank, task):
                 self.gated[rank].append(rnd)
@@ -313,11 +320,10 @@ class BufferRaces:
             top[domain] = seq
             slots = self.slots(domain)
             for at, slot in list(slots.items()):
-                if at <= seq and any(
-                    t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat
-                    for r, t in slot.tasks.items()
-                ):
-                    return True
+                if at <= seq:
+                    for r, t in slot.tasks.items():
+                        if t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat:
+                            return True
             todo += [(d.domain_name, d.seq) for d in deps(slots, seq)]
         return False
 
