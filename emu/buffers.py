@@ -366,15 +366,23 @@ class BufferRaces:
             if self.gated[rank]:
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
-                rounds = sides[0].rounds  # never empty while filed
-                if done.covers(rounds[-1]):  # what a Wait orders of them is a prefix
+                rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
+                n = len(rounds)
+                if pending_task is task:  # its own rounds up to ``last`` (``covers``, inline)
+                    ordered = 0
+                    while ordered < n and rounds[ordered].index <= last:
+                        ordered += 1
+                elif done.covers(rounds[-1]):
+                    ordered = n
+                else:
+                    ordered = 0
+                    while done.covers(rounds[ordered]):
+                        ordered += 1
+                if ordered == n:
                     del tasks[pending_task]
                     self._unfile(rank, sides)
-                    continue
-                ordered = 0
-                while done.covers(rounds[ordered]):
-                    ordered += 1
-                del rounds[:ordered]
+                else:
+                    del rounds[:ordered]
 
     def _unfile(self, rank: int, sides: list[Pending]) -> None:
         """Drop ``sides`` (no round pending any more) from their storages' lists."""

@@ -36,7 +36,7 @@ from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
-from hccl_py.trace.recorder import now_us
+from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
@@ -164,7 +164,7 @@ class EmuWorld(Server):
             )
         with self.blocker.lock:
             self.board.finish(slot, error)
-            if error is None:
+            if error is None and recording():
                 for task in tasks:
                     server_round(task, round_idx, started)
             self._poison_reached()
