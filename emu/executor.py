@@ -137,6 +137,14 @@ def _widen(view: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def _widen_new(fresh: torch.Tensor) -> torch.Tensor:
+    """:func:`_widen` of a tensor torch just made (contiguous, at offset 0): by its rows' size."""
+    for dtype, size in _WIDE:
+        if fresh.shape[-1] % size == 0:
+            return fresh.view(dtype)
+    return fresh
+
+
 def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
     """Copy uint8 ``src`` into uint8 ``dst`` (same shape), as wide elements where possible."""
     wide_dst, wide_src = _widen(dst), _widen(src)
@@ -190,7 +198,7 @@ def _all_gather(tasks: list[Task], r: int) -> None:
     if _direct(tasks, r):
         _direct_moves(tasks, r, 0)
         return
-    gathered = _widen(torch.cat([read(t, "send", r) for t in tasks]))
+    gathered = _widen_new(torch.cat([read(t, "send", r) for t in tasks]))
     for t in tasks:
         write(t, "recv", r, gathered, skip=_local(t))
 
