@@ -339,7 +339,12 @@ class Unwatched:
             core = _CORE.get()
             if core is not None:
                 core.held = False
-                core.sync()
+                watch = core.watch  # what sync() does, asked here: most exits change nothing
+                if watch.pending or watch.windows:
+                    if not core.on:
+                        core.sync()
+                elif core.on:
+                    core.off()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()
