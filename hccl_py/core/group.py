@@ -14,8 +14,11 @@ class Group:
     def __init__(self, ranks: Sequence[int], name: str) -> None:
         self.ranks = tuple(int(r) for r in ranks)
         self.name = name
-        #: Number of ranks in the domain (``GetRankDim``; asked at every switch of a meeting).
-        self.size = len(self.ranks)
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in the domain (``GetRankDim``)."""
+        return len(self.ranks)
 
     def rank_of(self, global_rank: int) -> int | None:
         """The index of ``global_rank`` in this domain, or None if it is not a member."""
