@@ -34,6 +34,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -44,7 +45,7 @@ from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
 
 from .intervals import Runs
-from .races import user_frame
+from .races import place_text, user_frame, user_place
 from .server_order import Ordered, deps
 from .slot import Slot
 
@@ -79,10 +80,16 @@ class Round:
 
     task: Task
     index: int
-    where: str
+    #: Where it was committed: a text, or a :func:`~.races.user_place` made text when asked.
+    at: str | tuple[CodeType, int] | None
     #: When the round was marked, among every round of the world (ties in reports go to the
     #: earliest).
     order: int = 0
+
+    @property
+    def where(self) -> str:
+        """``file.py:line (function)`` of the Commit."""
+        return self.at if isinstance(self.at, str) else place_text(self.at)
 
     def describe(self) -> str:
         """``round 0 of handle 1 (AllGather(FP32, count=8, repeat=1))``."""
@@ -281,7 +288,7 @@ class BufferRaces:
         """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes, or,
         while a round that must finish first is not committed by this rank (the task waits
         behind it), keep them until that Commit; then mark the rounds it releases."""
-        rnd = Round(task, round_idx, user_frame())
+        rnd = Round(task, round_idx, user_place())
         with self.lock:
             if self._gated(rank, task):
                 self.gated[rank].append(rnd)
@@ -300,7 +307,7 @@ class BufferRaces:
         slots = self.slots(task.domain_name)
         if next(iter(slots), task.seq) >= task.seq:  # no earlier task of the domain is left
             own = slots.get(task.seq)
-            if own is None or not any(t.deps for t in own.tasks.values()):
+            if own is None or not own.all_deps:
                 return False
         # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
         todo = [(task.domain_name, task.seq - 1)]
@@ -313,11 +320,10 @@ class BufferRaces:
             top[domain] = seq
             slots = self.slots(domain)
             for at, slot in list(slots.items()):
-                if at <= seq and any(
-                    t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat
-                    for r, t in slot.tasks.items()
-                ):
-                    return True
+                if at <= seq:
+                    for r, t in slot.tasks.items():
+                        if t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat:
+                            return True
             todo += [(d.domain_name, d.seq) for d in deps(slots, seq)]
         return False
 
@@ -360,15 +366,23 @@ class BufferRaces:
             if self.gated[rank]:
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
-                rounds = sides[0].rounds  # never empty while filed
-                if done.covers(rounds[-1]):  # what a Wait orders of them is a prefix
+                rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
+                n = len(rounds)
+                if pending_task is task:  # its own rounds up to ``last`` (``covers``, inline)
+                    ordered = 0
+                    while ordered < n and rounds[ordered].index <= last:
+                        ordered += 1
+                elif done.covers(rounds[-1]):
+                    ordered = n
+                else:
+                    ordered = 0
+                    while done.covers(rounds[ordered]):
+                        ordered += 1
+                if ordered == n:
                     del tasks[pending_task]
                     self._unfile(rank, sides)
-                    continue
-                ordered = 0
-                while done.covers(rounds[ordered]):
-                    ordered += 1
-                del rounds[:ordered]
+                else:
+                    del rounds[:ordered]
 
     def _unfile(self, rank: int, sides: list[Pending]) -> None:
         """Drop ``sides`` (no round pending any more) from their storages' lists."""

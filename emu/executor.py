@@ -46,13 +46,45 @@ def _strided(data: torch.Tensor, blocks: Blocks, wide: bool = False) -> torch.Te
     return view
 
 
+def _round_view(task: Task, side: str, round_idx: int, wide: bool) -> torch.Tensor | None:
+    """:func:`_strided` of round ``round_idx``, from views of every round made once per task.
+
+    When every round is regular with the same shape and the rounds are evenly spaced,
+    one strided view of all of them is cut into the rounds' views (the widest type
+    that every round allows); otherwise each round's view is made when asked.
+    """
+    views = task.round_views.get((side, wide))
+    if views is None:
+        views = task.round_views[(side, wide)] = _task_views(task, side, wide)
+    if views and 0 <= round_idx < len(views):
+        return views[round_idx]
+    return _strided(task.memory(side), layout.round_blocks(task, side, round_idx), wide)
+
+
+def _task_views(task: Task, side: str, wide: bool) -> tuple[torch.Tensor, ...]:
+    """The views of every round, or () when the rounds do not form one strided view."""
+    reg = layout.rounds_regular(task, side)
+    if reg is None:
+        return ()
+    start, n, nbytes, step, gap = reg
+    if n > 1 and step < nbytes:
+        return ()
+    data = task.memory(side)
+    offset = data.storage_offset() + start
+    view = data.as_strided((task.repeat, n, nbytes), (gap, step, 1), offset)
+    if wide:
+        for dtype, size in _WIDE:
+            if nbytes % size == 0 and offset % size == 0 and step % size == 0 and gap % size == 0:
+                return view.view(dtype).unbind(0)
+    return view.unbind(0)
+
+
 def read(task: Task, side: str, round_idx: int) -> torch.Tensor:
     """The (blocks, bytes) uint8 source of one round, as a view where possible."""
-    blocks = layout.round_blocks(task, side, round_idx)
-    data = task.memory(side)
-    view = _strided(data, blocks)
+    view = _round_view(task, side, round_idx, False)
     if view is not None:
         return view
+    blocks, data = layout.round_blocks(task, side, round_idx), task.memory(side)
     return torch.stack(
         [data[int(s) : int(s) + int(n)] for s, n in zip(blocks.starts, blocks.sizes, strict=True)]
     )
@@ -65,15 +97,15 @@ def write(
 
     ``values`` are bytes (uint8), or the same bytes as a wider integer type.
     """
-    blocks = layout.round_blocks(task, side, round_idx)
-    data = task.memory(side)
-    view = _strided(data, blocks, wide=True) if skip is None else None
+    view = _round_view(task, side, round_idx, True) if skip is None else None
     if view is not None:
         if view.dtype == values.dtype:
             view.copy_(values)
         else:
             copy_bytes(_as_bytes(view), _as_bytes(values))
         return
+    blocks = layout.round_blocks(task, side, round_idx)
+    data = task.memory(side)
     for k, (s, n) in enumerate(zip(blocks.starts.tolist(), blocks.sizes.tolist(), strict=True)):
         if k != skip:
             copy_bytes(data[s : s + n], _as_bytes(values[k]))
@@ -103,6 +135,14 @@ def _widen(view: torch.Tensor) -> torch.Tensor:
         if size_of_row % size == 0 and offset % size == 0 and all(s % size == 0 for s in outer):
             return view.view(dtype)
     return view
+
+
+def _widen_new(fresh: torch.Tensor) -> torch.Tensor:
+    """:func:`_widen` of a tensor torch just made (contiguous, at offset 0): by its rows' size."""
+    for dtype, size in _WIDE:
+        if fresh.shape[-1] % size == 0:
+            return fresh.view(dtype)
+    return fresh
 
 
 def copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -158,7 +198,7 @@ def _all_gather(tasks: list[Task], r: int) -> None:
     if _direct(tasks, r):
         _direct_moves(tasks, r, 0)
         return
-    gathered = _widen(torch.cat([read(t, "send", r) for t in tasks]))
+    gathered = _widen_new(torch.cat([read(t, "send", r) for t in tasks]))
     for t in tasks:
         write(t, "recv", r, gathered, skip=_local(t))
 

@@ -37,6 +37,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import CodeType
 
 import torch
 
@@ -64,18 +65,28 @@ _SKIPPED_FILES: set[str] = set()
 
 def user_frame() -> str:
     """``file.py:line (function)`` of the innermost caller outside torch and hccl_py."""
+    return place_text(user_place())
+
+
+def user_place() -> tuple[CodeType, int] | None:
+    """The code and line of :func:`user_frame`, its text made only when a report asks."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename not in _SKIPPED_FILES:
             if not filename.startswith(_SKIP):
-                break
+                return frame.f_code, frame.f_lineno
             _SKIPPED_FILES.add(filename)
         frame = frame.f_back
-    if frame is None:
+    return None
+
+
+def place_text(place: tuple[CodeType, int] | None) -> str:
+    """A :func:`user_place` as :func:`user_frame` writes it."""
+    if place is None:
         return "an unknown place"
-    code = frame.f_code
-    return f"{os.path.basename(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
+    code, line = place
+    return f"{os.path.basename(code.co_filename)}:{line} ({code.co_name})"
 
 
 @dataclass(frozen=True, eq=False)

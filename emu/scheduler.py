@@ -298,8 +298,8 @@ class Scheduler(Blocker):
             if not pred():
                 self.raise_if_failed()
                 self._block(me, pred, what)
-            if not pred():
-                self.raise_if_failed()
+                if not pred():  # (a test that held at once still holds: nothing ran since)
+                    self.raise_if_failed()
 
     def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Block until the runners of ``threads`` ended, even in a failed world."""

@@ -64,5 +64,4 @@ def deps(slots: Mapping[int, Slot], top: int) -> Iterable[Task]:
     """The InterHcclGroupSync dependencies of every task of one domain up to seq ``top``."""
     for seq, slot in list(slots.items()):
         if seq <= top:
-            for task in slot.tasks.values():
-                yield from task.deps
+            yield from slot.all_deps

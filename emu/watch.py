@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -184,7 +185,11 @@ class _Stack:
 
     def insert(self, depth: int, mode: Any) -> None:
         """Put ``mode`` at ``depth`` (below the modes entered since, as if entered before them)."""
-        above = [self.pop() for _ in range(self.length() - depth)]
+        length = self.length()
+        if length <= depth:  # nothing entered since (the usual case): one push
+            self.push(mode)
+            return
+        above = [self.pop() for _ in range(length - depth)]
         self.push(mode)
         for other in reversed(above):
             self.push(other)
@@ -203,7 +208,7 @@ class _Stack:
 
 _DISPATCH = _Stack(
     torch._C._len_torch_dispatch_stack,
-    lambda: torch._C._pop_torch_dispatch_stack(None),
+    functools.partial(torch._C._pop_torch_dispatch_stack, None),
     torch._C._push_on_torch_dispatch_stack,
 )
 _FUNCTION = _Stack(
@@ -254,7 +259,7 @@ class CoreWatch:
         if watch.pending or watch.windows:
             if not self.on:
                 for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
-                    stack.insert(min(depth, stack.length()), mode)
+                    stack.insert(depth, mode)
                 self.on = True
         else:
             self.off()
@@ -299,6 +304,7 @@ class Unwatched:
     def __init__(self, lock: Any) -> None:
         self.lock = lock
         self._guard = RunnerLocal()
+        self._guards = 0  # runners holding a guard now (none: no runner's guard to look up)
 
     def __enter__(self) -> None:
         lock = self.lock
@@ -319,19 +325,26 @@ class Unwatched:
             guard = torch._C._DisableTorchDispatch()
             guard.__enter__()
             self._guard.held = guard
+            self._guards += 1
 
     def __exit__(self, *exc: object) -> None:
         lock = self.lock
         lock.__exit__(*exc)
         if not lock._is_owned():
-            guard = self._guard.get("held")
+            guard = self._guard.get("held") if self._guards else None
             if guard is not None:
                 self._guard.held = None
+                self._guards -= 1
                 guard.__exit__(None, None, None)
             core = _CORE.get()
             if core is not None:
                 core.held = False
-                core.sync()
+                watch = core.watch  # what sync() does, asked here: most exits change nothing
+                if watch.pending or watch.windows:
+                    if not core.on:
+                        core.sync()
+                elif core.on:
+                    core.off()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()

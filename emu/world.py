@@ -36,7 +36,7 @@ from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
 from hccl_py.trace.hooks import server_round
-from hccl_py.trace.recorder import now_us
+from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
@@ -132,9 +132,14 @@ class EmuWorld(Server):
         self.board.poisoned(slot, round_idx, save_and_poison(task, round_idx))
 
     def _has_work(self) -> bool:
-        return bool(self.writes.pending) or any(
-            self.board.ready(s) for s in list(self.board.pending)
-        )
+        if self.writes.pending:
+            return True
+        ready = self.board.ready
+        # a loop, not any() over a generator (a call per slot): this is asked at every switch
+        for slot in list(self.board.pending):  # noqa: SIM110
+            if ready(slot):
+                return True
+        return False
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
@@ -159,7 +164,7 @@ class EmuWorld(Server):
             )
         with self.blocker.lock:
             self.board.finish(slot, error)
-            if error is None:
+            if error is None and recording():
                 for task in tasks:
                     server_round(task, round_idx, started)
             self._poison_reached()
@@ -186,7 +191,10 @@ class EmuWorld(Server):
             self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
             assert isinstance(slot, Slot)
-            slot.clocks[(task.rank, round_idx)] = self.watched.release(task.domain.ranks[task.rank])
+            if self.watched.races is not None:  # the window race check's clock of this Commit
+                slot.clocks[(task.rank, round_idx)] = self.watched.release(
+                    task.domain.ranks[task.rank]
+                )
             self.buffers.committed(task.domain.ranks[task.rank], task, round_idx)
             if self.config.poison:
                 self._poison_reached()
@@ -227,8 +235,9 @@ class EmuWorld(Server):
 
     def _ordered_after(self, slot: Slot, task: Task, rounds: range) -> None:
         """``task``'s rank saw ``rounds`` of ``slot`` done: it is ordered after every Commit."""
-        clocks = [slot.clocks.get((r, k)) for k in rounds for r in slot.ranks]
-        self.watched.acquire(task.domain.ranks[task.rank], clocks)
+        if self.watched.races is not None:  # the window race check's clocks
+            clocks = [slot.clocks.get((r, k)) for k in rounds for r in slot.ranks]
+            self.watched.acquire(task.domain.ranks[task.rank], clocks)
         if rounds:
             self.buffers.ordered(task.domain.ranks[task.rank], task, rounds[-1])
 

@@ -143,6 +143,25 @@ def all_blocks(task: Task, side: str) -> Blocks:
     return _rounds(task, side)[1]
 
 
+def rounds_regular(task: Task, side: str) -> tuple[int, int, int, int, int] | None:
+    """``(start, blocks, nbytes, step, gap)`` when every round's blocks are regular alike
+    (:meth:`Blocks.regular`) and round ``r``'s start at ``start + r * gap`` (``gap >= 0``),
+    so that one strided view holds every round; memoised per task shape."""
+    per_round, flat = _rounds(task, side)
+    return flat.memo("rounds_regular", lambda _: _rounds_regular(per_round))  # type: ignore[return-value]
+
+
+def _rounds_regular(per_round: list[Blocks]) -> tuple[int, int, int, int, int] | None:
+    regs = [blocks.regular() for blocks in per_round]
+    if not regs or None in regs or len({reg[1:] for reg in regs}) != 1:  # type: ignore[index]
+        return None
+    (start, nbytes, step), n = regs[0], len(per_round[0].starts)  # type: ignore[misc]
+    gap = regs[1][0] - start if len(regs) > 1 else 0  # type: ignore[index]
+    if gap < 0 or any(reg[0] != start + r * gap for r, reg in enumerate(regs)):  # type: ignore[index]
+        return None
+    return start, n, nbytes, step, gap
+
+
 def span(blocks: Blocks) -> tuple[int, int] | None:
     """``(lowest byte, end byte)`` touched by the non-empty blocks, or None if all are empty."""
     return blocks.memo("span", _span)

@@ -52,6 +52,8 @@ class Task:
     caller: str | None = None
     #: Byte layouts of every round per side, computed once (:mod:`hccl_py.core.layout`).
     layout_cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: The emulator's per-round views of the buffers, made once per task (not sent anywhere).
+    round_views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     #: One-sided handles (BatchWrite) the object returned before this task: only some ranks
     #: may make them, so ranks compare collective tasks by :attr:`collective_index`.
     one_sided_before: int = 0
@@ -69,8 +71,9 @@ class Task:
         return Task(**(init | changes))
 
     def __getstate__(self) -> dict:
-        """What travels to other processes: not the commit notes (functions of this process)."""
-        return self.__dict__ | {"commit_notes": {}}
+        """What travels to other processes: not the commit notes (functions of this process)
+        nor the round views (tensors of this process's memory)."""
+        return self.__dict__ | {"commit_notes": {}, "round_views": {}}
 
     @property
     def collective_index(self) -> int:

@@ -61,9 +61,14 @@ class TemplateFunction:
         return lambda *args, **kwargs: self._checked(args, {**kwargs, self._keyword: value})
 
     def _checked(self, args: tuple, kwargs: dict[str, Any]) -> Any:
-        """Call the function; arguments that do not fit its signature are reported as misuse."""
-        lead = () if self._bound is None else (self._bound,)
-        return call_checked(self._func, (*lead, *args), kwargs, self._bound, self._keyword)
+        """Call the function; arguments that do not fit its signature are reported as misuse
+        (:func:`call_checked`, inline: every kernel call of a template method comes here)."""
+        func, bound = self._func, self._bound
+        lead = () if bound is None else (bound,)
+        try:
+            return func(*lead, *args, **kwargs)
+        except TypeError as exc:
+            return misfit_or_raise(exc, func, (*lead, *args), kwargs, bound, self._keyword)
 
     def __repr__(self) -> str:
         return f"<template {self._func.__qualname__}[{self._keyword}]>"
@@ -159,6 +164,9 @@ def checked(method: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return call_checked(method, (self, *args), kwargs, self)
+        try:  # call_checked, inline
+            return method(self, *args, **kwargs)
+        except TypeError as exc:
+            return misfit_or_raise(exc, method, (self, *args), kwargs, self)
 
     return call

@@ -56,6 +56,11 @@ class Position:
     #: Domain rank -> committed rounds not poisoned yet; round -> what the server saved.
     unpoisoned: dict[int, list[int]] = dataclasses.field(default_factory=dict)
     poisoned: dict[int, list[Any]] = dataclasses.field(default_factory=dict)
+    #: Set as tasks arrive (:meth:`add`), asked at every switch: every tracked rank submitted
+    #: its task; the rounds (as the first task says); every task's InterHcclGroupSync deps.
+    complete: bool = False
+    repeat: int = 0
+    all_deps: list[Task] = dataclasses.field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -63,27 +68,20 @@ class Position:
         return (self.domain, self.seq)
 
     @property
-    def complete(self) -> bool:
-        """Every tracked rank submitted its task."""
-        return len(self.tasks) == len(self.ranks)
-
-    @property
-    def repeat(self) -> int:
-        """Rounds of the position (as the first submitted task says)."""
-        return self.sample().repeat
-
-    @property
     def finished(self) -> bool:
         """Every round ran."""
         return self.complete and self.done >= self.repeat
 
+    def add(self, rank: int, task: Task) -> None:
+        """Domain rank ``rank``'s task arrived at this position."""
+        self.tasks[rank] = task
+        self.all_deps = [dep for one in self.tasks.values() for dep in one.deps]
+        self.repeat = self.sample().repeat
+        self.complete = len(self.tasks) == len(self.ranks)
+
     def sample(self) -> Task:
         """Some rank's task, for descriptions."""
         return next(iter(self.tasks.values()))
-
-    def deps(self) -> list[Task]:
-        """The InterHcclGroupSync dependencies of every tracked rank's task."""
-        return [dep for task in self.tasks.values() for dep in task.deps]
 
     def not_submitted(self) -> list[int]:
         """Tracked domain ranks whose task has not arrived."""
@@ -99,7 +97,8 @@ class Position:
         """A stand-in for the finished position of ``task`` that its domain forgot."""
         ranks = tuple(ranks)
         position = cls(task.domain_name, task.seq, ranks)
-        position.tasks = dict.fromkeys(ranks, task)
+        for rank in ranks:
+            position.add(rank, task)
         position.done = task.repeat
         return position
 
@@ -284,7 +283,7 @@ class TaskBoard:
     def submit(self, task: Task) -> Position:
         """Place ``task`` at its position."""
         position = self.position(task)
-        position.tasks[task.rank] = task
+        position.add(task.rank, task)
         return position
 
     def commit(self, task: Task, round_idx: int, poison: bool = False) -> Position:
@@ -310,11 +309,15 @@ class TaskBoard:
         """
         if position.running or position.error is not None or not position.complete:
             return False
-        if position.finished or position.not_committed(position.done + 1, self.late):
+        done = position.done
+        if done >= position.repeat:
+            return False
+        counts = position.released if self.late else position.committed
+        if len(counts) < len(position.ranks) or min(counts.values()) <= done:
             return False
         if not self.domains[position.domain].reached(position):
             return False
-        deps = position.deps()
+        deps = position.all_deps
         done, error = self.deps_state(deps) if deps else (True, None)
         if error is not None:
             self.fail(position, error)
@@ -433,7 +436,7 @@ class TaskBoard:
         previous = dom.get(position.seq - 1)
         if previous is not None and not previous.finished:
             return Why("earlier task", position=previous)
-        for dep in position.deps():
+        for dep in position.all_deps:
             dep_dom = self.domains.get(dep.domain_name)
             if dep_dom is None or dep_dom.rounds_done(dep.seq, dep.repeat) < dep.repeat:
                 found = None if dep_dom is None else dep_dom.get(dep.seq)

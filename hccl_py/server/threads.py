@@ -109,6 +109,8 @@ class WakeCondition(threading.Condition):
     def _wake(self, n: int | None) -> None:
         if not self._is_owned():
             raise RuntimeError("cannot notify on un-acquired lock")
+        if not self._sleepers and not self._notifying:  # nobody to wake (a runner's world)
+            return
         if self._notifying:  # a test or the hook notified again: evaluate everyone once more
             self._again = True
             return
