@@ -4,9 +4,12 @@ A runner that reads the same values :data:`POLL_READS` times in a row (a
 ``Query`` of a handle, a window flag) is polling: it is blocked until one of the
 values changes, so that the others run. When nothing else can run, a blocked
 poller is let read on, as a core on hardware keeps reading: its own loop may
-be bounded and go on to something else. Only a poller that reads its unchanged
-values :data:`QUIET_READS` times while nothing else can run is part of a
-deadlock. Exact: no clock is read, and every schedule counts the same reads.
+be bounded and go on to something else. The blocked pollers share
+:data:`QUIET_READS` such reads (they take turns) while nothing else can run; then
+their polls are part of a deadlock. With k pollers each makes about
+``QUIET_READS / k`` of them: a longer loop with its own bound is reported
+(docs/emulator.md says why the allowance is not per poller). Exact: no clock is
+read, and every schedule counts the same reads.
 """
 
 from __future__ import annotations
