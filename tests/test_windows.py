@@ -1350,3 +1350,29 @@ def test_a_held_view_of_a_status_area_nobody_writes_is_a_deadlock(copy_to_ub: bo
         "which keep the value [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] (int32; bytes"
     ) in err.reason
     assert "and 64 more bytes: no rank writes them" in err.reason
+
+
+def test_held_views_of_two_status_areas_read_in_turn_are_polled() -> None:
+    """A loop that reads two status areas alternately (each a held view of 128 bytes) polls
+    both. Before the fix only a range read again with no other window read between was a
+    poll: rank 0 spun with the baton, rank 1 never wrote, and the loop ended at its bound
+    with neither status seen (0 instead of 64)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        state = h.GetWindowsInAddr(0) + FLAG
+        if h.GetRankId() == 1:
+            hp.gm_tensor(state, torch.int32, 32)[:] = 1
+            hp.gm_tensor(state + 1024, torch.int32, 32)[:] = 1
+        else:
+            first = hp.gm_tensor(state, torch.int32, 32)
+            second = hp.gm_tensor(state + 1024, torch.int32, 32)
+            got = 0
+            for _ in range(STATUS_POLL_BOUND):
+                got = int(first.sum()) + int(second.sum())
+                if got == 64:
+                    break
+            hp.gm_tensor(out, torch.float32, 1)[0] = got
+
+    got = run_kernel(kernel, n=2, timeout=60)
+    assert got[0][0] == 64
