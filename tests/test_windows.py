@@ -395,6 +395,29 @@ def test_batch_write_a2_refuses_a_source_outside_the_windows() -> None:
     )
 
 
+@pytest.mark.parametrize(("count", "end"), [(2**62, 2**64 + 64), (2**63 + 1, 2**65 + 68)])
+def test_batch_write_a2_count_whose_bytes_pass_2_64_is_a_bounds_error(count: int, end: int) -> None:
+    """An A2 item's ``count * size`` of 2**64 bytes or more is out of every window. Before the
+    review of 2026-11-28 hccl_py multiplied in uint64: 2**62 FP32 elements wrapped to 0 bytes
+    and 2**63 + 1 to 4 bytes, and the call copied that little without a report."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, peer = hp.get_rank(), 1 - hp.get_rank()
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(h.GetWindowsInAddr(peer)), count, int(FP32), peer)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError), info.value
+    assert f"BatchWrite: item 0: source: bytes [64, {end}) of WindowsOut of rank 0" in err.reason
+
+
 def test_batch_write_a2_refuses_a_peer_on_the_same_server() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)
