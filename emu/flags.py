@@ -23,6 +23,10 @@ from .intervals import Runs
 from .modes import KernelMode
 from .watch import _plan
 
+#: Status-sized ranges a core keeps in mind (:attr:`FlagPolls.held_reads`): a loop that
+#: polls up to this many status areas in turn through held views is seen polling.
+HELD_RECENT = 8
+
 
 class FlagPolls(KernelMode):
     """Reports the flag and status reads of one core's held window tensors as polls."""
@@ -39,9 +43,9 @@ class FlagPolls(KernelMode):
         self.blocker = blocker
         self.rank = rank
         self.internal = internal
-        #: The window range this core read last: a status area read again with no other
-        #: window read between is a poll (a data tile read again later is not).
-        self.last_read: tuple | None = None
+        #: The status-sized window ranges this core read lately, newest last: one read again
+        #: is a poll (a loop that reads two status areas alternately polls both).
+        self.held_reads: dict[tuple, None] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -56,8 +60,6 @@ class FlagPolls(KernelMode):
             if window is None:
                 continue
             size = value.numel() * value.element_size()
-            where = (id(window), value.storage_offset(), value.shape, value.stride())
-            again, self.last_read = self.last_read, where
             if size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
             elif (  # flags[idx] of a larger view reads only what idx picks
@@ -68,9 +70,20 @@ class FlagPolls(KernelMode):
                 runs, nbytes = touched(func, args, i, value)
                 if 0 < nbytes <= POLL_BYTES:
                     self._poll(window, value, runs)
-            elif size <= HELD_POLL_BYTES and again == where:  # a status area
+            elif size <= HELD_POLL_BYTES and self._again(window, value):  # a status area
                 self._poll(window, value, byte_runs(value)[0])
         return result
+
+    def _again(self, window: WindowAllocation, value: torch.Tensor) -> bool:
+        """Whether this core read the range of ``value`` among its last :data:`HELD_RECENT`
+        status-sized ranges; notes the read."""
+        where = (id(window), value.storage_offset(), value.shape, value.stride())
+        seen = where in self.held_reads
+        self.held_reads.pop(where, None)
+        self.held_reads[where] = None
+        if len(self.held_reads) > HELD_RECENT:
+            del self.held_reads[next(iter(self.held_reads))]
+        return seen
 
     def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
         """One read of flag bytes (``runs`` of ``tensor``): the scheduler blocks a core that

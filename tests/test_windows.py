@@ -395,6 +395,29 @@ def test_batch_write_a2_refuses_a_source_outside_the_windows() -> None:
     )
 
 
+@pytest.mark.parametrize(("count", "end"), [(2**62, 2**64 + 64), (2**63 + 1, 2**65 + 68)])
+def test_batch_write_a2_count_whose_bytes_pass_2_64_is_a_bounds_error(count: int, end: int) -> None:
+    """An A2 item's ``count * size`` of 2**64 bytes or more is out of every window. Before the
+    review of 2026-11-28 hccl_py multiplied in uint64: 2**62 FP32 elements wrapped to 0 bytes
+    and 2**63 + 1 to 4 bytes, and the call copied that little without a report."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, peer = hp.get_rank(), 1 - hp.get_rank()
+        local = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(local, torch.uint8, 32)[:] = a2_items(
+            [(int(local + 64), int(h.GetWindowsInAddr(peer)), count, int(FP32), peer)]
+        )
+        hp.gm_tensor(out, torch.float32, 1)[0] = h.BatchWrite[True](local, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, ranks_per_server=1)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError), info.value
+    assert f"BatchWrite: item 0: source: bytes [64, {end}) of WindowsOut of rank 0" in err.reason
+
+
 def test_batch_write_a2_refuses_a_peer_on_the_same_server() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)
@@ -1350,3 +1373,29 @@ def test_a_held_view_of_a_status_area_nobody_writes_is_a_deadlock(copy_to_ub: bo
         "which keep the value [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0] (int32; bytes"
     ) in err.reason
     assert "and 64 more bytes: no rank writes them" in err.reason
+
+
+def test_held_views_of_two_status_areas_read_in_turn_are_polled() -> None:
+    """A loop that reads two status areas alternately (each a held view of 128 bytes) polls
+    both. Before the fix only a range read again with no other window read between was a
+    poll: rank 0 spun with the baton, rank 1 never wrote, and the loop ended at its bound
+    with neither status seen (0 instead of 64)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        state = h.GetWindowsInAddr(0) + FLAG
+        if h.GetRankId() == 1:
+            hp.gm_tensor(state, torch.int32, 32)[:] = 1
+            hp.gm_tensor(state + 1024, torch.int32, 32)[:] = 1
+        else:
+            first = hp.gm_tensor(state, torch.int32, 32)
+            second = hp.gm_tensor(state + 1024, torch.int32, 32)
+            got = 0
+            for _ in range(STATUS_POLL_BOUND):
+                got = int(first.sum()) + int(second.sum())
+                if got == 64:
+                    break
+            hp.gm_tensor(out, torch.float32, 1)[0] = got
+
+    got = run_kernel(kernel, n=2, timeout=60)
+    assert got[0][0] == 64

@@ -54,6 +54,8 @@ ITEM_DTYPES: dict[str, np.dtype] = {
         ]
     ),
 }
+#: The largest byte count a uint64 holds (an A2 item's ``count * size`` beyond it wraps).
+_MAX_BYTES = np.uint64(2**64 - 1)
 #: Element size of every HcclDataType value 0..255 (0: not a data type BatchWrite can move).
 _SIZES = np.zeros(256, dtype=np.uint64)
 for _t in MOVE_DTYPES:
@@ -84,10 +86,17 @@ def decode_items(raw: bytes, fmt: str) -> Items:
         if bad.size:
             k = int(bad[0])
             problem = (k, f"dataType {int(dtypes[k])} is not a data type BatchWrite can move")
+        counts = items["count"]
+        nbytes = counts * sizes  # uint64: wraps where count * size is 2**64 or more
+        over = np.flatnonzero(counts > _MAX_BYTES // np.maximum(sizes, 1))
+        if over.size:  # the exact size, which no window holds (a bounds report, not a wrap)
+            nbytes = nbytes.astype(object)
+            for k in over:
+                nbytes[k] = int(counts[k]) * int(sizes[k])
         return Items(
             src=items["localBuf"],
             dst=items["remoteBuf"],
-            nbytes=items["count"] * sizes,
+            nbytes=nbytes,
             remote_rank=items["remoteRankId"].astype(np.int64),
             problem=problem,
         )
