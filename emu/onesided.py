@@ -7,7 +7,11 @@ rounds of a collective; a seeded schedule runs them somewhere in between; and wi
 then: a kernel that reads a window before the flag that announces the data
 sees the poison instead of data that arrived by chance. A BatchWrite item of at most
 ``WHOLE_ITEM_BYTES`` (a flag, a 32-byte status block) is not poisoned: until it
-lands a poll sees the old value, as on hardware.
+lands a poll sees the old value, as on hardware. Nor is any Atlas A2 item: the
+shipping A2 MoE kernels carry an item's own status at its head and its flag at
+its tail, both ``-1`` when set, which is the poison's pattern, and an RDMA write
+keeps the old bytes until it lands. The window race check still reports a read
+of an item's bytes that nothing ordered after it.
 
 Hcomm channel writes (:meth:`OneSidedWrites.post`) take the same way from the
 doorbell on; a ``Drain`` of their channel lands the channel's pending writes in
@@ -59,9 +63,10 @@ class OneSidedWrites:
     """The one-sided copies of BatchWrite and AlltoAllvWrite in an emulated world.
 
     The world builds one with its scheduler (``blocker``), its race check
-    (``races``, None without ``poison``), its meetings and the set of global
-    ranks that returned from their function (read in reports); it takes a
-    pending write as a job with :meth:`job`.
+    (``races``, None without ``poison``), its meetings, the set of global
+    ranks that returned from their function (read in reports) and whether its
+    BatchWrite items land whole (Atlas A2); it takes a pending write as a job
+    with :meth:`job`.
     """
 
     def __init__(
@@ -71,8 +76,11 @@ class OneSidedWrites:
         poison: bool,
         meetings: Rendezvous,
         returned: Collection[int],
+        whole_items: bool = False,
     ) -> None:
         self.blocker = blocker
+        #: How many bytes of a BatchWrite item keep their old value until it lands.
+        self.item_whole = 1 << 62 if whole_items else WHOLE_ITEM_BYTES
         self.races = races
         self.poison = poison
         self.meetings = meetings
@@ -94,7 +102,7 @@ class OneSidedWrites:
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
-        self._submit((task.domain_name, task.rank, *queue), copies, WHOLE_ITEM_BYTES, epoch)
+        self._submit((task.domain_name, task.rank, *queue), copies, self.item_whole, epoch)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""

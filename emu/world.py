@@ -87,7 +87,12 @@ class EmuWorld(Server):
         self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
         self.returned: set[int] = set()
         self.writes = OneSidedWrites(
-            self.blocker, self.races, config.poison, self.meetings, self.returned
+            self.blocker,
+            self.races,
+            config.poison,
+            self.meetings,
+            self.returned,
+            whole_items=config.platform.batch_write_format == "A2",
         )
         self.writes.pick = self.blocker.policy.pick_queue
         #: Every domain's slots, their order, failures and poison (one state machine).

@@ -35,10 +35,12 @@ windows themselves; above, every core writes one 32-byte A2 ``BatchWriteItem``
 included, and after ``SyncAll`` core 0 sends them all with one ``BatchWrite<true>`` while a
 core copies the own rank's rows and flag itself; then every core polls its ranks' flags.
 
-The multi-server path (16 ranks) is refused by hccl_py: BatchWrite.md allows A2 items only
-towards ranks on other servers and never the own rank, while these kernels address every
-rank of the domain (section 25). ``main`` therefore runs the single-server path; the 16-rank
-run is tests/test_samples.py's ``test_moe_distribute_a2_multi_server_batch_write_is_refused``.
+The multi-server path (16 ranks) breaks BatchWrite.md, which allows A2 items only towards
+ranks on other servers and never the own rank, while these kernels address every rank of the
+domain (section 25): hccl_py warns once per BatchWrite (``batch-write-server``) and copies the
+items, as the op's documentation (fullmesh at 16 to 384 ranks) says the server does. ``main``
+runs the single-server path; the 16-rank run is tests/test_samples.py's
+``test_moe_distribute_a2_multi_server_runs_with_a_warning``.
 With 4 experts per rank ``moeExpertNum`` is a multiple of 8: the combine copies
 ``RoundUp(moeExpertNum, 8)`` counts of ``epSendCount``, a tensor of ``moeExpertNum``, which
 reads past its end otherwise (``test_moe_distribute_a2_combine_reads_past_ep_send_count``).

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..core import report
 from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
@@ -200,7 +201,7 @@ class OneSided:
             state = b.state
             task = state.one_sided_task(_BW, handle, batchWriteInfo, int(itemNum))
             try:
-                copies = self._copies(batchWriteInfo, int(itemNum))
+                copies = self._copies(batchWriteInfo, int(itemNum), handle)
             except InvalidCall as bad:
                 # with one sender, the other cores never read the items: they got this handle
                 alone = not queues and has_other_cores(core)
@@ -271,7 +272,7 @@ class OneSided:
             )
         return self._binding.queue_num()
 
-    def _copies(self, info: GmAddr, n: int) -> list[tuple[GmAddr, GmAddr, int]]:
+    def _copies(self, info: GmAddr, n: int, handle: int) -> list[tuple[GmAddr, GmAddr, int]]:
         """Read and check the ``n`` items at ``info``: (source, destination, bytes) per item."""
         state = self._binding.state
         config = state.rank_ctx.config
@@ -290,6 +291,7 @@ class OneSided:
             raise InvalidCall("bad-argument", f"item {k}: {why}", actual=why)
         me = state.rank_ctx.rank
         copies = []
+        local = None
         for k in range(n):
             nbytes = int(items.nbytes[k])
             src = self._item_addr(k, "source", int(items.src[k]), nbytes)
@@ -311,8 +313,17 @@ class OneSided:
                 )
             self._check_destination(k, dst)
             if items.remote_rank is not None:
-                self._check_a2_peer(k, int(items.remote_rank[k]), dst)
+                why = self._check_a2_peer(k, int(items.remote_rank[k]), dst)
+                local = local or why
             copies.append((src, dst, nbytes))
+        if local is not None:
+            report.warn(
+                "batch-write-server",
+                f"BatchWrite: {local}: on {config.platform.name} BatchWrite.md allows items only "
+                "towards ranks on other servers, never the own rank; the shipping fullmesh MoE "
+                "dispatch and combine (16 ranks and more) send such items, so hccl_py copies it",
+                handle=handle,
+            )
         return copies
 
     def _check_destination(self, k: int, dst: GmAddr) -> None:
@@ -354,8 +365,9 @@ class OneSided:
             raise InvalidCall("bounds", reason) from None
         return addr
 
-    def _check_a2_peer(self, k: int, remote: int, dst: GmAddr) -> None:
-        """Atlas A2: remoteRankId names the destination window's owner, on another server."""
+    def _check_a2_peer(self, k: int, remote: int, dst: GmAddr) -> str | None:
+        """Atlas A2: remoteRankId names the destination window's owner; why the item breaks
+        BatchWrite.md's rule of another server, if it does."""
         state = self._binding.state
         config = state.rank_ctx.config
         if not 0 <= remote < state.rank_dim:
@@ -376,21 +388,11 @@ class OneSided:
                 actual=dst.rank,
             )
         me, per = state.rank_ctx.rank, config.ranks_per_server
-        if config.platform.batch_write_remote_only and peer == me:
-            raise InvalidCall(
-                "platform-limit",
-                f"item {k}: remoteRankId {remote} names this rank; on {config.platform.name} "
-                "an item's destination must not be the own rank (BatchWrite.md), whatever "
-                "ranks_per_server is; copy into the own window directly",
-                expected="the id of a rank on another server",
-                actual=remote,
-            )
         if config.platform.batch_write_remote_only and me // per == peer // per:
-            raise InvalidCall(
-                "platform-limit",
-                f"item {k}: on {config.platform.name} BatchWrite only reaches ranks on other "
-                f"servers, but rank {me} and rank {peer} are both on server {me // per} "
-                f"(ranks_per_server={per}); copy into a window of the same server directly, or "
-                "emulate one rank per server with hp.run(..., ranks_per_server=1) or "
-                "HCCL_PY_RANKS_PER_SERVER=1",
+            return (
+                f"item {k}: remoteRankId {remote} names this rank"
+                if peer == me
+                else f"item {k}: rank {me} and rank {peer} are both on server {me // per} "
+                f"(ranks_per_server={per})"
             )
+        return None

@@ -72,6 +72,10 @@ def user_frame() -> str:
 #: shows each one).
 KINDS: dict[str, str] = {
     "alg-config": "the host's algConfig string names no algorithm the op knows",
+    "batch-write-server": (
+        "an Atlas A2 BatchWrite item towards the own rank or a rank of the same server, which "
+        "BatchWrite.md forbids and the shipping fullmesh MoE kernels send; hccl_py copies it"
+    ),
     "buffer-race": "the buffer race check cannot decide: a numpy view of bytes a round will write",
     "dtype-mismatch": "a Prepare's dataType is not the dtype of a tensor passed as its buffer",
     "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
