@@ -44,6 +44,9 @@ class ClientState:
         self.rank = self.group.rank_of(self.rank_ctx.rank)
         self.rank_dim = self.group.size
         self.tasks: dict[int, Task] = {}
+        #: Prepare arguments every core passed alike, validated once: their task fields
+        #: (:meth:`~hccl_py.client.prepare.PreparePath.fields`).
+        self.validated: dict[tuple, tuple[object, object, dict[str, object]]] = {}
         self.prepare_kinds: set[KernelCoreType] = set()
         self.sender: Sender | None = None
         self.sender_core: CoreContext | None = None

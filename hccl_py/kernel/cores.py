@@ -104,6 +104,8 @@ class LaunchState:
         self.block_dim = block_dim
         n_aic, n_aiv = KERNEL_TYPES[kernel_type]
         self.cores_of_kind = {AIC: n_aic * block_dim, AIV: n_aiv * block_dim}
+        #: Whether one core runs the kernel (no other core repeats its client calls).
+        self.alone = (n_aic + n_aiv) * block_dim == 1
         self.clients: dict[int, Any] = {}
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()

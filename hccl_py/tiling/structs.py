@@ -192,7 +192,8 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
             )
         data = bytes(reader(nbytes))
     elif isinstance(obj, ctypes.Structure | ctypes.Union | ctypes.Array):
-        data = bytes(obj) if nbytes is None else _reading_on(obj, nbytes)
+        # an object that owns its memory has nothing after it to read on into
+        data = bytes(obj) if nbytes is None or obj._b_base_ is None else _reading_on(obj, nbytes)
     else:
         try:
             view = memoryview(obj)
