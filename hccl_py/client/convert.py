@@ -263,10 +263,8 @@ def as_enum(cls: type[E], value: Any) -> E | None:
     """``value`` as a member of the C enum ``cls``, or None (out of range, not an integer)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         return None
-    try:
-        return cls(int(value))
-    except ValueError:
-        return None
+    # the enum's own table of members by value: what cls(value) finds, without its two frames
+    return cls._value2member_map_.get(int(value))
 
 
 def slots_used(prepares: int, syncs: int) -> str:

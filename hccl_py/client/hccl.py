@@ -54,7 +54,9 @@ class Hccl:
         server_type: int = HcclServerType.HCCL_SERVER_TYPE_AICPU,
         config: HcclServerConfig | tuple = DEFAULT_CFG,
     ) -> None:
-        binding = Binding(HcclServerType(server_type), server_config(config))
+        if type(server_type) is not HcclServerType:
+            server_type = HcclServerType(server_type)
+        binding = Binding(server_type, server_config(config))
         failures = Failures(binding.domain)
         steps = FineGrainedSteps(binding, failures)
         writes = WindowWriter(binding, failures)

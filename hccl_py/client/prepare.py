@@ -12,9 +12,11 @@ core, and commits every round when asked.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType
 from ..core.errors import InvalidCall
+from ..core.gm import GmAddr
 from ..core.task import Task
 from ..sanitizer.bounds import check_task
 from .binding import Binding
@@ -45,6 +47,32 @@ class PreparePath:
             rank=b.state.rank_ctx.rank,
         )
 
+    def fields(self, param: PrepareParam, limits: Limits) -> dict[str, Any]:
+        """:func:`task_fields` of ``param``, validated once per launch for what every core passes.
+
+        Each core of a launch makes the same Prepare with the same arguments: the first one
+        validates them, the others find the fields by the arguments (the buffers by identity,
+        the scalars by value and type) and ``limits``. A refusal is never remembered.
+        """
+        send, recv, state = param.send_buf, param.recv_buf, self._binding.state
+        if state.launch.alone or param.spec.pairwise_counts:
+            return task_fields(param, limits)
+        if type(send) is not GmAddr or type(recv) is not GmAddr:
+            return task_fields(param, limits)
+        raw = (param.data_type, param.repeat, param.count, param.reduce_op, param.stride)
+        key = (param.spec, send.offset, recv.offset, raw, tuple(map(type, raw)), id(limits[0]))
+        key += limits[1:]
+        seen = state.validated
+        try:
+            hit = seen.get(key)
+        except TypeError:  # an unhashable argument: refused by the validation
+            return task_fields(param, limits)
+        if hit is not None and hit[0] is send.alloc and hit[1] is recv.alloc:
+            return hit[2] | {"send": send, "recv": recv}
+        fields = task_fields(param, limits)
+        seen[key] = (send.alloc, recv.alloc, fields)
+        return fields
+
     def prepare(self, param: PrepareParam, commit: bool, commit_call: Callable[[int], None]) -> int:
         """Validate ``param``, send its task from the sending core; the handle id or -1.
 
@@ -59,7 +87,7 @@ class PreparePath:
             )
         core = calling_core()
         try:
-            fields = task_fields(param, self._limits(op))
+            fields = self.fields(param, self._limits(op))
         except InvalidCall as bad:
             return failures.refuse(name, bad)
         state = b.state

@@ -11,13 +11,35 @@ from ..core.gm import GmAddr, what_is
 from ..core.report import plain_repr
 from ..kernel.cores import HcclContext
 from ..ops import op_name
-from ..tiling import MC2_CC_TILING_SIZE, Mc2CcTiling, cc_group_name, read_cc_tiling, tiling_bytes
+from ..tiling import (
+    MC2_CC_TILING_SIZE,
+    MC2_INIT_TILING_SIZE,
+    Mc2CcTiling,
+    cc_group_name,
+    read_cc_tiling,
+    tiling_bytes,
+)
 from .binding import Binding
 from .failures import Failures
 from .state import ClientState
 
 #: What GetRankId and GetRankDim return before Init (the C++ client's ``UINT32_MAX``).
 UINT32_MAX = 0xFFFFFFFF
+
+
+#: SetCcTilingV2's parse of a cc tiling's bytes: (the Mc2CcTiling, its groupName), by the
+#: bytes (a kernel may rewrite its tiling between launches; equal bytes parse alike). Every
+#: core of every launch registers the same few tilings. The client only reads the structs.
+_PARSED: dict[bytes, tuple[Mc2CcTiling, str]] = {}
+_PARSED_MAX = 256
+
+
+def _parsed(cc: Mc2CcTiling) -> tuple[Mc2CcTiling, str]:
+    """``cc`` and its groupName, remembered by ``cc``'s bytes."""
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    parsed = _PARSED[bytes(cc)] = (cc, cc_group_name(cc))
+    return parsed
 
 
 def _is_null(tiling: Any) -> bool:
@@ -104,10 +126,12 @@ class Setup:
             )
         try:
             raw = tiling_bytes(b.tiling_src, nbytes=at + MC2_CC_TILING_SIZE)
-            cc = read_cc_tiling(raw, at)
+            parsed = _PARSED.get(raw[at:]) if at >= MC2_INIT_TILING_SIZE else None
+            if parsed is None:
+                parsed = _parsed(read_cc_tiling(raw, at))
         except (ValueError, TypeError, HcclBoundsError) as exc:
             return breach("cc-tiling", f"SetCcTilingV2({offset}): bad offset: {exc}")
-        return self._register(cc, f"SetCcTilingV2({offset})")
+        return self._register(*parsed, f"SetCcTilingV2({offset})")
 
     def set_cc_tiling(self, address: Any) -> int:
         """SetCcTiling (V1): register the Mc2CcTiling at a GM address (or an instance)."""
@@ -124,9 +148,9 @@ class Setup:
             cc = Mc2CcTiling.from_buffer_copy(tiling_bytes(address, nbytes=MC2_CC_TILING_SIZE))
         except (ValueError, TypeError, HcclBoundsError) as exc:
             return breach("cc-tiling", f"SetCcTiling: cannot read an Mc2CcTiling there: {exc}")
-        return self._register(cc, "SetCcTiling")
+        return self._register(cc, cc_group_name(cc), "SetCcTiling")
 
-    def _register(self, cc: Mc2CcTiling, where: str) -> int:
+    def _register(self, cc: Mc2CcTiling, name: str, where: str) -> int:
         """Store ``cc`` for its opType: any opType below HCCL_CMD_ALL, as the official client.
 
         platform_v220/hccl_aicpu.h, ``SetCcTiling``/``SetCcTilingV2``: the only check on the
@@ -143,7 +167,6 @@ class Setup:
                 expected=f"< {int(HcclCMDType.HCCL_CMD_ALL)}",
                 actual=op,
             )
-        name = cc_group_name(cc)
         if name != b.state.group.name and b.framework is None:
             self._failures.breach(
                 "group-name",

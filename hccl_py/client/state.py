@@ -44,6 +44,9 @@ class ClientState:
         self.rank = self.group.rank_of(self.rank_ctx.rank)
         self.rank_dim = self.group.size
         self.tasks: dict[int, Task] = {}
+        #: Prepare arguments every core passed alike, validated once: their task fields
+        #: (:meth:`~hccl_py.client.prepare.PreparePath.fields`).
+        self.validated: dict[tuple, tuple[object, object, dict[str, object]]] = {}
         self.prepare_kinds: set[KernelCoreType] = set()
         self.sender: Sender | None = None
         self.sender_core: CoreContext | None = None
@@ -120,10 +123,11 @@ class ClientState:
         race (hccl_aicpu_impl.h): a ``finalize-unordered`` warning.
         """
         with self.rank_ctx.blocker.lock:
-            self.finalized_by = (core, self.launch.barriers_passed(core))
+            # the calling core's counts: they cannot move while it runs this
+            self.finalized_by = (core, now := self.launch.barriers_passed(core))
             waits = list(self.waits)
         for other, passed, handle, round_idx in waits:
-            if other != core and not self.launch.ordered_before(other, passed, core):
+            if other != core and not self.launch.ordered_before(other, passed, core, now):
                 self._warn_unordered(core, other, handle, round_idx)
                 return
 

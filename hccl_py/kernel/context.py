@@ -42,6 +42,9 @@ class RankContext:
         self.world_size = world_size
         self.config = config
         self.server = server
+        #: The server's serial lock (:attr:`Server.serial <hccl_py.server.protocol.Server.serial>`),
+        #: fixed for the server's life: every client call takes it, so it is an attribute.
+        self.serial: contextlib.AbstractContextManager = server.serial
         self.blocker = blocker
         self.device = device or torch.device("cpu")
         #: Called in every thread that binds this context (e.g. to make the rank's NPU current).
@@ -58,11 +61,6 @@ class RankContext:
         self.warnings: list[HcclWarning] = []
         #: Asynchronous framework ops not waited yet: id -> what and where it was started.
         self.open_work: dict[int, str] = {}
-
-    @property
-    def serial(self) -> contextlib.AbstractContextManager:
-        """The server's serial lock (:attr:`Server.serial <hccl_py.server.protocol.Server.serial>`)."""
-        return self.server.serial
 
     def next_seq(self, group: Group) -> int:
         """The position of the next task this rank sends in ``group``."""

@@ -104,6 +104,8 @@ class LaunchState:
         self.block_dim = block_dim
         n_aic, n_aiv = KERNEL_TYPES[kernel_type]
         self.cores_of_kind = {AIC: n_aic * block_dim, AIV: n_aiv * block_dim}
+        #: Whether one core runs the kernel (no other core repeats its client calls).
+        self.alone = (n_aic + n_aiv) * block_dim == 1
         self.clients: dict[int, Any] = {}
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
@@ -156,11 +158,10 @@ class LaunchState:
         with self.rank_ctx.blocker.cond:
             return {True: 0, False: 0, AIC: 0, AIV: 0} | self.passed.get(core, {})
 
-    def ordered_before(
-        self, early: CoreContext, early_passed: dict[bool, int], late: CoreContext
-    ) -> bool:
-        """Whether a barrier separates ``early`` (when it had passed ``early_passed``) from ``late`` now."""
-        now = self.barriers_passed(late)
+    def ordered_before(self, early: CoreContext, early_passed: dict, late: CoreContext, now=None) -> bool:  # fmt: skip
+        """Whether a barrier separates ``early`` (when it had passed ``early_passed``) from
+        ``late`` now (``now``: ``late``'s :meth:`barriers_passed`, when the caller has it)."""
+        now = self.barriers_passed(late) if now is None else now
         if now[False] > early_passed[False]:
             return True
         if early.kind == late.kind and now[late.kind] > early_passed[late.kind]:

@@ -14,6 +14,7 @@ import operator
 from typing import Protocol, TypeVar
 
 from ..core.current import serialized
+from ..core.gm import GmAddr
 
 MC2_INIT_TILING_SIZE = 64
 MC2_CC_TILING_SIZE = 512
@@ -115,10 +116,25 @@ def offsetof(struct_type: type[ctypes.Structure] | ctypes.Structure, member: str
     member is unknown, and ``TypeError`` when ``struct_type`` is not a ctypes struct.
     """
     cls = struct_type if isinstance(struct_type, type) else type(struct_type)
+    try:
+        return _offsets[cls, member]
+    except (KeyError, TypeError):  # not asked yet, or an unhashable member (refused below)
+        pass
     if not issubclass(cls, (ctypes.Structure, ctypes.Union)):
         raise TypeError(f"offsetof() needs a ctypes Structure type or instance, got {cls!r}")
     if not isinstance(member, str) or not member:
         raise TypeError(f"offsetof() needs a member name string, got {member!r}")
+    _offsets[cls, member] = offset = _offset(cls, member)
+    return offset
+
+
+#: ``offsetof`` answers by (struct class, member): a ctypes class's layout is fixed once its
+#: ``_fields_`` are set, and kernels ask the same offsets on every core of every launch.
+_offsets: dict[tuple[type, str], int] = {}
+
+
+def _offset(cls: type, member: str) -> int:
+    """``offsetof(cls, member)`` computed from the class's fields."""
     total = 0
     current: type = cls
     for part in member.split("."):
@@ -162,9 +178,12 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
     is only known by its ``read_bytes`` method (its length is unknown).
     """
     if nbytes is not None:
-        nbytes = operator.index(nbytes)
+        if type(nbytes) is not int:
+            nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        if type(obj) is GmAddr:  # a kernel's tiling argument: exactly nbytes, bounds-checked
+            return obj.read_bytes(nbytes)
     reader = getattr(obj, "read_bytes", None)
     if callable(reader):
         if nbytes is None:
@@ -173,7 +192,8 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
             )
         data = bytes(reader(nbytes))
     elif isinstance(obj, ctypes.Structure | ctypes.Union | ctypes.Array):
-        data = bytes(obj) if nbytes is None else _reading_on(obj, nbytes)
+        # an object that owns its memory has nothing after it to read on into
+        data = bytes(obj) if nbytes is None or obj._b_base_ is None else _reading_on(obj, nbytes)
     else:
         try:
             view = memoryview(obj)
