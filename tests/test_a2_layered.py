@@ -1,0 +1,109 @@
+"""The layered A2 MoeDistributeDispatchV2 (AI CPU data plane): samples/mc2_moe_distribute_a2_layered.py.
+
+16 emulated ranks, two servers of 8 (docs/notes/mc2-kernels.md, section 27).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import hccl_py as hp
+
+SAMPLES_DIR = Path(__file__).resolve().parent.parent / "samples"
+
+
+@pytest.fixture
+def sample(monkeypatch: pytest.MonkeyPatch):
+    """The sample, imported from samples/ (it imports the non-layered A2 sample)."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    name = "mc2_moe_distribute_a2_layered"
+    spec = importlib.util.spec_from_file_location(name, SAMPLES_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(sample, **kwargs) -> dict[tuple[int, str], str]:
+    kwargs = {"platform": sample.PLATFORM, **sample.RUN_KWARGS, "timeout": 60, **kwargs}
+    per_rank = hp.run(sample.main, world_size=sample.WORLD, backend="emu", **kwargs)
+    return {
+        (r, line.split()[2]): line.split()[3] for r, lines in enumerate(per_rank) for line in lines
+    }
+
+
+def _all_pass(sample) -> dict[tuple[int, str], str]:
+    return {(r, f"dispatch-{launch}"): "PASS" for r in range(sample.WORLD) for launch in (1, 2, 3)}
+
+
+@pytest.mark.parametrize("options", [{}, {"schedule": "late", "poison": True}, {"seed": 3}])
+def test_layered_dispatch_matches_numpy_on_two_servers(sample, options) -> None:
+    """Three launches of 16 ranks: expandX, expandScales, epRecvCounts, expertTokenNums and
+    the combine's per-token server counts equal numpy's (the context's capability is null:
+    GetDataplaneMode picks the AI CPU kernel)."""
+    assert _run(sample, **options) == _all_pass(sample)
+
+
+def test_layered_dispatch_own_rank_item_is_refused(sample) -> None:
+    """ConstructDataAndFlagBatchWriteInfo writes two items per server, the own server's to the
+    own rank, which BatchWrite.md forbids on A2: hccl_py's A2 refuses core 0's BatchWrite."""
+    with pytest.raises(hp.WorldError) as err:
+        _run(sample, platform="A2")
+    roots = err.value.root_causes or err.value.failures
+    assert sorted(roots) == list(range(16))
+    assert roots[0].reason.startswith("BatchWrite: item 0: remoteRankId 0 names this rank")
+    assert roots[11].reason.startswith("BatchWrite: item 2: remoteRankId 11 names this rank")
+
+
+def test_layered_dispatch_cleanup_races_with_the_next_launch(sample, monkeypatch) -> None:
+    """Core 0's CleanUp zeroes the IPC token counts while the other cores already set their
+    second IPC flags: a peer of the server can start the next launch and count a row there
+    before CleanUp runs. Seed 1 shows it (rank 11 loses rank 2's row in launch 3); a SyncAll
+    between CleanUp and the flags removes it."""
+    got = _run(sample, seed=1)
+    assert got[(11, "dispatch-3")] == "FAIL"
+    cls = sample.MoeDistributeDispatchA2LayeredAicpu
+    set_flag = cls.SetIpcFlag
+
+    def ordered(self, flagVal: int) -> None:
+        if flagVal == sample.IPC_FLAG_STEP_2:
+            hp.SyncAll[True]()
+        set_flag(self, flagVal)
+
+    monkeypatch.setattr(cls, "SetIpcFlag", ordered)
+    assert _run(sample, seed=1) == _all_pass(sample)
+
+
+def test_layered_key_needs_hierarchy_or_the_intra_variables(sample, monkeypatch) -> None:
+    """CheckCommAlg: the layered kernel for commAlg "hierarchy", or for an unset commAlg with
+    HCCL_INTRA_PCIE_ENABLE=1 and HCCL_INTRA_ROCE_ENABLE=0; never up to 8 ranks."""
+    monkeypatch.delenv("HCCL_INTRA_PCIE_ENABLE", raising=False)
+    monkeypatch.delenv("HCCL_INTRA_ROCE_ENABLE", raising=False)
+    assert sample.CheckCommAlg(16, "hierarchy") is True
+    assert sample.CheckCommAlg(8, "hierarchy") is False
+    assert sample.CheckCommAlg(16, "fullmesh") is False
+    assert sample.CheckCommAlg(16, None) is False
+    monkeypatch.setenv("HCCL_INTRA_PCIE_ENABLE", "1")
+    monkeypatch.setenv("HCCL_INTRA_ROCE_ENABLE", "0")
+    assert sample.CheckCommAlg(16, "") is True
+    assert sample.CheckCommAlg(16, "fullmesh") is False
+    with pytest.raises(ValueError, match="fullmesh"):
+        sample.CheckCommAlg(16, "ring")
+    assert sample.GetAlgConfig(16, True) == "BatchWrite=level1:hierarchy"
+    assert sample.GetAlgConfig(8, False) == "BatchWrite=level0:fullmesh"
+
+
+def test_host_window_check_passes_a_window_the_kernel_overruns(sample, monkeypatch) -> None:
+    """The host's layered CheckWinSize asks for about 8 MB here, but the kernel puts its IPC
+    area 100 MB into the In window: with HCCL_BUFFSIZE 100 the check passes and the kernel's
+    first IPC access (the magic word) falls outside the window."""
+    monkeypatch.setattr(sample, "BUFFSIZE_MB", 100)
+    monkeypatch.setattr(sample, "RUN_KWARGS", {"buffsize_mb": 100})
+    with pytest.raises(hp.WorldError) as err:
+        _run(sample)
+    roots = err.value.root_causes or err.value.failures
+    assert {type(e).__name__ for e in roots.values()} == {"HcclBoundsError"}
