@@ -47,18 +47,31 @@ import os
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, f16, f32, i32, on_device, run_sample, zeros
+from _mc2 import split_to_core
 from mc2_moe_distribute_a2 import (
     BUFFER_NUM,
+    BW_ITEM_SIZE,
     FLAG_VALUE,
     OP_TYPE_BATCH_WRITE,
     UB_SIZE,
+    BatchWriteItem,
+    MoeDistributeCombineA2,
+    MoeDistributeCombineA2TilingData,
     MoeDistributeDispatchA2,
     MoeDistributeDispatchA2TilingData,
     RoundUp,
 )
 
 import hccl_py as hp
-from hccl_py import AIV, HCCL_DATA_TYPE_INT8, Hccl, Mc2CcTilingConfig, offsetof
+from hccl_py import (
+    AIV,
+    HCCL_DATA_TYPE_FP16,
+    HCCL_DATA_TYPE_INT8,
+    HCCL_DATA_TYPE_INT32,
+    Hccl,
+    Mc2CcTilingConfig,
+    offsetof,
+)
 from hccl_py.core.platform import Platform, get_platform
 
 #: Atlas A2 whose server accepts BatchWrite items towards any rank (the docstring, section 27).
@@ -95,11 +108,14 @@ IPC_FLAG_STEP_1, IPC_FLAG_STEP_2 = 1, 2
 TBUF_SIZE = 190 * 1024
 TBUF_TEMP_OFFSET = 8 * 1024
 RDMA_DATA_SIZE = 100 * 1024 * 1024
-BW_ITEM_SIZE = 32
+COMBINE_BATCH_WRITE_ITEM_OFFSET = 8 * 1024  # combine: the items, 8 KiB into the status area
+COMBINE_IPC_FLAG = 12345
 # host (moe_distribute_dispatch_v2_tiling_arch22.cpp)
 RANK_NUM_PER_NODE_A2 = 8
 MAX_MOE_EXPERT_NUMS_A2_HIERARCHY = 512
 MB_SIZE = 1024 * 1024
+#: Floats after expandScales: the combine reads each rank's scales in blocks of 32 (section 27).
+EXPAND_SCALES_PAD = 32
 U32 = 0xFFFFFFFF
 
 
@@ -736,6 +752,309 @@ def moe_distribute_dispatch_v2(x, expertIds, scales, xActiveMask, expertScales, 
     op.Process()
 
 
+class MoeDistributeCombineA2LayeredAicpu:
+    """``MoeDistributeCombineA2LayeredAicpu<half, int32_t>``."""
+
+    def Init(self, expandX, expertIds, expandIdx, sendCount, scales, XOut, workspaceGM,
+             tilingData, contextGM) -> None:  # fmt: skip
+        self.expandXGM_, self.expertIdsGM_, self.expandIdxGM_ = expandX, expertIds, expandIdx
+        self.sendCountGM_, self.scalesGM_, self.XOutGM_ = sendCount, scales, XOut
+        info = tilingData.moeDistributeCombineInfo
+        self.rankId_, self.axisBS_, self.axisH_, self.axisK_ = (
+            info.epRankId,
+            info.bs,
+            info.h,
+            info.k,
+        )
+        self.aivNum_, self.moeExpertNum_, self.worldSize_ = (
+            info.aivNum,
+            info.moeExpertNum,
+            info.epWorldSize,
+        )
+        self.globalBs = info.globalBs
+        self.maxLocalBs = min(self.globalBs, 256)
+        self.winContext_ = contextGM
+        self.hccl_ = Hccl()
+        self.hccl_.InitV2(contextGM, tilingData)
+        self.hccl_.SetCcTilingV2(offsetof(MoeDistributeCombineA2TilingData, "mc2CcTiling"))
+        self.halfWinSize_ = RDMA_DATA_SIZE // 2
+        self.IPC_DATA_SIZE = (self.winContext_.winSize - RDMA_DATA_SIZE - IPC_DATA_OFFSET) & U32
+        self.dataSpaceSize_ = self.halfWinSize_ - STATUS_SIZE_LAYERED
+        windowInGM = self.hccl_.GetWindowsInAddr(self.rankId_)
+        chosenAt = windowInGM + self.dataSpaceSize_ + self.worldSize_ * STATE_OFFSET
+        self.bufferIdGlobal_ = i32(chosenAt, 1)
+        self.bufferId_ = int(self.bufferIdGlobal_[0])
+        self.windowInGM_ = windowInGM + self.halfWinSize_ * self.bufferId_
+        self.windowOutGM_ = (
+            self.hccl_.GetWindowsOutAddr(self.rankId_) + self.halfWinSize_ * self.bufferId_
+        )
+        self.coreIdx_ = hp.GetBlockIdx()
+        self.serverNum = self.worldSize_ // SERVER_RANK_SIZE
+        self.readStateGM_ = self.windowOutGM_ + self.dataSpaceSize_
+        self.workspaceGM_ = (
+            self.windowOutGM_ + self.dataSpaceSize_ + COMBINE_BATCH_WRITE_ITEM_OFFSET
+        )
+        self.localMoeExpertNum_ = self.moeExpertNum_ // self.worldSize_
+        self.rankSizeOnWin_ = self.dataSpaceSize_ // self.worldSize_ // UB_32B_ALIGN * UB_32B_ALIGN
+        self.statusSpaceGm_ = self.windowInGM_ + self.dataSpaceSize_
+        # each core's own toggle: the value this launch sends and waits for
+        selfStatus = i32(
+            self.statusSpaceGm_ + SELF_STATE_OFFSET + self.coreIdx_ * UB_32B_ALIGN * 4, 1
+        )
+        state = int(selfStatus[0])
+        self.sumTarget_ = self.stateValue_ = 1 if state == 0 else 0
+        selfStatus[0] = self.stateValue_
+        self.SplitCoreCal()
+        if self.coreIdx_ == 0:
+            i32(self.readStateGM_, 1)[0] = self.stateValue_
+        # the dispatch's reduce information behind the counts of epRecvCounts (int32 units)
+        W, E, S, K = self.worldSize_, self.localMoeExpertNum_, self.serverNum, self.axisK_
+        send_counts_inner_offset = W * E
+        offset_inner_offset = send_counts_inner_offset + self.globalBs * S // 2
+        send_counts_outer_offset = offset_inner_offset + self.globalBs * K * S
+        offset_outer_offset = send_counts_outer_offset + self.axisBS_
+        share_offset = offset_outer_offset + self.axisBS_ * S
+        self.countInnerGM_ = sendCount + send_counts_inner_offset * 4
+        self.offsetInnerGM_ = sendCount + offset_inner_offset * 4
+        self.countOuterGM_ = sendCount + send_counts_outer_offset * 4
+        self.offsetOuterGM_ = sendCount + offset_outer_offset * 4
+        i32(sendCount + share_offset * 4, RoundUp(SERVER_RANK_SIZE * 2, B32_PER_BLOCK)).clone()
+        server0 = self.rankId_ // SERVER_RANK_SIZE * SERVER_RANK_SIZE
+        self.shareAddreRank = [
+            self.hccl_.GetWindowsInAddr(server0 + i) + RDMA_DATA_SIZE
+            for i in range(SERVER_RANK_SIZE)
+        ]
+
+    def SplitCoreCal(self) -> None:
+        self.startRankId_, self.endRankId_ = split_to_core(
+            self.worldSize_, self.aivNum_, self.coreIdx_
+        )
+
+    def ipcRow(self) -> int:
+        """Halves of one IPC row: the row, then a 32-byte block with its scale first."""
+        return self.axisH_ + 16
+
+    def AlltoAllDispatch(self) -> None:
+        W, H = self.worldSize_, self.axisH_
+        self.ipcSliceSize = self.IPC_DATA_SIZE // W
+        self.ipcSliceNodeSize = self.ipcSliceSize * SERVER_RANK_SIZE
+        sendCountLocal = i32(self.sendCountGM_, RoundUp(self.moeExpertNum_, B32_PER_BLOCK)).tolist()
+        for dstRankId in range(self.startRankId_, self.endRankId_):
+            # the rank of this server with dstRankId's index forwards the rows
+            targetRankShareAddr = self.shareAddreRank[dstRankId % SERVER_RANK_SIZE]
+            targetRankAddr = targetRankShareAddr + (
+                dstRankId // SERVER_RANK_SIZE * self.ipcSliceNodeSize
+                + self.rankId_ % SERVER_RANK_SIZE * self.ipcSliceSize + IPC_DATA_OFFSET
+            )  # fmt: skip
+            rankTokenNum = 0
+            for expertId in range(self.localMoeExpertNum_):
+                preCount = 0
+                if expertId != 0 or dstRankId != 0:
+                    preCount = sendCountLocal[expertId * W + dstRankId - 1]
+                tokenNum = sendCountLocal[expertId * W + dstRankId] - preCount
+                startTokenAddr = preCount * H
+                scales = f32(self.scalesGM_ + preCount * 4, (tokenNum + 31) // 32 * 32).tolist()
+                for tokenId in range(tokenNum):
+                    InUb = torch.zeros(self.ipcRow(), dtype=torch.float16)
+                    InUb[H : H + 2] = torch.tensor([scales[tokenId]]).view(torch.float16)
+                    InUb[:H] = f16(self.expandXGM_ + startTokenAddr * SIZEOF_HALF, H).cpu()
+                    dst = targetRankAddr + rankTokenNum * self.ipcRow() * SIZEOF_HALF
+                    f16(dst, self.ipcRow())[:] = InUb
+                    startTokenAddr += H
+                    rankTokenNum += 1
+            InUb = torch.zeros(B64_PER_BLOCK, dtype=torch.int64)
+            InUb[0] = COMBINE_IPC_FLAG
+            flagOffset = (
+                self.rankId_ % SERVER_RANK_SIZE + dstRankId // SERVER_RANK_SIZE * SERVER_RANK_SIZE
+            )
+            u64(targetRankShareAddr + flagOffset * 4 * 8, B64_PER_BLOCK)[:] = InUb
+        hp.SyncAll[True]()
+
+    def SumToWindow(self) -> None:
+        H, K, c = self.axisH_, self.axisK_, self.coreIdx_
+        self.countReL = self.axisBS_
+        if c < self.serverNum:
+            share = self.shareAddreRank[self.rankId_ % SERVER_RANK_SIZE]
+            for i in range(SERVER_RANK_SIZE):
+                flag = u64(share + (c * SERVER_RANK_SIZE + i) * 4 * 8, B64_PER_BLOCK)
+                while int(flag[0]) != COMBINE_IPC_FLAG:
+                    pass
+            for i in range(SERVER_RANK_SIZE):
+                u64(share + (c * SERVER_RANK_SIZE + i) * 4 * 8, B64_PER_BLOCK)[:] = 0
+            offsetReduceLocal = i32(self.offsetInnerGM_ + self.globalBs * K * c * 4,
+                                    RoundUp(self.maxLocalBs * K, 8)).tolist()  # fmt: skip
+            countReduceLocal = hp.gm_tensor(self.countInnerGM_ + self.globalBs * c * 2, torch.int16,
+                                            RoundUp(self.maxLocalBs, 16)).tolist()  # fmt: skip
+            copyAddr = share + IPC_DATA_OFFSET + c * self.ipcSliceNodeSize
+            localOutWindow = (
+                self.hccl_.GetWindowsOutAddr(self.rankId_) + self.halfWinSize_ * self.bufferId_
+                + c * self.rankSizeOnWin_ * SERVER_RANK_SIZE
+            )  # fmt: skip
+            offsetPre = 0
+            offsetIndex = 0
+            for i in range(self.maxLocalBs):
+                offsetCur = countReduceLocal[i]
+                sumFloatLocal = torch.zeros(H, dtype=torch.float32)
+                if i != 0:
+                    offsetPre = countReduceLocal[i - 1]
+                copyNum = offsetCur - offsetPre
+                if copyNum <= 0:
+                    self.countReL = i
+                    break
+                for _ in range(copyNum):
+                    off = offsetReduceLocal[offsetIndex]
+                    offsetOnIpc = (
+                        off // (self.globalBs * K) * self.ipcSliceSize
+                        + off % (self.globalBs * K) * self.ipcRow() * SIZEOF_HALF
+                    ) // SIZEOF_HALF
+                    tmpUb = f16(copyAddr + offsetOnIpc * SIZEOF_HALF, self.ipcRow()).cpu()
+                    scaleVal = float(tmpUb[H : H + 2].view(torch.float32)[0])
+                    sumFloatLocal += tmpUb[:H].float() * scaleVal  # Cast, Muls, Add
+                    offsetIndex += 1
+                f16(localOutWindow + i * H * SIZEOF_HALF, H)[:] = sumFloatLocal.half()  # CAST_RINT
+        hp.SyncAll[True]()
+
+    def AlltoAllServerDispatch(self) -> None:
+        c, myServer, half = (
+            self.coreIdx_,
+            self.rankId_ // SERVER_RANK_SIZE,
+            self.halfWinSize_ * self.bufferId_,
+        )
+        slot = self.rankSizeOnWin_ * SERVER_RANK_SIZE
+        if c < self.serverNum:
+            tragRankId = self.rankId_ % SERVER_RANK_SIZE + c * SERVER_RANK_SIZE
+            item = np.zeros(1, dtype=BatchWriteItem)
+            item[0] = (
+                int(self.hccl_.GetWindowsOutAddr(self.rankId_) + half + c * slot),
+                int(self.hccl_.GetWindowsInAddr(tragRankId) + half + myServer * slot),
+                0 if c == myServer else self.countReL * self.axisH_,
+                HCCL_DATA_TYPE_FP16,
+                tragRankId,
+            )
+            u8(self.workspaceGM_ + c * BW_ITEM_SIZE, BW_ITEM_SIZE)[:] = torch.from_numpy(
+                item.view(np.uint8)
+            )
+        hp.SyncAll[True]()
+        if c == 0:
+            self.hccl_.BatchWrite[True](self.workspaceGM_, self.serverNum)
+            self.bufferIdGlobal_[0] = self.bufferId_ ^ 1
+        if c == myServer:
+            src = self.hccl_.GetWindowsOutAddr(self.rankId_) + half + myServer * slot
+            dst = self.hccl_.GetWindowsInAddr(self.rankId_) + half + myServer * slot
+            for tokenId in range(self.countReL):
+                row = f16(src + tokenId * self.axisH_ * SIZEOF_HALF, self.axisH_).clone()
+                f16(dst + tokenId * self.axisH_ * SIZEOF_HALF, self.axisH_)[:] = row
+
+    def SetStatus(self) -> None:
+        if self.coreIdx_ != 0:
+            hp.SyncAll[True]()
+            return
+        selfServerID = self.rankId_ // SERVER_RANK_SIZE
+        items = np.zeros(self.serverNum, dtype=BatchWriteItem)
+        for serverID in range(self.serverNum):
+            targetRank = self.rankId_ % SERVER_RANK_SIZE + serverID * SERVER_RANK_SIZE
+            dst = (
+                self.hccl_.GetWindowsInAddr(targetRank) + self.halfWinSize_ * self.bufferId_
+                + self.dataSpaceSize_ + selfServerID * STATE_OFFSET
+            )  # fmt: skip
+            items[serverID] = (
+                int(self.readStateGM_),
+                int(dst),
+                8,
+                HCCL_DATA_TYPE_INT32,
+                targetRank,
+            )
+        at = self.workspaceGM_ + self.serverNum * BW_ITEM_SIZE
+        u8(at, items.nbytes)[:] = torch.from_numpy(items.view(np.uint8))
+        localState = self.windowInGM_ + self.dataSpaceSize_ + selfServerID * STATE_OFFSET
+        i32(localState, 1)[0] = self.stateValue_
+        self.hccl_.BatchWrite[True](at, self.serverNum)
+        hp.SyncAll[True]()
+
+    def WaitDispatch(self) -> None:
+        if self.coreIdx_ < self.serverNum:
+            status = i32(self.statusSpaceGm_ + self.coreIdx_ * STATE_OFFSET, B32_PER_BLOCK)
+            while int(status[0]) != self.sumTarget_:
+                pass
+        hp.SyncAll[True]()
+
+    def Preload(self) -> None:
+        reduceCore = 8
+        if self.coreIdx_ >= reduceCore:
+            return
+        self.startBs, self.endBs = split_to_core(self.axisBS_, reduceCore, self.coreIdx_)
+        self.localInWindow_ = (
+            self.hccl_.GetWindowsInAddr(self.rankId_) + self.halfWinSize_ * self.bufferId_
+        )
+        S = self.serverNum
+        self.offsetReduceLocal_ = i32(self.offsetOuterGM_, RoundUp(self.axisBS_ * S, 8)).tolist()
+        self.countReduceLocal_ = i32(self.countOuterGM_, RoundUp(self.axisBS_, 8)).tolist()
+        self.offsetIndex = 0
+        if self.startBs != 0:
+            self.offsetIndex = self.countReduceLocal_[self.startBs - 1]
+
+    def SumToServer(self) -> None:
+        reduceCore, H = 8, self.axisH_
+        if self.coreIdx_ >= reduceCore:
+            hp.SyncAll[True]()
+            return
+        for i in range(self.startBs, self.endBs):
+            offsetCur = self.countReduceLocal_[i]
+            offsetPre = self.countReduceLocal_[i - 1] if i != 0 else 0
+            copyNum = offsetCur - offsetPre
+            if not copyNum:
+                break
+            sumFloatLocal = torch.zeros(H, dtype=torch.float32)
+            for _ in range(copyNum):
+                off = self.offsetReduceLocal_[self.offsetIndex]
+                offsetOnIpc = (
+                    off // self.axisBS_ * self.rankSizeOnWin_ * SERVER_RANK_SIZE
+                    + off % self.axisBS_ * H * SIZEOF_HALF
+                ) // SIZEOF_HALF
+                sumFloatLocal += (
+                    f16(self.localInWindow_ + offsetOnIpc * SIZEOF_HALF, H).float().cpu()
+                )
+                self.offsetIndex += 1
+            f16(self.XOutGM_ + i * H * SIZEOF_HALF, H)[:] = sumFloatLocal.half()  # CAST_RINT
+        hp.SyncAll[True]()
+
+    def Process(self) -> None:
+        if hp.g_coreType != AIV:
+            return
+        self.AlltoAllDispatch()
+        self.SumToWindow()
+        self.AlltoAllServerDispatch()
+        self.SetStatus()
+        self.Preload()
+        self.WaitDispatch()
+        self.SumToServer()
+        self.hccl_.Finalize()
+
+
+def moe_distribute_combine_v2(expandX, expertIds, assistInfoForCombine, epSendCount, scales,
+                              tpSendCounts, xActiveMask, activationScale, weightScale, groupList,
+                              expandScales, sharedExpertX, elasticInfo, oriX, constExpertAlpha1,
+                              constExpertAlpha2, constExpertV, performanceInfo, XOut, workspaceGM,
+                              tilingGM, LayeredMode=TILINGKEY_TPL_AICPU):  # fmt: skip
+    """The A2 entry, no quantisation: the MTE key runs the fullmesh kernel
+    (samples/mc2_moe_distribute_a2.py), the AICPU key the layered one of the context's data
+    plane (``expandScales`` as its scales)."""
+    if LayeredMode == TILINGKEY_TPL_MTE:
+        op = MoeDistributeCombineA2()
+        op.Init(expandX, expertIds, assistInfoForCombine, epSendCount, scales, XOut, workspaceGM,
+                tilingGM)  # fmt: skip
+        op.Process()
+        return
+    tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MoeDistributeCombineA2TilingData, tilingGM)
+    contextGM0 = hp.GetHcclContext(0)
+    if GetDataplaneMode(contextGM0) != "AICPU":
+        raise NotImplementedError("the AIV data plane (HcclAiRMA) is not ported")
+    op = MoeDistributeCombineA2LayeredAicpu()
+    op.Init(expandX, expertIds, assistInfoForCombine, epSendCount, expandScales, XOut, workspaceGM,
+            tilingData, contextGM0)  # fmt: skip
+    op.Process()
+
+
 # ---------------------------------------------------------------------- host
 def CheckCommAlg(epWorldSize: int, commAlg: str | None) -> bool:
     """``MoeDistributeDispatchA2CheckCommAlg``: whether the layered kernel runs."""
@@ -785,16 +1104,33 @@ def dispatch_tiling(rank: int, n: int, commAlg: str | None = "hierarchy"):
     return tiling, TILINGKEY_TPL_AICPU if isLayered else TILINGKEY_TPL_MTE
 
 
+def combine_tiling(rank: int, n: int, commAlg: str | None = "hierarchy"):
+    """Host: the combine's A2 tiling with the same attributes; the tiling and its LayeredMode."""
+    isLayered = CheckCommAlg(n, commAlg)
+    tiling = MoeDistributeCombineA2TilingData()
+    info = tiling.moeDistributeCombineInfo
+    info.epWorldSize, info.epRankId, info.moeExpertNum = n, rank, LOCAL_EXPERTS * n
+    info.globalBs, info.bs, info.k, info.h = BS * n, BS, K, H
+    info.aivNum, info.totalUbSize = AIV_NUM, UB_SIZE
+    cfg = Mc2CcTilingConfig(WORLD_GROUP, OP_TYPE_BATCH_WRITE, GetAlgConfig(n, isLayered))
+    if cfg.GetTiling(tiling.mc2InitTiling) != 0 or cfg.GetTiling(tiling.mc2CcTiling) != 0:
+        raise RuntimeError(f"tiling failed: {cfg.last_error}")
+    return tiling, TILINGKEY_TPL_AICPU if isLayered else TILINGKEY_TPL_MTE
+
+
 # ---------------------------------------------------------------------- data and reference
 def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Tokens (exact FP16 integers naming rank, token, column, launch), routing and weights.
+    """Tokens, routing and weights of ``rank``.
 
-    Token t's K = 3 experts are rank + launch + (1 + 5t, 2 + 3t, 9 + t) mod 16: distinct,
-    on one or both servers, and the pairs per (expert, source) change between launches.
+    Token t's row is ``rank + 16 t + (column % 4) + launch``: exact FP16 integers naming
+    rank, token and launch, small enough that the combine's weighted partial sums (casts to
+    FP16 on the way) stay exact. Its K = 3 experts are rank + launch + (1 + 5t, 2 + 3t, 9 + t)
+    mod 16: distinct, on one or both servers, and the pairs per (expert, source) change
+    between launches. The weights are quarters.
     """
     n = hp.get_world_size()
-    x = (100 * rank + 10 * np.arange(BS)[:, None] + np.arange(H) + launch).astype(np.float16)
     t = np.arange(BS)[:, None]
+    x = (rank + 16 * t + np.arange(H) % 4 + launch).astype(np.float16)
     ids = (rank + launch + np.array([1, 2, 9]) + np.array([5, 3, 1]) * t) % (n * LOCAL_EXPERTS)
     k = np.arange(K)[None, :]
     weights = ((1 + (rank + launch + t + 2 * k) % 4) / 4).astype(np.float32)
@@ -823,41 +1159,78 @@ def dispatch_reference(rank: int, launch: int) -> dict[str, np.ndarray]:
     }
 
 
-def ep_recv_counts_size(n: int) -> int:
-    """Bytes of ``epRecvCounts``: the counts, then the combine's reduce information."""
-    servers = n // SERVER_RANK_SIZE
-    return (LOCAL_EXPERTS * n * 4 + BS * n * servers * 2 + BS * n * K * servers * 4
-            + BS * 4 + BS * K * 4)  # fmt: skip
+def experts(expand_x: torch.Tensor, rows: int) -> torch.Tensor:
+    """Stand-in for the expert between the kernels: this rank's expert adds its id (the rank)
+    to each of its ``rows`` received rows."""
+    out = expand_x.clone()
+    out[: rows * H] += hp.get_rank()
+    return out
 
 
-def run_launch(rank: int, n: int, launch: int, tiling, commMode: int, workspace) -> str:
-    """One dispatch; its verdict."""
+def combine_reference(rank: int, launch: int) -> np.ndarray:
+    """numpy: each token's K expert answers (x + expert id), weighted, summed."""
     x, ids, weights = inputs(rank, launch)
-    rows_max = n * BS * LOCAL_EXPERTS
-    expand_x = zeros(rows_max * H)
+    answers = x.astype(np.float32)[:, None, :] + ids.astype(np.float32)[:, :, None]
+    return (weights[:, :, None] * answers).sum(axis=1).astype(np.float16)
+
+
+def ep_recv_counts_len(n: int) -> int:
+    """int32s of ``epRecvCounts`` as the A2 infershape sizes it with expertScales:
+    ``epWorldSize * localExperts + globalBs * 2 * K * servers``."""
+    return n * LOCAL_EXPERTS + BS * n * 2 * K * (n // SERVER_RANK_SIZE)
+
+
+def outer_cnt_at(n: int) -> int:
+    """The int32 index of the combine's per-token server counts in ``epRecvCounts``."""
+    servers = n // SERVER_RANK_SIZE
+    return LOCAL_EXPERTS * n + BS * n * servers // 2 + BS * n * K * servers
+
+
+def run_launch(rank: int, n: int, launch: int, tilings, keys, workspaces) -> list[str]:
+    """One dispatch and one combine; the verdicts of both."""
+    x, ids, weights = inputs(rank, launch)
+    a = BS * n * min(LOCAL_EXPERTS, K)  # infershape's A: expandX and expandScales rows
+    expand_x = zeros(a * H)
     token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
-    recv_counts = torch.zeros(ep_recv_counts_size(n) // 4, dtype=torch.int32, device=hp.device())
-    expand_scales = torch.zeros(rows_max, dtype=torch.float32, device=hp.device())
-    entry = functools.partial(moe_distribute_dispatch_v2, CommMode=commMode)
+    recv_counts = torch.zeros(ep_recv_counts_len(n), dtype=torch.int32, device=hp.device())
+    expand_scales = torch.zeros(a + EXPAND_SCALES_PAD, dtype=torch.float32, device=hp.device())
+    entry = functools.partial(moe_distribute_dispatch_v2, CommMode=keys[0])
     hp.launch(entry, on_device(x), on_device(ids), None, None, on_device(weights), None, None,
-              expand_x, None, None, token_nums, recv_counts, None, expand_scales, workspace,
-              tiling, block_dim=AIV_NUM, kernel_type="aiv")  # fmt: skip
+              expand_x, None, None, token_nums, recv_counts, None, expand_scales, workspaces[0],
+              tilings[0], block_dim=AIV_NUM, kernel_type="aiv")  # fmt: skip
     want = dispatch_reference(rank, launch)
     total = int(want["ep_recv_counts"][-1])
-    outer = recv_counts.cpu()[ep_recv_counts_size(n) // 4 - BS * K - BS :][:BS]
+    outer = recv_counts.cpu()[outer_cnt_at(n) :][:BS]
     got = torch.cat([recv_counts[: LOCAL_EXPERTS * n].double().cpu(), token_nums.double().cpu(),
                      outer.double(), expand_scales[:total].double().cpu(),
                      expand_x[: total * H].double().cpu()])  # fmt: skip
-    return compare(f"dispatch-{launch}", got, np.concatenate(list(want.values())),
-                   f"{total} rows received")  # fmt: skip
+    lines = [compare(f"dispatch-{launch}", got, np.concatenate(list(want.values())),
+                     f"{total} rows received")]  # fmt: skip
+    x_out = zeros(BS, H)
+    entry = functools.partial(moe_distribute_combine_v2, LayeredMode=keys[1])
+    hp.launch(entry, experts(expand_x, total), on_device(ids), None, recv_counts, None,
+              *[None] * 5, expand_scales, *[None] * 7, x_out, workspaces[1], tilings[1],
+              block_dim=AIV_NUM, kernel_type="aiv")  # fmt: skip
+    lines.append(compare(f"combine-{launch}", x_out, combine_reference(rank, launch)))
+    return lines
 
 
 def main() -> list[str]:
-    """Three layered dispatches: each flips the half of the RDMA area in use."""
+    """Three launches of dispatch + combine: each kernel flips the half of the RDMA area."""
     rank, n = hp.get_rank(), hp.get_world_size()
-    tiling, commMode = dispatch_tiling(rank, n)
-    workspace = torch.zeros(1024, dtype=torch.uint8, device=hp.device())
-    return [run_launch(rank, n, launch, tiling, commMode, workspace) for launch in (1, 2, 3)]
+    (dispatch, dispatch_key), (combine, combine_key) = (
+        dispatch_tiling(rank, n),
+        combine_tiling(rank, n),
+    )
+    workspaces = (
+        torch.zeros(1024, dtype=torch.uint8, device=hp.device()),
+        torch.zeros(1024, dtype=torch.uint8, device=hp.device()),
+    )
+    lines = []
+    for launch in (1, 2, 3):
+        lines += run_launch(rank, n, launch, (dispatch, combine), (dispatch_key, combine_key),
+                            workspaces)  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":
