@@ -1,4 +1,5 @@
-"""The layered A2 MoeDistributeDispatchV2 (AI CPU data plane): samples/mc2_moe_distribute_a2_layered.py.
+"""The layered A2 MoeDistributeDispatchV2 + CombineV2 (AI CPU data plane):
+samples/mc2_moe_distribute_a2_layered.py.
 
 16 emulated ranks, two servers of 8 (docs/notes/mc2-kernels.md, section 27).
 """
@@ -36,15 +37,37 @@ def _run(sample, **kwargs) -> dict[tuple[int, str], str]:
     }
 
 
-def _all_pass(sample) -> dict[tuple[int, str], str]:
-    return {(r, f"dispatch-{launch}"): "PASS" for r in range(sample.WORLD) for launch in (1, 2, 3)}
+def _all_pass(sample, ops=("dispatch", "combine")) -> dict[tuple[int, str], str]:
+    launches = (1, 2, 3)
+    return {(r, f"{op}-{n}"): "PASS" for r in range(sample.WORLD) for n in launches for op in ops}
+
+
+def _ipc_barrier_after_sum_to_window(sample, monkeypatch) -> None:
+    """A fix of the combine's race: after SumToWindow (which ends with SyncAll) core i < 8
+    tells rank i of the server that this rank has read its IPC rows, and waits for rank i's
+    word (3 MB into the IPC area, unused by both kernels; the value alternates by launch)."""
+    cls = sample.MoeDistributeCombineA2LayeredAicpu
+    sum_to_window = cls.SumToWindow
+    at = 3 * sample.MB_SIZE
+
+    def then_barrier(self) -> None:
+        sum_to_window(self)
+        if self.coreIdx_ >= sample.SERVER_RANK_SIZE:
+            return
+        local, value = self.rankId_ % sample.SERVER_RANK_SIZE, 1 + self.stateValue_
+        sample.i32(self.shareAddreRank[self.coreIdx_] + at + local * 32, 1)[0] = value
+        word = sample.i32(self.shareAddreRank[local] + at + self.coreIdx_ * 32, 1)
+        while int(word[0]) != value:
+            pass
+
+    monkeypatch.setattr(cls, "SumToWindow", then_barrier)
 
 
 @pytest.mark.parametrize("options", [{}, {"schedule": "late", "poison": True}, {"seed": 3}])
-def test_layered_dispatch_matches_numpy_on_two_servers(sample, options) -> None:
-    """Three launches of 16 ranks: expandX, expandScales, epRecvCounts, expertTokenNums and
-    the combine's per-token server counts equal numpy's (the context's capability is null:
-    GetDataplaneMode picks the AI CPU kernel)."""
+def test_layered_dispatch_and_combine_match_numpy_on_two_servers(sample, options) -> None:
+    """Three launches of 16 ranks: expandX, expandScales, epRecvCounts, expertTokenNums, the
+    combine's per-token server counts and the combine's output equal numpy's (the context's
+    capability is null: GetDataplaneMode picks the AI CPU kernels)."""
     assert _run(sample, **options) == _all_pass(sample)
 
 
@@ -59,11 +82,13 @@ def test_layered_dispatch_own_rank_item_is_refused(sample) -> None:
     assert roots[11].reason.startswith("BatchWrite: item 2: remoteRankId 11 names this rank")
 
 
-def test_layered_dispatch_cleanup_races_with_the_next_launch(sample, monkeypatch) -> None:
+def test_layered_dispatch_cleanup_races_with_the_next_dispatch(sample, monkeypatch) -> None:
     """Core 0's CleanUp zeroes the IPC token counts while the other cores already set their
-    second IPC flags: a peer of the server can start the next launch and count a row there
-    before CleanUp runs. Seed 1 shows it (rank 11 loses rank 2's row in launch 3); a SyncAll
-    between CleanUp and the flags removes it."""
+    second IPC flags: with dispatches back to back a peer of the server can start the next
+    one and count a row there before CleanUp runs. Seed 1 shows it (rank 11 loses rank 2's
+    row in launch 3); a SyncAll between CleanUp and the flags removes it. (A combine between
+    two dispatches orders them: its SumToWindow waits for every peer's rows.)"""
+    monkeypatch.setattr(sample, "COMBINE", False)
     got = _run(sample, seed=1)
     assert got[(11, "dispatch-3")] == "FAIL"
     cls = sample.MoeDistributeDispatchA2LayeredAicpu
@@ -75,7 +100,31 @@ def test_layered_dispatch_cleanup_races_with_the_next_launch(sample, monkeypatch
         set_flag(self, flagVal)
 
     monkeypatch.setattr(cls, "SetIpcFlag", ordered)
-    assert _run(sample, seed=1) == _all_pass(sample)
+    assert _run(sample, seed=1) == _all_pass(sample, ("dispatch",))
+
+
+def test_layered_combine_ipc_rows_race_with_the_next_dispatch(sample, monkeypatch) -> None:
+    """The combine's SumToWindow reads the rows its server's peers put into its IPC area, the
+    area where the next dispatch's Win2Ipc puts rows; nothing keeps a peer that has finished
+    its combine from running that dispatch meanwhile. Seed 13 shows it; with an IPC barrier
+    after SumToWindow every explored schedule passes."""
+    got = _run(sample, seed=13)
+    assert {k for k, v in got.items() if v == "FAIL"} == {
+        (r, "combine-2") for r in (0, 1, 3, 4, 11)
+    }
+    _ipc_barrier_after_sum_to_window(sample, monkeypatch)
+    assert _run(sample, explore=16) == _all_pass(sample)
+
+
+def test_layered_combine_reads_past_expand_scales(sample, monkeypatch) -> None:
+    """AlltoAllDispatch copies RoundUp(tokenNum, 32) scales from expandScales[preCount]: past
+    the end of the tensor infershape sizes (globalBs * min(localExperts, K) floats)."""
+    monkeypatch.setattr(sample, "EXPAND_SCALES_PAD", 0)
+    with pytest.raises(hp.WorldError) as err:
+        _run(sample)
+    roots = list((err.value.root_causes or err.value.failures).values())
+    assert {type(e).__name__ for e in roots} == {"HcclBoundsError"}
+    assert "of 128 bytes" in str(roots[0]) or "outside its 128 bytes" in str(roots[0])
 
 
 def test_layered_key_needs_hierarchy_or_the_intra_variables(sample, monkeypatch) -> None:

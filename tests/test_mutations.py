@@ -44,10 +44,10 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
 #: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
 #: for BatchWrite, or sent as a BatchWrite item.
 WINDOW_FLAGS = (r"\] = status$", r"^items\.append\(\s*\(int\(stage \+ STAGE_STATUS")
-#: The layered A2 dispatch's own race: core 0's CleanUp is not ordered before the other
-#: cores' second IPC flags, so a peer's next launch can count into the area CleanUp zeroes
-#: (docs/notes/mc2-kernels.md, section 27); seed 1 shows it unmutated.
-LAYERED_CLEANUP_RACE = "the source's CleanUp race fails some explored schedules unmutated"
+#: The layered A2 combine's own race: nothing orders a rank's SumToWindow (it reads the IPC
+#: area) before the next dispatch of a peer of its server writes rows there
+#: (docs/notes/mc2-kernels.md, section 27); seeds 1, 11 and 13 show it unmutated.
+LAYERED_IPC_RACE = "the combine's IPC race fails some explored schedules unmutated"
 SPECS: dict[str, SampleSpec] = {
     s.name: s
     for s in [
@@ -242,9 +242,11 @@ SPECS: dict[str, SampleSpec] = {
                 r"^magicGt\[:\] = tempLocal$",
                 r"\)\[:\] = 0$",
                 r"^i32\(self\.windowOutGM_ \+ destOffset, EXP_TOKEN_COUNT_FLAG_CNT\)\[:\] = ",
+                r"\[0\] = self\.stateValue_$",
+                r"^u64\(targetRankShareAddr \+ flagOffset \* 4 \* 8, B64_PER_BLOCK\)\[:\] = InUb$",
             ),
             block_dim=None,
-            source_race=LAYERED_CLEANUP_RACE,
+            source_race=LAYERED_IPC_RACE,
         ),
     ]
 }
@@ -406,7 +408,7 @@ A2_OFFSETS_SYNC = (
 CHECK = "check FAIL"
 DEADLOCK = "HcclDeadlockError"
 LAYERED_NOT_EXPLORED = (
-    "not judged by explore (the source's CleanUp race fails some schedules unmutated, "
+    "not judged by explore (the combine's IPC race fails some schedules unmutated, "
     "section 27), and the default schedule runs on"
 )
 
