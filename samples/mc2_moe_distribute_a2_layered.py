@@ -1,38 +1,47 @@
-"""Port of ops-transformer's layered MoeDistributeDispatchV2 on Atlas A2, AI CPU data plane.
+"""Port of ops-transformer's layered MoeDistributeDispatchV2 + CombineV2 on Atlas A2, AI CPU data plane.
 
 Source: mirror-cann/ops-transformer at 3a280bcc (2026-07-21), every file read at that commit:
-the entry ``mc2/moe_distribute_dispatch_v2/op_kernel/arch22/moe_distribute_dispatch_v2_a2.cpp``
-(``ArchTag`` TILINGKEY_TPL_A2, ``CommMode`` TILINGKEY_TPL_AICPU, ``GetDataplaneMode`` of
-``common/op_kernel/moe_distribute_base.h``: AICPU when the context has no capability),
-``MoeDistributeDispatchA2LayeredAicpu`` of ``op_kernel/arch22/moe_distribute_dispatch_a2_layered_aicpu.h``
-(BF16/FP16, no quantisation), and the host ``op_host/op_tiling/arch22/
-moe_distribute_dispatch_v2_tiling_arch22.cpp`` (``CheckCommAlg``, ``CalcTilingKey``,
-``GetAlgConfig`` "BatchWrite=level1:hierarchy", the layered ``CheckWinSize``).
+the entries ``mc2/moe_distribute_dispatch_v2/op_kernel/arch22/moe_distribute_dispatch_v2_a2.cpp``
+and ``mc2/moe_distribute_combine_v2/op_kernel/arch22/moe_distribute_combine_v2_a2.cpp``
+(``ArchTag`` TILINGKEY_TPL_A2, ``CommMode``/``LayeredMode`` TILINGKEY_TPL_AICPU, no quantisation;
+``GetDataplaneMode`` of ``common/op_kernel/moe_distribute_base.h``: AICPU when the context has no
+capability), ``MoeDistributeDispatchA2LayeredAicpu`` of
+``op_kernel/arch22/moe_distribute_dispatch_a2_layered_aicpu.h``, ``MoeDistributeCombineA2LayeredAicpu``
+of ``moe_distribute_combine_v2/op_kernel/arch22/moe_distribute_combine_a2_layered_aicpu.h``, the host
+``op_host/op_tiling/arch22/moe_distribute_dispatch_v2_tiling_arch22.cpp`` (``CheckCommAlg``,
+``CalcTilingKey``, ``GetAlgConfig`` "BatchWrite=level1:hierarchy", the layered ``CheckWinSize``) and
+the tensor sizes of ``op_host/moe_distribute_dispatch_v2_infershape.cpp`` (A2, with expertScales).
+The tiling structs and the MTE branches of the entries come from samples/mc2_moe_distribute_a2.py.
 docs/notes/mc2-kernels.md, section 27.
 
-What it computes: each rank sends every token once to each server that holds one of its K
+What it computes: the dispatch sends each token once to each server that holds one of its K
 experts (one BatchWrite of two items per server: the rows with their expert ids, weights and
-per-expert positions, then a 32-byte flag) to the rank with the same index on that server;
-that rank copies each row into the IPC area (the In window past 100 MB) of every rank of its
-server whose expert the token chose, and counts it there (atomic add). After an IPC barrier
-of the 8 ranks of a server each rank writes its rows to ``expandX`` by [local expert][source
-rank], with ``expandScales`` (the router weight of that pair), ``epRecvCounts`` (cumulative
-per (expert, source)) and ``expertTokenNums``; behind the counts in ``epRecvCounts`` the
-kernel leaves the combine's reduce information (``CreateInnerReduceInfo`` /
-``CreateOuterReduceInfo``).
+per-expert positions, then a 32-byte flag) to the rank with the same index there ("the plane
+rank"); that rank copies each row into the IPC area (the In window past 100 MB) of every rank
+of its server whose expert the token chose, and counts it there (atomic add). After an IPC
+barrier of the 8 ranks of a server each rank writes its rows to ``expandX`` by [local
+expert][source rank], with ``expandScales`` (the router weight of each pair), ``epRecvCounts``
+(cumulative per (expert, source)) and ``expertTokenNums``; behind the counts in ``epRecvCounts``
+it leaves the combine's reduce information (``CreateInnerReduceInfo`` / ``CreateOuterReduceInfo``).
+The combine sends each row with its weight back through the IPC area of the rank of the own
+server that shares the destination's index, which sums each token's rows of its server times
+their weights (``SumToWindow``, FP32, ``CAST_RINT``), BatchWrites the partial rows to the plane
+ranks, then a status word per server (a second BatchWrite); each rank adds the partial rows of
+its tokens (``SumToServer``).
 
-The BatchWrite includes two items towards the own rank (the own server's pair), which
+Both BatchWrites include items towards the own rank (the own server's pair), which
 BatchWrite.md forbids on A2 and hccl_py's A2 platform refuses (section 27, as in section 25:
 tests/test_a2_layered.py ``test_layered_dispatch_own_rank_item_is_refused``). ``PLATFORM`` is
-therefore Atlas A2 with a server that accepts an item towards any rank: the rest of the kernel
-runs as written and numpy checks it.
+therefore Atlas A2 with a server that accepts an item towards any rank: the rest of the kernels
+run as written and numpy checks them. ``expandScales`` gets 32 floats of room after the size
+infershape gives it: the combine reads the scales in blocks of 32 (``EXPAND_SCALES_PAD``).
 
 Stand-ins: FP16; one launch shape (BS = 2, K = 3, H = 16, one expert per rank, 16 ranks on two
-servers of 8, ``aivNum`` 8: the IPC barrier needs one core per rank of a server); the UB
-words a DataCopy carries beyond the ones the kernel sets are zero; ``SyncFunc`` /
-``PipeBarrier`` / ``DataCacheCleanAndInvalid`` are program order. Not ported: the combine
-(``moe_distribute_combine_a2_layered_aicpu.h``), the AIV data plane
-(``moe_distribute_dispatch_a2_layered.h``, ``HcclAiRMA*``) and quantisation.
+servers of 8, ``aivNum`` 8: the IPC barrier needs one core per rank of a server); the expert
+between the kernels adds its id to each row; the UB words a DataCopy carries beyond the ones
+the kernel sets are zero; ``SyncFunc`` / ``PipeBarrier`` / ``DataCacheCleanAndInvalid`` are
+program order. Not ported: the AIV data plane (``moe_distribute_dispatch_a2_layered.h``,
+``moe_distribute_combine_a2_layered.h``, ``HcclAiRMA*``) and quantisation.
 
 Run: ``python samples/mc2_moe_distribute_a2_layered.py`` (16 emulated ranks; not on gloo or torchrun:
 the lifted platform has no name the launchers take, and 16 processes are too many here).
