@@ -86,11 +86,14 @@ class SampleSpec:
     #: ``finalize-unordered`` some explored schedule of the sample itself hangs, so only the
     #: default schedule judges its mutants (:data:`UNEXPLORABLE`).
     warnings: tuple[str, ...] = ()
+    #: Why some explored schedule of the unmutated sample fails (a race of its source), or
+    #: None: with a reason only the default schedule judges its mutants.
+    source_race: str | None = None
 
     @property
     def explorable(self) -> bool:
         """Whether the explore stage can judge a mutant: the sample passes every schedule."""
-        return not UNEXPLORABLE & set(self.warnings)
+        return self.source_race is None and not UNEXPLORABLE & set(self.warnings)
 
 
 @dataclass(frozen=True)

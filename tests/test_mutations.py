@@ -44,6 +44,10 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "sanitizer.md"
 #: The moe_distribute_window sample's flag writes: {count, epoch} written directly, staged
 #: for BatchWrite, or sent as a BatchWrite item.
 WINDOW_FLAGS = (r"\] = status$", r"^items\.append\(\s*\(int\(stage \+ STAGE_STATUS")
+#: The layered A2 combine's own race: nothing orders a rank's SumToWindow (it reads the IPC
+#: area) before the next dispatch of a peer of its server writes rows there
+#: (docs/notes/mc2-kernels.md, section 27); seeds 1, 11 and 13 show it unmutated.
+LAYERED_IPC_RACE = "the combine's IPC race fails some explored schedules unmutated"
 SPECS: dict[str, SampleSpec] = {
     s.name: s
     for s in [
@@ -225,6 +229,26 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # 16 ranks, two servers of 8 (the layered kernel needs two); block_dim is the
+        # tiling's aivNum (8, one core per rank of a server for the IPC barrier); three
+        # launches, so that the third is back in the first one's half of the RDMA area
+        SampleSpec(
+            "mc2_moe_distribute_a2_layered",
+            world_sizes=(16,),
+            flags=(
+                r"^i32\(self\.sendStatusGM_, 1\)\[0\] = FLAG_VALUE$",
+                r"\[0\] = self\.bufferId_ \^ 1$",
+                r"^u64\(at, B64_PER_BLOCK\)\[:\] = localSet$",
+                r"^magicGt\[:\] = tempLocal$",
+                r"\)\[:\] = 0$",
+                r"^i32\(self\.windowOutGM_ \+ destOffset, EXP_TOKEN_COUNT_FLAG_CNT\)\[:\] = ",
+                r"\[0\] = self\.stateValue_$",
+                r"^u64\(targetRankShareAddr \+ flagOffset \* 4 \* 8, B64_PER_BLOCK\)\[:\] = InUb$",
+            ),
+            block_dim=None,
+            warnings=("batch-write-server",),  # items towards the own rank (section 27)
+            source_race=LAYERED_IPC_RACE,
+        ),
     ]
 }
 
@@ -384,6 +408,10 @@ A2_OFFSETS_SYNC = (
 #: The ranks' root-cause classes, or "check FAIL" when the sample's own numpy check fails.
 CHECK = "check FAIL"
 DEADLOCK = "HcclDeadlockError"
+LAYERED_NOT_EXPLORED = (
+    "not judged by explore (the combine's IPC race fails some schedules unmutated, "
+    "section 27), and the default schedule runs on"
+)
 
 LAST_SYNCALL = (
     "equivalent: the SyncAll is the kernel's last statement and nothing after it reads what "
@@ -694,6 +722,40 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "WriteStatusToWin:flag#1": ("default", DEADLOCK),
         "ReadStatus:poll#1": ("default", CHECK),
         "ReadStatus:flag#1": ("default", CHECK),
+    },
+    "mc2_moe_distribute_a2_layered": {
+        "Init:flag#1": ("default", DEADLOCK),
+        "Init:flag#2": ("default", CHECK),
+        "GatherAndWriteCntInfo:flag#1": ("default", CHECK),
+        "DispatchBetweenServer:SyncAll#1": ("default", "HcclBoundsError"),
+        "DispatchBetweenServer:flag#1": ("missed", LAYERED_NOT_EXPLORED),
+        "WaitWindow:poll#1": ("default", CHECK),
+        "SetIpcFlag:flag#1": ("default", DEADLOCK),
+        "WaitIpcFlag:poll#1": ("default", CHECK),
+        "CreateInnerReduceInfo:flag#1": (
+            "missed",
+            "never runs: every token of the routing goes to both servers (realBS is never 0)",
+        ),
+        "CleanUp:flag#1": ("default", CHECK),
+        "CleanUp:flag#2": ("default", CHECK),
+        **{f"Process:SyncAll#{i}": ("default", CHECK) for i in range(1, 6)},
+        "Process:SyncAll#6": ("missed", LAYERED_NOT_EXPLORED),
+        "Init:flag#3": ("missed", LAYERED_NOT_EXPLORED),
+        "Init:flag#4": ("default", DEADLOCK),
+        "AlltoAllDispatch:flag#1": ("default", DEADLOCK),
+        "AlltoAllDispatch:SyncAll#1": ("missed", LAYERED_NOT_EXPLORED),
+        "SumToWindow:poll#1": ("default", CHECK),
+        "SumToWindow:flag#1": ("default", CHECK),
+        "SumToWindow:SyncAll#1": ("missed", LAYERED_NOT_EXPLORED),
+        "AlltoAllServerDispatch:SyncAll#1": ("default", "HcclBoundsError"),
+        "AlltoAllServerDispatch:flag#1": ("missed", LAYERED_NOT_EXPLORED),
+        "SetStatus:SyncAll#1": ("default", DEADLOCK),
+        "SetStatus:flag#1": ("missed", LAYERED_NOT_EXPLORED),
+        "SetStatus:SyncAll#2": ("default", DEADLOCK),
+        "WaitDispatch:poll#1": ("missed", LAYERED_NOT_EXPLORED),
+        "WaitDispatch:SyncAll#1": ("missed", LAYERED_NOT_EXPLORED),
+        "SumToServer:SyncAll#1": ("missed", LAYERED_NOT_EXPLORED),
+        "SumToServer:SyncAll#2": ("missed", LAYERED_NOT_EXPLORED),
     },
     "mc2_quant_reduce_scatter": {
         "InitGMTensor:flag#1": ("explore", "HcclRaceError"),

@@ -75,6 +75,10 @@ class ContextFields:
 
     winExpSize = winSize
 
+    #: ``capability`` (A2 ``HcclA2CombineOpParam``): a null pointer, no capability structure, so
+    #: ``GetDataplaneMode`` of the MoE kernels reads the AI CPU data plane (hccl_py has no AIV one).
+    capability = 0
+
     @property
     def windowsIn(self) -> WindowTable:  # noqa: N802
         """``windowsIn[i]``, as :meth:`windows_in`."""
