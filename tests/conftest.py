@@ -37,6 +37,7 @@ LONGEST_FIRST = (
     "test_reliability.py",  # 109 s
     "test_launch_memory.py",
     "test_samples.py",  # 65 s, one unit: its jobs start together (module fixture)
+    "test_a2_layered.py",  # 35 s: 16-rank worlds
     "test_rules.py",
     "test_trace.py",
     "test_random_ops.py",
