@@ -13,16 +13,7 @@ import os
 import shutil
 import tempfile
 
-
-def _running(pid: int) -> bool:
-    """Whether a process ``pid`` runs (one of another user counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+from hccl_py.launcher.liveness import pid_alive
 
 
 def sweep(prefix: str, base: str | None = None) -> list[str]:
@@ -36,7 +27,7 @@ def sweep(prefix: str, base: str | None = None) -> list[str]:
                 continue
             if not entry.is_dir(follow_symlinks=False):
                 continue
-            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or _running(int(pid)):
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid() or pid_alive(int(pid)):
                 continue
             shutil.rmtree(entry.path, ignore_errors=True)
             removed.append(entry.name)
