@@ -37,7 +37,7 @@ core copies the own rank's rows and flag itself; then every core polls its ranks
 
 The multi-server path (16 ranks) breaks BatchWrite.md, which allows A2 items only towards
 ranks on other servers and never the own rank, while these kernels address every rank of the
-domain (section 25): hccl_py warns once per BatchWrite (``batch-write-server``) and copies the
+domain (section 25): hccl_py warns once per rank (``batch-write-server``) and copies the
 items, as the op's documentation (fullmesh at 16 to 384 ranks) says the server does. ``main``
 runs the single-server path; the 16-rank run is tests/test_samples.py's
 ``test_moe_distribute_a2_multi_server_runs_with_a_warning``.

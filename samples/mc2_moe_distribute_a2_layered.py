@@ -30,7 +30,7 @@ ranks, then a status word per server (a second BatchWrite); each rank adds the p
 its tokens (``SumToServer``).
 
 Both BatchWrites include items towards the own rank (the own server's pair), which
-BatchWrite.md forbids on A2: hccl_py warns once per such BatchWrite (``batch-write-server``)
+BatchWrite.md forbids on A2: hccl_py warns once per rank (``batch-write-server``)
 and copies the items, as for the fullmesh kernels (sections 25 and 27; tests/test_a2_layered.py
 ``test_layered_dispatch_own_rank_item_warns``), and numpy checks what the kernels compute. ``expandScales`` gets 32 floats of room after the size
 infershape gives it: the combine reads the scales in blocks of 32 (``EXPAND_SCALES_PAD``).

@@ -79,7 +79,7 @@ def test_layered_dispatch_and_combine_match_numpy_on_two_servers(sample, options
 
 def test_layered_dispatch_own_rank_item_warns(sample) -> None:
     """ConstructDataAndFlagBatchWriteInfo writes two items per server, the own server's to the
-    own rank, which BatchWrite.md forbids on A2: every rank's BatchWrites warn
+    own rank, which BatchWrite.md forbids on A2: every rank warns once in the run
     (``batch-write-server``, naming the first such item) and the items land (before
     2026-11-28 core 0's BatchWrite was refused)."""
     result = hp.run(
@@ -93,7 +93,7 @@ def test_layered_dispatch_own_rank_item_warns(sample) -> None:
     assert [line.split()[3] for lines in result for line in lines] == ["PASS"] * (16 * 6)
     warned = result.all_warnings()
     assert {w.kind for w in warned} == {"batch-write-server"}
-    assert {w.facts()["rank"] for w in warned} == set(range(16))
+    assert sorted(w.facts()["rank"] for w in warned) == list(range(16))  # once per rank
     reasons = {w.reason for w in warned}
     assert any(r.startswith("BatchWrite: item 0: remoteRankId 0 names this rank") for r in reasons)
     assert any(r.startswith("BatchWrite: item 2: remoteRankId 11 names this rank") for r in reasons)
