@@ -44,6 +44,7 @@ from hccl_py.server.windows import WindowAllocation
 from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
+from .server_reads import PendingReads
 
 #: Whose pending copies, landed in order: (domain, domain rank, context index, queue) of a
 #: BatchWrite, (HCOMM, channel) of Hcomm. ``key[:3]``: whose epochs are compared (one context's
@@ -92,6 +93,10 @@ class OneSidedWrites:
         self.writers: dict[tuple[str, int], int] = {}
         #: Which of ``n`` keys with pending copies lands its oldest next (the policy's choice).
         self.pick: Callable[[int], int] = lambda n: 0
+        #: The item lists and sources the server reads when a pending BatchWrite lands
+        #: (:mod:`.server_reads`; the world sets it) and the size of one item.
+        self.reads: PendingReads | None = None
+        self.item_size = 0
 
     def write_items(
         self, task: Task, copies: Copies, queue: tuple[int, int] = (0, 0), epoch: int = 0
@@ -102,7 +107,11 @@ class OneSidedWrites:
         self.writers[(task.domain_name, task.rank)] = rank
         self._record(rank, copies, None)
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
-        self._submit((task.domain_name, task.rank, *queue), copies, self.item_whole, epoch)
+        pending = self._submit(
+            (task.domain_name, task.rank, *queue), copies, self.item_whole, epoch
+        )
+        if pending and self.reads is not None:
+            self.reads.mark(rank, task, copies, self.item_size)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
@@ -129,12 +138,13 @@ class OneSidedWrites:
                 runs = [(dst.offset, dst.offset + nbytes)]
                 races.write(rank, dst.alloc, runs, nbytes, clock, where, agent)
 
-    def _submit(self, key: Key, copies: Copies, whole: int = 0, epoch: int = 0) -> None:
-        """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes)."""
+    def _submit(self, key: Key, copies: Copies, whole: int = 0, epoch: int = 0) -> bool:
+        """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes);
+        whether they are pending."""
         if not self.blocker.defers():
             with self.blocker.cond:  # the server's copy, not the posting core's own write
                 run_copies(copies)
-            return
+            return False
         with self.blocker.cond:
             if self.poison:
                 for _, dst, nbytes in copies:
@@ -142,6 +152,7 @@ class OneSidedWrites:
                         dst.bytes_view(nbytes).fill_(0xFF)
             self.pending.append((key, copies, epoch))
             self.blocker.progressed()
+        return True
 
     def flush(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all copies without arguments)."""
@@ -170,7 +181,7 @@ class OneSidedWrites:
             # under the world lock: the landing is the server's work, not the calling core's
             # write (its race watch skips what runs under the lock)
             for _, copies, _ in mine:
-                run_copies(copies)
+                self._land(copies)
             self.blocker.progressed()
 
         def elsewhere() -> bool:
@@ -201,9 +212,15 @@ class OneSidedWrites:
 
     def _run(self, write: Write) -> None:
         with self.blocker.cond:  # the server's copy, unseen by the running thread's race watch
-            run_copies(write[1])
+            self._land(write[1])
             self.running.remove(write)
             self.blocker.progressed()
+
+    def _land(self, copies: Copies) -> None:
+        """Under the lock: run ``copies``; the server read their items and sources."""
+        run_copies(copies)
+        if self.reads is not None:
+            self.reads.landed(copies)
 
     def meet(self, group: Group, rank: int, key: str, what: str, payload: bytes) -> list[bytes]:
         """Block until every rank of ``group`` arrived at ``key`` and their copies landed."""

@@ -27,6 +27,7 @@ from hccl_py.core.current import RunnerLocal
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
+from hccl_py.ops.batch_write import ITEM_DTYPES
 from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
@@ -50,6 +51,7 @@ from .races import WindowRaces
 from .rendezvous import Rendezvous
 from .reports import WorldReports
 from .scheduler import Scheduler
+from .server_reads import PendingReads
 from .slot import Slot
 from .watch import Unwatched, WatchedWindows
 
@@ -95,6 +97,9 @@ class EmuWorld(Server):
             whole_items=config.platform.batch_write_format == "A2",
         )
         self.writes.pick = self.blocker.policy.pick_queue
+        self.writes.reads = PendingReads(self.buffers)
+        fmt = config.platform.batch_write_format
+        self.writes.item_size = ITEM_DTYPES[fmt].itemsize if fmt else 0
         #: Every domain's slots, their order, failures and poison (one state machine).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         self.reports = WorldReports(self)
