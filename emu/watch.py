@@ -36,6 +36,7 @@ from .extents import byte_runs, element_offsets, touched
 from .intervals import Runs
 from .modes import KernelMode
 from .races import WindowRaces, user_frame
+from .server_reads import if_changed, raise_changed
 
 #: Operators that look at a tensor's shape or dtype only (their arguments are not read).
 _METADATA = frozenset(
@@ -73,17 +74,21 @@ class WindowWatch(KernelMode):
         self.windows = _NONE if races is None else races.windows
         self.pending = {} if buffers is None else buffers.pending[rank]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None, checked=False):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         if self.aside or not (self.pending or self.windows) or self.internal():
             return func(*args, **kwargs)
-        used = list(self._used(func, args, kwargs))
-        if self.pending:
+        used, later = list(self._used(func, args, kwargs)), []
+        if self.pending and not checked:
             for tensor, storage, written, i in used:
                 if storage in self.pending:
                     runs = touched(func, args, i, tensor)[0]
                     if runs:  # an index that picks nothing touches nothing
-                        self.buffers.access(self.rank, storage, runs, written)
+                        later += if_changed(self.buffers.access, self.rank, storage, runs, written)
+        if later:  # these race only if the write changes the bytes (:mod:`.server_reads`)
+            result = self.__torch_dispatch__(func, types, args, kwargs, checked=True)
+            raise_changed(later)
+            return result
         windows = self.windows
         accesses = [
             (t, windows[s], w, runs)

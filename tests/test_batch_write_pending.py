@@ -49,7 +49,9 @@ def rewriting(platform: str, what: str, when: str):
         if when == "after":
             h.Wait(handle)  # the server ran the BatchWrite: its copies landed
         if what == "items":
-            hp.gm_tensor(info, torch.uint8, 8)[:] = 0
+            hp.gm_tensor(info, torch.uint8, 8)[:] = 0x5A
+        elif what == "same":  # the bytes it holds already, as MoeDistributeCombineSetup's 1.0f
+            hp.gm_tensor(src, torch.float32, M)[:] = torch.arange(M) + 10 * me
         else:
             hp.gm_tensor(src, torch.float32, M)[:] = -1.0
         if when == "before":
@@ -107,3 +109,15 @@ def test_a_rewrite_after_the_landing_is_no_race(platform: str, what: str) -> Non
         np.testing.assert_array_equal(np.array(got), WANT)
     got = run(platform, what, "after", explore=8)
     np.testing.assert_array_equal(np.array(got), WANT)
+
+
+@pytest.mark.parametrize("platform", ["A2", "A3"])
+def test_rewriting_the_same_bytes_before_the_landing_is_no_race(platform: str) -> None:
+    """Every core of the shipping MoeDistributeCombineSetup stores the 1.0f that its status
+    items send, while another core's status BatchWrite may be pending: the server reads the
+    same bytes either way."""
+    for schedule in ("eager", "late"):
+        np.testing.assert_array_equal(
+            np.array(run(platform, "same", "before", schedule=schedule)), WANT
+        )
+    np.testing.assert_array_equal(np.array(run(platform, "same", "before", explore=8)), WANT)
