@@ -11,12 +11,19 @@ any more is part of an exact deadlock report (its address and value by dtype).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
 
 from hccl_py.server.blocking import Blocker
-from hccl_py.server.windows import HELD_POLL_BYTES, POLL_BYTES, WindowAllocation, shown_start
+from hccl_py.server.windows import (
+    HELD_POLL_BYTES,
+    POLL_BYTES,
+    WindowAllocation,
+    seen_lately,
+    shown_start,
+)
 
 from .extents import byte_runs, picks, touched
 from .intervals import Runs
@@ -45,7 +52,7 @@ class FlagPolls(KernelMode):
         self.internal = internal
         #: The status-sized window ranges this core read lately, newest last: one read again
         #: is a poll (a loop that reads two status areas alternately polls both).
-        self.held_reads: dict[tuple, None] = {}
+        self.held_reads: OrderedDict[tuple, None] = OrderedDict()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -78,12 +85,7 @@ class FlagPolls(KernelMode):
         """Whether this core read the range of ``value`` among its last :data:`HELD_RECENT`
         status-sized ranges; notes the read."""
         where = (id(window), value.storage_offset(), value.shape, value.stride())
-        seen = where in self.held_reads
-        self.held_reads.pop(where, None)
-        self.held_reads[where] = None
-        if len(self.held_reads) > HELD_RECENT:
-            del self.held_reads[next(iter(self.held_reads))]
-        return seen
+        return seen_lately(self.held_reads, where, HELD_RECENT)
 
     def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
         """One read of flag bytes (``runs`` of ``tensor``): the scheduler blocks a core that

@@ -202,18 +202,24 @@ class WindowAllocation(Allocation):
         )
 
 
+def seen_lately(recent: OrderedDict, key: object, limit: int) -> bool:
+    """Whether ``key`` is among the last ``limit`` keys noted in ``recent`` (oldest first);
+    notes ``key`` as the newest."""
+    seen = key in recent
+    recent[key] = None
+    recent.move_to_end(key)
+    if len(recent) > limit:
+        recent.popitem(last=False)
+    return seen
+
+
 def _viewed_lately(key: tuple[int, int, int]) -> bool:
     """Whether the calling runner viewed the range ``key`` among its last
     :data:`RECENT_VIEWS` ranges larger than a flag; notes this view."""
     recent = _tls.get("recent_views")
     if recent is None:
         recent = _tls.recent_views = OrderedDict()
-    seen = key in recent
-    recent[key] = None
-    recent.move_to_end(key)
-    if len(recent) > RECENT_VIEWS:
-        recent.popitem(last=False)
-    return seen
+    return seen_lately(recent, key, RECENT_VIEWS)
 
 
 def shown_start(raw: bytes, dtype: torch.dtype) -> str:
