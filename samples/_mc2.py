@@ -104,6 +104,34 @@ def moe_inputs(
     return x, ids
 
 
+def moe_received(
+    inputs: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+    rank: int,
+    launch: int,
+    local_experts: int,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """What ``rank`` receives in a MoE dispatch, in its order [local expert][source rank]:
+    per (expert, source) the source's tokens and the indices (``token * K + slot``) of the
+    source's pairs routed to that expert of ``rank``."""
+    per = [inputs(s, launch) for s in range(hp.get_world_size())]
+    return [
+        (x, np.flatnonzero(ids.reshape(-1) == rank * local_experts + e))
+        for e in range(local_experts)
+        for x, ids in per
+    ]
+
+
+def occurrence(ids: np.ndarray) -> np.ndarray:
+    """Per pair, how many earlier pairs of ``ids`` (flattened) go to the same expert (the
+    dispatch's expandIdx / assistInfo)."""
+    flat = ids.reshape(-1)
+    order = np.argsort(flat, kind="stable")
+    first = np.searchsorted(flat[order], flat[order], side="left")
+    out = np.empty(flat.size, dtype=np.int64)
+    out[order] = np.arange(flat.size) - first
+    return out
+
+
 def expert_recv_counts(
     send_counts: Callable[[int, int], list[int]], rank: int, n: int, experts: int
 ) -> list[int]:

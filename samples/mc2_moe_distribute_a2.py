@@ -64,7 +64,7 @@ from ctypes import Structure, c_bool, c_int8, c_int32, c_uint32, c_uint64
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, f16, i32, on_device, run_sample, zeros
-from _mc2 import moe_inputs, split_to_core, typed_fields, uint32_fields
+from _mc2 import moe_inputs, moe_received, occurrence, split_to_core, typed_fields, uint32_fields
 
 import hccl_py as hp
 from hccl_py import (
@@ -758,19 +758,11 @@ def expert_scales(rank: int, launch: int) -> np.ndarray:
 def dispatch_reference(rank: int, launch: int) -> dict[str, np.ndarray]:
     """numpy: the dispatch's outputs on ``rank``."""
     n = hp.get_world_size()
-    _, ids = inputs(rank, launch)
-    flat = ids.reshape(-1)
-    assist = np.array([np.count_nonzero(flat[:i] == e) for i, e in enumerate(flat)])
-    rows, counts = [], np.zeros((LOCAL_EXPERTS, n), dtype=np.int64)
-    for j in range(LOCAL_EXPERTS):
-        for s in range(n):
-            xs, ids_s = inputs(s, launch)
-            pairs = np.flatnonzero(ids_s.reshape(-1) == rank * LOCAL_EXPERTS + j)
-            rows.append(xs[pairs // K].astype(np.float64).reshape(-1))
-            counts[j, s] = len(pairs)
-    recv = np.cumsum(counts.reshape(-1))
+    received = moe_received(inputs, rank, launch, LOCAL_EXPERTS)
+    rows = [x[pairs // K].astype(np.float64).reshape(-1) for x, pairs in received]
+    recv = np.cumsum([len(pairs) for _, pairs in received])
     return {
-        "assist_info": assist,
+        "assist_info": occurrence(inputs(rank, launch)[1]),
         "ep_recv_counts": recv,
         "token_nums": recv.reshape(LOCAL_EXPERTS, n)[:, -1],
         "expand_x": np.concatenate(rows),

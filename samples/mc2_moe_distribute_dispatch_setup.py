@@ -56,7 +56,7 @@ import ctypes
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, f32, i32, on_device, run_sample
-from _mc2 import moe_inputs, split_to_core, typed_fields, uint32_fields
+from _mc2 import moe_inputs, moe_received, occurrence, split_to_core, typed_fields, uint32_fields
 
 import hccl_py as hp
 from hccl_py import (
@@ -514,21 +514,13 @@ def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
 
 def reference(rank: int, launch: int) -> dict[str, np.ndarray]:
     """numpy: what each output of ``rank`` holds after one setup + teardown."""
-    n = hp.get_world_size()
-    x, ids = inputs(rank, launch)
-    flat = ids.reshape(-1)
-    expand_idx = np.array([np.count_nonzero(flat[:i] == e) for i, e in enumerate(flat)])
-    rows, counts = [], np.zeros((LOCAL_EXPERTS, n), dtype=np.int64)
-    for k in range(LOCAL_EXPERTS):
-        for s in range(n):
-            xs, ids_s = inputs(s, launch)
-            pairs = np.flatnonzero(ids_s.reshape(-1) == rank * LOCAL_EXPERTS + k)
-            rows.append(xs[pairs // K].astype(np.float64).reshape(-1))
-            counts[k, s] = len(pairs)
+    received = moe_received(inputs, rank, launch, LOCAL_EXPERTS)
     return {
-        "expand_idx": expand_idx,
-        "expand_x": np.concatenate(rows),
-        "assist_info": np.cumsum(counts.reshape(-1)),
+        "expand_idx": occurrence(inputs(rank, launch)[1]),
+        "expand_x": np.concatenate(
+            [x[pairs // K].astype(np.float64).reshape(-1) for x, pairs in received]
+        ),
+        "assist_info": np.cumsum([len(pairs) for _, pairs in received]),
         "token_nums": np.zeros(LOCAL_EXPERTS),
     }
 

@@ -33,7 +33,7 @@ from ctypes import c_bool, c_int32, c_uint32, c_uint64
 import numpy as np
 import torch
 from _common import WORLD_GROUP, compare, on_device, run_sample
-from _mc2 import moe_inputs, split_to_core
+from _mc2 import moe_inputs, moe_received, split_to_core
 
 import hccl_py as hp
 from hccl_py import (
@@ -266,15 +266,10 @@ def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
 
 def reference(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """numpy: (expandX rows, sendCounts, expertTokenNums) that rank ``rank`` receives."""
-    n = hp.get_world_size()
-    per = [inputs(s, launch) for s in range(n)]
-    rows, counts = [], np.zeros((LOCAL_EXPERTS, n), dtype=np.int64)
-    for k in range(LOCAL_EXPERTS):
-        for s, (x, ids) in enumerate(per):
-            pairs = np.flatnonzero(ids.reshape(-1) == rank * LOCAL_EXPERTS + k)
-            rows.append(x[pairs // K])
-            counts[k, s] = len(pairs)
-    return np.concatenate(rows), np.cumsum(counts.reshape(-1)), np.cumsum(counts.sum(axis=1))
+    received = moe_received(inputs, rank, launch, LOCAL_EXPERTS)
+    counts = np.array([len(pairs) for _, pairs in received]).reshape(LOCAL_EXPERTS, -1)
+    rows = np.concatenate([x[pairs // K] for x, pairs in received])
+    return rows, np.cumsum(counts.reshape(-1)), np.cumsum(counts.sum(axis=1))
 
 
 def main() -> list[str]:

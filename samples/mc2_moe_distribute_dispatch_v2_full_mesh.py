@@ -46,7 +46,7 @@ from ctypes import Structure, c_bool, c_uint64
 import numpy as np
 import torch
 from _common import compare, f32, i32, on_device, run_sample
-from _mc2 import moe_inputs, split_to_core, uint32_fields
+from _mc2 import moe_inputs, moe_received, split_to_core, uint32_fields
 from _mc2_context import EP_RANK_OFFSET_STEP, MB_SIZE, GetMc2ContextTensor, Mc2MoeContextHolder
 
 import hccl_py as hp
@@ -235,14 +235,13 @@ def inputs(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
 def reference(rank: int, launch: int) -> np.ndarray:
     """numpy: expandX rows, expandIdx triples, sendCounts and expertTokenNums of ``rank``."""
     n = hp.get_world_size()
-    rows, idx, counts = [], [], np.zeros((LOCAL_EXPERTS, n), dtype=np.int64)
-    for k in range(LOCAL_EXPERTS):
-        for s in range(n):
-            x, ids = inputs(s, launch)
-            pairs = np.flatnonzero(ids.reshape(-1) == rank * LOCAL_EXPERTS + k)
-            rows.append(x[pairs // K].astype(np.float64).reshape(-1))
-            idx.append(np.stack([np.full(len(pairs), s), pairs // K, pairs % K], 1).reshape(-1))
-            counts[k, s] = len(pairs)
+    received = moe_received(inputs, rank, launch, LOCAL_EXPERTS)
+    rows = [x[pairs // K].astype(np.float64).reshape(-1) for x, pairs in received]
+    idx = [
+        np.stack([np.full(len(pairs), i % n), pairs // K, pairs % K], 1).reshape(-1)
+        for i, (_, pairs) in enumerate(received)
+    ]
+    counts = np.array([len(pairs) for _, pairs in received]).reshape(LOCAL_EXPERTS, n)
     flat = counts.reshape(-1)
     return np.concatenate([*rows, *idx, np.cumsum(flat), np.cumsum(counts.sum(axis=1))]).astype(
         np.float64
