@@ -454,7 +454,8 @@ def test_control_bytes_of_any_length_cross_the_process_group(one_rank_domain: An
         work.wait()
 
     cpu = torch.device("cpu")
-    for payload, n_calls in ((b"", 1), (b'{"op":4}', 1), (bytes(range(256)) * 9, 2)):
+    longer = bytes(range(256)) * (rounds.ROW_BYTES // 256 + 1)
+    for payload, n_calls in ((b"", 1), (b'{"op":4}', 1), (longer, 2)):
         calls.clear()
         assert rounds.all_gather_bytes(one_rank_domain, payload, cpu, wait) == [payload]
         assert len(calls) == n_calls, (len(payload), len(calls))

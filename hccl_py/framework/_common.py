@@ -203,7 +203,7 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
     record = {"op": op, "problem": problem, **facts}
     raw = _exchange(group, op, json.dumps(record, separators=(",", ":")).encode())
     decoded: dict[bytes, dict[str, Any]] = {}  # ranks that agree send the same bytes
-    records = [decoded[r] if r in decoded else decoded.setdefault(r, json.loads(r)) for r in raw]
+    records = [decoded[r] if r in decoded else decoded.setdefault(r, _record(r)) for r in raw]
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:
         listed = ", ".join(f"{who(group, i)} {name}" for i, name in enumerate(ops))
@@ -215,6 +215,18 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
         listed = "; ".join(f"{who(group, i)}: {text}" for i, text in problems)
         raise ValueError(f"{op}: {listed}")
     return records
+
+
+def _record(raw: bytes) -> dict[str, Any]:
+    """A peer's exchanged arguments; what a peer that prepared a kernel task sent there (its
+    descriptor, up to a NUL byte: round 0's bytes may follow) reads as that task's op."""
+    try:
+        record = json.loads(raw.partition(b"\0")[0])
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("op"), str | int):
+        return {"op": f"something unreadable ({raw[:40]!r})", "problem": None}
+    return {"problem": None, **record}
 
 
 def require_same(

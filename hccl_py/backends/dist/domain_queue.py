@@ -33,6 +33,7 @@ from ...server.task_queue import DomainTasks, TaskBoard
 from ...server.threads import WakeCondition
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
+from . import first_round
 from . import rounds as pg_rounds
 from .descriptors import (
     decode_all,
@@ -57,6 +58,7 @@ class DistServer(Protocol):
     backend_name: str
     blocker: Any
     board: TaskBoard
+    carry_first_round: bool
     cond: WakeCondition
     config: Config
     late: bool
@@ -186,16 +188,20 @@ class DomainQueue:
     def execute(self, task: Task, r: int) -> HcclError | None:
         """Outside the lock: run one claimed round; return its error, if any."""
         try:
+            carried = None
             if r == 0 and self.server.checks(task):
                 self.running = "comparing task descriptors with the other ranks"
                 self.comparing = task
                 try:
-                    self._check(task)
+                    carried = self._check(task)
                 finally:
                     self.comparing = None
                 self.running = f"running round {r} on the process group"
             started = now_us()
-            pg_rounds.run_round(task, r, self.dom)
+            if carried is None:
+                pg_rounds.run_round(task, r, self.dom)
+            else:
+                first_round.run(task, *carried, self.dom)
             server_round(task, r, started)
         except HcclError as exc:
             return exc
@@ -341,21 +347,28 @@ class DomainQueue:
             if i != task.rank and not store.check([joined_key(task.domain_name, task.seq, i)])
         ]
 
-    def _check(self, task: Task) -> None:
+    def _check(self, task: Task) -> tuple[list[Task], list[bytes]] | None:
         """Compare this task with the other ranks' tasks at the same position (strict mode).
 
         The descriptors travel in one all-gather on the domain's process group;
         while it waits for a peer, :class:`Absentees` looks for one that will
         never join (it finalized after fewer tasks, returned, or is gone).
+        Returns every rank's task and round-0 bytes when every rank sent them
+        along (:mod:`.first_round`), else None.
         """
         absentees = Absentees(self.server, task, self)
         mine = encode_descriptor(task)
+        sent = first_round.payload(task, mine, self.dom) if self.server.carry_first_round else mine
         payloads = pg_rounds.all_gather_bytes(
-            self.dom, mine, self.server.session.device, absentees.wait
+            self.dom, sent, self.server.session.device, absentees.wait
         )
-        error = mismatch(decode_all(task, mine, payloads))
+        parts = [first_round.split(raw) for raw in payloads]
+        tasks = decode_all(task, mine, [descriptor for _, descriptor in parts])
+        error = mismatch(tasks)
         if error is not None:
             raise error
+        rows = [data for data, _ in parts]
+        return None if any(row is None for row in rows) else (tasks, rows)  # type: ignore[return-value]
 
 
 class Absentees:

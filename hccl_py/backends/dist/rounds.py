@@ -128,7 +128,7 @@ def _packed(blocks: Blocks) -> tuple[int, int] | None:
     return int(starts[0]), int(starts[-1] + sizes[-1])
 
 
-def _gather(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
+def gather_bytes(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     """The blocks' bytes, concatenated: a view when they are packed, else one copy."""
     packed = _packed(blocks)
     if packed is not None:
@@ -141,7 +141,7 @@ def _gather(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
     )
 
 
-def _scatter(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: int | None) -> None:
+def scatter_bytes(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: int | None) -> None:
     """Copy concatenated ``flat`` into the blocks, leaving block ``skip`` untouched."""
     sizes = blocks.sizes.tolist()
     for k, (start, part) in enumerate(zip(blocks.starts.tolist(), flat.split(sizes), strict=True)):
@@ -154,13 +154,13 @@ def _source(task: Task, round_idx: int, blocks: Blocks, in_place_ok: bool = Fals
 
     ``in_place_ok``: the collective tolerates the op's exact in-place block pair.
     """
-    src = _gather(task.memory("send"), blocks)
+    src = gather_bytes(task.memory("send"), blocks)
     if _packed(blocks) is not None and first_shared(task, round_idx, in_place_ok) is not None:
         src = src.clone()
     return src
 
 
-def _write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
+def write_result(task: Task, round_idx: int, values: torch.Tensor) -> None:
     """Store one reduced block into the round's (single) receive block."""
     blocks = layout.round_blocks(task, "recv", round_idx)
     start = int(blocks.starts[0])
@@ -242,7 +242,7 @@ def _exchange(task: Task, r: int, dom: Domain, recv: Blocks | None) -> torch.Ten
         target = None if direct else (data, recv, skip)
     dist.all_to_all_single(out, src, out_sizes, send.sizes.tolist(), group=dom.pg)
     if target is not None:
-        _scatter(target[0], target[1], out, target[2])
+        scatter_bytes(target[0], target[1], out, target[2])
     return out if recv is None else None
 
 
@@ -256,7 +256,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     if nbytes == 0:
         return
     op = HcclReduceOp(task.reduce_op)
-    src = _gather(task.memory("send"), send)
+    src = gather_bytes(task.memory("send"), send)
     if dom.reduction.exact:
         if nbytes >= EXACT_SPLIT_MIN_BYTES:
             _exact_all_reduce_split(task, r, src, op, dom)
@@ -264,7 +264,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
         gathered = torch.empty(nbytes * task.rank_dim, dtype=torch.uint8, device=src.device)
         _all_gather_single(gathered, src, group=dom.pg)
         stacked = dom.to_domain(task.typed(gathered).view(task.rank_dim, -1))
-        _write_result(task, r, reduce_ranks(stacked, op))
+        write_result(task, r, reduce_ranks(stacked, op))
         return
     values = task.typed(src)
     nan = _nan_mask(values, op, dom)
@@ -282,7 +282,7 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     buf = values.to(wide, copy=True)
     dist.all_reduce(buf, _REDUCE_OPS[op], group=dom.pg)
     _fill_nan(buf, nan)
-    _write_result(task, r, buf.to(values.dtype))
+    write_result(task, r, buf.to(values.dtype))
 
 
 def _exact_all_reduce_split(
@@ -314,7 +314,7 @@ def _exact_all_reduce_split(
     rows_here = direct and first_shared(task, r, exempt_in_place=False) is None
     received = target if rows_here else torch.empty(mine * n, dtype=torch.uint8, device=src.device)
     dist.all_to_all_single(
-        received, _gather(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
+        received, gather_bytes(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
     )
     stacked = dom.to_domain(task.typed(received).view(n, mine // size))
     reduced = reduce_ranks(stacked, op).view(torch.uint8).reshape(-1)
@@ -359,10 +359,10 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
         target = _receive_view(task, r, stacked.dtype, task.count)
         reduced = reduce_ranks(stacked, op, out=target)
         if target is None:
-            _write_result(task, r, reduced)
+            write_result(task, r, reduced)
         return
     send = dom.to_pg(layout.round_blocks(task, "send", r))
-    values = task.typed(_gather(task.memory("send"), send))
+    values = task.typed(gather_bytes(task.memory("send"), send))
     wide = dom.reduction.widen.get(values.dtype, values.dtype)
     src = values.to(wide, copy=wide != values.dtype)
     target = _private_receive_view(task, r, wide) if wide == values.dtype else None
@@ -374,13 +374,13 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
         _reduce_scatter_single(mine, nan, dist.ReduceOp.MAX, group=dom.pg)
         _fill_nan(out, mine)
     if target is None:
-        _write_result(task, r, out.to(values.dtype))
+        write_result(task, r, out.to(values.dtype))
 
 
 # ------------------------------------------------------------------ control bytes
 #: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
 #: payload); a longer payload on any rank makes every rank gather again at the longest width.
-ROW_BYTES = 1024
+ROW_BYTES = 4096
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
 MAX_PAYLOAD_BYTES = 1 << 20

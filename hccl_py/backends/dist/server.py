@@ -45,6 +45,8 @@ from .session import Session, session_for, spawned_rank
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
+#: "1"/"0": a small first round rides in the task check's exchange (default: on).
+CARRY_ENV = "HCCL_PY_CARRY_FIRST_ROUND"
 #: "exact"/"native": how AllReduce and ReduceScatter reduce (default: exact on gloo).
 REDUCE_ENV = "HCCL_PY_REDUCE"
 
@@ -82,6 +84,7 @@ class DistServer(Server):
         self.cond = blocker.cond
         self.backend_name = session.backend.name
         self.check_tasks = _flag(CHECK_ENV, session.backend.check_tasks)
+        self.carry_first_round = _flag(CARRY_ENV, True)
         exact = os.environ.get(REDUCE_ENV, "exact" if session.backend.exact else "native")
         if exact not in ("exact", "native"):
             raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {exact!r}")

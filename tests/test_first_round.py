@@ -1,0 +1,152 @@
+"""A task's small first round carried by the task check's exchange on gloo
+(hccl_py/backends/dist/first_round.py): the same results, one process-group call fewer."""
+
+from __future__ import annotations
+
+import cases
+import numpy as np
+import pytest
+import torch
+
+import hccl_py as hp
+from hccl_py.backends.dist.server import CARRY_ENV
+from hccl_py.bench.calls import Step
+from hccl_py.bench.ops import BENCH_OPS, plan
+from hccl_py.bench.reference import REDUCE_OPS, TYPES
+
+pytestmark = pytest.mark.spread
+
+TIMEOUT = 30.0
+OPS = ("allgather", "allreduce", "reducescatter", "alltoall", "alltoallv")
+
+
+@pytest.mark.parametrize("carry", ["1", "0"])
+def test_random_ops_match_the_reference_carried_or_not(
+    carry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every op, its strides, offsets, repeats, skipLocalRankCopy and commit modes, on 1 to 4
+    ranks: round 0 computed from the exchange's rows (carry) and by the process group's own
+    call (not) both give numpy's result."""
+    monkeypatch.setenv(CARRY_ENV, carry)
+    rng = np.random.default_rng(23)
+    draw = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    batch = [
+        cases.draw_case(draw, op, world)
+        for op in cases.OPS
+        for world in (1, 2, 3, 4)
+        for _ in range(2)
+    ]
+    cases.run_and_check(batch, "gloo", world_size=4)
+
+
+def counted_calls(sizes: list[int]) -> dict[str, list[list[str]]]:
+    """Per op and size, the process-group calls of one kernel launch on this rank."""
+    from hccl_py.backends.dist import rounds
+
+    calls: list[str] = []
+
+    def counted(name: str, real):  # type: ignore[no-untyped-def]
+        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        return call
+
+    real_dist = rounds.dist
+
+    class Counting:
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            real = getattr(real_dist, name)
+            return counted(name, real) if callable(real) and name[0].islower() else real
+
+    rounds.dist = Counting()
+    rounds._all_gather_single = counted("all_gather_single", rounds._all_gather_single)
+    kind = TYPES["fp32"]
+    out: dict[str, list[list[str]]] = {}
+    for op in OPS:
+        for size in sizes:
+            bench = plan(BENCH_OPS[op], hp.get_world_size(), size, kind.size)
+            step = Step("kernel", bench, kind, REDUCE_OPS["sum"])
+            calls.clear()
+            step.run()
+            out.setdefault(op, []).append(list(calls))
+    return out
+
+
+@pytest.mark.parametrize("carry", ["1", "0"])
+def test_a_small_first_round_costs_no_call_of_its_own(
+    carry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1 KiB per rank: the exchange carries round 0, so the launch makes one process-group call
+    (the exchange's all-gather) instead of two; 64 KiB does not fit and keeps the op's call."""
+    monkeypatch.setenv(CARRY_ENV, carry)
+    per_rank = hp.run(
+        counted_calls,
+        world_size=3,
+        backend="gloo",
+        timeout=TIMEOUT,
+        platform="A3",
+        args=([1024, 65536],),
+    )
+    own = {
+        "allgather": "all_gather_single",
+        "allreduce": "all_to_all_single",  # exact, 64 KiB: reduce-scatter then all-gather
+        "reducescatter": "all_to_all_single",
+        "alltoall": "all_to_all_single",
+        "alltoallv": "all_to_all_single",
+    }
+    for rank, calls in enumerate(per_rank):
+        for op, (small, large) in calls.items():
+            assert large[0] == "all_gather_single" and own[op] in large[1:], (rank, op, large)
+            expected = ["all_gather_single"] if carry == "1" else ["all_gather_single", own[op]]
+            if op == "allreduce" and carry == "0":
+                expected = ["all_gather_single", "all_gather_single"]  # exact, small: gathered
+            assert small == expected, (rank, op, small)
+
+
+def mismatched_sizes() -> list[float]:
+    """Rank 0's AllGather fits in the exchange's row, rank 1's (2000 floats) does not."""
+    from test_gloo_backend import _gather_kernel, _tiling
+
+    count = 8 if hp.get_rank() == 0 else 2000
+    x = torch.ones(count)
+    y = torch.zeros(count * hp.get_world_size())
+    hp.launch(_gather_kernel, x, y, _tiling(), [count])
+    return y.tolist()
+
+
+def test_a_rank_whose_round_fits_against_one_whose_does_not_is_a_mismatch() -> None:
+    """The rows are equally wide whatever each rank sends: no gloo abort, both ranks name the
+    two counts."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(mismatched_sizes, world_size=2, backend="gloo", timeout=TIMEOUT)
+    causes = info.value.root_causes
+    assert sorted(causes) == [0, 1], causes
+    for error in causes.values():
+        assert isinstance(error, hp.HcclMismatchError), error
+        assert "count=8" in str(error) and "count=2000" in str(error), error
+
+
+def small_exact_reductions() -> list[torch.Tensor]:
+    """FP16 and BF16 AllReduce and ReduceScatter of random values through the kernel API."""
+    gen = torch.Generator().manual_seed(100 + hp.get_rank())
+    out = []
+    for name in ("fp16", "bfp16"):
+        kind = TYPES[name]
+        for op in ("allreduce", "reducescatter"):
+            bench = plan(BENCH_OPS[op], hp.get_world_size(), 192, kind.size)
+            step = Step("kernel", bench, kind, REDUCE_OPS["sum"])
+            step.send.copy_(torch.rand(step.send.shape, generator=gen) * 1000 - 500)
+            step.run()
+            out.append(step.recv.clone())
+    return out
+
+
+def test_carried_reductions_are_bit_identical_to_the_emulator() -> None:
+    """Small exact rounds reduced from the exchange's rows: the emulator's bytes."""
+    gloo = hp.run(small_exact_reductions, world_size=3, backend="gloo", timeout=TIMEOUT)
+    emu = hp.run(small_exact_reductions, world_size=3, backend="emu", timeout=TIMEOUT)
+    for rank, (ours, theirs) in enumerate(zip(gloo, emu, strict=True)):
+        for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (rank, i)
+    assert gloo[0][0].abs().sum() > 0, "the reduction ran"
