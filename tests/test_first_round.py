@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import cases
 import numpy as np
 import pytest
 import torch
 
 import hccl_py as hp
+from hccl_py.backends.dist.rounds import ROW_BYTES
 from hccl_py.backends.dist.server import CARRY_ENV
 from hccl_py.bench.calls import Step
 from hccl_py.bench.ops import BENCH_OPS, plan
@@ -150,3 +153,28 @@ def test_carried_reductions_are_bit_identical_to_the_emulator() -> None:
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), (rank, i)
     assert gloo[0][0].abs().sum() > 0, "the reduction ran"
+
+
+def _prefix(counts: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
+def test_alltoallv_whose_rounds_fit_on_some_ranks_only() -> None:
+    """Rank 0 sends 4.8 KiB, more than the exchange's row holds, its peers a few bytes: no rank
+    computes round 0 from the rows (they decide alike), and the results are numpy's."""
+    rng = np.random.default_rng(5)
+    draw = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731
+    like = cases.draw_case(draw, "AlltoAllV", 3)
+    counts = ((1200, 5, 3), (2, 2, 2), (1, 0, 4))
+    recv = tuple(tuple(counts[i][j] for i in range(3)) for j in range(3))
+    case = dataclasses.replace(
+        like,
+        dtype=cases.ref.FP32,
+        repeat=1,
+        send_counts=counts,
+        recv_counts=recv,
+        sdispls=tuple(map(_prefix, counts)),
+        rdispls=tuple(map(_prefix, recv)),
+    )
+    assert sum(counts[0]) * 4 > ROW_BYTES > sum(counts[1]) * 4
+    cases.run_and_check([case, like], "gloo", platform="A3", world_size=3)
