@@ -375,3 +375,25 @@ def test_a_rank_that_skips_a_framework_collective_is_named() -> None:
         "ranks 0, 2: wait in all_reduce (framework collective #0 of hccl_world_group) for "
         "ranks [1], which have not called it" in text
     )
+
+
+@pytest.mark.parametrize(
+    "raw, op",
+    [
+        (b'{"op":"all_reduce","problem":null}', "all_reduce"),
+        (
+            b'{"op":"kernel task #3 (AllGather)","problem":null,"task":{}}\x00\x01\xff',
+            "kernel task #3",
+        ),
+        (b"\xff\xfe\x00{", "something unreadable (b'\\xff\\xfe\\x00{')"),
+        (b"[1, 2]", "something unreadable (b'[1, 2]')"),
+    ],
+    ids=["arguments", "task-with-round-bytes", "not-utf8", "not-a-record"],
+)
+def test_a_peers_exchanged_record_is_read_up_to_a_nul(raw: bytes, op: str) -> None:
+    """What a peer sent in an argument exchange: its op (a kernel task's descriptor is read
+    up to the NUL that round 0's bytes follow), or what it sent, for the mismatch report."""
+    from hccl_py.framework._common import _record
+
+    record = _record(raw)
+    assert record["op"].startswith(op) and record["problem"] is None, record
