@@ -32,6 +32,7 @@ import torch.distributed as dist
 import hccl_py as hp
 from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.sweep import Options, median_time, rank_sweep
+from hccl_py.launcher import torch_env
 
 #: torch.distributed calls of each op (None: the peer has no such call).
 _TORCH_CALLS: dict[str, Callable] = {
@@ -119,6 +120,7 @@ def threaded_pg_times(op: str, ranks: int, sizes: list[int], opts: Options) -> d
 
 def _gloo_rank(rank: int, ranks: int, port: int, op: str, sizes: list, opts: Options, q) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch_env.rank_threads(ranks)  # as torchrun and hccl_py's own ranks: no spinning OpenMP
     dist.init_process_group("gloo", rank=rank, world_size=ranks)
     try:
         q.put((rank, _time_torch(op, ranks, rank, sizes, opts)))

@@ -25,3 +25,23 @@ def quiet_flight_recorder() -> None:
     """
     if not any(os.environ.get(name) for name in FLIGHT_RECORDER_ENV):
         os.environ[FLIGHT_RECORDER_ENV[0]] = "0"
+
+
+#: The variable that sets the intra-op threads of every torch process (OpenMP's own).
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def rank_threads(local_ranks: int) -> None:
+    """One intra-op thread per rank process when several share this host, as torchrun does.
+
+    torch starts one OpenMP thread per core in every process, and those threads
+    spin for a while after each parallel operation (a copy of 256 KiB is one).
+    Four rank processes on two cores then spend most of their CPU spinning: a
+    64 KiB AllGather on 4 gloo ranks took 31 ms of CPU per rank and 152 ms of wall
+    time, 4.6 and 13 ms with one thread (docs/performance.md). torchrun sets
+    ``OMP_NUM_THREADS=1`` for the same reason; a value the user set is kept.
+    """
+    if local_ranks > 1 and not os.environ.get(THREADS_ENV):
+        import torch
+
+        torch.set_num_threads(1)

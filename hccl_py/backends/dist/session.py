@@ -105,6 +105,7 @@ class Session:
         self._owns_pg = not dist.is_initialized()
         if self._owns_pg:
             torch_env.quiet_flight_recorder()
+            torch_env.rank_threads(int(os.environ.get("LOCAL_WORLD_SIZE", spec.world_size)))
             dist.init_process_group(
                 backend.pg_backend,
                 store=kv.scoped(self._base, "pg/"),
