@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import CodeType
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
 
+from .findings import Finding, Mark, findings
 from .intervals import Runs
 from .races import place_text, user_frame, user_place
 from .server_order import Ordered, deps
@@ -51,19 +52,6 @@ from .slot import Slot
 
 #: What the server does with the bytes of each side of a round.
 _SERVER_DOES = {"send": "reads", "recv": "writes"}
-
-
-class Owner(Protocol):
-    """What a mark belongs to: a committed :class:`Round`, or Hcomm requests (:mod:`.posted`)."""
-
-    #: When it was marked, among every mark of the world (ties in reports go to the earliest).
-    order: int
-    #: What orders it before the rank's next accesses (for the warning).
-    ordered_by: str
-
-    def facts(self) -> dict[str, object]: ...
-    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError: ...
-    def unseen(self) -> str: ...
 
 
 class Marked(Protocol):
@@ -128,6 +116,8 @@ class Round:
 
     #: What orders the round before the rank's next accesses (for the warning).
     ordered_by = "the Wait of the round"
+    #: The server may read a send range or write a receive range at any moment: any write races.
+    same_bytes_race = True
 
     def unseen(self) -> str:
         """What a numpy view taken now may read too early, for the warning."""
@@ -155,34 +145,6 @@ class Pending:
             starts, ends = round_runs(self.task, self.side, rnd.index)
             if starts:
                 yield Mark(rnd, self.side, self.alloc, self.base, starts, ends)
-
-
-class Mark(NamedTuple):
-    """Bytes of one side of a pending round (or of Hcomm requests, :mod:`.posted`), in one
-    allocation: sorted, disjoint runs ``[starts[i], ends[i])`` from the allocation's first
-    byte, at ``base`` in its storage."""
-
-    round: Owner
-    side: str
-    alloc: Allocation
-    base: int
-    starts: list[int]
-    ends: list[int]
-
-    def overlap(self, runs: Runs) -> tuple[int, int] | None:
-        """``(lo, hi)``: from the first to the last marked byte that ``runs`` (sorted, disjoint
-        storage addresses) touch, as storage addresses; None if they touch none."""
-        starts, ends, base = self.starts, self.ends, self.base
-        first = last = None
-        for lo, hi in runs:
-            lo, hi = lo - base, hi - base
-            i = bisect.bisect_right(ends, lo)
-            if i == len(starts) or starts[i] >= hi:
-                continue
-            if first is None:
-                first = max(starts[i], lo)
-            last = min(ends[bisect.bisect_left(starts, hi) - 1], hi)
-        return None if first is None else (first + base, last + base)
 
 
 def merged_runs(starts: np.ndarray, sizes: np.ndarray) -> Runs:
@@ -248,20 +210,6 @@ def _storage_shift(task: Task) -> int | None:
     if a is None or b is None or a[0] != b[0] or not a[0]:
         return None
     return a[1] - b[1]
-
-
-@dataclass
-class Finding:
-    """An access of bytes that a pending round reads or writes."""
-
-    mark: Mark
-    lo: int
-    hi: int
-    written: bool
-
-    def error(self, rank: int, where: str) -> HcclRaceError:
-        """The report of this finding, raised at the access (``where``) of global rank ``rank``."""
-        return self.mark.round.error(self, rank, where)
 
 
 class BufferRaces:
@@ -395,19 +343,19 @@ class BufferRaces:
             else:
                 del pending[storage]
 
-    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
-        """Global rank ``rank`` reads or writes ``runs`` of ``storage``; raise if a round races."""
+    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> list[Finding]:
+        """Global rank ``rank`` reads or writes ``runs`` of ``storage``: every pending mark it
+        meets, in address order (:mod:`.findings` judges them)."""
         with self.lock:
-            found = self._first(rank, storage, runs, written)
-        if found is not None:
-            raise found.error(rank, user_frame())
+            return self._findings(rank, storage, runs, written)
 
     def viewed(self, rank: int, storage: int, runs: Runs) -> None:
         """Rank ``rank`` took a numpy view of ``runs``: its reads through it are not seen."""
         with self.lock:
-            found = self._first(rank, storage, runs, written=False)
-        if found is None:
+            met = self._findings(rank, storage, runs, written=False)
+        if not met:
             return
+        found = met[0]
         where, rnd = user_frame(), found.mark.round
         key = (rank, rnd, where)
         if key in self.warned:
@@ -423,8 +371,9 @@ class BufferRaces:
             **rnd.facts(),
         )
 
-    def _first(self, rank: int, storage: int, runs: Runs, written: bool) -> Finding | None:
-        """The pending mark that a read (or write) of ``runs`` of ``storage`` races with first."""
+    def _findings(self, rank: int, storage: int, runs: Runs, written: bool) -> list[Finding]:
+        """The pending marks that a read (or write) of ``runs`` of ``storage`` meets, in address
+        order (ties: the earliest mark first)."""
         marks = [
             mark
             for pending in self.pending[rank].get(storage, ())
@@ -432,16 +381,4 @@ class BufferRaces:
             for mark in pending.marks()
         ]
         marks.sort(key=lambda mark: mark.round.order)  # stable: a round's send side first
-        return first_finding(marks, runs, written)
-
-
-def first_finding(marks: Iterable[Mark], runs: Runs, written: bool) -> Finding | None:
-    """The mark that an access of ``runs`` meets first in address order (the earliest in
-    ``marks`` among those that start together), and the bytes it shares; None if none races."""
-    found: Finding | None = None
-    for mark in marks:
-        if written or mark.side == "recv":
-            span = mark.overlap(runs)
-            if span is not None and (found is None or span[0] < found.lo):
-                found = Finding(mark, span[0], span[1], written)
-    return found
+        return findings(marks, runs, written)

@@ -26,7 +26,8 @@ the number of ``QueueBarrier[ALL]`` calls its queue had made when it was posted;
 it lands only after every write of the rank and context of a lower epoch
 (posted before its own queue's barrier). The client posts a write behind
 barrier ``e`` only once every queue of the context has sent it
-(:mod:`hccl_py.client.onesided`), so those are all posted by then.
+(:mod:`hccl_py.client.onesided`), so those are all posted by then; until it
+is, what its server will read is marked from the call (:meth:`OneSidedWrites.hold`).
 """
 
 from __future__ import annotations
@@ -110,8 +111,18 @@ class OneSidedWrites:
         pending = self._submit(
             (task.domain_name, task.rank, *queue), copies, self.item_whole, epoch
         )
-        if pending and self.reads is not None:
-            self.reads.mark(rank, task, copies, self.item_size)
+        if self.reads is not None:
+            if pending:  # marked from the call already if it was held (:meth:`hold`)
+                self.reads.mark(rank, task, copies, self.item_size)
+            else:  # landed: what a hold marked is read
+                self.reads.landed(copies)
+
+    def hold(self, task: Task, copies: Copies) -> None:
+        """A BatchWrite waits behind a QueueBarrier[ALL] until every queue sent it: the
+        server reads its items and sources after that release, at a moment the calling core
+        cannot know, so they are marked from the call, with its line, on every schedule."""
+        if self.reads is not None:
+            self.reads.mark(task.domain.ranks[task.rank], task, copies, self.item_size)
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""

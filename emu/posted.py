@@ -34,7 +34,8 @@ from hccl_py.core.gm import Allocation
 from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.windows import WindowAllocation
 
-from .buffers import BufferRaces, Finding, Mark, first_finding
+from .buffers import BufferRaces
+from .findings import Finding, Mark, findings
 from .intervals import Runs
 from .races import user_frame
 
@@ -50,6 +51,8 @@ class Request:
     order: int = 0
     #: What orders the requests before the rank's next accesses (for the warning).
     ordered_by = "the Drain of the channel"
+    #: The landing writes the bytes: any access of them races.
+    same_bytes_race = True
 
     def describe(self) -> str:
         """``ReadNbi on channel 0x4843000100000000``."""
@@ -160,13 +163,12 @@ class PostedRequests:
                     else:
                         del index[storage]
 
-    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> None:
-        """The host code of global rank ``rank`` reads or writes ``runs`` of ``storage``."""
+    def access(self, rank: int, storage: int, runs: Runs, written: bool) -> list[Finding]:
+        """The host code of global rank ``rank`` reads or writes ``runs`` of ``storage``: the
+        undrained reads it meets, in address order (:mod:`.findings` judges them)."""
         with self.buffers.lock:
             marks = [
                 mark for posted in self.pending[rank].get(storage, ()) for mark in posted.marks()
             ]
             marks.sort(key=lambda mark: mark.round.order)
-            found = first_finding(marks, runs, written)
-        if found is not None:
-            raise found.error(rank, user_frame())
+            return findings(marks, runs, written)

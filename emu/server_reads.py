@@ -11,12 +11,15 @@ those bytes in between (any core of the rank) raises
 bytes, which item they belong to and both lines. A read of them is no race.
 The marks end when the copies land (:mod:`.onesided`), and every pending copy of
 a rank lands at the end of its launch, before its host code runs again. With the
-default eager schedule the copies land at the call: nothing is marked.
+default eager schedule the copies land at the call: nothing is marked. A
+BatchWrite held behind a QueueBarrier[ALL] is marked from its call, on every
+schedule: the server reads its message, items and sources only after the last
+queue's barrier releases it, at a moment the calling core cannot know. Each
+mark that one write meets is judged on its own (:mod:`.findings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hccl_py.core.errors import HcclRaceError
@@ -25,7 +28,8 @@ from hccl_py.core.task import Task
 from hccl_py.server.remote_writes import Copies
 from hccl_py.server.windows import WindowAllocation
 
-from .buffers import BufferRaces, Finding, Mark
+from .buffers import BufferRaces
+from .findings import Finding, Mark
 from .races import user_frame
 
 
@@ -51,6 +55,9 @@ class ItemRead:
     order: int = 0
     #: What orders the read before the rank's next accesses (for the warning).
     ordered_by = "the BatchWrite's landing (its Wait, or a flag the receiver sets after it)"
+    #: A write of the bytes they hold already (every core's 1.0f status source in the shipping
+    #: MoeDistributeCombineSetup) changes nothing the server reads: no race (:mod:`.findings`).
+    same_bytes_race = False
 
     def describe(self) -> str:
         """``BatchWrite handle 2``."""
@@ -64,7 +71,7 @@ class ItemRead:
         """The report of ``found``, a write at ``where`` of global rank ``rank``."""
         mark = found.mark
         base = mark.base
-        err = HcclRaceError(
+        return HcclRaceError(
             f"BatchWrite read race: rank {rank} writes bytes [{found.lo - base}, "
             f"{found.hi - base}) of {mark.alloc.name} ({self.what}) at {where} before the "
             f"copies of {self.describe()}, called at {self.where}, landed: the server reads "
@@ -75,12 +82,6 @@ class ItemRead:
             rank=rank,
             **self.facts(),
         )
-        # a write of the bytes they hold already (every core's 1.0f status source in the
-        # shipping MoeDistributeCombineSetup) changes nothing the server reads: no race
-        lo, hi = found.lo - base, found.hi - base
-        before = mark.alloc.host_bytes(lo, hi)
-        err.unchanged = lambda: mark.alloc.host_bytes(lo, hi) == before  # type: ignore[attr-defined]
-        return err
 
     def unseen(self) -> str:
         """What a numpy view taken now may miss, for the warning (reads never race here)."""
@@ -99,25 +100,6 @@ class ServerReads:
         return self.entries
 
 
-def if_changed(access: Callable[..., None], *args: object) -> list[HcclRaceError]:
-    """Run the buffer check ``access(*args)``: the races of a BatchWrite's pending reads are
-    returned (they count only if the write changes the bytes), the others raised."""
-    try:
-        access(*args)
-    except HcclRaceError as err:
-        if not hasattr(err, "unchanged"):
-            raise
-        return [err]
-    return []
-
-
-def raise_changed(races: list[HcclRaceError]) -> None:
-    """After the write: raise the first of ``races`` whose bytes it changed."""
-    for err in races:
-        if not err.unchanged():  # type: ignore[attr-defined]
-            raise err
-
-
 class PendingReads:
     """The item lists and sources of the pending BatchWrites of every rank of one world."""
 
@@ -127,7 +109,10 @@ class PendingReads:
         self.writes: dict[int, tuple[int, dict[int, ServerReads]]] = {}
 
     def mark(self, rank: int, task: Task, copies: Copies, item_size: int) -> None:
-        """Global rank ``rank``'s BatchWrite ``task`` left ``copies`` pending: mark its reads."""
+        """Global rank ``rank``'s BatchWrite ``task`` left ``copies`` pending (or held): mark
+        its reads, once."""
+        if id(copies) in self.writes:  # held, and marked at the call
+            return
         where = user_frame()
         info = task.send
         spans: list[tuple[GmAddr, int, str]] = []

@@ -33,10 +33,10 @@ from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
 from .extents import byte_runs, element_offsets, touched
+from .findings import raise_certain, raise_races
 from .intervals import Runs
 from .modes import KernelMode
 from .races import WindowRaces, user_frame
-from .server_reads import if_changed, raise_changed
 
 #: Operators that look at a tensor's shape or dtype only (their arguments are not read).
 _METADATA = frozenset(
@@ -78,16 +78,17 @@ class WindowWatch(KernelMode):
         kwargs = kwargs or {}
         if self.aside or not (self.pending or self.windows) or self.internal():
             return func(*args, **kwargs)
-        used, later = list(self._used(func, args, kwargs)), []
+        used, found = list(self._used(func, args, kwargs)), []
         if self.pending and not checked:
             for tensor, storage, written, i in used:
                 if storage in self.pending:
                     runs = touched(func, args, i, tensor)[0]
                     if runs:  # an index that picks nothing touches nothing
-                        later += if_changed(self.buffers.access, self.rank, storage, runs, written)
-        if later:  # these race only if the write changes the bytes (:mod:`.server_reads`)
+                        found += self.buffers.access(self.rank, storage, runs, written)
+        if found:  # some may race only if the write changes their bytes (:mod:`.findings`)
+            raise_certain(found, self.rank)
             result = self.__torch_dispatch__(func, types, args, kwargs, checked=True)
-            raise_changed(later)
+            raise_races(found, self.rank)
             return result
         windows = self.windows
         accesses = [
@@ -164,7 +165,7 @@ class HostReads(TorchFunctionMode):
         if storage in watch.pending and tensor.numel():
             runs = byte_runs(tensor)[0]
             if func is torch.Tensor.tolist:
-                watch.buffers.access(watch.rank, storage, runs, False)
+                raise_races(watch.buffers.access(watch.rank, storage, runs, False), watch.rank)
             else:  # a numpy view: what is read through it later is not seen
                 watch.buffers.viewed(watch.rank, storage, runs)
         window = watch.windows.get(storage)

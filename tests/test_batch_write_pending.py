@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_windows import FLAG, a2_items, a3_items, client, run_kernel, wait_flag
+from test_windows import FLAG, a2_items, a3_items, client, run_kernel, tiling, wait_flag
 
 import hccl_py as hp
 from hccl_py import HcclDataType
@@ -121,3 +121,97 @@ def test_rewriting_the_same_bytes_before_the_landing_is_no_race(platform: str) -
             np.array(run(platform, "same", "before", schedule=schedule)), WANT
         )
     np.testing.assert_array_equal(np.array(run(platform, "same", "before", explore=8)), WANT)
+
+
+# ------------------------------------------- one write, several findings (every one judged)
+SUM = hp.HcclReduceOp.HCCL_REDUCE_SUM
+#: What ``mixed`` puts side by side in one GM tensor, lowest address first.
+LAYOUTS = {
+    "source, send": ("source", "send"),
+    "send, source": ("send", "source"),
+    "source, items": ("source", "items"),
+}
+
+
+def mixed(order: tuple[str, str], changed: frozenset[str]):
+    """A kernel whose one torch write covers a pending BatchWrite's source and, beside it
+    (``order``), an AllReduce's pending send range or the BatchWrite's item list; it writes
+    new bytes into the parts named in ``changed`` and their own bytes into the others."""
+
+    def kernel(buf, out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        at = {name: buf + 256 * k for k, name in enumerate(order)}
+        hp.gm_tensor(buf, torch.float32, 256)[:] = 0.5
+        whole = hp.gm_tensor(buf, torch.float32, 128)  # the parts; the rest lies past them
+        src, info = at["source"], at.get("items", buf + 512)
+        hp.gm_tensor(src, torch.float32, M)[:] = torch.arange(M) + 10 * me
+        items = a3_items([(int(src), int(h.GetWindowsInAddr(1 - me)), 4 * M)])
+        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
+        written = whole.clone()  # reads only: the server reads these bytes, nobody writes them
+        for name in changed:
+            written[(at[name] - buf) // 4 : (at[name] - buf) // 4 + M] = -7.0
+        handle = h.BatchWrite[True](info, 1)
+        reduce = h.AllReduce[True](at.get("send", buf + 768), out, M, FP32, SUM)
+        whole[:] = written  # one write of everything: every finding of it counts
+        h.Wait(reduce)
+        h.Wait(handle)
+        h.Finalize()
+
+    def main() -> list[float]:
+        buf, out = torch.zeros(256), torch.zeros(M)
+        hp.launch(kernel, buf, out, tiling())
+        return out.tolist()
+
+    return main
+
+
+def mixed_race(layout: str, changed: set[str]) -> str:
+    """The text of the race report of ``mixed`` under the late schedule."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(
+            mixed(LAYOUTS[layout], frozenset(changed)), world_size=2, platform="A3", schedule="late"
+        )
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    return str(err)
+
+
+def test_a_same_bytes_source_before_a_collective_race_does_not_hide_it() -> None:
+    """Before the fix only the first finding (in address order) was judged: the source,
+    rewritten with its own bytes, was no race, so the AllReduce's send range beside it,
+    rewritten with new bytes before the Wait, went unreported (a missed report)."""
+    text = mixed_race("source, send", {"send"})
+    assert "collective buffer race: rank" in text, text
+    assert "writes bytes [256, 288) of" in text, text  # the send range, not the source
+    assert "AllReduce" in text, text
+
+
+def test_a_collective_race_before_a_same_bytes_source_is_reported() -> None:
+    text = mixed_race("send, source", {"send"})
+    assert "collective buffer race: rank" in text, text
+    assert "writes bytes [0, 32) of" in text, text
+
+
+def test_a_same_bytes_source_before_a_changed_item_list_does_not_hide_it() -> None:
+    """The same for two findings of one BatchWrite: before the fix the unchanged source
+    (first) hid the item list rewritten further along."""
+    text = mixed_race("source, items", {"items"})
+    assert "BatchWrite read race: rank" in text, text
+    assert "(item 0 of the item list)" in text, text
+    assert "writes bytes [256, 320) of" in text, text  # the 64-byte item
+
+
+def test_a_changed_source_before_a_same_bytes_item_list_is_reported() -> None:
+    text = mixed_race("source, items", {"source"})
+    assert "BatchWrite read race: rank" in text, text
+    assert "(item 0's source)" in text, text
+
+
+def test_rewriting_the_same_bytes_of_every_finding_is_no_race() -> None:
+    """Every finding of the write is a same-bytes rewrite: none is a race (no false report)."""
+    got = hp.run(
+        mixed(LAYOUTS["source, items"], frozenset()), world_size=2, platform="A3", schedule="late"
+    )
+    want = [[1.0] * M, [1.0] * M]  # the AllReduce of 0.5 + 0.5 (its send range: buf + 768)
+    np.testing.assert_array_equal(np.array(got), np.array(want))

@@ -9,8 +9,11 @@ land before the rank's next launch.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+from test_window_races import at as marked_at
 from test_windows import FLAG, BwTiling, a3_items, client, tiling, wait_flag
 
 import hccl_py as hp
@@ -223,3 +226,65 @@ def test_a_batch_write_still_held_when_the_kernel_returns_is_reported() -> None:
         "a BatchWrite on queue 1 of core 0 waits behind QueueBarrier #0 until all 2 queues of "
         "the rank sent it (the server holds it)" in str(info.value)
     )
+
+
+def at(marker: str) -> str:
+    """``file:line (kernel)`` of the line of this file that carries ``# <marker>``."""
+    return marked_at(marker, path=Path(__file__))
+
+
+def held_then_rewritten(what: str, when: str):
+    """Core 0 sends a BatchWrite that waits behind its QueueBarrier until core 1's barrier, and
+    rewrites ``what`` ("items" or "source") with new bytes ``when``: "held" (before core 1's
+    barrier releases it) or "released" (after the release, before the copies land)."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, core = h.GetRankId(), hp.GetBlockIdx()
+        stage = h.GetWindowsOutAddr(me)
+        src, info = stage, stage + 1024
+        if core == 0:
+            hp.gm_tensor(src, torch.float32, 8)[:] = torch.arange(8) + 10 * me
+            hp.gm_tensor(info, torch.uint8, 64)[:] = a3_items(
+                [(int(src), int(h.GetWindowsInAddr(1 - me)), 32)]
+            )
+            h.QueueBarrier(0)
+            h.BatchWrite[True](info, 1, 0)  # held-batch-write
+            if when == "released":
+                hp.SyncAll()
+            if what == "items":
+                hp.gm_tensor(info, torch.uint8, 8)[:] = 0x5A  # rewrite-items
+            else:
+                hp.gm_tensor(src, torch.float32, 8)[:] = -1.0  # rewrite-source
+            if when == "held":
+                hp.SyncAll()
+        else:
+            hp.SyncAll()
+            h.QueueBarrier(0)  # held-release
+        h.Finalize[False]()
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(1), tiling(queue_num=1), block_dim=2, kernel_type="aiv")
+
+    return main
+
+
+@pytest.mark.parametrize("what", ["items", "source"])
+@pytest.mark.parametrize("when", ["held", "released"])
+def test_a_rewrite_of_a_held_batch_write_names_the_batch_write(what: str, when: str) -> None:
+    """The server reads the item list and the sources of a BatchWrite behind a QueueBarrier
+    only after every queue sent the barrier, at a moment the core cannot know: they are
+    marked from the BatchWrite call. Before the fix they were marked only at the release, so
+    a report named the releasing QueueBarrier's line, and a rewrite while the BatchWrite was
+    held (before core 1's barrier) was not judged at all."""
+    schedules = [{"schedule": "late"}] + ([{}, {"seed": 1}] if when == "held" else [])
+    for option in schedules:
+        with pytest.raises(hp.WorldError) as info:
+            hp.run(held_then_rewritten(what, when), world_size=2, platform="A3", **option)
+        err = info.value.failures[0]
+        assert isinstance(err, hp.HcclRaceError), (option, err)
+        text = str(err)
+        assert "BatchWrite read race" in text, text
+        assert f"called at {at('held-batch-write')}" in text, text
+        assert f"at {at('rewrite-' + what)} before the copies" in text, text
+        assert at("held-release") not in text, text

@@ -2,10 +2,10 @@
 
 The check keeps, per storage, the sides of a rank's tasks with pending rounds;
 at an access it turns their rounds into marks (sorted, disjoint runs of bytes)
-and reports the mark that the access meets first in address order (the
-earliest made among marks that start there), with the bytes from that first
-shared byte to the last one. A Wait drops the rounds it orders, and a task's
-sides once none is left.
+and finds every mark that the access meets, in address order (the earliest
+made first among marks that start there), each with the bytes from its first
+shared byte to its last one; the report is the first of them. A Wait drops the
+rounds it orders, and a task's sides once none is left.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hccl_py.backends.emu import buffers
 from hccl_py.backends.emu.buffers import BufferRaces, Mark, Round, merged_runs
+from hccl_py.backends.emu.findings import findings
 
 STORAGE = 1 << 20  # a storage address
 BASE = 64  # where the marked allocations start in that storage
@@ -29,12 +30,13 @@ def random_runs(rng: np.random.Generator, size: int) -> list[tuple[int, int]]:
     return merged_runs(starts, np.minimum(sizes, size - starts))
 
 
-def reference(marks: list[Mark], access: list[tuple[int, int]], written: bool) -> tuple | None:
-    """(index of the reported mark, lo, hi), found byte by byte; None if no mark races."""
+def reference(marks: list[Mark], access: list[tuple[int, int]], written: bool) -> list[tuple]:
+    """(index of the mark, lo, hi) of every mark the access meets, found byte by byte, by
+    first shared byte (ties: in the order of ``marks``)."""
     touched = np.zeros(BASE + SIZE + 64, dtype=bool)
     for lo, hi in access:
         touched[lo - STORAGE : hi - STORAGE] = True
-    best = None
+    met = []
     for k, mark in enumerate(marks):
         if not (written or mark.side == "recv"):
             continue
@@ -42,15 +44,13 @@ def reference(marks: list[Mark], access: list[tuple[int, int]], written: bool) -
         for lo, hi in zip(mark.starts, mark.ends, strict=True):
             covered[BASE + lo : BASE + hi] = True
         shared = np.flatnonzero(covered & touched)
-        if len(shared) and (best is None or shared[0] < best[1]):
-            best = (k, int(shared[0]), int(shared[-1]) + 1)
-    if best is None:
-        return None
-    return best[0], best[1] + STORAGE, best[2] + STORAGE
+        if len(shared):
+            met.append((k, int(shared[0]) + STORAGE, int(shared[-1]) + 1 + STORAGE))
+    return sorted(met, key=lambda found: (found[1], found[0]))
 
 
 @pytest.mark.parametrize("seed", range(200))
-def test_the_first_racing_mark_and_its_bytes_match_a_byte_reference(seed: int) -> None:
+def test_every_racing_mark_and_its_bytes_match_a_byte_reference(seed: int) -> None:
     rng = np.random.default_rng(seed)
     marks = []
     for index in range(int(rng.integers(1, 5))):
@@ -61,15 +61,11 @@ def test_the_first_racing_mark_and_its_bytes_match_a_byte_reference(seed: int) -
     access = [(lo + STORAGE, hi + STORAGE) for lo, hi in random_runs(rng, BASE + SIZE + 64)]
     written = bool(rng.random() < 0.5)
 
-    found = buffers.first_finding(marks, access, written)
-    expected = reference(marks, access, written)
+    found = findings(marks, access, written)
 
-    if expected is None:
-        assert found is None
-    else:
-        assert found is not None
-        assert (marks.index(found.mark), found.lo, found.hi) == expected
-        assert found.written is written
+    got = [(marks.index(f.mark), f.lo, f.hi) for f in found]
+    assert got == reference(marks, access, written)
+    assert all(f.written is written and f.before is None for f in found)  # rounds: no rewrite
 
 
 class _Alloc:

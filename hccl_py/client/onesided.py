@@ -225,7 +225,9 @@ class OneSided:
                     )
                     state.held.append((write, what))
                     state.rank_ctx.blocker.held[id(write)] = f"rank {state.rank_ctx.rank}: {what}"
-            if not held:
+            if held:  # the server reads the items after the release: checked from here on
+                b.server.hold_items(task, copies)
+            else:
                 b.server.write_items(*write)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
         return failures.ok(handle)
