@@ -26,8 +26,9 @@ the number of ``QueueBarrier[ALL]`` calls its queue had made when it was posted;
 it lands only after every write of the rank and context of a lower epoch
 (posted before its own queue's barrier). The client posts a write behind
 barrier ``e`` only once every queue of the context has sent it
-(:mod:`hccl_py.client.onesided`), so those are all posted by then; until it
-is, what its server will read is marked from the call (:meth:`OneSidedWrites.hold`).
+(:mod:`hccl_py.client.onesided`), so those are all posted by then; the client
+reads its item list at that release, as the server does, and a read race
+report names the BatchWrite's own call (:meth:`OneSidedWrites.hold`).
 """
 
 from __future__ import annotations
@@ -112,17 +113,17 @@ class OneSidedWrites:
             (task.domain_name, task.rank, *queue), copies, self.item_whole, epoch
         )
         if self.reads is not None:
-            if pending:  # marked from the call already if it was held (:meth:`hold`)
+            if pending:
                 self.reads.mark(rank, task, copies, self.item_size)
-            else:  # landed: what a hold marked is read
-                self.reads.landed(copies)
+            else:
+                self.reads.called_at.pop(id(task), None)
 
-    def hold(self, task: Task, copies: Copies) -> None:
-        """A BatchWrite waits behind a QueueBarrier[ALL] until every queue sent it: the
-        server reads its items and sources after that release, at a moment the calling core
-        cannot know, so they are marked from the call, with its line, on every schedule."""
+    def hold(self, task: Task) -> None:
+        """A BatchWrite waits behind a QueueBarrier[ALL] until every queue sent it; the server
+        reads its items and sources after that release, and a report of a write that races
+        with those reads names this call (the line of the core that called it)."""
         if self.reads is not None:
-            self.reads.mark(task.domain.ranks[task.rank], task, copies, self.item_size)
+            self.reads.called_at[id(task)] = user_frame()
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""

@@ -107,13 +107,13 @@ class PendingReads:
         self.buffers = buffers
         #: id(copies) of a pending write -> (global rank, its marks by storage).
         self.writes: dict[int, tuple[int, dict[int, ServerReads]]] = {}
+        #: id(task) of a BatchWrite held behind a QueueBarrier -> where it was called.
+        self.called_at: dict[int, str] = {}
 
     def mark(self, rank: int, task: Task, copies: Copies, item_size: int) -> None:
-        """Global rank ``rank``'s BatchWrite ``task`` left ``copies`` pending (or held): mark
-        its reads, once."""
-        if id(copies) in self.writes:  # held, and marked at the call
-            return
-        where = user_frame()
+        """Global rank ``rank``'s BatchWrite ``task`` left ``copies`` pending: mark its reads,
+        named by the BatchWrite's call (a held one's, at its release)."""
+        where = self.called_at.pop(id(task), None) or user_frame()
         info = task.send
         spans: list[tuple[GmAddr, int, str]] = []
         if isinstance(info, GmAddr) and item_size:

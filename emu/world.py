@@ -308,9 +308,9 @@ class EmuWorld(Server):
         """Run one BatchWrite now or leave it to the scheduler (see :mod:`.onesided`)."""
         self.writes.write_items(task, copies, queue, epoch)
 
-    def hold_items(self, task: Task, copies: list[tuple[object, object, int]]) -> None:
-        """A BatchWrite behind a QueueBarrier[ALL] is held: mark what its server reads."""
-        self.writes.hold(task, copies)
+    def hold_items(self, task: Task) -> None:
+        """A BatchWrite behind a QueueBarrier[ALL] is held: its read race reports name this call."""
+        self.writes.hold(task)
 
     def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""

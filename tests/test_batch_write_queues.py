@@ -269,22 +269,74 @@ def held_then_rewritten(what: str, when: str):
     return main
 
 
-@pytest.mark.parametrize("what", ["items", "source"])
-@pytest.mark.parametrize("when", ["held", "released"])
-def test_a_rewrite_of_a_held_batch_write_names_the_batch_write(what: str, when: str) -> None:
-    """The server reads the item list and the sources of a BatchWrite behind a QueueBarrier
-    only after every queue sent the barrier, at a moment the core cannot know: they are
-    marked from the BatchWrite call. Before the fix they were marked only at the release, so
-    a report named the releasing QueueBarrier's line, and a rewrite while the BatchWrite was
-    held (before core 1's barrier) was not judged at all."""
-    schedules = [{"schedule": "late"}] + ([{}, {"seed": 1}] if when == "held" else [])
-    for option in schedules:
+def test_a_rewrite_after_the_release_names_the_batch_write() -> None:
+    """A rewrite of a released BatchWrite's items or source that nothing orders after its
+    copies: the race report names the BatchWrite's call, not the QueueBarrier that released it."""
+    for what in ("items", "source"):
         with pytest.raises(hp.WorldError) as info:
-            hp.run(held_then_rewritten(what, when), world_size=2, platform="A3", **option)
+            hp.run(
+                held_then_rewritten(what, "released"), world_size=2, platform="A3", schedule="late"
+            )
         err = info.value.failures[0]
-        assert isinstance(err, hp.HcclRaceError), (option, err)
+        assert isinstance(err, hp.HcclRaceError), (what, err)
         text = str(err)
         assert "BatchWrite read race" in text, text
         assert f"called at {at('held-batch-write')}" in text, text
         assert f"at {at('rewrite-' + what)} before the copies" in text, text
         assert at("held-release") not in text, text
+
+
+def held_rewrite_kernel(what: str):
+    """Core 0 sends 8 floats and a flag to the peer in a BatchWrite held behind its
+    QueueBarrier, then rewrites ``what`` before a SyncAll that orders it before core 1's
+    releasing barrier; core 0 then polls the peer's flag and returns what landed."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me, core = h.GetRankId(), hp.GetBlockIdx()
+        stage, peer = h.GetWindowsOutAddr(me), h.GetWindowsInAddr(1 - me)
+        src, other, flag, info = stage, stage + 256, stage + 512, stage + 1024
+
+        def items(source: int) -> torch.Tensor:
+            return a3_items([(source, int(peer), 32), (int(flag), int(peer + FLAG), 32)])
+
+        if core == 0:
+            hp.gm_tensor(src, torch.float32, 8)[:] = torch.arange(8) + 10 * me
+            hp.gm_tensor(other, torch.float32, 8)[:] = 100 + torch.arange(8)
+            hp.gm_tensor(flag, torch.float32, 8)[:] = torch.tensor([ONE] + [0.0] * 7)
+            hp.gm_tensor(info, torch.uint8, 128)[:] = items(int(src))
+            h.QueueBarrier(0)
+            h.BatchWrite[True](info, 2, 0)
+            if what == "items":
+                hp.gm_tensor(info, torch.uint8, 128)[:] = items(int(other))
+            else:
+                hp.gm_tensor(src, torch.float32, 8)[:] = -1.0
+            hp.SyncAll()
+            status_poll(h.GetWindowsInAddr(me) + FLAG)
+            hp.gm_tensor(out, torch.float32, 8)[:] = hp.gm_tensor(
+                h.GetWindowsInAddr(me), torch.float32, 8
+            )
+        else:
+            hp.SyncAll()
+            h.QueueBarrier(0)
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        out = torch.zeros(8)
+        hp.launch(kernel, out, tiling(queue_num=1), block_dim=2, kernel_type="aiv")
+        return out.tolist()
+
+    return main
+
+
+@pytest.mark.parametrize("what", ["items", "source"])
+@pytest.mark.parametrize("option", [{}, {"schedule": "late"}, {"seed": 1}, {"poison": True}])
+def test_a_rewrite_ordered_before_the_release_is_what_lands(what: str, option: dict) -> None:
+    """The server reads a held BatchWrite's item list and sources when the last queue's
+    barrier releases it, so a rewrite that the kernel orders before that barrier (a SyncAll)
+    is what lands, on hardware and here, with no report. Before the fix the emulator read the
+    items at the call (the old source landed); the first version of the read race check
+    marked them from the call (a false race report)."""
+    got = hp.run(held_rewrite_kernel(what), world_size=2, platform="A3", **option)
+    sent = [100.0 + k for k in range(8)] if what == "items" else [-1.0] * 8
+    assert got == [sent, sent]

@@ -142,8 +142,26 @@ class OneSided:
             for write, _ in released:
                 del state.rank_ctx.blocker.held[id(write)]
         for write, _ in released:  # the last queue's barrier lets the server run them
-            b.server.write_items(*write)
+            self._release(write)
         self._failures.ok(None)
+
+    def _release(self, write: tuple) -> None:
+        """The server runs a held BatchWrite: it reads the item list now, not at the call, so a
+        rewrite the kernel ordered before the release is what lands (as on hardware)."""
+        task, _, queue, epoch = write
+        try:
+            copies = self._copies(task.send, task.count, task.handle)
+        except InvalidCall as bad:
+            self._failures.breach(
+                bad.rule,
+                f"QueueBarrier released the held BatchWrite (handle {task.handle}), whose item "
+                f"list the server reads now: {bad.reason}",
+                None,
+                handle=task.handle,
+                **bad.facts,
+            )
+            return
+        self._binding.server.write_items(task, copies, queue, epoch)
 
     def _slots(self, core: CoreContext, q: int) -> tuple[int, int]:
         """Queue ``q``'s message slot on ``core`` and the rank's number of slots.
@@ -225,8 +243,8 @@ class OneSided:
                     )
                     state.held.append((write, what))
                     state.rank_ctx.blocker.held[id(write)] = f"rank {state.rank_ctx.rank}: {what}"
-            if held:  # the server reads the items after the release: checked from here on
-                b.server.hold_items(task, copies)
+            if held:  # its server reads the items at the release; a report names this call
+                b.server.hold_items(task)
             else:
                 b.server.write_items(*write)
         b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))

@@ -99,10 +99,10 @@ class Windows:
         """
         run_copies(copies)
 
-    def hold_items(self, task: Task, copies: list[tuple[Any, Any, int]]) -> None:
-        """A BatchWrite waits behind a QueueBarrier[ALL] that not every queue sent yet; the
-        client hands it to :meth:`write_items` at the release. For race checks (the emulator
-        marks what the server reads from the call on); the default does nothing."""
+    def hold_items(self, task: Task) -> None:
+        """BatchWrite ``task`` waits behind a QueueBarrier[ALL] that not every queue sent yet;
+        the client reads its items and hands them to :meth:`write_items` at the release. For
+        reports (the emulator's race check names this call); the default does nothing."""
 
     def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies`` (checked already, in order).
