@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import cases
 import numpy as np
@@ -178,3 +179,66 @@ def test_alltoallv_whose_rounds_fit_on_some_ranks_only() -> None:
     )
     assert sum(counts[0]) * 4 > ROW_BYTES > sum(counts[1]) * 4
     cases.run_and_check([case, like], "gloo", platform="A3", world_size=3)
+
+
+def returns_right_after_a_carried_task() -> list[float]:
+    """A 1 KiB AllGather whose round rides in the exchange, the rank's last collective. Rank 0
+    looks for absent peers only once rank 1 has returned from its function (forced here: on
+    a loaded machine it happens by chance, between the exchange's end and its notice)."""
+    from hccl_py.backends.dist import domain_queue
+    from hccl_py.backends.dist.descriptors import returned_key
+
+    if hp.get_rank() == 0:
+
+        def wait(self, work) -> None:  # type: ignore[no-untyped-def]
+            work.wait()
+            for _ in range(2000):
+                if self.store.check([returned_key(1)]):
+                    break
+                time.sleep(0.01)
+            self.check()
+
+        domain_queue.Absentees.wait = wait
+    kind = TYPES["fp32"]
+    step = Step("kernel", plan(BENCH_OPS["allgather"], 2, 1024, kind.size), kind, REDUCE_OPS["sum"])
+    step.run()
+    return step.recv[:4].tolist()
+
+
+def test_a_peer_that_returned_after_the_carried_exchange_is_not_absent() -> None:
+    """Rank 1 took part in the exchange, got its round and returned: rank 0, still in the
+    exchange's wait, must not report it as having returned without preparing the task."""
+    got = hp.run(returns_right_after_a_carried_task, world_size=2, backend="gloo", timeout=TIMEOUT)
+    assert len(got) == 2 and got[0] == got[1], got
+
+
+@pytest.mark.parametrize(
+    "value, domain, joined",
+    [(b'{"g":3,"h":0}', "g", 4), (b'{"g":3}', "h", 0), (None, "g", 0)],
+    ids=["joined", "other-domain", "not-returned"],
+)
+def test_what_a_returned_peer_joined_is_read_back(
+    value: bytes | None, domain: str, joined: int
+) -> None:
+    from torch.distributed import HashStore
+
+    from hccl_py.backends.dist.descriptors import read_joined, returned_key, returned_value
+
+    store = HashStore()
+    if value is not None:
+        store.set(returned_key(5), value)
+    assert read_joined(store, 5, domain) == range(joined)
+    assert returned_value({"g": 3, "h": 0}) == b'{"g":3,"h":0}'
+
+
+@pytest.mark.parametrize("forged", [b"1", b'{"g":"3"}', b'{"g":-2}', b"\xff"])
+def test_a_forged_returned_record_is_refused(forged: bytes) -> None:
+    from torch.distributed import HashStore
+
+    from hccl_py.backends.dist.descriptors import read_joined, returned_key
+    from hccl_py.launcher.sealed import ForgedValueError
+
+    store = HashStore()
+    store.set(returned_key(2), forged)
+    with pytest.raises(ForgedValueError, match="task positions"):
+        read_joined(store, 2, "g")

@@ -197,5 +197,31 @@ def read_final(store: dist.Store, key: str) -> tuple[int, int] | None:
 
 
 def returned_key(rank: int) -> str:
-    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run."""
+    """Set (in a run's keys) when global rank ``rank`` returned from the function of hp.run;
+    its value is :func:`returned_value`'s."""
     return f"returned/{rank}"
+
+
+def returned_value(joined: dict[str, int]) -> bytes:
+    """Per domain, the position of the last task whose descriptor exchange the rank joined."""
+    return json.dumps(joined, separators=(",", ":")).encode()
+
+
+def read_joined(store: dist.Store, rank: int, domain: str) -> range:
+    """The positions of domain ``domain`` whose exchange global rank ``rank`` joined before it
+    returned (it joins them in order), from :func:`returned_key`; empty while it has not returned.
+
+    Anything but a record of domain names and positions is refused
+    (:class:`~hccl_py.launcher.sealed.ForgedValueError`).
+    """
+    key = returned_key(rank)
+    if not store.check([key]):
+        return range(0)
+    raw = store.get(key)
+    try:
+        joined = json.loads(raw)
+    except ValueError:
+        joined = None
+    if type(joined) is not dict or not all(type(v) is int and v >= 0 for v in joined.values()):
+        raise sealed.refused(key, raw, "hccl_py writes the task positions of its domains there")
+    return range(joined.get(domain, -1) + 1)

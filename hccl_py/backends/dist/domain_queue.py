@@ -36,11 +36,11 @@ from ...trace.recorder import now_us
 from . import first_round
 from . import rounds as pg_rounds
 from .descriptors import (
-    decode_all,
     encode_descriptor,
     final_key,
     joined_key,
     read_final,
+    read_joined,
     returned_key,
 )
 from .session import LOOK_S, Session
@@ -99,6 +99,8 @@ class DomainQueue:
         self.stopping = False
         #: The task whose descriptors this queue's thread is comparing, if any.
         self.comparing: Task | None = None
+        #: The position of the last task whose descriptor exchange this rank took part in.
+        self.joined = -1
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
@@ -362,13 +364,12 @@ class DomainQueue:
         payloads = pg_rounds.all_gather_bytes(
             self.dom, sent, self.server.session.device, absentees.wait
         )
-        parts = [first_round.split(raw) for raw in payloads]
-        tasks = decode_all(task, mine, [descriptor for _, descriptor in parts])
+        self.joined = task.seq
+        tasks, rows = first_round.received(task, mine, payloads)
         error = mismatch(tasks)
         if error is not None:
             raise error
-        rows = [data for data, _ in parts]
-        return None if any(row is None for row in rows) else (tasks, rows)  # type: ignore[return-value]
+        return None if rows is None else (tasks, rows)
 
 
 class Absentees:
@@ -430,6 +431,8 @@ class Absentees:
                 raise count_mismatch(task, i, last[1])
             peer = task.domain.ranks[i]
             returned = self.store.check([returned_key(peer)])
+            if returned and task.seq in read_joined(self.store, peer, task.domain_name):
+                continue  # it took part and returned: the exchange ends without it
             how = "returned from its function" if returned else self.server.session.peers.gone(peer)
             if how is None:
                 continue

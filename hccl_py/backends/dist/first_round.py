@@ -31,6 +31,7 @@ from ...core.errors import HcclError
 from ...core.task import Task
 from ...server.reduce import reduce_ranks
 from . import rounds
+from .descriptors import decode_all
 
 _C = HcclCMDType
 #: Ops whose rows hold one block that every peer takes whole.
@@ -49,6 +50,17 @@ def split(raw: bytes) -> tuple[bytes | None, bytes]:
     """``(round 0's bytes or None, descriptor)`` out of a peer's payload."""
     descriptor, nul, data = raw.partition(b"\0")
     return (data if nul else None), descriptor
+
+
+def received(
+    task: Task, mine: bytes, payloads: list[bytes]
+) -> tuple[list[Task], list[bytes] | None]:
+    """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's), and
+    every rank's round-0 bytes (None unless every rank sent them)."""
+    parts = [split(raw) for raw in payloads]
+    tasks = decode_all(task, mine, [descriptor for _, descriptor in parts])
+    rows = [data for data, _ in parts]
+    return tasks, (None if any(row is None for row in rows) else rows)  # type: ignore[misc]
 
 
 def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:

@@ -39,7 +39,7 @@ from ...server.protocol import EXCHANGE, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
-from .descriptors import final_key, final_value, returned_key
+from .descriptors import final_key, final_value, returned_key, returned_value
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
 
@@ -232,8 +232,13 @@ class DistServer(Server):
                 queue.retire(launch)
 
     def rank_returned(self, rank: int) -> None:
-        """This rank returned from its function: it prepares no more tasks in this run."""
-        self.publish(returned_key(rank), b"1")
+        """This rank returned from its function: it prepares no more tasks in this run. The
+        value names, per domain, the last task whose exchange it took part in: a peer still
+        waiting in that exchange (its last collective, when round 0 rode in it) must not
+        take it for absent."""
+        with self.cond:
+            joined = {name: q.joined for name, q in self.queues.items() if q.joined >= 0}
+        self.publish(returned_key(rank), returned_value(joined))
 
     def publish(self, key: str, value: bytes) -> None:
         """Set ``key`` in the run's store (deleted after the run)."""
