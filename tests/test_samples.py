@@ -74,6 +74,11 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_moe_distribute_combine_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_dispatch.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_moe_ep_combine.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_update_expert.py": {
+        **{case: "PASS" for case in ("rank", "token", "half", "bf16")},
+        "eplb-1": "PASS",
+        "eplb-2": "PASS",
+    },
     "mc2_moe_distribute_dispatch_setup.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_engram_fetch.py": {f"round-{r}": "PASS" for r in (1, 2, 3)},
     "mc2_moe_distribute_a2.py": {
@@ -140,6 +145,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_moe_ep_dispatch-torchrun": _torchrun("mc2_moe_ep_dispatch"),
     "mc2_moe_ep_combine-gloo": _gloo("mc2_moe_ep_combine"),
     "mc2_moe_ep_combine-torchrun": _torchrun("mc2_moe_ep_combine"),
+    "mc2_moe_update_expert-gloo": _gloo("mc2_moe_update_expert"),
+    "mc2_moe_update_expert-torchrun": _torchrun("mc2_moe_update_expert"),
     "mc2_engram_fetch-gloo": _gloo("mc2_engram_fetch"),
     "mc2_moe_distribute_dispatch_setup-gloo": _gloo("mc2_moe_distribute_dispatch_setup"),
     "mc2_moe_distribute_dispatch_setup-torchrun": _torchrun("mc2_moe_distribute_dispatch_setup"),
