@@ -421,9 +421,11 @@ def standalone_case(case: str, rank: int, n: int):
         return ids, table, None, None, None, 0
     eighths = rng.integers(1, 9, size=(bs, k)) / 8
     threshold = (rng.integers(0, 24 // k + 1, size=k) / 16).astype(np.float32)
+    eighths[0], eighths[0, 0], threshold[0] = 1 / 8, (k - 1) / 8, 0.5  # a tie: kept (GE)
     dtype = {"token": np.float32, "half": np.float16, "bf16": np.float32}[case]
     scales = eighths.astype(dtype)
-    active = (np.arange(bs) + rank) % 3 != 0 if case != "bf16" else None
+    # active_mask: the documentation wants the true tokens first
+    active = np.arange(bs) < max(bs - 1 - rank % 2, 1) if case != "bf16" else None
     return ids, table, scales, threshold, active, int(case == "token")
 
 
