@@ -23,8 +23,8 @@ cores' read of the current one; a core that reads the final count early leaves t
 ``SyncAll`` before block 0 and the kernel hangs. The late schedule shows it on every run, ``explore``
 on some seeds; the default schedule passes.
 
-Stand-ins: every ARN key runs ``KernelAddRmsNorm``'s arithmetic (the host would pick the multi-row
-variant for these rows; it computes each row the same way); the rows are chosen so that each ``y``
+Stand-ins: every ARN key runs ``KernelAddRmsNorm``'s arithmetic (the host may pick another variant,
+not read; on these rows every summation order gives the same values); the rows are chosen so that each ``y``
 row is ``+-a`` (``a`` a power of two), which makes ``normOut`` exactly ``+-gamma``; UB buffers are
 tensors, pipe barriers and cache maintenance program order.
 
