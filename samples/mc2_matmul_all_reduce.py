@@ -12,6 +12,9 @@ which Prepare needs no SetCcTiling; only the notify core (cube block 0) Prepares
 each Commit after a mode-0 CrossCore barrier (``Mc2SyncAll``, flag 3); the notify core Waits
 each handle *once* although its repeat is the tile count, and ``Finalize`` waits for the rest.
 
+MatmulAllReduceAddRmsNorm runs the same AllReduce from a mixed kernel without a Wait:
+samples/mc2_matmul_all_reduce_add_rms_norm.py (imports this one).
+
 Run: ``python samples/mc2_matmul_all_reduce.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_matmul_all_reduce.py``.
 """
@@ -116,12 +119,18 @@ def make_tiling() -> MatmulAllReduce910TilingData:
     )
 
 
-def main() -> list[str]:
-    rank, n = hp.get_rank(), hp.get_world_size()
+def all_reduce_sum(n: int) -> np.ndarray:
+    """numpy: the sum over ``n`` ranks of ``A_r @ B`` (exact: small integers), in FP16."""
     b_host = random_ints(1000, (K, N))  # the same weight on every rank
-    expected = np.sum(
+    return np.sum(
         [random_ints(r, (M, K)).astype(np.float32) @ b_host for r in range(n)], axis=0
     ).astype(np.float16)
+
+
+def main() -> list[str]:
+    rank, n = hp.get_rank(), hp.get_world_size()
+    b_host = random_ints(1000, (K, N))
+    expected = all_reduce_sum(n)
     a, b, c = on_device(random_ints(rank, (M, K))), on_device(b_host), zeros(M, N)
     hp.launch(matmul_all_reduce, a, b, c, None, make_tiling(), block_dim=AIC_NUM, kernel_type="aic")
     tiling = make_tiling()
