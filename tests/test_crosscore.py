@@ -73,6 +73,53 @@ def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
         assert all(set_at < order.index(("aiv-released", i)) < released_at for i in aivs)
 
 
+def test_mode4_pairs_the_aic_with_one_aiv_by_flag_id() -> None:
+    """Ascend 950's mode 4 (MegaMoe's NotifyVector / WaitForCube): the AIC's flags 0..10 go to
+    AIV0, 16..26 to AIV1's 0..10; each AIV's 0..10 to the AIC, AIV1's as 16..26. Refused as an
+    unknown mode before 2026-11-28."""
+    order: list = []
+    lock = threading.Lock()
+
+    def note(what: str) -> None:
+        with lock:
+            order.append((what, hp.GetBlockIdx()))
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](4)  # AIV0's flag 4
+            hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](6)  # from AIV0
+            note("aic-got-aiv0")
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](16 + 4)  # AIV1's flag 4
+            hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](16 + 6)  # from AIV1
+            note("aic-got-aiv1")
+        else:
+            sub = hp.GetSubBlockIdx()
+            hp.CrossCoreWaitFlag[4, hp.PIPE_V](4)
+            note(f"aiv{sub}-released")
+            hp.CrossCoreSetFlag[4, hp.PIPE_S](6)
+
+    _run(kernel, block_dim=2)
+    for block in (0, 1):
+        got0 = order.index(("aic-got-aiv0", block))
+        got1 = order.index(("aic-got-aiv1", block))
+        aiv0 = order.index(("aiv0-released", 2 * block))
+        aiv1 = order.index(("aiv1-released", 2 * block + 1))
+        assert aiv0 < got0 < aiv1 < got1, order
+
+
+def test_mode4_needs_a_1_2_mixed_kernel() -> None:
+    def kernel() -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](1)
+
+    def body() -> None:
+        hp.launch(kernel, block_dim=1, kernel_type="mix_aic_1_1")
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(body, world_size=1, timeout=RUN_TIMEOUT)
+    assert "mode 4 pairs an AIC with one AIV of a mix_aic_1_2 kernel" in str(info.value)
+
+
 def _run_ahead_kernel(log: list) -> None:
     if hp.g_coreType != AIV:
         return
@@ -107,9 +154,11 @@ def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
     [
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_FIX](16), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
-        (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1 or 2"),
-        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1 or 2 and pipe"),
-        (lambda: hp.CrossCoreWaitFlag[4, hp.PIPE_S](1), "CrossCoreWaitFlag[4, 0]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1, 2 or 4"),
+        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1, 2 or 4 and pipe"),
+        (lambda: hp.CrossCoreWaitFlag[5, hp.PIPE_S](1), "CrossCoreWaitFlag[5, 0]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[4, hp.PIPE_ALL](1), "CrossCoreSetFlag[4, 6]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[4, hp.PIPE_FIX](11), "0..10 or 16..26 in mode 4 on an AIC"),
         (lambda: hp.CrossCoreWaitFlag[0, 99](1), "pipe one of"),
     ],
 )
