@@ -3,8 +3,10 @@
 One runner runs at a time, so a kernel that spins on a window flag must let the
 writer run. :class:`FlagPolls` is a torch dispatch mode that every core of an
 emulated kernel runs under: each aten operation that *reads* at most
-:data:`~hccl_py.server.windows.POLL_BYTES` of a communication window is reported to
-the scheduler as a poll of those bytes. Reading the same unchanged bytes again
+:data:`~hccl_py.server.windows.POLL_BYTES` of a communication window, or of a GM tensor
+argument of the running kernel (:class:`GmFlagArea`: a flag one core of the rank sets for
+another, as MegaMoe's workspace counters), is reported to the scheduler as a poll of those
+bytes. Reading the same unchanged bytes again
 blocks the core until somebody changes them, and a flag that nobody can change
 any more is part of an exact deadlock report (its address and value by dtype).
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from hccl_py.core.gm import Allocation
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import (
     HELD_POLL_BYTES,
@@ -35,12 +38,32 @@ from .watch import _plan
 HELD_RECENT = 8
 
 
+class GmFlagArea:
+    """A GM tensor argument of a running kernel, polled like a window (same interface).
+
+    Byte offsets are from the start of the tensor's storage, as for a window's.
+    """
+
+    domain = "a kernel argument"
+
+    def __init__(self, alloc: Allocation) -> None:
+        self.alloc = alloc
+        self.name = alloc.name
+        self.shift = alloc.memory[1] if alloc.memory else 0
+
+    def host_bytes(self, start: int, stop: int) -> bytes:
+        return self.alloc.host_bytes(start - self.shift, stop - self.shift)
+
+    def int_base(self) -> int:
+        return self.alloc.int_base() - self.shift
+
+
 class FlagPolls(KernelMode):
     """Reports the flag and status reads of one core's held window tensors as polls."""
 
     def __init__(
         self,
-        windows: dict[int, WindowAllocation],
+        windows: dict[int, WindowAllocation | GmFlagArea],
         blocker: Blocker,
         rank: int,
         internal: Callable[[], bool],
@@ -81,13 +104,15 @@ class FlagPolls(KernelMode):
                 self._poll(window, value, byte_runs(value)[0])
         return result
 
-    def _again(self, window: WindowAllocation, value: torch.Tensor) -> bool:
+    def _again(self, window: WindowAllocation | GmFlagArea, value: torch.Tensor) -> bool:
         """Whether this core read the range of ``value`` among its last :data:`HELD_RECENT`
         status-sized ranges; notes the read."""
         where = (id(window), value.storage_offset(), value.shape, value.stride())
         return seen_lately(self.held_reads, where, HELD_RECENT)
 
-    def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
+    def _poll(
+        self, window: WindowAllocation | GmFlagArea, tensor: torch.Tensor, runs: Runs
+    ) -> None:
         """One read of flag bytes (``runs`` of ``tensor``): the scheduler blocks a core that
         reads them unchanged again."""
         lo, hi = runs[0][0], runs[-1][1]

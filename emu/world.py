@@ -41,7 +41,7 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .flags import FlagPolls
+from .flags import FlagPolls, GmFlagArea
 from .host_watch import HostScope
 from .lane import Lane
 from .onesided import LaunchEnd, OneSidedWrites
@@ -107,8 +107,9 @@ class EmuWorld(Server):
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
         #: (domain, launch) -> domain ranks that returned from that kernel launch.
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
-        #: Mapped windows by the data pointer of their storage (flag polls through tensors).
-        self.flag_windows: dict[int, WindowAllocation] = {}
+        #: Mapped windows, and the running kernels' GM tensor arguments, by the data pointer of
+        #: their storage (flag polls through tensors).
+        self.flag_windows: dict[int, WindowAllocation | GmFlagArea] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
@@ -328,6 +329,21 @@ class EmuWorld(Server):
     def _window_mapped(self, window: WindowAllocation) -> None:
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
+
+    @contextlib.contextmanager
+    def kernel_buffers(self, rank: int, buffers: list) -> Iterator[None]:
+        """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
+        arguments are seen as a window flag's (one core sets a flag that another polls)."""
+        added = {}
+        for alloc in buffers:
+            if alloc.memory is not None and alloc.memory[0] not in self.flag_windows:
+                added[alloc.memory[0]] = self.flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
+        try:
+            yield
+        finally:
+            for ptr, area in added.items():
+                if self.flag_windows.get(ptr) is area:
+                    del self.flag_windows[ptr]
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
