@@ -110,6 +110,8 @@ class EmuWorld(Server):
         #: Mapped windows, and the running kernels' GM tensor arguments, by the data pointer of
         #: their storage (flag polls through tensors).
         self.flag_windows: dict[int, WindowAllocation | GmFlagArea] = {}
+        #: Global ranks whose running kernel has GM tensor arguments to watch (kernel_buffers).
+        self.polled_args: dict[int, bool] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
@@ -334,13 +336,14 @@ class EmuWorld(Server):
     def kernel_buffers(self, rank: int, buffers: list) -> Iterator[None]:
         """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
         arguments are seen as a window flag's (one core sets a flag that another polls)."""
-        added = {}
+        added, self.polled_args[rank] = {}, bool(buffers)
         for alloc in buffers:
             if alloc.memory is not None and alloc.memory[0] not in self.flag_windows:
                 added[alloc.memory[0]] = self.flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
         try:
             yield
         finally:
+            self.polled_args[rank] = False
             for ptr, area in added.items():
                 if self.flag_windows.get(ptr) is area:
                     del self.flag_windows[ptr]
@@ -372,11 +375,11 @@ class EmuWorld(Server):
         The poll watch (a torch dispatch mode, innermost so that a poll that blocks
         holds none of the race check's locks) costs every torch operation a Python
         call: a core enters it when it first asks for a window, or at its start
-        when windows exist already.
+        when windows exist already or its kernel has more cores and GM tensor arguments.
         """
         with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
             _cores.scope = (stack, rank)
-            if self.windows:
+            if self.windows or self.polled_args.get(rank):
                 self._watch_polls()
             try:
                 yield

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+import torch
 from cases import RUN_TIMEOUT
 
 import hccl_py as hp
@@ -182,3 +183,43 @@ def test_more_than_15_pending_completions_is_reported() -> None:
     with pytest.raises(hp.WorldError) as info:
         _run(kernel, block_dim=1)
     assert "more than 15 completions" in str(info.value)
+
+
+def test_task_ratio_is_one_on_the_cube_cores() -> None:
+    """AscendC's GetTaskRation is 1 on an AIC core (dav_3510 / dav_c220 GetTaskRationImpl), so
+    that ``GetBlockIdx() / GetTaskRation()`` is the AI core on every core (MegaMoe's blockIdx_);
+    it was 2 on the AIC cores of a 1:2 kernel before 2026-11-28."""
+
+    def kernel(log: list) -> None:
+        log.append(
+            ("AIC" if hp.g_coreType == AIC else "AIV", hp.GetBlockIdx() // hp.GetTaskRatio())
+        )
+
+    (log,) = _run(kernel, block_dim=2)
+    assert sorted(log) == [("AIC", 0), ("AIC", 1), ("AIV", 0), ("AIV", 0), ("AIV", 1), ("AIV", 1)]
+
+
+def _gm_flag_kernel(flag: hp.GmAddr, log: list) -> None:
+    if hp.g_coreType == AIC:
+        hp.CrossCoreSetFlag[4, hp.PIPE_FIX](0)  # AIV0 may write the flag now
+        while int(hp.gm_tensor(flag, torch.int32, 1)[0]) == 0:  # ReadGmByPassDCache
+            pass
+        log.append("seen")
+    elif hp.GetSubBlockIdx() == 0:
+        hp.CrossCoreWaitFlag[4, hp.PIPE_V](0)
+        hp.gm_tensor(flag, torch.int32, 1)[0] = 1
+
+
+def _gm_flag_body() -> list:
+    log: list = []
+    flag = torch.zeros(8, dtype=torch.int32, device=hp.device())
+    hp.launch(_gm_flag_kernel, flag, log, block_dim=1, kernel_type="mix_aic_1_2")
+    return log
+
+
+def test_a_core_polls_a_flag_that_another_core_of_its_rank_sets_in_gm(backend: str) -> None:
+    """MegaMoe's cores signal through workspace counters (no window): the AIC polls a GM word
+    that its AIV0 writes. Before 2026-11-28 the emulator saw only window polls, and the poll
+    kept the baton until the run's timeout."""
+    body = _gm_flag_body
+    assert hp.run(body, world_size=1, backend=backend, timeout=20) == [["seen"]]

@@ -278,7 +278,7 @@ def launch(
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.core_contexts()
-    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
+    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a and len(cores) > 1]
     server, rank = rank_ctx.server, rank_ctx.rank
     with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
         if len(cores) == 1:

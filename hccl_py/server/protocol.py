@@ -194,7 +194,8 @@ class Lifecycle:
 
     def kernel_buffers(self, rank: int, buffers: list) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: ``buffers`` are the GM allocations of
-        its tensor arguments, which its cores may poll (flags between the cores of a rank)."""
+        its tensor arguments, which its cores may poll (flags between the cores of a rank; none
+        for a kernel of one core)."""
         return contextlib.nullcontext()
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
