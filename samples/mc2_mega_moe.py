@@ -69,7 +69,7 @@ reference repeats.
 Launches: 1 and 2 with different routings (the workspace flags and the sync counts carry
 over from launch 1).
 
-Run: ``python samples/mc2_mega_moe.py`` (2 emulated ranks),
+Run: ``python samples/mc2_mega_moe.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_mega_moe.py``.
 """
 
@@ -85,7 +85,7 @@ import hccl_py as hp
 from hccl_py import AIC, AIV, TilingData
 
 PLATFORM = "A3"
-RUN_KWARGS = {"buffsize_mb": 2, "world_size": 2}
+RUN_KWARGS = {"buffsize_mb": 2}
 BS, K, H, HIDDEN_DIM, LOCAL_EXPERTS, AIC_NUM = 4, 2, 64, 64, 2, 2
 LAUNCHES = 2
 

@@ -80,6 +80,7 @@ SAMPLES: dict[str, dict[str, str]] = {
         f"{op}-{launch}": "PASS" for launch in (1, 2) for op in ("dispatch", "combine")
     },
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_mega_moe.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
@@ -145,6 +146,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_moe_distribute_dispatch_setup-torchrun": _torchrun("mc2_moe_distribute_dispatch_setup"),
     "mc2_engram_fetch-torchrun": _torchrun("mc2_engram_fetch"),
     "mc2_attention_ffn-gloo": _gloo("mc2_attention_ffn"),
+    "mc2_mega_moe-gloo": _gloo("mc2_mega_moe"),
+    "mc2_mega_moe-torchrun": _torchrun("mc2_mega_moe"),
     "mc2_attention_ffn-torchrun": _torchrun("mc2_attention_ffn"),
     "mc2_moe_distribute_a2-gloo": _gloo("mc2_moe_distribute_a2"),
     "mc2_moe_distribute_a2-torchrun": _torchrun("mc2_moe_distribute_a2"),
