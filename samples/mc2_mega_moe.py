@@ -795,7 +795,8 @@ class MegaMoe:
         WaitForCube()
         gate = gm(self.UbTile(0), torch.float32, rows * cols).reshape(rows, cols).numpy()
         up = gm(self.UbTile(1), torch.float32, rows * cols).reshape(rows, cols).numpy()
-        glu = (gate / (np.float32(1) + np.exp(-gate))) * up  # SwiGLU, FP32
+        with np.errstate(over="ignore"):  # exp(-gate) may be inf: silu is then -0
+            glu = (gate / (np.float32(1) + np.exp(-gate))) * up  # SwiGLU, FP32
         data, scale = MxQuant(torch.from_numpy(glu).to(torch.bfloat16))
         nScale = Ceil(outputN, MXFP_DIVISOR_SIZE) * MXFP_MULTI_BASE_SIZE
         for r in range(rows):
@@ -969,7 +970,8 @@ def reference(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
             w1, w2 = expert_weights(int(ids[t, k]))
             h1 = to_bf16(x[t : t + 1] @ w1)
             gate, up = h1[:, : HIDDEN_DIM // 2], h1[:, HIDDEN_DIM // 2 :]
-            glu = to_mx_fp8(to_bf16((gate / (np.float32(1) + np.exp(-gate))) * up))
+            with np.errstate(over="ignore"):
+                glu = to_mx_fp8(to_bf16((gate / (np.float32(1) + np.exp(-gate))) * up))
             out = to_bf16((glu @ w2).astype(np.float32))[0]
             y[t] = out * w[t, k] if k == 0 else y[t] + out * w[t, k]
     counts = np.zeros(LOCAL_EXPERTS, dtype=np.int64)

@@ -172,6 +172,21 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks: cores 2..5 are beyond numRanks and help copy the own rows; its block_dim is
         # the tiling's aivNum (6); three rounds of (fetch, wait), round 2 from one peer only
         SampleSpec("mc2_engram_fetch", block_dim=None),
+        # 2 ranks, two launches (the flags and sync counts of launch 1 are still there in
+        # launch 2); its block_dim is the tiling's aicNum (2: 4 AIV cores)
+        SampleSpec(
+            "mc2_mega_moe",
+            flags=(
+                r"\] = xOutTensor\[:n\]$",
+                r"pushBytes\)\[:\] = maskBuf\[:pushBytes\]$",
+                r"^i32\(self\.workspaceInfo\.flagSwiGluToGmm2Ptr",
+                r"^i32\(syncRemoteAddr, 1\)\[0\] = count",
+                r"^i32\(syncCount, 1\)\[0\] = count$",
+                r"\.add_\(",
+                r"= ub\[tileIdx\]",
+            ),
+            block_dim=None,
+        ),
         # 3 ranks: one attention worker, two FFN workers, so that the second FFN gets session
         # 0's flag but no token in launch 1 and the check of launch 2 waits for it; its block
         # dims are the tiling's aivNum (4) and the stand-ins' one core
@@ -653,6 +668,43 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "SetStatus:flag#2": ("default", DEADLOCK),
         "SetStatus:Drain#2": _missed(HCOMM_STATUS_SOURCE),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_mega_moe": {
+        # a missing Notify leaves its partner's Wait unreleased; a missing Wait lets a core
+        # read the UB tile or a flag early (the check, or a deadlock on some schedule once the
+        # counts no longer balance); a missing sync write or reset leaves a poll waiting
+        "NotifyCube:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "WaitForVector:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
+        "NotifyVector:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "WaitForCube:CrossCoreWaitFlag#1": ("default", CHECK),
+        "EndSync:WaitForVector#1": ("explore", DEADLOCK),
+        "EndGMM2Sync:WaitForVector#1": ("explore", DEADLOCK),
+        "EndGMM2Sync:WaitForVector#2": ("explore", DEADLOCK),
+        "EndGMM2Sync:WaitForVector#3": ("explore", DEADLOCK),
+        "GmSignalWaitBarrier:poll#1": ("explore", "HcclRaceError"),
+        "QuantProcessInRank:flag#1": ("default", CHECK),
+        "SendMaskCal:flag#1": ("default", CHECK),
+        "ResetFlagList:flag#1": ("default", DEADLOCK),
+        "CrossRankSyncInWorldSize:flag#1": ("default", DEADLOCK),
+        "CrossRankSyncInWorldSize:flag#2": ("explore", "HcclRaceError"),
+        "CrossRankSyncInWorldSize:SyncAll#1": ("default", DEADLOCK),
+        "SendCntCal:flag#1": ("default", DEADLOCK),
+        "TripleInfoCalAndDispatch:flag#1": ("default", DEADLOCK),
+        "UpdateGroupParams:poll#1": ("default", DEADLOCK),
+        "AicComputeGeneric:poll#1": ("default", CHECK),
+        "AicComputeGeneric:WaitForVector#1": ("explore", DEADLOCK),
+        "AicComputeGeneric:poll#2": ("explore", DEADLOCK),
+        "AicComputeGeneric:WaitForVector#2": ("explore", DEADLOCK),
+        "AicComputeGeneric:NotifyVector#1": ("default", DEADLOCK),
+        "AicComputeGeneric:NotifyVector#2": ("default", DEADLOCK),
+        "AivGmm1PostGeneric:WaitForCube#1": ("default", CHECK),
+        "AivGmm1PostGeneric:flag#1": ("default", DEADLOCK),
+        "AivGmm1PostGeneric:NotifyCube#1": ("default", DEADLOCK),
+        "AivGmm2PostGeneric:WaitForCube#1": ("default", CHECK),
+        "AivGmm2PostGeneric:NotifyCube#1": ("default", DEADLOCK),
+        "CombineTokens:flag#1": ("default", CHECK),
+        "Process:SyncAll#1": ("default", CHECK),
+        "Process:SyncAll#2": ("default", CHECK),
     },
     "mc2_engram_fetch": {
         # the host reads fetched while the reads into it are in flight (emu/posted.py)
