@@ -61,7 +61,8 @@ tiles are row-major (the swizzle is moot: every expert has one tile here); UB bu
 torch tensors, ``SetFlag``/``WaitFlag``/``PipeBarrier`` and cache maintenance are program
 order; ``aicNum`` 2 (4 AIV cores); the UB budget configs are one batch of 256 route items, 2
 buffers. No shared experts, no combine quantisation; the layered (URMA) variant is not
-ported. Sizes: ``bs`` 4 tokens of ``h`` 64, ``K`` 2, 2 experts per rank, ``hiddenDim`` 64;
+ported. Sizes: ``bs`` 4 tokens of ``h`` 64, ``K`` 2, 6 experts per rank (each AIC gets several
+tiles of each GEMM), ``hiddenDim`` 64;
 the tokens are multiples of 0.5 in [-1.5, 1.5] (exact in MX FP8) and the weights -1, 0, 1,
 so that both GEMMs are exact and the only roundings are BF16 and FP8 ones, which the numpy
 reference repeats.
@@ -86,7 +87,7 @@ from hccl_py import AIC, AIV, TilingData
 
 PLATFORM = "A3"
 RUN_KWARGS = {"buffsize_mb": 2}
-BS, K, H, HIDDEN_DIM, LOCAL_EXPERTS, AIC_NUM = 4, 2, 64, 64, 2, 2
+BS, K, H, HIDDEN_DIM, LOCAL_EXPERTS, AIC_NUM = 4, 2, 64, 64, 6, 2
 LAUNCHES = 2
 
 PEERMEM_DATA_OFFSET = 1024 * 60
@@ -982,11 +983,14 @@ def reference(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray]:
     return to_bf16(y).reshape(-1), counts
 
 
-def main() -> list[str]:
+def main(spare_experts: int = 0) -> list[str]:
+    """Two launches; ``spare_experts`` more weights per rank than routed experts (the weights'
+    dim 0, ``expertPerRank``, may exceed ``moeExpertNum / epWorldSize``)."""
     rank, n, dev = hp.get_rank(), hp.get_world_size(), hp.device()
     groupEp = hp.new_group(list(range(n)))  # the EP communicator of the context
     mc2Context, hcclBuffSize = GetMc2ContextTensor(groupEp)
     local = [expert_weights(rank * LOCAL_EXPERTS + e) for e in range(LOCAL_EXPERTS)]
+    local += [expert_weights(-1 - e) for e in range(spare_experts)]
     weight1 = on_device(np.stack([w1 for w1, _ in local]))
     weight2 = on_device(np.stack([w2 for _, w2 in local]))
     lines, workspace = [], None
