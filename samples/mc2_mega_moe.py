@@ -62,7 +62,8 @@ torch tensors, ``SetFlag``/``WaitFlag``/``PipeBarrier`` and cache maintenance ar
 order; ``aicNum`` 2 (4 AIV cores); the UB budget configs are one batch of 256 route items, 2
 buffers. No shared experts, no combine quantisation; the layered (URMA) variant is not
 ported. Sizes: ``bs`` 4 tokens of ``h`` 64, ``K`` 2, 6 experts per rank (each AIC gets several
-tiles of each GEMM), ``hiddenDim`` 64;
+tiles of each GEMM), ``hiddenDim`` 64 (the host's checks of ``h`` (a multiple of 1024) and
+``hiddenDim`` (1k to 7k) and of the weights' shapes are left out);
 the tokens are multiples of 0.5 in [-1.5, 1.5] (exact in MX FP8) and the weights -1, 0, 1,
 so that both GEMMs are exact and the only roundings are BF16 and FP8 ones, which the numpy
 reference repeats.
