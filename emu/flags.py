@@ -36,6 +36,10 @@ from .watch import _plan
 #: Status-sized ranges a core keeps in mind (:attr:`FlagPolls.held_reads`): a loop that
 #: polls up to this many status areas in turn through held views is seen polling.
 HELD_RECENT = 8
+#: Reads in a row of the same unchanged bytes of a GM argument before they count as a poll:
+#: a kernel reads its inputs and workspace words again without polling them, and only a
+#: loop that spins should become a scheduling point.
+GM_POLL_AFTER = 8
 
 
 class GmFlagArea:
@@ -76,6 +80,8 @@ class FlagPolls(KernelMode):
         #: The status-sized window ranges this core read lately, newest last: one read again
         #: is a poll (a loop that reads two status areas alternately polls both).
         self.held_reads: OrderedDict[tuple, None] = OrderedDict()
+        #: The last GM argument bytes this core read, their value and how often in a row.
+        self.gm_last: tuple = (None, b"", 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -90,7 +96,10 @@ class FlagPolls(KernelMode):
             if window is None:
                 continue
             size = value.numel() * value.element_size()
-            if size <= POLL_BYTES:
+            if isinstance(window, GmFlagArea):
+                if size <= POLL_BYTES and self._spins(window, byte_runs(value)[0]):
+                    self._poll(window, value, byte_runs(value)[0])
+            elif size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
             elif (  # flags[idx] of a larger view reads only what idx picks
                 picks(func)
@@ -103,6 +112,16 @@ class FlagPolls(KernelMode):
             elif size <= HELD_POLL_BYTES and self._again(window, value):  # a status area
                 self._poll(window, value, byte_runs(value)[0])
         return result
+
+    def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
+        """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`
+        times in a row; notes the read."""
+        key = (id(area), tuple(runs))
+        seen = b"".join(area.host_bytes(a, b) for a, b in runs)
+        last, value, count = self.gm_last
+        count = count + 1 if (last, value) == (key, seen) else 1
+        self.gm_last = (key, seen, count)
+        return count >= GM_POLL_AFTER
 
     def _again(self, window: WindowAllocation | GmFlagArea, value: torch.Tensor) -> bool:
         """Whether this core read the range of ``value`` among its last :data:`HELD_RECENT`

@@ -452,10 +452,11 @@ def test_mega_moe_spare_weights_leave_a_send_count_flag_set(
     """ResetFlagList clears ``moeExpertPerRank * (16 + slots + 16 * aicNum)`` words from the
     first flag array, but the arrays are laid out by ``expertPerRank``: with one spare weight
     per rank the last AI cores' send-count flags of the last routed expert keep launch 1's
-    value, and launch 2 reads that expert's count before it is written (section 29). The same
-    schedule without the spare weight passes."""
-    assert all("PASS" in line for lines in _mega_moe_run(monkeypatch, 0, 1) for line in lines)
-    lines = sum(_mega_moe_run(monkeypatch, 1, 1), [])
+    value, and launch 2 reads that expert's count before it is written (section 29): on seed 7
+    a wrong result (on most other seeds a hang). The same schedule without the spare weight
+    passes."""
+    assert all("PASS" in line for lines in _mega_moe_run(monkeypatch, 0, 7) for line in lines)
+    lines = sum(_mega_moe_run(monkeypatch, 1, 7), [])
     assert any("launch-2" in line and "FAIL" in line for line in lines), lines
     assert all("PASS" in line for line in lines if "launch-1" in line), lines
 
