@@ -146,8 +146,6 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_moe_distribute_dispatch_setup-torchrun": _torchrun("mc2_moe_distribute_dispatch_setup"),
     "mc2_engram_fetch-torchrun": _torchrun("mc2_engram_fetch"),
     "mc2_attention_ffn-gloo": _gloo("mc2_attention_ffn"),
-    "mc2_mega_moe-gloo": _gloo("mc2_mega_moe"),
-    "mc2_mega_moe-torchrun": _torchrun("mc2_mega_moe"),
     "mc2_attention_ffn-torchrun": _torchrun("mc2_attention_ffn"),
     "mc2_moe_distribute_a2-gloo": _gloo("mc2_moe_distribute_a2"),
     "mc2_moe_distribute_a2-torchrun": _torchrun("mc2_moe_distribute_a2"),
