@@ -3,8 +3,10 @@
 One runner runs at a time, so a kernel that spins on a window flag must let the
 writer run. :class:`FlagPolls` is a torch dispatch mode that every core of an
 emulated kernel runs under: each aten operation that *reads* at most
-:data:`~hccl_py.server.windows.POLL_BYTES` of a communication window is reported to
-the scheduler as a poll of those bytes. Reading the same unchanged bytes again
+:data:`~hccl_py.server.windows.POLL_BYTES` of a communication window, or of a GM tensor
+argument of the running kernel (:class:`GmFlagArea`: a flag one core of the rank sets for
+another, as MegaMoe's workspace counters), is reported to the scheduler as a poll of those
+bytes. Reading the same unchanged bytes again
 blocks the core until somebody changes them, and a flag that nobody can change
 any more is part of an exact deadlock report (its address and value by dtype).
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable
 
 import torch
 
+from hccl_py.core.gm import Allocation
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import (
     HELD_POLL_BYTES,
@@ -33,6 +36,30 @@ from .watch import _plan
 #: Status-sized ranges a core keeps in mind (:attr:`FlagPolls.held_reads`): a loop that
 #: polls up to this many status areas in turn through held views is seen polling.
 HELD_RECENT = 8
+#: Reads in a row of the same unchanged bytes of a GM argument before they count as a poll:
+#: a kernel reads its inputs and workspace words again without polling them, and only a
+#: loop that spins should become a scheduling point.
+GM_POLL_AFTER = 8
+
+
+class GmFlagArea:
+    """A GM tensor argument of a running kernel, polled like a window (same interface).
+
+    Byte offsets are from the start of the tensor's storage, as for a window's.
+    """
+
+    domain = "a kernel argument"
+
+    def __init__(self, alloc: Allocation) -> None:
+        self.alloc = alloc
+        self.name = alloc.name
+        self.shift = alloc.memory[1] if alloc.memory else 0
+
+    def host_bytes(self, start: int, stop: int) -> bytes:
+        return self.alloc.host_bytes(start - self.shift, stop - self.shift)
+
+    def int_base(self) -> int:
+        return self.alloc.int_base() - self.shift
 
 
 class FlagPolls(KernelMode):
@@ -40,7 +67,7 @@ class FlagPolls(KernelMode):
 
     def __init__(
         self,
-        windows: dict[int, WindowAllocation],
+        windows: dict[int, WindowAllocation | GmFlagArea],
         blocker: Blocker,
         rank: int,
         internal: Callable[[], bool],
@@ -53,6 +80,8 @@ class FlagPolls(KernelMode):
         #: The status-sized window ranges this core read lately, newest last: one read again
         #: is a poll (a loop that reads two status areas alternately polls both).
         self.held_reads: OrderedDict[tuple, None] = OrderedDict()
+        #: The last GM argument bytes this core read, their value and how often in a row.
+        self.gm_last: tuple = (None, b"", 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -67,7 +96,10 @@ class FlagPolls(KernelMode):
             if window is None:
                 continue
             size = value.numel() * value.element_size()
-            if size <= POLL_BYTES:
+            if isinstance(window, GmFlagArea):
+                if size <= POLL_BYTES and self._spins(window, byte_runs(value)[0]):
+                    self._poll(window, value, byte_runs(value)[0])
+            elif size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
             elif (  # flags[idx] of a larger view reads only what idx picks
                 picks(func)
@@ -81,13 +113,25 @@ class FlagPolls(KernelMode):
                 self._poll(window, value, byte_runs(value)[0])
         return result
 
-    def _again(self, window: WindowAllocation, value: torch.Tensor) -> bool:
+    def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
+        """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`
+        times in a row; notes the read."""
+        key = (id(area), tuple(runs))
+        seen = b"".join(area.host_bytes(a, b) for a, b in runs)
+        last, value, count = self.gm_last
+        count = count + 1 if (last, value) == (key, seen) else 1
+        self.gm_last = (key, seen, count)
+        return count >= GM_POLL_AFTER
+
+    def _again(self, window: WindowAllocation | GmFlagArea, value: torch.Tensor) -> bool:
         """Whether this core read the range of ``value`` among its last :data:`HELD_RECENT`
         status-sized ranges; notes the read."""
         where = (id(window), value.storage_offset(), value.shape, value.stride())
         return seen_lately(self.held_reads, where, HELD_RECENT)
 
-    def _poll(self, window: WindowAllocation, tensor: torch.Tensor, runs: Runs) -> None:
+    def _poll(
+        self, window: WindowAllocation | GmFlagArea, tensor: torch.Tensor, runs: Runs
+    ) -> None:
         """One read of flag bytes (``runs`` of ``tensor``): the scheduler blocks a core that
         reads them unchanged again."""
         lo, hi = runs[0][0], runs[-1][1]

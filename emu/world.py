@@ -41,7 +41,7 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .flags import FlagPolls
+from .flags import FlagPolls, GmFlagArea
 from .host_watch import HostScope
 from .lane import Lane
 from .onesided import LaunchEnd, OneSidedWrites
@@ -107,8 +107,11 @@ class EmuWorld(Server):
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
         #: (domain, launch) -> domain ranks that returned from that kernel launch.
         self.launch_returns: dict[tuple[str, int], set[int]] = {}
-        #: Mapped windows by the data pointer of their storage (flag polls through tensors).
-        self.flag_windows: dict[int, WindowAllocation] = {}
+        #: Mapped windows, and the running kernels' GM tensor arguments, by the data pointer of
+        #: their storage (flag polls through tensors).
+        self.flag_windows: dict[int, WindowAllocation | GmFlagArea] = {}
+        #: Global ranks whose running kernel has GM tensor arguments to watch (kernel_buffers).
+        self.polled_args: dict[int, bool] = {}
 
     # ----------------------------------------------------------- slot state
     def _slot(self, task: Task) -> Slot:
@@ -333,6 +336,22 @@ class EmuWorld(Server):
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
+    @contextlib.contextmanager
+    def kernel_buffers(self, rank: int, buffers: list) -> Iterator[None]:
+        """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
+        arguments are seen as a window flag's (one core sets a flag that another polls)."""
+        added, self.polled_args[rank] = {}, bool(buffers)
+        for alloc in buffers:
+            if alloc.memory is not None and alloc.memory[0] not in self.flag_windows:
+                added[alloc.memory[0]] = self.flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
+        try:
+            yield
+        finally:
+            self.polled_args[rank] = False
+            for ptr, area in added.items():
+                if self.flag_windows.get(ptr) is area:
+                    del self.flag_windows[ptr]
+
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
         watch is off inside, and on after it while Hcomm reads are in flight; at its end the
@@ -360,11 +379,11 @@ class EmuWorld(Server):
         The poll watch (a torch dispatch mode, innermost so that a poll that blocks
         holds none of the race check's locks) costs every torch operation a Python
         call: a core enters it when it first asks for a window, or at its start
-        when windows exist already.
+        when windows exist already or its kernel has more cores and GM tensor arguments.
         """
         with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
             _cores.scope = (stack, rank)
-            if self.windows:
+            if self.windows or self.polled_args.get(rank):
                 self._watch_polls()
             try:
                 yield

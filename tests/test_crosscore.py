@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+import torch
 from cases import RUN_TIMEOUT
 
 import hccl_py as hp
@@ -73,6 +74,53 @@ def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
         assert all(set_at < order.index(("aiv-released", i)) < released_at for i in aivs)
 
 
+def test_mode4_pairs_the_aic_with_one_aiv_by_flag_id() -> None:
+    """Ascend 950's mode 4 (MegaMoe's NotifyVector / WaitForCube): the AIC's flags 0..10 go to
+    AIV0, 16..26 to AIV1's 0..10; each AIV's 0..10 to the AIC, AIV1's as 16..26. Refused as an
+    unknown mode before 2026-11-28."""
+    order: list = []
+    lock = threading.Lock()
+
+    def note(what: str) -> None:
+        with lock:
+            order.append((what, hp.GetBlockIdx()))
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](4)  # AIV0's flag 4
+            hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](6)  # from AIV0
+            note("aic-got-aiv0")
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](16 + 4)  # AIV1's flag 4
+            hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](16 + 6)  # from AIV1
+            note("aic-got-aiv1")
+        else:
+            sub = hp.GetSubBlockIdx()
+            hp.CrossCoreWaitFlag[4, hp.PIPE_V](4)
+            note(f"aiv{sub}-released")
+            hp.CrossCoreSetFlag[4, hp.PIPE_S](6)
+
+    _run(kernel, block_dim=2)
+    for block in (0, 1):
+        got0 = order.index(("aic-got-aiv0", block))
+        got1 = order.index(("aic-got-aiv1", block))
+        aiv0 = order.index(("aiv0-released", 2 * block))
+        aiv1 = order.index(("aiv1-released", 2 * block + 1))
+        assert aiv0 < got0 < aiv1 < got1, order
+
+
+def test_mode4_needs_a_1_2_mixed_kernel() -> None:
+    def kernel() -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[4, hp.PIPE_FIX](1)
+
+    def body() -> None:
+        hp.launch(kernel, block_dim=1, kernel_type="mix_aic_1_1")
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(body, world_size=1, timeout=RUN_TIMEOUT)
+    assert "mode 4 pairs an AIC with one AIV of a mix_aic_1_2 kernel" in str(info.value)
+
+
 def _run_ahead_kernel(log: list) -> None:
     if hp.g_coreType != AIV:
         return
@@ -107,9 +155,11 @@ def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
     [
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_FIX](16), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
-        (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1 or 2"),
-        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1 or 2 and pipe"),
-        (lambda: hp.CrossCoreWaitFlag[4, hp.PIPE_S](1), "CrossCoreWaitFlag[4, 0]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1, 2 or 4"),
+        (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1, 2 or 4 and pipe"),
+        (lambda: hp.CrossCoreWaitFlag[5, hp.PIPE_S](1), "CrossCoreWaitFlag[5, 0]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[4, hp.PIPE_ALL](1), "CrossCoreSetFlag[4, 6]: modeId must"),
+        (lambda: hp.CrossCoreSetFlag[4, hp.PIPE_FIX](11), "0..10 or 16..26 in mode 4 on an AIC"),
         (lambda: hp.CrossCoreWaitFlag[0, 99](1), "pipe one of"),
     ],
 )
@@ -133,3 +183,43 @@ def test_more_than_15_pending_completions_is_reported() -> None:
     with pytest.raises(hp.WorldError) as info:
         _run(kernel, block_dim=1)
     assert "more than 15 completions" in str(info.value)
+
+
+def test_task_ratio_is_one_on_the_cube_cores() -> None:
+    """AscendC's GetTaskRation is 1 on an AIC core (dav_3510 / dav_c220 GetTaskRationImpl), so
+    that ``GetBlockIdx() / GetTaskRation()`` is the AI core on every core (MegaMoe's blockIdx_);
+    it was 2 on the AIC cores of a 1:2 kernel before 2026-11-28."""
+
+    def kernel(log: list) -> None:
+        log.append(
+            ("AIC" if hp.g_coreType == AIC else "AIV", hp.GetBlockIdx() // hp.GetTaskRatio())
+        )
+
+    (log,) = _run(kernel, block_dim=2)
+    assert sorted(log) == [("AIC", 0), ("AIC", 1), ("AIV", 0), ("AIV", 0), ("AIV", 1), ("AIV", 1)]
+
+
+def _gm_flag_kernel(flag: hp.GmAddr, log: list) -> None:
+    if hp.g_coreType == AIC:
+        hp.CrossCoreSetFlag[4, hp.PIPE_FIX](0)  # AIV0 may write the flag now
+        while int(hp.gm_tensor(flag, torch.int32, 1)[0]) == 0:  # ReadGmByPassDCache
+            pass
+        log.append("seen")
+    elif hp.GetSubBlockIdx() == 0:
+        hp.CrossCoreWaitFlag[4, hp.PIPE_V](0)
+        hp.gm_tensor(flag, torch.int32, 1)[0] = 1
+
+
+def _gm_flag_body() -> list:
+    log: list = []
+    flag = torch.zeros(8, dtype=torch.int32, device=hp.device())
+    hp.launch(_gm_flag_kernel, flag, log, block_dim=1, kernel_type="mix_aic_1_2")
+    return log
+
+
+def test_a_core_polls_a_flag_that_another_core_of_its_rank_sets_in_gm(backend: str) -> None:
+    """MegaMoe's cores signal through workspace counters (no window): the AIC polls a GM word
+    that its AIV0 writes. Before 2026-11-28 the emulator saw only window polls, and the poll
+    kept the baton until the run's timeout."""
+    body = _gm_flag_body
+    assert hp.run(body, world_size=1, backend=backend, timeout=20) == [["seen"]]

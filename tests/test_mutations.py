@@ -52,6 +52,15 @@ LAYERED_IPC_RACE = "the combine's IPC race fails some explored schedules unmutat
 #: slower core reads the current one, which then leaves the loop one SyncAll early
 #: (docs/notes/mc2-kernels.md, section 28); seed 4 of 16 deadlocks unmutated at 2 ranks.
 ARN_COUNT_RACE = "the ARN path's round-count handshake deadlocks some explored schedules unmutated"
+MEGA_MOE_END_DRAIN = (
+    "EndGMM2Sync's waits only consume AIV0's last flags: nothing after them reads the UB "
+    "tiles, and a flag completion left at the kernel's end is not reported"
+)
+MEGA_MOE_SYNC_HANG = (
+    "CrossRankSyncInWorldSize waits for its count to equal the peer's word, which a peer "
+    "already past the barrier may overwrite with the next barrier's count: some explored "
+    "schedules of the unmutated sample hang (docs/notes/mc2-kernels.md, section 29)"
+)
 SPECS: dict[str, SampleSpec] = {
     s.name: s
     for s in [
@@ -183,6 +192,22 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks: cores 2..5 are beyond numRanks and help copy the own rows; its block_dim is
         # the tiling's aivNum (6); three rounds of (fetch, wait), round 2 from one peer only
         SampleSpec("mc2_engram_fetch", block_dim=None),
+        # 2 ranks, two launches (the flags and sync counts of launch 1 are still there in
+        # launch 2); its block_dim is the tiling's aicNum (2: 4 AIV cores)
+        SampleSpec(
+            "mc2_mega_moe",
+            flags=(
+                r"\] = xOutTensor\[:n\]$",
+                r"pushBytes\)\[:\] = maskBuf\[:pushBytes\]$",
+                r"^i32\(self\.workspaceInfo\.flagSwiGluToGmm2Ptr",
+                r"^i32\(syncRemoteAddr, 1\)\[0\] = count",
+                r"^i32\(syncCount, 1\)\[0\] = count$",
+                r"\.add_\(",
+                r"= ub\[tileIdx\]",
+            ),
+            block_dim=None,
+            source_race=MEGA_MOE_SYNC_HANG,
+        ),
         # 3 ranks: one attention worker, two FFN workers, so that the second FFN gets session
         # 0's flag but no token in launch 1 and the check of launch 2 waits for it; its block
         # dims are the tiling's aivNum (4) and the stand-ins' one core
@@ -679,13 +704,49 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     },
     "mc2_moe_update_expert": {},
     "mc2_matmul_all_reduce_add_rms_norm": {
-        # the other AIV cores spin on the plain-GM count, which hccl_py does not take for a poll
-        # (polls are window views), so the run times out; on hardware they may read the count
-        # a previous launch left in the workspace and normalise rounds that are not reduced yet
-        "ComputeAddRmsNorm:SyncAll#1": ("default", "HcclTimeoutError"),
+        # the other AIV cores read the count before block 0 wrote it: in the second launch, the
+        # first's final count (the shared workspace), so they normalise rounds not reduced yet
+        "ComputeAddRmsNorm:SyncAll#1": ("default", "HcclRaceError"),
         "matmul_all_reduce_add_rms_norm:SyncAll#1": _missed(ARN_COMMIT_NOT_EXPLORED),
         "matmul_all_reduce_add_rms_norm:SyncAll#2": _missed(ARN_LAST_COMMIT_ORDERS),
         "matmul_all_reduce_add_rms_norm:SyncAll#3": _missed(ARN_FINALIZE),
+    },
+    "mc2_mega_moe": {
+        # a missing Notify leaves its partner's Wait unreleased; a missing Wait lets a core
+        # read the UB tile, a flag or a peer's window early; a missing sync write or reset
+        # leaves a poll waiting (only the default schedule judges: MEGA_MOE_SYNC_HANG)
+        "NotifyCube:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "WaitForVector:CrossCoreWaitFlag#1": ("default", CHECK),
+        "NotifyVector:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "WaitForCube:CrossCoreWaitFlag#1": ("default", CHECK),
+        "EndSync:WaitForVector#1": ("default", CHECK),
+        "EndGMM2Sync:WaitForVector#1": _missed(MEGA_MOE_END_DRAIN),
+        "EndGMM2Sync:WaitForVector#2": _missed(MEGA_MOE_END_DRAIN),
+        "EndGMM2Sync:WaitForVector#3": _missed(MEGA_MOE_END_DRAIN),
+        "GmSignalWaitBarrier:poll#1": ("default", CHECK),
+        "QuantProcessInRank:flag#1": ("default", CHECK),
+        "SendMaskCal:flag#1": ("default", CHECK),
+        "ResetFlagList:flag#1": ("default", DEADLOCK),
+        "CrossRankSyncInWorldSize:flag#1": ("default", DEADLOCK),
+        "CrossRankSyncInWorldSize:flag#2": ("default", CHECK),
+        "CrossRankSyncInWorldSize:SyncAll#1": ("default", DEADLOCK),
+        "SendCntCal:flag#1": ("default", DEADLOCK),
+        "TripleInfoCalAndDispatch:flag#1": ("default", DEADLOCK),
+        "UpdateGroupParams:poll#1": ("default", DEADLOCK),
+        "AicComputeGeneric:poll#1": ("default", CHECK),
+        "AicComputeGeneric:WaitForVector#1": ("default", CHECK),
+        "AicComputeGeneric:poll#2": ("default", CHECK),
+        "AicComputeGeneric:WaitForVector#2": ("default", CHECK),
+        "AicComputeGeneric:NotifyVector#1": ("default", DEADLOCK),
+        "AicComputeGeneric:NotifyVector#2": ("default", DEADLOCK),
+        "AivGmm1PostGeneric:WaitForCube#1": ("default", CHECK),
+        "AivGmm1PostGeneric:flag#1": ("default", DEADLOCK),
+        "AivGmm1PostGeneric:NotifyCube#1": ("default", DEADLOCK),
+        "AivGmm2PostGeneric:WaitForCube#1": ("default", CHECK),
+        "AivGmm2PostGeneric:NotifyCube#1": ("default", DEADLOCK),
+        "CombineTokens:flag#1": ("default", CHECK),
+        "Process:SyncAll#1": ("default", DEADLOCK),
+        "Process:SyncAll#2": ("default", CHECK),
     },
     "mc2_engram_fetch": {
         # the host reads fetched while the reads into it are in flight (emu/posted.py)

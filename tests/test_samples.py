@@ -50,7 +50,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "matmul_reduce_scatter.py": {"output": "PASS", **NPU_SKIP},
     "mc2_matmul_reduce_scatter_full_mesh.py": {"output": "PASS"},
     "mc2_matmul_all_reduce.py": {"output": "PASS"},
-    "mc2_matmul_all_reduce_add_rms_norm.py": {"arn": "PASS"},
+    "mc2_matmul_all_reduce_add_rms_norm.py": {"arn1": "PASS", "arn2": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
     "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
@@ -86,6 +86,7 @@ SAMPLES: dict[str, dict[str, str]] = {
         f"{op}-{launch}": "PASS" for launch in (1, 2) for op in ("dispatch", "combine")
     },
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_mega_moe.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
@@ -444,6 +445,42 @@ def test_moe_distribute_a2_combine_reads_past_ep_send_count(
     roots = list((err.value.root_causes or err.value.failures).values())
     assert {type(e).__name__ for e in roots} == {"HcclBoundsError"}
     assert "bytes [0, 32) of epSendCount fall outside its 16 bytes" in str(roots[0])
+
+
+def _mega_moe_run(monkeypatch: pytest.MonkeyPatch, spare: int, seed: int) -> list:
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_mega_moe")
+    kwargs = dict(world_size=2, backend="emu", platform=sample.PLATFORM, **sample.RUN_KWARGS)
+    return hp.run(functools.partial(sample.main, spare), seed=seed, timeout=60, **kwargs)
+
+
+def test_mega_moe_sync_hangs_when_a_peer_is_one_barrier_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CrossRankSyncInWorldSize polls its word for ``count`` exactly; a peer already past this
+    barrier has reached the next one and written ``count + 1`` there, so the poll never ends
+    (docs/notes/mc2-kernels.md, section 29). Seed 3 is such a schedule."""
+    with pytest.raises(hp.WorldError) as err:
+        _mega_moe_run(monkeypatch, 0, 3)
+    assert isinstance(err.value.failures[0], hp.HcclDeadlockError)
+    text = str(err.value)
+    assert "rank 0 polls bytes [64, 68) of WindowsIn of rank 0" in text, text
+    assert "which keep the value 2" in text, text
+
+
+def test_mega_moe_spare_weights_leave_a_send_count_flag_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ResetFlagList clears ``moeExpertPerRank * (16 + slots + 16 * aicNum)`` words from the
+    first flag array, but the arrays are laid out by ``expertPerRank``: with one spare weight
+    per rank the last AI cores' send-count flags of the last routed expert keep launch 1's
+    value, and launch 2 reads that expert's count before it is written (section 29): on seed 7
+    a wrong result (on most other seeds a hang). The same schedule without the spare weight
+    passes."""
+    assert all("PASS" in line for lines in _mega_moe_run(monkeypatch, 0, 7) for line in lines)
+    lines = sum(_mega_moe_run(monkeypatch, 1, 7), [])
+    assert any("launch-2" in line and "FAIL" in line for line in lines), lines
+    assert all("PASS" in line for line in lines if "launch-1" in line), lines
 
 
 # ---------------------------------------------------------------- the verdict helpers

@@ -99,7 +99,7 @@ def test_table_width_is_bounded_by_the_world_only_in_rank_mode(update) -> None:
 # ---------------------------------------------------------------- MatmulAllReduceAddRmsNorm
 def _arn_main(mar):
     def main() -> list[str]:
-        return [mar.arn(mar.all_reduce_sum(hp.get_world_size()))]
+        return mar.arn(mar.all_reduce_sum(hp.get_world_size()))
 
     return main
 
@@ -149,4 +149,7 @@ def test_arn_round_count_race(mar, monkeypatch) -> None:
     assert "AIV core 0 waits in SyncAll: 5 of 6 cores arrived" in text
     _with_read_barrier(mar, monkeypatch)
     per_rank = hp.run(_arn_main(mar), world_size=2, backend="emu", explore=16, timeout=60)
-    assert [line.split()[2:4] for lines in per_rank for line in lines] == [["arn", "PASS"]] * 2
+    assert [line.split()[2:4] for lines in per_rank for line in lines] == [
+        ["arn1", "PASS"],
+        ["arn2", "PASS"],
+    ] * 2

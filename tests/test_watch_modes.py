@@ -115,7 +115,9 @@ def test_a_core_that_never_calls_hccl_py_sees_the_round_its_sibling_committed() 
         rank = hp.get_rank()
         if hp.GetBlockIdx() == 1:
             received = hp.gm_tensor(yGM, torch.float32, 2 * N)  # a view taken early
-            assert modes() == ([], [])  # nothing pending yet: the watch is off
+            # nothing pending yet: the race watch is off (the flag-poll watch of the kernel's GM
+            # arguments is on in a kernel of two cores)
+            assert modes() == ([FlagPolls], [])
             started[rank].set()
             wait_until(committed[rank].is_set)
             received.sum()  # sibling-read

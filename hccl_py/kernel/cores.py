@@ -1,10 +1,9 @@
 """Kernel execution: ``hp.launch`` runs an AscendC-style kernel on every core of this rank.
 
-Each core is a thread with its own :class:`CoreContext`, so ``GetBlockIdx()``,
-``GetBlockNum()`` and ``g_coreType`` answer per core, and ``SyncAll()`` is a
-barrier across cores, as in AscendC. The rank's blocker provides the threads
-(``Blocker.spawn``): on gloo and HCCL reusable threads of the process's pool,
-on the emulator its runners.
+Each core is a thread with its own :class:`CoreContext`, so ``GetBlockIdx()``, ``GetBlockNum()``
+and ``g_coreType`` answer per core, and ``SyncAll()`` is a barrier across cores, as in AscendC.
+The rank's blocker provides the threads (``Blocker.spawn``): on gloo and HCCL reusable threads
+of the process's pool, on the emulator its runners.
 """
 
 from __future__ import annotations
@@ -109,8 +108,7 @@ class LaunchState:
         self.clients: dict[int, Any] = {}
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
-        self._barrier_arrived: dict[bool, int] = {True: 0, False: 0}
-        self._barrier_generation: dict[bool, int] = {True: 0, False: 0}
+        self._barrier_arrived, self._barrier_generation = {True: 0, False: 0}, {True: 0, False: 0}
         #: Barriers each core passed: True = AIV SyncAll, False = all-core SyncAll, and a
         #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
         self.passed: dict[CoreContext, dict[Any, int]] = {}
@@ -221,12 +219,12 @@ class LaunchState:
                 return
             blocker.raise_if_failed()
             gone = ", ".join(f"{c.kind.name} core {c.block_idx}" for c in self._absent(only_aiv))
+            arrived = self._barrier_arrived[only_aiv]
             raise HcclDeadlockError(
                 f"SyncAll can never complete: {gone} returned from the kernel without arriving "
-                f"({self._barrier_arrived[only_aiv]} of {n} cores arrived); every core must call "
-                "SyncAll() the same number of times",
-                rank=rank,
-            )
+                f"({arrived} of {n} cores arrived); every core must call SyncAll() the same "
+                "number of times", rank=rank,
+            )  # fmt: skip
 
 
 def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
@@ -259,10 +257,10 @@ def launch(
 ) -> None:
     """Run ``kernel(*args)`` on every core of this rank, as ``kernel<<<block_dim>>>`` would.
 
-    Tensor arguments arrive as GM addresses, ``None`` as the null address and a
-    ctypes tiling structure as the address of a copy of its bytes. ``groups``
-    maps context index 0/1 to domains (default: the world group for index 0).
-    Returns when every core has returned; a core's exception is re-raised.
+    Tensor arguments arrive as GM addresses, ``None`` as the null address and a ctypes tiling
+    structure as the address of a copy of its bytes. ``groups`` maps context index 0/1 to
+    domains (default: the world group for index 0). Returns when every core has returned; a
+    core's exception is re-raised.
     """
     if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
@@ -280,7 +278,9 @@ def launch(
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.core_contexts()
-    with rank_ctx.server.kernel_scope(rank_ctx.rank):
+    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a and len(cores) > 1]
+    server, rank = rank_ctx.server, rank_ctx.rank
+    with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
         if len(cores) == 1:
             _run_core(kernel, gm_args, cores[0])
         else:
@@ -389,9 +389,10 @@ def GetSubBlockIdx() -> int:
 
 
 def GetTaskRatio() -> int:
-    """AIV cores per AIC core in a mixed kernel (1 otherwise)."""
-    n_aic, n_aiv = KERNEL_TYPES[_core().launch.kernel_type]
-    return max(1, n_aiv // max(1, n_aic))
+    """AIV cores per AIC core on an AIV core of a mixed kernel, else 1 (``GetTaskRation``)."""
+    core = _core()
+    n_aic, n_aiv = KERNEL_TYPES[core.launch.kernel_type]
+    return 1 if core.kind == AIC else max(1, n_aiv // max(1, n_aic))
 
 
 @template("aiv_only")

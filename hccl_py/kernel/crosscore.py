@@ -15,6 +15,11 @@ Waits, up to 15 pending counts (more is a hardware error).
 - mode 1: the AIV cores of one AI core set and receive;
 - mode 2: an AIC's Set releases the AIV cores of its AI core; the Sets of all
   AIV cores of an AI core release its AIC.
+- mode 4 (Ascend 950, ``KERNEL_TYPE_MIX_AIC_1_2`` only): an AIC and one AIV of its AI
+  core. The AIC's Set of flag 0..10 releases AIV0's flag of that id, of flag 16..26 AIV1's
+  flag ``id - 16``; AIV0's Set of flag 0..10 releases the AIC's flag of that id, AIV1's the
+  AIC's ``id + 16``. Any pipe but ``PIPE_ALL``. Allowed on every platform, as the 950 ports
+  run on the A3 windows (docs/hcomm.md).
 
 A Wait that can never be released (every core that could still Set has
 returned from the kernel) is a deadlock report naming the flag, not a hang.
@@ -56,6 +61,11 @@ class Pipe(enum.IntEnum):
 SET_PIPES = frozenset(Pipe) - {Pipe.PIPE_S, Pipe.PIPE_ALL}
 #: Pipes a Wait may name (any).
 WAIT_PIPES = frozenset(Pipe)
+#: Mode 4's flag ids: an AIV's, and an AIC's (AIV1's flags are the AIC's 16 higher).
+MODE4_AIV_IDS = range(11)
+MODE4_AIC_IDS = (*range(11), *range(16, 27))
+#: The one kernel type whose cores mode 4 pairs (the documented Kernel type table).
+MODE4_KERNEL_TYPE = "mix_aic_1_2"
 
 
 def _ai_core(core: CoreContext) -> int:
@@ -75,6 +85,8 @@ def _cores(launch: LaunchState, kind: Any, block: int | None = None) -> list[Cor
 def _route(core: CoreContext, mode: int) -> tuple[tuple, list[CoreContext], list[CoreContext]]:
     """``(key, setters, receivers)`` of a Set of ``mode`` on ``core``."""
     launch = core.launch
+    if mode == 4:  # one setter, one receiver: the flag id says which (see _mode4_target)
+        return (4, core), [core], []
     if mode == 0:
         group = _cores(launch, core.kind)
         return (0, core.kind), group, group
@@ -102,6 +114,9 @@ class _Flags:
 
     def set(self, core: CoreContext, mode: int, flag: int) -> None:
         key, setters, receivers = _route(core, mode)
+        if mode == 4:
+            receiver, flag = _mode4_target(core, flag)
+            receivers = [receiver]
         sets = self.pending_sets.setdefault((key, flag), Counter())
         sets[core] += 1
         while all(sets[c] > 0 for c in setters):
@@ -131,20 +146,35 @@ def _flags(launch: LaunchState) -> _Flags:
         return found
 
 
-def _kernel_core(what: str, flag: Any) -> CoreContext:
+def _mode4_target(core: CoreContext, flag: int) -> tuple[CoreContext, int]:
+    """The core and flag id a mode-4 Set of ``flag`` on ``core`` releases."""
+    block = _ai_core(core)
+    if core.kind == AIC:
+        sub, flag = (0, flag) if flag < 16 else (1, flag - 16)
+        return next(c for c in _cores(core.launch, AIV, block) if c.sub_block_idx == sub), flag
+    return _cores(core.launch, AIC, block)[0], flag + 16 * core.sub_block_idx
+
+
+def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
     core = current_core_context()
     if core is None:
         raise RuntimeError(f"{what} is only valid inside a kernel started with hccl_py.launch")
-    if not isinstance(flag, int) or isinstance(flag, bool) or flag not in FLAG_IDS:
+    ids, text = FLAG_IDS, "0..15"
+    if mode == 4:
+        ids, text = (
+            (MODE4_AIC_IDS, "0..10 or 16..26") if core.kind == AIC else (MODE4_AIV_IDS, "0..10")
+        )
+        text += f" in mode 4 on an {core.kind.name} core"
+    if not isinstance(flag, int) or isinstance(flag, bool) or flag not in ids:
         raise HcclCoreError(
-            f"{what}: flagId must be an int in 0..15, got {flag!r}",
+            f"{what}: flagId must be an int in {text}, got {flag!r}",
             rank=core.launch.rank_ctx.rank,
         )
     return core
 
 
 def _set_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
-    core = _kernel_core("CrossCoreSetFlag", flagId)
+    core = _kernel_core("CrossCoreSetFlag", flagId, mode)
     _check_mode("CrossCoreSetFlag", core, mode, pipe, SET_PIPES)
     blocker = core.launch.rank_ctx.blocker
     with blocker.cond:
@@ -176,11 +206,20 @@ CrossCoreSetFlag = _Templated(_set_flag, "CrossCoreSetFlag", Pipe.PIPE_FIX)
 
 
 def _check_mode(what: str, core: CoreContext, mode: int, pipe: int, pipes: frozenset) -> None:
-    if mode not in (0, 1, 2) or pipe not in pipes:
+    rank = core.launch.rank_ctx.rank
+    if mode == 4:
+        if core.launch.kernel_type != MODE4_KERNEL_TYPE:
+            raise HcclCoreError(
+                f"{what}[4, {pipe}]: mode 4 pairs an AIC with one AIV of a "
+                f"{MODE4_KERNEL_TYPE} kernel; this kernel is {core.launch.kernel_type}",
+                rank=rank,
+            )
+        pipes = frozenset(Pipe) - {Pipe.PIPE_ALL}
+    if mode not in (0, 1, 2, 4) or pipe not in pipes:
         raise HcclCoreError(
-            f"{what}[{mode}, {pipe}]: modeId must be 0, 1 or 2 and pipe one of "
+            f"{what}[{mode}, {pipe}]: modeId must be 0, 1, 2 or 4 and pipe one of "
             f"{sorted(p.name for p in pipes)}",
-            rank=core.launch.rank_ctx.rank,
+            rank=rank,
         )
 
 
@@ -190,7 +229,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     ``mode`` and ``pipe`` are the template arguments (``CrossCoreWaitFlag<modeId, pipe>``):
     checked, and otherwise the same wait for every mode, as the counter is the core's own.
     """
-    core = _kernel_core("CrossCoreWaitFlag", flagId)
+    core = _kernel_core("CrossCoreWaitFlag", flagId, mode)
     _check_mode("CrossCoreWaitFlag", core, mode, pipe, WAIT_PIPES)
     launch = core.launch
     flags = _flags(launch)

@@ -197,6 +197,12 @@ class Lifecycle:
         """Around a kernel launch of global rank ``rank`` (its cores start and return inside)."""
         return contextlib.nullcontext()
 
+    def kernel_buffers(self, rank: int, buffers: list) -> contextlib.AbstractContextManager:
+        """Around a kernel launch of global rank ``rank``: ``buffers`` are the GM allocations of
+        its tensor arguments, which its cores may poll (flags between the cores of a rank; none
+        for a kernel of one core)."""
+        return contextlib.nullcontext()
+
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around one core's run of a kernel of global rank ``rank``, in the core's thread."""
         return contextlib.nullcontext()
