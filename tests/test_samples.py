@@ -140,8 +140,6 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "alltoall_allgather_custom-gloo": _gloo("alltoall_allgather_custom"),
     "mc2_matmul_reduce_scatter_full_mesh-gloo": _gloo("mc2_matmul_reduce_scatter_full_mesh"),
     "mc2_matmul_all_reduce-gloo": _gloo("mc2_matmul_all_reduce"),
-    "mc2_matmul_all_reduce_add_rms_norm-gloo": _gloo("mc2_matmul_all_reduce_add_rms_norm"),
-    "mc2_matmul_all_reduce_add_rms_norm-torchrun": _torchrun("mc2_matmul_all_reduce_add_rms_norm"),
     "mc2_all_gather_matmul_full_mesh-torchrun": _torchrun("mc2_all_gather_matmul_full_mesh"),
     "mc2_matmul_reduce_scatter_full_mesh-torchrun": _torchrun(
         "mc2_matmul_reduce_scatter_full_mesh"
@@ -156,7 +154,6 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_moe_ep_combine-gloo": _gloo("mc2_moe_ep_combine"),
     "mc2_moe_ep_combine-torchrun": _torchrun("mc2_moe_ep_combine"),
     "mc2_moe_update_expert-gloo": _gloo("mc2_moe_update_expert"),
-    "mc2_moe_update_expert-torchrun": _torchrun("mc2_moe_update_expert"),
     "mc2_engram_fetch-gloo": _gloo("mc2_engram_fetch"),
     "mc2_moe_distribute_dispatch_setup-gloo": _gloo("mc2_moe_distribute_dispatch_setup"),
     "mc2_moe_distribute_dispatch_setup-torchrun": _torchrun("mc2_moe_distribute_dispatch_setup"),
