@@ -12,10 +12,10 @@ bytes, which item they belong to and both lines. A read of them is no race.
 The marks end when the copies land (:mod:`.onesided`), and every pending copy of
 a rank lands at the end of its launch, before its host code runs again. With the
 default eager schedule the copies land at the call: nothing is marked. A
-BatchWrite held behind a QueueBarrier[ALL] is marked from its call, on every
-schedule: the server reads its message, items and sources only after the last
-queue's barrier releases it, at a moment the calling core cannot know. Each
-mark that one write meets is judged on its own (:mod:`.findings`).
+BatchWrite held behind a QueueBarrier[ALL] is read, and marked, from the last
+queue's barrier that releases it (the server reads its message, items and
+sources only then); its marks name the BatchWrite's own call. Each mark that
+one write meets is judged on its own (:mod:`.findings`).
 """
 
 from __future__ import annotations

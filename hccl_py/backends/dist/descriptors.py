@@ -207,16 +207,17 @@ def returned_value(joined: dict[str, int]) -> bytes:
     return json.dumps(joined, separators=(",", ":")).encode()
 
 
-def read_joined(store: dist.Store, rank: int, domain: str) -> range:
-    """The positions of domain ``domain`` whose exchange global rank ``rank`` joined before it
-    returned (it joins them in order), from :func:`returned_key`; empty while it has not returned.
+def read_joined(store: dist.Store, rank: int, domain: str) -> int | None:
+    """The last position of domain ``domain`` whose exchange global rank ``rank`` joined before
+    it returned (it joins them in order; -1 for none), from :func:`returned_key`; None while it
+    has not returned.
 
     Anything but a record of domain names and positions is refused
     (:class:`~hccl_py.launcher.sealed.ForgedValueError`).
     """
     key = returned_key(rank)
     if not store.check([key]):
-        return range(0)
+        return None
     raw = store.get(key)
     try:
         joined = json.loads(raw)
@@ -224,4 +225,4 @@ def read_joined(store: dist.Store, rank: int, domain: str) -> range:
         joined = None
     if type(joined) is not dict or not all(type(v) is int and v >= 0 for v in joined.values()):
         raise sealed.refused(key, raw, "hccl_py writes the task positions of its domains there")
-    return range(joined.get(domain, -1) + 1)
+    return joined.get(domain, -1)

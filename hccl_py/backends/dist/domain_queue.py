@@ -355,8 +355,7 @@ class DomainQueue:
         The descriptors travel in one all-gather on the domain's process group;
         while it waits for a peer, :class:`Absentees` looks for one that will
         never join (it finalized after fewer tasks, returned, or is gone).
-        Returns every rank's task and round-0 bytes when every rank sent them
-        along (:mod:`.first_round`), else None.
+        Returns every rank's task and round-0 bytes if all sent them (:mod:`.first_round`).
         """
         absentees = Absentees(self.server, task, self)
         mine = encode_descriptor(task)
@@ -430,8 +429,9 @@ class Absentees:
             if last is not None and last[0] == task.launch and task.collective_index >= last[1]:
                 raise count_mismatch(task, i, last[1])
             peer = task.domain.ranks[i]
-            returned = self.store.check([returned_key(peer)])
-            if returned and task.seq in read_joined(self.store, peer, task.domain_name):
+            joined = read_joined(self.store, peer, task.domain_name)
+            returned = joined is not None
+            if returned and task.seq <= joined:
                 continue  # it took part and returned: the exchange ends without it
             how = "returned from its function" if returned else self.server.session.peers.gone(peer)
             if how is None:
