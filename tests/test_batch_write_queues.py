@@ -309,6 +309,9 @@ def held_rewrite_kernel(what: str):
             h.BatchWrite[True](info, 2, 0)
             if what == "items":
                 hp.gm_tensor(info, torch.uint8, 128)[:] = items(int(other))
+            elif what == "out-of-bounds":
+                bad = [(int(src), int(peer), 1 << 30), (int(flag), int(peer + FLAG), 32)]
+                hp.gm_tensor(info, torch.uint8, 128)[:] = a3_items(bad)
             else:
                 hp.gm_tensor(src, torch.float32, 8)[:] = -1.0
             hp.SyncAll()
@@ -340,3 +343,14 @@ def test_a_rewrite_ordered_before_the_release_is_what_lands(what: str, option: d
     got = hp.run(held_rewrite_kernel(what), world_size=2, platform="A3", **option)
     sent = [100.0 + k for k in range(8)] if what == "items" else [-1.0] * 8
     assert got == [sent, sent]
+
+
+def test_an_item_list_made_invalid_before_the_release_is_refused_at_the_release() -> None:
+    """The server reads a held BatchWrite's items at the release: an item the kernel made
+    invalid in between is refused there, naming the BatchWrite's handle, not copied."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(held_rewrite_kernel("out-of-bounds"), world_size=2, platform="A3", timeout=30)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError), err
+    assert err.handle == 0 and err.op == "BatchWrite", err
+    assert "QueueBarrier released the held BatchWrite (handle 0), whose item list" in str(err)

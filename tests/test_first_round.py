@@ -237,3 +237,21 @@ def test_a_forged_returned_record_is_refused(forged: bytes) -> None:
     store.set(returned_key(2), forged)
     with pytest.raises(ForgedValueError, match="task positions"):
         read_joined(store, 2, "g")
+
+
+def test_rows_of_the_wrong_size_name_rank_handle_op_and_round() -> None:
+    """Rows that disagree with the receive blocks (the descriptors agreed, so only a fault of
+    ours could cause it) are an error naming where, never a silent partial copy."""
+    import types
+
+    from hccl_py.backends.dist import first_round
+
+    task = types.SimpleNamespace(
+        rank=1, handle=3, domain_name="g", domain=types.SimpleNamespace(ranks=[4, 5]),
+        spec=types.SimpleNamespace(name="AllGather"), describe=lambda: "AllGather(FP32, count=2)",
+    )  # fmt: skip
+    with pytest.raises(hp.HcclError) as info:
+        first_round._same_size(task, torch.empty(3), 8)
+    err = info.value
+    assert (err.rank, err.domain, err.handle, err.op, err.round) == (5, "g", 3, "AllGather", 0)
+    assert "received 3 bytes in the descriptor exchange where its receive blocks hold 8" in str(err)

@@ -158,6 +158,7 @@ class OneSided:
                 f"list the server reads now: {bad.reason}",
                 None,
                 handle=task.handle,
+                op="BatchWrite",
                 **bad.facts,
             )
             return

@@ -111,5 +111,10 @@ def _same_size(task: Task, flat: torch.Tensor, expected: int) -> None:
     if flat.numel() != expected:
         raise HcclError(
             f"round 0 of {task.describe()} (handle {task.handle}) received {flat.numel()} bytes "
-            f"in the descriptor exchange where its receive blocks hold {expected}"
+            f"in the descriptor exchange where its receive blocks hold {expected}",
+            rank=task.domain.ranks[task.rank],
+            domain=task.domain_name,
+            handle=task.handle,
+            op=task.spec.name,
+            round=0,
         )
