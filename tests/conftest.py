@@ -15,6 +15,7 @@ start longest first (:data:`LONGEST_FIRST`).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -23,8 +24,11 @@ from pathlib import Path
 
 import bytecode
 import pytest
+import torch
 from hccl_py.backends.emu.runners import RUNNER_KINDS, RUNNERS_ENV
 from temp_dirs import owned_temp
+
+from hccl_py.launcher.torch_env import THREADS_ENV
 
 #: Test files whose units xdist hands out first, longest first (seconds measured alone on a
 #: 2-core machine): a long unit that started last would run alone at the end of the suite.
@@ -61,6 +65,20 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(UNGROUPED.format(pytest.__version__))
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
+    _one_intra_op_thread()
+
+
+def _one_intra_op_thread() -> None:
+    """The session's processes (workers, and the ranks and scripts they start) use one torch
+    intra-op thread each unless the user chose a number, as rank processes sharing a host do.
+
+    The workers share the machine's cores: with torch's default (a thread per core) the
+    OpenMP threads of one worker's operations spin while the other worker holds the cores,
+    and an emulated kernel's small matmuls took 4x their time (a 1 s test 13 s).
+    """
+    if THREADS_ENV not in os.environ:
+        os.environ[THREADS_ENV] = "1"
+        torch.set_num_threads(1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
