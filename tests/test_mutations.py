@@ -31,6 +31,7 @@ from mutants import (
     judge,
     mutant,
     mutant_tree,
+    prepared_cache_clear,
     run,
     samples_on_path,
     score_rows,
@@ -930,6 +931,22 @@ def test_a_used_wait_becomes_hccl_success_and_a_statement_becomes_pass() -> None
     assert "while" not in dropped
     assert "flag[0] = 1" in dropped
     assert "block_dim=2" in dropped
+
+
+def test_each_mutant_removes_only_its_own_site() -> None:
+    """The sample is parsed once and each site removed in place: every mutant is put back, so
+    mutants made one after another from one parse equal mutants made each from a fresh one."""
+    sites = [site.id for site in find_sites(TOY, KERNEL)]
+    fresh = {}
+    for site in [None, *sites]:
+        prepared_cache_clear()
+        fresh[site] = ast.unparse(mutant_tree(TOY, site, KERNEL))
+    prepared_cache_clear()
+    assert {site: ast.unparse(mutant_tree(TOY, site, KERNEL)) for site in sites} == {
+        site: fresh[site] for site in sites
+    }
+    assert ast.unparse(mutant_tree(TOY, None, KERNEL)) == fresh[None]
+    assert len(set(fresh.values())) == len(fresh)  # each mutant differs from the sample
 
 
 def test_more_launches_extend_the_launch_loop_and_need_one() -> None:
