@@ -10,6 +10,7 @@ import cases
 import numpy as np
 import pytest
 import torch
+from pg_counter import count_calls
 
 import hccl_py as hp
 from hccl_py.backends.dist.rounds import ROW_BYTES
@@ -40,26 +41,7 @@ def test_random_ops_match_the_reference_carried_or_not(
 
 def counted_calls(sizes: list[int]) -> dict[str, list[list[str]]]:
     """Per op and size, the process-group calls of one kernel launch on this rank."""
-    from hccl_py.backends.dist import rounds
-
-    calls: list[str] = []
-
-    def counted(name: str, real):  # type: ignore[no-untyped-def]
-        def call(*args, **kwargs):  # type: ignore[no-untyped-def]
-            calls.append(name)
-            return real(*args, **kwargs)
-
-        return call
-
-    real_dist = rounds.dist
-
-    class Counting:
-        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
-            real = getattr(real_dist, name)
-            return counted(name, real) if callable(real) and name[0].islower() else real
-
-    rounds.dist = Counting()
-    rounds._all_gather_single = counted("all_gather_single", rounds._all_gather_single)
+    calls = count_calls()
     kind = TYPES["fp32"]
     out: dict[str, list[list[str]]] = {}
     for op in OPS:

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,6 +45,8 @@ from launch_helpers import (
 from hccl_py.launcher.script import free_port
 
 STANDIN_DIR = ROOT / "tests" / "standin"
+#: tests/pg_counter.py, which PG_CALLS_JOB imports.
+COUNTER = ROOT / "tests" / "pg_counter.py"
 #: The stand-in goes on the jobs' path only where no torch_npu is installed.
 USES_STANDIN = importlib.util.find_spec("torch_npu") is None
 standin_only = pytest.mark.skipif(
@@ -120,24 +123,8 @@ print("STANDIN OK")
 PG_CALLS_JOB = """
 import json
 import torch
-import torch.distributed as dist
 import hccl_py as hp
-from hccl_py.backends.dist import rounds
-
-CALLS = []
-
-
-def counted(name, real):
-    def call(*args, **kwargs):
-        CALLS.append(name)
-        return real(*args, **kwargs)
-    return call
-
-
-class CountingDist:
-    def __getattr__(self, name):
-        real = getattr(dist, name)
-        return counted(name, real) if callable(real) and name[0].islower() else real
+from pg_counter import count_calls
 
 
 def collectives(dev, n):
@@ -152,14 +139,12 @@ def collectives(dev, n):
 
 
 def main():
-    rounds.dist = CountingDist()
-    rounds._all_gather_single = counted("all_gather_single", rounds._all_gather_single)
-    rounds._reduce_scatter_single = counted("reduce_scatter_single", rounds._reduce_scatter_single)
+    calls = count_calls()
     out = {}
     for name, call in collectives(hp.device(), hp.get_world_size()):
-        CALLS.clear()
+        calls.clear()
         call()
-        out[name] = list(CALLS)
+        out[name] = list(calls)
     return out
 
 
@@ -205,6 +190,7 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
     runner = [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "hccl"]
     pg_calls_job = tmp / "pg_calls.py"
     pg_calls_job.write_text(PG_CALLS_JOB)
+    shutil.copy(COUNTER, tmp / COUNTER.name)  # the job imports it from its own folder
     gloo_runner = [*runner[:-1], "gloo"]
     python = [sys.executable, "-c"]
     jobs = {
