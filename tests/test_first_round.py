@@ -237,3 +237,68 @@ def test_rows_of_the_wrong_size_name_rank_handle_op_and_round() -> None:
     err = info.value
     assert (err.rank, err.domain, err.handle, err.op, err.round) == (5, "g", 3, "AllGather", 0)
     assert "received 3 bytes in the descriptor exchange where its receive blocks hold 8" in str(err)
+
+
+#: Launches in a row: 64 KiB AllGathers, an AlltoAll between them, and 1 MiB AllGathers, whose
+#: round 0 is wider than any row (:data:`~hccl_py.backends.dist.rounds.MAX_PAYLOAD_BYTES`).
+IN_A_ROW = [("allgather", 65536)] * 3 + [("alltoall", 1024)] + [("allgather", 65536)] * 2
+IN_A_ROW += [("allgather", 1 << 20)] * 2
+
+
+def launches_in_a_row(ops: list[tuple[str, int]]) -> list[tuple[list[str], torch.Tensor]]:
+    """Each launch's process-group calls and received bytes, the send buffers drawn per launch."""
+    calls = count_calls()
+    gen = torch.Generator().manual_seed(7 + hp.get_rank())
+    kind, out = TYPES["fp32"], []
+    for op, size in ops:
+        step = Step("kernel", plan(BENCH_OPS[op], hp.get_world_size(), size, kind.size), kind,
+                    REDUCE_OPS["sum"])  # fmt: skip
+        step.send.copy_(torch.randint(-1000, 1000, step.send.shape, generator=gen))
+        calls.clear()
+        step.run()
+        out.append((list(calls), step.recv.clone()))
+    return out
+
+
+@pytest.mark.parametrize("carry", ["1", "0"])
+def test_an_allgather_launched_again_rides_in_a_row_as_wide_as_its_round(
+    carry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a 64 KiB AllGather, the domain's next exchange is as wide as its round 0: the same
+    launch again makes one process-group call instead of two. Another op makes the row narrow
+    again; 1 MiB never rides. Every launch's bytes are the emulator's."""
+    monkeypatch.setenv(CARRY_ENV, carry)
+    gloo = hp.run(launches_in_a_row, world_size=3, backend="gloo", timeout=TIMEOUT,
+                  args=(IN_A_ROW,))  # fmt: skip
+    emu = hp.run(launches_in_a_row, world_size=3, backend="emu", timeout=TIMEOUT,
+                 args=(IN_A_ROW,))  # fmt: skip
+    two, one = ["all_gather_single"] * 2, ["all_gather_single"]
+    carried = [two, one, one, one, two, one, two, two] if carry == "1" else [two] * 3 + [
+        ["all_gather_single", "all_to_all_single"], two, two, two, two]  # fmt: skip
+    for rank in range(3):
+        assert [calls for calls, _ in gloo[rank]] == carried, rank
+        for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
+            assert torch.equal(ours, theirs), (rank, i, IN_A_ROW[i])
+
+
+def framework_after_a_wide_row() -> str:
+    """Both ranks launch a 64 KiB AllGather (the next row is wide); then rank 0 launches it
+    again and rank 1 calls ``all_gather_into_tensor``: the rows must still be equally wide."""
+    launches_in_a_row([("allgather", 65536)])
+    if hp.get_rank() == 0:
+        launches_in_a_row([("allgather", 65536)])
+    else:
+        hp.all_gather_into_tensor(torch.zeros(8), torch.ones(4))
+    return "no report"
+
+
+def test_a_framework_collective_meets_a_wide_row_with_a_report() -> None:
+    """A wide row is wide on every rank, whichever collective the next exchange belongs to:
+    a kernel task met by a framework collective is reported, not a gloo abort."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(framework_after_a_wide_row, world_size=2, backend="gloo", timeout=TIMEOUT)
+    causes = info.value.root_causes
+    assert sorted(causes) == [0, 1], info.value
+    for error in causes.values():
+        assert isinstance(error, hp.HcclMismatchError), error
+        assert "all_gather_into_tensor" in str(error) and "kernel task #1" in str(error), error

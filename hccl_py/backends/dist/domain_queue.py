@@ -101,6 +101,7 @@ class DomainQueue:
         self.comparing: Task | None = None
         #: The position of the last task whose descriptor exchange this rank took part in.
         self.joined = -1
+        self.rows = first_round.Rows()  # the width of the exchanges' rows
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
@@ -248,9 +249,7 @@ class DomainQueue:
                 f"{self.group.name}",
             )
         try:
-            return pg_rounds.all_gather_bytes(
-                self.dom, payload, self.server.session.device, self._waiter(op)
-            )
+            return self.rows.gather(self.dom, payload, self.server.session.device, self._waiter(op))
         except HcclError:
             raise
         except Exception as exc:  # noqa: BLE001 - named like a failed round
@@ -359,15 +358,15 @@ class DomainQueue:
         """
         absentees = Absentees(self.server, task, self)
         mine = encode_descriptor(task)
-        sent = first_round.payload(task, mine, self.dom) if self.server.carry_first_round else mine
-        payloads = pg_rounds.all_gather_bytes(
-            self.dom, sent, self.server.session.device, absentees.wait
-        )
+        carry = self.server.carry_first_round
+        sent = first_round.payload(task, mine, self.dom, self.rows.width) if carry else mine
+        payloads = self.rows.gather(self.dom, sent, self.server.session.device, absentees.wait)
         self.joined = task.seq
         tasks, rows = first_round.received(task, mine, payloads)
         error = mismatch(tasks)
         if error is not None:
             raise error
+        self.rows.agreed(tasks, payloads)
         return None if rows is None else (tasks, rows)
 
 

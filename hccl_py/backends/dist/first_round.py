@@ -19,6 +19,16 @@ send block; ReduceScatter, AlltoAll and AlltoAllV every per-peer send block,
 so that each rank takes its own block out of each peer's row. Reductions ride
 along only when they are exact (a rank-order reduction of the rows, as the
 exact round does: bit-identical); native ones keep the process group's call.
+
+The rows are :data:`~.rounds.ROW_BYTES` wide, except after an AllGather whose
+round 0 did not fit: the domain's next exchange is as wide as that round 0 and
+its descriptor need (:func:`next_width`, at most :data:`~.rounds.MAX_PAYLOAD_BYTES`),
+so that the same AllGather launched again rides along. An AllGather's rows are
+its own data, so a wider row sends nothing an AllGather does not; other ops
+keep the narrow room. Every rank computes the width from what the exchange
+gave every rank, so the widths stay the same on every rank, whichever
+collective (a kernel task's check, a framework collective's argument exchange)
+the next exchange belongs to.
 """
 
 from __future__ import annotations
@@ -37,13 +47,50 @@ _C = HcclCMDType
 #: Ops whose rows hold one block that every peer takes whole.
 _WHOLE = (_C.HCCL_CMD_ALLGATHER, _C.HCCL_CMD_ALLREDUCE)
 _REDUCING = (_C.HCCL_CMD_ALLREDUCE, _C.HCCL_CMD_REDUCE_SCATTER)
+#: Bytes a next descriptor may grow by (its addresses and counts printed longer) and still fit.
+DESCRIPTOR_SLACK = 256
 
 
-def payload(task: Task, descriptor: bytes, dom: rounds.Domain) -> bytes:
-    """What this rank sends in ``task``'s descriptor exchange: the descriptor, with round 0's
-    send bytes after a NUL byte when they fit in the exchange's first row."""
-    data = _round0_bytes(task, dom, rounds.ROW_BYTES - len(descriptor) - 1)
+def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> bytes:
+    """What this rank sends in ``task``'s descriptor exchange of rows ``width`` bytes wide: the
+    descriptor, with round 0's send bytes after a NUL byte when they fit in its row (an
+    AllGather's in the whole row, any other op's in :data:`~.rounds.ROW_BYTES`)."""
+    room = width if task.op == _C.HCCL_CMD_ALLGATHER else rounds.ROW_BYTES
+    data = _round0_bytes(task, dom, room - len(descriptor) - 1)
     return descriptor if data is None else descriptor + b"\0" + data
+
+
+def next_width(tasks: list[Task], payloads: list[bytes]) -> int:
+    """The row width of the domain's next exchange, after one whose descriptors agreed: wide
+    enough for an AllGather's round 0 beside its descriptor, else :data:`~.rounds.ROW_BYTES`.
+
+    Computed from what every rank received alike, so it is the same on every rank.
+    """
+    if tasks[0].op != _C.HCCL_CMD_ALLGATHER:
+        return rounds.ROW_BYTES
+    block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
+    descriptor = max(len(split(raw)[1]) for raw in payloads)
+    need = descriptor + 1 + DESCRIPTOR_SLACK + block
+    return need if rounds.ROW_BYTES < need <= rounds.MAX_PAYLOAD_BYTES else rounds.ROW_BYTES
+
+
+class Rows:
+    """The row width of one domain's exchanges (:func:`next_width`): the same on every rank."""
+
+    def __init__(self) -> None:
+        self.width = rounds.ROW_BYTES
+
+    def gather(
+        self, dom: rounds.Domain, payload: bytes, device: torch.device, wait: rounds.Waiter
+    ) -> list[bytes]:
+        """Every domain rank's ``payload`` (:func:`.rounds.all_gather_bytes`) in rows of the
+        current width; the next exchange is narrow unless :meth:`agreed` widens it."""
+        width, self.width = self.width, rounds.ROW_BYTES
+        return rounds.all_gather_bytes(dom, payload, device, wait, width)
+
+    def agreed(self, tasks: list[Task], payloads: list[bytes]) -> None:
+        """A task check's descriptors agreed: the next exchange's width follows its task."""
+        self.width = next_width(tasks, payloads)
 
 
 def split(raw: bytes) -> tuple[bytes | None, bytes]:

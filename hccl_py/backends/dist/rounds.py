@@ -408,16 +408,16 @@ def _row(payload: bytes, width: int) -> np.ndarray:
 
 
 def all_gather_bytes(
-    dom: Domain, payload: bytes, device: torch.device, wait: Waiter
+    dom: Domain, payload: bytes, device: torch.device, wait: Waiter, width: int = ROW_BYTES
 ) -> list[bytes]:
     """Every domain rank's ``payload``, in domain order, over the domain's process group.
 
-    One all-gather of :data:`ROW_BYTES` per rank; only when some rank's payload
-    is longer, a second one at the longest length (every rank sees the lengths,
+    One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
+    payload is longer, a second one at the longest length (every rank sees the lengths,
     so every rank makes the same calls). ``wait`` blocks on each call, so the
     caller can look for absent peers meanwhile.
     """
-    rows = _gather_rows(dom, _row(payload, ROW_BYTES), device, wait)
+    rows = _gather_rows(dom, _row(payload, width), device, wait)
     lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
     longest = max(lengths)
     bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
@@ -426,7 +426,7 @@ def all_gather_bytes(
             f"domain rank {bad[0]} announced {lengths[bad[0]]} bytes of control data over the "
             f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
         )
-    if longest > ROW_BYTES:
+    if longest > width:
         rows = _gather_rows(dom, _row(payload, longest), device, wait)
     return [
         rows[i, _LENGTH_BYTES : _LENGTH_BYTES + length].tobytes()
