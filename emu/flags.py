@@ -97,8 +97,8 @@ class FlagPolls(KernelMode):
                 continue
             size = value.numel() * value.element_size()
             if isinstance(window, GmFlagArea):
-                if size <= POLL_BYTES and self._spins(window, byte_runs(value)[0]):
-                    self._poll(window, value, byte_runs(value)[0])
+                if size <= POLL_BYTES and self._spins(window, runs := byte_runs(value)[0]):
+                    self._poll(window, value, runs)
             elif size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
             elif (  # flags[idx] of a larger view reads only what idx picks

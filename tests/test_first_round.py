@@ -40,17 +40,12 @@ def test_random_ops_match_the_reference_carried_or_not(
 
 
 def counted_calls(sizes: list[int]) -> dict[str, list[list[str]]]:
-    """Per op and size, the process-group calls of one kernel launch on this rank."""
-    calls = count_calls()
-    kind = TYPES["fp32"]
+    """Per op and size, the process-group calls of one kernel launch on this rank (the launches
+    in a row of :func:`launches_in_a_row`, op by op)."""
+    ops = [(op, size) for op in OPS for size in sizes]
     out: dict[str, list[list[str]]] = {}
-    for op in OPS:
-        for size in sizes:
-            bench = plan(BENCH_OPS[op], hp.get_world_size(), size, kind.size)
-            step = Step("kernel", bench, kind, REDUCE_OPS["sum"])
-            calls.clear()
-            step.run()
-            out.setdefault(op, []).append(list(calls))
+    for (op, _), (calls, _) in zip(ops, launches_in_a_row(ops), strict=True):
+        out.setdefault(op, []).append(calls)
     return out
 
 

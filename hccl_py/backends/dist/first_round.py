@@ -69,7 +69,7 @@ def next_width(tasks: list[Task], payloads: list[bytes]) -> int:
     if tasks[0].op != _C.HCCL_CMD_ALLGATHER:
         return rounds.ROW_BYTES
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
-    descriptor = max(len(split(raw)[1]) for raw in payloads)
+    descriptor = max(_descriptor_length(raw) for raw in payloads)
     need = descriptor + 1 + DESCRIPTOR_SLACK + block
     return need if rounds.ROW_BYTES < need <= rounds.MAX_PAYLOAD_BYTES else rounds.ROW_BYTES
 
@@ -97,6 +97,13 @@ def split(raw: bytes) -> tuple[bytes | None, bytes]:
     """``(round 0's bytes or None, descriptor)`` out of a peer's payload."""
     descriptor, nul, data = raw.partition(b"\0")
     return (data if nul else None), descriptor
+
+
+def _descriptor_length(raw: bytes) -> int:
+    """The length of the descriptor at the start of a peer's payload (:func:`split`'s, without
+    copying the round-0 bytes after it)."""
+    end = raw.find(b"\0")
+    return len(raw) if end < 0 else end
 
 
 def received(
