@@ -34,9 +34,13 @@ from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.sweep import Options, median_time, rank_sweep
 from hccl_py.launcher import torch_env
 
+#: torch.distributed's all-gather into one tensor: ``all_gather_single`` where torch has it
+#: (its ``all_gather_into_tensor`` is then a deprecated alias that warns on every call).
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 #: torch.distributed calls of each op (None: the peer has no such call).
 _TORCH_CALLS: dict[str, Callable] = {
-    "allgather": lambda send, recv, _: dist.all_gather_into_tensor(recv, send),
+    "allgather": lambda send, recv, _: _ALL_GATHER(recv, send),
     "allreduce": lambda send, recv, _: dist.all_reduce(recv),
     "reducescatter": lambda send, recv, _: dist.reduce_scatter_tensor(recv, send),
     "alltoall": lambda send, recv, _: dist.all_to_all_single(recv, send),

@@ -39,7 +39,7 @@ def _strided(data: torch.Tensor, blocks: Blocks, wide: bool = False) -> torch.Te
         return None
     offset = data.storage_offset() + start
     view = data.as_strided((n, nbytes), (step, 1), offset)
-    if wide:
+    if wide and nbytes:
         for dtype, size in _WIDE:
             if nbytes % size == 0 and offset % size == 0 and step % size == 0:
                 return view.view(dtype)
@@ -72,7 +72,7 @@ def _task_views(task: Task, side: str, wide: bool) -> tuple[torch.Tensor, ...]:
     data = task.memory(side)
     offset = data.storage_offset() + start
     view = data.as_strided((task.repeat, n, nbytes), (gap, step, 1), offset)
-    if wide:
+    if wide and nbytes:
         for dtype, size in _WIDE:
             if nbytes % size == 0 and offset % size == 0 and step % size == 0 and gap % size == 0:
                 return view.view(dtype).unbind(0)
@@ -128,7 +128,7 @@ _WIDE = ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2))
 
 def _widen(view: torch.Tensor) -> torch.Tensor:
     """``view`` (uint8 bytes) as the widest integer type its size and alignment allow."""
-    if view.dim() == 0 or view.stride(-1) != 1:
+    if view.dim() == 0 or view.stride(-1) != 1 or view.shape[-1] == 0:
         return view
     size_of_row, offset, outer = view.shape[-1], view.storage_offset(), view.stride()[:-1]
     for dtype, size in _WIDE:
@@ -140,7 +140,7 @@ def _widen(view: torch.Tensor) -> torch.Tensor:
 def _widen_new(fresh: torch.Tensor) -> torch.Tensor:
     """:func:`_widen` of a tensor torch just made (contiguous, at offset 0): by its rows' size."""
     for dtype, size in _WIDE:
-        if fresh.shape[-1] % size == 0:
+        if fresh.shape[-1] % size == 0 and fresh.shape[-1]:
             return fresh.view(dtype)
     return fresh
 

@@ -165,7 +165,7 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values) - values
 
 
-def _exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
+def exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     ctx = current_rank_context()
     direct = ctx.server.meet(group, group.rank_of(ctx.rank), EXCHANGE, op, payload)
@@ -200,10 +200,28 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
     Raises on every rank alike: :class:`HcclMismatchError` when ranks called
     different ops, ValueError when some rank reported a local ``problem``.
     """
-    record = {"op": op, "problem": problem, **facts}
-    raw = _exchange(group, op, json.dumps(record, separators=(",", ":")).encode())
-    decoded: dict[bytes, dict[str, Any]] = {}  # ranks that agree send the same bytes
-    records = [decoded[r] if r in decoded else decoded.setdefault(r, _record(r)) for r in raw]
+    return records_of(group, op, exchange(group, op, record(op, problem, facts)))
+
+
+def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
+    """What this rank sends in its argument exchange: JSON text, which never holds a NUL byte
+    (data that rides along follows one, :mod:`._carry`)."""
+    return json.dumps({"op": op, "problem": problem, **facts}, separators=(",", ":")).encode()
+
+
+def head_length(raw: bytes) -> int:
+    """The length of the record at the start of an exchanged payload (up to a NUL byte)."""
+    end = raw.find(b"\0")
+    return len(raw) if end < 0 else end
+
+
+def records_of(group: Group, op: str, raw: list[bytes]) -> list[dict[str, Any]]:
+    """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises)."""
+    decoded: dict[bytes, dict[str, Any]] = {}  # ranks that agree send the same records
+    records = []
+    for r in raw:
+        head = r[: head_length(r)]
+        records.append(decoded[head] if head in decoded else decoded.setdefault(head, _record(r)))
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:
         listed = ", ".join(f"{who(group, i)} {name}" for i, name in enumerate(ops))
@@ -221,12 +239,12 @@ def _record(raw: bytes) -> dict[str, Any]:
     """A peer's exchanged arguments; what a peer that prepared a kernel task sent there (its
     descriptor, up to a NUL byte: round 0's bytes may follow) reads as that task's op."""
     try:
-        record = json.loads(raw.partition(b"\0")[0])
+        found = json.loads(raw[: head_length(raw)])
     except ValueError:
-        record = None
-    if not isinstance(record, dict) or not isinstance(record.get("op"), str | int):
+        found = None
+    if not isinstance(found, dict) or not isinstance(found.get("op"), str | int):
         return {"op": f"something unreadable ({raw[:40]!r})", "problem": None}
-    return {"problem": None, **record}
+    return {"problem": None, **found}
 
 
 def require_same(

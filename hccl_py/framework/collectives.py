@@ -3,7 +3,8 @@
 Each op checks its arguments, agrees with the other ranks on what to do (see
 :mod:`hccl_py.framework._common`), then runs one internal kernel:
 
-- ``all_gather_into_tensor``: one AllGather.
+- ``all_gather_into_tensor``: one AllGather, or none where the input rode along in
+  the argument exchange (:mod:`hccl_py.framework._carry`).
 - ``alltoall_single``: one AlltoAll when every split is the same non-empty size,
   otherwise one AlltoAllV (counts and displacements in elements: rows x row size).
 - ``all_reduce``: one AllReduce; ``reduce_scatter_tensor``: one ReduceScatter.
@@ -24,6 +25,8 @@ import numpy as np
 import torch
 
 from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
+from ..trace.recorder import now_us
+from ._carry import agree_carrying, write_gathered
 from ._common import (
     agree,
     check_bool,
@@ -85,9 +88,16 @@ def all_gather_into_tensor(
                 f"output_tensor has shape {_shape(output_tensor)}, expected {want} "
                 f"({grp.size} ranks x input shape {shape})"
             )
-    records = agree(grp, op, problem, dtype=str(input_tensor.dtype), shape=shape)
+    started = now_us()
+    carried = None if async_op else input_tensor
+    records, gathered = agree_carrying(
+        grp, op, problem, carried, dtype=str(input_tensor.dtype), shape=shape
+    )
     require_same(grp, op, records, "shape", "input_tensor's shape")
     require_same(grp, op, records, "dtype", "input_tensor's dtype")
+    if gathered is not None:
+        write_gathered(op, output_tensor, gathered, started)
+        return None
     kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER, op)
     src = source(input_tensor, output_tensor)
     dst, finish = staged(output_tensor)

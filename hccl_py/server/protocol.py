@@ -131,10 +131,14 @@ class Windows:
 #: exchange in the domain (a server numbers them in call order, as a process group orders
 #: its calls). Every other key names a meeting over windows (AlltoAllvWrite's Wait).
 EXCHANGE = "framework exchange"
+#: The most bytes an exchange carries in one call, a framework op's data included
+#: (:meth:`Meetings.room`).
+MAX_EXCHANGE_BYTES = 1 << 20
 
 
 class Meetings:
-    """Direct meetings of the ranks of a domain, outside any task: one hook, :meth:`meet`.
+    """Direct meetings of the ranks of a domain, outside any task: :meth:`meet`, and for an
+    exchange that carries a framework op's data, :meth:`room` and :meth:`widen`.
 
     Needed by framework collectives, which first exchange what every rank was
     asked to do (:func:`hccl_py.framework._common.agree`, at key
@@ -161,6 +165,17 @@ class Meetings:
         if key == EXCHANGE:
             return None
         raise HcclNoWindowsError(f"{what}: {self.no_windows}")
+
+    def room(self, group: Group) -> int:
+        """How many bytes the next :data:`EXCHANGE` of ``group`` carries in one call, its
+        arguments included: a framework op whose data fits beside them sends it there and
+        runs without a task of its own (:mod:`hccl_py.framework._carry`). A hint: every rank
+        decides from what the exchange gave every rank. 0, the default: no room."""
+        return 0
+
+    def widen(self, group: Group, need: int) -> None:  # noqa: B027 - optional hook
+        """Every rank of ``group`` asks alike, after an exchange, for room for ``need`` bytes in
+        the next one (computed from what that exchange gave every rank)."""
 
 
 class Lifecycle:

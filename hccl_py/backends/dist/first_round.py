@@ -70,7 +70,13 @@ def next_width(tasks: list[Task], payloads: list[bytes]) -> int:
         return rounds.ROW_BYTES
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
     descriptor = max(_descriptor_length(raw) for raw in payloads)
-    need = descriptor + 1 + DESCRIPTOR_SLACK + block
+    return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
+
+
+def width_for(need: int) -> int:
+    """The width of rows that carry ``need`` bytes: ``need`` when it is more than
+    :data:`~.rounds.ROW_BYTES` and at most :data:`~.rounds.MAX_PAYLOAD_BYTES`, else
+    :data:`~.rounds.ROW_BYTES` (more would be more control bytes than a row may hold)."""
     return need if rounds.ROW_BYTES < need <= rounds.MAX_PAYLOAD_BYTES else rounds.ROW_BYTES
 
 
@@ -91,6 +97,11 @@ class Rows:
     def agreed(self, tasks: list[Task], payloads: list[bytes]) -> None:
         """A task check's descriptors agreed: the next exchange's width follows its task."""
         self.width = next_width(tasks, payloads)
+
+    def widen(self, need: int) -> None:
+        """The ranks asked alike for room for ``need`` bytes in the next exchange (a framework
+        op after its argument exchange, :meth:`~hccl_py.server.protocol.Meetings.widen`)."""
+        self.width = width_for(need + DESCRIPTOR_SLACK)
 
 
 def split(raw: bytes) -> tuple[bytes | None, bytes]:

@@ -54,6 +54,7 @@ from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
+from ...server.protocol import MAX_EXCHANGE_BYTES
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -383,7 +384,7 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
 ROW_BYTES = 4096
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
-MAX_PAYLOAD_BYTES = 1 << 20
+MAX_PAYLOAD_BYTES = MAX_EXCHANGE_BYTES
 
 #: Blocks until a process-group call started with ``async_op=True`` finished.
 Waiter = Callable[[dist.Work], None]

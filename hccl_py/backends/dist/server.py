@@ -35,7 +35,7 @@ from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
-from ...server.protocol import EXCHANGE, Backend, Server
+from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
@@ -210,6 +210,24 @@ class DistServer(Server):
             queue = self._queue_of(group)
             self._release()
         return queue.exchange(what, payload)
+
+    def room(self, group: Group) -> int:
+        """The width of ``group``'s next exchange rows (every payload when it has one rank;
+        none without a process group here, or with ``HCCL_PY_CARRY_FIRST_ROUND=0``)."""
+        if not self.carry_first_round:
+            return 0
+        if group.size == 1:
+            return MAX_EXCHANGE_BYTES
+        if self.domains.get(group.name) is None:
+            return 0
+        with self.cond:
+            return self._queue_of(group).rows.width
+
+    def widen(self, group: Group, need: int) -> None:
+        """``group``'s next exchange rows as wide as ``need`` bytes ask (:meth:`.Rows.widen`)."""
+        if group.size > 1 and self.domains.get(group.name) is not None:
+            with self.cond:
+                self._queue_of(group).rows.widen(need)
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones before its first round.
