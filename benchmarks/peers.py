@@ -34,15 +34,17 @@ from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.sweep import Options, median_time, rank_sweep
 from hccl_py.launcher import torch_env
 
-#: torch.distributed's all-gather into one tensor: ``all_gather_single`` where torch has it
-#: (its ``all_gather_into_tensor`` is then a deprecated alias that warns on every call).
+#: torch.distributed's all-gather and reduce-scatter of one tensor: ``*_single`` where torch
+#: has them (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` are then deprecated
+#: aliases that warn on every call).
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 #: torch.distributed calls of each op (None: the peer has no such call).
 _TORCH_CALLS: dict[str, Callable] = {
     "allgather": lambda send, recv, _: _ALL_GATHER(recv, send),
     "allreduce": lambda send, recv, _: dist.all_reduce(recv),
-    "reducescatter": lambda send, recv, _: dist.reduce_scatter_tensor(recv, send),
+    "reducescatter": lambda send, recv, _: _REDUCE_SCATTER(recv, send),
     "alltoall": lambda send, recv, _: dist.all_to_all_single(recv, send),
     "alltoallv": lambda send, recv, split: dist.all_to_all_single(recv, send, *split),
 }

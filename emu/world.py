@@ -305,6 +305,10 @@ class EmuWorld(Server):
         """The ranks hand over their payloads whole: an exchange carries the protocol's most."""
         return MAX_EXCHANGE_BYTES
 
+    def exact_reductions(self, group: Group) -> bool:
+        """The emulator's reductions are the rule that exact ones follow."""
+        return True
+
     def write_items(
         self,
         task: Task,

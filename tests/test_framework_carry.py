@@ -1,5 +1,5 @@
-"""all_gather_into_tensor carried by its argument exchange (hccl_py/framework/_carry.py): the
-results of the op's own task, one process-group call instead of two."""
+"""Framework collectives carried by their argument exchange (hccl_py/framework/_carry.py): the
+results of the op's own task, byte for byte, with one process-group call instead of two."""
 
 from __future__ import annotations
 
@@ -38,8 +38,14 @@ SEQUENCE = [
     ("all_gather", 64 * KIB, (0, 1), 2),  # asynchronous calls keep their task ...
     ("all_gather", 64 * KIB, (), 2),  # ... and ask for no room
     ("all_gather", 64 * KIB, (), 1),
-    ("all_reduce", 64 * KIB, (), None),  # another op's exchange makes the rows narrow again
+    ("alltoall", 64 * KIB, (), None),  # another op's exchange makes the rows narrow again
     ("all_gather", 64 * KIB, (), 2),
+    ("alltoall", 64 * KIB, (), None),
+    ("all_reduce", 64 * KIB, (), 3),  # the exchange, then the exact split's two calls
+    ("all_reduce", 64 * KIB, (), 1),  # an exact all-reduce of up to 64 KiB widens the rows
+    ("all_reduce", 128 * KIB, (), 3),  # more does not ride, and narrows them
+    ("all_reduce", 32 * KIB, (), 2),  # the exchange, then the gather of every input
+    ("all_reduce", 32 * KIB, (), 1),
     ("all_gather", 64 * KIB, (0,), 2),  # rank 1's data rode along, rank 0's did not: no carry
     ("all_gather", 2048 * KIB, (), 2),  # more than an exchange carries
     ("all_gather", 2048 * KIB, (), 2),
@@ -57,6 +63,9 @@ def calls_in_a_row() -> list[tuple[int, torch.Tensor]]:
         if name == "all_reduce":
             hp.all_reduce(x)
             y = x
+        elif name == "alltoall":
+            y = torch.full_like(x, float("nan"))
+            hp.alltoall_single(x, y)
         else:
             y = torch.full((n * x.numel(),), float("nan"))
             work = hp.all_gather_into_tensor(y, x, async_op=rank in asynchronous)
@@ -67,18 +76,23 @@ def calls_in_a_row() -> list[tuple[int, torch.Tensor]]:
 
 
 def test_an_all_gather_rides_in_its_argument_exchange() -> None:
-    """On gloo: one process-group call per all_gather_into_tensor where the input fits in the
-    exchange's rows, from the second call on for inputs wider than the first rows; numpy's
-    results either way."""
+    """On gloo: one process-group call per all_gather_into_tensor (and exact all_reduce of up
+    to 64 KiB) where the input fits in the exchange's rows, from the second call on for inputs
+    wider than the first rows; numpy's results either way."""
     results = hp.run(calls_in_a_row, world_size=2, backend="gloo", timeout=TIMEOUT)
-    for rank_results in results:
+    for rank, rank_results in enumerate(results):
         for step, ((name, nbytes, _, want_calls), (calls, y)) in enumerate(
             zip(SEQUENCE, rank_results, strict=True)
         ):
-            if name == "all_reduce":
-                want = sum(_input(r, nbytes, step).numpy() for r in range(2))
-            else:
+            if want_calls is not None:
                 assert calls == want_calls, (step, calls)
+            sent = [_input(r, nbytes, step).numpy() for r in range(2)]
+            if name == "all_reduce":
+                want = sent[0] + sent[1]
+            elif name == "alltoall":
+                half = len(sent[0]) // 2
+                want = np.concatenate([s[half * rank : half * (rank + 1)] for s in sent])
+            else:
                 want = _want(2, nbytes, step)
             np.testing.assert_array_equal(y.numpy(), want, err_msg=f"step {step}")
 
@@ -216,3 +230,156 @@ def test_ops_of_no_elements_complete_on_the_emulator() -> None:
     """A task of count 0 has blocks of no bytes: the emulator's round copies nothing (it used to
     fail viewing those empty blocks as wider integers)."""
     assert hp.run(empty_async_ops, world_size=2, timeout=TIMEOUT) == [[True] * 4] * 2
+
+
+REDUCE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int32,
+                 torch.float64, torch.int64, torch.uint8, torch.bool)  # fmt: skip
+REDUCE_OPS = (torch.distributed.ReduceOp.SUM, torch.distributed.ReduceOp.MAX,
+              torch.distributed.ReduceOp.MIN)  # fmt: skip
+NP_REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+
+
+def _values(rank: int, shape: tuple[int, ...], dtype: torch.dtype, salt: int) -> torch.Tensor:
+    """Small integer values (sums stay exact in every dtype), different on every rank."""
+    n = int(np.prod(shape))
+    raw = (np.arange(n) * (7 + salt) + 3 * rank + salt) % 5 - (0 if dtype == torch.bool else 2)
+    return torch.from_numpy(raw.reshape(shape)).to(dtype)
+
+
+def every_small_op() -> list[tuple[str, torch.Tensor]]:
+    """Every framework op at a few hundred bytes: reductions in every dtype and op, an even
+    and an uneven alltoall_single, a barrier between them."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    out: list[tuple[str, torch.Tensor]] = []
+    for salt, dtype in enumerate(REDUCE_DTYPES):
+        for op in REDUCE_OPS:
+            t = _values(rank, (3, 5), dtype, salt)
+            hp.all_reduce(t, op=op)
+            out.append((f"all_reduce {dtype} {op}", t))
+            y = torch.zeros(2, 3, dtype=dtype)
+            hp.reduce_scatter_tensor(y, _values(rank, (2 * n, 3), dtype, salt), op=op)
+            out.append((f"reduce_scatter_tensor {dtype} {op}", y))
+    hp.barrier()
+    scalar = torch.tensor(float(rank + 1))
+    hp.all_reduce(scalar)
+    out.append(("all_reduce of a 0-dim tensor", scalar))
+    column = (torch.arange(4.0) + rank).as_strided((4, 1), (1, 2))  # contiguous, last stride 2
+    hp.all_reduce(column)
+    out.append(("all_reduce of a column", column))
+    leaf = torch.full((3,), float(rank), requires_grad=True)  # written as the task writes it
+    hp.all_reduce(leaf)
+    out.append(("all_reduce of a leaf that requires grad", leaf.detach()))
+    x = _values(rank, (2 * n, 3), torch.float32, 9)
+    even = torch.zeros(2 * n, 3)
+    hp.alltoall_single(x, even)
+    out.append(("alltoall_single even", even))
+    ins = [(rank + j) % 3 for j in range(n)]
+    outs = [(i + rank) % 3 for i in range(n)]
+    uneven = torch.zeros(sum(outs), 3)
+    hp.alltoall_single(_values(rank, (sum(ins), 3), torch.float32, 10), uneven, ins, outs)
+    out.append(("alltoall_single uneven", uneven))
+    return out
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    """numpy's copy of ``t`` (bfloat16, which numpy lacks, as float32: exactly)."""
+    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _reference(n: int) -> list[np.ndarray]:
+    """numpy's results of :func:`every_small_op` on every rank."""
+    per_rank: list[list[np.ndarray]] = [[] for _ in range(n)]
+    for salt, dtype in enumerate(REDUCE_DTYPES):
+        for op in REDUCE_OPS:
+            reduce = NP_REDUCE[str(op).rsplit(".", 1)[-1]]
+            whole = np.stack([_np(_values(r, (3, 5), dtype, salt)) for r in range(n)])
+            blocks = np.stack([_np(_values(r, (2 * n, 3), dtype, salt)) for r in range(n)])
+            for r in range(n):
+                per_rank[r].append(reduce(whole, axis=0).astype(whole.dtype))
+                per_rank[r].append(reduce(blocks[:, 2 * r : 2 * r + 2], axis=0).astype(whole.dtype))
+    for r in range(n):
+        per_rank[r].append(np.array(sum(range(1, n + 1)), dtype=np.float32))
+        per_rank[r].append(n * np.arange(4.0, dtype=np.float32).reshape(4, 1) + sum(range(n)))
+        per_rank[r].append(np.full(3, sum(range(n)), dtype=np.float32))
+    sent = [_values(r, (2 * n, 3), torch.float32, 9).numpy() for r in range(n)]
+    for r in range(n):
+        per_rank[r].append(np.concatenate([sent[i][2 * r : 2 * r + 2] for i in range(n)]))
+    ins = [[(i + j) % 3 for j in range(n)] for i in range(n)]
+    uneven = [_values(i, (sum(ins[i]), 3), torch.float32, 10).numpy() for i in range(n)]
+    for r in range(n):
+        pieces = [uneven[i][sum(ins[i][:r]) : sum(ins[i][: r + 1])] for i in range(n)]
+        per_rank[r].append(np.concatenate(pieces))
+    return per_rank
+
+
+@pytest.mark.parametrize("room", ["carried", "task"])
+def test_every_small_op_is_numpys_carried_or_not(
+    room: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 3 emulated ranks, every op carried (its exchange has room) and by its task (no
+    room) gives numpy's result; bf16 and fp16 compare as float32."""
+    if room == "task":
+        monkeypatch.setattr(EmuWorld, "room", lambda self, group: 0)
+    results = hp.run(every_small_op, world_size=3, timeout=TIMEOUT)
+    for rank, (got, want) in enumerate(zip(results, _reference(3), strict=True)):
+        for (name, tensor), expected in zip(got, want, strict=True):
+            values = _np(tensor)
+            np.testing.assert_array_equal(
+                values, expected.astype(values.dtype), err_msg=f"rank {rank}, {name}"
+            )
+
+
+def test_carried_ops_are_their_tasks_byte_for_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Floating-point sums whose rounding depends on the order: the carried reduction is the
+    task's, bit for bit (the same function, in the same rank order)."""
+
+    def sums() -> list[torch.Tensor]:
+        rank, out = hp.get_rank(), []
+        for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+            g = torch.Generator().manual_seed(rank)
+            t = (torch.randn(64, generator=g) * 10 ** torch.randn(64, generator=g)).to(dtype)
+            hp.all_reduce(t)
+            y = torch.zeros(16, dtype=dtype)
+            hp.reduce_scatter_tensor(y, t.repeat(hp.get_world_size() * 16 // 64 + 1)[:48])
+            out += [t, y]
+        return out
+
+    carried = hp.run(sums, world_size=3, timeout=TIMEOUT)
+    monkeypatch.setattr(EmuWorld, "room", lambda self, group: 0)
+    tasks = hp.run(sums, world_size=3, timeout=TIMEOUT)
+    for a, b in zip(carried, tasks, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x.view(torch.uint8).tolist() == y.view(torch.uint8).tolist()
+
+
+def one_kib_ops() -> dict[str, int]:
+    """The process-group calls of each framework op at 1 KiB on this rank."""
+    n, counts = hp.get_world_size(), {}
+    calls = count_calls()
+    x = torch.ones(256)
+    ops = {
+        "all_reduce": lambda: hp.all_reduce(x.clone()),
+        "reduce_scatter_tensor": lambda: hp.reduce_scatter_tensor(torch.zeros(256 // n), x),
+        "alltoall_single": lambda: hp.alltoall_single(x, torch.zeros(256)),
+        "barrier": hp.barrier,
+        "all_gather_into_tensor": lambda: hp.all_gather_into_tensor(torch.zeros(256 * n), x),
+    }
+    for name, call in ops.items():
+        calls.clear()
+        call()
+        counts[name] = len(calls)
+    return counts
+
+
+@pytest.mark.parametrize("reduce", ["exact", "native"])
+def test_small_ops_make_one_process_group_call(
+    reduce: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On gloo, a 1 KiB framework op is its argument exchange alone, except a reduction where
+    the process group reduces (native: the task reduces, as HCCL does)."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", reduce)
+    results = hp.run(one_kib_ops, world_size=2, backend="gloo", timeout=TIMEOUT)
+    reductions = 1 if reduce == "exact" else 2
+    want = {"all_reduce": reductions, "reduce_scatter_tensor": reductions, "alltoall_single": 1,
+            "barrier": 1, "all_gather_into_tensor": 1}  # fmt: skip
+    assert results == [want, want]

@@ -1,30 +1,41 @@
-"""An all_gather_into_tensor carried by its argument exchange.
+"""Framework collectives carried by their argument exchange.
 
 Every framework collective first exchanges what each rank was asked to do
 (:func:`._common.agree`): one all-gather of a row per rank on the domain's
-process group on gloo and HCCL, a meeting of the ranks in the emulator. For an
-all-gather, that exchange is the op itself when the data fits beside the
-arguments. Each rank then sends its input's bytes after its record, behind a
-NUL byte, and once the records agree every rank builds its output from the
-rows. The op makes no task of its own: one process-group call instead of two.
+process group on gloo and HCCL, a meeting of the ranks in the emulator. Where
+an op's input fits beside its record, each rank sends the input's bytes there
+too, behind a NUL byte, and once the records agree every rank computes its
+output from the rows (every rank's whole input, in group rank order). The op
+makes no task of its own: one process-group call instead of two.
 
-Whether the data rode along is decided from what the exchange gave every rank
-(every rank's bytes are there, as long as its record says), so every rank
-decides alike even when their hints about the room differed
-(:meth:`~hccl_py.server.protocol.Meetings.room`). After the records agree,
-every rank asks the server alike for room for the same call again
-(:meth:`~hccl_py.server.protocol.Meetings.widen`), computed from every rank's
-record: on gloo the domain's next exchange rows are that wide, up to 1 MiB, so
-an input too large for the first, 4 KiB rows rides from its second call on.
+- ``all_gather_into_tensor``: the output is the rows one after another. Its
+  rows are its own data, so it may fill the server's whole room
+  (:meth:`~hccl_py.server.protocol.Meetings.room`), and after the records
+  agree every rank asks alike for room for the same call again
+  (:meth:`~hccl_py.server.protocol.Meetings.widen`), computed from every
+  rank's record: on gloo the domain's next rows are that wide, up to 1 MiB,
+  so an input too large for the first, 4 KiB rows rides from its second call on.
+- ``all_reduce``, ``reduce_scatter_tensor``: each rank reduces the rows in rank
+  order (its own block of each, for a reduce-scatter) with the function the
+  op's task would use, so the result is the same byte for byte; only where the
+  server's reductions are the emulator's
+  (:meth:`~hccl_py.server.protocol.Meetings.exact_reductions`). An all-reduce
+  of up to 64 KiB widens the rows as an all-gather does: an exact all-reduce
+  task gathers every rank's input at those sizes anyway.
+- ``alltoall_single``: each rank takes its piece out of each row.
 
-Only all-gathers carry: their rows are their own data, while any other op
-would send its whole input to every rank. Asynchronous calls keep their task,
-so that their output changes only on ``wait()`` (and the emulator's poison
-shows a read before it).
+``reduce_scatter_tensor`` and ``alltoall_single`` carry at most
+:data:`~hccl_py.server.protocol.NARROW_EXCHANGE_BYTES`, record included: every
+rank would receive every rank's whole input. Whether the data rode along is decided from what
+the exchange gave every rank (every rank's bytes are there, as long as its
+record says), so every rank decides alike even when their hints about the
+room differed. Asynchronous calls keep their task, so that their output
+changes only on ``wait()`` (and the emulator's poison shows a read before it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +43,7 @@ import torch
 
 from ..core.group import Group
 from ..kernel.context import current_rank_context
+from ..server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES
 from ..trace import hooks
 from ..trace.recorder import AIV_TID, now_us
 from ._common import exchange, head_length, record, records_of
@@ -40,29 +52,101 @@ from ._common import exchange, head_length, record, records_of
 CARRY = "carry"
 
 
+class Carried:
+    """Every rank's input bytes from an exchange that carried them (``rows``, group rank
+    order), and when the op started (for the trace)."""
+
+    def __init__(self, op: str, rows: list[memoryview], started_us: float) -> None:
+        self.op, self.rows, self.started_us = op, rows, started_us
+
+    def joined(self) -> bytes:
+        """The rows one after another."""
+        return b"".join(self.rows)
+
+    def stacked(self, dtype: torch.dtype) -> torch.Tensor:
+        """The rows as a ``(ranks, elements)`` tensor of ``dtype`` (they are equally long)."""
+        joined = self.joined()
+        if not joined:
+            return torch.empty((len(self.rows), 0), dtype=dtype)
+        flat = torch.frombuffer(bytearray(joined), dtype=torch.uint8)
+        return flat.view(dtype).view(len(self.rows), -1)
+
+    def write(self, out: torch.Tensor, result: bytes | torch.Tensor) -> None:
+        """``result`` (bytes in memory order, or a tensor of ``out``'s elements) into ``out``;
+        the trace shows the op as one call."""
+        out = out.detach()  # written as the op's task writes it: behind autograd's back
+        if isinstance(result, torch.Tensor):
+            out.copy_(result.view(out.shape))
+        elif result and out.is_contiguous() and out.device.type == "cpu":
+            out.view(-1).view(torch.uint8).numpy()[:] = np.frombuffer(result, np.uint8)
+        elif result:
+            values = torch.frombuffer(bytearray(result), dtype=torch.uint8)
+            out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
+        rec = hooks.recorder()
+        if rec is not None:
+            rec.call(self.op, AIV_TID, self.started_us, now_us(),
+                     {"carried": "in the argument exchange",
+                      "bytes": sum(len(r) for r in self.rows)})  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How an op rides in its exchange: ``most`` is the largest input it carries in rows
+    that are wide enough (0: only within :data:`NARROW_EXCHANGE_BYTES`, record included);
+    ``widens``: after the records agree, every rank asks alike for rows as wide as the same
+    call needs; ``reduces``: only where the server's reductions are exact."""
+
+    most: int
+    widens: bool
+    reduces: bool
+
+
+#: all_gather_into_tensor: its rows are its own data.
+GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
+#: all_reduce: up to 64 KiB, which an exact all-reduce task gathers from every rank anyway
+#: (below ``EXACT_SPLIT_MIN_BYTES`` on gloo; at it, one call instead of three).
+ALL_REDUCE = Rule(64 << 10, widens=True, reduces=True)
+#: reduce_scatter_tensor: every rank would receive every rank's whole input.
+REDUCE_SCATTER = Rule(0, widens=False, reduces=True)
+#: alltoall_single: likewise.
+ALL_TO_ALL = Rule(0, widens=False, reduces=False)
+
+
 def agree_carrying(
-    group: Group, op: str, problem: str | None, data: torch.Tensor | None, **facts: Any
-) -> tuple[list[dict[str, Any]], bytes | None]:
+    group: Group,
+    op: str,
+    problem: str | None,
+    data: torch.Tensor | None,
+    rule: Rule,
+    **facts: Any,
+) -> tuple[list[dict[str, Any]], Carried | None]:
     """:func:`._common.agree`, with ``data``'s bytes beside this rank's record where the
-    exchange has room: every rank's records, and every rank's data bytes one after another
-    in group rank order when every rank's rode along (None: run the op's task)."""
+    exchange has room for them (``rule``): every rank's records, and every rank's data when
+    every rank's rode along (None: run the op's task)."""
+    started = now_us()
     server = current_rank_context().server
-    size = 0 if data is None else data.numel() * data.element_size()
+    willing = data is not None and problem is None
+    if rule.reduces and willing:
+        willing = server.exact_reductions(group)
+    size = data.numel() * data.element_size() if willing else 0  # type: ignore[union-attr]
     head = record(op, problem, {**facts, CARRY: size})
+    room = server.room(group)
+    fits = len(head) + 1 + size <= (room if rule.most else min(room, NARROW_EXCHANGE_BYTES))
     payload = head
-    if data is not None and problem is None and len(head) + 1 + size <= server.room(group):
-        payload = head + b"\0" + _bytes_of(data)
+    if willing and fits and size <= max(rule.most, NARROW_EXCHANGE_BYTES):
+        payload = head + b"\0" + _bytes_of(data)  # type: ignore[arg-type]
     raw = exchange(group, op, payload)
     records = records_of(group, op, raw)
     sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
     heads = [head_length(r) for r in raw]
-    server.widen(group, max(heads) + 1 + max(sizes))
-    tails = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
+    if rule.widens and max(sizes) <= rule.most:
+        server.widen(group, max(heads) + 1 + max(sizes))
+    rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
     if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
-        len(t) != n for t, n in zip(tails, sizes, strict=True)
+        len(row) != n for row, n in zip(rows, sizes, strict=True)
     ):
         return records, None
-    return records, b"".join(tails)
+    return records, Carried(op, rows, started)
 
 
 def _bytes_of(data: torch.Tensor) -> bytes:
@@ -70,18 +154,4 @@ def _bytes_of(data: torch.Tensor) -> bytes:
     data = data.detach()
     if not data.is_contiguous():
         data = data.contiguous()
-    return data.view(torch.uint8).cpu().numpy().tobytes()
-
-
-def write_gathered(op: str, out: torch.Tensor, gathered: bytes, started_us: float) -> None:
-    """Every rank's carried bytes, in rank order (``gathered``), into ``out`` (its shape
-    agreed); the trace shows the op as one call that started at ``started_us``."""
-    if gathered and out.is_contiguous() and out.device.type == "cpu":
-        out.detach().view(torch.uint8).numpy().reshape(-1)[:] = np.frombuffer(gathered, np.uint8)
-    elif gathered:
-        values = torch.frombuffer(bytearray(gathered), dtype=torch.uint8)
-        out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
-    rec = hooks.recorder()
-    if rec is not None:
-        rec.call(op, AIV_TID, started_us, now_us(), {"carried": "in the argument exchange",
-                                                     "bytes": len(gathered)})  # fmt: skip
+    return data.view(-1).view(torch.uint8).cpu().numpy().tobytes()

@@ -1,16 +1,16 @@
 """torch.distributed-like collectives of MindSpore and Paddle, on hccl_py's own client.
 
 Each op checks its arguments, agrees with the other ranks on what to do (see
-:mod:`hccl_py.framework._common`), then runs one internal kernel:
+:mod:`hccl_py.framework._common`), then runs one internal kernel, or none where
+its input rode along in that exchange (:mod:`hccl_py.framework._carry`):
 
-- ``all_gather_into_tensor``: one AllGather, or none where the input rode along in
-  the argument exchange (:mod:`hccl_py.framework._carry`).
+- ``all_gather_into_tensor``: one AllGather.
 - ``alltoall_single``: one AlltoAll when every split is the same non-empty size,
   otherwise one AlltoAllV (counts and displacements in elements: rows x row size).
 - ``all_reduce``: one AllReduce; ``reduce_scatter_tensor``: one ReduceScatter.
   For dtypes the kernel API cannot reduce (float64, int64, uint8, bool ...) both
   AllGather every rank's data and reduce it locally in rank order instead.
-- ``barrier``: one AllReduce of a single INT32.
+- ``barrier``: the argument exchange alone.
 
 The asynchronous forms prepare and commit at once and return a :class:`Work`
 whose ``wait()`` waits, finalizes and copies staged outputs into place.
@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
-from ..trace.recorder import now_us
-from ._carry import agree_carrying, write_gathered
+from ..kernel.context import current_rank_context
+from ..server.reduce import reduce_ranks
+from ._carry import ALL_REDUCE, ALL_TO_ALL, GATHER, REDUCE_SCATTER, Carried, agree_carrying
 from ._common import (
     agree,
     check_bool,
@@ -88,15 +89,14 @@ def all_gather_into_tensor(
                 f"output_tensor has shape {_shape(output_tensor)}, expected {want} "
                 f"({grp.size} ranks x input shape {shape})"
             )
-    started = now_us()
-    carried = None if async_op else input_tensor
-    records, gathered = agree_carrying(
-        grp, op, problem, carried, dtype=str(input_tensor.dtype), shape=shape
+    data = None if async_op else input_tensor
+    records, carried = agree_carrying(
+        grp, op, problem, data, GATHER, dtype=str(input_tensor.dtype), shape=shape
     )
     require_same(grp, op, records, "shape", "input_tensor's shape")
     require_same(grp, op, records, "dtype", "input_tensor's dtype")
-    if gathered is not None:
-        write_gathered(op, output_tensor, gathered, started)
+    if carried is not None:
+        carried.write(output_tensor, carried.joined())
         return None
     kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER, op)
     src = source(input_tensor, output_tensor)
@@ -179,6 +179,19 @@ def exchange_rows(
     return kernel
 
 
+def _pieces_for_me(
+    grp: Any, carried: Carried, records: list[dict[str, Any]], out: torch.Tensor
+) -> None:
+    """This rank's piece of every rank's carried input, in rank order, into ``out``."""
+    me = grp.rank_of(current_rank_context().rank)
+    row_bytes = _row_size(out) * out.element_size()
+    pieces = []
+    for data, r in zip(carried.rows, records, strict=True):
+        start = sum(r["in"][:me]) * row_bytes
+        pieces.append(data[start : start + r["in"][me] * row_bytes])
+    carried.write(out, b"".join(pieces))
+
+
 def alltoall_single(
     in_tensor: torch.Tensor,
     out_tensor: torch.Tensor,
@@ -218,10 +231,12 @@ def alltoall_single(
     if problem is None:
         ins = ins if ins is not None else [in_tensor.shape[0] // n] * n
         outs = outs if outs is not None else [out_tensor.shape[0] // n] * n
-    records = agree(
+    records, carried = agree_carrying(
         grp,
         op,
         problem,
+        in_tensor if sync_op else None,
+        ALL_TO_ALL,
         dtype=str(in_tensor.dtype),
         row=_shape(in_tensor)[1:],
         **{"in": ins, "out": outs},
@@ -229,6 +244,9 @@ def alltoall_single(
     require_same(grp, op, records, "dtype", "in_tensor's dtype")
     require_same(grp, op, records, "row", "in_tensor's shape after dim 0")
     _check_splits(grp, op, records)
+    if carried is not None:
+        _pieces_for_me(grp, carried, records, out_tensor)
+        return Work(None)
     sizes = {s for r in records for s in r["in"] + r["out"]}
     uniform = len(sizes) == 1 and sizes != {0} and _row_size(in_tensor) > 0
     dst, finish = staged(out_tensor)
@@ -267,6 +285,16 @@ def _local_reduce(stacked: torch.Tensor, reduce_op: HcclReduceOp) -> torch.Tenso
     for k in range(1, stacked.shape[0]):
         acc = combine(acc, stacked[k])
     return acc
+
+
+def _reduce_rows(
+    stacked: torch.Tensor, reduce_op: HcclReduceOp, data_type: HcclDataType
+) -> torch.Tensor:
+    """``stacked``'s rows (one per rank) reduced in rank order, as the op's task would: the
+    servers' rule for the dtypes the kernel API reduces, :func:`_local_reduce` for others."""
+    if data_type in REDUCE_DTYPES:
+        return reduce_ranks(stacked, reduce_op)
+    return _local_reduce(stacked, reduce_op)
 
 
 def _reduce(
@@ -317,12 +345,23 @@ def all_reduce(
     check_bool(name, "async_op", async_op)
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
-    hccl_dtype(name, tensor)
-    records = agree(
-        grp, name, None, dtype=str(tensor.dtype), shape=_shape(tensor), reduce=reduce_op.name
+    data_type = hccl_dtype(name, tensor)
+    records, carried = agree_carrying(
+        grp,
+        name,
+        None,
+        None if async_op else tensor,
+        ALL_REDUCE,
+        dtype=str(tensor.dtype),
+        shape=_shape(tensor),
+        reduce=reduce_op.name,
     )
     for key, label in (("shape", "tensor's shape"), ("dtype", "tensor's dtype"), ("reduce", "op")):
         require_same(grp, name, records, key, label)
+    if carried is not None:
+        stacked = carried.stacked(tensor.dtype)
+        carried.write(tensor, _reduce_rows(stacked, reduce_op, data_type))
+        return None
     kernel, finish = _reduce(name, grp, source(tensor, tensor), tensor, reduce_op, scatter=False)
     return run_async(kernel, finish, async_op)
 
@@ -351,21 +390,33 @@ def reduce_scatter_tensor(
             f"input has shape {_shape(input)} and output {out_shape}; input must be "
             f"{grp.size} (ranks) output blocks along dim 0, shape {want}"
         )
-    records = agree(
-        grp, name, problem, dtype=str(input.dtype), shape=out_shape, reduce=reduce_op.name
+    records, carried = agree_carrying(
+        grp,
+        name,
+        problem,
+        None if async_op else input,
+        REDUCE_SCATTER,
+        dtype=str(input.dtype),
+        shape=out_shape,
+        reduce=reduce_op.name,
     )
     for key, label in (("shape", "output's shape"), ("dtype", "dtype"), ("reduce", "op")):
         require_same(grp, name, records, key, label)
+    if carried is not None:
+        n, me = grp.size, grp.rank_of(current_rank_context().rank)
+        mine = carried.stacked(input.dtype).view(n, n, -1)[:, me]
+        carried.write(output, _reduce_rows(mine, reduce_op, hccl_dtype(name, input)))
+        return None
     kernel, finish = _reduce(name, grp, source(input, output), output, reduce_op, scatter=True)
     return run_async(kernel, finish, async_op)
 
 
 def barrier(group: Any = None, async_op: bool = False) -> Work | None:
-    """Return (or, with ``async_op``, complete on ``wait()``) once every rank of the group arrived."""
+    """Return once every rank of the group arrived (with ``async_op``, a completed
+    :class:`Work`): the argument exchange, which every rank leaves only once every rank
+    joined it, is the barrier."""
     name = "barrier"
     check_bool(name, "async_op", async_op)
     grp = resolve_group(name, group)
     agree(grp, name, None)
-    token = torch.zeros(1, dtype=torch.int32)
-    kernel, _ = _reduce(name, grp, token, torch.zeros(1, dtype=torch.int32), _SUM, scatter=False)
-    return run_async(kernel, None, async_op)
+    return Work(None) if async_op else None

@@ -134,11 +134,15 @@ EXCHANGE = "framework exchange"
 #: The most bytes an exchange carries in one call, a framework op's data included
 #: (:meth:`Meetings.room`).
 MAX_EXCHANGE_BYTES = 1 << 20
+#: The most bytes a framework op other than an all-gather carries in its exchange, its record
+#: included: its rows hold each rank's whole input, which every rank receives.
+NARROW_EXCHANGE_BYTES = 4096
 
 
 class Meetings:
     """Direct meetings of the ranks of a domain, outside any task: :meth:`meet`, and for an
-    exchange that carries a framework op's data, :meth:`room` and :meth:`widen`.
+    exchange that carries a framework op's data, :meth:`room`, :meth:`widen` and
+    :meth:`exact_reductions`.
 
     Needed by framework collectives, which first exchange what every rank was
     asked to do (:func:`hccl_py.framework._common.agree`, at key
@@ -176,6 +180,12 @@ class Meetings:
     def widen(self, group: Group, need: int) -> None:  # noqa: B027 - optional hook
         """Every rank of ``group`` asks alike, after an exchange, for room for ``need`` bytes in
         the next one (computed from what that exchange gave every rank)."""
+
+    def exact_reductions(self, group: Group) -> bool:
+        """Whether this server reduces ``group``'s data as the emulator does (in rank order,
+        :func:`hccl_py.server.reduce.reduce_ranks`): only then may a framework reduction ride
+        in its exchange and be reduced by each rank. False, the default."""
+        return False
 
 
 class Lifecycle:

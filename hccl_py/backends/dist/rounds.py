@@ -54,7 +54,7 @@ from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
-from ...server.protocol import MAX_EXCHANGE_BYTES
+from ...server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -381,7 +381,7 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
 # ------------------------------------------------------------------ control bytes
 #: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
 #: payload); a longer payload on any rank makes every rank gather again at the longest width.
-ROW_BYTES = 4096
+ROW_BYTES = NARROW_EXCHANGE_BYTES
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
 MAX_PAYLOAD_BYTES = MAX_EXCHANGE_BYTES

@@ -223,6 +223,11 @@ class DistServer(Server):
         with self.cond:
             return self._queue_of(group).rows.width
 
+    def exact_reductions(self, group: Group) -> bool:
+        """Whether ``group``'s reductions are exact here (``HCCL_PY_REDUCE``; one rank: yes)."""
+        dom = self.domains.get(group.name)
+        return group.size == 1 or (dom is not None and dom.reduction.exact)
+
     def widen(self, group: Group, need: int) -> None:
         """``group``'s next exchange rows as wide as ``need`` bytes ask (:meth:`.Rows.widen`)."""
         if group.size > 1 and self.domains.get(group.name) is not None:
