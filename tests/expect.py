@@ -1,10 +1,14 @@
-"""Marks for tests that expect an HcclWarning (pyproject.toml makes every other one an error)."""
+"""What tests expect of a run: marks for an expected HcclWarning (pyproject.toml makes every
+other one an error), and mismatch reports on every rank."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
+
+import hccl_py as hp
 
 
 def expects_warning(*kinds: str) -> pytest.MarkDecorator:
@@ -15,3 +19,17 @@ def expects_warning(*kinds: str) -> pytest.MarkDecorator:
     return pytest.mark.filterwarnings(
         f"ignore:.*\\[({pattern})\\]$:hccl_py.core.errors.HcclWarning"
     )
+
+
+def mismatch_on_every_rank(
+    fn: Callable[[], object], world_size: int, backend: str, timeout: float
+) -> list[str]:
+    """Run ``fn`` and require that every rank failed with :class:`hp.HcclMismatchError` (a
+    report on both sides, not a hang or a gloo abort); its messages, in rank order."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(fn, world_size=world_size, backend=backend, timeout=timeout)
+    causes = info.value.root_causes
+    assert sorted(causes) == list(range(world_size)), info.value
+    for error in causes.values():
+        assert isinstance(error, hp.HcclMismatchError), error
+    return [str(causes[rank]) for rank in range(world_size)]
