@@ -277,6 +277,32 @@ def test_an_allgather_launched_again_rides_in_a_row_as_wide_as_its_round(
             assert torch.equal(ours, theirs), (rank, i, IN_A_ROW[i])
 
 
+ALL_REDUCES = [("allreduce", 65536)] * 3 + [("allreduce", 131072)] + [("allreduce", 16384)] * 2
+
+
+@pytest.mark.parametrize("reduce", ["exact", "native"])
+def test_an_exact_allreduce_launched_again_rides_in_a_row_as_wide_as_its_round(
+    reduce: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exact AllReduce of up to 64 KiB widens the rows as an AllGather does (it gathers every
+    rank's input anyway): the same launch again is one call instead of three (the check, then
+    the split's all-to-all and all-gather) or two; 128 KiB does not ride. Native reductions
+    keep the process group's all_reduce. Every launch's bytes are the emulator's."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", reduce)
+    gloo = hp.run(launches_in_a_row, world_size=3, backend="gloo", timeout=TIMEOUT,
+                  args=(ALL_REDUCES,))  # fmt: skip
+    emu = hp.run(launches_in_a_row, world_size=3, timeout=TIMEOUT, args=(ALL_REDUCES,))
+    ag, split = "all_gather_single", ["all_gather_single", "all_to_all_single", "all_gather_single"]
+    if reduce == "exact":
+        want = [split, [ag], [ag], split, [ag, ag], [ag]]
+    else:
+        want = [[ag, "all_reduce"]] * 6
+    for rank in range(3):
+        assert [calls for calls, _ in gloo[rank]] == want, rank
+        for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
+            assert torch.equal(ours, theirs), (rank, i, ALL_REDUCES[i])
+
+
 def framework_after_a_wide_row() -> str:
     """Both ranks launch a 64 KiB AllGather (the next row is wide); then rank 0 launches it
     again and rank 1 calls ``all_gather_into_tensor``: the rows must still be equally wide."""

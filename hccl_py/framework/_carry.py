@@ -43,7 +43,7 @@ import torch
 
 from ..core.group import Group
 from ..kernel.context import current_rank_context
-from ..server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES
+from ..server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES, WIDE_REDUCE_BYTES
 from ..trace import hooks
 from ..trace.recorder import AIV_TID, now_us
 from ._common import exchange, head_length, record, records_of
@@ -105,7 +105,7 @@ class Rule:
 GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
 #: all_reduce: up to 64 KiB, which an exact all-reduce task gathers from every rank anyway
 #: (below ``EXACT_SPLIT_MIN_BYTES`` on gloo; at it, one call instead of three).
-ALL_REDUCE = Rule(64 << 10, widens=True, reduces=True)
+ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True)
 #: reduce_scatter_tensor: every rank would receive every rank's whole input.
 REDUCE_SCATTER = Rule(0, widens=False, reduces=True)
 #: alltoall_single: likewise.

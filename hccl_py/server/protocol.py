@@ -137,6 +137,10 @@ MAX_EXCHANGE_BYTES = 1 << 20
 #: The most bytes a framework op other than an all-gather carries in its exchange, its record
 #: included: its rows hold each rank's whole input, which every rank receives.
 NARROW_EXCHANGE_BYTES = 4096
+#: The largest all-reduce input whose exchange rows widen to carry it when its reductions are
+#: exact: an exact all-reduce gathers every rank's input up to that size anyway (at it, the
+#: gloo backend's task would split into an all-to-all and an all-gather).
+WIDE_REDUCE_BYTES = 64 << 10
 
 
 class Meetings:

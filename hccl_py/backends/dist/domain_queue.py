@@ -366,7 +366,7 @@ class DomainQueue:
         error = mismatch(tasks)
         if error is not None:
             raise error
-        self.rows.agreed(tasks, payloads)
+        self.rows.agreed(tasks, payloads, self.dom)
         return None if rows is None else (tasks, rows)
 
 

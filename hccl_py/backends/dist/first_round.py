@@ -20,13 +20,17 @@ so that each rank takes its own block out of each peer's row. Reductions ride
 along only when they are exact (a rank-order reduction of the rows, as the
 exact round does: bit-identical); native ones keep the process group's call.
 
-The rows are :data:`~.rounds.ROW_BYTES` wide, except after an AllGather whose
-round 0 did not fit: the domain's next exchange is as wide as that round 0 and
-its descriptor need (:func:`next_width`, at most :data:`~.rounds.MAX_PAYLOAD_BYTES`),
-so that the same AllGather launched again rides along. An AllGather's rows are
-its own data, so a wider row sends nothing an AllGather does not; other ops
-keep the narrow room. Every rank computes the width from what the exchange
-gave every rank, so the widths stay the same on every rank, whichever
+The rows are :data:`~.rounds.ROW_BYTES` wide, except after an AllGather, or an
+exact AllReduce of at most :data:`~hccl_py.server.protocol.WIDE_REDUCE_BYTES`,
+whose round 0 did not fit: the domain's next exchange is as wide as that round 0
+and its descriptor need (:func:`next_width`, at most
+:data:`~.rounds.MAX_PAYLOAD_BYTES`), so that the same task launched again rides
+along. An AllGather's rows are its own data, and an exact AllReduce of that size
+gathers every rank's input anyway, so a wider row sends nothing their rounds do
+not; other ops keep the narrow room. Every rank computes the width from what the
+exchange gave every rank and from the domain's reduction mode (``HCCL_PY_REDUCE``,
+the same on every rank: ranks that differ in it call different collectives for
+an AllReduce anyway), so the widths stay the same on every rank, whichever
 collective (a kernel task's check, a framework collective's argument exchange)
 the next exchange belongs to.
 """
@@ -39,6 +43,7 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
+from ...server.protocol import WIDE_REDUCE_BYTES
 from ...server.reduce import reduce_ranks
 from . import rounds
 from .descriptors import decode_all
@@ -51,24 +56,36 @@ _REDUCING = (_C.HCCL_CMD_ALLREDUCE, _C.HCCL_CMD_REDUCE_SCATTER)
 DESCRIPTOR_SLACK = 256
 
 
+def _widens(task: Task, dom: rounds.Domain) -> int:
+    """The largest round 0 for which ``task``'s op uses, and asks for, rows of its own width:
+    an AllGather's (its rows are its own data) and an exact AllReduce's (it gathers every
+    rank's input up to :data:`~hccl_py.server.protocol.WIDE_REDUCE_BYTES`); 0 for others."""
+    if task.op == _C.HCCL_CMD_ALLGATHER:
+        return rounds.MAX_PAYLOAD_BYTES
+    if task.op == _C.HCCL_CMD_ALLREDUCE and dom.reduction.exact:
+        return WIDE_REDUCE_BYTES
+    return 0
+
+
 def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> bytes:
     """What this rank sends in ``task``'s descriptor exchange of rows ``width`` bytes wide: the
-    descriptor, with round 0's send bytes after a NUL byte when they fit in its row (an
-    AllGather's in the whole row, any other op's in :data:`~.rounds.ROW_BYTES`)."""
-    room = width if task.op == _C.HCCL_CMD_ALLGATHER else rounds.ROW_BYTES
+    descriptor, with round 0's send bytes after a NUL byte when they fit in its row (in the
+    whole row for the ops of :func:`_widens`, any other op's in :data:`~.rounds.ROW_BYTES`)."""
+    room = width if _widens(task, dom) else rounds.ROW_BYTES
     data = _round0_bytes(task, dom, room - len(descriptor) - 1)
     return descriptor if data is None else descriptor + b"\0" + data
 
 
-def next_width(tasks: list[Task], payloads: list[bytes]) -> int:
+def next_width(tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> int:
     """The row width of the domain's next exchange, after one whose descriptors agreed: wide
-    enough for an AllGather's round 0 beside its descriptor, else :data:`~.rounds.ROW_BYTES`.
+    enough for the round 0 of an op of :func:`_widens` beside its descriptor, else
+    :data:`~.rounds.ROW_BYTES`.
 
     Computed from what every rank received alike, so it is the same on every rank.
     """
-    if tasks[0].op != _C.HCCL_CMD_ALLGATHER:
-        return rounds.ROW_BYTES
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
+    if block > _widens(tasks[0], dom):
+        return rounds.ROW_BYTES
     descriptor = max(_descriptor_length(raw) for raw in payloads)
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
 
@@ -94,9 +111,9 @@ class Rows:
         width, self.width = self.width, rounds.ROW_BYTES
         return rounds.all_gather_bytes(dom, payload, device, wait, width)
 
-    def agreed(self, tasks: list[Task], payloads: list[bytes]) -> None:
+    def agreed(self, tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> None:
         """A task check's descriptors agreed: the next exchange's width follows its task."""
-        self.width = next_width(tasks, payloads)
+        self.width = next_width(tasks, payloads, dom)
 
     def widen(self, need: int) -> None:
         """The ranks asked alike for room for ``need`` bytes in the next exchange (a framework
