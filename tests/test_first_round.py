@@ -15,7 +15,7 @@ from pg_counter import count_calls
 
 import hccl_py as hp
 from hccl_py.backends.dist.rounds import ROW_BYTES
-from hccl_py.backends.dist.server import CARRY_ENV
+from hccl_py.backends.dist.settings import CARRY_ENV
 from hccl_py.bench.calls import Step
 from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.reference import REDUCE_OPS, TYPES

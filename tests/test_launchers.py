@@ -512,6 +512,26 @@ def test_plain_ranks_never_join_what_holds_master_port(
     assert refusal.format(f"127.0.0.1:{port}") in outputs[1], outputs[1]
 
 
+def test_ranks_whose_settings_differ_say_so_at_the_start(job: Path) -> None:
+    """Rank 1 reduces natively, rank 0 exactly: their AllReduces would call different
+    collectives (rank 0 hung until its timeout). Rank 1 names the setting at the run's start,
+    and rank 0 stops with it."""
+    common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    ranks = [
+        start([sys.executable, str(job), "ok"], RANK="0", **common),
+        start([sys.executable, str(job), "ok"], RANK="1", HCCL_PY_REDUCE="native", **common),
+    ]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    assert all(p.returncode != 0 for p in ranks), outputs
+    said = "rank 1's hccl_py settings differ from rank 0's (HCCL_PY_REDUCE: rank 1 native, rank 0 exact)"
+    assert all(said in output for output in outputs), outputs
+    assert "HcclMismatchError" in outputs[1], outputs[1]
+
+
 def test_sigterm_stops_every_rank_and_says_so(job: Path) -> None:
     runner = start(
         [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,24 +41,13 @@ from . import rounds as pg_rounds
 from .descriptors import final_key, final_value, returned_key, returned_value
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
-
-#: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
-CHECK_ENV = "HCCL_PY_CHECK_TASKS"
-#: "1"/"0": a small first round rides in the task check's exchange (default: on).
-CARRY_ENV = "HCCL_PY_CARRY_FIRST_ROUND"
-#: "exact"/"native": how AllReduce and ReduceScatter reduce (default: exact on gloo).
-REDUCE_ENV = "HCCL_PY_REDUCE"
+from .settings import CHECK_ENV, Settings
 
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
-
-
-def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "")
-    return default if value == "" else value not in ("0", "false", "False", "no")
 
 
 class DistServer(Server):
@@ -83,13 +71,11 @@ class DistServer(Server):
         self.blocker = blocker
         self.cond = blocker.cond
         self.backend_name = session.backend.name
-        self.check_tasks = _flag(CHECK_ENV, session.backend.check_tasks)
-        self.carry_first_round = _flag(CARRY_ENV, True)
-        exact = os.environ.get(REDUCE_ENV, "exact" if session.backend.exact else "native")
-        if exact not in ("exact", "native"):
-            raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {exact!r}")
+        self.settings = Settings.read(session.backend.check_tasks, session.backend.exact)
+        self.check_tasks = self.settings.check_tasks
+        self.carry_first_round = self.settings.carry
         self.reduction = pg_rounds.Reduction(
-            exact == "exact", session.backend.widen, session.backend.drops_nan
+            self.settings.exact, session.backend.widen, session.backend.drops_nan
         )
         self.late = config.schedule == "late"
         self.domains: dict[str, pg_rounds.Domain | None] = {}
@@ -111,8 +97,11 @@ class DistServer(Server):
 
     # ------------------------------------------------------------ domains
     def start(self, world: Group) -> None:
-        """Create the world domain's process group (every rank calls this at the start of a run)."""
+        """Create the world domain's process group (every rank calls this at the start of a run)
+        and compare this rank's settings with rank 0's (:func:`.settings.check_same`)."""
         self.on_new_group(world)
+        rank, timeout = self.session.rank, self.group_timeout()
+        self.settings.check_same(rank, self.store, self.publish, timeout, self.session.check_abort)
 
     def group_timeout(self) -> float:
         """Seconds creating a domain may wait for its ranks (``timeout``, at least 30 s)."""
