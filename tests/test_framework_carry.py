@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import test_framework_random as framework_random
 import torch
 from expect import mismatch_on_every_rank
 from hccl_py.backends.emu.world import EmuWorld
@@ -379,3 +380,11 @@ def test_small_ops_make_one_process_group_call(
     want = {"all_reduce": reductions, "reduce_scatter_tensor": reductions, "alltoall_single": 1,
             "barrier": 1, "all_gather_into_tensor": 1}  # fmt: skip
     assert results == [want, want]
+
+
+@pytest.mark.parametrize("seed", [3, 6, 13, 22])
+def test_random_moe_exchanges_by_their_task(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The random global_scatter / global_gather cases (tests/test_framework_random.py), which
+    mostly ride in their exchange, with no room: by their AlltoAllV tasks, the same results."""
+    monkeypatch.setattr(EmuWorld, "room", lambda self, group: 0)
+    framework_random.test_global_scatter_and_gather_random(seed)

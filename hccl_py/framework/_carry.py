@@ -22,9 +22,10 @@ makes no task of its own: one process-group call instead of two.
   (:meth:`~hccl_py.server.protocol.Meetings.exact_reductions`). An all-reduce
   of up to 64 KiB widens the rows as an all-gather does: an exact all-reduce
   task gathers every rank's input at those sizes anyway.
-- ``alltoall_single``: each rank takes its piece out of each row.
+- ``alltoall_single``, ``global_scatter``, ``global_gather``: each rank takes its
+  piece out of each row (:meth:`Carried.pieces_for`).
 
-``reduce_scatter_tensor`` and ``alltoall_single`` carry at most
+``reduce_scatter_tensor`` and the all-to-alls carry at most
 :data:`~hccl_py.server.protocol.NARROW_EXCHANGE_BYTES`, record included: every
 rank would receive every rank's whole input. Whether the data rode along is decided from what
 the exchange gave every rank (every rank's bytes are there, as long as its
@@ -70,6 +71,16 @@ class Carried:
             return torch.empty((len(self.rows), 0), dtype=dtype)
         flat = torch.frombuffer(bytearray(joined), dtype=torch.uint8)
         return flat.view(dtype).view(len(self.rows), -1)
+
+    def pieces_for(self, me: int, sends: list[list[int]], row_bytes: int) -> bytes:
+        """Group rank ``me``'s piece of every rank's rows, in rank order, where rank ``i``'s
+        rows hold ``sends[i][j]`` rows of ``row_bytes`` for each rank ``j``, in rank order (an
+        all-to-all's input)."""
+        pieces = []
+        for data, send in zip(self.rows, sends, strict=True):
+            start = int(sum(send[:me])) * row_bytes
+            pieces.append(data[start : start + int(send[me]) * row_bytes])
+        return b"".join(pieces)
 
     def write(self, out: torch.Tensor, result: bytes | torch.Tensor) -> None:
         """``result`` (bytes in memory order, or a tensor of ``out``'s elements) into ``out``;

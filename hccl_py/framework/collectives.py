@@ -27,7 +27,7 @@ import torch
 from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
 from ..kernel.context import current_rank_context
 from ..server.reduce import reduce_ranks
-from ._carry import ALL_REDUCE, ALL_TO_ALL, GATHER, REDUCE_SCATTER, Carried, agree_carrying
+from ._carry import ALL_REDUCE, ALL_TO_ALL, GATHER, REDUCE_SCATTER, agree_carrying
 from ._common import (
     agree,
     check_bool,
@@ -179,19 +179,6 @@ def exchange_rows(
     return kernel
 
 
-def _pieces_for_me(
-    grp: Any, carried: Carried, records: list[dict[str, Any]], out: torch.Tensor
-) -> None:
-    """This rank's piece of every rank's carried input, in rank order, into ``out``."""
-    me = grp.rank_of(current_rank_context().rank)
-    row_bytes = _row_size(out) * out.element_size()
-    pieces = []
-    for data, r in zip(carried.rows, records, strict=True):
-        start = sum(r["in"][:me]) * row_bytes
-        pieces.append(data[start : start + r["in"][me] * row_bytes])
-    carried.write(out, b"".join(pieces))
-
-
 def alltoall_single(
     in_tensor: torch.Tensor,
     out_tensor: torch.Tensor,
@@ -245,7 +232,9 @@ def alltoall_single(
     require_same(grp, op, records, "row", "in_tensor's shape after dim 0")
     _check_splits(grp, op, records)
     if carried is not None:
-        _pieces_for_me(grp, carried, records, out_tensor)
+        me = grp.rank_of(current_rank_context().rank)
+        row_bytes = _row_size(out_tensor) * out_tensor.element_size()
+        carried.write(out_tensor, carried.pieces_for(me, [r["in"] for r in records], row_bytes))
         return Work(None)
     sizes = {s for r in records for s in r["in"] + r["out"]}
     uniform = len(sizes) == 1 and sizes != {0} and _row_size(in_tensor) > 0

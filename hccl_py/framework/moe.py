@@ -9,7 +9,8 @@ its experts as one block (``x`` is grouped card-major already); the received
 card-major rows are then permuted locally (one vectorised ``index_select``)
 into the expert-major output. global_gather is the inverse: a local
 permutation of ``x`` from expert-major to card-major, then one AlltoAllV
-straight into the output. Both are differentiable; the gradient of one is the
+straight into the output. Small calls (up to 4 KiB with the counts) need no
+AlltoAllV: the rows ride in the argument exchange (:mod:`._carry`). Both are differentiable; the gradient of one is the
 other with the same counts.
 """
 
@@ -22,8 +23,8 @@ import torch
 
 from ..core.group import Group
 from ..kernel.context import current_rank_context, set_rank_context
+from ._carry import ALL_TO_ALL, agree_carrying
 from ._common import (
-    agree,
     check_bool,
     check_tensor,
     exclusive_cumsum,
@@ -125,10 +126,17 @@ def _exchange(
     data_type = hccl_dtype(op, x)
     n = grp.size
     problem = _count_problem(op, x, local_count, global_count, n)
-    records = agree(
+    e = len(local) // n if problem is None else 0
+    src = x.detach().contiguous() if problem is None else None
+    if op == _GATHER and e > 1:  # card-major, as it is sent
+        index = _card_major_index(glob.reshape(n, e))
+        src = src.index_select(0, torch.from_numpy(index).to(x.device))
+    records, carried = agree_carrying(
         grp,
         op,
         problem,
+        src,
+        ALL_TO_ALL,
         dtype=str(x.dtype),
         row=[int(s) for s in x.shape[1:]],
         n_expert=len(local) // n,
@@ -142,17 +150,21 @@ def _exchange(
     ):
         require_same(grp, op, records, key, label)
     _check_pairs(grp, op, records)
-    shape = (n, len(local) // n)
+    shape = (n, e)
     local, glob = local.reshape(shape), glob.reshape(shape)
     out_rows = int(glob.sum()) if op == _SCATTER else int(local.sum())
     out = x.new_empty((out_rows, *x.shape[1:]))
-    src = x.detach().contiguous()
-    if op == _GATHER and shape[1] > 1:
-        src = src.index_select(0, torch.from_numpy(_card_major_index(glob)).to(x.device))
     permute = op == _SCATTER and shape[1] > 1
     dst = torch.empty_like(out) if permute else out
     send, recv = (local, glob) if op == _SCATTER else (glob, local)
-    exchange_rows(op, grp, src, dst, send.sum(1), recv.sum(1), data_type).complete()
+    if carried is None:
+        exchange_rows(op, grp, src, dst, send.sum(1), recv.sum(1), data_type).complete()
+    else:  # every rank's card-major rows rode in the exchange (its send counts, per card)
+        key = "local" if op == _SCATTER else "global"
+        sends = [np.array(r[key]).reshape(shape).sum(1).tolist() for r in records]
+        row_bytes = int(np.prod(x.shape[1:], dtype=np.int64)) * x.element_size()
+        me = grp.rank_of(current_rank_context().rank)
+        carried.write(dst, carried.pieces_for(me, sends, row_bytes))
     if permute:
         torch.index_select(
             dst, 0, torch.from_numpy(_expert_major_index(glob)).to(x.device), out=out
