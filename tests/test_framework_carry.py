@@ -388,3 +388,37 @@ def test_random_moe_exchanges_by_their_task(seed: int, monkeypatch: pytest.Monke
     mostly ride in their exchange, with no room: by their AlltoAllV tasks, the same results."""
     monkeypatch.setattr(EmuWorld, "room", lambda self, group: 0)
     framework_random.test_global_scatter_and_gather_random(seed)
+
+
+def backward_through_an_overwritten_output(op: str) -> str:
+    """Autograd saved an op's output (``out * out``), then the op overwrote it: backward
+    must raise autograd's in-place error, as after the op's task, or it computes the gradient
+    from the overwritten values. What backward did."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    out = torch.zeros(4 * n, requires_grad=True) * 1  # a non-leaf that autograd tracks
+    loss = (out * out).sum()
+    x = torch.full((4 * n,) if op == "alltoall_single" else (4,), float(rank + 1))
+    if op == "alltoall_single":
+        hp.alltoall_single(x, out)
+    else:
+        hp.all_gather_into_tensor(out, x)
+    try:
+        loss.backward()
+    except RuntimeError as error:
+        return str(error)
+    return "no error"
+
+
+@pytest.mark.parametrize("op", ["all_gather_into_tensor", "alltoall_single"])
+@pytest.mark.parametrize("room", ["carried", "task"])
+def test_a_carried_output_is_a_write_that_autograd_sees(
+    op: str, room: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Carried or by the task, the output's version counter moves on, so a backward through
+    values saved before the op is autograd's error, not a silently wrong gradient."""
+    if room == "task":
+        monkeypatch.setattr(EmuWorld, "room", lambda self, group: 0)
+    results = hp.run(backward_through_an_overwritten_output, world_size=2, args=(op,),
+                     timeout=TIMEOUT)  # fmt: skip
+    for text in results:
+        assert "modified by an inplace operation" in text, text

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
 from ..core.group import Group
 from ..kernel.context import current_rank_context
@@ -90,6 +91,7 @@ class Carried:
             out.copy_(result.view(out.shape))
         elif result and out.is_contiguous() and out.device.type == "cpu":
             out.view(-1).view(torch.uint8).numpy()[:] = np.frombuffer(result, np.uint8)
+            increment_version(out)  # as a torch write does: autograd sees the output changed
         elif result:
             values = torch.frombuffer(bytearray(result), dtype=torch.uint8)
             out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
