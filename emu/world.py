@@ -70,6 +70,7 @@ class EmuWorld(Server):
     ops = frozenset(executor.ROUNDS)
     #: Every rank is a thread of this process: a flag poll that nobody can change is a deadlock.
     polls_detect_deadlock = True
+    ranks_share_memory = True
 
     def __init__(self, world_size: int, config: Config) -> None:
         self.world_size = world_size

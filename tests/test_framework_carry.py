@@ -422,3 +422,53 @@ def test_a_carried_output_is_a_write_that_autograd_sees(
                      timeout=TIMEOUT)  # fmt: skip
     for text in results:
         assert "modified by an inplace operation" in text, text
+
+
+#: One tensor for every emulated rank (a module-level buffer; each process has its own).
+SHARED = torch.zeros(8)
+
+
+def into_one_shared_output(op: str) -> None:
+    """Every rank's ``op`` writes :data:`SHARED` (reduce_scatter_tensor: a different block
+    result per rank, so the last writer would win)."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    x = torch.arange(8.0 * n) + 100 * rank
+    if op == "reduce_scatter_tensor":
+        hp.reduce_scatter_tensor(SHARED, x)
+    elif op == "alltoall_single":
+        hp.alltoall_single(x[:8], SHARED)
+    else:
+        hp.all_reduce(SHARED)
+
+
+@pytest.mark.parametrize("op", ["reduce_scatter_tensor", "alltoall_single", "all_reduce"])
+def test_an_output_shared_between_emulated_ranks_is_reported_carried_or_not(op: str) -> None:
+    """The exchange has room, but one rank's output is another rank's memory: the op keeps its
+    task, whose check reports the sharing on every rank (carried, each rank would write it
+    in turn and the last writer's result would silently stand)."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(into_one_shared_output, world_size=2, args=(op,), timeout=TIMEOUT)
+    causes = info.value.root_causes
+    assert sorted(causes) == [0, 1], info.value
+    for error in causes.values():
+        assert isinstance(error, hp.HcclSharedMemoryError), error
+        assert "shares memory with rank" in str(error), error
+
+
+def gather_a_shared_input() -> torch.Tensor:
+    """Every rank sends the one tensor :data:`SHARED` (read-only sharing, as the same weights
+    are) into an output of its own."""
+    y = torch.zeros(8 * hp.get_world_size())
+    hp.all_gather_into_tensor(y, SHARED)
+    return y
+
+
+def test_an_input_shared_between_emulated_ranks_still_rides(tmp_path: Path) -> None:
+    """Read-only sharing is the same in every backend: the call still rides in its exchange."""
+    SHARED.copy_(torch.arange(8.0))
+    path = tmp_path / "trace.json"
+    results = hp.run(gather_a_shared_input, world_size=2, trace=path, timeout=TIMEOUT)
+    for y in results:
+        np.testing.assert_array_equal(y.numpy(), np.tile(np.arange(8.0, dtype=np.float32), 2))
+    assert len(_events(path, "all_gather_into_tensor")) == 2
+    assert _events(path, "AllGather[True]") == []

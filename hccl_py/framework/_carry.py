@@ -52,6 +52,9 @@ from ._common import exchange, head_length, record, records_of
 
 #: The fact of a record that says how many bytes its rank carries (0: none).
 CARRY = "carry"
+#: Where the ranks share one address space: the fact that says which bytes the rank's output
+#: and input span (:func:`_span`).
+MEMORY = "memory"
 
 
 class Carried:
@@ -131,17 +134,21 @@ def agree_carrying(
     problem: str | None,
     data: torch.Tensor | None,
     rule: Rule,
+    written: torch.Tensor,
     **facts: Any,
 ) -> tuple[list[dict[str, Any]], Carried | None]:
     """:func:`._common.agree`, with ``data``'s bytes beside this rank's record where the
     exchange has room for them (``rule``): every rank's records, and every rank's data when
-    every rank's rode along (None: run the op's task)."""
+    every rank's rode along and no rank's output (``written``) is another rank's memory (None: run
+    the op's task)."""
     started = now_us()
     server = current_rank_context().server
     willing = data is not None and problem is None
     if rule.reduces and willing:
         willing = server.exact_reductions(group)
     size = data.numel() * data.element_size() if willing else 0  # type: ignore[union-attr]
+    if willing and server.ranks_share_memory:
+        facts[MEMORY] = [_span(written), _span(data)]  # type: ignore[arg-type]
     head = record(op, problem, {**facts, CARRY: size})
     room = server.room(group)
     fits = len(head) + 1 + size <= (room if rule.most else min(room, NARROW_EXCHANGE_BYTES))
@@ -159,7 +166,35 @@ def agree_carrying(
         len(row) != n for row, n in zip(rows, sizes, strict=True)
     ):
         return records, None
+    if _shared([r.get(MEMORY) for r in records]):
+        return records, None
     return records, Carried(op, rows, started)
+
+
+def _span(t: torch.Tensor) -> list[int]:
+    """``[storage address, first byte, end byte]`` of the bytes ``t`` spans (none: [])."""
+    if t.numel() == 0:
+        return []
+    first = t.storage_offset()
+    last = first + sum((n - 1) * stride for n, stride in zip(t.shape, t.stride(), strict=True))
+    size = t.element_size()
+    return [t.untyped_storage().data_ptr(), first * size, (last + 1) * size]
+
+
+def _shared(spans: list[Any]) -> bool:
+    """Whether one rank's output spans bytes of another rank's output or input (``spans``: per
+    rank, its record's :data:`MEMORY`): one buffer for both ranks in this process, while each
+    process of a real run has its own. The op's task then runs, and its check reports it."""
+    for i, mine in enumerate(spans):
+        if not isinstance(mine, list) or not mine or not mine[0]:
+            continue
+        storage, lo, hi = mine[0]
+        for j, theirs in enumerate(spans):
+            if j != i and isinstance(theirs, list):
+                for span in theirs:
+                    if span and span[0] == storage and lo < span[2] and span[1] < hi:
+                        return True
+    return False
 
 
 def _bytes_of(data: torch.Tensor) -> bytes:

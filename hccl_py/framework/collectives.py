@@ -91,7 +91,7 @@ def all_gather_into_tensor(
             )
     data = None if async_op else input_tensor
     records, carried = agree_carrying(
-        grp, op, problem, data, GATHER, dtype=str(input_tensor.dtype), shape=shape
+        grp, op, problem, data, GATHER, output_tensor, dtype=str(input_tensor.dtype), shape=shape
     )
     require_same(grp, op, records, "shape", "input_tensor's shape")
     require_same(grp, op, records, "dtype", "input_tensor's dtype")
@@ -224,6 +224,7 @@ def alltoall_single(
         problem,
         in_tensor if sync_op else None,
         ALL_TO_ALL,
+        out_tensor,
         dtype=str(in_tensor.dtype),
         row=_shape(in_tensor)[1:],
         **{"in": ins, "out": outs},
@@ -341,6 +342,7 @@ def all_reduce(
         None,
         None if async_op else tensor,
         ALL_REDUCE,
+        tensor,
         dtype=str(tensor.dtype),
         shape=_shape(tensor),
         reduce=reduce_op.name,
@@ -385,6 +387,7 @@ def reduce_scatter_tensor(
         problem,
         None if async_op else input,
         REDUCE_SCATTER,
+        output,
         dtype=str(input.dtype),
         shape=out_shape,
         reduce=reduce_op.name,

@@ -157,6 +157,11 @@ class Meetings:
     windows are.
     """
 
+    #: Whether the ranks share one address space (the emulator: threads of one process), where
+    #: one tensor may be one buffer for several ranks: a framework op whose output is such a
+    #: buffer keeps its task, whose check reports it (:mod:`hccl_py.sanitizer.sharing`).
+    ranks_share_memory = False
+
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
     ) -> list[bytes] | None:
