@@ -472,3 +472,95 @@ def test_an_input_shared_between_emulated_ranks_still_rides(tmp_path: Path) -> N
         np.testing.assert_array_equal(y.numpy(), np.tile(np.arange(8.0, dtype=np.float32), 2))
     assert len(_events(path, "all_gather_into_tensor")) == 2
     assert _events(path, "AllGather[True]") == []
+
+
+def returns_right_after_its_exchange(op: str) -> bool:
+    """``op``, carried in its argument exchange (barrier: the exchange alone), is each rank's
+    last collective. Rank 0 looks for absent peers only once rank 1 has returned from its
+    function (forced here: on a loaded machine it happens by chance, between the exchange's
+    end and its notice)."""
+    import time
+
+    from hccl_py.backends.dist import session
+    from hccl_py.backends.dist.descriptors import returned_key
+
+    rank, n = hp.get_rank(), hp.get_world_size()
+    hp.barrier()  # both ranks are here: the patch below sees only the last exchange
+    if rank == 0:
+        store = current_rank_context().server.store
+
+        def watch_work(work, every, look, failed) -> None:  # type: ignore[no-untyped-def]
+            work.wait()
+            for _ in range(2000):
+                if store.check([returned_key(1)]):
+                    break
+                time.sleep(0.01)
+            look()
+
+        session.watch_work = watch_work
+    if op == "barrier":
+        hp.barrier()
+        return True
+    y = torch.zeros(4 * n)
+    hp.all_gather_into_tensor(y, torch.full((4,), float(rank)))
+    return y.tolist() == [float(r) for r in range(n) for _ in range(4)]
+
+
+@pytest.mark.parametrize("op", ["barrier", "all_gather_into_tensor"])
+def test_a_peer_that_returned_after_the_last_exchange_is_not_absent(op: str) -> None:
+    """Rank 1 took part in the exchange, got its result and returned: rank 0, still in the
+    exchange's wait, must not report it as having returned without calling the op."""
+    got = hp.run(returns_right_after_its_exchange, world_size=2, backend="gloo", args=(op,),
+                 timeout=TIMEOUT)  # fmt: skip
+    assert got == [True, True], got
+
+
+def rank0_calls_once_more() -> None:
+    """Both ranks all_reduce once; rank 0 then calls barrier, which rank 1 never calls."""
+    hp.all_reduce(torch.ones(4))
+    if hp.get_rank() == 0:
+        hp.barrier()
+
+
+def test_a_peer_that_returned_before_the_exchange_is_still_named() -> None:
+    """Rank 1 joined the group's first exchange but returned before the second: rank 0 names
+    it at once, not after its timeout."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(rank0_calls_once_more, world_size=2, backend="gloo", timeout=TIMEOUT)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclDeadlockError), error
+    assert "rank 1 returned from its function without calling barrier" in str(error), error
+
+
+@pytest.mark.parametrize(
+    "value, number, left",
+    [(b'{"g":2}', 1, False), (b'{"g":2}', 2, True), (b'{"h":5}', 0, True), (None, 0, True)],
+    ids=["joined", "next", "other-domain", "no-record"],
+)
+def test_whether_a_returned_peer_joined_an_exchange_is_read_back(
+    value: bytes | None, number: int, left: bool
+) -> None:
+    from torch.distributed import HashStore
+
+    from hccl_py.backends.dist.descriptors import exchanged_key, left_before, returned_key
+
+    store = HashStore()
+    assert not left_before(store, 3, "g", number)  # not returned yet: not absent
+    if value is not None:
+        store.set(exchanged_key(3), value)
+    store.set(returned_key(3), b"{}")
+    assert left_before(store, 3, "g", number) == left
+
+
+@pytest.mark.parametrize("forged", [b"1", b'{"g":"3"}', b'{"g":-2}', b"\xff"])
+def test_a_forged_exchange_count_is_refused(forged: bytes) -> None:
+    from torch.distributed import HashStore
+
+    from hccl_py.backends.dist.descriptors import exchanged_key, left_before, returned_key
+    from hccl_py.launcher.sealed import ForgedValueError
+
+    store = HashStore()
+    store.set(returned_key(2), b"{}")
+    store.set(exchanged_key(2), forged)
+    with pytest.raises(ForgedValueError, match="exchange counts"):
+        left_before(store, 2, "g", 0)

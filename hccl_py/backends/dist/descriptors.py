@@ -226,3 +226,30 @@ def read_joined(store: dist.Store, rank: int, domain: str) -> int | None:
     if type(joined) is not dict or not all(type(v) is int and v >= 0 for v in joined.values()):
         raise sealed.refused(key, raw, "hccl_py writes the task positions of its domains there")
     return joined.get(domain, -1)
+
+
+def exchanged_key(rank: int) -> str:
+    """Set (in a run's keys) just before :func:`returned_key`: per domain, how many framework
+    argument exchanges global rank ``rank`` took part in (JSON, domain name to count)."""
+    return f"exchanged/{rank}"
+
+
+def left_before(store: dist.Store, rank: int, domain: str, number: int) -> bool:
+    """Whether global rank ``rank`` returned from its function without taking part in framework
+    exchange ``number`` (from 0) of ``domain``: it will never join it. One that returned right
+    after taking part in it (its last collective) is not absent.
+
+    Anything but a record of domain names and counts is refused
+    (:class:`~hccl_py.launcher.sealed.ForgedValueError`).
+    """
+    if not store.check([returned_key(rank)]):
+        return False
+    key = exchanged_key(rank)
+    raw = store.get(key) if store.check([key]) else b"{}"
+    try:
+        counts = json.loads(raw)
+    except ValueError:
+        counts = None
+    if type(counts) is not dict or not all(type(v) is int and v >= 0 for v in counts.values()):
+        raise sealed.refused(key, raw, "hccl_py writes the exchange counts of its domains there")
+    return counts.get(domain, 0) <= number

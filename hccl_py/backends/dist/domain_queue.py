@@ -39,9 +39,9 @@ from .descriptors import (
     encode_descriptor,
     final_key,
     joined_key,
+    left_before,
     read_final,
     read_joined,
-    returned_key,
 )
 from .session import LOOK_S, Session
 from .waits import watch_work
@@ -99,8 +99,8 @@ class DomainQueue:
         self.stopping = False
         #: The task whose descriptors this queue's thread is comparing, if any.
         self.comparing: Task | None = None
-        #: The position of the last task whose descriptor exchange this rank took part in.
-        self.joined = -1
+        #: The last task whose descriptor exchange this rank joined; the framework exchanges it joined.
+        self.joined, self.exchanged = -1, 0
         self.rows = first_round.Rows()  # the width of the exchanges' rows
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
@@ -260,13 +260,14 @@ class DomainQueue:
                 cond.notify_all()
 
     def _waiter(self, op: str) -> pg_rounds.Waiter:
-        """Blocks on a process-group call of ``op`` (see :meth:`Session.await_peers`)."""
-        store, group = self.server.store, self.group
+        """Blocks on the call of ``op``'s exchange (see :meth:`Session.await_peers`, :func:`left_before`)."""
+        store, group, number = self.server.store, self.group, self.exchanged
+        self.exchanged += 1
 
         def wait(work: dist.Work) -> None:
             self.server.session.await_peers(
                 work, group.ranks, op, f"domain {group.name}", self.server.config.timeout,
-                lambda r: bool(store.check([returned_key(r)])),
+                lambda r: left_before(store, r, group.name, number),
             )  # fmt: skip
 
         return wait

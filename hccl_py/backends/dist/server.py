@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +39,7 @@ from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
-from .descriptors import final_key, final_value, returned_key, returned_value
+from .descriptors import exchanged_key, final_key, final_value, returned_key, returned_value
 from .domain_queue import DomainQueue
 from .session import Session, session_for, spawned_rank
 from .settings import CHECK_ENV, Settings
@@ -250,6 +251,8 @@ class DistServer(Server):
         take it for absent."""
         with self.cond:
             joined = {name: q.joined for name, q in self.queues.items() if q.joined >= 0}
+            exchanged = {name: q.exchanged for name, q in self.queues.items()}
+        self.publish(exchanged_key(rank), json.dumps(exchanged).encode())
         self.publish(returned_key(rank), returned_value(joined))
 
     def publish(self, key: str, value: bytes) -> None:
