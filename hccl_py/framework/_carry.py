@@ -134,13 +134,13 @@ def agree_carrying(
     problem: str | None,
     data: torch.Tensor | None,
     rule: Rule,
-    written: torch.Tensor,
+    written: torch.Tensor | None,
     **facts: Any,
 ) -> tuple[list[dict[str, Any]], Carried | None]:
     """:func:`._common.agree`, with ``data``'s bytes beside this rank's record where the
     exchange has room for them (``rule``): every rank's records, and every rank's data when
-    every rank's rode along and no rank's output (``written``) is another rank's memory (None: run
-    the op's task)."""
+    every rank's rode along and no rank's output (``written``; None: memory the op allocates) is
+    another rank's memory (None: run the op's task)."""
     started = now_us()
     server = current_rank_context().server
     willing = data is not None and problem is None
@@ -171,9 +171,9 @@ def agree_carrying(
     return records, Carried(op, rows, started)
 
 
-def _span(t: torch.Tensor) -> list[int]:
+def _span(t: torch.Tensor | None) -> list[int]:
     """``[storage address, first byte, end byte]`` of the bytes ``t`` spans (none: [])."""
-    if t.numel() == 0:
+    if t is None or t.numel() == 0:
         return []
     first = t.storage_offset()
     last = first + sum((n - 1) * stride for n, stride in zip(t.shape, t.stride(), strict=True))

@@ -137,6 +137,7 @@ def _exchange(
         problem,
         src,
         ALL_TO_ALL,
+        None,  # the output is allocated here, after the agreement
         dtype=str(x.dtype),
         row=[int(s) for s in x.shape[1:]],
         n_expert=len(local) // n,
