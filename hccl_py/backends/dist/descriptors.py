@@ -218,14 +218,20 @@ def read_joined(store: dist.Store, rank: int, domain: str) -> int | None:
     key = returned_key(rank)
     if not store.check([key]):
         return None
-    raw = store.get(key)
-    try:
-        joined = json.loads(raw)
-    except ValueError:
-        joined = None
-    if type(joined) is not dict or not all(type(v) is int and v >= 0 for v in joined.values()):
-        raise sealed.refused(key, raw, "hccl_py writes the task positions of its domains there")
+    joined = _per_domain(key, store.get(key), "the task positions")
     return joined.get(domain, -1)
+
+
+def _per_domain(key: str, raw: bytes, what: str) -> dict[str, int]:
+    """A record of domain names to non-negative ints (``what`` they count) read at ``key``;
+    anything else is refused (:class:`~hccl_py.launcher.sealed.ForgedValueError`)."""
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        found = None
+    if type(found) is not dict or not all(type(v) is int and v >= 0 for v in found.values()):
+        raise sealed.refused(key, raw, f"hccl_py writes {what} of its domains there")
+    return found
 
 
 def exchanged_key(rank: int) -> str:
@@ -246,10 +252,4 @@ def left_before(store: dist.Store, rank: int, domain: str, number: int) -> bool:
         return False
     key = exchanged_key(rank)
     raw = store.get(key) if store.check([key]) else b"{}"
-    try:
-        counts = json.loads(raw)
-    except ValueError:
-        counts = None
-    if type(counts) is not dict or not all(type(v) is int and v >= 0 for v in counts.values()):
-        raise sealed.refused(key, raw, "hccl_py writes the exchange counts of its domains there")
-    return counts.get(domain, 0) <= number
+    return _per_domain(key, raw, "the exchange counts").get(domain, 0) <= number
