@@ -89,12 +89,14 @@ class Carried:
     def write(self, out: torch.Tensor, result: bytes | torch.Tensor) -> None:
         """``result`` (bytes in memory order, or a tensor of ``out``'s elements) into ``out``;
         the trace shows the op as one call."""
-        out = out.detach()  # written as the op's task writes it: behind autograd's back
+        # Detached, a leaf that requires grad may be written, as the op's task writes it; the
+        # version counter, which the detached view shares, still moves on, as after the task.
+        out = out.detach()
         if isinstance(result, torch.Tensor):
             out.copy_(result.view(out.shape))
         elif result and out.is_contiguous() and out.device.type == "cpu":
             out.view(-1).view(torch.uint8).numpy()[:] = np.frombuffer(result, np.uint8)
-            increment_version(out)  # as a torch write does: autograd sees the output changed
+            increment_version(out)  # numpy's write does not move it
         elif result:
             values = torch.frombuffer(bytearray(result), dtype=torch.uint8)
             out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
@@ -124,7 +126,7 @@ GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
 ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True)
 #: reduce_scatter_tensor: every rank would receive every rank's whole input.
 REDUCE_SCATTER = Rule(0, widens=False, reduces=True)
-#: alltoall_single: likewise.
+#: alltoall_single, global_scatter, global_gather: likewise.
 ALL_TO_ALL = Rule(0, widens=False, reduces=False)
 
 
