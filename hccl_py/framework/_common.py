@@ -215,13 +215,23 @@ def head_length(raw: bytes) -> int:
     return len(raw) if end < 0 else end
 
 
+#: Records read lately, by their bytes (read-only: every holder shares one): ranks that agree
+#: send the same records, and a loop of calls sends the same ones again.
+_DECODED: dict[bytes, dict[str, Any]] = {}
+_DECODED_MOST = 256
+
+
 def records_of(group: Group, op: str, raw: list[bytes]) -> list[dict[str, Any]]:
     """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises)."""
-    decoded: dict[bytes, dict[str, Any]] = {}  # ranks that agree send the same records
     records = []
     for r in raw:
         head = r[: head_length(r)]
-        records.append(decoded[head] if head in decoded else decoded.setdefault(head, _record(r)))
+        found = _DECODED.get(head)
+        if found is None:
+            if len(_DECODED) >= _DECODED_MOST:
+                _DECODED.clear()
+            found = _DECODED[head] = _record(r)
+        records.append(found)
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:
         listed = ", ".join(f"{who(group, i)} {name}" for i, name in enumerate(ops))
