@@ -45,6 +45,7 @@ from torch.autograd.graph import increment_version
 
 from ..core.group import Group
 from ..kernel.context import current_rank_context
+from ..sanitizer.sharing import Extent, first_clash
 from ..server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES, WIDE_REDUCE_BYTES
 from ..trace import hooks
 from ..trace.recorder import AIV_TID, now_us
@@ -186,17 +187,20 @@ def _span(t: torch.Tensor | None) -> list[int]:
 def _shared(spans: list[Any]) -> bool:
     """Whether one rank's output spans bytes of another rank's output or input (``spans``: per
     rank, its record's :data:`MEMORY`): one buffer for both ranks in this process, while each
-    process of a real run has its own. The op's task then runs, and its check reports it."""
-    for i, mine in enumerate(spans):
-        if not isinstance(mine, list) or not mine or not mine[0]:
-            continue
-        storage, lo, hi = mine[0]
-        for j, theirs in enumerate(spans):
-            if j != i and isinstance(theirs, list):
-                for span in theirs:
-                    if span and span[0] == storage and lo < span[2] and span[1] < hi:
-                        return True
-    return False
+    process of a real run has its own. The op's task then runs, and its check reports it
+    (:func:`~hccl_py.sanitizer.sharing.first_clash` judges both)."""
+    buffers = [
+        (_extent(m[0]), _extent(m[1])) if isinstance(m, list) and len(m) == 2 else (None, None)
+        for m in spans
+    ]
+    return first_clash(buffers) is not None
+
+
+def _extent(span: Any) -> Extent | None:
+    """A peer's :func:`_span` as an extent, or None for none (or anything else)."""
+    if isinstance(span, list) and len(span) == 3 and all(type(v) is int for v in span):
+        return span[0], span[1], span[2]
+    return None
 
 
 def _bytes_of(data: torch.Tensor) -> bytes:

@@ -11,13 +11,18 @@ the same on every backend and stays silent.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..core.errors import HcclSharedMemoryError
 from ..core.gm import GmAddr
 from ..core.task import Task
 
+#: ``(storage address, first byte, end byte)`` of the bytes a buffer spans.
+Extent = tuple[int, int, int]
 
-def _extent(addr: GmAddr) -> tuple[int, int, int] | None:
-    """(storage address, first byte, end byte) of the allocation ``addr`` points into."""
+
+def _extent(addr: GmAddr) -> Extent | None:
+    """The extent of the allocation ``addr`` points into."""
     alloc = addr.alloc
     if alloc is None or alloc.memory is None or not alloc.memory[0] or not alloc.nbytes:
         return None
@@ -25,24 +30,31 @@ def _extent(addr: GmAddr) -> tuple[int, int, int] | None:
     return storage, base, base + alloc.nbytes
 
 
-def shared_between_ranks(tasks: list[Task]) -> HcclSharedMemoryError | None:
-    """The first receive buffer of one rank's task that shares bytes with another rank's buffer."""
-    used: dict[int, list[tuple[int, int, Task, str]]] = {}
-    for task in tasks:
-        for side in ("send", "recv"):
-            extent = _extent(getattr(task, side))
+def first_clash(
+    buffers: Sequence[tuple[Extent | None, Extent | None]],
+) -> tuple[int, int, str] | None:
+    """Per rank ``(written, read)`` extents (None: no such buffer): the first written extent of
+    one rank that shares bytes with another rank's buffer, as ``(writer, other, "recv" or
+    "send")`` (the other's buffer), or None."""
+    used: dict[int, list[tuple[int, int, int, str]]] = {}
+    for i, (written, read) in enumerate(buffers):
+        for side, extent in (("send", read), ("recv", written)):
             if extent is not None:
-                used.setdefault(extent[0], []).append((extent[1], extent[2], task, side))
+                used.setdefault(extent[0], []).append((extent[1], extent[2], i, side))
     for entries in used.values():
-        if len({task.rank for _, _, task, _ in entries}) < 2:
-            continue
         for lo, hi, writer, side in entries:
             if side != "recv":
                 continue
             for o_lo, o_hi, other, o_side in entries:
-                if other.rank != writer.rank and lo < o_hi and o_lo < hi:
-                    return _report(writer, other, o_side)
+                if other != writer and lo < o_hi and o_lo < hi:
+                    return writer, other, o_side
     return None
+
+
+def shared_between_ranks(tasks: list[Task]) -> HcclSharedMemoryError | None:
+    """The first receive buffer of one rank's task that shares bytes with another rank's buffer."""
+    clash = first_clash([(_extent(t.recv), _extent(t.send)) for t in tasks])
+    return None if clash is None else _report(tasks[clash[0]], tasks[clash[1]], clash[2])
 
 
 def _report(writer: Task, other: Task, other_side: str) -> HcclSharedMemoryError:
