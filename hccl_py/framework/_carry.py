@@ -46,10 +46,15 @@ from torch.autograd.graph import increment_version
 from ..core.group import Group
 from ..kernel.context import current_rank_context
 from ..sanitizer.sharing import Extent, first_clash
-from ..server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES, WIDE_REDUCE_BYTES
+from ..server.protocol import (
+    MAX_EXCHANGE_BYTES,
+    NARROW_EXCHANGE_BYTES,
+    WIDE_REDUCE_BYTES,
+    record_length,
+)
 from ..trace import hooks
 from ..trace.recorder import AIV_TID, now_us
-from ._common import exchange, head_length, record, records_of
+from ._common import exchange, record, records_of
 
 #: The fact of a record that says how many bytes its rank carries (0: none).
 CARRY = "carry"
@@ -161,7 +166,7 @@ def agree_carrying(
     raw = exchange(group, op, payload)
     records = records_of(group, op, raw)
     sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
-    heads = [head_length(r) for r in raw]
+    heads = [record_length(r) for r in raw]
     if rule.widens and max(sizes) <= rule.most:
         server.widen(group, max(heads) + 1 + max(sizes))
     rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]

@@ -26,7 +26,7 @@ from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype
 from ..core.errors import HcclMismatchError
 from ..core.group import WORLD_GROUP_NAME, Group
 from ..kernel.context import current_rank_context
-from ..server.protocol import EXCHANGE
+from ..server.protocol import EXCHANGE, record_length
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64
@@ -209,12 +209,6 @@ def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
     return json.dumps({"op": op, "problem": problem, **facts}, separators=(",", ":")).encode()
 
 
-def head_length(raw: bytes) -> int:
-    """The length of the record at the start of an exchanged payload (up to a NUL byte)."""
-    end = raw.find(b"\0")
-    return len(raw) if end < 0 else end
-
-
 #: Records read lately, by their bytes (read-only: every holder shares one): ranks that agree
 #: send the same records, and a loop of calls sends the same ones again.
 _DECODED: dict[bytes, dict[str, Any]] = {}
@@ -225,7 +219,7 @@ def records_of(group: Group, op: str, raw: list[bytes]) -> list[dict[str, Any]]:
     """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises)."""
     records = []
     for r in raw:
-        head = r[: head_length(r)]
+        head = r[: record_length(r)]
         found = _DECODED.get(head)
         if found is None:
             if len(_DECODED) >= _DECODED_MOST:
@@ -249,7 +243,7 @@ def _record(raw: bytes) -> dict[str, Any]:
     """A peer's exchanged arguments; what a peer that prepared a kernel task sent there (its
     descriptor, up to a NUL byte: round 0's bytes may follow) reads as that task's op."""
     try:
-        found = json.loads(raw[: head_length(raw)])
+        found = json.loads(raw[: record_length(raw)])
     except ValueError:
         found = None
     if not isinstance(found, dict) or not isinstance(found.get("op"), str | int):

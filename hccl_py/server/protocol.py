@@ -143,6 +143,14 @@ NARROW_EXCHANGE_BYTES = 4096
 WIDE_REDUCE_BYTES = 64 << 10
 
 
+def record_length(payload: bytes) -> int:
+    """The length of the record (JSON text, which never holds a NUL byte) at the start of an
+    exchanged payload: a framework collective's arguments or a kernel task's descriptor, each
+    optionally followed by a NUL byte and the data that rides along."""
+    end = payload.find(b"\0")
+    return len(payload) if end < 0 else end
+
+
 class Meetings:
     """Direct meetings of the ranks of a domain, outside any task: :meth:`meet`, and for an
     exchange that carries a framework op's data, :meth:`room`, :meth:`widen` and

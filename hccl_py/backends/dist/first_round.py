@@ -43,7 +43,7 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
-from ...server.protocol import WIDE_REDUCE_BYTES
+from ...server.protocol import WIDE_REDUCE_BYTES, record_length
 from ...server.reduce import reduce_ranks
 from . import rounds
 from .descriptors import decode_all
@@ -86,7 +86,7 @@ def next_width(tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> 
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
     if block > _widens(tasks[0], dom):
         return rounds.ROW_BYTES
-    descriptor = max(_descriptor_length(raw) for raw in payloads)
+    descriptor = max(record_length(raw) for raw in payloads)
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
 
 
@@ -125,13 +125,6 @@ def split(raw: bytes) -> tuple[bytes | None, bytes]:
     """``(round 0's bytes or None, descriptor)`` out of a peer's payload."""
     descriptor, nul, data = raw.partition(b"\0")
     return (data if nul else None), descriptor
-
-
-def _descriptor_length(raw: bytes) -> int:
-    """The length of the descriptor at the start of a peer's payload (:func:`split`'s, without
-    copying the round-0 bytes after it)."""
-    end = raw.find(b"\0")
-    return len(raw) if end < 0 else end
 
 
 def received(
