@@ -372,7 +372,7 @@ def reduce_scatter_tensor(
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
     check_same_dtype(name, output=output, input=input)
-    hccl_dtype(name, input)
+    data_type = hccl_dtype(name, input)
     problem = None
     out_shape = _shape(output)
     want = [grp.size * out_shape[0], *out_shape[1:]] if out_shape else None
@@ -397,7 +397,7 @@ def reduce_scatter_tensor(
     if carried is not None:
         n, me = grp.size, grp.rank_of(current_rank_context().rank)
         mine = carried.stacked(input.dtype).view(n, n, -1)[:, me]
-        carried.write(output, _reduce_rows(mine, reduce_op, hccl_dtype(name, input)))
+        carried.write(output, _reduce_rows(mine, reduce_op, data_type))
         return None
     kernel, finish = _reduce(name, grp, source(input, output), output, reduce_op, scatter=True)
     return run_async(kernel, finish, async_op)
