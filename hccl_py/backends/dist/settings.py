@@ -89,7 +89,9 @@ class Settings:
         except ValueError:
             theirs = None
         if not isinstance(theirs, dict):
-            raise HcclUsageError(f"rank {rank} cannot read rank 0's settings in the run's store")
+            raise HcclUsageError(
+                f"rank {rank} cannot read rank 0's settings in the run's store", rank=rank
+            )
         differ = [name for name in mine if theirs.get(name) != mine[name]]
         if differ:
             listed = "; ".join(
