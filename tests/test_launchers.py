@@ -532,6 +532,34 @@ def test_ranks_whose_settings_differ_say_so_at_the_start(job: Path) -> None:
     assert "HcclMismatchError" in outputs[1], outputs[1]
 
 
+@pytest.mark.parametrize(
+    ("stored", "error", "said"),
+    [
+        (b"[1]", hp.HcclUsageError, "rank 1 cannot read rank 0's settings"),
+        (b"\xff", hp.HcclUsageError, "rank 1 cannot read rank 0's settings"),
+        (
+            b'{"HCCL_PY_REDUCE": "exact"}',
+            hp.HcclMismatchError,
+            "differ from rank 0's (HCCL_PY_CHECK_TASKS: rank 1 1, rank 0 None",
+        ),
+    ],
+)
+def test_rank_0s_settings_are_compared_as_read(stored: bytes, error: type, said: str) -> None:
+    """What rank 1 finds in the store's settings key: not a record is named as unreadable;
+    a record that lacks a setting differs from rank 1's in it."""
+    from torch.distributed import HashStore
+
+    from hccl_py.backends.dist.settings import KEY, Settings
+
+    store = HashStore()
+    store.set(KEY, stored)
+    with pytest.raises(error) as info:
+        Settings(check_tasks=True, carry=True, exact=True).check_same(
+            1, store, store.set, 5.0, lambda: None
+        )
+    assert said in str(info.value), info.value
+
+
 def test_sigterm_stops_every_rank_and_says_so(job: Path) -> None:
     runner = start(
         [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo"]
