@@ -16,7 +16,7 @@ ALIASES = ("_all_gather_single", "_reduce_scatter_single")
 def count_calls() -> list[str]:
     """From now on, every process-group call of hccl_py's rounds in this process appends its
     name to the returned list (clear it between the calls to count)."""
-    from hccl_py.backends.dist import rounds
+    from hccl_py.backends.dist import predicted, rounds
 
     calls: list[str] = []
 
@@ -34,7 +34,7 @@ def count_calls() -> list[str]:
             real = getattr(real_dist, name)
             return counted(name, real) if callable(real) and name[0].islower() else real
 
-    rounds.dist = Counting()
+    rounds.dist = predicted.dist = Counting()  # type: ignore[assignment]
     for alias in ALIASES:
         setattr(rounds, alias, counted(alias.lstrip("_"), getattr(rounds, alias)))
     return calls

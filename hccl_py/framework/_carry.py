@@ -58,6 +58,9 @@ from ._common import exchange, record, records_of
 
 #: The fact of a record that says how many bytes its rank carries (0: none).
 CARRY = "carry"
+#: The fact of a record that lists the bytes of its rank's data for each group rank, in order
+#: (an all-to-all's or a reduce-scatter's pieces): what the same call again would send each peer.
+PIECES = "pieces"
 #: Where the ranks share one address space: the fact that says which bytes the rank's output
 #: and input span (:func:`_span`).
 MEMORY = "memory"
@@ -67,8 +70,12 @@ class Carried:
     """Every rank's input bytes from an exchange that carried them (``rows``, group rank
     order), and when the op started (for the trace)."""
 
-    def __init__(self, op: str, rows: list[memoryview], started_us: float) -> None:
+    def __init__(
+        self, op: str, rows: list[memoryview], started_us: float, scattered: bool = False
+    ) -> None:
         self.op, self.rows, self.started_us = op, rows, started_us
+        #: Whether each row is only its rank's piece for this rank (a predicted all-to-all).
+        self.scattered = scattered
 
     def joined(self) -> bytes:
         """The rows one after another."""
@@ -86,11 +93,22 @@ class Carried:
         """Group rank ``me``'s piece of every rank's rows, in rank order, where rank ``i``'s
         rows hold ``sends[i][j]`` rows of ``row_bytes`` for each rank ``j``, in rank order (an
         all-to-all's input)."""
+        if self.scattered:
+            return self.joined()
         pieces = []
         for data, send in zip(self.rows, sends, strict=True):
             start = int(sum(send[:me])) * row_bytes
             pieces.append(data[start : start + int(send[me]) * row_bytes])
         return b"".join(pieces)
+
+    def blocks_for(self, me: int, dtype: torch.dtype) -> torch.Tensor:
+        """Block ``me`` of every rank's rows, each split in as many equal blocks as there are
+        ranks, as a ``(ranks, elements)`` tensor of ``dtype`` (a reduce-scatter's input)."""
+        stacked = self.stacked(dtype)
+        if self.scattered:
+            return stacked
+        n = len(self.rows)
+        return stacked.view(n, n, -1)[:, me]
 
     def write(self, out: torch.Tensor, result: bytes | torch.Tensor) -> None:
         """``result`` (bytes in memory order, or a tensor of ``out``'s elements) into ``out``;
@@ -118,11 +136,14 @@ class Rule:
     """How an op rides in its exchange: ``most`` is the largest input it carries in rows
     that are wide enough (0: only within :data:`NARROW_EXCHANGE_BYTES`, record included);
     ``widens``: after the records agree, every rank asks alike for rows as wide as the same
-    call needs; ``reduces``: only where the server's reductions are exact."""
+    call needs; ``reduces``: only where the server's reductions are exact; ``scatters``: after
+    the records agree, every rank asks alike for the next exchange as an all-to-all that
+    carries each rank's piece for each peer in the same call (:data:`PIECES`)."""
 
     most: int
     widens: bool
     reduces: bool
+    scatters: bool = False
 
 
 #: all_gather_into_tensor: its rows are its own data.
@@ -131,9 +152,9 @@ GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
 #: (below ``EXACT_SPLIT_MIN_BYTES`` on gloo; at it, one call instead of three).
 ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True)
 #: reduce_scatter_tensor: every rank would receive every rank's whole input.
-REDUCE_SCATTER = Rule(0, widens=False, reduces=True)
+REDUCE_SCATTER = Rule(0, widens=False, reduces=True, scatters=True)
 #: alltoall_single, global_scatter, global_gather: likewise.
-ALL_TO_ALL = Rule(0, widens=False, reduces=False)
+ALL_TO_ALL = Rule(0, widens=False, reduces=False, scatters=True)
 
 
 def agree_carrying(
@@ -143,12 +164,18 @@ def agree_carrying(
     data: torch.Tensor | None,
     rule: Rule,
     written: torch.Tensor | None,
+    pieces: list[int] | None = None,
     **facts: Any,
 ) -> tuple[list[dict[str, Any]], Carried | None]:
     """:func:`._common.agree`, with ``data``'s bytes beside this rank's record where the
     exchange has room for them (``rule``): every rank's records, and every rank's data when
     every rank's rode along and no rank's output (``written``; None: memory the op allocates) is
-    another rank's memory (None: run the op's task)."""
+    another rank's memory (None: run the op's task).
+
+    ``pieces``: for a ``rule`` that scatters, the bytes of ``data`` for each group rank, in
+    order; where the exchange was predicted as an all-to-all, only each rank's piece for this
+    rank comes (:attr:`Carried.scattered`).
+    """
     started = now_us()
     server = current_rank_context().server
     willing = data is not None and problem is None
@@ -157,19 +184,31 @@ def agree_carrying(
     size = data.numel() * data.element_size() if willing else 0  # type: ignore[union-attr]
     if willing and server.ranks_share_memory:
         facts[MEMORY] = [_span(written), _span(data)]  # type: ignore[arg-type]
+    offered = willing and rule.scatters and pieces is not None
+    if offered:
+        facts[PIECES] = pieces
     head = record(op, problem, {**facts, CARRY: size})
     room = server.room(group)
     fits = len(head) + 1 + size <= (room if rule.most else min(room, NARROW_EXCHANGE_BYTES))
-    payload = head
-    if willing and fits and size <= max(rule.most, NARROW_EXCHANGE_BYTES):
-        payload = head + b"\0" + _bytes_of(data)  # type: ignore[arg-type]
-    raw = exchange(group, op, payload)
+    rides = willing and fits and size <= max(rule.most, NARROW_EXCHANGE_BYTES)
+    scatters = offered and server.predicted(group)
+    whole = _bytes_of(data) if rides or scatters else b""  # type: ignore[arg-type]
+    payload = head + b"\0" + whole if rides else head
+    raw, scattered = _exchange(group, op, payload, _split(whole, pieces) if scatters else None)
     records = records_of(group, op, raw)
     sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
     heads = [record_length(r) for r in raw]
     if rule.widens and max(sizes) <= rule.most:
         server.widen(group, max(heads) + 1 + max(sizes))
+    lists = _piece_lists(records, group.size) if rule.scatters else None
+    if lists is not None:
+        server.predict(group, max(heads) + 1 + max(max(p) for p in lists))
     rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
+    if scattered:
+        me = group.rank_of(current_rank_context().rank)
+        if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
+            return records, Carried(op, rows, started, scattered=True)
+        return records, None
     if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
         len(row) != n for row, n in zip(rows, sizes, strict=True)
     ):
@@ -177,6 +216,37 @@ def agree_carrying(
     if _shared([r.get(MEMORY) for r in records]):
         return records, None
     return records, Carried(op, rows, started)
+
+
+def _exchange(
+    group: Group, op: str, payload: bytes, pieces: list[memoryview] | None
+) -> tuple[list[bytes], bool]:
+    """Every rank's payload, and whether every rank's piece for this rank came after its record
+    (only where this rank offers ``pieces``, :meth:`~hccl_py.server.protocol.Meetings.meet_pieces`)."""
+    if pieces is not None:
+        ctx = current_rank_context()
+        got = ctx.server.meet_pieces(group, group.rank_of(ctx.rank), op, payload, pieces)
+        if got is not None:
+            return got
+    return exchange(group, op, payload), False
+
+
+def _split(whole: bytes, sizes: list[int]) -> list[memoryview]:
+    """``whole`` cut into consecutive pieces of ``sizes`` bytes."""
+    view, ends = memoryview(whole), np.cumsum([0, *sizes]).tolist()
+    return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
+
+
+def _piece_lists(records: list[dict[str, Any]], n: int) -> list[list[int]] | None:
+    """Every rank's :data:`PIECES` (None unless every rank listed ``n`` sizes): from the
+    records, so the same on every rank."""
+    lists = [r.get(PIECES) for r in records]
+    if all(
+        isinstance(p, list) and len(p) == n and all(type(v) is int and v >= 0 for v in p)
+        for p in lists
+    ):
+        return lists  # type: ignore[return-value]
+    return None
 
 
 def _span(t: torch.Tensor | None) -> list[int]:

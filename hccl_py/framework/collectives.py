@@ -18,6 +18,7 @@ whose ``wait()`` waits, finalizes and copies staged outputs into place.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +58,7 @@ def _shape(t: torch.Tensor) -> list[int]:
 
 def _row_size(t: torch.Tensor) -> int:
     """Elements per dim-0 row."""
-    return int(np.prod(t.shape[1:], dtype=np.int64))
+    return math.prod(t.shape[1:])
 
 
 def all_gather_into_tensor(
@@ -225,6 +226,7 @@ def alltoall_single(
         in_tensor if sync_op else None,
         ALL_TO_ALL,
         out_tensor,
+        None if ins is None else [k * _row_size(in_tensor) * in_tensor.element_size() for k in ins],
         dtype=str(in_tensor.dtype),
         row=_shape(in_tensor)[1:],
         **{"in": ins, "out": outs},
@@ -388,6 +390,7 @@ def reduce_scatter_tensor(
         None if async_op else input,
         REDUCE_SCATTER,
         output,
+        None if problem else [output.numel() * output.element_size()] * grp.size,
         dtype=str(input.dtype),
         shape=out_shape,
         reduce=reduce_op.name,
@@ -395,8 +398,7 @@ def reduce_scatter_tensor(
     for key, label in (("shape", "output's shape"), ("dtype", "dtype"), ("reduce", "op")):
         require_same(grp, name, records, key, label)
     if carried is not None:
-        n, me = grp.size, grp.rank_of(current_rank_context().rank)
-        mine = carried.stacked(input.dtype).view(n, n, -1)[:, me]
+        mine = carried.blocks_for(grp.rank_of(current_rank_context().rank), input.dtype)
         carried.write(output, _reduce_rows(mine, reduce_op, data_type))
         return None
     kernel, finish = _reduce(name, grp, source(input, output), output, reduce_op, scatter=True)

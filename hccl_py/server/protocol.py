@@ -153,8 +153,8 @@ def record_length(payload: bytes) -> int:
 
 class Meetings:
     """Direct meetings of the ranks of a domain, outside any task: :meth:`meet`, and for an
-    exchange that carries a framework op's data, :meth:`room`, :meth:`widen` and
-    :meth:`exact_reductions`.
+    exchange that carries a framework op's data, :meth:`room`, :meth:`widen`,
+    :meth:`exact_reductions`, and :meth:`predict` with :meth:`meet_pieces`.
 
     Needed by framework collectives, which first exchange what every rank was
     asked to do (:func:`hccl_py.framework._common.agree`, at key
@@ -197,6 +197,26 @@ class Meetings:
     def widen(self, group: Group, need: int) -> None:  # noqa: B027 - optional hook
         """Every rank of ``group`` asks alike, after an exchange, for room for ``need`` bytes in
         the next one (computed from what that exchange gave every rank)."""
+
+    def meet_pieces(
+        self, group: Group, rank: int, what: str, payload: bytes, pieces: list[memoryview] | None
+    ) -> tuple[list[bytes], bool] | None:
+        """:meth:`meet` at :data:`EXCHANGE`, where this rank also offers its pieces of a framework
+        all-to-all's data, one per group rank: every rank's payload and whether every rank's
+        piece for this rank came after it (behind a NUL byte), which only an exchange that
+        :meth:`predict` asked for may carry. The default carries none."""
+        got = self.meet(group, rank, EXCHANGE, what, payload)
+        return None if got is None else (got, False)
+
+    def predicted(self, group: Group) -> bool:
+        """Whether ``group``'s next :data:`EXCHANGE` carries pieces (:meth:`predict`). A hint, as
+        :meth:`room` is. False, the default."""
+        return False
+
+    def predict(self, group: Group, need: int) -> None:  # noqa: B027 - optional hook
+        """Every rank of ``group`` asks alike, after an exchange, for the next one as an
+        all-to-all whose blocks hold ``need`` bytes: a record and one piece of data
+        (:meth:`meet_pieces`; computed from what that exchange gave every rank)."""
 
     def exact_reductions(self, group: Group) -> bool:
         """Whether this server reduces ``group``'s data as the emulator does (in rank order,

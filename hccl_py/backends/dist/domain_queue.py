@@ -223,13 +223,12 @@ class DomainQueue:
             return peer
         return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
 
-    def exchange(self, op: str, payload: bytes) -> list[bytes]:
-        """Every domain rank's ``payload`` (a framework collective's arguments, plain JSON).
-
-        Runs after every task prepared so far in the domain (in this thread
-        when nobody else runs them), as one small all-gather on the domain's
-        process group, so that no round uses the group meanwhile.
-        """
+    def exchange(
+        self, op: str, payload: bytes, pieces: list[memoryview] | None = None
+    ) -> tuple[list[bytes], bool]:
+        """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
+        (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here
+        when nobody else runs them): no round uses the domain's process group meanwhile."""
         cond = self.server.cond
 
         def idle() -> bool:
@@ -249,7 +248,8 @@ class DomainQueue:
                 f"{self.group.name}",
             )
         try:
-            return self.rows.gather(self.dom, payload, self.server.session.device, self._waiter(op))
+            wait = self._waiter(op)
+            return self.rows.exchange(self.dom, payload, pieces, self.server.session.device, wait)
         except HcclError:
             raise
         except Exception as exc:  # noqa: BLE001 - named like a failed round

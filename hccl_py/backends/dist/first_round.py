@@ -45,7 +45,7 @@ from ...core.errors import HcclError
 from ...core.task import Task
 from ...server.protocol import WIDE_REDUCE_BYTES, record_length
 from ...server.reduce import reduce_ranks
-from . import rounds
+from . import predicted, rounds
 from .descriptors import decode_all
 
 _C = HcclCMDType
@@ -102,14 +102,35 @@ class Rows:
 
     def __init__(self) -> None:
         self.width = rounds.ROW_BYTES
+        self.block = 0  # > 0: the next exchange is one all-to-all of such blocks (.predicted)
 
     def gather(
         self, dom: rounds.Domain, payload: bytes, device: torch.device, wait: rounds.Waiter
     ) -> list[bytes]:
-        """Every domain rank's ``payload`` (:func:`.rounds.all_gather_bytes`) in rows of the
-        current width; the next exchange is narrow unless :meth:`agreed` widens it."""
+        """Every domain rank's ``payload`` (:meth:`exchange` without pieces)."""
+        return self.exchange(dom, payload, None, device, wait)[0]
+
+    def exchange(
+        self,
+        dom: rounds.Domain,
+        payload: bytes,
+        pieces: list[memoryview] | None,
+        device: torch.device,
+        wait: rounds.Waiter,
+    ) -> tuple[list[bytes], bool]:
+        """Every domain rank's ``payload``, and whether every rank's pieces for this rank came
+        after it (a NUL byte between): in the predicted all-to-all (:mod:`.predicted`) when
+        :meth:`predict` asked for one and every rank's content fits, else in rows of the
+        current width (:func:`.rounds.all_gather_bytes`; pieces stay behind). The next
+        exchange is a narrow all-gather unless :meth:`agreed`, :meth:`widen` or
+        :meth:`predict` says otherwise."""
         width, self.width = self.width, rounds.ROW_BYTES
-        return rounds.all_gather_bytes(dom, payload, device, wait, width)
+        block, self.block = self.block, 0
+        if block:
+            got = predicted.scatter_bytes(dom, payload, pieces, block, device, wait)
+            if got is not None:
+                return got
+        return rounds.all_gather_bytes(dom, payload, device, wait, width), False
 
     def agreed(self, tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> None:
         """A task check's descriptors agreed: the next exchange's width follows its task."""
@@ -119,6 +140,12 @@ class Rows:
         """The ranks asked alike for room for ``need`` bytes in the next exchange (a framework
         op after its argument exchange, :meth:`~hccl_py.server.protocol.Meetings.widen`)."""
         self.width = width_for(need + DESCRIPTOR_SLACK)
+
+    def predict(self, need: int) -> None:
+        """The ranks asked alike for the next exchange as one all-to-all of blocks of ``need``
+        bytes (a framework all-to-all after its argument exchange,
+        :meth:`~hccl_py.server.protocol.Meetings.predict`)."""
+        self.block = predicted.block_for(need + DESCRIPTOR_SLACK)
 
 
 def split(raw: bytes) -> tuple[bytes | None, bytes]:

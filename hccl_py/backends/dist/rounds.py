@@ -25,16 +25,14 @@ moves alike. Extra copies per round, beyond what the collective itself does:
   :func:`_exact_all_reduce_split` (with equal chunks, one temporary of 1/n of
   the block beyond the all-gather's own buffer).
 - AllReduce / ReduceScatter, **native** reduction (HCCL's default): the process
-  group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the
-  send block into the receive block first (none when they coincide);
-  ReduceScatter packs strided send blocks and writes into the receive block
-  (a temporary when it shares bytes with the send blocks). Types the process group cannot
-  reduce (gloo: FP16/BF16 SUM accumulates in FP32, INT16 in INT32) are widened
-  into a temporary and narrowed back. gloo's MAX and MIN drop NaN, so on gloo
-  (``Reduction.nan_pass``) a MAX or MIN of floating types also reduces one
-  flag (whether any rank has a NaN) and, only when one has, a byte mask of
-  the NaN positions, which are then set to NaN: NaN propagates as in the
-  emulator and numpy.
+  group's own ``all_reduce`` / ``reduce_scatter_single``. AllReduce copies the send block
+  into the receive block first (none when they coincide); ReduceScatter packs strided send
+  blocks and writes into the receive block (a temporary when it shares bytes with the send
+  blocks). Types the process group cannot reduce (gloo: FP16/BF16 SUM accumulates in
+  FP32, INT16 in INT32) are widened into a temporary and narrowed back. gloo's MAX and
+  MIN drop NaN, so on gloo (``Reduction.nan_pass``) a MAX or MIN of floating types also
+  reduces one flag (whether any rank has a NaN) and, only when one has, a byte mask of the
+  NaN positions, which are then set to NaN: NaN propagates as in the emulator and numpy.
 
 When send and receive ranges of a round share bytes, the source is read into a
 temporary first, as the emulator does.
@@ -44,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -97,7 +96,7 @@ class Domain:
     order: np.ndarray
     reduction: Reduction
 
-    @property
+    @cached_property
     def identity(self) -> bool:
         """Whether PG ranks and domain indices coincide."""
         return bool((self.order == np.arange(len(self.order))).all())

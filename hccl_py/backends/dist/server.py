@@ -35,12 +35,13 @@ from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
-from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Backend, Server
+from ...server.protocol import Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
 from . import rounds as pg_rounds
 from .descriptors import exchanged_key, final_key, final_value, returned_key, returned_value
 from .domain_queue import DomainQueue
+from .exchanges import ExchangeMeetings
 from .session import Session, session_for, spawned_rank
 from .settings import CHECK_ENV, Settings
 
@@ -51,7 +52,7 @@ MIN_PG_TIMEOUT_S = 30.0
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
 
-class DistServer(Server):
+class DistServer(ExchangeMeetings, Server):
     """One rank's server: process groups per domain, one thread per domain."""
 
     ops = frozenset(pg_rounds.ROUNDS)
@@ -181,48 +182,6 @@ class DistServer(Server):
         with self.cond:
             self._queue(task).submit(task)
             self.cond.notify_all()
-
-    def meet(
-        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
-    ) -> list[bytes] | None:
-        """A framework exchange: every domain rank's ``payload``, one all-gather on its group.
-
-        None (the two AllGather tasks of any server) for a group without a process
-        group here; a meeting over windows is refused (this server has none).
-        """
-        if key != EXCHANGE:
-            return super().meet(group, rank, key, what, payload)
-        if group.size == 1:
-            return [payload]
-        if self.domains.get(group.name) is None:
-            return None
-        with self.cond:
-            queue = self._queue_of(group)
-            self._release()
-        return queue.exchange(what, payload)
-
-    def room(self, group: Group) -> int:
-        """The width of ``group``'s next exchange rows (every payload when it has one rank;
-        none without a process group here, or with ``HCCL_PY_CARRY_FIRST_ROUND=0``)."""
-        if not self.carry_first_round:
-            return 0
-        if group.size == 1:
-            return MAX_EXCHANGE_BYTES
-        if self.domains.get(group.name) is None:
-            return 0
-        with self.cond:
-            return self._queue_of(group).rows.width
-
-    def exact_reductions(self, group: Group) -> bool:
-        """Whether ``group``'s reductions are exact here (``HCCL_PY_REDUCE``; one rank: yes)."""
-        dom = self.domains.get(group.name)
-        return group.size == 1 or (dom is not None and dom.reduction.exact)
-
-    def widen(self, group: Group, need: int) -> None:
-        """``group``'s next exchange rows as wide as ``need`` bytes ask (:meth:`.Rows.widen`)."""
-        if group.size > 1 and self.domains.get(group.name) is not None:
-            with self.cond:
-                self._queue_of(group).rows.widen(need)
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones before its first round.

@@ -1,0 +1,105 @@
+"""An exchange predicted to be the all-to-all that the domain's last exchange agreed on.
+
+A framework all-to-all (``alltoall_single``, an exact ``reduce_scatter_tensor``)
+first exchanges its arguments, then sends its data: two process-group calls.
+Its data cannot ride in the exchange's all-gather rows beyond a few KiB, since
+every rank would receive every rank's whole input. But once a call agreed, every
+rank knows alike the sizes of "the same call again", and asks for it
+(:meth:`~hccl_py.server.protocol.Meetings.predict`). The domain's next exchange,
+whichever collective it belongs to, is then one ``all_to_all_single`` of blocks of
+that size, equal on every rank (gloo aborts a process on messages of different
+sizes: see docs/backends.md). Each block holds, after a header of two int64
+(the content's length, and :data:`PIECES` or :data:`PLAIN`), the sender's payload
+(its record, the same in every block) and, where it offers pieces, a NUL byte and
+its piece for that peer.
+
+A rank whose content does not fit its blocks sends :data:`UNFIT` as the length of
+every block; every rank then sees it and exchanges again as usual, after one
+wasted call. Every sender's kind is the same in all its blocks, so every rank
+decides alike whether every rank's pieces came.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ...server.protocol import record_length
+from .rounds import MAX_PAYLOAD_BYTES, ROW_BYTES, Domain, Waiter
+
+#: The header of a block: the content's length, then its kind.
+HEADER_BYTES = 16
+#: The length a rank sends in every block when its content does not fit.
+UNFIT = -1
+#: A block's kind: the sender's payload alone (the same in every block).
+PLAIN = 0
+#: A block's kind: the sender's payload, a NUL byte and its piece for that peer.
+PIECES = 1
+
+
+def scatter_bytes(
+    dom: Domain,
+    payload: bytes,
+    pieces: list[memoryview] | None,
+    block: int,
+    device: torch.device,
+    wait: Waiter,
+) -> tuple[list[bytes], bool] | None:
+    """Every domain rank's content for this rank (domain order) in one all-to-all of ``block``
+    bytes per peer, and whether every rank sent its pieces; None when some rank's content did
+    not fit (every rank sees it alike, and exchanges again as usual).
+
+    ``pieces`` (domain order, or None): this rank's data for each peer, sent after
+    ``payload``'s record (:func:`~hccl_py.server.protocol.record_length`: what follows it
+    rides only in an all-gather) and a NUL byte.
+    """
+    n = len(dom.order)
+    if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
+        payload = payload[: record_length(payload)]
+    rows = np.zeros((n, HEADER_BYTES + block), dtype=np.uint8)
+    heads = rows[:, :HEADER_BYTES].view("<i8")
+    mine = np.frombuffer(payload, np.uint8)
+    if pieces is None:
+        fits = len(payload) <= block
+        heads[:, 1] = PLAIN
+    else:
+        fits = len(pieces) == n and len(payload) + 1 + max(len(p) for p in pieces) <= block
+        heads[:, 1] = PIECES
+    if not fits:
+        heads[:, 0] = UNFIT
+    else:
+        for p, d in enumerate(dom.order.tolist()):
+            row = rows[p, HEADER_BYTES:]
+            row[: len(payload)] = mine
+            length = len(payload)
+            if pieces is not None:
+                piece = np.frombuffer(pieces[d], np.uint8)
+                row[length + 1 : length + 1 + piece.size] = piece
+                length += 1 + piece.size
+            heads[p, 0] = length
+    send = torch.from_numpy(rows.reshape(-1)).to(device)
+    out = torch.empty_like(send)
+    wait(dist.all_to_all_single(out, send, group=dom.pg, async_op=True))
+    got = dom.to_domain(out.view(n, -1)).cpu().numpy()
+    heads_got = got[:, :HEADER_BYTES].copy().view("<i8").tolist()
+    if any(length == UNFIT for length, _ in heads_got):
+        return None
+    for i, (length, kind) in enumerate(heads_got):
+        if not 0 <= length <= block or kind not in (PLAIN, PIECES):
+            raise ValueError(
+                f"domain rank {i} sent a block of {length} bytes of kind {kind} in an "
+                f"all-to-all exchange of {block}-byte blocks; hccl_py sends 0 to {block} bytes "
+                f"of kind {PLAIN} or {PIECES}"
+            )
+    contents = [
+        got[i, HEADER_BYTES : HEADER_BYTES + h[0]].tobytes() for i, h in enumerate(heads_got)
+    ]
+    return contents, all(kind == PIECES for _, kind in heads_got)
+
+
+def block_for(need: int) -> int:
+    """The block of a predicted exchange that carries ``need`` bytes (0: too many): at least
+    :data:`~.rounds.ROW_BYTES`, so that any payload that an all-gather's rows would carry
+    fits (a kernel task's check, another framework op's arguments)."""
+    return max(need, ROW_BYTES) if 0 < need <= MAX_PAYLOAD_BYTES else 0

@@ -1,0 +1,284 @@
+"""A framework all-to-all called again rides in its argument exchange, predicted as one
+all-to-all (hccl_py/backends/dist/predicted.py): one process-group call where the op made two,
+the results numpy's and, for reductions, the task's byte for byte."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+import test_first_round as first_round
+import torch
+from expect import mismatch_on_every_rank
+from pg_counter import count_calls
+
+import hccl_py as hp
+from hccl_py.backends.dist import predicted, rounds
+from hccl_py.backends.dist.settings import CARRY_ENV
+
+TIMEOUT = 30.0
+KIB = 1024
+A2A, AG = "all_to_all_single", "all_gather_single"
+
+
+def _input(rank: int, nbytes: int, step: int) -> torch.Tensor:
+    """A float32 input of ``nbytes`` bytes that no other rank or step shares."""
+    return torch.arange(nbytes // 4, dtype=torch.float32) + 1e6 * rank + 1e3 * step
+
+
+#: (call, bytes per rank, whether ranks send uneven pieces, calls expected on every rank); the
+#: sizes split evenly into rows of 8 floats for 2 and 3 ranks
+SEQUENCE = [
+    ("alltoall", 48 * KIB, False, [AG, A2A]),  # the exchange, then the op's task
+    ("alltoall", 48 * KIB, False, [A2A]),  # the same call again: one all-to-all
+    ("alltoall", 48 * KIB, False, [A2A]),
+    ("alltoall", 192 * KIB, False, [A2A, AG, A2A]),  # larger than predicted: one wasted call
+    ("alltoall", 192 * KIB, False, [A2A]),
+    ("alltoall", 96 * KIB, True, [A2A]),  # uneven pieces, none larger than predicted
+    ("reduce_scatter", 48 * KIB, False, [A2A]),  # another op whose pieces fit
+    ("reduce_scatter", 48 * KIB, False, [A2A]),
+    ("all_gather", 48 * KIB, False, [A2A, AG]),  # its record rides; its data needs its task
+    ("alltoall", 48 * KIB, False, [AG, A2A]),  # an all-gather's exchange predicts nothing
+    ("alltoall", 3 * KIB, False, [A2A]),
+    ("alltoall", 3 * KIB, False, [A2A]),
+]
+
+
+def _splits(n: int, rows: int, uneven: bool, rank: int) -> list[int] | None:
+    """Rank ``rank``'s split sizes of ``rows`` rows (None: equal pieces)."""
+    if not uneven:
+        return None
+    sizes = [(rows // n) + (1 if (j + rank) % 2 == 0 else -1) * (rows // (4 * n)) for j in range(n)]
+    sizes[-1] = rows - sum(sizes[:-1])
+    return sizes
+
+
+def calls_in_a_row() -> list[tuple[list[str], torch.Tensor]]:
+    """Each call of :data:`SEQUENCE`: the process-group calls it made here, and its output."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    calls, out = count_calls(), []
+    for step, (name, nbytes, uneven, _) in enumerate(SEQUENCE):
+        x = _input(rank, nbytes, step)
+        calls.clear()
+        if name == "alltoall":
+            x = x.view(-1, 8)
+            ins = _splits(n, x.shape[0], uneven, rank)
+            outs = (
+                None if ins is None else [_splits(n, x.shape[0], True, j)[rank] for j in range(n)]
+            )
+            y = torch.full((x.shape[0] if outs is None else sum(outs), 8), float("nan"))
+            hp.alltoall_single(x, y, ins, outs)
+        elif name == "reduce_scatter":
+            y = torch.full((x.numel() // n,), float("nan"))
+            hp.reduce_scatter_tensor(y, x)
+        else:
+            y = torch.full((n * x.numel(),), float("nan"))
+            hp.all_gather_into_tensor(y, x)
+        out.append((list(calls), y))
+    return out
+
+
+def _want(name: str, nbytes: int, uneven: bool, step: int, n: int, rank: int) -> np.ndarray:
+    """numpy's output of call ``step`` on ``rank``."""
+    sent = [_input(r, nbytes, step).numpy() for r in range(n)]
+    if name == "all_gather":
+        return np.concatenate(sent)
+    if name == "reduce_scatter":
+        m = len(sent[0]) // n
+        return sum(s[m * rank : m * (rank + 1)].astype(np.float64) for s in sent).astype(np.float32)
+    pieces = []
+    for r, s in enumerate(sent):
+        rows = s.reshape(-1, 8)
+        sizes = _splits(n, rows.shape[0], uneven, r) or [rows.shape[0] // n] * n
+        start = sum(sizes[:rank])
+        pieces.append(rows[start : start + sizes[rank]])
+    return np.concatenate(pieces)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_an_all_to_all_called_again_is_one_process_group_call(n: int) -> None:
+    """On gloo: after an agreed alltoall_single or exact reduce_scatter_tensor, the same call
+    again (or any whose pieces fit) is one all-to-all carrying every rank's record and its
+    piece for each peer; a larger one costs one wasted call; numpy's results every time."""
+    results = hp.run(calls_in_a_row, world_size=n, backend="gloo", timeout=TIMEOUT)
+    for rank, rank_results in enumerate(results):
+        for step, ((name, nbytes, uneven, want_calls), (calls, y)) in enumerate(
+            zip(SEQUENCE, rank_results, strict=True)
+        ):
+            assert calls == want_calls, (rank, step, calls)
+            want = _want(name, nbytes, uneven, step, n, rank)
+            np.testing.assert_array_equal(y.numpy().reshape(-1), want.reshape(-1), f"step {step}")
+
+
+def sums(rounds_: int) -> list[torch.Tensor]:
+    """Exact reduce-scatters of floats whose sums depend on the order, called ``rounds_`` times."""
+    rank, n, out = hp.get_rank(), hp.get_world_size(), []
+    for dtype in (torch.float32, torch.bfloat16):
+        g = torch.Generator().manual_seed(rank)
+        x = torch.randn(n * 8 * KIB, generator=g) * 10 ** torch.randn(n * 8 * KIB, generator=g)
+        for _ in range(rounds_):
+            y = torch.zeros(8 * KIB, dtype=dtype)
+            hp.reduce_scatter_tensor(y, x.to(dtype))
+            out.append(y)
+    return out
+
+
+def test_a_predicted_reduce_scatter_is_its_task_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reduction of pieces that came in the predicted all-to-all is the task's, bit for bit,
+    and the emulator's."""
+    carried = hp.run(sums, world_size=3, backend="gloo", timeout=TIMEOUT, args=(3,))
+    emulated = hp.run(sums, world_size=3, timeout=TIMEOUT, args=(3,))
+    monkeypatch.setenv(CARRY_ENV, "0")
+    tasks = hp.run(sums, world_size=3, backend="gloo", timeout=TIMEOUT, args=(3,))
+    for a, b, c in zip(carried, tasks, emulated, strict=True):
+        for x, y, z in zip(a, b, c, strict=True):
+            assert x.view(torch.uint8).tolist() == y.view(torch.uint8).tolist()
+            assert x.view(torch.uint8).tolist() == z.view(torch.uint8).tolist()
+
+
+def native_reduce_scatters() -> list[int]:
+    """The process-group calls of three 64 KiB reduce-scatters."""
+    n, calls, out = hp.get_world_size(), count_calls(), []
+    for _ in range(3):
+        calls.clear()
+        hp.reduce_scatter_tensor(torch.zeros(16 * KIB // n), torch.ones(16 * KIB))
+        out.append(len(calls))
+    return out
+
+
+def test_native_reductions_predict_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the process group reducing (HCCL's way), a reduce-scatter's data cannot ride: the
+    exchange, then the op's call, every time."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", "native")
+    assert (
+        hp.run(native_reduce_scatters, world_size=2, backend="gloo", timeout=TIMEOUT)
+        == [[2, 2, 2]] * 2
+    )
+
+
+def then_differently(what: str) -> None:
+    """Two 64 KiB alltoall_single calls (the next exchange is predicted), then rank 1 calls
+    ``what`` where rank 0 calls the same all-to-all again."""
+    rank = hp.get_rank()
+    for step in range(3):
+        x = _input(rank, 64 * KIB, step)
+        if step == 2 and rank == 1 and what == "all_reduce":
+            hp.all_reduce(x)
+        elif step == 2 and rank == 1:
+            hp.alltoall_single(x.view(-1, 4), torch.empty(x.numel() // 4, 4))
+        else:
+            hp.alltoall_single(x, torch.empty_like(x))
+
+
+@pytest.mark.parametrize(
+    ("what", "text"),
+    [
+        ("all_reduce", "called different collectives at the same point"),
+        ("shape", "in_tensor's shape after dim 0 must be the same on every rank"),
+    ],
+)
+def test_ranks_that_disagree_after_a_prediction_both_report_it(what: str, text: str) -> None:
+    """The predicted all-to-all has the same blocks on every rank whatever each rank calls:
+    a disagreement is a mismatch report on both ranks, not a gloo abort or a hang."""
+    for message in mismatch_on_every_rank(partial(then_differently, what), 2, "gloo", TIMEOUT):
+        assert text in message, message
+
+
+def one_rank_asynchronous() -> list[tuple[int, torch.Tensor]]:
+    """After two all-to-alls, one where rank 1 waits asynchronously, then two more."""
+    rank, calls, out = hp.get_rank(), count_calls(), []
+    for step in range(5):
+        x = _input(rank, 64 * KIB, step)
+        y = torch.full_like(x, float("nan"))
+        calls.clear()
+        work = hp.alltoall_single(x, y, sync_op=not (step == 2 and rank == 1))
+        work.wait()
+        out.append((len(calls), y))
+    return out
+
+
+def test_a_rank_that_sends_no_pieces_makes_every_rank_run_the_task() -> None:
+    """An asynchronous call keeps its task: its rank sends its record alone in the predicted
+    all-to-all, and every rank sees it and runs the task, which predicts nothing (not every
+    rank listed its pieces); numpy's results."""
+    results = hp.run(one_rank_asynchronous, world_size=2, backend="gloo", timeout=TIMEOUT)
+    for rank in range(2):
+        assert [calls for calls, _ in results[rank]] == [2, 1, 2, 2, 1], rank
+        for step, (_, y) in enumerate(results[rank]):
+            sent = [_input(r, 64 * KIB, step).numpy() for r in range(2)]
+            half = len(sent[0]) // 2
+            want = np.concatenate([s[half * rank : half * (rank + 1)] for s in sent])
+            np.testing.assert_array_equal(y.numpy(), want)
+
+
+def all_to_alls_then_kernels() -> list[tuple[list[str], torch.Tensor]]:
+    """Two 48 KiB all-to-alls, then kernel launches of :data:`KERNELS` (counted)."""
+    rank = hp.get_rank()
+    for step in range(2):
+        x = _input(rank, 48 * KIB, step)
+        hp.alltoall_single(x, torch.empty_like(x))
+    return first_round.launches_in_a_row(KERNELS)
+
+
+KERNELS = [("allgather", 1024), ("alltoall", 65536)]
+
+
+def test_a_kernel_task_checked_in_a_predicted_exchange() -> None:
+    """A kernel task's check after a predicted all-to-all travels in it (its descriptor and a
+    small round 0 fit the block): one call, the emulator's bytes."""
+    gloo = hp.run(all_to_alls_then_kernels, world_size=3, backend="gloo", timeout=TIMEOUT)
+    emu = hp.run(first_round.launches_in_a_row, world_size=3, timeout=TIMEOUT, args=(KERNELS,))
+    for rank in range(3):
+        assert [calls for calls, _ in gloo[rank]] == [[A2A], [AG, A2A]], rank
+        for (_, ours), (_, theirs) in zip(gloo[rank], emu[rank], strict=True):
+            assert torch.equal(ours, theirs), rank
+
+
+class _Forged:
+    """A process group stand-in whose all-to-all delivers ``blocks`` (one per rank)."""
+
+    def __init__(self, blocks: np.ndarray) -> None:
+        self.blocks = blocks
+
+    def all_to_all_single(self, out: torch.Tensor, send: torch.Tensor, **_: object) -> None:
+        out.copy_(torch.from_numpy(self.blocks.reshape(-1)))
+
+
+@pytest.mark.parametrize(("length", "kind"), [(5000, 0), (-7, 0), (3, 9)])
+def test_a_forged_block_is_refused_naming_its_rank(
+    length: int, kind: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block whose length or kind hccl_py never sends is a ValueError naming the domain rank,
+    not a read past the block or a silent misreading."""
+    block = 4096
+    blocks = np.zeros((2, predicted.HEADER_BYTES + block), dtype=np.uint8)
+    heads = blocks[:, : predicted.HEADER_BYTES].view("<i8")
+    heads[0] = [2, predicted.PLAIN]
+    blocks[0, predicted.HEADER_BYTES : predicted.HEADER_BYTES + 2] = [123, 125]
+    heads[1] = [length, kind]
+    monkeypatch.setattr(predicted, "dist", _Forged(blocks))
+    dom = rounds.Domain(None, np.arange(2), rounds.Reduction(True, {}, False))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="domain rank 1 sent a block of"):
+        predicted.scatter_bytes(dom, b"{}", None, block, torch.device("cpu"), lambda work: None)
+
+
+def test_a_rank_whose_content_does_not_fit_makes_every_rank_fall_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A block announcing :data:`~hccl_py.backends.dist.predicted.UNFIT`: the exchange carried
+    nothing (None), so the caller exchanges again as usual; a fitting one gives every payload."""
+    block = 4096
+    blocks = np.zeros((2, predicted.HEADER_BYTES + block), dtype=np.uint8)
+    heads = blocks[:, : predicted.HEADER_BYTES].view("<i8")
+    heads[:] = [[2, predicted.PLAIN], [predicted.UNFIT, predicted.PIECES]]
+    monkeypatch.setattr(predicted, "dist", _Forged(blocks))
+    dom = rounds.Domain(None, np.arange(2), rounds.Reduction(True, {}, False))  # type: ignore[arg-type]
+    cpu = torch.device("cpu")
+    assert predicted.scatter_bytes(dom, b"{}", None, block, cpu, lambda work: None) is None
+    heads[1] = [3, predicted.PIECES]
+    blocks[:, predicted.HEADER_BYTES : predicted.HEADER_BYTES + 3] = list(b"{}\0")
+    got = predicted.scatter_bytes(dom, b"{}", None, block, cpu, lambda work: None)
+    assert got == ([b"{}", b"{}\0"], False)
