@@ -77,29 +77,24 @@ class Carried:
         #: Whether each row is only its rank's piece for this rank (a predicted all-to-all).
         self.scattered = scattered
 
-    def joined(self) -> bytes:
-        """The rows one after another."""
-        return b"".join(self.rows)
-
     def stacked(self, dtype: torch.dtype) -> torch.Tensor:
         """The rows as a ``(ranks, elements)`` tensor of ``dtype`` (they are equally long)."""
-        joined = self.joined()
-        if not joined:
+        flat = _flat(self.rows)
+        if not flat.size:
             return torch.empty((len(self.rows), 0), dtype=dtype)
-        flat = torch.frombuffer(bytearray(joined), dtype=torch.uint8)
-        return flat.view(dtype).view(len(self.rows), -1)
+        return torch.from_numpy(flat).view(dtype).view(len(self.rows), -1)
 
-    def pieces_for(self, me: int, sends: list[list[int]], row_bytes: int) -> bytes:
+    def pieces_for(self, me: int, sends: list[list[int]], row_bytes: int) -> list[memoryview]:
         """Group rank ``me``'s piece of every rank's rows, in rank order, where rank ``i``'s
         rows hold ``sends[i][j]`` rows of ``row_bytes`` for each rank ``j``, in rank order (an
         all-to-all's input)."""
         if self.scattered:
-            return self.joined()
+            return self.rows
         pieces = []
         for data, send in zip(self.rows, sends, strict=True):
             start = int(sum(send[:me])) * row_bytes
             pieces.append(data[start : start + int(send[me]) * row_bytes])
-        return b"".join(pieces)
+        return pieces
 
     def blocks_for(self, me: int, dtype: torch.dtype) -> torch.Tensor:
         """Block ``me`` of every rank's rows, each split in as many equal blocks as there are
@@ -110,19 +105,19 @@ class Carried:
         n = len(self.rows)
         return stacked.view(n, n, -1)[:, me]
 
-    def write(self, out: torch.Tensor, result: bytes | torch.Tensor) -> None:
-        """``result`` (bytes in memory order, or a tensor of ``out``'s elements) into ``out``;
-        the trace shows the op as one call."""
+    def write(self, out: torch.Tensor, result: list[memoryview] | torch.Tensor) -> None:
+        """``result`` (pieces of bytes that, one after another, are ``out``'s in memory order, or
+        a tensor of ``out``'s elements) into ``out``; the trace shows the op as one call."""
         # Detached, a leaf that requires grad may be written, as the op's task writes it; the
         # version counter, which the detached view shares, still moves on, as after the task.
         out = out.detach()
         if isinstance(result, torch.Tensor):
             out.copy_(result.view(out.shape))
-        elif result and out.is_contiguous() and out.device.type == "cpu":
-            out.view(-1).view(torch.uint8).numpy()[:] = np.frombuffer(result, np.uint8)
+        elif out.numel() and out.is_contiguous() and out.device.type == "cpu":
+            np.concatenate(_arrays(result), out=out.view(-1).view(torch.uint8).numpy())
             increment_version(out)  # numpy's write does not move it
-        elif result:
-            values = torch.frombuffer(bytearray(result), dtype=torch.uint8)
+        elif out.numel():
+            values = torch.from_numpy(_flat(result))
             out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
         rec = hooks.recorder()
         if rec is not None:
@@ -192,7 +187,7 @@ def agree_carrying(
     fits = len(head) + 1 + size <= (room if rule.most else min(room, NARROW_EXCHANGE_BYTES))
     rides = willing and fits and size <= max(rule.most, NARROW_EXCHANGE_BYTES)
     scatters = offered and server.predicted(group)
-    whole = _bytes_of(data) if rides or scatters else b""  # type: ignore[arg-type]
+    whole = _bytes_of(data) if rides or scatters else memoryview(b"")  # type: ignore[arg-type]
     payload = head + b"\0" + whole if rides else head
     raw, scattered = _exchange(group, op, payload, _split(whole, pieces) if scatters else None)
     records = records_of(group, op, raw)
@@ -231,10 +226,10 @@ def _exchange(
     return exchange(group, op, payload), False
 
 
-def _split(whole: bytes, sizes: list[int]) -> list[memoryview]:
+def _split(whole: memoryview, sizes: list[int]) -> list[memoryview]:
     """``whole`` cut into consecutive pieces of ``sizes`` bytes."""
-    view, ends = memoryview(whole), np.cumsum([0, *sizes]).tolist()
-    return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
+    ends = np.cumsum([0, *sizes]).tolist()
+    return [whole[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
 def _piece_lists(records: list[dict[str, Any]], n: int) -> list[list[int]] | None:
@@ -247,6 +242,16 @@ def _piece_lists(records: list[dict[str, Any]], n: int) -> list[list[int]] | Non
     ):
         return lists  # type: ignore[return-value]
     return None
+
+
+def _arrays(pieces: list[memoryview]) -> list[np.ndarray]:
+    """``pieces`` as uint8 arrays over their bytes (no copy)."""
+    return [np.frombuffer(p, np.uint8) for p in pieces]
+
+
+def _flat(pieces: list[memoryview]) -> np.ndarray:
+    """``pieces`` one after another, in one new uint8 array (one copy)."""
+    return np.concatenate(_arrays(pieces)) if pieces else np.empty(0, np.uint8)
 
 
 def _span(t: torch.Tensor | None) -> list[int]:
@@ -278,9 +283,10 @@ def _extent(span: Any) -> Extent | None:
     return None
 
 
-def _bytes_of(data: torch.Tensor) -> bytes:
-    """``data``'s bytes in memory order of its contiguous form."""
+def _bytes_of(data: torch.Tensor) -> memoryview:
+    """``data``'s bytes in memory order of its contiguous form (its own memory where it is
+    contiguous and on the CPU: read before the call returns)."""
     data = data.detach()
     if not data.is_contiguous():
         data = data.contiguous()
-    return data.view(-1).view(torch.uint8).cpu().numpy().tobytes()
+    return memoryview(data.view(-1).view(torch.uint8).cpu().numpy())

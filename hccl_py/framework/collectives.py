@@ -97,7 +97,7 @@ def all_gather_into_tensor(
     require_same(grp, op, records, "shape", "input_tensor's shape")
     require_same(grp, op, records, "dtype", "input_tensor's dtype")
     if carried is not None:
-        carried.write(output_tensor, carried.joined())
+        carried.write(output_tensor, carried.rows)
         return None
     kernel = FrameworkKernel(grp, _C.HCCL_CMD_ALLGATHER, op)
     src = source(input_tensor, output_tensor)
