@@ -16,6 +16,7 @@ other with the same counts.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -131,6 +132,10 @@ def _exchange(
     if op == _GATHER and e > 1:  # card-major, as it is sent
         index = _card_major_index(glob.reshape(n, e))
         src = src.index_select(0, torch.from_numpy(index).to(x.device))
+    pieces = None
+    if problem is None:  # this rank's card-major rows for each card
+        sent = (local if op == _SCATTER else glob).reshape(n, e).sum(1)
+        pieces = (sent * math.prod(x.shape[1:]) * x.element_size()).tolist()
     records, carried = agree_carrying(
         grp,
         op,
@@ -138,6 +143,7 @@ def _exchange(
         src,
         ALL_TO_ALL,
         None,  # the output is allocated here, after the agreement
+        pieces,
         dtype=str(x.dtype),
         row=[int(s) for s in x.shape[1:]],
         n_expert=len(local) // n,

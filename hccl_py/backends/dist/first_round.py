@@ -103,6 +103,7 @@ class Rows:
     def __init__(self) -> None:
         self.width = rounds.ROW_BYTES
         self.block = 0  # > 0: the next exchange is one all-to-all of such blocks (.predicted)
+        self.carried = 0  # the block of the last exchange, when it was such an all-to-all
 
     def gather(
         self, dom: rounds.Domain, payload: bytes, device: torch.device, wait: rounds.Waiter
@@ -125,10 +126,11 @@ class Rows:
         exchange is a narrow all-gather unless :meth:`agreed`, :meth:`widen` or
         :meth:`predict` says otherwise."""
         width, self.width = self.width, rounds.ROW_BYTES
-        block, self.block = self.block, 0
+        block, self.block, self.carried = self.block, 0, 0
         if block:
             got = predicted.scatter_bytes(dom, payload, pieces, block, device, wait)
             if got is not None:
+                self.carried = block
                 return got
         return rounds.all_gather_bytes(dom, payload, device, wait, width), False
 
@@ -142,10 +144,13 @@ class Rows:
         self.width = width_for(need + DESCRIPTOR_SLACK)
 
     def predict(self, need: int) -> None:
-        """The ranks asked alike for the next exchange as one all-to-all of blocks of ``need``
-        bytes (a framework all-to-all after its argument exchange,
-        :meth:`~hccl_py.server.protocol.Meetings.predict`)."""
-        self.block = predicted.block_for(need + DESCRIPTOR_SLACK)
+        """The ranks asked alike for the next exchange as one all-to-all whose blocks hold
+        ``need`` bytes (a framework all-to-all after its argument exchange,
+        :meth:`~hccl_py.server.protocol.Meetings.predict`). After such an all-to-all whose
+        blocks were at most four times as large, the blocks stay that large: pieces that
+        vary from call to call (an MoE's routing) then fit without a wasted call."""
+        need = need + DESCRIPTOR_SLACK
+        self.block = predicted.block_for(self.carried if need <= self.carried <= 4 * need else need)
 
 
 def split(raw: bytes) -> tuple[bytes | None, bytes]:
