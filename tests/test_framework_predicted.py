@@ -1,6 +1,7 @@
-"""A framework all-to-all called again rides in its argument exchange, predicted as one
-all-to-all (hccl_py/backends/dist/predicted.py): one process-group call where the op made two,
-the results numpy's and, for reductions, the task's byte for byte."""
+"""An all-to-all called again (a framework op, or a kernel task's first round) rides in its
+argument or descriptor exchange, predicted as one all-to-all (hccl_py/backends/dist/predicted.py):
+one process-group call where the op made two, the results numpy's (or the emulator's) and, for
+reductions, the task's byte for byte."""
 
 from __future__ import annotations
 
@@ -334,3 +335,38 @@ def test_moe_steps_whose_routing_varies_ride_in_predicted_exchanges() -> None:
             _, y, back = results[rank][step]
             assert torch.equal(y, want[rank]), (step, rank)
             assert torch.equal(back, xs[rank]), (step, rank)
+
+
+#: Kernel launches in a row (op, bytes per rank), on 3 ranks
+LAUNCHES = (
+    [("alltoall", 65536)] * 3
+    + [("alltoallv", 65536)] * 2
+    + [("reducescatter", 65536)] * 3
+    + [("allgather", 1024), ("alltoall", 65536)]
+)
+RSS = "reduce_scatter_single"
+
+
+@pytest.mark.parametrize("reduce", ["exact", "native"])
+def test_a_kernel_all_to_all_launched_again_rides_in_its_predicted_check(
+    reduce: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task check of an AlltoAll, AlltoAllV or exact ReduceScatter predicts the next one as
+    an all-to-all carrying every rank's descriptor and round-0 piece for each peer: the same
+    launch again is one process-group call instead of two. AlltoAllV's largest piece (32 KiB)
+    is larger than AlltoAll's (21 KiB): one wasted call; the exact ReduceScatter's fit. A
+    native ReduceScatter's check rides, its round is the process group's. The emulator's bytes
+    (on A3, which has AlltoAllV)."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", reduce)
+    gloo = hp.run(first_round.launches_in_a_row, world_size=3, backend="gloo", timeout=TIMEOUT,
+                  args=(LAUNCHES,), platform="A3")  # fmt: skip
+    emu = hp.run(first_round.launches_in_a_row, world_size=3, timeout=TIMEOUT, args=(LAUNCHES,),
+                 platform="A3")  # fmt: skip
+    first, again, wasted = [AG, A2A], [A2A], [A2A, AG, A2A]
+    exact = reduce == "exact"
+    scatters = [again] * 3 if exact else [[A2A, RSS], [AG, RSS], [AG, RSS]]
+    want = [first, again, again, wasted, again, *scatters, [A2A if exact else AG], first]
+    for rank in range(3):
+        assert [calls for calls, _ in gloo[rank]] == want, rank
+        for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
+            assert torch.equal(ours, theirs), (rank, i, LAUNCHES[i])

@@ -349,7 +349,7 @@ class DomainQueue:
             if i != task.rank and not store.check([joined_key(task.domain_name, task.seq, i)])
         ]
 
-    def _check(self, task: Task) -> tuple[list[Task], list[bytes]] | None:
+    def _check(self, task: Task) -> tuple[list[Task], list[bytes], bool] | None:
         """Compare this task with the other ranks' tasks at the same position (strict mode).
 
         The descriptors travel in one all-gather on the domain's process group;
@@ -358,17 +358,17 @@ class DomainQueue:
         Returns every rank's task and round-0 bytes if all sent them (:mod:`.first_round`).
         """
         absentees = Absentees(self.server, task, self)
-        mine = encode_descriptor(task)
-        carry = self.server.carry_first_round
-        sent = first_round.payload(task, mine, self.dom, self.rows.width) if carry else mine
-        payloads = self.rows.gather(self.dom, sent, self.server.session.device, absentees.wait)
+        mine, carry = encode_descriptor(task), self.server.carry_first_round
+        payloads, scattered = first_round.exchange(
+            task, mine, self.rows, self.dom, carry, self.server.session.device, absentees.wait
+        )
         self.joined = task.seq
         tasks, rows = first_round.received(task, mine, payloads)
         error = mismatch(tasks)
         if error is not None:
             raise error
-        self.rows.agreed(tasks, payloads, self.dom)
-        return None if rows is None else (tasks, rows)
+        self.rows.agreed(tasks, payloads, self.dom, carry)
+        return None if rows is None else (tasks, rows, scattered)
 
 
 class Absentees:

@@ -37,6 +37,7 @@ the next exchange belongs to.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...core import layout
@@ -98,18 +99,13 @@ def width_for(need: int) -> int:
 
 
 class Rows:
-    """The row width of one domain's exchanges (:func:`next_width`): the same on every rank."""
+    """How one domain's next exchange travels, the same on every rank: all-gather rows of a
+    width (:func:`next_width`), or a predicted all-to-all (:mod:`.predicted`)."""
 
     def __init__(self) -> None:
         self.width = rounds.ROW_BYTES
         self.block = 0  # > 0: the next exchange is one all-to-all of such blocks (.predicted)
         self.carried = 0  # the block of the last exchange, when it was such an all-to-all
-
-    def gather(
-        self, dom: rounds.Domain, payload: bytes, device: torch.device, wait: rounds.Waiter
-    ) -> list[bytes]:
-        """Every domain rank's ``payload`` (:meth:`exchange` without pieces)."""
-        return self.exchange(dom, payload, None, device, wait)[0]
 
     def exchange(
         self,
@@ -134,9 +130,17 @@ class Rows:
                 return got
         return rounds.all_gather_bytes(dom, payload, device, wait, width), False
 
-    def agreed(self, tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> None:
-        """A task check's descriptors agreed: the next exchange's width follows its task."""
+    def agreed(
+        self, tasks: list[Task], payloads: list[bytes], dom: rounds.Domain, carry: bool
+    ) -> None:
+        """A task check's descriptors agreed: the next exchange's width follows its task, and
+        with ``carry``, after an op whose round 0 sends each peer a piece of its own
+        (:func:`pieces`), the next exchange is predicted as the all-to-all that carries the
+        same task again."""
         self.width = next_width(tasks, payloads, dom)
+        if carry and _scatters(tasks[0], dom):
+            piece = max(int(layout.round_blocks(t, "send", 0).sizes.max()) for t in tasks)
+            self.predict(max(record_length(raw) for raw in payloads) + 1 + piece)
 
     def widen(self, need: int) -> None:
         """The ranks asked alike for room for ``need`` bytes in the next exchange (a framework
@@ -151,6 +155,45 @@ class Rows:
         vary from call to call (an MoE's routing) then fit without a wasted call."""
         need = need + DESCRIPTOR_SLACK
         self.block = predicted.block_for(self.carried if need <= self.carried <= 4 * need else need)
+
+
+def exchange(
+    task: Task,
+    descriptor: bytes,
+    rows: Rows,
+    dom: rounds.Domain,
+    carry: bool,
+    device: torch.device,
+    wait: rounds.Waiter,
+) -> tuple[list[bytes], bool]:
+    """``task``'s descriptor exchange (:meth:`Rows.exchange`): every rank's payload, and whether
+    every rank's round-0 piece for this rank came (else a row may hold a rank's whole round 0,
+    :func:`payload`). With ``carry`` off, the descriptors alone."""
+    if not carry:
+        return rows.exchange(dom, descriptor, None, device, wait)
+    offered = pieces(task, dom) if rows.block else None
+    return rows.exchange(dom, payload(task, descriptor, dom, rows.width), offered, device, wait)
+
+
+def _scatters(task: Task, dom: rounds.Domain) -> bool:
+    """Whether round 0 of ``task``'s op sends each peer a piece of its own that may ride in a
+    predicted all-to-all: every op but those of :data:`_WHOLE` (AlltoAll, AlltoAllV, and
+    ReduceScatter with exact reductions)."""
+    return (
+        task.op in rounds.ROUNDS
+        and task.op not in _WHOLE
+        and (task.op not in _REDUCING or dom.reduction.exact)
+    )
+
+
+def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
+    """Round 0's send block for each domain rank, in domain order (None: not :func:`_scatters`)."""
+    if not _scatters(task, dom):
+        return None
+    blocks = layout.round_blocks(task, "send", 0)
+    view = memoryview(rounds.gather_bytes(task.memory("send"), blocks).cpu().numpy())
+    ends = [0, *np.cumsum(blocks.sizes).tolist()]
+    return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
 def split(raw: bytes) -> tuple[bytes | None, bytes]:
@@ -182,22 +225,25 @@ def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
     return rounds.gather_bytes(task.memory("send"), blocks).cpu().numpy().tobytes()
 
 
-def run(task: Task, tasks: list[Task], rows: list[bytes], dom: rounds.Domain) -> None:
-    """Round 0 of this rank's ``task`` from every domain rank's round-0 bytes (``rows``).
+def run(
+    task: Task, tasks: list[Task], rows: list[bytes], scattered: bool, dom: rounds.Domain
+) -> None:
+    """Round 0 of this rank's ``task`` from every domain rank's round-0 bytes (``rows``: each
+    rank's whole round 0, or where ``scattered`` its piece for this rank).
 
     ``tasks`` are the domain ranks' tasks as their descriptors describe them
     (they agree with ``task``: the comparison passed).
     """
     me = task.rank
-    pieces = []
+    received = []
     for peer, row in zip(tasks, rows, strict=True):
-        if task.op in _WHOLE:
-            pieces.append(row)
+        if task.op in _WHOLE or scattered:
+            received.append(row)
             continue
         sizes = layout.round_blocks(peer, "send", 0).sizes
         start = int(sizes[:me].sum())
-        pieces.append(row[start : start + int(sizes[me])])
-    joined = bytearray(b"".join(pieces))
+        received.append(row[start : start + int(sizes[me])])
+    joined = bytearray(b"".join(received))
     flat = (
         torch.frombuffer(joined, dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8)
     )
