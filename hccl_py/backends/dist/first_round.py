@@ -33,6 +33,13 @@ the same on every rank: ranks that differ in it call different collectives for
 an AllReduce anyway), so the widths stay the same on every rank, whichever
 collective (a kernel task's check, a framework collective's argument exchange)
 the next exchange belongs to.
+
+After a check of an op whose round 0 sends each peer a block of its own (AlltoAll,
+AlltoAllV, an exact ReduceScatter), every rank predicts alike the domain's next
+exchange as one all-to-all (:mod:`.predicted`) with blocks as large as that check's
+longest descriptor and largest block: each rank then sends each peer its descriptor
+and round 0's block for that peer, so the same launch again is one process-group call
+although its round 0 is larger than a row.
 """
 
 from __future__ import annotations
