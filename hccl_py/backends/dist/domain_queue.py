@@ -349,7 +349,7 @@ class DomainQueue:
             if i != task.rank and not store.check([joined_key(task.domain_name, task.seq, i)])
         ]
 
-    def _check(self, task: Task) -> tuple[list[Task], list[bytes], bool] | None:
+    def _check(self, task: Task) -> tuple[list[Task], list[memoryview], bool] | None:
         """Compare this task with the other ranks' tasks at the same position (strict mode).
 
         The descriptors travel in one all-gather on the domain's process group;

@@ -203,15 +203,15 @@ def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
     return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
-def split(raw: bytes) -> tuple[bytes | None, bytes]:
-    """``(round 0's bytes or None, descriptor)`` out of a peer's payload."""
-    descriptor, nul, data = raw.partition(b"\0")
-    return (data if nul else None), descriptor
+def split(raw: bytes) -> tuple[memoryview | None, bytes]:
+    """``(round 0's bytes or None, descriptor)`` out of a peer's payload (the bytes: a view)."""
+    end = record_length(raw)
+    return (memoryview(raw)[end + 1 :] if end < len(raw) else None), raw[:end]
 
 
 def received(
     task: Task, mine: bytes, payloads: list[bytes]
-) -> tuple[list[Task], list[bytes] | None]:
+) -> tuple[list[Task], list[memoryview] | None]:
     """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's), and
     every rank's round-0 bytes (None unless every rank sent them)."""
     parts = [split(raw) for raw in payloads]
@@ -233,7 +233,7 @@ def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
 
 
 def run(
-    task: Task, tasks: list[Task], rows: list[bytes], scattered: bool, dom: rounds.Domain
+    task: Task, tasks: list[Task], rows: list[memoryview], scattered: bool, dom: rounds.Domain
 ) -> None:
     """Round 0 of this rank's ``task`` from every domain rank's round-0 bytes (``rows``: each
     rank's whole round 0, or where ``scattered`` its piece for this rank).
@@ -250,10 +250,7 @@ def run(
         sizes = layout.round_blocks(peer, "send", 0).sizes
         start = int(sizes[:me].sum())
         received.append(row[start : start + int(sizes[me])])
-    joined = bytearray(b"".join(received))
-    flat = (
-        torch.frombuffer(joined, dtype=torch.uint8) if joined else torch.empty(0, dtype=torch.uint8)
-    )
+    flat = torch.from_numpy(np.concatenate([np.frombuffer(r, np.uint8) for r in received]))
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)

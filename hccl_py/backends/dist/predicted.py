@@ -57,7 +57,7 @@ def scatter_bytes(
     n = len(dom.order)
     if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
         payload = payload[: record_length(payload)]
-    rows = np.zeros((n, HEADER_BYTES + block), dtype=np.uint8)
+    rows = np.empty((n, HEADER_BYTES + block), dtype=np.uint8)
     heads = rows[:, :HEADER_BYTES].view("<i8")
     mine = np.frombuffer(payload, np.uint8)
     if pieces is None:
@@ -68,6 +68,7 @@ def scatter_bytes(
         heads[:, 1] = PIECES
     if not fits:
         heads[:, 0] = UNFIT
+        rows[:, HEADER_BYTES:] = 0
     else:
         for p, d in enumerate(dom.order.tolist()):
             row = rows[p, HEADER_BYTES:]
@@ -75,8 +76,10 @@ def scatter_bytes(
             length = len(payload)
             if pieces is not None:
                 piece = np.frombuffer(pieces[d], np.uint8)
+                row[length] = 0
                 row[length + 1 : length + 1 + piece.size] = piece
                 length += 1 + piece.size
+            row[length:] = 0  # no byte of this process's memory goes out unwritten
             heads[p, 0] = length
     send = torch.from_numpy(rows.reshape(-1)).to(device)
     out = torch.empty_like(send)
