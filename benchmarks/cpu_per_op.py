@@ -1,10 +1,12 @@
 """CPU seconds per op of each gloo rank process (all its threads), and wall time per op.
 
     python benchmarks/cpu_per_op.py allgather kernel 1024 200 1     # op, api, bytes, ops, block_dim
+    python benchmarks/cpu_per_op.py alltoall kernel 1048576 200 1 2 # ... and ranks (default 4)
 
 CPU time is what a loaded machine distorts least: compare two hccl_py trees
 with it (``PYTHONPATH=TREE``), alternately, in one session. Prints one JSON
-line: the mean CPU ms per op over the 4 ranks and the slowest rank's wall ms.
+line: the mean CPU ms per op over the ranks and the slowest rank's wall ms (on A3, which has
+every op).
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ def per_op(op: str, api: str, size: int, n: int, block_dim: int) -> tuple[float,
 
 def main() -> None:
     op, api, size, n, block_dim = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    res = hp.run(per_op, RANKS, backend="gloo", args=(op, api, size, n, block_dim))
+    ranks = int(sys.argv[6]) if len(sys.argv) > 6 else RANKS
+    res = hp.run(per_op, ranks, backend="gloo", platform="A3", args=(op, api, size, n, block_dim))
     cpu = sum(r[0] for r in res) / len(res)
     wall = max(r[1] for r in res)
-    row = dict(op=op, api=api, size=size, block_dim=block_dim)
+    row = dict(op=op, api=api, size=size, block_dim=block_dim, ranks=ranks)
     print(
         json.dumps(row | {"cpu_ms_per_rank": round(cpu * 1e3, 3), "wall_ms": round(wall * 1e3, 3)})
     )
