@@ -50,6 +50,7 @@ from ..server.protocol import (
     MAX_EXCHANGE_BYTES,
     NARROW_EXCHANGE_BYTES,
     WIDE_REDUCE_BYTES,
+    Payload,
     record_length,
 )
 from ..trace import hooks
@@ -215,7 +216,7 @@ def agree_carrying(
 
 def _exchange(
     group: Group, op: str, payload: bytes, pieces: list[memoryview] | None
-) -> tuple[list[bytes], bool]:
+) -> tuple[list[Payload], bool]:
     """Every rank's payload, and whether every rank's piece for this rank came after its record
     (only where this rank offers ``pieces``, :meth:`~hccl_py.server.protocol.Meetings.meet_pieces`)."""
     if pieces is not None:

@@ -26,7 +26,7 @@ from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype
 from ..core.errors import HcclMismatchError
 from ..core.group import WORLD_GROUP_NAME, Group
 from ..kernel.context import current_rank_context
-from ..server.protocol import EXCHANGE, record_length
+from ..server.protocol import EXCHANGE, Payload, record_length
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64
@@ -165,7 +165,7 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values) - values
 
 
-def exchange(group: Group, op: str, payload: bytes) -> list[bytes]:
+def exchange(group: Group, op: str, payload: bytes) -> list[Payload]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     ctx = current_rank_context()
     direct = ctx.server.meet(group, group.rank_of(ctx.rank), EXCHANGE, op, payload)
@@ -215,16 +215,18 @@ _DECODED: dict[bytes, dict[str, Any]] = {}
 _DECODED_MOST = 256
 
 
-def records_of(group: Group, op: str, raw: list[bytes]) -> list[dict[str, Any]]:
+def records_of(group: Group, op: str, raw: Sequence[Payload]) -> list[dict[str, Any]]:
     """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises)."""
     records = []
     for r in raw:
-        head = r[: record_length(r)]
+        head = bytes(r[: record_length(r)])
         found = _DECODED.get(head)
         if found is None:
             if len(_DECODED) >= _DECODED_MOST:
                 _DECODED.clear()
-            found = _DECODED[head] = _record(r)
+            found = _DECODED[head] = _record(
+                r if isinstance(r, bytes) else bytes(r[: len(head) + 40])
+            )
         records.append(found)
     ops = [r["op"] for r in records]
     if len(set(ops)) > 1:

@@ -143,11 +143,23 @@ NARROW_EXCHANGE_BYTES = 4096
 WIDE_REDUCE_BYTES = 64 << 10
 
 
-def record_length(payload: bytes) -> int:
+#: What an exchange gives each rank: its payload's bytes, or a view of them where the process
+#: backends received them (data that rides along is not copied again).
+Payload = bytes | memoryview
+#: How far into a received view :func:`record_length` looks for the record's end at first.
+RECORD_SCAN_BYTES = 64 << 10
+
+
+def record_length(payload: Payload) -> int:
     """The length of the record (JSON text, which never holds a NUL byte) at the start of an
     exchanged payload: a framework collective's arguments or a kernel task's descriptor, each
     optionally followed by a NUL byte and the data that rides along."""
-    end = payload.find(b"\0")
+    if isinstance(payload, memoryview):
+        end = bytes(payload[:RECORD_SCAN_BYTES]).find(b"\0")
+        if end < 0 and len(payload) > RECORD_SCAN_BYTES:
+            end = bytes(payload).find(b"\0")
+    else:
+        end = payload.find(b"\0")
     return len(payload) if end < 0 else end
 
 
@@ -172,7 +184,7 @@ class Meetings:
 
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
-    ) -> list[bytes] | None:
+    ) -> list[Payload] | None:
         """Domain rank ``rank`` arrives at ``key`` in ``group``; block until every rank did.
 
         Returns every rank's ``payload`` in domain-rank order, or None where
@@ -200,7 +212,7 @@ class Meetings:
 
     def meet_pieces(
         self, group: Group, rank: int, what: str, payload: bytes, pieces: list[memoryview] | None
-    ) -> tuple[list[bytes], bool] | None:
+    ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, where this rank also offers its pieces of a framework
         all-to-all's data, one per group rank: every rank's payload and whether every rank's
         piece for this rank came after it (behind a NUL byte), which only an exchange that

@@ -225,7 +225,7 @@ class DomainQueue:
 
     def exchange(
         self, op: str, payload: bytes, pieces: list[memoryview] | None = None
-    ) -> tuple[list[bytes], bool]:
+    ) -> tuple[list[bytes | memoryview], bool]:
         """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
         (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here
         when nobody else runs them): no round uses the domain's process group meanwhile."""

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ...core.group import Group
-from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Meetings
+from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Meetings, Payload
 
 if TYPE_CHECKING:
     from . import rounds as pg_rounds
@@ -37,7 +37,7 @@ class ExchangeMeetings(Meetings):
 
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
-    ) -> list[bytes] | None:
+    ) -> list[Payload] | None:
         """A framework exchange: every domain rank's ``payload``, one all-gather on its group.
 
         None (the two AllGather tasks of any server) for a group without a process
@@ -50,7 +50,7 @@ class ExchangeMeetings(Meetings):
 
     def meet_pieces(
         self, group: Group, rank: int, what: str, payload: bytes, pieces: list[memoryview] | None
-    ) -> tuple[list[bytes], bool] | None:
+    ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, with this rank's pieces for each peer (group rank
         order) where the exchange was predicted as one all-to-all (:meth:`.Rows.exchange`)."""
         if group.size == 1:

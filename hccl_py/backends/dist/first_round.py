@@ -51,7 +51,7 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
-from ...server.protocol import WIDE_REDUCE_BYTES, record_length
+from ...server.protocol import WIDE_REDUCE_BYTES, Payload, record_length
 from ...server.reduce import reduce_ranks
 from . import predicted, rounds
 from .descriptors import decode_all
@@ -84,7 +84,7 @@ def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> by
     return descriptor if data is None else descriptor + b"\0" + data
 
 
-def next_width(tasks: list[Task], payloads: list[bytes], dom: rounds.Domain) -> int:
+def next_width(tasks: list[Task], payloads: list[Payload], dom: rounds.Domain) -> int:
     """The row width of the domain's next exchange, after one whose descriptors agreed: wide
     enough for the round 0 of an op of :func:`_widens` beside its descriptor, else
     :data:`~.rounds.ROW_BYTES`.
@@ -121,7 +121,7 @@ class Rows:
         pieces: list[memoryview] | None,
         device: torch.device,
         wait: rounds.Waiter,
-    ) -> tuple[list[bytes], bool]:
+    ) -> tuple[list[Payload], bool]:
         """Every domain rank's ``payload``, and whether every rank's pieces for this rank came
         after it (a NUL byte between): in the predicted all-to-all (:mod:`.predicted`) when
         :meth:`predict` asked for one and every rank's content fits, else in rows of the
@@ -138,7 +138,7 @@ class Rows:
         return rounds.all_gather_bytes(dom, payload, device, wait, width), False
 
     def agreed(
-        self, tasks: list[Task], payloads: list[bytes], dom: rounds.Domain, carry: bool
+        self, tasks: list[Task], payloads: list[Payload], dom: rounds.Domain, carry: bool
     ) -> None:
         """A task check's descriptors agreed: the next exchange's width follows its task, and
         with ``carry``, after an op whose round 0 sends each peer a piece of its own
@@ -172,7 +172,7 @@ def exchange(
     carry: bool,
     device: torch.device,
     wait: rounds.Waiter,
-) -> tuple[list[bytes], bool]:
+) -> tuple[list[Payload], bool]:
     """``task``'s descriptor exchange (:meth:`Rows.exchange`): every rank's payload, and whether
     every rank's round-0 piece for this rank came (else a row may hold a rank's whole round 0,
     :func:`payload`). With ``carry`` off, the descriptors alone."""
@@ -203,14 +203,14 @@ def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
     return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
-def split(raw: bytes) -> tuple[memoryview | None, bytes]:
+def split(raw: Payload) -> tuple[memoryview | None, bytes]:
     """``(round 0's bytes or None, descriptor)`` out of a peer's payload (the bytes: a view)."""
     end = record_length(raw)
-    return (memoryview(raw)[end + 1 :] if end < len(raw) else None), raw[:end]
+    return (memoryview(raw)[end + 1 :] if end < len(raw) else None), bytes(raw[:end])
 
 
 def received(
-    task: Task, mine: bytes, payloads: list[bytes]
+    task: Task, mine: bytes, payloads: list[Payload]
 ) -> tuple[list[Task], list[memoryview] | None]:
     """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's), and
     every rank's round-0 bytes (None unless every rank sent them)."""

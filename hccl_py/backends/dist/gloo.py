@@ -12,7 +12,7 @@ import torch
 from ...core.config import Config
 from ...core.group import Group
 from ...server.blocking import Blocker
-from ...server.protocol import EXCHANGE, Server
+from ...server.protocol import EXCHANGE, Payload, Server
 from ...server.windows import WindowAllocation
 from .server import DistBackend, DistServer
 from .session import Session
@@ -64,7 +64,7 @@ class GlooServer(DistServer):
 
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
-    ) -> list[bytes] | None:
+    ) -> list[Payload] | None:
         """A framework exchange, or AlltoAllvWrite's Wait through the store (:class:`SharedWindows`)."""
         if key == EXCHANGE:
             return super().meet(group, rank, key, what, payload)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...server.protocol import record_length
+from ...server.protocol import Payload, record_length
 from .rounds import MAX_PAYLOAD_BYTES, ROW_BYTES, Domain, Waiter
 
 #: The header of a block: the content's length, then its kind.
@@ -45,7 +45,7 @@ def scatter_bytes(
     block: int,
     device: torch.device,
     wait: Waiter,
-) -> tuple[list[bytes], bool] | None:
+) -> tuple[list[Payload], bool] | None:
     """Every domain rank's content for this rank (domain order) in one all-to-all of ``block``
     bytes per peer, and whether every rank sent its pieces; None when some rank's content did
     not fit (every rank sees it alike, and exchanges again as usual).
@@ -96,7 +96,7 @@ def scatter_bytes(
                 f"of kind {PLAIN} or {PIECES}"
             )
     contents = [
-        got[i, HEADER_BYTES : HEADER_BYTES + h[0]].tobytes() for i, h in enumerate(heads_got)
+        memoryview(got[i, HEADER_BYTES : HEADER_BYTES + h[0]]) for i, h in enumerate(heads_got)
     ]
     return contents, all(kind == PIECES for _, kind in heads_got)
 

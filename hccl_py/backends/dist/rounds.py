@@ -53,7 +53,7 @@ from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
-from ...server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES
+from ...server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES, Payload
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -409,7 +409,7 @@ def _row(payload: bytes, width: int) -> np.ndarray:
 
 def all_gather_bytes(
     dom: Domain, payload: bytes, device: torch.device, wait: Waiter, width: int = ROW_BYTES
-) -> list[bytes]:
+) -> list[Payload]:
     """Every domain rank's ``payload``, in domain order, over the domain's process group.
 
     One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
@@ -428,10 +428,7 @@ def all_gather_bytes(
         )
     if longest > width:
         rows = _gather_rows(dom, _row(payload, longest), device, wait)
-    return [
-        rows[i, _LENGTH_BYTES : _LENGTH_BYTES + length].tobytes()
-        for i, length in enumerate(lengths)
-    ]
+    return [memoryview(rows[i, _LENGTH_BYTES : _LENGTH_BYTES + n]) for i, n in enumerate(lengths)]
 
 
 #: The round function of every op this executor runs (tests check it covers the op table).
