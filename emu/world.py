@@ -32,7 +32,7 @@ from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
-from hccl_py.server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Server
+from hccl_py.server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Server
 from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
@@ -304,7 +304,7 @@ class EmuWorld(Server):
 
     def room(self, group: Group) -> int:
         """The ranks hand over their payloads whole: an exchange carries the protocol's most."""
-        return MAX_EXCHANGE_BYTES
+        return EXCHANGE_ROOM_BYTES
 
     def exact_reductions(self, group: Group) -> bool:
         """The emulator's reductions are the rule that exact ones follow."""

@@ -238,9 +238,10 @@ def test_rows_of_the_wrong_size_name_rank_handle_op_and_round() -> None:
 
 
 #: Launches in a row: 64 KiB AllGathers, an AlltoAll between them, and 1 MiB AllGathers, whose
-#: round 0 is wider than any row (:data:`~hccl_py.backends.dist.rounds.MAX_PAYLOAD_BYTES`).
+#: round 0 is as wide as a row gets beside its descriptor
+#: (:data:`~hccl_py.backends.dist.rounds.MAX_PAYLOAD_BYTES`), and 2 MiB ones, wider.
 IN_A_ROW = [("allgather", 65536)] * 3 + [("alltoall", 1024)] + [("allgather", 65536)] * 2
-IN_A_ROW += [("allgather", 1 << 20)] * 2
+IN_A_ROW += [("allgather", 1 << 20)] * 2 + [("allgather", 2 << 20)] * 2
 
 
 def launches_in_a_row(ops: list[tuple[str, int]]) -> list[tuple[list[str], torch.Tensor]]:
@@ -264,7 +265,8 @@ def test_an_allgather_launched_again_rides_in_a_row_as_wide_as_its_round(
 ) -> None:
     """After a 64 KiB AllGather, the domain's next exchange is as wide as its round 0: the same
     launch again makes one process-group call instead of two. Another op makes the row narrow
-    again; 1 MiB never rides. Every launch's bytes are the emulator's."""
+    again; 1 MiB rides from its second launch, 2 MiB never. Every launch's bytes are the
+    emulator's."""
     monkeypatch.setenv(CARRY_ENV, carry)
     gloo = hp.run(launches_in_a_row, world_size=3, backend="gloo", timeout=TIMEOUT,
                   args=(IN_A_ROW,))  # fmt: skip
@@ -273,8 +275,8 @@ def test_an_allgather_launched_again_rides_in_a_row_as_wide_as_its_round(
     two, one = ["all_gather_single"] * 2, ["all_gather_single"]
     # after the AlltoAll, the check travels in the all-to-all it predicted (test_framework_predicted)
     predicted = ["all_to_all_single", "all_gather_single"]
-    carried = [two, one, one, one, predicted, one, two, two] if carry == "1" else [two] * 3 + [
-        ["all_gather_single", "all_to_all_single"], two, two, two, two]  # fmt: skip
+    carried = [two, one, one, one, predicted, one, two, one, two, two] if carry == "1" else [
+        two] * 3 + [["all_gather_single", "all_to_all_single"]] + [two] * 6  # fmt: skip
     for rank in range(3):
         assert [calls for calls, _ in gloo[rank]] == carried, rank
         for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):

@@ -49,6 +49,8 @@ SEQUENCE = [
     ("all_reduce", 32 * KIB, (), 2),  # the exchange, then the gather of every input
     ("all_reduce", 32 * KIB, (), 1),
     ("all_gather", 64 * KIB, (0,), 2),  # rank 1's data rode along, rank 0's did not: no carry
+    ("all_gather", 1024 * KIB, (), 2),  # the most an exchange carries: from the second call on
+    ("all_gather", 1024 * KIB, (), 1),
     ("all_gather", 2048 * KIB, (), 2),  # more than an exchange carries
     ("all_gather", 2048 * KIB, (), 2),
 ]

@@ -131,9 +131,11 @@ class Windows:
 #: exchange in the domain (a server numbers them in call order, as a process group orders
 #: its calls). Every other key names a meeting over windows (AlltoAllvWrite's Wait).
 EXCHANGE = "framework exchange"
-#: The most bytes an exchange carries in one call, a framework op's data included
-#: (:meth:`Meetings.room`).
+#: The most data bytes a framework op carries in its exchange, beside its record.
 MAX_EXCHANGE_BYTES = 1 << 20
+#: The most bytes one rank's payload in an exchange holds (:meth:`Meetings.room`): up to
+#: :data:`MAX_EXCHANGE_BYTES` of data, and room for the record beside them.
+EXCHANGE_ROOM_BYTES = MAX_EXCHANGE_BYTES + (64 << 10)
 #: The most bytes a framework op other than an all-gather carries in its exchange, its record
 #: included: its rows hold each rank's whole input, which every rank receives.
 NARROW_EXCHANGE_BYTES = 4096

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ...core.group import Group
-from ...server.protocol import EXCHANGE, MAX_EXCHANGE_BYTES, Meetings, Payload
+from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Payload
 
 if TYPE_CHECKING:
     from . import rounds as pg_rounds
@@ -74,7 +74,7 @@ class ExchangeMeetings(Meetings):
         """The width of ``group``'s next exchange rows (every payload when it has one rank;
         none without a process group here, or with ``HCCL_PY_CARRY_FIRST_ROUND=0``)."""
         if self.carry_first_round and group.size == 1:
-            return MAX_EXCHANGE_BYTES
+            return EXCHANGE_ROOM_BYTES
         rows = self._rows(group)
         return 0 if rows is None else rows.width
 

@@ -53,7 +53,7 @@ from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
-from ...server.protocol import MAX_EXCHANGE_BYTES, NARROW_EXCHANGE_BYTES, Payload
+from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -383,7 +383,7 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
 ROW_BYTES = NARROW_EXCHANGE_BYTES
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
-MAX_PAYLOAD_BYTES = MAX_EXCHANGE_BYTES
+MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
 
 #: Blocks until a process-group call started with ``async_op=True`` finished.
 Waiter = Callable[[dist.Work], None]
