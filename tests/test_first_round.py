@@ -14,7 +14,7 @@ from expect import mismatch_on_every_rank
 from pg_counter import count_calls
 
 import hccl_py as hp
-from hccl_py.backends.dist.rounds import ROW_BYTES
+from hccl_py.backends.dist.gathered import ROW_BYTES
 from hccl_py.backends.dist.settings import CARRY_ENV
 from hccl_py.bench.calls import Step
 from hccl_py.bench.ops import BENCH_OPS, plan
@@ -239,7 +239,7 @@ def test_rows_of_the_wrong_size_name_rank_handle_op_and_round() -> None:
 
 #: Launches in a row: 64 KiB AllGathers, an AlltoAll between them, and 1 MiB AllGathers, whose
 #: round 0 is as wide as a row gets beside its descriptor
-#: (:data:`~hccl_py.backends.dist.rounds.MAX_PAYLOAD_BYTES`), and 2 MiB ones, wider.
+#: (:data:`~hccl_py.backends.dist.gathered.MAX_PAYLOAD_BYTES`), and 2 MiB ones, wider.
 IN_A_ROW = [("allgather", 65536)] * 3 + [("alltoall", 1024)] + [("allgather", 65536)] * 2
 IN_A_ROW += [("allgather", 1 << 20)] * 2 + [("allgather", 2 << 20)] * 2
 

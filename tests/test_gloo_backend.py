@@ -445,7 +445,7 @@ def one_rank_domain() -> Iterator[Any]:
 
 def test_control_bytes_of_any_length_cross_the_process_group(one_rank_domain: Any) -> None:
     """Descriptors and framework arguments: short ones in one all-gather, long ones in a second."""
-    from hccl_py.backends.dist import rounds
+    from hccl_py.backends.dist import gathered
 
     calls = []
 
@@ -454,30 +454,30 @@ def test_control_bytes_of_any_length_cross_the_process_group(one_rank_domain: An
         work.wait()
 
     cpu = torch.device("cpu")
-    longer = bytes(range(256)) * (rounds.ROW_BYTES // 256 + 1)
+    longer = bytes(range(256)) * (gathered.ROW_BYTES // 256 + 1)
     for payload, n_calls in ((b"", 1), (b'{"op":4}', 1), (longer, 2)):
         calls.clear()
-        assert rounds.all_gather_bytes(one_rank_domain, payload, cpu, wait) == [payload]
+        assert gathered.all_gather_bytes(one_rank_domain, payload, cpu, wait) == [payload]
         assert len(calls) == n_calls, (len(payload), len(calls))
 
 
 def test_a_forged_control_length_is_refused(
     one_rank_domain: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hccl_py.backends.dist import rounds
+    from hccl_py.backends.dist import gathered
 
-    real = rounds._row
+    real = gathered._row
 
     def forged(payload: bytes, width: int) -> np.ndarray:
         row = real(payload, width)
-        row[: rounds._LENGTH_BYTES] = np.frombuffer(
+        row[: gathered._LENGTH_BYTES] = np.frombuffer(
             (-5).to_bytes(8, "little", signed=True), np.uint8
         )
         return row
 
-    monkeypatch.setattr(rounds, "_row", forged)
+    monkeypatch.setattr(gathered, "_row", forged)
     with pytest.raises(ValueError, match="domain rank 0 announced -5 bytes of control data"):
-        rounds.all_gather_bytes(one_rank_domain, b"{}", torch.device("cpu"), lambda w: w.wait())
+        gathered.all_gather_bytes(one_rank_domain, b"{}", torch.device("cpu"), lambda w: w.wait())
 
 
 def rank0_all_reduce_alone() -> None:

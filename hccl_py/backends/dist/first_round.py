@@ -20,11 +20,11 @@ so that each rank takes its own block out of each peer's row. Reductions ride
 along only when they are exact (a rank-order reduction of the rows, as the
 exact round does: bit-identical); native ones keep the process group's call.
 
-The rows are :data:`~.rounds.ROW_BYTES` wide, except after an AllGather, or an
+The rows are :data:`~.gathered.ROW_BYTES` wide, except after an AllGather, or an
 exact AllReduce of at most :data:`~hccl_py.server.protocol.WIDE_REDUCE_BYTES`,
 whose round 0 did not fit: the domain's next exchange is as wide as that round 0
 and its descriptor need (:func:`next_width`, at most
-:data:`~.rounds.MAX_PAYLOAD_BYTES`), so that the same task launched again rides
+:data:`~.gathered.MAX_PAYLOAD_BYTES`), so that the same task launched again rides
 along. An AllGather's rows are its own data, and an exact AllReduce of that size
 gathers every rank's input anyway, so a wider row sends nothing their rounds do
 not; other ops keep the narrow room. Every rank computes the width from what the
@@ -53,7 +53,7 @@ from ...core.errors import HcclError
 from ...core.task import Task
 from ...server.protocol import WIDE_REDUCE_BYTES, Payload, record_length
 from ...server.reduce import reduce_ranks
-from . import predicted, rounds
+from . import gathered, predicted, rounds
 from .descriptors import decode_all
 
 _C = HcclCMDType
@@ -69,7 +69,7 @@ def _widens(task: Task, dom: rounds.Domain) -> int:
     an AllGather's (its rows are its own data) and an exact AllReduce's (it gathers every
     rank's input up to :data:`~hccl_py.server.protocol.WIDE_REDUCE_BYTES`); 0 for others."""
     if task.op == _C.HCCL_CMD_ALLGATHER:
-        return rounds.MAX_PAYLOAD_BYTES
+        return gathered.MAX_PAYLOAD_BYTES
     if task.op == _C.HCCL_CMD_ALLREDUCE and dom.reduction.exact:
         return WIDE_REDUCE_BYTES
     return 0
@@ -78,8 +78,8 @@ def _widens(task: Task, dom: rounds.Domain) -> int:
 def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> bytes:
     """What this rank sends in ``task``'s descriptor exchange of rows ``width`` bytes wide: the
     descriptor, with round 0's send bytes after a NUL byte when they fit in its row (in the
-    whole row for the ops of :func:`_widens`, any other op's in :data:`~.rounds.ROW_BYTES`)."""
-    room = width if _widens(task, dom) else rounds.ROW_BYTES
+    whole row for the ops of :func:`_widens`, any other op's in :data:`~.gathered.ROW_BYTES`)."""
+    room = width if _widens(task, dom) else gathered.ROW_BYTES
     data = _round0_bytes(task, dom, room - len(descriptor) - 1)
     return descriptor if data is None else descriptor + b"\0" + data
 
@@ -87,22 +87,22 @@ def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> by
 def next_width(tasks: list[Task], payloads: list[Payload], dom: rounds.Domain) -> int:
     """The row width of the domain's next exchange, after one whose descriptors agreed: wide
     enough for the round 0 of an op of :func:`_widens` beside its descriptor, else
-    :data:`~.rounds.ROW_BYTES`.
+    :data:`~.gathered.ROW_BYTES`.
 
     Computed from what every rank received alike, so it is the same on every rank.
     """
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
     if block > _widens(tasks[0], dom):
-        return rounds.ROW_BYTES
+        return gathered.ROW_BYTES
     descriptor = max(record_length(raw) for raw in payloads)
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
 
 
 def width_for(need: int) -> int:
     """The width of rows that carry ``need`` bytes: ``need`` when it is more than
-    :data:`~.rounds.ROW_BYTES` and at most :data:`~.rounds.MAX_PAYLOAD_BYTES`, else
-    :data:`~.rounds.ROW_BYTES` (more would be more control bytes than a row may hold)."""
-    return need if rounds.ROW_BYTES < need <= rounds.MAX_PAYLOAD_BYTES else rounds.ROW_BYTES
+    :data:`~.gathered.ROW_BYTES` and at most :data:`~.gathered.MAX_PAYLOAD_BYTES`, else
+    :data:`~.gathered.ROW_BYTES` (more would be more control bytes than a row may hold)."""
+    return need if gathered.ROW_BYTES < need <= gathered.MAX_PAYLOAD_BYTES else gathered.ROW_BYTES
 
 
 class Rows:
@@ -110,7 +110,7 @@ class Rows:
     width (:func:`next_width`), or a predicted all-to-all (:mod:`.predicted`)."""
 
     def __init__(self) -> None:
-        self.width = rounds.ROW_BYTES
+        self.width = gathered.ROW_BYTES
         self.block = 0  # > 0: the next exchange is one all-to-all of such blocks (.predicted)
         self.carried = 0  # the block of the last exchange, when it was such an all-to-all
 
@@ -125,17 +125,17 @@ class Rows:
         """Every domain rank's ``payload``, and whether every rank's pieces for this rank came
         after it (a NUL byte between): in the predicted all-to-all (:mod:`.predicted`) when
         :meth:`predict` asked for one and every rank's content fits, else in rows of the
-        current width (:func:`.rounds.all_gather_bytes`; pieces stay behind). The next
+        current width (:func:`.gathered.all_gather_bytes`; pieces stay behind). The next
         exchange is a narrow all-gather unless :meth:`agreed`, :meth:`widen` or
         :meth:`predict` says otherwise."""
-        width, self.width = self.width, rounds.ROW_BYTES
+        width, self.width = self.width, gathered.ROW_BYTES
         block, self.block, self.carried = self.block, 0, 0
         if block:
             got = predicted.scatter_bytes(dom, payload, pieces, block, device, wait)
             if got is not None:
                 self.carried = block
                 return got
-        return rounds.all_gather_bytes(dom, payload, device, wait, width), False
+        return gathered.all_gather_bytes(dom, payload, device, wait, width), False
 
     def agreed(
         self, tasks: list[Task], payloads: list[Payload], dom: rounds.Domain, carry: bool

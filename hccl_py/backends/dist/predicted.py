@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from ...server.protocol import Payload, record_length
-from .rounds import MAX_PAYLOAD_BYTES, ROW_BYTES, Domain, Waiter
+from .gathered import MAX_PAYLOAD_BYTES, ROW_BYTES
+from .rounds import Domain, Waiter
 
 #: The header of a block: the content's length, then its kind.
 HEADER_BYTES = 16
@@ -103,6 +104,6 @@ def scatter_bytes(
 
 def block_for(need: int) -> int:
     """The block of a predicted exchange that carries ``need`` bytes (0: too many): at least
-    :data:`~.rounds.ROW_BYTES`, so that any payload that an all-gather's rows would carry
+    :data:`~.gathered.ROW_BYTES`, so that any payload that an all-gather's rows would carry
     fits (a kernel task's check, another framework op's arguments)."""
     return max(need, ROW_BYTES) if 0 < need <= MAX_PAYLOAD_BYTES else 0

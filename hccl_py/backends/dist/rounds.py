@@ -53,7 +53,6 @@ from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
-from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -70,6 +69,8 @@ _REDUCE_OPS = {
 }
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+#: Blocks until a process-group call started with ``async_op=True`` finished.
+Waiter = Callable[[dist.Work], None]
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
@@ -285,49 +286,68 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
     write_result(task, r, buf.to(values.dtype))
 
 
+def split_chunks(task: Task) -> Blocks:
+    """The byte ranges of an exact AllReduce split's ``rankDim`` element chunks in a rank's block
+    (domain rank ``k`` reduces chunk ``k``; the last ones may be short or empty)."""
+    per = -(-task.count // task.rank_dim)
+    bounds = np.minimum(np.arange(task.rank_dim + 1) * per, task.count) * task.elem_size
+    return Blocks(bounds[:-1], np.diff(bounds))
+
+
 def _exact_all_reduce_split(
     task: Task, r: int, src: torch.Tensor, op: HcclReduceOp, dom: Domain
 ) -> None:
     """Exact AllReduce of ``src`` (this rank's input bytes) as a reduce-scatter and an all-gather.
 
-    Domain rank ``k`` owns the ``k``-th of ``rankDim`` equal element chunks: an
-    all-to-all brings it every rank's copy of its chunk, which it reduces in
-    rank order with the emulator's rule (the result of each element depends on
-    that element alone, so it is bit-identical to reducing whole inputs); an
-    all-gather then hands every rank every reduced chunk. Each rank moves about
-    2 (n-1)/n of its input, as a native ring does, instead of gathering all n inputs.
-
-    Memory: when the chunks are equal and in rank order, the all-gather writes
-    straight into the receive block, and the all-to-all too when that block
-    shares no byte with the send block; what is left is the reduced chunk (1/n
-    of the block). Otherwise the rows, and the padded gather, are temporaries.
+    Domain rank ``k`` owns chunk ``k`` (:func:`split_chunks`): an all-to-all brings it every
+    rank's copy, which it reduces in rank order with the emulator's rule (each element's result
+    depends on that element alone: bit-identical to reducing whole inputs); an all-gather then
+    hands every rank every reduced chunk (:func:`gather_chunks`). Each rank moves about
+    2 (n-1)/n of its input, as a native ring does, instead of gathering all n inputs. Memory:
+    with equal chunks in rank order the all-gather writes straight into the receive block, and
+    the all-to-all too when that block shares no byte with the send block; what is left is the
+    reduced chunk (1/n of the block). Otherwise the rows, and the padded gather, are temporaries.
     """
-    n, size = task.rank_dim, task.elem_size
-    per = -(-task.count // n)
-    bounds = np.minimum(np.arange(n + 1) * per, task.count) * size
-    chunks = Blocks(bounds[:-1], np.diff(bounds))
-    send = dom.to_pg(chunks)
-    mine = int(chunks.sizes[task.rank])
-    start = int(layout.round_blocks(task, "recv", r).starts[0])
-    target = task.memory("recv")[start : start + task.count * size]
-    direct = per * n == task.count and dom.identity
-    rows_here = direct and first_shared(task, r, exempt_in_place=False) is None
-    received = target if rows_here else torch.empty(mine * n, dtype=torch.uint8, device=src.device)
+    n, chunks = task.rank_dim, split_chunks(task)
+    send, mine = dom.to_pg(chunks), int(chunks.sizes[task.rank])
+    rows_here = _in_place(task, dom) and first_shared(task, r, exempt_in_place=False) is None
+    received = (
+        _all_reduce_target(task, r)
+        if rows_here
+        else torch.empty(mine * n, dtype=torch.uint8, device=src.device)
+    )
     dist.all_to_all_single(
         received, gather_bytes(src, send), [mine] * n, send.sizes.tolist(), group=dom.pg
     )
-    stacked = dom.to_domain(task.typed(received).view(n, mine // size))
+    stacked = dom.to_domain(task.typed(received).view(n, mine // task.elem_size))
     reduced = reduce_ranks(stacked, op).view(torch.uint8).reshape(-1)
     del received, stacked  # the rows are reduced: free them before the all-gather
-    if direct:  # the send bytes were all read by the all-to-all: the block may take the result
+    gather_chunks(task, r, reduced, dom)
+
+
+def _in_place(task: Task, dom: Domain) -> bool:
+    """Whether the split's chunks are equal and in rank order (the receive block takes them)."""
+    return task.count % task.rank_dim == 0 and dom.identity
+
+
+def _all_reduce_target(task: Task, r: int) -> torch.Tensor:
+    start = int(layout.round_blocks(task, "recv", r).starts[0])
+    return task.memory("recv")[start : start + task.count * task.elem_size]
+
+
+def gather_chunks(task: Task, r: int, reduced: torch.Tensor, dom: Domain) -> None:
+    """The end of an exact AllReduce split: this rank's ``reduced`` chunk (bytes) and every other
+    rank's, all-gathered into round ``r``'s receive block."""
+    n, size, target = task.rank_dim, task.elem_size, _all_reduce_target(task, r)
+    if _in_place(task, dom):  # the send bytes were all read: the block may take the result
         _all_gather_single(target, reduced, group=dom.pg)
         return
-    padded = torch.zeros(per * size, dtype=torch.uint8, device=src.device)
-    padded[:mine].copy_(reduced)
-    gathered = torch.empty(per * size * n, dtype=torch.uint8, device=src.device)
+    per = -(-task.count // n) * size
+    padded = torch.zeros(per, dtype=torch.uint8, device=reduced.device)
+    padded[: reduced.numel()].copy_(reduced)
+    gathered = torch.empty(per * n, dtype=torch.uint8, device=reduced.device)
     _all_gather_single(gathered, padded, group=dom.pg)
-    rows = dom.to_domain(gathered.view(n, per * size))
-    target.copy_(rows.reshape(-1)[: task.count * size])
+    target.copy_(dom.to_domain(gathered.view(n, per)).reshape(-1)[: task.count * size])
 
 
 def _receive_view(task: Task, r: int, dtype: torch.dtype, count: int) -> torch.Tensor | None:
@@ -375,60 +395,6 @@ def _reduce_scatter(task: Task, r: int, dom: Domain) -> None:
         _fill_nan(out, mine)
     if target is None:
         write_result(task, r, out.to(values.dtype))
-
-
-# ------------------------------------------------------------------ control bytes
-#: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
-#: payload); a longer payload on any rank makes every rank gather again at the longest width.
-ROW_BYTES = NARROW_EXCHANGE_BYTES
-_LENGTH_BYTES = 8
-#: The most control bytes one rank sends with :func:`all_gather_bytes`.
-MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
-
-#: Blocks until a process-group call started with ``async_op=True`` finished.
-Waiter = Callable[[dist.Work], None]
-
-
-def _gather_rows(dom: Domain, row: np.ndarray, device: torch.device, wait: Waiter) -> np.ndarray:
-    """Every domain rank's ``row`` (uint8, the same length on every rank), in domain order."""
-    n = len(dom.order)
-    mine = torch.from_numpy(row).to(device)
-    out = torch.empty(n * row.size, dtype=torch.uint8, device=device)
-    wait(_all_gather_single(out, mine, group=dom.pg, async_op=True))
-    return dom.to_domain(out.view(n, row.size)).cpu().numpy()
-
-
-def _row(payload: bytes, width: int) -> np.ndarray:
-    row = np.zeros(_LENGTH_BYTES + width, dtype=np.uint8)
-    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
-    row[_LENGTH_BYTES : _LENGTH_BYTES + min(len(payload), width)] = np.frombuffer(
-        payload[:width], np.uint8
-    )
-    return row
-
-
-def all_gather_bytes(
-    dom: Domain, payload: bytes, device: torch.device, wait: Waiter, width: int = ROW_BYTES
-) -> list[Payload]:
-    """Every domain rank's ``payload``, in domain order, over the domain's process group.
-
-    One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
-    payload is longer, a second one at the longest length (every rank sees the lengths,
-    so every rank makes the same calls). ``wait`` blocks on each call, so the
-    caller can look for absent peers meanwhile.
-    """
-    rows = _gather_rows(dom, _row(payload, width), device, wait)
-    lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
-    longest = max(lengths)
-    bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
-    if bad:
-        raise ValueError(
-            f"domain rank {bad[0]} announced {lengths[bad[0]]} bytes of control data over the "
-            f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
-        )
-    if longest > width:
-        rows = _gather_rows(dom, _row(payload, longest), device, wait)
-    return [memoryview(rows[i, _LENGTH_BYTES : _LENGTH_BYTES + n]) for i, n in enumerate(lengths)]
 
 
 #: The round function of every op this executor runs (tests check it covers the op table).

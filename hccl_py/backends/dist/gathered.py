@@ -1,0 +1,72 @@
+"""A domain's exchange as one all-gather of fixed-width rows of control bytes.
+
+A kernel task's descriptor check and a framework collective's argument exchange send each
+rank's payload (its record, maybe data that rides along) in a row of the same width on every
+rank: gloo aborts a process on messages of different sizes, so no rank's payload may change
+another's call (see docs/backends.md). Each row starts with the payload's length; a payload
+longer than the row makes every rank gather again at the longest length. The width is chosen
+by :class:`.first_round.Rows`; :mod:`.predicted` is the other way an exchange travels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
+from . import rounds
+
+#: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
+#: payload); a longer payload on any rank makes every rank gather again at the longest width.
+ROW_BYTES = NARROW_EXCHANGE_BYTES
+_LENGTH_BYTES = 8
+#: The most control bytes one rank sends with :func:`all_gather_bytes`.
+MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
+
+
+def _gather_rows(
+    dom: rounds.Domain, row: np.ndarray, device: torch.device, wait: rounds.Waiter
+) -> np.ndarray:
+    """Every domain rank's ``row`` (uint8, the same length on every rank), in domain order."""
+    n = len(dom.order)
+    mine = torch.from_numpy(row).to(device)
+    out = torch.empty(n * row.size, dtype=torch.uint8, device=device)
+    wait(rounds._all_gather_single(out, mine, group=dom.pg, async_op=True))  # looked up per call
+    return dom.to_domain(out.view(n, row.size)).cpu().numpy()
+
+
+def _row(payload: bytes, width: int) -> np.ndarray:
+    row = np.zeros(_LENGTH_BYTES + width, dtype=np.uint8)
+    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
+    row[_LENGTH_BYTES : _LENGTH_BYTES + min(len(payload), width)] = np.frombuffer(
+        payload[:width], np.uint8
+    )
+    return row
+
+
+def all_gather_bytes(
+    dom: rounds.Domain,
+    payload: bytes,
+    device: torch.device,
+    wait: rounds.Waiter,
+    width: int = ROW_BYTES,
+) -> list[Payload]:
+    """Every domain rank's ``payload``, in domain order, over the domain's process group.
+
+    One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
+    payload is longer, a second one at the longest length (every rank sees the lengths,
+    so every rank makes the same calls). ``wait`` blocks on each call, so the
+    caller can look for absent peers meanwhile.
+    """
+    rows = _gather_rows(dom, _row(payload, width), device, wait)
+    lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
+    longest = max(lengths)
+    bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
+    if bad:
+        raise ValueError(
+            f"domain rank {bad[0]} announced {lengths[bad[0]]} bytes of control data over the "
+            f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
+        )
+    if longest > width:
+        rows = _gather_rows(dom, _row(payload, longest), device, wait)
+    return [memoryview(rows[i, _LENGTH_BYTES : _LENGTH_BYTES + n]) for i, n in enumerate(lengths)]
