@@ -370,3 +370,33 @@ def test_a_kernel_all_to_all_launched_again_rides_in_its_predicted_check(
         assert [calls for calls, _ in gloo[rank]] == want, rank
         for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
             assert torch.equal(ours, theirs), (rank, i, LAUNCHES[i])
+
+
+#: Exact AllReduce launches in a row (bytes per rank): split ones (more than 64 KiB), and
+#: 64 KiB ones, whose rows widen instead
+ALL_REDUCES = (
+    [("allreduce", 262144)] * 3 + [("allreduce", 65536)] * 2 + [("allreduce", 1 << 20)] * 2
+)
+
+
+@pytest.mark.parametrize("reduce", ["exact", "native"])
+def test_a_split_allreduce_launched_again_rides_its_reduce_scatter_in_its_check(
+    reduce: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exact AllReduce above 64 KiB reduce-scatters, then all-gathers: launched again, its
+    task check carries each rank's chunk for each peer (the all-to-all it predicted), so the
+    launch is two calls instead of three. 64 KiB widens the rows instead (one call from the
+    second launch); native reductions keep the process group's all_reduce. The emulator's bytes."""
+    monkeypatch.setenv("HCCL_PY_REDUCE", reduce)
+    gloo = hp.run(first_round.launches_in_a_row, world_size=3, backend="gloo", timeout=TIMEOUT,
+                  args=(ALL_REDUCES,))  # fmt: skip
+    emu = hp.run(first_round.launches_in_a_row, world_size=3, timeout=TIMEOUT, args=(ALL_REDUCES,))
+    split, rides = [AG, A2A, AG], [A2A, AG]
+    if reduce == "exact":
+        want = [split, rides, rides, [A2A, A2A, AG], [AG], split, rides]
+    else:
+        want = [[AG, "all_reduce"]] * len(ALL_REDUCES)
+    for rank in range(3):
+        assert [calls for calls, _ in gloo[rank]] == want, rank
+        for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
+            assert torch.equal(ours, theirs), (rank, i, ALL_REDUCES[i])

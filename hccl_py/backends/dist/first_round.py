@@ -146,7 +146,7 @@ class Rows:
         same task again."""
         self.width = next_width(tasks, payloads, dom)
         if carry and _scatters(tasks[0], dom):
-            piece = max(int(layout.round_blocks(t, "send", 0).sizes.max()) for t in tasks)
+            piece = max(int(_piece_blocks(t).sizes.max()) for t in tasks)
             self.predict(max(record_length(raw) for raw in payloads) + 1 + piece)
 
     def widen(self, need: int) -> None:
@@ -185,7 +185,10 @@ def exchange(
 def _scatters(task: Task, dom: rounds.Domain) -> bool:
     """Whether round 0 of ``task``'s op sends each peer a piece of its own that may ride in a
     predicted all-to-all: every op but those of :data:`_WHOLE` (AlltoAll, AlltoAllV, and
-    ReduceScatter with exact reductions)."""
+    ReduceScatter with exact reductions), and an exact AllReduce that splits
+    (:func:`_splits`)."""
+    if task.op == _C.HCCL_CMD_ALLREDUCE:
+        return _splits(task, dom)
     return (
         task.op in rounds.ROUNDS
         and task.op not in _WHOLE
@@ -193,13 +196,30 @@ def _scatters(task: Task, dom: rounds.Domain) -> bool:
     )
 
 
+def _splits(task: Task, dom: rounds.Domain) -> bool:
+    """Whether ``task`` is an exact AllReduce whose round 0 reduce-scatters, then all-gathers
+    (:func:`.rounds.split_chunks`), and does not widen the rows instead (:func:`_widens`)."""
+    block = int(layout.round_blocks(task, "send", 0).sizes[0])
+    return task.op == _C.HCCL_CMD_ALLREDUCE and dom.reduction.exact and block > WIDE_REDUCE_BYTES
+
+
+def _piece_blocks(task: Task) -> layout.Blocks:
+    """Where in round 0's send bytes each domain rank's piece lies (:func:`pieces`)."""
+    if task.op == _C.HCCL_CMD_ALLREDUCE:
+        return rounds.split_chunks(task)
+    return layout.round_blocks(task, "send", 0)
+
+
 def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
-    """Round 0's send block for each domain rank, in domain order (None: not :func:`_scatters`)."""
+    """Round 0's send bytes for each domain rank, in domain order (None: not
+    :func:`_scatters`): its block for that rank, or an AllReduce's chunk that rank reduces."""
     if not _scatters(task, dom):
         return None
     blocks = layout.round_blocks(task, "send", 0)
+    if task.op == _C.HCCL_CMD_ALLREDUCE:
+        blocks = layout.Blocks(blocks.starts[:1], blocks.sizes[:1])
     view = memoryview(rounds.gather_bytes(task.memory("send"), blocks).cpu().numpy())
-    ends = [0, *np.cumsum(blocks.sizes).tolist()]
+    ends = [0, *np.cumsum(_piece_blocks(task).sizes).tolist()]
     return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
@@ -242,6 +262,14 @@ def run(
     (they agree with ``task``: the comparison passed).
     """
     me = task.rank
+    if task.op == _C.HCCL_CMD_ALLREDUCE and scattered:  # this rank's chunk of every rank
+        flat = torch.from_numpy(np.concatenate([np.frombuffer(r, np.uint8) for r in rows]))
+        _same_size(task, flat, task.rank_dim * int(rounds.split_chunks(task).sizes[me]))
+        if flat.numel():
+            stacked = task.typed(flat).view(task.rank_dim, -1)
+            flat = reduce_ranks(stacked, HcclReduceOp(task.reduce_op)).view(torch.uint8)
+        rounds.gather_chunks(task, 0, flat.reshape(-1).to(task.memory("recv").device), dom)
+        return
     received = []
     for peer, row in zip(tasks, rows, strict=True):
         if task.op in _WHOLE or scattered:
