@@ -400,3 +400,43 @@ def test_a_split_allreduce_launched_again_rides_its_reduce_scatter_in_its_check(
         assert [calls for calls, _ in gloo[rank]] == want, rank
         for i, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
             assert torch.equal(ours, theirs), (rank, i, ALL_REDUCES[i])
+
+
+#: all_reduce calls in a row (KiB per rank, extra elements): above 64 KiB they split
+FRAMEWORK_ALL_REDUCES = [(256, 0)] * 3 + [(64, 0), (64, 1), (1024, 0), (1024, 0), (300, 2)]
+
+
+def framework_all_reduces() -> list[tuple[list[str], torch.Tensor]]:
+    """Each call's process-group calls and result; sums whose rounding depends on the order."""
+    rank, calls, out = hp.get_rank(), count_calls(), []
+    for step, (kib, extra) in enumerate(FRAMEWORK_ALL_REDUCES):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        x = torch.randn(kib * 256 + extra, generator=g) * 10 ** torch.randn(1, generator=g)
+        calls.clear()
+        hp.all_reduce(x)
+        out.append((list(calls), x))
+    return out
+
+
+def test_a_split_all_reduce_called_again_is_two_calls() -> None:
+    """An exact all_reduce above 64 KiB called again: its reduce-scatter rides in the predicted
+    exchange (each rank's chunk for the rank that reduces it) and the reduced chunks in a
+    second one, two calls instead of three; bit for bit the emulator's, numpy's sums."""
+    n = 3
+    gloo = hp.run(framework_all_reduces, world_size=n, backend="gloo", timeout=TIMEOUT)
+    emu = hp.run(framework_all_reduces, world_size=n, timeout=TIMEOUT)
+    task, two = [AG, A2A, AG], [A2A, A2A]
+    # 64 KiB widens the rows; one element more splits, after the check in the predicted
+    # all-to-all; 1 MiB's chunks do not fit the blocks 64 KiB's predicted: one wasted call
+    want = [task, two, two, [A2A, A2A, AG], task, [A2A, *task], two, two]
+    for rank in range(n):
+        assert [calls for calls, _ in gloo[rank]] == want, rank
+        for step, ((_, ours), (_, theirs)) in enumerate(zip(gloo[rank], emu[rank], strict=True)):
+            assert ours.view(torch.int32).tolist() == theirs.view(torch.int32).tolist(), step
+    for step, (kib, extra) in enumerate(FRAMEWORK_ALL_REDUCES):
+        xs = []
+        for r in range(n):
+            g = torch.Generator().manual_seed(100 * step + r)
+            x = torch.randn(kib * 256 + extra, generator=g) * 10 ** torch.randn(1, generator=g)
+            xs.append(x.numpy().astype(np.float64))
+        np.testing.assert_allclose(gloo[0][step][1].numpy(), sum(xs), rtol=1e-5, atol=1e-3)

@@ -72,11 +72,31 @@ class Carried:
     order), and when the op started (for the trace)."""
 
     def __init__(
-        self, op: str, rows: list[memoryview], started_us: float, scattered: bool = False
+        self,
+        op: str,
+        rows: list[memoryview],
+        started_us: float,
+        scattered: bool = False,
+        need: int = 0,
     ) -> None:
         self.op, self.rows, self.started_us = op, rows, started_us
         #: Whether each row is only its rank's piece for this rank (a predicted all-to-all).
         self.scattered = scattered
+        #: What the group's next exchange was predicted to carry (bytes of a block; 0: none).
+        self.need = need
+
+    def gather(self, group: Group, mine: torch.Tensor, out: torch.Tensor) -> None:
+        """After an all-reduce's reduce-scatter rode in a predicted exchange (each row: this
+        rank's chunk of a rank's input): every rank's reduced chunk (``mine`` is this rank's)
+        in a second exchange, which the first one's prediction makes an all-to-all of the
+        same payload to every peer, written one after another into ``out``; the next exchange
+        is predicted again as the first one was."""
+        head = record(self.op, None, {})
+        raw = exchange(group, self.op, head + b"\0" + _bytes_of(mine))
+        records_of(group, self.op, raw)
+        self.rows = [memoryview(r)[record_length(r) + 1 :] for r in raw]
+        current_rank_context().server.predict(group, self.need)
+        self.write(out, self.rows)
 
     def stacked(self, dtype: torch.dtype) -> torch.Tensor:
         """The rows as a ``(ranks, elements)`` tensor of ``dtype`` (they are equally long)."""
@@ -146,7 +166,7 @@ class Rule:
 GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
 #: all_reduce: up to 64 KiB, which an exact all-reduce task gathers from every rank anyway
 #: (below ``EXACT_SPLIT_MIN_BYTES`` on gloo; at it, one call instead of three).
-ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True)
+ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True, scatters=True)
 #: reduce_scatter_tensor: every rank would receive every rank's whole input.
 REDUCE_SCATTER = Rule(0, widens=False, reduces=True, scatters=True)
 #: alltoall_single, global_scatter, global_gather: likewise.
@@ -197,13 +217,14 @@ def agree_carrying(
     if rule.widens and max(sizes) <= rule.most:
         server.widen(group, max(heads) + 1 + max(sizes))
     lists = _piece_lists(records, group.size) if rule.scatters else None
-    if lists is not None:
-        server.predict(group, max(heads) + 1 + max(max(p) for p in lists))
+    need = 0 if lists is None else max(heads) + 1 + max(max(p) for p in lists)
+    if need:
+        server.predict(group, need)
     rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
     if scattered:
         me = group.rank_of(current_rank_context().rank)
         if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
-            return records, Carried(op, rows, started, scattered=True)
+            return records, Carried(op, rows, started, scattered=True, need=need)
         return records, None
     if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
         len(row) != n for row, n in zip(rows, sizes, strict=True)

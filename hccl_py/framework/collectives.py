@@ -27,6 +27,7 @@ import torch
 
 from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
 from ..kernel.context import current_rank_context
+from ..server.protocol import WIDE_REDUCE_BYTES
 from ..server.reduce import reduce_ranks
 from ._carry import ALL_REDUCE, ALL_TO_ALL, GATHER, REDUCE_SCATTER, agree_carrying
 from ._common import (
@@ -328,6 +329,13 @@ def _reduce(
     return kernel, reduce_locally
 
 
+def _chunks(count: int, size: int, n: int) -> list[int]:
+    """The bytes of each of ``n`` element chunks of ``count`` elements of ``size`` bytes, as an
+    exact all-reduce task splits them (the gloo backend's ``rounds.split_chunks``)."""
+    per = -(-count // n)
+    return [(min((k + 1) * per, count) - min(k * per, count)) * size for k in range(n)]
+
+
 def all_reduce(
     tensor: torch.Tensor, op: Any = _SUM, group: Any = None, async_op: bool = False
 ) -> Work | None:
@@ -338,6 +346,7 @@ def all_reduce(
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
     data_type = hccl_dtype(name, tensor)
+    chunks = _chunks(tensor.numel(), tensor.element_size(), grp.size)
     records, carried = agree_carrying(
         grp,
         name,
@@ -345,12 +354,18 @@ def all_reduce(
         None if async_op else tensor,
         ALL_REDUCE,
         tensor,
+        chunks if sum(chunks) > WIDE_REDUCE_BYTES else None,
         dtype=str(tensor.dtype),
         shape=_shape(tensor),
         reduce=reduce_op.name,
     )
     for key, label in (("shape", "tensor's shape"), ("dtype", "tensor's dtype"), ("reduce", "op")):
         require_same(grp, name, records, key, label)
+    if carried is not None and carried.scattered:  # this rank's chunk of every rank's input
+        stacked = carried.stacked(tensor.dtype)
+        mine = _reduce_rows(stacked, reduce_op, data_type) if stacked.numel() else stacked[0]
+        carried.gather(grp, mine, tensor)
+        return None
     if carried is not None:
         stacked = carried.stacked(tensor.dtype)
         carried.write(tensor, _reduce_rows(stacked, reduce_op, data_type))
