@@ -18,6 +18,7 @@ from pg_counter import count_calls
 import hccl_py as hp
 from hccl_py.backends.dist import predicted, rounds
 from hccl_py.backends.dist.settings import CARRY_ENV
+from hccl_py.kernel.context import current_rank_context
 
 TIMEOUT = 30.0
 KIB = 1024
@@ -283,7 +284,7 @@ def test_a_rank_whose_content_does_not_fit_makes_every_rank_fall_back(
     heads[1] = [3, predicted.PIECES]
     blocks[:, predicted.HEADER_BYTES : predicted.HEADER_BYTES + 3] = list(b"{}\0")
     got = predicted.scatter_bytes(dom, b"{}", None, block, cpu, lambda work: None)
-    assert got == ([b"{}", b"{}\0"], False)
+    assert got == ([b"{}", b"{}"], False)  # not every rank's piece came: records alone
 
 
 #: MoE steps: (seed of the routing, most rows a card sends one expert); rows are 1 KiB
@@ -440,3 +441,32 @@ def test_a_split_all_reduce_called_again_is_two_calls() -> None:
             x = torch.randn(kib * 256 + extra, generator=g) * 10 ** torch.randn(1, generator=g)
             xs.append(x.numpy().astype(np.float64))
         np.testing.assert_allclose(gloo[0][step][1].numpy(), sum(xs), rtol=1e-5, atol=1e-3)
+
+
+def one_hint_says_not_predicted() -> list[float]:
+    """Three 1 KiB alltoall_single calls in which rank 0 sends all its rows to rank 1; at the
+    third, rank 1's hint (the server's ``predicted``) says "not predicted", as it may where a
+    task prepared before the call predicts the exchange only once it runs: rank 1 sends its
+    payload alone (its whole input behind its record), rank 0 its pieces, one of them empty."""
+    rank, rows = hp.get_rank(), 64
+    for step in range(3):
+        if step == 2 and rank == 1:
+            current_rank_context().server.predicted = lambda group: False
+        x = torch.arange(rows * 4, dtype=torch.float32).view(rows, 4) + 1000 * rank + 100 * step
+        ins = [0, rows] if rank == 0 else [rows // 2, rows // 2]
+        outs = [0, rows // 2] if rank == 0 else [rows, rows // 2]
+        y = torch.full((sum(outs), 4), float("nan"))
+        hp.alltoall_single(x, y, ins, outs)
+    return y.view(-1).tolist()
+
+
+def test_ranks_whose_hints_differ_all_run_the_task() -> None:
+    """The pieces that came in an all-to-all where not every rank sent pieces differ from
+    receiver to receiver (rank 1 got all of rank 0's input, rank 0 none): they are dropped, so
+    that no rank takes a piece for its sender's whole input and computes its output while its
+    peer runs the op's task (rank 0 failed, its peer gone). numpy's results."""
+    got = hp.run(one_hint_says_not_predicted, world_size=2, backend="gloo", timeout=TIMEOUT)
+    x0 = np.arange(256, dtype=np.float32) + 200
+    x1 = np.arange(256, dtype=np.float32) + 1200
+    assert got[0] == x1[:128].tolist()
+    assert got[1] == x0.tolist() + x1[128:].tolist()

@@ -16,7 +16,11 @@ its piece for that peer.
 A rank whose content does not fit its blocks sends :data:`UNFIT` as the length of
 every block; every rank then sees it and exchanges again as usual, after one
 wasted call. Every sender's kind is the same in all its blocks, so every rank
-decides alike whether every rank's pieces came.
+decides alike whether every rank's pieces came. When some did not (a rank whose
+hint said "not predicted", :meth:`~hccl_py.server.protocol.Meetings.predicted`, sent its
+payload alone), the pieces that came are dropped: a piece differs from receiver to
+receiver, and a rank that took it for its sender's whole data (a piece may be all of
+it) would compute its output where its peers run the op's task.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ def scatter_bytes(
     wait: Waiter,
 ) -> tuple[list[Payload], bool] | None:
     """Every domain rank's content for this rank (domain order) in one all-to-all of ``block``
-    bytes per peer, and whether every rank sent its pieces; None when some rank's content did
-    not fit (every rank sees it alike, and exchanges again as usual).
+    bytes per peer, and whether every rank sent its pieces (where not, a sender's piece is
+    dropped, its record kept: what is left is the same on every rank); None when some rank's
+    content did not fit (every rank sees it alike, and exchanges again as usual).
 
     ``pieces`` (domain order, or None): this rank's data for each peer, sent after
     ``payload``'s record (:func:`~hccl_py.server.protocol.record_length`: what follows it
@@ -99,7 +104,13 @@ def scatter_bytes(
     contents = [
         memoryview(got[i, HEADER_BYTES : HEADER_BYTES + h[0]]) for i, h in enumerate(heads_got)
     ]
-    return contents, all(kind == PIECES for _, kind in heads_got)
+    scattered = all(kind == PIECES for _, kind in heads_got)
+    if not scattered:  # a piece differs per receiver: only the records, alike on every rank
+        contents = [
+            c[: record_length(c)] if kind == PIECES else c
+            for c, (_, kind) in zip(contents, heads_got, strict=True)
+        ]
+    return contents, scattered
 
 
 def block_for(need: int) -> int:
