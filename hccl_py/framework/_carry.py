@@ -30,8 +30,12 @@ makes no task of its own: one process-group call instead of two.
 rank would receive every rank's whole input. Whether the data rode along is decided from what
 the exchange gave every rank (every rank's bytes are there, as long as its
 record says), so every rank decides alike even when their hints about the
-room differed. Asynchronous calls keep their task, so that their output
-changes only on ``wait()`` (and the emulator's poison shows a read before it).
+room differed. On gloo and HCCL these calls called again ride in a predicted
+all-to-all (:meth:`~hccl_py.server.protocol.Meetings.predict`): each rank receives
+each rank's piece for it (:attr:`Carried.scattered`), or, where not every rank sent
+its pieces, none (the server drops them), so again every rank decides alike.
+Asynchronous calls keep their task, so that their output changes only on ``wait()``
+(and the emulator's poison shows a read before it).
 """
 
 from __future__ import annotations

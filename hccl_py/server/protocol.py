@@ -218,7 +218,8 @@ class Meetings:
         """:meth:`meet` at :data:`EXCHANGE`, where this rank also offers its pieces of a framework
         all-to-all's data, one per group rank: every rank's payload and whether every rank's
         piece for this rank came after it (behind a NUL byte), which only an exchange that
-        :meth:`predict` asked for may carry. The default carries none."""
+        :meth:`predict` asked for may carry; where not every rank's came, no payload holds a
+        piece (a piece differs from rank to rank). The default carries none."""
         got = self.meet(group, rank, EXCHANGE, what, payload)
         return None if got is None else (got, False)
 
