@@ -470,3 +470,98 @@ def test_ranks_whose_hints_differ_all_run_the_task() -> None:
     x1 = np.arange(256, dtype=np.float32) + 1200
     assert got[0] == x1[:128].tolist()
     assert got[1] == x0.tolist() + x1[128:].tolist()
+
+
+#: Dtypes of :func:`layouts_on_a_permuted_group`, three calls each, largest first (each fits)
+LAYOUT_DTYPES = [torch.float64, torch.bfloat16, torch.int8, torch.bool]
+
+
+def _layout_input(rank: int, step: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rank ``rank``'s 640 x 9 input of call ``step``."""
+    values = torch.randint(
+        -100, 100, (640, 9), generator=torch.Generator().manual_seed(step + 97 * rank)
+    )
+    return values.bool() if dtype == torch.bool else values.to(dtype)
+
+
+def _layout_splits(n: int, rank: int, step: int) -> list[int]:
+    """Uneven splits of 640 rows; every third call, all of them to one peer (empty pieces)."""
+    if step % 3 == 0:
+        return [640 if j == (rank + 1) % n else 0 for j in range(n)]
+    cuts = sorted(np.random.default_rng(10 * step + rank).integers(0, 641, size=n - 1).tolist())
+    return np.diff([0, *cuts, 640]).tolist()
+
+
+def layouts_on_a_permuted_group() -> list[tuple[list[str], torch.Tensor]]:
+    """alltoall_single on ``hp.new_group([2, 0, 1])`` whose process group sorts its ranks (its
+    order is not the domain's), each call followed by one on the world group: uneven splits,
+    empty pieces, inputs that are not contiguous, require grad, or are the output."""
+    import hccl_py.backends.dist.server as backend_dist
+
+    backend_dist._NEW_GROUP_SORTS = False  # as torch versions without sort_ranks do
+    group = hp.new_group([2, 0, 1])
+    me, calls, out = group.rank_of(hp.get_rank()), count_calls(), []
+    for step, dtype in enumerate(d for d in LAYOUT_DTYPES for _ in range(3)):
+        x = _layout_input(me, step, dtype)
+        ins = _layout_splits(3, me, step)
+        outs = [_layout_splits(3, j, step)[me] for j in range(3)]
+        if step % 3 == 1:
+            x = x.t().contiguous().t()
+        elif step % 3 == 2 and dtype.is_floating_point:
+            x.requires_grad_(True)
+        y = x if ins == outs else torch.zeros((sum(outs), 9), dtype=dtype)
+        calls.clear()
+        hp.alltoall_single(x, y, ins, outs, group=group)
+        out.append((list(calls), y.detach().clone()))
+        world = _input(hp.get_rank(), 24 * KIB, step)
+        hp.alltoall_single(world, world)
+        out.append(([], world))
+    return out
+
+
+def test_layouts_on_a_permuted_group_ride_as_numpy_moves_them() -> None:
+    """Each call after the first rides in its predicted all-to-all (one process-group call on
+    the sub-group), in every dtype and layout, with the world group's calls between them:
+    numpy's rows, in the group's rank order."""
+    results = hp.run(layouts_on_a_permuted_group, world_size=3, backend="gloo", timeout=TIMEOUT)
+    members = [2, 0, 1]
+    for rank in range(3):
+        me = members.index(rank)
+        for step, dtype in enumerate(d for d in LAYOUT_DTYPES for _ in range(3)):
+            calls, y = results[rank][2 * step]
+            want_calls = ([A2A], [A2A, AG, A2A]) if step else ([AG, A2A],)
+            assert calls in want_calls, (rank, step, calls)
+            pieces = []
+            for j in range(3):
+                sizes = _layout_splits(3, j, step)
+                start = sum(sizes[:me])
+                pieces.append(_layout_input(j, step, dtype)[start : start + sizes[me]])
+            assert torch.equal(y, torch.cat(pieces)), (rank, step, dtype)
+            sent = [_input(r, 24 * KIB, step).numpy() for r in range(3)]
+            third = len(sent[0]) // 3
+            want = np.concatenate([s[third * rank : third * (rank + 1)] for s in sent])
+            np.testing.assert_array_equal(results[rank][2 * step + 1][1].numpy(), want)
+        rode = [calls == [A2A] for calls, _ in results[rank][2::2]]
+        assert sum(rode) >= 8, rode  # a larger piece than predicted costs one wasted call
+
+
+def kernel_meets_framework(kernel_rank: int) -> None:
+    """Two kernel AlltoAll launches (the next check is predicted), then rank ``kernel_rank``
+    launches it again where the other rank calls alltoall_single."""
+    first_round.launches_in_a_row([("alltoall", 65536)] * 2)
+    if hp.get_rank() == kernel_rank:
+        first_round.launches_in_a_row([("alltoall", 65536)])
+    else:
+        x = torch.ones(16 * KIB)
+        hp.alltoall_single(x, torch.empty_like(x))
+
+
+@pytest.mark.parametrize("kernel_rank", [0, 1])
+def test_a_kernel_task_met_by_a_framework_call_in_a_predicted_exchange_is_reported(
+    kernel_rank: int,
+) -> None:
+    """A kernel task's pieces meet a framework call's in the predicted all-to-all: both ranks
+    report the mismatch, whichever rank launched the kernel."""
+    fn = partial(kernel_meets_framework, kernel_rank)
+    for message in mismatch_on_every_rank(fn, 2, "gloo", TIMEOUT):
+        assert "alltoall_single" in message and "AlltoAll" in message, message
