@@ -38,7 +38,8 @@ class ExchangeMeetings(Meetings):
     def meet(
         self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
     ) -> list[Payload] | None:
-        """A framework exchange: every domain rank's ``payload``, one all-gather on its group.
+        """A framework exchange: every domain rank's ``payload``, one all-gather on its group (or
+        the all-to-all it was predicted as, :meth:`predict`).
 
         None (the two AllGather tasks of any server) for a group without a process
         group here; a meeting over windows is refused (this server has none).
