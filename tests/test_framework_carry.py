@@ -566,3 +566,40 @@ def test_a_forged_exchange_count_is_refused(forged: bytes) -> None:
     store.set(exchanged_key(2), forged)
     with pytest.raises(ForgedValueError, match="exchange counts"):
         left_before(store, 2, "g", 0)
+
+
+def large_sync_ops(nbytes: int) -> list[torch.Tensor]:
+    """alltoall_single and reduce_scatter_tensor of ``nbytes`` per rank, each once."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    x = _input(rank, nbytes, 0)
+    y = torch.full_like(x, float("nan"))
+    hp.alltoall_single(x, y)
+    z = torch.full((x.numel() // n,), float("nan"))
+    hp.reduce_scatter_tensor(z, x)
+    return [y, z]
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "tasks"), [(64 * KIB, []), (256 * KIB, ["ReduceScatter[True]"])]
+)
+def test_emulated_ranks_hand_over_larger_rows(
+    nbytes: int, tasks: list[str], tmp_path: Path
+) -> None:
+    """On the emulator rows are handed over, not sent: an all-to-all rides up to the room,
+    a reduce-scatter up to 64 KiB (every rank reducing every input costs more above); the
+    trace shows which ran a task. numpy's results either way."""
+    path = tmp_path / "trace.json"
+    n = 2
+    results = hp.run(large_sync_ops, world_size=n, args=(nbytes,), trace=path, timeout=TIMEOUT)
+    sent = [_input(r, nbytes, 0).numpy() for r in range(n)]
+    half = len(sent[0]) // n
+    for rank, (y, z) in enumerate(results):
+        want = np.concatenate([s[half * rank : half * (rank + 1)] for s in sent])
+        np.testing.assert_array_equal(y.numpy(), want)
+        np.testing.assert_array_equal(
+            z.numpy(),
+            sent[0][half * rank : half * (rank + 1)] + sent[1][half * rank : half * (rank + 1)],
+        )
+    ran = sorted({e["name"] for e in json.loads(path.read_text())["traceEvents"]
+                  if e.get("name", "").endswith("[True]")})  # fmt: skip
+    assert ran == tasks, ran

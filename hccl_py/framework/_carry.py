@@ -104,10 +104,7 @@ class Carried:
 
     def stacked(self, dtype: torch.dtype) -> torch.Tensor:
         """The rows as a ``(ranks, elements)`` tensor of ``dtype`` (they are equally long)."""
-        flat = _flat(self.rows)
-        if not flat.size:
-            return torch.empty((len(self.rows), 0), dtype=dtype)
-        return torch.from_numpy(flat).view(dtype).view(len(self.rows), -1)
+        return _stack(self.rows, dtype)
 
     def pieces_for(self, me: int, sends: list[list[int]], row_bytes: int) -> list[memoryview]:
         """Group rank ``me``'s piece of every rank's rows, in rank order, where rank ``i``'s
@@ -124,11 +121,10 @@ class Carried:
     def blocks_for(self, me: int, dtype: torch.dtype) -> torch.Tensor:
         """Block ``me`` of every rank's rows, each split in as many equal blocks as there are
         ranks, as a ``(ranks, elements)`` tensor of ``dtype`` (a reduce-scatter's input)."""
-        stacked = self.stacked(dtype)
         if self.scattered:
-            return stacked
-        n = len(self.rows)
-        return stacked.view(n, n, -1)[:, me]
+            return self.stacked(dtype)
+        block = len(self.rows[0]) // len(self.rows)
+        return _stack([r[me * block : (me + 1) * block] for r in self.rows], dtype)
 
     def write(self, out: torch.Tensor, result: list[memoryview] | torch.Tensor) -> None:
         """``result`` (pieces of bytes that, one after another, are ``out``'s in memory order, or
@@ -158,23 +154,27 @@ class Rule:
     ``widens``: after the records agree, every rank asks alike for rows as wide as the same
     call needs; ``reduces``: only where the server's reductions are exact; ``scatters``: after
     the records agree, every rank asks alike for the next exchange as an all-to-all that
-    carries each rank's piece for each peer in the same call (:data:`PIECES`)."""
+    carries each rank's piece for each peer in the same call (:data:`PIECES`); ``shared``:
+    the largest input it carries where the ranks share memory and rows are handed over, not
+    sent (the emulator: every rank reading every rank's whole input costs no traffic there,
+    but a reduction of larger inputs on every rank costs more than the op's task)."""
 
     most: int
     widens: bool
     reduces: bool
     scatters: bool = False
+    shared: int = WIDE_REDUCE_BYTES
 
 
 #: all_gather_into_tensor: its rows are its own data.
-GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False)
+GATHER = Rule(MAX_EXCHANGE_BYTES, widens=True, reduces=False, shared=MAX_EXCHANGE_BYTES)
 #: all_reduce: up to 64 KiB, which an exact all-reduce task gathers from every rank anyway
 #: (below ``EXACT_SPLIT_MIN_BYTES`` on gloo; at it, one call instead of three).
 ALL_REDUCE = Rule(WIDE_REDUCE_BYTES, widens=True, reduces=True, scatters=True)
 #: reduce_scatter_tensor: every rank would receive every rank's whole input.
 REDUCE_SCATTER = Rule(0, widens=False, reduces=True, scatters=True)
 #: alltoall_single, global_scatter, global_gather: likewise.
-ALL_TO_ALL = Rule(0, widens=False, reduces=False, scatters=True)
+ALL_TO_ALL = Rule(0, widens=False, reduces=False, scatters=True, shared=MAX_EXCHANGE_BYTES)
 
 
 def agree_carrying(
@@ -209,8 +209,13 @@ def agree_carrying(
         facts[PIECES] = pieces
     head = record(op, problem, {**facts, CARRY: size})
     room = server.room(group)
-    fits = len(head) + 1 + size <= (room if rule.most else min(room, NARROW_EXCHANGE_BYTES))
-    rides = willing and fits and size <= max(rule.most, NARROW_EXCHANGE_BYTES)
+    shared = server.ranks_share_memory  # rows handed over, not sent: Rule.shared
+    fits = len(head) + 1 + size <= (
+        room if rule.most or shared else min(room, NARROW_EXCHANGE_BYTES)
+    )
+    rides = (
+        willing and fits and size <= (rule.shared if shared else rule.most or NARROW_EXCHANGE_BYTES)
+    )
     scatters = offered and server.predicted(group)
     whole = _bytes_of(data) if rides or scatters else memoryview(b"")  # type: ignore[arg-type]
     payload = head + b"\0" + whole if rides else head
@@ -268,6 +273,14 @@ def _piece_lists(records: list[dict[str, Any]], n: int) -> list[list[int]] | Non
     ):
         return lists  # type: ignore[return-value]
     return None
+
+
+def _stack(rows: list[memoryview], dtype: torch.dtype) -> torch.Tensor:
+    """Equally long ``rows`` as a ``(rows, elements)`` tensor of ``dtype`` (one copy)."""
+    flat = _flat(rows)
+    if not flat.size:
+        return torch.empty((len(rows), 0), dtype=dtype)
+    return torch.from_numpy(flat).view(dtype).view(len(rows), -1)
 
 
 def _arrays(pieces: list[memoryview]) -> list[np.ndarray]:
