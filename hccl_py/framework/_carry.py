@@ -230,6 +230,8 @@ def agree_carrying(
     if need:
         server.predict(group, need)
     rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
+    if _shared([r.get(MEMORY) for r in records]):
+        return records, None
     if scattered:
         me = group.rank_of(current_rank_context().rank)
         if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
@@ -238,8 +240,6 @@ def agree_carrying(
     if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
         len(row) != n for row, n in zip(rows, sizes, strict=True)
     ):
-        return records, None
-    if _shared([r.get(MEMORY) for r in records]):
         return records, None
     return records, Carried(op, rows, started)
 
