@@ -18,7 +18,6 @@ from pg_counter import count_calls
 import hccl_py as hp
 from hccl_py.backends.dist import predicted, rounds
 from hccl_py.backends.dist.settings import CARRY_ENV
-from hccl_py.kernel.context import current_rank_context
 
 TIMEOUT = 30.0
 KIB = 1024
@@ -443,15 +442,17 @@ def test_a_split_all_reduce_called_again_is_two_calls() -> None:
         np.testing.assert_allclose(gloo[0][step][1].numpy(), sum(xs), rtol=1e-5, atol=1e-3)
 
 
-def one_hint_says_not_predicted() -> list[float]:
+def one_rank_offers_no_pieces() -> list[float]:
     """Three 1 KiB alltoall_single calls in which rank 0 sends all its rows to rank 1; at the
-    third, rank 1's hint (the server's ``predicted``) says "not predicted", as it may where a
-    task prepared before the call predicts the exchange only once it runs: rank 1 sends its
-    payload alone (its whole input behind its record), rank 0 its pieces, one of them empty."""
+    third, rank 1 offers no pieces while its input still rides (as a rank does whose pieces
+    are more than an exchange carries): rank 1 sends its payload alone (its whole input behind
+    its record), rank 0 its pieces, one of them empty."""
+    import hccl_py.framework._carry as carry
+
     rank, rows = hp.get_rank(), 64
     for step in range(3):
         if step == 2 and rank == 1:
-            current_rank_context().server.predicted = lambda group: False
+            carry.MAX_EXCHANGE_BYTES = 0
         x = torch.arange(rows * 4, dtype=torch.float32).view(rows, 4) + 1000 * rank + 100 * step
         ins = [0, rows] if rank == 0 else [rows // 2, rows // 2]
         outs = [0, rows // 2] if rank == 0 else [rows, rows // 2]
@@ -460,12 +461,12 @@ def one_hint_says_not_predicted() -> list[float]:
     return y.view(-1).tolist()
 
 
-def test_ranks_whose_hints_differ_all_run_the_task() -> None:
+def test_ranks_that_differ_in_offering_pieces_all_run_the_task() -> None:
     """The pieces that came in an all-to-all where not every rank sent pieces differ from
     receiver to receiver (rank 1 got all of rank 0's input, rank 0 none): they are dropped, so
     that no rank takes a piece for its sender's whole input and computes its output while its
     peer runs the op's task (rank 0 failed, its peer gone). numpy's results."""
-    got = hp.run(one_hint_says_not_predicted, world_size=2, backend="gloo", timeout=TIMEOUT)
+    got = hp.run(one_rank_offers_no_pieces, world_size=2, backend="gloo", timeout=TIMEOUT)
     x0 = np.arange(256, dtype=np.float32) + 200
     x1 = np.arange(256, dtype=np.float32) + 1200
     assert got[0] == x1[:128].tolist()

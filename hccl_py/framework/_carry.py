@@ -41,6 +41,7 @@ Asynchronous calls keep their task, so that their output changes only on ``wait(
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ from ..server.protocol import (
     NARROW_EXCHANGE_BYTES,
     WIDE_REDUCE_BYTES,
     Payload,
+    Pieces,
     record_length,
 )
 from ..trace import hooks
@@ -216,10 +218,11 @@ def agree_carrying(
     rides = (
         willing and fits and size <= (rule.shared if shared else rule.most or NARROW_EXCHANGE_BYTES)
     )
-    scatters = offered and server.predicted(group)
-    whole = _bytes_of(data) if rides or scatters else memoryview(b"")  # type: ignore[arg-type]
-    payload = head + b"\0" + whole if rides else head
-    raw, scattered = _exchange(group, op, payload, _split(whole, pieces) if scatters else None)
+    payload = head + b"\0" + _bytes_of(data) if rides else head  # type: ignore[arg-type]
+    offer = None
+    if offered and max(pieces) <= MAX_EXCHANGE_BYTES:  # type: ignore[arg-type]
+        offer = partial(_split, data, pieces)  # made in the exchange's turn, if it carries them
+    raw, scattered = _exchange(group, op, payload, offer)
     records = records_of(group, op, raw)
     sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
     heads = [record_length(r) for r in raw]
@@ -245,7 +248,7 @@ def agree_carrying(
 
 
 def _exchange(
-    group: Group, op: str, payload: bytes, pieces: list[memoryview] | None
+    group: Group, op: str, payload: bytes, pieces: Pieces | None
 ) -> tuple[list[Payload], bool]:
     """Every rank's payload, and whether every rank's piece for this rank came after its record
     (only where this rank offers ``pieces``, :meth:`~hccl_py.server.protocol.Meetings.meet_pieces`)."""
@@ -257,9 +260,9 @@ def _exchange(
     return exchange(group, op, payload), False
 
 
-def _split(whole: memoryview, sizes: list[int]) -> list[memoryview]:
-    """``whole`` cut into consecutive pieces of ``sizes`` bytes."""
-    ends = np.cumsum([0, *sizes]).tolist()
+def _split(data: torch.Tensor, sizes: list[int]) -> list[memoryview]:
+    """``data``'s bytes cut into consecutive pieces of ``sizes`` bytes."""
+    whole, ends = _bytes_of(data), np.cumsum([0, *sizes]).tolist()
     return [whole[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 

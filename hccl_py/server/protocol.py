@@ -148,6 +148,9 @@ WIDE_REDUCE_BYTES = 64 << 10
 #: What an exchange gives each rank: its payload's bytes, or a view of them where the process
 #: backends received them (data that rides along is not copied again).
 Payload = bytes | memoryview
+#: This rank's pieces of an exchange's data, one per group rank, made only when the exchange
+#: carries them (:meth:`Meetings.meet_pieces`).
+Pieces = Callable[[], list[memoryview]]
 #: How far into a received view :func:`record_length` looks for the record's end at first.
 RECORD_SCAN_BYTES = 64 << 10
 
@@ -213,20 +216,16 @@ class Meetings:
         the next one (computed from what that exchange gave every rank)."""
 
     def meet_pieces(
-        self, group: Group, rank: int, what: str, payload: bytes, pieces: list[memoryview] | None
+        self, group: Group, rank: int, what: str, payload: bytes, pieces: Pieces | None
     ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, where this rank also offers its pieces of a framework
         all-to-all's data, one per group rank: every rank's payload and whether every rank's
         piece for this rank came after it (behind a NUL byte), which only an exchange that
-        :meth:`predict` asked for may carry; where not every rank's came, no payload holds a
-        piece (a piece differs from rank to rank). The default carries none."""
+        :meth:`predict` asked for may carry (``pieces`` makes them then, in the exchange's
+        turn); where not every rank's came, no payload holds a piece (a piece differs from rank
+        to rank). The default carries none."""
         got = self.meet(group, rank, EXCHANGE, what, payload)
         return None if got is None else (got, False)
-
-    def predicted(self, group: Group) -> bool:
-        """Whether ``group``'s next :data:`EXCHANGE` carries pieces (:meth:`predict`). A hint, as
-        :meth:`room` is. False, the default."""
-        return False
 
     def predict(self, group: Group, need: int) -> None:  # noqa: B027 - optional hook
         """Every rank of ``group`` asks alike, after an exchange, for the next one as an

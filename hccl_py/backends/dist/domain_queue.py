@@ -224,7 +224,7 @@ class DomainQueue:
         return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
 
     def exchange(
-        self, op: str, payload: bytes, pieces: list[memoryview] | None = None
+        self, op: str, payload: bytes, pieces: first_round.Pieces | None = None
     ) -> tuple[list[bytes | memoryview], bool]:
         """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
         (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ...core.group import Group
-from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Payload
+from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Payload, Pieces
 
 if TYPE_CHECKING:
     from . import rounds as pg_rounds
@@ -50,7 +50,7 @@ class ExchangeMeetings(Meetings):
         return None if got is None else got[0]
 
     def meet_pieces(
-        self, group: Group, rank: int, what: str, payload: bytes, pieces: list[memoryview] | None
+        self, group: Group, rank: int, what: str, payload: bytes, pieces: Pieces | None
     ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, with this rank's pieces for each peer (group rank
         order) where the exchange was predicted as one all-to-all (:meth:`.Rows.exchange`)."""
@@ -90,11 +90,6 @@ class ExchangeMeetings(Meetings):
         if rows is not None:
             with self.cond:
                 rows.widen(need)
-
-    def predicted(self, group: Group) -> bool:
-        """Whether ``group``'s next exchange is one all-to-all (:meth:`predict`)."""
-        rows = self._rows(group)
-        return rows is not None and rows.block > 0
 
     def predict(self, group: Group, need: int) -> None:
         """``group``'s next exchange as one all-to-all of ``need``-byte blocks

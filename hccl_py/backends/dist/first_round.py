@@ -44,6 +44,8 @@ although its round 0 is larger than a row.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import torch
 
@@ -51,7 +53,7 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
-from ...server.protocol import WIDE_REDUCE_BYTES, Payload, record_length
+from ...server.protocol import WIDE_REDUCE_BYTES, Payload, Pieces, record_length
 from ...server.reduce import reduce_ranks
 from . import gathered, predicted, rounds
 from .descriptors import decode_all
@@ -118,7 +120,7 @@ class Rows:
         self,
         dom: rounds.Domain,
         payload: bytes,
-        pieces: list[memoryview] | None,
+        pieces: Pieces | None,
         device: torch.device,
         wait: rounds.Waiter,
     ) -> tuple[list[Payload], bool]:
@@ -131,7 +133,8 @@ class Rows:
         width, self.width = self.width, gathered.ROW_BYTES
         block, self.block, self.carried = self.block, 0, 0
         if block:
-            got = predicted.scatter_bytes(dom, payload, pieces, block, device, wait)
+            mine = None if pieces is None else pieces()
+            got = predicted.scatter_bytes(dom, payload, mine, block, device, wait)
             if got is not None:
                 self.carried = block
                 return got
@@ -178,7 +181,7 @@ def exchange(
     :func:`payload`). With ``carry`` off, the descriptors alone."""
     if not carry:
         return rows.exchange(dom, descriptor, None, device, wait)
-    offered = pieces(task, dom) if rows.block else None
+    offered = partial(pieces, task, dom) if _scatters(task, dom) else None
     return rows.exchange(dom, payload(task, descriptor, dom, rows.width), offered, device, wait)
 
 

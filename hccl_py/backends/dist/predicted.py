@@ -16,11 +16,11 @@ its piece for that peer.
 A rank whose content does not fit its blocks sends :data:`UNFIT` as the length of
 every block; every rank then sees it and exchanges again as usual, after one
 wasted call. Every sender's kind is the same in all its blocks, so every rank
-decides alike whether every rank's pieces came. When some did not (a rank whose
-hint said "not predicted", :meth:`~hccl_py.server.protocol.Meetings.predicted`, sent its
-payload alone), the pieces that came are dropped: a piece differs from receiver to
-receiver, and a rank that took it for its sender's whole data (a piece may be all of
-it) would compute its output where its peers run the op's task.
+decides alike whether every rank's pieces came. When some did not (a rank that
+offered none sent its payload alone, perhaps with its whole input behind its record),
+the pieces that came are dropped: a piece differs from receiver to receiver, and a rank
+that took it for its sender's whole data (a piece may be all of it) would compute its
+output where its peers run the op's task.
 """
 
 from __future__ import annotations
