@@ -532,6 +532,22 @@ def test_ranks_whose_settings_differ_say_so_at_the_start(job: Path) -> None:
     assert "HcclMismatchError" in outputs[1], outputs[1]
 
 
+def test_a_plain_rank_whose_peer_failed_mid_call_exits_cleanly(job: Path) -> None:
+    """Rank 1 raises while rank 0 waits in a gather: rank 0 reports it and leaves with exit code
+    1. Its abandoned call fails once rank 1's process ends; rank 0 lets it fail before it shuts
+    down (gloo aborted the process at exit: rc 134, "terminate called")."""
+    common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    ranks = [start([sys.executable, str(job), "raise"], RANK=str(r), **common) for r in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    assert [p.returncode for p in ranks] == [1, 1], outputs
+    assert "rank 1 gives up" in outputs[0], outputs[0]
+    assert "terminate called" not in outputs[0], outputs[0]
+
+
 @pytest.mark.parametrize(
     ("stored", "error", "said"),
     [

@@ -46,7 +46,7 @@ from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
-from .waits import watch_work
+from .waits import settle_abandoned, watch_work
 
 #: How often a thread that waits for its peers (their descriptors, a framework
 #: collective's arguments) looks for a peer that will never come, and for an abort.
@@ -56,6 +56,8 @@ LOOK_S = 0.05
 JOIN_TIMEOUT_S = 300.0
 #: Waiting for the other ranks' outcomes ends when they report or die, not after a time.
 FOREVER_S = 1e9
+#: Seconds a leaving rank waits for the calls it abandoned to fail (:func:`.settle_abandoned`).
+SETTLE_S = 5.0
 
 
 class _GiveUp(Exception):  # noqa: N818 - internal control flow
@@ -293,6 +295,7 @@ class Session:
         self._watchdog.join(timeout=2.0)
         with contextlib.suppress(Exception):  # the store's host may be gone already
             self.store.set(kv.left_key(self.rank), b"1")
+        settle_abandoned(SETTLE_S)
         if self._owns_pg and dist.is_initialized():
             with contextlib.suppress(Exception):  # nothing left to do at exit
                 dist.destroy_process_group()
