@@ -52,6 +52,15 @@ class Blocks:
         return int(self.starts[0]), int(self.sizes[0]), int(steps[0])
 
 
+def even_chunks(count: int, n: int, size: int) -> Blocks:
+    """``n`` chunks of ``count`` elements of ``size`` bytes, ``ceil(count / n)`` elements each
+    (the last ones short or empty): how an exact all-reduce splits a block, chunk ``k`` for the
+    rank that reduces it."""
+    per = -(-count // n)
+    bounds = np.minimum(np.arange(n + 1) * per, count) * size
+    return Blocks(bounds[:-1], np.diff(bounds))
+
+
 #: Byte offsets at or above this use exact Python ints instead of int64 (which would wrap).
 _INT64_SAFE = 2**62
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core import layout
 from ..core.constants import REDUCE_DTYPES, HcclCMDType, HcclDataType, HcclReduceOp
 from ..kernel.context import current_rank_context
 from ..server.protocol import WIDE_REDUCE_BYTES
@@ -329,13 +330,6 @@ def _reduce(
     return kernel, reduce_locally
 
 
-def _chunks(count: int, size: int, n: int) -> list[int]:
-    """The bytes of each of ``n`` element chunks of ``count`` elements of ``size`` bytes, as an
-    exact all-reduce task splits them (the gloo backend's ``rounds.split_chunks``)."""
-    per = -(-count // n)
-    return [(min((k + 1) * per, count) - min(k * per, count)) * size for k in range(n)]
-
-
 def all_reduce(
     tensor: torch.Tensor, op: Any = _SUM, group: Any = None, async_op: bool = False
 ) -> Work | None:
@@ -346,7 +340,7 @@ def all_reduce(
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
     data_type = hccl_dtype(name, tensor)
-    chunks = _chunks(tensor.numel(), tensor.element_size(), grp.size)
+    chunks = layout.even_chunks(tensor.numel(), grp.size, tensor.element_size()).sizes.tolist()
     records, carried = agree_carrying(
         grp,
         name,

@@ -69,9 +69,9 @@ _REDUCE_OPS = {
 }
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 #: Blocks until a process-group call started with ``async_op=True`` finished.
 Waiter = Callable[[dist.Work], None]
-_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 @dataclass(frozen=True)
@@ -288,10 +288,8 @@ def _all_reduce(task: Task, r: int, dom: Domain) -> None:
 
 def split_chunks(task: Task) -> Blocks:
     """The byte ranges of an exact AllReduce split's ``rankDim`` element chunks in a rank's block
-    (domain rank ``k`` reduces chunk ``k``; the last ones may be short or empty)."""
-    per = -(-task.count // task.rank_dim)
-    bounds = np.minimum(np.arange(task.rank_dim + 1) * per, task.count) * task.elem_size
-    return Blocks(bounds[:-1], np.diff(bounds))
+    (:func:`~hccl_py.core.layout.even_chunks`: domain rank ``k`` reduces chunk ``k``)."""
+    return layout.even_chunks(task.count, task.rank_dim, task.elem_size)
 
 
 def _exact_all_reduce_split(
@@ -342,7 +340,7 @@ def gather_chunks(task: Task, r: int, reduced: torch.Tensor, dom: Domain) -> Non
     if _in_place(task, dom):  # the send bytes were all read: the block may take the result
         _all_gather_single(target, reduced, group=dom.pg)
         return
-    per = -(-task.count // n) * size
+    per = int(split_chunks(task).sizes[0])  # the first chunk is a whole one
     padded = torch.zeros(per, dtype=torch.uint8, device=reduced.device)
     padded[: reduced.numel()].copy_(reduced)
     gathered = torch.empty(per * n, dtype=torch.uint8, device=reduced.device)
