@@ -132,10 +132,10 @@ def _exchange(
     if op == _GATHER and e > 1:  # card-major, as it is sent
         index = _card_major_index(glob.reshape(n, e))
         src = src.index_select(0, torch.from_numpy(index).to(x.device))
+    row_bytes = math.prod(x.shape[1:]) * x.element_size()
     pieces = None
     if problem is None:  # this rank's card-major rows for each card
-        sent = (local if op == _SCATTER else glob).reshape(n, e).sum(1)
-        pieces = (sent * math.prod(x.shape[1:]) * x.element_size()).tolist()
+        pieces = ((local if op == _SCATTER else glob).reshape(n, e).sum(1) * row_bytes).tolist()
     records, carried = agree_carrying(
         grp,
         op,
@@ -169,7 +169,6 @@ def _exchange(
     else:  # every rank's card-major rows rode in the exchange (its send counts, per card)
         key = "local" if op == _SCATTER else "global"
         sends = [np.array(r[key]).reshape(shape).sum(1).tolist() for r in records]
-        row_bytes = int(np.prod(x.shape[1:], dtype=np.int64)) * x.element_size()
         me = grp.rank_of(current_rank_context().rank)
         carried.write(dst, carried.pieces_for(me, sends, row_bytes))
     if permute:
