@@ -266,7 +266,7 @@ def run(
     """
     me = task.rank
     if task.op == _C.HCCL_CMD_ALLREDUCE and scattered:  # this rank's chunk of every rank
-        flat = torch.from_numpy(np.concatenate([np.frombuffer(r, np.uint8) for r in rows]))
+        flat = _joined(rows)
         _same_size(task, flat, task.rank_dim * int(rounds.split_chunks(task).sizes[me]))
         if flat.numel():
             stacked = task.typed(flat).view(task.rank_dim, -1)
@@ -281,7 +281,7 @@ def run(
         sizes = layout.round_blocks(peer, "send", 0).sizes
         start = int(sizes[:me].sum())
         received.append(row[start : start + int(sizes[me])])
-    flat = torch.from_numpy(np.concatenate([np.frombuffer(r, np.uint8) for r in received]))
+    flat = _joined(received)
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)
@@ -293,6 +293,11 @@ def run(
     _same_size(task, flat, task.rank_dim * task.count * task.elem_size)
     stacked = task.typed(flat).view(task.rank_dim, task.count)
     rounds.write_result(task, 0, reduce_ranks(stacked, HcclReduceOp(task.reduce_op)))
+
+
+def _joined(parts: list[memoryview]) -> torch.Tensor:
+    """``parts`` one after another, as one new uint8 tensor (one copy)."""
+    return torch.from_numpy(np.concatenate([np.frombuffer(p, np.uint8) for p in parts]))
 
 
 def _same_size(task: Task, flat: torch.Tensor, expected: int) -> None:
