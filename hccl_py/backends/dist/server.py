@@ -74,8 +74,6 @@ class DistServer(ExchangeMeetings, Server):
         self.cond = blocker.cond
         self.backend_name = session.backend.name
         self.settings = Settings.read(session.backend.check_tasks, session.backend.exact)
-        self.check_tasks = self.settings.check_tasks
-        self.carry_first_round = self.settings.carry
         self.reduction = pg_rounds.Reduction(
             self.settings.exact, session.backend.widen, session.backend.drops_nan
         )
@@ -96,6 +94,11 @@ class DistServer(ExchangeMeetings, Server):
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
         blocker.job_ready = lambda: self._take_local() is not None
+
+    @property
+    def carry_first_round(self) -> bool:
+        """Whether data rides in the exchanges (``HCCL_PY_CARRY_FIRST_ROUND``, :attr:`settings`)."""
+        return self.settings.carry
 
     # ------------------------------------------------------------ domains
     def start(self, world: Group) -> None:
@@ -189,11 +192,11 @@ class DistServer(ExchangeMeetings, Server):
         Not the tasks of framework collectives: every rank's arguments were
         already compared in their exchange, and their tasks follow from them.
         """
-        return self.check_tasks and task.caller is None
+        return self.settings.check_tasks and task.caller is None
 
     def finalize(self, group: Group, rank: int, launch: int | None, n_tasks: int) -> None:
         """Publish how many tasks this rank prepared in kernel launch ``launch`` of the domain."""
-        if self.check_tasks and launch is not None:
+        if self.settings.check_tasks and launch is not None:
             self.publish(final_key(group.name, rank), final_value(launch, n_tasks))
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
