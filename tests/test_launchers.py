@@ -477,6 +477,18 @@ def test_runner_names_what_holds_its_port(job: Path) -> None:
     assert "Traceback" not in out.stderr
 
 
+def plain_ranks(job: Path, mode: str, *envs: dict[str, str]) -> tuple[list[int], list[str]]:
+    """``job`` in ``mode`` as one process per ``envs`` (RANK, MASTER_* ...), started together:
+    each process's exit code and output (every process is killed when this returns)."""
+    ranks = [start([sys.executable, str(job), mode], **env) for env in envs]
+    try:
+        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
+    finally:
+        for p in ranks:
+            p.kill()
+    return [p.returncode for p in ranks], outputs
+
+
 @pytest.mark.parametrize("holder", ["another run's store", "a silent listener"])
 def test_plain_ranks_never_join_what_holds_master_port(
     job: Path, holder: str, monkeypatch: pytest.MonkeyPatch
@@ -499,14 +511,9 @@ def test_plain_ranks_never_join_what_holds_master_port(
         refusal = "the store at {} belongs to another run"
     common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     common[kv.ANSWER_ENV] = "0.5"  # the listener never answers: no need to wait 2 x 5 s
-    ranks = [start([sys.executable, str(job), "ok"], RANK=str(r), **common) for r in (0, 1)]
-    try:
-        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
-    finally:
-        for p in ranks:
-            p.kill()
-        del keep
-    assert all(p.returncode != 0 for p in ranks), outputs
+    codes, outputs = plain_ranks(job, "ok", *(dict(RANK=str(r), **common) for r in (0, 1)))
+    del keep
+    assert all(code != 0 for code in codes), outputs
     assert f"cannot host the rendezvous store on 127.0.0.1:{port}" in outputs[0], outputs[0]
     assert f"held by pid {os.getpid()}" in outputs[0]
     assert refusal.format(f"127.0.0.1:{port}") in outputs[1], outputs[1]
@@ -517,16 +524,10 @@ def test_ranks_whose_settings_differ_say_so_at_the_start(job: Path) -> None:
     collectives (rank 0 hung until its timeout). Rank 1 names the setting at the run's start,
     and rank 0 stops with it."""
     common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    ranks = [
-        start([sys.executable, str(job), "ok"], RANK="0", **common),
-        start([sys.executable, str(job), "ok"], RANK="1", HCCL_PY_REDUCE="native", **common),
-    ]
-    try:
-        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
-    finally:
-        for p in ranks:
-            p.kill()
-    assert all(p.returncode != 0 for p in ranks), outputs
+    codes, outputs = plain_ranks(
+        job, "ok", dict(RANK="0", **common), dict(RANK="1", HCCL_PY_REDUCE="native", **common)
+    )
+    assert all(code != 0 for code in codes), outputs
     said = "rank 1's hccl_py settings differ from rank 0's (HCCL_PY_REDUCE: rank 1 native, rank 0 exact)"
     assert all(said in output for output in outputs), outputs
     assert "HcclMismatchError" in outputs[1], outputs[1]
@@ -537,13 +538,8 @@ def test_a_plain_rank_whose_peer_failed_mid_call_exits_cleanly(job: Path) -> Non
     1. Its abandoned call fails once rank 1's process ends; rank 0 lets it fail before it shuts
     down (gloo aborted the process at exit: rc 134, "terminate called")."""
     common = dict(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    ranks = [start([sys.executable, str(job), "raise"], RANK=str(r), **common) for r in (0, 1)]
-    try:
-        outputs = [p.communicate(timeout=JOB_TIMEOUT)[0] for p in ranks]
-    finally:
-        for p in ranks:
-            p.kill()
-    assert [p.returncode for p in ranks] == [1, 1], outputs
+    codes, outputs = plain_ranks(job, "raise", *(dict(RANK=str(r), **common) for r in (0, 1)))
+    assert codes == [1, 1], outputs
     assert "rank 1 gives up" in outputs[0], outputs[0]
     assert "terminate called" not in outputs[0], outputs[0]
 
