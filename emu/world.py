@@ -103,6 +103,8 @@ class EmuWorld(Server):
         self.writes.item_size = ITEM_DTYPES[fmt].itemsize if fmt else 0
         #: Every domain's slots, their order, failures and poison (one state machine).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
+        #: :meth:`_has_work`'s answer and the board version it holds for.
+        self._ready_version, self._ready = -1, False
         self.reports = WorldReports(self)
         self.blocker.describe_world = self.reports.describe_world
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
@@ -146,14 +148,24 @@ class EmuWorld(Server):
         self.board.poisoned(slot, round_idx, save_and_poison(task, round_idx))
 
     def _has_work(self) -> bool:
+        """Whether the server has a job now (asked at every switch of a preemptive schedule).
+
+        Rounds become ready only at a transition of the board (:attr:`TaskBoard.version`): the
+        answer for the board's current version is kept."""
         if self.writes.pending:
             return True
-        ready = self.board.ready
-        # a loop, not any() over a generator (a call per slot): this is asked at every switch
-        for slot in list(self.board.pending):  # noqa: SIM110
+        board = self.board
+        if board.version == self._ready_version:
+            return self._ready
+        ready = board.ready
+        found = False
+        # a loop, not any() over a generator (a call per slot)
+        for slot in list(board.pending):
             if ready(slot):
-                return True
-        return False
+                found = True
+                break
+        self._ready_version, self._ready = board.version, found
+        return found
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:

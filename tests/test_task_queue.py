@@ -15,6 +15,8 @@ from typing import Any
 import cases
 import pytest
 import torch
+from hccl_py.backends.emu.world import EmuWorld
+from mutants import samples_on_path
 
 import hccl_py as hp
 from hccl_py import Hccl
@@ -270,6 +272,44 @@ def test_poison_is_due_once_reached_forgotten_when_run_and_restored_when_never_r
     assert board.poison_due() == [] and board.unpoisoned == {}, "a failed task is never poisoned"
 
 
+def _ready_now(board: TaskBoard) -> frozenset:
+    """The positions whose next round may start now (asking never fails one in these tables)."""
+    return frozenset(
+        p.key for dom in board.domains.values() for p in dom.positions.values() if board.ready(p)
+    )
+
+
+@pytest.mark.parametrize("name", list(CLAIMS))
+def test_what_ready_answers_changes_only_with_the_board_version(name: str) -> None:
+    """The emulator keeps its "has the server work" answer per board version: every transition
+    that changes an answer of ``ready`` moves the version on, and asking moves nothing."""
+    steps, _ = CLAIMS[name]
+    program = Program()
+    board = program.board
+    calls = {verb: getattr(board, verb) for verb in ("submit", "commit", "claim", "finish")}
+
+    def checked(verb: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            version, ready = board.version, _ready_now(board)
+            assert board.version == version, "asking ready moved the version"
+            result = calls[verb](*args, **kwargs)
+            assert board.version != version or _ready_now(board) == ready, (
+                f"{verb}{args[:1]} changed what ready answers without moving the version"
+            )
+            return result
+
+        return call
+
+    for verb in calls:
+        setattr(board, verb, checked(verb))
+    program.run(steps)
+    while (position := board.claim()) is not None:  # every round that can run, runs
+        board.finish(position)
+    moved = board.version
+    program.run([("fail", steps[0][1], steps[0][2])])
+    assert board.version != moved, "a failure moves the version on"
+
+
 # ---------------------------------------------------------------- both servers
 def _spread_kernel(xGM: Any, yGM: Any, tilingGM: Any, first: int) -> None:
     """Task #0 disagrees across ranks; the Wait for task #1 meets the failure it spreads."""
@@ -309,3 +349,25 @@ def test_poisoned_rounds_that_never_ran_are_restored_on_both_backends(spread_run
     for backend, per_rank in spread_runs.items():
         for rank, (_, y) in enumerate(per_rank):
             assert y == [7.0] * 64, f"{backend} rank {rank}: the failed rounds left {y[:12]}"
+
+
+def test_the_emulators_kept_answer_is_a_fresh_one_at_every_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Explored schedules of a sample whose AllGather waits for an AlltoAll through
+    InterHcclGroupSync: at every switch the kept answer equals one asked afresh."""
+    kept, answers = EmuWorld._has_work, []
+
+    def checking(world: EmuWorld) -> bool:
+        board = world.board
+        fresh = bool(world.writes.pending) or any(board.ready(p) for p in list(board.pending))
+        answers.append(kept(world))
+        assert answers[-1] == fresh, f"kept {answers[-1]}, asked afresh {fresh}"
+        return answers[-1]
+
+    monkeypatch.setattr(EmuWorld, "_has_work", checking)
+    with samples_on_path():
+        sample = __import__("alltoall_allgather_custom")
+        per_rank = hp.run(sample.main, world_size=4, platform=sample.PLATFORM, explore=6)
+    assert all("FAIL" not in line for lines in per_rank for line in lines), per_rank
+    assert True in answers and False in answers, "both answers were asked for"

@@ -4,27 +4,26 @@ The AI CPU server reads one message queue per domain, in Prepare order. Both the
 (one world, every rank's task of a collective at one position) and the torch.distributed
 server (one rank, its own tasks only) keep the same state here, so they cannot drift apart:
 
-- per domain (:class:`DomainTasks`) the sequence of task positions; per
-  position (:class:`Position`) the task of each tracked domain rank, the
-  rounds each rank committed, the rounds done, whether one is running, and
-  the failure;
-- the transitions: :meth:`TaskBoard.submit`, :meth:`TaskBoard.commit`,
-  :meth:`TaskBoard.claim` (the next runnable round: Prepare order, every
-  tracked rank committed it, under the late schedule released it, and every
-  InterHcclGroupSync dependency finished), :meth:`TaskBoard.finish`,
-  :meth:`TaskBoard.fail` (the failure spreads to every later position of the
-  domain, and to a task that depends on it once the server reaches it) and
-  :meth:`DomainTasks.retire` (forget a kernel launch's finished positions);
-- the queries: :meth:`TaskBoard.why` (why a round is not done: which ranks
-  have not submitted or committed, which earlier position or dependency),
-  :meth:`DomainTasks.rounds_done` and :meth:`DomainTasks.failure_at`;
+- per domain (:class:`DomainTasks`) the sequence of task positions; per position
+  (:class:`Position`) the task of each tracked domain rank, the rounds each rank committed,
+  the rounds done, whether one is running, and the failure;
+- the transitions: :meth:`TaskBoard.submit`, :meth:`TaskBoard.commit`, :meth:`TaskBoard.claim`
+  (the next runnable round: Prepare order, every tracked rank committed it, under the late
+  schedule released it, and every InterHcclGroupSync dependency finished),
+  :meth:`TaskBoard.finish`, :meth:`TaskBoard.fail` (the failure spreads to every later
+  position of the domain, and to a task that depends on it once the server reaches it) and
+  :meth:`DomainTasks.retire` (forget a kernel launch's finished positions); each that can
+  change what :meth:`TaskBoard.ready` answers moves :attr:`TaskBoard.version` on;
+- the queries: :meth:`TaskBoard.why` (why a round is not done: which ranks have not submitted
+  or committed, which earlier position or dependency), :meth:`DomainTasks.rounds_done` and
+  :meth:`DomainTasks.failure_at`;
 - the poison rule: a committed round is poisoned once the server reached its task
   (:meth:`TaskBoard.poison_due`); the bytes a server saved are forgotten when the round
   runs and handed back to be restored when it never will (its position failed:
   :meth:`TaskBoard.fail`; the run ended with it unrun: :meth:`TaskBoard.restore_all`).
 
-Pure state: no threads, no locks (the caller holds its server's lock), no bytes
-moved. The texts of the reports stay with each server.
+Pure state: no threads, no locks (the caller holds its server's lock), no bytes moved. The
+texts of the reports stay with each server.
 """
 
 from __future__ import annotations
@@ -95,9 +94,8 @@ class Position:
     @classmethod
     def retired(cls, task: Task, ranks: Iterable[int]) -> Position:
         """A stand-in for the finished position of ``task`` that its domain forgot."""
-        ranks = tuple(ranks)
-        position = cls(task.domain_name, task.seq, ranks)
-        for rank in ranks:
+        position = cls(task.domain_name, task.seq, tuple(ranks))
+        for rank in position.ranks:
             position.add(rank, task)
         position.done = task.repeat
         return position
@@ -121,12 +119,11 @@ WhyKind = Literal[
 class Why:
     """Why a round is not done: the first reason, in the order the server meets them.
 
-    ``kind`` is one of ``failed``, ``finished``, ``not submitted``, ``not
-    committed`` (``ranks``: the domain ranks), ``earlier round`` (round
-    ``position.done`` of the same position runs first), ``earlier task``
-    (``position``: the previous, unfinished position), ``dependency`` (``dep``:
-    the unfinished InterHcclGroupSync task, ``position``: its position if
-    known), ``running`` or ``runnable``.
+    ``kind`` is one of ``failed``, ``finished``, ``not submitted``, ``not committed``
+    (``ranks``: the domain ranks), ``earlier round`` (round ``position.done`` of the same
+    position runs first), ``earlier task`` (``position``: the previous, unfinished position),
+    ``dependency`` (``dep``: the unfinished InterHcclGroupSync task, ``position``: its
+    position if known), ``running`` or ``runnable``.
     """
 
     kind: WhyKind
@@ -233,9 +230,8 @@ class DomainTasks:
 class TaskBoard:
     """Every domain's task queue of one server; the caller holds the server's lock.
 
-    ``late``: a round may start only once released (:meth:`release`), as the
-    torch.distributed server's late schedule does; the emulator's scheduler
-    decides that itself and leaves it False.
+    ``late``: a round may start only once released (:meth:`release`), as the torch.distributed
+    server's late schedule does; the emulator's scheduler decides that itself (False).
     """
 
     def __init__(
@@ -259,6 +255,8 @@ class TaskBoard:
         self.pending: dict[Position, None] = {}
         #: Positions with committed rounds not poisoned yet, oldest first.
         self.unpoisoned: dict[Position, None] = {}
+        #: Moves on at every transition: what :meth:`ready` answers changes only when it does.
+        self.version = 0
 
     def domain(self, name: str, ranks: Iterable[int]) -> DomainTasks:
         """The queue of domain ``name``, tracking domain ranks ``ranks`` (created on first use)."""
@@ -282,12 +280,14 @@ class TaskBoard:
     # ------------------------------------------------------------ transitions
     def submit(self, task: Task) -> Position:
         """Place ``task`` at its position."""
+        self.version += 1
         position = self.position(task)
         position.add(task.rank, task)
         return position
 
     def commit(self, task: Task, round_idx: int, poison: bool = False) -> Position:
         """Domain rank ``task.rank`` committed ``round_idx``; ``poison``: remember it to poison."""
+        self.version += 1
         position = self.position(task)
         position.committed[task.rank] = round_idx + 1
         if position.error is None and not position.finished:
@@ -299,14 +299,13 @@ class TaskBoard:
 
     def release(self) -> None:
         """Late schedule: every committed round may start."""
+        self.version += 1
         for position in self.pending:
             position.released = dict(position.committed)
 
     def ready(self, position: Position) -> bool:
-        """Whether the next round of ``position`` can start now (asked at every emulator switch).
-
-        A failed dependency fails the position once it is otherwise runnable.
-        """
+        """Whether the next round of ``position`` can start now; a failed dependency fails the
+        position once it is otherwise runnable."""
         if position.running or position.error is not None or not position.complete:
             return False
         done = position.done
@@ -328,11 +327,13 @@ class TaskBoard:
         for position in list(self.pending if positions is None else positions):
             if self.ready(position):
                 position.running = True
+                self.version += 1
                 return position
         return None
 
     def finish(self, position: Position, error: HcclError | None = None) -> None:
         """The claimed round of ``position`` ended (failed with ``error``)."""
+        self.version += 1
         position.running = False
         if error is not None:
             self.fail(position, error)
@@ -361,6 +362,7 @@ class TaskBoard:
             self.on_failure()
 
     def _set_error(self, position: Position, error: HcclError) -> None:
+        self.version += 1
         position.error = error
         self.pending.pop(position, None)
         self.unpoisoned.pop(position, None)
@@ -413,11 +415,12 @@ class TaskBoard:
             dom = self.domains.get(dep.domain_name)
             return None if dom is None else dom.failure_at(dep.seq)
 
-        def finished(dep: Task) -> bool:
-            dom = self.domains.get(dep.domain_name)
-            return dom is not None and dom.rounds_done(dep.seq, dep.repeat) >= dep.repeat
+        return dependency_state(deps, failure, self._dep_done)
 
-        return dependency_state(deps, failure, finished)
+    def _dep_done(self, dep: Task) -> bool:
+        """Whether every round of the InterHcclGroupSync dependency ``dep`` ran."""
+        dom = self.domains.get(dep.domain_name)
+        return dom is not None and dom.rounds_done(dep.seq, dep.repeat) >= dep.repeat
 
     def why(self, position: Position, round_idx: int) -> Why:
         """Why round ``round_idx`` of ``position`` is not done (the first reason)."""
@@ -436,11 +439,9 @@ class TaskBoard:
         previous = dom.get(position.seq - 1)
         if previous is not None and not previous.finished:
             return Why("earlier task", position=previous)
-        for dep in position.all_deps:
+        for dep in (dep for dep in position.all_deps if not self._dep_done(dep)):
             dep_dom = self.domains.get(dep.domain_name)
-            if dep_dom is None or dep_dom.rounds_done(dep.seq, dep.repeat) < dep.repeat:
-                found = None if dep_dom is None else dep_dom.get(dep.seq)
-                return Why("dependency", position=found, dep=dep)
+            return Why("dependency", position=dep_dom and dep_dom.get(dep.seq), dep=dep)
         return Why("running" if position.running else "runnable")
 
     def unfinished(self) -> list[Position]:
