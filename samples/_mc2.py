@@ -246,15 +246,18 @@ def core_rows(totalM: int, vecCoreNum: int, blockIdx: int) -> np.ndarray:
 
 
 def copy_rows(dst: hp.GmAddr, dstOffsets, src: hp.GmAddr, srcOffsets, width: int) -> None:
-    """``DataCopyPad`` of ``width`` elements for each row: element offsets in, element offsets out."""
+    """``DataCopyPad`` of ``width`` elements for each row: element offsets in, element offsets out.
+
+    The indices and their extents are numpy work: in an emulated kernel every torch operation on
+    GM passes the emulator's race checks, so only the gather and the scatter are torch's."""
     if len(srcOffsets) == 0:
         return
     cols = np.arange(width)
-    srcIdx = torch.from_numpy((np.asarray(srcOffsets)[:, None] + cols).reshape(-1))
-    dstIdx = torch.from_numpy((np.asarray(dstOffsets)[:, None] + cols).reshape(-1))
+    srcIdx = (np.asarray(srcOffsets)[:, None] + cols).reshape(-1)
+    dstIdx = (np.asarray(dstOffsets)[:, None] + cols).reshape(-1)
     srcT = hp.gm_tensor(src, FP16, int(srcIdx.max()) + 1)
     dstT = hp.gm_tensor(dst, FP16, int(dstIdx.max()) + 1)
-    dstT[dstIdx.to(dstT.device)] = srcT[srcIdx.to(srcT.device)]
+    dstT[torch.from_numpy(dstIdx).to(dstT.device)] = srcT[torch.from_numpy(srcIdx).to(srcT.device)]
 
 
 def data_copy(dst: hp.GmAddr, src: hp.GmAddr, count: int) -> None:
