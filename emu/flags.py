@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -86,8 +87,13 @@ class FlagPolls(KernelMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
+        self.after(func, args, kwargs, result)
+        return result
+
+    def after(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        """Report the flag reads of an operation that ran (``result``) as polls."""
         if not self.windows or self.internal():
-            return result
+            return
         for i, name, written in _plan(func):
             value = args[i] if i < len(args) else kwargs.get(name)
             if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
@@ -111,7 +117,6 @@ class FlagPolls(KernelMode):
                     self._poll(window, value, runs)
             elif size <= HELD_POLL_BYTES and self._again(window, value):  # a status area
                 self._poll(window, value, byte_runs(value)[0])
-        return result
 
     def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
         """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`

@@ -9,11 +9,12 @@ reads nothing) and hands their exact byte ranges to
 :class:`~.buffers.BufferRaces` (every run) and :class:`~.races.WindowRaces`
 (``poison=True``); an early read of a window gets a copy of its input with
 0xFF in the bytes that have not arrived. :class:`HostReads`, a torch function
-mode beside it under ``poison=True``, does the same for the reads that never
-reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled through
-them acquires like any other read). Both are on a core's mode stacks only while
-the rank has a pending round or a window is mapped (:class:`CoreWatch`), and
-off while hccl_py's own work holds the world's lock (:class:`Unwatched`).
+mode beside it under ``poison=True`` (:mod:`.host_reads`), does the same for the reads that
+never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled through them
+acquires like any other read). Both are on a core's mode stacks only while the rank has a
+pending round or a window is mapped, or while the watch carries the core's flag polls
+(:class:`CoreWatch`), and off while hccl_py's own work holds the world's lock
+(:class:`Unwatched`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
 from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
@@ -34,6 +34,7 @@ from hccl_py.server.windows import WindowAllocation
 from .buffers import BufferRaces
 from .extents import byte_runs, element_offsets, touched
 from .findings import raise_certain, raise_races
+from .host_reads import HostReads
 from .intervals import Runs
 from .modes import KernelMode
 from .races import WindowRaces, user_frame
@@ -44,9 +45,6 @@ _METADATA = frozenset(
     | {"randint_like", "new_empty", "new_zeros", "new_ones", "new_full", "new_empty_strided"}
     | {"is_same_size", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset"}
 )
-
-#: Tensor methods that read (or share) a tensor's data without an aten operator.
-_HOST_READS = frozenset({torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__})
 
 #: (tensor, window, written, the byte runs the operation touches and their size)
 Access = tuple[torch.Tensor, WindowAllocation, bool, tuple[Runs, int]]
@@ -73,9 +71,19 @@ class WindowWatch(KernelMode):
         #: Both filled in place by their checks: tested before anything else.
         self.windows = _NONE if races is None else races.windows
         self.pending = {} if buffers is None else buffers.pending[rank]
+        #: The core's flag-poll watch once it has one (:meth:`CoreWatch.attach`): it looks at
+        #: each operation after this watch, in the same trip through Python.
+        self.polls: Any = None
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None, checked=False):  # noqa: ANN001, ANN204
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
+        result = self._watched(func, args, kwargs)
+        if self.polls is not None:
+            self.polls.after(func, args, kwargs, result)
+        return result
+
+    def _watched(self, func: Any, args: tuple, kwargs: dict, checked: bool = False) -> Any:
+        """Run one operation, checking and recording its window and buffer accesses."""
         if self.aside or not (self.pending or self.windows) or self.internal():
             return func(*args, **kwargs)
         used, found = list(self._used(func, args, kwargs)), []
@@ -87,7 +95,7 @@ class WindowWatch(KernelMode):
                         found += self.buffers.access(self.rank, storage, runs, written)
         if found:  # some may race only if the write changes their bytes (:mod:`.findings`)
             raise_certain(found, self.rank)
-            result = self.__torch_dispatch__(func, types, args, kwargs, checked=True)
+            result = self._watched(func, args, kwargs, checked=True)
             raise_races(found, self.rank)
             return result
         windows = self.windows
@@ -142,45 +150,6 @@ class WindowWatch(KernelMode):
             for t in tensors:
                 if isinstance(t, torch.Tensor) and t.numel():
                     yield t, t.untyped_storage().data_ptr(), written, i
-
-
-class HostReads(TorchFunctionMode):
-    """The reads of window tensors that bypass aten (``tolist``, ``numpy``, ``np.asarray``).
-
-    A ``numpy()`` view is checked when it is taken: what is read through it
-    later is not seen. An early read gets a copy with 0xFF where data is missing.
-    """
-
-    def __init__(self, watch: WindowWatch) -> None:
-        super().__init__()
-        self.watch = watch
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        watch = self.watch
-        if func not in _HOST_READS or not (watch.pending or watch.windows) or watch.internal():
-            return func(*args, **kwargs)
-        tensor = args[0]
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in watch.pending and tensor.numel():
-            runs = byte_runs(tensor)[0]
-            if func is torch.Tensor.tolist:
-                raise_races(watch.buffers.access(watch.rank, storage, runs, False), watch.rank)
-            else:  # a numpy view: what is read through it later is not seen
-                watch.buffers.viewed(watch.rank, storage, runs)
-        window = watch.windows.get(storage)
-        if window is None or tensor.numel() == 0:
-            return func(*args, **kwargs)
-        with watch.races.lock:
-            watch.aside = True  # the copy below is not a second read (that would be a poll)
-            try:
-                swap = watch.read(tensor, window)
-                result = func(swap.get(id(tensor), tensor), *args[1:], **kwargs)
-                if isinstance(result, np.ndarray) and not swap:
-                    watch.escaped(tensor, window, result)
-                return result
-            finally:
-                watch.aside = False
 
 
 class _Stack:
@@ -259,10 +228,16 @@ class CoreWatch:
         _CORE.reset(self._token)
         self.off()
 
+    def attach(self, polls: Any) -> None:
+        """The core's flag polls ride on this watch (one dispatch mode instead of two), which
+        then stays on the stacks: every read of the core may be a poll."""
+        self.watch.polls = polls
+        self.sync()
+
     def sync(self) -> None:
         """Put the modes on when they can see something now, take them off when they cannot."""
         watch = self.watch
-        if watch.pending or watch.windows:
+        if watch.pending or watch.windows or watch.polls is not None:
             if not self.on:
                 for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
                     stack.insert(depth, mode)
@@ -282,6 +257,11 @@ class CoreWatch:
 _CORE: contextvars.ContextVar[CoreWatch | None] = contextvars.ContextVar(
     "hccl_py_core_watch", default=None
 )
+
+
+def core_watch() -> CoreWatch | None:
+    """The calling runner's core watch, while it runs an emulated kernel's core."""
+    return _CORE.get()
 
 
 def resumed() -> None:
@@ -346,7 +326,7 @@ class Unwatched:
             if core is not None:
                 core.held = False
                 watch = core.watch  # what sync() does, asked here: most exits change nothing
-                if watch.pending or watch.windows:
+                if watch.pending or watch.windows or watch.polls is not None:
                     if not core.on:
                         core.sync()
                 elif core.on:

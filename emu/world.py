@@ -53,7 +53,7 @@ from .reports import WorldReports
 from .scheduler import Scheduler
 from .server_reads import PendingReads
 from .slot import Slot
-from .watch import Unwatched, WatchedWindows
+from .watch import Unwatched, WatchedWindows, core_watch
 
 #: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
 _cores = RunnerLocal()
@@ -397,10 +397,10 @@ class EmuWorld(Server):
     def core_scope(self, rank: int) -> Iterator[None]:
         """Around one core's run: the race check's watch, and flag polls once windows exist.
 
-        The poll watch (a torch dispatch mode, innermost so that a poll that blocks
-        holds none of the race check's locks) costs every torch operation a Python
-        call: a core enters it when it first asks for a window, or at its start
-        when windows exist already or its kernel has more cores and GM tensor arguments.
+        A core takes the poll watch on when it first asks for a window, or at its start when
+        windows exist already or its kernel has more cores and GM tensor arguments. It rides on
+        the core's race watch (one dispatch mode; the polls are looked at after the race check,
+        so a poll that blocks holds none of its locks), a mode of its own only without one.
         """
         with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
             _cores.scope = (stack, rank)
@@ -417,9 +417,12 @@ class EmuWorld(Server):
         if scope is not None:
             stack, rank = scope
             _cores.scope = None
-            stack.enter_context(
-                FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
-            )
+            polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
+            core = core_watch()
+            if core is None:
+                stack.enter_context(polls)
+            else:
+                core.attach(polls)
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` of ``domain``; the calling core watches polls."""

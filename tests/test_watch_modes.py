@@ -20,8 +20,9 @@ import pytest
 import torch
 from hccl_py.backends.emu import wait_until
 from hccl_py.backends.emu.flags import FlagPolls
+from hccl_py.backends.emu.host_reads import HostReads
 from hccl_py.backends.emu.modes import KernelMode
-from hccl_py.backends.emu.watch import HostReads, WindowWatch
+from hccl_py.backends.emu.watch import WindowWatch
 from test_buffer_races import Kernel, N, all_gather, race, run
 from test_sanitizer import comm
 from test_window_races import M, at, early_text, race_of
@@ -115,9 +116,10 @@ def test_a_core_that_never_calls_hccl_py_sees_the_round_its_sibling_committed() 
         rank = hp.get_rank()
         if hp.GetBlockIdx() == 1:
             received = hp.gm_tensor(yGM, torch.float32, 2 * N)  # a view taken early
-            # nothing pending yet: the race watch is off (the flag-poll watch of the kernel's GM
-            # arguments is on in a kernel of two cores)
-            assert modes() == ([FlagPolls], [])
+            # nothing pending yet, but a kernel of two cores watches its GM arguments for flag
+            # polls: one dispatch mode, the core's watch carrying the polls
+            assert modes() == ([WindowWatch], [])
+            assert isinstance(torch._C._get_dispatch_stack_at(0).polls, FlagPolls)
             started[rank].set()
             wait_until(committed[rank].is_set)
             received.sum()  # sibling-read
@@ -159,8 +161,9 @@ def test_a_kernel_that_asks_for_a_window_is_watched_from_then_on() -> None:
     err = race_of(info, 0)
     where = {k: at(k, "kernel", HERE) for k in ("window-read", "window-write")}
     assert err.reason == early_text(0, 1, 0, 4 * M, where["window-read"], where["window-write"])
-    # the poll watch stays innermost (a poll that blocks holds none of the race check's locks)
-    assert stacks == [([WindowWatch, FlagPolls], [HostReads])] * 2
+    # the flag polls ride on the core's watch: one trip through Python per operation, the polls
+    # looked at after the race check's (a poll that blocks holds none of its locks)
+    assert stacks == [([WindowWatch], [HostReads])] * 2
 
 
 @pytest.mark.parametrize("mode", [WindowWatch, FlagPolls])
