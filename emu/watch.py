@@ -325,12 +325,7 @@ class Unwatched:
             core = _CORE.get()
             if core is not None:
                 core.held = False
-                watch = core.watch  # what sync() does, asked here: most exits change nothing
-                if watch.pending or watch.windows or watch.polls is not None:
-                    if not core.on:
-                        core.sync()
-                elif core.on:
-                    core.off()
+                core.sync()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()

@@ -157,13 +157,7 @@ class EmuWorld(Server):
         board = self.board
         if board.version == self._ready_version:
             return self._ready
-        ready = board.ready
-        found = False
-        # a loop, not any() over a generator (a call per slot)
-        for slot in list(board.pending):
-            if ready(slot):
-                found = True
-                break
+        found = any(board.ready(slot) for slot in list(board.pending))
         self._ready_version, self._ready = board.version, found
         return found
 

@@ -10,6 +10,7 @@ emulator and on gloo and compares what they report and what poison leaves.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import cases
@@ -367,7 +368,7 @@ def test_the_emulators_kept_answer_is_a_fresh_one_at_every_switch(
 
     monkeypatch.setattr(EmuWorld, "_has_work", checking)
     with samples_on_path():
-        sample = __import__("alltoall_allgather_custom")
+        sample = importlib.import_module("alltoall_allgather_custom")
         per_rank = hp.run(sample.main, world_size=4, platform=sample.PLATFORM, explore=6)
     assert all("FAIL" not in line for lines in per_rank for line in lines), per_rank
     assert True in answers and False in answers, "both answers were asked for"
