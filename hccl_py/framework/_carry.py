@@ -57,6 +57,7 @@ from ..server.protocol import (
     WIDE_REDUCE_BYTES,
     Payload,
     Pieces,
+    joined,
     record_length,
 )
 from ..trace import hooks
@@ -137,10 +138,10 @@ class Carried:
         if isinstance(result, torch.Tensor):
             out.copy_(result.view(out.shape))
         elif out.numel() and out.is_contiguous() and out.device.type == "cpu":
-            np.concatenate(_arrays(result), out=out.view(-1).view(torch.uint8).numpy())
+            joined(result, out=out.view(-1).view(torch.uint8).numpy())
             increment_version(out)  # numpy's write does not move it
         elif out.numel():
-            values = torch.from_numpy(_flat(result))
+            values = torch.from_numpy(joined(result))
             out.copy_(values.view(out.dtype).view(out.shape).to(out.device))
         rec = hooks.recorder()
         if rec is not None:
@@ -280,20 +281,10 @@ def _piece_lists(records: list[dict[str, Any]], n: int) -> list[list[int]] | Non
 
 def _stack(rows: list[memoryview], dtype: torch.dtype) -> torch.Tensor:
     """Equally long ``rows`` as a ``(rows, elements)`` tensor of ``dtype`` (one copy)."""
-    flat = _flat(rows)
+    flat = joined(rows)
     if not flat.size:
         return torch.empty((len(rows), 0), dtype=dtype)
     return torch.from_numpy(flat).view(dtype).view(len(rows), -1)
-
-
-def _arrays(pieces: list[memoryview]) -> list[np.ndarray]:
-    """``pieces`` as uint8 arrays over their bytes (no copy)."""
-    return [np.frombuffer(p, np.uint8) for p in pieces]
-
-
-def _flat(pieces: list[memoryview]) -> np.ndarray:
-    """``pieces`` one after another, in one new uint8 array (one copy)."""
-    return np.concatenate(_arrays(pieces)) if pieces else np.empty(0, np.uint8)
 
 
 def _span(t: torch.Tensor | None) -> list[int]:

@@ -16,6 +16,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..core.config import Config
 from ..core.constants import HcclCMDType
 from ..core.gm import Allocation
@@ -151,6 +153,17 @@ Payload = bytes | memoryview
 #: This rank's pieces of an exchange's data, one per group rank, made only when the exchange
 #: carries them (:meth:`Meetings.meet_pieces`).
 Pieces = Callable[[], list[memoryview]]
+
+
+def joined(payloads: list[Payload], out: np.ndarray | None = None) -> np.ndarray:
+    """``payloads`` (received rows or pieces) one after another, in one new uint8 array, or
+    written into the uint8 array ``out`` of their total length."""
+    arrays = [np.frombuffer(p, np.uint8) for p in payloads]
+    if not arrays:
+        return np.empty(0, np.uint8) if out is None else out
+    return np.concatenate(arrays, out=out)
+
+
 #: How far into a received view :func:`record_length` looks for the record's end at first.
 RECORD_SCAN_BYTES = 64 << 10
 

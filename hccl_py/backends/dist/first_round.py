@@ -53,7 +53,7 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
-from ...server.protocol import WIDE_REDUCE_BYTES, Payload, Pieces, record_length
+from ...server.protocol import WIDE_REDUCE_BYTES, Payload, Pieces, joined, record_length
 from ...server.reduce import reduce_ranks
 from . import gathered, predicted, rounds
 from .descriptors import decode_all
@@ -266,7 +266,7 @@ def run(
     """
     me = task.rank
     if task.op == _C.HCCL_CMD_ALLREDUCE and scattered:  # this rank's chunk of every rank
-        flat = _joined(rows)
+        flat = torch.from_numpy(joined(rows))
         _same_size(task, flat, task.rank_dim * int(rounds.split_chunks(task).sizes[me]))
         if flat.numel():
             stacked = task.typed(flat).view(task.rank_dim, -1)
@@ -281,7 +281,7 @@ def run(
         sizes = layout.round_blocks(peer, "send", 0).sizes
         start = int(sizes[:me].sum())
         received.append(row[start : start + int(sizes[me])])
-    flat = _joined(received)
+    flat = torch.from_numpy(joined(received))
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)
@@ -293,11 +293,6 @@ def run(
     _same_size(task, flat, task.rank_dim * task.count * task.elem_size)
     stacked = task.typed(flat).view(task.rank_dim, task.count)
     rounds.write_result(task, 0, reduce_ranks(stacked, HcclReduceOp(task.reduce_op)))
-
-
-def _joined(parts: list[memoryview]) -> torch.Tensor:
-    """``parts`` one after another, as one new uint8 tensor (one copy)."""
-    return torch.from_numpy(np.concatenate([np.frombuffer(p, np.uint8) for p in parts]))
 
 
 def _same_size(task: Task, flat: torch.Tensor, expected: int) -> None:
