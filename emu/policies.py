@@ -50,6 +50,8 @@ class Runner:
         "past_failure",
         "polling",
         "released",
+        "tid",
+        "pinned",
     )
 
     def __init__(self, key: tuple[int, ...], name: str, rank: int) -> None:
@@ -74,6 +76,10 @@ class Runner:
         #: Blocked in a poll; and let go on reading while nothing else could run (its loop may end).
         self.polling = False
         self.released = False
+        #: A thread runner's native thread id (None until its thread runs it), and whether
+        #: the runner that handed it the baton kept it on that runner's CPU (:mod:`hccl_py.server.same_cpu`).
+        self.tid: int | None = None
+        self.pinned = False
 
     def runnable(self) -> bool:
         """Not blocked, or its condition holds now."""

@@ -1,10 +1,10 @@
 """The emulator's scheduler: exactly one runner at a time, switches only at hccl_py calls.
 
 Every rank and every core of an emulated world is a *runner*: an OS thread of
-its own, or (``HCCL_PY_EMU_RUNNERS=greenlets``, :mod:`.runners`) a greenlet of
-the world's one OS thread, so that handing the baton to another runner is a
-greenlet switch (a fraction of a microsecond) instead of a wake-up of another
-OS thread (tens of microseconds to milliseconds on a loaded machine). Exactly one runner
+its own, woken on the CPU of the runner that hands it the baton
+(:mod:`hccl_py.server.same_cpu`), or (``HCCL_PY_EMU_RUNNERS=greenlets``,
+:mod:`.runners`) a greenlet of the world's one OS thread, switched to in a
+fraction of a microsecond. Exactly one runner
 runs user code at any moment; control passes only where the running runner
 calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
 Finalize, a framework exchange, and, under a seeded schedule, at the start of
@@ -43,6 +43,7 @@ import greenlet
 from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
+from hccl_py.server.same_cpu import SameCpu
 from hccl_py.server.threads import PoolJob
 
 from .policies import Policy, Runner, runner_key, schedulable
@@ -85,6 +86,8 @@ class Scheduler(Blocker):
         self.threads = runner_kind() == "threads"
         #: The thread runners' threads, reused from one runner to a later one (:meth:`close`).
         self.pool = runner_threads() if self.threads else None
+        #: Wakes the next thread runner on the CPU of the one that hands it the baton.
+        self.same_cpu = SameCpu() if self.threads else None
         #: The world's OS thread, started by :meth:`begin`; it runs every greenlet runner.
         self.thread: threading.Thread | None = None
         self._hub: greenlet.greenlet | None = None
@@ -156,12 +159,21 @@ class Scheduler(Blocker):
 
     def _thread_body(self, runner: Runner) -> None:
         """What a thread runner runs: wait for the baton, then its target."""
-        self._tls.runner = runner
+        self._tls.runner, runner.tid = runner, threading.get_native_id()
         try:
             runner.gate.acquire()
+            self._woke(runner)
             runner.target()
         finally:
-            self._tls.runner = None  # the thread may run another runner (or none) next
+            self._woke(runner)  # an error delivered as it woke
+            # the thread may run another runner (or none) next; no pin reaches a reused id
+            runner.tid = self._tls.runner = None
+
+    def _woke(self, runner: Runner) -> None:
+        """A thread runner got the baton: it may run on any CPU again (:class:`SameCpu`)."""
+        if runner.pinned:
+            runner.pinned = False
+            self.same_cpu.unpin()
 
     def _body(self) -> None:
         """What a runner's greenlet runs: its target; then the baton goes on."""
@@ -205,6 +217,7 @@ class Scheduler(Blocker):
         self.current = self.last = runner
         self.touched = time.monotonic()
         if self.threads:
+            runner.pinned = self.same_cpu.pin(runner.tid)
             runner.gate.release()
 
     # ----------------------------------------------------------- choosing
@@ -262,6 +275,7 @@ class Scheduler(Blocker):
         try:
             if self.threads:
                 me.gate.acquire()
+                self._woke(me)
             else:
                 # a greenlet starts with the recursion depth of the one that starts it: the
                 # world's thread starts each, so that nested launches do not add up
@@ -372,13 +386,10 @@ class Scheduler(Blocker):
         if me is None or not self.policy.late:
             return
         with self.lock:
-            while (
-                self.error is None
-                and self.has_work()
-                and not any(r.runnable() for r in self.runners if r is not me)
-                and self._run_job()
-            ):
-                pass
+            others = [r for r in self.runners if r is not me]
+            while self.error is None and self.has_work() and not any(r.runnable() for r in others):
+                if not self._run_job():
+                    return
 
     def run_ready(self) -> None:
         """After a Commit: run the ready rounds if the policy runs them now (eager)."""

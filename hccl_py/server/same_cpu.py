@@ -1,0 +1,76 @@
+"""Hand-offs between threads that take turns, kept on one CPU.
+
+The emulator's thread runners run one at a time: a runner wakes the next one
+and goes to sleep. Woken on another CPU, the next runner waits for that CPU
+to notice (on a virtual machine, an interrupt between virtual CPUs: tens of
+microseconds to milliseconds), while the CPU it could have run on, the one its
+waker is about to leave, goes idle. :class:`SameCpu` pins the thread about to
+be woken to the waker's CPU, and the woken thread lets itself run anywhere
+again as soon as it runs (:meth:`SameCpu.unpin`): its own code, and the torch
+intra-op threads it may start, keep every CPU they had.
+
+Linux only (``os.sched_setaffinity`` and libc's ``sched_getcpu``); off where
+either is missing, where the process may use one CPU only, where
+:data:`SAME_CPU_ENV` is ``0``, and from the first refused call on (a CPU set
+changed under the process, say): the hand-offs then wake threads wherever the
+operating system likes, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Callable
+
+#: Environment variable: ``0`` turns :class:`SameCpu` off (to compare, or where pinning is unwelcome).
+SAME_CPU_ENV = "HCCL_PY_SAME_CPU"
+
+
+def _getcpu() -> Callable[[], int] | None:
+    """libc's ``sched_getcpu`` (the calling thread's CPU), or None where there is none."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        return ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+
+
+class SameCpu:
+    """Wakes a thread on the CPU of the thread that wakes it, then lets it run anywhere again.
+
+    Made in the thread whose CPUs the woken threads get back (the process's
+    when it is made at the start of a run).
+    """
+
+    def __init__(self) -> None:
+        self._getcpu = _getcpu() if os.environ.get(SAME_CPU_ENV, "").strip() != "0" else None
+        self.mask = os.sched_getaffinity(0) if self._getcpu is not None else set()
+        self.on = len(self.mask) > 1
+        #: Threads pinned (for tests: the hand-offs it kept on one CPU).
+        self.pins = 0
+
+    def pin(self, tid: int | None) -> bool:
+        """Before waking thread ``tid`` (its native id): let it run on the caller's CPU only.
+
+        Returns whether it did; the woken thread then calls :meth:`unpin`.
+        """
+        if not (self.on and tid):
+            return False
+        try:
+            os.sched_setaffinity(tid, {self._getcpu()})
+        except OSError:
+            self.on = False
+            return False
+        self.pins += 1
+        return True
+
+    def unpin(self) -> None:
+        """In a thread that :meth:`pin` pinned, once it runs: every CPU it had again."""
+        try:
+            os.sched_setaffinity(0, self.mask)
+        except OSError:  # the CPUs it had are no longer the process's: take the main thread's
+            self.on = False
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, os.sched_getaffinity(os.getpid()))

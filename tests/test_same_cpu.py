@@ -1,0 +1,139 @@
+"""Thread runners woken on the CPU of the runner that hands them the baton (``hccl_py.server.same_cpu``).
+
+The emulator's thread runners run one at a time; the next one is pinned to the
+CPU its waker is about to leave, and lets itself run anywhere again as soon as
+it runs. These tests check the pinning and, above all, that no user code ever
+runs pinned. No timing: what is checked is CPU masks and counts.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+from hccl_py.backends.emu.runners import RUNNERS_ENV
+
+import hccl_py as hp
+from hccl_py.server import same_cpu
+from hccl_py.server.same_cpu import SAME_CPU_ENV, SameCpu
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux CPU affinity and at least two CPUs for this process",
+)
+
+
+def _blocked_thread() -> tuple[threading.Thread, threading.Lock, dict]:
+    """A thread asleep on a lock; once released it calls ``unpin`` and records its CPU mask."""
+    gate, seen = threading.Lock(), {}
+    gate.acquire()
+    started = threading.Event()
+
+    def body() -> None:
+        seen["tid"] = threading.get_native_id()
+        started.set()
+        gate.acquire()
+        seen["pinned mask"] = os.sched_getaffinity(0)
+        seen["cpu"].unpin()
+        seen["mask after"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    started.wait()
+    return thread, gate, seen
+
+
+def test_a_woken_thread_runs_on_one_cpu_until_it_unpins() -> None:
+    cpu = SameCpu()
+    mask = os.sched_getaffinity(0)
+    assert cpu.on and cpu.mask == mask
+    thread, gate, seen = _blocked_thread()
+    seen["cpu"] = cpu
+    assert cpu.pin(seen["tid"])
+    pinned = os.sched_getaffinity(seen["tid"])
+    assert len(pinned) == 1 and pinned <= mask
+    gate.release()
+    thread.join()
+    assert seen["pinned mask"] == pinned
+    assert seen["mask after"] == mask
+    assert cpu.pins == 1
+
+
+def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SAME_CPU_ENV, "0")
+    cpu = SameCpu()
+    assert not cpu.on
+    assert not cpu.pin(threading.get_native_id())
+    assert cpu.pins == 0 and os.sched_getaffinity(0) == os.sched_getaffinity(os.getpid())
+
+
+def test_a_thread_limited_to_one_cpu_makes_it_off() -> None:
+    made: list[SameCpu] = []
+
+    def body() -> None:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        made.append(SameCpu())
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    assert not made[0].on and not made[0].pin(threading.get_native_id())
+
+
+def test_a_refused_call_turns_it_off_for_good(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu = SameCpu()
+
+    def refuse(tid: int, mask: set[int]) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(same_cpu.os, "sched_setaffinity", refuse)
+    assert not cpu.pin(threading.get_native_id())
+    assert not cpu.on
+    monkeypatch.undo()
+    assert not cpu.pin(threading.get_native_id()) and cpu.pins == 0
+
+
+def _ranks_mask(n_ops: int) -> list[set[int]]:
+    """On every rank: the CPU mask its own code runs with, after each of ``n_ops`` collectives."""
+    masks = []
+    for i in range(n_ops):
+        out = torch.empty(hp.get_world_size())
+        hp.all_gather_into_tensor(out, torch.full((1,), float(i)))
+        masks.append(os.sched_getaffinity(0))
+    return masks
+
+
+def test_thread_runners_hand_off_on_one_cpu_and_run_their_code_on_every_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    counts = {"pin": 0, "unpin": 0}
+    pin, unpin = SameCpu.pin, SameCpu.unpin
+
+    def counted_pin(self: SameCpu, tid: int | None) -> bool:
+        done = pin(self, tid)
+        counts["pin"] += done
+        return done
+
+    def counted_unpin(self: SameCpu) -> None:
+        counts["unpin"] += 1
+        unpin(self)
+
+    monkeypatch.setattr(SameCpu, "pin", counted_pin)
+    monkeypatch.setattr(SameCpu, "unpin", counted_unpin)
+    mask = os.sched_getaffinity(0)
+    masks = hp.run(_ranks_mask, world_size=4, args=(5,))
+    assert all(m == mask for rank in masks for m in rank)
+    assert counts["pin"] >= 4 * 5 - 1  # a hand-off per collective and rank, but the first
+    assert counts["unpin"] == counts["pin"]
+    assert os.sched_getaffinity(0) == mask
+
+
+def test_greenlet_runners_pin_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "greenlets")
+    pins = []
+    monkeypatch.setattr(SameCpu, "pin", lambda self, tid: pins.append(tid) or False)
+    assert hp.run(_ranks_mask, world_size=2, args=(2,))
+    assert pins == []
