@@ -15,6 +15,7 @@ from hccl_py.backends.emu.world import EmuWorld
 from pg_counter import count_calls
 
 import hccl_py as hp
+from hccl_py.framework import _carry
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.protocol import MAX_EXCHANGE_BYTES
 
@@ -455,6 +456,37 @@ def test_an_output_shared_between_emulated_ranks_is_reported_carried_or_not(op: 
     for error in causes.values():
         assert isinstance(error, hp.HcclSharedMemoryError), error
         assert "shares memory with rank" in str(error), error
+
+
+def private_calls_then_one_shared_output(op: str) -> None:
+    """Three calls of ``op`` into outputs of the rank's own, then one into :data:`SHARED`."""
+    for _ in range(3):
+        hp.all_reduce(torch.ones(8))
+    into_one_shared_output(op)
+
+
+def test_a_shared_output_after_private_ones_is_still_reported() -> None:
+    """The sharing verdict kept from the calls before does not hide the clash of a later one."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(private_calls_then_one_shared_output, world_size=2, args=("all_reduce",),
+               timeout=TIMEOUT)  # fmt: skip
+    assert all(isinstance(e, hp.HcclSharedMemoryError) for e in info.value.root_causes.values())
+    assert sorted(info.value.root_causes) == [0, 1]
+
+
+def test_the_sharing_verdict_is_kept_only_for_the_same_spans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``_shared`` judges each new set of spans and repeats its verdict for the same set."""
+    monkeypatch.setattr(_carry, "_last_shared", ([], False))
+    judged = []
+    real = _carry.first_clash
+    monkeypatch.setattr(_carry, "first_clash", lambda buffers: judged.append(1) or real(buffers))
+    apart = [[[1, 0, 8], [2, 0, 8]], [[3, 0, 8], [2, 0, 8]]]  # the same input, read only
+    clash = [[[1, 0, 8], [2, 0, 8]], [[1, 4, 12], [4, 0, 8]]]  # rank 1 writes rank 0's output
+    verdicts = [_carry._shared(spans) for spans in (apart, apart, clash, clash, apart)]
+    assert verdicts == [False, False, True, True, False]
+    assert len(judged) == 3
 
 
 def gather_a_shared_input() -> torch.Tensor:

@@ -297,16 +297,27 @@ def _span(t: torch.Tensor | None) -> list[int]:
     return [t.untyped_storage().data_ptr(), first * size, (last + 1) * size]
 
 
+#: The spans :func:`_shared` judged last and its verdict: a loop passes the same buffers.
+_last_shared: tuple[list[Any], bool] = ([], False)
+
+
 def _shared(spans: list[Any]) -> bool:
     """Whether one rank's output spans bytes of another rank's output or input (``spans``: per
     rank, its record's :data:`MEMORY`): one buffer for both ranks in this process, while each
     process of a real run has its own. The op's task then runs, and its check reports it
-    (:func:`~hccl_py.sanitizer.sharing.first_clash` judges both)."""
+    (:func:`~hccl_py.sanitizer.sharing.first_clash` judges both). The verdict depends on the
+    numbers alone, so the same spans as the last call's get the last verdict."""
+    global _last_shared
+    last = _last_shared
+    if spans == last[0]:
+        return last[1]
     buffers = [
         (_extent(m[0]), _extent(m[1])) if isinstance(m, list) and len(m) == 2 else (None, None)
         for m in spans
     ]
-    return first_clash(buffers) is not None
+    verdict = first_clash(buffers) is not None
+    _last_shared = (spans, verdict)
+    return verdict
 
 
 def _extent(span: Any) -> Extent | None:
