@@ -137,3 +137,11 @@ def test_greenlet_runners_pin_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SameCpu, "pin", lambda self, tid: pins.append(tid) or False)
     assert hp.run(_ranks_mask, world_size=2, args=(2,))
     assert pins == []
+
+
+def test_a_failed_cpu_lookup_turns_it_off() -> None:
+    cpu = SameCpu()
+    cpu._getcpu = lambda: -1  # sched_getcpu's answer where it fails
+    assert not cpu.pin(threading.get_native_id())
+    assert not cpu.on and cpu.pins == 0
+    assert os.sched_getaffinity(0) == cpu.mask

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 from collections.abc import Callable
 
@@ -27,6 +28,7 @@ from collections.abc import Callable
 SAME_CPU_ENV = "HCCL_PY_SAME_CPU"
 
 
+@functools.cache
 def _getcpu() -> Callable[[], int] | None:
     """libc's ``sched_getcpu`` (the calling thread's CPU), or None where there is none."""
     if not hasattr(os, "sched_setaffinity"):
@@ -58,9 +60,9 @@ class SameCpu:
         """
         if not (self.on and tid):
             return False
-        try:
+        try:  # (sched_getcpu returns -1 where it fails: refused as a CPU number)
             os.sched_setaffinity(tid, {self._getcpu()})
-        except OSError:
+        except (OSError, ValueError, OverflowError):
             self.on = False
             return False
         self.pins += 1
