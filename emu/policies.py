@@ -76,10 +76,11 @@ class Runner:
         #: Blocked in a poll; and let go on reading while nothing else could run (its loop may end).
         self.polling = False
         self.released = False
-        #: A thread runner's native thread id (None until its thread runs it), and whether
-        #: the runner that handed it the baton kept it on that runner's CPU (:mod:`hccl_py.server.same_cpu`).
+        #: A thread runner's native thread id (None until its thread runs it), and, while the
+        #: runner that handed it the baton keeps it on that runner's CPU, the CPUs it had
+        #: (:mod:`hccl_py.server.same_cpu`).
         self.tid: int | None = None
-        self.pinned = False
+        self.pinned: set[int] | None = None
 
     def runnable(self) -> bool:
         """Not blocked, or its condition holds now."""

@@ -164,16 +164,15 @@ class Scheduler(Blocker):
             runner.gate.acquire()
             self._woke(runner)
             runner.target()
-        finally:
-            self._woke(runner)  # an error delivered as it woke
-            # the thread may run another runner (or none) next; no pin reaches a reused id
-            runner.tid = self._tls.runner = None
+        finally:  # (an error delivered as it woke too); the thread may run another runner next
+            self._woke(runner)
+            runner.tid = self._tls.runner = None  # no pin reaches whatever reuses the id
 
     def _woke(self, runner: Runner) -> None:
-        """A thread runner got the baton: it may run on any CPU again (:class:`SameCpu`)."""
-        if runner.pinned:
-            runner.pinned = False
-            self.same_cpu.unpin()
+        """A thread runner got the baton: the CPUs it had are its own again (:class:`SameCpu`)."""
+        if runner.pinned is not None:
+            self.same_cpu.unpin(runner.pinned)
+            runner.pinned = None
 
     def _body(self) -> None:
         """What a runner's greenlet runs: its target; then the baton goes on."""
@@ -275,13 +274,14 @@ class Scheduler(Blocker):
         try:
             if self.threads:
                 me.gate.acquire()
-                self._woke(me)
             else:
                 # a greenlet starts with the recursion depth of the one that starts it: the
                 # world's thread starts each, so that nested launches do not add up
                 (self._hub if nxt.glet is None else nxt.glet).switch()
         finally:
-            try:
+            try:  # its CPUs back first, even when an interruption arrives as it wakes
+                if self.threads:
+                    self._woke(me)
                 put_torch_state(torch_state)
             finally:  # the lock is this runner's again, whatever putting its state back raised
                 self.cond._acquire_restore(saved)

@@ -16,6 +16,7 @@ import torch
 from hccl_py.backends.emu.runners import RUNNERS_ENV
 
 import hccl_py as hp
+from hccl_py.kernel.context import current_rank_context
 from hccl_py.server import same_cpu
 from hccl_py.server.same_cpu import SAME_CPU_ENV, SameCpu
 
@@ -36,7 +37,7 @@ def _blocked_thread() -> tuple[threading.Thread, threading.Lock, dict]:
         started.set()
         gate.acquire()
         seen["pinned mask"] = os.sched_getaffinity(0)
-        seen["cpu"].unpin()
+        seen["cpu"].unpin(seen["had"])
         seen["mask after"] = os.sched_getaffinity(0)
 
     thread = threading.Thread(target=body)
@@ -51,7 +52,8 @@ def test_a_woken_thread_runs_on_one_cpu_until_it_unpins() -> None:
     assert cpu.on and cpu.mask == mask
     thread, gate, seen = _blocked_thread()
     seen["cpu"] = cpu
-    assert cpu.pin(seen["tid"])
+    seen["had"] = cpu.pin(seen["tid"])
+    assert seen["had"] == mask
     pinned = os.sched_getaffinity(seen["tid"])
     assert len(pinned) == 1 and pinned <= mask
     gate.release()
@@ -112,14 +114,14 @@ def test_thread_runners_hand_off_on_one_cpu_and_run_their_code_on_every_cpu(
     counts = {"pin": 0, "unpin": 0}
     pin, unpin = SameCpu.pin, SameCpu.unpin
 
-    def counted_pin(self: SameCpu, tid: int | None) -> bool:
-        done = pin(self, tid)
-        counts["pin"] += done
-        return done
+    def counted_pin(self: SameCpu, tid: int | None) -> set[int] | None:
+        had = pin(self, tid)
+        counts["pin"] += had is not None
+        return had
 
-    def counted_unpin(self: SameCpu) -> None:
+    def counted_unpin(self: SameCpu, had: set[int]) -> None:
         counts["unpin"] += 1
-        unpin(self)
+        unpin(self, had)
 
     monkeypatch.setattr(SameCpu, "pin", counted_pin)
     monkeypatch.setattr(SameCpu, "unpin", counted_unpin)
@@ -134,7 +136,7 @@ def test_thread_runners_hand_off_on_one_cpu_and_run_their_code_on_every_cpu(
 def test_greenlet_runners_pin_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(RUNNERS_ENV, "greenlets")
     pins = []
-    monkeypatch.setattr(SameCpu, "pin", lambda self, tid: pins.append(tid) or False)
+    monkeypatch.setattr(SameCpu, "pin", lambda self, tid: pins.append(tid))
     assert hp.run(_ranks_mask, world_size=2, args=(2,))
     assert pins == []
 
@@ -145,3 +147,49 @@ def test_a_failed_cpu_lookup_turns_it_off() -> None:
     assert not cpu.pin(threading.get_native_id())
     assert not cpu.on and cpu.pins == 0
     assert os.sched_getaffinity(0) == cpu.mask
+
+
+def _own_mask() -> set[int]:
+    """A rank that binds itself to one CPU of its own, then hands the baton on and back."""
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[hp.get_rank() % len(cpus)]})
+    for _ in range(3):
+        hp.barrier()
+    return os.sched_getaffinity(0)
+
+
+def test_a_mask_a_rank_set_for_itself_survives_its_hand_offs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    cpus = sorted(os.sched_getaffinity(0))
+    assert hp.run(_own_mask, world_size=2) == [{cpus[0]}, {cpus[1]}]
+
+
+class _Stop(BaseException):
+    """What the watchdog raises in a runner it stops."""
+
+
+def _stopped_while_asleep(seen: dict[str, set[int]]) -> None:
+    """Rank 1 sleeps in a barrier; rank 0 sends it an interruption, then hands it the baton."""
+    ctx = current_rank_context()
+    hp.barrier()
+    if ctx.rank == 1:
+        try:
+            hp.barrier()
+        finally:
+            seen["mask in rank 1's finally"] = os.sched_getaffinity(0)
+        return
+    (sleeper,) = [r for r in ctx.blocker.runners if r.rank == 1]
+    assert sleeper.thread.interrupt(_Stop)
+    hp.barrier()
+
+
+def test_a_runner_stopped_while_asleep_unwinds_on_every_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    seen: dict[str, set[int]] = {}
+    with pytest.raises(hp.WorldError):
+        hp.run(_stopped_while_asleep, world_size=2, args=(seen,), timeout=30)
+    assert seen == {"mask in rank 1's finally": os.sched_getaffinity(0)}

@@ -7,7 +7,8 @@ microseconds to milliseconds), while the CPU it could have run on, the one its
 waker is about to leave, goes idle. :class:`SameCpu` pins the thread about to
 be woken to the waker's CPU, and the woken thread lets itself run anywhere
 again as soon as it runs (:meth:`SameCpu.unpin`): its own code, and the torch
-intra-op threads it may start, keep every CPU they had.
+intra-op threads it may start, keep every CPU they had (a mask the thread set
+for itself included).
 
 Linux only (``os.sched_setaffinity`` and libc's ``sched_getcpu``); off where
 either is missing, where the process may use one CPU only, where
@@ -53,26 +54,29 @@ class SameCpu:
         #: Threads pinned (for tests: the hand-offs it kept on one CPU).
         self.pins = 0
 
-    def pin(self, tid: int | None) -> bool:
+    def pin(self, tid: int | None) -> set[int] | None:
         """Before waking thread ``tid`` (its native id): let it run on the caller's CPU only.
 
-        Returns whether it did; the woken thread then calls :meth:`unpin`.
+        Returns the CPUs it had (None where it did not pin): the woken thread gives
+        them to :meth:`unpin`, so that a mask of its own (a rank's
+        ``os.sched_setaffinity``, an OpenMP binding) survives its hand-offs.
         """
         if not (self.on and tid):
-            return False
+            return None
         try:  # (sched_getcpu returns -1 where it fails: refused as a CPU number)
+            had = os.sched_getaffinity(tid)
             os.sched_setaffinity(tid, {self._getcpu()})
         except (OSError, ValueError, OverflowError):
             self.on = False
-            return False
+            return None
         self.pins += 1
-        return True
+        return had
 
-    def unpin(self) -> None:
-        """In a thread that :meth:`pin` pinned, once it runs: every CPU it had again."""
+    def unpin(self, had: set[int]) -> None:
+        """In a thread that :meth:`pin` pinned, once it runs: the CPUs it had (``pin``'s answer)."""
         try:
-            os.sched_setaffinity(0, self.mask)
-        except OSError:  # the CPUs it had are no longer the process's: take the main thread's
+            os.sched_setaffinity(0, had)
+        except OSError:  # they are no longer the process's: take the main thread's
             self.on = False
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, os.sched_getaffinity(os.getpid()))
