@@ -26,6 +26,12 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(autouse=True)
+def _switch_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests check the default, whatever the environment that runs the suite says."""
+    monkeypatch.delenv(SAME_CPU_ENV, raising=False)
+
+
 def _blocked_thread() -> tuple[threading.Thread, threading.Lock, dict]:
     """A thread asleep on a lock; once released it calls ``unpin`` and records its CPU mask."""
     gate, seen = threading.Lock(), {}
