@@ -41,16 +41,14 @@ def _getcpu() -> Callable[[], int] | None:
 
 
 class SameCpu:
-    """Wakes a thread on the CPU of the thread that wakes it, then lets it run anywhere again.
+    """Wakes a thread on the CPU of the thread that wakes it, then gives it back the CPUs it had.
 
-    Made in the thread whose CPUs the woken threads get back (the process's
-    when it is made at the start of a run).
+    On only where the thread that makes it may run on more than one CPU.
     """
 
     def __init__(self) -> None:
         self._getcpu = _getcpu() if os.environ.get(SAME_CPU_ENV, "").strip() != "0" else None
-        self.mask = os.sched_getaffinity(0) if self._getcpu is not None else set()
-        self.on = len(self.mask) > 1
+        self.on = self._getcpu is not None and len(os.sched_getaffinity(0)) > 1
         #: Threads pinned (for tests: the hand-offs it kept on one CPU).
         self.pins = 0
 
