@@ -76,7 +76,7 @@ class Runner:
         #: Blocked in a poll; and let go on reading while nothing else could run (its loop may end).
         self.polling = False
         self.released = False
-        #: A thread runner's native thread id (None until its thread runs it), and, while the
+        #: A thread runner's native thread id (from when its thread is given it until it ran), and, while the
         #: runner that handed it the baton keeps it on that runner's CPU, the CPUs it had
         #: (:mod:`hccl_py.server.same_cpu`).
         self.tid: int | None = None

@@ -128,11 +128,11 @@ class Scheduler(Blocker):
             self.policy.add(runner)
         if self.pool is not None:
             runner.thread = self.pool.start(functools.partial(self._thread_body, runner), name)
+            runner.tid = runner.thread.native_id  # before its first turn: every hand-off pins
         return runner.thread
 
     def close(self) -> None:
-        """The run ended: end the idle runner threads (one stuck in its own code ends when it
-        returns; it is a daemon)."""
+        """The run ended: end the idle runner threads (a stuck one, a daemon, ends when it returns)."""
         if self.pool is not None:
             self.pool.close(CLOSE_WAIT_S)
 
@@ -159,7 +159,7 @@ class Scheduler(Blocker):
 
     def _thread_body(self, runner: Runner) -> None:
         """What a thread runner runs: wait for the baton, then its target."""
-        self._tls.runner, runner.tid = runner, threading.get_native_id()
+        self._tls.runner = runner
         try:
             runner.gate.acquire()
             self._woke(runner)

@@ -167,6 +167,9 @@ class PoolJob:
         self.ident: int | None = None
         #: Whether :meth:`interrupt` sent an exception into the target's thread.
         self.interrupted = False
+        #: The native id of the OS thread the job is given (:meth:`ThreadPool.start` sets it
+        #: before the job can run).
+        self.native_id: int | None = None
         self._lock = threading.Lock()
 
     def join(self, timeout: float | None = None) -> None:
@@ -291,6 +294,7 @@ class ThreadPool:
             worker.thread.start()  # a thread that cannot start is never one of the workers
             with self._lock:
                 self._workers.add(worker)
+        job.native_id = worker.thread.native_id
         worker.give(job)
         return job
 
