@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import gc
+import os
 import threading
 import time
 from collections import Counter
@@ -176,6 +177,23 @@ def test_a_pool_job_starts_as_in_a_new_thread() -> None:
     pool.start(lambda: seen.append((var.get(), torch.is_grad_enabled())), "second").join(60)
     assert pool.started == 1
     assert seen == [("unset", True)]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs Linux CPU affinity and at least two CPUs for this process",
+)
+def test_a_pool_job_runs_on_the_cpus_of_the_thread_that_starts_it() -> None:
+    """A mask an earlier job set for its thread does not reach the next job on that thread."""
+    from hccl_py.server import threads
+
+    pool = threads.ThreadPool()
+    one = {min(os.sched_getaffinity(0))}
+    seen: list[set[int]] = []
+    pool.start(lambda: os.sched_setaffinity(0, one), "binds itself").join(60)
+    pool.start(lambda: seen.append(os.sched_getaffinity(0)), "next").join(60)
+    assert pool.started == 1
+    assert seen == [os.sched_getaffinity(0)] and seen[0] != one
 
 
 def test_a_job_that_raises_does_not_leave_a_dead_thread_in_the_pool() -> None:

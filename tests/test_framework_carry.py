@@ -482,8 +482,10 @@ def test_the_sharing_verdict_is_kept_only_for_the_same_spans(
     judged = []
     real = _carry.first_clash
     monkeypatch.setattr(_carry, "first_clash", lambda buffers: judged.append(1) or real(buffers))
-    apart = [[[1, 0, 8], [2, 0, 8]], [[3, 0, 8], [2, 0, 8]]]  # the same input, read only
-    clash = [[[1, 0, 8], [2, 0, 8]], [[1, 4, 12], [4, 0, 8]]]  # rank 1 writes rank 0's output
+    # [storage address, first byte, end byte]: storages 1000 bytes apart
+    apart = [[[1000, 0, 8], [2000, 0, 8]], [[3000, 0, 8], [2000, 0, 8]]]  # one input, read only
+    # rank 1 writes rank 0's output
+    clash = [[[1000, 0, 8], [2000, 0, 8]], [[1000, 4, 12], [4000, 0, 8]]]
     verdicts = [_carry._shared(spans) for spans in (apart, apart, clash, clash, apart)]
     assert verdicts == [False, False, True, True, False]
     assert len(judged) == 3

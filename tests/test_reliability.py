@@ -81,6 +81,60 @@ def test_module_level_receive_buffer_is_reported() -> None:
     assert "op AllGather" in text
 
 
+#: One numpy array under both ranks' receive tensors: each rank's is its own torch storage
+#: (``torch.from_numpy`` of its own view), but elements N..2N-1 are both ranks' memory.
+ONE_ARRAY = np.zeros(3 * N, dtype=np.float32)
+
+
+def overlapping_views_of_one_array() -> torch.Tensor:
+    """Rank r's ``2 * N`` elements of :data:`ONE_ARRAY` from element ``r * N`` on."""
+    r = hp.get_rank()
+    return torch.from_numpy(ONE_ARRAY[r * N : r * N + 2 * N])
+
+
+def test_receive_buffers_of_two_storages_that_share_memory_are_reported() -> None:
+    """Sharing is judged by address, not by storage: two storages may be one memory."""
+    ONE_ARRAY[:] = 0
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lambda: gather_into(overlapping_views_of_one_array()), world_size=2,
+               backend="emu", timeout=TIMEOUT)  # fmt: skip
+    roots = info.value.root_causes
+    assert sorted(roots) == [0, 1], info.value
+    assert all(isinstance(e, hp.HcclSharedMemoryError) for e in roots.values())
+    assert "rank 0's receive buffer (yGM) shares memory with rank 1's receive buffer (yGM)" in str(
+        info.value
+    )
+    assert not ONE_ARRAY.any(), "a refused task wrote its receive buffer"
+
+
+def framework_into_overlapping_views(op: str, async_op: bool) -> None:
+    out = overlapping_views_of_one_array()
+    if op == "all_reduce":
+        out.fill_(hp.get_rank() + 1.0)
+        work = hp.all_reduce(out, async_op=async_op)
+    else:
+        work = hp.all_gather_into_tensor(out, torch.full((N,), hp.get_rank() + 1.0),
+                                         async_op=async_op)  # fmt: skip
+    if work is not None:
+        work.wait()
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather_into_tensor"])
+def test_framework_outputs_of_two_storages_that_share_memory_are_reported(
+    op: str, async_op: bool
+) -> None:
+    """Carried in the exchange or run as a task, the clash is reported on every rank (before,
+    an async all_reduce returned [3, 3, 3, 3, 4, 4, 4, 4] on rank 1 without a word)."""
+    ONE_ARRAY[:] = 0
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(framework_into_overlapping_views, world_size=2, args=(op, async_op),
+               timeout=TIMEOUT)  # fmt: skip
+    roots = info.value.root_causes
+    assert sorted(roots) == [0, 1], info.value
+    assert all(isinstance(e, hp.HcclSharedMemoryError) for e in roots.values()), info.value
+
+
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
 def test_args_give_every_rank_its_own_tensor(backend: str) -> None:
     y = torch.zeros(2 * N)

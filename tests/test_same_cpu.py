@@ -201,3 +201,36 @@ def test_a_runner_stopped_while_asleep_unwinds_on_every_cpu(
     with pytest.raises(hp.WorldError):
         hp.run(_stopped_while_asleep, world_size=2, args=(seen,), timeout=30)
     assert seen == {"mask in rank 1's finally": os.sched_getaffinity(0)}
+
+
+def _bind_and_look(x: object, seen: list[tuple[int, int, set[int]]]) -> None:
+    """A core that records its thread and CPUs; rank 0's cores then bind themselves to one CPU."""
+    seen.append((hp.get_rank(), threading.get_native_id(), os.sched_getaffinity(0)))
+    if hp.get_rank() == 0:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _cores_bind_their_threads(seen: list[tuple[int, int, set[int]]]) -> None:
+    """Rank 0 launches first; its launch returns once its cores' threads are back in the run's
+    pool. After the barrier rank 1 launches, and its cores take those threads."""
+    if hp.get_rank() == 0:
+        hp.launch(_bind_and_look, torch.zeros(4), seen, block_dim=2)
+    hp.barrier()
+    if hp.get_rank() == 1:
+        hp.launch(_bind_and_look, torch.zeros(4), seen, block_dim=2)
+
+
+def test_a_mask_a_core_set_does_not_reach_a_later_runner_on_its_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A core of rank 1 runs on a thread that a core of rank 0 bound to one CPU, and has the
+    CPUs a new thread would have: its rank's."""
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    everything = os.sched_getaffinity(0)
+    seen: list[tuple[int, int, set[int]]] = []
+    hp.run(_cores_bind_their_threads, world_size=2, args=(seen,), timeout=60)
+    threads_of = {r: {tid for rank, tid, _ in seen if rank == r} for r in (0, 1)}
+    # the pool hands out its last idle thread first: rank 0's runner, if it ended by then, is
+    # the only thread idled after rank 0's cores, so at least one core thread is reused
+    assert len(seen) == 4 and threads_of[0] & threads_of[1], seen
+    assert all(cpus == everything for _, _, cpus in seen), seen

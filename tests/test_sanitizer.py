@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from cases import init_hccl, make_tiling
@@ -670,6 +671,30 @@ def test_overlap_send_partially_covers_receive() -> None:
         "(bytes [4, 20))",
         "op AllReduce",
     )
+
+
+def test_overlap_of_two_storages_that_share_memory() -> None:
+    """Send and receive tensors over one numpy array (two torch storages, one memory): their
+    ranges overlap as if they were views of one tensor."""
+
+    def main() -> None:
+        mem = np.zeros(2 * N, dtype=np.float32)
+        x, y = torch.from_numpy(mem[:N]), torch.from_numpy(mem[N // 2 : N // 2 + N])
+        hp.launch(_bounds_case_kernel, x, y, make_tiling())
+
+    err = fails(main)
+    check(
+        err,
+        hp.HcclOverlapError,
+        f"send range of round 0 block 0 (bytes [{-2 * N}, ",
+        "op AllReduce",
+    )
+
+
+def _bounds_case_kernel(x: Any, y: Any, t: Any) -> None:
+    h = comm(t)
+    h.Wait(h.AllReduce[True](x, y, N, F32, SUM))
+    h.Finalize()
 
 
 def test_overlap_round_writes_what_a_later_round_reads() -> None:

@@ -102,18 +102,24 @@ def _memory(tensor: torch.Tensor) -> tuple[int, int] | None:
 
 
 def shift_between(a: Allocation | None, b: Allocation | None) -> int | None:
-    """Byte offset that maps positions in ``a`` onto positions in ``b``, if they share storage.
+    """Byte offset that maps positions in ``a`` onto positions in ``b``, if they may share bytes.
 
-    0 for the same allocation; None when the two cannot share bytes (different
-    storages, or a null address).
+    0 for the same allocation; None when the two cannot share bytes (a null address, other
+    devices, or other storages whose bytes do not meet: two storages may still be one
+    memory, as ``torch.from_numpy`` of overlapping views of one array are).
     """
     if a is None or b is None:
         return None
     if a is b:
         return 0
-    if a.memory is None or b.memory is None or a.memory[0] != b.memory[0] or not a.memory[0]:
+    if a.memory is None or b.memory is None or not a.memory[0] or not b.memory[0]:
         return None
-    return a.memory[1] - b.memory[1]
+    a_at, b_at = a.memory[0] + a.memory[1], b.memory[0] + b.memory[1]
+    if a.memory[0] != b.memory[0] and (
+        a.data.device != b.data.device or not (a_at < b_at + b.nbytes and b_at < a_at + a.nbytes)
+    ):
+        return None
+    return a_at - b_at
 
 
 class GmAddr:

@@ -17,7 +17,7 @@ from ..core.errors import HcclSharedMemoryError
 from ..core.gm import GmAddr
 from ..core.task import Task
 
-#: ``(storage address, first byte, end byte)`` of the bytes a buffer spans.
+#: ``(storage address, first byte, end byte)`` of the bytes a buffer spans (bytes of its storage).
 Extent = tuple[int, int, int]
 
 
@@ -35,19 +35,20 @@ def first_clash(
 ) -> tuple[int, int, str] | None:
     """Per rank ``(written, read)`` extents (None: no such buffer): the first written extent of
     one rank that shares bytes with another rank's buffer, as ``(writer, other, "recv" or
-    "send")`` (the other's buffer), or None."""
-    used: dict[int, list[tuple[int, int, int, str]]] = {}
-    for i, (written, read) in enumerate(buffers):
-        for side, extent in (("send", read), ("recv", written)):
-            if extent is not None:
-                used.setdefault(extent[0], []).append((extent[1], extent[2], i, side))
-    for entries in used.values():
-        for lo, hi, writer, side in entries:
-            if side != "recv":
-                continue
-            for o_lo, o_hi, other, o_side in entries:
-                if other != writer and lo < o_hi and o_lo < hi:
-                    return writer, other, o_side
+    "send")`` (the other's buffer), or None. Compared by address, not by storage: two
+    storages may be one memory (``torch.from_numpy`` of overlapping views of one array)."""
+    spans = [
+        (extent[0] + extent[1], extent[0] + extent[2], i, side)
+        for i, (written, read) in enumerate(buffers)
+        for side, extent in (("send", read), ("recv", written))
+        if extent is not None
+    ]
+    for lo, hi, writer, side in spans:
+        if side != "recv":
+            continue
+        for o_lo, o_hi, other, o_side in spans:
+            if other != writer and lo < o_hi and o_lo < hi:
+                return writer, other, o_side
     return None
 
 

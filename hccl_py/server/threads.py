@@ -12,7 +12,8 @@ rounds that another core runs. Plain ``wait`` wakes at every notification, as
 launches: a launch with ``block_dim`` 8 takes eight idle threads of the pool
 (and starts new ones only when fewer are idle), so that a launch costs no
 thread creation. An idle thread sleeps on its own lock and ends after
-:data:`IDLE_S` seconds without work. The emulator keeps a pool of its own per
+:data:`IDLE_S` seconds without work; given a job, it runs on the CPUs of the thread that
+starts the job, as a new thread would. The emulator keeps a pool of its own per
 run for its thread runners (``ThreadPool(fresh=...)``), closed when the run ends.
 """
 
@@ -153,6 +154,24 @@ def raise_in_thread(ident: int, exc: type[BaseException]) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
 
 
+#: Whether this system lets threads read and set their CPUs (Linux).
+_AFFINITY = hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity")
+
+
+def _inherit_cpus(tid: int | None) -> None:
+    """Thread ``tid`` (a native id) gets the calling thread's CPUs, as a thread it started would:
+    a pool thread keeps the mask an earlier job set (``os.sched_setaffinity(0, ...)``, an
+    OpenMP binding), which must not reach the next job, of another rank perhaps."""
+    if not (_AFFINITY and tid):
+        return
+    try:
+        mine = os.sched_getaffinity(0)
+        if os.sched_getaffinity(tid) != mine:
+            os.sched_setaffinity(tid, mine)
+    except OSError:  # not ours to change (a CPU set changed under the process): as before
+        pass
+
+
 class PoolJob:
     """One target run by a pool thread; ``join`` and ``is_alive`` as on a thread."""
 
@@ -289,12 +308,15 @@ class ThreadPool:
             worker = self._idle.pop() if self._idle else None
             if worker is None:
                 self.started += 1
+        reused = worker is not None
         if worker is None:
             worker = _Worker(self)
             worker.thread.start()  # a thread that cannot start is never one of the workers
             with self._lock:
                 self._workers.add(worker)
         job.native_id = worker.thread.native_id
+        if reused:
+            _inherit_cpus(job.native_id)
         worker.give(job)
         return job
 
