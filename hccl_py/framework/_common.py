@@ -205,8 +205,24 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
 
 def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
     """What this rank sends in its argument exchange: JSON text, which never holds a NUL byte
-    (data that rides along follows one, :mod:`._carry`)."""
-    return json.dumps({"op": op, "problem": problem, **facts}, separators=(",", ":")).encode()
+    (data that rides along follows one, :mod:`._carry`). A rank with a ``problem`` sends no
+    facts: every rank raises on the problem before reading any (:func:`records_of`), and facts
+    built from unusable arguments may be too long to exchange (a split list per row)."""
+    body = (
+        {"op": op, "problem": problem, **facts}
+        if problem is None
+        else {"op": op, "problem": problem}
+    )
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def listed(values: Sequence[Any], most: int = 16) -> str:
+    """``values`` for a message: all of them, or the first and last few and how many there are."""
+    if len(values) <= most:
+        return str(list(values))
+    half = most // 2
+    shown = ", ".join(map(str, [*values[:half], "...", *values[-half:]]))
+    return f"[{shown}] ({len(values)} entries)"
 
 
 #: Records read lately, by their bytes (read-only: every holder shares one): ranks that agree

@@ -38,6 +38,7 @@ from ._common import (
     check_tensor,
     exclusive_cumsum,
     hccl_dtype,
+    listed,
     mismatch,
     reduce_op_of,
     require_same,
@@ -115,7 +116,7 @@ def _split_problem(name: str, sizes: list[int] | None, n_rows: int, n: int) -> s
             return f"{name} is None, so dim 0 ({n_rows}) must be divisible by the {n} ranks"
         return None
     if len(sizes) != n:
-        return f"{name} has {len(sizes)} entries, expected one per rank ({n}): {sizes}"
+        return f"{name} has {len(sizes)} entries, expected one per rank ({n}): {listed(sizes)}"
     if any(s < 0 for s in sizes):
         return f"{name} must be non-negative: {sizes}"
     if sum(sizes) != n_rows:

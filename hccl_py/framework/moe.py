@@ -30,6 +30,7 @@ from ._common import (
     check_tensor,
     exclusive_cumsum,
     hccl_dtype,
+    listed,
     mismatch,
     require_same,
     resolve_group,
@@ -67,12 +68,12 @@ def _count_problem(
         )
     lc, gc = local.tolist(), glob.tolist()
     if min(lc) < 0 or min(gc) < 0:
-        return f"counts must be non-negative: local_count {lc}, global_count {gc}"
+        return f"counts must be non-negative: local_count {listed(lc)}, global_count {listed(gc)}"
     if x.dim() == 0:
         return "x must have at least one dimension"
     name, sizes = ("local_count", lc) if op == _SCATTER else ("global_count", gc)
     if x.shape[0] != sum(sizes):
-        return f"x has {x.shape[0]} rows, but {name} {sizes} sums to {sum(sizes)}"
+        return f"x has {x.shape[0]} rows, but {name} {listed(sizes)} sums to {sum(sizes)}"
     return None
 
 
