@@ -32,7 +32,8 @@ from hccl_py.backends.dist.server import DistServer
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window_file, open_window_file
 from hccl_py.core.group import Group
 from hccl_py.kernel.context import current_rank_context
-from hccl_py.launcher import shm_files
+from hccl_py.launcher import sealed, shm_files
+from hccl_py.launcher import store as kv
 from hccl_py.launcher.liveness import process_state
 from hccl_py.launcher.shm_files import remove_created, remove_job_files
 from hccl_py.server.windows import KINDS
@@ -97,7 +98,7 @@ def _peer_file(shm: Path, problem: str) -> tuple[str, str]:
     """A peer's window file with ``problem``; the words of its refusal."""
     path, _ = create_window_file("job-0", NBYTES)
     if problem == "symlink":
-        link = str(shm / "hccl_py-job-0-link")
+        link = str(shm / f"hccl_py-job-0-{'e' * 32}")
         os.symlink(path, link)
         return link, "Too many levels of symbolic links"
     if problem == "mode":
@@ -113,21 +114,21 @@ def _peer_file(shm: Path, problem: str) -> tuple[str, str]:
         os.link(path, shm / "hccl_py-job-0-second-name")
         return path, "2 links to it, not 1"
     outside = "/etc/passwd"
-    return outside, "not a window file in"
+    return outside, "not a window file of this job in"
 
 
 @pytest.mark.parametrize("problem", ["symlink", "mode", "size", "links", "outside"])
 def test_a_peer_file_that_is_not_a_window_file_is_refused(shm: Path, problem: str) -> None:
     path, words = _peer_file(shm, problem)
     with pytest.raises(hp.HcclNoWindowsError) as info:
-        open_window_file(path, NBYTES)
+        open_window_file(path, NBYTES, "job-0")
     assert str(info.value).startswith("refused window file")
     assert path in str(info.value) and words in str(info.value), info.value
 
 
 def test_a_peer_file_is_shared_memory(shm: Path) -> None:
     path, mine = create_window_file("job-0", NBYTES)
-    peer = open_window_file(path, NBYTES)
+    peer = open_window_file(path, NBYTES, "job-0")
     torch.frombuffer(peer, dtype=torch.uint8)[7] = 42
     assert torch.frombuffer(mine, dtype=torch.uint8)[7] == 42
 
@@ -235,16 +236,87 @@ def test_an_unreadable_record_in_the_store_is_a_clear_problem(shm: Path) -> None
     server.share(Group([0, 1], "dom"))
     with pytest.raises(hp.HcclNoWindowsError) as info:
         server.window("dom", 0, "In")
-    assert str(info.value) == (
-        "GetWindowsInAddr: rank 1: published an unreadable window record b'{\"host\": 7}'"
+    assert str(info.value).startswith(
+        "GetWindowsInAddr: rank 1: its window record was refused: refused the value of store key "
+        "'windows/dom/names/1': hccl_py did not write it"
     )
+    assert list(shm.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["outside", "another job", "not created"])
+def test_a_published_path_that_is_not_the_jobs_window_file_is_never_opened_or_removed(
+    shm: Path, tmp_path_factory: pytest.TempPathFactory, where: str
+) -> None:
+    """Whoever writes to the store can publish any path as a rank's window file: only the job's
+    own window files are opened or removed (before, a forged record made the ranks unlink it)."""
+    victim = tmp_path_factory.mktemp("victim") / "precious"
+    if where == "another job":
+        victim = shm / f"hccl_py-job-1-0-{'a' * 32}"
+    elif where == "not created":
+        victim = shm / "hccl_py-job-0-precious"
+    victim.write_bytes(b"keep me")
+    store = dist.HashStore()
+    key = shm_windows._names_key("dom", 1)
+    forged = {"host": shm_windows.host_id(), "error": "", "In": str(victim), "Out": str(victim)}
+    store.set(key, sealed.dump_json(key, forged))
+    server = _window_part(0, store)
+    server.share(Group([0, 1], "dom"))
+    with pytest.raises(hp.HcclNoWindowsError) as info:
+        server.window("dom", 1, "In")
+    assert f"rank 1: refused window file {str(victim)!r}: not a window file of this job" in str(
+        info.value
+    )
+    assert str(victim) not in server.paths
+    store.set(kv.ABORT, b"a failed run")
+    server.close()  # after a failed run: removes the files it shared and the job's
+    assert victim.read_bytes() == b"keep me"
+    assert [p for p in shm.iterdir() if p != victim] == []
+
+
+def test_a_window_record_not_signed_with_the_runs_secret_is_refused(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a run secret, a record sealed under another one is that rank's problem, untouched."""
+    key = shm_windows._names_key("dom", 1)
+    monkeypatch.setenv(sealed.SECRET_ENV, "not this run's")
+    store = dist.HashStore()
+    path = shm / f"hccl_py-job-0-{'b' * 32}"
+    path.write_bytes(b"keep me")
+    forged = {"host": shm_windows.host_id(), "error": "", "In": str(path), "Out": str(path)}
+    store.set(key, sealed.dump_json(key, forged))
+    monkeypatch.setenv(sealed.SECRET_ENV, "this run's")
+    server = _window_part(0, store)
+    server.token = "job-0"
+    server.share(Group([0, 1], "dom"))
+    with pytest.raises(hp.HcclNoWindowsError, match="its signature does not match"):
+        server.window("dom", 1, "Out")
+    assert path.read_bytes() == b"keep me"
+
+
+@pytest.mark.parametrize("token", ["../x", "a/b", "", "x" * 65])
+def test_a_window_token_hccl_py_would_not_make_is_refused(
+    shm: Path, monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
+    """The job's token goes into the window files' names: one from the store or the environment
+    that could leave the window folder, or is not what launchers make, is refused."""
+    monkeypatch.setenv(shm_files.TOKEN_ENV, token)
+    store = dist.HashStore()
+    rank = 0
+    if not token:  # from the store, where rank 0 publishes it: rank 1 reads it
+        store.set(shm_windows._TOKEN_KEY, sealed.dump_json(shm_windows._TOKEN_KEY, "../up"))
+        rank = 1
+    server = _window_part(rank, store)
+    server.share(Group([rank], "dom"))
+    with pytest.raises(hp.HcclNoWindowsError, match="refused the token of window file names"):
+        server.window("dom", rank, "In")
     assert list(shm.iterdir()) == []
 
 
 def test_ranks_on_two_hosts_name_the_hosts_and_leave_no_file(shm: Path) -> None:
     store = dist.HashStore()
     elsewhere = {"host": "far-away/boot", "error": "", "In": "/x/In", "Out": "/x/Out"}
-    store.set(shm_windows._names_key("dom", 1), json.dumps(elsewhere).encode())
+    key = shm_windows._names_key("dom", 1)
+    store.set(key, sealed.dump_json(key, elsewhere))
     server = _window_part(0, store)
     server.share(Group([0, 1], "dom"))
     with pytest.raises(hp.HcclNoWindowsError) as info:

@@ -21,9 +21,9 @@ different hosts cannot share memory: the first window call names the hosts.
 from __future__ import annotations
 
 import contextlib
-import json
 import mmap
 import os
+import re
 import secrets
 import socket
 import stat
@@ -33,9 +33,9 @@ from typing import Any, Protocol
 import torch
 
 from ...core.config import Config
-from ...core.errors import HcclTimeoutError
+from ...core.errors import ForgedValueError, HcclTimeoutError
 from ...core.group import Group
-from ...launcher import shm_files
+from ...launcher import sealed, shm_files
 from ...launcher import store as kv
 from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
 from ...server.windows import (
@@ -127,14 +127,32 @@ def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
         os.close(fd)
 
 
-def open_window_file(path: str, nbytes: int) -> mmap.mmap:
-    """Map a peer's window file, refusing a link, another owner, another mode or size."""
-    if os.path.dirname(path) != shm_files.SHM_DIR or not os.path.basename(path).startswith(
-        FILE_PREFIX
+def _not_ours(path: str, token: str) -> str | None:
+    """Why ``path`` is not a window file of the job ``token`` (as :func:`create_window_file`
+    names them), or None: only such paths are opened or removed, whatever a store says."""
+    name = os.path.basename(path)
+    head = f"{FILE_PREFIX}{token}-"
+    if (
+        os.path.dirname(path) == shm_files.SHM_DIR
+        and name.startswith(head)
+        and _FILE_ID.fullmatch(name[len(head) :])
     ):
-        raise HcclNoWindowsError(
-            f"refused window file {path!r}: not a window file in {shm_files.SHM_DIR}"
-        )
+        return None
+    return f"refused window file {path!r}: not a window file of this job in {shm_files.SHM_DIR}"
+
+
+#: The random part of a window file's name (:func:`create_window_file`).
+_FILE_ID = re.compile(r"[0-9a-f]{32}")
+#: A job's token as launchers and rank 0 make them (:func:`new_token`), and this run's number.
+_TOKEN = re.compile(r"[0-9A-Za-z_]{1,64}")
+
+
+def open_window_file(path: str, nbytes: int, token: str) -> mmap.mmap:
+    """Map a peer's window file of the job ``token``, refusing any other path, a link, another
+    owner, another mode or size."""
+    not_ours = _not_ours(path, token)
+    if not_ours is not None:
+        raise HcclNoWindowsError(not_ours)
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
@@ -161,15 +179,22 @@ def open_window_file(path: str, nbytes: int) -> mmap.mmap:
         os.close(fd)
 
 
-def _record(raw: bytes) -> dict[str, str]:
-    """A rank's published window record: its host, its files' paths or its problem."""
+def _record(key: str, raw: bytes, token: str) -> dict[str, str]:
+    """A rank's published window record (store key ``key``): its host, its files' paths or its
+    problem. A record that is not sealed with the run's secret where there is one, or that
+    names a path that is not one of the job's window files, is that rank's problem: its paths
+    are neither opened nor removed."""
     try:
-        record = json.loads(raw)
-    except ValueError:
-        record = None
+        record = sealed.load_json(key, raw)
+    except ForgedValueError as exc:
+        return {"host": "", "error": f"its window record was refused: {exc}"}
     fields = ("host", "error", *KINDS)
     if not isinstance(record, dict) or not all(isinstance(record.get(k, ""), str) for k in fields):
         return {"host": "", "error": f"published an unreadable window record {raw[:80]!r}"}
+    for kind in KINDS:
+        not_ours = _not_ours(record[kind], token) if kind in record else None
+        if not_ours is not None:
+            return {"host": record["host"], "error": not_ours}
     return record
 
 
@@ -221,9 +246,14 @@ class SharedWindows:
             token = os.environ.get(TOKEN_ENV, "")
             if not token:
                 if self.host.session.rank == 0:
-                    self.host.publish(_TOKEN_KEY, new_token().encode())
+                    self.host.publish(_TOKEN_KEY, sealed.dump_json(_TOKEN_KEY, new_token()))
                 self._wait([_TOKEN_KEY], "rank 0 did not publish the token of window files")
-                token = self.host.store.get(_TOKEN_KEY).decode()
+                token = sealed.load_json(_TOKEN_KEY, self.host.store.get(_TOKEN_KEY))
+            if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+                raise HcclNoWindowsError(
+                    f"refused the token of window file names {token!r}: hccl_py makes them of "
+                    "letters, digits and '_' (at most 64)"
+                )
             self.token = f"{token}-{self.host.run}"
         return self.token
 
@@ -234,18 +264,21 @@ class SharedWindows:
         nbytes = host.config.buffsize_mb << 20
         own: dict[str, tuple[str, mmap.mmap]] = {}
         mine: dict[str, str] = {"host": host_id(), "error": ""}
+        token = ""
         try:
+            token = self._token()
             full = _too_small(nbytes, len(KINDS))
             if full is not None:
                 raise HcclNoWindowsError(full)
             for kind in KINDS:
-                own[kind] = create_window_file(self._token(), nbytes)
+                own[kind] = create_window_file(token, nbytes)
         except HcclNoWindowsError as exc:
             mine["error"] = exc.reason
         finally:
             mine.update({kind: path for kind, (path, _) in own.items()})
-            host.publish(_names_key(name, me), json.dumps(mine).encode())
-        published = self._published(group)
+            key = _names_key(name, me)
+            host.publish(key, sealed.dump_json(key, mine))
+        published = self._published(group, token)
         mapped: dict[tuple[int, str], mmap.mmap] = {}
         problem = self._hosts_problem(published) or next(
             (f"rank {r}: {p['error']}" for r, p in published.items() if p.get("error")), None
@@ -258,7 +291,7 @@ class SharedWindows:
                 for r, p in published.items():
                     for kind in KINDS:
                         mapped[(r, kind)] = (
-                            own[kind][1] if r == me else open_window_file(p[kind], nbytes)
+                            own[kind][1] if r == me else open_window_file(p[kind], nbytes, token)
                         )
             except HcclNoWindowsError as exc:
                 problem, mapped = exc.reason, {}
@@ -269,12 +302,16 @@ class SharedWindows:
         if problem is not None:
             self.problems[name] = problem
 
-    def _published(self, group: Group) -> dict[int, dict[str, str]]:
-        """Every member's published window files (or the problem it had), by global rank."""
+    def _published(self, group: Group, token: str) -> dict[int, dict[str, str]]:
+        """Every member's published window files of the job ``token`` (or the problem it had),
+        by global rank."""
         keys = [_names_key(group.name, r) for r in group.ranks]
         self._wait(keys, f"ranks did not publish their window files of domain {group.name}")
         values = kv.get_all(self.host.store, keys)
-        return {r: _record(raw) for r, raw in zip(group.ranks, values, strict=True)}
+        return {
+            r: _record(key, raw, token)
+            for r, key, raw in zip(group.ranks, keys, values, strict=True)
+        }
 
     def _wait(self, keys: list[str], what: str) -> None:
         """Wait for ``keys`` in the run's store; a failure of another rank ends the wait."""
