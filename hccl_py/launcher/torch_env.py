@@ -11,7 +11,11 @@ turns the recorder off unless the user chose a size.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
+
+from .spec import RankSpec
 
 #: torch's flight-recorder size variables (the second is its older NCCL name).
 FLIGHT_RECORDER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -45,3 +49,48 @@ def rank_threads(local_ranks: int) -> None:
         import torch
 
         torch.set_num_threads(1)
+
+
+#: gloo's choice of network interfaces (comma-separated names); unset, gloo binds its sockets
+#: to the address the host name resolves to, on most cluster nodes an outside one.
+GLOO_IFNAME_ENV = "GLOO_SOCKET_IFNAME"
+#: Linux's interface flag for a loopback interface (``IFF_LOOPBACK``).
+_IFF_LOOPBACK = 0x8
+
+
+def loopback_interface() -> str | None:
+    """The name of this host's loopback interface (``lo`` on Linux), or None if none is found."""
+    names = [name for _, name in socket.if_nameindex()] if hasattr(socket, "if_nameindex") else []
+    for name in names:
+        try:
+            with open(f"/sys/class/net/{name}/flags") as f:
+                if int(f.read().strip(), 16) & _IFF_LOOPBACK:
+                    return name
+        except (OSError, ValueError):
+            continue
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def one_host(spec: RankSpec, local_ranks: int) -> bool:
+    """Whether every rank of ``spec``'s world runs on this host: ``hp.run``'s own ranks, every
+    rank local to this host by the launcher's count, or a store on a loopback address."""
+    if spec.store_path or local_ranks == spec.world_size:
+        return True
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(spec.host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def loopback_gloo(spec: RankSpec, local_ranks: int) -> None:
+    """Where every rank runs on this host (:func:`one_host`), gloo's sockets listen on the
+    loopback interface only.
+
+    gloo's peers connect to each other without authentication, so its listening sockets must
+    not face the network when nothing outside the host needs them. A choice the user made
+    (``GLOO_SOCKET_IFNAME``) is kept; runs across hosts keep gloo's own choice.
+    """
+    if not os.environ.get(GLOO_IFNAME_ENV) and one_host(spec, local_ranks):
+        name = loopback_interface()
+        if name is not None:
+            os.environ[GLOO_IFNAME_ENV] = name
