@@ -37,6 +37,19 @@ _by_uid: weakref.WeakValueDictionary[int, Allocation] = weakref.WeakValueDiction
 _window_resolvers: list[Callable[[int], Allocation | None]] = []
 
 
+def flat_elements(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's elements as a 1-D view with stride 1, in memory order.
+
+    ``reshape(-1)`` may keep a stride other than 1 where torch calls a tensor contiguous
+    whatever the strides of its size-1 or empty dimensions (``x[0:1, 1]`` of a 3x4 ``x``
+    has stride ``(4,)``; an empty tensor from numpy, ``(0,)``), and ``.view(torch.uint8)``
+    refuses such a view; for a contiguous tensor stride 1 describes the same memory.
+    """
+    if not tensor.is_contiguous():
+        raise ValueError(f"flat_elements needs a contiguous tensor; got strides {tensor.stride()}")
+    return tensor.as_strided((tensor.numel(),), (1,))
+
+
 class Allocation:
     """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
 
@@ -54,7 +67,7 @@ class Allocation:
                 f"with strides {tensor.stride()} (call .contiguous() first)"
             )
         self.tensor = tensor
-        self.data = tensor.reshape(-1).view(torch.uint8)
+        self.data = flat_elements(tensor).view(torch.uint8)
         #: (address of the tensor's storage, byte offset of the tensor in it): two
         #: allocations with the same storage address may share bytes.
         self.memory = _memory(tensor)

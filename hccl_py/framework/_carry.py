@@ -48,6 +48,7 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
+from ..core.gm import flat_elements
 from ..core.group import Group
 from ..kernel.context import current_rank_context
 from ..sanitizer.sharing import Extent, first_clash
@@ -138,7 +139,7 @@ class Carried:
         if isinstance(result, torch.Tensor):
             out.copy_(result.view(out.shape))
         elif out.numel() and out.is_contiguous() and out.device.type == "cpu":
-            joined(result, out=out.view(-1).view(torch.uint8).numpy())
+            joined(result, out=flat_elements(out).view(torch.uint8).numpy())
             increment_version(out)  # numpy's write does not move it
         elif out.numel():
             values = torch.from_numpy(joined(result))
@@ -333,4 +334,4 @@ def _bytes_of(data: torch.Tensor) -> memoryview:
     data = data.detach()
     if not data.is_contiguous():
         data = data.contiguous()
-    return memoryview(data.view(-1).view(torch.uint8).cpu().numpy())
+    return memoryview(flat_elements(data).view(torch.uint8).cpu().numpy())

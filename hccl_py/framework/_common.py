@@ -113,12 +113,16 @@ def split_sizes(op: str, name: str, value: Any) -> list[int] | None:
 
 def reduce_op_of(op: str, value: Any) -> HcclReduceOp:
     """A reduce operator from an HcclReduceOp, its int value, a name such as "sum",
-    or any object whose name ends in SUM, MAX or MIN (torch.distributed.ReduceOp)."""
+    any object whose name ends in SUM, MAX or MIN (torch.distributed.ReduceOp.MAX), or
+    a torch.distributed.ReduceOp object (``ReduceOp(ReduceOp.MAX)``: by its ``op``)."""
     allowed = (
         HcclReduceOp.HCCL_REDUCE_SUM,
         HcclReduceOp.HCCL_REDUCE_MAX,
         HcclReduceOp.HCCL_REDUCE_MIN,
     )
+    dist = torch.distributed
+    if dist.is_available() and isinstance(getattr(value, "op", None), dist.ReduceOp.RedOpType):
+        value = value.op  # a ReduceOp object: its RedOpType member, named like ReduceOp.MAX
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         chosen = next((m for m in HcclReduceOp if m == int(value)), None)
     else:

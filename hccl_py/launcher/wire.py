@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from ..core.gm import flat_elements
+
 
 @functools.cache
 def _needs_bytes(dtype: torch.dtype) -> bool:
@@ -39,7 +41,7 @@ def _rebuild(raw: bytes, dtype_name: str, shape: tuple[int, ...], grad: bool) ->
 class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, torch.Tensor) and _needs_bytes(obj.dtype):
-            flat = obj.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            flat = flat_elements(obj.detach().cpu().contiguous()).view(torch.uint8)
             name = str(obj.dtype).removeprefix("torch.")
             return _rebuild, (flat.numpy().tobytes(), name, tuple(obj.shape), obj.requires_grad)
         return NotImplemented

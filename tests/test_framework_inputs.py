@@ -1,0 +1,312 @@
+"""Arguments torch.distributed accepts, which the framework collectives accept too.
+
+- Tensors that torch calls contiguous although their last stride is not 1: a
+  one-element slice of a column (``holder[0:1, 1]`` of a 3x4 ``holder``: shape
+  ``(1,)``, stride ``(4,)``) and an empty tensor from numpy (stride ``(0,)``), as
+  input and as output, sync and async, where only one rank passes one, and as what
+  a gloo rank returns. Before, their bytes were taken with ``.view(-1)`` and
+  ``.view(torch.uint8)`` refused them (a raw RuntimeError, after the agreement).
+- ``torch.distributed.ReduceOp`` objects (``ReduceOp(ReduceOp.MAX)``), by their op.
+
+Every expected value is computed here from the ranks' inputs, with numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from test_framework_examples import BACKENDS, TIMEOUT
+
+import hccl_py as hp
+from hccl_py.launcher import wire
+
+SENTINEL = -5.0
+I64 = torch.int64
+WORLD = 2
+
+
+def column(value: float, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``value`` in a one-element slice of a 3x4 holder of SENTINELs (stride ``(4,)``), and
+    the holder, whose other elements show any write outside the slice."""
+    holder = torch.full((3, 4), SENTINEL, dtype=dtype)
+    holder[0, 1] = value
+    odd = holder[0:1, 1]
+    assert odd.is_contiguous() and odd.stride() == (4,)
+    return odd, holder
+
+
+def empty_from_numpy() -> torch.Tensor:
+    """An empty float32 tensor made from numpy: stride ``(0,)``."""
+    empty = torch.from_numpy(np.zeros(0)).float()
+    assert empty.is_contiguous() and empty.stride() == (0,)
+    return empty
+
+
+def value(rank: int) -> float:
+    """Rank ``rank``'s one input element."""
+    return 10.0 * rank + 1
+
+
+def rs_input(rank: int) -> list[float]:
+    """Rank ``rank``'s reduce-scatter input, one element per rank."""
+    return [rank + 1.0, 10.0 * (rank + 1)]
+
+
+def _wait(work: Any) -> None:
+    if work is not None:
+        work.wait()
+
+
+def _all_gather(r: int, async_op: bool) -> torch.Tensor:
+    x, _ = column(value(r))
+    out = torch.full((WORLD,), SENTINEL)
+    _wait(hp.all_gather_into_tensor(out, x, async_op=async_op))
+    return out
+
+
+def _all_gather_empty(r: int, async_op: bool) -> torch.Tensor:
+    out = empty_from_numpy()
+    _wait(hp.all_gather_into_tensor(out, empty_from_numpy(), async_op=async_op))
+    return out
+
+
+def _all_reduce(r: int, async_op: bool) -> torch.Tensor:
+    t, holder = column(value(r))
+    _wait(hp.all_reduce(t, async_op=async_op))
+    return holder
+
+
+def _reduce_scatter(r: int, async_op: bool) -> torch.Tensor:
+    out, holder = column(SENTINEL)
+    _wait(hp.reduce_scatter_tensor(out, torch.tensor(rs_input(r)), async_op=async_op))
+    return holder
+
+
+def _alltoall(r: int, async_op: bool) -> torch.Tensor:
+    """Each rank sends its one row to the other rank, into a one-element slice."""
+    x, _ = column(value(r))
+    out, holder = column(SENTINEL)
+    splits = [0, 1] if r == 0 else [1, 0]
+    _wait(hp.alltoall_single(x, out, splits, splits, sync_op=not async_op))
+    return holder
+
+
+def _alltoall_empty(r: int, async_op: bool) -> torch.Tensor:
+    out = empty_from_numpy()
+    _wait(hp.alltoall_single(empty_from_numpy(), out, [0, 0], [0, 0], sync_op=not async_op))
+    return out
+
+
+def _global_scatter(r: int, async_op: bool) -> torch.Tensor:
+    """Each rank sends its one row to the other rank's expert (one expert per rank)."""
+    x, _ = column(value(r))
+    counts = torch.tensor([0, 1] if r == 0 else [1, 0], dtype=I64)
+    return hp.global_scatter(x, counts, counts.clone()).detach()
+
+
+def _global_scatter_empty(r: int, async_op: bool) -> torch.Tensor:
+    zero = torch.zeros(WORLD, dtype=I64)
+    return hp.global_scatter(empty_from_numpy(), zero, zero.clone()).detach()
+
+
+def _global_gather_empty(r: int, async_op: bool) -> torch.Tensor:
+    zero = torch.zeros(WORLD, dtype=I64)
+    return hp.global_gather(empty_from_numpy(), zero, zero.clone()).detach()
+
+
+ODD_OPS = {
+    "all_gather": _all_gather,
+    "all_gather_empty": _all_gather_empty,
+    "all_reduce": _all_reduce,
+    "reduce_scatter": _reduce_scatter,
+    "alltoall": _alltoall,
+    "alltoall_empty": _alltoall_empty,
+    "global_scatter": _global_scatter,
+    "global_scatter_empty": _global_scatter_empty,
+    "global_gather_empty": _global_gather_empty,
+}
+#: Ops without an asynchronous form.
+SYNC_ONLY = {"global_scatter", "global_scatter_empty", "global_gather_empty"}
+
+
+def in_holder(element: float) -> np.ndarray:
+    """A 3x4 holder of SENTINELs with ``element`` at [0, 1]: an output slice written alone."""
+    want = np.full((3, 4), SENTINEL, dtype=np.float32)
+    want[0, 1] = element
+    return want
+
+
+def expected(name: str, rank: int) -> np.ndarray:
+    values = np.array([value(r) for r in range(WORLD)], dtype=np.float32)
+    other = values[1 - rank]
+    return {
+        "all_gather": values,
+        "all_reduce": in_holder(values.sum()),
+        "reduce_scatter": in_holder(np.array([rs_input(r) for r in range(WORLD)]).sum(0)[rank]),
+        "alltoall": in_holder(other),
+        "global_scatter": np.array([other], dtype=np.float32),
+    }.get(name, np.zeros(0, dtype=np.float32))
+
+
+def odd_stride_ops(async_op: bool) -> dict[str, Any]:
+    """Every op of :data:`ODD_OPS` on this rank: its output, or what it raised (as text)."""
+    results: dict[str, Any] = {}
+    for name, call in ODD_OPS.items():
+        if async_op and name in SYNC_ONLY:
+            continue
+        try:
+            results[name] = call(hp.get_rank(), async_op)
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            results[name] = f"{type(exc).__name__}: {exc}"
+    return results
+
+
+def check_ops(results: list[dict[str, Any]], async_op: bool) -> None:
+    names = [n for n in ODD_OPS if not (async_op and n in SYNC_ONLY)]
+    for rank, got in enumerate(results):
+        assert list(got) == names, got
+        for name in names:
+            assert isinstance(got[name], torch.Tensor), f"rank {rank}, {name}: {got[name]}"
+            want = expected(name, rank)
+            np.testing.assert_array_equal(got[name].numpy(), want, err_msg=f"{rank=} {name}")
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_odd_stride_inputs_and_outputs(backend: str, async_op: bool) -> None:
+    """Sync calls ride in their argument exchange, async ones keep their task: both read
+    and write such tensors."""
+    results = hp.run(
+        odd_stride_ops, world_size=WORLD, backend=backend, timeout=TIMEOUT, args=(async_op,)
+    )
+    check_ops(results, async_op)
+
+
+def odd_output_on_rank_0(async_op: bool) -> torch.Tensor:
+    """Only rank 0's output is a one-element slice: rank 0 receives its own row 0, rank 1
+    rank 0's row 1 and its own two rows."""
+    r = hp.get_rank()
+    data = torch.arange(2.0) + 10 * r + 1
+    if r == 0:
+        out, holder = column(SENTINEL)
+        ins, outs = [1, 1], [1, 0]
+    else:
+        out = holder = torch.full((3,), SENTINEL)
+        ins, outs = [0, 2], [1, 2]
+    _wait(hp.alltoall_single(data, out, ins, outs, sync_op=not async_op))
+    return holder
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_odd_output_on_one_rank(backend: str, async_op: bool) -> None:
+    """Before, only rank 0 failed, after the agreement, and rank 1 returned a result."""
+    r0, r1 = hp.run(
+        odd_output_on_rank_0, world_size=WORLD, backend=backend, timeout=TIMEOUT, args=(async_op,)
+    )
+    rows = [np.arange(2.0, dtype=np.float32) + 10 * r + 1 for r in range(WORLD)]
+    np.testing.assert_array_equal(r0.numpy(), in_holder(rows[0][0]))
+    np.testing.assert_array_equal(r1.numpy(), np.concatenate([rows[0][1:], rows[1]]))
+
+
+def odd_results() -> list[torch.Tensor]:
+    """One-element slices (a dtype plain pickle carries, and one that travels as bytes) and
+    an empty tensor from numpy, as the rank's result."""
+    r = hp.get_rank()
+    wide = column(value(r))[0]
+    as_bytes = column(r + 7, dtype=torch.int32)[1].to(torch.uint16)[0:1, 1]
+    assert as_bytes.stride() == (4,) and wire._needs_bytes(torch.uint16)
+    return [wide, as_bytes, torch.from_numpy(np.zeros(0, dtype=np.uint16))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rank_may_return_a_one_element_slice(backend: str) -> None:
+    results = hp.run(odd_results, world_size=WORLD, backend=backend, timeout=TIMEOUT)
+    for r, (wide, as_bytes, empty) in enumerate(results):
+        assert wide.tolist() == [value(r)]
+        assert as_bytes.dtype == torch.uint16 and as_bytes.to(torch.int32).tolist() == [r + 7]
+        assert empty.dtype == torch.uint16 and empty.shape == (0,)
+
+
+def test_wire_carries_a_one_element_slice() -> None:
+    odd = torch.tensor([[1, 2], [3, 4]], dtype=torch.int32).to(torch.uint16)[0:1, 1]
+    assert odd.stride() == (2,)
+    back = wire.loads(wire.dumps(odd))
+    assert back.dtype == torch.uint16 and back.to(torch.int32).tolist() == [2]
+
+
+# ------------------------------------------------------------------ ReduceOp objects
+
+REDUCE_OPS = {
+    "SUM": (dist.ReduceOp.SUM, np.sum),
+    "MAX": (dist.ReduceOp.MAX, np.max),
+    "MIN": (dist.ReduceOp.MIN, np.min),
+}
+
+
+def rank_values(rank: int) -> list[float]:
+    return [rank + 1.0, 5.0 - 3 * rank, -2.0 * rank]
+
+
+def reduce_with_objects(name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """all_reduce and reduce_scatter_tensor with ``ReduceOp(ReduceOp.<name>)``."""
+    op = dist.ReduceOp(REDUCE_OPS[name][0])
+    assert not isinstance(op, dist.ReduceOp.RedOpType)
+    t = torch.tensor(rank_values(hp.get_rank()))
+    hp.all_reduce(t, op=op)
+    out = torch.full((1,), SENTINEL)
+    hp.reduce_scatter_tensor(out, torch.tensor(rank_values(hp.get_rank())[:WORLD]), op=op)
+    return t, out
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE_OPS))
+def test_a_reduce_op_object_is_its_op(name: str) -> None:
+    results = hp.run(reduce_with_objects, world_size=WORLD, timeout=TIMEOUT, args=(name,))
+    reduce = REDUCE_OPS[name][1]
+    want = reduce(np.array([rank_values(r) for r in range(WORLD)], dtype=np.float32), axis=0)
+    for r, (t, out) in enumerate(results):
+        np.testing.assert_array_equal(t.numpy(), want)
+        np.testing.assert_array_equal(out.numpy(), want[r : r + 1])
+
+
+def refused_objects() -> list[str]:
+    """What all_reduce says to ReduceOp objects of ops it does not support."""
+    said = []
+    for op in (
+        dist.ReduceOp(dist.ReduceOp.PRODUCT),
+        dist.ReduceOp(dist.ReduceOp.AVG),
+        dist._make_nccl_premul_sum(2.0),
+    ):
+        t = torch.full((2,), SENTINEL)
+        try:
+            hp.all_reduce(t, op=op)
+            said.append("accepted")
+        except ValueError as exc:
+            said.append(str(exc))
+        assert (t == SENTINEL).all()
+    return said
+
+
+def test_an_unsupported_reduce_op_object_is_refused() -> None:
+    for r, said in enumerate(hp.run(refused_objects, world_size=WORLD, timeout=TIMEOUT)):
+        assert said == [
+            f"all_reduce on rank {r}: reduce op {op!r} is not supported; use SUM, MAX or MIN"
+            for op in (dist.ReduceOp.PRODUCT, dist.ReduceOp.AVG, dist.ReduceOp.PREMUL_SUM)
+        ]
+
+
+def test_flat_elements_is_the_same_memory_with_stride_1() -> None:
+    from hccl_py.core.gm import flat_elements
+
+    odd, holder = column(3.0)
+    flat = flat_elements(odd)
+    assert flat.stride() == (1,) and flat.data_ptr() == odd.data_ptr()
+    flat.view(torch.uint8)[:] = 0
+    assert holder[0, 1] == 0 and (holder != 0).sum() == 11
+    assert flat_elements(empty_from_numpy()).view(torch.uint8).shape == (0,)
+    with pytest.raises(ValueError, match="needs a contiguous tensor"):
+        flat_elements(holder.t())
