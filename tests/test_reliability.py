@@ -385,6 +385,28 @@ def test_killing_the_parent_leaves_no_process(
     tmp_path: Path, short_tmp: Path, how: str, sig: int
 ) -> None:
     """Neither a process nor a temporary folder outlives a killed run (store, fork server socket)."""
+    _kill_the_run(tmp_path, short_tmp, how, lambda parent: parent.send_signal(sig))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+@pytest.mark.parametrize("how", ["hp.run", "runner"])
+def test_sigterm_to_the_whole_process_group_leaves_nothing(
+    tmp_path: Path, short_tmp: Path, how: str
+) -> None:
+    """``timeout N python script.py`` sends SIGTERM to the parent and its ranks at once: the
+    parent still stops the ranks and removes its store and stack folder and the fork server's
+    socket folder (before, hp.run's parent died at once and left them), and exits with 143."""
+    code = _kill_the_run(
+        tmp_path, short_tmp, how, lambda parent: os.killpg(parent.pid, signal.SIGTERM)
+    )
+    assert code in (128 + signal.SIGTERM, -signal.SIGTERM, 1), code
+
+
+def _kill_the_run(
+    tmp_path: Path, short_tmp: Path, how: str, kill: Callable[[subprocess.Popen], None]
+) -> int | None:
+    """Start :data:`SLEEPER` (``how``), ``kill`` its parent once both ranks run, and check that
+    no process and nothing in its temporary folder outlives it; the parent's exit code."""
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     cmd = [sys.executable, str(script), str(tmp_path)]
@@ -396,6 +418,7 @@ def test_killing_the_parent_leaves_no_process(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "TMPDIR": str(temp), "HCCL_PY_START_METHOD": how.partition(" ")[2]},
+        start_new_session=True,  # a process group of its own, as under timeout(1)
     )
     try:
         deadline = time.monotonic() + 60
@@ -404,14 +427,15 @@ def test_killing_the_parent_leaves_no_process(
         pids = {int(p) for f in tmp_path.glob("*.pids") for p in f.read_text().split()}
         assert len(pids) >= 2, "the ranks did not start"
         pids.discard(parent.pid)
-        parent.send_signal(sig)
-        parent.wait(10)
+        kill(parent)
+        code = parent.wait(30)
         deadline = time.monotonic() + HANG_BOUND_S  # they end soon; a loaded machine is slower
         while any(map(_alive, pids)) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in pids if _alive(p)], "a rank process or fork server outlived its job"
         left = sorted(p.name for p in temp.iterdir())
         assert not left, f"the killed run left {left} in its temporary folder"
+        return code
     finally:
         parent.kill()
         parent.wait()

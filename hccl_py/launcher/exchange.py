@@ -8,7 +8,11 @@ a stand-in of the same type name.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import os
+import time
 import traceback
 from typing import Any
 
@@ -75,6 +79,15 @@ def read_abort(store: dist.Store) -> BaseException:
         return sealed.refused(kv.ABORT, raw, str(exc))
     except sealed.ForgedValueError as exc:
         return exc
+
+
+def forged_abort(store: dist.Store) -> sealed.ForgedValueError | None:
+    """The refusal of the job's abort reason if one is in ``store`` and it is forged, or None:
+    a rank whose function returned before it noticed one still fails the run with it."""
+    if not store.check([kv.ABORT]):
+        return None
+    found = read_abort(store)
+    return found if isinstance(found, sealed.ForgedValueError) else None
 
 
 def describe_abort(exc: BaseException) -> str:
@@ -185,3 +198,24 @@ def decode(key: str, raw: bytes) -> tuple[str, Any]:
     except (TypeError, ValueError) as exc:
         raise sealed.refused(key, raw, f"it is not an outcome: {exc}") from None
     raise sealed.refused(key, raw, "it is not an outcome")
+
+
+def record_for_torchrun(error: BaseException) -> None:
+    """Write the failure where torchrun's agent looks for it, so its summary names the ranks.
+
+    torchrun picks the failure with the earliest timestamp as the root cause;
+    every failed rank writes the same report, which lists the root causes first.
+    The file is created exclusively: one that exists (another process wrote it, or planted
+    it) is left alone.
+    """
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {
+        "message": {
+            "message": f"{type(error).__name__}: {error}",
+            "extraInfo": {"py_callstack": str(error), "timestamp": str(int(time.time()))},
+        }
+    }
+    with contextlib.suppress(FileExistsError), open(path, "x") as out:
+        json.dump(data, out)

@@ -18,7 +18,7 @@ from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, STACKS_ENV
 from .script_checks import unguarded_call
 from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import RankSpec
-from .supervise import Child, outcome_of, stop, supervise
+from .supervise import Child, outcome_of, sigterm_exits, stop, supervise
 
 
 def spawn_world(
@@ -55,7 +55,7 @@ def spawn_world(
             f"arguments must be picklable (a module-level function, not a lambda or a local "
             f"function): {exc}"
         ) from exc
-    with tempfile.TemporaryDirectory(prefix="hccl_py-") as tmp:
+    with sigterm_exits(), tempfile.TemporaryDirectory(prefix="hccl_py-") as tmp:
         path = os.path.join(tmp, "store")
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = mp_context()

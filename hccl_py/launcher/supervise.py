@@ -8,7 +8,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import exchange, sealed
@@ -127,6 +127,27 @@ def supervise(
     finally:
         stop([c for c in children if c.poll() is None])
     return codes
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """While the block runs in the main thread, SIGTERM raises ``SystemExit(143)`` there
+    instead of ending the process at once, so that the block unwinds (its ranks stopped, its
+    files removed) and the process then exits as SIGTERM would have it. A handler the program
+    installed itself is left alone."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def exit_now(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _note_stopped(children: Sequence[Child], why: str, stacks: str | None) -> None:

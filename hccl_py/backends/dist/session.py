@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 import socket
 import sys
@@ -232,20 +231,27 @@ class Session:
         set_rank_context(ctx)
         try:
             server.start(ctx.world_group)
-            outcome = exchange.encode_result(fn(*args), self.rank, key)
+            value = fn(*args)
+            forged = self.abort if isinstance(self.abort, ForgedValueError) else None
+            if (forged := forged or exchange.forged_abort(self.store)) is not None:
+                raise ForgedValueError(forged.reason, rank=self.rank)
+            outcome = exchange.encode_result(value, self.rank, key)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
             exc.hccl_traceback = traceback.format_exc()
             outcome = exchange.encode_failure(exc, self.rank, key)
-            self.store.set(kv.failed_key(self.rank), b"1")
-            if not isinstance(exc, HcclPeerError):
-                exchange.report_abort(self.store, exc, self.rank)
+            with contextlib.suppress(RuntimeError):  # a store gone with the job: close anyway
+                self.store.set(kv.failed_key(self.rank), b"1")
+                if not isinstance(exc, HcclPeerError):
+                    exchange.report_abort(self.store, exc, self.rank)
         finally:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
-            server.rank_returned(self.rank)
-        server.close()
+            try:
+                server.rank_returned(self.rank)
+            finally:  # the window files of a domain half made, whatever happened
+                server.close()
         self.store.set(key, outcome)
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"
@@ -273,7 +279,7 @@ class Session:
         failures = {r: value for r, (kind, value) in enumerate(outcomes) if kind == "err"}
         if failures:
             error = WorldError(failures, n, me=self.rank)
-            _record_for_torchrun(error)
+            exchange.record_for_torchrun(error)
             raise error
         return [value for _, value in outcomes]
 
@@ -350,25 +356,6 @@ class _Liveness:
                 raise _GiveUp
         if all(r in self.dead for r in missing):
             raise _GiveUp
-
-
-def _record_for_torchrun(error: WorldError) -> None:
-    """Write the failure where torchrun's agent looks for it, so its summary names the ranks.
-
-    torchrun picks the failure with the earliest timestamp as the root cause;
-    every failed rank writes the same report, which lists the root causes first.
-    """
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path or os.path.exists(path):
-        return
-    data = {
-        "message": {
-            "message": f"{type(error).__name__}: {error}",
-            "extraInfo": {"py_callstack": str(error), "timestamp": str(int(time.time()))},
-        }
-    }
-    with open(path, "w") as out:
-        json.dump(data, out)
 
 
 _SESSION: Session | None = None

@@ -1,0 +1,72 @@
+"""A gloo rank's end of run: a forged abort reason fails the run even when every rank's
+function returned first, and the rank's server closes (its window files removed) even when
+the store is gone as it reports a failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import hccl_py as hp
+from hccl_py.kernel.context import current_rank_context
+from hccl_py.launcher import store as kv
+
+TIMEOUT = 60.0
+
+
+def forge_an_abort_then_return() -> int:
+    """Rank 0 writes a value no rank of this run sealed as the job's abort reason; after a
+    barrier every rank returns at once, before a watch could see it."""
+    if hp.get_rank() == 0:
+        current_rank_context().server.session.store.set(kv.ABORT, b"not framed by hccl_py")
+    hp.barrier()
+    return hp.get_rank()
+
+
+def test_a_forged_abort_reason_fails_the_run_even_after_every_function_returned() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(forge_an_abort_then_return, world_size=2, backend="gloo", timeout=TIMEOUT)
+    causes = info.value.failures
+    # the first rank to fail publishes its own (sealed) abort reason over the forged one, so a
+    # rank that looks after that sees a peer's failure, not the forgery: at least one fails
+    assert causes, info.value
+    for error in causes.values():
+        assert type(error).__name__ == "ForgedValueError", error
+        assert "refused the value of store key 'abort'" in str(error), error
+
+
+class _GoneStore:
+    """A store whose host is gone: every call fails as torch's does then."""
+
+    def __getattr__(self, name: str):
+        def gone(*args: object) -> None:
+            raise RuntimeError("Broken pipe")
+
+        return gone
+
+
+def fail_with_the_store_gone(marker: str) -> None:
+    """The rank's function fails after its store went away; its server's close leaves a mark."""
+    ctx = current_rank_context()
+    server, close, rank = ctx.server, ctx.server.close, ctx.rank
+
+    def marked_close() -> None:
+        Path(f"{marker}-{rank}").write_text("closed")
+        close()
+
+    server.close = marked_close
+    server.session.store = _GoneStore()
+    raise ValueError("this rank fails once its store is gone")
+
+
+def test_the_server_closes_when_the_store_is_gone_as_a_rank_reports_its_failure(
+    tmp_path: Path,
+) -> None:
+    """Before, the failed store write skipped the close: the window files of a domain half made
+    stayed in /dev/shm after the runner was killed."""
+    marker = str(tmp_path / "closed")
+    with pytest.raises(hp.WorldError):
+        hp.run(fail_with_the_store_gone, world_size=1, backend="gloo", args=(marker,),
+               timeout=TIMEOUT)  # fmt: skip
+    assert Path(f"{marker}-0").read_text() == "closed"
