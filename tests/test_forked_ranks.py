@@ -495,3 +495,47 @@ def test_a_signal_to_the_runners_process_group_stops_every_rank(
     assert f"rank 1 (pid {pids[1]}) was killed by SIGTERM" in out, out
     assert not [p for p in pids.values() if _alive(p)], "a rank outlived its runner"
     assert not list(short_tmp.iterdir())
+
+
+class _GonePipe:
+    """A standard stream whose reader was killed: every write fails as a broken pipe does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_an_uncaught_error_with_stderr_gone_does_not_escape_its_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank whose runner was killed fails (its store is gone) and cannot print why either:
+    the report gives up quietly, so the rank still removes the runner's folders and exits as
+    Python would (before, the broken pipe escaped and the process left by multiprocessing's
+    exit, the folders behind)."""
+
+    def printing_hook(kind: type, value: BaseException, tb: Any) -> None:
+        print(f"{kind.__name__}: {value}", file=sys.stderr)  # as a rank's hook prints
+
+    monkeypatch.setattr(sys, "stderr", _GonePipe())
+    monkeypatch.setattr(sys, "excepthook", printing_hook)
+    forked._print_uncaught(RuntimeError("the store is gone"), None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_zombie_runner_counts_as_gone() -> None:
+    """A runner killed but not yet reaped by its parent has ended: its ranks clean up after it."""
+    from hccl_py.launcher.liveness import pid_alive, process_state
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        where = f"{os.uname().nodename}|{child.pid}"
+        deadline = time.monotonic() + 60
+        while process_state(where) != "zombie" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process_state(where) == "zombie"
+        assert not pid_alive(child.pid)
+        assert pid_alive(os.getpid())
+    finally:
+        child.wait()

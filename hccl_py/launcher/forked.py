@@ -198,10 +198,12 @@ def become_script(
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:  # seeded in the fork server: each rank draws its own numbers
         np_random.seed()
-    code = run_main(run.path)
-    runner = os.environ.get(PARENT_ENV, "")
-    if runner.isdigit() and not pid_alive(int(runner)):  # killed: its folders are left to us
-        remove_orphan_dirs()
+    try:
+        code = run_main(run.path)
+    finally:  # whatever ended the script
+        runner = os.environ.get(PARENT_ENV, "")
+        if runner.isdigit() and not pid_alive(int(runner)):  # killed: its folders are left to us
+            remove_orphan_dirs()
     exit_as_python(code)
 
 
@@ -304,10 +306,11 @@ def _print_uncaught(exc: BaseException, code: types.CodeType | None) -> None:
         sys.excepthook(type(exc), exc, tb)
     except BaseException as failure:  # noqa: BLE001 - Python reports both, as here
         failure.__traceback__ = failure.__traceback__.tb_next  # from the hook's frame on
-        print("Error in sys.excepthook:", file=sys.stderr)
-        sys.__excepthook__(type(failure), failure, failure.__traceback__)
-        print("\nOriginal exception was:", file=sys.stderr)
-        sys.__excepthook__(type(exc), exc, tb)
+        with contextlib.suppress(OSError, ValueError):  # stderr gone (its reader was killed)
+            print("Error in sys.excepthook:", file=sys.stderr)
+            sys.__excepthook__(type(failure), failure, failure.__traceback__)
+            print("\nOriginal exception was:", file=sys.stderr)
+            sys.__excepthook__(type(exc), exc, tb)
 
 
 def _flush_std_files() -> bool:

@@ -98,14 +98,23 @@ def forced_exit(code: int = 1) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
+    """Whether process ``pid`` runs on this host (a zombie, ended but not reaped, does not)."""
+    return _pid_state(pid) == "alive"
+
+
+def _pid_state(pid: int) -> str:
+    """State of process ``pid`` on this host: "alive", "zombie" (ended, not reaped) or "gone"."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
+        return "gone"
     except PermissionError:
-        return True
-    return True
+        return "alive"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return "zombie" if stat.read().rsplit(")", 1)[1].split()[0] == "Z" else "alive"
+    except OSError:
+        return "alive"
 
 
 def watch_parent(rank: int) -> None:
@@ -190,17 +199,7 @@ def process_state(where: str) -> str:
     host, _, pid = where.partition("|")
     if host != socket.gethostname() or not pid.isdigit():
         return "remote"
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return "gone"
-    except PermissionError:
-        return "alive"
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return "zombie" if stat.read().rsplit(")", 1)[1].split()[0] == "Z" else "alive"
-    except OSError:
-        return "alive"
+    return _pid_state(int(pid))
 
 
 class Peers:
