@@ -53,6 +53,13 @@ class Binding:
         self.handles: list[Handle] = []
         self.n_syncs = 0
         self.finalized = False
+        #: Whether its Finalize reset the finished-turn counters its Waits and Queries read
+        #: (the AI CPU client's Finalize<true> on the sending core; another core's changes
+        #: nothing: hccl_aicpu_impl.h, Finalize).
+        self.reset = False
+        #: Why a Prepare was refused at the 63 handles or the message slots, if one was: the
+        #: official client counted it anyway, and its Finalize then never returns.
+        self.over_limit: str | None = None
 
     def bind(self, state: ClientState | None, mode: str | None, tiling: Any) -> None:
         """Start over on ``state`` (an Init): no handles, tilings or syncs yet."""
@@ -63,7 +70,8 @@ class Binding:
         self.cc = {}
         self.handles = []
         self.n_syncs = 0
-        self.finalized = False
+        self.finalized = self.reset = False
+        self.over_limit = None
 
     @property
     def server(self) -> Server:
@@ -74,11 +82,16 @@ class Binding:
         """The domain's name once initialised, else None (reports name it)."""
         return self.state.group.name if self.state else None
 
-    def unusable(self) -> tuple[str, str] | None:
-        """Why the object cannot communicate now, as (rule id, reason), or None."""
+    def unusable(self, sends: bool = True) -> tuple[str, str] | None:
+        """Why the object cannot communicate now, as (rule id, reason), or None.
+
+        ``sends``: a call that gives the server work (Prepare and the like), refused after any
+        Finalize; a Commit, Wait, Query or Finalize of the AI CPU client on a core whose
+        Finalize changed nothing (not the sending core) goes on as before it.
+        """
         if self.state is None:
             return "not-initialised", UNUSABLE["not-initialised"]
-        if self.finalized:
+        if self.finalized and (sends or self.reset or self.ccu):
             return "finalized", UNUSABLE["finalized"]
         return None
 

@@ -21,23 +21,13 @@ from ..server.protocol import Server
 from .binding import Binding
 from .convert import slots_used
 from .failures import Failures
+from .finalize import finalize
 from .finegrained import FineGrainedSteps
 from .half_alltoallv import WindowWriter
 from .handle import Handle
 from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender
 from .state import ClientState, core_name
-
-#: The CCU client's message slots (hccl_inner_def.h, ``CCU_MAX_MSG_NUM``).
-CCU_MAX_MSG_NUM = 64
-
-
-#: hccl_aicpu_impl.h: with queues Query is always 0, so Finalize<true>'s wait for the last
-#: handle (``while Query(curHandleId_) < repeat``) never ends.
-_QUEUED_FINALIZE = (
-    "Finalize[True] with queueNum {n} after a task would wait forever: with several queues "
-    "Query is always 0; use Finalize[False], as BatchWrite.md's multi-queue example does"
-)
 
 
 class HandleControl:
@@ -76,7 +66,7 @@ class HandleControl:
 
     def _usable_info(self, call: str, handleId: Any) -> tuple[Handle | None, int]:
         """(the handle, 0), or (None, -1) for an unusable object or an unknown handle."""
-        unusable = self._binding.unusable()
+        unusable = self._binding.unusable(sends=False)
         if unusable:
             return None, self._failures.breach(
                 unusable[0], f"{call}: {unusable[1]}", handle=handleId
@@ -98,7 +88,7 @@ class HandleControl:
     def commit(self, handleId: Any) -> None:
         """Commit: let the server run the next round of ``handleId``."""
         b, breach = self._binding, self._failures.breach
-        unusable = b.unusable()
+        unusable = b.unusable(sends=False)
         if unusable:
             breach(unusable[0], f"Commit: {unusable[1]}", None, handle=handleId)
             return
@@ -185,10 +175,32 @@ class HandleControl:
         """
         if self._binding.waits_at_once():
             return self._failures.ok(HCCL_SUCCESS)
+        hangs = self._wait_after_reset(handleId)
+        if hangs is not None:
+            return hangs
         info, ret = self._usable_info("Wait", handleId)
         if info is None:
             return ret
         return LIFECYCLES[info.lifecycle].wait(self, info, int(handleId))
+
+    def _wait_after_reset(self, handleId: Any) -> int | None:
+        """A Wait after this core's Finalize reset the finished-turn counters, of a round it
+        committed and had not waited: it polls a counter that stays 0 (hccl_aicpu_impl.h,
+        Wait after Finalize, ResetFinishedTurnCnt), so it is reported in every mode."""
+        b = self._binding
+        info = b.handle(handleId) if b.reset else None
+        if info is None or info.waits >= info.commits:
+            return None
+        return self._failures.breach(
+            "wait-after-finalize",
+            f"Wait of handle {int(handleId)} after Finalize: its round {info.waits} was committed "
+            "and not waited, and Finalize reset the finished-turn counters that this Wait polls, "
+            "so it would never return; Wait every round before Finalize",
+            HCCL_FAILED,
+            handle=int(handleId),
+            op=op_name(info.op),
+            round=info.waits,
+        )
 
     def wait_round(self, info: Handle, h: int) -> int:
         """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
@@ -278,7 +290,7 @@ class HandleControl:
         info = b.handle(handleId)
         if info is None:
             return self._unknown_handle("Query", handleId)
-        if b.finalized:
+        if b.reset:  # the finished-turn counters it reads were reset (another core's are not)
             return self._failures.ok(0)
         return self._failures.ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
 
@@ -300,100 +312,8 @@ class HandleControl:
         return self._failures.ok(0)
 
     def finalize(self, sync: bool) -> None:
-        """Finalize: no more tasks; with ``sync``, wait for the last one."""
-        b, breach = self._binding, self._failures.breach
-        unusable = b.unusable()
-        if unusable:
-            breach(unusable[0], f"Finalize: {unusable[1]}", None)
-            return
-        state = b.state
-        platform = state.rank_ctx.config.platform
-        if not sync and b.ccu:
-            sync = True  # the CCU client's Finalize never reads its template argument
-        if not sync:
-            # A3 documents Finalize<false> for BatchWrite tasks; a core without any task (an
-            # idle core of a BatchWrite kernel: moe_distribute_combine_setup) has no other kind
-            only_batch_writes = all(h.lifecycle == "batch-write" for h in b.handles)
-            if not (platform.finalize_async_allowed and only_batch_writes):
-                breach(
-                    "finalize-async",
-                    f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
-                    f"not on {platform.name} with these tasks",
-                    None,
-                )
-                return
-        if sync and b.handles and not b.ccu and (queues := b.queue_num()):
-            breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
-            return
-        if state.sender is b:
-            for h, info in enumerate(b.handles):
-                if info.commits < info.repeat:
-                    breach(
-                        "finalize-uncommitted",
-                        f"Finalize with handle {h} ({info.task.describe()}) committed "
-                        f"{info.commits} of {info.repeat} rounds: the server would wait "
-                        "forever for the rest",
-                        None,
-                        rank=state.rank_ctx.rank,
-                        handle=h,
-                        op=op_name(info.op),
-                        round=info.commits,
-                    )
-            if b.ccu:
-                self._ccu_finalize_slot(b)
-            if b.handles:
-                queued = b.queued_count()
-                launch = state.launch_index() if queued else None
-                b.server.finalize(state.group, state.rank, launch, queued)
-            if sync:
-                for h, info in enumerate(b.handles):
-                    LIFECYCLES[info.lifecycle].drain(self, info, h)
-                if not b.ccu:
-                    # The AI CPU client's Finalize<true> resets the finished-turn counters that
-                    # the other cores' Waits poll (hccl_aicpu_impl.h). The CCU client's resets
-                    # nothing (platform_v310/hccl_ccu_v0.h): it Waits for the last handle and
-                    # writes the finalize message; another core's Wait polls the round's CKE or
-                    # the working core's soft-sync count finishCntGM_, which only InitV2 clears.
-                    state.check_finalize_order(calling_core())
-        b.finalized = True
-        self._failures.ok(None)
-
-    def _ccu_finalize_slot(self, b: Binding) -> None:
-        """The CCU client's Finalize needs every round but the last handle's waited.
-
-        hccl_ccu_v0.h, ``Finalize``: the working core Waits only the last handle
-        (``curHandleId_ - 1``) until its finished count reaches its commits, then
-        writes the FINALIZE message into slot ``globalCurWaitId_``, which counts the
-        Waits; the rounds went to slots ``globalCurResId_``, which counts the Commits
-        sent (``CommitMsg``). The two agree only when every other round was waited;
-        otherwise the message lands on a slot the CCU has already read, the CCU
-        waits for the next one and the kernel never finishes.
-        """
-        if not b.handles:
-            return
-        last = len(b.handles) - 1
-        sent = [info.commits + info.extra_commits for info in b.handles]
-        waited = [min(info.waits, n) for info, n in zip(b.handles, sent, strict=True)]
-        open_ = [h for h in range(last) if waited[h] < sent[h]]
-        if not open_:
-            return
-        h, info = open_[0], b.handles[open_[0]]
-        what = info.task.describe() if info.task else op_name(info.op)
-        slot = (sum(waited[:last]) + sent[last]) % CCU_MAX_MSG_NUM
-        self._failures.breach(
-            "finalize-unwaited",
-            f"Finalize on the CCU client with handle {h} ({what}) "
-            f"waited {waited[h]} of {sent[h]} committed rounds: its Finalize waits only for "
-            f"the last handle ({last}) and writes the FINALIZE message into the slot after the "
-            f"rounds waited ({slot}), not after the rounds sent ({sum(sent) % CCU_MAX_MSG_NUM}); "
-            "the CCU reads its slots in order and never sees it (hccl_ccu_v0.h, Finalize: "
-            "globalCurWaitId_). Wait every round of every handle before Finalize",
-            None,
-            rank=b.state.rank_ctx.rank,
-            handle=h,
-            op=op_name(info.op),
-            round=waited[h],
-        )
+        """Finalize: no more tasks; with ``sync``, wait for the last one (:mod:`.finalize`)."""
+        finalize(self, self._binding, self._failures, sync)
 
     # ------------------------------------------------------- InterHcclGroupSync
     def inter_group_sync(self, srcGroupID: Any, srcHandleID: Any) -> None:

@@ -89,6 +89,8 @@ class PreparePath:
         try:
             fields = self.fields(param, self._limits(op))
         except InvalidCall as bad:
+            if bad.rule == "handle-limit":  # the official client counted it all the same
+                b.over_limit = bad.reason
             return failures.refuse(name, bad)
         state = b.state
         handle = len(b.handles)

@@ -76,7 +76,7 @@ class Setup:
                 None,
             )
             return
-        if b.state is not None and not b.finalized:
+        if b.state is not None and not (b.finalized and b.ccu):
             breach(
                 "repeated-init",
                 f"{mode}: the Hccl object is already initialised; "
@@ -84,7 +84,15 @@ class Setup:
                     "the CCU client starts over (handle ids from 0, its counters reset), "
                     "hccl_py keeps the first Init"
                     if b.ccu
-                    else "the official client ignores a second Init (the first one stays in force)"
+                    else 'the official client refuses it ("Init repeatedly is not allowed", '
+                    "hccl_aicpu_impl.h) after taking the new context's rank, rank count, windows "
+                    "and queue count (platform_v220/hccl_aicpu.h, InitV2); hccl_py keeps the "
+                    "first Init in force entirely"
+                    + (
+                        ", and the object stays finalized: use a new Hccl object"
+                        if b.finalized
+                        else ""
+                    )
                 ),
                 None,
             )

@@ -129,6 +129,21 @@ RULES: dict[str, Rule] = {
         "(its message lands on a used slot)",
         HcclUnfinishedError,
     ),
+    "finalize-again": _always(
+        "a second Finalize[True] on the AI CPU client's sending core (it waits for a server "
+        "that stopped at the first: it never returns)",
+        HcclUnfinishedError,
+    ),
+    "finalize-after-limit": _always(
+        "Finalize[True] after a Prepare refused at the 63 handles or the message slots (the "
+        "client counted that Prepare, and Finalize waits for it: it never returns)",
+        HcclUnfinishedError,
+    ),
+    "wait-after-finalize": _always(
+        "a Wait, after the AI CPU client's sending core finalized, of a round it committed and "
+        "had not waited (it polls a counter Finalize reset: it never returns)",
+        HcclUnfinishedError,
+    ),
     "unordered-finalize": _always(
         "a Wait that a SyncAll or flag orders after the sending core's Finalize", HcclCoreError
     ),

@@ -1,0 +1,151 @@
+"""Finalize: the end of an Hccl object's tasks, as each client does it.
+
+The AI CPU client's Finalize<true> on the sending core waits for the last handle, sends
+the FINALIZE message, waits for the server to read it and resets the finished-turn
+counters that Waits and Queries read; on any other core it only takes a message slot
+(hccl_aicpu_impl.h, Finalize). The CCU client's resets nothing (platform_v310/hccl_ccu_v0.h).
+What would hang on hardware after it is reported in every mode (:data:`hccl_py.core.rules.RULES`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..core.task import op_name
+from .binding import Binding
+from .failures import Failures
+from .lifecycles import LIFECYCLES
+from .sender import calling_core, is_sender
+
+if TYPE_CHECKING:
+    from .lifecycles import Control
+
+#: The CCU client's message slots (hccl_inner_def.h, ``CCU_MAX_MSG_NUM``).
+CCU_MAX_MSG_NUM = 64
+
+
+#: hccl_aicpu_impl.h: with queues Query is always 0, so Finalize<true>'s wait for the last
+#: handle (``while Query(curHandleId_) < repeat``) never ends.
+_QUEUED_FINALIZE = (
+    "Finalize[True] with queueNum {n} after a task would wait forever: with several queues "
+    "Query is always 0; use Finalize[False], as BatchWrite.md's multi-queue example does"
+)
+
+
+def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> None:
+    """Finalize of the object ``b``: no more tasks; with ``sync``, wait for the last one."""
+    breach = failures.breach
+    if b.reset and sync:
+        breach(
+            "finalize-again",
+            "Finalize again on the sending core: the server stopped reading messages at the "
+            "first Finalize, and this one waits for it to read its FINALIZE message, so it "
+            "would never return (hccl_aicpu_impl.h, Finalize)",
+            None,
+        )
+        return
+    unusable = b.unusable(sends=False)
+    if unusable:
+        breach(unusable[0], f"Finalize: {unusable[1]}", None)
+        return
+    state = b.state
+    working = is_sender(b.config, calling_core())
+    if sync and working and not b.ccu and b.over_limit:
+        b.finalized = True  # it was called: a kernel that catches the report ends as finalized
+        breach(
+            "finalize-after-limit",
+            f"Finalize after a Prepare was refused ({b.over_limit}): the official client "
+            "counted that Prepare before refusing it, and Finalize waits for its rounds, "
+            "so it would never return (hccl_aicpu_impl.h, CommonPrepareImpl and Finalize)",
+            None,
+        )
+        return
+    platform = state.rank_ctx.config.platform
+    if not sync and b.ccu:
+        sync = True  # the CCU client's Finalize never reads its template argument
+    if not sync:
+        # A3 documents Finalize<false> for BatchWrite tasks; a core without any task (an
+        # idle core of a BatchWrite kernel: moe_distribute_combine_setup) has no other kind
+        only_batch_writes = all(h.lifecycle == "batch-write" for h in b.handles)
+        if not (platform.finalize_async_allowed and only_batch_writes):
+            breach(
+                "finalize-async",
+                f"Finalize<false> is only allowed on Atlas A3 with BatchWrite tasks, "
+                f"not on {platform.name} with these tasks",
+                None,
+            )
+            return
+    if sync and b.handles and not b.ccu and (queues := b.queue_num()):
+        breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
+        return
+    if state.sender is b:
+        for h, info in enumerate(b.handles):
+            if info.commits < info.repeat:
+                breach(
+                    "finalize-uncommitted",
+                    f"Finalize with handle {h} ({info.task.describe()}) committed "
+                    f"{info.commits} of {info.repeat} rounds: the server would wait "
+                    "forever for the rest",
+                    None,
+                    rank=state.rank_ctx.rank,
+                    handle=h,
+                    op=op_name(info.op),
+                    round=info.commits,
+                )
+        if b.ccu:
+            _ccu_finalize_slot(b, failures)
+        if b.handles:
+            queued = b.queued_count()
+            launch = state.launch_index() if queued else None
+            b.server.finalize(state.group, state.rank, launch, queued)
+        if sync:
+            for h, info in enumerate(b.handles):
+                LIFECYCLES[info.lifecycle].drain(control, info, h)
+            if not b.ccu:
+                # The AI CPU client's Finalize<true> resets the finished-turn counters that
+                # the other cores' Waits poll (hccl_aicpu_impl.h). The CCU client's resets
+                # nothing (platform_v310/hccl_ccu_v0.h): it Waits for the last handle and
+                # writes the finalize message; another core's Wait polls the round's CKE or
+                # the working core's soft-sync count finishCntGM_, which only InitV2 clears.
+                state.check_finalize_order(calling_core())
+    b.finalized = True
+    b.reset = sync and working and not b.ccu
+    failures.ok(None)
+
+
+def _ccu_finalize_slot(b: Binding, failures: Failures) -> None:
+    """The CCU client's Finalize needs every round but the last handle's waited.
+
+    hccl_ccu_v0.h, ``Finalize``: the working core Waits only the last handle
+    (``curHandleId_ - 1``) until its finished count reaches its commits, then
+    writes the FINALIZE message into slot ``globalCurWaitId_``, which counts the
+    Waits; the rounds went to slots ``globalCurResId_``, which counts the Commits
+    sent (``CommitMsg``). The two agree only when every other round was waited;
+    otherwise the message lands on a slot the CCU has already read, the CCU
+    waits for the next one and the kernel never finishes.
+    """
+    if not b.handles:
+        return
+    last = len(b.handles) - 1
+    sent = [info.commits + info.extra_commits for info in b.handles]
+    waited = [min(info.waits, n) for info, n in zip(b.handles, sent, strict=True)]
+    open_ = [h for h in range(last) if waited[h] < sent[h]]
+    if not open_:
+        return
+    h, info = open_[0], b.handles[open_[0]]
+    what = info.task.describe() if info.task else op_name(info.op)
+    slot = (sum(waited[:last]) + sent[last]) % CCU_MAX_MSG_NUM
+    failures.breach(
+        "finalize-unwaited",
+        f"Finalize on the CCU client with handle {h} ({what}) "
+        f"waited {waited[h]} of {sent[h]} committed rounds: its Finalize waits only for "
+        f"the last handle ({last}) and writes the FINALIZE message into the slot after the "
+        f"rounds waited ({slot}), not after the rounds sent ({sum(sent) % CCU_MAX_MSG_NUM}); "
+        "the CCU reads its slots in order and never sees it (hccl_ccu_v0.h, Finalize: "
+        "globalCurWaitId_). Wait every round of every handle before Finalize",
+        None,
+        rank=b.state.rank_ctx.rank,
+        handle=h,
+        op=op_name(info.op),
+        round=waited[h],
+    )
