@@ -20,7 +20,6 @@ import mmap
 import os
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -74,11 +73,48 @@ def default_buffsize() -> int:
     return DEFAULT_BUFFSIZE_MB if not raw else checked_buffsize(raw, BUFFSIZE_ENV)
 
 
-def window_base(domain: str, rank: int, kind: str) -> int:
-    """The integer base address of ``rank``'s window ``kind`` in ``domain`` (same on every rank)."""
-    tag = zlib.crc32(domain.encode()) & ((1 << _DOMAIN_BITS) - 1)
+def window_base(tag: int, rank: int, kind: str) -> int:
+    """The integer base address of ``rank``'s window ``kind`` in the domain numbered ``tag``
+    (:class:`DomainTags`: the same number on every rank)."""
     slot = len(KINDS) * rank + KINDS.index(kind)
     return WINDOW_TAG | (tag << _DOMAIN_SHIFT) | (slot << ADDR_SHIFT)
+
+
+#: How many domains of one run can have windows: the bits of an address that number them.
+MAX_WINDOW_DOMAINS = 1 << _DOMAIN_BITS
+
+
+class DomainTags:
+    """The numbers of a run's domains in their windows' integer addresses, one each.
+
+    A domain is numbered when it is first seen: where every rank sees the domains in the
+    same order (``hp.new_group`` is called on every rank in the same order; the emulator's
+    ranks share one numbering), each domain gets the same number on every rank, and no two
+    domains of the run share one (a hash of the name gave two domains in 4096 one address,
+    and a copy meant for one window landed in the other).
+    """
+
+    def __init__(self) -> None:
+        self._tags: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def tag(self, domain: str) -> int:
+        """``domain``'s number, given now if it has none."""
+        with self._lock:
+            found = self._tags.get(domain)
+            if found is None:
+                found = self._tags[domain] = len(self._tags)
+        return found
+
+    def for_windows(self, domain: str) -> int:
+        """``domain``'s number for a window's address; HcclNoWindowsError beyond the last one."""
+        tag = self.tag(domain)
+        if tag >= MAX_WINDOW_DOMAINS:
+            raise HcclNoWindowsError(
+                f"domain {domain} is domain number {tag} of this run: windows have addresses "
+                f"for the first {MAX_WINDOW_DOMAINS} domains only"
+            )
+        return tag
 
 
 def anonymous_memory(nbytes: int) -> tuple[torch.Tensor, object]:
@@ -109,13 +145,14 @@ class WindowAllocation(Allocation):
         kind: str,
         buffsize_mb: int,
         factory: Callable[[int], tuple[torch.Tensor, object]],
+        tag: int,
     ) -> None:
         self.domain, self.rank, self.kind, self.buffsize_mb = domain, rank, kind, buffsize_mb
         self._size = buffsize_mb << 20
         self._factory = factory
         self._data: torch.Tensor | None = None
         self._keep: object = None
-        self._base = window_base(domain, rank, kind)
+        self._base = window_base(tag, rank, kind)
         self.tensor = None
         self.memory = None
         self.uid = next(_alloc_ids)
@@ -278,6 +315,8 @@ class LocalWindows:
         self.on_map = on_map
         self._by_key: dict[tuple[str, int, str], WindowAllocation] = {}
         self._by_base: dict[int, WindowAllocation] = {}
+        #: The domains' numbers in the windows' addresses.
+        self.tags = DomainTags()
 
     def __len__(self) -> int:
         """How many windows were created so far."""
@@ -292,7 +331,12 @@ class LocalWindows:
                 found = self._by_key.get(key)
                 if found is None:
                     found = WindowAllocation(
-                        domain, rank, kind, self.buffsize_mb, self.memory(domain, rank, kind)
+                        domain,
+                        rank,
+                        kind,
+                        self.buffsize_mb,
+                        self.memory(domain, rank, kind),
+                        self.tags.for_windows(domain),
                     )
                     found.on_map = self.on_map
                     self._by_base[found.int_base()] = found

@@ -49,7 +49,9 @@ class GlooServer(DistServer):
         self.windows = SharedWindows(self)
 
     def on_new_group(self, group: Group) -> None:
-        """Create the domain's process group, then share its windows (members only)."""
+        """Create the domain's process group, then share its windows (members only). Every
+        rank numbers every domain, in the order they are created (the same on every rank)."""
+        self.windows.local.tags.tag(group.name)
         super().on_new_group(group)
         if group.rank_of(self.session.rank) is not None:
             self.windows.share(group)
