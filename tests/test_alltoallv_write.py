@@ -104,6 +104,26 @@ def test_a_slice_read_past_usr_in_is_a_bounds_error() -> None:
     assert "[6, 10)" in err.reason
 
 
+def test_a_uint64_size_past_int64_is_a_bounds_error() -> None:
+    """2**64 - 1 (-1 stored as uint64) was a raw OverflowError in the slice arithmetic."""
+
+    def kernel(xGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        sizes = np.array([4, (1 << 64) - 1, 4, 4], dtype=np.uint64)
+        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 4], sizes, 0, 8)
+
+    def main():
+        hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", strict=False)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclBoundsError)
+    assert "sendSizes holds 18446744073709551615, a byte count past the end" in err.reason
+
+
 def test_alltoallv_write_on_the_950_ai_cpu_server_returns_minus_one() -> None:
     """platform_v310/hccl_aicpu.h: the AI CPU client's AlltoAllvWrite returns -1 on 950."""
 

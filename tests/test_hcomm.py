@@ -400,6 +400,9 @@ def bad_call(case: str) -> list[Any]:
             "other-rank-channel": lambda: hcomm.Drain(other[0]),
             "null-dst": lambda: hcomm.WriteNbi(ch, hp.NULL, src, N),
             "not-peer": lambda: hcomm.WriteNbi(ch, buffers[0] + DATA, src, N),
+            "peer-out-window": lambda: hcomm.WriteNbi(
+                ch, hp.GetHcclContext(0).windowsOut[1] + DATA, src, N
+            ),
             "past-buffer": lambda: hcomm.WriteNbi(ch, dst, src, 1 << 40),
             "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
             "signature": lambda: hcomm.WriteNbi(ch, dst),
@@ -427,6 +430,13 @@ BAD = {
     ),
     "null-dst": (hp.HcclUsageError, "dst is a null address"),
     "not-peer": (hp.HcclUsageError, "not in the HCCL buffer of the channel's peer, rank 1"),
+    # the peer's, but its Out window: only its In window of the communicator is its HCCL buffer
+    # (before, the write landed there)
+    "peer-out-window": (
+        hp.HcclUsageError,
+        "is not in the HCCL buffer of the channel's peer, rank 1 (its In window of communicator "
+        "hccl_world_group",
+    ),
     "past-buffer": (hp.HcclUsageError, "fall outside rank 1's HCCL buffer"),
     "local-src-bounds": (hp.HcclBoundsError, "src: bytes [0, 257)"),
     "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
@@ -458,6 +468,11 @@ HOST_BAD = {
         "remoteRank 0 is not another rank",
     ),
     "buffer": (lambda d: hp.HcclChannelGetHcclBuffer(None, 7), "acquired no channel 7"),
+    # before, the emulator returned a window of a domain rank 0 is not in (gloo: a window error)
+    "buffer-not-member": (
+        lambda d: hp.HcclGetHcclBuffer(hp.new_group([1])),
+        "HcclGetHcclBuffer: rank 0 is not in communicator group_1",
+    ),
     "buffer-unhashable": (
         lambda d: hp.HcclChannelGetHcclBuffer(None, [7]),
         "HcclChannelGetHcclBuffer: this rank acquired no channel [7]",
@@ -490,6 +505,8 @@ def test_host_side_misuse_is_named(case: str) -> None:
             call([hp.HcclChannelDesc(1)])
         elif case == "buffer-other-comm":
             hp.new_group([0, 1])
+        elif case == "buffer-not-member":
+            hp.new_group([1])
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(host, world_size=2, platform="A3")

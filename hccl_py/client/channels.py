@@ -155,7 +155,10 @@ def _buffer(ctx: RankContext, group: Group, rank: int) -> tuple[GmAddr, int]:
 def HcclGetHcclBuffer(comm: Group | None = None) -> tuple[GmAddr, int]:  # noqa: N802
     """``HcclGetHcclBuffer``: this rank's HCCL buffer (its In window) and its size."""
     ctx = current_rank_context()
-    return _buffer(ctx, _comm(comm, "HcclGetHcclBuffer"), ctx.rank)
+    group = _comm(comm, "HcclGetHcclBuffer")
+    if group.rank_of(ctx.rank) is None:  # it has no buffer there (as HcclChannelAcquire says)
+        _refuse("HcclGetHcclBuffer", f"rank {ctx.rank} is not in communicator {group.name}")
+    return _buffer(ctx, group, ctx.rank)
 
 
 def HcclChannelGetHcclBuffer(comm: Group | None, channel: int) -> tuple[GmAddr, int]:  # noqa: N802

@@ -139,7 +139,7 @@ class WindowWriter:
         dim = state.rank_dim
         halves = 2
         offs, lens = (
-            np.array(array(name, values, halves * dim), dtype=np.int64).reshape(halves, dim)
+            _int64s(name, array(name, values, halves * dim)).reshape(halves, dim)
             for name, values in (("sendOffsets", offsets), ("sendSizes", sizes))
         )
         server = state.rank_ctx.server
@@ -178,3 +178,16 @@ class WindowWriter:
             f"rank {state.rank_ctx.rank} waits for handle {h} AlltoAllvWrite in domain "
             f"{state.group.name}",
         )
+
+
+def _int64s(name: str, values: list[int]) -> np.ndarray:
+    """``values`` (uint64 entries) as int64; an entry of 2**63 or more is a byte offset or
+    size no window holds: the bounds error every slice past its window gets."""
+    too_big = [v for v in values if v >= 1 << 63]
+    if too_big:
+        raise InvalidCall(
+            "bounds",
+            f"{name} holds {too_big[0]}, a byte count past the end of every window",
+            actual=too_big[0],
+        )
+    return np.array(values, dtype=np.int64)

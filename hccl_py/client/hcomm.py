@@ -255,14 +255,21 @@ def _remote(found: Channel, addr: Any, nbytes: int, what: str) -> None:
     addr = _address(addr, what)
     alloc = addr.alloc
     peer = found.peer
-    if not isinstance(alloc, WindowAllocation) or alloc.rank != peer:
+    if (
+        not isinstance(alloc, WindowAllocation)
+        or alloc.rank != peer
+        or alloc.kind != "In"
+        or alloc.domain != found.group.name
+    ):
         raise InvalidCall(
             "foreign-memory",
-            f"{what} {addr!r} is not in the HCCL buffer of the channel's peer, rank {peer} "
-            "(HcclChannelGetHcclBuffer); the official HcommFindBufferIdx fails and the call "
-            "returns -1",
-            expected=peer,
-            actual=alloc.rank,
+            f"{what} {addr!r} is not in the HCCL buffer of the channel's peer, rank {peer} (its "
+            f"In window of communicator {found.group.name}, HcclChannelGetHcclBuffer); the "
+            "official HcommFindBufferIdx fails and the call returns -1",
+            expected=f"WindowsIn of rank {peer} in {found.group.name}",
+            actual=f"{alloc.name} in {alloc.domain}"
+            if isinstance(alloc, WindowAllocation)
+            else alloc.name,
         )
     if addr.offset < 0 or addr.offset + nbytes > alloc.nbytes:
         raise InvalidCall(
