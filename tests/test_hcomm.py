@@ -520,3 +520,33 @@ def test_host_side_misuse_is_named(case: str) -> None:
 def test_gloo_runs_an_hcomm_kernel(mode: str) -> None:
     got = hp.run(ring, world_size=2, backend="gloo", platform="A3", timeout=60, args=(mode,))
     assert got == expected(2)
+
+
+def numpy_integer_arguments() -> list[int]:
+    """len and notifyVal from numpy (a routing table's entries), as BatchWrite takes them."""
+    me = hp.get_rank()
+    handles = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)
+    peer = hp.HcclChannelGetHcclBuffer(None, handles[0])[0]
+    mine = hp.HcclGetHcclBuffer()[0]
+    got: list[int] = []
+
+    def kernel(src) -> None:  # noqa: ANN001
+        hcomm = hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]()
+        hcomm.Init(torch.zeros(512, dtype=torch.uint8), 512)
+        got.append(hcomm.WriteNbi(handles[0], peer, src, np.int64(4)))
+        got.append(hcomm.WriteWithNotifyNbi(handles[0], peer + 4, src, 4, peer + 8, np.uint64(3)))
+        hcomm.Drain(handles[0])
+
+    hp.launch(kernel, torch.full((1,), 7 + me, dtype=torch.int32))
+    hp.barrier()
+    return got + hp.gm_tensor(mine, torch.int32, 2).tolist() + [
+        int(hp.gm_tensor(mine + 8, torch.int64, 1)[0])
+    ]
+
+
+def test_numpy_integers_are_integer_arguments() -> None:
+    """Before, np.int64(4) as len was refused: "len must be a non-negative int, not 4"."""
+    assert hp.run(numpy_integer_arguments, world_size=2, platform="A3") == [
+        [0, 0, 8, 8, 3],
+        [0, 0, 7, 7, 3],
+    ]

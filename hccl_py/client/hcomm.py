@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
@@ -225,8 +226,9 @@ class Hcomm:
         self, call: str, found: Channel, dst: Any, src: Any, nbytes: Any,
         notify: tuple[Any, Any] | None,
     ) -> Copies:  # fmt: skip
-        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-            raise InvalidCall("bad-argument", f"len must be a non-negative int, not {nbytes!r}")
+        given, nbytes = nbytes, _whole(nbytes)
+        if nbytes is None or nbytes < 0:
+            raise InvalidCall("bad-argument", f"len must be a non-negative int, not {given!r}")
         reads = call == "ReadNbi"
         remote, local = (src, dst) if reads else (dst, src)
         remote_name, local_name = ("src", "dst") if reads else ("dst", "src")
@@ -234,12 +236,20 @@ class Hcomm:
         _local(found, local, nbytes, local_name)
         copies: Copies = [(src, dst, nbytes)]
         if notify is not None:
-            addr, value = notify
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-                raise InvalidCall("bad-argument", f"notifyVal must be a uint64, not {value!r}")
+            addr, value = notify[0], _whole(notify[1])
+            if value is None or not 0 <= value < 2**64:
+                raise InvalidCall("bad-argument", f"notifyVal must be a uint64, not {notify[1]!r}")
             _remote(found, addr, 8, "notifyAddr")
             copies.append((Immediate(value), addr, 8))
         return copies
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as a Python int where it is an integer (a numpy one too, as BatchWrite's
+    arguments may be), else None: a bool or anything else is no C integer argument here."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return None
 
 
 def _address(addr: Any, what: str) -> GmAddr:
