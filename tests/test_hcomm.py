@@ -539,9 +539,11 @@ def numpy_integer_arguments() -> list[int]:
 
     hp.launch(kernel, torch.full((1,), 7 + me, dtype=torch.int32))
     hp.barrier()
-    return got + hp.gm_tensor(mine, torch.int32, 2).tolist() + [
-        int(hp.gm_tensor(mine + 8, torch.int64, 1)[0])
-    ]
+    return (
+        got
+        + hp.gm_tensor(mine, torch.int32, 2).tolist()
+        + [int(hp.gm_tensor(mine + 8, torch.int64, 1)[0])]
+    )
 
 
 def test_numpy_integers_are_integer_arguments() -> None:
