@@ -8,6 +8,7 @@ CCU server; every sender writes at remoteWinOffset = rankId * S.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -86,12 +87,14 @@ def test_local_data_size_bounds_nothing(local_size: int) -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def test_a_slice_read_past_usr_in_is_a_bounds_error() -> None:
+def _write_bounds_error(offsets: Any, sizes: Any) -> hp.HcclBoundsError:
+    """Rank 0's error of an AlltoAllvWrite on 950 with these usrIn slices (``strict=False``)."""
+
     def kernel(xGM, tilingGM):
         h = Hccl[CCU]()
         h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
         h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
-        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 6], [4, 4, 4, 4], 0, 0)
+        h.AlltoAllvWrite[True](xGM, offsets, sizes, 0, 8)
 
     def main():
         hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
@@ -100,27 +103,18 @@ def test_a_slice_read_past_usr_in_is_a_bounds_error() -> None:
         hp.run(main, world_size=2, platform="950", strict=False)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclBoundsError)
+    return err
+
+
+def test_a_slice_read_past_usr_in_is_a_bounds_error() -> None:
+    err = _write_bounds_error([0, 0, 4, 6], [4, 4, 4, 4])
     assert "usrIn's slice for rank 1 (die 1)" in err.reason
     assert "[6, 10)" in err.reason
 
 
 def test_a_uint64_size_past_int64_is_a_bounds_error() -> None:
     """2**64 - 1 (-1 stored as uint64) was a raw OverflowError in the slice arithmetic."""
-
-    def kernel(xGM, tilingGM):
-        h = Hccl[CCU]()
-        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
-        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
-        sizes = np.array([4, (1 << 64) - 1, 4, 4], dtype=np.uint64)
-        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 4], sizes, 0, 8)
-
-    def main():
-        hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
-
-    with pytest.raises(hp.WorldError) as info:
-        hp.run(main, world_size=2, platform="950", strict=False)
-    err = info.value.failures[0]
-    assert isinstance(err, hp.HcclBoundsError)
+    err = _write_bounds_error([0, 0, 4, 4], np.array([4, (1 << 64) - 1, 4, 4], dtype=np.uint64))
     assert "sendSizes holds 18446744073709551615, a byte count past the end" in err.reason
 
 
