@@ -1,15 +1,13 @@
 """The emulator's scheduler: exactly one runner at a time, switches only at hccl_py calls.
 
-Every rank and every core of an emulated world is a *runner*: an OS thread of
-its own, woken on the CPU of the runner that hands it the baton
-(:mod:`hccl_py.server.same_cpu`), or (``HCCL_PY_EMU_RUNNERS=greenlets``,
-:mod:`.runners`) a greenlet of the world's one OS thread, switched to in a
-fraction of a microsecond. Exactly one runner
-runs user code at any moment; control passes only where the running runner
-calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
-Finalize, a framework exchange, and, under a seeded schedule, at the start of
-any hccl_py call). Which runner goes next, and when the server runs a committed
-round, is decided by a :class:`Policy`:
+Every rank and every core of an emulated world is a *runner*: an OS thread of its own,
+woken on the CPU of the runner that hands it the baton (:mod:`hccl_py.server.same_cpu`), or
+(``HCCL_PY_EMU_RUNNERS=greenlets``, :mod:`.runners`) a greenlet of the world's one OS
+thread. Exactly one runner runs user code at any moment; control passes only where the
+running runner calls hccl_py (a Wait, SyncAll, a CrossCore flag, a Query or window poll,
+Finalize, a framework exchange, and, under a seeded schedule, at the start of any hccl_py
+call). Which runner goes next, and when the server runs a committed round, is decided by a
+:class:`Policy`:
 
 - the default policy is fixed: the running runner keeps running until it
   blocks, then the next runnable runner in (rank, core) order takes over; the
@@ -19,14 +17,12 @@ round, is decided by a :class:`Policy`:
   PCT-style priorities with a few priority changes, and server timings from
   eager to late. The same seed replays the same schedule.
 
-A deadlock is exact: the running runner blocks, no other runner is runnable
-(every blocked runner's condition is false, every poller's values are
-unchanged) and the server has nothing to run.
+A deadlock is exact: the running runner blocks, no other runner is runnable (every blocked
+runner's condition is false, every poller's values are unchanged), the server has no work.
 
-What is per thread in torch (the dispatch and function mode stacks, grad mode)
-is per runner here: a runner takes its own off when it hands the baton on and
-puts it back when it gets the baton again. Per-runner Python state lives in
-context variables, which greenlets keep apart (:mod:`hccl_py.core.current`).
+What is per thread in torch (the dispatch and function mode stacks, grad mode) is per runner
+here: a runner takes its own off when it hands the baton on and puts it back when it gets the
+baton again. Per-runner Python state lives in context variables (:mod:`hccl_py.core.current`).
 """
 
 from __future__ import annotations
@@ -164,8 +160,12 @@ class Scheduler(Blocker):
             runner.gate.acquire()
             self._woke(runner)
             runner.target()
+        except BaseException as exc:  # noqa: BLE001 - stopped before its target took over
+            self.fail(exc)
         finally:  # (an error delivered as it woke too); the thread may run another runner next
             self._woke(runner)
+            if runner in self.runners:  # stopped as it woke: it never left, so hand on now
+                self.leave()
             runner.tid = self._tls.runner = None  # no pin reaches whatever reuses the id
 
     def _woke(self, runner: Runner) -> None:

@@ -16,7 +16,7 @@ from .core.config import Config, checked_timeout
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.platform import get_platform
-from .core.report import KINDS
+from .core.report import KINDS, plain_repr
 from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
@@ -158,6 +158,16 @@ def run(
     ``explore=N`` (``HCCL_PY_EXPLORE``) runs the program under N schedules with
     the sanitizer on unless ``poison=False`` (see docs/emulator.md).
     """
+    if not callable(fn):
+        raise TypeError(f"hp.run needs the function every rank runs, not {plain_repr(fn)}")
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of the function's arguments, not {plain_repr(args)}")
+    if world_size is None and os.environ.get(WORLD_SIZE_ENV):
+        given = _env_int(WORLD_SIZE_ENV)
+        try:
+            world_size = _checked_world_size(given)
+        except ValueError as exc:
+            raise ValueError(f"{WORLD_SIZE_ENV}: {exc}") from None
     world_size = _checked_world_size(world_size)
     asked = os.environ.get(RUNNER_NPROC_ENV)
     if asked and world_size is not None and int(world_size) != int(asked):
@@ -178,8 +188,6 @@ def run(
         raise ValueError(f"explore must be a positive number of schedules, not {explore!r}")
     if explore and poison is None:
         poison = True
-    if world_size is None and os.environ.get(WORLD_SIZE_ENV):
-        world_size = int(os.environ[WORLD_SIZE_ENV])
     config = Config(
         platform=get_platform(platform or os.environ.get(PLATFORM_ENV, "A2")),
         strict=strict,

@@ -249,3 +249,23 @@ def test_a_meta_tensor_is_refused_with_what_to_do() -> None:
     err = info.value.failures[0]
     assert isinstance(err, ValueError)
     assert "meta device" in str(err) and "hp.device()" in str(err)
+
+
+def _gm_tensor_of_a_class(x: Any, seen: list) -> None:
+    try:
+        hp.gm_tensor(x, np.float16, 4)  # the numpy scalar class, where a dtype belongs
+    except hp.HcclError as exc:
+        seen.append(str(exc))
+
+
+def test_a_class_passed_for_a_value_is_named_in_the_report() -> None:
+    """Classes have a ``shape`` attribute of their own (a descriptor): describing one as an
+    array raised "TypeError: 'getset_descriptor' object is not iterable" instead."""
+
+    def main() -> list:
+        seen: list = []
+        hp.launch(_gm_tensor_of_a_class, torch.zeros(4), seen)
+        return seen
+
+    (seen,) = hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
+    assert len(seen) == 1 and "not a type (<class 'numpy.float16'>)" in seen[0], seen

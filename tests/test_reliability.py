@@ -494,6 +494,54 @@ def test_bad_timeouts_are_refused_up_front(bad: Any) -> None:
         hp.run(spin_forever, world_size=2, backend="emu", timeout=bad)
 
 
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "nan"])
+def test_a_bad_hccl_py_timeout_is_refused_up_front(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """Before, "x" was float()'s own error and 0 or -1 a watchdog that stopped ranks before
+    they ran (a run hung in a quarter of tries)."""
+    monkeypatch.setenv("HCCL_PY_TIMEOUT", bad)
+    with pytest.raises(ValueError, match="HCCL_PY_TIMEOUT must be a positive number of seconds"):
+        hp.run(spin_forever, world_size=2, backend="emu")
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: hp.run(5, world_size=2), "hp.run needs the function every rank runs, not 5"),
+        (
+            lambda: hp.run(spin_forever, world_size=2, args=5),
+            "args must be a tuple of the function's arguments, not 5",
+        ),
+        (
+            lambda: hp.run(spin_forever, world_size=2, args="ab"),
+            "args must be a tuple of the function's arguments, not 'ab'",
+        ),
+        (
+            lambda: hp.run(lambda: hp.launch(5, torch.zeros(1)), world_size=1),
+            "hp.launch needs the kernel function, not 5",
+        ),
+    ],
+    ids=["fn", "args-int", "args-str", "kernel"],
+)
+def test_what_is_not_a_function_or_arguments_is_named(call: Any, words: str) -> None:
+    """Before: a raw "'int' object is not iterable" from hp.run, "'ab'" split into two
+    arguments, and every rank's "'int' object is not callable" from deep inside."""
+    with pytest.raises((TypeError, hp.WorldError)) as info:
+        call()
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("bad, words", [("abc", "must be an integer"), ("0", "1..65536")])
+def test_a_bad_hccl_py_world_size_is_named(
+    monkeypatch: pytest.MonkeyPatch, bad: str, words: str
+) -> None:
+    monkeypatch.setenv("HCCL_PY_WORLD_SIZE", bad)
+    with pytest.raises(ValueError, match="HCCL_PY_WORLD_SIZE") as info:
+        hp.run(spin_forever)
+    assert words in str(info.value)
+
+
 def test_infinite_timeout_is_supported() -> None:
     assert (
         hp.run(

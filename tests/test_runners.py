@@ -368,3 +368,47 @@ def test_an_unknown_runner_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
         ValueError, match="HCCL_PY_EMU_RUNNERS must be one of threads, greenlets, not 'fibers'"
     ):
         hp.run(threading.get_ident, world_size=2)
+
+
+class _StoppedAsItWoke(BaseException):
+    """An interruption delivered to a thread runner as it takes the baton, before its target."""
+
+
+def _rank_of_two() -> int:
+    hp.barrier()
+    return hp.get_rank()
+
+
+def test_a_thread_runner_stopped_as_it_wakes_still_hands_the_baton_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's watchdog stops the runner that holds the baton; one stopped before its target
+    ran never left the world, and the run waited forever (a run with a tiny timeout hung in a
+    quarter of tries). Now the run ends with the failure."""
+    from hccl_py.backends.emu.scheduler import Scheduler
+
+    monkeypatch.setenv(RUNNERS_ENV, "threads")
+    woke = Scheduler._woke
+    stopped: list[str] = []
+
+    def stop_rank_1_once(self: Scheduler, runner: Any) -> None:
+        woke(self, runner)
+        if runner.rank == 1 and not stopped:
+            stopped.append(runner.name)
+            raise _StoppedAsItWoke
+
+    monkeypatch.setattr(Scheduler, "_woke", stop_rank_1_once)
+    outcome: list[BaseException | list[int]] = []
+
+    def run() -> None:
+        try:
+            outcome.append(hp.run(_rank_of_two, world_size=2, timeout=30))
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the run never ended"
+    assert stopped and isinstance(outcome[0], hp.WorldError), outcome
+    assert "_StoppedAsItWoke" in str(outcome[0])

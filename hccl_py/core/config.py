@@ -6,6 +6,7 @@ backends, the launcher), so that none of them imports another to get it.
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -20,9 +21,21 @@ NO_LIMIT_S = 10.0**7
 
 
 def default_timeout() -> float:
-    """The timeout from ``HCCL_PY_TIMEOUT`` or :data:`DEFAULT_TIMEOUT`."""
-    value = os.environ.get(TIMEOUT_ENV)
-    return float(value) if value else DEFAULT_TIMEOUT
+    """The timeout from ``HCCL_PY_TIMEOUT`` (a positive number of seconds, or inf) or
+    :data:`DEFAULT_TIMEOUT`; a ValueError naming the variable for anything else."""
+    value = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not value:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0:
+        raise ValueError(
+            f"{TIMEOUT_ENV} must be a positive number of seconds (or inf for no limit), not "
+            f"{value!r}"
+        )
+    return min(seconds, NO_LIMIT_S)
 
 
 def checked_timeout(value: object) -> float:

@@ -361,12 +361,16 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
 
 def what_is(value: Any) -> str:
     """A short description of a value that is not GM memory, for error messages."""
-    shape = getattr(value, "shape", None)
+    shape = None if isinstance(value, type) else getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
     article = "an" if kind[:1] in "aeiou" else "a"
-    if shape is not None:
-        return f"{article} {kind} of shape {tuple(shape)} and dtype {dtype}"
+    try:
+        dims = tuple(shape) if shape is not None else None
+    except TypeError:  # a shape attribute that is no sequence of sizes
+        dims = None
+    if dims is not None:
+        return f"{article} {kind} of shape {dims} and dtype {dtype}"
     return f"{article} {kind} ({plain_repr(value):.40})"
 
 

@@ -1,9 +1,8 @@
 """Kernel execution: ``hp.launch`` runs an AscendC-style kernel on every core of this rank.
 
-Each core is a thread with its own :class:`CoreContext`, so ``GetBlockIdx()``, ``GetBlockNum()``
-and ``g_coreType`` answer per core, and ``SyncAll()`` is a barrier across cores, as in AscendC.
-The rank's blocker provides the threads (``Blocker.spawn``): on gloo and HCCL reusable threads
-of the process's pool, on the emulator its runners.
+Each core is a thread with its own :class:`CoreContext` (``GetBlockIdx()``, ``GetBlockNum()``,
+``g_coreType`` answer per core; ``SyncAll()`` is a barrier across cores, as in AscendC), from
+the rank's blocker (``Blocker.spawn``): gloo's and HCCL's process pool, the emulator's runners.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
+from ..core.report import plain_repr
 from ..core.template import template
 from ..tiling.structs import cc_engines
 from ..trace.hooks import core_tid, recorder
@@ -257,11 +257,9 @@ def launch(
 ) -> None:
     """Run ``kernel(*args)`` on every core of this rank, as ``kernel<<<block_dim>>>`` would.
 
-    Tensor arguments arrive as GM addresses, ``None`` as the null address and a ctypes tiling
-    structure as the address of a copy of its bytes. ``groups`` maps context index 0/1 to
-    domains (default: the world group for index 0). Returns when every core has returned; a
-    core's exception is re-raised.
-    """
+    Tensor arguments arrive as GM addresses, ``None`` as the null address, a ctypes tiling as
+    the address of a copy of its bytes. ``groups`` maps context index 0/1 to domains (default:
+    the world group for index 0). Returns when every core returned; re-raises a core's error."""
     if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
     if (
@@ -291,6 +289,8 @@ def launch(
 
 def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
     """The kernel's names for its first ``n`` arguments (``xGM`` ...), so reports can use them."""
+    if not callable(kernel):
+        raise TypeError(f"hp.launch needs the kernel function, not {plain_repr(kernel)}")
     code = getattr(kernel, "__code__", None)
     names = list(code.co_varnames[: code.co_argcount]) if code is not None else []
     if getattr(kernel, "__self__", None) is not None:
