@@ -42,22 +42,30 @@ def test_one_host_rule(spec: RankSpec, local: int, expected: bool) -> None:
 
 @pytest.mark.skipif(LOOPBACK is None, reason="no loopback interface found")
 @pytest.mark.parametrize(
-    "user, spec, expected",
+    "user, local, spec, expected",
     [
-        (None, _spec("127.0.0.1"), LOOPBACK),
-        ("eth7", _spec("127.0.0.1"), "eth7"),  # the user's choice is kept
-        (None, _spec("192.0.2.7", world=4), None),  # across hosts: gloo's own choice
+        (None, "2", _spec("127.0.0.1"), LOOPBACK),
+        ("eth7", "2", _spec("127.0.0.1"), "eth7"),  # the user's choice is kept
+        (None, "2", _spec("192.0.2.7", world=4), None),  # across hosts: gloo's own choice
+        (None, "4", _spec("192.0.2.7", world=4), LOOPBACK),  # every rank here by the count
+        # no count from the launcher (msrun, RANK/WORLD_SIZE variables): across hosts maybe
+        (None, None, _spec("192.0.2.7", world=4), None),
     ],
-    ids=["one-host", "user-choice-kept", "across-hosts"],
+    ids=["one-host", "user-choice-kept", "across-hosts", "all-local", "no-local-count"],
 )
 def test_loopback_gloo_sets_the_interface(
-    monkeypatch: pytest.MonkeyPatch, user: str | None, spec: RankSpec, expected: str | None
+    monkeypatch: pytest.MonkeyPatch,
+    user: str | None,
+    local: str | None,
+    spec: RankSpec,
+    expected: str | None,
 ) -> None:
-    if user is None:
-        monkeypatch.delenv(torch_env.GLOO_IFNAME_ENV, raising=False)
-    else:
-        monkeypatch.setenv(torch_env.GLOO_IFNAME_ENV, user)
-    torch_env.loopback_gloo(spec, local_ranks=2)
+    for name, value in ((torch_env.GLOO_IFNAME_ENV, user), (torch_env.LOCAL_RANKS_ENV, local)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    torch_env.loopback_gloo(spec)
     assert os.environ.get(torch_env.GLOO_IFNAME_ENV) == expected
 
 

@@ -71,9 +71,14 @@ def loopback_interface() -> str | None:
     return next((name for name in ("lo", "lo0") if name in names), None)
 
 
-def one_host(spec: RankSpec, local_ranks: int) -> bool:
+#: The launcher's count of ranks on this host (torchrun's, hccl_py's runner's).
+LOCAL_RANKS_ENV = "LOCAL_WORLD_SIZE"
+
+
+def one_host(spec: RankSpec, local_ranks: int | None) -> bool:
     """Whether every rank of ``spec``'s world runs on this host: ``hp.run``'s own ranks, every
-    rank local to this host by the launcher's count, or a store on a loopback address."""
+    rank local to this host by the launcher's count (None: the launcher gives none), or a
+    store on a loopback address."""
     if spec.store_path or local_ranks == spec.world_size:
         return True
     try:
@@ -82,7 +87,7 @@ def one_host(spec: RankSpec, local_ranks: int) -> bool:
         return False
 
 
-def loopback_gloo(spec: RankSpec, local_ranks: int) -> None:
+def loopback_gloo(spec: RankSpec) -> None:
     """Where every rank runs on this host (:func:`one_host`), gloo's sockets listen on the
     loopback interface only.
 
@@ -90,6 +95,8 @@ def loopback_gloo(spec: RankSpec, local_ranks: int) -> None:
     not face the network when nothing outside the host needs them. A choice the user made
     (``GLOO_SOCKET_IFNAME``) is kept; runs across hosts keep gloo's own choice.
     """
+    local = os.environ.get(LOCAL_RANKS_ENV, "").strip()
+    local_ranks = int(local) if local.isdigit() else None  # unknown: no count to trust
     if not os.environ.get(GLOO_IFNAME_ENV) and one_host(spec, local_ranks):
         name = loopback_interface()
         if name is not None:

@@ -106,9 +106,9 @@ class Session:
         self._owns_pg = not dist.is_initialized()
         if self._owns_pg:
             torch_env.quiet_flight_recorder()
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", spec.world_size))
+            local = int(os.environ.get(torch_env.LOCAL_RANKS_ENV, spec.world_size))
             torch_env.rank_threads(local)
-            torch_env.loopback_gloo(spec, local)
+            torch_env.loopback_gloo(spec)
             dist.init_process_group(
                 backend.pg_backend,
                 store=kv.scoped(self._base, "pg/"),
