@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
@@ -36,6 +35,7 @@ from ..server.remote_writes import Copies, Immediate
 from ..server.windows import WindowAllocation
 from .channels import Channel, channels_of, owner_of
 from .failures import breach
+from .onesided import _int_arg
 
 _UBC_CTP = CommProtocol.COMM_PROTOCOL_UBC_CTP
 
@@ -226,7 +226,7 @@ class Hcomm:
         self, call: str, found: Channel, dst: Any, src: Any, nbytes: Any,
         notify: tuple[Any, Any] | None,
     ) -> Copies:  # fmt: skip
-        given, nbytes = nbytes, _whole(nbytes)
+        given, nbytes = nbytes, _int_arg(nbytes)
         if nbytes is None or nbytes < 0:
             raise InvalidCall("bad-argument", f"len must be a non-negative int, not {given!r}")
         reads = call == "ReadNbi"
@@ -236,20 +236,12 @@ class Hcomm:
         _local(found, local, nbytes, local_name)
         copies: Copies = [(src, dst, nbytes)]
         if notify is not None:
-            addr, value = notify[0], _whole(notify[1])
+            addr, value = notify[0], _int_arg(notify[1])
             if value is None or not 0 <= value < 2**64:
                 raise InvalidCall("bad-argument", f"notifyVal must be a uint64, not {notify[1]!r}")
             _remote(found, addr, 8, "notifyAddr")
             copies.append((Immediate(value), addr, 8))
         return copies
-
-
-def _whole(value: Any) -> int | None:
-    """``value`` as a Python int where it is an integer (a numpy one too, as BatchWrite's
-    arguments may be), else None: a bool or anything else is no C integer argument here."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    return None
 
 
 def _address(addr: Any, what: str) -> GmAddr:

@@ -232,8 +232,12 @@ class Session:
         try:
             server.start(ctx.world_group)
             value = fn(*args)
-            forged = self.abort if isinstance(self.abort, ForgedValueError) else None
-            if (forged := forged or exchange.forged_abort(self.store)) is not None:
+            forged = (
+                self.abort
+                if isinstance(self.abort, ForgedValueError)
+                else exchange.forged_abort(self.store)
+            )
+            if forged is not None:
                 raise ForgedValueError(forged.reason, rank=self.rank)
             outcome = exchange.encode_result(value, self.rank, key)
             ok = True
