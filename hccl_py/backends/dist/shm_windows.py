@@ -127,6 +127,12 @@ def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
         os.close(fd)
 
 
+#: The random part of a window file's name (:func:`create_window_file`).
+_FILE_ID = re.compile(r"[0-9a-f]{32}")
+#: A job's token as launchers and rank 0 make them (:func:`new_token`), and this run's number.
+_TOKEN = re.compile(r"[0-9A-Za-z_]{1,64}")
+
+
 def _not_ours(path: str, token: str) -> str | None:
     """Why ``path`` is not a window file of the job ``token`` (as :func:`create_window_file`
     names them), or None: only such paths are opened or removed, whatever a store says."""
@@ -139,12 +145,6 @@ def _not_ours(path: str, token: str) -> str | None:
     ):
         return None
     return f"refused window file {path!r}: not a window file of this job in {shm_files.SHM_DIR}"
-
-
-#: The random part of a window file's name (:func:`create_window_file`).
-_FILE_ID = re.compile(r"[0-9a-f]{32}")
-#: A job's token as launchers and rank 0 make them (:func:`new_token`), and this run's number.
-_TOKEN = re.compile(r"[0-9A-Za-z_]{1,64}")
 
 
 def open_window_file(path: str, nbytes: int, token: str) -> mmap.mmap:
