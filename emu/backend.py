@@ -18,6 +18,7 @@ from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.kernel.context import RankContext, set_rank_context
 from hccl_py.server.protocol import Backend
 
+from .runners import FEWER_THREADS, RunnerStartError
 from .world import EmuWorld
 
 #: Seconds the other ranks get to reach an hccl_py call (which stops them) after one rank
@@ -53,7 +54,12 @@ class EmuBackend(Backend):
 
         per_rank = [own_copy(args) for _ in range(n)]
 
+        started: list[Any] = []  # the runners' handles, in rank order
+
         def body(rank: int) -> None:
+            if len(started) < n:  # a later rank's runner could not start: end without running
+                world.blocker.leave()
+                return
             set_rank_context(RankContext(rank, n, config, world, world.blocker))
             try:
                 with world.host_scope(rank):
@@ -68,12 +74,15 @@ class EmuBackend(Backend):
                 world.rank_returned(rank)
                 world.blocker.leave()
 
-        threads = [
-            world.blocker.spawn(functools.partial(body, r), f"rank{r}", (r,), r) for r in range(n)
-        ]
+        try:
+            for r in range(n):
+                started.append(world.blocker.spawn(functools.partial(body, r), f"rank{r}", (r,), r))
+        except RunnerStartError as exc:
+            _end_unrun(world, started)
+            raise _start_refused(n, len(started), exc.refusal) from None
         world.blocker.begin()
         try:
-            _join(threads, world, failures, config.timeout)
+            _join(started, world, failures, config.timeout)
         finally:
             world.close()
         if failures:
@@ -103,6 +112,36 @@ def own_copy(value: Any, memo: dict[int, torch.Tensor] | None = None) -> Any:
         items = {k: own_copy(v, memo) for k, v in value.items()}
         return value if all(items[k] is v for k, v in value.items()) else items
     return value
+
+
+def _end_unrun(world: EmuWorld, started: list[Any]) -> None:
+    """The ranks' runners could not all start: hand the baton through the ``started`` ones,
+    which end without running the function, wait for each, and close the world, so that no
+    thread of the run is left.
+
+    Their threads end with their runners instead of waiting for more work: where the OS ran
+    out of memory maps for thread stacks, Python's own allocations fail too until they ended.
+    """
+    if world.blocker.pool is not None:
+        world.blocker.pool.fresh = lambda: False
+    try:
+        if started:
+            world.blocker.begin()
+            for runner in started:
+                runner.join()
+    finally:
+        world.close()
+
+
+def _start_refused(n: int, started: int, refusal: str) -> RunnerStartError:
+    """The error of a run whose rank runners the OS did not let start (one thread each)."""
+    error = RunnerStartError(
+        f"hp.run(world_size={n}) on the emulator started {started} of its {n} rank runners, "
+        f"then the OS refused to start another thread ({refusal}); the started ones were "
+        f"stopped before running any code. {FEWER_THREADS}"
+    )
+    error.refusal = refusal
+    return error
 
 
 class _Stopped(BaseException):
@@ -154,7 +193,12 @@ def _join(
     each runner gets :data:`GRACE_SECONDS` to reach an hccl_py call (which stops it).
     """
     stopped: set[object] = set()
-    while alive := [t for t in threads if t.is_alive()]:
+    first = 0  # threads before it have ended (an ended thread stays ended): one pass in all
+    while True:
+        while first < len(threads) and not threads[first].is_alive():
+            first += 1
+        if first == len(threads):
+            return
         failed = world.blocker.error is not None
         idle = world.blocker.idle_for()
         runner = world.blocker.running()
@@ -175,4 +219,4 @@ def _join(
                     "call that blocks, while every other rank waited for it"
                 )
                 _stop_running(world, failures, why, HcclTimeoutError)
-        alive[0].join(JOIN_STEP_S)
+        threads[first].join(JOIN_STEP_S)

@@ -32,14 +32,16 @@ own variables.
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
+from hccl_py.core.errors import HcclError
+from hccl_py.server.threads import PoolJob, ThreadPool, raise_in_thread, read_in_a_new_thread
 
 from . import autograd_state
 
@@ -163,6 +165,33 @@ def drop_torch_state() -> None:
     for key in _PYTHON_KEYS:
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
     torch._C._set_torch_function_state(_FUNCTION_ON)
+
+
+class RunnerStartError(HcclError):
+    """The OS refused the thread of a thread runner: the world (or a launch) needs more threads
+    than it gives. ``refusal`` is what the thread start said."""
+
+    refusal = ""
+
+
+#: What to do when the OS has no thread left for a runner.
+FEWER_THREADS = (
+    "Each rank, and each core of a launch, runs in an OS thread of its own by default: set "
+    f"{RUNNERS_ENV}=greenlets to run them all in one OS thread, or run fewer ranks"
+)
+
+
+def start_thread(pool: ThreadPool, name: str, fn: Callable[..., None], *args: Any) -> PoolJob:
+    """``fn(*args)`` in a thread of ``pool`` named ``name``; a :class:`RunnerStartError` where
+    the OS refuses the thread."""
+    try:
+        return pool.start(functools.partial(fn, *args), name)
+    except RuntimeError as exc:  # "can't start new thread"
+        error = RunnerStartError(
+            f"the OS refused to start a thread for runner {name} ({exc}). {FEWER_THREADS}"
+        )
+        error.refusal = str(exc)
+        raise error from None
 
 
 def runner_threads() -> ThreadPool:

@@ -28,7 +28,6 @@ baton again. Per-runner Python state lives in context variables (:mod:`hccl_py.c
 from __future__ import annotations
 
 import bisect
-import functools
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -51,6 +50,7 @@ from .runners import (
     put_torch_state,
     runner_kind,
     runner_threads,
+    start_thread,
     take_torch_state,
 )
 from .switching import SwitchingLock
@@ -114,17 +114,16 @@ class Scheduler(Blocker):
         """Add ``target`` as a runner; it runs when the scheduler hands it the baton."""
         runner = Runner(key, name, rank)
         runner.target = target
-        if self.threads:
+        if self.threads:  # started first: a thread the OS refuses leaves no runner behind
             runner.gate = threading.Lock()
             runner.gate.acquire()
+            runner.thread = start_thread(self.pool, name, self._thread_body, runner)
+            runner.tid = runner.thread.native_id  # before its first turn: every hand-off pins
         else:
             runner.thread = Spawned(self)
         with self.lock:
             bisect.insort(self.runners, runner, key=runner_key)
             self.policy.add(runner)
-        if self.pool is not None:
-            runner.thread = self.pool.start(functools.partial(self._thread_body, runner), name)
-            runner.tid = runner.thread.native_id  # before its first turn: every hand-off pins
         return runner.thread
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .backends import get_backend
-from .core.config import Config, checked_timeout
+from .core.config import Config, checked_flag, checked_int, checked_timeout
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.platform import get_platform
@@ -83,21 +83,14 @@ def _checked_world_size(value: object) -> int | None:
     """``world_size`` as given to hp.run: None or an int in 1..MAX_WORLD_SIZE, else ValueError."""
     if value is None:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or not 1 <= value <= MAX_WORLD_SIZE
-    ):
-        raise ValueError(
-            f"world_size must be an int in 1..{MAX_WORLD_SIZE} (or left out), not {value!r}"
-        )
-    return int(value)
+    expected = f"an int in 1..{MAX_WORLD_SIZE} (or left out)"
+    return checked_int("world_size", value, 1, MAX_WORLD_SIZE, expected)
 
 
 def _warning_kinds(value: object) -> bool | frozenset[str]:
     """``warnings_as_errors``: True/False, or HcclWarning kinds (one name or a collection)."""
-    if isinstance(value, bool):
-        return value
+    if isinstance(value, (bool, np.bool_)):
+        return checked_flag("warnings_as_errors", value)
     kinds = [value] if isinstance(value, str) else value
     try:
         chosen = frozenset(kinds)
@@ -176,16 +169,13 @@ def run(
             f"hp.run(..., world_size={world_size}): drop world_size= from hp.run to let -n "
             f"choose, or run with -n {world_size}"
         )
-    if summary is None:
-        summary = os.environ.get(SUMMARY_ENV, "") not in ("", "0")
+    summary = checked_flag("summary", _env_flag(SUMMARY_ENV) if summary is None else summary)
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
     seed = _env_int(SEED_ENV) if seed is None else seed
     explore = _env_int(EXPLORE_ENV) if explore is None else explore
-    if explore is not None and (
-        isinstance(explore, bool) or not isinstance(explore, int) or explore < 1
-    ):
-        raise ValueError(f"explore must be a positive number of schedules, not {explore!r}")
+    if explore is not None:
+        explore = checked_int("explore", explore, 1, expected="a positive number of schedules")
     if explore and poison is None:
         poison = True
     config = Config(
@@ -193,12 +183,12 @@ def run(
         strict=strict,
         timeout=checked_timeout(timeout),
         schedule=schedule or os.environ.get(SCHEDULE_ENV) or "eager",
-        poison=(os.environ.get(POISON_ENV, "") not in ("", "0")) if poison is None else poison,
+        poison=_env_flag(POISON_ENV) if poison is None else poison,
         overlap=overlap,
         warnings_as_errors=_warning_kinds(warnings_as_errors),
-        record=bool(record or trace or summary or picture),
+        record=checked_flag("record", record) or bool(trace or summary or picture),
         buffsize_mb=(default_buffsize() if buffsize_mb is None else checked_buffsize(buffsize_mb)),
-        **({} if ranks_per_server is None else {"ranks_per_server": int(ranks_per_server)}),
+        **({} if ranks_per_server is None else {"ranks_per_server": ranks_per_server}),
         seed=seed,
     )
     name = backend or default_backend()
@@ -244,6 +234,22 @@ def _env_int(name: str) -> int | None:
         return int(value)
     except ValueError:
         raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+
+#: What a flag's environment variable may say (any case): on, or off (also when unset or empty).
+_ENV_ON = ("1", "true", "yes", "on")
+_ENV_OFF = ("0", "false", "no", "off", "")
+
+
+def _env_flag(name: str) -> bool:
+    """A flag from environment variable ``name`` (False when unset); a ValueError naming the
+    variable for a value that is neither on nor off (``HCCL_PY_POISON=nope``)."""
+    value = os.environ.get(name, "").strip().lower()
+    if value not in _ENV_ON + _ENV_OFF:
+        raise ValueError(
+            f"{name} must be 1 or 0 (or true/false, yes/no, on/off), not {os.environ[name]!r}"
+        )
+    return value in _ENV_ON
 
 
 def _lead() -> bool:

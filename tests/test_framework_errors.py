@@ -199,7 +199,7 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
         ["output_tensor must be a torch.Tensor, not list"],
     ),
     "ag_group_wrong_type": (ag_group_wrong_type, TypeError, ["group must be", "not int"]),
-    "ag_async_not_bool": (ag_async_not_bool, TypeError, ["async_op must be a bool, not int"]),
+    "ag_async_not_bool": (ag_async_not_bool, TypeError, ["async_op must be True or False, not 1"]),
     "ag_shapes_disagree": (
         ag_shapes_disagree,
         hp.HcclMismatchError,
@@ -253,7 +253,11 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
     ),
     "a2a_indivisible": (a2a_indivisible, ValueError, ["dim 0 (3) must be divisible by the 2"]),
     "a2a_split_floats": (a2a_split_floats, TypeError, ["in_split_sizes must hold ints"]),
-    "a2a_sync_op_not_bool": (a2a_sync_op_not_bool, TypeError, ["sync_op must be a bool"]),
+    "a2a_sync_op_not_bool": (
+        a2a_sync_op_not_bool,
+        TypeError,
+        ["sync_op must be True or False, not 'no'"],
+    ),
     "a2a_row_shapes_disagree": (
         a2a_row_shapes_disagree,
         hp.HcclMismatchError,

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .platform import Platform, get_platform, ranks_per_server_default
+
+#: The emulator's schedules (``schedule=``, ``--schedule``, ``HCCL_PY_SCHEDULE``).
+SCHEDULES = ("eager", "late")
 
 #: Environment variable overriding the default timeout (seconds) of every blocking call.
 TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
@@ -36,6 +42,35 @@ def default_timeout() -> float:
             f"{value!r}"
         )
     return min(seconds, NO_LIMIT_S)
+
+
+def checked_flag(name: str, value: object) -> bool:
+    """A flag argument: a bool (or numpy bool) as a bool; a TypeError naming ``name`` and the
+    value for anything else (``poison="no"`` is not taken for true)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, not {value!r}")
+
+
+def checked_int(
+    name: str, value: object, least: int, most: int | None = None, expected: str | None = None
+) -> int:
+    """An integer argument in ``least..most`` as an int: an int, a numpy integer or anything
+    else with ``__index__``, but not a bool or a float; a ValueError naming ``name``, the value
+    and ``expected`` (default: what the bounds say) for anything else."""
+    try:
+        number = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < least or (most is not None and number > most):
+        if expected is None:
+            expected = (
+                f"an int in {least}..{most}"
+                if most is not None
+                else {0: "a non-negative int", 1: "a positive int"}.get(least, f"an int >= {least}")
+            )
+        raise ValueError(f"{name} must be {expected}, not {value!r}")
+    return number
 
 
 def checked_timeout(value: object) -> float:
@@ -97,13 +132,20 @@ class Config:
         return chosen is True or (not isinstance(chosen, bool) and kind in chosen)
 
     def __post_init__(self) -> None:
-        if self.schedule not in ("eager", "late"):
+        if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be 'eager' or 'late', not {self.schedule!r}")
         if self.overlap not in ("error", "warn", "ignore"):
             raise ValueError(f"overlap must be 'error', 'warn' or 'ignore', not {self.overlap!r}")
-        seed = self.seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ValueError(f"seed must be None or a non-negative int, not {seed!r}")
-        rps = self.ranks_per_server
-        if isinstance(rps, bool) or not isinstance(rps, int) or rps < 1:
-            raise ValueError(f"ranks_per_server must be a positive int, not {rps!r}")
+        # Stored as plain bools and ints (a numpy value would reach every report and pickle).
+        checked = {name: checked_flag(name, getattr(self, name)) for name in _FLAGS}
+        checked["ranks_per_server"] = checked_int("ranks_per_server", self.ranks_per_server, 1)
+        if self.seed is not None:
+            checked["seed"] = checked_int(
+                "seed", self.seed, 0, expected="None or a non-negative int"
+            )
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+
+#: The fields of :class:`Config` that are flags (True or False).
+_FLAGS = ("strict", "poison", "record")

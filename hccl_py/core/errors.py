@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 from .grouping import label
 
 
@@ -44,19 +46,47 @@ class HcclError(RuntimeError):
 
 
 def describe(reason: str, facts: dict) -> str:
-    """``[rank r, domain d, handle h, op o, round k] reason (expected e, got a)``, the known parts."""
+    """``[rank r, domain d, handle h, op o, round k] reason (expected e, got a)``, the known parts
+    (each as :func:`shown`)."""
     where = [
-        f"{name} {facts.get(name)}"
+        f"{name} {shown(facts.get(name))}"
         for name in ("rank", "domain", "handle", "op", "round")
         if facts.get(name) is not None
     ]
     text = f"[{', '.join(where)}] {reason}" if where else reason
     said = [
-        f"{word} {facts.get(name)}"
+        f"{word} {shown(facts.get(name))}"
         for word, name in (("expected", "expected"), ("got", "actual"))
         if facts.get(name) is not None
     ]
     return f"{text} ({', '.join(said)})" if said else text
+
+
+def shown(value: object) -> str:
+    """``value`` as a report shows a fact: its ``str``, but quoted (its repr) for a string that
+    would read as another value: ``'300'`` is not the number 300, nor ``'None'`` None, and
+    an empty or padded string stays visible. Other strings are the callers' own wording
+    (``< 8``, ``[0, 16)``, an op's name) or plain names, shown as they are."""
+    if isinstance(value, str) and _reads_as_other(value):
+        return repr(value)
+    return str(value)
+
+
+def _reads_as_other(text: str) -> bool:
+    """Whether ``text`` shown unquoted could be taken for a value that is not this string."""
+    if not text or text != text.strip() or not text.isprintable():
+        return True
+    try:
+        float(text)  # a number, nan, inf
+    except ValueError:
+        pass
+    else:
+        return True
+    try:
+        ast.literal_eval(text)  # an int in any base, None, True, a list, a quoted string ...
+    except Exception:  # noqa: BLE001 - anything that is not a Python literal
+        return False
+    return True
 
 
 class HcclWarning(UserWarning):

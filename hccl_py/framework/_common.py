@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.config import checked_flag
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
 from ..core.errors import HcclMismatchError
 from ..core.group import WORLD_GROUP_NAME, Group
@@ -47,10 +48,8 @@ def check_tensor(op: str, name: str, value: Any) -> torch.Tensor:
 
 
 def check_bool(op: str, name: str, value: Any) -> bool:
-    """``value`` if it is a bool, else a TypeError."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{where(op)}: {name} must be a bool, not {type(value).__name__}")
-    return value
+    """``value`` as a bool if it is one (or a numpy bool), else a TypeError."""
+    return checked_flag(f"{where(op)}: {name}", value)
 
 
 def check_same_dtype(op: str, **tensors: torch.Tensor) -> None:
@@ -221,11 +220,12 @@ def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
 
 
 def listed(values: Sequence[Any], most: int = 16) -> str:
-    """``values`` for a message: all of them, or the first and last few and how many there are."""
+    """``values`` for a message (each as its repr: a string "3" is not the number 3): all of
+    them, or the first and last few and how many there are."""
     if len(values) <= most:
         return str(list(values))
     half = most // 2
-    shown = ", ".join(map(str, [*values[:half], "...", *values[-half:]]))
+    shown = ", ".join([*map(repr, values[:half]), "...", *map(repr, values[-half:])])
     return f"[{shown}] ({len(values)} entries)"
 
 

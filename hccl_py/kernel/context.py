@@ -20,7 +20,7 @@ import torch
 from ..core.config import Config
 from ..core.current import bind_rank, current_rank
 from ..core.errors import HcclWarning
-from ..core.group import WORLD_GROUP_NAME, Group
+from ..core.group import Group, world
 from ..server.blocking import Blocker
 from ..server.protocol import Server
 
@@ -49,7 +49,7 @@ class RankContext:
         self.device = device or torch.device("cpu")
         #: Called in every thread that binds this context (e.g. to make the rank's NPU current).
         self.thread_init = thread_init
-        self.world_group = Group(range(world_size), WORLD_GROUP_NAME)
+        self.world_group = world(world_size)
         self._seq: Counter[str] = Counter()
         self._group_count: Counter[tuple[int, ...]] = Counter()
         self._lock = threading.Lock()

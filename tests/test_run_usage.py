@@ -1,0 +1,229 @@
+"""hp.run's rough edges: a world too large for the OS's threads, flag and integer arguments,
+and report fields that show a string the user passed as a string."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+import torch
+from cases import RUN_TIMEOUT, init_hccl, make_tiling
+from hccl_py.backends.emu.runners import RunnerStartError
+from hccl_py.backends.emu.world import EmuWorld
+
+import hccl_py as hp
+from hccl_py import Hccl
+from hccl_py.core.errors import HcclError, describe
+from hccl_py.framework._common import listed
+from hccl_py.kernel.context import current_rank_context
+from hccl_py.server.threads import IDLE_NAME
+
+FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
+
+
+def _worlds() -> int:
+    """How many emulated worlds this process still holds."""
+    gc.collect()
+    return sum(type(o) is EmuWorld for o in gc.get_objects())
+
+
+def _refuse_threads_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
+    """Let ``allowed`` pool threads (the emulator's rank runners) start, then fail every later
+    start as the OS does when it has no thread left to give."""
+    start = threading.Thread.start
+    count = [0]
+
+    def limited(self: threading.Thread) -> None:
+        if self.name == IDLE_NAME:
+            count[0] += 1
+            if count[0] > allowed:
+                raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", limited)
+
+
+ADVICE = (
+    "Each rank, and each core of a launch, runs in an OS thread of its own by default: set "
+    "HCCL_PY_EMU_RUNNERS=greenlets to run them all in one OS thread, or run fewer ranks"
+)
+
+
+@pytest.mark.parametrize("allowed", [0, 3])
+def test_a_world_the_os_has_no_threads_for_is_refused_and_leaves_nothing_behind(
+    monkeypatch: pytest.MonkeyPatch, allowed: int
+) -> None:
+    """Before, the thread start's raw RuntimeError came out of hp.run and the runners that had
+    started stayed behind, each a thread waiting for a turn that never came."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "threads")
+    ran: list[int] = []
+    before, worlds = set(threading.enumerate()), _worlds()
+    _refuse_threads_after(monkeypatch, allowed)
+    with pytest.raises(RunnerStartError) as info:
+        hp.run(lambda: ran.append(hp.get_rank()), world_size=6, timeout=RUN_TIMEOUT)
+    assert isinstance(info.value, HcclError)
+    assert str(info.value) == (
+        f"hp.run(world_size=6) on the emulator started {allowed} of its 6 rank runners, then "
+        "the OS refused to start another thread (can't start new thread); the started ones "
+        f"were stopped before running any code. {ADVICE}"
+    )
+    del info
+    assert ran == []
+    assert set(threading.enumerate()) == before
+    assert _worlds() == worlds
+    # What the message suggests: greenlet runners need no thread per rank.
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "greenlets")
+    assert hp.run(hp.get_rank, world_size=6, timeout=RUN_TIMEOUT) == list(range(6))
+
+
+def test_a_launch_the_os_has_no_threads_for_fails_its_rank_clearly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before, the core's thread start failed with a raw RuntimeError, and the runner it was
+    for stayed in the world, a turn nobody could take: once handed the baton, the run hung."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "threads")
+    before = set(threading.enumerate())
+    _refuse_threads_after(monkeypatch, 2 + 2)  # the two ranks, then two cores of rank 0
+
+    def main() -> None:
+        hp.launch(hp.SyncAll, block_dim=4)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
+    refused = info.value.failures[0]
+    assert isinstance(refused, RunnerStartError)
+    assert str(refused) == (
+        f"the OS refused to start a thread for runner rank0-AIV2 (can't start new thread). {ADVICE}"
+    )
+    del info, refused
+    assert set(threading.enumerate()) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(name, value) for name in ("strict", "poison", "summary", "record") for value in ("no", 0)]
+    + [("strict", None), ("record", None)],
+)
+def test_flags_take_only_true_or_false(name: str, value: object) -> None:
+    """Before, poison="no" (any truthy value) turned the sanitizer on. (None is poison's and
+    summary's default: the environment decides.)"""
+    with pytest.raises(TypeError) as info:
+        hp.run(hp.get_rank, world_size=1, timeout=RUN_TIMEOUT, **{name: value})
+    assert str(info.value) == f"{name} must be True or False, not {value!r}"
+
+
+@pytest.mark.parametrize("variable", ["HCCL_PY_POISON", "HCCL_PY_SUMMARY"])
+def test_flag_variables_say_on_or_off(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """Before, any value but 0 turned the flag on: HCCL_PY_POISON=no poisoned."""
+
+    def main() -> bool:  # a summary records the run
+        config = current_rank_context().config
+        return config.poison if variable == "HCCL_PY_POISON" else config.record
+
+    for value, on in (("no", False), ("False", False), ("0", False), ("yes", True), ("1", True)):
+        monkeypatch.setenv(variable, value)
+        assert hp.run(main, 1, timeout=RUN_TIMEOUT) == [on], value
+    monkeypatch.setenv(variable, "nope")
+    with pytest.raises(ValueError) as info:
+        hp.run(main, 1, timeout=RUN_TIMEOUT)
+    assert str(info.value) == (
+        f"{variable} must be 1 or 0 (or true/false, yes/no, on/off), not 'nope'"
+    )
+
+
+def test_flags_take_numpy_bools_as_bools() -> None:
+    """Before, a framework collective refused async_op=np.False_, and hp.run kept a numpy bool
+    in the run's options."""
+
+    def main() -> list[type]:
+        hp.barrier(async_op=np.False_)
+        config = current_rank_context().config
+        return [type(config.strict), type(config.poison), type(config.record)]
+
+    got = hp.run(main, 2, strict=np.True_, poison=np.False_, record=np.True_, timeout=RUN_TIMEOUT)
+    assert got == [[bool, bool, bool]] * 2
+
+
+def test_a_framework_flag_that_is_not_a_bool_is_named_with_its_value() -> None:
+    def main() -> None:
+        hp.barrier(async_op="no")
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, 1, timeout=RUN_TIMEOUT)
+    err = info.value.failures[0]
+    assert isinstance(err, TypeError)
+    assert str(err) == "barrier on rank 0: async_op must be True or False, not 'no'"
+
+
+def test_integer_options_take_numpy_integers() -> None:
+    """Before, seed=np.int64(3) and explore=np.int64(2) were refused as not ints."""
+
+    def main() -> list:
+        config = current_rank_context().config
+        return [
+            config.seed,
+            type(config.seed),
+            config.ranks_per_server,
+            type(config.ranks_per_server),
+        ]
+
+    got = hp.run(main, 2, seed=np.int64(3), ranks_per_server=np.int64(1), timeout=RUN_TIMEOUT)
+    assert got == [[3, int, 1, int]] * 2
+    assert hp.run(hp.get_rank, 2, explore=np.int64(2), timeout=RUN_TIMEOUT) == [0, 1]
+
+
+def test_integer_options_refuse_what_is_not_an_integer() -> None:
+    """Before, ranks_per_server="x" raised int()'s own ValueError, and 2.5 and True were
+    taken as 2 and 1."""
+    cases = {
+        "ranks_per_server": ("x", 2.5, True, np.True_, 0),
+        "seed": (2.0, True, -1, "3"),
+        "explore": (2.0, True, 0),
+    }
+    expected = {
+        "ranks_per_server": "a positive int",
+        "seed": "None or a non-negative int",
+        "explore": "a positive number of schedules",
+    }
+    for name, values in cases.items():
+        for value in values:
+            with pytest.raises(ValueError) as info:
+                hp.run(hp.get_rank, world_size=1, timeout=RUN_TIMEOUT, **{name: value})
+            assert str(info.value) == f"{name} must be {expected[name]}, not {value!r}", value
+
+
+def test_report_fields_quote_strings_that_read_as_other_values() -> None:
+    """Before, a string "300" showed as 300, the same as the number."""
+    assert describe("count is wrong", {"actual": "300"}) == "count is wrong (got '300')"
+    assert describe("count is wrong", {"actual": 300}) == "count is wrong (got 300)"
+    for text in ("", " 8", "None", "nan", "[1, 2]", "0x10"):
+        assert describe("r", {"actual": text}) == f"r (got {text!r})"
+    # Descriptions and names are shown as they are.
+    facts = {"domain": "hccl_world_group", "expected": "< 8", "actual": "[0, 16)"}
+    assert describe("r", facts) == "[domain hccl_world_group] r (expected < 8, got [0, 16))"
+    assert str(HcclError("bad", op="AllReduce", actual="3")) == "[op AllReduce] bad (got '3')"
+
+
+def test_a_count_given_as_a_string_is_reported_as_one() -> None:
+    def kernel(x, y, tilingGM):
+        hccl = init_hccl(Hccl(), tilingGM, ops=["AllReduce"])
+        handle = hccl.AllReduce[True](x, y, "4", FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
+        seen.append((handle, hccl.last_error))
+
+    def main():
+        hp.launch(kernel, torch.zeros(4), torch.zeros(4), make_tiling())
+        return seen[0]
+
+    seen: list = []
+    handle, reason = hp.run(main, world_size=1, strict=False, timeout=RUN_TIMEOUT)[0]
+    assert handle == -1
+    assert reason.endswith("count must be a non-negative int (got '4')")
+
+
+def test_long_lists_in_framework_messages_show_strings_quoted() -> None:
+    """Before, a list of more than 16 values showed each with str: '1' as 1."""
+    ones = ", ".join(["'1'"] * 8)
+    assert listed(["1"] * 20) == f"[{ones}, ..., {ones}] (20 entries)"
+    assert listed(list(range(20))).startswith("[0, 1, 2, 3, 4, 5, 6, 7, ..., 12, ")
