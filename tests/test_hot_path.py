@@ -87,15 +87,15 @@ def test_counts_come_back_as_tuples_of_int() -> None:
 @pytest.mark.parametrize(
     ("changes", "why"),
     [
-        (dict(count=True), "count: True is not a int"),
-        (dict(count="4"), "count: 4 is not a int"),
-        (dict(handle=None), "handle: None is not a int"),
-        (dict(skip_local=0), "skip_local: 0 is not a bool"),
+        (dict(count=True), "count: True is not of type int"),
+        (dict(count="4"), "count: '4' is not of type int"),
+        (dict(handle=None), "handle: None is not of type int"),
+        (dict(skip_local=0), "skip_local: 0 is not of type bool"),
         (dict(op=99), "op: 99 is not a valid HcclCMDType"),
         (dict(dtype=13), "dtype: 13 is not a valid HcclDataType"),
         (dict(reduce_op=7), "reduce_op: 7 is not a valid HcclReduceOp"),
         (dict(send_counts=[1, "2"]), "send_counts: [1, '2'] is not a list of int"),
-        (dict(caller=5), "caller: 5 is not a str"),
+        (dict(caller=5), "caller: 5 is not of type str"),
         (dict(rank=0), "it described domain rank 0, not 1"),
         (dict(extra=1), "whose fields are not a task descriptor's"),
         (dict(launch=...), "whose fields are not a task descriptor's"),
@@ -164,7 +164,9 @@ def test_descriptors_equal_to_this_ranks_own_are_the_tasks_a_full_decode_gives(m
     same_counts = tasks
     error = mismatch(decode_all(same_counts[0], payloads[0], payloads))
     assert error is not None and "sendCounts_0[1] != recvCounts_1[0]" in str(error)
-    with pytest.raises(hp.HcclMismatchError, match="rank 1 did not: count: True is not a int"):
+    with pytest.raises(
+        hp.HcclMismatchError, match="rank 1 did not: count: True is not of type int"
+    ):
         decode_all(_task(rank=0), encode_descriptor(_task(rank=0)), [b"", _raw(count=True)])
 
 

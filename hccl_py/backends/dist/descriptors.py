@@ -74,20 +74,20 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
         for name, value, allowed in zip(_DESCRIPTOR, values, _ALLOWED, strict=True):
             if type(value) not in allowed:
                 kind = _DESCRIPTOR[name][0].__name__
-                raise ValueError(f"{name}: {str(value)[:60]} is not a {kind}")
+                raise ValueError(f"{name}: {repr(value)[:60]} is not of type {kind}")
     fields = dict(zip(_DESCRIPTOR, values, strict=True))
     for name, members in _ENUMS:
         value = fields[name]
         if value is not None:
             member = members._value2member_map_.get(value)
             if member is None:
-                raise ValueError(f"{name}: {value} is not a valid {members.__name__}")
+                raise ValueError(f"{name}: {value!r} is not a valid {members.__name__}")
             fields[name] = member
     for name in _LISTS:
         value = fields[name]
         if value is not None:
             if not all(type(v) is int for v in value):
-                raise ValueError(f"{name}: {str(value)[:60]} is not a list of int")
+                raise ValueError(f"{name}: {repr(value)[:60]} is not a list of int")
             fields[name] = tuple(value)
     return fields
 
