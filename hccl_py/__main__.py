@@ -26,6 +26,24 @@ except ImportError:
         "the clone), or use the installed hccl-py command"
     ) from None
 from .backends import BACKENDS
+from .core.config import SCHEDULES
+from .core.constants import MAX_WORLD_SIZE
+from .core.platform import PLATFORMS
+from .launcher.cli_checks import (
+    MAX_PORT,
+    PROG,
+    UsageError,
+    check_output,
+    check_script,
+    checked_backend,
+    checked_choice,
+    checked_platform,
+    checked_ranks,
+    env_int,
+    env_label,
+    in_range,
+    report,
+)
 from .runtime import (
     BACKEND_ENV,
     EXPLORE_ENV,
@@ -64,6 +82,16 @@ ranges read twice. The text goes to stderr; --png also draws it with
 matplotlib."""
 
 
+#: The options of several hosts and their defaults: the emulator takes none of them.
+MULTI_HOST_DEFAULTS = {
+    "nnodes": 1,
+    "node_rank": 0,
+    "master_addr": "127.0.0.1",
+    "master_port": None,
+    "listen_addr": None,
+}
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Keeps the description's lines and shows every option's default."""
 
@@ -71,7 +99,7 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefa
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m hccl_py`` (also installed as ``hccl-py``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m hccl_py", description=DESCRIPTION, formatter_class=_HelpFormatter
+        prog=PROG, description=DESCRIPTION, formatter_class=_HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"hccl_py {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,12 +140,12 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         help=f"where the ranks run (None: ${BACKEND_ENV}, else emu)",
     )
     run.add_argument(
-        "--platform", choices=["A2", "A3", "950"], default=None, help="the platform (None: A2)"
+        "--platform", choices=list(PLATFORMS), default=None, help="the platform (None: A2)"
     )
     checks = run.add_argument_group("sanitizer (for hp.run calls that do not set them)")
     checks.add_argument(
         "--schedule",
-        choices=("eager", "late"),
+        choices=SCHEDULES,
         default=None,
         help="run rounds as soon as possible or as late as possible (see docs/sanitizer.md)",
     )
@@ -141,15 +169,15 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         help="run under N emulator schedules (with --poison's checks) and stop at the first failure",
     )
     multi = run.add_argument_group("several hosts (gloo, hccl)")
-    multi.add_argument("--nnodes", type=int, default=1, help="number of hosts")
-    multi.add_argument("--node-rank", type=int, default=0, help="this host's index")
-    multi.add_argument("--master-addr", default="127.0.0.1", help="address of node 0")
+    multi.set_defaults(**MULTI_HOST_DEFAULTS)
+    multi.add_argument("--nnodes", type=int, help="number of hosts")
+    multi.add_argument("--node-rank", type=int, help="this host's index")
+    multi.add_argument("--master-addr", help="address of node 0")
     multi.add_argument(
-        "--master-port", type=int, default=None, help="store port on node 0 (None: a free one)"
+        "--master-port", type=int, help="store port on node 0 (None or 0: a free one)"
     )
     multi.add_argument(
         "--listen-addr",
-        default=None,
         help="address node 0's store listens on (None: $HCCL_PY_LISTEN_ADDR, else --master-addr)",
     )
     run.add_argument("script", help="the Python script to run")
@@ -162,11 +190,89 @@ def _run_in_process(opts: argparse.Namespace) -> int:
     os.environ[RUNNER_NPROC_ENV] = str(opts.nproc)
     sys.argv = [opts.script, *opts.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(opts.script)))
+    from .launcher.forked import exit_code
+
     try:
         runpy.run_path(opts.script, run_name="__main__")
     except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        return exit_code(exc)  # its message printed as Python (and a gloo rank) prints it
     return 0
+
+
+def _checked(opts: argparse.Namespace) -> str:
+    """Check what ``run`` or ``layout`` was given (options, script, environment); the backend.
+
+    Each mistake is a :class:`UsageError` before anything runs, with hp.run's own
+    limits; environment variables count where the option is left out, as hp.run reads them.
+    """
+    checked_ranks("-n/--nproc", opts.nproc)
+    check_script(opts.script)
+    backend = opts.backend or os.environ.get(BACKEND_ENV) or "emu"
+    checked_backend("--backend" if opts.backend else env_label(BACKEND_ENV), backend, BACKENDS)
+    if backend == "emu":
+        _check_one_host(opts)
+    else:
+        _check_hosts(opts)
+    if not opts.platform and PLATFORM_ENV in os.environ:
+        checked_platform(env_label(PLATFORM_ENV), os.environ[PLATFORM_ENV])
+    if not opts.schedule and os.environ.get(SCHEDULE_ENV):
+        checked_choice(env_label(SCHEDULE_ENV), os.environ[SCHEDULE_ENV], SCHEDULES)
+    seed, seed_what = _option_or_env(opts.seed, "--seed", SEED_ENV)
+    explore, explore_what = _option_or_env(opts.explore, "--explore", EXPLORE_ENV)
+    if seed is not None:
+        in_range(seed_what, seed, 0, why_low=" (a schedule's number)")
+    if explore is not None:
+        in_range(explore_what, explore, 1, why_low=" (a number of schedules)")
+    picked = [w for w, v in ((seed_what, seed), (explore_what, explore)) if v is not None]
+    if backend != "emu" and picked:
+        raise UsageError(
+            f"{' and '.join(picked)} {'pick' if len(picked) > 1 else 'picks'} schedules of the "
+            f"emulator; the {backend} backend runs its ranks concurrently: run on the emulator "
+            "(no --backend)"
+        )
+    for option, path, drawn in (
+        ("--trace", getattr(opts, "trace", None), False),
+        ("--png", getattr(opts, "png", None), True),
+    ):
+        if path:
+            check_output(option, path, drawn=drawn)
+    return backend
+
+
+def _check_hosts(opts: argparse.Namespace) -> None:
+    """The options of several hosts (gloo, hccl): counts, indexes and the store's port."""
+    nnodes = checked_ranks("--nnodes", opts.nnodes)
+    hosts = f" (the hosts of --nnodes {nnodes} are 0..{nnodes - 1})"
+    in_range("--node-rank", opts.node_rank, 0, nnodes - 1, why_high=hosts)
+    if nnodes * opts.nproc > MAX_WORLD_SIZE:
+        raise UsageError(
+            f"--nnodes {nnodes} hosts of -n {opts.nproc} ranks are {nnodes * opts.nproc} "
+            f"ranks; a run has at most {MAX_WORLD_SIZE}"
+        )
+    if opts.master_port is not None:
+        in_range("--master-port", opts.master_port, 0, MAX_PORT, why_low=" (0: a free port)")
+    if nnodes > 1 and not opts.master_port:
+        raise UsageError(
+            f"--nnodes {nnodes} needs --master-port P with P in 1..{MAX_PORT}: the port of node "
+            "0's store, which the other hosts connect to (0 would pick one they cannot know)"
+        )
+
+
+def _option_or_env(value: int | None, option: str, env: str) -> tuple[int | None, str]:
+    """An int option's value and name, else its environment variable's (hp.run's fallback)."""
+    return (value, option) if value is not None else (env_int(env), env_label(env))
+
+
+def _check_one_host(opts: argparse.Namespace) -> None:
+    """The emulator runs every rank in this process: the options of several hosts are refused."""
+    for dest, default in MULTI_HOST_DEFAULTS.items():
+        if getattr(opts, dest) != default:
+            option = "--" + dest.replace("_", "-")
+            raise UsageError(
+                f"{option} applies to the gloo and hccl backends only (one process per rank, "
+                f"on one or several hosts); the emulator runs every rank in this process: drop "
+                f"{option}, or add --backend gloo"
+            )
 
 
 def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
@@ -182,22 +288,10 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         from .bench.cli import main as bench_main
 
         return bench_main(opts)
-    if opts.nproc < 1 or opts.nnodes < 1 or not 0 <= opts.node_rank < opts.nnodes:
-        print(
-            f"error: need -n >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes "
-            f"(got -n {opts.nproc}, --nnodes {opts.nnodes}, --node-rank {opts.node_rank})",
-            file=sys.stderr,
-        )
-        return 2
-    if not os.path.isfile(opts.script):
-        what = "is a directory" if os.path.isdir(opts.script) else "does not exist"
-        print(
-            f"error: the script {opts.script!r} {what}; give the path of a Python file "
-            "(relative to the current directory or absolute)",
-            file=sys.stderr,
-        )
-        return 2
-    backend = opts.backend or os.environ.get(BACKEND_ENV) or "emu"
+    try:
+        backend = _checked(opts)
+    except UsageError as exc:
+        return report(opts.command, exc)
     if opts.backend:
         os.environ[BACKEND_ENV] = opts.backend
     if opts.platform:
@@ -212,18 +306,10 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         os.environ[SCHEDULE_ENV] = opts.schedule
     if opts.poison:
         os.environ[POISON_ENV] = "1"
-    if opts.seed is not None or opts.explore is not None:
-        if backend != "emu":
-            print(
-                f"error: --seed and --explore pick schedules of the emulator; the {backend} "
-                "backend runs its ranks concurrently: run on the emulator (no --backend)",
-                file=sys.stderr,
-            )
-            return 2
-        if opts.seed is not None:
-            os.environ[SEED_ENV] = str(opts.seed)
-        if opts.explore is not None:
-            os.environ[EXPLORE_ENV] = str(opts.explore)
+    if opts.seed is not None:
+        os.environ[SEED_ENV] = str(opts.seed)
+    if opts.explore is not None:
+        os.environ[EXPLORE_ENV] = str(opts.explore)
     if backend == "emu":
         return _run_in_process(opts)
     from .launcher.forked import exit_as_python
@@ -249,8 +335,7 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
             )
         )
     except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report(opts.command, exc)
     if fast_exit:
         exit_as_python(code)
     return code

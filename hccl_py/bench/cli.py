@@ -12,10 +12,24 @@ import sys
 from typing import Any
 
 import hccl_py as hp
-from hccl_py.core.platform import PLATFORMS
 
+from ..backends import BACKENDS
+from ..core.config import SCHEDULES
+from ..core.constants import MAX_BLOCK_DIM, MAX_REPEAT
+from ..core.platform import PLATFORMS
+from ..launcher.cli_checks import (
+    UsageError,
+    check_output,
+    checked_backend,
+    checked_platform,
+    checked_ranks,
+    env_label,
+    host_memory,
+    in_range,
+    report,
+)
 from ..runtime import PLATFORM_ENV
-from .ops import BENCH_OPS
+from .ops import BENCH_OPS, plan
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
 from .sweep import Options, merge, rank_sweep
 from .table import plot, print_rows, write_json
@@ -77,15 +91,13 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         default=4,
         help="ranks, as run's -n/--nproc (emu, gloo; under launchers: ignored)",
     )
-    p.add_argument(
-        "--backend", choices=["emu", "gloo", "hccl"], default="emu", help="where ranks run"
-    )
+    p.add_argument("--backend", choices=sorted(BACKENDS), default="emu", help="where ranks run")
     p.add_argument(
         "--api", choices=["kernel", "framework"], default="kernel", help="what one op is"
     )
     p.add_argument(
         "--platform",
-        choices=["A2", "A3", "950"],
+        choices=list(PLATFORMS),
         default=None,
         help=f"the platform (None: ${PLATFORM_ENV}, else {DEFAULT_PLATFORM} as in run; "
         "ops that A2 lacks on A3)",
@@ -111,9 +123,7 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
     p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
-    p.add_argument(
-        "--schedule", choices=["eager", "late"], default="eager", help="emulator schedule"
-    )
+    p.add_argument("--schedule", choices=SCHEDULES, default="eager", help="emulator schedule")
     p.add_argument("--poison", action="store_true", help="poison receive blocks (emulator)")
     p.add_argument("--quick", action="store_true", help="a short sweep (1K..64K, 2 iterations)")
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
@@ -172,8 +182,6 @@ def platform_for(op: str, chosen: str | None) -> str:
 def _unsupported(opts: argparse.Namespace, sweep: Options, chosen: str | None) -> str | None:
     """Why the platform's kernel API cannot run ``sweep`` (what to change), or None."""
     ranks = None if opts.backend == "hccl" else opts.ranks  # hccl: the launcher's world
-    if ranks is not None and ranks < 1:
-        return f"--nproc/--ranks must be >= 1, not {ranks}"
     if sweep.api != "kernel":
         return None
     spec = BENCH_OPS[sweep.op].spec
@@ -199,18 +207,62 @@ def _unsupported(opts: argparse.Namespace, sweep: Options, chosen: str | None) -
     return None
 
 
+def _largest(sweep: Options) -> int:
+    """The largest size of ``sweep`` (its last row), without listing the sizes."""
+    if sweep.step_bytes:
+        steps = (sweep.max_bytes - sweep.min_bytes) // sweep.step_bytes
+        return sweep.min_bytes + steps * sweep.step_bytes
+    size = sweep.min_bytes
+    while size * sweep.step_factor <= sweep.max_bytes:
+        size *= sweep.step_factor
+    return size
+
+
+def _check_memory(sweep: Options, ranks: int) -> None:
+    """Refuse a sweep whose send and receive buffers alone outgrow this host's memory."""
+    memory, size = host_memory(), _largest(sweep)
+    kind = TYPES[sweep.dtype]
+    # AlltoAllV's buffers are AlltoAll's; its plan also builds a ranks x ranks count matrix
+    op = "alltoall" if sweep.op == "alltoallv" else sweep.op
+    p = plan(BENCH_OPS[op], ranks, size, kind.size, sweep.repeat)
+    need = ranks * (p.send + p.recv) * kind.size
+    if memory is not None and need > memory:
+        raise UsageError(
+            f"-b/-e: the size {size} bytes of {sweep.op} needs {need / 2**30:.1f} GiB of send "
+            f"and receive buffers on {ranks} ranks, more than this host's "
+            f"{memory / 2**30:.1f} GiB of memory; choose a smaller -e/--maxbytes or fewer ranks"
+        )
+
+
+def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
+    """The sweeps and the chosen platform, or UsageError/ValueError before anything runs."""
+    checked_backend("--backend", opts.backend, BACKENDS)
+    if opts.backend != "hccl":  # hccl: the launcher's world
+        checked_ranks("--nproc/--ranks", opts.ranks)
+    in_range("--block-dim", opts.block_dim, 1, MAX_BLOCK_DIM)
+    in_range("--repeat", opts.repeat, 1, MAX_REPEAT)
+    sweeps = [_options(opts, op) for op in _ops(opts.op)]
+    chosen = opts.platform
+    if not chosen and os.environ.get(PLATFORM_ENV):
+        chosen = checked_platform(env_label(PLATFORM_ENV), os.environ[PLATFORM_ENV])
+    for sweep in sweeps:
+        problem = _unsupported(opts, sweep, chosen)
+        if problem:
+            raise UsageError(problem)
+        if opts.backend != "hccl":  # hccl: buffers in NPU memory, which os.sysconf does not see
+            _check_memory(sweep, opts.ranks)
+    for option, path, drawn in (("--json", opts.json, False), ("--plot", opts.plot, True)):
+        if path:
+            check_output(option, path, drawn=drawn)
+    return sweeps, chosen
+
+
 def main(opts: argparse.Namespace) -> int:
     """Run the sweeps; exit code 1 when any element was wrong, 2 for bad options."""
     try:
-        sweeps = [_options(opts, op) for op in _ops(opts.op)]
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    chosen = opts.platform or os.environ.get(PLATFORM_ENV)
-    problems = [p for p in (_unsupported(opts, sweep, chosen) for sweep in sweeps) if p]
-    if problems:
-        print(f"error: {problems[0]}", file=sys.stderr)
-        return 2
+        sweeps, chosen = _checked(opts)
+    except ValueError as exc:  # UsageError, and the sweep's own checks (Options)
+        return report("bench", exc)
     lead = os.environ.get("RANK", "0") == "0"
     done, wrong = [], 0
     for sweep in sweeps:

@@ -252,7 +252,7 @@ def run_main(path: str) -> int | None:
         code = compile(source, path, "exec", dont_inherit=True)
         exec(code, main.__dict__)
     except SystemExit as exc:
-        return _exit_code(exc)
+        return exit_code(exc)
     except BaseException as exc:  # noqa: BLE001 - printed as Python prints an uncaught one
         uncaught = exc
     else:
@@ -284,7 +284,7 @@ def exit_as_python(code: int | None) -> NoReturn:
     os._exit(code & 0xFF)
 
 
-def _exit_code(exc: SystemExit) -> int:
+def exit_code(exc: SystemExit) -> int:
     """The exit code of an uncaught SystemExit, its message printed as Python prints it."""
     if exc.code is None:
         return 0

@@ -1,4 +1,7 @@
-"""Clear messages for two script mistakes that multiprocessing reports badly.
+"""Clear messages for script mistakes that Python or multiprocessing report badly.
+
+A script path that is no Python file (missing, a folder, binary data):
+:func:`script_problem` says so before the runner starts anything.
 
 A script named like a standard-library module (``queue.py``, ``signal.py``):
 
@@ -13,9 +16,44 @@ but the standard library, so it can run before torch.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import sys
 import sysconfig
+import zipfile
+
+#: How much of a script :func:`script_problem` reads to tell source from binary data.
+HEAD_BYTES = 1 << 16
+
+
+def script_problem(path: str) -> str | None:
+    """Why Python cannot run ``path`` as a script (missing, a folder, unreadable, binary), or None.
+
+    A zip archive and a compiled ``.pyc`` run (Python runs them too); a file with
+    a NUL byte otherwise is binary data or text saved as UTF-16, which Python
+    refuses as source.
+    """
+    if os.path.isdir(path):
+        what = "is a directory"
+    elif not os.path.exists(path):
+        what = "does not exist"
+    elif not os.path.isfile(path):
+        what = "is not a regular file"
+    else:
+        try:
+            with open(path, "rb") as f:
+                head = f.read(HEAD_BYTES)
+        except OSError as exc:
+            what = f"cannot be read ({exc.strerror or exc})"
+        else:
+            compiled = path.endswith(".pyc") or head[:2] == importlib.util.MAGIC_NUMBER[:2]
+            if b"\0" not in head or compiled or zipfile.is_zipfile(path):
+                return None
+            what = "is not a Python source file (it holds NUL bytes: binary data, or UTF-16 text)"
+    return (
+        f"the script {path!r} {what}; give the path of a Python file (relative to the current "
+        "directory or absolute)"
+    )
 
 
 def shadowing_script() -> str | None:

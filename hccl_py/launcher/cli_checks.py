@@ -1,0 +1,144 @@
+"""Checks of the command line's own inputs, made before anything runs.
+
+``python -m hccl_py run``, ``layout`` and ``bench`` check their options, and the
+environment variables that stand in for options, with these functions. Each
+raises :class:`UsageError` with one line naming the option or variable, the
+value and what it takes; :func:`report` prints that line as argparse prints
+its own errors (``python -m hccl_py run: error: ...``) and gives exit status 2.
+What the user's script raises is not checked here: it keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Collection
+
+from ..core.constants import MAX_WORLD_SIZE
+from ..core.platform import get_platform
+from .script_checks import script_problem
+
+#: What ``--help`` and the errors call the command line.
+PROG = "python -m hccl_py"
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+class UsageError(ValueError):
+    """A command-line option or environment variable that the command cannot run with."""
+
+
+def report(command: str, error: Exception) -> int:
+    """Print ``error`` as argparse prints a usage error of ``command``; return exit status 2."""
+    print(f"{PROG} {command}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def env_label(name: str) -> str:
+    """How an error names environment variable ``name``."""
+    return f"environment variable {name}"
+
+
+def in_range(
+    what: str,
+    value: int,
+    low: int,
+    high: int | None = None,
+    *,
+    why_low: str = "",
+    why_high: str = "",
+) -> int:
+    """``value`` when ``low <= value <= high``, else UsageError naming the bound it broke (and why)."""
+    if value < low:
+        raise UsageError(f"{what} must be >= {low}{why_low}, not {value}")
+    if high is not None and value > high:
+        raise UsageError(f"{what} must be <= {high}{why_high}, not {value}")
+    return value
+
+
+def checked_ranks(what: str, value: int) -> int:
+    """A number of ranks (or hosts) that one run can have: 1..MAX_WORLD_SIZE, as hp.run takes."""
+    return in_range(what, value, 1, MAX_WORLD_SIZE, why_high=" (the most ranks of one run)")
+
+
+def _given(what: str, value: object) -> str:
+    """How an error shows ``value`` given to option or variable ``what``: ``--x 1``, ``VAR='1'``."""
+    return f"{what} {value}" if what.startswith("-") else f"{what}={value!r}"
+
+
+def env_int(name: str) -> int | None:
+    """Environment variable ``name`` as an int (None when unset or empty, as hp.run reads it)."""
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"{env_label(name)} must be an integer, not {raw!r}") from None
+
+
+def checked_choice(what: str, value: str, choices: Collection[str]) -> str:
+    """``value`` when it is one of ``choices``, else UsageError listing them."""
+    if value not in choices:
+        raise UsageError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def checked_platform(what: str, name: str) -> str:
+    """The short name of platform ``name`` (as hp.run reads it, any case), else UsageError."""
+    try:
+        return get_platform(name).short
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+
+
+def checked_backend(what: str, name: str, backends: Collection[str]) -> str:
+    """``name`` when it is one of ``backends`` and can run here (hccl: torch_npu installed)."""
+    if name not in backends:
+        raise UsageError(f"{what}: unknown backend {name!r}; choose one of {sorted(backends)}")
+    if name == "hccl" and importlib.util.find_spec("torch_npu") is None:
+        raise UsageError(
+            f"{_given(what, name)} needs torch_npu (Ascend NPUs and the CANN toolkit), which is "
+            "not installed; use the gloo backend on CPUs"
+        )
+    return name
+
+
+def check_script(path: str) -> None:
+    """UsageError when ``path`` is no script that Python could run (missing, a folder, binary)."""
+    problem = script_problem(path)
+    if problem:
+        raise UsageError(problem)
+
+
+def check_output(option: str, path: str, *, drawn: bool = False) -> None:
+    """UsageError when file ``path`` (of ``option``) could not be written after the run.
+
+    The writers create missing folders and overwrite a file, so the nearest
+    folder that exists must be writable, and an existing file too; ``drawn``
+    files need matplotlib.
+    """
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path!r} is a folder; give the path of a file to write")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{option} {path!r}: the file exists and is not writable")
+    else:
+        folder = os.path.dirname(os.path.abspath(path))
+        while not os.path.lexists(folder):
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise UsageError(f"{option} {path!r}: {folder!r} is not a folder")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{option} {path!r}: the folder {folder!r} is not writable")
+    if drawn and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"{option} needs matplotlib: pip install 'hccl_py[bench]'")
+
+
+def host_memory() -> int | None:
+    """This host's physical memory in bytes (None where ``os.sysconf`` cannot tell)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

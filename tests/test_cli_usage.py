@@ -1,0 +1,291 @@
+"""Command-line mistakes end in one argparse-style line and exit status 2, before anything runs.
+
+``run``, ``layout`` and ``bench`` check their own inputs up front: numbers
+against hp.run's limits, the script path, the environment variables that stand
+in for options, output files, the emulator's refusal of the options of several
+hosts, and a benchmark too big for this host. The script's own errors are not
+theirs to check. Most cases call :func:`hccl_py.__main__.main` in this process;
+one runs the command line itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hccl_py.__main__ import build_parser, main
+from hccl_py.core.constants import MAX_BLOCK_DIM, MAX_REPEAT, MAX_WORLD_SIZE
+
+#: What the script leaves behind when it ran: none of the mistakes below may let it run.
+SCRIPT = "from pathlib import Path\nPath(__file__).with_suffix('.ran').write_text('ran')\n"
+#: The environment variables that stand in for options (unset in every test unless set there).
+ENV = (
+    "HCCL_PY_BACKEND",
+    "HCCL_PY_PLATFORM",
+    "HCCL_PY_SCHEDULE",
+    "HCCL_PY_SEED",
+    "HCCL_PY_EXPLORE",
+    "HCCL_PY_WORLD_SIZE",
+    "HCCL_PY_RUNNER_NPROC",
+    "HCCL_PY_TRACE",
+    "HCCL_PY_LAYOUT",
+    "HCCL_PY_SECRET",  # several hosts need it: without it, a runner refuses them at least
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start without the variables above; whatever a test or main sets is undone after it."""
+    saved = dict(os.environ)
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A script that marks that it ran (``job.ran``), in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "job.py"
+    path.write_text(SCRIPT)
+    return path
+
+
+def _error(capsys: pytest.CaptureFixture, command: str, argv: list[str]) -> str:
+    """``main(argv)``'s error line, after checking that it is one line of exit status 2."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    prefix = f"python -m hccl_py {command}: error: "
+    assert lines[0].startswith(prefix), err
+    return lines[0][len(prefix) :]
+
+
+GLOO = ["--backend", "gloo", "-n", "1"]
+TOO_MANY = str(MAX_WORLD_SIZE + 1)
+RUN_CASES = {
+    "explore 0": (["--explore", "0"], "--explore must be >= 1 (a number of schedules), not 0"),
+    "explore -3": (["--explore", "-3"], "--explore must be >= 1 (a number of schedules), not -3"),
+    "seed -1": (["--seed", "-1"], "--seed must be >= 0 (a schedule's number), not -1"),
+    "n 0": (["-n", "0"], "-n/--nproc must be >= 1, not 0"),
+    "n too many": (
+        ["-n", TOO_MANY],
+        f"-n/--nproc must be <= {MAX_WORLD_SIZE} (the most ranks of one run), not {TOO_MANY}",
+    ),
+    "nnodes 0": ([*GLOO, "--nnodes", "0"], "--nnodes must be >= 1, not 0"),
+    "hosts too many": (
+        ["--backend", "gloo", "-n", "40000", "--nnodes", "2", "--master-port", "29500"],
+        f"--nnodes 2 hosts of -n 40000 ranks are 80000 ranks; a run has at most {MAX_WORLD_SIZE}",
+    ),
+    "node-rank 3 of 2": (
+        [*GLOO, "--nnodes", "2", "--node-rank", "3", "--master-port", "29500"],
+        "--node-rank must be <= 1 (the hosts of --nnodes 2 are 0..1), not 3",
+    ),
+    "node-rank -1": ([*GLOO, "--node-rank", "-1"], "--node-rank must be >= 0, not -1"),
+    "port 70000": ([*GLOO, "--master-port", "70000"], "--master-port must be <= 65535, not 70000"),
+    "port -1": ([*GLOO, "--master-port", "-1"], "--master-port must be >= 0 (0: a free port)"),
+    "port 0 on 2 hosts": (
+        [*GLOO, "--nnodes", "2", "--master-port", "0"],
+        "--nnodes 2 needs --master-port P with P in 1..65535",
+    ),
+    "seed on gloo": ([*GLOO, "--seed", "0"], "--seed picks schedules of the emulator"),
+}
+
+
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_bad_numbers_are_refused_before_the_script_runs(
+    case: str, script: Path, capsys: pytest.CaptureFixture
+) -> None:
+    options, message = RUN_CASES[case]
+    assert message in _error(capsys, "run", ["run", *options, str(script)])
+    assert not script.with_suffix(".ran").exists()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--nnodes", "2"],
+        ["--node-rank", "1"],
+        ["--master-addr", "10.0.0.1"],
+        ["--master-port", "29500"],
+        ["--listen-addr", "0.0.0.0"],
+    ],
+)
+def test_the_emulator_refuses_the_options_of_several_hosts(
+    option: list[str], script: Path, capsys: pytest.CaptureFixture
+) -> None:
+    message = _error(capsys, "run", ["run", "-n", "2", *option, str(script)])
+    assert message.startswith(f"{option[0]} applies to the gloo and hccl backends only"), message
+    assert not script.with_suffix(".ran").exists()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_a_binary_script_is_named(
+    backend: str, script: Path, capsys: pytest.CaptureFixture
+) -> None:
+    script.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
+    message = _error(capsys, "run", ["run", "-n", "1", "--backend", backend, str(script)])
+    assert message.startswith(f"the script {str(script)!r} is not a Python source file"), message
+
+
+ENV_CASES = {
+    "platform": (
+        {"HCCL_PY_PLATFORM": "A9"},
+        "environment variable HCCL_PY_PLATFORM: unknown platform 'A9'; choose one of",
+    ),
+    "backend": (
+        {"HCCL_PY_BACKEND": "nosuch"},
+        "environment variable HCCL_PY_BACKEND: unknown backend 'nosuch'; choose one of",
+    ),
+    "schedule": (
+        {"HCCL_PY_SCHEDULE": "soon"},
+        "environment variable HCCL_PY_SCHEDULE must be one of eager, late, not 'soon'",
+    ),
+    "seed": ({"HCCL_PY_SEED": "-1"}, "environment variable HCCL_PY_SEED must be >= 0"),
+    "explore": (
+        {"HCCL_PY_EXPLORE": "x"},
+        "environment variable HCCL_PY_EXPLORE must be an integer, not 'x'",
+    ),
+    "seed on gloo": (
+        {"HCCL_PY_BACKEND": "gloo", "HCCL_PY_SEED": "3"},
+        "environment variable HCCL_PY_SEED picks schedules of the emulator",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", ENV_CASES)
+def test_bad_environment_variables_are_refused(
+    case: str, script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    variables, message = ENV_CASES[case]
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert message in _error(capsys, "run", ["run", "-n", "1", str(script)])
+    assert not script.with_suffix(".ran").exists()
+
+
+def test_hccl_without_torch_npu_is_refused(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch_npu", None)  # find_spec: not installed
+    message = _error(capsys, "run", ["run", "-n", "1", "--backend", "hccl", str(script)])
+    assert message.startswith("--backend hccl needs torch_npu"), message
+    message = _error(capsys, "bench", ["bench", "--backend", "hccl"])
+    assert message.startswith("--backend hccl needs torch_npu"), message
+
+
+def test_output_files_are_checked_before_the_run(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    folder = script.parent
+    argv = ["run", "-n", "1", "--trace", str(folder), str(script)]
+    assert _error(capsys, "run", argv) == (
+        f"--trace {str(folder)!r} is a folder; give the path of a file to write"
+    )
+    under_a_file = str(script / "t.json")
+    argv = ["run", "-n", "1", "--trace", under_a_file, str(script)]
+    assert (
+        _error(capsys, "run", argv) == f"--trace {under_a_file!r}: {str(script)!r} is not a folder"
+    )
+    argv = ["layout", "-n", "1", "--png", str(folder), str(script)]
+    assert _error(capsys, "layout", argv).startswith(f"--png {str(folder)!r} is a folder")
+    assert not script.with_suffix(".ran").exists()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # find_spec: not installed
+    argv = ["layout", "-n", "1", "--png", "new/p.png", str(script)]
+    assert _error(capsys, "layout", argv) == "--png needs matplotlib: pip install 'hccl_py[bench]'"
+    assert not (folder / "new").exists() and not script.with_suffix(".ran").exists()
+
+
+BENCH_CASES = {
+    "ranks": (["--nproc", "70000"], "--nproc/--ranks must be <= 65536"),
+    "block dim": (
+        ["--block-dim", str(MAX_BLOCK_DIM + 1)],
+        f"--block-dim must be <= {MAX_BLOCK_DIM}, not {MAX_BLOCK_DIM + 1}",
+    ),
+    "repeat": (["--repeat", "300"], f"--repeat must be <= {MAX_REPEAT}, not 300"),
+    "json folder": (["--json", "."], "--json '.' is a folder"),
+    "plot under a file": (["--plot", "job.py/bw.png"], "/job.py' is not a folder"),
+}
+
+
+@pytest.mark.parametrize("case", BENCH_CASES)
+def test_bench_options_are_checked_before_the_sweep(
+    case: str, script: Path, capsys: pytest.CaptureFixture
+) -> None:
+    options, message = BENCH_CASES[case]
+    assert message in _error(capsys, "bench", ["bench", "--no-progress", *options])
+
+
+def test_bench_refuses_sizes_beyond_this_hosts_memory(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr("hccl_py.bench.cli.host_memory", lambda: 8 << 30)
+    argv = ["bench", "--no-progress", "-b", "1K", "-e", "5G", "-f", "1024"]  # the last: 1G
+    assert _error(capsys, "bench", argv) == (
+        "-b/-e: the size 1073741824 bytes of allgather needs 20.0 GiB of send and receive "
+        "buffers on 4 ranks, more than this host's 8.0 GiB of memory; choose a smaller "
+        "-e/--maxbytes or fewer ranks"
+    )
+    monkeypatch.setenv("HCCL_PY_PLATFORM", "A9")
+    message = _error(capsys, "bench", ["bench", "--no-progress"])
+    assert message.startswith("environment variable HCCL_PY_PLATFORM: unknown platform 'A9'")
+
+
+def test_what_runs_today_still_passes_the_checks(script: Path, tmp_path: Path) -> None:
+    """Boundary values, the defaults and scripts Python runs (a .pyc, a zip) are not refused."""
+    from hccl_py.__main__ import _checked
+    from hccl_py.launcher.script_checks import script_problem
+
+    parse = build_parser().parse_args
+    assert _checked(parse(["run", "-n", str(MAX_WORLD_SIZE), str(script)])) == "emu"
+    os.environ["HCCL_PY_PLATFORM"] = "a3"  # hp.run takes any case
+    os.environ["HCCL_PY_SEED"] = ""  # empty: unset, as hp.run reads it
+    gloo = ["run", "--backend", "gloo", "--master-port", "0", "--nnodes", "1", str(script)]
+    assert _checked(parse(gloo)) == "gloo"
+    compiled, archive = tmp_path / "job.pyc", tmp_path / "job.pyz"
+    compiled.write_bytes(importlib.util.MAGIC_NUMBER + b"\0" * 12)
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("__main__.py", SCRIPT)
+    assert script_problem(str(compiled)) is None and script_problem(str(archive)) is None
+    assert "does not exist" in script_problem("missing.py")
+
+
+def test_the_command_line_says_it_in_one_line(script: Path) -> None:
+    """Without the check every rank process died of the unknown backend; now none starts."""
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HCCL_PY_BACKEND": "nosuch"},
+    )
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.splitlines() == [
+        "python -m hccl_py run: error: environment variable HCCL_PY_BACKEND: unknown backend "
+        "'nosuch'; choose one of ['emu', 'gloo', 'hccl']"
+    ]
+    assert not script.with_suffix(".ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "said", "status"),
+    [("'a message'", "a message\n", 1), ("3", "", 3), ("None", "", 0), ("[1, 2]", "[1, 2]\n", 1)],
+)
+def test_a_script_exit_on_the_emulator_ends_as_python_and_gloo_end_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], code: str, said: str, status: int
+) -> None:
+    """Before, sys.exit("a message") in the script exited 1 without printing the message on
+    the emulator (gloo's ranks, real scripts, print it as Python does)."""
+    script = tmp_path / "job.py"
+    script.write_text(f"import sys\nsys.exit({code})\n")
+    assert main(["run", "-n", "2", str(script)]) == status
+    assert capsys.readouterr().err == said
