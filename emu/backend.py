@@ -13,12 +13,18 @@ from typing import Any
 import torch
 
 from hccl_py.core.config import Config
-from hccl_py.core.errors import HcclError, HcclPeerError, HcclTimeoutError, WorldError
+from hccl_py.core.errors import (
+    HcclError,
+    HcclPeerError,
+    HcclRunnerStartError,
+    HcclTimeoutError,
+    WorldError,
+)
 from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.kernel.context import RankContext, set_rank_context
 from hccl_py.server.protocol import Backend
 
-from .runners import FEWER_THREADS, RunnerStartError
+from .runners import FEWER_THREADS
 from .world import EmuWorld
 
 #: Seconds the other ranks get to reach an hccl_py call (which stops them) after one rank
@@ -77,7 +83,7 @@ class EmuBackend(Backend):
         try:
             for r in range(n):
                 started.append(world.blocker.spawn(functools.partial(body, r), f"rank{r}", (r,), r))
-        except RunnerStartError as exc:
+        except HcclRunnerStartError as exc:
             _end_unrun(world, started)
             raise _start_refused(n, len(started), exc.refusal) from None
         world.blocker.begin()
@@ -133,9 +139,9 @@ def _end_unrun(world: EmuWorld, started: list[Any]) -> None:
         world.close()
 
 
-def _start_refused(n: int, started: int, refusal: str) -> RunnerStartError:
+def _start_refused(n: int, started: int, refusal: str) -> HcclRunnerStartError:
     """The error of a run whose rank runners the OS did not let start (one thread each)."""
-    error = RunnerStartError(
+    error = HcclRunnerStartError(
         f"hp.run(world_size={n}) on the emulator started {started} of its {n} rank runners, "
         f"then the OS refused to start another thread ({refusal}); the started ones were "
         f"stopped before running any code. {FEWER_THREADS}"

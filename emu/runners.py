@@ -40,7 +40,7 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from hccl_py.core.errors import HcclError
+from hccl_py.core.errors import HcclRunnerStartError
 from hccl_py.server.threads import PoolJob, ThreadPool, raise_in_thread, read_in_a_new_thread
 
 from . import autograd_state
@@ -167,13 +167,6 @@ def drop_torch_state() -> None:
     torch._C._set_torch_function_state(_FUNCTION_ON)
 
 
-class RunnerStartError(HcclError):
-    """The OS refused the thread of a thread runner: the world (or a launch) needs more threads
-    than it gives. ``refusal`` is what the thread start said."""
-
-    refusal = ""
-
-
 #: What to do when the OS has no thread left for a runner.
 FEWER_THREADS = (
     "Each rank, and each core of a launch, runs in an OS thread of its own by default: set "
@@ -182,12 +175,12 @@ FEWER_THREADS = (
 
 
 def start_thread(pool: ThreadPool, name: str, fn: Callable[..., None], *args: Any) -> PoolJob:
-    """``fn(*args)`` in a thread of ``pool`` named ``name``; a :class:`RunnerStartError` where
+    """``fn(*args)`` in a thread of ``pool`` named ``name``; a :class:`HcclRunnerStartError` where
     the OS refuses the thread."""
     try:
         return pool.start(functools.partial(fn, *args), name)
     except RuntimeError as exc:  # "can't start new thread"
-        error = RunnerStartError(
+        error = HcclRunnerStartError(
             f"the OS refused to start a thread for runner {name} ({exc}). {FEWER_THREADS}"
         )
         error.refusal = str(exc)

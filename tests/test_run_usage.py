@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from cases import RUN_TIMEOUT, init_hccl, make_tiling
-from hccl_py.backends.emu.runners import RunnerStartError
 from hccl_py.backends.emu.world import EmuWorld
 
 import hccl_py as hp
@@ -61,7 +60,7 @@ def test_a_world_the_os_has_no_threads_for_is_refused_and_leaves_nothing_behind(
     ran: list[int] = []
     before, worlds = set(threading.enumerate()), _worlds()
     _refuse_threads_after(monkeypatch, allowed)
-    with pytest.raises(RunnerStartError) as info:
+    with pytest.raises(hp.HcclRunnerStartError) as info:
         hp.run(lambda: ran.append(hp.get_rank()), world_size=6, timeout=RUN_TIMEOUT)
     assert isinstance(info.value, HcclError)
     assert str(info.value) == (
@@ -93,7 +92,7 @@ def test_a_launch_the_os_has_no_threads_for_fails_its_rank_clearly(
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
     refused = info.value.failures[0]
-    assert isinstance(refused, RunnerStartError)
+    assert isinstance(refused, hp.HcclRunnerStartError)
     assert str(refused) == (
         f"the OS refused to start a thread for runner rank0-AIV2 (can't start new thread). {ADVICE}"
     )

@@ -180,6 +180,14 @@ class HcclCoreError(HcclError):
     """A call was made from the wrong core (type or block) of a kernel."""
 
 
+class HcclRunnerStartError(HcclError):
+    """The OS refused the thread of an emulator runner: the world (or a launch) needs more
+    threads than it gives. ``refusal`` is what the thread start said."""
+
+    always_raise = True
+    refusal = ""
+
+
 class HcclPeerError(HcclError):
     """This rank was stopped because another rank failed."""
 
