@@ -9,7 +9,7 @@ No call fails and no sanitizer check fires (each task on its own is valid);
 the numbers are wrong. docs/debugging.md finds the slip with the layout
 picture and the timeline:
 
-    python -m hccl_py layout -n 4 samples/debug_stride_mistake.py --png layout.png
+    python -m hccl_py layout -n 4 --png layout.png samples/debug_stride_mistake.py
     python -m hccl_py run -n 4 --trace trace.json samples/debug_stride_mistake.py
 """
 

@@ -42,8 +42,8 @@ the kernel sets are zero; ``SyncFunc`` / ``PipeBarrier`` / ``DataCacheCleanAndIn
 program order. Not ported: the AIV data plane (``moe_distribute_dispatch_a2_layered.h``,
 ``moe_distribute_combine_a2_layered.h``, ``HcclAiRMA*``) and quantisation.
 
-Run: ``python samples/mc2_moe_distribute_a2_layered.py`` (16 emulated ranks; not on gloo or torchrun:
-the lifted platform has no name the launchers take, and 16 processes are too many here).
+Run: ``python samples/mc2_moe_distribute_a2_layered.py`` (16 emulated ranks; not on gloo or torchrun,
+where 16 processes are too many for this machine).
 """
 
 from __future__ import annotations

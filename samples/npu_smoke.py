@@ -194,7 +194,7 @@ def data_movement_cases(rank: int, n: int) -> list[tuple[str, str, str]]:
 
 def alltoallv_case(rank: int, n: int) -> tuple[str, str, str]:
     if not hp.PLATFORMS[PLATFORM].supports(OPS["AlltoAllV"]):
-        return "AlltoAllV-uneven", "SKIP", f"not on {PLATFORM}"
+        return "AlltoAllV-uneven", "SKIP", f"{PLATFORM} has no AlltoAllV"
     fp16 = T.HCCL_DATA_TYPE_FP16
     counts = np.random.default_rng(7).integers(0, 40, size=(n, n))  # counts[i][j]: i sends to j
     sends = [rank_input(r, int(counts[r].sum()), fp16) for r in range(n)]
@@ -274,7 +274,7 @@ def table(per_rank: list[list[tuple[str, str, str]]]) -> str:
     for i, name in enumerate(names):
         lines.append(f"{name:<{width}}  " + " ".join(f"{rows[i][1]:<5}" for rows in per_rank))
     skipped = {name: why for rows in per_rank for name, word, why in rows if word == "SKIP"}
-    lines += [f"{name}: SKIP where {why}" for name, why in skipped.items()]
+    lines += [f"{name}: SKIP ({why})" for name, why in skipped.items()]
     for rank, rows in enumerate(per_rank):
         lines += [f"rank {rank}: {name} FAIL {why}" for name, word, why in rows if word == "FAIL"]
     return "\n".join(lines)

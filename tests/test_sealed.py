@@ -98,6 +98,13 @@ def test_without_a_secret_plain_values_travel_as_json(no_secret: None) -> None:
     assert status == "err" and type(error).__name__ == "TypeError"
     assert "the return value of rank 3 (Tensor) cannot be sent" in str(error)
     assert "a torch.Tensor" in str(error) and "set HCCL_PY_SECRET" in str(error)
+    # hp.run's ranks return their value wrapped with its warnings: the message names the
+    # user's value, not the wrapper (it named "(RankOutcome)" until 2026-11-29)
+    wrapped = RankOutcome(torch.ones(2), [HcclWarning("group-name", "why")])
+    status, error = exchange.decode(KEY, exchange.encode_result(wrapped, 3, KEY))
+    assert status == "err" and type(error).__name__ == "TypeError"
+    assert "the return value of rank 3 (Tensor) cannot be sent" in str(error), str(error)
+    assert "a torch.Tensor" in str(error)
 
 
 def test_without_a_secret_failures_keep_type_name_message_and_traceback(no_secret: None) -> None:

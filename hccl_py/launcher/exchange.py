@@ -156,7 +156,9 @@ def _result_from_plain(data: Any) -> Any:
 def encode_result(value: Any, rank: int, key: str) -> bytes:
     """A rank's return value for store key ``key``; one that cannot travel becomes its failure.
 
-    Without a secret only plain values travel (:func:`~.sealed.to_plain`).
+    Without a secret only plain values travel (:func:`~.sealed.to_plain`). The
+    failure names the type of the function's own return value, not of the
+    :class:`RankOutcome` that carries it.
     """
     try:
         if sealed.secret() is None:
@@ -171,8 +173,9 @@ def encode_result(value: Any, rank: int, key: str) -> bytes:
             if sealed.secret() is None
             else f"{exc}; return picklable values from the function given to hp.run"
         )
+        returned = value.value if isinstance(value, RankOutcome) else value
         error = TypeError(
-            f"the return value of rank {rank} ({type(value).__name__}) cannot be sent to the "
+            f"the return value of rank {rank} ({type(returned).__name__}) cannot be sent to the "
             f"other processes: {how}"
         )
         return encode_failure(error, rank, key)
