@@ -86,11 +86,19 @@ def test_a_launch_the_os_has_no_threads_for_fails_its_rank_clearly(
     before = set(threading.enumerate())
     _refuse_threads_after(monkeypatch, 2 + 2)  # the two ranks, then two cores of rank 0
 
+    ran: list[tuple[int, int]] = []
+
+    def kernel() -> None:
+        ran.append((hp.get_rank(), hp.GetBlockIdx()))
+        hp.SyncAll()
+
     def main() -> None:
-        hp.launch(hp.SyncAll, block_dim=4)
+        hp.launch(kernel, block_dim=4)
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
+    # no core of rank 0 ran the kernel (before, cores 0 and 1 did, on a partial launch)
+    assert [core for rank, core in ran if rank == 0] == []
     refused = info.value.failures[0]
     assert isinstance(refused, hp.HcclRunnerStartError)
     assert str(refused) == (

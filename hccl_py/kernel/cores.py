@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core.config import checked_int
 from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
 from ..core.current import serial, serialized
-from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError
+from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
 from ..core.report import plain_repr
@@ -262,13 +263,7 @@ def launch(
     the world group for index 0). Returns when every core returned; re-raises a core's error."""
     if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
-    if (
-        not isinstance(block_dim, (int, np.integer))
-        or isinstance(block_dim, bool)
-        or not 1 <= block_dim <= MAX_BLOCK_DIM
-    ):
-        raise ValueError(f"block_dim must be an int in 1..{MAX_BLOCK_DIM}, not {block_dim!r}")
-    block_dim = int(block_dim)
+    block_dim = checked_int("block_dim", block_dim, 1, MAX_BLOCK_DIM)
     rank_ctx = current_rank_context()
     with serial():
         state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
@@ -315,11 +310,13 @@ def _run_cores(
     blocker = rank_ctx.blocker
     errors: list[tuple[CoreContext, BaseException]] = []
     done = [0]
+    refused: list[HcclRunnerStartError] = []  # a core got no thread: none runs the kernel
 
     def body(core: CoreContext) -> None:
         set_rank_context(rank_ctx)
         try:
-            _run_core(kernel, args, core)
+            if not refused:
+                _run_core(kernel, args, core)
         except BaseException as exc:  # noqa: BLE001 - reported to the rank thread
             exc.hccl_rank = rank_ctx.rank
             exc.hccl_traceback = traceback.format_exc()
@@ -333,15 +330,16 @@ def _run_cores(
             set_rank_context(None)
             blocker.leave()
 
-    threads = [
-        blocker.spawn(
-            functools.partial(body, c),
-            f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}",
-            (rank_ctx.rank, i),
-            rank_ctx.rank,
-        )
-        for i, c in enumerate(cores)
-    ]
+    threads = []
+    for i, c in enumerate(cores):  # on the emulator none runs before this runner blocks
+        name = f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}"
+        try:
+            threads.append(
+                blocker.spawn(functools.partial(body, c), name, (rank_ctx.rank, i), rank_ctx.rank)
+            )
+        except HcclRunnerStartError as exc:
+            refused.append(exc)
+            break
     try:
         blocker.wait_for(
             lambda: done[0] == len(threads),
@@ -355,6 +353,8 @@ def _run_cores(
         raise
     finally:
         blocker.join_spawned(threads, f"rank {rank_ctx.rank} waits for its cores to stop")
+        if refused:
+            raise refused[0]
         if errors:
             core, exc = next(
                 ((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), errors[0]
