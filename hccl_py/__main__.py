@@ -33,14 +33,13 @@ from .launcher.cli_checks import (
     MAX_PORT,
     PROG,
     UsageError,
-    check_output,
+    check_outputs,
     check_script,
     checked_backend,
-    checked_choice,
-    checked_platform,
     checked_ranks,
-    env_int,
+    emulator_only,
     env_label,
+    environment,
     in_range,
     report,
 )
@@ -56,6 +55,7 @@ from .runtime import (
     SUMMARY_ENV,
     TRACE_ENV,
     WORLD_SIZE_ENV,
+    check_environment,
 )
 
 #: What ``--help`` says, in plain words.
@@ -140,7 +140,11 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         help=f"where the ranks run (None: ${BACKEND_ENV}, else emu)",
     )
     run.add_argument(
-        "--platform", choices=list(PLATFORMS), default=None, help="the platform (None: A2)"
+        "--platform",
+        type=str.upper,  # any case, as hp.run and HCCL_PY_PLATFORM take it
+        choices=list(PLATFORMS),
+        default=None,
+        help="the platform (None: A2)",
     )
     checks = run.add_argument_group("sanitizer (for hp.run calls that do not set them)")
     checks.add_argument(
@@ -213,29 +217,29 @@ def _checked(opts: argparse.Namespace) -> str:
         _check_one_host(opts)
     else:
         _check_hosts(opts)
-    if not opts.platform and PLATFORM_ENV in os.environ:
-        checked_platform(env_label(PLATFORM_ENV), os.environ[PLATFORM_ENV])
-    if not opts.schedule and os.environ.get(SCHEDULE_ENV):
-        checked_choice(env_label(SCHEDULE_ENV), os.environ[SCHEDULE_ENV], SCHEDULES)
-    seed, seed_what = _option_or_env(opts.seed, "--seed", SEED_ENV)
-    explore, explore_what = _option_or_env(opts.explore, "--explore", EXPLORE_ENV)
-    if seed is not None:
-        in_range(seed_what, seed, 0, why_low=" (a schedule's number)")
-    if explore is not None:
-        in_range(explore_what, explore, 1, why_low=" (a number of schedules)")
-    picked = [w for w, v in ((seed_what, seed), (explore_what, explore)) if v is not None]
-    if backend != "emu" and picked:
-        raise UsageError(
-            f"{' and '.join(picked)} {'pick' if len(picked) > 1 else 'picks'} schedules of the "
-            f"emulator; the {backend} backend runs its ranks concurrently: run on the emulator "
-            "(no --backend)"
-        )
-    for option, path, drawn in (
-        ("--trace", getattr(opts, "trace", None), False),
-        ("--png", getattr(opts, "png", None), True),
+    given = {WORLD_SIZE_ENV}  # set from -n
+    for value, env in (
+        (opts.platform, PLATFORM_ENV),
+        (opts.schedule, SCHEDULE_ENV),
+        (opts.poison, POISON_ENV),
+        (getattr(opts, "summary", False), SUMMARY_ENV),
+        (opts.seed, SEED_ENV),
+        (opts.explore, EXPLORE_ENV),
     ):
-        if path:
-            check_output(option, path, drawn=drawn)
+        if value not in (None, False):
+            given.add(env)
+    environment(lambda: check_environment(given))
+    if opts.seed is not None:
+        in_range("--seed", opts.seed, 0, why_low=" (a schedule's number)")
+    if opts.explore is not None:
+        in_range("--explore", opts.explore, 1, why_low=" (a number of schedules)")
+    emulator_only(
+        backend, ("--seed", opts.seed, SEED_ENV), ("--explore", opts.explore, EXPLORE_ENV)
+    )
+    check_outputs(
+        ("--trace", getattr(opts, "trace", None), TRACE_ENV, False),
+        ("--png", getattr(opts, "png", None), LAYOUT_ENV, True),
+    )
     return backend
 
 
@@ -256,11 +260,6 @@ def _check_hosts(opts: argparse.Namespace) -> None:
             f"--nnodes {nnodes} needs --master-port P with P in 1..{MAX_PORT}: the port of node "
             "0's store, which the other hosts connect to (0 would pick one they cannot know)"
         )
-
-
-def _option_or_env(value: int | None, option: str, env: str) -> tuple[int | None, str]:
-    """An int option's value and name, else its environment variable's (hp.run's fallback)."""
-    return (value, option) if value is not None else (env_int(env), env_label(env))
 
 
 def _check_one_host(opts: argparse.Namespace) -> None:

@@ -12,16 +12,24 @@ from typing import Any
 import numpy as np
 
 from .backends import get_backend
-from .core.config import Config, checked_flag, checked_int, checked_timeout
+from .core.config import (
+    SCHEDULES,
+    TIMEOUT_ENV,
+    Config,
+    checked_flag,
+    checked_int,
+    checked_timeout,
+    default_timeout,
+)
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
-from .core.platform import get_platform
+from .core.platform import RANKS_PER_SERVER_ENV, Platform, get_platform, ranks_per_server_default
 from .core.report import KINDS, plain_repr
 from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
 from .launcher.spec import under_launcher
-from .server.windows import checked_buffsize, default_buffsize
+from .server.windows import BUFFSIZE_ENV, checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture
 from .trace.summary import format_summary
@@ -155,13 +163,7 @@ def run(
         raise TypeError(f"hp.run needs the function every rank runs, not {plain_repr(fn)}")
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of the function's arguments, not {plain_repr(args)}")
-    if world_size is None and os.environ.get(WORLD_SIZE_ENV):
-        given = _env_int(WORLD_SIZE_ENV)
-        try:
-            world_size = _checked_world_size(given)
-        except ValueError as exc:
-            raise ValueError(f"{WORLD_SIZE_ENV}: {exc}") from None
-    world_size = _checked_world_size(world_size)
+    world_size = _env_world_size() if world_size is None else _checked_world_size(world_size)
     asked = os.environ.get(RUNNER_NPROC_ENV)
     if asked and world_size is not None and int(world_size) != int(asked):
         raise ValueError(
@@ -172,17 +174,17 @@ def run(
     summary = checked_flag("summary", _env_flag(SUMMARY_ENV) if summary is None else summary)
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
-    seed = _env_int(SEED_ENV) if seed is None else seed
-    explore = _env_int(EXPLORE_ENV) if explore is None else explore
+    seed = _env_count(SEED_ENV, 0) if seed is None else seed
+    explore = _env_count(EXPLORE_ENV, 1) if explore is None else explore
     if explore is not None:
         explore = checked_int("explore", explore, 1, expected="a positive number of schedules")
     if explore and poison is None:
         poison = True
     config = Config(
-        platform=get_platform(platform or os.environ.get(PLATFORM_ENV, "A2")),
+        platform=get_platform(platform) if platform else _env_platform(),
         strict=strict,
         timeout=checked_timeout(timeout),
-        schedule=schedule or os.environ.get(SCHEDULE_ENV) or "eager",
+        schedule=schedule or _env_schedule(),
         poison=_env_flag(POISON_ENV) if poison is None else poison,
         overlap=overlap,
         warnings_as_errors=_warning_kinds(warnings_as_errors),
@@ -234,6 +236,60 @@ def _env_int(name: str) -> int | None:
         return int(value)
     except ValueError:
         raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+
+def _env_world_size() -> int | None:
+    """The world size ``HCCL_PY_WORLD_SIZE`` says (None when unset or empty)."""
+    try:
+        return _checked_world_size(_env_int(WORLD_SIZE_ENV))
+    except ValueError as exc:
+        raise ValueError(f"{WORLD_SIZE_ENV}: {exc}") from None
+
+
+def _env_count(name: str, least: int) -> int | None:
+    """An int of at least ``least`` from environment variable ``name`` (None when unset)."""
+    value = _env_int(name)
+    return None if value is None else checked_int(name, value, least)
+
+
+def _env_platform() -> Platform:
+    """The platform ``HCCL_PY_PLATFORM`` names (A2 when unset or empty)."""
+    try:
+        return get_platform(os.environ.get(PLATFORM_ENV) or "A2")
+    except ValueError as exc:
+        raise ValueError(f"{PLATFORM_ENV}: {exc}") from None
+
+
+def _env_schedule() -> str:
+    """The schedule ``HCCL_PY_SCHEDULE`` names ("eager" when unset or empty)."""
+    value = os.environ.get(SCHEDULE_ENV) or "eager"
+    if value not in SCHEDULES:
+        raise ValueError(f"{SCHEDULE_ENV} must be one of {', '.join(SCHEDULES)}, not {value!r}")
+    return value
+
+
+#: hp.run's settings read from the environment, each by the reader hp.run uses.
+_ENV_READERS: dict[str, Callable[[], object]] = {
+    WORLD_SIZE_ENV: _env_world_size,
+    PLATFORM_ENV: _env_platform,
+    SCHEDULE_ENV: _env_schedule,
+    POISON_ENV: lambda: _env_flag(POISON_ENV),
+    SUMMARY_ENV: lambda: _env_flag(SUMMARY_ENV),
+    SEED_ENV: lambda: _env_count(SEED_ENV, 0),
+    EXPLORE_ENV: lambda: _env_count(EXPLORE_ENV, 1),
+    TIMEOUT_ENV: default_timeout,
+    BUFFSIZE_ENV: default_buffsize,
+    RANKS_PER_SERVER_ENV: ranks_per_server_default,
+}
+
+
+def check_environment(skip: Collection[str] = ()) -> None:
+    """Read every setting of hp.run's environment as hp.run reads it, but those in ``skip``
+    (set by the caller): a ValueError naming the first variable whose value it would refuse.
+    The command line calls it before anything runs."""
+    for name, read in _ENV_READERS.items():
+        if name not in skip:
+            read()
 
 
 #: What a flag's environment variable may say (any case): on, or off (also when unset or empty).

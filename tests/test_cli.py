@@ -139,7 +139,8 @@ def test_run_n_runs_n_ranks_or_says_why_not(tmp_path, kwargs: str, nproc: int, o
 
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
 @pytest.mark.parametrize(
-    ("name", "what"), [("nonexist.py", "does not exist"), (".", "is a directory")]
+    ("name", "what"),
+    [("nonexist.py", "does not exist"), (".", "is a directory without __main__.py")],
 )
 def test_run_of_a_missing_script_says_what_to_change(
     tmp_path, monkeypatch, capsys, backend: str, name: str, what: str

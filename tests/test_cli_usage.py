@@ -35,6 +35,11 @@ ENV = (
     "HCCL_PY_RUNNER_NPROC",
     "HCCL_PY_TRACE",
     "HCCL_PY_LAYOUT",
+    "HCCL_PY_POISON",
+    "HCCL_PY_SUMMARY",
+    "HCCL_PY_TIMEOUT",
+    "HCCL_PY_RANKS_PER_SERVER",
+    "HCCL_BUFFSIZE",
     "HCCL_PY_SECRET",  # several hosts need it: without it, a runner refuses them at least
 )
 
@@ -150,11 +155,27 @@ ENV_CASES = {
         {"HCCL_PY_SCHEDULE": "soon"},
         "environment variable HCCL_PY_SCHEDULE must be one of eager, late, not 'soon'",
     ),
-    "seed": ({"HCCL_PY_SEED": "-1"}, "environment variable HCCL_PY_SEED must be >= 0"),
+    "seed": (
+        {"HCCL_PY_SEED": "-1"},
+        "environment variable HCCL_PY_SEED must be a non-negative int",
+    ),
     "explore": (
         {"HCCL_PY_EXPLORE": "x"},
         "environment variable HCCL_PY_EXPLORE must be an integer, not 'x'",
     ),
+    "poison": (
+        {"HCCL_PY_POISON": "y"},
+        "environment variable HCCL_PY_POISON must be 1 or 0 (or true/false, yes/no, on/off), "
+        "not 'y'",
+    ),
+    "summary": ({"HCCL_PY_SUMMARY": "nope"}, "environment variable HCCL_PY_SUMMARY must be 1"),
+    "timeout": ({"HCCL_PY_TIMEOUT": "abc"}, "environment variable HCCL_PY_TIMEOUT must be a"),
+    "ranks per server": (
+        {"HCCL_PY_RANKS_PER_SERVER": "0"},
+        "environment variable HCCL_PY_RANKS_PER_SERVER must be a positive int, not '0'",
+    ),
+    "buffsize": ({"HCCL_BUFFSIZE": "lots"}, "environment variable HCCL_BUFFSIZE"),
+    "trace folder": ({"HCCL_PY_TRACE": "."}, "environment variable HCCL_PY_TRACE '.' is a folder"),
     "seed on gloo": (
         {"HCCL_PY_BACKEND": "gloo", "HCCL_PY_SEED": "3"},
         "environment variable HCCL_PY_SEED picks schedules of the emulator",
@@ -232,7 +253,7 @@ def test_bench_refuses_sizes_beyond_this_hosts_memory(
     argv = ["bench", "--no-progress", "-b", "1K", "-e", "5G", "-f", "1024"]  # the last: 1G
     assert _error(capsys, "bench", argv) == (
         "-b/-e: the size 1073741824 bytes of allgather needs 20.0 GiB of send and receive "
-        "buffers on 4 ranks, more than this host's 8.0 GiB of memory; choose a smaller "
+        "buffers on this host's 4 ranks, more than its 8.0 GiB of memory; choose a smaller "
         "-e/--maxbytes or fewer ranks"
     )
     monkeypatch.setenv("HCCL_PY_PLATFORM", "A9")
@@ -289,3 +310,85 @@ def test_a_script_exit_on_the_emulator_ends_as_python_and_gloo_end_it(
     script.write_text(f"import sys\nsys.exit({code})\n")
     assert main(["run", "-n", "2", str(script)]) == status
     assert capsys.readouterr().err == said
+
+
+def test_a_folder_with_a_main_module_runs_as_python_runs_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python and runpy run a folder holding __main__.py; the script check refused it."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "__main__.py").write_text(
+        "import hccl_py as hp\nif __name__ == '__main__':\n    print(list(hp.run(hp.get_rank)))\n"
+    )
+    assert main(["run", "-n", "3", str(folder)]) == 0
+    assert capsys.readouterr().out == "[0, 1, 2]\n"
+    assert main(["run", "-n", "3", str(tmp_path)]) == 2
+    assert "is a directory without __main__.py" in capsys.readouterr().err
+
+
+def test_an_option_given_makes_its_variable_unread(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The options overwrite their variables (--poison sets HCCL_PY_POISON=1): a bad value
+    under a given option is not read, as hp.run reads no variable whose argument it is given."""
+    monkeypatch.setenv("HCCL_PY_POISON", "y")
+    monkeypatch.setenv("HCCL_PY_PLATFORM", "A9")
+    monkeypatch.setenv("HCCL_PY_SEED", "-1")
+    argv = ["run", "-n", "1", "--poison", "--platform", "a3", "--seed", "2", str(script)]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert script.with_suffix(".ran").exists()
+
+
+BENCH_ENV_CASES = {
+    "seed": ({"HCCL_PY_SEED": "x"}, "environment variable HCCL_PY_SEED must be an integer"),
+    "explore": (
+        {"HCCL_PY_EXPLORE": "0"},
+        "environment variable HCCL_PY_EXPLORE must be a positive int, not 0",
+    ),
+    "summary": ({"HCCL_PY_SUMMARY": "nope"}, "environment variable HCCL_PY_SUMMARY must be 1"),
+    "seed on gloo": (
+        {"HCCL_PY_SEED": "3", "BACKEND": "gloo"},
+        "environment variable HCCL_PY_SEED picks schedules of the emulator",
+    ),
+    "trace folder": ({"HCCL_PY_TRACE": "."}, "environment variable HCCL_PY_TRACE '.' is a folder"),
+}
+
+
+@pytest.mark.parametrize("case", BENCH_ENV_CASES)
+def test_bench_reads_the_environment_before_the_sweep(
+    case: str, script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Before, these came out of hp.run as tracebacks, once per sweep or rank."""
+    variables, message = BENCH_ENV_CASES[case]
+    backend = variables.pop("BACKEND", "emu")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    argv = ["bench", "--no-progress", "--backend", backend]
+    assert message in _error(capsys, "bench", argv)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "here"),
+    [({}, 16), ({"LOCAL_WORLD_SIZE": "1"}, 1), ({"LOCAL_WORLD_SIZE": ""}, None)],
+)
+def test_bench_counts_the_memory_of_this_hosts_ranks(
+    monkeypatch: pytest.MonkeyPatch, launcher: dict[str, str], here: int | None
+) -> None:
+    """Under a launcher the other hosts' ranks are not here (16 one-rank hosts fit where 16
+    ranks on one host do not); a launcher that does not say how many are here is not judged."""
+    from hccl_py.bench import cli as bench_cli
+
+    if launcher:
+        for name, value in {"RANK": "0", "WORLD_SIZE": "16", "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": "1", **launcher}.items():  # fmt: skip
+            monkeypatch.setenv(name, value)
+    assert bench_cli._ranks_here(16) == here
+    monkeypatch.setattr(bench_cli, "host_memory", lambda: 8 << 30)
+    opts = build_parser().parse_args(["bench", "-b", "256M", "-e", "256M", "--nproc", "16"])
+    (sweep,) = [bench_cli._options(opts, op) for op in bench_cli._ops(opts.op)]
+    if here == 16:
+        with pytest.raises(ValueError, match="on this host's 16 ranks"):
+            bench_cli._check_memory(sweep, 16)
+    else:
+        bench_cli._check_memory(sweep, 16)

@@ -590,15 +590,17 @@ def test_sigterm_stops_every_rank_and_says_so(job: Path) -> None:
 
 
 def test_runner_summary_quotes_a_silent_rank_error(job: Path) -> None:
-    """Every rank fails before joining (a bad HCCL_BUFFSIZE): the summary says why, not just "code 1"."""
+    """Every rank fails before joining (a bad HCCL_PY_REDUCE, a setting of the gloo backend that
+    the runner does not read): the summary says why, not just "code 1"."""
     out = launch(
         [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(job), "ok"],
-        HCCL_BUFFSIZE="lots",
+        HCCL_PY_REDUCE="lots",
     )
     assert out.returncode != 0
     summary = "\n".join(line for line in out.stderr.splitlines() if line.startswith("hccl_py: "))
     assert "first failure: rank" in summary, out.stderr
-    assert "HCCL_BUFFSIZE must be a whole number of MB" in summary.split("first failure:")[1]
-    assert "exit codes: rank 0 exited with code 1 (its last output: ValueError: HCCL_BUFFSIZE" in (
-        summary
+    assert "HCCL_PY_REDUCE must be 'exact' or 'native'" in summary.split("first failure:")[1]
+    assert (
+        "exit codes: rank 0 exited with code 1 (its last output: [rank0]: ValueError: HCCL_PY_REDUCE"
+        in (summary)
     )

@@ -19,16 +19,29 @@ from ..core.constants import MAX_BLOCK_DIM, MAX_REPEAT
 from ..core.platform import PLATFORMS
 from ..launcher.cli_checks import (
     UsageError,
-    check_output,
+    check_outputs,
     checked_backend,
     checked_platform,
     checked_ranks,
+    emulator_only,
     env_label,
+    environment,
     host_memory,
     in_range,
     report,
 )
-from ..runtime import PLATFORM_ENV
+from ..launcher.spec import under_launcher
+from ..runtime import (
+    EXPLORE_ENV,
+    LAYOUT_ENV,
+    PLATFORM_ENV,
+    POISON_ENV,
+    SCHEDULE_ENV,
+    SEED_ENV,
+    TRACE_ENV,
+    WORLD_SIZE_ENV,
+    check_environment,
+)
 from .ops import BENCH_OPS, plan
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
 from .sweep import Options, merge, rank_sweep
@@ -97,6 +110,7 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     )
     p.add_argument(
         "--platform",
+        type=str.upper,  # any case, as hp.run and HCCL_PY_PLATFORM take it
         choices=list(PLATFORMS),
         default=None,
         help=f"the platform (None: ${PLATFORM_ENV}, else {DEFAULT_PLATFORM} as in run; "
@@ -218,18 +232,30 @@ def _largest(sweep: Options) -> int:
     return size
 
 
+def _ranks_here(ranks: int) -> int | None:
+    """How many of the ``ranks`` run on this host: all, unless a launcher started this process
+    (then its LOCAL_WORLD_SIZE; None where it does not say)."""
+    if not under_launcher():
+        return ranks
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    return int(local) if local.isdigit() and int(local) > 0 else None
+
+
 def _check_memory(sweep: Options, ranks: int) -> None:
-    """Refuse a sweep whose send and receive buffers alone outgrow this host's memory."""
-    memory, size = host_memory(), _largest(sweep)
+    """Refuse a sweep whose send and receive buffers on this host's ranks alone outgrow its
+    memory."""
+    memory, size, here = host_memory(), _largest(sweep), _ranks_here(ranks)
+    if memory is None or here is None:
+        return
     kind = TYPES[sweep.dtype]
     # AlltoAllV's buffers are AlltoAll's; its plan also builds a ranks x ranks count matrix
     op = "alltoall" if sweep.op == "alltoallv" else sweep.op
     p = plan(BENCH_OPS[op], ranks, size, kind.size, sweep.repeat)
-    need = ranks * (p.send + p.recv) * kind.size
-    if memory is not None and need > memory:
+    need = here * (p.send + p.recv) * kind.size
+    if need > memory:
         raise UsageError(
             f"-b/-e: the size {size} bytes of {sweep.op} needs {need / 2**30:.1f} GiB of send "
-            f"and receive buffers on {ranks} ranks, more than this host's "
+            f"and receive buffers on this host's {here} ranks, more than its "
             f"{memory / 2**30:.1f} GiB of memory; choose a smaller -e/--maxbytes or fewer ranks"
         )
 
@@ -237,6 +263,9 @@ def _check_memory(sweep: Options, ranks: int) -> None:
 def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     """The sweeps and the chosen platform, or UsageError/ValueError before anything runs."""
     checked_backend("--backend", opts.backend, BACKENDS)
+    # hp.run is given the ranks, the schedule and poison; the platform is read below
+    environment(lambda: check_environment({WORLD_SIZE_ENV, SCHEDULE_ENV, POISON_ENV, PLATFORM_ENV}))
+    emulator_only(opts.backend, ("", None, SEED_ENV), ("", None, EXPLORE_ENV))
     if opts.backend != "hccl":  # hccl: the launcher's world
         checked_ranks("--nproc/--ranks", opts.ranks)
     in_range("--block-dim", opts.block_dim, 1, MAX_BLOCK_DIM)
@@ -251,9 +280,12 @@ def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
             raise UsageError(problem)
         if opts.backend != "hccl":  # hccl: buffers in NPU memory, which os.sysconf does not see
             _check_memory(sweep, opts.ranks)
-    for option, path, drawn in (("--json", opts.json, False), ("--plot", opts.plot, True)):
-        if path:
-            check_output(option, path, drawn=drawn)
+    check_outputs(
+        ("--json", opts.json, None, False),
+        ("--plot", opts.plot, None, True),
+        ("", None, TRACE_ENV, False),
+        ("", None, LAYOUT_ENV, True),
+    )
     return sweeps, chosen
 
 

@@ -97,7 +97,7 @@ RANKS_PER_SERVER_ENV = "HCCL_PY_RANKS_PER_SERVER"
 
 def ranks_per_server_default() -> int:
     """``HCCL_PY_RANKS_PER_SERVER`` from the environment, or 8."""
-    raw = os.environ.get(RANKS_PER_SERVER_ENV, "8")
+    raw = os.environ.get(RANKS_PER_SERVER_ENV) or "8"  # empty: unset, as every variable
     try:
         value = int(raw)
     except ValueError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from ..core.constants import MAX_WORLD_SIZE
 from ..core.platform import get_platform
@@ -105,6 +105,33 @@ def checked_backend(what: str, name: str, backends: Collection[str]) -> str:
     return name
 
 
+def environment(read: Callable[[], object]) -> None:
+    """``read()``, hp.run's reading of its environment, whose errors each start with the
+    variable's name: a ValueError as a UsageError that says it is an environment variable."""
+    try:
+        read()
+    except ValueError as exc:
+        raise UsageError(f"{env_label('')}{exc}") from None
+
+
+def emulator_only(backend: str, *settings: tuple[str, object, str]) -> None:
+    """UsageError when a setting that picks the emulator's schedules is given with another
+    backend: each setting is (option, its value or None, the variable that stands in for it)."""
+    if backend == "emu":
+        return
+    picked = [
+        option if value is not None else env_label(env)
+        for option, value, env in settings
+        if value is not None or os.environ.get(env)
+    ]
+    if picked:
+        raise UsageError(
+            f"{' and '.join(picked)} {'pick' if len(picked) > 1 else 'picks'} schedules of the "
+            f"emulator; the {backend} backend runs its ranks concurrently: run on the emulator "
+            "(no --backend)"
+        )
+
+
 def check_script(path: str) -> None:
     """UsageError when ``path`` is no script that Python could run (missing, a folder, binary)."""
     problem = script_problem(path)
@@ -134,6 +161,17 @@ def check_output(option: str, path: str, *, drawn: bool = False) -> None:
             raise UsageError(f"{option} {path!r}: the folder {folder!r} is not writable")
     if drawn and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{option} needs matplotlib: pip install 'hccl_py[bench]'")
+
+
+def check_outputs(*outputs: tuple[str, str | None, str | None, bool]) -> None:
+    """:func:`check_output` of each (option, its path or None, the variable that stands in for
+    it or None, drawn); a path of "-" is no file (the layout picture as text only)."""
+    for option, path, env, drawn in outputs:
+        path, what = (
+            (path, option) if path or env is None else (os.environ.get(env), env_label(env))
+        )
+        if path and path != "-":
+            check_output(what, path, drawn=drawn)
 
 
 def host_memory() -> int | None:

@@ -29,12 +29,14 @@ HEAD_BYTES = 1 << 16
 def script_problem(path: str) -> str | None:
     """Why Python cannot run ``path`` as a script (missing, a folder, unreadable, binary), or None.
 
-    A zip archive and a compiled ``.pyc`` run (Python runs them too); a file with
-    a NUL byte otherwise is binary data or text saved as UTF-16, which Python
-    refuses as source.
+    A zip archive, a compiled ``.pyc`` and a folder holding ``__main__.py`` run
+    (Python runs them too); a file with a NUL byte otherwise is binary data or
+    text saved as UTF-16, which Python refuses as source.
     """
     if os.path.isdir(path):
-        what = "is a directory"
+        if os.path.isfile(os.path.join(path, "__main__.py")):
+            return None
+        what = "is a directory without __main__.py"
     elif not os.path.exists(path):
         what = "does not exist"
     elif not os.path.isfile(path):
