@@ -20,6 +20,7 @@ from .core.config import (
     checked_int,
     checked_timeout,
     default_timeout,
+    env_flag,
 )
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
@@ -29,6 +30,7 @@ from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
 from .launcher.spec import under_launcher
+from .server.same_cpu import SAME_CPU_ENV
 from .server.windows import BUFFSIZE_ENV, checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture
@@ -171,7 +173,7 @@ def run(
             f"hp.run(..., world_size={world_size}): drop world_size= from hp.run to let -n "
             f"choose, or run with -n {world_size}"
         )
-    summary = checked_flag("summary", _env_flag(SUMMARY_ENV) if summary is None else summary)
+    summary = checked_flag("summary", env_flag(SUMMARY_ENV) if summary is None else summary)
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
     seed = _env_count(SEED_ENV, 0) if seed is None else seed
@@ -185,7 +187,7 @@ def run(
         strict=strict,
         timeout=checked_timeout(timeout),
         schedule=schedule or _env_schedule(),
-        poison=_env_flag(POISON_ENV) if poison is None else poison,
+        poison=env_flag(POISON_ENV) if poison is None else poison,
         overlap=overlap,
         warnings_as_errors=_warning_kinds(warnings_as_errors),
         record=checked_flag("record", record) or bool(trace or summary or picture),
@@ -268,18 +270,27 @@ def _env_schedule() -> str:
     return value
 
 
+def _gloo_settings() -> object:
+    """The gloo and HCCL backends' settings, as their ranks read them."""
+    from .backends.dist.settings import Settings
+
+    return Settings.read(check_tasks=True, exact=True)
+
+
 #: hp.run's settings read from the environment, each by the reader hp.run uses.
 _ENV_READERS: dict[str, Callable[[], object]] = {
     WORLD_SIZE_ENV: _env_world_size,
     PLATFORM_ENV: _env_platform,
     SCHEDULE_ENV: _env_schedule,
-    POISON_ENV: lambda: _env_flag(POISON_ENV),
-    SUMMARY_ENV: lambda: _env_flag(SUMMARY_ENV),
+    POISON_ENV: lambda: env_flag(POISON_ENV),
+    SUMMARY_ENV: lambda: env_flag(SUMMARY_ENV),
     SEED_ENV: lambda: _env_count(SEED_ENV, 0),
     EXPLORE_ENV: lambda: _env_count(EXPLORE_ENV, 1),
     TIMEOUT_ENV: default_timeout,
     BUFFSIZE_ENV: default_buffsize,
     RANKS_PER_SERVER_ENV: ranks_per_server_default,
+    SAME_CPU_ENV: lambda: env_flag(SAME_CPU_ENV, True),
+    "HCCL_PY_REDUCE, HCCL_PY_CHECK_TASKS, HCCL_PY_CARRY_FIRST_ROUND": _gloo_settings,
 }
 
 
@@ -290,22 +301,6 @@ def check_environment(skip: Collection[str] = ()) -> None:
     for name, read in _ENV_READERS.items():
         if name not in skip:
             read()
-
-
-#: What a flag's environment variable may say (any case): on, or off (also when unset or empty).
-_ENV_ON = ("1", "true", "yes", "on")
-_ENV_OFF = ("0", "false", "no", "off", "")
-
-
-def _env_flag(name: str) -> bool:
-    """A flag from environment variable ``name`` (False when unset); a ValueError naming the
-    variable for a value that is neither on nor off (``HCCL_PY_POISON=nope``)."""
-    value = os.environ.get(name, "").strip().lower()
-    if value not in _ENV_ON + _ENV_OFF:
-        raise ValueError(
-            f"{name} must be 1 or 0 (or true/false, yes/no, on/off), not {os.environ[name]!r}"
-        )
-    return value in _ENV_ON
 
 
 def _lead() -> bool:

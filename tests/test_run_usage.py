@@ -234,3 +234,21 @@ def test_long_lists_in_framework_messages_show_strings_quoted() -> None:
     ones = ", ".join(["'1'"] * 8)
     assert listed(["1"] * 20) == f"[{ones}, ..., {ones}] (20 entries)"
     assert listed(list(range(20))).startswith("[0, 1, 2, 3, 4, 5, 6, 7, ..., 12, ")
+
+
+@pytest.mark.parametrize(
+    ("value", "on"), [("off", False), ("FALSE", False), ("On", True), ("", True)]
+)
+def test_the_gloo_settings_read_their_flags_as_every_flag_is_read(
+    monkeypatch: pytest.MonkeyPatch, value: str, on: bool
+) -> None:
+    """Before, anything but 0/false/False/no was on: HCCL_PY_CHECK_TASKS=off turned the check on."""
+    from hccl_py.backends.dist.settings import CARRY_ENV, CHECK_ENV, Settings
+
+    monkeypatch.setenv(CHECK_ENV, value)
+    monkeypatch.setenv(CARRY_ENV, value)
+    settings = Settings.read(check_tasks=True, exact=True)
+    assert (settings.check_tasks, settings.carry) == (on, on)
+    monkeypatch.setenv(CHECK_ENV, "sometimes")
+    with pytest.raises(ValueError, match="HCCL_PY_CHECK_TASKS must be 1 or 0 .* not 'sometimes'"):
+        Settings.read(check_tasks=True, exact=True)

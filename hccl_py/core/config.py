@@ -44,6 +44,24 @@ def default_timeout() -> float:
     return min(seconds, NO_LIMIT_S)
 
 
+#: What a flag's environment variable may say (any case): on, or off.
+_ENV_ON = ("1", "true", "yes", "on")
+_ENV_OFF = ("0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """A flag from environment variable ``name`` (``default`` when unset or empty); a
+    ValueError naming the variable for a value that is neither on nor off (``nope``)."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value not in _ENV_ON + _ENV_OFF:
+        raise ValueError(
+            f"{name} must be 1 or 0 (or true/false, yes/no, on/off), not {os.environ[name]!r}"
+        )
+    return value in _ENV_ON
+
+
 def checked_flag(name: str, value: object) -> bool:
     """A flag argument: a bool (or numpy bool) as a bool; a TypeError naming ``name`` and the
     value for anything else (``poison="no"`` is not taken for true)."""

@@ -25,6 +25,8 @@ import functools
 import os
 from collections.abc import Callable
 
+from ..core.config import env_flag
+
 #: Environment variable: ``0`` turns :class:`SameCpu` off (to compare, or where pinning is unwelcome).
 SAME_CPU_ENV = "HCCL_PY_SAME_CPU"
 
@@ -47,7 +49,7 @@ class SameCpu:
     """
 
     def __init__(self) -> None:
-        self._getcpu = _getcpu() if os.environ.get(SAME_CPU_ENV, "").strip() != "0" else None
+        self._getcpu = _getcpu() if env_flag(SAME_CPU_ENV, True) else None
         self.on = self._getcpu is not None and len(os.sched_getaffinity(0)) > 1
         #: Threads pinned (for tests: the hand-offs it kept on one CPU).
         self.pins = 0

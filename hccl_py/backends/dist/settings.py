@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from ...core.config import env_flag
 from ...core.errors import HcclMismatchError, HcclUsageError
 from ...launcher import store as kv
 
@@ -30,11 +31,6 @@ CARRY_ENV = "HCCL_PY_CARRY_FIRST_ROUND"
 REDUCE_ENV = "HCCL_PY_REDUCE"
 #: Rank 0's settings, in the run's store.
 KEY = "settings"
-
-
-def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name, "")
-    return default if value == "" else value not in ("0", "false", "False", "no")
 
 
 @dataclass(frozen=True)
@@ -52,7 +48,7 @@ class Settings:
         reduce = os.environ.get(REDUCE_ENV, "exact" if exact else "native")
         if reduce not in ("exact", "native"):
             raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {reduce!r}")
-        return cls(_flag(CHECK_ENV, check_tasks), _flag(CARRY_ENV, True), reduce == "exact")
+        return cls(env_flag(CHECK_ENV, check_tasks), env_flag(CARRY_ENV, True), reduce == "exact")
 
     def by_name(self) -> dict[str, str]:
         """The settings by variable name, as the environment spells them."""
