@@ -426,3 +426,16 @@ def test_an_extra_commit_says_what_each_client_does_with_it(
     kinds = {w.kind for ws in out.warnings.values() for w in ws}
     assert kinds == {"extra-commit"}
     assert all(says in str(w) for ws in out.warnings.values() for w in ws)
+
+
+def test_template_arguments_take_numpy_bools_and_integers() -> None:
+    """Before, SyncAll[np.False_] (a flag computed with numpy) was refused as not a flag."""
+    passed: list[int] = []
+
+    def kernel() -> None:
+        hp.SyncAll[np.False_]()
+        hp.SyncAll[np.int64(1)]()
+        passed.append(hp.GetBlockIdx())
+
+    hp.run(lambda: hp.launch(kernel, block_dim=2), world_size=1, timeout=RUN_TIMEOUT)
+    assert sorted(passed) == [0, 1]

@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .errors import HcclUsageError
 
 
@@ -53,7 +55,7 @@ class TemplateFunction:
         return self._checked(args, kwargs)
 
     def __getitem__(self, flag: bool) -> Callable[..., Any]:
-        if not isinstance(flag, (bool, int)):
+        if not isinstance(flag, (bool, int, np.bool_, np.integer)):  # numpy's too, as C++'s
             raise HcclUsageError(
                 f"{self._func.__name__}[...] takes a bool template argument, not {flag!r}"
             )
