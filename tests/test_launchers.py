@@ -589,18 +589,21 @@ def test_sigterm_stops_every_rank_and_says_so(job: Path) -> None:
     assert stopped and all(f"rank {r} (pid " in stopped[1] for r in (0, 1)), out
 
 
-def test_runner_summary_quotes_a_silent_rank_error(job: Path) -> None:
-    """Every rank fails before joining (a bad HCCL_PY_REDUCE, a setting of the gloo backend that
-    the runner does not read): the summary says why, not just "code 1"."""
+def test_runner_summary_quotes_a_silent_rank_error(tmp_path: Path) -> None:
+    """Every rank fails before joining (its script raises before hp.run): the summary says
+    why, not just "code 1"."""
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import os\nraise ValueError(f\"rank {os.environ['RANK']} gives up early\")\n"
+    )
     out = launch(
-        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(job), "ok"],
-        HCCL_PY_REDUCE="lots",
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)]
     )
     assert out.returncode != 0
     summary = "\n".join(line for line in out.stderr.splitlines() if line.startswith("hccl_py: "))
     assert "first failure: rank" in summary, out.stderr
-    assert "HCCL_PY_REDUCE must be 'exact' or 'native'" in summary.split("first failure:")[1]
+    assert "gives up early" in summary.split("first failure:")[1]
     assert (
-        "exit codes: rank 0 exited with code 1 (its last output: [rank0]: ValueError: HCCL_PY_REDUCE"
+        "exit codes: rank 0 exited with code 1 (its last output: ValueError: rank 0 gives up"
         in (summary)
     )

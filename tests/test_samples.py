@@ -257,16 +257,27 @@ def _run_batch(
 
     Each run's result reads like its own process: the lines its sample printed,
     its exit code (the highest any rank reported; 1 if none did), and the
-    batch's unprefixed output (launcher messages) as its stderr.
+    batch's unprefixed output (launcher messages) as its stderr. When the batch
+    itself fails (a rank died or was stopped, a launcher error), a sample that
+    every process of the batch had finished keeps its own exit code; the others
+    (the one the batch failed in, those it never reached) get the batch's, so
+    that one failure reads as one, not as every run of the batch; a batch that
+    failed after its last sample fails every run.
     """
     run_ids, paths = list(runs), list(runs.values())
     command = [sys.executable, *args, "tests/sample_batch.py", *paths]
-    proc = subprocess.run(
-        command, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
-    )
+    try:
+        proc = subprocess.run(
+            command, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
+        )
+    except subprocess.TimeoutExpired as exc:  # killed: its output so far says where it stopped
+        out, err = (_text(part) for part in (exc.stdout, exc.stderr))
+        said = f"(the batch was killed after {RUN_TIMEOUT} s)"
+        proc = subprocess.CompletedProcess(command, -9, out, f"{err}\n{said}")
     names = {os.path.basename(p) for p in paths}
     lines: dict[str, list[str]] = {name: [] for name in names}
     codes: dict[str, int] = {}
+    ends: dict[str, int] = {}  # how many of the batch's processes printed the sample's exit
     rest = []
     for line in (proc.stdout + proc.stderr).splitlines():
         name, sep, text = RUNNER_PREFIX.sub("", line).partition(sample_batch.SEPARATOR)
@@ -274,16 +285,42 @@ def _run_batch(
             rest.append(line)
         elif text.startswith("exit ") and text[5:].isdigit():
             codes[name] = max(codes.get(name, 0), int(text[5:]))
+            ends[name] = ends.get(name, 0) + 1
         else:
             lines[name].append(text)
+    every = _processes(args)
+    finished = {name for name in names if ends.get(name, 0) == every}
+    if proc.returncode != 0 and finished == names:  # it failed after its last sample
+        finished = set()
     results = {}
     for run_id, path in zip(run_ids, paths, strict=True):
         name = os.path.basename(path)
-        code = codes.get(name, 1) if proc.returncode == 0 else proc.returncode
+        if proc.returncode == 0:
+            code, why = codes.get(name, 1), []
+        elif name in finished:
+            code, why = codes[name], []
+        else:
+            code = proc.returncode
+            why = [f"(the batch exited with code {code} before every process finished {name})"]
         results[run_id] = subprocess.CompletedProcess(
-            command, code, "\n".join(lines[name]), "\n".join(rest)
+            command, code, "\n".join(lines[name]), "\n".join([*rest, *why])
         )
     return results
+
+
+def _text(output: bytes | str | None) -> str:
+    """Output a TimeoutExpired kept (bytes even under ``text=True``) as text."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def _processes(args: tuple[str, ...]) -> int:
+    """How many processes of a batch started with ``args`` run each of its samples: one per
+    rank under a launcher of rank processes (``hccl_py run --backend gloo``, torchrun), else one."""
+    if "torch.distributed.run" in args:
+        return int(args[args.index("--nproc-per-node") + 1])
+    if "--backend" in args and args[args.index("--backend") + 1] != "emu":
+        return int(args[args.index("-n") + 1])
+    return 1
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +365,41 @@ def test_batch_keeps_samples_apart(tmp_path: Path) -> None:
         check_run(results[name], 4, SAMPLES[name])  # exactly its own 8 verdicts, exit 0
     assert results["failing"].returncode == 1
     assert results["failing"].stdout == "rank 0: case           FAIL"
+
+
+def test_a_batch_that_dies_fails_the_sample_it_died_in_not_those_it_finished(
+    tmp_path: Path,
+) -> None:
+    """A batch whose process ends in a sample (a rank killed, a launcher stopping the ranks):
+    the samples finished before keep their own results; that sample and those after it fail
+    with the batch's exit code."""
+    dying = tmp_path / "dying_sample.py"
+    dying.write_text("import os\nos._exit(3)\n")
+    runs = {"all_reduce_custom.py": "samples/all_reduce_custom.py", "dying": str(dying)}
+    runs["alltoall_custom.py"] = "samples/alltoall_custom.py"
+    results = _run_batch((), runs)
+    check_run(results["all_reduce_custom.py"], 4, SAMPLES["all_reduce_custom.py"])
+    assert results["dying"].returncode == 3
+    assert results["alltoall_custom.py"].returncode == 3
+    assert (
+        "before every process finished alltoall_custom.py" in results["alltoall_custom.py"].stderr
+    )
+
+
+def test_a_batch_that_times_out_keeps_the_samples_it_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch killed at its time limit: the samples it finished keep their results, the one it
+    hung in fails with the batch's partial output and the limit named (not a bare TimeoutExpired
+    in every run of the batch)."""
+    quick, hung = tmp_path / "quick_sample.py", tmp_path / "hung_sample.py"
+    quick.write_text('print("rank 0: case           PASS")\n')
+    hung.write_text('print("started", flush=True)\nimport time\ntime.sleep(600)\n')
+    monkeypatch.setattr(sys.modules[__name__], "RUN_TIMEOUT", 10)
+    results = _run_batch((), {"quick": str(quick), "hung": str(hung)})
+    check_run(results["quick"], 1, {"case": "PASS"})
+    assert results["hung"].returncode == -9
+    assert "(the batch was killed after 10 s)" in results["hung"].stderr
 
 
 def _load(name: str):
