@@ -31,6 +31,7 @@ from ..launcher.cli_checks import (
     report,
 )
 from ..launcher.spec import under_launcher
+from ..launcher.torch_env import local_ranks
 from ..runtime import (
     EXPLORE_ENV,
     LAYOUT_ENV,
@@ -235,10 +236,7 @@ def _largest(sweep: Options) -> int:
 def _ranks_here(ranks: int) -> int | None:
     """How many of the ``ranks`` run on this host: all, unless a launcher started this process
     (then its LOCAL_WORLD_SIZE; None where it does not say)."""
-    if not under_launcher():
-        return ranks
-    local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return int(local) if local.isdigit() and int(local) > 0 else None
+    return local_ranks() if under_launcher() else ranks
 
 
 def _check_memory(sweep: Options, ranks: int) -> None:

@@ -87,6 +87,13 @@ def one_host(spec: RankSpec, local_ranks: int | None) -> bool:
         return False
 
 
+def local_ranks() -> int | None:
+    """How many ranks a launcher says run on this host (``LOCAL_WORLD_SIZE``); None where it
+    does not say (a count to trust, not a guess)."""
+    local = os.environ.get(LOCAL_RANKS_ENV, "").strip()
+    return int(local) if local.isdigit() and int(local) > 0 else None
+
+
 def loopback_gloo(spec: RankSpec) -> None:
     """Where every rank runs on this host (:func:`one_host`), gloo's sockets listen on the
     loopback interface only.
@@ -95,9 +102,7 @@ def loopback_gloo(spec: RankSpec) -> None:
     not face the network when nothing outside the host needs them. A choice the user made
     (``GLOO_SOCKET_IFNAME``) is kept; runs across hosts keep gloo's own choice.
     """
-    local = os.environ.get(LOCAL_RANKS_ENV, "").strip()
-    local_ranks = int(local) if local.isdigit() else None  # unknown: no count to trust
-    if not os.environ.get(GLOO_IFNAME_ENV) and one_host(spec, local_ranks):
+    if not os.environ.get(GLOO_IFNAME_ENV) and one_host(spec, local_ranks()):
         name = loopback_interface()
         if name is not None:
             os.environ[GLOO_IFNAME_ENV] = name
