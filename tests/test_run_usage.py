@@ -252,3 +252,22 @@ def test_the_gloo_settings_read_their_flags_as_every_flag_is_read(
     monkeypatch.setenv(CHECK_ENV, "sometimes")
     with pytest.raises(ValueError, match="HCCL_PY_CHECK_TASKS must be 1 or 0 .* not 'sometimes'"):
         Settings.read(check_tasks=True, exact=True)
+
+
+def test_a_gloo_core_the_os_has_no_thread_for_is_named_and_not_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gloo and HCCL backends' cores are pool threads of the rank process: before, a
+    refused one was a raw RuntimeError and stayed counted as running user code."""
+    from hccl_py.server.blocking import Blocker
+    from hccl_py.server.threads import CORE_THREADS
+
+    def refuse(target: object, name: str) -> None:
+        raise RuntimeError("can't start new thread")
+
+    blocker = Blocker(timeout=RUN_TIMEOUT)
+    active = blocker.active
+    monkeypatch.setattr(CORE_THREADS, "start", refuse)
+    with pytest.raises(hp.HcclRunnerStartError, match="for core rank0-AIV3 .* smaller block_dim"):
+        blocker.spawn(lambda: None, "rank0-AIV3")
+    assert blocker.active == active

@@ -296,9 +296,8 @@ def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
     previous = current_core_context()
     set_core_context(core)
-    rank_ctx = core.launch.rank_ctx
     try:
-        with rank_ctx.server.core_scope(rank_ctx.rank):
+        with core.launch.rank_ctx.server.core_scope(core.launch.rank_ctx.rank):
             kernel(*args)
     finally:
         set_core_context(previous)
@@ -339,6 +338,7 @@ def _run_cores(
             )
         except HcclRunnerStartError as exc:
             refused.append(exc)
+            blocker.fail(exc)  # real threads (gloo) may have started the kernel: stop them
             break
     try:
         blocker.wait_for(

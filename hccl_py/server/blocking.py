@@ -30,7 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.config import TIMEOUT_ENV, default_timeout
-from ..core.errors import ForgedValueError, HcclDeadlockError, HcclPeerError, HcclTimeoutError
+from ..core.errors import (
+    ForgedValueError,
+    HcclDeadlockError,
+    HcclPeerError,
+    HcclRunnerStartError,
+    HcclTimeoutError,
+)
 from ..core.grouping import group_rank_lines
 from .threads import CORE_THREADS, PoolJob, WakeCondition
 
@@ -124,7 +130,17 @@ class Blocker:
         (:data:`~hccl_py.server.threads.CORE_THREADS`), started only when none is idle.
         """
         self.enter(1)
-        return CORE_THREADS.start(target, name)
+        try:
+            return CORE_THREADS.start(target, name)
+        except RuntimeError as exc:  # "can't start new thread": the OS has none left
+            with self.lock:
+                self.active -= 1
+            error = HcclRunnerStartError(
+                f"the OS refused to start a thread for core {name} ({exc}); each core of a "
+                "launch runs in an OS thread of its own: launch with a smaller block_dim"
+            )
+            error.refusal = str(exc)
+            raise error from None
 
     def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Wait (at most :data:`JOIN_S`) for ``threads``; a failed world releases them at once."""
