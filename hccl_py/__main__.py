@@ -228,7 +228,7 @@ def _checked(opts: argparse.Namespace) -> str:
     ):
         if value not in (None, False):
             given.add(env)
-    environment(lambda: check_environment(given))
+    environment(lambda: check_environment(backend, given))
     if opts.seed is not None:
         in_range("--seed", opts.seed, 0, why_low=" (a schedule's number)")
     if opts.explore is not None:
@@ -236,9 +236,10 @@ def _checked(opts: argparse.Namespace) -> str:
     emulator_only(
         backend, ("--seed", opts.seed, SEED_ENV), ("--explore", opts.explore, EXPLORE_ENV)
     )
+    layout = opts.command == "layout"  # it sets HCCL_PY_LAYOUT from --png ("-": text only)
     check_outputs(
         ("--trace", getattr(opts, "trace", None), TRACE_ENV, False),
-        ("--png", getattr(opts, "png", None), LAYOUT_ENV, True),
+        ("--png", getattr(opts, "png", None), None if layout else LAYOUT_ENV, True),
     )
     return backend
 

@@ -242,10 +242,8 @@ def _env_int(name: str) -> int | None:
 
 def _env_world_size() -> int | None:
     """The world size ``HCCL_PY_WORLD_SIZE`` says (None when unset or empty)."""
-    try:
-        return _checked_world_size(_env_int(WORLD_SIZE_ENV))
-    except ValueError as exc:
-        raise ValueError(f"{WORLD_SIZE_ENV}: {exc}") from None
+    value = _env_int(WORLD_SIZE_ENV)
+    return None if value is None else checked_int(WORLD_SIZE_ENV, value, 1, MAX_WORLD_SIZE)
 
 
 def _env_count(name: str, least: int) -> int | None:
@@ -277,6 +275,14 @@ def _gloo_settings() -> object:
     return Settings.read(check_tasks=True, exact=True)
 
 
+def _emu_runners() -> object:
+    """The emulator's runners (``HCCL_PY_EMU_RUNNERS``), and with thread runners
+    ``HCCL_PY_SAME_CPU``, as the emulator reads them."""
+    from .backends.emu.runners import runner_kind
+
+    return runner_kind() == "threads" and env_flag(SAME_CPU_ENV, True)
+
+
 #: hp.run's settings read from the environment, each by the reader hp.run uses.
 _ENV_READERS: dict[str, Callable[[], object]] = {
     WORLD_SIZE_ENV: _env_world_size,
@@ -289,18 +295,23 @@ _ENV_READERS: dict[str, Callable[[], object]] = {
     TIMEOUT_ENV: default_timeout,
     BUFFSIZE_ENV: default_buffsize,
     RANKS_PER_SERVER_ENV: ranks_per_server_default,
-    SAME_CPU_ENV: lambda: env_flag(SAME_CPU_ENV, True),
-    "HCCL_PY_REDUCE, HCCL_PY_CHECK_TASKS, HCCL_PY_CARRY_FIRST_ROUND": _gloo_settings,
+}
+#: The settings that only one kind of backend reads, by backend.
+_BACKEND_READERS: dict[str, Callable[[], object]] = {
+    "emu": _emu_runners,
+    "gloo": _gloo_settings,
+    "hccl": _gloo_settings,
 }
 
 
-def check_environment(skip: Collection[str] = ()) -> None:
-    """Read every setting of hp.run's environment as hp.run reads it, but those in ``skip``
-    (set by the caller): a ValueError naming the first variable whose value it would refuse.
-    The command line calls it before anything runs."""
+def check_environment(backend: str, skip: Collection[str] = ()) -> None:
+    """Read every setting of hp.run's environment that a run on ``backend`` reads, as it reads
+    it, but those in ``skip`` (set by the caller): a ValueError naming the first variable whose
+    value it would refuse. The command line calls it before anything runs."""
     for name, read in _ENV_READERS.items():
         if name not in skip:
             read()
+    _BACKEND_READERS.get(backend, lambda: None)()
 
 
 def _lead() -> bool:

@@ -369,26 +369,82 @@ def test_bench_reads_the_environment_before_the_sweep(
 
 
 @pytest.mark.parametrize(
-    ("launcher", "here"),
-    [({}, 16), ({"LOCAL_WORLD_SIZE": "1"}, 1), ({"LOCAL_WORLD_SIZE": ""}, None)],
+    ("backend", "launcher", "here"),
+    [
+        ("gloo", {}, 16),
+        ("gloo", {"LOCAL_WORLD_SIZE": "1"}, 1),
+        ("gloo", {"LOCAL_WORLD_SIZE": ""}, None),
+        ("emu", {}, 16),
+        ("emu", {"LOCAL_WORLD_SIZE": "1"}, 16),
+        ("emu", {"LOCAL_WORLD_SIZE": ""}, None),
+    ],
 )
 def test_bench_counts_the_memory_of_this_hosts_ranks(
-    monkeypatch: pytest.MonkeyPatch, launcher: dict[str, str], here: int | None
+    monkeypatch: pytest.MonkeyPatch, backend: str, launcher: dict[str, str], here: int | None
 ) -> None:
-    """Under a launcher the other hosts' ranks are not here (16 one-rank hosts fit where 16
-    ranks on one host do not); a launcher that does not say how many are here is not judged."""
+    """Under a launcher the other hosts' gloo ranks are not here (16 one-rank hosts fit where
+    16 ranks on one host do not), while each emulator process holds all its ranks; a launcher
+    that does not say how many processes are here is not judged."""
     from hccl_py.bench import cli as bench_cli
 
     if launcher:
         for name, value in {"RANK": "0", "WORLD_SIZE": "16", "MASTER_ADDR": "127.0.0.1",
                             "MASTER_PORT": "1", **launcher}.items():  # fmt: skip
             monkeypatch.setenv(name, value)
-    assert bench_cli._ranks_here(16) == here
+    assert bench_cli._ranks_here(16, backend) == here
     monkeypatch.setattr(bench_cli, "host_memory", lambda: 8 << 30)
     opts = build_parser().parse_args(["bench", "-b", "256M", "-e", "256M", "--nproc", "16"])
     (sweep,) = [bench_cli._options(opts, op) for op in bench_cli._ops(opts.op)]
     if here == 16:
         with pytest.raises(ValueError, match="on this host's 16 ranks"):
-            bench_cli._check_memory(sweep, 16)
+            bench_cli._check_memory(sweep, 16, backend)
     else:
-        bench_cli._check_memory(sweep, 16)
+        bench_cli._check_memory(sweep, 16, backend)
+
+
+@pytest.mark.parametrize(
+    ("variables", "options", "refused"),
+    [
+        ({"HCCL_PY_REDUCE": "bogus"}, [], None),  # a gloo setting: the emulator never reads it
+        ({"HCCL_PY_REDUCE": "bogus"}, GLOO, "environment variable HCCL_PY_REDUCE must be"),
+        ({"HCCL_PY_REDUCE": ""}, GLOO, None),  # empty is unset, as for every variable
+        ({"HCCL_PY_EMU_RUNNERS": "bogus"}, [], "environment variable HCCL_PY_EMU_RUNNERS must"),
+        ({"HCCL_PY_EMU_RUNNERS": "greenlets", "HCCL_PY_SAME_CPU": "2"}, [], None),
+        ({"HCCL_PY_SAME_CPU": "2"}, [], "environment variable HCCL_PY_SAME_CPU must be 1 or 0"),
+    ],
+)
+def test_each_backend_is_checked_for_what_it_reads(
+    script: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    variables: dict[str, str],
+    options: list[str],
+    refused: str | None,
+) -> None:
+    """The command line refuses only what the chosen backend would refuse: the gloo settings on
+    gloo, the runner settings (HCCL_PY_SAME_CPU with thread runners only) on the emulator."""
+    from hccl_py.__main__ import _checked
+
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    opts = build_parser().parse_args(["run", "-n", "1", *options, str(script)])
+    if refused is None:
+        assert _checked(opts) == ("gloo" if options else "emu")
+    else:
+        assert refused in _error(capsys, "run", ["run", "-n", "1", *options, str(script)])
+
+
+def test_layout_sets_its_picture_itself_and_a_trace_named_dash_is_a_file(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """layout replaces HCCL_PY_LAYOUT with --png (or "-", text only), so the variable is not
+    read; "-" means text only for the picture, not for --trace (a file named "-")."""
+    from hccl_py.__main__ import _checked
+
+    monkeypatch.setenv("HCCL_PY_LAYOUT", str(script / "x.png"))  # under a file: unwritable
+    assert _checked(build_parser().parse_args(["layout", "-n", "1", str(script)])) == "emu"
+    (script.parent / "-").mkdir()
+    argv = ["run", "-n", "1", "--trace", "-", str(script)]
+    assert (
+        _error(capsys, "run", argv) == "--trace '-' is a folder; give the path of a file to write"
+    )

@@ -272,8 +272,8 @@ def _run_batch(
         )
     except subprocess.TimeoutExpired as exc:  # killed: its output so far says where it stopped
         out, err = (_text(part) for part in (exc.stdout, exc.stderr))
-        said = f"(the batch was killed after {RUN_TIMEOUT} s)"
-        proc = subprocess.CompletedProcess(command, -9, out, f"{err}\n{said}")
+        proc = subprocess.CompletedProcess(command, -9, out, err)
+        proc.timed_out = True
     names = {os.path.basename(p) for p in paths}
     lines: dict[str, list[str]] = {name: [] for name in names}
     codes: dict[str, int] = {}
@@ -301,7 +301,11 @@ def _run_batch(
             code, why = codes[name], []
         else:
             code = proc.returncode
-            why = [f"(the batch exited with code {code} before every process finished {name})"]
+            why = [
+                f"(the batch was killed after {RUN_TIMEOUT} s)"
+                if getattr(proc, "timed_out", False)
+                else f"(the batch exited with code {code} before every process finished {name})"
+            ]
         results[run_id] = subprocess.CompletedProcess(
             command, code, "\n".join(lines[name]), "\n".join([*rest, *why])
         )
@@ -390,7 +394,7 @@ def test_a_batch_that_times_out_keeps_the_samples_it_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch killed at its time limit: the samples it finished keep their results, the one it
-    hung in fails with the batch's partial output and the limit named (not a bare TimeoutExpired
+    hung in fails with the limit named (not a bare TimeoutExpired
     in every run of the batch)."""
     quick, hung = tmp_path / "quick_sample.py", tmp_path / "hung_sample.py"
     quick.write_text('print("rank 0: case           PASS")\n')

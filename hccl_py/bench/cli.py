@@ -233,16 +233,21 @@ def _largest(sweep: Options) -> int:
     return size
 
 
-def _ranks_here(ranks: int) -> int | None:
-    """How many of the ``ranks`` run on this host: all, unless a launcher started this process
-    (then its LOCAL_WORLD_SIZE; None where it does not say)."""
-    return local_ranks() if under_launcher() else ranks
+def _ranks_here(ranks: int, backend: str) -> int | None:
+    """How many ranks' buffers this host holds (None where a launcher does not say): the
+    emulator's ``ranks`` in each process a launcher started here, one per process on gloo."""
+    processes = local_ranks() if under_launcher() else 1
+    if processes is None:
+        return None
+    if backend == "emu":
+        return processes * ranks
+    return processes if under_launcher() else ranks
 
 
-def _check_memory(sweep: Options, ranks: int) -> None:
+def _check_memory(sweep: Options, ranks: int, backend: str) -> None:
     """Refuse a sweep whose send and receive buffers on this host's ranks alone outgrow its
     memory."""
-    memory, size, here = host_memory(), _largest(sweep), _ranks_here(ranks)
+    memory, size, here = host_memory(), _largest(sweep), _ranks_here(ranks, backend)
     if memory is None or here is None:
         return
     kind = TYPES[sweep.dtype]
@@ -261,8 +266,11 @@ def _check_memory(sweep: Options, ranks: int) -> None:
 def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     """The sweeps and the chosen platform, or UsageError/ValueError before anything runs."""
     checked_backend("--backend", opts.backend, BACKENDS)
-    # hp.run is given the ranks, the schedule and poison; the platform is read below
-    environment(lambda: check_environment({WORLD_SIZE_ENV, SCHEDULE_ENV, POISON_ENV, PLATFORM_ENV}))
+    # hp.run is given the schedule, poison and (but on hccl) the ranks; the platform is read below
+    given = {SCHEDULE_ENV, POISON_ENV, PLATFORM_ENV}
+    if opts.backend != "hccl":
+        given.add(WORLD_SIZE_ENV)
+    environment(lambda: check_environment(opts.backend, given))
     emulator_only(opts.backend, ("", None, SEED_ENV), ("", None, EXPLORE_ENV))
     if opts.backend != "hccl":  # hccl: the launcher's world
         checked_ranks("--nproc/--ranks", opts.ranks)
@@ -277,7 +285,7 @@ def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
         if problem:
             raise UsageError(problem)
         if opts.backend != "hccl":  # hccl: buffers in NPU memory, which os.sysconf does not see
-            _check_memory(sweep, opts.ranks)
+            _check_memory(sweep, opts.ranks, opts.backend)
     check_outputs(
         ("--json", opts.json, None, False),
         ("--plot", opts.plot, None, True),

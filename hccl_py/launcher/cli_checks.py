@@ -165,12 +165,12 @@ def check_output(option: str, path: str, *, drawn: bool = False) -> None:
 
 def check_outputs(*outputs: tuple[str, str | None, str | None, bool]) -> None:
     """:func:`check_output` of each (option, its path or None, the variable that stands in for
-    it or None, drawn); a path of "-" is no file (the layout picture as text only)."""
+    it or None, drawn); a drawing's path "-" is no file (the layout picture as text only)."""
     for option, path, env, drawn in outputs:
         path, what = (
             (path, option) if path or env is None else (os.environ.get(env), env_label(env))
         )
-        if path and path != "-":
+        if path and not (drawn and path == "-"):
             check_output(what, path, drawn=drawn)
 
 

@@ -91,7 +91,7 @@ def local_ranks() -> int | None:
     """How many ranks a launcher says run on this host (``LOCAL_WORLD_SIZE``); None where it
     does not say (a count to trust, not a guess)."""
     local = os.environ.get(LOCAL_RANKS_ENV, "").strip()
-    return int(local) if local.isdigit() and int(local) > 0 else None
+    return int(local) if local.isascii() and local.isdigit() and int(local) > 0 else None
 
 
 def loopback_gloo(spec: RankSpec) -> None:

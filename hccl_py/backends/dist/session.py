@@ -106,8 +106,7 @@ class Session:
         self._owns_pg = not dist.is_initialized()
         if self._owns_pg:
             torch_env.quiet_flight_recorder()
-            local = int(os.environ.get(torch_env.LOCAL_RANKS_ENV, spec.world_size))
-            torch_env.rank_threads(local)
+            torch_env.rank_threads(torch_env.local_ranks() or spec.world_size)
             torch_env.loopback_gloo(spec)
             dist.init_process_group(
                 backend.pg_backend,

@@ -45,7 +45,7 @@ class Settings:
     @classmethod
     def read(cls, check_tasks: bool, exact: bool) -> Settings:
         """The settings from this process's environment, over the backend's defaults."""
-        reduce = os.environ.get(REDUCE_ENV, "exact" if exact else "native")
+        reduce = os.environ.get(REDUCE_ENV) or ("exact" if exact else "native")  # empty: unset
         if reduce not in ("exact", "native"):
             raise ValueError(f"{REDUCE_ENV} must be 'exact' or 'native', not {reduce!r}")
         return cls(env_flag(CHECK_ENV, check_tasks), env_flag(CARRY_ENV, True), reduce == "exact")
