@@ -32,16 +32,14 @@ own variables.
 from __future__ import annotations
 
 import contextvars
-import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 
-from hccl_py.core.errors import HcclRunnerStartError
-from hccl_py.server.threads import PoolJob, ThreadPool, raise_in_thread, read_in_a_new_thread
+from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
 
 from . import autograd_state
 
@@ -174,23 +172,10 @@ FEWER_THREADS = (
 )
 
 
-def start_thread(pool: ThreadPool, name: str, fn: Callable[..., None], *args: Any) -> PoolJob:
-    """``fn(*args)`` in a thread of ``pool`` named ``name``; a :class:`HcclRunnerStartError` where
-    the OS refuses the thread."""
-    try:
-        return pool.start(functools.partial(fn, *args), name)
-    except RuntimeError as exc:  # "can't start new thread"
-        error = HcclRunnerStartError(
-            f"the OS refused to start a thread for runner {name} ({exc}). {FEWER_THREADS}"
-        )
-        error.refusal = str(exc)
-        raise error from None
-
-
 def runner_threads() -> ThreadPool:
     """A pool for the thread runners of one run: a thread is reused only while its torch state
     is a new thread's; :meth:`~hccl_py.server.threads.ThreadPool.close` it when the run ends."""
-    return ThreadPool(fresh=_fresh)
+    return ThreadPool(fresh=_fresh, what="runner", advice=f". {FEWER_THREADS}")
 
 
 class TorchState(NamedTuple):

@@ -28,6 +28,7 @@ baton again. Per-runner Python state lives in context variables (:mod:`hccl_py.c
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -50,7 +51,6 @@ from .runners import (
     put_torch_state,
     runner_kind,
     runner_threads,
-    start_thread,
     take_torch_state,
 )
 from .switching import SwitchingLock
@@ -117,7 +117,7 @@ class Scheduler(Blocker):
         if self.threads:  # started first: a thread the OS refuses leaves no runner behind
             runner.gate = threading.Lock()
             runner.gate.acquire()
-            runner.thread = start_thread(self.pool, name, self._thread_body, runner)
+            runner.thread = self.pool.start(functools.partial(self._thread_body, runner), name)
             runner.tid = runner.thread.native_id  # before its first turn: every hand-off pins
         else:
             runner.thread = Spawned(self)

@@ -273,12 +273,10 @@ def test_a_gloo_core_the_os_has_no_thread_for_is_named_and_not_counted(
     from hccl_py.server.blocking import Blocker
     from hccl_py.server.threads import CORE_THREADS
 
-    def refuse(target: object, name: str) -> None:
-        raise RuntimeError("can't start new thread")
-
     blocker = Blocker(timeout=RUN_TIMEOUT)
     active = blocker.active
-    monkeypatch.setattr(CORE_THREADS, "start", refuse)
+    monkeypatch.setattr(CORE_THREADS, "_idle", [])  # no idle thread to reuse: a new one starts
+    _refuse_threads_after(monkeypatch, 0)
     with pytest.raises(hp.HcclRunnerStartError, match="for core rank0-AIV3 .* smaller block_dim"):
         blocker.spawn(lambda: None, "rank0-AIV3")
     assert blocker.active == active

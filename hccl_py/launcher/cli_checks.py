@@ -67,24 +67,6 @@ def _given(what: str, value: object) -> str:
     return f"{what} {value}" if what.startswith("-") else f"{what}={value!r}"
 
 
-def env_int(name: str) -> int | None:
-    """Environment variable ``name`` as an int (None when unset or empty, as hp.run reads it)."""
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"{env_label(name)} must be an integer, not {raw!r}") from None
-
-
-def checked_choice(what: str, value: str, choices: Collection[str]) -> str:
-    """``value`` when it is one of ``choices``, else UsageError listing them."""
-    if value not in choices:
-        raise UsageError(f"{what} must be one of {', '.join(choices)}, not {value!r}")
-    return value
-
-
 def checked_platform(what: str, name: str) -> str:
     """The short name of platform ``name`` (as hp.run reads it, any case), else UsageError."""
     try:

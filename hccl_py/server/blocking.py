@@ -132,15 +132,10 @@ class Blocker:
         self.enter(1)
         try:
             return CORE_THREADS.start(target, name)
-        except RuntimeError as exc:  # "can't start new thread": the OS has none left
+        except HcclRunnerStartError:  # no thread: it runs no user code
             with self.lock:
                 self.active -= 1
-            error = HcclRunnerStartError(
-                f"the OS refused to start a thread for core {name} ({exc}); each core of a "
-                "launch runs in an OS thread of its own: launch with a smaller block_dim"
-            )
-            error.refusal = str(exc)
-            raise error from None
+            raise
 
     def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Wait (at most :data:`JOIN_S`) for ``threads``; a failed world releases them at once."""

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from ..core.errors import HcclRunnerStartError
+
 #: Seconds an idle pool thread waits for work before it ends.
 IDLE_S = 30.0
 #: The name of a pool thread while it has no job.
@@ -287,10 +289,14 @@ class ThreadPool:
 
     ``fresh`` says whether the calling thread, after a job, is as a new thread
     would be (torch's per-thread state); a thread that is not ends instead of
-    taking another job.
+    taking another job. ``what`` names a job in the error of a thread the OS
+    refuses, and ``advice`` ends it.
     """
 
-    def __init__(self, fresh: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self, fresh: Callable[[], bool] | None = None, what: str = "job", advice: str = ""
+    ) -> None:
+        self.what, self.advice = what, advice
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         #: Every thread of the pool that has not ended.
@@ -311,7 +317,14 @@ class ThreadPool:
         reused = worker is not None
         if worker is None:
             worker = _Worker(self)
-            worker.thread.start()  # a thread that cannot start is never one of the workers
+            try:
+                worker.thread.start()  # a thread that cannot start is never one of the workers
+            except RuntimeError as exc:  # "can't start new thread": the OS has none left
+                error = HcclRunnerStartError(
+                    f"the OS refused to start a thread for {self.what} {name} ({exc}){self.advice}"
+                )
+                error.refusal = str(exc)
+                raise error from None
             with self._lock:
                 self._workers.add(worker)
         job.native_id = worker.thread.native_id
@@ -375,4 +388,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_all)
 
 #: The threads of this process that run the cores of kernel launches.
-CORE_THREADS = ThreadPool()
+CORE_THREADS = ThreadPool(
+    what="core",
+    advice="; each core of a launch runs in an OS thread of its own: launch with a smaller "
+    "block_dim",
+)
