@@ -88,6 +88,8 @@ def picks(func: Any) -> bool:
 
 #: A pick of at least 1/DENSE of a view's elements is found with one index over the view.
 DENSE = 8
+#: A pick of whole rows by one integer index is found from the row numbers alone.
+ROWS = True
 
 
 def selected_offsets(
@@ -107,6 +109,9 @@ def selected_offsets(
     pick = _PICKS.get(func.overloadpacket)
     if pick is None or position != 0 or len(args) < 2 or tensor.dim() == 0:
         return None
+    rows = _rows(pick, func, args, tensor) if ROWS else None
+    if rows is not None:
+        return _row_offsets(tensor, rows)
     shape, numel = tensor.shape, tensor.numel()
     try:
         constant = pick(torch.zeros((1,) * tensor.dim(), dtype=torch.int64).expand(shape), args)
@@ -129,13 +134,48 @@ def selected_offsets(
     return np.unique(_base(tensor) + offsets.numpy() * tensor.element_size())
 
 
+def _rows(pick: Pick, func: Any, args: tuple, tensor: torch.Tensor) -> np.ndarray | None:
+    """The row numbers (indices along dimension 0, in range) of a pick of whole rows by one
+    integer index tensor (``t[idx]``, ``t[idx] = v``, ``index_select(t, 0, idx)``, an
+    embedding's table); None for any other pick, or an index out of range (the operation
+    itself raises)."""
+    if pick is _index and len(args[1]) == 1:
+        index = args[1][0]
+    elif pick is _along and args[1] % tensor.dim() == 0:
+        index = args[2]
+    elif func.overloadpacket is _aten.embedding:
+        index = args[1]
+    else:
+        return None
+    if not isinstance(index, torch.Tensor) or index.dtype not in (torch.int64, torch.int32):
+        return None
+    rows, size = index.detach().reshape(-1).cpu().numpy(), tensor.shape[0]
+    if rows.size and (int(rows.min()) < -size or int(rows.max()) >= size):
+        return None
+    return rows % size
+
+
+def _row_offsets(tensor: torch.Tensor, rows: np.ndarray) -> np.ndarray:
+    """The sorted byte offsets (each once) of the elements of ``tensor``'s rows ``rows``: what
+    the general replay gives, at the cost of the picked rows alone."""
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    row = _strided(tensor.shape[1:], tensor.stride()[1:])
+    starts = rows.astype(np.int64) * tensor.stride(0)
+    return _base(tensor) + np.unique(starts[:, None] + row[None, :]) * tensor.element_size()
+
+
+def _strided(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
+    """The element offset of every element of a strided view, in row-major order."""
+    offsets = np.zeros(1, dtype=np.int64)
+    for size, stride in zip(shape, strides, strict=True):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    return offsets
+
+
 def element_offsets(tensor: torch.Tensor) -> np.ndarray:
     """The window offset of every element of ``tensor``, in row-major order."""
-    offsets = np.zeros(1, dtype=np.int64)
-    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
-    base = _base(tensor)
-    return base + offsets * tensor.element_size()
+    return _base(tensor) + _strided(tensor.shape, tensor.stride()) * tensor.element_size()
 
 
 def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:

@@ -23,6 +23,7 @@ _WRITTEN_AS = {
     aten.index_put_: lambda off, a: aten.index.Tensor(off, a[1]),
     aten.scatter_: lambda off, a: aten.gather.default(off, a[1], a[2]),
     aten.index_fill_: lambda off, a: aten.index_select.default(off, a[1], a[2]),
+    aten.index_copy_: lambda off, a: aten.index_select.default(off, a[1], a[2]),
     aten.masked_fill_: lambda off, a: aten.masked_select.default(off, a[1]),
     aten.embedding: lambda off, a: aten.index_select.default(off, 0, a[1].reshape(-1)),
 }
@@ -56,6 +57,11 @@ def _cases(v: torch.Tensor, gen: torch.Generator) -> list[tuple[Any, tuple]]:
 
     return [
         (aten.index.Tensor, (v, [torch.tensor([0, 2, 1])])),
+        (aten.index.Tensor, (v, [torch.tensor([[-1, 0], [3, -1]], dtype=torch.int32)])),
+        (aten.index.Tensor, (v, [torch.tensor([], dtype=torch.int64)])),
+        (aten.index_select.default, (v, 0, torch.tensor([3, 1, 3]))),
+        (aten.index_select.default, (v, -3, torch.tensor([2]))),
+        (aten.index_copy_.default, (v, 0, torch.tensor([2, 0]), torch.zeros(2, cols, depth))),
         (aten.index.Tensor, (v, [None, torch.tensor([[0], [2]]), torch.tensor([1, 3])])),
         (aten.index.Tensor, (v, [torch.tensor([1, 0]), None, torch.tensor([1, 2])])),
         (aten.index.Tensor, (v, [mask(rows, cols)])),
@@ -72,13 +78,15 @@ def _cases(v: torch.Tensor, gen: torch.Generator) -> list[tuple[Any, tuple]]:
     ]
 
 
-@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("way", ["rows", "dense", "sparse"])
 def test_the_picked_bytes_are_those_of_the_picked_elements(
-    dense: bool, monkeypatch: pytest.MonkeyPatch
+    way: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both ways of finding a pick (one index over the view's elements for a large pick,
-    one per dimension on coordinate views for a small one) give the definition's bytes."""
-    monkeypatch.setattr(extents, "DENSE", 1 << 30 if dense else 0)
+    """Every way of finding a pick (whole rows from their numbers, one index over the view's
+    elements for a large pick, one per dimension on coordinate views for a small one) gives
+    the definition's bytes."""
+    monkeypatch.setattr(extents, "ROWS", way == "rows")
+    monkeypatch.setattr(extents, "DENSE", 1 << 30 if way == "dense" else 0)
     rng, gen = np.random.default_rng(0), torch.Generator().manual_seed(0)
     storage = torch.zeros(4000)
     for view in _views(rng, storage):
