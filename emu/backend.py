@@ -86,7 +86,11 @@ class EmuBackend(Backend):
         except HcclRunnerStartError as exc:
             _end_unrun(world, started)
             raise _start_refused(n, len(started), exc.refusal) from None
-        world.blocker.begin()
+        try:
+            world.blocker.begin()
+        except HcclRunnerStartError:  # greenlet runners: their one thread did not start
+            world.close()
+            raise
         try:
             _join(started, world, failures, config.timeout)
         finally:

@@ -40,7 +40,7 @@ from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 from hccl_py.server.same_cpu import SameCpu
-from hccl_py.server.threads import PoolJob
+from hccl_py.server.threads import PoolJob, start_thread
 
 from .policies import Policy, Runner, runner_key, schedulable
 from .polls import QuietPolls, changed, record
@@ -137,7 +137,7 @@ class Scheduler(Blocker):
             self._hand(self.policy.choose(self.runners, None))
         if not self.threads:
             self.thread = threading.Thread(target=self._run_world, name=THREAD_NAME, daemon=True)
-            self.thread.start()
+            start_thread(self.thread, "the world's greenlet runners", "; no rank ran any code")
 
     def _run_world(self) -> None:
         """The world's thread: run the runner that holds the baton (again whenever one ends or starts one)."""

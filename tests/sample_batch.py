@@ -5,9 +5,11 @@
 ``__main__`` with the samples folder first on ``sys.path`` and its own
 ``sys.argv``, shows warnings anew for each (a warning one sample gave is not
 hidden in the next), and prints every line the sample wrote, to stdout or
-stderr, as ``<sample>| <line>``, then ``<sample>| exit <code>``. One process
-pays for importing torch once instead of once per sample; the lines keep
-samples apart even where ranks of a launcher share one output.
+stderr, as ``<sample>| <line>`` as soon as the line is complete, then
+``<sample>| exit <code>``. One process pays for importing torch once instead
+of once per sample; the lines keep samples apart even where ranks of a
+launcher share one output, and a batch killed in a sample keeps the lines that
+sample printed so far.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import io
 import os
 import runpy
 import sys
+import threading
 import traceback
 import warnings
 
@@ -24,18 +27,50 @@ import warnings
 SEPARATOR = "| "
 
 
+class _Lines(io.TextIOBase):
+    """A text stream that writes each complete line at once, as ``<sample>| <line>``."""
+
+    def __init__(self, name: str, fd: int) -> None:
+        super().__init__()
+        self.name, self.fd = name, fd
+        self.pending = ""
+        self.lock = threading.Lock()  # emulated ranks may print from threads of their own
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self.lock:
+            *lines, self.pending = (self.pending + text).split("\n")
+            for line in lines:
+                self.emit(line)
+        return len(text)
+
+    def end(self, code: int) -> None:
+        """Write what is left of an unfinished last line, then the sample's exit code."""
+        if self.pending:
+            self.emit(self.pending)
+            self.pending = ""
+        self.emit(f"exit {code}")
+
+    def emit(self, line: str) -> None:
+        # one write per line: ranks of a launcher share the pipe, and print() may write a
+        # line and its newline apart (unbuffered output), which another rank's line splits
+        os.write(self.fd, f"{self.name}{SEPARATOR}{line}\n".encode())
+
+
 def run_one(path: str) -> int:
     """Run the sample at ``path`` as ``__main__``; print its prefixed lines; return its exit code."""
-    name = os.path.basename(path)
-    captured = io.StringIO()
+    sys.stdout.flush()
+    lines = _Lines(os.path.basename(path), sys.stdout.fileno())
     code = 0
     argv, sys.argv = sys.argv, [path]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
         with (
             warnings.catch_warnings(),
-            contextlib.redirect_stdout(captured),
-            contextlib.redirect_stderr(captured),
+            contextlib.redirect_stdout(lines),
+            contextlib.redirect_stderr(lines),
         ):
             warnings.simplefilter("default")
             try:
@@ -48,11 +83,7 @@ def run_one(path: str) -> int:
     finally:
         sys.argv = argv
         sys.path.pop(0)
-    sys.stdout.flush()
-    for line in [*captured.getvalue().splitlines(), f"exit {code}"]:
-        # one write per line: ranks of a launcher share the pipe, and print() may write a
-        # line and its newline apart (unbuffered output), which another rank's line splits
-        os.write(sys.stdout.fileno(), f"{name}{SEPARATOR}{line}\n".encode())
+    lines.end(code)
     return code
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from cases import RUN_TIMEOUT, init_hccl, make_tiling
+from hccl_py.backends.emu.scheduler import THREAD_NAME as WORLD_THREAD
 from hccl_py.backends.emu.world import EmuWorld
 
 import hccl_py as hp
@@ -29,14 +30,16 @@ def _worlds() -> int:
     return sum(type(o) is EmuWorld for o in gc.get_objects())
 
 
-def _refuse_threads_after(monkeypatch: pytest.MonkeyPatch, allowed: int) -> None:
-    """Let ``allowed`` pool threads (the emulator's rank runners) start, then fail every later
-    start as the OS does when it has no thread left to give."""
+def _refuse_threads_after(
+    monkeypatch: pytest.MonkeyPatch, allowed: int, name: str = IDLE_NAME
+) -> None:
+    """Let ``allowed`` threads named ``name`` (pool threads: the emulator's rank runners) start,
+    then fail every later start as the OS does when it has no thread left to give."""
     start = threading.Thread.start
     count = [0]
 
     def limited(self: threading.Thread) -> None:
-        if self.name == IDLE_NAME:
+        if self.name == name:
             count[0] += 1
             if count[0] > allowed:
                 raise RuntimeError("can't start new thread")
@@ -86,6 +89,28 @@ def test_a_world_the_os_has_no_threads_for_is_refused_and_leaves_nothing_behind(
     # What the message suggests: greenlet runners need no thread per rank.
     monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "greenlets")
     assert hp.run(hp.get_rank, world_size=6, timeout=RUN_TIMEOUT) == list(range(6))
+
+
+def test_greenlet_runners_whose_thread_the_os_refuses_are_refused_and_leave_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Greenlet runners run in one thread of the world: before, its start's raw RuntimeError
+    came out of hp.run and the world stayed registered."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "greenlets")
+    ran: list[int] = []
+    before, worlds = set(threading.enumerate()), _worlds()
+    _refuse_threads_after(monkeypatch, 0, WORLD_THREAD)
+    with pytest.raises(hp.HcclRunnerStartError) as info:
+        hp.run(lambda: ran.append(hp.get_rank()), world_size=3, timeout=RUN_TIMEOUT)
+    assert str(info.value) == (
+        "the OS refused to start a thread for the world's greenlet runners (can't start new "
+        "thread); no rank ran any code"
+    )
+    assert info.value.refusal == "can't start new thread"
+    del info
+    assert ran == []
+    _assert_no_thread_left(before)
+    assert _worlds() == worlds
 
 
 def test_a_launch_the_os_has_no_threads_for_fails_its_rank_clearly(

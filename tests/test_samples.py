@@ -18,6 +18,7 @@ import ctypes
 import functools
 import importlib.util
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
 #: Seconds one batch of sample runs may take (a sample inside times out after 120 s).
 RUN_TIMEOUT = 600
+#: How long a batch may take to start and show a sample's first line (Python, torch).
+FIRST_LINE_TIMEOUT = 60
 
 NPU_SKIP = {"torch_npu": "SKIP"}
 #: sample file -> {case: verdict expected on every rank of a 4-rank emulated run}
@@ -399,24 +402,49 @@ def test_a_batch_that_times_out_keeps_the_samples_it_finished(
     hung in fails with the limit named (not a bare TimeoutExpired
     in every run of the batch).
 
-    The limit is not waited for: the batch runs up to the sample it would hang in, and what it
-    printed comes back as subprocess.run gives it when it kills a process at its timeout."""
+    The limit is not waited for: the last sample prints a line and returns, and the batch's
+    output, less that sample's exit line, comes back as subprocess.run gives the output of a
+    process it killed at its timeout (as bytes)."""
     quick, hung = tmp_path / "quick_sample.py", tmp_path / "hung_sample.py"
     quick.write_text('print("rank 0: case           PASS")\n')
-    hung.write_text("import time\ntime.sleep(600)\n")
+    hung.write_text('print("rank 0: started")\n')
     real_run = subprocess.run
 
     def killed_in_the_last_sample(command: list[str], **options: Any) -> None:
-        before = real_run(command[:-1], **options)
-        assert before.returncode == 0, before.stderr
-        output, errors = (part.encode() for part in (before.stdout, before.stderr))
+        done = real_run(command, **options)
+        assert done.returncode == 0, done.stderr
+        printed = [
+            line for line in done.stdout.splitlines(True) if "hung_sample.py| exit" not in line
+        ]
+        output, errors = "".join(printed).encode(), done.stderr.encode()
         raise subprocess.TimeoutExpired(command, options["timeout"], output, errors)
 
     monkeypatch.setattr(subprocess, "run", killed_in_the_last_sample)
     results = _run_batch((), {"quick": str(quick), "hung": str(hung)})
     check_run(results["quick"], 1, {"case": "PASS"})
     assert results["hung"].returncode == -9
+    assert results["hung"].stdout == "rank 0: started"  # what it printed before the limit
     assert f"(the batch was killed after {RUN_TIMEOUT} s)" in results["hung"].stderr
+
+
+def test_a_batch_shows_each_line_of_a_sample_as_soon_as_it_is_printed(tmp_path: Path) -> None:
+    """So that a batch killed in a sample (at its time limit) keeps what that sample printed:
+    before, a sample's lines came out only when it ended."""
+    waiting = tmp_path / "waiting_sample.py"
+    waiting.write_text('import sys\nprint("rank 0: case           PASS")\nsys.stdin.read()\n')
+    command = [sys.executable, "tests/sample_batch.py", str(waiting)]
+    with subprocess.Popen(
+        command, cwd=ROOT, env=launch_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as proc:
+        try:
+            shown, _, _ = select.select([proc.stdout], [], [], FIRST_LINE_TIMEOUT)
+            first = proc.stdout.readline() if shown else b""
+        finally:
+            proc.stdin.close()  # the sample ends
+            rest = proc.stdout.read()
+    assert first == b"waiting_sample.py| rank 0: case           PASS\n"
+    assert rest == b"waiting_sample.py| exit 0\n"
+    assert proc.returncode == 0
 
 
 def _load(name: str):

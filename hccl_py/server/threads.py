@@ -284,6 +284,17 @@ class _Worker:
         return reuse
 
 
+def start_thread(thread: threading.Thread, what: str, advice: str = "") -> None:
+    """Start ``thread``; one the OS refuses (no thread left) is an HcclRunnerStartError that
+    names ``what`` it was for and ends with ``advice``."""
+    try:
+        thread.start()
+    except RuntimeError as exc:  # "can't start new thread"
+        error = HcclRunnerStartError(f"the OS refused to start a thread for {what} ({exc}){advice}")
+        error.refusal = str(exc)
+        raise error from None
+
+
 class ThreadPool:
     """Reusable daemon threads that run one job at a time (see the module docstring).
 
@@ -317,14 +328,8 @@ class ThreadPool:
         reused = worker is not None
         if worker is None:
             worker = _Worker(self)
-            try:
-                worker.thread.start()  # a thread that cannot start is never one of the workers
-            except RuntimeError as exc:  # "can't start new thread": the OS has none left
-                error = HcclRunnerStartError(
-                    f"the OS refused to start a thread for {self.what} {name} ({exc}){self.advice}"
-                )
-                error.refusal = str(exc)
-                raise error from None
+            # a thread that cannot start is never one of the workers
+            start_thread(worker.thread, f"{self.what} {name}", self.advice)
             with self._lock:
                 self._workers.add(worker)
         job.native_id = worker.thread.native_id
