@@ -411,6 +411,20 @@ def test_bench_counts_the_memory_of_this_hosts_ranks(
         ({"HCCL_PY_EMU_RUNNERS": "bogus"}, [], "environment variable HCCL_PY_EMU_RUNNERS must"),
         ({"HCCL_PY_EMU_RUNNERS": "greenlets", "HCCL_PY_SAME_CPU": "2"}, [], None),
         ({"HCCL_PY_SAME_CPU": "2"}, [], "environment variable HCCL_PY_SAME_CPU must be 1 or 0"),
+        # how gloo ranks start and how long their store may take: read on gloo only
+        ({"HCCL_PY_START_METHOD": "fork"}, [], None),
+        (
+            {"HCCL_PY_START_METHOD": "fork"},
+            GLOO,
+            "environment variable HCCL_PY_START_METHOD must be forkserver or spawn, not 'fork'",
+        ),
+        ({"HCCL_PY_START_METHOD": "spawn"}, GLOO, None),
+        ({"HCCL_PY_STORE_ANSWER_S": "0"}, [], None),
+        (
+            {"HCCL_PY_STORE_ANSWER_S": "0"},
+            GLOO,
+            "environment variable HCCL_PY_STORE_ANSWER_S must be a positive number of seconds",
+        ),
     ],
 )
 def test_each_backend_is_checked_for_what_it_reads(

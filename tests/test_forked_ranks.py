@@ -383,6 +383,9 @@ def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path, short_tmp:
         ("spawn", False, None),
         (None, True, None),
         ("forkserver", True, "set TMPDIR to a shorter folder"),
+        # before, any other value started fresh interpreters in the runner, and in hp.run
+        # reached multiprocessing's own "cannot find context" error
+        ("fork", False, "HCCL_PY_START_METHOD must be forkserver or spawn, not 'fork'"),
     ],
 )
 def test_how_the_runner_starts_its_ranks(

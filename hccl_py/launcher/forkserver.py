@@ -27,6 +27,8 @@ from ..core import errors
 
 #: Start method of the rank processes hp.run and the runner start ("forkserver" or "spawn").
 START_METHOD_ENV = "HCCL_PY_START_METHOD"
+#: What it may name: multiprocessing's fork server, or fresh interpreters.
+START_METHODS = ("forkserver", "spawn")
 #: Comma-separated modules the fork server imports once, besides :data:`PRELOAD`.
 PRELOAD_ENV = "HCCL_PY_PRELOAD"
 #: What the fork server imports before forking ranks ("__main__": the main script, as spawn would).
@@ -55,8 +57,13 @@ def forkserver_fits() -> bool:
 
 
 def start_method() -> str:
-    """``$HCCL_PY_START_METHOD``, else the fork server on Linux where its socket path fits, else spawn."""
+    """``$HCCL_PY_START_METHOD`` (one of :data:`START_METHODS`), else the fork server on Linux
+    where its socket path fits, else spawn."""
     asked = os.environ.get(START_METHOD_ENV)
+    if asked and asked not in START_METHODS:
+        raise errors.HcclUsageError(
+            f"{START_METHOD_ENV} must be {' or '.join(START_METHODS)}, not {asked!r}"
+        )
     if asked == "forkserver" and not forkserver_fits():
         raise errors.HcclUsageError(
             f"{START_METHOD_ENV}=forkserver: the fork server's socket would be "
