@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from .core.config import Config
@@ -32,18 +33,28 @@ def replay_line(seed: int) -> str:
 
 
 def first_difference(a: Any, b: Any, where: str) -> str | None:
-    """Where ``a`` and ``b`` first differ (a path and an element), or None when they are equal."""
+    """Where ``a`` and ``b`` first differ (a path and an element), or None when they are equal.
+
+    NaN equals NaN (in tensors, numpy arrays, floats); numpy arrays, dataclasses and objects
+    without an ``==`` of their own (compared by identity, which no two schedules share) are
+    compared by their elements or attributes; a value whose ``==`` raises or is no truth value
+    cannot be compared and counts as equal (never a false report)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
         same = (a == b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a == b
-        bad = (~same).nonzero()
-        if not len(bad):
-            return None
-        index = tuple(int(i) for i in bad[0])
-        return f"{where}, element {list(index)}: {a[index].item()!r} vs {b[index].item()!r}"
+        return _first_unequal(a, b, (~same).nonzero().tolist(), where)
     if type(a) is not type(b):
         return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, np.ndarray):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"{where}: {a.dtype} {a.shape} vs {b.dtype} {b.shape}"
+        if a.dtype.kind not in "biufcmM":  # objects, strings, records: element by element
+            return first_difference(a.tolist(), b.tolist(), where)
+        same = a == b
+        if a.dtype.kind in "fc":
+            same |= np.isnan(a) & np.isnan(b)
+        return _first_unequal(a, b, np.argwhere(~same).tolist(), where)
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where}: {len(a)} items vs {len(b)}"
@@ -57,7 +68,50 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
             return f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
         found = (first_difference(a[k], b[k], f"{where}[{k!r}]") for k in a)
         return next((d for d in found if d is not None), None)
-    return None if a == b else f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
+    fields = _fields(a)
+    if fields is not None:
+        found = (first_difference(x, y, f"{where}.{k}") for k, x, y in _pairs(fields, a, b))
+        return next((d for d in found if d is not None), None)
+    try:
+        equal = bool(a == b) or (a != a and b != b)  # NaN (float, numpy scalar) in both
+    except Exception:  # noqa: BLE001 - the value's own == or !=: it cannot be compared
+        return None
+    return None if equal else f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
+
+
+def _first_unequal(a: Any, b: Any, bad: list[list[int]], where: str) -> str | None:
+    """The first element of ``bad`` (indices where tensors or arrays differ), or None."""
+    if not bad:
+        return None
+    index = tuple(bad[0])
+    return f"{where}, element {list(index)}: {a[index].item()!r} vs {b[index].item()!r}"
+
+
+def _fields(value: Any) -> list[str] | None:
+    """The attributes a value is compared by: a dataclass's fields, or the instance attributes of
+    an object whose class has no ``==`` of its own; None for any other value."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [f.name for f in dataclasses.fields(value)]
+    if type(value).__eq__ is object.__eq__ and hasattr(value, "__dict__"):
+        return sorted(vars(value))
+    return None
+
+
+def _pairs(names: list[str], a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(name, a's value, b's value) for ``names``; an attribute only one of them has differs."""
+    return [
+        (n, getattr(a, n, _MISSING), getattr(b, n, _MISSING)) for n in sorted({*names, *_fields(b)})
+    ]
+
+
+class _Missing:
+    """An attribute that one of two compared objects lacks."""
+
+    def __repr__(self) -> str:
+        return "no such attribute"
+
+
+_MISSING = _Missing()
 
 
 def _value(outcome: Any) -> Any:
@@ -85,7 +139,10 @@ def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: i
             first = results
             continue
         for rank, (want, got) in enumerate(zip(first, results, strict=True)):
-            diff = first_difference(_value(want), _value(got), f"rank {rank}'s result")
+            try:
+                diff = first_difference(_value(want), _value(got), f"rank {rank}'s result")
+            except RecursionError:  # a value that holds itself: not compared
+                diff = None
             if diff is not None:
                 error = HcclScheduleError(
                     f"schedule-dependent result: the default schedule and schedule {seed} "

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py.core.report import warn
-from hccl_py.explore import HcclScheduleError
+from hccl_py.explore import HcclScheduleError, first_difference
 
 #: Every rank appends its rank here at its first hccl_py call: the schedule's order.
 ORDER: list[int] = []
@@ -99,3 +101,74 @@ def tensor_and_warning() -> torch.Tensor:
 def test_exploring_compares_tensor_results_not_warnings() -> None:
     result = hp.run(tensor_and_warning, world_size=2, explore=3)
     assert [r.tolist() for r in result] == [[0, 0, 0, 0], [0, 1, 2, 3]]
+
+
+@dataclasses.dataclass
+class _Stats:
+    y: torch.Tensor
+    note: str = "same"
+
+
+class _Plain:
+    """No ``==`` of its own: Python compares it by identity, which no two schedules share."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+
+class _Opaque:
+    """An ``==`` that raises: it cannot be compared."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("ambiguous")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _looped() -> list:
+    looped: list = [1.0]
+    looped.append(looped)
+    return looped
+
+
+#: Deterministic results that are equal in every schedule and, before, were a false
+#: HcclScheduleError (NaN != NaN, objects compared by identity) or a raw error (numpy arrays,
+#: a dataclass holding a tensor: `==` gives no truth value).
+SAME_EVERY_SCHEDULE = {
+    "nan float": lambda t: t[1].item(),
+    "list with nan": lambda t: t.tolist(),
+    "numpy array with nan": lambda t: t.numpy(),
+    "numpy object array": lambda t: np.array([1, "a", None], dtype=object),
+    "dataclass with a tensor": lambda t: _Stats(t),
+    "plain object": lambda t: _Plain(float("nan")),
+    "value whose == raises": lambda t: _Opaque(),
+    "list holding itself": lambda t: _looped(),
+}
+
+
+def _reduced_with_a_nan(kind: str) -> object:
+    t = torch.tensor([1.0, float("nan"), 3.0])
+    hp.all_reduce(t)
+    return SAME_EVERY_SCHEDULE[kind](t)
+
+
+@pytest.mark.parametrize("kind", sorted(SAME_EVERY_SCHEDULE))
+def test_results_equal_in_every_schedule_pass_the_exploration(kind: str) -> None:
+    results = hp.run(_reduced_with_a_nan, world_size=2, args=(kind,), explore=2)
+    assert len(results) == 2
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "found"),
+    [
+        (np.array([1.0, np.nan]), np.array([1.0, 2.0]), "r, element [1]: nan vs 2.0"),
+        (np.zeros(2), np.zeros(3), "r: float64 (2,) vs float64 (3,)"),
+        (np.array(["x", "y"]), np.array(["x", "z"]), "r[1]: 'y' vs 'z'"),
+        (_Stats(torch.ones(2)), _Stats(torch.tensor([1.0, 0.0])), "r.y, element [1]: 1.0 vs 0.0"),
+        (_Stats(torch.ones(1), "a"), _Stats(torch.ones(1), "b"), "r.note: 'a' vs 'b'"),
+        (_Plain(1.0), _Plain(2.0), "r.value: 1.0 vs 2.0"),
+        (float("nan"), 1.0, "r: nan vs 1.0"),
+    ],
+)
+def test_a_difference_inside_arrays_and_objects_is_named(a: object, b: object, found: str) -> None:
+    assert first_difference(a, b, "r") == found

@@ -133,9 +133,18 @@ def test_reports_name_no_address() -> None:
         hp.gm_tensor(_T(), torch.float32, 1)
     assert str(info.value).endswith("not a test_gm._T (<test_gm._T object>)"), info.value
     assert first_difference([_T()], [0], "r") == "r[0]: _T vs int"
-    assert first_difference({"k": _T()}, {"k": _T()}, "r") == (
-        "r['k']: <test_gm._T object> vs <test_gm._T object>"
+    assert first_difference({"k": _Unequal()}, {"k": _Unequal()}, "r") == (
+        "r['k']: <test_gm._Unequal object> vs <test_gm._Unequal object>"
     )
+
+
+class _Unequal:
+    """Equal only to itself (an ``==`` of its own), with Python's default repr."""
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @pytest.mark.parametrize(
