@@ -122,6 +122,58 @@ def test_without_a_secret_failures_keep_type_name_message_and_traceback(no_secre
     assert "raise ValueError" in error.hccl_traceback
 
 
+class _PairError(Exception):
+    """Pickles (its args are its message) but does not unpickle: its __init__ takes two."""
+
+    def __init__(self, what: str, expert: int) -> None:
+        super().__init__(f"{what} {expert}")
+
+
+def _unpicklable_error() -> ValueError:
+    exc = ValueError("bad routing table for expert 3")
+    exc.context = lambda: None  # a lambda does not pickle
+    return exc
+
+
+@pytest.mark.parametrize("make", [_unpicklable_error, lambda: _PairError("expert", 3)])
+def test_with_a_secret_a_failure_that_does_not_pickle_travels_as_plain_data(
+    secret: str, make
+) -> None:
+    """Before, the fallback's stand-in did not pickle either (the rank died with a
+    PicklingError and the run said only that it exited), or the parent's unpickling raised a
+    raw TypeError."""
+    try:
+        raise make()
+    except Exception as exc:  # noqa: BLE001 - the rank's failure
+        raw = exchange.encode_failure(exc, 1, KEY)
+        want = (type(exc).__name__, str(exc))
+    status, error = exchange.decode(KEY, raw)
+    assert status == "err" and isinstance(error, kv.RemoteError)
+    assert (type(error).__name__, str(error), error.hccl_rank) == (*want, 1)
+    assert "raise make()" in error.hccl_traceback
+
+
+class _Pair:
+    """Pickles into a call with one argument, which its __init__ refuses when unpickled."""
+
+    def __init__(self, a: int, b: int) -> None:
+        self.ab = (a, b)
+
+    def __reduce__(self) -> tuple:
+        return (_Pair, (self.ab,))
+
+
+def test_a_signed_value_that_does_not_rebuild_here_is_the_rank_s_failure(secret: str) -> None:
+    store = dist.HashStore()
+    store.set(KEY, exchange.encode_result(_Pair(1, 2), 1, KEY))
+    status, error = outcome_of(store, 0, 1, 0)
+    assert status == "err" and isinstance(error, TypeError) and error.hccl_rank == 1
+    assert str(error).startswith(
+        "what the rank sent could not be rebuilt in this process (TypeError: _Pair.__init__() "
+        "missing 1 required positional argument: 'b')"
+    )
+
+
 @pytest.mark.parametrize("has_secret", [True, False])
 def test_abort_reasons_are_plain_data(monkeypatch: pytest.MonkeyPatch, has_secret: bool) -> None:
     if has_secret:

@@ -107,9 +107,11 @@ def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
     if sealed.secret() is None:
         return sealed.dump_json(key, {"err": record})
     try:
-        return sealed.dump_pickle(key, ("err", exc))
-    except Exception:  # noqa: BLE001 - any pickling failure falls back to the stand-in
-        return sealed.dump_pickle(key, ("err", failure_from(record)))
+        payload = sealed.dump_pickle(key, ("err", exc))
+        sealed.load(key, payload)  # it must rebuild too: an __init__ of other arguments does not
+        return payload
+    except Exception:  # noqa: BLE001 - any pickling failure falls back to the stand-in's data
+        return sealed.dump_json(key, {"err": record})
 
 
 def _fact(value: Any) -> Any:
@@ -184,9 +186,19 @@ def encode_result(value: Any, rank: int, key: str) -> bytes:
 def decode(key: str, raw: bytes) -> tuple[str, Any]:
     """``("ok", value)`` or ``("err", exception)`` from :func:`encode_result` / :func:`encode_failure`.
 
-    Raises :class:`~.sealed.ForgedValueError` for anything hccl_py did not write for ``key``.
+    Raises :class:`~.sealed.ForgedValueError` for anything hccl_py did not write for ``key``;
+    a pickle the run signed whose objects do not rebuild in this process (a class this
+    process lacks, an ``__init__`` that takes other arguments) is an ``("err", TypeError)``.
     """
-    kind, value = sealed.load(key, raw)
+    try:
+        kind, value = sealed.load(key, raw)
+    except sealed.ForgedValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - unpickling runs the sender's classes' code
+        return "err", TypeError(
+            f"what the rank sent could not be rebuilt in this process ({type(exc).__name__}: "
+            f"{exc}); return values whose classes this process can import and rebuild"
+        )
     try:
         if kind == sealed.PICKLE:
             status, payload = value

@@ -193,10 +193,12 @@ def outcome_of(
     key = kv.result_key(run, rank)
     if store.check([key]):
         try:
-            return exchange.decode(key, store.get(key))
+            status, value = exchange.decode(key, store.get(key))
         except sealed.ForgedValueError as exc:  # the rank's outcome is unknown: say why
-            exc.hccl_rank = rank
-            return "err", exc
+            status, value = "err", exc
+        if status == "err" and not hasattr(value, "hccl_rank"):
+            value.hccl_rank = rank
+        return status, value
     if why is None:
         why = "did not finish" if code is None else exit_text(code)
     return "err", rank_died(rank, why)
