@@ -310,3 +310,63 @@ def test_flat_elements_is_the_same_memory_with_stride_1() -> None:
     assert flat_elements(empty_from_numpy()).view(torch.uint8).shape == (0,)
     with pytest.raises(ValueError, match="needs a contiguous tensor"):
         flat_elements(holder.t())
+
+
+#: Each rank's four values per dtype torch cannot add to int64 or compare (rank r gets row r):
+#: unsigned values near the top of their range (sums wrap; uint64's top bit must order as
+#: unsigned), float8 values whose sums are exact in float8.
+NO_TORCH_ORDER = {
+    torch.uint16: (np.uint16, [[65535, 1, 40000, 7], [2, 65535, 30000, 7], [9, 0, 1, 8]]),
+    torch.uint32: (np.uint32, [[2**32 - 1, 1, 3 << 30, 5], [4, 2**31, 1 << 30, 5], [1, 0, 9, 6]]),
+    torch.uint64: (
+        np.uint64,
+        [[2**64 - 1, 1, 2**63, 3], [5, 2**63 + 1, 2**62, 3], [2, 0, 2**63 - 1, 4]],
+    ),
+    torch.float8_e4m3fn: (
+        np.float64,
+        [[0.5, -2.0, 4.0, 1.0], [1.0, 3.0, -4.0, 1.0], [2.0, 1.0, 0.5, 1.0]],
+    ),
+    torch.float8_e5m2: (
+        np.float64,
+        [[0.5, -2.0, 8.0, 1.0], [1.0, 4.0, -4.0, 1.0], [2.0, 1.0, 4.0, 1.0]],
+    ),
+}
+#: numpy's reductions, each in the element type (np.sum would widen uint16 and uint32: no wrap).
+NUMPY_REDUCE = {
+    "sum": lambda a, axis: np.sum(a, axis=axis, dtype=a.dtype),
+    "max": np.max,
+    "min": np.min,
+}
+
+
+def _reduced_in_a_torch_less_dtype(dtype: torch.dtype, op: str, scatter: bool) -> list[float]:
+    np_type, rows = NO_TORCH_ORDER[dtype]
+    mine = torch.from_numpy(np.array(rows[hp.get_rank()], dtype=np_type)).to(dtype)
+    if scatter:  # 2 ranks: each gets 2 of the 4 reduced elements
+        out = torch.zeros(2, dtype=dtype)
+        hp.reduce_scatter_tensor(out, mine, op=op)
+    else:
+        out = mine
+        hp.all_reduce(out, op=op)
+    return out.to(torch.float64).tolist() if dtype.is_floating_point else out.tolist()
+
+
+@pytest.mark.parametrize("scatter", [False, True], ids=["all_reduce", "reduce_scatter_tensor"])
+@pytest.mark.parametrize("op", sorted(NUMPY_REDUCE))
+@pytest.mark.parametrize("dtype", list(NO_TORCH_ORDER), ids=str)
+def test_dtypes_torch_cannot_order_reduce_as_numpy_does(
+    dtype: torch.dtype, op: str, scatter: bool
+) -> None:
+    """uint16/32/64 and float8 reduce in rank order (before: torch's raw "Promotion for uint16
+    ... is not supported" or "maximum_cpu not implemented for 'UInt16'", after the agreement)."""
+    np_type, rows = NO_TORCH_ORDER[dtype]
+    ranks = 2 if scatter else 3
+    with np.errstate(over="ignore"):
+        want = NUMPY_REDUCE[op](np.array(rows[:ranks], dtype=np_type), axis=0).tolist()
+    got = hp.run(
+        _reduced_in_a_torch_less_dtype, world_size=ranks, args=(dtype, op, scatter), timeout=TIMEOUT
+    )
+    if scatter:
+        assert got == [want[:2], want[2:]]
+    else:
+        assert got == [want] * ranks
