@@ -370,3 +370,62 @@ def test_dtypes_torch_cannot_order_reduce_as_numpy_does(
         assert got == [want[:2], want[2:]]
     else:
         assert got == [want] * ranks
+
+
+def _overlapping(n: int) -> torch.Tensor:
+    """``n`` elements in a (2, n / 2) view of strides (1, 1): rows overlap but for one element."""
+    return torch.zeros(n).as_strided((2, n // 2), (1, 1))
+
+
+#: A call per (op, argument) that gets a tensor the op cannot use: before, torch's raw
+#: RuntimeError or NotImplementedError deep inside the op, after the ranks had agreed.
+UNUSABLE = {
+    "all_gather_into_tensor output expanded": (
+        lambda: hp.all_gather_into_tensor(torch.zeros(1).expand(4), torch.ones(2)),
+        ValueError,
+        "all_gather_into_tensor on rank {r}: output_tensor (shape (4,), strides (0,)) has "
+        "elements that share memory",
+    ),
+    "all_reduce tensor expanded": (
+        lambda: hp.all_reduce(torch.zeros(1).expand(3)),
+        ValueError,
+        "all_reduce on rank {r}: tensor (shape (3,), strides (0,)) has elements that share",
+    ),
+    "reduce_scatter_tensor output overlapping": (
+        lambda: hp.reduce_scatter_tensor(_overlapping(8).t(), torch.ones(8, 2)),
+        ValueError,
+        "reduce_scatter_tensor on rank {r}: output (shape (4, 2), strides (1, 1)) has elements",
+    ),
+    "alltoall_single output expanded": (
+        lambda: hp.alltoall_single(torch.ones(2), torch.zeros(1).expand(2)),
+        ValueError,
+        "alltoall_single on rank {r}: out_tensor (shape (2,), strides (0,)) has elements that",
+    ),
+    "all_gather_into_tensor input sparse": (
+        lambda: hp.all_gather_into_tensor(torch.zeros(4), torch.ones(2).to_sparse()),
+        TypeError,
+        "all_gather_into_tensor on rank {r}: input_tensor is a torch.sparse_coo tensor; pass a "
+        "dense one",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNUSABLE))
+def test_tensors_an_op_cannot_use_are_refused_before_it_runs(case: str) -> None:
+    call, error, message = UNUSABLE[case]
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(call, world_size=WORLD, timeout=TIMEOUT)
+    for rank, exc in info.value.failures.items():
+        assert type(exc) is error and str(exc).startswith(message.format(r=rank)), exc
+
+
+def test_non_contiguous_outputs_whose_elements_are_apart_are_written() -> None:
+    """Strides that skip memory or run backwards over a transpose are no overlap."""
+
+    def gather() -> list[list[float]]:
+        holder = torch.full((4, 2), SENTINEL)
+        hp.all_gather_into_tensor(holder.t()[0], torch.full((2,), float(hp.get_rank())))
+        return holder.tolist()
+
+    want = [[0.0, SENTINEL], [0.0, SENTINEL], [1.0, SENTINEL], [1.0, SENTINEL]]
+    assert hp.run(gather, world_size=WORLD, timeout=TIMEOUT) == [want] * WORLD

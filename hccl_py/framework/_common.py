@@ -40,11 +40,41 @@ def where(op: str) -> str:
     return op if ctx is None else f"{op} on rank {ctx.rank}"
 
 
-def check_tensor(op: str, name: str, value: Any) -> torch.Tensor:
-    """``value`` if it is a torch tensor, else a TypeError."""
+def check_tensor(op: str, name: str, value: Any, written: bool = False) -> torch.Tensor:
+    """``value`` if it is a dense torch tensor (and, ``written`` by the op, one whose elements
+    each have memory of their own), else a TypeError (ValueError for shared elements)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where(op)}: {name} must be a torch.Tensor, not {type(value).__name__}")
+    if value.layout != torch.strided:
+        raise TypeError(
+            f"{where(op)}: {name} is a {value.layout} tensor; pass a dense one (.to_dense())"
+        )
+    if written and _shares_elements(value):
+        raise ValueError(
+            f"{where(op)}: {name} (shape {tuple(value.shape)}, strides {value.stride()}) has "
+            "elements that share memory (an expand or as_strided view), which the op would "
+            "write more than once; pass a tensor with memory of its own (.clone())"
+        )
     return value
+
+
+def _shares_elements(t: torch.Tensor) -> bool:
+    """Whether two elements of ``t`` are the same memory: never for a contiguous tensor or
+    strides that each step over the span of the smaller ones; else counted exactly."""
+    if t.is_contiguous() or t.numel() < 2:
+        return False
+    dims = sorted(
+        (stride, size) for size, stride in zip(t.shape, t.stride(), strict=True) if size > 1
+    )
+    span = 0
+    for stride, size in dims:
+        if stride <= span:
+            offsets = np.zeros(1, dtype=np.int64)
+            for n, step in zip(t.shape, t.stride(), strict=True):
+                offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * step).ravel()
+            return len(np.unique(offsets)) < t.numel()
+        span += (size - 1) * stride
+    return False
 
 
 def check_bool(op: str, name: str, value: Any) -> bool:

@@ -76,7 +76,7 @@ def all_gather_into_tensor(
     shape ``(N * x1, x2, ...)``; returns a :class:`Work` when ``async_op``.
     """
     op = "all_gather_into_tensor"
-    check_tensor(op, "output_tensor", output_tensor)
+    check_tensor(op, "output_tensor", output_tensor, written=True)
     check_tensor(op, "input_tensor", input_tensor)
     check_bool(op, "async_op", async_op)
     grp = resolve_group(op, group)
@@ -199,7 +199,7 @@ def alltoall_single(
     """
     op = "alltoall_single"
     check_tensor(op, "in_tensor", in_tensor)
-    check_tensor(op, "out_tensor", out_tensor)
+    check_tensor(op, "out_tensor", out_tensor, written=True)
     ins = split_sizes(op, "in_split_sizes", in_split_sizes)
     outs = split_sizes(op, "out_split_sizes", out_split_sizes)
     check_bool(op, "sync_op", sync_op)
@@ -370,7 +370,7 @@ def all_reduce(
 ) -> Work | None:
     """Reduce ``tensor`` over the group's ranks, in place (SUM, MAX or MIN)."""
     name = "all_reduce"
-    check_tensor(name, "tensor", tensor)
+    check_tensor(name, "tensor", tensor, written=True)
     check_bool(name, "async_op", async_op)
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
@@ -412,7 +412,7 @@ def reduce_scatter_tensor(
 ) -> Work | None:
     """Reduce ``input`` (shape ``(N * x1, ...)``) over the ranks; rank r keeps block r in ``output``."""
     name = "reduce_scatter_tensor"
-    check_tensor(name, "output", output)
+    check_tensor(name, "output", output, written=True)
     check_tensor(name, "input", input)
     check_bool(name, "async_op", async_op)
     reduce_op = reduce_op_of(name, op)
