@@ -29,6 +29,7 @@ from .core.report import KINDS, plain_repr
 from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
+from .launcher.cli_checks import check_outputs
 from .launcher.spec import under_launcher
 from .server.same_cpu import SAME_CPU_ENV
 from .server.windows import BUFFSIZE_ENV, checked_buffsize, default_buffsize
@@ -174,6 +175,13 @@ def run(
             f"choose, or run with -n {world_size}"
         )
     summary = checked_flag("summary", env_flag(SUMMARY_ENV) if summary is None else summary)
+    if trace is not None and not isinstance(trace, (str, os.PathLike)):
+        raise TypeError(
+            f"trace must be a file path (str or os.PathLike) or None, not {type(trace).__name__}"
+        )
+    if _lead():  # the files the run writes at its end: mistakes in their paths stop it now
+        check_outputs(("trace", trace and os.fspath(trace), TRACE_ENV, False))
+        check_outputs(("", None, LAYOUT_ENV, True))
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
     seed = _env_count(SEED_ENV, 0) if seed is None else seed

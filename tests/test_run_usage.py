@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -305,3 +306,45 @@ def test_a_gloo_core_the_os_has_no_thread_for_is_named_and_not_counted(
     with pytest.raises(hp.HcclRunnerStartError, match="for core rank0-AIV3 .* smaller block_dim"):
         blocker.spawn(lambda: None, "rank0-AIV3")
     assert blocker.active == active
+
+
+@pytest.mark.parametrize(
+    ("trace", "env", "error", "message"),
+    [
+        (5, {}, TypeError, "trace must be a file path (str or os.PathLike) or None, not int"),
+        ("{folder}", {}, ValueError, "trace '{folder}' is a folder; give the path of a file"),
+        (
+            None,
+            {"HCCL_PY_TRACE": "{folder}"},
+            ValueError,
+            "environment variable HCCL_PY_TRACE '{folder}'",
+        ),
+        (
+            None,
+            {"HCCL_PY_LAYOUT": "{folder}"},
+            ValueError,
+            "environment variable HCCL_PY_LAYOUT '{folder}'",
+        ),
+    ],
+)
+def test_output_paths_are_checked_before_any_rank_runs(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trace: object,
+    env: dict[str, str],
+    error: type,
+    message: str,
+) -> None:
+    """Before, the whole program ran, then the trace writer's raw TypeError or IsADirectoryError
+    lost its results."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(folder=tmp_path))
+    ran: list[int] = []
+    with pytest.raises(error) as info:
+        hp.run(
+            lambda: ran.append(hp.get_rank()),
+            world_size=2,
+            trace=trace.format(folder=tmp_path) if isinstance(trace, str) else trace,
+        )
+    assert str(info.value).startswith(message.format(folder=tmp_path))
+    assert ran == []

@@ -50,6 +50,7 @@ from ._common import (
     who,
 )
 from ._kernel import FrameworkKernel, Work, run_async
+from ._local_reduce import local_reduce
 
 _C = HcclCMDType
 _SUM = HcclReduceOp.HCCL_REDUCE_SUM
@@ -261,69 +262,14 @@ def alltoall_single(
     return work
 
 
-def _local_reduce(stacked: torch.Tensor, reduce_op: HcclReduceOp) -> torch.Tensor:
-    """Reduce ``stacked`` over dim 0 (the ranks) in rank order, keeping its dtype exactly.
-
-    bool: SUM and MAX are a logical or, MIN a logical and. Integers sum in
-    int64 and wrap to the element type, floating point sums in float64. MAX and
-    MIN compare in a type torch orders where it has no comparison of its own
-    (unsigned 16 to 64 bits, float8): the same element wins.
-    """
-    dtype = stacked.dtype
-    if dtype == torch.bool:
-        return stacked.any(0) if reduce_op != HcclReduceOp.HCCL_REDUCE_MIN else stacked.all(0)
-    if reduce_op == _SUM:
-        wide = torch.float64 if dtype.is_floating_point else torch.int64
-        acc = _as(stacked[0], wide)
-        for k in range(1, stacked.shape[0]):
-            acc = acc + _as(stacked[k], wide)
-        return _as(acc, dtype)
-    combine = torch.maximum if reduce_op == HcclReduceOp.HCCL_REDUCE_MAX else torch.minimum
-    keys = _ordered(stacked)
-    acc = keys[0]
-    for k in range(1, keys.shape[0]):
-        acc = combine(acc, keys[k])
-    return _unordered(acc, dtype)
-
-
-#: The unsigned types torch cannot compare, and uint64's bit that makes its order int64's.
-_UNORDERED_UINTS = (torch.uint16, torch.uint32)
-_UINT64_FLIP = -(1 << 63)
-
-
-def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``t`` as ``dtype``; uint64 and int64 reinterpret their bits (sums wrap alike)."""
-    if {t.dtype, dtype} == {torch.uint64, torch.int64}:
-        return t.view(dtype)
-    return t.to(dtype)
-
-
-def _ordered(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in a dtype torch.maximum compares, in the same order as its values."""
-    if t.dtype in _UNORDERED_UINTS:
-        return t.to(torch.int64)
-    if t.dtype == torch.uint64:
-        return t.view(torch.int64) ^ _UINT64_FLIP
-    if t.dtype.is_floating_point and t.element_size() == 1:  # float8: exact in float32
-        return t.to(torch.float32)
-    return t
-
-
-def _unordered(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """What :func:`_ordered` gave back as ``dtype``."""
-    if dtype == torch.uint64:
-        return (t ^ _UINT64_FLIP).view(torch.uint64)
-    return t if t.dtype == dtype else t.to(dtype)
-
-
 def _reduce_rows(
     stacked: torch.Tensor, reduce_op: HcclReduceOp, data_type: HcclDataType
 ) -> torch.Tensor:
     """``stacked``'s rows (one per rank) reduced in rank order, as the op's task would: the
-    servers' rule for the dtypes the kernel API reduces, :func:`_local_reduce` for others."""
+    servers' rule for the dtypes the kernel API reduces, :func:`.local_reduce` for others."""
     if data_type in REDUCE_DTYPES:
         return reduce_ranks(stacked, reduce_op)
-    return _local_reduce(stacked, reduce_op)
+    return local_reduce(stacked, reduce_op)
 
 
 def _reduce(
@@ -360,7 +306,7 @@ def _reduce(
 
     def reduce_locally() -> None:
         mine = gathered.view(n, n, -1)[:, me] if scatter else gathered
-        out.copy_(_local_reduce(mine, reduce_op).view(out.shape))
+        out.copy_(local_reduce(mine, reduce_op).view(out.shape))
 
     return kernel, reduce_locally
 
