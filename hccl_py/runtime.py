@@ -211,6 +211,7 @@ def run(
             "without --backend) to replay or explore schedules"
         )
     chosen = get_backend(name)
+    _BACKEND_READERS.get(name, lambda: None)()  # its own variables: a mistake before ranks start
 
     def run_one(cfg: Config) -> list[Any]:
         return chosen.run(WithWarnings(fn), tuple(args), world_size, cfg)

@@ -348,3 +348,23 @@ def test_output_paths_are_checked_before_any_rank_runs(
         )
     assert str(info.value).startswith(message.format(folder=tmp_path))
     assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("HCCL_PY_REDUCE", "fast", "HCCL_PY_REDUCE must be 'exact' or 'native', not 'fast'"),
+        ("HCCL_PY_CARRY_FIRST_ROUND", "maybe", "HCCL_PY_CARRY_FIRST_ROUND must be"),
+        ("HCCL_PY_START_METHOD", "fork", "HCCL_PY_START_METHOD must be forkserver or spawn"),
+    ],
+)
+def test_gloo_variables_are_read_before_the_ranks_start(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    """Before, every rank process died reading it, and the run said only that rank 0 exited
+    with code 1 before reporting an outcome (no process starts here: the error comes first)."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises((ValueError, HcclError)) as info:
+        hp.run(hp.get_rank, world_size=2, backend="gloo", timeout=RUN_TIMEOUT)
+    assert message in str(info.value)
+    assert not isinstance(info.value, hp.WorldError)
