@@ -278,3 +278,22 @@ def test_a_class_passed_for_a_value_is_named_in_the_report() -> None:
 
     (seen,) = hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
     assert len(seen) == 1 and "not a type (<class 'numpy.float16'>)" in seen[0], seen
+
+
+def test_an_init_tiling_too_small_for_what_a_wait_reads_names_the_field_and_init_v2() -> None:
+    """A buffer given to InitV2 that is not the tiling (launch arguments in the wrong order):
+    the Wait that reads queueNum names the field and InitV2, not only the bytes of a GM view."""
+
+    def kernel(tilingGM: hp.GmAddr) -> None:
+        hccl = hp.Hccl()
+        hccl.InitV2(hp.GetHcclContext(0), tilingGM)
+        hccl.Wait(0)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lambda: hp.launch(kernel, torch.zeros(4)), world_size=1, strict=False)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclBoundsError) and error.rank == 0
+    assert str(error) == (
+        "[rank 0] Mc2InitTiling.queueNum (bytes [42, 44)) of the init tiling given to InitV2: GM "
+        "view: bytes [0, 44) of tilingGM fall outside its 16 bytes"
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..core.constants import HcclServerConfig, HcclServerType
+from ..core.errors import HcclBoundsError
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
 from .handle import Handle
@@ -44,10 +45,9 @@ class Binding:
         #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
         self.mode: str | None = None
         self.tiling_src: Any = None
-        #: (tiling, Mc2InitTiling.queueNum) once read from that tiling.
-        self.queues: tuple[Any, int] | None = None
-        #: (tiling, Mc2InitTiling.commBlockNum) once asked (BatchWrite and QueueBarrier only).
-        self.blocks: tuple[Any, int] | None = None
+        #: Mc2InitTiling fields read from that tiling (queueNum; commBlockNum for BatchWrite
+        #: and QueueBarrier only), by name.
+        self.init_fields: dict[str, int] = {}
         #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
         self.cc: dict[int, Mc2CcTiling] = {}
         self.handles: list[Handle] = []
@@ -66,7 +66,7 @@ class Binding:
         self.state = state
         self.mode = mode
         self.tiling_src = tiling
-        self.queues = self.blocks = None
+        self.init_fields = {}
         self.cc = {}
         self.handles = []
         self.n_syncs = 0
@@ -113,24 +113,29 @@ class Binding:
 
     def comm_block_num(self) -> int:
         """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""
-        if self.tiling_src is None:
-            return 0
-        if self.blocks is None or self.blocks[0] is not self.tiling_src:
-            end = Mc2InitTiling.commBlockNum.offset + 2
-            raw = tiling_bytes(self.tiling_src, nbytes=end)
-            num = int.from_bytes(raw[Mc2InitTiling.commBlockNum.offset : end], "little")
-            self.blocks = (self.tiling_src, num)
-        return self.blocks[1]
+        return self._init_u16("commBlockNum")
 
     def queue_num(self) -> int:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
+        return self._init_u16("queueNum")
+
+    def _init_u16(self, name: str) -> int:
+        """A uint16 field of the Mc2InitTiling this object was initialised with (0 without one),
+        read once; a tiling too small for it is an HcclBoundsError that says what was read."""
         if self.tiling_src is None:
             return 0
-        if self.queues is None or self.queues[0] is not self.tiling_src:
-            raw = tiling_bytes(self.tiling_src, nbytes=Mc2InitTiling.queueNum.offset + 2)
-            num = int.from_bytes(raw[Mc2InitTiling.queueNum.offset :][:2], "little")
-            self.queues = (self.tiling_src, num)
-        return self.queues[1]
+        if name not in self.init_fields:
+            start = getattr(Mc2InitTiling, name).offset
+            try:
+                raw = tiling_bytes(self.tiling_src, nbytes=start + 2)
+            except HcclBoundsError as exc:
+                raise HcclBoundsError(
+                    f"Mc2InitTiling.{name} (bytes [{start}, {start + 2})) of the init tiling "
+                    f"given to InitV2: {exc.reason}",
+                    rank=exc.rank,
+                ) from None
+            self.init_fields[name] = int.from_bytes(raw[start : start + 2], "little")
+        return self.init_fields[name]
 
     def waits_at_once(self) -> bool:
         """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
