@@ -43,7 +43,7 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
         same = (a == b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a == b
-        return _first_unequal(a, b, (~same).nonzero().tolist(), where)
+        return _first_unequal(a, b, (~same).nonzero()[:1].tolist(), where)
     if type(a) is not type(b):
         return f"{where}: {type(a).__name__} vs {type(b).__name__}"
     if isinstance(a, np.ndarray):
@@ -54,7 +54,7 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
         same = a == b
         if a.dtype.kind in "fc":
             same |= np.isnan(a) & np.isnan(b)
-        return _first_unequal(a, b, np.argwhere(~same).tolist(), where)
+        return _first_unequal(a, b, np.argwhere(~same)[:1].tolist(), where)
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where}: {len(a)} items vs {len(b)}"
@@ -80,7 +80,7 @@ def first_difference(a: Any, b: Any, where: str) -> str | None:
 
 
 def _first_unequal(a: Any, b: Any, bad: list[list[int]], where: str) -> str | None:
-    """The first element of ``bad`` (indices where tensors or arrays differ), or None."""
+    """The element at ``bad``'s index (the first where tensors or arrays differ), or None."""
     if not bad:
         return None
     index = tuple(bad[0])
