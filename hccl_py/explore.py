@@ -11,6 +11,8 @@ Results that differ between passing schedules raise
 from __future__ import annotations
 
 import dataclasses
+import enum
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -32,51 +34,53 @@ def replay_line(seed: int) -> str:
     return f"replay: hp.run(..., seed={seed}) / python -m hccl_py run --seed {seed}"
 
 
-def first_difference(a: Any, b: Any, where: str) -> str | None:
+def first_difference(a: Any, b: Any, where: str, _path: frozenset = frozenset()) -> str | None:
     """Where ``a`` and ``b`` first differ (a path and an element), or None when they are equal.
 
     NaN equals NaN (in tensors, numpy arrays, floats); numpy arrays, dataclasses and objects
     without an ``==`` of their own (compared by identity, which no two schedules share) are
-    compared by their elements or attributes; a value whose ``==`` raises or is no truth value
-    cannot be compared and counts as equal (never a false report)."""
+    compared by their elements or attributes; the same object, a value met again on its own
+    path (a cycle) and a value whose ``==`` raises or is no truth value count as equal (never
+    a false report)."""
+    if a is b or (id(a), id(b)) in _path:
+        return None
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
-        same = (a == b) | (a.isnan() & b.isnan()) if a.is_floating_point() else a == b
+        same = a == b
+        if a.is_floating_point() or a.is_complex():
+            same |= a.isnan() & b.isnan()
         return _first_unequal(a, b, (~same).nonzero()[:1].tolist(), where)
     if type(a) is not type(b):
         return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    path = _path | {(id(a), id(b))}
     if isinstance(a, np.ndarray):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {a.shape} vs {b.dtype} {b.shape}"
         if a.dtype.kind not in "biufcmM":  # objects, strings, records: element by element
-            return first_difference(a.tolist(), b.tolist(), where)
+            return first_difference(a.tolist(), b.tolist(), where, path)
         same = a == b
-        if a.dtype.kind in "fc":
+        if a.dtype.kind in "fcmM":  # NaN, NaT
             same |= np.isnan(a) & np.isnan(b)
         return _first_unequal(a, b, np.argwhere(~same)[:1].tolist(), where)
     if isinstance(a, (list, tuple)):
         if len(a) != len(b):
             return f"{where}: {len(a)} items vs {len(b)}"
-        found = (
-            first_difference(x, y, f"{where}[{i}]")
-            for i, (x, y) in enumerate(zip(a, b, strict=True))
-        )
-        return next((d for d in found if d is not None), None)
-    if isinstance(a, dict):
+        pairs = [(f"{where}[{i}]", x, y) for i, (x, y) in enumerate(zip(a, b, strict=True))]
+    elif isinstance(a, dict):
         if a.keys() != b.keys():
             return f"{where}: keys {sorted(map(str, a))} vs {sorted(map(str, b))}"
-        found = (first_difference(a[k], b[k], f"{where}[{k!r}]") for k in a)
-        return next((d for d in found if d is not None), None)
-    fields = _fields(a)
-    if fields is not None:
-        found = (first_difference(x, y, f"{where}.{k}") for k, x, y in _pairs(fields, a, b))
-        return next((d for d in found if d is not None), None)
-    try:
-        equal = bool(a == b) or (a != a and b != b)  # NaN (float, numpy scalar) in both
-    except Exception:  # noqa: BLE001 - the value's own == or !=: it cannot be compared
-        return None
-    return None if equal else f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
+        pairs = [(f"{where}[{k!r}]", a[k], b[k]) for k in a]
+    elif (fields := _fields(a)) is not None:
+        pairs = [(f"{where}.{k}", x, y) for k, x, y in _pairs(fields, a, b)]
+    else:
+        try:
+            equal = bool(a == b) or (a != a and b != b)  # NaN (float, numpy scalar) in both
+        except Exception:  # noqa: BLE001 - the value's own == or !=: it cannot be compared
+            return None
+        return None if equal else f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
+    found = (first_difference(x, y, at, path) for at, x, y in pairs)
+    return next((d for d in found if d is not None), None)
 
 
 def _first_unequal(a: Any, b: Any, bad: list[list[int]], where: str) -> str | None:
@@ -88,20 +92,26 @@ def _first_unequal(a: Any, b: Any, bad: list[list[int]], where: str) -> str | No
 
 
 def _fields(value: Any) -> list[str] | None:
-    """The attributes a value is compared by: a dataclass's fields, or the instance attributes of
-    an object whose class has no ``==`` of its own; None for any other value."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    """The attributes a value is compared by: a dataclass's fields, or the instance attributes
+    (``__dict__`` and ``__slots__``) of an object whose class has no ``==`` of its own (not a
+    class, module or Enum member: those are compared by identity, rightly); None otherwise."""
+    if isinstance(value, (type, types.ModuleType, enum.Enum)):
+        return None
+    if dataclasses.is_dataclass(value):
         return [f.name for f in dataclasses.fields(value)]
-    if type(value).__eq__ is object.__eq__ and hasattr(value, "__dict__"):
-        return sorted(vars(value))
-    return None
+    if type(value).__eq__ is not object.__eq__:
+        return None
+    names = set(getattr(value, "__dict__", ()))
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names.update([slots] if isinstance(slots, str) else slots)
+    return sorted(names - {"__dict__", "__weakref__"})
 
 
 def _pairs(names: list[str], a: Any, b: Any) -> list[tuple[str, Any, Any]]:
     """(name, a's value, b's value) for ``names``; an attribute only one of them has differs."""
-    return [
-        (n, getattr(a, n, _MISSING), getattr(b, n, _MISSING)) for n in sorted({*names, *_fields(b)})
-    ]
+    named = sorted({*names, *(_fields(b) or ())})
+    return [(n, getattr(a, n, _MISSING), getattr(b, n, _MISSING)) for n in named]
 
 
 class _Missing:

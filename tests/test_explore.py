@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -125,10 +127,24 @@ class _Opaque:
     __hash__ = None  # type: ignore[assignment]
 
 
-def _looped() -> list:
-    looped: list = [1.0]
+def _looped(value: float = 1.0) -> list:
+    looped: list = [float(value)]
     looped.append(looped)
     return looped
+
+
+class _Status(enum.Enum):
+    OK = 0
+    FAILED = 1
+
+
+class _Slotted:
+    """No ``==`` of its own and no ``__dict__``: compared by its slots."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float) -> None:
+        self.value = value
 
 
 #: Deterministic results that are equal in every schedule and, before, were a false
@@ -143,6 +159,9 @@ SAME_EVERY_SCHEDULE = {
     "plain object": lambda t: _Plain(float("nan")),
     "value whose == raises": lambda t: _Opaque(),
     "list holding itself": lambda t: _looped(),
+    "slotted object": lambda t: _Slotted(float("nan")),
+    "complex tensor with nan": lambda t: t.to(torch.complex64),
+    "enum member and a logger": lambda t: (_Status.OK, logging.getLogger(), t),
 }
 
 
@@ -168,6 +187,13 @@ def test_results_equal_in_every_schedule_pass_the_exploration(kind: str) -> None
         (_Stats(torch.ones(1), "a"), _Stats(torch.ones(1), "b"), "r.note: 'a' vs 'b'"),
         (_Plain(1.0), _Plain(2.0), "r.value: 1.0 vs 2.0"),
         (float("nan"), 1.0, "r: nan vs 1.0"),
+        # compared by identity where identity is right: an Enum member, a logger, a module
+        ((_Status.OK, [0, 1]), (_Status.OK, [1, 0]), "r[1][0]: 0 vs 1"),
+        ((_Status.OK, 1), (_Status.FAILED, 1), "r[0]: <_Status.OK: 0> vs <_Status.FAILED: 1>"),
+        (_Plain([0, logging.getLogger()]), _Plain([1, logging.getLogger()]), "r.value[0]: 0 vs 1"),
+        ({"np": np, "v": 0}, {"np": np, "v": 1}, "r['v']: 0 vs 1"),
+        (_Slotted(1), _Slotted(2), "r.value: 1 vs 2"),
+        (_looped(0), _looped(1), "r[0]: 0.0 vs 1.0"),
     ],
 )
 def test_a_difference_inside_arrays_and_objects_is_named(a: object, b: object, found: str) -> None:
