@@ -160,9 +160,13 @@ def _row_offsets(tensor: torch.Tensor, rows: np.ndarray) -> np.ndarray:
     the general replay gives, at the cost of the picked rows alone."""
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)
+    rows = np.unique(rows)  # a row picked twice is touched once; sorting rows, not elements
     row = _strided(tensor.shape[1:], tensor.stride()[1:])
-    starts = rows.astype(np.int64) * tensor.stride(0)
-    return _base(tensor) + np.unique(starts[:, None] + row[None, :]) * tensor.element_size()
+    offsets = (rows.astype(np.int64)[:, None] * tensor.stride(0) + row[None, :]).ravel()
+    apart = bool(np.all(np.diff(row) > 0)) and tensor.stride(0) > row[-1] - row[0]
+    if not apart:  # rows that interleave or share elements: sort every element's offset
+        offsets = np.unique(offsets)
+    return _base(tensor) + offsets * tensor.element_size()
 
 
 def _strided(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
