@@ -23,7 +23,7 @@ from .core.config import (
     env_flag,
 )
 from .core.constants import MAX_WORLD_SIZE
-from .core.errors import HcclUsageError, WorldError
+from .core.errors import WorldError
 from .core.platform import RANKS_PER_SERVER_ENV, Platform, get_platform, ranks_per_server_default
 from .core.report import KINDS, plain_repr
 from .explore import explore as explore_schedules
@@ -278,19 +278,17 @@ def _env_schedule() -> str:
 
 
 def _gloo_settings() -> object:
-    """The gloo and HCCL backends' settings, as their ranks read them, then how rank processes
-    start (``HCCL_PY_START_METHOD``) and how long a store may take to answer, as the launch
-    reads them."""
+    """The gloo and HCCL backends' settings, as their ranks read them, how long a store may
+    take to answer and, where hccl_py starts the rank processes (no launcher did), how it
+    starts them (``HCCL_PY_START_METHOD``: an HcclUsageError, as the launch raises it)."""
     from .backends.dist.settings import Settings
     from .launcher.forkserver import start_method
     from .launcher.store import answer_s
 
     settings = Settings.read(check_tasks=True, exact=True)
     answer_s()
-    try:
+    if not under_launcher():
         start_method()
-    except HcclUsageError as exc:  # the launch's own error class; here a setting's ValueError
-        raise ValueError(str(exc)) from None
     return settings
 
 

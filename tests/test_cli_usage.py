@@ -412,11 +412,12 @@ def test_bench_counts_the_memory_of_this_hosts_ranks(
         ({"HCCL_PY_EMU_RUNNERS": "greenlets", "HCCL_PY_SAME_CPU": "2"}, [], None),
         ({"HCCL_PY_SAME_CPU": "2"}, [], "environment variable HCCL_PY_SAME_CPU must be 1 or 0"),
         # how gloo ranks start and how long their store may take: read on gloo only
-        ({"HCCL_PY_START_METHOD": "fork"}, [], None),
+        ({"HCCL_PY_START_METHOD": "nosuch"}, [], None),
         (
-            {"HCCL_PY_START_METHOD": "fork"},
+            {"HCCL_PY_START_METHOD": "nosuch"},
             GLOO,
-            "environment variable HCCL_PY_START_METHOD must be forkserver or spawn, not 'fork'",
+            "environment variable HCCL_PY_START_METHOD must be one of forkserver, spawn, fork, "
+            "not 'nosuch'",
         ),
         ({"HCCL_PY_START_METHOD": "spawn"}, GLOO, None),
         ({"HCCL_PY_STORE_ANSWER_S": "0"}, [], None),

@@ -383,9 +383,10 @@ def test_the_runner_forks_ranks_that_match_fresh_ones(tmp_path: Path, short_tmp:
         ("spawn", False, None),
         (None, True, None),
         ("forkserver", True, "set TMPDIR to a shorter folder"),
+        ("fork", False, None),  # fresh interpreters: the runner forks only its fork server
         # before, any other value started fresh interpreters in the runner, and in hp.run
         # reached multiprocessing's own "cannot find context" error
-        ("fork", False, "HCCL_PY_START_METHOD must be forkserver or spawn, not 'fork'"),
+        ("nosuch", False, "HCCL_PY_START_METHOD must be one of forkserver, spawn, fork, not"),
     ],
 )
 def test_how_the_runner_starts_its_ranks(

@@ -351,20 +351,37 @@ def test_output_paths_are_checked_before_any_rank_runs(
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "message"),
+    ("name", "value", "error", "message"),
     [
-        ("HCCL_PY_REDUCE", "fast", "HCCL_PY_REDUCE must be 'exact' or 'native', not 'fast'"),
-        ("HCCL_PY_CARRY_FIRST_ROUND", "maybe", "HCCL_PY_CARRY_FIRST_ROUND must be"),
-        ("HCCL_PY_START_METHOD", "fork", "HCCL_PY_START_METHOD must be forkserver or spawn"),
+        ("HCCL_PY_REDUCE", "fast", ValueError, "HCCL_PY_REDUCE must be 'exact' or 'native'"),
+        ("HCCL_PY_CARRY_FIRST_ROUND", "maybe", ValueError, "HCCL_PY_CARRY_FIRST_ROUND must be"),
+        (
+            "HCCL_PY_START_METHOD",
+            "nosuch",
+            hp.HcclUsageError,
+            "HCCL_PY_START_METHOD must be one of forkserver, spawn, fork, not 'nosuch'",
+        ),
     ],
 )
 def test_gloo_variables_are_read_before_the_ranks_start(
-    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, error: type, message: str
 ) -> None:
     """Before, every rank process died reading it, and the run said only that rank 0 exited
     with code 1 before reporting an outcome (no process starts here: the error comes first)."""
     monkeypatch.setenv(name, value)
-    with pytest.raises((ValueError, HcclError)) as info:
+    with pytest.raises(error) as info:
         hp.run(hp.get_rank, world_size=2, backend="gloo", timeout=RUN_TIMEOUT)
-    assert message in str(info.value)
-    assert not isinstance(info.value, hp.WorldError)
+    assert type(info.value) is error and message in str(info.value)
+
+
+def test_under_a_launcher_the_start_method_is_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launcher (torchrun, msrun) starts the ranks: hccl_py never reads HCCL_PY_START_METHOD
+    there (nor makes the temporary folder its check of the fork server's socket path makes)."""
+    from hccl_py import runtime
+
+    monkeypatch.setenv("HCCL_PY_START_METHOD", "nosuch")
+    monkeypatch.setattr(runtime, "under_launcher", lambda: True)
+    runtime.check_environment("gloo")
+    monkeypatch.setattr(runtime, "under_launcher", lambda: False)
+    with pytest.raises(hp.HcclUsageError, match="HCCL_PY_START_METHOD must be one of"):
+        runtime.check_environment("gloo")

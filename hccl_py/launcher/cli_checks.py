@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Collection
 
 from ..core.constants import MAX_WORLD_SIZE
+from ..core.errors import HcclError, HcclUsageError
 from ..core.platform import get_platform
 from .script_checks import script_problem
 
@@ -92,8 +93,10 @@ def environment(read: Callable[[], object]) -> None:
     variable's name: a ValueError as a UsageError that says it is an environment variable."""
     try:
         read()
-    except ValueError as exc:
-        raise UsageError(f"{env_label('')}{exc}") from None
+    except (ValueError, HcclUsageError) as exc:
+        raise UsageError(
+            f"{env_label('')}{exc.reason if isinstance(exc, HcclError) else exc}"
+        ) from None
 
 
 def emulator_only(backend: str, *settings: tuple[str, object, str]) -> None:

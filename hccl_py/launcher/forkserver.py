@@ -27,8 +27,9 @@ from ..core import errors
 
 #: Start method of the rank processes hp.run and the runner start ("forkserver" or "spawn").
 START_METHOD_ENV = "HCCL_PY_START_METHOD"
-#: What it may name: multiprocessing's fork server, or fresh interpreters.
-START_METHODS = ("forkserver", "spawn")
+#: What it may name: multiprocessing's fork server, fresh interpreters, or a plain fork of
+#: hp.run's process (the runner starts fresh interpreters for anything but the fork server).
+START_METHODS = ("forkserver", "spawn", "fork")
 #: Comma-separated modules the fork server imports once, besides :data:`PRELOAD`.
 PRELOAD_ENV = "HCCL_PY_PRELOAD"
 #: What the fork server imports before forking ranks ("__main__": the main script, as spawn would).
@@ -62,7 +63,7 @@ def start_method() -> str:
     asked = os.environ.get(START_METHOD_ENV)
     if asked and asked not in START_METHODS:
         raise errors.HcclUsageError(
-            f"{START_METHOD_ENV} must be {' or '.join(START_METHODS)}, not {asked!r}"
+            f"{START_METHOD_ENV} must be one of {', '.join(START_METHODS)}, not {asked!r}"
         )
     if asked == "forkserver" and not forkserver_fits():
         raise errors.HcclUsageError(
