@@ -41,9 +41,13 @@ class _Lines(io.TextIOBase):
 
     def write(self, text: str) -> int:
         with self.lock:
-            *lines, self.pending = (self.pending + text).split("\n")
+            lines = (self.pending + text).splitlines(keepends=True)
+            self.pending = ""
+            # a last piece without its line end (or a "\r" whose "\n" may follow) waits
+            if lines and (lines[-1].endswith("\r") or lines[-1].splitlines()[0] == lines[-1]):
+                self.pending = lines.pop()
             for line in lines:
-                self.emit(line)
+                self.emit(line.splitlines()[0])
         return len(text)
 
     def end(self, code: int) -> None:

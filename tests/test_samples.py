@@ -427,6 +427,16 @@ def test_a_batch_that_times_out_keeps_the_samples_it_finished(
     assert f"(the batch was killed after {RUN_TIMEOUT} s)" in results["hung"].stderr
 
 
+def test_a_batch_splits_a_sample_s_lines_as_python_reads_them(tmp_path: Path) -> None:
+    """A progress line ended by a carriage return is a line of its own, as the run's reader
+    (universal newlines) splits it: the verdict after it keeps its sample's prefix."""
+    progress = tmp_path / "progress_sample.py"
+    progress.write_text('print("10%", end="\\r")\nprint("rank 0: case           PASS")\n')
+    result = _run_batch((), {"progress": str(progress)})["progress"]
+    check_run(result, 1, {"case": "PASS"})
+    assert result.stdout.splitlines() == ["10%", "rank 0: case           PASS"]
+
+
 def test_a_batch_shows_each_line_of_a_sample_as_soon_as_it_is_printed(tmp_path: Path) -> None:
     """So that a batch killed in a sample (at its time limit) keeps what that sample printed:
     before, a sample's lines came out only when it ended."""

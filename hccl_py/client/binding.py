@@ -131,7 +131,7 @@ class Binding:
             except HcclBoundsError as exc:
                 raise HcclBoundsError(
                     f"Mc2InitTiling.{name} (bytes [{start}, {start + 2})) of the init tiling "
-                    f"given to InitV2: {exc.reason}",
+                    f"given to {self.mode}: {exc.reason}",
                     rank=exc.rank,
                 ) from None
             self.init_fields[name] = int.from_bytes(raw[start : start + 2], "little")
