@@ -10,6 +10,7 @@ import os
 import pickle
 import socket
 import sys
+import types
 
 import pytest
 import torch
@@ -251,3 +252,26 @@ def test_a_forged_outcome_becomes_that_rank_s_failure(secret: str) -> None:
     status, error = outcome_of(store, 0, 1, 0)
     assert status == "err" and isinstance(error, sealed.ForgedValueError)
     assert error.hccl_rank == 1 and "store key 'run0/result/1'" in str(error)
+
+
+def test_a_failure_whose_class_this_process_lacks_keeps_its_type_name_and_message(
+    secret: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank's exception class is not importable where the outcome is read (a class of the
+    rank's own script, say): the record sent beside the pickle rebuilds its stand-in."""
+    module = types.ModuleType("rank_only_module")
+    exec("class RoutingError(Exception):\n    pass\n", module.__dict__)
+    module.RoutingError.__module__ = "rank_only_module"
+    monkeypatch.setitem(sys.modules, "rank_only_module", module)
+    try:
+        raise module.RoutingError("bad routing table for expert 3")
+    except Exception as exc:  # noqa: BLE001 - the rank's failure
+        raw = exchange.encode_failure(exc, 1, KEY)
+    monkeypatch.delitem(sys.modules, "rank_only_module")  # the reading process has no such module
+    status, error = exchange.decode(KEY, raw)
+    assert status == "err" and isinstance(error, kv.RemoteError)
+    assert (type(error).__name__, str(error), error.hccl_rank) == (
+        "RoutingError",
+        "bad routing table for expert 3",
+        1,
+    )

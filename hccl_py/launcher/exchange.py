@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ..core.errors import HcclWarning
 from ..kernel.outcome import RankOutcome
 from ..launcher.liveness import RankDiedError
-from . import sealed
+from . import sealed, wire
 from . import store as kv
 
 
@@ -97,6 +97,10 @@ def describe_abort(exc: BaseException) -> str:
     return f"rank {exc.hccl_rank}: {type(exc).__name__}: {exc}"
 
 
+#: How a pickled failure travels: the exception's own pickle and its plain record.
+ERR_WITH_RECORD = "err+record"
+
+
 def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
     """A rank's exception (with its traceback text) for store key ``key``.
 
@@ -107,11 +111,12 @@ def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
     if sealed.secret() is None:
         return sealed.dump_json(key, {"err": record})
     try:
-        payload = sealed.dump_pickle(key, ("err", exc))
-        sealed.load(key, payload)  # it must rebuild too: an __init__ of other arguments does not
-        return payload
+        pickled = wire.dumps(exc)
+        wire.loads(pickled)  # it must rebuild too: an __init__ of other arguments does not
     except Exception:  # noqa: BLE001 - any pickling failure falls back to the stand-in's data
         return sealed.dump_json(key, {"err": record})
+    # the record beside it: a reader that cannot rebuild the exception rebuilds the stand-in
+    return sealed.dump_pickle(key, (ERR_WITH_RECORD, (pickled, record)))
 
 
 def _fact(value: Any) -> Any:
@@ -202,8 +207,14 @@ def decode(key: str, raw: bytes) -> tuple[str, Any]:
     try:
         if kind == sealed.PICKLE:
             status, payload = value
-            if status in ("ok", "err"):
+            if status == "ok":
                 return status, payload
+            if status == ERR_WITH_RECORD:
+                pickled, record = payload
+                try:
+                    return "err", wire.loads(pickled)
+                except Exception:  # noqa: BLE001 - a class this process lacks, say
+                    return "err", failure_from(record)
         elif type(value) is dict and len(value) == 1:
             ((status, payload),) = value.items()
             if status == "ok":
