@@ -32,6 +32,11 @@ class Immediate:
 
 
 def run_copies(copies: Copies) -> None:
-    """Copy each (source, destination, bytes) in order, as the server does."""
+    """Copy each (source, destination, bytes) in order, as the server does; a source that
+    overlaps its destination is read whole before any byte lands (as ``memmove``)."""
     for src, dst, nbytes in copies:
-        dst.bytes_view(nbytes).copy_(src.bytes_view(nbytes))
+        source, target = src.bytes_view(nbytes), dst.bytes_view(nbytes)
+        first, into = source.data_ptr(), target.data_ptr()
+        if first < into + nbytes and into < first + nbytes and first != into:
+            source = source.clone()
+        target.copy_(source)
