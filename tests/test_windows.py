@@ -1156,6 +1156,13 @@ def _context_fields_rank() -> dict:
             and int(ctx.windowsOut[r]) == int(h.GetWindowsOutAddr(r))
             for r in range(dim)
         )
+        # iterated as Python sequences (before, the entry past the end raised HcclUsageError,
+        # which does not end a for loop)
+        got["iterated"] = [int(w) for w in ctx.windowsIn] == [
+            int(h.GetWindowsInAddr(r)) for r in range(dim)
+        ] and [int(r.nextDevicePtr.windowsOut) for r in ctx.remoteRes] == [
+            int(ctx.remoteRes[r].nextDevicePtr.windowsOut) for r in range(dim)
+        ]
         mine = ctx.remoteRes[me].nextDevicePtr
         got["local"] = [int(ctx.localWindowsIn), int(ctx.localWindowsOut), int(ctx.localWindowsExp)]
         got["remote"] = [int(mine.windowsIn), int(mine.windowsOut), int(mine.windowsExp)]
@@ -1179,7 +1186,7 @@ def test_context_fields_have_the_cpp_names() -> None:
     out = hp.run(_context_fields_rank, world_size=3, platform="A3", buffsize_mb=2)
     for rank, got in enumerate(out):
         assert got["ids"] == (rank, 3, rank, 3, 2 << 20, 2 << 20)
-        assert got["a2"]
+        assert got["a2"] and got["iterated"]
         assert got["local"] == got["remote"]
         assert len(set(got["local"])) == 3, "In, Out and Exp are three windows"
         assert got["flag"] == 10 + (rank - 1) % 3

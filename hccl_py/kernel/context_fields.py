@@ -15,6 +15,7 @@ kernels' own copies of the structure give that field.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,7 +147,15 @@ class ContextFields:
         return GmAddr(server.window(self.group.name, self.group.ranks[int(rankId)], kind))
 
 
-class WindowTable:
+class _Table:
+    """A context's array: ``len()`` entries, iterated as a Python sequence (the entry past the
+    end is the domain's HcclUsageError, not the IndexError that ends a ``for`` loop)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self[i] for i in range(len(self)))  # type: ignore[index, arg-type]
+
+
+class WindowTable(_Table):
     """``context.windowsIn`` / ``windowsOut``: indexable like the C++ array."""
 
     def __init__(self, context: ContextFields, kind: str) -> None:
@@ -193,7 +202,7 @@ class RemoteRes:
     nextDevicePtr: RankRelationRes  # noqa: N815
 
 
-class RemoteResTable:
+class RemoteResTable(_Table):
     """``context.remoteRes[r]`` for every domain rank ``r`` (A3 ``HcclOpResParam``)."""
 
     def __init__(self, context: ContextFields) -> None:
