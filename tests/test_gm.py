@@ -297,3 +297,22 @@ def test_an_init_tiling_too_small_for_what_a_wait_reads_names_the_field_and_init
         "[rank 0] Mc2InitTiling.queueNum (bytes [42, 44)) of the init tiling given to InitV2: GM "
         "view: bytes [0, 44) of tilingGM fall outside its 16 bytes"
     )
+
+
+def test_a_bad_view_of_a_peer_s_window_names_the_rank_that_made_it() -> None:
+    """The report's rank is the caller's; the window's name says whose it is (before, both
+    the prefix and ``err.rank`` named the owner, rank 1)."""
+
+    def kernel() -> None:
+        ctx = hp.GetHcclContext(0)
+        if ctx.rankId == 0:  # 4 bytes straddling the end of rank 1's In window
+            hp.gm_tensor(ctx.windowsIn[1] + (1 << 20) - 2, torch.int32, 1)[:] = 1
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lambda: hp.launch(kernel), world_size=2, buffsize_mb=1)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclBoundsError) and error.rank == 0
+    assert str(error).startswith(
+        "[rank 0] GM view: bytes [1048574, 1048578) of WindowsIn of rank 1 fall outside its "
+        "1048576 bytes"
+    )

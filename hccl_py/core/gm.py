@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
-from .current import serialized
+from .current import current_rank, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
 
@@ -195,7 +195,7 @@ class GmAddr:
                 f"int(address): offset {self.offset} of {self.alloc.name} has no uint64 form "
                 f"(it lies before or far past the allocation's {self.alloc.nbytes} bytes)"
                 + self.alloc.note,
-                rank=self.alloc.rank,
+                rank=self._accessor(),
             )
         return self.alloc.int_base() + self.offset
 
@@ -234,17 +234,23 @@ class GmAddr:
             )
         return cls(alloc, offset)
 
+    def _accessor(self) -> int | None:
+        """The rank that uses this address (the calling runner's; else the memory's owner): a
+        report names it, and the allocation's name names the owner."""
+        ctx = current_rank(required=False)
+        return self.alloc.rank if ctx is None or self.alloc is None else ctx.rank
+
     def check_range(self, nbytes: int, what: str = "access") -> None:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
             raise HcclBoundsError(f"{what}: null address")
         if nbytes < 0:
-            raise HcclBoundsError(f"{what}: negative size of {nbytes} bytes", rank=self.alloc.rank)
+            raise HcclBoundsError(f"{what}: negative size of {nbytes} bytes", rank=self._accessor())
         if self.offset < 0 or self.offset + nbytes > self.alloc.nbytes:
             raise HcclBoundsError(
                 f"{what}: bytes [{self.offset}, {self.offset + nbytes}) of {self.alloc.name} "
                 f"fall outside its {self.alloc.nbytes} bytes" + self.alloc.note,
-                rank=self.alloc.rank,
+                rank=self._accessor(),
             )
 
     def bytes_view(self, nbytes: int) -> torch.Tensor:
