@@ -70,6 +70,7 @@ class EmuBackend(Backend):
             try:
                 with world.host_scope(rank):
                     results[rank] = fn(*per_rank[rank])
+                world.group_log.ended(rank)
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised as WorldError
                 exc.hccl_rank = rank
                 exc.hccl_traceback = traceback.format_exc()

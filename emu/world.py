@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from hccl_py.core import layout
 from hccl_py.core.config import Config
-from hccl_py.core.current import RunnerLocal
+from hccl_py.core.current import RunnerLocal, current_rank
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
@@ -42,6 +42,7 @@ from hccl_py.trace.recorder import now_us, recording
 from . import executor
 from .buffers import BufferRaces
 from .flags import FlagPolls, GmFlagArea
+from .group_log import GroupLog
 from .host_watch import HostScope
 from .lane import Lane
 from .onesided import LaunchEnd, OneSidedWrites
@@ -89,6 +90,7 @@ class EmuWorld(Server):
         self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
         self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
         self.returned: set[int] = set()
+        self.group_log = GroupLog(world_size)
         self.writes = OneSidedWrites(
             self.blocker,
             self.races,
@@ -432,6 +434,10 @@ class EmuWorld(Server):
         """End the server's lane thread and the idle runner threads."""
         self.lane.close()
         self.blocker.close()
+
+    def on_new_group(self, group: Group) -> None:
+        """Every rank creates the same groups in the same order (:mod:`.group_log`)."""
+        self.group_log.created(current_rank().rank, group.ranks, self.returned)
 
     def rank_returned(self, rank: int) -> None:
         """Global rank ``rank`` returned from its function: it will never submit or commit again."""

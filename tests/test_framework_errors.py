@@ -423,3 +423,69 @@ def test_a_peers_exchanged_record_is_read_up_to_a_nul(raw: bytes, op: str) -> No
 
     record = _record(raw)
     assert record["op"].startswith(op) and record["problem"] is None, record
+
+
+def _groups_in_another_order() -> list[int]:
+    first, second = ([0, 1], [2, 3]) if hp.get_rank() == 0 else ([2, 3], [0, 1])
+    hp.new_group(first)
+    hp.new_group(second)
+    return [hp.get_rank()]
+
+
+def _groups_of_members_only() -> list[int]:
+    """Each rank creates only its own pair's group (torch.distributed needs every rank in it)."""
+    mine = [0, 1] if hp.get_rank() < 2 else [2, 3]
+    if hp.get_rank() in (0, 3):  # the other two are done before these two create theirs
+        hp.barrier()
+    hp.new_group(mine)
+    if hp.get_rank() in (1, 2):
+        hp.barrier()
+    return [hp.get_rank()]
+
+
+def test_groups_created_in_another_order_are_named_on_the_emulator() -> None:
+    """Before, the emulator ran on (each rank's groups were its own), while gloo ranks waited in
+    new_group until the run's timeout."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_groups_in_another_order, world_size=4, timeout=TIMEOUT)
+    error = info.value.failures[1]
+    assert isinstance(error, hp.HcclMismatchError)
+    assert str(error).startswith(
+        "[rank 1] new_group([2, 3]) is group #1 of rank 1, but rank 0's group #1 is "
+        "new_group([0, 1]): every rank of the world calls new_group for every group"
+    )
+
+
+def test_a_group_only_its_members_create_is_named_on_the_emulator() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_groups_of_members_only, world_size=4, timeout=TIMEOUT)
+    causes = {type(e).__name__ for e in info.value.root_causes.values()}
+    assert causes == {"HcclMismatchError"}, info.value
+    assert "every rank of the world calls new_group" in str(info.value)
+
+
+def _pair_created_by_its_members() -> list[int]:
+    """Ranks 2 and 3 return first (the default schedule runs rank 0 first); only 0 and 1 call
+    new_group."""
+    if hp.get_rank() < 2:
+        hp.new_group([0, 1])
+    return [hp.get_rank()]
+
+
+def test_a_rank_that_returns_without_a_group_the_others_created_is_named() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_pair_created_by_its_members, world_size=4, timeout=TIMEOUT)
+    assert sorted(info.value.root_causes) == [2, 3]
+    assert str(info.value.failures[2]).startswith(
+        "[rank 2] rank 2 returned after 0 group(s), but rank 0 created new_group([0, 1]) as "
+        "group #1: every rank of the world calls new_group"
+    )
+
+
+def test_every_rank_creating_every_group_in_order_passes() -> None:
+    def both() -> list[int]:
+        hp.new_group([0, 1])
+        hp.new_group([2, 3])
+        return [hp.get_rank()]
+
+    assert hp.run(both, world_size=4, timeout=TIMEOUT) == [[0], [1], [2], [3]]

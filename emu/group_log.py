@@ -1,0 +1,61 @@
+"""The domains each rank creates with ``hp.new_group``, checked against every other rank's.
+
+torch.distributed and HCCL need every rank of the world to create every group, with the same
+ranks, in the same order: a rank that differs hangs a real run (the gloo backend's ranks wait
+in ``new_group`` until the run's timeout). The emulator's ranks share one process and could
+go on; the log makes the emulator say so instead, at the call that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from hccl_py.core.errors import HcclMismatchError
+
+RULE = (
+    "every rank of the world calls new_group for every group, with the same ranks, in the same "
+    "order (torch.distributed and HCCL wait in it until every rank did)"
+)
+
+
+class GroupLog:
+    """The ranks of each group in the order the first rank to get there created them."""
+
+    def __init__(self, world_size: int) -> None:
+        self.groups: list[tuple[tuple[int, ...], int]] = []  # (ranks, the rank that created it)
+        self.made = [0] * world_size  # groups each rank created so far
+
+    def created(self, rank: int, ranks: tuple[int, ...], returned: Collection[int]) -> None:
+        """``rank`` creates a group of ``ranks``: an HcclMismatchError unless it is the group
+        the others created at that position (or the first), and no rank ended without it."""
+        n = self.made[rank]
+        self.made[rank] += 1
+        if n == len(self.groups):
+            gone = sorted(r for r in returned if self.made[r] <= n)
+            if gone:
+                raise HcclMismatchError(
+                    f"new_group({list(ranks)}) is group #{n + 1} of rank {rank}, but rank(s) "
+                    f"{gone} returned after {self.made[gone[0]]} group(s): {RULE}",
+                    rank=rank,
+                )
+            self.groups.append((ranks, rank))
+            return
+        want, first = self.groups[n]
+        if ranks != want:
+            raise HcclMismatchError(
+                f"new_group({list(ranks)}) is group #{n + 1} of rank {rank}, but rank {first}'s "
+                f"group #{n + 1} is new_group({list(want)}): {RULE}",
+                rank=rank,
+            )
+
+    def ended(self, rank: int) -> None:
+        """``rank``'s function returned: an HcclMismatchError if another rank created a group
+        it did not."""
+        n = self.made[rank]
+        if n < len(self.groups):
+            ranks, first = self.groups[n]
+            raise HcclMismatchError(
+                f"rank {rank} returned after {n} group(s), but rank {first} created "
+                f"new_group({list(ranks)}) as group #{n + 1}: {RULE}",
+                rank=rank,
+            )
