@@ -11,11 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from hccl_py.core.errors import HcclMismatchError
-
-RULE = (
-    "every rank of the world calls new_group for every group, with the same ranks, in the same "
-    "order (torch.distributed and HCCL wait in it until every rank did)"
-)
+from hccl_py.core.group import NEW_GROUP_RULE as RULE
 
 
 class GroupLog:

@@ -443,11 +443,12 @@ def _groups_of_members_only() -> list[int]:
     return [hp.get_rank()]
 
 
-def test_groups_created_in_another_order_are_named_on_the_emulator() -> None:
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_groups_created_in_another_order_are_named(backend: str) -> None:
     """Before, the emulator ran on (each rank's groups were its own), while gloo ranks waited in
     new_group until the run's timeout."""
     with pytest.raises(hp.WorldError) as info:
-        hp.run(_groups_in_another_order, world_size=4, timeout=TIMEOUT)
+        hp.run(_groups_in_another_order, world_size=4, backend=backend, timeout=TIMEOUT)
     error = info.value.failures[1]
     assert isinstance(error, hp.HcclMismatchError)
     assert str(error).startswith(

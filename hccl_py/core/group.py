@@ -7,6 +7,11 @@ from collections.abc import Sequence
 
 #: The name of the domain of all ranks (the C++ API's world group).
 WORLD_GROUP_NAME = "hccl_world_group"
+#: What ``hp.new_group`` needs of the ranks, as its errors say it.
+NEW_GROUP_RULE = (
+    "every rank of the world calls new_group for every group, with the same ranks, in the same "
+    "order (torch.distributed and HCCL wait in it until every rank did)"
+)
 
 
 class Group:

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclError
-from ...core.group import Group
+from ...core.errors import HcclError, HcclMismatchError
+from ...core.group import NEW_GROUP_RULE, Group
 from ...core.task import Task
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
@@ -114,6 +114,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def on_new_group(self, group: Group) -> None:
         """Create ``group``'s process group; every rank of the world must call it, in the same order."""
+        self._same_group_as_rank_0(group)
         ranks = list(group.ranks)
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
         pg = dist.new_group(
@@ -128,6 +129,34 @@ class DistServer(ExchangeMeetings, Server):
         self.groups.append(pg)
         order = np.array([ranks.index(r) for r in dist.get_process_group_ranks(pg)])
         self.domains[group.name] = pg_rounds.Domain(pg, order, self.reduction)
+
+    def _same_group_as_rank_0(self, group: Group) -> None:
+        """Rank 0 publishes each group it creates; every other rank compares its group at that
+        position (an HcclMismatchError before torch.distributed waits in new_group until the
+        timeout). Position 0 is the world, which :meth:`start` creates on every rank."""
+        n, rank, mine = len(self.domains), self.session.rank, list(group.ranks)
+        if n == 0:
+            return
+        if rank == 0:
+            self.publish(f"group/{n}", json.dumps(mine).encode())
+            return
+        kv.wait_keys(
+            self.store,
+            [f"group/{n}"],
+            self.group_timeout(),
+            lambda missing: f"rank {rank} waits for rank 0's group #{n} (here new_group({mine}))",
+            self.session.check_abort,
+        )
+        try:
+            theirs = json.loads(self.store.get(f"group/{n}"))
+        except ValueError:
+            theirs = "unreadable"
+        if theirs != mine:
+            raise HcclMismatchError(
+                f"new_group({mine}) is group #{n} of rank {rank}, but rank 0's group #{n} is "
+                f"new_group({theirs}): {NEW_GROUP_RULE}",
+                rank=rank,
+            )
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
