@@ -12,6 +12,7 @@ from collections.abc import Collection
 
 from hccl_py.core.errors import HcclMismatchError
 from hccl_py.core.group import NEW_GROUP_RULE as RULE
+from hccl_py.core.group import group_mismatch
 
 
 class GroupLog:
@@ -38,11 +39,7 @@ class GroupLog:
             return
         want, first = self.groups[n]
         if ranks != want:
-            raise HcclMismatchError(
-                f"new_group({list(ranks)}) is group #{n + 1} of rank {rank}, but rank {first}'s "
-                f"group #{n + 1} is new_group({list(want)}): {RULE}",
-                rank=rank,
-            )
+            raise group_mismatch(rank, n + 1, ranks, first, list(want))
 
     def ended(self, rank: int) -> None:
         """``rank``'s function returned: an HcclMismatchError if another rank created a group

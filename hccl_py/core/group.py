@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+from .errors import HcclMismatchError
+
 #: The name of the domain of all ranks (the C++ API's world group).
 WORLD_GROUP_NAME = "hccl_world_group"
 #: What ``hp.new_group`` needs of the ranks, as its errors say it.
@@ -12,6 +14,18 @@ NEW_GROUP_RULE = (
     "every rank of the world calls new_group for every group, with the same ranks, in the same "
     "order (torch.distributed and HCCL wait in it until every rank did)"
 )
+
+
+def group_mismatch(
+    rank: int, n: int, mine: Sequence[int], other: int, theirs: object
+) -> HcclMismatchError:
+    """The error of ``rank``, whose group #``n`` is ``mine`` where rank ``other`` created
+    ``theirs`` (its ranks, as a list)."""
+    return HcclMismatchError(
+        f"new_group({list(mine)}) is group #{n} of rank {rank}, but rank {other}'s group #{n} is "
+        f"new_group({theirs}): {NEW_GROUP_RULE}",
+        rank=rank,
+    )
 
 
 class Group:

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclError, HcclMismatchError
-from ...core.group import NEW_GROUP_RULE, Group
+from ...core.errors import HcclError
+from ...core.group import Group, group_mismatch
 from ...core.task import Task
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
@@ -152,11 +152,7 @@ class DistServer(ExchangeMeetings, Server):
         except ValueError:
             theirs = "unreadable"
         if theirs != mine:
-            raise HcclMismatchError(
-                f"new_group({mine}) is group #{n} of rank {rank}, but rank 0's group #{n} is "
-                f"new_group({theirs}): {NEW_GROUP_RULE}",
-                rank=rank,
-            )
+            raise group_mismatch(rank, n, mine, 0, theirs)
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
