@@ -152,9 +152,31 @@ def test_tracing_off_records_nothing() -> None:
 def test_summary_counts_tasks_rounds_bytes(capsys: pytest.CaptureFixture) -> None:
     hp.run(main, world_size=4, summary=True)
     lines = [ln.split() for ln in capsys.readouterr().err.splitlines() if "hccl_world_group" in ln]
-    assert [(int(r[0]), r[2], r[3], r[4]) for r in lines] == [
-        (rank, "2", "3", str(2 * ELEMS * 4)) for rank in range(4)
+    assert [(int(r[0]), r[2], r[3], r[4], r[5]) for r in lines] == [
+        (rank, "2", "3", "0", str(2 * ELEMS * 4)) for rank in range(4)
     ]
+
+
+def _carried_calls() -> None:
+    out = torch.zeros(2 * hp.get_world_size())
+    hp.all_gather_into_tensor(out, torch.ones(2))
+    hp.all_reduce(torch.ones(3))
+
+
+def test_framework_calls_without_a_task_are_counted_and_named(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """Small framework calls run in their argument exchange: before, the summary showed no row
+    and the layout picture nothing, for a program that had moved data twice."""
+    hp.run(_carried_calls, world_size=2, summary=True)
+    lines = [ln.split() for ln in capsys.readouterr().err.splitlines() if "hccl_world_group" in ln]
+    # tasks, rounds, carried, bytes (16 gathered + 12 reduced)
+    assert [r[2:6] for r in lines] == [["0", "0", "2", "28"]] * 2
+    text = hp.explain_layout(_carried_calls, world_size=2).text()
+    assert text.endswith(
+        "not drawn: framework calls that ran in their argument exchange, without a task "
+        "(all_gather_into_tensor x2, all_reduce x2; counted over all ranks)"
+    )
 
 
 def test_summary_from_the_environment(capsys: pytest.CaptureFixture, monkeypatch: Any) -> None:

@@ -82,12 +82,13 @@ class Carried:
     def __init__(
         self,
         op: str,
+        domain: str,
         rows: list[memoryview],
         started_us: float,
         scattered: bool = False,
         need: int = 0,
     ) -> None:
-        self.op, self.rows, self.started_us = op, rows, started_us
+        self.op, self.domain, self.rows, self.started_us = op, domain, rows, started_us
         #: Whether each row is only its rank's piece for this rank (a predicted all-to-all).
         self.scattered = scattered
         #: What the group's next exchange was predicted to carry (bytes of a block; 0: none).
@@ -147,8 +148,9 @@ class Carried:
         rec = hooks.recorder()
         if rec is not None:
             rec.call(self.op, AIV_TID, self.started_us, now_us(),
-                     {"carried": "in the argument exchange",
-                      "bytes": sum(len(r) for r in self.rows)})  # fmt: skip
+                     {"carried": "in the argument exchange", "domain": self.domain,
+                      "bytes": sum(len(r) for r in self.rows),
+                      "received": out.numel() * out.element_size()})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -240,13 +242,13 @@ def agree_carrying(
     if scattered:
         me = group.rank_of(current_rank_context().rank)
         if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
-            return records, Carried(op, rows, started, scattered=True, need=need)
+            return records, Carried(op, group.name, rows, started, scattered=True, need=need)
         return records, None
     if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
         len(row) != n for row, n in zip(rows, sizes, strict=True)
     ):
         return records, None
-    return records, Carried(op, rows, started)
+    return records, Carried(op, group.name, rows, started)
 
 
 def _exchange(

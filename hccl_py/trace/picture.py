@@ -9,6 +9,7 @@ since they are where wrong numbers come from.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,6 +145,13 @@ class LayoutPicture:
     def __init__(self, traces: dict[int, dict[str, Any]]) -> None:
         self.strips = _strips(traces, "recv")
         self.send_strips = _strips(traces, "send")
+        #: Framework calls that ran in their argument exchange, per op: no task to draw.
+        self.carried = Counter(
+            e["name"]
+            for trace in traces.values()
+            for e in trace["events"]
+            if e["ph"] == "X" and "carried" in e.get("args", {})
+        )
 
     def all_strips(self) -> list[Strip]:
         """The receive strips, then the send strips."""
@@ -185,6 +193,12 @@ class LayoutPicture:
                 "! = read twice"
             )
             lines += [s.text() for s in self.send_strips]
+        if self.carried:
+            calls = ", ".join(f"{op} x{n}" for op, n in sorted(self.carried.items()))
+            lines.append(
+                f"not drawn: framework calls that ran in their argument exchange, without a task "
+                f"({calls}; counted over all ranks)"
+            )
         return "\n".join(lines)
 
     def legend(self, colors: Any) -> list[tuple[str, dict[str, Any]]]:

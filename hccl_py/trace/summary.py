@@ -13,7 +13,7 @@ def rows(
 ) -> list[dict[str, Any]]:
     """One row per (rank, domain) that the run used, in rank order."""
     table: dict[tuple[int, str], dict[str, Any]] = defaultdict(
-        lambda: {"tasks": 0, "rounds": 0, "bytes": 0, "wait_us": 0.0}
+        lambda: {"tasks": 0, "rounds": 0, "carried": 0, "bytes": 0, "wait_us": 0.0}
     )
     for rank, trace in traces.items():
         for lay in trace["layouts"]:
@@ -26,6 +26,9 @@ def rows(
             if e.get("cat") == "round":
                 row["rounds"] += 1
                 row["bytes"] += e["args"]["bytes"]
+            elif "carried" in e["args"]:  # a framework call that ran in its argument exchange
+                row["carried"] += 1
+                row["bytes"] += e["args"]["received"]
             elif e["name"] == "Wait":
                 row["wait_us"] += e["dur"]
     out = []
@@ -37,11 +40,15 @@ def rows(
 
 def format_summary(table: list[dict[str, Any]]) -> str:
     """The summary as a text table."""
-    head = f"{'rank':>4s}  {'domain':<24s} {'tasks':>5s} {'rounds':>6s} {'bytes':>12s} {'Wait ms':>8s} {'warnings':>8s}"
-    lines = ["hccl_py summary (received bytes per rank; Wait: time blocked)", head]
+    head = f"{'rank':>4s}  {'domain':<24s} {'tasks':>5s} {'rounds':>6s} {'carried':>7s} {'bytes':>12s} {'Wait ms':>8s} {'warnings':>8s}"
+    lines = [
+        "hccl_py summary (received bytes per rank; carried: framework calls that ran in their "
+        "argument exchange, without a task; Wait: time blocked)",
+        head,
+    ]
     for r in table:
         lines.append(
             f"{r['rank']:4d}  {r['domain']:<24s} {r['tasks']:5d} {r['rounds']:6d} "
-            f"{r['bytes']:12d} {r['wait_us'] / 1000:8.3f} {r['warnings']:8d}"
+            f"{r['carried']:7d} {r['bytes']:12d} {r['wait_us'] / 1000:8.3f} {r['warnings']:8d}"
         )
     return "\n".join(lines)
