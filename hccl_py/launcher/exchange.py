@@ -104,8 +104,9 @@ ERR_WITH_RECORD = "err+record"
 def encode_failure(exc: BaseException, rank: int, key: str) -> bytes:
     """A rank's exception (with its traceback text) for store key ``key``.
 
-    Pickled (the exception itself) when the run has a secret; otherwise as
-    plain data, rebuilt as a stand-in of the same type name.
+    Pickled (the exception itself, with its plain record beside it) when the run has a
+    secret and the exception pickles and rebuilds; otherwise as the plain record alone,
+    rebuilt as a stand-in of the same type name (as a reader that lacks its class does).
     """
     record = failure_record(exc, rank)
     if sealed.secret() is None:
