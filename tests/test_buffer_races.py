@@ -380,6 +380,23 @@ def test_the_own_block_of_an_in_place_all_gather_may_be_read_but_not_written() -
     assert "(the send buffer)" in str(err)
 
 
+@pytest.mark.parametrize("options", [{}, {"poison": True}, {"poison": True, "schedule": "late"}])
+def test_skip_local_rank_copy_keeps_a_copy_made_before_the_commit(options: dict) -> None:
+    """The kernel copies its own block before the round is committed (as A2 kernels do): before,
+    poison filled that block, which the round never writes, with NaN over the copy."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        me = h.GetRankId()
+        own = hp.gm_tensor(yGM + me * N * 4, torch.float32, N)
+        own.copy_(hp.gm_tensor(xGM, torch.float32, N))  # the local copy, by the kernel
+        h.Wait(all_gather(h, xGM, yGM))
+        h.Finalize()
+
+    for _x, y in run(kernel, skip_local=True, **options):
+        assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
+
+
 def test_skip_local_rank_copy_leaves_the_own_block_to_the_kernel() -> None:
     def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
         h = comm(tilingGM)

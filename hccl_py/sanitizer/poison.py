@@ -39,17 +39,34 @@ def poison(task: Task, round_idx: int) -> None:
 
 
 def _runs(task: Task, round_idx: int) -> list[tuple[int, int]]:
-    """The round's non-empty receive blocks as (start, size) runs (memoised).
+    """The round's non-empty receive blocks as (start, size) runs (memoised), without the
+    rank's own block where ``skipLocalRankCopy`` keeps the server from writing it (the kernel
+    copies it itself; poisoning it destroyed that copy).
 
     A block that ends where the next one starts is merged with it: one copy and
     one fill per run (the blocks of an AllGather's round are one run).
     """
-    return layout.round_blocks(task, "recv", round_idx).memo("poison-runs", _merged)
+    blocks = layout.round_blocks(task, "recv", round_idx)
+    own = skipped_block(task, len(blocks.sizes))
+    if own is None:
+        return blocks.memo("poison-runs", _merged)
+    return blocks.memo(f"poison-runs-but-{own}", lambda b: _merged(b, own))
 
 
-def _merged(blocks: layout.Blocks) -> list[tuple[int, int]]:
-    """The runs of :func:`_runs`, in block order."""
+def skipped_block(task: Task, blocks: int) -> int | None:
+    """The index of the rank's own receive block among a round's ``blocks`` where
+    ``skipLocalRankCopy`` keeps the server from writing it (AllGather, AlltoAll), else None."""
+    if not task.skip_local or task.spec.reduces:
+        return None
+    own = task.spec.in_place(task.rank)[1]
+    return own if own < blocks else None
+
+
+def _merged(blocks: layout.Blocks, skip: int | None = None) -> list[tuple[int, int]]:
+    """The runs of :func:`_runs`, in block order (block ``skip`` left out)."""
     keep = blocks.sizes > 0
+    if skip is not None:
+        keep[skip] = False
     starts, ends = blocks.starts[keep], blocks.starts[keep] + blocks.sizes[keep]
     if not len(starts):
         return []
