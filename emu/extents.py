@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hccl_py.core.gm import strided_offsets
+
 from .intervals import Runs
 from .views import runs_of
 
@@ -161,7 +163,7 @@ def _row_offsets(tensor: torch.Tensor, rows: np.ndarray) -> np.ndarray:
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)
     rows = np.unique(rows)  # a row picked twice is touched once; sorting rows, not elements
-    row = _strided(tensor.shape[1:], tensor.stride()[1:])
+    row = strided_offsets(tensor.shape[1:], tensor.stride()[1:])
     offsets = (rows.astype(np.int64)[:, None] * tensor.stride(0) + row[None, :]).ravel()
     apart = bool(np.all(np.diff(row) > 0)) and tensor.stride(0) > row[-1] - row[0]
     if not apart:  # rows that interleave or share elements: sort every element's offset
@@ -169,17 +171,9 @@ def _row_offsets(tensor: torch.Tensor, rows: np.ndarray) -> np.ndarray:
     return _base(tensor) + offsets * tensor.element_size()
 
 
-def _strided(shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray:
-    """The element offset of every element of a strided view, in row-major order."""
-    offsets = np.zeros(1, dtype=np.int64)
-    for size, stride in zip(shape, strides, strict=True):
-        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
-    return offsets
-
-
 def element_offsets(tensor: torch.Tensor) -> np.ndarray:
     """The window offset of every element of ``tensor``, in row-major order."""
-    return _base(tensor) + _strided(tensor.shape, tensor.stride()) * tensor.element_size()
+    return _base(tensor) + strided_offsets(tensor.shape, tensor.stride()) * tensor.element_size()
 
 
 def byte_runs(tensor: torch.Tensor) -> tuple[Runs, int]:

@@ -12,7 +12,7 @@ import ctypes
 import itertools
 import operator
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,14 @@ WINDOW_TAG = 1 << 62
 _by_uid: weakref.WeakValueDictionary[int, Allocation] = weakref.WeakValueDictionary()
 #: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.server.windows).
 _window_resolvers: list[Callable[[int], Allocation | None]] = []
+
+
+def strided_offsets(shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """The element offset of every element of a strided view, in row-major order."""
+    offsets = np.zeros(1, dtype=np.int64)
+    for size, stride in zip(shape, strides, strict=True):
+        offsets = (offsets[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+    return offsets
 
 
 def flat_elements(tensor: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 from ..core.config import checked_flag
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
 from ..core.errors import HcclMismatchError
+from ..core.gm import strided_offsets
 from ..core.group import WORLD_GROUP_NAME, Group
 from ..kernel.context import current_rank_context
 from ..server.protocol import EXCHANGE, Payload, record_length
@@ -69,10 +70,7 @@ def _shares_elements(t: torch.Tensor) -> bool:
     span = 0
     for stride, size in dims:
         if stride <= span:
-            offsets = np.zeros(1, dtype=np.int64)
-            for n, step in zip(t.shape, t.stride(), strict=True):
-                offsets = (offsets[:, None] + np.arange(n, dtype=np.int64) * step).ravel()
-            return len(np.unique(offsets)) < t.numel()
+            return len(np.unique(strided_offsets(t.shape, t.stride()))) < t.numel()
         span += (size - 1) * stride
     return False
 
