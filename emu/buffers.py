@@ -43,6 +43,7 @@ from hccl_py.core import layout, report
 from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
+from hccl_py.sanitizer.poison import skipped_block
 
 from .findings import Finding, Mark, findings
 from .intervals import Runs
@@ -167,12 +168,12 @@ def unchanged_block(task: Task, round_idx: int) -> int | None:
     in-place send block (the round writes back the bytes it read), or where
     ``skipLocalRankCopy`` keeps the server from writing it.
     """
-    si, ri = task.spec.in_place(task.rank)
     recv = layout.round_blocks(task, "recv", round_idx)
+    if task.skip_local:
+        return skipped_block(task, len(recv.sizes))
+    si, ri = task.spec.in_place(task.rank)
     if task.spec.reduces or ri >= len(recv.sizes):
         return None
-    if task.skip_local:
-        return ri
     send = layout.round_blocks(task, "send", round_idx)
     shift = _storage_shift(task)
     same = (

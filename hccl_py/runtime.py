@@ -180,8 +180,9 @@ def run(
             f"trace must be a file path (str or os.PathLike) or None, not {type(trace).__name__}"
         )
     if _lead():  # the files the run writes at its end: mistakes in their paths stop it now
-        check_outputs(("trace", trace and os.fspath(trace), TRACE_ENV, False))
-        check_outputs(("", None, LAYOUT_ENV, True))
+        check_outputs(
+            ("trace", trace and os.fspath(trace), TRACE_ENV, False), ("", None, LAYOUT_ENV, True)
+        )
     trace = trace or os.environ.get(TRACE_ENV) or None
     picture = os.environ.get(LAYOUT_ENV) or None
     seed = _env_count(SEED_ENV, 0) if seed is None else seed

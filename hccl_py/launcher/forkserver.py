@@ -25,7 +25,7 @@ from typing import Any
 
 from ..core import errors
 
-#: Start method of the rank processes hp.run and the runner start ("forkserver" or "spawn").
+#: Start method of the rank processes hp.run and the runner start (:data:`START_METHODS`).
 START_METHOD_ENV = "HCCL_PY_START_METHOD"
 #: What it may name: multiprocessing's fork server, fresh interpreters, or a plain fork of
 #: hp.run's process (the runner starts fresh interpreters for anything but the fork server).
