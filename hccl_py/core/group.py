@@ -28,6 +28,18 @@ def group_mismatch(
     )
 
 
+def group_missing(
+    rank: int, n: int, mine: Sequence[int], others: Sequence[int], why: str
+) -> HcclMismatchError:
+    """The error of ``rank``, which created ``mine`` as group #``n`` where ranks ``others``
+    did not create one (``why``: they returned without it, or did not create it in time)."""
+    return HcclMismatchError(
+        f"new_group({list(mine)}) is group #{n} of rank {rank}, but rank(s) {list(others)} "
+        f"{why}: {NEW_GROUP_RULE}",
+        rank=rank,
+    )
+
+
 class Group:
     """A communication domain: an ordered tuple of global ranks with a name."""
 

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from ...core.config import Config
 from ...core.errors import HcclError
-from ...core.group import Group, group_mismatch
+from ...core.group import Group, group_mismatch, group_missing
 from ...core.task import Task
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
@@ -114,7 +114,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def on_new_group(self, group: Group) -> None:
         """Create ``group``'s process group; every rank of the world must call it, in the same order."""
-        self._same_group_as_rank_0(group)
+        self._same_group_on_every_rank(group)
         ranks = list(group.ranks)
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
         pg = dist.new_group(
@@ -130,29 +130,43 @@ class DistServer(ExchangeMeetings, Server):
         order = np.array([ranks.index(r) for r in dist.get_process_group_ranks(pg)])
         self.domains[group.name] = pg_rounds.Domain(pg, order, self.reduction)
 
-    def _same_group_as_rank_0(self, group: Group) -> None:
-        """Rank 0 publishes each group it creates; every other rank compares its group at that
-        position (an HcclMismatchError before torch.distributed waits in new_group until the
-        timeout). Position 0 is the world, which :meth:`start` creates on every rank."""
+    def _same_group_on_every_rank(self, group: Group) -> None:
+        """Every rank publishes each group it creates and waits for every other rank's group at
+        that position, then compares: an HcclMismatchError for a group of other ranks, or for a
+        rank that returned from its function without creating one, before torch.distributed
+        waits in new_group until the timeout. Position 0 is the world, which :meth:`start`
+        creates on every rank."""
         n, rank, mine = len(self.domains), self.session.rank, list(group.ranks)
         if n == 0:
             return
-        if rank == 0:
-            self.publish(f"group/{n}", json.dumps(mine).encode())
-            return
+        keys = [f"group/{n}/{r}" for r in range(self.session.world_size)]
+        self.publish(keys[rank], json.dumps(mine).encode())
+
+        def interrupt() -> None:
+            self.session.check_abort()
+            gone = [r for r, key in enumerate(keys) if not self.store.check([key])]
+            gone = [r for r in gone if self.store.check([returned_key(r)])]
+            if gone:
+                raise group_missing(
+                    rank, n, mine, gone, "returned from their function without creating it"
+                )
+
         kv.wait_keys(
             self.store,
-            [f"group/{n}"],
+            keys,
             self.group_timeout(),
-            lambda missing: f"rank {rank} waits for rank 0's group #{n} (here new_group({mine}))",
-            self.session.check_abort,
+            lambda missing: str(
+                group_missing(rank, n, mine, [keys.index(k) for k in missing], "did not create it")
+            ),
+            interrupt,
         )
-        try:
-            theirs = json.loads(self.store.get(f"group/{n}"))
-        except ValueError:
-            theirs = "unreadable"
-        if theirs != mine:
-            raise group_mismatch(rank, n, mine, 0, theirs)
+        for other, raw in enumerate(kv.get_all(self.store, keys)):
+            try:
+                theirs = json.loads(raw)
+            except ValueError:
+                theirs = "unreadable"
+            if theirs != mine:
+                raise group_mismatch(rank, n, mine, other, theirs)
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
