@@ -408,6 +408,97 @@ def test_aicpu_repeat3_prepare1_commit0_wait3_success(op: str) -> None:
         assert y[:64] == _aicpu_want(op, 4, 3)
 
 
+def _zero_stride_kernel(xg: Any, yg: Any, tg: Any, op: str, count: int, repeat: int) -> None:
+    if hp.g_coreType == hp.AIV:
+        h = Hccl()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling950, tg))
+        h.SetCcTilingV2(hp.offsetof(Tiling950, "cc"))
+        if op == "AllGather":
+            hd = h.AllGather[True](xg, yg, count, INT8, 0, repeat)
+        else:
+            hd = h.ReduceScatter[True](xg, yg, count, INT8, SUM, 0, repeat)
+        for _ in range(repeat):
+            h.Wait(hd)
+        hp.SyncAll()
+        h.Finalize()
+
+
+def _zero_stride_run(op: str, platform: str, world: int = 4, count: int = 1, repeat: int = 3):
+    """Every rank's y after ``op`` with strideCount 0 and ``repeat`` rounds on the AI CPU
+    server of ``platform``; rank k's x holds 10 * k + i at element i."""
+    cmd = getattr(
+        HcclCMDType, "HCCL_CMD_ALLGATHER" if op == "AllGather" else "HCCL_CMD_REDUCE_SCATTER"
+    )
+
+    def main() -> list[int]:
+        x = (torch.arange(N) + 10 * hp.get_rank()).to(torch.int8)
+        y = torch.zeros(16 * N, dtype=torch.int8)
+        hp.launch(_zero_stride_kernel, x, y, _tiling(cmd), op, count, repeat)
+        return y.tolist()
+
+    return hp.run(main, world_size=world, platform=platform, timeout=RUN_TIMEOUT)
+
+
+def _zero_stride_want(op: str, stride: int, world: int = 4, count: int = 1, repeat: int = 3):
+    """numpy: y of every rank when round r of a rank's block starts at r * count + k * stride."""
+    xs = np.arange(N)[None, :] + 10 * np.arange(world)[:, None]
+    ys = np.zeros((world, 16 * N), dtype=np.int64)
+    for j in range(world):
+        for r in range(repeat):
+            at = r * count
+            if op == "AllGather":
+                for k in range(world):
+                    ys[j, at + k * stride : at + k * stride + count] = xs[k, at : at + count]
+            else:
+                ys[j, at : at + count] = xs[:, at + j * stride : at + j * stride + count].sum(0)
+    return ys.tolist()
+
+
+@pytest.mark.parametrize("op", ["AllGather", "ReduceScatter"])
+def test_aicpu_repeat3_zero_stride(op: str) -> None:
+    """test_hccl_aicpu_950.cpp, AllGather_ and ReduceScatter_repeat3_prepare1_commit0_wait3_success
+    pass strideCount 0: the 950 AI CPU server reads it as count * repeat
+    (comm_kfc_open_kernel_adapter.cc, CreateOpParamByBaseOpParam), so each rank's rounds lie
+    side by side. Before, hccl_py read it as count: an HcclOverlapError for the AllGather,
+    other sums for the ReduceScatter."""
+    assert _zero_stride_run(op, "950") == _zero_stride_want(op, stride=1 * 3)
+
+
+def test_a3_zero_stride_of_repeated_rounds_is_count() -> None:
+    """On Atlas A3 strideCount 0 stays count (the 950 AI CPU server's rule is its own): the
+    ReduceScatter's rounds read overlapping blocks, the AllGather's would write them."""
+    assert _zero_stride_run("ReduceScatter", "A3") == _zero_stride_want("ReduceScatter", stride=1)
+    with pytest.raises(hp.WorldError, match="HcclOverlapError"):
+        _zero_stride_run("AllGather", "A3")
+
+
+def test_950_ai_cpu_finalize_with_a_queue_num_returns() -> None:
+    """platform_v310/hccl_aicpu.h's InitV2 never reads the tiling's queueNum, so Finalize<true>
+    waits for the last rounds and returns as with one queue. Before, hccl_py reported
+    finalize-queues (an HcclUnfinishedError: "would wait forever"), as on A2/A3."""
+
+    def main() -> list[int]:
+        x = torch.full((N,), hp.get_rank() + 1, dtype=torch.int8)
+        y = torch.zeros(2 * N, dtype=torch.int8)
+        t = Tiling950()
+        cfg = hp.Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLGATHER, "")
+        assert cfg.SetQueueNum(2) == 0 and cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.cc) == 0
+
+        def kernel(xg: Any, yg: Any, tg: Any) -> None:
+            if hp.g_coreType == hp.AIV:
+                h = Hccl(AICPU)
+                h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling950, tg))
+                h.SetCcTilingV2(hp.offsetof(Tiling950, "cc"))
+                h.Wait(h.AllGather[True](xg, yg, N, INT8, 0))
+                hp.SyncAll()
+                h.Finalize()
+
+        hp.launch(kernel, x, y, t)
+        return y.tolist()
+
+    assert hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT) == [_ranks(2, N)] * 2
+
+
 def _alltoallv_tables(rank: int, repeat: int) -> tuple[list, list, list, list]:
     """The UT's tables made consistent for 4 ranks. Repeat 1: rank s sends s + 1 elements
     to each peer, packed, and each rank receives peer s's block at 4 * s. Repeat 3: one

@@ -137,15 +137,21 @@ class Binding:
             self.init_fields[name] = int.from_bytes(raw[start : start + 2], "little")
         return self.init_fields[name]
 
+    def queues_read(self) -> int:
+        """The tiling's queueNum as this client reads it: 0 for the CCU client and on platforms
+        whose AI CPU client never sets it (Ascend 950: platform_v310's InitV2)."""
+        if (
+            self.state is None
+            or self.server_type != HcclServerType.HCCL_SERVER_TYPE_AICPU
+            or not self.state.rank_ctx.config.platform.reads_queue_num
+        ):
+            return 0
+        return self.queue_num()
+
     def waits_at_once(self) -> bool:
         """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.
 
         hccl_aicpu_impl.h, ``Wait``: after the init check, ``queueNum_ != 0`` returns
         HCCL_SUCCESS before any handle or commit check (platform_v220 reads queueNum).
         """
-        return (
-            self.state is not None
-            and self.server_type == HcclServerType.HCCL_SERVER_TYPE_AICPU
-            and self.state.rank_ctx.config.platform.reads_queue_num
-            and self.queue_num() != 0
-        )
+        return self.queues_read() != 0

@@ -23,6 +23,7 @@ from ..core.constants import (
     HCCL_MAX_HANDLE_ID,
     KERNEL_REDUCE_OPS,
     MAX_REPEAT,
+    HcclCMDType,
     HcclDataType,
     HcclReduceOp,
     hccl_dtype_of,
@@ -67,6 +68,20 @@ class Limits(NamedTuple):
     rank_dim: int
     #: The global rank that prepares (whose memory the buffers must be).
     rank: int
+    #: Whether the server reads strideCount 0 of a repeated AllGather or ReduceScatter as
+    #: count * repeat (the Ascend 950 AI CPU server), not as count.
+    zero_stride_spans_repeats: bool = False
+
+
+#: The ops whose strideCount 0 spans every round on the Ascend 950 AI CPU server.
+_SPANS_REPEATS = (HcclCMDType.HCCL_CMD_ALLGATHER, HcclCMDType.HCCL_CMD_REDUCE_SCATTER)
+
+
+def _spanning_stride(fields: dict[str, Any]) -> int:
+    """strideCount 0 as the Ascend 950 AI CPU server reads it: count * repeat when repeat > 1,
+    so that each rank's rounds lie side by side (comm_kfc_open_kernel_adapter.cc,
+    CreateOpParamByBaseOpParam), else 0 (count)."""
+    return fields["count"] * fields["repeat"] if fields["repeat"] > 1 else 0
 
 
 def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
@@ -91,6 +106,8 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
         fields["reduce_op"] = reduce_op(p.reduce_op)
     if spec.strided:
         fields["stride"] = count("strideCount", p.stride)
+        if limits.zero_stride_spans_repeats and spec.cmd in _SPANS_REPEATS:
+            fields["stride"] = fields["stride"] or _spanning_stride(fields)
     if spec.pairwise_counts:
         for name, key in (
             ("sendCounts", "send_counts"),

@@ -75,7 +75,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                 None,
             )
             return
-    if sync and b.handles and not b.ccu and (queues := b.queue_num()):
+    if sync and b.handles and (queues := b.queues_read()):
         breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
         return
     if state.sender is b:

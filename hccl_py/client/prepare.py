@@ -37,14 +37,16 @@ class PreparePath:
 
     def _limits(self, op: HcclCMDType) -> Limits:
         b = self._binding
+        platform = b.state.rank_ctx.config.platform
         return Limits(
-            platform=b.state.rank_ctx.config.platform,
+            platform=platform,
             kernel_api=b.framework is None,
             has_tiling=b.mode == "Init-no-tiling" or op in b.cc,
             handles_used=len(b.handles),
             syncs_used=b.n_syncs,
             rank_dim=b.state.rank_dim,
             rank=b.state.rank_ctx.rank,
+            zero_stride_spans_repeats=platform.aicpu_zero_stride_spans_repeats and not b.ccu,
         )
 
     def fields(self, param: PrepareParam, limits: Limits) -> dict[str, Any]:

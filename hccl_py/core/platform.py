@@ -40,6 +40,9 @@ class Platform:
     has_iterate: bool = False
     #: Whether the tiling's algConfig has an effect (SetAlgConfig: a reserved field on A2 and 950).
     uses_alg_config: bool = False
+    #: Whether the AI CPU server reads strideCount 0 of an AllGather or ReduceScatter with
+    #: repeat > 1 as count * repeat (Ascend 950's, in asc-devkit; A2/A3 servers: count).
+    aicpu_zero_stride_spans_repeats: bool = False
 
     @property
     def ops(self) -> frozenset[HcclCMDType]:
@@ -87,6 +90,7 @@ PLATFORMS: dict[str, Platform] = {
         max_task_bytes=256 * 1024 * 1024,
         has_windows=False,
         reads_queue_num=False,
+        aicpu_zero_stride_spans_repeats=True,
     ),
 }
 
