@@ -74,7 +74,8 @@ def make_tiling(skip_local: bool = False, groups: dict[int, Any] | None = None) 
 
     ``groups`` is what the launch passes as ``groups=`` (context index -> domain):
     each context's cc tilings name its domain, as a host builds them; contexts
-    it leaves out name the world group.
+    it leaves out name the world group. Every cc tiling names FP32 and SUM, the test
+    kernels' types, which the Ascend 950 CCU client moves and reduces by.
     """
     tiling = KernelTiling()
     names = {index: WORLD_GROUP for index in CONTEXT_OPS}
@@ -88,6 +89,11 @@ def make_tiling(skip_local: bool = False, groups: dict[int, Any] | None = None) 
                 cfg.SetOpType(CMD[op]),
                 cfg.SetAlgConfig(ALG_CONFIG[op]),
                 cfg.SetSkipLocalRankCopy(int(skip_local and op in ("AllGather", "AlltoAll"))),
+                cfg.SetReduceType(
+                    HcclReduceOp.HCCL_REDUCE_SUM,
+                    HcclDataType.HCCL_DATA_TYPE_FP32,
+                    HcclDataType.HCCL_DATA_TYPE_FP32,
+                ),
                 cfg.GetTiling(getattr(tiling, cc_member(op, index))),
             ]
     if any(results):

@@ -15,6 +15,7 @@ unit tests") goes through every case.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -343,6 +344,77 @@ def test_AllReduce_CcuAllReduceMeshMem2Mem1D_Cout_zero() -> None:
         assert rec == [-1, hp.HCCL_FAILED, 0, 0] and y[:4] == [3] * 4
     with pytest.raises(hp.WorldError, match="HcclUsageError.*repeat must be 1..255"):
         run_950(body)
+
+
+def _typed_run(server: int, tiling_types: tuple, call: str) -> tuple[list, list]:
+    """Every rank's y after one ``call`` ("AllReduce": FP32 SUM of 4 elements; "AllGather":
+    4 FP16 elements) on ``server``, its cc tiling built with ``tiling_types`` (reduceType,
+    dstDataType, srcDataType); x of rank k holds 10 * k + i at element i. Returns (y per
+    rank, the warnings)."""
+    cmd = getattr(
+        HcclCMDType, "HCCL_CMD_ALLREDUCE" if call == "AllReduce" else "HCCL_CMD_ALLGATHER"
+    )
+    dtype = torch.float32 if call == "AllReduce" else torch.float16
+
+    def main() -> list[float]:
+        x = (torch.arange(8) + 10 * hp.get_rank()).to(dtype)
+        y = torch.zeros(8, dtype=dtype)
+        t = Tiling950()
+        cfg = hp.Mc2CcTilingConfig("hccl_world_group", cmd, "", *tiling_types)
+        assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.cc) == 0
+
+        def kernel(xg: Any, yg: Any, tg: Any) -> None:
+            if hp.g_coreType == hp.AIV:
+                h = Hccl(server)
+                h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling950, tg))
+                h.SetCcTilingV2(hp.offsetof(Tiling950, "cc"))
+                if call == "AllReduce":
+                    hd = h.AllReduce[True](xg, yg, 4, hp.HCCL_DATA_TYPE_FP32, SUM)
+                else:
+                    hd = h.AllGather[True](xg, yg, 4, hp.HCCL_DATA_TYPE_FP16, 0)
+                h.Wait(hd)
+                hp.SyncAll()
+                h.Finalize()
+
+        hp.launch(kernel, x, y, t)
+        return y.tolist()
+
+    with pytest.warns(Warning) if server == CCU else contextlib.nullcontext() as seen:
+        ys = hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT)
+    return ys, [str(w.message) for w in seen or []]
+
+
+MAX, FP32, FP16 = HcclReduceOp.HCCL_REDUCE_MAX, hp.HCCL_DATA_TYPE_FP32, hp.HCCL_DATA_TYPE_FP16
+
+
+@expects_warning("ccu-tiling-types")
+def test_the_ccu_client_reduces_by_the_tilings_reduce_type() -> None:
+    """platform_v310/hccl_ccu_v0.h, InitCcuParam: the CCU client's Prepare replaces the op with
+    the cc tiling's reduceType. Before, hccl_py summed as the kernel asked."""
+    ys, said = _typed_run(CCU, (MAX, FP32, FP32), "AllReduce")
+    want = np.maximum(np.arange(4), np.arange(4) + 10).tolist()  # rank 1's values
+    assert ys == [want + [0.0] * 4] * 2
+    assert any("op HCCL_REDUCE_SUM becomes the tiling's HCCL_REDUCE_MAX" in m for m in said), said
+
+
+@expects_warning("ccu-tiling-types")
+def test_the_ccu_client_moves_elements_of_the_tilings_data_type() -> None:
+    """A cc tiling built without data types says INT8 (0): the CCU client moves 4 one-byte
+    elements per rank of an FP16 AllGather, the low halves of its first two values."""
+    ys, said = _typed_run(CCU, (0,), "AllGather")
+    xs = [(np.arange(8) + 10 * k).astype(np.float16) for k in range(2)]
+    y = np.zeros(8, dtype=np.float16)
+    y.view(np.uint8)[:8] = np.concatenate([x.view(np.uint8)[:4] for x in xs])
+    assert ys == [y.tolist()] * 2
+    assert any(
+        "dataType HCCL_DATA_TYPE_FP16 becomes the tiling's HCCL_DATA_TYPE_INT8" in m for m in said
+    )
+
+
+def test_the_950_ai_cpu_client_keeps_the_kernels_types() -> None:
+    """The AI CPU client sends the Prepare's own data type and op: no override, no warning."""
+    ys, _ = _typed_run(AICPU, (MAX, FP32, FP32), "AllReduce")
+    assert ys == [(np.arange(4) * 2 + 10).tolist() + [0.0] * 4] * 2
 
 
 # -------------------------------------------------------- test_hccl_aicpu_950.cpp (AI CPU)

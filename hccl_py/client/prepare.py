@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core.constants import INVALID_HANDLE_ID, HcclCMDType
+from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclDataType, HcclReduceOp
 from ..core.errors import InvalidCall
 from ..core.gm import GmAddr
 from ..core.task import Task
 from ..sanitizer.bounds import check_task
 from .binding import Binding
-from .convert import Limits, PrepareParam, dtype_mismatch, task_fields
+from .convert import Limits, PrepareParam, as_enum, dtype_mismatch, task_fields
 from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .handle import Handle
@@ -115,6 +115,8 @@ class PreparePath:
                     handle=handle,
                     expected=fields["dtype"].name,
                 )
+        if b.ccu and not b.framework and op in b.cc:
+            fields = _ccu_tiling_types(fields, b.cc[op], param, failures, handle)
         steps = state.rank_dim if step_size else 1  # a fine-grained round runs step by step
         task = Task(
             op=op,
@@ -149,6 +151,45 @@ class PreparePath:
             for _ in range(self._steps.commits_per_prepare(self._binding.handles[handle])):
                 commit_call(handle)
         return handle
+
+
+def _ccu_tiling_types(
+    fields: dict[str, Any], cc: Any, param: PrepareParam, failures: Failures, handle: int
+) -> dict[str, Any]:
+    """The CCU client's task types: its Prepare replaces the data type and reduce op with the
+    cc tiling's ``srcDataType`` and ``reduceType`` (``platform_v310/hccl_ccu_v0.h``,
+    ``InitCcuParam``), so the rounds move ``count`` elements of the tiling's type. A
+    ``ccu-tiling-types`` warning names each argument the tiling overrides."""
+    spec, name = param.spec, param.spec.name
+    tiling = {"dtype": as_enum(HcclDataType, int(cc.srcDataType))}
+    if spec.reduces:
+        tiling["reduce_op"] = as_enum(HcclReduceOp, int(cc.reduceType))
+    changed = {key: value for key, value in tiling.items() if value != fields[key]}
+    if not changed:
+        return fields
+    words = {"dtype": "dataType", "reduce_op": "op"}
+    said = ", ".join(
+        f"{words[key]} {fields[key].name} becomes the tiling's "
+        f"{'an unknown value ' + repr(int(getattr(cc, _TILING[key]))) if value is None else value.name}"
+        for key, value in changed.items()
+    )
+    usable = all(value is not None for value in changed.values()) and (
+        "dtype" not in changed or changed["dtype"] in spec.dtypes
+    )
+    failures.breach(
+        "ccu-tiling-types",
+        f"{name}: the CCU client takes the cc tiling's srcDataType and reduceType: {said}"
+        + ("" if usable else f", which {name} cannot move; hccl_py keeps the Prepare's")
+        + "; build the tiling with the kernel's types (Mc2CcTilingConfig reduceType, "
+        "dstDataType, srcDataType)",
+        op=name,
+        handle=handle,
+    )
+    return fields | changed if usable else fields
+
+
+#: The cc tiling's field of each overridden task field.
+_TILING = {"dtype": "srcDataType", "reduce_op": "reduceType"}
 
 
 __all__ = ["PreparePath", "PrepareParam"]

@@ -77,6 +77,10 @@ KINDS: dict[str, str] = {
         "BatchWrite.md forbids and the shipping fullmesh MoE kernels send; hccl_py copies it"
     ),
     "buffer-race": "the buffer race check cannot decide: a numpy view of bytes a round will write",
+    "ccu-tiling-types": (
+        "a CCU Prepare whose dataType or reduce op differs from its cc tiling's, which the CCU "
+        "client uses instead"
+    ),
     "dtype-mismatch": "a Prepare's dataType is not the dtype of a tensor passed as its buffer",
     "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
     "finalize-unordered": (

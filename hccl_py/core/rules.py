@@ -89,6 +89,9 @@ RULES: dict[str, Rule] = {
         "receive ranges that overlap (run option overlap='error')", HcclOverlapError
     ),
     "dtype-mismatch": _carries_on("a dataType that is not its tensors' dtype", "dtype-mismatch"),
+    "ccu-tiling-types": _carries_on(
+        "a CCU Prepare whose dataType or reduce op is not its cc tiling's", "ccu-tiling-types"
+    ),
     "sending-core": _refused("a Prepare on a core that may not send for the object", HcclCoreError),
     "unknown-handle": _refused("a handle id that Prepare did not return"),
     "not-fine-grained": _refused("Iterate of a handle that is not a fine-grained AlltoAllV"),
