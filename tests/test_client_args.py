@@ -287,6 +287,34 @@ def test_finalize_false_on_the_ccu_client_is_finalize_true() -> None:
     assert got.warnings == {}
 
 
+def _finalize_async_after_its_wait(x, y, tilingGM, said: list) -> None:
+    hccl = init_hccl(Hccl(), tilingGM, ops=["AllGather"])
+    hccl.Wait(hccl.AllGather[True](x, y, 4, FP32))
+    hccl.Finalize[False]()
+    said.append(hccl.last_error)
+
+
+@pytest.mark.parametrize("platform", ["A2", "A3"])
+def test_a_lenient_finalize_false_still_finalizes(platform: str) -> None:
+    """hccl_aicpu_impl.h: Finalize<false> makes no platform or task check, sends the FINALIZE
+    message and returns. A lenient run goes on alike (last_error says what the documentation
+    forbids); before, it skipped the Finalize and the launch then failed with "Finalize() was
+    never called"."""
+
+    def main() -> tuple[list[float], list]:
+        from cases import make_tiling
+
+        y, said = torch.zeros(8), []
+        x = torch.full((4,), hp.get_rank() + 1.0)
+        hp.launch(_finalize_async_after_its_wait, x, y, make_tiling(), said)
+        return y.tolist(), said
+
+    got = hp.run(main, world_size=2, platform=platform, strict=False, timeout=RUN_TIMEOUT)
+    for y, said in got:
+        assert y == [1.0] * 4 + [2.0] * 4
+        assert said and all("Finalize<false> is only allowed on Atlas A3" in s for s in said)
+
+
 def _finalize_after_waits(x, y, tilingGM, server: int, waited: tuple[int, ...]) -> None:
     hccl = init_hccl(Hccl(server), tilingGM, ops=["AllGather"])
     handles = [hccl.AllGather[True](x, y, 4, FP32) for _ in range(2)]
