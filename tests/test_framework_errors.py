@@ -499,6 +499,30 @@ def test_a_rank_that_returns_without_a_group_is_named_on_gloo() -> None:
         ), error
 
 
+def _hand_made_group(where: str) -> list[float]:
+    """A Group built by hand with the world's name and other ranks: it names no communicator."""
+    group = hp.Group([1, 0], "hccl_world_group")
+    out = torch.zeros(2)
+    if where == "framework":
+        hp.all_gather_into_tensor(out, torch.full((1,), float(hp.get_rank())), group=group)
+    else:
+        hp.launch(lambda: None, groups={0: group})
+    return out.tolist()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+@pytest.mark.parametrize("where", ["framework", "launch"])
+def test_a_hand_made_group_is_refused(backend: str, where: str) -> None:
+    """Before, the emulator gathered in the hand-made order ([1, 0]) while gloo used the world's
+    process group ([0, 1]), or failed with another error."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_hand_made_group, args=(where,), world_size=2, backend=backend, timeout=TIMEOUT)
+    assert sorted(info.value.root_causes) == [0, 1]
+    for error in info.value.failures.values():
+        assert isinstance(error, ValueError)
+        assert "is not a group this rank created: pass the object hccl_py.new_group" in str(error)
+
+
 def test_every_rank_creating_every_group_in_order_passes() -> None:
     def both() -> list[int]:
         hp.new_group([0, 1])

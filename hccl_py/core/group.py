@@ -41,7 +41,11 @@ def group_missing(
 
 
 class Group:
-    """A communication domain: an ordered tuple of global ranks with a name."""
+    """A communication domain: an ordered tuple of global ranks with a name.
+
+    Made by :func:`hccl_py.new_group` (or :func:`hccl_py.world_group`); collectives and
+    launches refuse one made by hand, which names no communicator.
+    """
 
     def __init__(self, ranks: Sequence[int], name: str) -> None:
         self.ranks = tuple(int(r) for r in ranks)

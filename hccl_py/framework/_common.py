@@ -115,8 +115,7 @@ def resolve_group(op: str, group: Any) -> Group:
             f"{where(op)}: group must be a group from hccl_py.new_group, a group name or None, "
             f"not {type(group).__name__}"
         )
-    if group.rank_of(ctx.rank) is None:
-        raise ValueError(f"{op}: rank {ctx.rank} is not a member of {group!r}")
+    ctx.check_group(group, op)
     return group
 
 

@@ -50,6 +50,8 @@ class RankContext:
         #: Called in every thread that binds this context (e.g. to make the rank's NPU current).
         self.thread_init = thread_init
         self.world_group = world(world_size)
+        #: The groups this rank may name, by name: the world and those its new_group made.
+        self.groups: dict[str, Group] = {self.world_group.name: self.world_group}
         self._seq: Counter[str] = Counter()
         self._group_count: Counter[tuple[int, ...]] = Counter()
         self._lock = threading.Lock()
@@ -93,7 +95,21 @@ class RankContext:
         suffix = f"#{k}" if k else ""
         group = Group(ranks, f"group_{'_'.join(map(str, ranks))}{suffix}")
         self.server.on_new_group(group)
+        self.groups[group.name] = group
         return group
+
+    def check_group(self, group: Group, where: str) -> None:
+        """A ValueError unless ``group`` is the world or one this rank's new_group returned
+        (an ``hp.Group`` made by hand has no process group on gloo and hccl) and this rank is
+        a member."""
+        if self.groups.get(group.name) != group:
+            raise ValueError(
+                f"{where}: {group!r} is not a group this rank created: pass the object "
+                "hccl_py.new_group returned (or hccl_py.world_group()); a Group made by hand "
+                "names no communicator"
+            )
+        if group.rank_of(self.rank) is None:
+            raise ValueError(f"{where}: rank {self.rank} is not a member of {group!r}")
 
 
 _core: contextvars.ContextVar[Any] = contextvars.ContextVar("hccl_py_core", default=None)

@@ -232,7 +232,7 @@ def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
     if groups is None:
         return {0: rank_ctx.world_group}
     if isinstance(groups, Group):
-        return {0: groups}
+        groups = {0: groups}
     if not isinstance(groups, (Mapping, list, tuple)):
         raise ValueError(
             "groups maps context index 0 or 1 to a Group from hp.new_group (a dict, a list or "
@@ -244,8 +244,7 @@ def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
             raise ValueError(
                 f"groups maps context index 0 or 1 to a Group from hp.new_group; got {index}: {group!r}"
             )
-        if group.rank_of(rank_ctx.rank) is None:
-            raise ValueError(f"rank {rank_ctx.rank} is not a member of {group!r}")
+        rank_ctx.check_group(group, f"hp.launch: groups[{index}]")
     return resolved
 
 
