@@ -394,7 +394,7 @@ def test_the_ccu_client_reduces_by_the_tilings_reduce_type() -> None:
     ys, said = _typed_run(CCU, (MAX, FP32, FP32), "AllReduce")
     want = np.maximum(np.arange(4), np.arange(4) + 10).tolist()  # rank 1's values
     assert ys == [want + [0.0] * 4] * 2
-    assert any("op HCCL_REDUCE_SUM becomes the tiling's HCCL_REDUCE_MAX" in m for m in said), said
+    assert any("HCCL_REDUCE_SUM becomes its reduceType HCCL_REDUCE_MAX" in m for m in said), said
 
 
 @expects_warning("ccu-tiling-types")
@@ -406,9 +406,7 @@ def test_the_ccu_client_moves_elements_of_the_tilings_data_type() -> None:
     y = np.zeros(8, dtype=np.float16)
     y.view(np.uint8)[:8] = np.concatenate([x.view(np.uint8)[:4] for x in xs])
     assert ys == [y.tolist()] * 2
-    assert any(
-        "dataType HCCL_DATA_TYPE_FP16 becomes the tiling's HCCL_DATA_TYPE_INT8" in m for m in said
-    )
+    assert any("HCCL_DATA_TYPE_FP16 becomes its srcDataType HCCL_DATA_TYPE_INT8" in m for m in said)
 
 
 def test_the_950_ai_cpu_client_keeps_the_kernels_types() -> None:

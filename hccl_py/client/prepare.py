@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclDataType, HcclReduceOp
+from ..core.constants import (
+    INVALID_HANDLE_ID,
+    KERNEL_REDUCE_OPS,
+    HcclCMDType,
+    HcclDataType,
+    HcclReduceOp,
+)
 from ..core.errors import InvalidCall
 from ..core.gm import GmAddr
 from ..core.task import Task
@@ -159,37 +165,34 @@ def _ccu_tiling_types(
     """The CCU client's task types: its Prepare replaces the data type and reduce op with the
     cc tiling's ``srcDataType`` and ``reduceType`` (``platform_v310/hccl_ccu_v0.h``,
     ``InitCcuParam``), so the rounds move ``count`` elements of the tiling's type. A
-    ``ccu-tiling-types`` warning names each argument the tiling overrides."""
-    spec, name = param.spec, param.spec.name
-    tiling = {"dtype": as_enum(HcclDataType, int(cc.srcDataType))}
+    ``ccu-tiling-types`` warning names each argument the tiling overrides; a tiling value
+    the op cannot run keeps the Prepare's."""
+    spec = param.spec
+    read = {"dtype": (HcclDataType, "srcDataType", spec.dtypes)}
     if spec.reduces:
-        tiling["reduce_op"] = as_enum(HcclReduceOp, int(cc.reduceType))
-    changed = {key: value for key, value in tiling.items() if value != fields[key]}
+        read["reduce_op"] = (HcclReduceOp, "reduceType", KERNEL_REDUCE_OPS)
+    changed, said, usable = {}, [], True
+    for key, (kind, field, allowed) in read.items():
+        raw = int(getattr(cc, field))
+        value = as_enum(kind, raw)
+        if value == fields[key]:
+            continue
+        changed[key] = value
+        said.append(f"{fields[key].name} becomes its {field} {raw if value is None else value.name}")
+        usable = usable and value in allowed
     if not changed:
         return fields
-    words = {"dtype": "dataType", "reduce_op": "op"}
-    said = ", ".join(
-        f"{words[key]} {fields[key].name} becomes the tiling's "
-        f"{'an unknown value ' + repr(int(getattr(cc, _TILING[key]))) if value is None else value.name}"
-        for key, value in changed.items()
-    )
-    usable = all(value is not None for value in changed.values()) and (
-        "dtype" not in changed or changed["dtype"] in spec.dtypes
-    )
     failures.breach(
         "ccu-tiling-types",
-        f"{name}: the CCU client takes the cc tiling's srcDataType and reduceType: {said}"
-        + ("" if usable else f", which {name} cannot move; hccl_py keeps the Prepare's")
+        f"{spec.name}: the CCU client takes the cc tiling's srcDataType and reduceType: "
+        + ", ".join(said)
+        + ("" if usable else f", which {spec.name} cannot run; hccl_py keeps the Prepare's")
         + "; build the tiling with the kernel's types (Mc2CcTilingConfig reduceType, "
         "dstDataType, srcDataType)",
-        op=name,
+        op=spec.name,
         handle=handle,
     )
     return fields | changed if usable else fields
-
-
-#: The cc tiling's field of each overridden task field.
-_TILING = {"dtype": "srcDataType", "reduce_op": "reduceType"}
 
 
 __all__ = ["PreparePath", "PrepareParam"]
