@@ -10,6 +10,7 @@ detected before any data moves, never as a hang or a partial result.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -521,6 +522,70 @@ def test_a_hand_made_group_is_refused(backend: str, where: str) -> None:
     for error in info.value.failures.values():
         assert isinstance(error, ValueError)
         assert "is not a group this rank created: pass the object hccl_py.new_group" in str(error)
+
+
+def _collectives_on_other_groups(kernel: bool) -> list[float]:
+    """Rank 0 reduces on a group of both ranks, rank 1 on the world: neither can go on."""
+    pair = hp.new_group([1, 0])
+    group = pair if hp.get_rank() == 0 else hp.world_group()
+    t = torch.ones(2)
+    if kernel:
+        hp.all_gather_into_tensor(torch.zeros(4), t, group=group, async_op=True).wait()
+    else:
+        hp.all_reduce(t, group=group)
+    return t.tolist()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+@pytest.mark.parametrize("kernel", [False, True], ids=["sync", "async"])
+def test_collectives_on_other_groups_are_a_deadlock_on_every_backend(
+    backend: str, kernel: bool
+) -> None:
+    """Before, gloo ranks waited until the run's timeout (120 s by default) and then failed
+    with gloo's own timeout error; now they read each other's waits in the store."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(
+            _collectives_on_other_groups, args=(kernel,), world_size=2, backend=backend,
+            timeout=TIMEOUT,
+        )  # fmt: skip
+    causes = info.value.root_causes
+    assert causes and all(isinstance(e, hp.HcclDeadlockError) for e in causes.values())
+    text = str(next(iter(causes.values())))
+    assert "rank 0 waits in" in text and "rank 1 waits in" in text, text
+    assert "group_1_0" in text and "hccl_world_group" in text, text
+
+
+def _one_rank_late() -> list[float]:
+    """Rank 0 waits in the pair's all_reduce while rank 1 computes for a while, then joins."""
+    pair = hp.new_group([0, 1])
+    t = torch.ones(2)
+    if hp.get_rank() == 1:
+        time.sleep(1.5)  # not a timing assertion: any delay must pass
+    if hp.get_rank() < 2:
+        hp.all_reduce(t, group=pair)
+    return t.tolist()
+
+
+def test_a_wait_for_a_rank_that_is_busy_elsewhere_is_no_deadlock() -> None:
+    """The board holds rank 0's wait only: rank 1 waits in no collective, so it may come."""
+    got = hp.run(_one_rank_late, world_size=3, backend="gloo", timeout=TIMEOUT)
+    assert got == [[2.0, 2.0], [2.0, 2.0], [1.0, 1.0]]
+
+
+def test_the_stuck_waits_are_the_closed_set_of_cross_domain_waits() -> None:
+    from hccl_py.backends.dist.waits import stuck
+
+    def wait(domain: str, *ranks: int) -> dict:
+        return {"domain": domain, "ranks": list(ranks)}
+
+    cycle = {0: wait("a", 0, 1), 1: wait("b", 1, 2), 2: wait("c", 2, 0)}
+    assert stuck(cycle) == [0, 1, 2]
+    assert stuck({0: wait("a", 0, 1), 1: wait("b", 1, 2)}) == []  # rank 2 may still come
+    assert stuck({0: wait("a", 0, 1), 1: wait("a", 0, 1)}) == []  # both arrived: it ends
+    # rank 2 waits in the world for rank 0, which waits in a pair for rank 1, itself in the world
+    world = {0: wait("pair", 0, 1), 1: wait("w", 0, 1, 2), 2: wait("w", 0, 1, 2)}
+    assert stuck(world) == [0, 1, 2]
+    assert stuck({**world, 3: wait("x", 3, 4)}) == [0, 1, 2]  # rank 3's wait may still end
 
 
 def test_every_rank_creating_every_group_in_order_passes() -> None:

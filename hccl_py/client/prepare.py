@@ -178,7 +178,9 @@ def _ccu_tiling_types(
         if value == fields[key]:
             continue
         changed[key] = value
-        said.append(f"{fields[key].name} becomes its {field} {raw if value is None else value.name}")
+        said.append(
+            f"{fields[key].name} becomes its {field} {raw if value is None else value.name}"
+        )
         usable = usable and value in allowed
     if not changed:
         return fields

@@ -44,7 +44,7 @@ from .descriptors import (
     read_joined,
 )
 from .session import LOOK_S, Session
-from .waits import watch_work
+from .waits import Waiting, watch_work
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
@@ -166,11 +166,8 @@ class DomainQueue:
         )
 
     def retire(self, launch: int) -> None:
-        """Under the lock: forget the finished tasks of kernel launches up to ``launch``.
-
-        This rank returned from that launch, so nobody here waits for them any
-        more; their buffers are released.
-        """
+        """Under the lock: forget the finished tasks of kernel launches up to ``launch`` (this
+        rank returned from that launch, so nobody here waits for them; buffers released)."""
         self.queue.retire(launch)
 
     def failure_at(self, seq: int) -> HcclError | None:
@@ -266,7 +263,7 @@ class DomainQueue:
 
         def wait(work: dist.Work) -> None:
             self.server.session.await_peers(
-                work, group.ranks, op, f"domain {group.name}", self.server.config.timeout,
+                work, group.ranks, op, group.name, self.server.config.timeout,
                 lambda r: left_before(store, r, group.name, number),
             )  # fmt: skip
 
@@ -389,8 +386,10 @@ class Absentees:
 
     def wait(self, work: dist.Work) -> None:
         """Block until ``work`` (the exchange) finished; raise if a peer will never join it."""
-        timeout = self.server.config.timeout
+        timeout, task = self.server.config.timeout, self.task
         deadline = time.monotonic() + timeout
+        what = f"the check of kernel task #{task.seq} ({task.describe()})"
+        waiting = Waiting(self.server.session.board, what, task.domain_name, task.domain.ranks)
 
         def look() -> None:
             if not self.marked:
@@ -403,7 +402,7 @@ class Absentees:
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
 
         try:  # a failed process group: because a peer's process ended? then name it
-            watch_work(work, LOOK_S, look, self.check)
+            watch_work(work, LOOK_S, look, self.check, waiting)
         finally:
             if self.marked:
                 with contextlib.suppress(Exception):  # best effort, as in DistServer.forget

@@ -144,8 +144,10 @@ class DistServer(ExchangeMeetings, Server):
 
         def interrupt() -> None:
             self.session.check_abort()
-            gone = [r for r, key in enumerate(keys) if not self.store.check([key])]
-            gone = [r for r in gone if self.store.check([returned_key(r)])]
+            # returned first: a rank publishes its group before it returns, so a rank seen
+            # returned whose group is missing never made it (the other order races)
+            gone = [r for r in range(len(keys)) if self.store.check([returned_key(r)])]
+            gone = [r for r in gone if not self.store.check([keys[r]])]
             if gone:
                 raise group_missing(
                     rank, n, mine, gone, "returned from their function without creating it"

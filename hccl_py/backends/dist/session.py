@@ -45,7 +45,7 @@ from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
-from .waits import settle_abandoned, watch_work
+from .waits import WaitBoard, Waiting, settle_abandoned, watch_work
 
 #: How often a thread that waits for its peers (their descriptors, a framework
 #: collective's arguments) looks for a peer that will never come, and for an abort.
@@ -123,6 +123,8 @@ class Session:
         self.store.set(kv.pid_key(self.rank), f"{socket.gethostname()}|{os.getpid()}")
         #: Liveness of the other ranks' processes.
         self.peers = Peers(self.store)
+        #: Which collective each rank waits in, to report waits that deadlock.
+        self.board = WaitBoard(self.store, self.rank, self.world_size)
         self.runs = 0
         self.blocker: Blocker | None = None
         self.abort: BaseException | None = None
@@ -132,12 +134,13 @@ class Session:
         self._watchdog.start()
 
     def await_peers(
-        self, work: dist.Work, ranks: tuple[int, ...], op: str, where: str, timeout: float,
+        self, work: dist.Work, ranks: tuple[int, ...], op: str, domain: str, timeout: float,
         returned: Callable[[int], bool],
     ) -> None:  # fmt: skip
-        """Block until the process-group call ``work`` of ``op`` finished; every :data:`LOOK_S`
-        seconds stop on an abort, a peer that ``returned`` without the call, or the timeout."""
-        deadline = time.monotonic() + timeout
+        """Block until the process-group call ``work`` of ``op`` on ``domain`` finished; every
+        :data:`LOOK_S` seconds stop on an abort, a peer that ``returned`` without the call, a
+        deadlock of the waits (:class:`.waits.WaitBoard`), or the timeout."""
+        deadline, where = time.monotonic() + timeout, f"domain {domain}"
 
         def no_one_left() -> None:
             left = [r for r in ranks if r != self.rank and returned(r)]
@@ -158,7 +161,7 @@ class Session:
                 )
 
         # the process group failed because that peer's process ended: name it
-        watch_work(work, LOOK_S, look, no_one_left)
+        watch_work(work, LOOK_S, look, no_one_left, Waiting(self.board, op, domain, ranks))
 
     def check_abort(self, wait: float | None = None) -> None:
         """Raise :class:`HcclPeerError` if another rank failed.

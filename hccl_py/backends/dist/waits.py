@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
+
+from ...core.errors import HcclDeadlockError
 
 #: Calls whose waiter stopped waiting (a peer failed or left, the timeout) while the process
 #: group still held them. When the peer's process ends such a call fails; if that happens while
@@ -16,7 +21,11 @@ _ABANDONED: list[tuple[dist.Work, threading.Event]] = []
 
 
 def watch_work(
-    work: dist.Work, every: float, look: Callable[[], None], failed: Callable[[], None]
+    work: dist.Work,
+    every: float,
+    look: Callable[[], None],
+    failed: Callable[[], None],
+    waiting: Waiting | None = None,
 ) -> None:
     """Block until ``work`` finished; meanwhile call ``look()`` every ``every`` seconds.
 
@@ -24,16 +33,22 @@ def watch_work(
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
     the peer whose process ended). A done callback wakes the thread, so the wait works
     for every process group (gloo's ``wait(timeout)`` would too, but cost the same CPU
-    per launch in a measurement, within this machine's noise).
+    per launch in a measurement, within this machine's noise). ``waiting`` puts the wait
+    on its board once it lasts, and raises when the waits on the board deadlock.
     """
     finished = threading.Event()
     work.get_future().add_done_callback(lambda _: finished.set())
     try:
         while not finished.wait(every):
             look()
+            if waiting is not None:
+                waiting.look()
     except BaseException:
         _ABANDONED.append((work, finished))
         raise
+    finally:
+        if waiting is not None:
+            waiting.close()
     try:
         work.wait()
     except Exception:
@@ -51,3 +66,114 @@ def settle_abandoned(within_s: float) -> None:
         if finished.wait(max(0.0, deadline - time.monotonic())):
             with contextlib.suppress(Exception):  # the peer is gone: that was reported
                 work.wait()
+
+
+#: Looks of a wait between two readings of the board (with :data:`.session.LOOK_S`, 0.5 s).
+READ_EVERY = 10
+
+
+class WaitBoard:
+    """Where the ranks of a world say, in its store, which collective they wait in.
+
+    A rank that has waited a while in an exchange of a domain (a framework collective's
+    argument exchange, a kernel task's descriptor check) publishes it under its key,
+    with an id of its own, and deletes it when the wait ends. Two readings that find the
+    same ids show waits that went on between them: if each of those ranks waits for
+    domain members that wait in another domain of the set, none of them can go on, and
+    each reports an :class:`HcclDeadlockError` naming every wait (as the emulator does)
+    instead of waiting until the run's timeout.
+    """
+
+    def __init__(self, store: Any, rank: int, world_size: int) -> None:
+        self.store = store
+        self.rank = rank
+        self.world_size = world_size
+        self._ids = itertools.count()
+
+    def key(self, rank: int) -> str:
+        """The store key of ``rank``'s wait."""
+        return f"waiting/{rank}"
+
+    def read(self) -> dict[int, dict]:
+        """Every rank's published wait (anything but hccl_py's record is left out)."""
+        found = {}
+        for rank in range(self.world_size):
+            key = self.key(rank)
+            with contextlib.suppress(Exception):  # a wait that ended while we read it
+                if self.store.check([key]):
+                    record = json.loads(self.store.get(key))
+                    if isinstance(record, dict) and isinstance(record.get("ranks"), list):
+                        found[rank] = record
+        return found
+
+
+def stuck(waits: dict[int, dict]) -> list[int]:
+    """The ranks of ``waits`` (rank -> its wait: ``domain``, ``ranks``) none of which can go
+    on: each waits for members of its domain that wait in another domain, all of them in
+    the set (the largest such set; empty when some wait can still end)."""
+    held = set(waits)
+    changed = True
+    while changed:
+        changed = False
+        for rank in sorted(held):
+            domain = waits[rank]["domain"]
+            missing = [m for m in waits[rank]["ranks"] if waits.get(m, {}).get("domain") != domain]
+            if not missing or any(m not in held for m in missing):
+                held.discard(rank)
+                changed = True
+    return sorted(held)
+
+
+class Waiting:
+    """One rank's wait in an exchange of ``domain`` (its ``ranks``), for ``op``."""
+
+    def __init__(self, board: WaitBoard, op: str, domain: str, ranks: tuple[int, ...]) -> None:
+        self.board = board
+        self.record = {"op": op, "domain": domain, "ranks": list(ranks)}
+        self.looks = 0
+        self.posted = False
+        self.last: dict[int, dict] | None = None
+
+    def look(self) -> None:
+        """Publish the wait on the first look; every :data:`READ_EVERY` looks read the board
+        and raise :class:`HcclDeadlockError` if this rank is in a set of stuck waits that
+        two readings agree on."""
+        board = self.board
+        if not self.posted:
+            self.record["id"] = next(board._ids)
+            board.store.set(board.key(board.rank), json.dumps(self.record).encode())
+            self.posted = True
+        self.looks += 1
+        if self.looks % READ_EVERY:
+            return
+        now = board.read()
+        before, self.last = self.last, now
+        if before is None:
+            return
+        same = {r: w for r, w in now.items() if before.get(r) == w}
+        held = stuck(same)
+        if board.rank in held:
+            raise HcclDeadlockError(_deadlock(same, held))
+
+    def close(self) -> None:
+        """The wait ended: take it off the board."""
+        if self.posted:
+            with contextlib.suppress(Exception):  # best effort: the store may be gone
+                self.board.store.delete_key(self.board.key(self.board.rank))
+            self.posted = False
+
+
+def _deadlock(waits: dict[int, dict], held: list[int]) -> str:
+    """The report of the stuck ``held`` ranks' ``waits``."""
+    parts = []
+    for rank in held:
+        wait = waits[rank]
+        missing = [m for m in wait["ranks"] if waits.get(m, {}).get("domain") != wait["domain"]]
+        parts.append(
+            f"rank {rank} waits in {wait['op']} on domain {wait['domain']} for ranks {missing}"
+        )
+    return (
+        "; ".join(parts) + ": each waits for ranks that wait in another domain, so none can go "
+        "on (every rank of a domain calls its collectives in the same order, and no rank "
+        "waits in one domain for a rank that waits in another)"
+    )
