@@ -21,7 +21,7 @@ from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 
 
 def _bench(tmp_path: Path, *flags: str) -> tuple[int, list[dict]]:
-    out = tmp_path / "bench.json"
+    out = tmp_path / f"bench{len(list(tmp_path.glob('bench*.json')))}.json"  # files are new
     code = cli(["bench", "--quick", "--no-progress", "--json", str(out), *flags])
     return code, json.loads(out.read_text())["sweeps"]
 

@@ -226,6 +226,47 @@ def test_output_files_are_checked_before_the_run(
     assert not (folder / "new").exists() and not script.with_suffix(".ran").exists()
 
 
+@pytest.mark.parametrize("kind", ["file", "link", "dangling link"])
+def test_output_files_are_created_new(
+    script: Path, kind: str, capsys: pytest.CaptureFixture
+) -> None:
+    """Before, --trace, --png and bench --json overwrote a file, and wrote through a link
+    (a dangling one made its target)."""
+    victim, out = script.parent / "victim.txt", script.parent / "out.json"
+    if kind == "file":
+        out.write_text("kept")
+    else:
+        if kind == "link":
+            victim.write_text("kept")
+        out.symlink_to(victim)
+    for argv in (
+        ["run", "-n", "1", "--trace", str(out), str(script)],
+        ["layout", "-n", "1", "--png", str(out), str(script)],
+        ["bench", "--quick", "--json", str(out)],
+    ):
+        assert _error(capsys, argv[0], argv) == (
+            f"{argv[argv.index(str(out)) - 1]} {str(out)!r} exists; hccl_py creates its output "
+            "files new (it never overwrites a file or writes through a link): remove it or "
+            "choose another path"
+        )
+    assert not script.with_suffix(".ran").exists()
+    kept = out if kind == "file" else victim
+    assert kept.read_text() == "kept" if kind != "dangling link" else not victim.exists()
+
+
+def test_a_file_that_appears_before_the_write_is_not_overwritten(tmp_path: Path) -> None:
+    """The writers create their file with O_EXCL | O_NOFOLLOW: one made after the check stays."""
+    from hccl_py.core.newfile import write_new
+
+    path = tmp_path / "t.json"
+    path.write_text("theirs")
+    with pytest.raises(FileExistsError, match="exists; hccl_py creates its output files new"):
+        write_new(path, b"ours", "--trace")
+    assert path.read_text() == "theirs"
+    write_new(tmp_path / "new" / "t.json", b"ours")
+    assert (tmp_path / "new" / "t.json").read_bytes() == b"ours"
+
+
 BENCH_CASES = {
     "ranks": (["--nproc", "70000"], "--nproc/--ranks must be <= 65536"),
     "block dim": (

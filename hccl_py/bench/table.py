@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 import torch
 
+from ..core.newfile import write_new
 from ..trace.plotting import pyplot, save
 from .sweep import Row
 
@@ -59,9 +60,8 @@ def machine() -> dict[str, Any]:
 
 def write_json(path: str | Path, sweeps: list[dict[str, Any]]) -> None:
     """Write every sweep (its settings and rows) and the machine description to ``path``."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(), "sweeps": sweeps}, indent=2) + "\n")
+    text = json.dumps({"machine": machine(), "sweeps": sweeps}, indent=2) + "\n"
+    write_new(path, text.encode(), "--json")
 
 
 def plot(path: str | Path, sweeps: list[dict[str, Any]]) -> None:

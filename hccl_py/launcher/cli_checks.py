@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 
 from ..core.constants import MAX_WORLD_SIZE
 from ..core.errors import HcclError, HcclUsageError
+from ..core.newfile import exists_message
 from ..core.platform import get_platform
 from .script_checks import script_problem
 
@@ -127,23 +128,22 @@ def check_script(path: str) -> None:
 def check_output(option: str, path: str, *, drawn: bool = False) -> None:
     """UsageError when file ``path`` (of ``option``) could not be written after the run.
 
-    The writers create missing folders and overwrite a file, so the nearest
-    folder that exists must be writable, and an existing file too; ``drawn``
+    The writers create missing folders and the file itself, new
+    (:mod:`hccl_py.core.newfile`): nothing may be at ``path`` (a file, a link,
+    a folder), and the nearest folder that exists must be writable; ``drawn``
     files need matplotlib.
     """
     if os.path.isdir(path):
         raise UsageError(f"{option} {path!r} is a folder; give the path of a file to write")
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{option} {path!r}: the file exists and is not writable")
-    else:
-        folder = os.path.dirname(os.path.abspath(path))
-        while not os.path.lexists(folder):
-            folder = os.path.dirname(folder)
-        if not os.path.isdir(folder):
-            raise UsageError(f"{option} {path!r}: {folder!r} is not a folder")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise UsageError(f"{option} {path!r}: the folder {folder!r} is not writable")
+    if os.path.lexists(path):
+        raise UsageError(exists_message(option, path))
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise UsageError(f"{option} {path!r}: {folder!r} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path!r}: the folder {folder!r} is not writable")
     if drawn and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{option} needs matplotlib: pip install 'hccl_py[bench]'")
 

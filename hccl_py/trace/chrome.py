@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..core.newfile import write_new
 from .recorder import AIV_TID, SERVER_TID
 
 
@@ -41,7 +42,5 @@ def chrome_events(traces: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
 
 def write(path: str | Path, traces: dict[int, dict[str, Any]]) -> None:
     """Write the run's timeline to ``path`` (Chrome trace JSON)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = {"traceEvents": chrome_events(traces), "displayTimeUnit": "ms"}
-    out.write_text(json.dumps(data, separators=(",", ":")) + "\n")
+    write_new(path, (json.dumps(data, separators=(",", ":")) + "\n").encode(), "trace")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..core.newfile import create_new
+
 
 def pyplot(what: str) -> Any:
     """``matplotlib.pyplot`` on the Agg backend; RuntimeError naming the extra when it is missing."""
@@ -34,6 +36,8 @@ def save(fig: Any, path: str | Path, dpi: int = 90) -> None:
     """Lay out, write ``fig`` to ``path`` (creating its folder) and release it."""
     plt = pyplot("saving a figure")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    try:
+        with create_new(path, "picture") as f:
+            fig.savefig(f, dpi=dpi, format=Path(path).suffix[1:] or "png")
+    finally:
+        plt.close(fig)
