@@ -23,6 +23,7 @@ import contextvars
 import ctypes
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -362,7 +363,7 @@ class ThreadPool:
             self._workers.discard(worker)
 
     def close(self, timeout: float) -> None:
-        """End the idle threads and wait (at most ``timeout`` seconds each) for every thread
+        """End the idle threads and wait (at most ``timeout`` seconds in all) for every thread
         but those whose job was interrupted (stuck: they end when the job returns)."""
         with self._lock:
             self._closed = True
@@ -370,8 +371,9 @@ class ThreadPool:
             ending = [w for w in self._workers if w.job is None or not w.job.interrupted]
         for worker in idle:
             worker.give(None)
+        deadline = time.monotonic() + timeout
         for worker in ending:
-            worker.thread.join(timeout)
+            worker.thread.join(max(0.0, deadline - time.monotonic()))
 
     def _forget(self) -> None:
         """In a forked child: the parent's threads do not exist here."""
