@@ -287,29 +287,38 @@ def test_finalize_false_on_the_ccu_client_is_finalize_true() -> None:
     assert got.warnings == {}
 
 
-def _finalize_async_after_its_wait(x, y, tilingGM, said: list) -> None:
+def _finalize_async(x, y, tilingGM, said: list, waits: bool) -> None:
     hccl = init_hccl(Hccl(), tilingGM, ops=["AllGather"])
-    hccl.Wait(hccl.AllGather[True](x, y, 4, FP32))
+    handle = hccl.AllGather[True](x, y, 4, FP32)
+    if waits:
+        hccl.Wait(handle)
     hccl.Finalize[False]()
     said.append(hccl.last_error)
 
 
-@pytest.mark.parametrize("platform", ["A2", "A3"])
-def test_a_lenient_finalize_false_still_finalizes(platform: str) -> None:
+def _finalize_async_main(waits: bool) -> tuple[list[float], list]:
+    from cases import make_tiling
+
+    y, said = torch.zeros(8), []
+    x = torch.full((4,), hp.get_rank() + 1.0)
+    hp.launch(_finalize_async, x, y, make_tiling(), said, waits)
+    return y.tolist(), said
+
+
+@pytest.mark.parametrize(
+    ("platform", "waits", "backend"),
+    [("A2", True, "emu"), ("A3", True, "emu"), ("A2", False, "emu"), ("A2", False, "gloo")],
+)
+def test_a_lenient_finalize_false_still_finalizes(platform: str, waits: bool, backend: str) -> None:
     """hccl_aicpu_impl.h: Finalize<false> makes no platform or task check, sends the FINALIZE
-    message and returns. A lenient run goes on alike (last_error says what the documentation
-    forbids); before, it skipped the Finalize and the launch then failed with "Finalize() was
-    never called"."""
-
-    def main() -> tuple[list[float], list]:
-        from cases import make_tiling
-
-        y, said = torch.zeros(8), []
-        x = torch.full((4,), hp.get_rank() + 1.0)
-        hp.launch(_finalize_async_after_its_wait, x, y, make_tiling(), said)
-        return y.tolist(), said
-
-    got = hp.run(main, world_size=2, platform=platform, strict=False, timeout=RUN_TIMEOUT)
+    message and returns; the launch ends once the server finished every task
+    (``CommKfcDispatcher::Run``). A lenient run goes on alike (last_error says what the
+    documentation forbids); before, it skipped the Finalize and the launch then failed with
+    "Finalize() was never called", and the first fix left rounds nobody waited for unrun."""
+    got = hp.run(
+        _finalize_async_main, args=(waits,), world_size=2, platform=platform, strict=False,
+        backend=backend, timeout=RUN_TIMEOUT,
+    )  # fmt: skip
     for y, said in got:
         assert y == [1.0] * 4 + [2.0] * 4
         assert said and all("Finalize<false> is only allowed on Atlas A3" in s for s in said)

@@ -9,6 +9,7 @@ detected before any data moves, never as a hang or a partial result.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -506,13 +507,15 @@ def _hand_made_group(where: str) -> list[float]:
     out = torch.zeros(2)
     if where == "framework":
         hp.all_gather_into_tensor(out, torch.full((1,), float(hp.get_rank())), group=group)
+    elif where == "channel":
+        hp.HcclGetHcclBuffer(group)
     else:
         hp.launch(lambda: None, groups={0: group})
     return out.tolist()
 
 
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
-@pytest.mark.parametrize("where", ["framework", "launch"])
+@pytest.mark.parametrize("where", ["framework", "launch", "channel"])
 def test_a_hand_made_group_is_refused(backend: str, where: str) -> None:
     """Before, the emulator gathered in the hand-made order ([1, 0]) while gloo used the world's
     process group ([0, 1]), or failed with another error."""
@@ -520,7 +523,7 @@ def test_a_hand_made_group_is_refused(backend: str, where: str) -> None:
         hp.run(_hand_made_group, args=(where,), world_size=2, backend=backend, timeout=TIMEOUT)
     assert sorted(info.value.root_causes) == [0, 1]
     for error in info.value.failures.values():
-        assert isinstance(error, ValueError)
+        assert isinstance(error, hp.HcclUsageError if where == "channel" else ValueError)
         assert "is not a group this rank created: pass the object hccl_py.new_group" in str(error)
 
 
@@ -586,6 +589,89 @@ def test_the_stuck_waits_are_the_closed_set_of_cross_domain_waits() -> None:
     world = {0: wait("pair", 0, 1), 1: wait("w", 0, 1, 2), 2: wait("w", 0, 1, 2)}
     assert stuck(world) == [0, 1, 2]
     assert stuck({**world, 3: wait("x", 3, 4)}) == [0, 1, 2]  # rank 3's wait may still end
+
+
+def _kernel_on_two_domains(xGM, yGM, zGM, tilingGM, rank: int) -> None:
+    from cases import init_hccl
+
+    world = init_hccl(hp.Hccl(), tilingGM, index=0, ops=("AllReduce",))
+    pair = init_hccl(hp.Hccl(), tilingGM, index=1, ops=("AllReduce",))
+    fp32, add = hp.HCCL_DATA_TYPE_FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM
+    first, second = (world, pair) if rank == 0 else (pair, world)
+    a = first.AllReduce[True](xGM, yGM if rank == 0 else zGM, 4, fp32, add, 1)
+    time.sleep(1.5)  # the core computes (not a timing assertion: any delay must pass)
+    b = second.AllReduce[True](xGM, zGM if rank == 0 else yGM, 4, fp32, add, 1)
+    first.Wait(a)
+    second.Wait(b)
+    world.Finalize()
+    pair.Finalize()
+
+
+def _tasks_of_two_domains_in_other_orders() -> list[float]:
+    """Rank 0 commits the world's task, computes, then the pair's; rank 1 the other way round.
+    Each domain has one task on each rank: valid, though each rank's first task check waits
+    for a rank that is computing."""
+    from cases import make_tiling
+
+    pair = hp.new_group([0, 1])
+    groups = {0: hp.world_group(), 1: pair}
+    x, y, z = torch.full((4,), hp.get_rank() + 1.0), torch.zeros(4), torch.zeros(4)
+    hp.launch(
+        _kernel_on_two_domains, x, y, z, make_tiling(groups=groups), hp.get_rank(), groups=groups
+    )
+    return y.tolist() + z.tolist()
+
+
+def test_task_checks_of_two_domains_in_other_orders_are_no_deadlock() -> None:
+    """A kernel task's check waits on its domain's thread while the kernel goes on: it is not
+    on the board of waits (the first version of the board called this program a deadlock)."""
+    got = hp.run(
+        _tasks_of_two_domains_in_other_orders, world_size=2, backend="gloo", timeout=TIMEOUT
+    )
+    assert got == [[3.0] * 8] * 2
+
+
+def _fails_while_rank_0_creates_a_group() -> int:
+    if hp.get_rank() == 1:
+        time.sleep(0.5)  # rank 0 waits in new_group meanwhile (any delay must pass)
+        raise ValueError("rank 1's own bug")
+    hp.new_group([0, 1])
+    return 0
+
+
+def test_a_rank_that_failed_is_not_named_as_skipping_a_group() -> None:
+    """Before, rank 0 saw rank 1 return (in its failure) before its abort and reported it as a
+    rank that returned without the group: two root causes where the emulator names one."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_fails_while_rank_0_creates_a_group, world_size=2, backend="gloo", timeout=TIMEOUT)
+    assert sorted(info.value.root_causes) == [1]
+    assert isinstance(info.value.failures[0], hp.HcclPeerError)
+
+
+def test_the_board_leaves_out_what_is_not_a_wait() -> None:
+    """A record of another shape in a rank's key (anyone who reaches the store can write
+    one) is left out, not a raw KeyError or TypeError."""
+    from hccl_py.backends.dist.waits import READ_EVERY, WaitBoard, Waiting
+
+    class Store(dict):
+        def set(self, key: str, value: bytes) -> None:
+            self[key] = value
+
+        def check(self, keys: list[str]) -> bool:
+            return all(k in self for k in keys)
+
+        def delete_key(self, key: str) -> bool:
+            return self.pop(key, None) is not None
+
+    for forged in ({"ranks": [0, 1]}, {"ranks": [[0]], "domain": "x", "op": "y"}, [1]):
+        store = Store()
+        store["waiting/1"] = json.dumps(forged).encode()
+        waiting = Waiting(WaitBoard(store, 0, 2), "all_reduce", "d", (0, 1))
+        for _ in range(2 * READ_EVERY):
+            waiting.look()
+        assert WaitBoard(store, 0, 2).read().keys() == {0}
+        waiting.close()
+        assert "waiting/0" not in store
 
 
 def test_every_rank_creating_every_group_in_order_passes() -> None:

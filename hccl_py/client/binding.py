@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.constants import HcclServerConfig, HcclServerType
 from ..core.errors import HcclBoundsError
+from ..core.task import Task
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
 from .handle import Handle
@@ -57,6 +58,9 @@ class Binding:
         #: (the AI CPU client's Finalize<true> on the sending core; another core's changes
         #: nothing: hccl_aicpu_impl.h, Finalize).
         self.reset = False
+        #: Whether the sending core's Finalize was Finalize<false>: the launch ends only once
+        #: the server finished its tasks (its AI CPU task loops until every task finished).
+        self.finalized_async = False
         #: Why a Prepare was refused at the 63 handles or the message slots, if one was: the
         #: official client counted it anyway, and its Finalize then never returns.
         self.over_limit: str | None = None
@@ -70,7 +74,7 @@ class Binding:
         self.cc = {}
         self.handles = []
         self.n_syncs = 0
-        self.finalized = self.reset = False
+        self.finalized = self.reset = self.finalized_async = False
         self.over_limit = None
 
     @property
@@ -110,6 +114,12 @@ class Binding:
         straight into windows: no slot of the server, so ranks do not match them task by task.
         """
         return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
+
+    def queued_tasks(self) -> list[Task]:
+        """The tasks of this object's handles that went to the server's queue."""
+        return [
+            h.task for h in self.handles if h.task is not None and LIFECYCLES[h.lifecycle].queued
+        ]
 
     def comm_block_num(self) -> int:
         """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""

@@ -73,6 +73,9 @@ def _comm(comm: Any, call: str) -> Group:
         return current_rank_context().world_group
     if not isinstance(comm, Group):
         _refuse(call, f"comm must be an hp.Group (the communicator), not {what_is(comm)}")
+    problem = current_rank_context().unknown_group(comm)
+    if problem:
+        _refuse(call, problem)
     return comm
 
 

@@ -111,6 +111,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                 state.check_finalize_order(calling_core())
     b.finalized = True
     b.reset = sync and working and not b.ccu
+    b.finalized_async = not sync and working
     if not breached:  # a lenient Finalize<false> that went on keeps saying why it was wrong
         failures.ok(None)
 

@@ -31,6 +31,11 @@ class Sender(Protocol):
 
     handles: list[Handle]
     finalized: bool
+    finalized_async: bool
+
+    def queued_tasks(self) -> list[Task]:
+        """The tasks of its handles that went to the server's queue."""
+        ...
 
 
 class ClientState:
@@ -217,6 +222,13 @@ class ClientState:
         )
         return self.tasks[handle]
 
+    def _finish_tasks(self, sender: Sender) -> None:
+        """After a Finalize<false>: the launch ends once the server ran every committed round
+        (``CommKfcDispatcher::Run`` loops until ``IsAllTaskFinished``), as Finalize<true>
+        would have waited for them inside the kernel."""
+        for task in sender.queued_tasks():
+            self.rank_ctx.server.wait(task, task.repeat - 1)
+
     def check_exit(self) -> None:
         """Called when the kernel returns: report work the real server would hang on.
 
@@ -236,6 +248,8 @@ class ClientState:
         problems += [f"{what} (the server holds it)" for _, what in self.held]
         for write, _ in self.held:  # reported here: no later deadlock report names it again
             self.rank_ctx.blocker.held.pop(id(write), None)
+        if not problems and sender is not None and sender.finalized_async:
+            self._finish_tasks(sender)
         if problems:
             breach(
                 "unfinished-exit",

@@ -98,16 +98,22 @@ class RankContext:
         self.groups[group.name] = group
         return group
 
+    def unknown_group(self, group: Group) -> str | None:
+        """Why ``group`` names no communicator here (made by hand, not by new_group), or None."""
+        if self.groups.get(group.name) == group:
+            return None
+        return (
+            f"{group!r} is not a group this rank created: pass the object hccl_py.new_group "
+            "returned (or hccl_py.world_group()); a Group made by hand names no communicator"
+        )
+
     def check_group(self, group: Group, where: str) -> None:
         """A ValueError unless ``group`` is the world or one this rank's new_group returned
         (an ``hp.Group`` made by hand has no process group on gloo and hccl) and this rank is
         a member."""
-        if self.groups.get(group.name) != group:
-            raise ValueError(
-                f"{where}: {group!r} is not a group this rank created: pass the object "
-                "hccl_py.new_group returned (or hccl_py.world_group()); a Group made by hand "
-                "names no communicator"
-            )
+        problem = self.unknown_group(group)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
         if group.rank_of(self.rank) is None:
             raise ValueError(f"{where}: rank {self.rank} is not a member of {group!r}")
 

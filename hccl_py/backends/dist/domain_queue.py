@@ -44,7 +44,7 @@ from .descriptors import (
     read_joined,
 )
 from .session import LOOK_S, Session
-from .waits import Waiting, watch_work
+from .waits import watch_work
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
@@ -386,10 +386,8 @@ class Absentees:
 
     def wait(self, work: dist.Work) -> None:
         """Block until ``work`` (the exchange) finished; raise if a peer will never join it."""
-        timeout, task = self.server.config.timeout, self.task
+        timeout = self.server.config.timeout
         deadline = time.monotonic() + timeout
-        what = f"the check of kernel task #{task.seq} ({task.describe()})"
-        waiting = Waiting(self.server.session.board, what, task.domain_name, task.domain.ranks)
 
         def look() -> None:
             if not self.marked:
@@ -402,7 +400,7 @@ class Absentees:
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
 
         try:  # a failed process group: because a peer's process ended? then name it
-            watch_work(work, LOOK_S, look, self.check, waiting)
+            watch_work(work, LOOK_S, look, self.check)
         finally:
             if self.marked:
                 with contextlib.suppress(Exception):  # best effort, as in DistServer.forget

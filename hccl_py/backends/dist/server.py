@@ -149,6 +149,7 @@ class DistServer(ExchangeMeetings, Server):
             gone = [r for r in range(len(keys)) if self.store.check([returned_key(r)])]
             gone = [r for r in gone if not self.store.check([keys[r]])]
             if gone:
+                self.session.check_abort(wait=0.2)  # one that failed: that is the report
                 raise group_missing(
                     rank, n, mine, gone, "returned from their function without creating it"
                 )

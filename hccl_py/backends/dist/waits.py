@@ -75,8 +75,9 @@ READ_EVERY = 10
 class WaitBoard:
     """Where the ranks of a world say, in its store, which collective they wait in.
 
-    A rank that has waited a while in an exchange of a domain (a framework collective's
-    argument exchange, a kernel task's descriptor check) publishes it under its key,
+    A rank that has waited a while in a framework collective's argument exchange (which
+    blocks the rank's own thread: a kernel task's descriptor check runs on its domain's
+    thread while the kernel goes on, so it is not on the board) publishes it under its key,
     with an id of its own, and deletes it when the wait ends. Two readings that find the
     same ids show waits that went on between them: if each of those ranks waits for
     domain members that wait in another domain of the set, none of them can go on, and
@@ -102,9 +103,26 @@ class WaitBoard:
             with contextlib.suppress(Exception):  # a wait that ended while we read it
                 if self.store.check([key]):
                     record = json.loads(self.store.get(key))
-                    if isinstance(record, dict) and isinstance(record.get("ranks"), list):
+                    if _well_formed(record):
                         found[rank] = record
         return found
+
+
+def _well_formed(record: Any) -> bool:
+    """Whether ``record`` is a wait as :class:`Waiting` publishes it."""
+    return (
+        isinstance(record, dict)
+        and isinstance(record.get("domain"), str)
+        and isinstance(record.get("op"), str)
+        and isinstance(record.get("ranks"), list)
+        and all(type(r) is int for r in record["ranks"])
+    )
+
+
+def _missing(waits: dict[int, dict], rank: int) -> list[int]:
+    """The members of ``rank``'s domain that do not wait in it."""
+    domain = waits[rank]["domain"]
+    return [m for m in waits[rank]["ranks"] if waits.get(m, {}).get("domain") != domain]
 
 
 def stuck(waits: dict[int, dict]) -> list[int]:
@@ -116,8 +134,7 @@ def stuck(waits: dict[int, dict]) -> list[int]:
     while changed:
         changed = False
         for rank in sorted(held):
-            domain = waits[rank]["domain"]
-            missing = [m for m in waits[rank]["ranks"] if waits.get(m, {}).get("domain") != domain]
+            missing = _missing(waits, rank)
             if not missing or any(m not in held for m in missing):
                 held.discard(rank)
                 changed = True
@@ -168,9 +185,9 @@ def _deadlock(waits: dict[int, dict], held: list[int]) -> str:
     parts = []
     for rank in held:
         wait = waits[rank]
-        missing = [m for m in wait["ranks"] if waits.get(m, {}).get("domain") != wait["domain"]]
         parts.append(
-            f"rank {rank} waits in {wait['op']} on domain {wait['domain']} for ranks {missing}"
+            f"rank {rank} waits in {wait['op']} on domain {wait['domain']} for ranks "
+            f"{_missing(waits, rank)}"
         )
     return (
         "; ".join(parts) + ": each waits for ranks that wait in another domain, so none can go "
