@@ -543,3 +543,33 @@ def test_a_zombie_runner_counts_as_gone() -> None:
         assert pid_alive(os.getpid())
     finally:
         child.wait()
+
+
+def test_processes_a_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Path) -> None:
+    """A rank's own child (``subprocess.Popen(["sleep", "300"])``) outlived the run, and the
+    runner waited 5 s for each rank's output pipe the child held open."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print('child', child.pid, flush=True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(short_tmp)),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+    )
+    children = [int(p) for p in re.findall(r"\] child (\d+)$", out.stdout, re.M)]
+    try:
+        assert out.returncode == 0 and len(children) == 2, out.stdout + out.stderr
+        deadline = time.monotonic() + 10.0  # reaped by init: gone once it is
+        while any(_alive(p) for p in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in children if _alive(p)], "a rank's child outlived the run"
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -70,3 +70,33 @@ def test_the_server_closes_when_the_store_is_gone_as_a_rank_reports_its_failure(
         hp.run(fail_with_the_store_gone, world_size=1, backend="gloo", args=(marker,),
                timeout=TIMEOUT)  # fmt: skip
     assert Path(f"{marker}-0").read_text() == "closed"
+
+
+def test_the_parent_watch_is_armed_before_the_rank_joins_its_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank whose runner was interrupted while it joined the store retried the connection
+    for 300 s with nobody to stop it (an orphan found by a Ctrl-C hunt): the watch that ends
+    a rank whose parent is gone now runs before the join."""
+    import os
+
+    from hccl_py.backends.dist import session
+    from hccl_py.launcher import liveness
+    from hccl_py.launcher.spec import RankSpec
+
+    class JoinedError(Exception):
+        pass
+
+    seen: list[bool] = []
+
+    def open_store(spec: RankSpec, timeout: float) -> None:
+        seen.append(os.getppid() in liveness._watching)
+        raise JoinedError
+
+    monkeypatch.setenv(liveness.PARENT_ENV, str(os.getppid()))
+    monkeypatch.setattr(liveness, "_watching", set())
+    monkeypatch.setattr(session, "_open_store", open_store)
+    spec = RankSpec("runner", "worker", 0, 2, 0, "127.0.0.1", 1, False)
+    with pytest.raises(JoinedError):
+        session.Session(spec, hp.backends.get_backend("gloo"), 5.0)
+    assert seen == [True]

@@ -117,8 +117,9 @@ def _pid_state(pid: int) -> str:
         return "alive"
 
 
-def watch_parent(rank: int) -> None:
-    """Exit this rank process within a second of the process that started it dying.
+def watch_parent(rank: int | None) -> None:
+    """Exit this rank process within a second of the process that started it dying (armed
+    before the rank joins its store: a rank stuck joining a store that is gone ends too).
 
     Rank processes of ``hp.run`` (forked by multiprocessing's fork server) and
     of the runner would otherwise outlive a killed parent, blocked in a
@@ -139,14 +140,15 @@ def watch_parent(rank: int) -> None:
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
 
 
-def leave_orphaned(rank: int, why: str) -> None:
+def leave_orphaned(rank: int | None, why: str) -> None:
     """End this rank process, whose parent is gone: say ``why``, remove the run's folders, exit 1.
 
     Whichever watch notices first (the parent's pid, or this process's parent
     changing), the run's temporary folders (:data:`ORPHAN_DIRS_ENV`) go with it.
     """
     try:  # the parent may have held the other end of stderr: it can be gone too
-        print(f"hccl_py: rank {rank}: {why}; exiting", file=sys.stderr, flush=True)
+        who = "a rank that had not joined yet" if rank is None else f"rank {rank}"
+        print(f"hccl_py: {who}: {why}; exiting", file=sys.stderr, flush=True)
     finally:
         remove_orphan_dirs()
         forced_exit(1)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import util as mp_util
@@ -31,6 +32,8 @@ from .supervise import Child, has_key, stop, supervise
 
 #: Seconds node 0's runner keeps the store up for the ranks of the other hosts, after its own.
 OTHER_HOSTS_S = 300.0
+#: Seconds to wait, in all, for the ranks' output to end once every rank ended.
+READERS_WAIT_S = 5.0
 #: What the runner's fork server imports last: it leaves the runner's process group.
 SERVER_SESSION = "hccl_py.launcher.server_session"
 
@@ -208,6 +211,8 @@ def run_script(opts: RunnerOptions) -> int:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "received SIGTERM"
         say(f"{why}; stopping every rank")
         stop(children)
+        for child in children:
+            child.end_group()
         ended = ", ".join(
             f"rank {c.rank} (pid {c.proc.pid}) {exit_text(c.poll())}" for c in children
         )
@@ -222,8 +227,9 @@ def run_script(opts: RunnerOptions) -> int:
         remove_job_files(base_env[TOKEN_ENV])
         if main:
             signal.signal(signal.SIGTERM, previous)
+    deadline = time.monotonic() + READERS_WAIT_S  # one wait for all: a pipe held open elsewhere
     for reader in readers:
-        reader.join(timeout=5.0)
+        reader.join(timeout=max(0.0, deadline - time.monotonic()))
     failed = {rank: code for rank, code in sorted(codes.items()) if code != 0}
     if host is not None and opts.nnodes > 1 and not failed:
         _wait_for_other_hosts(store, world)

@@ -52,6 +52,13 @@ class Child:
             return self.proc.poll()
         return self.proc.exitcode
 
+    def end_group(self) -> None:
+        """SIGKILL what is left of its process group once it ended: processes the rank
+        started and left behind (they would outlive the run, and hold its output pipes)."""
+        if self.session and self.proc.pid is not None and self.poll() is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
     def signal(self, sig: int) -> None:
         if self.poll() is not None:
             return
@@ -126,6 +133,8 @@ def supervise(
             time.sleep(0.02)
     finally:
         stop([c for c in children if c.poll() is None])
+        for child in children:
+            child.end_group()
     return codes
 
 

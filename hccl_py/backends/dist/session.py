@@ -87,6 +87,7 @@ class Session:
         self.spec = spec
         self.backend = backend
         self.timeout = max(timeout, JOIN_TIMEOUT_S)
+        watch_parent(spec.rank)  # before the store: a rank stuck joining it must end too
         self._base = _open_store(spec, self.timeout)
         #: hccl_py's keys; one connection, shared by every thread of the process.
         self.store = kv.scoped(self._base, kv.PREFIX)
@@ -98,7 +99,6 @@ class Session:
             spec.rank if spec.rank is not None else int(self.store.add(kv.RANK_COUNTER, 1)) - 1
         )
         self.world_size = spec.world_size
-        watch_parent(self.rank)
         dump_stacks_on_request(self.rank)
         _report_world_errors_once()
         self.device = backend.bind_device(spec.local_rank)
