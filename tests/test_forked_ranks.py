@@ -573,3 +573,32 @@ def test_processes_a_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Pa
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_rank_that_exits_with_0_inside_hp_run_is_a_failure(
+    tmp_path: Path, short_tmp: Path
+) -> None:
+    """``os._exit(0)`` in the middle of a run: the runner counted the rank as a success, said
+    "1 of 2 ranks failed" and never named it (the other rank's failure was the only report)."""
+    script = tmp_path / "quits.py"
+    script.write_text(
+        "import os\nimport hccl_py as hp\n\n"
+        "def main():\n"
+        "    if hp.get_rank() == 1:\n"
+        "        os._exit(0)\n"
+        "    hp.barrier()\n\n"
+        "hp.run(main)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(short_tmp)),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+    )
+    assert out.returncode == 1, out.stderr
+    assert (
+        "hccl_py: 2 of 2 ranks failed; first failure: rank 1: RankDiedError: rank 1 exited "
+        "with code 0 inside hp.run before reporting an outcome" in out.stderr
+    ), out.stderr

@@ -230,7 +230,8 @@ def run_script(opts: RunnerOptions) -> int:
     deadline = time.monotonic() + READERS_WAIT_S  # one wait for all: a pipe held open elsewhere
     for reader in readers:
         reader.join(timeout=max(0.0, deadline - time.monotonic()))
-    failed = {rank: code for rank, code in sorted(codes.items()) if code != 0}
+    early = {c.rank for c in children if c.ended_in_run}
+    failed = {rank: code for rank, code in sorted(codes.items()) if code != 0 or rank in early}
     if host is not None and opts.nnodes > 1 and not failed:
         _wait_for_other_hosts(store, world)
     if not failed:

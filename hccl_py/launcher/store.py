@@ -74,6 +74,12 @@ def failed_key(rank: int) -> str:
     return f"failed/{rank}"
 
 
+def running_key(rank: int) -> str:
+    """Set while a rank is inside ``hp.run``; deleted once it published its outcome (a rank
+    that exits with it set ended in the middle of a run, whatever its exit code)."""
+    return f"running/{rank}"
+
+
 def left_key(rank: int) -> str:
     """Set when a rank's process is done with the store (it exits)."""
     return f"left/{rank}"

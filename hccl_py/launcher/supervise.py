@@ -39,13 +39,21 @@ class Child:
         #: supervisor reads its output: hccl_py's runner).
         self.last_line = ""
         self.output_done: threading.Event | None = None
+        #: Whether it exited with code 0 inside hp.run, before reporting its outcome.
+        self.ended_in_run = False
 
     def how_it_ended(self, code: int) -> str:
         """``exited with code 1``, with the last line of its error output when there is one."""
         if self.output_done is not None:
             self.output_done.wait(OUTPUT_WAIT_S)
         said = f" (its last output: {self.last_line})" if self.last_line else ""
-        return exit_text(code) + said
+        return self.exit_text(code) + said
+
+    def exit_text(self, code: int) -> str:
+        """How it ended, from its exit code (and whether it left a run unfinished)."""
+        if self.ended_in_run:
+            return f"{exit_text(code)} inside hp.run"
+        return exit_text(code)
 
     def poll(self) -> int | None:
         if isinstance(self.proc, subprocess.Popen):
@@ -100,11 +108,12 @@ def supervise(
                 if code is None:
                     continue
                 codes[child.rank] = code
-                if code == 0 and first_done is None:
+                child.ended_in_run = code == 0 and has_key(store, kv.running_key(child.rank))
+                if code == 0 and not child.ended_in_run and first_done is None:
                     first_done = (time.monotonic(), child.rank)
-                if code != 0 and failed_at is None:
+                if (code != 0 or child.ended_in_run) and failed_at is None:
                     failed_at = time.monotonic()
-                    say(f"rank {child.rank} {exit_text(code)}; stopping the other ranks")
+                    say(f"rank {child.rank} {child.exit_text(code)}; stopping the other ranks")
                     if not has_key(store, kv.failed_key(child.rank)):  # it died silently
                         died = rank_died(child.rank, child.how_it_ended(code))
                         with contextlib.suppress(RuntimeError):

@@ -226,6 +226,7 @@ class Session:
         )
         ok = False
         key = kv.result_key(run, self.rank)
+        self.store.set(kv.running_key(self.rank), str(run).encode())
         blocker.enter(1)
         self.blocker = blocker
         if self.abort is not None:
@@ -259,6 +260,7 @@ class Session:
             finally:  # the window files of a domain half made, whatever happened
                 server.close()
         self.store.set(key, outcome)
+        self.store.delete_key(kv.running_key(self.rank))
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"
         try:
