@@ -674,6 +674,26 @@ def test_the_board_leaves_out_what_is_not_a_wait() -> None:
         assert "waiting/0" not in store
 
 
+def _one_rank_stuck_in_its_own_code() -> None:
+    if hp.get_rank() == 1:
+        time.sleep(60)  # pure Python: never calls the collective (stopped by the run)
+    hp.all_reduce(torch.ones(2))
+
+
+def test_a_timeout_names_the_ranks_that_wait_in_no_collective() -> None:
+    """Before, the report said only that rank 0 waited for "the other ranks", and gloo's own
+    process-group timeout (as long as hccl_py's) sometimes fired first with its raw error."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_one_rank_stuck_in_its_own_code, world_size=3, backend="gloo", timeout=3)
+    timeouts = {r: e for r, e in info.value.failures.items() if isinstance(e, hp.HcclTimeoutError)}
+    assert timeouts and set(timeouts) <= {0, 2}, info.value  # the other may stop as a peer first
+    for rank, error in timeouts.items():
+        assert str(error).endswith(
+            f"rank {rank} waits in all_reduce for the other ranks of domain hccl_world_group to "
+            "call it; ranks [1] do not wait in any collective of it"
+        ), error
+
+
 def test_every_rank_creating_every_group_in_order_passes() -> None:
     def both() -> list[int]:
         hp.new_group([0, 1])

@@ -48,6 +48,8 @@ from .settings import CHECK_ENV, Settings
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
 MIN_PG_TIMEOUT_S = 30.0
+#: Seconds a process group's own timeout comes after hccl_py's (the clearer report wins).
+PG_MARGIN_S = 30.0
 
 _NEW_GROUP_SORTS = "sort_ranks" in inspect.signature(dist.new_group).parameters
 
@@ -119,7 +121,8 @@ class DistServer(ExchangeMeetings, Server):
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
         pg = dist.new_group(
             ranks,
-            timeout=kv.seconds(self.group_timeout()),
+            # later than hccl_py's own timeout, whose report names who is missing
+            timeout=kv.seconds(self.group_timeout() + PG_MARGIN_S),
             backend=self.session.backend.pg_backend,
             **kwargs,
         )

@@ -157,7 +157,7 @@ class Session:
             if time.monotonic() >= deadline:
                 raise HcclTimeoutError(
                     f"timed out after {timeout:g} s: rank {self.rank} waits in {op} for the "
-                    f"other ranks of {where} to call it"
+                    f"other ranks of {where} to call it{self.board.absent(domain, ranks)}"
                 )
 
         # the process group failed because that peer's process ended: name it
@@ -259,6 +259,7 @@ class Session:
                 server.rank_returned(self.rank)
             finally:  # the window files of a domain half made, whatever happened
                 server.close()
+        self.board.clear()  # a wait that failed stayed on it until now, for its peers' reports
         self.store.set(key, outcome)
         self.store.delete_key(kv.running_key(self.rank))
         if not gather:

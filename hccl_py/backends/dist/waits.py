@@ -43,12 +43,11 @@ def watch_work(
             look()
             if waiting is not None:
                 waiting.look()
-    except BaseException:
-        _ABANDONED.append((work, finished))
+    except BaseException:  # a wait that failed stays on the board until the run ends:
+        _ABANDONED.append((work, finished))  # its peers' reports must not take it for absent
         raise
-    finally:
-        if waiting is not None:
-            waiting.close()
+    if waiting is not None:
+        waiting.close()
     try:
         work.wait()
     except Exception:
@@ -94,6 +93,17 @@ class WaitBoard:
     def key(self, rank: int) -> str:
         """The store key of ``rank``'s wait."""
         return f"waiting/{rank}"
+
+    def clear(self) -> None:
+        """Take this rank's wait off the board (its run ended)."""
+        with contextlib.suppress(Exception):  # best effort: the store may be gone
+            self.store.delete_key(self.key(self.rank))
+
+    def absent(self, domain: str, ranks: tuple[int, ...]) -> str:
+        """For a timeout's report: the ranks of ``domain`` that do not wait in it."""
+        waits = self.read()
+        away = [r for r in ranks if r != self.rank and waits.get(r, {}).get("domain") != domain]
+        return f"; ranks {away} do not wait in any collective of it" if away else ""
 
     def read(self) -> dict[int, dict]:
         """Every rank's published wait (anything but hccl_py's record is left out)."""
@@ -175,8 +185,7 @@ class Waiting:
     def close(self) -> None:
         """The wait ended: take it off the board."""
         if self.posted:
-            with contextlib.suppress(Exception):  # best effort: the store may be gone
-                self.board.store.delete_key(self.board.key(self.board.rank))
+            self.board.clear()
             self.posted = False
 
 
