@@ -602,3 +602,29 @@ def test_a_rank_that_exits_with_0_inside_hp_run_is_a_failure(
         "hccl_py: 2 of 2 ranks failed; first failure: rank 1: RankDiedError: rank 1 exited "
         "with code 0 inside hp.run before reporting an outcome" in out.stderr
     ), out.stderr
+
+
+def test_ctrl_c_in_one_rank_ends_it_as_sigint_would(tmp_path: Path, short_tmp: Path) -> None:
+    """A KeyboardInterrupt inside one rank's function is reported to the others, and the rank
+    then dies by SIGINT, as backends.md says of forked ranks; before, hp.run turned it into the
+    rank's WorldError and the rank "exited with code 1"."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        "import os, signal\nimport hccl_py as hp\n\n"
+        "def main():\n"
+        "    if hp.get_rank() == 1:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    hp.barrier()\n\n"
+        "hp.run(main)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(short_tmp)),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+    )
+    assert out.returncode == 1, out.stderr
+    assert "first failure: rank 1: KeyboardInterrupt" in out.stderr, out.stderr
+    assert "rank 1 was killed by SIGINT" in out.stderr, out.stderr

@@ -224,7 +224,7 @@ class Session:
             self.device,
             thread_init=self.thread_init,
         )
-        ok = False
+        ok = interrupted = False
         key = kv.result_key(run, self.rank)
         self.store.set(kv.running_key(self.rank), str(run).encode())
         blocker.enter(1)
@@ -245,6 +245,7 @@ class Session:
             outcome = exchange.encode_result(value, self.rank, key)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
+            interrupted = isinstance(exc, KeyboardInterrupt)
             exc.hccl_traceback = traceback.format_exc()
             outcome = exchange.encode_failure(exc, self.rank, key)
             with contextlib.suppress(RuntimeError):  # a store gone with the job: close anyway
@@ -262,6 +263,8 @@ class Session:
         self.board.clear()  # a wait that failed stayed on it until now, for its peers' reports
         self.store.set(key, outcome)
         self.store.delete_key(kv.running_key(self.rank))
+        if interrupted:  # reported to the others; here Ctrl-C goes on as Python's, not a WorldError
+            raise KeyboardInterrupt
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"
         try:
