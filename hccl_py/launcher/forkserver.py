@@ -172,6 +172,9 @@ def fork_as_server() -> bool:
             os.chmod(address, 0o600)
             listener.listen()
             alive_r, alive_w = os.pipe()
+            # Ctrl-C waits until the fork is done: one that lands in the fork's hooks in this
+            # process is printed as "ignored" and lost (the run went on and exited 0)
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
                 with warnings.catch_warnings():
                     # Python 3.12+ warns of a fork with native threads: torch keeps one, idle,
@@ -179,11 +182,13 @@ def fork_as_server() -> bool:
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
             except OSError:  # no process to spare now: multiprocessing's own server will try
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.close(alive_r)
                 os.close(alive_w)
                 with contextlib.suppress(OSError):
                     os.unlink(address)
                 return False
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one is raised here
             if pid == 0:
                 _serve(listener.fileno(), alive_r, list(server._preload_modules))
             os.close(alive_r)
