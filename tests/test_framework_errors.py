@@ -489,9 +489,9 @@ def test_a_rank_that_returns_without_a_group_is_named_on_gloo() -> None:
     """Before, ranks 0 and 1 waited in torch's new_group until the run's timeout."""
     with pytest.raises(hp.WorldError) as info:
         hp.run(_pair_created_by_its_members, world_size=4, backend="gloo", timeout=TIMEOUT)
-    assert sorted(info.value.root_causes) == [0, 1]
-    for rank in (0, 1):
-        error = info.value.failures[rank]
+    causes = info.value.root_causes  # 0, 1 or both: one that saw the other's report first stops
+    assert causes and set(causes) <= {0, 1}, info.value
+    for rank, error in causes.items():
         assert isinstance(error, hp.HcclMismatchError)
         assert re.match(  # which of 2 and 3 had returned when the rank looked
             rf"\[rank {rank}\] new_group\(\[0, 1\]\) is group #1 of rank {rank}, but rank\(s\) "
