@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -223,20 +224,29 @@ def run(
             result = RunResult(ranks)
         except WorldError as err:
             if trace and _lead():
-                _write_failed_trace(trace, err)
+                _kept(functools.partial(_write_failed_trace, trace, err))
             raise
     summarize(result)
     if _lead():
         if trace:
-            chrome.write(trace, result.traces)
+            _kept(lambda: chrome.write(trace, result.traces))
         if summary:
             print(format_summary(summary_rows(result.traces, result.warnings)), file=sys.stderr)
         if picture:
             drawn = LayoutPicture(result.traces)
             print(drawn.text(), file=sys.stderr)
             if picture != "-":
-                drawn.save_png(picture)
+                _kept(lambda: drawn.save_png(picture))
     return result
+
+
+def _kept(write: Callable[[], None]) -> None:
+    """Write an output file; one that appeared at its path during the run stays, and the run's
+    outcome too: the writer's refusal is said, not raised in place of the result."""
+    try:
+        write()
+    except FileExistsError as exc:
+        print(f"hccl_py: {exc}; not written", file=sys.stderr)
 
 
 def _env_int(name: str) -> int | None:

@@ -11,6 +11,7 @@ one runs the command line itself.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import hccl_py as hp
 from hccl_py.__main__ import build_parser, main
 from hccl_py.core.constants import MAX_BLOCK_DIM, MAX_REPEAT, MAX_WORLD_SIZE
 
@@ -265,6 +267,50 @@ def test_a_file_that_appears_before_the_write_is_not_overwritten(tmp_path: Path)
     assert path.read_text() == "theirs"
     write_new(tmp_path / "new" / "t.json", b"ours")
     assert (tmp_path / "new" / "t.json").read_bytes() == b"ours"
+
+
+def test_a_file_this_process_created_is_written_again(tmp_path: Path) -> None:
+    """A second hp.run with the same trace path (HCCL_PY_TRACE, or --trace of a script that
+    calls hp.run twice) replaces the file the first one created; the first version of the
+    exclusive creation refused it, and bench with HCCL_PY_TRACE stopped after one sweep."""
+    path = tmp_path / "t.json"
+    for n in (1, 2):
+        hp.run(lambda: hp.barrier(), world_size=2, trace=str(path))
+        assert json.loads(path.read_text())["traceEvents"], n
+    path.unlink()
+    path.write_text("theirs")  # another file at the path now: refused again
+    with pytest.raises(ValueError, match="exists; hccl_py creates its output files new"):
+        hp.run(lambda: None, world_size=1, trace=str(path))
+    assert path.read_text() == "theirs"
+
+
+def test_a_trace_that_appears_during_the_run_keeps_the_runs_outcome(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Before, the writer's FileExistsError replaced the run's result (or its WorldError)."""
+    path = tmp_path / "t.json"
+
+    def main() -> int:
+        if hp.get_rank() == 0:
+            path.write_text("theirs")
+        return hp.get_rank()
+
+    assert hp.run(main, world_size=2, trace=str(path)) == [0, 1]
+    assert path.read_text() == "theirs"
+    assert "exists; hccl_py creates its output files new" in capsys.readouterr().err
+
+
+def test_a_picture_in_a_format_matplotlib_cannot_write_is_refused_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the run went on, an empty file stayed and matplotlib's raw ValueError came
+    after the run."""
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "layout.txt"
+    monkeypatch.setenv("HCCL_PY_LAYOUT", str(path))
+    with pytest.raises(ValueError, match="matplotlib writes no 'txt' files"):
+        hp.run(lambda: None, world_size=1)
+    assert not path.exists()
 
 
 BENCH_CASES = {

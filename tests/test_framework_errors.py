@@ -9,6 +9,7 @@ detected before any data moves, never as a hang or a partial result.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -660,9 +661,6 @@ def test_the_board_leaves_out_what_is_not_a_wait() -> None:
         def check(self, keys: list[str]) -> bool:
             return all(k in self for k in keys)
 
-        def delete_key(self, key: str) -> bool:
-            return self.pop(key, None) is not None
-
     for forged in ({"ranks": [0, 1]}, {"ranks": [[0]], "domain": "x", "op": "y"}, [1]):
         store = Store()
         store["waiting/1"] = json.dumps(forged).encode()
@@ -671,7 +669,7 @@ def test_the_board_leaves_out_what_is_not_a_wait() -> None:
             waiting.look()
         assert WaitBoard(store, 0, 2).read().keys() == {0}
         waiting.close()
-        assert "waiting/0" not in store
+        assert store["waiting/0"] == b"{}"  # overwritten, never deleted: a get never blocks
 
 
 def _one_rank_stuck_in_its_own_code() -> None:
@@ -692,6 +690,48 @@ def test_a_timeout_names_the_ranks_that_wait_in_no_collective() -> None:
             f"rank {rank} waits in all_reduce for the other ranks of domain hccl_world_group to "
             "call it; ranks [1] do not wait in any collective of it"
         ), error
+
+
+def _goes_on_after_a_caught_timeout() -> tuple:
+    pair = hp.new_group([0, 1])
+    t = torch.ones(2)
+    if hp.get_rank() == 0:
+        with contextlib.suppress(hp.HcclTimeoutError):  # rank 1 never calls it
+            hp.all_reduce(t, group=pair)
+        time.sleep(2.5)  # computes, then joins the world's all_reduce
+    else:
+        time.sleep(3.5)  # computes while rank 0 times out (any delay must pass)
+    hp.all_reduce(t)
+    return tuple(t.tolist())
+
+
+def test_a_caught_failed_wait_blocks_nobody_on_the_board() -> None:
+    """A wait that failed stays on the board marked as failed: rank 1, waiting in the world's
+    all_reduce for rank 0, was told of a deadlock with rank 0's old wait in the pair's."""
+    got = hp.run(_goes_on_after_a_caught_timeout, world_size=2, backend="gloo", timeout=3)
+    assert got == [(2.0, 2.0), (2.0, 2.0)], got
+
+
+def _collectives_of_two_cores() -> list[float]:
+    pair, rank = hp.new_group([0, 1]), hp.get_rank()
+    a, b = torch.ones(2), torch.ones(2)
+
+    def kernel() -> None:
+        core = hp.GetBlockIdx()
+        if core == 1 - rank:
+            time.sleep(2.0)  # each rank's other core comes late (any delay must pass)
+        hp.all_reduce(a) if core == 0 else hp.all_reduce(b, group=pair)
+
+    hp.launch(kernel, block_dim=2)
+    return a.tolist() + b.tolist()
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_framework_collectives_of_two_cores_are_no_deadlock(backend: str) -> None:
+    """Two cores of a rank wait at once: their waits stay off the board (one key per rank
+    could hold only one of them, and the board called this valid program a deadlock)."""
+    got = hp.run(_collectives_of_two_cores, world_size=2, backend=backend, timeout=TIMEOUT)
+    assert got == [[2.0] * 4] * 2
 
 
 def test_every_rank_creating_every_group_in_order_passes() -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 #: Flags of a new output file: it must not exist, and a link at its path is not followed.
-_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC
 
 
 def exists_message(what: str, path: str | Path) -> str:
@@ -18,16 +21,50 @@ def exists_message(what: str, path: str | Path) -> str:
     )
 
 
-def create_new(path: str | Path, what: str = "output") -> BinaryIO:
-    """``path`` opened for writing as a new file (mode 0666 less the umask), its folder made;
-    a FileExistsError that says so when anything (a file, a link) is at ``path``."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+#: The files this process created, by absolute path: (device, inode, size, mtime) of each
+#: as it left them (a file made again at the path, even on the same inode, differs).
+_MINE: dict[str, tuple[int, int, int, int]] = {}
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def is_mine(path: str | Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) this process created and left as it is,
+    which it may replace: a second ``hp.run`` with the same trace path writes it again."""
+    key = os.path.abspath(path)
     try:
-        fd = os.open(out, _FLAGS, 0o666)
-    except FileExistsError:
-        raise FileExistsError(exists_message(what, path)) from None
-    return os.fdopen(fd, "wb")
+        st = os.lstat(key)
+    except OSError:
+        return False
+    return _MINE.get(key) == _identity(st) and os.path.isfile(key)
+
+
+@contextlib.contextmanager
+def create_new(path: str | Path, what: str = "output") -> Iterator[BinaryIO]:
+    """``path`` opened for writing as a new file (mode 0666 less the umask), its folder made;
+    a FileExistsError that says so when anything (a file, a link) is at ``path``, unless it
+    is a file this process created (:func:`is_mine`), which is replaced."""
+    out, key = Path(path), os.path.abspath(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = -1
+    if is_mine(key):
+        fd = os.open(key, os.O_WRONLY | _NOFOLLOW | os.O_CLOEXEC)
+        if _MINE.get(key) != _identity(os.fstat(fd)):  # replaced meanwhile: not ours to write
+            os.close(fd)
+            fd = -1
+        else:
+            os.ftruncate(fd, 0)
+    if fd < 0:
+        try:
+            fd = os.open(out, _FLAGS, 0o666)
+        except FileExistsError:
+            raise FileExistsError(exists_message(what, path)) from None
+    with os.fdopen(fd, "wb") as f:
+        yield f
+        f.flush()
+        _MINE[key] = _identity(os.fstat(f.fileno()))
 
 
 def write_new(path: str | Path, data: bytes, what: str = "output") -> None:

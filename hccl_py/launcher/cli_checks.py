@@ -17,8 +17,9 @@ from collections.abc import Callable, Collection
 
 from ..core.constants import MAX_WORLD_SIZE
 from ..core.errors import HcclError, HcclUsageError
-from ..core.newfile import exists_message
+from ..core.newfile import exists_message, is_mine
 from ..core.platform import get_platform
+from ..trace.plotting import drawable
 from .script_checks import script_problem
 
 #: What ``--help`` and the errors call the command line.
@@ -135,7 +136,7 @@ def check_output(option: str, path: str, *, drawn: bool = False) -> None:
     """
     if os.path.isdir(path):
         raise UsageError(f"{option} {path!r} is a folder; give the path of a file to write")
-    if os.path.lexists(path):
+    if os.path.lexists(path) and not is_mine(path):  # this process's own: a run before wrote it
         raise UsageError(exists_message(option, path))
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(folder):
@@ -146,6 +147,8 @@ def check_output(option: str, path: str, *, drawn: bool = False) -> None:
         raise UsageError(f"{option} {path!r}: the folder {folder!r} is not writable")
     if drawn and importlib.util.find_spec("matplotlib") is None:
         raise UsageError(f"{option} needs matplotlib: pip install 'hccl_py[bench]'")
+    if drawn and (problem := drawable(path)):
+        raise UsageError(f"{option} {path!r}: {problem}")
 
 
 def check_outputs(*outputs: tuple[str, str | None, str | None, bool]) -> None:

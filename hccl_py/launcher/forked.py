@@ -277,11 +277,31 @@ def exit_as_python(code: int | None) -> NoReturn:
         code = FLUSH_FAILED
     with contextlib.suppress(OSError, AttributeError):  # output C libraries left in stdio buffers
         ctypes.CDLL(None).fflush(None)
+    end_own_group()
     if code is None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 128 + int(signal.SIGINT)  # what Python exits with where that signal did not kill
     os._exit(code & 0xFF)
+
+
+def end_own_group() -> None:
+    """SIGKILL the other processes of the process group this rank leads (its own session):
+    what its script started and left running would outlive the run and hold its output
+    pipes. Read from ``/proc`` while the rank is alive, so the group is certainly its own."""
+    me = os.getpid()
+    if os.getpgrp() != me or not os.path.isdir("/proc"):
+        return
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == me:  # state, ppid, pgrp
+                os.kill(int(name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
+            continue
 
 
 def exit_code(exc: SystemExit) -> int:

@@ -211,8 +211,6 @@ def run_script(opts: RunnerOptions) -> int:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "received SIGTERM"
         say(f"{why}; stopping every rank")
         stop(children)
-        for child in children:
-            child.end_group()
         ended = ", ".join(
             f"rank {c.rank} (pid {c.proc.pid}) {exit_text(c.poll())}" for c in children
         )

@@ -88,7 +88,8 @@ def spawn_world(
         finally:
             remove_job_files(token)  # the files of ranks killed while they created windows
         outcomes = [
-            outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped) for c in children
+            outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped or c.ended_text())
+            for c in children
         ]
     failures = {rank: value for rank, (kind, value) in enumerate(outcomes) if kind == "err"}
     if failures:

@@ -49,6 +49,10 @@ class Child:
         said = f" (its last output: {self.last_line})" if self.last_line else ""
         return self.exit_text(code) + said
 
+    def ended_text(self) -> str | None:
+        """How it ended when it left a run unfinished with code 0, else None."""
+        return self.exit_text(0) if self.ended_in_run else None
+
     def exit_text(self, code: int) -> str:
         """How it ended, from its exit code (and whether it left a run unfinished)."""
         if self.ended_in_run:
@@ -59,13 +63,6 @@ class Child:
         if isinstance(self.proc, subprocess.Popen):
             return self.proc.poll()
         return self.proc.exitcode
-
-    def end_group(self) -> None:
-        """SIGKILL what is left of its process group once it ended: processes the rank
-        started and left behind (they would outlive the run, and hold its output pipes)."""
-        if self.session and self.proc.pid is not None and self.poll() is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def signal(self, sig: int) -> None:
         if self.poll() is not None:
@@ -142,8 +139,6 @@ def supervise(
             time.sleep(0.02)
     finally:
         stop([c for c in children if c.poll() is None])
-        for child in children:
-            child.end_group()
     return codes
 
 

@@ -38,6 +38,21 @@ def save(fig: Any, path: str | Path, dpi: int = 90) -> None:
     fig.tight_layout()
     try:
         with create_new(path, "picture") as f:
-            fig.savefig(f, dpi=dpi, format=Path(path).suffix[1:] or "png")
+            try:
+                fig.savefig(f, dpi=dpi, format=Path(path).suffix[1:] or "png")
+            except BaseException:  # a format matplotlib cannot write: no empty file stays
+                Path(path).unlink(missing_ok=True)
+                raise
     finally:
         plt.close(fig)
+
+
+def drawable(path: str) -> str | None:
+    """Why matplotlib cannot write a picture to ``path`` (its suffix), or None."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix[1:].lower() or "png"
+    if suffix in kinds:
+        return None
+    return f"matplotlib writes no {suffix!r} files; end the path in one of {sorted(kinds)}"

@@ -29,7 +29,7 @@ from ...core.errors import (
     HcclTimeoutError,
     WorldError,
 )
-from ...kernel.context import RankContext, set_rank_context
+from ...kernel.context import RankContext, current_core_context, set_rank_context
 from ...launcher import exchange, torch_env, wire
 from ...launcher import store as kv
 from ...launcher.liveness import (
@@ -161,7 +161,9 @@ class Session:
                 )
 
         # the process group failed because that peer's process ended: name it
-        watch_work(work, LOOK_S, look, no_one_left, Waiting(self.board, op, domain, ranks))
+        # a core of a kernel is not the rank's only thread: its waits stay off the board
+        waiting = None if current_core_context() else Waiting(self.board, op, domain, ranks)
+        watch_work(work, LOOK_S, look, no_one_left, waiting)
 
     def check_abort(self, wait: float | None = None) -> None:
         """Raise :class:`HcclPeerError` if another rank failed.
@@ -260,7 +262,7 @@ class Session:
                 server.rank_returned(self.rank)
             finally:  # the window files of a domain half made, whatever happened
                 server.close()
-        self.board.clear()  # a wait that failed stayed on it until now, for its peers' reports
+        self.board.clear()  # a wait that failed stayed on it (marked) until now
         self.store.set(key, outcome)
         self.store.delete_key(kv.running_key(self.rank))
         if interrupted:  # reported to the others; here Ctrl-C goes on as Python's, not a WorldError

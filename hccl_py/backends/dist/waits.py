@@ -43,8 +43,10 @@ def watch_work(
             look()
             if waiting is not None:
                 waiting.look()
-    except BaseException:  # a wait that failed stays on the board until the run ends:
-        _ABANDONED.append((work, finished))  # its peers' reports must not take it for absent
+    except BaseException:  # a wait that failed stays on the board, marked, until the rank's
+        _ABANDONED.append((work, finished))  # next wait: a timeout report does not name it
+        if waiting is not None:
+            waiting.fail()
         raise
     if waiting is not None:
         waiting.close()
@@ -94,13 +96,15 @@ class WaitBoard:
         """The store key of ``rank``'s wait."""
         return f"waiting/{rank}"
 
-    def clear(self) -> None:
-        """Take this rank's wait off the board (its run ended)."""
+    def clear(self, record: bytes = b"{}") -> None:
+        """Take this rank's wait off the board: overwritten, never deleted (a peer between its
+        check and its get of the key would block in the store's get until the key came back)."""
         with contextlib.suppress(Exception):  # best effort: the store may be gone
-            self.store.delete_key(self.key(self.rank))
+            self.store.set(self.key(self.rank), record)
 
     def absent(self, domain: str, ranks: tuple[int, ...]) -> str:
-        """For a timeout's report: the ranks of ``domain`` that do not wait in it."""
+        """For a timeout's report: the ranks of ``domain`` that do not wait in it (one whose
+        wait there failed is not named: its own report says why)."""
         waits = self.read()
         away = [r for r in ranks if r != self.rank and waits.get(r, {}).get("domain") != domain]
         return f"; ranks {away} do not wait in any collective of it" if away else ""
@@ -138,8 +142,9 @@ def _missing(waits: dict[int, dict], rank: int) -> list[int]:
 def stuck(waits: dict[int, dict]) -> list[int]:
     """The ranks of ``waits`` (rank -> its wait: ``domain``, ``ranks``) none of which can go
     on: each waits for members of its domain that wait in another domain, all of them in
-    the set (the largest such set; empty when some wait can still end)."""
-    held = set(waits)
+    the set (the largest such set; empty when some wait can still end). A wait that failed
+    (``failed``: the rank went on, or is leaving) blocks nobody."""
+    held = {rank for rank, wait in waits.items() if not wait.get("failed")}
     changed = True
     while changed:
         changed = False
@@ -186,6 +191,14 @@ class Waiting:
         """The wait ended: take it off the board."""
         if self.posted:
             self.board.clear()
+            self.posted = False
+
+    def fail(self) -> None:
+        """The wait failed (an abort, an absent peer, the timeout): it stays on the board as
+        failed, which blocks nobody (:func:`stuck`) and is not absent from its domain."""
+        if self.posted:
+            record = {**self.record, "failed": True}
+            self.board.clear(json.dumps(record).encode())
             self.posted = False
 
 
