@@ -79,7 +79,9 @@ class WaitBoard:
     A rank that has waited a while in a framework collective's argument exchange (which
     blocks the rank's own thread: a kernel task's descriptor check runs on its domain's
     thread while the kernel goes on, so it is not on the board) publishes it under its key,
-    with an id of its own, and deletes it when the wait ends. Two readings that find the
+    with an id of its own, and overwrites it with an empty record when the wait ends (a
+    key is never deleted: a peer between its check and its get would block in the get until
+    the key came back); a wait that failed stays, marked failed. Two readings that find the
     same ids show waits that went on between them: if each of those ranks waits for
     domain members that wait in another domain of the set, none of them can go on, and
     each reports an :class:`HcclDeadlockError` naming every wait (as the emulator does)
