@@ -213,7 +213,7 @@ class Session:
 
         Without ``gather`` (a child of hp.run) returns whether ``fn`` succeeded.
         """
-        run = self.runs
+        run = self.board.run = self.runs
         self.runs += 1
         blocker = Blocker(config.timeout)
         server = self.backend.make_server(self, run, config, blocker)
@@ -262,7 +262,6 @@ class Session:
                 server.rank_returned(self.rank)
             finally:  # the window files of a domain half made, whatever happened
                 server.close()
-        self.board.clear()  # a wait that failed stayed on it (marked) until now
         self.store.set(key, outcome)
         self.store.delete_key(kv.running_key(self.rank))
         if interrupted:  # reported to the others; here Ctrl-C goes on as Python's, not a WorldError

@@ -81,7 +81,8 @@ class WaitBoard:
     thread while the kernel goes on, so it is not on the board) publishes it under its key,
     with an id of its own, and overwrites it with an empty record when the wait ends (a
     key is never deleted: a peer between its check and its get would block in the get until
-    the key came back); a wait that failed stays, marked failed. Two readings that find the
+    the key came back); a wait that failed stays, marked failed, until the rank's next wait
+    (records name their run: a later run does not read them). Two readings that find the
     same ids show waits that went on between them: if each of those ranks waits for
     domain members that wait in another domain of the set, none of them can go on, and
     each reports an :class:`HcclDeadlockError` naming every wait (as the emulator does)
@@ -92,6 +93,8 @@ class WaitBoard:
         self.store = store
         self.rank = rank
         self.world_size = world_size
+        #: The session's current run: records of other runs are not read.
+        self.run = 0
         self._ids = itertools.count()
 
     def key(self, rank: int) -> str:
@@ -119,7 +122,7 @@ class WaitBoard:
             with contextlib.suppress(Exception):  # a wait that ended while we read it
                 if self.store.check([key]):
                     record = json.loads(self.store.get(key))
-                    if _well_formed(record):
+                    if _well_formed(record) and record.get("run") == self.run:
                         found[rank] = record
         return found
 
@@ -174,7 +177,7 @@ class Waiting:
         two readings agree on."""
         board = self.board
         if not self.posted:
-            self.record["id"] = next(board._ids)
+            self.record["id"], self.record["run"] = next(board._ids), board.run
             board.store.set(board.key(board.rank), json.dumps(self.record).encode())
             self.posted = True
         self.looks += 1
