@@ -545,6 +545,18 @@ def test_a_zombie_runner_counts_as_gone() -> None:
         child.wait()
 
 
+def _runner_on_two_gloo_ranks(script: Path, short_tmp: Path) -> subprocess.CompletedProcess:
+    """``python -m hccl_py run -n 2 --backend gloo script``, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
+        cwd=ROOT,
+        env=launch_env(TMPDIR=str(short_tmp)),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND_S,
+    )
+
+
 def test_processes_a_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Path) -> None:
     """A rank's own child (``subprocess.Popen(["sleep", "300"])``) outlived the run, and the
     runner waited 5 s for each rank's output pipe the child held open."""
@@ -554,14 +566,7 @@ def test_processes_a_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Pa
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
         "print('child', child.pid, flush=True)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
-        cwd=ROOT,
-        env=launch_env(TMPDIR=str(short_tmp)),
-        capture_output=True,
-        text=True,
-        timeout=HANG_BOUND_S,
-    )
+    out = _runner_on_two_gloo_ranks(script, short_tmp)
     children = [int(p) for p in re.findall(r"\] child (\d+)$", out.stdout, re.M)]
     try:
         assert out.returncode == 0 and len(children) == 2, out.stdout + out.stderr
@@ -589,14 +594,7 @@ def test_a_rank_that_exits_with_0_inside_hp_run_is_a_failure(
         "    hp.barrier()\n\n"
         "hp.run(main)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
-        cwd=ROOT,
-        env=launch_env(TMPDIR=str(short_tmp)),
-        capture_output=True,
-        text=True,
-        timeout=HANG_BOUND_S,
-    )
+    out = _runner_on_two_gloo_ranks(script, short_tmp)
     assert out.returncode == 1, out.stderr
     assert (
         "hccl_py: 2 of 2 ranks failed; first failure: rank 1: RankDiedError: rank 1 exited "
@@ -617,14 +615,7 @@ def test_ctrl_c_in_one_rank_ends_it_as_sigint_would(tmp_path: Path, short_tmp: P
         "    hp.barrier()\n\n"
         "hp.run(main)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)],
-        cwd=ROOT,
-        env=launch_env(TMPDIR=str(short_tmp)),
-        capture_output=True,
-        text=True,
-        timeout=HANG_BOUND_S,
-    )
+    out = _runner_on_two_gloo_ranks(script, short_tmp)
     assert out.returncode == 1, out.stderr
     assert "first failure: rank 1: KeyboardInterrupt" in out.stderr, out.stderr
     assert "rank 1 was killed by SIGINT" in out.stderr, out.stderr
