@@ -27,6 +27,7 @@ from typing import IO, Any
 import pytest
 from launch_helpers import ROOT, launch, launch_env
 
+import hccl_py as hp
 from hccl_py.launcher import forked, forkserver
 from hccl_py.launcher.supervise import Child, stop
 
@@ -568,16 +569,30 @@ def test_processes_a_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Pa
     )
     out = _runner_on_two_gloo_ranks(script, short_tmp)
     children = [int(p) for p in re.findall(r"\] child (\d+)$", out.stdout, re.M)]
+    assert out.returncode == 0 and len(children) == 2, out.stdout + out.stderr
+    _assert_gone(children)
+
+
+def _assert_gone(pids: list[int]) -> None:
+    """Every process of ``pids`` ends (within a bound), else it is killed and the test fails."""
     try:
-        assert out.returncode == 0 and len(children) == 2, out.stdout + out.stderr
         deadline = time.monotonic() + 10.0  # reaped by init: gone once it is
-        while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [p for p in children if _alive(p)], "a rank's child outlived the run"
+        assert not [p for p in pids if _alive(p)], "a rank's child outlived the run"
     finally:
-        for pid in children:
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _starts_a_child() -> int:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]).pid
+
+
+def test_processes_a_rank_of_hp_run_started_end_with_it() -> None:
+    """The same for the ranks hp.run starts itself (each now leads a session of its own)."""
+    _assert_gone(hp.run(_starts_a_child, world_size=2, backend="gloo", timeout=HANG_BOUND_S))
 
 
 def test_a_rank_that_exits_with_0_inside_hp_run_is_a_failure(

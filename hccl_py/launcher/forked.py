@@ -44,7 +44,7 @@ from multiprocessing import process
 from multiprocessing.connection import Connection
 from typing import IO, Any, NoReturn
 
-from .liveness import PARENT_ENV, pid_alive, remove_orphan_dirs
+from .liveness import PARENT_ENV, end_own_group, pid_alive, remove_orphan_dirs
 
 #: Python's exit code when flushing stdout fails at exit.
 FLUSH_FAILED = 120
@@ -283,25 +283,6 @@ def exit_as_python(code: int | None) -> NoReturn:
         os.kill(os.getpid(), signal.SIGINT)
         code = 128 + int(signal.SIGINT)  # what Python exits with where that signal did not kill
     os._exit(code & 0xFF)
-
-
-def end_own_group() -> None:
-    """SIGKILL the other processes of the process group this rank leads (its own session):
-    what its script started and left running would outlive the run and hold its output
-    pipes. Read from ``/proc`` while the rank is alive, so the group is certainly its own."""
-    me = os.getpid()
-    if os.getpgrp() != me or not os.path.isdir("/proc"):
-        return
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) == me:  # state, ppid, pgrp
-                os.kill(int(name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
-            continue
 
 
 def exit_code(exc: SystemExit) -> int:

@@ -235,3 +235,22 @@ class Peers:
         elif now - last[1] > STALE_S:
             return f"stopped responding for {STALE_S:g} s (killed?)"
         return None
+
+
+def end_own_group() -> None:
+    """SIGKILL the other processes of the process group this rank leads (its own session):
+    what its script started and left running would outlive the run and hold its output
+    pipes. Read from ``/proc`` while the rank is alive, so the group is certainly its own."""
+    me = os.getpid()
+    if os.getpgrp() != me or not os.path.isdir("/proc"):
+        return
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == me:  # state, ppid, pgrp
+                os.kill(int(name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
+            continue

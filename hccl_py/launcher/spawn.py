@@ -76,7 +76,7 @@ def spawn_world(
                 args=(spec, backend, payload, config, env, list(sys.path)),
                 name=f"hccl_py-rank{rank}",
             )
-            children.append(Child(rank, proc))
+            children.append(Child(rank, proc, session=True))  # spawned_rank calls os.setsid
         try:
             for child in children:
                 child.proc.start()

@@ -1,9 +1,8 @@
 """This process's place in a gloo or HCCL world: store, process groups, liveness, outcomes.
 
-One :class:`Session` per process joins the world once (rendezvous, default
-process group, device) and serves every later ``hp.run`` call of the process.
-A watchdog thread bumps this rank's heartbeat and watches the store's abort
-key: when another rank fails, the waits of this rank raise at once.
+One :class:`Session` per process joins the world once (rendezvous, default process group,
+device) and serves every later ``hp.run`` call of the process. A watchdog thread bumps this
+rank's heartbeat and watches the store's abort key: when another rank fails, its waits raise.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from ...launcher.liveness import (
     Peers,
     RankDiedError,
     dump_stacks_on_request,
+    end_own_group,
     leave_orphaned,
     watch_parent,
 )
@@ -166,11 +166,8 @@ class Session:
         watch_work(work, LOOK_S, look, no_one_left, waiting)
 
     def check_abort(self, wait: float | None = None) -> None:
-        """Raise :class:`HcclPeerError` if another rank failed.
-
-        With ``wait`` (seconds), ask the store instead of relying on the watchdog,
-        and wait that long for a report to arrive.
-        """
+        """Raise :class:`HcclPeerError` if another rank failed; with ``wait`` (seconds), ask the
+        store instead of relying on the watchdog, and wait that long for a report to arrive."""
         deadline = time.monotonic() + (wait or 0.0)
         while wait is not None and self.abort is None:
             if self.store.check([kv.ABORT]):
@@ -430,7 +427,10 @@ def spawned_rank(
     env: dict[str, str],
     sys_path: list[str],
 ) -> None:
-    """Entry point of a process that hp.run started: join, run ``fn``, report, exit."""
+    """Entry point of a process that hp.run started: join, run ``fn``, report, exit (taking
+    with it what ``fn`` started and left running: the rank leads a session of its own)."""
+    with contextlib.suppress(OSError):
+        os.setsid()
     os.environ.clear()
     os.environ.update(env)
     sys.path[:] = sys_path
@@ -446,4 +446,5 @@ def spawned_rank(
         session.close()
         sys.stdout.flush()
         sys.stderr.flush()
+        end_own_group()
     sys.exit(0 if ok else 1)
