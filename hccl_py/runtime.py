@@ -241,11 +241,11 @@ def run(
 
 
 def _kept(write: Callable[[], None]) -> None:
-    """Write an output file; one that appeared at its path during the run stays, and the run's
-    outcome too: the writer's refusal is said, not raised in place of the result."""
+    """Write an output file after the run; whatever stops it (a file that appeared at its
+    path, a full disk) is said, not raised in place of the run's outcome."""
     try:
         write()
-    except FileExistsError as exc:
+    except Exception as exc:  # noqa: BLE001 - the outcome matters more than the file
         print(f"hccl_py: {exc}; not written", file=sys.stderr)
 
 

@@ -300,15 +300,16 @@ def test_a_trace_that_appears_during_the_run_keeps_the_runs_outcome(
     assert "exists; hccl_py creates its output files new" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("suffix", ["txt", "pgf"])
 def test_a_picture_in_a_format_matplotlib_cannot_write_is_refused_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str
 ) -> None:
-    """Before, the run went on, an empty file stayed and matplotlib's raw ValueError came
-    after the run."""
+    """Before, the run went on, an empty file stayed and matplotlib's raw error came after
+    the run (pgf: matplotlib knows it, but needs LaTeX to write it)."""
     pytest.importorskip("matplotlib")
-    path = tmp_path / "layout.txt"
+    path = tmp_path / f"layout.{suffix}"
     monkeypatch.setenv("HCCL_PY_LAYOUT", str(path))
-    with pytest.raises(ValueError, match="matplotlib writes no 'txt' files"):
+    with pytest.raises(ValueError, match=f"hccl_py draws no '{suffix}' files"):
         hp.run(lambda: None, world_size=1)
     assert not path.exists()
 

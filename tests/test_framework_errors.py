@@ -579,8 +579,8 @@ def test_a_wait_for_a_rank_that_is_busy_elsewhere_is_no_deadlock() -> None:
 def test_the_stuck_waits_are_the_closed_set_of_cross_domain_waits() -> None:
     from hccl_py.backends.dist.waits import stuck
 
-    def wait(domain: str, *ranks: int) -> dict:
-        return {"domain": domain, "ranks": list(ranks)}
+    def wait(domain: str, *ranks: int, **marks: bool) -> list[dict]:
+        return [{"domain": domain, "ranks": list(ranks), **marks}]
 
     cycle = {0: wait("a", 0, 1), 1: wait("b", 1, 2), 2: wait("c", 2, 0)}
     assert stuck(cycle) == [0, 1, 2]
@@ -590,6 +590,10 @@ def test_the_stuck_waits_are_the_closed_set_of_cross_domain_waits() -> None:
     world = {0: wait("pair", 0, 1), 1: wait("w", 0, 1, 2), 2: wait("w", 0, 1, 2)}
     assert stuck(world) == [0, 1, 2]
     assert stuck({**world, 3: wait("x", 3, 4)}) == [0, 1, 2]  # rank 3's wait may still end
+    # a core's wait, a failed one or a second wait of a rank: that rank may go on
+    assert stuck({**cycle, 1: wait("b", 1, 2, core=True)}) == []
+    assert stuck({**cycle, 1: wait("b", 1, 2, failed=True)}) == []
+    assert stuck({**cycle, 1: wait("b", 1, 2) + wait("a", 0, 1)}) == []
 
 
 def _kernel_on_two_domains(xGM, yGM, zGM, tilingGM, rank: int) -> None:
@@ -669,18 +673,23 @@ def test_the_board_leaves_out_what_is_not_a_wait() -> None:
             waiting.look()
         assert WaitBoard(store, 0, 2).read().keys() == {0}
         waiting.close()
-        assert store["waiting/0"] == b"{}"  # overwritten, never deleted: a get never blocks
+        # overwritten, never deleted: a peer's get never blocks
+        assert json.loads(store["waiting/0"]) == {"run": 0, "waits": []}
 
 
 def _one_rank_stuck_in_its_own_code() -> None:
     if hp.get_rank() == 1:
         time.sleep(60)  # pure Python: never calls the collective (stopped by the run)
-    hp.all_reduce(torch.ones(2))
+    if hp.get_rank() == 2:  # from a kernel's core: a wait of the rank all the same
+        hp.launch(lambda: hp.all_reduce(torch.ones(2)))
+    else:
+        hp.all_reduce(torch.ones(2))
 
 
 def test_a_timeout_names_the_ranks_that_wait_in_no_collective() -> None:
     """Before, the report said only that rank 0 waited for "the other ranks", and gloo's own
-    process-group timeout (as long as hccl_py's) sometimes fired first with its raw error."""
+    process-group timeout (as long as hccl_py's) sometimes fired first with its raw error. Rank
+    2 waits from a kernel's core, which a first version left off the board (named absent)."""
     with pytest.raises(hp.WorldError) as info:
         hp.run(_one_rank_stuck_in_its_own_code, world_size=3, backend="gloo", timeout=3)
     timeouts = {r: e for r, e in info.value.failures.items() if isinstance(e, hp.HcclTimeoutError)}

@@ -21,13 +21,14 @@ def exists_message(what: str, path: str | Path) -> str:
     )
 
 
-#: The files this process created, by absolute path: (device, inode, size, mtime) of each
-#: as it left them (a file made again at the path, even on the same inode, differs).
-_MINE: dict[str, tuple[int, int, int, int]] = {}
+#: The files this process created, by absolute path: their identity as it left them (a file
+#: made again or rewritten at the path, even on the same inode, differs).
+_MINE: dict[str, tuple[int, ...]] = {}
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    """A file as this process left it: the change time too, which no one can set back."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def is_mine(path: str | Path) -> bool:

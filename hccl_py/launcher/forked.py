@@ -204,7 +204,7 @@ def become_script(
         runner = os.environ.get(PARENT_ENV, "")
         if runner.isdigit() and not pid_alive(int(runner)):  # killed: its folders are left to us
             remove_orphan_dirs()
-    exit_as_python(code)
+    exit_as_python(code, rank=True)
 
 
 def _show_as(argv: list[str]) -> None:
@@ -261,12 +261,14 @@ def run_main(path: str) -> int | None:
     return None if isinstance(uncaught, KeyboardInterrupt) else 1
 
 
-def exit_as_python(code: int | None) -> NoReturn:
+def exit_as_python(code: int | None, rank: bool = False) -> NoReturn:
     """End the process as the interpreter would after its main module ended with ``code``.
 
     Joins non-daemon threads, runs the ``atexit`` functions, flushes stdout and
     stderr (code 120 when stdout cannot be flushed) and C's stdio buffers; with
-    ``code`` None (an uncaught KeyboardInterrupt) the process then dies by SIGINT.
+    ``code`` None (an uncaught KeyboardInterrupt) the process then dies by SIGINT. A
+    ``rank`` (which leads a session of its own) first ends what it left running there;
+    the runner does not (its group may be a shell's pipeline).
     """
     try:
         threading._shutdown()  # what Python's finalization calls: waits for non-daemon threads
@@ -277,7 +279,8 @@ def exit_as_python(code: int | None) -> NoReturn:
         code = FLUSH_FAILED
     with contextlib.suppress(OSError, AttributeError):  # output C libraries left in stdio buffers
         ctypes.CDLL(None).fflush(None)
-    end_own_group()
+    if rank:
+        end_own_group()
     if code is None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

@@ -48,11 +48,29 @@ def save(fig: Any, path: str | Path, dpi: int = 90) -> None:
 
 
 def drawable(path: str) -> str | None:
-    """Why matplotlib cannot write a picture to ``path`` (its suffix), or None."""
+    """Why hccl_py cannot draw a picture to ``path`` (its suffix), or None."""
     from matplotlib.backend_bases import FigureCanvasBase
 
-    kinds = FigureCanvasBase.get_supported_filetypes()
+    kinds = sorted(_NATIVE & set(FigureCanvasBase.get_supported_filetypes()))
     suffix = Path(path).suffix[1:].lower() or "png"
     if suffix in kinds:
         return None
-    return f"matplotlib writes no {suffix!r} files; end the path in one of {sorted(kinds)}"
+    return f"hccl_py draws no {suffix!r} files; end the path in one of {kinds}"
+
+
+#: Formats matplotlib writes without an outside program (pgf needs LaTeX).
+_NATIVE = {
+    "eps",
+    "jpeg",
+    "jpg",
+    "pdf",
+    "png",
+    "ps",
+    "raw",
+    "rgba",
+    "svg",
+    "svgz",
+    "tif",
+    "tiff",
+    "webp",
+}

@@ -161,8 +161,7 @@ class Session:
                 )
 
         # the process group failed because that peer's process ended: name it
-        # a core of a kernel is not the rank's only thread: its waits stay off the board
-        waiting = None if current_core_context() else Waiting(self.board, op, domain, ranks)
+        waiting = Waiting(self.board, op, domain, ranks, core=current_core_context() is not None)
         watch_work(work, LOOK_S, look, no_one_left, waiting)
 
     def check_abort(self, wait: float | None = None) -> None:
@@ -210,8 +209,9 @@ class Session:
 
         Without ``gather`` (a child of hp.run) returns whether ``fn`` succeeded.
         """
-        run = self.board.run = self.runs
+        run = self.runs
         self.runs += 1
+        self.board.start_run(run)
         blocker = Blocker(config.timeout)
         server = self.backend.make_server(self, run, config, blocker)
         ctx = RankContext(

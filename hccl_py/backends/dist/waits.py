@@ -74,87 +74,132 @@ READ_EVERY = 10
 
 
 class WaitBoard:
-    """Where the ranks of a world say, in its store, which collective they wait in.
+    """Where the ranks of a world say, in its store, which collectives they wait in.
 
-    A rank that has waited a while in a framework collective's argument exchange (which
-    blocks the rank's own thread: a kernel task's descriptor check runs on its domain's
-    thread while the kernel goes on, so it is not on the board) publishes it under its key,
-    with an id of its own, and overwrites it with an empty record when the wait ends (a
-    key is never deleted: a peer between its check and its get would block in the get until
-    the key came back); a wait that failed stays, marked failed, until the rank's next wait
-    (records name their run: a later run does not read them). Two readings that find the
-    same ids show waits that went on between them: if each of those ranks waits for
-    domain members that wait in another domain of the set, none of them can go on, and
-    each reports an :class:`HcclDeadlockError` naming every wait (as the emulator does)
-    instead of waiting until the run's timeout.
+    A wait that has lasted a while in a framework collective's argument exchange goes on
+    its rank's record (one key per rank, the list of its current waits, rewritten by the
+    rank as waits start and end; a key is never deleted: a peer between its check and its
+    get would block in the get until the key came back). A wait that failed stays on the
+    list, marked failed, until the rank's next wait; a wait of a kernel core is marked as
+    one; records name their run. Two readings that find a rank's list unchanged show its
+    waits went on between them. A rank whose only wait is its own thread's (not a core's,
+    not failed: the rank can do nothing else) and whose domain's missing members are all
+    such ranks waiting in other domains of the set, can never go on: each of them reports
+    an :class:`HcclDeadlockError` naming every wait (as the emulator does) instead of
+    waiting until the run's timeout. (A kernel task's descriptor check runs on its
+    domain's thread while the kernel goes on: it is not on the board.)
     """
 
     def __init__(self, store: Any, rank: int, world_size: int) -> None:
         self.store = store
         self.rank = rank
         self.world_size = world_size
-        #: The session's current run: records of other runs are not read.
         self.run = 0
         self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._waits: dict[int, dict] = {}  # this rank's current waits, by id
 
     def key(self, rank: int) -> str:
-        """The store key of ``rank``'s wait."""
+        """The store key of ``rank``'s record."""
         return f"waiting/{rank}"
 
-    def clear(self, record: bytes = b"{}") -> None:
-        """Take this rank's wait off the board: overwritten, never deleted (a peer between its
-        check and its get of the key would block in the store's get until the key came back)."""
+    def start_run(self, run: int) -> None:
+        """A new run of the session: its waits so far are forgotten."""
+        with self._lock:
+            self.run, self._waits = run, {}
+            self._publish()
+
+    def post(self, record: dict) -> int:
+        """Put a wait on this rank's record (its failed ones go); its id."""
+        with self._lock:
+            self._waits = {i: w for i, w in self._waits.items() if not w.get("failed")}
+            wait_id = next(self._ids)
+            self._waits[wait_id] = record
+            self._publish()
+            return wait_id
+
+    def end(self, wait_id: int, failed: bool) -> None:
+        """A wait ended (``failed``: it stays, marked, which blocks nobody)."""
+        with self._lock:
+            if failed:
+                self._waits[wait_id] = {**self._waits[wait_id], "failed": True}
+            else:
+                self._waits.pop(wait_id, None)
+            self._publish()
+
+    def _publish(self) -> None:
+        record = {"run": self.run, "waits": list(self._waits.values())}
         with contextlib.suppress(Exception):  # best effort: the store may be gone
-            self.store.set(self.key(self.rank), record)
+            self.store.set(self.key(self.rank), json.dumps(record).encode())
 
     def absent(self, domain: str, ranks: tuple[int, ...]) -> str:
-        """For a timeout's report: the ranks of ``domain`` that do not wait in it (one whose
-        wait there failed is not named: its own report says why)."""
-        waits = self.read()
-        away = [r for r in ranks if r != self.rank and waits.get(r, {}).get("domain") != domain]
+        """For a timeout's report: the ranks of ``domain`` with no wait in it (one whose wait
+        there failed is not named: its own report says why)."""
+        lists = self.read()
+        away = [r for r in ranks if r != self.rank and not _waits_in(lists, r, domain)]
         return f"; ranks {away} do not wait in any collective of it" if away else ""
 
-    def read(self) -> dict[int, dict]:
-        """Every rank's published wait (anything but hccl_py's record is left out)."""
+    def read(self) -> dict[int, list[dict]]:
+        """Every rank's waits of this run (anything but hccl_py's record is left out)."""
         found = {}
         for rank in range(self.world_size):
             key = self.key(rank)
-            with contextlib.suppress(Exception):  # a wait that ended while we read it
+            with contextlib.suppress(Exception):  # a store gone with the job
                 if self.store.check([key]):
                     record = json.loads(self.store.get(key))
-                    if _well_formed(record) and record.get("run") == self.run:
-                        found[rank] = record
+                    if _well_formed(record) and record["run"] == self.run:
+                        found[rank] = record["waits"]
         return found
 
 
 def _well_formed(record: Any) -> bool:
-    """Whether ``record`` is a wait as :class:`Waiting` publishes it."""
+    """Whether ``record`` is a rank's record as :class:`WaitBoard` publishes it."""
     return (
         isinstance(record, dict)
-        and isinstance(record.get("domain"), str)
-        and isinstance(record.get("op"), str)
-        and isinstance(record.get("ranks"), list)
-        and all(type(r) is int for r in record["ranks"])
+        and type(record.get("run")) is int
+        and isinstance(record.get("waits"), list)
+        and all(
+            isinstance(w, dict)
+            and isinstance(w.get("domain"), str)
+            and isinstance(w.get("op"), str)
+            and isinstance(w.get("ranks"), list)
+            and all(type(r) is int for r in w["ranks"])
+            for w in record["waits"]
+        )
     )
 
 
-def _missing(waits: dict[int, dict], rank: int) -> list[int]:
-    """The members of ``rank``'s domain that do not wait in it."""
-    domain = waits[rank]["domain"]
-    return [m for m in waits[rank]["ranks"] if waits.get(m, {}).get("domain") != domain]
+def _waits_in(lists: dict[int, list[dict]], rank: int, domain: str) -> bool:
+    """Whether ``rank`` waits (in any way) in a collective of ``domain``."""
+    return any(w["domain"] == domain for w in lists.get(rank, ()))
 
 
-def stuck(waits: dict[int, dict]) -> list[int]:
-    """The ranks of ``waits`` (rank -> its wait: ``domain``, ``ranks``) none of which can go
-    on: each waits for members of its domain that wait in another domain, all of them in
-    the set (the largest such set; empty when some wait can still end). A wait that failed
-    (``failed``: the rank went on, or is leaving) blocks nobody."""
-    held = {rank for rank, wait in waits.items() if not wait.get("failed")}
+def _missing(lists: dict[int, list[dict]], rank: int, wait: dict) -> list[int]:
+    """The members of ``wait``'s domain (``rank``'s wait) that do not wait in it."""
+    return [m for m in wait["ranks"] if not _waits_in(lists, m, wait["domain"])]
+
+
+def _blocked(lists: dict[int, list[dict]]) -> dict[int, dict]:
+    """The ranks whose only wait is their own thread's (not a core's, not failed)."""
+    return {
+        r: ws[0]
+        for r, ws in lists.items()
+        if len(ws) == 1 and not ws[0].get("failed") and not ws[0].get("core")
+    }
+
+
+def stuck(lists: dict[int, list[dict]]) -> list[int]:
+    """The ranks of ``lists`` (rank -> its waits: ``domain``, ``ranks``) none of which can go
+    on: each is blocked in one wait (:func:`_blocked`) for members of its domain that are
+    blocked in other domains of the set (the largest such set; empty when some wait can
+    still end)."""
+    blocked = _blocked(lists)
+    held = set(blocked)
     changed = True
     while changed:
         changed = False
         for rank in sorted(held):
-            missing = _missing(waits, rank)
+            missing = _missing(lists, rank, blocked[rank])
             if not missing or any(m not in held for m in missing):
                 held.discard(rank)
                 changed = True
@@ -162,24 +207,25 @@ def stuck(waits: dict[int, dict]) -> list[int]:
 
 
 class Waiting:
-    """One rank's wait in an exchange of ``domain`` (its ``ranks``), for ``op``."""
+    """One wait of this rank in an exchange of ``domain`` (its ``ranks``), for ``op``;
+    ``core``: a kernel core's (the rank has other threads that may go on)."""
 
-    def __init__(self, board: WaitBoard, op: str, domain: str, ranks: tuple[int, ...]) -> None:
+    def __init__(
+        self, board: WaitBoard, op: str, domain: str, ranks: tuple[int, ...], core: bool = False
+    ) -> None:
         self.board = board
-        self.record = {"op": op, "domain": domain, "ranks": list(ranks)}
+        self.record = {"op": op, "domain": domain, "ranks": list(ranks), "core": core}
         self.looks = 0
-        self.posted = False
-        self.last: dict[int, dict] | None = None
+        self.id: int | None = None
+        self.last: dict[int, list[dict]] | None = None
 
     def look(self) -> None:
-        """Publish the wait on the first look; every :data:`READ_EVERY` looks read the board
+        """Post the wait on the first look; every :data:`READ_EVERY` looks read the board
         and raise :class:`HcclDeadlockError` if this rank is in a set of stuck waits that
         two readings agree on."""
         board = self.board
-        if not self.posted:
-            self.record["id"], self.record["run"] = next(board._ids), board.run
-            board.store.set(board.key(board.rank), json.dumps(self.record).encode())
-            self.posted = True
+        if self.id is None:
+            self.id = board.post(self.record)
         self.looks += 1
         if self.looks % READ_EVERY:
             return
@@ -187,35 +233,33 @@ class Waiting:
         before, self.last = self.last, now
         if before is None:
             return
-        same = {r: w for r, w in now.items() if before.get(r) == w}
+        same = {r: ws for r, ws in now.items() if before.get(r) == ws}
         held = stuck(same)
         if board.rank in held:
             raise HcclDeadlockError(_deadlock(same, held))
 
     def close(self) -> None:
-        """The wait ended: take it off the board."""
-        if self.posted:
-            self.board.clear()
-            self.posted = False
+        """The wait ended: off the board."""
+        if self.id is not None:
+            self.board.end(self.id, failed=False)
+            self.id = None
 
     def fail(self) -> None:
         """The wait failed (an abort, an absent peer, the timeout): it stays on the board as
         failed, which blocks nobody (:func:`stuck`) and is not absent from its domain."""
-        if self.posted:
-            record = {**self.record, "failed": True}
-            self.board.clear(json.dumps(record).encode())
-            self.posted = False
+        if self.id is not None:
+            self.board.end(self.id, failed=True)
+            self.id = None
 
 
-def _deadlock(waits: dict[int, dict], held: list[int]) -> str:
-    """The report of the stuck ``held`` ranks' ``waits``."""
-    parts = []
-    for rank in held:
-        wait = waits[rank]
-        parts.append(
-            f"rank {rank} waits in {wait['op']} on domain {wait['domain']} for ranks "
-            f"{_missing(waits, rank)}"
-        )
+def _deadlock(lists: dict[int, list[dict]], held: list[int]) -> str:
+    """The report of the stuck ``held`` ranks' waits."""
+    blocked = _blocked(lists)
+    parts = [
+        f"rank {r} waits in {blocked[r]['op']} on domain {blocked[r]['domain']} for ranks "
+        f"{_missing(lists, r, blocked[r])}"
+        for r in held
+    ]
     return (
         "; ".join(parts) + ": each waits for ranks that wait in another domain, so none can go "
         "on (every rank of a domain calls its collectives in the same order, and no rank "
