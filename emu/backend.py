@@ -94,9 +94,8 @@ class EmuBackend(Backend):
             raise
         try:
             _join(started, world, failures, config.timeout)
-        except (
-            KeyboardInterrupt
-        ) as exc:  # stop every rank now: blocked ones raise, the running one too
+        except KeyboardInterrupt as exc:
+            # stop every rank now: blocked ones raise, the running one too
             world.blocker.fail(exc)
             runner = world.blocker.running()
             if runner is not None and runner.thread is not None:

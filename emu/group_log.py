@@ -12,7 +12,7 @@ from collections.abc import Collection
 
 from hccl_py.core.errors import HcclMismatchError
 from hccl_py.core.group import NEW_GROUP_RULE as RULE
-from hccl_py.core.group import group_mismatch
+from hccl_py.core.group import group_mismatch, group_missing
 
 
 class GroupLog:
@@ -30,11 +30,8 @@ class GroupLog:
         if n == len(self.groups):
             gone = sorted(r for r in returned if self.made[r] <= n)
             if gone:
-                raise HcclMismatchError(
-                    f"new_group({list(ranks)}) is group #{n + 1} of rank {rank}, but rank(s) "
-                    f"{gone} returned after {self.made[gone[0]]} group(s): {RULE}",
-                    rank=rank,
-                )
+                why = f"returned after {self.made[gone[0]]} group(s)"
+                raise group_missing(rank, n + 1, ranks, gone, why)
             self.groups.append((ranks, rank))
             return
         want, first = self.groups[n]

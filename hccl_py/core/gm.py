@@ -246,7 +246,9 @@ class GmAddr:
         """The rank that uses this address (the calling runner's; else the memory's owner): a
         report names it, and the allocation's name names the owner."""
         ctx = current_rank(required=False)
-        return self.alloc.rank if ctx is None or self.alloc is None else ctx.rank
+        if ctx is not None:
+            return ctx.rank
+        return None if self.alloc is None else self.alloc.rank
 
     def check_range(self, nbytes: int, what: str = "access") -> None:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""

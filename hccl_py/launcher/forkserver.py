@@ -182,13 +182,13 @@ def fork_as_server() -> bool:
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
             except OSError:  # no process to spare now: multiprocessing's own server will try
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 os.close(alive_r)
                 os.close(alive_w)
                 with contextlib.suppress(OSError):
                     os.unlink(address)
                 return False
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one is raised here
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one is raised here
             if pid == 0:
                 _serve(listener.fileno(), alive_r, list(server._preload_modules))
             os.close(alive_r)
