@@ -14,6 +14,7 @@ import json
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -701,23 +702,31 @@ def test_a_timeout_names_the_ranks_that_wait_in_no_collective() -> None:
         ), error
 
 
-def _goes_on_after_a_caught_timeout() -> tuple:
+def _goes_on_after_a_caught_timeout(flag: str) -> tuple:
     pair = hp.new_group([0, 1])
     t = torch.ones(2)
     if hp.get_rank() == 0:
         with contextlib.suppress(hp.HcclTimeoutError):  # rank 1 never calls it
             hp.all_reduce(t, group=pair)
-        time.sleep(2.5)  # computes, then joins the world's all_reduce
+        Path(flag).touch()
+        time.sleep(1.5)  # computes (the board reads twice meanwhile), then joins
     else:
-        time.sleep(3.5)  # computes while rank 0 times out (any delay must pass)
+        deadline = time.monotonic() + 60.0  # a bound: the flag comes after rank 0's timeout
+        while not Path(flag).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
     hp.all_reduce(t)
     return tuple(t.tolist())
 
 
-def test_a_caught_failed_wait_blocks_nobody_on_the_board() -> None:
+def test_a_caught_failed_wait_blocks_nobody_on_the_board(tmp_path: Path) -> None:
     """A wait that failed stays on the board marked as failed: rank 1, waiting in the world's
-    all_reduce for rank 0, was told of a deadlock with rank 0's old wait in the pair's."""
-    got = hp.run(_goes_on_after_a_caught_timeout, world_size=2, backend="gloo", timeout=3)
+    all_reduce for rank 0 (which timed out in the pair's and computes), was told of a
+    deadlock with rank 0's old wait. Rank 1 starts its wait once rank 0's failed: its 1.5 s
+    wait is the only time that counts, against a 4 s timeout."""
+    flag = str(tmp_path / "timed_out")
+    got = hp.run(
+        _goes_on_after_a_caught_timeout, args=(flag,), world_size=2, backend="gloo", timeout=4
+    )
     assert got == [(2.0, 2.0), (2.0, 2.0)], got
 
 
@@ -737,8 +746,9 @@ def _collectives_of_two_cores() -> list[float]:
 
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
 def test_framework_collectives_of_two_cores_are_no_deadlock(backend: str) -> None:
-    """Two cores of a rank wait at once: their waits stay off the board (one key per rank
-    could hold only one of them, and the board called this valid program a deadlock)."""
+    """Two cores of a rank wait at once: the board holds both on the rank's list, marked as
+    cores' (one record per rank held only one of them, and the board called this valid
+    program a deadlock), and a rank with such waits is never counted stuck."""
     got = hp.run(_collectives_of_two_cores, world_size=2, backend=backend, timeout=TIMEOUT)
     assert got == [[2.0] * 4] * 2
 
