@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +37,9 @@ from hccl_py.launcher.torch_env import THREADS_ENV
 #: Within a ``spread`` file its ``slow`` tests go first. Every other file follows in
 #: collection order.
 LONGEST_FIRST = (
+    # 33 s, one unit, mostly waiting on timeouts of gloo ranks: started last, it ran alone
+    # for its last 20 s with the machine 90% idle; first, it waits beside the CPU-bound units
+    "test_framework_errors.py",
     "test_mutations.py",  # 117 s; its four explored mc2_allto_all mutants 15-25 s each
     "test_npu_standin.py",  # 112 s, one unit: its jobs start together (module fixture)
     "test_launchers.py",  # 187 s over 30 tests
@@ -66,6 +71,17 @@ def pytest_configure(config: pytest.Config) -> None:
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
     _one_intra_op_thread()
+    _ctrl_c_reaches_the_tests()
+
+
+def _ctrl_c_reaches_the_tests() -> None:
+    """A suite started in the background of a shell without job control (``pytest &``, a
+    script's ``( ... ) &``) inherits SIGINT ignored, and so would every process a test starts:
+    the tests of Ctrl-C then saw ranks carry on and waited out their bounds (120 s). Python's
+    own handler is put back, as an interpreter started in the foreground has it."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _one_intra_op_thread() -> None:
@@ -131,6 +147,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     node = metafunc.definition
     if node.get_closest_marker("runner_kinds") and not node.get_closest_marker("one_runner_kind"):
         metafunc.parametrize("emu_runners", RUNNER_KINDS, indirect=True)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores this process may use (``--maxprocesses``
+    caps it). About a sixth of the suite's time is spent waiting (launched jobs, timeouts of
+    their own): with a worker per core a core then stands idle (docs/performance.md)."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def _start_order(item: pytest.Item) -> tuple[int, int]:

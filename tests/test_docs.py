@@ -192,3 +192,21 @@ def test_porting_table_covers_the_constructs_users_meet() -> None:
         "struct T {",
     ]
     assert [c for c in constructs if c not in text] == []
+
+
+#: A test the prose cites: ``test_x.py::test_name`` (a parameter in brackets allowed).
+CITED_TEST = re.compile(r"`(?:tests/)?(test_\w+\.py)::(test_\w+)")
+
+
+@pytest.mark.parametrize("page", ["README.md", *(f"docs/{g}" for g in GUIDES)])
+def test_cited_tests_exist(page: str) -> None:
+    """Every ``test_file.py::test_name`` the docs cite names a test function of that file
+    (a rename once left docs/sanitizer.md citing a test that no longer existed)."""
+    missing = []
+    for file, name in CITED_TEST.findall(_read(ROOT / page)):
+        path = ROOT / "tests" / file
+        tree = ast.parse(_read(path)) if path.exists() else None
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} if tree else ()
+        if name not in defined:
+            missing.append(f"{file}::{name}")
+    assert missing == []

@@ -333,13 +333,21 @@ def test_different_counts_without_checks_abort_a_rank_as_gloo_does(
 ) -> None:
     """HCCL_PY_CHECK_TASKS=0: gloo itself meets messages of different sizes and aborts the
     process that receives the larger one (no Python exception): what the check, a collective
-    of its own before the data, prevents (docs/backends.md)."""
+    of its own before the data, prevents (docs/backends.md). The peer ends with the error gloo
+    gives it or, on a machine too loaded for it to get there within the runner's grace, is
+    stopped: either way one rank, not both, was aborted."""
     monkeypatch.setenv("HCCL_PY_CHECK_TASKS", "0")
     with pytest.raises(hp.WorldError) as info:
         _run(mismatching_rank, 2, {0: [4], 1: [5]}, timeout=10.0)
-    died = [e for e in info.value.root_causes.values() if isinstance(e, RankDiedError)]
-    assert len(died) == 1, info.value.root_causes
-    assert died[0].how == "was killed by SIGABRT", died[0]
+    causes = info.value.root_causes
+    aborted = [
+        rank
+        for rank, e in causes.items()
+        if isinstance(e, RankDiedError) and e.how == "was killed by SIGABRT"
+    ]
+    assert len(aborted) == 1, causes
+    peer = causes.get(1 - aborted[0])
+    assert not isinstance(peer, RankDiedError) or "after another rank failed" in str(peer), peer
 
 
 def sleeping_rank() -> None:
