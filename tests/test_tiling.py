@@ -8,6 +8,7 @@ import struct
 import pytest
 from expect import expects_warning
 
+import hccl_py as hp
 from hccl_py.core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from hccl_py.tiling import (
     GET_TILING_DATA_WITH_STRUCT,
@@ -281,7 +282,7 @@ def test_init_from_another_config_does_not_count():
     assert tiling.mc2InitTiling.mc2HcommCnt == 0
 
 
-def test_ninth_cc_tiling_fails_and_writes_nothing():
+def test_ninth_cc_tiling_fails_after_writing_its_fields():
     tiling = NineCcTiling()
     cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG)
     assert cfg.GetTiling(tiling.mc2InitTiling) == 0
@@ -291,20 +292,27 @@ def test_ninth_cc_tiling_fails_and_writes_nothing():
     assert "8" in cfg.last_error
     assert tiling.mc2InitTiling.mc2HcommCnt == 8
     assert list(tiling.mc2InitTiling.offset) == [64 + 512 * i for i in range(8)]
-    assert bytes(tiling.cc8) == bytes(512)
+    # hccl_tiling.cpp writes the ninth tiling's fields before UpdateMc2InitTiling counts
+    assert (tiling.cc8.version, tiling.cc8.opType) == (1, ALLGATHER)
+    assert bytes(tiling.cc8.groupName).rstrip(b"\0") == GROUP.encode()
 
 
-def test_cc_tiling_before_the_init_tiling_fails():
+@expects_warning("cc-tiling-offset")
+def test_cc_tiling_before_the_init_tiling_gets_a_wrapped_offset():
+    """As hccl_tiling.cpp's UpdateMc2InitTiling: the distance is stored as a uint32 and
+    GetTiling returns 0; hccl_py warns (the offset leads nowhere)."""
+
     class Backwards(TilingData):
         _fields_ = [("cc", Mc2CcTiling), ("init", Mc2InitTiling)]
 
     tiling = Backwards()
     cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG)
     assert cfg.GetTiling(tiling.init) == 0
-    assert cfg.GetTiling(tiling.cc) == TILING_FAILED
-    assert "bytes from the Mc2InitTiling" in cfg.last_error
-    assert tiling.init.mc2HcommCnt == 0
-    assert bytes(tiling.cc) == bytes(512)
+    with pytest.warns(hp.HcclWarning, match=r"-512 bytes from the Mc2InitTiling.*4294966784"):
+        assert cfg.GetTiling(tiling.cc) == 0
+    assert tiling.init.mc2HcommCnt == 1
+    assert tiling.init.offset[0] == 2**32 - 512
+    assert (tiling.cc.version, tiling.cc.opType) == (1, ALLGATHER)
 
 
 @pytest.mark.parametrize("op_type", [0, 21, -1, 256])

@@ -77,6 +77,10 @@ KINDS: dict[str, str] = {
         "BatchWrite.md forbids and the shipping fullmesh MoE kernels send; hccl_py copies it"
     ),
     "buffer-race": "the buffer race check cannot decide: a numpy view of bytes a round will write",
+    "cc-tiling-offset": (
+        "a host cc tiling placed before its init tiling or 4 GiB past it: its offset is "
+        "stored as a wrapped uint32, as the C++ GetTiling stores it"
+    ),
     "ccu-tiling-types": (
         "a CCU Prepare whose dataType or reduce op differs from its cc tiling's, which the CCU "
         "client uses instead"

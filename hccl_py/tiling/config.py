@@ -389,18 +389,6 @@ class Mc2CcTilingConfig:
         engine = self._int_in_range(f"{what}: commEngine", self._commEngine, 0, _UINT8_MAX)
         if engine is None:
             return TILING_FAILED
-        count = init.mc2HcommCnt
-        if count >= MAX_CC_TILING_NUM:
-            return self._fail(
-                f"{what}: the Mc2InitTiling already registers {count} cc tilings, "
-                f"at most {MAX_CC_TILING_NUM} are allowed"
-            )
-        distance = ctypes.addressof(cc) - ctypes.addressof(init)
-        if not 0 <= distance <= _UINT32_MAX:
-            return self._fail(
-                f"{what}: this Mc2CcTiling is {distance} bytes from the Mc2InitTiling; it must "
-                "follow it in the same tiling struct"
-            )
         cc.skipLocalRankCopy = self._skipLocalRankCopy
         cc.skipBufferWindowCopy = self._skipBufferWindowCopy
         cc.stepSize = self._stepSize
@@ -414,7 +402,25 @@ class Mc2CcTilingConfig:
         _write_char_array(cc, "algConfig", alg)
         cc.opType = op_type
         cc.reduceType = reduce_type
-        init.offset[count] = distance
+        # UpdateMc2InitTiling, after the fields above are written: a ninth cc tiling fails
+        # there, and the distance is stored as a uint32, whatever it is
+        count = init.mc2HcommCnt
+        if count >= MAX_CC_TILING_NUM:
+            return self._fail(
+                f"{what}: the Mc2InitTiling already registers {count} cc tilings, "
+                f"at most {MAX_CC_TILING_NUM} are allowed (this tiling's fields are written, "
+                "as the C++ GetTiling writes them before it counts)"
+            )
+        distance = ctypes.addressof(cc) - ctypes.addressof(init)
+        if not 0 <= distance <= _UINT32_MAX:
+            report.warn(
+                "cc-tiling-offset",
+                f"{what}: this Mc2CcTiling is {distance} bytes from the Mc2InitTiling; the C++ "
+                f"GetTiling stores that as the uint32 offset {distance & _UINT32_MAX} and "
+                "returns 0, an offset that leads nowhere: keep the cc tilings after the init "
+                "tiling, in one tiling struct",
+            )
+        init.offset[count] = distance & _UINT32_MAX
         init.mc2HcommCnt = count + 1
         why = check_alg_config(alg.decode("utf-8", errors="replace"), op_type)
         if why is not None and not _alg_config_reserved():
