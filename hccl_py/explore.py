@@ -29,9 +29,16 @@ class HcclScheduleError(HcclError):
     """A program's results depend on the schedule: two passing schedules disagree."""
 
 
-def replay_line(seed: int) -> str:
-    """How to replay schedule ``seed``, in Python and on the command line."""
-    return f"replay: hp.run(..., seed={seed}) / python -m hccl_py run --seed {seed}"
+def replay_line(seed: int | None, poison: bool) -> str:
+    """How to replay schedule ``seed`` (None: the default one), in Python and on the command
+    line, with the poison the schedule ran under (``explore=`` turns it on by itself, and a
+    replay without it may not fail)."""
+    python = ["..."] + ([f"seed={seed}"] if seed is not None else [])
+    cli = ["python -m hccl_py run"] + ([f"--seed {seed}"] if seed is not None else [])
+    if poison:
+        python.append("poison=True")
+        cli.append("--poison")
+    return f"replay: hp.run({', '.join(python)}) / {' '.join(cli)}"
 
 
 def first_difference(a: Any, b: Any, where: str, _path: frozenset = frozenset()) -> str | None:
@@ -141,9 +148,9 @@ def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: i
             results = run_one(dataclasses.replace(config, seed=seed))
         except WorldError as err:
             err.seed = seed
-            if seed is None:  # the default schedule: a plain run replays it
-                raise
-            err.args = (f"{err.args[0]}\nschedule {seed} failed; {replay_line(seed)}",)
+            which = "the default schedule" if seed is None else f"schedule {seed}"
+            replay = replay_line(seed, config.poison)
+            err.args = (f"{err.args[0]}\n{which} failed; {replay}",)
             raise
         if first is None:
             first = results
@@ -156,7 +163,7 @@ def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: i
             if diff is not None:
                 error = HcclScheduleError(
                     f"schedule-dependent result: the default schedule and schedule {seed} "
-                    f"differ at {diff}; {replay_line(seed)}",
+                    f"differ at {diff}; {replay_line(seed, config.poison)}",
                     rank=rank,
                 )
                 error.seed = seed

@@ -50,9 +50,8 @@ def test_a_schedule_dependent_result_names_the_seed_and_the_element() -> None:
         hp.run(lambda: (ORDER.clear(), racy_order())[1], world_size=4, explore=12)
     err = info.value
     assert isinstance(err.seed, int) and err.seed > 0
-    assert f"replay: hp.run(..., seed={err.seed}) / python -m hccl_py run --seed {err.seed}" in str(
-        err
-    )
+    line = f"replay: hp.run(..., seed={err.seed}, poison=True) / python -m hccl_py run --seed {err.seed} --poison"
+    assert line in str(err)
     assert "rank 0's result" in str(err)
 
 
@@ -72,6 +71,41 @@ def test_exploring_finds_a_failing_schedule_and_says_how_to_replay_it() -> None:
     hp.run(in_order, world_size=4, args=(want,))  # the default schedule passes
     with pytest.raises(hp.WorldError):  # the seed replays the failure
         hp.run(in_order, world_size=4, seed=err.seed, args=(want,))
+
+
+def read_before_wait() -> float:
+    """Reads an asynchronous all-gather's output before its wait(): poison shows it (NaN)."""
+    out = torch.zeros(2)
+    work = hp.all_gather_into_tensor(out, torch.ones(1), async_op=True)
+    early = float(out.sum())
+    work.wait()
+    assert early == early, "read before wait()"  # NaN only under poison
+    return early
+
+
+def test_the_default_schedule_failing_an_exploration_says_how_to_replay_it() -> None:
+    """The default schedule of an exploration runs with the poison exploring turns on: its
+    replay line says so (before, it had none: a plain run, which passes, was to replay it)."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(read_before_wait, world_size=2, explore=4)
+    assert info.value.seed is None
+    replay = "replay: hp.run(..., poison=True) / python -m hccl_py run --poison"
+    assert str(info.value).endswith(f"\nthe default schedule failed; {replay}")
+    plain = hp.run(read_before_wait, world_size=2)  # without poison the early read is no NaN
+    assert all(value in (0.0, 2.0) for value in plain), plain
+    with pytest.raises(hp.WorldError, match="read before wait"):  # the line replays it
+        hp.run(read_before_wait, world_size=2, poison=True)
+
+
+def test_a_replay_line_names_poison_only_when_the_schedules_ran_with_it() -> None:
+    want = order_of()
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(in_order, world_size=4, explore=12, poison=False, args=(want,))
+    seed = info.value.seed
+    assert str(info.value).endswith(
+        f"\nschedule {seed} failed; replay: hp.run(..., seed={seed}) / python -m hccl_py run "
+        f"--seed {seed}"
+    )
 
 
 @pytest.mark.parametrize("option", [{"seed": 3}, {"explore": 2}])

@@ -130,7 +130,7 @@ def test_exploring_finds_the_hang_and_its_seed_replays_it() -> None:
         hp.run(main, world_size=WORLD, args=("shipping",), explore=SCHEDULES, timeout=TIMEOUT)
     err = info.value
     assert isinstance(err.seed, int) and err.seed >= 1
-    assert f"replay: hp.run(..., seed={err.seed})" in str(err)
+    assert f"replay: hp.run(..., seed={err.seed}, poison=True)" in str(err)
     report = deadlock_of(err)
     assert re.search(
         r"AIV core [1-3] waits for round 0 of handle [01] AllReduce\(.*\) in domain hccl_world_group",
