@@ -419,3 +419,17 @@ def test_ctrl_c_stops_every_rank_of_the_emulator() -> None:
         [sys.executable, "-c", _INTERRUPTED], capture_output=True, text=True, timeout=120
     )
     assert done.stdout.splitlines() == ["interrupted", "rank threads left: 0"], done.stderr
+
+
+@pytest.mark.parametrize("where", ["argument", "environment"])
+def test_an_unknown_backend_is_the_runtime_error_the_spec_names(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """framework-ops.md: "RuntimeError when the backend or initialisation is invalid"; it is
+    also the ValueError hp.run gives for its other bad arguments (before, only that)."""
+    options = {"backend": "bogus"} if where == "argument" else {}
+    if where == "environment":
+        monkeypatch.setenv("HCCL_PY_BACKEND", "bogus")
+    for kind in (RuntimeError, ValueError):
+        with pytest.raises(kind, match="unknown backend 'bogus'; choose one of"):
+            hp.run(lambda: hp.barrier(), world_size=2, **options)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ..core.errors import UnknownBackendError
+
 if TYPE_CHECKING:
     from ..server.protocol import Backend
 
@@ -29,7 +31,9 @@ def get_backend(name: str) -> Backend:
     try:
         target = BACKENDS[name]
     except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}") from None
+        raise UnknownBackendError(
+            f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}"
+        ) from None
     module_name, _, cls_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)

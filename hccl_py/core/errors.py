@@ -188,6 +188,11 @@ class HcclRunnerStartError(HcclError):
     refusal = ""
 
 
+class UnknownBackendError(ValueError, RuntimeError):
+    """A backend name hccl_py does not know: a ValueError, as hp.run's other bad arguments,
+    and the RuntimeError framework-ops.md names for an invalid backend."""
+
+
 class HcclPeerError(HcclError):
     """This rank was stopped because another rank failed."""
 
