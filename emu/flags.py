@@ -37,9 +37,10 @@ from .watch import _plan
 #: Status-sized ranges a core keeps in mind (:attr:`FlagPolls.held_reads`): a loop that
 #: polls up to this many status areas in turn through held views is seen polling.
 HELD_RECENT = 8
-#: Reads in a row of the same unchanged bytes of a GM argument before they count as a poll:
-#: a kernel reads its inputs and workspace words again without polling them, and only a
-#: loop that spins should become a scheduling point.
+#: Reads of the same unchanged bytes of a GM argument before they count as a poll, with no
+#: new or changed small GM read of the core in between (a loop may read up to
+#: :data:`HELD_RECENT` flags in turn): a kernel reads its inputs and workspace words again
+#: without polling them, and only a loop that spins should become a scheduling point.
 GM_POLL_AFTER = 8
 
 
@@ -72,17 +73,22 @@ class FlagPolls(KernelMode):
         blocker: Blocker,
         rank: int,
         internal: Callable[[], bool],
+        who: str = "",
     ) -> None:
+        """``who``: the core as reports name it (``AIV core 1``), empty for a kernel of one."""
         super().__init__()
         self.windows = windows
         self.blocker = blocker
         self.rank = rank
+        #: How the poll report names the polling core: ``rank 0 AIV core 1`` or ``rank 0``.
+        self.poller = f"rank {rank} {who}" if who else f"rank {rank}"
         self.internal = internal
         #: The status-sized window ranges this core read lately, newest last: one read again
         #: is a poll (a loop that reads two status areas alternately polls both).
         self.held_reads: OrderedDict[tuple, None] = OrderedDict()
-        #: The last GM argument bytes this core read, their value and how often in a row.
-        self.gm_last: tuple = (None, b"", 0)
+        #: The small GM argument ranges this core read lately, newest last: their bytes and
+        #: how often they were read unchanged since the core last read new or changed bytes.
+        self.gm_recent: OrderedDict[tuple, tuple[bytes, int]] = OrderedDict()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -120,12 +126,23 @@ class FlagPolls(KernelMode):
 
     def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
         """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`
-        times in a row; notes the read."""
+        times since it last read small GM bytes that were new to it or had changed (a loop
+        over flags read in turn spins; one that also reads a new word each turn does not);
+        notes the read."""
         key = (id(area), tuple(runs))
         seen = b"".join(area.host_bytes(a, b) for a, b in runs)
-        last, value, count = self.gm_last
-        count = count + 1 if (last, value) == (key, seen) else 1
-        self.gm_last = (key, seen, count)
+        recent = self.gm_recent
+        known = recent.get(key)
+        if known is None or known[0] != seen:  # progress: every count starts again
+            for other, (value, _) in recent.items():
+                recent[other] = (value, 0)
+            count = 1
+        else:
+            count = known[1] + 1
+        recent[key] = (seen, count)
+        recent.move_to_end(key)
+        if len(recent) > HELD_RECENT:
+            recent.popitem(last=False)
         return count >= GM_POLL_AFTER
 
     def _again(self, window: WindowAllocation | GmFlagArea, value: torch.Tensor) -> bool:
@@ -149,7 +166,7 @@ class FlagPolls(KernelMode):
 
         def what() -> str:
             return (
-                f"rank {self.rank} polls bytes [{lo}, {hi}) of {window.name} (domain "
+                f"{self.poller} polls bytes [{lo}, {hi}) of {window.name} (domain "
                 f"{window.domain}), which keep the value {shown_start(seen, dtype)}: "
                 "no rank writes them"
             )

@@ -390,7 +390,7 @@ class EmuWorld(Server):
             host.close()
 
     @contextlib.contextmanager
-    def core_scope(self, rank: int) -> Iterator[None]:
+    def core_scope(self, rank: int, who: str = "") -> Iterator[None]:
         """Around one core's run: the race check's watch, and flag polls once windows exist.
 
         A core takes the poll watch on when it first asks for a window, or at its start when
@@ -399,7 +399,7 @@ class EmuWorld(Server):
         so a poll that blocks holds none of its locks), a mode of its own only without one.
         """
         with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
-            _cores.scope = (stack, rank)
+            _cores.scope = (stack, rank, who)
             if self.windows or self.polled_args.get(rank):
                 self._watch_polls()
             try:
@@ -411,9 +411,9 @@ class EmuWorld(Server):
         """Enter the flag-poll watch in the calling core (once per core run)."""
         scope = getattr(_cores, "scope", None)
         if scope is not None:
-            stack, rank = scope
+            stack, rank, who = scope
             _cores.scope = None
-            polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned)
+            polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned, who)
             core = core_watch()
             if core is None:
                 stack.enter_context(polls)

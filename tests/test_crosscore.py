@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -223,3 +224,39 @@ def test_a_core_polls_a_flag_that_another_core_of_its_rank_sets_in_gm(backend: s
     kept the baton until the run's timeout."""
     body = _gm_flag_body
     assert hp.run(body, world_size=1, backend=backend, timeout=20) == [["seen"]]
+
+
+def _two_gm_flags_kernel(flags: hp.GmAddr, words: int) -> None:
+    """AIV core 1 waits for either of two GM flags (held views) that nobody sets; with
+    ``words``, each turn also reads a word of a table it has not read before."""
+    if hp.GetBlockIdx() != 1:
+        return
+    a = hp.gm_tensor(flags, torch.int32, 1)
+    b = hp.gm_tensor(flags + 4, torch.int32, 1)
+    table = hp.gm_tensor(flags + 8, torch.int32, max(words, 1))
+    for turn in range(words or 10**9):
+        if int(a[0]) == 1 or int(b[0]) == 1:
+            return
+        if words:
+            int(table[turn])
+
+
+def _two_gm_flags(words: int) -> None:
+    flags = torch.zeros(2 + max(words, 1), dtype=torch.int32)
+    hp.launch(_two_gm_flags_kernel, flags, words, block_dim=2, kernel_type="aiv")
+
+
+def test_gm_flags_polled_in_turn_are_a_deadlock_naming_the_core() -> None:
+    """Before, only the same GM bytes read 8 times in a row made a poll: a loop over two flags
+    ran until the run's timeout instead of the exact deadlock report. The line names the core."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_two_gm_flags, world_size=1, args=(0,), timeout=5)
+    (error,) = info.value.root_causes.values()
+    assert isinstance(error, hp.HcclDeadlockError), error
+    assert re.search(r"rank 0 AIV core 1 polls bytes \[[04], [48]\) of flags", str(error))
+
+
+def test_a_loop_that_reads_a_new_word_each_turn_is_no_poll() -> None:
+    """The same two flags, read 4000 times beside a table word new each turn: no poll (a
+    poll's reads would have used up the allowance of reads with nothing else to run)."""
+    assert hp.run(_two_gm_flags, world_size=1, args=(4000,), timeout=60) == [None]

@@ -64,3 +64,14 @@ def test_an_8_rank_deadlock_report_is_short_with_the_detail_in_the_debug_log(
     detail = "\n".join(r.getMessage() for r in caplog.records if "deadlock" in r.getMessage())
     for rank in range(8):
         assert f"  - rank {rank} AIV core 0 waits in SyncAll" in detail, detail
+
+
+def test_states_come_in_the_order_of_their_numbers() -> None:
+    """Byte ranges and cores sort by number: [4, 8) before [12, 16), core 2 before core 10
+    (before, as text: [12, 16) first)."""
+    lines = [
+        "rank 0 AIV core 10 polls bytes [40, 44)",
+        "rank 0 AIV core 3 polls bytes [12, 16)",
+        "rank 0 AIV core 1 polls bytes [4, 8)",
+    ]
+    assert group_rank_lines(lines) == [lines[2], lines[1], lines[0]]

@@ -43,7 +43,7 @@ def group_rank_lines(lines: Iterable[str]) -> list[str]:
             others.append(line)
         else:
             states.setdefault(match[2], []).append(int(match[1]))
-    grouped = sorted(states.items(), key=lambda item: (min(item[1]), item[0]))
+    grouped = sorted(states.items(), key=lambda item: (min(item[1]), _natural(item[0])))
     folded = [
         f"rank {ranks[0]} {state}" if len(ranks) == 1 else f"{label(ranks)}: {_plural(state)}"
         for state, ranks in grouped
@@ -59,3 +59,9 @@ def _plural(state: str) -> str:
 
 #: Verbs that start a per-rank state line (blocking.py, the servers' reports).
 _VERBS = frozenset({"waits", "polls"})
+
+
+def _natural(text: str) -> list[str | int]:
+    """``text`` split into its words and numbers: bytes [4, 8) come before bytes [12, 16),
+    core 2 before core 10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]

@@ -295,8 +295,9 @@ def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
     previous = current_core_context()
     set_core_context(core)
+    who = "" if core.launch.alone else f"{core.kind.name} core {core.block_idx}"
     try:
-        with core.launch.rank_ctx.server.core_scope(core.launch.rank_ctx.rank):
+        with core.launch.rank_ctx.server.core_scope(core.launch.rank_ctx.rank, who):
             kernel(*args)
     finally:
         set_core_context(previous)

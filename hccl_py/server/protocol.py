@@ -292,8 +292,9 @@ class Lifecycle:
         for a kernel of one core)."""
         return contextlib.nullcontext()
 
-    def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
-        """Around one core's run of a kernel of global rank ``rank``, in the core's thread."""
+    def core_scope(self, rank: int, who: str = "") -> contextlib.AbstractContextManager:
+        """Around one core's run of a kernel of global rank ``rank``, in the core's thread;
+        ``who`` names the core in reports (``AIV core 1``; empty for a kernel of one core)."""
         return contextlib.nullcontext()
 
     def forget(self) -> None:  # noqa: B027 - optional hook
