@@ -91,7 +91,7 @@ class WorldReports:
         lines = []
         for slot in slots[:STATE_LINES]:
             ranks = slot.sample().domain.ranks
-            committed = {ranks[r]: slot.committed.get(r, 0) for r in slot.tasks}
+            committed = dict(sorted((ranks[r], slot.committed.get(r, 0)) for r in slot.tasks))
             lines.append(
                 f"  - domain {slot.domain} task #{slot.seq} {slot.sample().describe()}: "
                 f"prepared by ranks {sorted(ranks[r] for r in slot.tasks)} of {list(ranks)}, "

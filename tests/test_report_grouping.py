@@ -75,3 +75,30 @@ def test_states_come_in_the_order_of_their_numbers() -> None:
         "rank 0 AIV core 1 polls bytes [4, 8)",
     ]
     assert group_rank_lines(lines) == [lines[2], lines[1], lines[0]]
+
+
+def _last_rank_polls_before_committing(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    hccl = init_hccl(hp.Hccl(), tilingGM, ops=("AllGather",))
+    handle = hccl.AllGather(xGM, yGM, 4, hp.HCCL_DATA_TYPE_FP32, 0)
+    if hccl.GetRankId() == hccl.GetRankDim() - 1:  # waits for a flag nobody sets
+        flag = hp.gm_tensor(hccl.GetWindowsInAddr(hccl.GetRankId()), torch.int32, 1)
+        while int(flag[0]) != 1:
+            pass
+    hccl.Commit(handle)
+    hccl.Wait(handle)
+    hccl.Finalize()
+
+
+def _polling_rank() -> None:
+    x, y = torch.ones(4), torch.zeros(4 * hp.get_world_size())
+    hp.launch(_last_rank_polls_before_committing, x, y, make_tiling())
+
+
+@pytest.mark.parametrize("seed", [None, 1, 2, 3, 4, 5])
+def test_rounds_committed_per_rank_are_listed_in_rank_order(seed: int | None) -> None:
+    """The unfinished task's line lists each rank's committed rounds by rank (before, in the
+    order the schedule had the ranks prepare: {2: 1, 0: 1, 3: 0, 1: 1})."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_polling_rank, world_size=4, seed=seed, timeout=20)
+    line = next(x for x in str(info.value).splitlines() if "rounds committed per rank" in x)
+    assert "rounds committed per rank {0: 1, 1: 1, 2: 1, 3: 0}" in line, line
