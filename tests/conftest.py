@@ -153,7 +153,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores this process may use (``--maxprocesses``
     caps it). About a sixth of the suite's time is spent waiting (launched jobs, timeouts of
     their own): with a worker per core a core then stands idle (docs/performance.md)."""
-    return len(os.sched_getaffinity(0)) + 1
+    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+    return (len(usable) or os.cpu_count() or 1) + 1
 
 
 def _start_order(item: pytest.Item) -> tuple[int, int]:
