@@ -100,16 +100,26 @@ class FlagPolls(KernelMode):
         """Report the flag reads of an operation that ran (``result``) as polls."""
         if not self.windows or self.internal():
             return
+        tracked = bool(self.gm_recent)  # GM reads in mind: does this operation do real work?
+        progress = False
         for i, name, written in _plan(func):
             value = args[i] if i < len(args) else kwargs.get(name)
-            if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
+            if not isinstance(value, torch.Tensor) or value.numel() == 0:
+                continue
+            if written:
+                progress = True
                 continue
             window = self.windows.get(value.untyped_storage().data_ptr())
             if window is None:
+                progress = progress or (
+                    tracked and value.numel() * value.element_size() > POLL_BYTES
+                )
                 continue
             size = value.numel() * value.element_size()
             if isinstance(window, GmFlagArea):
-                if size <= POLL_BYTES and self._spins(window, runs := byte_runs(value)[0]):
+                if size > POLL_BYTES:
+                    progress = True
+                elif self._spins(window, runs := byte_runs(value)[0]):
                     self._poll(window, value, runs)
             elif size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
@@ -123,6 +133,14 @@ class FlagPolls(KernelMode):
                     self._poll(window, value, runs)
             elif size <= HELD_POLL_BYTES and self._again(window, value):  # a status area
                 self._poll(window, value, byte_runs(value)[0])
+        if progress and self.gm_recent:  # a write or a large read: no spin, counts start again
+            self._restart_counts()
+
+    def _restart_counts(self) -> None:
+        """The core did something else than read its small GM words again: no spin yet."""
+        recent = self.gm_recent
+        for key, (value, _) in recent.items():
+            recent[key] = (value, 0)
 
     def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
         """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`
@@ -134,8 +152,7 @@ class FlagPolls(KernelMode):
         recent = self.gm_recent
         known = recent.get(key)
         if known is None or known[0] != seen:  # progress: every count starts again
-            for other, (value, _) in recent.items():
-                recent[other] = (value, 0)
+            self._restart_counts()
             count = 1
         else:
             count = known[1] + 1

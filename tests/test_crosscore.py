@@ -260,3 +260,33 @@ def test_a_loop_that_reads_a_new_word_each_turn_is_no_poll() -> None:
     """The same two flags, read 4000 times beside a table word new each turn: no poll (a
     poll's reads would have used up the allowance of reads with nothing else to run)."""
     assert hp.run(_two_gm_flags, world_size=1, args=(4000,), timeout=60) == [None]
+
+
+TILES = 3000
+
+
+def _tile_loop_kernel(cfg: hp.GmAddr, x: hp.GmAddr, out: hp.GmAddr) -> None:
+    """AIV core 1 scales 3000 tiles, reading the tile length and the scale (two unchanged
+    GM words) on every turn, while core 0 waits in SyncAll: real work, no poll."""
+    if hp.GetBlockIdx() == 1:
+        c = hp.gm_tensor(cfg, torch.int32, 2)
+        xs = hp.gm_tensor(x, torch.float32, TILES * 64)
+        ys = hp.gm_tensor(out, torch.float32, TILES * 64)
+        for t in range(TILES):
+            n, scale = int(c[0]), int(c[1])
+            ys[t * n : (t + 1) * n] = xs[t * n : (t + 1) * n] * scale
+    hp.SyncAll()
+
+
+def _tile_loop() -> float:
+    cfg = torch.tensor([64, 2], dtype=torch.int32)
+    x, out = torch.ones(TILES * 64), torch.zeros(TILES * 64)
+    hp.launch(_tile_loop_kernel, cfg, x, out, block_dim=2, kernel_type="aiv")
+    return float(out.sum())
+
+
+def test_a_tile_loop_that_rereads_two_config_words_is_no_poll() -> None:
+    """A review found the first rule for flags read in turn calling this correct kernel a
+    deadlock (its two words read 8 times with nothing new between them): its GM writes and
+    larger reads are progress."""
+    assert hp.run(_tile_loop, world_size=1, timeout=60) == [2.0 * TILES * 64]

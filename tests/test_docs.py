@@ -198,7 +198,10 @@ def test_porting_table_covers_the_constructs_users_meet() -> None:
 CITED_TEST = re.compile(r"`(?:tests/)?(test_\w+\.py)::(test_\w+)")
 
 
-@pytest.mark.parametrize("page", ["README.md", *(f"docs/{g}" for g in GUIDES)])
+NOTES = sorted(f"docs/notes/{p.name}" for p in (DOCS / "notes").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", ["README.md", *(f"docs/{g}" for g in GUIDES), *NOTES])
 def test_cited_tests_exist(page: str) -> None:
     """Every ``test_file.py::test_name`` the docs cite names a test function of that file
     (a rename once left docs/sanitizer.md citing a test that no longer existed)."""

@@ -588,7 +588,7 @@ def test_mega_moe_sync_hangs_when_a_peer_is_one_barrier_ahead(
         _mega_moe_run(monkeypatch, 0, 3)
     assert isinstance(err.value.failures[0], hp.HcclDeadlockError)
     text = str(err.value)
-    assert "rank 0 polls bytes [64, 68) of WindowsIn of rank 0" in text, text
+    assert "rank 0 AIV core 1 polls bytes [64, 68) of WindowsIn of rank 0" in text, text
     assert "which keep the value 2" in text, text
 
 
