@@ -692,7 +692,8 @@ def test_a_timeout_names_the_ranks_that_wait_in_no_collective() -> None:
     process-group timeout (as long as hccl_py's) sometimes fired first with its raw error. Rank
     2 waits from a kernel's core, which a first version left off the board (named absent)."""
     with pytest.raises(hp.WorldError) as info:
-        hp.run(_one_rank_stuck_in_its_own_code, world_size=3, backend="gloo", timeout=3)
+        # 5 s: rank 2's kernel must have posted its wait by rank 0's timeout, on a loaded machine
+        hp.run(_one_rank_stuck_in_its_own_code, world_size=3, backend="gloo", timeout=5)
     timeouts = {r: e for r, e in info.value.failures.items() if isinstance(e, hp.HcclTimeoutError)}
     assert timeouts and set(timeouts) <= {0, 2}, info.value  # the other may stop as a peer first
     for rank, error in timeouts.items():
@@ -722,10 +723,11 @@ def test_a_caught_failed_wait_blocks_nobody_on_the_board(tmp_path: Path) -> None
     """A wait that failed stays on the board marked as failed: rank 1, waiting in the world's
     all_reduce for rank 0 (which timed out in the pair's and computes), was told of a
     deadlock with rank 0's old wait. Rank 1 starts its wait once rank 0's failed: its 1.5 s
-    wait is the only time that counts, against a 4 s timeout."""
+    wait is the only time that counts, against a 7 s timeout (rank 0's first wait takes all
+    of it: 4 s left a loaded machine only 2.5 s to spare)."""
     flag = str(tmp_path / "timed_out")
     got = hp.run(
-        _goes_on_after_a_caught_timeout, args=(flag,), world_size=2, backend="gloo", timeout=4
+        _goes_on_after_a_caught_timeout, args=(flag,), world_size=2, backend="gloo", timeout=7
     )
     assert got == [(2.0, 2.0), (2.0, 2.0)], got
 
