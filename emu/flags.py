@@ -37,10 +37,11 @@ from .watch import _plan
 #: Status-sized ranges a core keeps in mind (:attr:`FlagPolls.held_reads`): a loop that
 #: polls up to this many status areas in turn through held views is seen polling.
 HELD_RECENT = 8
-#: Reads of the same unchanged bytes of a GM argument before they count as a poll, with no
-#: new or changed small GM read of the core in between (a loop may read up to
-#: :data:`HELD_RECENT` flags in turn): a kernel reads its inputs and workspace words again
-#: without polling them, and only a loop that spins should become a scheduling point.
+#: Reads in a row of the same unchanged bytes of a GM argument before they count as a poll:
+#: a kernel reads its inputs and workspace words again without polling them, and only a
+#: loop that spins should become a scheduling point. Flags read in turn are no poll here: by
+#: the operations alone such a loop cannot be told from one that re-reads a few config words
+#: per turn beside work of its own (tried on 2026-11-29, and reverted for that).
 GM_POLL_AFTER = 8
 
 
@@ -86,9 +87,8 @@ class FlagPolls(KernelMode):
         #: The status-sized window ranges this core read lately, newest last: one read again
         #: is a poll (a loop that reads two status areas alternately polls both).
         self.held_reads: OrderedDict[tuple, None] = OrderedDict()
-        #: The small GM argument ranges this core read lately, newest last: their bytes and
-        #: how often they were read unchanged since the core last read new or changed bytes.
-        self.gm_recent: OrderedDict[tuple, tuple[bytes, int]] = OrderedDict()
+        #: The last GM argument bytes this core read, their value and how often in a row.
+        self.gm_last: tuple = (None, b"", 0)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
@@ -100,26 +100,16 @@ class FlagPolls(KernelMode):
         """Report the flag reads of an operation that ran (``result``) as polls."""
         if not self.windows or self.internal():
             return
-        tracked = bool(self.gm_recent)  # GM reads in mind: does this operation do real work?
-        progress = False
         for i, name, written in _plan(func):
             value = args[i] if i < len(args) else kwargs.get(name)
-            if not isinstance(value, torch.Tensor) or value.numel() == 0:
-                continue
-            if written:
-                progress = True
+            if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
                 continue
             window = self.windows.get(value.untyped_storage().data_ptr())
             if window is None:
-                progress = progress or (
-                    tracked and value.numel() * value.element_size() > POLL_BYTES
-                )
                 continue
             size = value.numel() * value.element_size()
             if isinstance(window, GmFlagArea):
-                if size > POLL_BYTES:
-                    progress = True
-                elif self._spins(window, runs := byte_runs(value)[0]):
+                if size <= POLL_BYTES and self._spins(window, runs := byte_runs(value)[0]):
                     self._poll(window, value, runs)
             elif size <= POLL_BYTES:
                 self._poll(window, value, byte_runs(value)[0])
@@ -133,33 +123,15 @@ class FlagPolls(KernelMode):
                     self._poll(window, value, runs)
             elif size <= HELD_POLL_BYTES and self._again(window, value):  # a status area
                 self._poll(window, value, byte_runs(value)[0])
-        if progress and self.gm_recent:  # a write or a large read: no spin, counts start again
-            self._restart_counts()
-
-    def _restart_counts(self) -> None:
-        """The core did something else than read its small GM words again: no spin yet."""
-        recent = self.gm_recent
-        for key, (value, _) in recent.items():
-            recent[key] = (value, 0)
 
     def _spins(self, area: GmFlagArea, runs: Runs) -> bool:
         """Whether this core read these bytes of ``area``, unchanged, :data:`GM_POLL_AFTER`
-        times since it last read small GM bytes that were new to it or had changed (a loop
-        over flags read in turn spins; one that also reads a new word each turn does not);
-        notes the read."""
+        times in a row; notes the read."""
         key = (id(area), tuple(runs))
         seen = b"".join(area.host_bytes(a, b) for a, b in runs)
-        recent = self.gm_recent
-        known = recent.get(key)
-        if known is None or known[0] != seen:  # progress: every count starts again
-            self._restart_counts()
-            count = 1
-        else:
-            count = known[1] + 1
-        recent[key] = (seen, count)
-        recent.move_to_end(key)
-        if len(recent) > HELD_RECENT:
-            recent.popitem(last=False)
+        last, value, count = self.gm_last
+        count = count + 1 if (last, value) == (key, seen) else 1
+        self.gm_last = (key, seen, count)
         return count >= GM_POLL_AFTER
 
     def _again(self, window: WindowAllocation | GmFlagArea, value: torch.Tensor) -> bool:
