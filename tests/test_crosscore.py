@@ -284,7 +284,7 @@ def _tile_loop() -> float:
 
 
 def test_a_tile_loop_that_rereads_two_config_words_is_no_poll() -> None:
-    """A review found the first rule for flags read in turn calling this correct kernel a
-    deadlock (its two words read 8 times with nothing new between them): its GM writes and
-    larger reads are progress."""
+    """A review found the rule that took flags read in turn for a poll (tried and reverted)
+    calling this correct kernel a deadlock: its two words read 8 times with nothing new
+    between them."""
     assert hp.run(_tile_loop, world_size=1, timeout=60) == [2.0 * TILES * 64]
