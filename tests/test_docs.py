@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib.util
 import inspect
 import io
@@ -205,11 +206,15 @@ NOTES = sorted(f"docs/notes/{p.name}" for p in (DOCS / "notes").glob("*.md"))
 def test_cited_tests_exist(page: str) -> None:
     """Every ``test_file.py::test_name`` the docs cite names a test function of that file
     (a rename once left docs/sanitizer.md citing a test that no longer existed)."""
-    missing = []
-    for file, name in CITED_TEST.findall(_read(ROOT / page)):
-        path = ROOT / "tests" / file
-        tree = ast.parse(_read(path)) if path.exists() else None
-        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)} if tree else ()
-        if name not in defined:
-            missing.append(f"{file}::{name}")
-    assert missing == []
+    cited = CITED_TEST.findall(_read(ROOT / page))
+    assert [f"{f}::{name}" for f, name in cited if name not in _functions_of(f)] == []
+
+
+@functools.cache
+def _functions_of(file: str) -> frozenset[str]:
+    """The functions tests/``file`` defines (none where there is no such file)."""
+    path = ROOT / "tests" / file
+    if not path.exists():
+        return frozenset()
+    tree = ast.parse(_read(path))
+    return frozenset(n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
 from ..core.task import op_name
+from ..kernel.context import core_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
 from .binding import Binding
@@ -27,7 +28,7 @@ from .half_alltoallv import WindowWriter
 from .handle import Handle
 from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender
-from .state import ClientState, core_name
+from .state import ClientState
 
 
 class HandleControl:

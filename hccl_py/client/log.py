@@ -17,7 +17,7 @@ from typing import Any
 from ..core.current import serial
 from ..core.report import plain_repr
 from ..core.template import misfit_or_raise
-from ..kernel.context import current_core_context, current_rank_context
+from ..kernel.context import core_name, current_core_context, current_rank_context
 from ..trace.hooks import recorder, traced_call
 from ..trace.recorder import _recorders as _live_recorders
 
@@ -37,7 +37,7 @@ def _where() -> str:
     rank = current_rank_context(required=False)
     core = current_core_context()
     who = f"rank {rank.rank}" if rank is not None else "no rank"
-    return f"{who} {core.kind.name} core {core.block_idx}" if core is not None else who
+    return f"{who} {core_name(core)}" if core is not None else who
 
 
 def _show(arg: Any) -> str:

@@ -13,17 +13,13 @@ from typing import Protocol
 from ..core.constants import HcclCMDType, HcclDataType
 from ..core.gm import GmAddr
 from ..core.task import Task, op_name
+from ..kernel.context import core_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 from .failures import breach
 from .handle import Handle
 
 #: How to order every core's Waits before the sending core's Finalize.
 FIX = "call SyncAll() after the last Wait of every core and before Finalize"
-
-
-def core_name(core: CoreContext) -> str:
-    """``AIV core 1``: a core of the running kernel, as reports name it."""
-    return f"{core.kind.name} core {core.block_idx}"
 
 
 class Sender(Protocol):

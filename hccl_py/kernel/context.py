@@ -143,6 +143,11 @@ def current_core_context() -> Any:
     return _core.get()
 
 
+def core_name(core: Any) -> str:
+    """``AIV core 1``: a core of a running kernel (a ``CoreContext``), as reports name it."""
+    return f"{core.kind.name} core {core.block_idx}"
+
+
 def get_rank() -> int:
     """This rank's index in the world."""
     return current_rank_context().rank

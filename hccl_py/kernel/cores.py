@@ -30,6 +30,7 @@ from ..trace.hooks import core_tid, recorder
 from ..trace.recorder import now_us
 from .context import (
     RankContext,
+    core_name,
     current_core_context,
     current_rank_context,
     set_core_context,
@@ -210,7 +211,7 @@ class LaunchState:
                 or bool(self.returned and self._absent(only_aiv))
             ),
             lambda: (
-                f"rank {rank} {core.kind.name} core {core.block_idx} waits in SyncAll: "
+                f"rank {rank} {core_name(core)} waits in SyncAll: "
                 f"{self._barrier_arrived[only_aiv]} of {n} cores arrived"
             ),
         )
@@ -219,7 +220,7 @@ class LaunchState:
                 self._pass(core, only_aiv)
                 return
             blocker.raise_if_failed()
-            gone = ", ".join(f"{c.kind.name} core {c.block_idx}" for c in self._absent(only_aiv))
+            gone = ", ".join(map(core_name, self._absent(only_aiv)))
             arrived = self._barrier_arrived[only_aiv]
             raise HcclDeadlockError(
                 f"SyncAll can never complete: {gone} returned from the kernel without arriving "
@@ -295,7 +296,7 @@ def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
     previous = current_core_context()
     set_core_context(core)
-    who = "" if core.launch.alone else f"{core.kind.name} core {core.block_idx}"
+    who = "" if core.launch.alone else core_name(core)
     try:
         with core.launch.rank_ctx.server.core_scope(core.launch.rank_ctx.rank, who):
             kernel(*args)
@@ -360,9 +361,7 @@ def _run_cores(
                 ((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), errors[0]
             )
             if hasattr(exc, "add_note"):
-                exc.add_note(
-                    f"raised on rank {rank_ctx.rank}, {core.kind.name} core {core.block_idx}"
-                )
+                exc.add_note(f"raised on rank {rank_ctx.rank}, {core_name(core)}")
             raise exc
 
 

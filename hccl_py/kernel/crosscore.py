@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import HcclCoreError, HcclDeadlockError
+from .context import core_name
 from .cores import AIC, AIV, CoreContext, LaunchState, current_core_context
 
 #: Flag ids a core has (``flagId`` 0..15).
@@ -243,8 +244,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     blocker.wait_for(
         released_or_stuck,
         lambda: (
-            f"rank {launch.rank_ctx.rank} {core.kind.name} core {core.block_idx} waits in "
-            f"CrossCoreWaitFlag({flagId})"
+            f"rank {launch.rank_ctx.rank} {core_name(core)} waits in CrossCoreWaitFlag({flagId})"
         ),
     )
     with blocker.cond:
@@ -256,7 +256,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
             return
         blocker.raise_if_failed()
     raise HcclDeadlockError(
-        f"CrossCoreWaitFlag({flagId}) on {core.kind.name} core {core.block_idx} can never "
+        f"CrossCoreWaitFlag({flagId}) on {core_name(core)} can never "
         "return: every other core returned from the kernel and no Set of this flag is "
         "pending for this core; every Set must be paired with a Wait on each receiving core",
         rank=launch.rank_ctx.rank,
