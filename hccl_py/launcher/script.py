@@ -9,13 +9,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import util as mp_util
 from typing import IO, Any
 
 from ..core import errors
+from ..server.threads import join_all
 from . import exchange, forked, sealed
 from . import store as kv
 from .forkserver import (
@@ -225,9 +225,7 @@ def run_script(opts: RunnerOptions) -> int:
         remove_job_files(base_env[TOKEN_ENV])
         if main:
             signal.signal(signal.SIGTERM, previous)
-    deadline = time.monotonic() + READERS_WAIT_S  # one wait for all: a pipe held open elsewhere
-    for reader in readers:
-        reader.join(timeout=max(0.0, deadline - time.monotonic()))
+    join_all(readers, READERS_WAIT_S)  # one wait for all: a pipe held open elsewhere
     early = {c.rank for c in children if c.ended_in_run}
     failed = {rank: code for rank, code in sorted(codes.items()) if code != 0 or rank in early}
     if host is not None and opts.nnodes > 1 and not failed:

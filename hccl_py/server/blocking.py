@@ -38,7 +38,7 @@ from ..core.errors import (
     HcclTimeoutError,
 )
 from ..core.grouping import group_rank_lines
-from .threads import CORE_THREADS, PoolJob, WakeCondition
+from .threads import CORE_THREADS, PoolJob, WakeCondition, join_all
 
 #: Unchanged polls after which a polling thread counts as spinning.
 SPIN_POLLS = 10_000
@@ -139,9 +139,7 @@ class Blocker:
 
     def join_spawned(self, threads: list[Any], what: Text) -> None:
         """Wait (at most :data:`JOIN_S`) for ``threads``; a failed world releases them at once."""
-        deadline = time.monotonic() + JOIN_S
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+        join_all(threads, JOIN_S)
 
     def point(self) -> None:
         """A switch point (the start of an hccl_py call): threads here switch on their own."""

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -285,6 +285,14 @@ class _Worker:
         return reuse
 
 
+def join_all(threads: Iterable[Any], timeout: float) -> None:
+    """Join ``threads`` (anything with ``join(timeout)``), ``timeout`` seconds in
+    all, not each: one stuck thread does not multiply the wait."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
 def start_thread(thread: threading.Thread, what: str, advice: str = "") -> None:
     """Start ``thread``; one the OS refuses (no thread left) is an HcclRunnerStartError that
     names ``what`` it was for and ends with ``advice``."""
@@ -371,9 +379,7 @@ class ThreadPool:
             ending = [w for w in self._workers if w.job is None or not w.job.interrupted]
         for worker in idle:
             worker.give(None)
-        deadline = time.monotonic() + timeout
-        for worker in ending:
-            worker.thread.join(max(0.0, deadline - time.monotonic()))
+        join_all((worker.thread for worker in ending), timeout)
 
     def _forget(self) -> None:
         """In a forked child: the parent's threads do not exist here."""
