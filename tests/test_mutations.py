@@ -24,11 +24,13 @@ import pytest
 from hccl_py.backends.emu.runners import RUNNERS_ENV
 from launch_helpers import SLOW, VERDICT
 from mutants import (
+    EXPLORE,
     SAMPLES_DIR,
     SampleSpec,
     barrier_helpers,
     find_sites,
     judge,
+    missed_explore,
     mutant,
     mutant_tree,
     prepared_cache_clear,
@@ -992,7 +994,7 @@ def _mutant_cases() -> list:
 @pytest.mark.parametrize(("name", "site_id"), _mutant_cases())
 def test_mutant_is_reported_as_the_table_says(name: str, site_id: str) -> None:
     stage, evidence = EXPECTED[name][site_id]
-    verdict = judge(SPECS[name], site_id)
+    verdict = judge(SPECS[name], site_id, missed_explore() if stage == "missed" else EXPLORE)
     hint = "python tests/mutants.py lists every verdict next to the table's"
     assert verdict.stage == stage, f"{name} without {site_id}: {verdict}; {hint}"
     if stage != "missed":
@@ -1017,3 +1019,12 @@ def test_doc_names_every_skipped_sample() -> None:
     section = "\n".join(_doc_section())
     for sample, reason in SKIPPED.items():
         assert f"`{sample}`: {reason}" in section
+
+
+@pytest.mark.parametrize("text", ["0", "17", "four", "-1"])
+def test_missed_explore_refuses_what_is_not_a_schedule_count(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MUTANTS_MISSED_EXPLORE", text)
+    with pytest.raises(ValueError, match=rf"MUTANTS_MISSED_EXPLORE='{text}': expected a number"):
+        missed_explore()
