@@ -595,6 +595,39 @@ def test_processes_a_rank_of_hp_run_started_end_with_it() -> None:
     _assert_gone(hp.run(_starts_a_child, world_size=2, backend="gloo", timeout=HANG_BOUND_S))
 
 
+def test_processes_a_killed_rank_started_end_with_the_run(tmp_path: Path, short_tmp: Path) -> None:
+    """A rank that SIGKILL ends cannot kill what it started (its ``end_own_group`` never runs):
+    the runner kills what is left of the rank's process group once it sees the rank ended."""
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os, signal, subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = _runner_on_two_gloo_ranks(script, short_tmp)
+    children = [int(p) for p in re.findall(r"\] child (\d+)$", out.stdout, re.M)]
+    assert out.returncode != 0 and len(children) == 2, out.stdout + out.stderr
+    assert "rank 1 was killed by SIGKILL" in out.stdout + out.stderr, out.stdout + out.stderr
+    _assert_gone(children)
+
+
+def _starts_a_child_and_dies(folder: str) -> None:
+    pid = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]).pid
+    Path(folder, f"{hp.get_rank()}.pid").write_text(str(pid))
+    if hp.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    hp.barrier()
+
+
+def test_processes_a_killed_rank_of_hp_run_started_end_with_it(tmp_path: Path) -> None:
+    """The same for a rank that hp.run started itself."""
+    with pytest.raises(hp.WorldError, match="rank 1"):
+        hp.run(_starts_a_child_and_dies, 2, "gloo", timeout=60, args=(str(tmp_path),))
+    _assert_gone([int(f.read_text()) for f in tmp_path.glob("*.pid")])
+
+
 def test_a_rank_that_exits_with_0_inside_hp_run_is_a_failure(
     tmp_path: Path, short_tmp: Path
 ) -> None:

@@ -242,15 +242,24 @@ def end_own_group() -> None:
     what its script started and left running would outlive the run and hold its output
     pipes. Read from ``/proc`` while the rank is alive, so the group is certainly its own."""
     me = os.getpid()
-    if os.getpgrp() != me or not os.path.isdir("/proc"):
+    if os.getpgrp() == me:
+        kill_group_members(me)
+
+
+def kill_group_members(pgid: int) -> None:
+    """SIGKILL every process of process group ``pgid`` (read from ``/proc``) but ``pgid``
+    itself. Its leader's own call (:func:`end_own_group`), or its supervisor's once the
+    leader ended (a rank killed by a signal cannot clean up): the group's number is not given
+    to another process while it has members, so the processes found are the group's."""
+    if not os.path.isdir("/proc"):
         return
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) == pgid:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) == me:  # state, ppid, pgrp
+            if int(fields[2]) == pgid:  # state, ppid, pgrp
                 os.kill(int(name), signal.SIGKILL)
         except (OSError, ValueError, IndexError):  # gone meanwhile, or not readable
             continue

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import exchange, sealed
 from . import store as kv
-from .liveness import GRACE_S, ask_stack, exit_text, rank_died
+from .liveness import GRACE_S, ask_stack, exit_text, kill_group_members, rank_died
 
 #: Seconds a killed process gets between SIGTERM and SIGKILL.
 KILL_WAIT_S = 2.0
@@ -41,6 +41,8 @@ class Child:
         self.output_done: threading.Event | None = None
         #: Whether it exited with code 0 inside hp.run, before reporting its outcome.
         self.ended_in_run = False
+        #: Whether what was left of its process group was killed after it ended.
+        self.group_ended = False
 
     def how_it_ended(self, code: int) -> str:
         """``exited with code 1``, with the last line of its error output when there is one."""
@@ -60,9 +62,13 @@ class Child:
         return exit_text(code)
 
     def poll(self) -> int | None:
-        if isinstance(self.proc, subprocess.Popen):
-            return self.proc.poll()
-        return self.proc.exitcode
+        """Its exit code, None while it runs. Once it has ended, what is left of its process
+        group (its session) is killed: a rank that a signal ended could not do it itself."""
+        code = self.proc.poll() if isinstance(self.proc, subprocess.Popen) else self.proc.exitcode
+        if code is not None and self.session and not self.group_ended:
+            self.group_ended = True
+            kill_group_members(self.proc.pid)
+        return code
 
     def signal(self, sig: int) -> None:
         if self.poll() is not None:
