@@ -24,6 +24,7 @@ from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.kernel.context import RankContext, set_rank_context
 from hccl_py.server.protocol import Backend
 
+from .exit_guard import guarded
 from .runners import FEWER_THREADS
 from .world import EmuWorld
 
@@ -68,7 +69,7 @@ class EmuBackend(Backend):
                 return
             set_rank_context(RankContext(rank, n, config, world, world.blocker))
             try:
-                with world.host_scope(rank):
+                with world.host_scope(rank), guarded():
                     results[rank] = fn(*per_rank[rank])
                 world.group_log.ended(rank)
             except BaseException as exc:  # noqa: BLE001 - collected and re-raised as WorldError
