@@ -10,11 +10,13 @@ into :class:`~.half_alltoallv.WindowWriter` for AlltoAllvWrite.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
 
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
+from ..core.gm import what_is
 from ..core.task import op_name
 from ..kernel.context import core_name
 from ..kernel.cores import CoreContext
@@ -81,7 +83,7 @@ class HandleControl:
         """-1 for a handle id that Prepare never returned (out of range, or not yet)."""
         return self._failures.breach(
             "unknown-handle",
-            f"{call}: handle {handleId} is out of range or was never returned by Prepare",
+            unknown_handle_text(call, handleId, "is out of range or was never returned by Prepare"),
             handle=handleId,
         )
 
@@ -97,7 +99,9 @@ class HandleControl:
         if info is None:
             breach(
                 "unknown-handle",
-                f"Commit: handle {handleId} was never returned by Prepare; nothing sent",
+                unknown_handle_text(
+                    "Commit", handleId, "was never returned by Prepare; nothing sent"
+                ),
                 None,
                 handle=handleId,
             )
@@ -335,6 +339,7 @@ class HandleControl:
         valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
         other = b.state.launch.clients.get(int(srcGroupID)) if valid else None
         if other is None or other is b.state:
+            b.n_syncs += 1  # the client checks neither argument: its message takes a slot
             breach(
                 "sync-target",
                 f"InterHcclGroupSync: srcGroupID {srcGroupID} is not another initialised domain "
@@ -356,6 +361,7 @@ class HandleControl:
         src = other.tasks.get(srcHandleID) if valid_id else None
         if src is None and sender:
             if not valid_id or other.sender_core is core:
+                b.n_syncs += 1
                 breach(
                     "unknown-handle",
                     f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain "
@@ -369,3 +375,18 @@ class HandleControl:
             b.state.deps.append(src)
         b.n_syncs += 1
         self._failures.ok(None)
+
+
+def unknown_handle_text(call: str, handleId: Any, why: str) -> str:
+    """What is wrong with a handle that names no task: ``why`` for an int, its type otherwise
+    (a ``"0"`` is no handle 0 that Prepare failed to return)."""
+    if isinstance(handleId, bool):
+        return f"{call}: the handle must be an int, the id that Prepare returned, not a bool"
+    try:
+        operator.index(handleId)
+    except TypeError:
+        return (
+            f"{call}: the handle must be an int, the id that Prepare returned, not "
+            f"{what_is(handleId)}"
+        )
+    return f"{call}: handle {handleId} {why}"

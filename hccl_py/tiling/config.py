@@ -275,7 +275,17 @@ class Mc2CcTilingConfig:
 
     @_host_call
     def SetStepSize(self, stepSize: int) -> int:
-        """Set the fine-grained step size of pairwise algorithms (uint8; used on A3)."""
+        """Set the fine-grained step size of pairwise algorithms (uint8; used on A3).
+
+        hccl_tiling.cpp stores it only on the A2/A3 arch (DAV_2201) and returns 1 elsewhere:
+        on Ascend 950 the call fails and the tiling keeps its step size.
+        """
+        ctx = current_rank_context(required=False)
+        if ctx is not None and ctx.config.platform.short == "950":
+            return self._fail(
+                "SetStepSize: only on Atlas A2/A3 (DAV_2201); on Ascend 950 it returns 1 and "
+                "leaves the tiling's stepSize as it was"
+            )
         return self._set("_stepSize", "SetStepSize: stepSize", stepSize, 0, _UINT8_MAX)
 
     @_host_call
