@@ -126,13 +126,16 @@ SPLIT_COUNTS = {torch.float32: 20_001, torch.float16: 40_003, torch.bfloat16: 32
 
 def large_exact_all_reduces() -> list[torch.Tensor]:
     """Per rank: exact AllReduces (SUM, MAX) of rounds that take the reduce-scatter path,
-    on the world group and on a group whose domain order reverses the world's."""
+    on the world group and on a group whose domain order reverses the world's; rank 0 holds
+    a NaN every 97 elements."""
     reverse = hp.new_group([2, 1, 0])
     gen = torch.Generator().manual_seed(hp.get_rank())
     out = []
     for dtype, count in SPLIT_COUNTS.items():
         for op, group in (("sum", None), ("max", None), ("sum", reverse)):
             x = (torch.randn(count, generator=gen) * 1000).to(dtype)
+            if hp.get_rank() == 0:  # NaNs in every chunk: their bits must not depend on the cut
+                x[::97] = NAN
             hp.all_reduce(x, op=op, group=group)
             out.append(x)
     return out

@@ -5,7 +5,7 @@ result never depends on thread timing. Precision: floating-point SUM
 accumulates in float32 (FP16 and BF16 inputs are widened) and rounds once to
 the element type at the end; integer SUM accumulates in int64 and wraps to the
 element type (two's complement), as integer adders do. MAX and MIN are exact;
-a NaN in any rank gives NaN.
+a NaN in any rank gives NaN, always the dtype's default one (payloads are not kept).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def reduce_ranks(
             acc.copy_(stacked[0])
         for k in range(1, len(stacked)):
             acc += stacked[k]
-        return _into(acc.to(dtype), out)
+        return _one_nan(_into(acc.to(dtype), out))
     combine = {
         HcclReduceOp.HCCL_REDUCE_MAX: torch.maximum,
         HcclReduceOp.HCCL_REDUCE_MIN: torch.minimum,
@@ -51,7 +51,22 @@ def reduce_ranks(
     acc = stacked[0].clone() if out is None else out.copy_(stacked[0])
     for k in range(1, len(stacked)):
         acc = combine(acc, stacked[k], out=acc)
-    return acc
+    return _one_nan(acc)
+
+
+def _one_nan(result: torch.Tensor) -> torch.Tensor:
+    """``result`` with every NaN made the dtype's default NaN, in place.
+
+    torch's vectorised maximum, minimum and narrowing casts give other NaN payloads than
+    their scalar tails, and where a tail falls depends on how the elements are cut up: the
+    emulator reduces a round whole, gloo's exact mode chunk by chunk. One NaN keeps the two
+    bit-identical.
+    """
+    if result.is_floating_point():
+        nan = torch.isnan(result)
+        if nan.any():
+            result.masked_fill_(nan, float("nan"))
+    return result
 
 
 def _into(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
