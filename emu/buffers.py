@@ -24,7 +24,9 @@ back unchanged (the rank's own block of an in-place AllGather or AlltoAll) or
 never writes (``skipLocalRankCopy``) are no pending write. A ``.numpy()``
 view of pending receive bytes hides the reads made through it: a warning
 ("buffer-race"), never an error. Hcomm reads into plain GM share these marks and this
-watch until their channel's Drain (:mod:`.posted`).
+watch until their channel's Drain (:mod:`.posted`). A Commit whose round the server would
+read or write where another domain's pending round writes or reads, with no Wait and no
+InterHcclGroupSync between them, is a race too: the domains' servers run independently.
 """
 
 from __future__ import annotations
@@ -238,15 +240,57 @@ class BufferRaces:
         while a round that must finish first is not committed by this rank (the task waits
         behind it), keep them until that Commit; then mark the rounds it releases."""
         rnd = Round(task, round_idx, user_place())
+        clashes = []
         with self.lock:
             if self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
+                clashes.append(self._across_domains(rank, rnd))
                 self._mark(rank, rnd)
             for held in list(self.gated[rank]):
                 if held is not rnd and not self._gated(rank, held.task):
                     self.gated[rank].remove(held)
+                    clashes.append(self._across_domains(rank, held))
                     self._mark(rank, held)
+        for clash in clashes:
+            if clash is not None:
+                raise clash
+
+    def _across_domains(self, rank: int, rnd: Round) -> HcclRaceError | None:
+        """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
+        ``rnd`` meet another domain's pending round of this rank that nothing orders with it
+        (no Wait of it yet, no InterHcclGroupSync either way)."""
+        task = rnd.task
+        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
+        if not others or task.seq not in self.slots(task.domain_name):
+            return None
+        unordered = {t for t in others if self._unordered(t, task)}
+        for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
+            memory = alloc.memory
+            if not unordered or memory is None or not memory[0]:
+                continue
+            starts, ends = round_runs(task, side, rnd.index)
+            runs = [(memory[1] + lo, memory[1] + hi) for lo, hi in zip(starts, ends, strict=True)]
+            marks = [
+                mark
+                for pending in self.pending[rank].get(memory[0], ())
+                if isinstance(pending, Pending) and pending.task in unordered
+                for mark in pending.marks()
+            ]
+            found = findings(marks, runs, written=side == "recv") if runs else []
+            if found:
+                return _cross_domain_error(rnd, side, found[0], rank)
+        return None
+
+    def _unordered(self, other: Task, task: Task) -> bool:
+        """Whether the server may run ``other`` (another domain's, this launch's) and ``task``
+        in either order: neither waits for the other through InterHcclGroupSync."""
+        if other.seq not in self.slots(other.domain_name):  # an earlier launch's: it finished
+            return False
+        last = Round(other, other.repeat - 1, None)
+        if Ordered(task, -1, self.slots).covers(last):
+            return False
+        return not Ordered(other, -1, self.slots).covers(Round(task, task.repeat - 1, None))
 
     def _gated(self, rank: int, task: Task) -> bool:
         """Whether global rank ``rank`` has not committed every round of a task that must
@@ -383,3 +427,24 @@ class BufferRaces:
         ]
         marks.sort(key=lambda mark: mark.round.order)  # stable: a round's send side first
         return findings(marks, runs, written)
+
+
+def _cross_domain_error(rnd: Round, side: str, found: Finding, rank: int) -> HcclRaceError:
+    """The report of ``rnd``, whose server ``side`` meets ``found``: another domain's round."""
+    mark, other = found.mark, found.mark.round
+    base = mark.alloc.memory[1]
+    theirs = _SERVER_DOES[mark.side]
+    return HcclRaceError(
+        f"collective buffer race between domains: the server {_SERVER_DOES[side]} bytes "
+        f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} for {rnd.describe()} of "
+        f"domain {rnd.task.domain_name}, committed at {rnd.where}, and {theirs} them for "
+        f"{other.describe()} of domain {other.task.domain_name}, committed at {other.where}; "
+        "nothing orders the two rounds (no Wait of the first before this Commit, no "
+        "InterHcclGroupSync between the tasks), and the servers of two domains run their tasks "
+        "independently (on hardware and on gloo), so which one moves these bytes first is "
+        f"left to chance. Wait({other.task.handle}) on the first domain's object before the "
+        "Commit, or order the tasks with InterHcclGroupSync; see "
+        "docs/sanitizer.md#buffer-races",
+        rank=rank,
+        **rnd.facts(),
+    )

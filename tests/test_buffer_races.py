@@ -509,7 +509,61 @@ def test_a_wait_orders_the_tasks_its_task_depends_on_through_inter_hccl_group_sy
     with pytest.raises(hp.WorldError) as info:  # without the sync nothing orders the AllGather
         _on_two_domains(_two_domains(synced=False))
     err = info.value.failures[0]
+    # found at the AllReduce's Commit: it writes x in place, which the AllGather of the other
+    # domain sends, and the two domains' servers may run them in either order
+    assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllReduce", 0)
+    assert "race between domains: the server writes bytes [0, 32) of x" in str(err)
+    assert "reads them for round 0 of handle 0 (AllGather" in str(err)
+
+
+def _chained(order: str) -> Kernel:
+    """Domain 0 gathers x into mid, domain 1 gathers mid into y; ``order``: what orders the
+    second after the first ("sync": InterHcclGroupSync, "wait": a Wait before its Commit)."""
+
+    def kernel(xGM: Any, midGM: Any, yGM: Any, tilingGM: Any) -> None:
+        first_domain = init_hccl(hp.Hccl(), tilingGM, 0, ops=("AllGather",))
+        second_domain = init_hccl(hp.Hccl(), tilingGM, 1, ops=("AllGather",))
+        gather = first_domain.AllGather[True](xGM, midGM, N, F32, 0)
+        if order == "sync":
+            second_domain.InterHcclGroupSync(0, gather)
+        if order == "wait":
+            first_domain.Wait(gather)
+        second_domain.Wait(second_domain.AllGather[True](midGM, yGM, 2 * N, F32, 0))
+        if order != "wait":
+            first_domain.Wait(gather)
+        second_domain.Finalize()
+        first_domain.Finalize()
+
+    def main() -> torch.Tensor:
+        groups = {0: hp.world_group(), 1: hp.new_group([1, 0])}
+        x, mid, y = torch.full((N,), hp.get_rank() + 1.0), torch.zeros(2 * N), torch.zeros(4 * N)
+        hp.launch(kernel, x, mid, y, make_tiling(groups=groups), groups=groups)
+        return y
+
+    return main
+
+
+@pytest.mark.parametrize("order", ["sync", "wait"])
+def test_a_round_of_one_domain_ordered_after_another_domains_round_is_no_race(order: str) -> None:
+    for options in SCHEDULES:
+        for y in hp.run(_chained(order), world_size=2, timeout=TIMEOUT, **options):
+            # every rank's mid is [1] * N + [2] * N; domain 1 gathers rank 1's, then rank 0's
+            assert y.tolist() == ([1.0] * N + [2.0] * N) * 2, y
+
+
+def test_a_round_that_sends_another_domains_pending_receive_range_is_a_race() -> None:
+    """The two domains' servers run their tasks independently (gloo's domains do): without an
+    InterHcclGroupSync or a Wait, domain 1 may send mid before domain 0 wrote it. Before
+    2026-11-30 the emulator ran the older round first and reported nothing, while gloo sent
+    the zeros."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_chained("none"), world_size=2, timeout=TIMEOUT)
+    err = info.value.failures[0]
     assert isinstance(err, hp.HcclRaceError) and (err.op, err.handle) == ("AllGather", 0)
+    assert err.domain == "group_1_0"
+    assert "race between domains: the server reads bytes [0, 64) of mid" in str(err)
+    assert "writes them for round 0 of handle 0 (AllGather" in str(err)
+    assert "of domain hccl_world_group" in str(err)
 
 
 def _gated(write_after_commit: bool) -> Kernel:

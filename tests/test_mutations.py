@@ -510,7 +510,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "reduce_scatter_repeat:SyncAll#1": ("explore", DEADLOCK),
     },
     "alltoall_allgather_custom": {
-        "alltoall_allgather_custom:InterHcclGroupSync#1": ("default", CHECK),
+        "alltoall_allgather_custom:InterHcclGroupSync#1": ("default", "HcclRaceError"),
         "alltoall_allgather_custom:Wait#1": _missed(FINALIZE_WAITS),
         "alltoall_allgather_custom:Wait#2": _missed(FINALIZE_WAITS),
         "alltoall_allgather_custom:SyncAll#1": ("explore", DEADLOCK),
@@ -586,7 +586,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "NonLocalCommunication:SyncAll#1": _missed(OWN_WAIT),
         "NonLocalCommunication:SyncAll#2": ("default", "HcclRaceError"),
         "CommunicateTile:InterHcclGroupSync#1": _missed(DISJOINT_TILES),
-        "CommunicateTile:InterHcclGroupSync#2": ("default", CHECK),
+        "CommunicateTile:InterHcclGroupSync#2": ("default", "HcclRaceError"),
         "NonLocalCalculation:Wait#1": ("default", "HcclRaceError"),
         "NonLocalCalculation:SyncAll#1": _missed(OWN_WAIT),
         "NonLocalCalculation:SyncAll#2": ("default", CHECK),
