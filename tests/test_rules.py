@@ -690,10 +690,11 @@ def test_rule_raises_when_strict(backend: str, name: str) -> None:
 
 
 def _limit_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list, syncs: int) -> None:
-    """Domain 1 prepares one task; domain 0 syncs on it ``syncs`` times, then prepares until -1."""
+    """Domain 1 prepares one task; domain 0 syncs on it ``syncs`` times, then prepares until -1.
+    The domains write different bytes of y: with no sync nothing orders their tasks."""
     h0 = init_hccl(Hccl(), tilingGM, 0, ("AllReduce",))
     h1 = init_hccl(Hccl(), tilingGM, 1, ("AllReduce",))
-    src = h1.AllReduce[True](xGM, yGM, 1, FP32, SUM)
+    src = h1.AllReduce[True](xGM, yGM + 8, 1, FP32, SUM)
     for _ in range(syncs):
         h0.InterHcclGroupSync(1, src)
     handles = []
@@ -741,7 +742,8 @@ def test_63_task_limit(backend: str, platform: str, syncs: int, n_handles: int) 
         assert_facts(sync_error, ("InterHcclGroupSync", "63", "message slots"), rank)
         assert other == 1, "domain 1 counts its own handles"
         assert waits == [0] * (n_handles + 2)
-        assert y[0] == WORLD * (WORLD + 1) / 2 and y[1] == y[0]
+        total = WORLD * (WORLD + 1) / 2
+        assert y[1] == total and y[2] == total and y[0] == (total if n_handles else 0)
 
 
 def limit_rank(syncs: int) -> tuple[list, np.ndarray]:

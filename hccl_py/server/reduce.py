@@ -16,6 +16,9 @@ import torch
 
 from hccl_py.core.constants import HcclReduceOp
 
+#: Elements whose NaNs :func:`_one_nan` replaces at a time (its mask: 256 KiB).
+NAN_CHUNK = 1 << 18
+
 
 def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype SUM accumulates in for elements of ``dtype``."""
@@ -62,10 +65,14 @@ def _one_nan(result: torch.Tensor) -> torch.Tensor:
     emulator reduces a round whole, gloo's exact mode chunk by chunk. One NaN keeps the two
     bit-identical.
     """
-    if result.is_floating_point():
-        nan = torch.isnan(result)
-        if nan.any():
-            result.masked_fill_(nan, float("nan"))
+    if not result.is_floating_point() or torch.isfinite(result.sum()):
+        return result  # no NaN (nor an infinity, nor a sum too large): one pass, no temporary
+    if not result.is_contiguous():
+        return result.masked_fill_(torch.isnan(result), float("nan"))
+    flat = result.view(-1)
+    for start in range(0, flat.numel(), NAN_CHUNK):  # masks of a bounded size
+        piece = flat[start : start + NAN_CHUNK]
+        piece.masked_fill_(torch.isnan(piece), float("nan"))
     return result
 
 
