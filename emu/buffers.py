@@ -442,8 +442,8 @@ def _cross_domain_error(rnd: Round, side: str, found: Finding, rank: int) -> Hcc
         "nothing orders the two rounds (no Wait of the first before this Commit, no "
         "InterHcclGroupSync between the tasks), and the servers of two domains run their tasks "
         "independently (on hardware and on gloo), so which one moves these bytes first is "
-        f"left to chance. Wait({other.task.handle}) on the first domain's object before the "
-        "Commit, or order the tasks with InterHcclGroupSync; see "
+        f"left to chance. Wait({other.task.handle}) on domain {other.task.domain_name}'s Hccl "
+        "object before this Commit, or order the tasks with InterHcclGroupSync; see "
         "docs/sanitizer.md#buffer-races",
         rank=rank,
         **rnd.facts(),

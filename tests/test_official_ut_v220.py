@@ -536,6 +536,14 @@ def test_CommitTurnCntNotUpdate_CommitBeforePrepare() -> None:
         run_v220(body)
 
 
+def _assert_both_failed(body: Body, match: str) -> None:
+    """Lenient: the body's two calls are HCCL_FAILED; strict: an error that matches ``match``."""
+    for rec, _ in run_v220(body, strict=False):
+        assert rec == [FAILED, FAILED]
+    with pytest.raises(hp.WorldError, match=match):
+        run_v220(body)
+
+
 def test_ReturnInvalid_WaitAndQueryBeforePrepare() -> None:
     """ReturnInvalid_WaitAndQueryBeforePrepare: Wait(0) and Query(0) before any Prepare are
     HCCL_FAILED. Strict: HcclUsageError."""
@@ -543,10 +551,7 @@ def test_ReturnInvalid_WaitAndQueryBeforePrepare() -> None:
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
         rec += [h.Wait(0), h.Query(0)]
 
-    for rec, _ in run_v220(body, strict=False):
-        assert rec == [FAILED, FAILED]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*Wait.*never returned"):
-        run_v220(body)
+    _assert_both_failed(body, "HcclUsageError.*Wait.*never returned")
 
 
 @expects_warning("wait-not-committed")
@@ -703,10 +708,7 @@ def test_WaitAndQueryFailed_HandleIdNotFromPrepare() -> None:
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
         rec += [h.Query(1), h.Wait(1)]
 
-    for rec, _ in run_v220(body, strict=False):
-        assert rec == [FAILED, FAILED]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*handle 1"):
-        run_v220(body)
+    _assert_both_failed(body, "HcclUsageError.*handle 1")
 
 
 def test_a_handle_that_is_no_int_is_named_as_such() -> None:
@@ -809,16 +811,22 @@ def test_TilingV1_AllReduce_Init_InitV1() -> None:
         assert rec[0] == FAILED and "SetCcTiling" in rec[1]
 
 
+def _assert_init_refused(script: Script, fact: str, match: str, op: int = 0) -> None:
+    """Lenient: ``script``'s call is HCCL_FAILED and last_error names ``fact``; strict: an
+    HcclUsageError that matches ``match``."""
+    for rec in run_init_case(script, strict=False, op=op):
+        assert rec[0] == FAILED and fact in rec[1], rec
+    with pytest.raises(hp.WorldError, match=f"HcclUsageError.*{match}"):
+        run_init_case(script, op=op)
+
+
 def test_TilingV1_AllReduce_Prepare_noInitV1() -> None:
     """TilingV1_AllReduce_Prepare_noInitV1: SetCcTiling before any Init is HCCL_FAILED."""
 
     def script(h: Hccl, t: TilingV220) -> list:
         return [h.SetCcTiling(t.cc), h.last_error]
 
-    for rec in run_init_case(script, strict=False):
-        assert rec[0] == FAILED and "not initialised" in rec[1]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*SetCcTiling"):
-        run_init_case(script)
+    _assert_init_refused(script, "not initialised", "SetCcTiling")
 
 
 def test_TilingV1_AllReduce_Init_PrepareV1() -> None:
@@ -829,10 +837,7 @@ def test_TilingV1_AllReduce_Init_PrepareV1() -> None:
         h.Init(hp.GetHcclContext(0))
         return [h.SetCcTiling(t.cc), h.last_error]
 
-    for rec in run_init_case(script, strict=False):
-        assert rec[0] == FAILED and "must not be mixed" in rec[1]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*SetCcTiling"):
-        run_init_case(script)
+    _assert_init_refused(script, "must not be mixed", "SetCcTiling")
 
 
 def test_TilingV1_AllReduce_OpType_100() -> None:
@@ -843,10 +848,7 @@ def test_TilingV1_AllReduce_OpType_100() -> None:
         h.Init(hp.GetHcclContext(0), t)
         return [h.SetCcTiling(t.cc), h.last_error]
 
-    for rec in run_init_case(script, strict=False, op=100):
-        assert rec[0] == FAILED and "opType 100" in rec[1]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*opType 100"):
-        run_init_case(script, op=100)
+    _assert_init_refused(script, "opType 100", "opType 100", op=100)
 
 
 def test_TestInitV2() -> None:
@@ -869,10 +871,7 @@ def test_TestInitV1V2Mixed() -> None:
         h.Init(hp.GetHcclContext(0), t)
         return [h.SetCcTilingV2(hp.offsetof(TilingV220, "cc")), h.last_error]
 
-    for rec in run_init_case(script, strict=False):
-        assert rec[0] == FAILED and "do not mix" in rec[1]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*SetCcTilingV2"):
-        run_init_case(script)
+    _assert_init_refused(script, "do not mix", "SetCcTilingV2")
 
 
 def test_TestInitV2V1Mixed() -> None:
@@ -883,10 +882,7 @@ def test_TestInitV2V1Mixed() -> None:
         h.InitV2(hp.GetHcclContext(0), t)
         return [h.SetCcTiling(t.cc), h.last_error]
 
-    for rec in run_init_case(script, strict=False):
-        assert rec[0] == FAILED and "SetCcTiling" in rec[1]
-    with pytest.raises(hp.WorldError, match="HcclUsageError.*SetCcTiling"):
-        run_init_case(script)
+    _assert_init_refused(script, "SetCcTiling", "SetCcTiling")
 
 
 def test_TestHcclConfig() -> None:
@@ -980,16 +976,21 @@ def test_BatchWrite_Prepare() -> None:
 
 
 # ------------------------------------------------------------------ fine-grained (Atlas A3)
+def _fine_grained(h: Hccl, x: Any, y: Any, rec: list) -> tuple[int, torch.Tensor]:
+    """Prepare the fine-grained cases' AlltoAllV (handle noted in ``rec``) and a slice buffer."""
+    sc, sd, rc, rd = _a2av_tables(h.GetRankDim())
+    hd = h.AlltoAllV(x, sc, sd, INT8, y, rc, rd, INT8)
+    rec.append(hd)
+    return hd, torch.zeros(1, dtype=torch.int32)
+
+
 def test_All2AllV_FineGrainedSend() -> None:
     """All2AllV_FineGrainedSend: stepSize 1; per step Iterate<false> hands out slice
     (rankId + step) % rankDim, then Query (steps finished) is the step, Commit, Wait 0, and
     Query step + 1."""
 
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
-        sc, sd, rc, rd = _a2av_tables(h.GetRankDim())
-        hd = h.AlltoAllV(x, sc, sd, INT8, y, rc, rd, INT8)
-        rec.append(hd)
-        slices = torch.zeros(1, dtype=torch.int32)
+        hd, slices = _fine_grained(h, x, y, rec)
         for _ in range(h.GetRankDim()):
             got = h.Iterate[False](hd, slices, 1)
             rec.append([got, int(slices[0]), *_round(h, hd)])
@@ -1005,10 +1006,7 @@ def test_All2AllV_FineGrainedRecv() -> None:
     was handed out Iterate returns 0."""
 
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
-        sc, sd, rc, rd = _a2av_tables(h.GetRankDim())
-        hd = h.AlltoAllV(x, sc, sd, INT8, y, rc, rd, INT8)
-        rec.append(hd)
-        slices = torch.zeros(1, dtype=torch.int32)
+        hd, slices = _fine_grained(h, x, y, rec)
         for _ in range(h.GetRankDim()):
             h.Commit(hd)
             got = h.Iterate[True](hd, slices, 1)
