@@ -107,11 +107,11 @@ class OneSidedWrites:
         ``queue``: (context index, message queue)."""
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
-        self._record(rank, copies, None)
+        key = (task.domain_name, task.rank, *queue)
+        if self.races is not None:
+            self._record(rank, copies, self.races.queue_agent(rank, key), key, epoch)
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
-        pending = self._submit(
-            (task.domain_name, task.rank, *queue), copies, self.item_whole, epoch
-        )
+        pending = self._submit(key, copies, self.item_whole, epoch)
         if self.reads is not None:
             if pending:
                 self.reads.mark(rank, task, copies, self.item_size)
@@ -127,8 +127,8 @@ class OneSidedWrites:
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
-        agent = None if self.races is None else self.races.channel_agent(channel)
-        self._record(channel[0], copies, agent)
+        if self.races is not None:
+            self._record(channel[0], copies, self.races.channel_agent(channel))
         self._submit((HCOMM, channel), copies, WHOLE_BYTES)
 
     def drain(self, channel: ChannelKey) -> None:
@@ -138,13 +138,15 @@ class OneSidedWrites:
         if self.races is not None:
             self.races.drained(channel[0], self.races.channel_agent(channel))
 
-    def _record(self, rank: int, copies: Copies, agent: int | None) -> None:
+    def _record(
+        self, rank: int, copies: Copies, agent: int, queue: Key | None = None, epoch: int = 0
+    ) -> None:
         """The race check's record of the window bytes that ``copies`` will write."""
         races = self.races
         if races is None:
             return
         where = user_frame()
-        clocks = races.batch_clocks(rank, len(copies), agent)
+        clocks = races.batch_clocks(rank, len(copies), agent, queue, epoch)
         for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
             if isinstance(dst.alloc, WindowAllocation):
                 runs = [(dst.offset, dst.offset + nbytes)]

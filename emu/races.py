@@ -158,12 +158,15 @@ class WindowRaces:
         #: Held across a watched operation too (re-entered by its read and write records).
         self.lock = threading.RLock()
         self.n = world_size
-        #: One clock per rank, then one per rank's BatchWrite queue (its copies land
-        #: after the call, unordered with what the rank does next).
+        #: One clock per rank, then one per rank's first BatchWrite queue (its copies land after
+        #: the call, unordered with what the rank does next); later queues get theirs when used.
         size = 2 * world_size
         self.clocks = [[int(r == q and r < world_size) for q in range(size)] for r in range(size)]
-        #: Hcomm channel -> its clock component (added after the ranks' and queues').
+        #: Hcomm channel -> its clock component; per rank, BatchWrite queue -> its component;
+        #: per queue component, its posts (QueueBarrier epoch, clock)
         self.agents: dict[object, int] = {}
+        self.queues: dict[int, dict[tuple, int]] = {}
+        self.posts: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
         #: storage address -> window, for the accesses that :mod:`.watch` sees
         self.windows: dict[int, WindowAllocation] = {}
         self.writes: dict[WindowAllocation, IntervalMap] = {}
@@ -206,23 +209,42 @@ class WindowRaces:
         with self.lock:
             agent = self.agents.get(key)
             if agent is None:
-                agent = self.agents[key] = len(self.clocks)
-                for clock in self.clocks:
-                    clock.append(0)
-                self.clocks.append([0] * (agent + 1))
+                agent = self.agents[key] = self._new_agent()
             return agent
 
-    def batch_clocks(
-        self, rank: int, n_items: int, agent: int | None = None
-    ) -> list[tuple[int, ...]]:
-        """The clocks of ``n_items`` copies that ``rank`` posts now (BatchWrite: on its queue)."""
+    def _new_agent(self) -> int:  # under the lock: one more clock component
+        agent = len(self.clocks)
+        for clock in self.clocks:
+            clock.append(0)
+        self.clocks.append([0] * (agent + 1))
+        return agent
+
+    def queue_agent(self, rank: int, queue: tuple) -> int:
+        """The clock component of BatchWrite ``queue`` (domain, domain rank, context, queue) of
+        ``rank``: one queue's copies land in order, two queues' in either order."""
         with self.lock:
-            queue = self.n + rank if agent is None else agent
-            self._join(queue, self._release(rank))
+            agents = self.queues.setdefault(rank, {})
+            if queue not in agents:
+                agents[queue] = self._new_agent() if agents else self.n + rank
+            return agents[queue]
+
+    def batch_clocks(
+        self, rank: int, n_items: int, agent: int, queue: tuple | None = None, epoch: int = 0
+    ) -> list[tuple[int, ...]]:
+        """The clocks of ``n_items`` copies that ``rank`` posts now on ``agent``; a BatchWrite
+        ``queue``'s, behind ``epoch`` QueueBarriers, follow its context's earlier epochs."""
+        with self.lock:
+            self._join(agent, self._release(rank))
+            for other, at in self.queues.get(rank, {}).items() if queue else ():
+                if other[:3] == queue[:3] and at != agent:
+                    for before in [c for e, c in self.posts.get(at, ()) if e < epoch][-1:]:
+                        self._join(agent, before)
             clocks = []
             for _ in range(n_items):
-                self.clocks[queue][queue] += 1
-                clocks.append(tuple(self.clocks[queue]))
+                self.clocks[agent][agent] += 1
+                clocks.append(tuple(self.clocks[agent]))
+            if queue and clocks:
+                self.posts.setdefault(agent, []).append((epoch, clocks[-1]))
             return clocks
 
     def drained(self, rank: int, agent: int) -> None:
@@ -234,7 +256,8 @@ class WindowRaces:
         """Rank ``rank`` knows that the BatchWrites of ``writers`` (default: its own) landed."""
         with self.lock:
             for writer in (rank,) if writers is None else writers:
-                self._join(rank, tuple(self.clocks[self.n + writer]))
+                for agent in self.queues.get(writer, {}).values() or (self.n + writer,):
+                    self._join(rank, tuple(self.clocks[agent]))
 
     def _join(self, rank: int, clock: tuple[int, ...]) -> None:
         mine = self.clocks[rank]
@@ -329,9 +352,8 @@ class WindowRaces:
             if clock is None:
                 clock = self._release(rank)
             self.version += 1
-            w = Write(
-                rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent, agent >= 2 * self.n
-            )
+            hcomm = agent in self.agents.values()
+            w = Write(rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent, hcomm)
             reads = self.reads.get(window)
             for lo, hi in runs:
                 if reads is not None:

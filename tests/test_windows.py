@@ -20,6 +20,7 @@ from hccl_py import (
     Hccl,
     HcclCMDType,
     HcclDeadlockError,
+    HcclRaceError,
     Mc2CcTiling,
     Mc2CcTilingConfig,
     Mc2InitTiling,
@@ -577,13 +578,21 @@ def test_one_queues_batch_writes_land_in_order_on_every_schedule() -> None:
     assert got[1] == [float(v) for v in range(1, 65)]
 
 
-def test_a_flag_on_another_queue_may_land_before_the_data() -> None:
+@pytest.mark.parametrize("explore", [None, 16])
+def test_a_flag_on_another_queue_may_land_before_the_data(explore: int | None) -> None:
     """Before 2026-11-28 every pending BatchWrite of a rank landed in posting order, whatever
-    its queue: a kernel that announced its data on another queue passed every schedule."""
-    # some schedule lands the flag first: rank 1 reads the rows' poison
-    with pytest.raises(HcclScheduleError, match=r"rank 1's result\[0\]: 1\.0 vs nan"):
+    its queue: a kernel that announced its data on another queue passed every schedule. Until
+    2026-11-30 the window race check still counted a rank's BatchWrite queues as one: only a
+    schedule that landed the flag first showed it, as a schedule-dependent result (rank 1
+    read the rows' poison). Each queue has its own clock now: the read of the rows is a race
+    on every schedule under poison, the default one included."""
+    with pytest.raises(hp.WorldError) as info:
         run_kernel(_data_then_flag_kernel(1), n=2, out_len=64, queue_num=2, platform="A3",
-                   explore=16, poison=True)  # fmt: skip
+                   explore=explore, poison=True)  # fmt: skip
+    err = info.value.failures[1]
+    assert isinstance(err, HcclRaceError), info.value
+    assert "rank 1 read bytes [0, 256) of WindowsIn of rank 1" in str(err)
+    assert "which rank 0 wrote at test_windows.py:" in str(err)  # its data BatchWrite
 
 
 def test_a_queue_barrier_orders_the_flag_after_another_queues_data() -> None:
