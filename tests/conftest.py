@@ -68,10 +68,29 @@ def pytest_configure(config: pytest.Config) -> None:
     Refuses, before any worker starts, a pytest-xdist that cannot group this suite's files."""
     if config.getvalue("dist") == "loadgroup" and _xdist_cannot_group():
         raise pytest.UsageError(UNGROUPED.format(pytest.__version__))
+    _one_tree()
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
     _one_intra_op_thread()
     _ctrl_c_reaches_the_tests()
+
+
+def _one_tree() -> None:
+    """Refuse a session whose emulator comes from another tree than its ``hccl_py``.
+
+    ``emu/`` is installed as ``hccl_py.backends.emu`` (pyproject's package-dir); an editable
+    install of one checkout maps it there for good. A copy of the checkout run with that
+    install imports its own ``hccl_py`` (the working directory comes first) and the other
+    checkout's emulator: its tests then run against another tree's code, and fail or pass by
+    what that tree holds at the moment.
+    """
+    emu = Path(sys.modules["hccl_py.backends.emu"].__file__).resolve().parent
+    package = Path(sys.modules["hccl_py"].__file__).resolve().parent
+    if emu not in {package.parent / "emu", package / "backends" / "emu"}:
+        raise pytest.UsageError(
+            f"hccl_py comes from {package} but hccl_py.backends.emu from {emu}: another "
+            "checkout's editable install; run `pip install -e '.[test]'` in this one"
+        )
 
 
 def _ctrl_c_reaches_the_tests() -> None:
