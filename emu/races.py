@@ -163,10 +163,10 @@ class WindowRaces:
         size = 2 * world_size
         self.clocks = [[int(r == q and r < world_size) for q in range(size)] for r in range(size)]
         #: Hcomm channel -> its clock component; per rank, BatchWrite queue -> its component;
-        #: per queue component, its posts (QueueBarrier epoch, clock)
+        #: per queue component, its last post's clock per QueueBarrier epoch, latest post last
         self.agents: dict[object, int] = {}
         self.queues: dict[int, dict[tuple, int]] = {}
-        self.posts: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        self.posts: dict[int, dict[int, tuple[int, ...]]] = {}
         #: storage address -> window, for the accesses that :mod:`.watch` sees
         self.windows: dict[int, WindowAllocation] = {}
         self.writes: dict[WindowAllocation, IntervalMap] = {}
@@ -207,10 +207,9 @@ class WindowRaces:
     def channel_agent(self, key: object) -> int:
         """The clock component of Hcomm channel ``key``: its writes land in order, after the call."""
         with self.lock:
-            agent = self.agents.get(key)
-            if agent is None:
-                agent = self.agents[key] = self._new_agent()
-            return agent
+            if key not in self.agents:
+                self.agents[key] = self._new_agent()
+            return self.agents[key]
 
     def _new_agent(self) -> int:  # under the lock: one more clock component
         agent = len(self.clocks)
@@ -236,15 +235,16 @@ class WindowRaces:
         with self.lock:
             self._join(agent, self._release(rank))
             for other, at in self.queues.get(rank, {}).items() if queue else ():
-                if other[:3] == queue[:3] and at != agent:
-                    for before in [c for e, c in self.posts.get(at, ()) if e < epoch][-1:]:
-                        self._join(agent, before)
+                below = [c for e, c in self.posts.get(at, {}).items() if e < epoch]
+                if other[:3] == queue[:3] and at != agent and below:
+                    self._join(agent, below[-1])
             clocks = []
             for _ in range(n_items):
                 self.clocks[agent][agent] += 1
                 clocks.append(tuple(self.clocks[agent]))
-            if queue and clocks:
-                self.posts.setdefault(agent, []).append((epoch, clocks[-1]))
+            if queue and clocks:  # each epoch's latest post, in posting order
+                self.posts.setdefault(agent, {}).pop(epoch, None)
+                self.posts[agent][epoch] = clocks[-1]
             return clocks
 
     def drained(self, rank: int, agent: int) -> None:
