@@ -421,30 +421,30 @@ def blind_text(f: Finding) -> str:
     )
 
 
+HCOMM_ADVICE = (
+    "Have rank {writer} Drain the channel before the flag that announces the data or before "
+    "reading a ReadNbi's destination (or send the flag on the same channel: its writes land in "
+    "order); see docs/hcomm.md"
+)
+QUEUE_ADVICE = (
+    " through the data's BatchWrite queue (its copies land in order; a flag on another queue "
+    "needs a QueueBarrier[ALL] before it)"
+)
+ADVICE = (
+    "Have rank {writer} write a flag after the data{queue} and rank {reader} poll it until it "
+    "holds this round's value before reading (or Wait on a task both ranks committed); see "
+    "docs/windows.md#races"
+)
+
+
 def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
     """One report for the findings of a kernel of ``rank``."""
     found.sort(key=lambda f: (f.reader, f.window.name, f.lo))
-    lines = [f"  - {f.text()}" for f in found[:SHOWN]]
-    if len(found) > SHOWN:
-        lines.append(f"  - and {len(found) - SHOWN} more")
-    first = found[0]
-    if first.write.hcomm:
-        advice = (
-            f"\nHave rank {first.write.rank} Drain the channel before the flag that announces "
-            "the data or before reading a ReadNbi's destination (or send the flag on the same "
-            "channel: its writes land in order); see docs/hcomm.md"
-        )
-        return HcclRaceError(
-            "window race: a read of window bytes that an Hcomm channel writes is not ordered "
-            "with the write:\n" + "\n".join(lines) + advice,
-            rank=rank,
-            domain=first.window.domain,
-        )
-    return HcclRaceError(
-        "window race: a read of window bytes that a peer writes is not ordered with the "
-        "write:\n" + "\n".join(lines) + f"\nHave rank {first.write.rank} write a flag after "
-        f"the data and rank {first.reader} poll it until it holds this round's value before "
-        "reading (or Wait on a task both ranks committed); see docs/windows.md#races",
-        rank=rank,
-        domain=first.window.domain,
-    )
+    more = [f"  - and {len(found) - SHOWN} more"] * (len(found) > SHOWN)
+    lines = [f"  - {f.text()}" for f in found[:SHOWN]] + more
+    first, w = found[0], found[0].write
+    queue = QUEUE_ADVICE * (w.agent != w.rank)
+    what, advice = ("an Hcomm channel", HCOMM_ADVICE) if w.hcomm else ("a peer", ADVICE)
+    advice = advice.format(writer=w.rank, queue=queue, reader=first.reader)
+    text = f"window race: a read of window bytes that {what} writes is not ordered with the write:"
+    return HcclRaceError("\n".join([text, *lines, advice]), rank=rank, domain=first.window.domain)

@@ -58,13 +58,21 @@ def race_of(info: pytest.ExceptionInfo, rank: int) -> hp.HcclRaceError:
     return err
 
 
-def early_text(reader: int, writer: int, lo: int, hi: int, read: str, wrote: str) -> str:
+def early_text(
+    reader: int, writer: int, lo: int, hi: int, read: str, wrote: str, queue: bool = False
+) -> str:
+    """The report of a read that came before ``writer``'s data arrived (its BatchWrite's, with
+    ``queue``)."""
     return (
         "window race: a read of window bytes that a peer writes is not ordered with the write:\n"
         f"  - rank {reader} read bytes [{lo}, {hi}) of WindowsIn of rank {reader} (domain "
         f"hccl_world_group) at {read}, which rank {writer} wrote at {wrote}, with no flag or "
         "completed Wait in between: the data may not have arrived yet (the read saw 0xFF there)\n"
-        f"Have rank {writer} write a flag after the data and rank {reader} poll it until it "
+        f"Have rank {writer} write a flag after the data"
+        + " through the data's BatchWrite queue (its copies land in order; a flag on another "
+        "queue needs a QueueBarrier[ALL] before it)"
+        * queue
+        + f" and rank {reader} poll it until it "
         "holds this round's value before reading (or Wait on a task both ranks committed); "
         "see docs/windows.md#races"
     )
@@ -193,6 +201,7 @@ def test_a_flag_written_directly_after_a_batch_write_does_not_order_its_copies()
             4 * M,
             at("batch-read", path=WINDOWS),
             at("batch-write", path=WINDOWS),
+            queue=True,
         )
 
 

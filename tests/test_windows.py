@@ -593,6 +593,7 @@ def test_a_flag_on_another_queue_may_land_before_the_data(explore: int | None) -
     assert isinstance(err, HcclRaceError), info.value
     assert "rank 1 read bytes [0, 256) of WindowsIn of rank 1" in str(err)
     assert "which rank 0 wrote at test_windows.py:" in str(err)  # its data BatchWrite
+    assert "flag after the data through the data's BatchWrite queue (its copies" in str(err)
 
 
 def test_a_queue_barrier_orders_the_flag_after_another_queues_data() -> None:
