@@ -91,7 +91,8 @@ class SampleSpec:
     #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
     block_dim: int | None = 2
     #: Kernel launches of ``main``'s ``for launch in (1, 2):`` loop, when the suite needs more
-    #: (a write that only the next launch reads); None keeps the sample's.
+    #: (a write that only the next launch reads) or the table's verdicts hold with fewer; None
+    #: keeps the sample's.
     launches: int | None = None
     #: HcclWarning kinds the sample itself gives (its source's own races). With
     #: ``finalize-unordered`` some explored schedule of the sample itself hangs, so only the
