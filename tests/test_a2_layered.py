@@ -37,7 +37,11 @@ def sample(monkeypatch: pytest.MonkeyPatch):
 
 def _run(sample, **kwargs) -> dict[tuple[int, str], str]:
     kwargs = {"platform": sample.PLATFORM, **sample.RUN_KWARGS, "timeout": 60, **kwargs}
-    per_rank = hp.run(sample.main, world_size=sample.WORLD, backend="emu", **kwargs)
+    return _verdicts(hp.run(sample.main, world_size=sample.WORLD, backend="emu", **kwargs))
+
+
+def _verdicts(per_rank) -> dict[tuple[int, str], str]:
+    """(rank, case) -> PASS or FAIL, from every rank's verdict lines."""
     return {
         (r, line.split()[2]): line.split()[3] for r, lines in enumerate(per_rank) for line in lines
     }
@@ -69,11 +73,12 @@ def _ipc_barrier_after_sum_to_window(sample, monkeypatch) -> None:
     monkeypatch.setattr(cls, "SumToWindow", then_barrier)
 
 
-@pytest.mark.parametrize("options", [{}, {"schedule": "late", "poison": True}, {"seed": 3}])
+@pytest.mark.parametrize("options", [{"schedule": "late", "poison": True}, {"seed": 3}])
 def test_layered_dispatch_and_combine_match_numpy_on_two_servers(sample, options) -> None:
     """Three launches of 16 ranks: expandX, expandScales, epRecvCounts, expertTokenNums, the
     combine's per-token server counts and the combine's output equal numpy's (the context's
-    capability is null: GetDataplaneMode picks the AI CPU kernels)."""
+    capability is null: GetDataplaneMode picks the AI CPU kernels); on the default schedule
+    in the next test."""
     assert _run(sample, **options) == _all_pass(sample)
 
 
@@ -81,7 +86,8 @@ def test_layered_dispatch_own_rank_item_warns(sample) -> None:
     """ConstructDataAndFlagBatchWriteInfo writes two items per server, the own server's to the
     own rank, which BatchWrite.md forbids on A2: every rank warns once in the run
     (``batch-write-server``, naming the first such item) and the items land (before
-    2026-11-28 core 0's BatchWrite was refused)."""
+    2026-11-28 core 0's BatchWrite was refused): on the default schedule, every verdict of
+    the three launches (numpy's results) passes."""
     result = hp.run(
         sample.main,
         world_size=sample.WORLD,
@@ -90,7 +96,7 @@ def test_layered_dispatch_own_rank_item_warns(sample) -> None:
         **sample.RUN_KWARGS,
         timeout=60,
     )
-    assert [line.split()[3] for lines in result for line in lines] == ["PASS"] * (16 * 6)
+    assert _verdicts(result) == _all_pass(sample)
     warned = result.all_warnings()
     assert {w.kind for w in warned} == {"batch-write-server"}
     assert sorted(w.facts()["rank"] for w in warned) == list(range(16))  # once per rank
