@@ -125,17 +125,20 @@ SPLIT_COUNTS = {torch.float32: 20_001, torch.float16: 40_003, torch.bfloat16: 32
 
 
 def large_exact_all_reduces() -> list[torch.Tensor]:
-    """Per rank: exact AllReduces (SUM, MAX) of rounds that take the reduce-scatter path,
+    """Per rank: exact AllReduces (SUM, MAX, MIN) of rounds that take the reduce-scatter path,
     on the world group and on a group whose domain order reverses the world's; rank 0 holds
-    a NaN every 97 elements."""
+    a NaN every 97 elements, and every third element is +0.0 or -0.0 on every rank."""
     reverse = hp.new_group([2, 1, 0])
-    gen = torch.Generator().manual_seed(hp.get_rank())
+    rank = hp.get_rank()
+    gen = torch.Generator().manual_seed(rank)
     out = []
     for dtype, count in SPLIT_COUNTS.items():
-        for op, group in (("sum", None), ("max", None), ("sum", reverse)):
+        for op, group in (("sum", None), ("max", None), ("min", None), ("sum", reverse)):
             x = (torch.randn(count, generator=gen) * 1000).to(dtype)
-            if hp.get_rank() == 0:  # NaNs in every chunk: their bits must not depend on the cut
+            if rank == 0:  # NaNs in every chunk: their bits must not depend on the cut
                 x[::97] = NAN
+            # MAX and MIN ties of +0.0 and -0.0 in every chunk's tail: the same sign however cut
+            x[::3] = torch.where(torch.arange(count)[::3] % (rank + 2) == 0, -0.0, 0.0).to(dtype)
             hp.all_reduce(x, op=op, group=group)
             out.append(x)
     return out

@@ -5,7 +5,9 @@ result never depends on thread timing. Precision: floating-point SUM
 accumulates in float32 (FP16 and BF16 inputs are widened) and rounds once to
 the element type at the end; integer SUM accumulates in int64 and wraps to the
 element type (two's complement), as integer adders do. MAX and MIN are exact;
-a NaN in any rank gives NaN, always the dtype's default one (payloads are not kept).
+a NaN in any rank gives NaN, always the dtype's default one (payloads are not kept),
+and they order -0.0 below +0.0 (IEEE 754-2019's maximum and minimum): the MAX of
+-0.0 and +0.0 is +0.0, their MIN -0.0.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 
 from hccl_py.core.constants import HcclReduceOp
 
-#: Elements whose NaNs :func:`_one_nan` replaces at a time (its mask: 256 KiB).
+#: Elements whose NaNs :func:`_one_nan` (or zeros, :func:`_signed_zeros`) it fixes at a time
+#: (a mask of 256 KiB).
 NAN_CHUNK = 1 << 18
 
 
@@ -54,7 +57,7 @@ def reduce_ranks(
     acc = stacked[0].clone() if out is None else out.copy_(stacked[0])
     for k in range(1, len(stacked)):
         acc = combine(acc, stacked[k], out=acc)
-    return _one_nan(acc)
+    return _one_nan(_signed_zeros(acc, stacked, op == HcclReduceOp.HCCL_REDUCE_MAX))
 
 
 def _one_nan(result: torch.Tensor) -> torch.Tensor:
@@ -73,6 +76,39 @@ def _one_nan(result: torch.Tensor) -> torch.Tensor:
     for start in range(0, flat.numel(), NAN_CHUNK):  # masks of a bounded size
         piece = flat[start : start + NAN_CHUNK]
         piece.masked_fill_(torch.isnan(piece), float("nan"))
+    return result
+
+
+def _signed_zeros(
+    result: torch.Tensor, stacked: torch.Tensor | Sequence[torch.Tensor], is_max: bool
+) -> torch.Tensor:
+    """``result`` of a MAX (``is_max``) or MIN, with every zero signed as IEEE 754-2019 says,
+    in place: a MAX zero is -0.0 only where no rank's zero is +0.0, a MIN zero -0.0 where
+    some rank's is.
+
+    On a tie of +0.0 and -0.0, torch's vectorised maximum and minimum keep another operand
+    than their scalar tails, so the sign would depend on how the elements are cut up (the
+    emulator reduces a round whole, gloo's exact mode chunk by chunk).
+    """
+    if not result.is_floating_point():
+        return result
+    whole = not (result.is_contiguous() and all(t.is_contiguous() for t in stacked))
+    step = max(result.numel(), 1) if whole else NAN_CHUNK
+    views = [t if whole else t.view(-1) for t in (result, *stacked)]
+    for start in range(0, result.numel(), step):  # masks of a bounded size
+        got, *parts = (t if whole else t[start : start + step] for t in views)
+        zero = got == 0
+        if not zero.any():
+            continue
+        # MAX: no rank has +0.0 there; MIN: some rank has -0.0
+        negative = zero.clone() if is_max else torch.zeros_like(zero)
+        for part in parts:
+            signed = torch.signbit(part)
+            if is_max:
+                negative &= signed | (part != 0)
+            else:
+                negative |= signed & (part == 0)
+        got.masked_fill_(zero, 0.0).masked_fill_(negative & zero, -0.0)
     return result
 
 
