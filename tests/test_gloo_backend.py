@@ -307,11 +307,17 @@ def test_a_kernel_task_against_a_framework_collective_is_named_on_both_sides() -
     )
     assert "rank 1 compares kernel task #0 (handle 0, AllGather(FP32, count=8" in str(causes[1])
     assert "rank 0 did not: it called all_gather_into_tensor" in str(causes[1])
+    # the emulator has no exchange to meet in: the same program is a deadlock naming both
+    emu = _root_causes_of(kernel_or_framework_rank, 2, backend="emu")
+    assert all(isinstance(e, hp.HcclDeadlockError) for e in emu.values()), emu
+    text = str(next(iter(emu.values())))
+    assert "rank 0 waits in all_gather_into_tensor" in text, text
+    assert "rank 1 waits for round 0 of handle 0 AllGather(FP32, count=8" in text, text
 
 
-def _root_causes_of(fn: Any, world: int) -> dict[int, BaseException]:
+def _root_causes_of(fn: Any, world: int, **kwargs: Any) -> dict[int, BaseException]:
     with pytest.raises(hp.WorldError) as info:
-        _run(fn, world, timeout=10.0)
+        _run(fn, world, timeout=10.0, **kwargs)
     return info.value.root_causes
 
 
