@@ -179,6 +179,32 @@ def test_template_argument_that_is_not_a_flag_is_a_usage_error() -> None:
         hp.SyncAll(True, 1)
 
 
+@pytest.mark.parametrize("scope", [99, -1, None, "ALL"])
+def test_enum_template_argument_that_is_no_member_names_the_members(scope: object) -> None:
+    """Before 2026-11-30 ``QueueBarrier[99]`` raised the enum's own "99 is not a valid
+    ScopeType", and ``QueueBarrier[None]`` said it takes a bool."""
+    with pytest.raises(hp.HcclUsageError) as info:
+        Hccl().QueueBarrier[scope]
+    assert str(info.value) == (
+        "QueueBarrier[...] takes a ScopeType (ScopeType.ALL (0), ScopeType.QUEUE (1), "
+        f"ScopeType.BLOCK (2)) template argument, not {scope!r}"
+    )
+
+
+@pytest.mark.parametrize("server_type", [1, 2, "x", None, True])
+def test_a_server_type_that_is_none_names_the_types(server_type: object) -> None:
+    """Before 2026-11-30 ``Hccl[1]()`` raised the enum's own "1 is not a valid HcclServerType"
+    (1 was the CCU's value in headers before 2025-12)."""
+    for make in (lambda: Hccl[server_type](), lambda: Hccl(server_type=server_type)):
+        with pytest.raises(hp.HcclUsageError) as info:
+            make()
+        assert str(info.value).startswith(
+            "Hccl[...]: the server type must be an HcclServerType (HCCL_SERVER_TYPE_AICPU (0), "
+            f"HCCL_SERVER_TYPE_CCU (5), HCCL_SERVER_TYPE_END (6)), not {server_type!r}"
+        )
+    assert Hccl[np.int64(5)]().server_type is hp.HcclServerType.HCCL_SERVER_TYPE_CCU
+
+
 class _SevenCc(hp.TilingData):
     _fields_ = [("init", hp.Mc2InitTiling)] + [(f"cc{i}", hp.Mc2CcTiling) for i in range(7)]
 

@@ -174,6 +174,22 @@ def test_bad_arguments_name_the_rule(call: Any, fact: str) -> None:
     assert isinstance(info.value.failures[0], hp.HcclCoreError)
 
 
+@pytest.mark.parametrize(
+    ("call", "params", "count"),
+    [(hp.CrossCoreSetFlag, (0, hp.PIPE_FIX, 1), 3), (hp.CrossCoreWaitFlag, (), 0)],
+)
+def test_template_arguments_are_one_or_two(call: Any, params: tuple, count: int) -> None:
+    """Before 2026-11-30 a third (or no) template argument raised Python's own "too many
+    values to unpack"."""
+    name = "CrossCoreSetFlag" if call is hp.CrossCoreSetFlag else "CrossCoreWaitFlag"
+    with pytest.raises(hp.HcclUsageError) as info:
+        call[params]
+    assert str(info.value).startswith(
+        f"{name}[modeId, pipe] takes one or two template arguments (the mode, then the pipe), "
+        f"got {count}: "
+    )
+
+
 def test_more_than_15_pending_completions_is_reported() -> None:
     def kernel(log: list) -> None:
         if hp.g_coreType == AIC:

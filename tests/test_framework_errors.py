@@ -503,6 +503,20 @@ def test_a_rank_that_returns_without_a_group_is_named_on_gloo() -> None:
         ), error
 
 
+@pytest.mark.parametrize(
+    ("ranks", "name"), [(None, "g"), (["a"], "g"), ([0, True], "g"), ([0], None), ([0], 5)]
+)
+def test_a_group_needs_int_ranks_and_a_name(ranks: object, name: object) -> None:
+    """Before 2026-11-30 ``hp.Group(None, "g")`` raised Python's own "'NoneType' object is not
+    iterable" and ``hp.Group([0], None)`` was accepted."""
+    with pytest.raises(TypeError) as info:
+        hp.Group(ranks, name)
+    assert str(info.value) == (
+        f"Group needs a sequence of int ranks and a str name, not ranks={ranks!r}, name={name!r}"
+    )
+    assert hp.Group(torch.arange(2), "g").ranks == (0, 1)
+
+
 def _hand_made_group(where: str) -> list[float]:
     """A Group built by hand with the world's name and other ranks: it names no communicator."""
     group = hp.Group([1, 0], "hccl_world_group")

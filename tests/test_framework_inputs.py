@@ -407,6 +407,24 @@ UNUSABLE = {
         "all_gather_into_tensor on rank {r}: input_tensor is a torch.sparse_coo tensor; pass a "
         "dense one",
     ),
+    # before 2026-11-30: torch's "Cannot copy out of meta tensor; no data!"
+    "all_reduce tensor meta": (
+        lambda: hp.all_reduce(torch.ones(4, device="meta")),
+        ValueError,
+        "all_reduce on rank {r}: tensor (shape (4,)) is on the meta device, which holds no data",
+    ),
+    "alltoall_single input meta": (
+        lambda: hp.alltoall_single(torch.ones(2, device="meta"), torch.zeros(2)),
+        ValueError,
+        "alltoall_single on rank {r}: in_tensor (shape (2,)) is on the meta device, which holds",
+    ),
+    "global_scatter local_count meta": (
+        lambda: hp.global_scatter(
+            torch.ones(2, 3), torch.ones(2, dtype=torch.int64, device="meta"), torch.ones(2)
+        ),
+        ValueError,
+        "global_scatter on rank {r}: local_count (shape (2,)) is on the meta device, which",
+    ),
 }
 
 

@@ -165,6 +165,19 @@ def test_negative_view_size_is_rejected(addr: GmAddr) -> None:
         hp.gm_tensor(addr + 8, torch.float32, -1)
 
 
+@pytest.mark.parametrize(
+    ("size", "shown"), [(None, "a NoneType (None)"), ("4", "a str ('4')"), (2.0, "a float (2.0)")]
+)
+def test_byte_ranges_need_an_int_size(addr: GmAddr, size: Any, shown: str) -> None:
+    """Before 2026-11-30 ``None < 0`` or a float slice index raised Python's own TypeError."""
+    for call, what in ((addr.read_bytes, "GM view"), (addr.bytes_view, "GM view"),
+                       (addr.check_range, "access")):  # fmt: skip
+        with pytest.raises(hp.HcclUsageError) as info:
+            call(size)
+        assert f"{what}: the size must be an int number of bytes, not {shown}" in str(info.value)
+    assert addr.read_bytes(np.int64(4)) == bytes(addr.bytes_view(4).tolist())
+
+
 def test_a_view_up_to_the_last_byte_is_fine(addr: GmAddr) -> None:
     assert hp.gm_tensor(addr + 60, torch.float32, 1).item() == 15.0
     assert hp.gm_tensor(addr + 64, torch.float32, 0).numel() == 0
@@ -178,6 +191,9 @@ def test_unaligned_typed_view_is_rejected(addr: GmAddr) -> None:
 def test_only_contiguous_tensors_are_gm_buffers() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         to_gm(torch.zeros(4, 4).t(), rank=0)
+    # before 2026-11-30 a sparse tensor was "not contiguous, strides (0,)"
+    with pytest.raises(ValueError, match=r"dense memory; got a torch.sparse_coo tensor of shape"):
+        to_gm(torch.ones(4).to_sparse(), rank=0)
 
 
 def test_tiling_struct_becomes_a_readable_copy() -> None:

@@ -128,6 +128,54 @@ def test_iterate_on_a_handle_that_is_not_fine_grained(platform: str) -> None:
         assert "handle 0 is not a fine-grained AlltoAllV (tiling stepSize > 0)" in reason
 
 
+@pytest.mark.parametrize(
+    ("slices", "length", "got"),
+    [
+        (3, 1, "an int (3)"),
+        ("ab", 1, "a str ('ab')"),
+        ((0,), 1, "a tuple ((0,))"),
+        (None, 1, ""),
+        ([0], 2, "a list ([0])"),
+        ([0], 0, "an int (0)"),
+        ([0], "1", "a str ('1')"),
+    ],
+)
+def test_iterate_refuses_what_it_cannot_fill_before_it_waits(slices, length, got: str) -> None:
+    """Before 2026-11-30 an int, str or tuple for seqSlices raised Python's own TypeError from
+    ``len()`` or the item assignment, after the synchronous Iterate had already waited."""
+    if slices is None:  # a read-only numpy array (setflags returns None: build it here)
+        slices = np.zeros(4, dtype=np.uint8)
+        slices.setflags(write=False)
+        got = "a numpy.ndarray of shape (4,) and dtype uint8"
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        handle = h.AlltoAllV[True](x, [4, 4], [0, 4], FP32, y, [4, 4], [0, 4], FP32)
+        refused = (h.Iterate[True](handle, slices, length), h.last_error)
+        while h.Iterate[True](handle, [0], 1) > 0:
+            pass
+        hp.SyncAll()
+        h.Finalize()
+        return refused
+
+    def main():
+        out = []
+        y = torch.zeros(8)
+        x = torch.arange(8.0) + 100 * hp.get_rank()
+        hp.launch(lambda *a: out.append(kernel(*a)), x, y, tiling(1))
+        return out[0], y.tolist()
+
+    for rank, ((result, reason), y) in enumerate(
+        hp.run(main, world_size=2, platform="A3", strict=False)
+    ):
+        assert result == -1
+        what = (
+            "seqSliceLen must be an int > 0" if length in (0, "1") else "seqSlices must be a list"
+        )
+        assert what in reason and f"(got {got})" in reason, reason
+        assert y == [4.0 * rank + i + src for src in (0, 100) for i in range(4)]
+
+
 @expects_warning("extra-commit")
 def test_extra_commit_of_a_fine_grained_handle_counts_commits() -> None:
     # hccl_aicpu_impl.h, Commit: the limit is repeat * rankDim steps, stepSize per Commit

@@ -366,6 +366,29 @@ def test_names_of_129_bytes_fail_cc_tiling(field):
     assert bytes(tiling.cc) == bytes(512)
 
 
+@pytest.mark.parametrize("field", ["groupName", "algConfig"])
+def test_names_that_are_not_utf8_encodable_fail_with_a_reason(field):
+    """A lone surrogate (a byte name decoded with surrogateescape): before 2026-11-30 Python's
+    UnicodeEncodeError came out of the setter and of GetTiling."""
+    bad = "grp\udcff"
+    setter = getattr(
+        Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG), f"Set{field[0].upper()}{field[1:]}"
+    )
+    assert setter(bad) == TILING_FAILED
+    assert setter.__self__.last_error == (
+        f"Set{field[0].upper()}{field[1:]}: {field} 'grp\\udcff' is not UTF-8 encodable "
+        "(surrogates not allowed at 3)"
+    )
+    tiling = OneCcTiling()
+    cfg = Mc2CcTilingConfig(
+        **{"groupName": GROUP, "opType": ALLGATHER, "algConfig": AG_ALG, field: bad}
+    )
+    assert cfg.GetTiling(tiling.mc2InitTiling) == TILING_SUCCESS
+    assert cfg.GetTiling(tiling.cc) == TILING_FAILED
+    assert f"{field} 'grp\\udcff' is not UTF-8 encodable" in cfg.last_error
+    assert bytes(tiling.cc) == bytes(512)
+
+
 @pytest.mark.parametrize("field", ["dstDataType", "srcDataType"])
 @pytest.mark.parametrize(("value", "expected"), [(254, TILING_SUCCESS), (255, TILING_FAILED)])
 def test_data_type_bounds_in_cc_tiling(field, value, expected):

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..core.constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
+from ..core.gm import what_is
 from .binding import Binding
 from .failures import Failures
 from .handle import Handle
@@ -120,11 +121,21 @@ class FineGrainedSteps:
         if not platform.has_iterate:
             return breach("unsupported", f"Iterate is not supported on {platform.name}")
         n = seqSliceLen if isinstance(seqSliceLen, (int, np.integer)) else -1
-        if seqSlices is None or isinstance(n, bool) or n <= 0 or len(seqSlices) < n:
+        if isinstance(n, bool) or n <= 0:
             return breach(
                 "bad-argument",
-                "Iterate: seqSlices must be an array of at least seqSliceLen > 0 entries",
-                actual=seqSliceLen,
+                "Iterate: seqSliceLen must be an int > 0",
+                actual=what_is(seqSliceLen),
+            )
+        writable = isinstance(seqSlices, (list, torch.Tensor)) or (
+            isinstance(seqSlices, np.ndarray) and seqSlices.flags.writeable
+        )
+        if not writable or len(seqSlices) < n:
+            return breach(
+                "bad-argument",
+                "Iterate: seqSlices must be a list, tensor or writable numpy array of at least "
+                f"seqSliceLen ({n}) entries (the kernel's uint8_t array)",
+                actual=what_is(seqSlices),
             )
         info = b.handle(handleId)
         if info is None or not info.step_size:

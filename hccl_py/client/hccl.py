@@ -11,12 +11,16 @@ call fails is a rule of :data:`hccl_py.core.rules.RULES`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType, ScopeType
+from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
+from ..core.report import plain_repr
 from ..core.template import checked, template
 from ..kernel.cores import HcclContext
 from ..ops import OPS
@@ -38,6 +42,18 @@ from .state import ClientState
 _C = HcclCMDType
 
 
+def _server_type(value: Any) -> HcclServerType:
+    """``value`` as an HcclServerType (a C++ template argument that is none does not compile)."""
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            return HcclServerType(operator.index(value))
+    members = ", ".join(f"{m.name} ({int(m)})" for m in HcclServerType)
+    raise HcclUsageError(
+        f"Hccl[...]: the server type must be an HcclServerType ({members}), not "
+        f"{plain_repr(value)} (the CCU was 1 in headers before 2025-12, 5 since)"
+    )
+
+
 class Hccl:
     """The AscendC ``Hccl`` client. Create one per kernel instance (core).
 
@@ -55,7 +71,7 @@ class Hccl:
         config: HcclServerConfig | tuple = DEFAULT_CFG,
     ) -> None:
         if type(server_type) is not HcclServerType:
-            server_type = HcclServerType(server_type)
+            server_type = _server_type(server_type)
         binding = Binding(server_type, server_config(config))
         failures = Failures(binding.domain)
         steps = FineGrainedSteps(binding, failures)

@@ -69,6 +69,11 @@ class Allocation:
                 f"GM buffers need memory; got a tensor of shape {tuple(tensor.shape)} on the meta "
                 "device, which has none (create it on hp.device())"
             )
+        if tensor.layout != torch.strided:
+            raise ValueError(
+                f"GM buffers are dense memory; got a {tensor.layout} tensor of shape "
+                f"{tuple(tensor.shape)} (pass .to_dense())"
+            )
         if not tensor.is_contiguous():
             raise ValueError(
                 f"GM buffers must be contiguous tensors; got shape {tuple(tensor.shape)} "
@@ -254,6 +259,16 @@ class GmAddr:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
             raise HcclBoundsError(f"{what}: null address")
+        try:
+            size = None if isinstance(nbytes, bool) else operator.index(nbytes)
+        except TypeError:
+            size = None
+        if size is None:
+            raise HcclUsageError(
+                f"{what}: the size must be an int number of bytes, not {what_is(nbytes)}",
+                rank=self._accessor(),
+            )
+        nbytes = size
         if nbytes < 0:
             raise HcclBoundsError(f"{what}: negative size of {nbytes} bytes", rank=self._accessor())
         if self.offset < 0 or self.offset + nbytes > self.alloc.nbytes:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 
 from .errors import HcclMismatchError
+from .report import plain_repr
 
 #: The name of the domain of all ranks (the C++ API's world group).
 WORLD_GROUP_NAME = "hccl_world_group"
@@ -40,6 +42,17 @@ def group_missing(
     )
 
 
+def _int_ranks(ranks: object) -> tuple[int, ...] | None:
+    """``ranks`` as a tuple of ints, or None when it is no iterable of ints (a bool is none)."""
+    try:
+        items = tuple(ranks)
+        return (
+            None if any(isinstance(r, bool) for r in items) else tuple(map(operator.index, items))
+        )
+    except TypeError:
+        return None
+
+
 class Group:
     """A communication domain: an ordered tuple of global ranks with a name.
 
@@ -48,7 +61,13 @@ class Group:
     """
 
     def __init__(self, ranks: Sequence[int], name: str) -> None:
-        self.ranks = tuple(int(r) for r in ranks)
+        int_ranks = _int_ranks(ranks)
+        if int_ranks is None or not isinstance(name, str):
+            raise TypeError(
+                "Group needs a sequence of int ranks and a str name, not "
+                f"ranks={plain_repr(ranks)}, name={plain_repr(name)}"
+            )
+        self.ranks = int_ranks
         self.name = name
 
     @property

@@ -55,11 +55,15 @@ class TemplateFunction:
         return self._checked(args, kwargs)
 
     def __getitem__(self, flag: bool) -> Callable[..., Any]:
-        if not isinstance(flag, (bool, int, np.bool_, np.integer)):  # numpy's too, as C++'s
+        try:  # numpy's bools and ints too, as C++'s
+            if not isinstance(flag, (bool, int, np.bool_, np.integer)):
+                raise ValueError(flag)
+            value = self._convert(flag)
+        except ValueError:  # an int that is no member of an enum template argument
             raise HcclUsageError(
-                f"{self._func.__name__}[...] takes a bool template argument, not {flag!r}"
-            )
-        value = self._convert(flag)
+                f"{self._func.__name__}[...] takes {_kind(self._convert)} template argument, "
+                f"not {flag!r}"
+            ) from None
         return lambda *args, **kwargs: self._checked(args, {**kwargs, self._keyword: value})
 
     def _checked(self, args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -74,6 +78,14 @@ class TemplateFunction:
 
     def __repr__(self) -> str:
         return f"<template {self._func.__qualname__}[{self._keyword}]>"
+
+
+def _kind(convert: Callable[[Any], Any]) -> str:
+    """What a template argument converted by ``convert`` is: ``a bool``, or an enum's members."""
+    if convert is bool:
+        return "a bool"
+    members = ", ".join(f"{convert.__name__}.{m.name} ({int(m)})" for m in convert)
+    return f"a {convert.__name__} ({members})"
 
 
 def template(

@@ -42,13 +42,19 @@ def where(op: str) -> str:
 
 
 def check_tensor(op: str, name: str, value: Any, written: bool = False) -> torch.Tensor:
-    """``value`` if it is a dense torch tensor (and, ``written`` by the op, one whose elements
-    each have memory of their own), else a TypeError (ValueError for shared elements)."""
+    """``value`` if it is a dense torch tensor with data (and, ``written`` by the op, one whose
+    elements each have memory of their own), else a TypeError (ValueError for a meta tensor or
+    shared elements)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where(op)}: {name} must be a torch.Tensor, not {type(value).__name__}")
     if value.layout != torch.strided:
         raise TypeError(
             f"{where(op)}: {name} is a {value.layout} tensor; pass a dense one (.to_dense())"
+        )
+    if value.is_meta:
+        raise ValueError(
+            f"{where(op)}: {name} (shape {tuple(value.shape)}) is on the meta device, which "
+            "holds no data; create it on hp.device()"
         )
     if written and _shares_elements(value):
         raise ValueError(

@@ -35,7 +35,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ..core.errors import HcclCoreError, HcclDeadlockError
+from ..core.errors import HcclCoreError, HcclDeadlockError, HcclUsageError
+from ..core.report import plain_repr
 from .context import core_name
 from .cores import AIC, AIV, CoreContext, LaunchState, current_core_context
 
@@ -191,7 +192,13 @@ class _Templated:
         self._call, self._name, self._pipe = call, name, pipe
 
     def __getitem__(self, params: Any) -> Any:
-        mode, pipe = params if isinstance(params, tuple) else (params, self._pipe)
+        params = params if isinstance(params, tuple) else (params,)
+        if len(params) not in (1, 2):
+            raise HcclUsageError(
+                f"{self._name}[modeId, pipe] takes one or two template arguments (the mode, "
+                f"then the pipe), got {len(params)}: {plain_repr(params)}"
+            )
+        mode, pipe = (*params, self._pipe)[:2]
         return functools.partial(self._call, mode=mode, pipe=pipe)
 
     def __call__(self, flagId: int, mode: int = 0, pipe: int | None = None) -> None:

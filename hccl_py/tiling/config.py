@@ -187,7 +187,13 @@ class Mc2CcTilingConfig:
 
     def _name_bytes(self, what: str, value: object, limit: int) -> bytes | None:
         """``value`` encoded if it fits in ``limit`` bytes; else record why and return None."""
-        raw = _as_name(value)
+        try:
+            raw = _as_name(value)
+        except UnicodeEncodeError as exc:  # a lone surrogate, from a byte name decoded badly
+            self.last_error = (
+                f"{what} {value!r} is not UTF-8 encodable ({exc.reason} at {exc.start})"
+            )
+            return None
         if raw is None:
             self.last_error = f"{what} must be a str, got {type(value).__name__}"
             return None
