@@ -86,6 +86,9 @@ class SampleSpec:
     name: str
     #: World sizes of the runs, one run each: the fewest ranks that run every path of the sample.
     world_sizes: tuple[int, ...] = (2,)
+    #: Sites judged at other world sizes (a path that only more ranks take, too slow to run
+    #: for every site of the sample): site id -> its sizes.
+    site_sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: Regular expressions over a statement's source that mark it as a flag write.
     flags: tuple[str, ...] = ()
     #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
@@ -101,6 +104,12 @@ class SampleSpec:
     #: Why some explored schedule of the unmutated sample fails (a race of its source), or
     #: None: with a reason only the default schedule judges its mutants.
     source_race: str | None = None
+
+    def sizes(self, site_id: str | None) -> tuple[int, ...]:
+        """The world sizes that judge ``site_id`` (None: every size some site is judged at)."""
+        if site_id is None:
+            return tuple(sorted({*self.world_sizes, *(n for _, ns in self.site_sizes for n in ns)}))
+        return dict(self.site_sizes).get(site_id, self.world_sizes)
 
     @property
     def explorable(self) -> bool:
@@ -394,10 +403,12 @@ def _evidence(err: BaseException) -> str:
     return type(err).__name__
 
 
-def _stage(spec: SampleSpec, module: types.ModuleType, **options: Any) -> str | None:
-    """What one stage reports at the first world size that reports anything: the error's
-    classes, ``check FAIL``, or None (nothing at any size)."""
-    for world_size in spec.world_sizes:
+def _stage(
+    spec: SampleSpec, module: types.ModuleType, sizes: tuple[int, ...], **options: Any
+) -> str | None:
+    """What one stage reports at the first world size of ``sizes`` that reports anything: the
+    error's classes, ``check FAIL``, or None (nothing at any size)."""
+    for world_size in sizes:
         try:
             lines, _ = run(spec, module, world_size, **options)
         except (WorldError, HcclScheduleError) as err:
@@ -420,13 +431,13 @@ def judge(spec: SampleSpec, site_id: str, explore: int = EXPLORE) -> Verdict:
     """Who reports the mutant without ``site_id``: the default schedule, an exploration of
     ``explore`` schedules, or no one."""
     with samples_on_path():
-        module = mutant(spec, site_id)
-        found = _stage(spec, module)
+        module, sizes = mutant(spec, site_id), spec.sizes(site_id)
+        found = _stage(spec, module, sizes)
         if found is not None:
             return Verdict("default", found)
         if not spec.explorable:
             return Verdict("missed", "")
-        found = _stage(spec, module, explore=explore)
+        found = _stage(spec, module, sizes, explore=explore)
     return Verdict("explore", found) if found is not None else Verdict("missed", "")
 
 

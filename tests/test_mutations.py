@@ -250,12 +250,23 @@ SPECS: dict[str, SampleSpec] = {
                 r"^selfStatusWinTensor\[:\] = ",
             ),
         ),
-        # 2 ranks (the single-server path: 16 ranks take the BatchWrite path, which hccl_py
-        # refuses, see the sample); its block_dim is the tiling's aivNum (3: core 2 has no
-        # rank to send to or poll); three launches, so that the third dispatch and combine
-        # find the halves the first ones left
+        # 2 ranks (the single-server path: 16 ranks take the BatchWrite path, where hccl_py
+        # copies the own-server items with a batch-write-server warning, 1 to 25 CPU-seconds
+        # a run: only the multi-server sites that the default schedule reports there are
+        # judged on 16 too); its block_dim is the tiling's aivNum (3: core 2 has no rank to
+        # send to or poll); three launches, so that the third dispatch and combine find the
+        # halves the first ones left
         SampleSpec(
             "mc2_moe_distribute_a2",
+            site_sizes=tuple(
+                (site, (2, 16))
+                for site in (
+                    "SendToMoeExpert:flag#1",
+                    "Process:SyncAll#2",
+                    "ConstructBatchWriteInfo:flag#1",
+                    "AlltoAllDispatch:SyncAll#3",
+                )
+            ),
             flags=(
                 r"\[0\] = self\.buffer(Chosen|Id)_ \^ 1$",
                 r"\[0\] = FLAG_VALUE$",
@@ -265,6 +276,7 @@ SPECS: dict[str, SampleSpec] = {
                 r"\)\[:\] = 0$",
                 r"^expertRecvCountGlobal\[:\] = 0$",
             ),
+            warnings=("batch-write-server",),  # on 16 ranks: own-server items (section 27)
             launches=3,
             block_dim=None,
         ),
@@ -436,9 +448,11 @@ QUEUED_FINALIZE = (
     "core wrote"
 )
 A2_MULTI_SERVER = (
-    "the multi-server path (epWorldSize > 8), which never runs: at 2 ranks the kernels copy "
-    "into the peers' windows themselves, and at 16 hccl_py refuses core 0's BatchWrite (items "
-    "to the own rank and to ranks of the own server, against BatchWrite.md)"
+    "not judged: the multi-server path (epWorldSize > 8) runs on 16 ranks only, where the "
+    "default schedule and 4 explored ones (2026-11-30) passed too, at 21 to 24 CPU-seconds a "
+    "mutant; the suite judges these on 2 ranks, where the kernels copy into the peers' windows "
+    "themselves (the four multi-server sites that the default schedule reports on 16 ranks are "
+    "judged there)"
 )
 A2_OWN_STATUS = (
     "equivalent on the single-server path: the core that sends to the own rank copies the "
@@ -764,23 +778,23 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "SingleServerSendToMoeExpert:flag#1": ("explore", DEADLOCK),
         "SingleServerSendToMoeExpert:flag#2": ("default", DEADLOCK),
         "SingleServerSendToMoeExpert:flag#3": ("default", DEADLOCK),
-        "SendToMoeExpert:flag#1": _missed(A2_MULTI_SERVER),
+        "SendToMoeExpert:flag#1": ("default", DEADLOCK),  # on 16 ranks, as the next three
         "SendToMoeExpert:flag#2": _missed(A2_MULTI_SERVER),
         "WaitDispatch:SyncAll#1": ("default", DEADLOCK),
         "WaitDispatch:flag#1": _missed(A2_DISPATCH_FLAG_RESET),
         "WaitDispatch:SyncAll#2": ("default", DEADLOCK),
         "CleanUpFlags:flag#1": _missed(A2_STATUS_CLEANUP),
         "Process:SyncAll#1": ("default", DEADLOCK),
-        "Process:SyncAll#2": _missed(A2_MULTI_SERVER),
+        "Process:SyncAll#2": ("default", "HcclBoundsError"),
         "Process:SyncAll#3": ("default", DEADLOCK),
         "SingleServerDispatch:flag#1": ("default", DEADLOCK),
-        "ConstructBatchWriteInfo:flag#1": _missed(A2_MULTI_SERVER),
+        "ConstructBatchWriteInfo:flag#1": ("default", DEADLOCK),
         "MultiServerDispatch:flag#1": _missed(A2_MULTI_SERVER),
         "MultiServerDispatch:flag#2": _missed(A2_MULTI_SERVER),
         "AlltoAllDispatch:SyncAll#1": ("default", DEADLOCK),
         "AlltoAllDispatch:SyncAll#2": ("default", DEADLOCK),
         "AlltoAllDispatch:flag#1": ("explore", DEADLOCK),
-        "AlltoAllDispatch:SyncAll#3": _missed(A2_MULTI_SERVER),
+        "AlltoAllDispatch:SyncAll#3": ("default", "HcclBoundsError"),  # on 16 ranks
         "CalRecvCountsAndOffsets:flag#1": ("default", DEADLOCK),
         "CalRecvCountsAndOffsets:SyncAll#1": ("explore", DEADLOCK),
         "CalRecvCountsAndOffsets:SyncAll#2": ("default", DEADLOCK),
@@ -971,13 +985,15 @@ def test_an_unknown_site_names_the_known_ones() -> None:
 def test_the_unmutated_sample_passes_at_the_mutation_size(name: str) -> None:
     """Otherwise every mutant would count as caught."""
     spec = SPECS[name]
-    for world_size in spec.world_sizes:
+    every_warning: set[str] = set()
+    for world_size in spec.sizes(None):
         with samples_on_path():
             lines, warned = run(spec, mutant(spec, None), world_size)
         verdicts = [m[3] for line in lines if (m := VERDICT.match(line))]
         assert len(verdicts) == len(lines) and set(verdicts) <= {"PASS", "SKIP"}, lines
         assert verdicts.count("PASS") >= world_size
-        assert set(warned) == set(spec.warnings)
+        every_warning |= set(warned)
+    assert every_warning == set(spec.warnings)
 
 
 def _mutant_cases() -> list:
