@@ -194,7 +194,15 @@ def _stop_running(
     )
     # A loop of Python code stops at its next bytecode; a long C call (time.sleep)
     # stops when it returns: the thread is a daemon and cannot hold the process open.
-    runner.thread.interrupt(_Stopped)
+    # Sent while this thread holds the world lock, so that the runner holds none of hccl_py's
+    # locks when it lands (or it lands as the runner takes the lock, which lets go of it):
+    # a runner that polls hccl_py calls in a loop is inside one most of the time.
+    held = world.blocker.lock.acquire(timeout=STOP_WAIT_S)
+    try:
+        runner.thread.interrupt(_Stopped)
+    finally:
+        if held:
+            world.blocker.lock.release()
     runner.thread.join(STOP_WAIT_S)
 
 

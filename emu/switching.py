@@ -14,9 +14,14 @@ class SwitchingLock:
 
     def __enter__(self) -> None:
         outer = not self.lock._is_owned()
-        self.lock.acquire()
-        if outer:
-            self.scheduler.point()
+        try:
+            self.lock.acquire()
+            if outer:
+                self.scheduler.point()
+        except BaseException:  # a runner stopped by the run's timeout (it is stopped only
+            if outer and self.lock._is_owned():  # while it holds no lock, so the stop lands
+                self.lock.release()  # as it took this one): no __exit__ follows
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.lock.release()

@@ -302,16 +302,18 @@ class Unwatched:
                 core.off()
         try:
             lock.__enter__()
-        except BaseException:
-            if core is not None:  # not entered: no exit will put the watch back
+            if outer and torch._C._len_torch_dispatch_stack():
+                guard = torch._C._DisableTorchDispatch()
+                guard.__enter__()
+                self._guard.held = guard
+                self._guards += 1
+        except BaseException:  # no __exit__ follows an __enter__ that raised
+            if outer and lock._is_owned():  # a runner stopped (the run's timeout) as it took
+                self.__exit__(None, None, None)  # the lock: let go of it, put the watch back
+            elif core is not None:  # not entered
                 core.held = False
                 core.sync()
             raise
-        if outer and torch._C._len_torch_dispatch_stack():
-            guard = torch._C._DisableTorchDispatch()
-            guard.__enter__()
-            self._guard.held = guard
-            self._guards += 1
 
     def __exit__(self, *exc: object) -> None:
         lock = self.lock

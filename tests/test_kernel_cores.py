@@ -210,6 +210,33 @@ def test_exactly_one_core_sends(backend: str, how: str) -> None:
         assert not regions[sender, 8:].any()
 
 
+def _query_loop_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
+    """Every core polls Query until the AllGather's round is done, then reads the result."""
+    hccl = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handle = hccl.AllGather[True](xGM, yGM, 4, FP32, 0)
+    while hccl.Query(handle) < 1:
+        pass
+    record.append(hp.gm_tensor(yGM, torch.float32, 8).tolist())
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+def _query_loop_rank() -> list:
+    record: list = []
+    x = torch.full((4,), float(hp.get_rank() + 1))
+    hp.launch(_query_loop_kernel, x, torch.zeros(8), cases.make_tiling(), record, block_dim=2)
+    return record
+
+
+def test_a_query_loop_on_another_core_lets_the_sending_core_prepare_on_every_schedule() -> None:
+    """A core other than the sending one may Query a handle before the sending core prepared
+    it (0, "ahead"). Until 2026-11-30 that Query was no scheduling point: on schedules that
+    ran such a core first it spun until the run's timeout, where hardware runs the sending
+    core meanwhile."""
+    got = hp.run(_query_loop_rank, world_size=2, timeout=2.0, explore=16)
+    assert got == [[[1.0] * 4 + [2.0] * 4] * 2] * 2
+
+
 def _both_types_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
     hccl = init_hccl(Hccl(), tilingGM, ops=("AllReduce",))
     if hp.g_coreType == hp.AIC:

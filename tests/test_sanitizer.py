@@ -10,6 +10,7 @@ their expected duration, so a pass proves detection, not a timeout.
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from cases import init_hccl, make_tiling
+from cases import cc_offset, init_hccl, make_tiling
 from expect import expects_warning
 from threads_left import left_since, threads_now
 
@@ -1010,6 +1011,38 @@ def test_timeout_of_a_query_loop_waiting_for_a_busy_rank() -> None:
         "ranks [1] have not prepared this task",
         rank=1,
     )
+
+
+def test_a_runner_that_spins_on_hccl_py_calls_is_stopped_and_the_run_ends() -> None:
+    """Under a seeded schedule entering an hccl_py call is a switch point under the world lock,
+    so a loop of calls that never block holds that lock most of the time. Until 2026-11-30 the
+    stop at the run's timeout could land while the runner held it, and the run never ended
+    (2 of 3 runs of this kernel); the stop is now sent while the lock is free. Run in a
+    thread here, so that a regression fails instead of hanging the suite."""
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        while rank() == 0 and h.SetCcTilingV2(cc_offset("AllGather", 0)) == 0:
+            pass  # never blocks: rank 1's Wait holds the others up
+        handle = h.AllGather[True](x, y, N, F32)
+        h.Wait(handle)
+        h.Finalize()
+
+    for seed in (1, 1, 2):  # the same schedule twice: the stop landed at random
+        got: list[BaseException] = []
+
+        def run(seed: int = seed, got: list[BaseException] = got) -> None:
+            try:
+                hp.run(spmd(kernel), world_size=2, timeout=0.3, seed=seed)
+            except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+                got.append(exc)
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        runner.join(60)
+        assert not runner.is_alive(), f"seed {seed}: the run did not end after its timeout"
+        assert isinstance(got[0], hp.WorldError), got
+        check(got[0], hp.HcclTimeoutError, "rank 0 ran its own code for 0.3 s", "kernel", rank=0)
 
 
 def test_timeout_default_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

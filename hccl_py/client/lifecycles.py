@@ -85,7 +85,7 @@ class Rounds(Lifecycle):
 
     def finished(self, client: Control, info: Handle, h: int) -> int:
         """Query: how many rounds finished."""
-        task = info.task or client.state.tasks.get(h)
+        task = info.task or client.state.polled_task(h, calling_core())
         return 0 if task is None else client.server.finished(task)
 
     def drain(self, client: Control, info: Handle, h: int) -> None:

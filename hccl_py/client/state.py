@@ -218,6 +218,24 @@ class ClientState:
         )
         return self.tasks[handle]
 
+    def polled_task(self, handle: int, core: CoreContext) -> Task | None:
+        """The task of ``handle`` if the sending core prepared it, else None after a poll: a
+        Query loop on another core is a scheduling point until the sending core prepares it
+        (on hardware that core runs meanwhile)."""
+        task = self.tasks.get(handle)
+        if task is None:
+            self.rank_ctx.blocker.poll(
+                ("prepared", self.group.name, handle),
+                None,
+                lambda: (
+                    f"rank {self.rank_ctx.rank} {core_name(core)} polls Query for handle "
+                    f"{handle} in domain {self.group.name}, which the sending core has not "
+                    "prepared"
+                ),
+                read=lambda: self.tasks.get(handle),
+            )
+        return task
+
     def _finish_tasks(self, sender: Sender) -> None:
         """After a Finalize<false>: the launch ends once the server ran every committed round
         (``CommKfcDispatcher::Run`` loops until ``IsAllTaskFinished``), as Finalize<true>
