@@ -111,8 +111,9 @@ class LaunchState:
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
         self._barrier_arrived, self._barrier_generation = {True: 0, False: 0}, {True: 0, False: 0}
-        #: Barriers each core passed: True = AIV SyncAll, False = all-core SyncAll, and a
-        #: core type (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores.
+        #: Barriers each core passed: True = AIV SyncAll, False = all-core SyncAll, a core type
+        #: (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores, a frozenset of
+        #: cores = a mode-1 one of the AIV cores of an AI core.
         self.passed: dict[CoreContext, dict[Any, int]] = {}
         self.returned: list[CoreContext] = []
 
@@ -162,23 +163,19 @@ class LaunchState:
         """Whether a barrier separates ``early`` (when it had passed ``early_passed``) from
         ``late`` now (``now``: ``late``'s :meth:`barriers_passed`, when the caller has it)."""
         now = self.barriers_passed(late) if now is None else now
-        if now[False] > early_passed[False]:
-            return True
-        if early.kind == late.kind and now[late.kind] > early_passed[late.kind]:
-            return True  # a mode-0 CrossCore barrier of their core type
-        return early.kind == late.kind == AIV and now[True] > early_passed[True]
+        same = early.kind == late.kind  # a SyncAll of all cores; of AIVs, a mode-0 flag of a type
+        keys = [False, *[late.kind] * same, *[True] * (same and late.kind == AIV)]
+        keys += [k for k in now if isinstance(k, frozenset) and early in k and late in k]  # mode 1
+        return any(now[k] > early_passed.get(k, 0) for k in keys)
 
     def core_returned(self, core: CoreContext) -> None:
         """Under the blocker's lock: ``core`` returned from the kernel."""
         self.returned.append(core)
 
-    def _pass(self, core: CoreContext, kind: Any) -> None:
+    def passed_barrier(self, core: CoreContext, barrier: Any) -> None:
+        """Under the blocker's lock: ``core`` passed ``barrier`` (a key of :attr:`passed`)."""
         counts = self.passed.setdefault(core, {})
-        counts[kind] = counts.get(kind, 0) + 1
-
-    def passed_type_barrier(self, core: CoreContext) -> None:
-        """Under the blocker's lock: ``core`` consumed a mode-0 CrossCore flag completion."""
-        self._pass(core, core.kind)
+        counts[barrier] = counts.get(barrier, 0) + 1
 
     def _absent(self, only_aiv: bool) -> list[CoreContext]:
         """Cores that returned from the kernel and so can never arrive at this barrier."""
@@ -200,7 +197,7 @@ class LaunchState:
             if self._barrier_arrived[only_aiv] == n:
                 self._barrier_arrived[only_aiv] = 0
                 self._barrier_generation[only_aiv] += 1
-                self._pass(core, only_aiv)
+                self.passed_barrier(core, only_aiv)
                 blocker.cond.notify_all()
                 return
         rank = self.rank_ctx.rank
@@ -217,7 +214,7 @@ class LaunchState:
         )
         with blocker.cond:
             if self._barrier_generation[only_aiv] != generation:
-                self._pass(core, only_aiv)
+                self.passed_barrier(core, only_aiv)
                 return
             blocker.raise_if_failed()
             gone = ", ".join(map(core_name, self._absent(only_aiv)))

@@ -111,8 +111,9 @@ class _Flags:
     def __init__(self) -> None:
         self.pending_sets: dict[tuple, Counter] = {}
         self.counters: Counter = Counter()
-        #: Completions of mode-0 Sets among the counters: consuming one passes a barrier.
-        self.type_barriers: Counter = Counter()
+        #: Completions among the counters that are barriers (mode 0: of a core type, mode 1: of
+        #: the AIV cores of an AI core): (core, flag) -> the barrier's key -> completions.
+        self.barriers: dict[tuple, Counter] = {}
 
     def set(self, core: CoreContext, mode: int, flag: int) -> None:
         key, setters, receivers = _route(core, mode)
@@ -126,7 +127,9 @@ class _Flags:
                 sets[c] -= 1
             for c in receivers:
                 self.counters[(c, flag)] += 1
-                self.type_barriers[(c, flag)] += mode == 0
+                if mode in (0, 1):  # consuming it passes the barrier of the setters
+                    barrier = c.kind if mode == 0 else frozenset(setters)
+                    self.barriers.setdefault((c, flag), Counter())[barrier] += 1
                 if self.counters[(c, flag)] > MAX_PENDING:
                     raise HcclCoreError(
                         f"CrossCoreSetFlag mode {mode} flag {flag}: {c.kind.name} core "
@@ -257,9 +260,11 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     with blocker.cond:
         if flags.counters[key] > 0:
             flags.counters[key] -= 1
-            if flags.type_barriers[key] > 0:
-                flags.type_barriers[key] -= 1
-                launch.passed_type_barrier(core)
+            pending = flags.barriers.get(key, {})
+            barrier = next((b for b, n in pending.items() if n > 0), None)
+            if barrier is not None:
+                pending[barrier] -= 1
+                launch.passed_barrier(core, barrier)
             return
         blocker.raise_if_failed()
     raise HcclDeadlockError(
