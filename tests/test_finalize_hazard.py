@@ -156,17 +156,22 @@ def test_syncall_before_finalize_gives_no_warning_in_any_schedule() -> None:
     assert not any(kinds(result).values())
 
 
-def _mode1_barrier_main(block_dim: int) -> list[float]:
-    """A 1:2 mixed kernel whose AIV cores each Wait the AllReduce, then pass a mode-1 CrossCore
-    barrier (the AIV cores of their AI core) before the sending core (AIV 0) Finalizes."""
+def _flag_barrier_main(block_dim: int, mode: int = 1) -> list[float]:
+    """A 1:2 mixed kernel whose AIV cores each Wait the AllReduce, then pass a CrossCore
+    barrier of the AIV cores of their AI core before the sending core (AIV 0) Finalizes:
+    mode 1, or a mode-2 round trip (every AIV core's Set releases the AIC, whose Set
+    releases them)."""
 
     def kernel(x: Any, y_gm: Any, tiling: Any) -> None:
         if hp.g_coreType != hp.AIV:
+            if mode == 2:
+                hp.CrossCoreWaitFlag(5)
+                hp.CrossCoreSetFlag[2, hp.PIPE_FIX](6)
             return
         h = init_hccl(Hccl(), tiling)
         h.Wait(h.AllReduce[True](x, y_gm, N, F32, SUM, 1))
-        hp.CrossCoreSetFlag[1, hp.PIPE_MTE3](3)
-        hp.CrossCoreWaitFlag[1, hp.PIPE_MTE3](3)
+        hp.CrossCoreSetFlag[mode, hp.PIPE_MTE3](3 if mode == 1 else 5)
+        hp.CrossCoreWaitFlag[mode, hp.PIPE_MTE3](3 if mode == 1 else 6)
         h.Finalize()
 
     y = torch.zeros(N)
@@ -175,11 +180,13 @@ def _mode1_barrier_main(block_dim: int) -> list[float]:
     return y.tolist()
 
 
-def test_a_mode1_crosscore_barrier_orders_the_waits_of_its_ai_core() -> None:
-    """Mode 1 completes once every AIV core of the AI core set it, so each one's Wait comes
-    before AIV 0's Finalize: no warning on any schedule (before 2026-11-30, only SyncAll and
-    mode 0 counted, and every run warned finalize-unordered)."""
-    got = hp.run(_mode1_barrier_main, world_size=WORLD, args=(1,), explore=SCHEDULES)
+@pytest.mark.parametrize("mode", [1, 2])
+def test_a_crosscore_barrier_of_an_ai_core_orders_the_waits_of_its_aiv_cores(mode: int) -> None:
+    """Mode 1 completes once every AIV core of the AI core set it, and so does the mode-2 Set
+    that releases the AIC; so each one's Wait comes before AIV 0's Finalize: no warning on
+    any schedule (before 2026-11-30, only SyncAll and mode 0 counted, and every run warned
+    finalize-unordered)."""
+    got = hp.run(_flag_barrier_main, world_size=WORLD, args=(1, mode), explore=SCHEDULES)
     assert got == [expected()[0, :N].tolist()] * WORLD
     assert not any(kinds(got).values())
 
@@ -187,7 +194,7 @@ def test_a_mode1_crosscore_barrier_orders_the_waits_of_its_ai_core() -> None:
 @expects_warning("finalize-unordered")
 def test_a_mode1_barrier_of_another_ai_core_orders_nothing() -> None:
     """With two AI cores, AI core 1's AIV cores pass their own mode-1 barrier, not AIV 0's."""
-    result = hp.run(_mode1_barrier_main, world_size=WORLD, args=(2,), timeout=TIMEOUT)
+    result = hp.run(_flag_barrier_main, world_size=WORLD, args=(2,), timeout=TIMEOUT)
     assert kinds(result) == {rank: ["finalize-unordered"] for rank in range(WORLD)}
     assert "AIV core 2's Wait" in str(result.warnings[0][0]), result.warnings[0][0]
 

@@ -105,6 +105,11 @@ def _route(core: CoreContext, mode: int) -> tuple[tuple, list[CoreContext], list
     return (2, block, AIV), _cores(launch, AIV, block), _cores(launch, AIC, block)
 
 
+#: The barrier key of an AIC's completion of every AIV core's mode-2 Set (not a barrier it
+#: passes: its next mode-2 Set, which releases them, is a barrier of those AIV cores).
+JOINED = "joined"
+
+
 class _Flags:
     """The flag counters of one launch (under the rank's blocker lock)."""
 
@@ -112,8 +117,20 @@ class _Flags:
         self.pending_sets: dict[tuple, Counter] = {}
         self.counters: Counter = Counter()
         #: Completions among the counters that are barriers (mode 0: of a core type, mode 1: of
-        #: the AIV cores of an AI core): (core, flag) -> the barrier's key -> completions.
+        #: the AIV cores of an AI core; mode 2: an AIC's release after it received every AIV
+        #: core's Set, a barrier of those AIV cores): (core, flag) -> barrier key -> completions
+        #: (:data:`JOINED`: an AIC received every AIV core's Set).
         self.barriers: dict[tuple, Counter] = {}
+        #: AIC cores that received every AIV core's mode-2 Set since their last mode-2 Set.
+        self.joined: set[CoreContext] = set()
+
+    def _barrier(self, core: CoreContext, mode: int, setters: list, receivers: list) -> Any:
+        """The barrier a completion of ``core``'s Set of ``mode`` is, or None."""
+        if mode in (0, 1):
+            return core.kind if mode == 0 else frozenset(setters)
+        if mode == 2 and core.kind == AIV:
+            return JOINED
+        return frozenset(receivers) if mode == 2 and core in self.joined else None
 
     def set(self, core: CoreContext, mode: int, flag: int) -> None:
         key, setters, receivers = _route(core, mode)
@@ -125,10 +142,11 @@ class _Flags:
         while all(sets[c] > 0 for c in setters):
             for c in setters:
                 sets[c] -= 1
+            barrier = self._barrier(core, mode, setters, receivers)
+            self.joined.discard(core)
             for c in receivers:
                 self.counters[(c, flag)] += 1
-                if mode in (0, 1):  # consuming it passes the barrier of the setters
-                    barrier = c.kind if mode == 0 else frozenset(setters)
+                if barrier is not None:  # consuming it passes the barrier
                     self.barriers.setdefault((c, flag), Counter())[barrier] += 1
                 if self.counters[(c, flag)] > MAX_PENDING:
                     raise HcclCoreError(
@@ -264,7 +282,10 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
             barrier = next((b for b, n in pending.items() if n > 0), None)
             if barrier is not None:
                 pending[barrier] -= 1
-                launch.passed_barrier(core, barrier)
+                if barrier == JOINED:
+                    flags.joined.add(core)
+                else:
+                    launch.passed_barrier(core, barrier)
             return
         blocker.raise_if_failed()
     raise HcclDeadlockError(
