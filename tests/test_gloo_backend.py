@@ -378,6 +378,33 @@ def test_a_rank_that_never_prepares_is_named_at_the_timeout() -> None:
     assert "ranks [1] have not prepared it" in str(waiting)
 
 
+def _slow_core_kernel() -> None:
+    """Core 1 sleeps in its own code past the run's timeout; core 0 waits for it in SyncAll."""
+    if hp.GetBlockIdx() == 1:
+        time.sleep(3.5)  # past timeout=1 and the kernel's grace (KERNEL_GRACE_S)
+    hp.SyncAll()
+
+
+def slow_core_rank() -> None:
+    hp.launch(_slow_core_kernel, block_dim=2)
+
+
+def test_a_kernel_that_times_out_is_the_rank_s_own_failure_not_a_peer_s() -> None:
+    """The rank's wait for its kernel timed out and stopped the core in SyncAll. Before
+    2026-11-30 the rank reported that core's HcclPeerError, "stopped because rank 0 failed"
+    on rank 0 itself, and its peers read a rank that failed so as one that returned without
+    preparing their task (a false deadlock report). The rank's own timeout is its failure."""
+    from hccl_py.core.config import KERNEL_GRACE_S
+
+    assert 1.0 + KERNEL_GRACE_S < 3.5
+    with pytest.raises(hp.WorldError) as info:
+        _run(slow_core_rank, 2, timeout=1.0)
+    for rank, error in info.value.failures.items():
+        assert isinstance(error, hp.HcclTimeoutError), error
+        assert f"rank {rank} waits for its kernel: 0 of 2 cores returned" in str(error), error
+        assert f"stopped because rank {rank} failed" not in str(error)
+
+
 # ------------------------------------------------------------------ local deadlock
 def _out_of_order_kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
     hccl = cases.init_hccl(Hccl(), tilingGM, ops=("AllGather",))

@@ -24,6 +24,9 @@ TIMEOUT_ENV = "HCCL_PY_TIMEOUT"
 DEFAULT_TIMEOUT = 120.0
 #: What ``timeout=inf`` stands for: no limit in practice, but a value every wait accepts.
 NO_LIMIT_S = 10.0**7
+#: Seconds a rank waits for its kernel's cores beyond the timeout: their own waits time out
+#: first and name what they wait for.
+KERNEL_GRACE_S = 2.0
 
 
 def default_timeout() -> float:

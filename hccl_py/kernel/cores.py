@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.config import checked_int
+from ..core.config import KERNEL_GRACE_S, checked_int
 from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
 from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
@@ -338,25 +338,29 @@ def _run_cores(
             refused.append(exc)
             blocker.fail(exc)  # real threads (gloo) may have started the kernel: stop them
             break
+    own: list[BaseException] = []
     try:
         blocker.wait_for(
             lambda: done[0] == len(threads),
             lambda: (
                 f"rank {rank_ctx.rank} waits for its kernel: {done[0]} of {len(threads)} cores returned"
             ),
+            # after the cores' own waits, which name what they wait for, had their time
+            blocker.timeout + KERNEL_GRACE_S,
         )
     except BaseException as exc:
         exc.hccl_rank = rank_ctx.rank
         blocker.fail(exc)
+        own.append(exc)
         raise
     finally:
         blocker.join_spawned(threads, f"rank {rank_ctx.rank} waits for its cores to stop")
         if refused:
             raise refused[0]
-        if errors:
-            core, exc = next(
-                ((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), errors[0]
-            )
+        # a core's own failure first, then the rank's (its kernel timed out), then a stopped core
+        found = next(((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), None)
+        if found or (errors and all(isinstance(e, HcclPeerError) for e in own)):
+            core, exc = found or errors[0]
             if hasattr(exc, "add_note"):
                 exc.add_note(f"raised on rank {rank_ctx.rank}, {core_name(core)}")
             raise exc
