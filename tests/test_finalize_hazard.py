@@ -159,19 +159,25 @@ def test_syncall_before_finalize_gives_no_warning_in_any_schedule() -> None:
 def _flag_barrier_main(block_dim: int, mode: int = 1) -> list[float]:
     """A 1:2 mixed kernel whose AIV cores each Wait the AllReduce, then pass a CrossCore
     barrier of the AIV cores of their AI core before the sending core (AIV 0) Finalizes:
-    mode 1, or a mode-2 round trip (every AIV core's Set releases the AIC, whose Set
-    releases them)."""
+    mode 1, or a round trip through their AIC: mode 2 (every AIV core's Set releases the
+    AIC, whose Set releases them) or mode 4 (each AIV core's flag to the AIC, which answers
+    each one)."""
 
     def kernel(x: Any, y_gm: Any, tiling: Any) -> None:
         if hp.g_coreType != hp.AIV:
             if mode == 2:
                 hp.CrossCoreWaitFlag(5)
                 hp.CrossCoreSetFlag[2, hp.PIPE_FIX](6)
+            elif mode == 4:  # AIV0's flag 3 arrives as 3, AIV1's as 19; 19 answers AIV1's 3
+                hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](3)
+                hp.CrossCoreWaitFlag[4, hp.PIPE_FIX](19)
+                hp.CrossCoreSetFlag[4, hp.PIPE_FIX](3)
+                hp.CrossCoreSetFlag[4, hp.PIPE_FIX](19)
             return
         h = init_hccl(Hccl(), tiling)
         h.Wait(h.AllReduce[True](x, y_gm, N, F32, SUM, 1))
-        hp.CrossCoreSetFlag[mode, hp.PIPE_MTE3](3 if mode == 1 else 5)
-        hp.CrossCoreWaitFlag[mode, hp.PIPE_MTE3](3 if mode == 1 else 6)
+        hp.CrossCoreSetFlag[mode, hp.PIPE_MTE3](5 if mode == 2 else 3)
+        hp.CrossCoreWaitFlag[mode, hp.PIPE_MTE3](6 if mode == 2 else 3)
         h.Finalize()
 
     y = torch.zeros(N)
@@ -180,12 +186,13 @@ def _flag_barrier_main(block_dim: int, mode: int = 1) -> list[float]:
     return y.tolist()
 
 
-@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("mode", [1, 2, 4])
 def test_a_crosscore_barrier_of_an_ai_core_orders_the_waits_of_its_aiv_cores(mode: int) -> None:
-    """Mode 1 completes once every AIV core of the AI core set it, and so does the mode-2 Set
-    that releases the AIC; so each one's Wait comes before AIV 0's Finalize: no warning on
-    any schedule (before 2026-11-30, only SyncAll and mode 0 counted, and every run warned
-    finalize-unordered)."""
+    """Mode 1 completes once every AIV core of the AI core set it, the mode-2 Set that releases
+    the AIC likewise, and in mode 4 the AIC answers each AIV core after both flags came; so
+    each one's Wait comes before AIV 0's Finalize: no warning on any schedule (before
+    2026-11-30, only SyncAll and mode 0 counted, and every run warned finalize-unordered;
+    the cores' vector clocks now follow every chain of flags, emu and gloo alike)."""
     got = hp.run(_flag_barrier_main, world_size=WORLD, args=(1, mode), explore=SCHEDULES)
     assert got == [expected()[0, :N].tolist()] * WORLD
     assert not any(kinds(got).values())

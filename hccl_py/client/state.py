@@ -107,7 +107,7 @@ class ClientState:
 
     def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
         """A core starts waiting; after the sender's Finalize in its own order, it hangs for sure."""
-        passed = self.launch.barriers_passed(core)
+        passed = self.launch.clock(core)
         with self.rank_ctx.blocker.lock:
             finalized = self.finalized_by
             self.waits.append((core, passed, handle, round_idx))
@@ -125,7 +125,7 @@ class ClientState:
         """
         with self.rank_ctx.blocker.lock:
             # the calling core's counts: they cannot move while it runs this
-            self.finalized_by = (core, now := self.launch.barriers_passed(core))
+            self.finalized_by = (core, now := self.launch.clock(core))
             waits = list(self.waits)
         for other, passed, handle, round_idx in waits:
             if other != core and not self.launch.ordered_before(other, passed, core, now):

@@ -28,6 +28,7 @@ from ..core.template import template
 from ..tiling.structs import cc_engines
 from ..trace.hooks import core_tid, recorder
 from ..trace.recorder import now_us
+from .clocks import Clock, CoreClocks, join, ordered_before
 from .context import (
     RankContext,
     core_name,
@@ -111,10 +112,12 @@ class LaunchState:
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
         self._barrier_arrived, self._barrier_generation = {True: 0, False: 0}, {True: 0, False: 0}
-        #: Barriers each core passed: True = AIV SyncAll, False = all-core SyncAll, a core type
-        #: (AIC/AIV) = a mode-0 CrossCore flag completion of that type's cores, a frozenset of
-        #: cores = a mode-1 one of the AIV cores of an AI core.
-        self.passed: dict[CoreContext, dict[Any, int]] = {}
+        #: Per SyncAll kind (True: AIV cores): the join of the arrived cores' clocks, and the
+        #: last completed barrier's (its generation, its clock).
+        self._barrier_clock: dict[bool, Clock] = {True: {}, False: {}}
+        self._barrier_done: dict[bool, tuple[int, Clock]] = {}
+        #: What each core has seen happen (:mod:`.clocks`).
+        self.order = CoreClocks()
         self.returned: list[CoreContext] = []
 
     @functools.cached_property
@@ -151,31 +154,22 @@ class LaunchState:
                 self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
             client.sender = client.sender_core = None
         self.clients.clear()
-        self.passed.clear()
+        self.order.clear()
         self.returned.clear()
 
-    def barriers_passed(self, core: CoreContext) -> dict[Any, int]:
-        """How many barriers of each kind (see :attr:`passed`) ``core`` has passed so far."""
+    def clock(self, core: CoreContext) -> Clock:
+        """A copy of ``core``'s vector clock now (:mod:`.clocks`)."""
         with self.rank_ctx.blocker.cond:
-            return {True: 0, False: 0, AIC: 0, AIV: 0} | self.passed.get(core, {})
+            return self.order.of(core)
 
-    def ordered_before(self, early: CoreContext, early_passed: dict, late: CoreContext, now=None) -> bool:  # fmt: skip
-        """Whether a barrier separates ``early`` (when it had passed ``early_passed``) from
-        ``late`` now (``now``: ``late``'s :meth:`barriers_passed`, when the caller has it)."""
-        now = self.barriers_passed(late) if now is None else now
-        same = early.kind == late.kind  # a SyncAll of all cores; of AIVs, a mode-0 flag of a type
-        keys = [False, *[late.kind] * same, *[True] * (same and late.kind == AIV)]
-        keys += [k for k in now if isinstance(k, frozenset) and early in k and late in k]  # mode 1
-        return any(now[k] > early_passed.get(k, 0) for k in keys)
+    def ordered_before(self, early: CoreContext, early_clock: Clock, late: CoreContext, now=None) -> bool:  # fmt: skip
+        """Whether ``late`` has now (``now``: its :meth:`clock`, when the caller has it) seen an
+        event of ``early`` after ``early_clock``: a SyncAll both passed, or a chain of flags."""
+        return ordered_before(early, early_clock, self.clock(late) if now is None else now)
 
     def core_returned(self, core: CoreContext) -> None:
         """Under the blocker's lock: ``core`` returned from the kernel."""
         self.returned.append(core)
-
-    def passed_barrier(self, core: CoreContext, barrier: Any) -> None:
-        """Under the blocker's lock: ``core`` passed ``barrier`` (a key of :attr:`passed`)."""
-        counts = self.passed.setdefault(core, {})
-        counts[barrier] = counts.get(barrier, 0) + 1
 
     def _absent(self, only_aiv: bool) -> list[CoreContext]:
         """Cores that returned from the kernel and so can never arrive at this barrier."""
@@ -194,10 +188,13 @@ class LaunchState:
         with blocker.cond:
             generation = self._barrier_generation[only_aiv]
             self._barrier_arrived[only_aiv] += 1
+            joined = join(self._barrier_clock[only_aiv], self.order.release(core))
             if self._barrier_arrived[only_aiv] == n:
                 self._barrier_arrived[only_aiv] = 0
                 self._barrier_generation[only_aiv] += 1
-                self.passed_barrier(core, only_aiv)
+                self._barrier_clock[only_aiv] = {}
+                self._barrier_done[only_aiv] = (generation, joined)
+                self.order.acquire(core, joined)
                 blocker.cond.notify_all()
                 return
         rank = self.rank_ctx.rank
@@ -214,7 +211,8 @@ class LaunchState:
         )
         with blocker.cond:
             if self._barrier_generation[only_aiv] != generation:
-                self.passed_barrier(core, only_aiv)
+                # the next barrier of this kind needs this core: the last one done is its own
+                self.order.acquire(core, self._barrier_done[only_aiv][1])
                 return
             blocker.raise_if_failed()
             gone = ", ".join(map(core_name, self._absent(only_aiv)))

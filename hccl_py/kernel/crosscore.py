@@ -31,12 +31,13 @@ import enum
 import functools
 import threading
 import weakref
-from collections import Counter
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclUsageError
 from ..core.report import plain_repr
+from .clocks import Clock, join
 from .context import core_name
 from .cores import AIC, AIV, CoreContext, LaunchState, current_core_context
 
@@ -105,50 +106,31 @@ def _route(core: CoreContext, mode: int) -> tuple[tuple, list[CoreContext], list
     return (2, block, AIV), _cores(launch, AIV, block), _cores(launch, AIC, block)
 
 
-#: The barrier key of an AIC's completion of every AIV core's mode-2 Set (not a barrier it
-#: passes: its next mode-2 Set, which releases them, is a barrier of those AIV cores).
-JOINED = "joined"
-
-
 class _Flags:
     """The flag counters of one launch (under the rank's blocker lock)."""
 
     def __init__(self) -> None:
-        self.pending_sets: dict[tuple, Counter] = {}
-        self.counters: Counter = Counter()
-        #: Completions among the counters that are barriers (mode 0: of a core type, mode 1: of
-        #: the AIV cores of an AI core; mode 2: an AIC's release after it received every AIV
-        #: core's Set, a barrier of those AIV cores): (core, flag) -> barrier key -> completions
-        #: (:data:`JOINED`: an AIC received every AIV core's Set).
-        self.barriers: dict[tuple, Counter] = {}
-        #: AIC cores that received every AIV core's mode-2 Set since their last mode-2 Set.
-        self.joined: set[CoreContext] = set()
-
-    def _barrier(self, core: CoreContext, mode: int, setters: list, receivers: list) -> Any:
-        """The barrier a completion of ``core``'s Set of ``mode`` is, or None."""
-        if mode in (0, 1):
-            return core.kind if mode == 0 else frozenset(setters)
-        if mode == 2 and core.kind == AIV:
-            return JOINED
-        return frozenset(receivers) if mode == 2 and core in self.joined else None
+        #: (route key, flag) -> setter -> the clocks of its Sets not yet completed, in order.
+        self.pending_sets: dict[tuple, dict[CoreContext, deque[Clock]]] = {}
+        #: (receiver, flag) -> the clocks of its completions not yet waited for, in order: the
+        #: join of every setter's clock at its Set (a Wait that consumes one acquires it).
+        self.completions: dict[tuple, deque[Clock]] = {}
 
     def set(self, core: CoreContext, mode: int, flag: int) -> None:
         key, setters, receivers = _route(core, mode)
         if mode == 4:
             receiver, flag = _mode4_target(core, flag)
             receivers = [receiver]
-        sets = self.pending_sets.setdefault((key, flag), Counter())
-        sets[core] += 1
-        while all(sets[c] > 0 for c in setters):
+        sets = self.pending_sets.setdefault((key, flag), {})
+        sets.setdefault(core, deque()).append(core.launch.order.release(core))
+        while all(sets.get(c) for c in setters):
+            seen: Clock = {}
             for c in setters:
-                sets[c] -= 1
-            barrier = self._barrier(core, mode, setters, receivers)
-            self.joined.discard(core)
+                join(seen, sets[c].popleft())
             for c in receivers:
-                self.counters[(c, flag)] += 1
-                if barrier is not None:  # consuming it passes the barrier
-                    self.barriers.setdefault((c, flag), Counter())[barrier] += 1
-                if self.counters[(c, flag)] > MAX_PENDING:
+                pending = self.completions.setdefault((c, flag), deque())
+                pending.append(seen)
+                if len(pending) > MAX_PENDING:
                     raise HcclCoreError(
                         f"CrossCoreSetFlag mode {mode} flag {flag}: {c.kind.name} core "
                         f"{c.block_idx} holds more than {MAX_PENDING} completions it has not "
@@ -267,7 +249,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     others = [c for c in launch.core_contexts() if c != core]
 
     def released_or_stuck() -> bool:
-        return flags.counters[key] > 0 or all(c in launch.returned for c in others)
+        return bool(flags.completions.get(key)) or all(c in launch.returned for c in others)
 
     blocker.wait_for(
         released_or_stuck,
@@ -276,16 +258,8 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
         ),
     )
     with blocker.cond:
-        if flags.counters[key] > 0:
-            flags.counters[key] -= 1
-            pending = flags.barriers.get(key, {})
-            barrier = next((b for b, n in pending.items() if n > 0), None)
-            if barrier is not None:
-                pending[barrier] -= 1
-                if barrier == JOINED:
-                    flags.joined.add(core)
-                else:
-                    launch.passed_barrier(core, barrier)
+        if flags.completions.get(key):
+            launch.order.acquire(core, flags.completions[key].popleft())
             return
         blocker.raise_if_failed()
     raise HcclDeadlockError(
