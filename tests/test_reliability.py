@@ -351,6 +351,7 @@ def test_standard_module_run_as_main_is_not_a_shadow() -> None:
 # ------------------------------------------------------------------ 6. nothing outlives its job
 SLEEPER = """
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -359,7 +360,9 @@ import hccl_py as hp
 
 
 def main():
-    Path(sys.argv[1], f"{hp.get_rank()}.pids").write_text(f"{os.getpid()} {os.getppid()}")
+    child = subprocess.Popen(["sleep", "120"])  # started by main and left running
+    pids = f"{os.getpid()} {os.getppid()} {child.pid}"
+    Path(sys.argv[1], f"{hp.get_rank()}.pids").write_text(pids)
     time.sleep(120)
 
 
@@ -384,7 +387,9 @@ def _alive(pid: int) -> bool:
 def test_killing_the_parent_leaves_no_process(
     tmp_path: Path, short_tmp: Path, how: str, sig: int
 ) -> None:
-    """Neither a process nor a temporary folder outlives a killed run (store, fork server socket)."""
+    """Neither a process nor a temporary folder outlives a killed run (store, fork server socket,
+    what a rank's function started: before 2026-11-30 a rank whose hp.run caller was killed
+    exited and left that running)."""
     _kill_the_run(tmp_path, short_tmp, how, lambda parent: parent.send_signal(sig))
 
 

@@ -141,17 +141,23 @@ def watch_parent(rank: int | None) -> None:
 
 
 def leave_orphaned(rank: int | None, why: str) -> None:
-    """End this rank process, whose parent is gone: say ``why``, remove the run's folders, exit 1.
+    """End this rank process, whose parent is gone: say ``why``, remove the run's folders, end
+    what it started in its process group, exit 1.
 
     Whichever watch notices first (the parent's pid, or this process's parent
-    changing), the run's temporary folders (:data:`ORPHAN_DIRS_ENV`) go with it.
+    changing), the run's temporary folders (:data:`ORPHAN_DIRS_ENV`) go with it, and so
+    does what the rank's function started (:func:`end_own_group`): no supervisor is left
+    to end them once this process is gone.
     """
     try:  # the parent may have held the other end of stderr: it can be gone too
         who = "a rank that had not joined yet" if rank is None else f"rank {rank}"
         print(f"hccl_py: {who}: {why}; exiting", file=sys.stderr, flush=True)
     finally:
-        remove_orphan_dirs()
-        forced_exit(1)
+        try:
+            remove_orphan_dirs()
+            end_own_group()
+        finally:
+            forced_exit(1)
 
 
 def remove_orphan_dirs() -> None:
