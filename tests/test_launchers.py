@@ -158,6 +158,19 @@ def test_missing_variables_are_named(env: dict[str, str], missing: str) -> None:
         spec_from_env(env)
 
 
+@pytest.mark.parametrize("port", ["0", "65536", "-1"])
+def test_a_port_no_rank_can_meet_at_is_refused(port: str) -> None:
+    """torchrun --master-port 0 chooses a port for its own store but tells its workers 0:
+    before 2026-11-30 they waited to connect to port 0, silently, past the run's timeout."""
+    env = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": port, "TORCHELASTIC_RUN_ID": "x"}
+    with pytest.raises(LaunchError) as info:
+        spec_from_env(env)
+    assert str(info.value).startswith(
+        f"torchrun: MASTER_PORT={port} is no port the ranks can meet at (their store needs a port "
+        "from 1 to 65535"
+    )
+
+
 # ------------------------------------------------------------------ hccl_py's runner
 def _runner(job: Path, mode: str, n: int = 3) -> subprocess.CompletedProcess:
     return launch(

@@ -59,7 +59,13 @@ def _address(env: Mapping[str, str], host: str, port: str, who: str) -> tuple[st
             f"{who}: {port} is not set, so the ranks cannot find each other's store "
             f"(set {host} and {port})"
         )
-    return env.get(host) or "127.0.0.1", _int(env, port)
+    number = _int(env, port)
+    if not 0 < number < 65536:  # torchrun --master-port 0 picks its own but tells its workers 0
+        raise LaunchError(
+            f"{who}: {port}={number} is no port the ranks can meet at (their store needs a "
+            f"port from 1 to 65535 that every rank knows); give the launcher a port number"
+        )
+    return env.get(host) or "127.0.0.1", number
 
 
 def spec_from_env(env: Mapping[str, str] | None = None) -> RankSpec:
