@@ -275,3 +275,23 @@ def test_a_failure_whose_class_this_process_lacks_keeps_its_type_name_and_messag
         "bad routing table for expert 3",
         1,
     )
+
+
+def test_a_return_value_too_large_for_a_tcp_store_is_the_rank_s_failure(tmp_path) -> None:
+    """Under a launcher the outcomes travel through the run's TCPStore, which refuses values
+    over 8 MiB by resetting the connection: before 2026-11-30 the ranks died with a bare
+    "Connection reset by peer". hp.run's own FileStore carries any size."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    tcp = kv.scoped(server, kv.PREFIX)
+    big = "z" * exchange.TCP_STORE_MAX_BYTES
+    status, error = exchange.decode(KEY, exchange.encode_result(big, 1, KEY, tcp))
+    assert status == "err" and type(error).__name__ == "ValueError"
+    assert str(error).startswith(
+        "the return value of rank 1 is 8.0 MiB encoded, more than the 8 MiB that the run's "
+        "TCPStore carries"
+    )
+    small = exchange.encode_result("z" * 1000, 1, KEY, tcp)
+    tcp.set(KEY, small)  # what fits goes through
+    assert exchange.decode(KEY, tcp.get(KEY)) == ("ok", "z" * 1000)
+    files = kv.scoped(dist.FileStore(str(tmp_path / "store"), 1), kv.PREFIX)
+    assert exchange.decode(KEY, exchange.encode_result(big, 1, KEY, files)) == ("ok", big)

@@ -161,8 +161,9 @@ def _result_from_plain(data: Any) -> Any:
     return RankOutcome(sealed.from_plain(value), rebuilt, sealed.from_plain(trace))
 
 
-def encode_result(value: Any, rank: int, key: str) -> bytes:
-    """A rank's return value for store key ``key``; one that cannot travel becomes its failure.
+def encode_result(value: Any, rank: int, key: str, store: Any = None) -> bytes:
+    """A rank's return value for store key ``key`` (of ``store``); one that cannot travel
+    becomes its failure.
 
     Without a secret only plain values travel (:func:`~.sealed.to_plain`). The
     failure names the type of the function's own return value, not of the
@@ -170,8 +171,8 @@ def encode_result(value: Any, rank: int, key: str) -> bytes:
     """
     try:
         if sealed.secret() is None:
-            return sealed.dump_json(key, {"ok": _plain_result(value)})
-        return sealed.dump_pickle(key, ("ok", value))
+            return fits_store(sealed.dump_json(key, {"ok": _plain_result(value)}), store, rank, key)
+        return fits_store(sealed.dump_pickle(key, ("ok", value)), store, rank, key)
     except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
         how = (
             f"without {sealed.SECRET_ENV} only None, bool, int, float, str, lists, tuples and "
@@ -187,6 +188,29 @@ def encode_result(value: Any, rank: int, key: str) -> bytes:
             f"other processes: {how}"
         )
         return encode_failure(error, rank, key)
+
+
+#: The largest value torch's TCPStore takes (its "Invalid payload size ... max"): a larger
+#: one resets the connection.
+TCP_STORE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def fits_store(outcome: bytes, store: Any, rank: int, key: str) -> bytes:
+    """``outcome``, or rank ``rank``'s failure where ``store`` is a TCPStore that cannot carry it
+    (under a launcher; ``hp.run``'s own FileStore has no such limit)."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    if len(outcome) + len(key) + 1024 <= TCP_STORE_MAX_BYTES or not isinstance(
+        store, dist.TCPStore
+    ):
+        return outcome
+    error = ValueError(
+        f"the return value of rank {rank} is {len(outcome) / 2**20:.1f} MiB encoded, more than "
+        f"the {TCP_STORE_MAX_BYTES // 2**20} MiB that the run's TCPStore carries (under a "
+        "launcher, return values travel through it); return less, or write the data to a file "
+        "and return its name"
+    )
+    return encode_failure(error, rank, key)
 
 
 def decode(key: str, raw: bytes) -> tuple[str, Any]:

@@ -241,7 +241,7 @@ class Session:
             )
             if forged is not None:
                 raise ForgedValueError(forged.reason, rank=self.rank)
-            outcome = exchange.encode_result(value, self.rank, key)
+            outcome = exchange.encode_result(value, self.rank, key, self.store)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
             interrupted = isinstance(exc, KeyboardInterrupt)
