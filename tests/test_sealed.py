@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hccl_py.core.errors import HcclWarning
+from hccl_py.core.errors import HcclPeerError, HcclWarning
 from hccl_py.kernel.outcome import RankOutcome
 from hccl_py.launcher import exchange, sealed
 from hccl_py.launcher import store as kv
@@ -295,3 +295,17 @@ def test_a_return_value_too_large_for_a_tcp_store_is_the_rank_s_failure(tmp_path
     assert exchange.decode(KEY, tcp.get(KEY)) == ("ok", "z" * 1000)
     files = kv.scoped(dist.FileStore(str(tmp_path / "store"), 1), kv.PREFIX)
     assert exchange.decode(KEY, exchange.encode_result(big, 1, KEY, files)) == ("ok", big)
+
+
+def test_a_store_whose_host_ended_is_named_not_torch_s_broken_pipe() -> None:
+    """A rank whose store's host ended (rank 0 killed under a plain launcher, torchrun's agent
+    killed) reported torch's bare DistNetworkError ("Broken pipe") as it returned."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = kv.connect("127.0.0.1", server.port, is_master=False, timeout=5.0)
+    client.set("a", b"1")
+    del server  # its host ends
+    with pytest.raises(HcclPeerError) as info, kv.gone_store(1, "h:29500"):
+        for i in range(10):  # a write or two may still leave before the reset arrives
+            client.set(f"b{i}", b"2")
+    assert str(info.value).startswith("[rank 1] the run's store at h:29500 is gone (")
+    assert "the process that hosted it (rank 0, or the launcher) ended" in str(info.value)

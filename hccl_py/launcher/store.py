@@ -22,6 +22,7 @@ nothing from the store is unpickled unless its signature proves this run wrote i
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import math
@@ -29,12 +30,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch.distributed as dist
 
-from ..core.errors import HcclTimeoutError
+from ..core.errors import HcclPeerError, HcclTimeoutError
 from ..launcher.ports import port_holder
 from ..launcher.spec import LaunchError
 from . import sealed
@@ -260,6 +261,19 @@ def file_store(path: str) -> dist.Store:
 def scoped(store: dist.Store, prefix: str) -> dist.Store:
     """``store`` seen through ``prefix`` (keys are prefixed transparently)."""
     return dist.PrefixStore(prefix, store)
+
+
+@contextlib.contextmanager
+def gone_store(rank: int, where: str) -> Iterator[None]:
+    """Turn torch's error of a store whose host ended (a broken connection) into a clear one."""
+    try:
+        yield
+    except dist.DistNetworkError as exc:
+        raise HcclPeerError(
+            f"the run's store at {where} is gone ({exc}): the process that hosted it (rank 0, or "
+            "the launcher) ended, so this rank stops without reporting its outcome",
+            rank=rank,
+        ) from None
 
 
 class RemoteError(RuntimeError):

@@ -85,6 +85,7 @@ class Session:
 
     def __init__(self, spec: RankSpec, backend: DistBackend, timeout: float) -> None:
         self.spec = spec
+        self.where = f"{spec.host}:{spec.port}"  # the store's address, for reports
         self.backend = backend
         self.timeout = max(timeout, JOIN_TIMEOUT_S)
         watch_parent(spec.rank)  # before the store: a rank stuck joining it must end too
@@ -94,7 +95,7 @@ class Session:
         if spec.host_store:
             kv.mark_run(self.store, spec.world_size)
         elif not spec.store_path and spec.launcher != "torchrun":
-            kv.check_run(self.store, spec.world_size, f"{spec.host}:{spec.port}")
+            kv.check_run(self.store, spec.world_size, self.where)
         self.rank = (
             spec.rank if spec.rank is not None else int(self.store.add(kv.RANK_COUNTER, 1)) - 1
         )
@@ -255,12 +256,12 @@ class Session:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
-            try:
+            # closed: the window files of a domain half made go, whatever happened
+            with kv.gone_store(self.rank, self.where), contextlib.closing(server):
                 server.rank_returned(self.rank)
-            finally:  # the window files of a domain half made, whatever happened
-                server.close()
-        self.store.set(key, outcome)
-        self.store.delete_key(kv.running_key(self.rank))
+        with kv.gone_store(self.rank, self.where):
+            self.store.set(key, outcome)
+            self.store.delete_key(kv.running_key(self.rank))
         if interrupted:  # reported to the others; here Ctrl-C goes on as Python's, not a WorldError
             raise KeyboardInterrupt
         if not gather:
@@ -339,11 +340,10 @@ class _Liveness:
     """
 
     def __init__(self, session: Session, key: Callable[[int], str]) -> None:
-        self.session = session
-        self.key = key
+        self.session, self.key = session, key
         self.dead: dict[int, str] = {}
-        self.next_look = 0.0
-        self.aborted_at: float | None = None
+        #: When to look at the missing ranks next, and when the job failed (None: it has not).
+        self.next_look, self.aborted_at = 0.0, None
 
     def check(self) -> None:
         """Called between polls of the store."""
