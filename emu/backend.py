@@ -6,6 +6,7 @@ import functools
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,8 @@ from .world import EmuWorld
 #: Seconds the other ranks get to reach an hccl_py call (which stops them) after one rank
 #: failed; then they are stopped where they are and their place is reported.
 GRACE_SECONDS = 0.5
+#: Seconds ``hp.run`` waits, after Ctrl-C, for the ranks it stopped to end.
+INTERRUPT_WAIT_S = 2.0
 #: How often the main thread looks at the ranks, and how long it waits for a stopped rank.
 JOIN_STEP_S = 0.05
 STOP_WAIT_S = 0.5
@@ -101,6 +104,12 @@ class EmuBackend(Backend):
             runner = world.blocker.running()
             if runner is not None and runner.thread is not None:
                 runner.thread.interrupt(_Stopped)
+            # the ranks stop at their next hccl_py call: an interpreter that exits while the
+            # greenlet runners' thread still runs one aborts ("terminate called ...")
+            deadline = time.monotonic() + INTERRUPT_WAIT_S
+            for thread in [*started, world.blocker.thread]:
+                if thread is not None:
+                    thread.join(max(0.0, deadline - time.monotonic()))
             raise
         finally:
             world.close()
