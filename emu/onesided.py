@@ -141,10 +141,9 @@ class OneSidedWrites:
     def _record(
         self, rank: int, copies: Copies, agent: int, queue: Key | None = None, epoch: int = 0
     ) -> None:
-        """The race check's record of the window bytes that ``copies`` will write."""
+        """The race check's record of the window bytes that ``copies`` will write (where the
+        check is on: its callers ask it for ``agent``)."""
         races = self.races
-        if races is None:
-            return
         where = user_frame()
         clocks = races.batch_clocks(rank, len(copies), agent, queue, epoch)
         for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):

@@ -390,10 +390,13 @@ def slow_core_rank() -> None:
 
 
 def test_a_kernel_that_times_out_is_the_rank_s_own_failure_not_a_peer_s() -> None:
-    """The rank's wait for its kernel timed out and stopped the core in SyncAll. Before
-    2026-11-30 the rank reported that core's HcclPeerError, "stopped because rank 0 failed"
-    on rank 0 itself, and its peers read a rank that failed so as one that returned without
-    preparing their task (a false deadlock report). The rank's own timeout is its failure."""
+    """Core 0's SyncAll and the rank's wait for its kernel both time out while core 1 sleeps
+    (the core's wait first, by the kernel's grace; on a loaded machine maybe the rank's).
+    Before 2026-11-30 the two timed out together, and the rank could report the stopped
+    core's HcclPeerError, "stopped because rank 0 failed" on rank 0 itself; its peers then
+    read a rank that failed so as one that returned without preparing their task (a false
+    deadlock report). Whichever fires first, the rank reports a timeout of its own; the state
+    of the world in it names the kernel's wait."""
     from hccl_py.core.config import KERNEL_GRACE_S
 
     assert 1.0 + KERNEL_GRACE_S < 3.5

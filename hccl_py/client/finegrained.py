@@ -125,6 +125,7 @@ class FineGrainedSteps:
             return breach(
                 "bad-argument",
                 "Iterate: seqSliceLen must be an int > 0",
+                handle=handleId,
                 actual=what_is(seqSliceLen),
             )
         writable = isinstance(seqSlices, (list, torch.Tensor)) or (
@@ -135,6 +136,7 @@ class FineGrainedSteps:
                 "bad-argument",
                 "Iterate: seqSlices must be a list, tensor or writable numpy array of at least "
                 f"seqSliceLen ({n}) entries (the kernel's uint8_t array)",
+                handle=handleId,
                 actual=what_is(seqSlices),
             )
         info = b.handle(handleId)

@@ -11,12 +11,11 @@ call fails is a rule of :data:`hccl_py.core.rules.RULES`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import operator
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.config import as_index
 from ..core.constants import HcclCMDType, HcclServerConfig, HcclServerType, ScopeType
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
@@ -44,9 +43,9 @@ _C = HcclCMDType
 
 def _server_type(value: Any) -> HcclServerType:
     """``value`` as an HcclServerType (a C++ template argument that is none does not compile)."""
-    if not isinstance(value, bool):
-        with contextlib.suppress(TypeError, ValueError):
-            return HcclServerType(operator.index(value))
+    number = as_index(value)
+    if number in HcclServerType._value2member_map_:
+        return HcclServerType(number)
     members = ", ".join(f"{m.name} ({int(m)})" for m in HcclServerType)
     raise HcclUsageError(
         f"Hccl[...]: the server type must be an HcclServerType ({members}), not "

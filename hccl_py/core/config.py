@@ -73,16 +73,22 @@ def checked_flag(name: str, value: object) -> bool:
     raise TypeError(f"{name} must be True or False, not {value!r}")
 
 
+def as_index(value: object) -> int | None:
+    """``value`` as an int: an int, a numpy integer or anything else with ``__index__``; None
+    for a bool (numpy's too), a float and anything else."""
+    try:
+        return None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        return None
+
+
 def checked_int(
     name: str, value: object, least: int, most: int | None = None, expected: str | None = None
 ) -> int:
     """An integer argument in ``least..most`` as an int: an int, a numpy integer or anything
     else with ``__index__``, but not a bool or a float; a ValueError naming ``name``, the value
     and ``expected`` (default: what the bounds say) for anything else."""
-    try:
-        number = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
-    except TypeError:
-        number = None
+    number = as_index(value)
     if number is None or number < least or (most is not None and number > most):
         if expected is None:
             expected = (

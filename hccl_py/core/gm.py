@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .config import as_index
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
 from .current import current_rank, serialized
 from .errors import HcclBoundsError, HcclUsageError
@@ -259,10 +260,7 @@ class GmAddr:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
             raise HcclBoundsError(f"{what}: null address")
-        try:
-            size = None if isinstance(nbytes, bool) else operator.index(nbytes)
-        except TypeError:
-            size = None
+        size = as_index(nbytes)
         if size is None:
             raise HcclUsageError(
                 f"{what}: the size must be an int number of bytes, not {what_is(nbytes)}",

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Sequence
 
+from .config import as_index
 from .errors import HcclMismatchError
 from .report import plain_repr
 
@@ -45,12 +45,10 @@ def group_missing(
 def _int_ranks(ranks: object) -> tuple[int, ...] | None:
     """``ranks`` as a tuple of ints, or None when it is no iterable of ints (a bool is none)."""
     try:
-        items = tuple(ranks)
-        return (
-            None if any(isinstance(r, bool) for r in items) else tuple(map(operator.index, items))
-        )
-    except TypeError:
+        items = tuple(map(as_index, ranks))
+    except TypeError:  # not iterable
         return None
+    return None if None in items else items
 
 
 class Group:

@@ -113,9 +113,9 @@ class LaunchState:
         self._lock = threading.Lock()
         self._barrier_arrived, self._barrier_generation = {True: 0, False: 0}, {True: 0, False: 0}
         #: Per SyncAll kind (True: AIV cores): the join of the arrived cores' clocks, and the
-        #: last completed barrier's (its generation, its clock).
+        #: last completed barrier's clock.
         self._barrier_clock: dict[bool, Clock] = {True: {}, False: {}}
-        self._barrier_done: dict[bool, tuple[int, Clock]] = {}
+        self._barrier_done: dict[bool, Clock] = {}
         #: What each core has seen happen (:mod:`.clocks`).
         self.order = CoreClocks()
         self.returned: list[CoreContext] = []
@@ -193,7 +193,7 @@ class LaunchState:
                 self._barrier_arrived[only_aiv] = 0
                 self._barrier_generation[only_aiv] += 1
                 self._barrier_clock[only_aiv] = {}
-                self._barrier_done[only_aiv] = (generation, joined)
+                self._barrier_done[only_aiv] = joined
                 self.order.acquire(core, joined)
                 blocker.cond.notify_all()
                 return
@@ -212,7 +212,7 @@ class LaunchState:
         with blocker.cond:
             if self._barrier_generation[only_aiv] != generation:
                 # the next barrier of this kind needs this core: the last one done is its own
-                self.order.acquire(core, self._barrier_done[only_aiv][1])
+                self.order.acquire(core, self._barrier_done[only_aiv])
                 return
             blocker.raise_if_failed()
             gone = ", ".join(map(core_name, self._absent(only_aiv)))
@@ -336,7 +336,7 @@ def _run_cores(
             refused.append(exc)
             blocker.fail(exc)  # real threads (gloo) may have started the kernel: stop them
             break
-    own: list[BaseException] = []
+    own: BaseException | None = None  # the rank's own wait failed (its kernel timed out)
     try:
         blocker.wait_for(
             lambda: done[0] == len(threads),
@@ -349,7 +349,7 @@ def _run_cores(
     except BaseException as exc:
         exc.hccl_rank = rank_ctx.rank
         blocker.fail(exc)
-        own.append(exc)
+        own = exc
         raise
     finally:
         blocker.join_spawned(threads, f"rank {rank_ctx.rank} waits for its cores to stop")
@@ -357,7 +357,7 @@ def _run_cores(
             raise refused[0]
         # a core's own failure first, then the rank's (its kernel timed out), then a stopped core
         found = next(((c, e) for c, e in errors if not isinstance(e, HcclPeerError)), None)
-        if found or (errors and all(isinstance(e, HcclPeerError) for e in own)):
+        if found or (errors and (own is None or isinstance(own, HcclPeerError))):
             core, exc = found or errors[0]
             if hasattr(exc, "add_note"):
                 exc.add_note(f"raised on rank {rank_ctx.rank}, {core_name(core)}")

@@ -171,8 +171,9 @@ def encode_result(value: Any, rank: int, key: str, store: Any = None) -> bytes:
     """
     try:
         if sealed.secret() is None:
-            return fits_store(sealed.dump_json(key, {"ok": _plain_result(value)}), store, rank, key)
-        return fits_store(sealed.dump_pickle(key, ("ok", value)), store, rank, key)
+            raw = sealed.dump_json(key, {"ok": _plain_result(value)})
+        else:
+            raw = sealed.dump_pickle(key, ("ok", value))
     except Exception as exc:  # noqa: BLE001 - reported as the rank's failure
         how = (
             f"without {sealed.SECRET_ENV} only None, bool, int, float, str, lists, tuples and "
@@ -188,6 +189,7 @@ def encode_result(value: Any, rank: int, key: str, store: Any = None) -> bytes:
             f"other processes: {how}"
         )
         return encode_failure(error, rank, key)
+    return fits_store(raw, store, rank, key)
 
 
 #: The largest value torch's TCPStore takes (its "Invalid payload size ... max"): a larger

@@ -12,7 +12,7 @@ and they order -0.0 below +0.0 (IEEE 754-2019's maximum and minimum): the MAX of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -70,13 +70,20 @@ def _one_nan(result: torch.Tensor) -> torch.Tensor:
     """
     if not result.is_floating_point() or torch.isfinite(result.sum()):
         return result  # no NaN (nor an infinity, nor a sum too large): one pass, no temporary
-    if not result.is_contiguous():
-        return result.masked_fill_(torch.isnan(result), float("nan"))
-    flat = result.view(-1)
-    for start in range(0, flat.numel(), NAN_CHUNK):  # masks of a bounded size
-        piece = flat[start : start + NAN_CHUNK]
+    for (piece,) in _pieces([result]):
         piece.masked_fill_(torch.isnan(piece), float("nan"))
     return result
+
+
+def _pieces(tensors: Sequence[torch.Tensor]) -> Iterator[tuple[torch.Tensor, ...]]:
+    """Equally shaped ``tensors`` cut alike into pieces of :data:`NAN_CHUNK` elements, so that
+    masks of a piece stay small (whole, in one piece, where one is not contiguous)."""
+    if not all(t.is_contiguous() for t in tensors):
+        yield tuple(tensors)
+        return
+    flat = [t.view(-1) for t in tensors]
+    for start in range(0, flat[0].numel(), NAN_CHUNK):
+        yield tuple(t[start : start + NAN_CHUNK] for t in flat)
 
 
 def _signed_zeros(
@@ -92,11 +99,7 @@ def _signed_zeros(
     """
     if not result.is_floating_point():
         return result
-    whole = not (result.is_contiguous() and all(t.is_contiguous() for t in stacked))
-    step = max(result.numel(), 1) if whole else NAN_CHUNK
-    views = [t if whole else t.view(-1) for t in (result, *stacked)]
-    for start in range(0, result.numel(), step):  # masks of a bounded size
-        got, *parts = (t if whole else t[start : start + step] for t in views)
+    for got, *parts in _pieces([result, *stacked]):
         zero = got == 0
         if not zero.any():
             continue
