@@ -50,7 +50,7 @@ from hccl_py.sanitizer.poison import skipped_block
 from .findings import Finding, Mark, findings
 from .intervals import Runs
 from .races import place_text, user_frame, user_place
-from .server_order import Ordered, deps
+from .server_order import Ordered, dep_keys
 from .slot import Slot
 
 #: What the server does with the bytes of each side of a round.
@@ -302,12 +302,12 @@ class BufferRaces:
             own = slots.get(task.seq)
             if own is None or not own.all_deps:
                 return False
-        # (domain, seq): every task of the domain up to seq finishes before ``task`` runs
-        todo = [(task.domain_name, task.seq - 1)]
-        todo += [(d.domain_name, d.seq) for d in deps(slots, task.seq)]
+        todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq)]  # run first
         top: dict[str, int] = {}
         while todo:
             domain, seq = todo.pop()
+            if seq is None:  # a dependency its domain has not prepared, nor this rank committed
+                return True
             if top.get(domain, -1) >= seq:
                 continue
             top[domain] = seq
@@ -317,7 +317,7 @@ class BufferRaces:
                     for r, t in slot.tasks.items():
                         if t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat:
                             return True
-            todo += [(d.domain_name, d.seq) for d in deps(slots, seq)]
+            todo += dep_keys(slots, seq)
         return False
 
     def _mark(self, rank: int, rnd: Round) -> None:

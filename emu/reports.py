@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from hccl_py.core.task import Task
+from hccl_py.core.task import Task, resolved
 from hccl_py.server.agreement import wait_head
 from hccl_py.server.task_queue import Position, TaskBoard
 
@@ -69,7 +69,12 @@ class WorldReports:
             )
             return self._chain(text, previous, depth)
         if why.kind == "dependency":
-            dep = why.dep if why.position is None else why.position.sample()
+            dep = resolved(why.dep) if why.position is None else why.position.sample()
+            if dep is None:
+                return (
+                    f"blocked by InterHcclGroupSync on handle {why.dep.handle} of domain "
+                    f"{why.dep.domain_name}, which that domain's sending core has not prepared"
+                )
             text = (
                 f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain_name} "
                 f"(handle {dep.handle}, {dep.describe()})"

@@ -8,10 +8,10 @@ Commit marks a round whose task waits behind one the rank has not committed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from hccl_py.core.task import Task
+from hccl_py.core.task import Task, resolved
 
 from .slot import Slot
 
@@ -52,16 +52,22 @@ class Ordered:
         todo = [(self.task.domain_name, self.task.seq)]
         while todo:
             domain, top = todo.pop()
-            for dep in deps(self.slots(domain), top):
-                if below.get(dep.domain_name, 0) <= dep.seq:
-                    below[dep.domain_name] = dep.seq + 1
-                    todo.append((dep.domain_name, dep.seq))
+            for name, seq in dep_keys(self.slots(domain), top):
+                if seq is not None and below.get(name, 0) <= seq:
+                    below[name] = seq + 1
+                    todo.append((name, seq))
         below.pop(self.task.domain_name)
         return below
 
 
-def deps(slots: Mapping[int, Slot], top: int) -> Iterable[Task]:
-    """The InterHcclGroupSync dependencies of every task of one domain up to seq ``top``."""
+def dep_keys(slots: Mapping[int, Slot], top: int) -> list[tuple[str, int | None]]:
+    """``(domain, seq)`` of the InterHcclGroupSync dependencies of every task of one domain up
+    to seq ``top``; seq None for one its domain has not prepared yet
+    (:class:`~hccl_py.core.task.PendingDep`)."""
+    keys = []
     for seq, slot in list(slots.items()):
         if seq <= top:
-            yield from slot.all_deps
+            for dep in slot.all_deps:
+                task = resolved(dep)
+                keys.append((dep.domain_name, None if task is None else task.seq))
+    return keys

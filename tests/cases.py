@@ -366,9 +366,15 @@ def run_cases(cases: Sequence[OpCase]) -> list[CaseResult | None]:
 # ------------------------------------------------------------------ checking
 
 
-def expected_recvs(case: OpCase, sends: list[np.ndarray], recvs: list[np.ndarray]) -> list:
-    """The reference's receive buffers for a case, given every rank's initial buffers."""
+def expected_recvs(
+    case: OpCase, sends: list[np.ndarray], recvs: list[np.ndarray], platform: str = "A3"
+) -> list:
+    """The reference's receive buffers for a case, given every rank's initial buffers.
+
+    ``skip_local`` leaves the own block unwritten on Atlas A2 only (SetSkipLocalRankCopy.md:
+    a reserved field without effect on A3)."""
     n = case.world_size
+    skip = case.skip_local and platform == "A2"
     common = dict(
         dtype=case.dtype,
         repeat=case.repeat,
@@ -379,13 +385,13 @@ def expected_recvs(case: OpCase, sends: list[np.ndarray], recvs: list[np.ndarray
     if case.op == "AllReduce":
         return ref.all_reduce(sends, recvs, count=c, reduce_op=case.reduce_op, **common)
     if case.op == "AllGather":
-        return ref.all_gather(sends, recvs, count=c, stride=s, skip_local=case.skip_local, **common)
+        return ref.all_gather(sends, recvs, count=c, stride=s, skip_local=skip, **common)
     if case.op == "ReduceScatter":
         return ref.reduce_scatter(
             sends, recvs, count=c, stride=s, reduce_op=case.reduce_op, **common
         )
     if case.op == "AlltoAll":
-        return ref.all_to_all(sends, recvs, count=c, stride=s, skip_local=case.skip_local, **common)
+        return ref.all_to_all(sends, recvs, count=c, stride=s, skip_local=skip, **common)
     return ref.all_to_all_v(
         sends,
         recvs,
@@ -412,12 +418,12 @@ def assert_bytes_equal(got: np.ndarray, want: np.ndarray, what: str) -> None:
     )
 
 
-def check_case(case: OpCase, results: Sequence[CaseResult | None]) -> None:
+def check_case(case: OpCase, results: Sequence[CaseResult | None], platform: str = "A3") -> None:
     """Compare every rank's result of ``case`` with the reference (buffers, handles, codes)."""
     n = case.world_size
     inputs = [rank_buffers(case, r) for r in range(n)]
     sends = [s for s, _ in inputs]
-    want = expected_recvs(case, sends, [r for _, r in inputs])
+    want = expected_recvs(case, sends, [r for _, r in inputs], platform)
     for rank in range(n):
         res = results[rank]
         label = f"{case} rank {rank}"
@@ -450,7 +456,7 @@ def run_and_check(
         args=(list(cases),),
     )
     for i, case in enumerate(cases):
-        check_case(case, [results[i] for results in per_rank])
+        check_case(case, [results[i] for results in per_rank], platform)
 
 
 # ------------------------------------------------------------- random cases

@@ -46,7 +46,7 @@ def run(kernel: Kernel, *, skip_local: bool = False, block_dim: int = 1, **optio
         hp.launch(kernel, x, y, make_tiling(skip_local=skip_local), block_dim=block_dim)
         return x, y
 
-    return hp.run(main, world_size=2, platform="A3", timeout=TIMEOUT, **options)
+    return hp.run(main, world_size=2, **{"platform": "A3", "timeout": TIMEOUT} | options)
 
 
 def race(kernel: Kernel, **options: Any) -> hp.HcclRaceError:
@@ -393,7 +393,7 @@ def test_skip_local_rank_copy_keeps_a_copy_made_before_the_commit(options: dict)
         h.Wait(all_gather(h, xGM, yGM))
         h.Finalize()
 
-    for _x, y in run(kernel, skip_local=True, **options):
+    for _x, y in run(kernel, skip_local=True, platform="A2", **options):
         assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
 
 
@@ -407,7 +407,7 @@ def test_skip_local_rank_copy_leaves_the_own_block_to_the_kernel() -> None:
         h.Wait(handle)
         h.Finalize()
 
-    for _x, y in run(kernel, skip_local=True):
+    for _x, y in run(kernel, skip_local=True, platform="A2"):
         assert torch.equal(y, torch.tensor([1.0] * N + [2.0] * N))
 
 

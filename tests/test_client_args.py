@@ -50,6 +50,15 @@ def test_alltoallv_non_integer_counts_are_rejected(counts: list) -> None:
     assert "sendCounts must hold integers" in reason
 
 
+@pytest.mark.parametrize(
+    "counts", [[np.int64(1)], [np.uint64(1)], list(np.cumsum([1])), [torch.tensor(1)]]
+)
+def test_alltoallv_accepts_lists_of_numpy_and_torch_integers(counts: list) -> None:
+    """docs/api.md: any sequence of non-negative ints; a list built with numpy holds np.int64."""
+    handle, reason = _a2av_with(counts)
+    assert (handle, reason) == (0, None)
+
+
 def test_alltoallv_accepts_uint64_numpy_counts() -> None:
     handle, reason = _a2av_with(np.array([1], dtype=np.uint64))
     assert (handle, reason) == (0, None)

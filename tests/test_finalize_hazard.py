@@ -69,7 +69,35 @@ def wait_after_finalize(h: Hccl, handles: list[int]) -> None:
         h.Finalize()
 
 
-ENDS = {"shipping": shipping_end, "synced": synced_end, "after": wait_after_finalize}
+def query_loops(h: Hccl, handles: list[int]) -> None:
+    """Core 0 Waits and Finalizes at once; the other cores poll Query until each handle is
+    done instead of Waiting: Query reads the same finished-turn counters."""
+    if hp.GetBlockIdx() == 0:
+        shipping_end(h, handles)
+        return
+    for handle in handles:
+        while h.Query(handle) < 1:
+            pass
+    h.Finalize()
+
+
+def query_after_finalize(h: Hccl, handles: list[int]) -> None:
+    """As :func:`wait_after_finalize`, with Query loops on the other cores."""
+    if hp.GetBlockIdx() == 0:
+        shipping_end(h, handles)
+        hp.SyncAll()
+        return
+    hp.SyncAll()
+    query_loops(h, handles)
+
+
+ENDS = {
+    "shipping": shipping_end,
+    "synced": synced_end,
+    "after": wait_after_finalize,
+    "query": query_loops,
+    "query-after": query_after_finalize,
+}
 
 
 def allreduce_kernel(end: str, y: torch.Tensor, seen: torch.Tensor, server: Any) -> Any:
@@ -220,6 +248,34 @@ def test_a_wait_ordered_after_finalize_hangs_in_every_schedule() -> None:
         "hccl_world_group",
     ):
         assert fact in text, f"{fact!r} missing from:\n{text}"
+
+
+@expects_warning("finalize-unordered")
+def test_query_loops_race_the_finalize_as_waits_do() -> None:
+    """Query reads the finished-turn counters that Finalize resets (hccl_aicpu_impl.h, Query:
+    WaitFinishCntFromGm(pos, 0)): the default schedule warns, as for a Wait; exploring finds a
+    schedule whose Query loop reads 0 forever, and its seed replays it."""
+    result = hp.run(main, world_size=WORLD, args=("query",), timeout=TIMEOUT)
+    for seen in result:
+        np.testing.assert_array_equal(seen.numpy(), expected())
+    assert kinds(result) == {rank: ["finalize-unordered"] for rank in range(WORLD)}
+    assert "Query of handle" in str(result.warnings[0][0]), result.warnings[0][0]
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=WORLD, args=("query",), explore=SCHEDULES, timeout=TIMEOUT)
+    report = deadlock_of(info.value)
+    assert re.search(r"AIV core [1-3] polls Query for handle [01] in domain", report), report
+    assert "reads 0 forever: AIV core 0's Finalize reset the finished-turn counters" in report
+    with pytest.raises(hp.WorldError) as again:
+        hp.run(main, world_size=WORLD, args=("query",), seed=info.value.seed, timeout=TIMEOUT)
+    assert deadlock_of(again.value) == report
+
+
+def test_a_query_loop_ordered_after_finalize_is_a_deadlock_in_every_schedule() -> None:
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=WORLD, args=("query-after",), explore=4, timeout=TIMEOUT)
+    assert info.value.seed is None, "the default schedule must already fail"
+    report = deadlock_of(info.value)
+    assert "AIV core 1 polls Query for handle 0 in domain hccl_world_group" in report, report
 
 
 @expects_warning("finalize-unordered")

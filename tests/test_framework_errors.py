@@ -191,6 +191,11 @@ def rs_input_shape(r: int):
     return lambda: hp.reduce_scatter_tensor(out, torch.ones(3)), [out]
 
 
+def rs_output_0d(r: int):
+    out = filled()
+    return lambda: hp.reduce_scatter_tensor(out, torch.ones(3)), [out]
+
+
 def unknown_group_name(r: int):
     out = filled(4)
     return lambda: hp.all_gather_into_tensor(out, torch.ones(2), group="tp_group"), [out]
@@ -305,6 +310,7 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
         ["rank 0 HCCL_REDUCE_SUM, rank 1 HCCL_REDUCE_MAX"],
     ),
     "rs_input_shape": (rs_input_shape, ValueError, ["input has shape [3] and output [2]"]),
+    "rs_output_0d": (rs_output_0d, ValueError, ["output must have at least one dimension"]),
     "unknown_group_name": (unknown_group_name, ValueError, ["unknown group name 'tp_group'"]),
 }
 

@@ -296,9 +296,10 @@ def test_a_class_passed_for_a_value_is_named_in_the_report() -> None:
     assert len(seen) == 1 and "not a type (<class 'numpy.float16'>)" in seen[0], seen
 
 
-def test_an_init_tiling_too_small_for_what_a_wait_reads_names_the_field_and_init_v2() -> None:
+def test_an_init_tiling_too_small_for_what_init_v2_reads_names_the_field_and_init_v2() -> None:
     """A buffer given to InitV2 that is not the tiling (launch arguments in the wrong order):
-    the Wait that reads queueNum names the field and InitV2, not only the bytes of a GM view."""
+    InitV2 reads debugMode (platform_v220/hccl_aicpu.h) and names the field and InitV2, not
+    only the bytes of a GM view (before 2026-11-30 the Wait that read queueNum did)."""
 
     def kernel(tilingGM: hp.GmAddr) -> None:
         hccl = hp.Hccl()
@@ -310,8 +311,8 @@ def test_an_init_tiling_too_small_for_what_a_wait_reads_names_the_field_and_init
     error = info.value.failures[0]
     assert isinstance(error, hp.HcclBoundsError) and error.rank == 0
     assert str(error) == (
-        "[rank 0] Mc2InitTiling.queueNum (bytes [42, 44)) of the init tiling given to InitV2: GM "
-        "view: bytes [0, 44) of tilingGM fall outside its 16 bytes"
+        "[rank 0] Mc2InitTiling.debugMode (bytes [40, 41)) of the init tiling given to InitV2: "
+        "GM view: bytes [0, 41) of tilingGM fall outside its 16 bytes"
     )
 
 

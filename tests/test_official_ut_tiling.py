@@ -64,14 +64,15 @@ def test_Mc2CcTilingConfig_normal(platform: str) -> None:
     """Mc2CcTilingConfig_normal: every setter 0 but SetOpType(0) (0 < opType < HCCL_CMD_ALL);
     SetStepSize 0 on DAV_2201, the arch of A2 and A3 (hccl_tiling.cpp:245-256); both GetTilings
     0. The init tiling holds version 100, debugMode 1, queueNum 40, commBlockNum 48, devType 255
-    (an SoC that is not 910B) and, after the cc tiling, one offset; the cc tiling holds what was
+    (the UT's SoC is not 910B; an A2 run's is: 1) and, after the cc tiling, one offset; the cc tiling holds what was
     set, and opType 1 from the constructor."""
     t = InitAndCc()
     got = _in_run(lambda: _normal(t), platform)
     assert got == [OK] * 4 + [FAIL] + [OK] * 8
     init, cc = t.init, t.cc
     assert (init.version, init.mc2HcommCnt, init.offset[0]) == (100, 1, 64)
-    assert (init.debugMode, init.queueNum, init.commBlockNum, init.devType) == (1, 40, 48, 255)
+    dev_type = 1 if platform == "A2" else 255
+    assert (init.debugMode, init.queueNum, init.commBlockNum, init.devType) == (1, 40, 48, dev_type)
     assert (cc.groupName, cc.algConfig, cc.opType, cc.reduceType) == (b"test1", b"doublering", 1, 0)
     assert (cc.stepSize, cc.skipLocalRankCopy, cc.skipBufferWindowCopy) == (1, 1, 1)
     assert (cc.commEngine, cc.version) == (1, 1)
@@ -182,6 +183,19 @@ def test_GetInitTiling_withValidAscendHome_success(dev_type: int | None, written
     extra = {} if dev_type is None else {"devType": dev_type}
     cfg = hp.Mc2CcTilingConfig("test", 1, "fullmesh", 1, **extra)
     assert cfg.GetTiling(t.init) == OK and t.init.devType == written
+
+
+@pytest.mark.parametrize(("platform", "written"), [("A2", 1), ("A3", 255), ("950", 255)])
+def test_the_default_dev_type_is_the_platform_s(platform: str, written: int) -> None:
+    """Not a UT case: inside a run the default devType is what SetDevType writes on that
+    platform's SoC: "Ascend910B..." (A2) gives ASCEND910B (1), "Ascend910_93" (A3) and 950 255."""
+
+    def main() -> int:
+        t = InitAndCc()
+        assert hp.Mc2CcTilingConfig("test", 1, "fullmesh", 1).GetTiling(t.init) == OK
+        return t.init.devType
+
+    assert hp.run(main, world_size=1, platform=platform, timeout=RUN_TIMEOUT) == [written]
 
 
 def test_a_failed_setter_raises_in_a_strict_run() -> None:

@@ -747,6 +747,34 @@ def test_core_prepare_from_aic_and_aiv_without_server_config() -> None:
     check(err, hp.HcclCoreError, "both AIC and AIV block 0 without an HcclServerConfig")
 
 
+@pytest.mark.parametrize("aic_first", [True, False], ids=["aic-finalizes-first", "aiv-sends-first"])
+def test_finalize_of_the_other_block_0_without_server_config(aic_first: bool) -> None:
+    """Without an HcclServerConfig every block 0 is a working core (InitWorkingFlag): an AIC
+    block 0 Finalize beside AIV block 0's tasks writes a FINALIZE message into the sender's
+    first slot, and the kernel hangs on hardware. Reported in either order (a SyncAll orders
+    them): at the AIC core's Finalize, or at the AIV core's Prepare."""
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        block0 = hp.GetBlockIdx() == 0
+        if hp.g_coreType == AIC and block0 and aic_first:
+            h.Finalize()
+        hp.SyncAll[False]()
+        if hp.g_coreType == AIV and block0:
+            h.Wait(h.AllGather[True](x, y, N, F32))
+        hp.SyncAll[False]()
+        if block0 and (hp.g_coreType == AIV or not aic_first):
+            h.Finalize()
+
+    err = fails(spmd(kernel, kernel_type="mix_aic_1_2"), strict=False)
+    check(
+        err,
+        hp.HcclCoreError,
+        "AIC block 0 finalizes while AIV block 0 sends the tasks",
+        "every block 0 is a working core",
+    )
+
+
 def _shared_object_kernel(second: Callable[[Hccl, int], Any], commit: bool) -> Kernel:
     """AIV core 0 prepares on one object; after a barrier the AIC core uses the same object."""
     shared: dict[int, tuple[Hccl, int]] = {}

@@ -295,6 +295,99 @@ def test_inter_group_sync_orders_domains(
         cases.assert_bytes_equal(y, want[rank], f"rank {rank}: AllGather of the AlltoAll output")
 
 
+def _forward_sync_kernel(
+    xGM: Any, aGM: Any, yGM: Any, tilingGM: Any, mode: str, record: list
+) -> None:
+    """The sync names handle 0 of domain 0 before domain 0 prepares it: right after domain
+    1's AllGather, committed first ("later"), or never ("never"; "no-task": nor the AllGather)."""
+    hccl0 = init_hccl(Hccl(), tilingGM, 0, ops=("AlltoAll",))
+    hccl1 = init_hccl(Hccl(), tilingGM, 1, ops=("AllGather",))
+    n = hccl0.GetRankDim()
+    hccl1.InterHcclGroupSync(0, 0)
+    record.append(hccl1.last_error)
+    if mode != "no-task":
+        h1 = hccl1.AllGather[True](aGM, yGM, SYNC_COUNT * n, INT32, 0)
+    if mode == "later":
+        record.append((hccl0.AlltoAll[True](xGM, aGM, SYNC_COUNT, INT32), h1))
+        record.append((hccl1.Wait(h1), hccl0.Wait(0)))
+    elif mode == "never":
+        record.append(hccl1.Wait(h1))
+    hccl1.Finalize()
+    hccl0.Finalize()
+
+
+def forward_sync_rank(mode: str) -> tuple[list, np.ndarray]:
+    """Per rank: the record and y (bytes) of :func:`_forward_sync_kernel`."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    groups = {0: hp.world_group(), 1: hp.new_group(range(n))}
+    x = torch.from_numpy(_sync_input(rank, n).copy())
+    a = torch.zeros(SYNC_COUNT * n * 4, dtype=torch.uint8)
+    y = torch.zeros(SYNC_COUNT * n * n * 4, dtype=torch.uint8)
+    record: list = []
+    tiling = cases.make_tiling(groups=groups)
+    hp.launch(_forward_sync_kernel, x, a, y, tiling, mode, record, groups=groups)
+    return record, y.numpy()
+
+
+def test_inter_group_sync_on_a_handle_prepared_later(backend: str) -> None:
+    """The AI CPU server retries a sync whose handle its domain has not prepared yet
+    (comm_kfc_aicpu_server.cc, GetServerInfoForSync: HCCL_E_AGAIN; comm_kfc_dispatcher.cc keeps
+    the message): the AllGather waits for the AlltoAll prepared after it, on any schedule
+    (before 2026-11-30 hccl_py refused the sync, or deadlocked waiting for the Prepare)."""
+    runs = [hp.run(forward_sync_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT,
+                   args=("later",))]  # fmt: skip
+    if backend == "emu":
+        runs.append(hp.run(forward_sync_rank, world_size=WORLD, explore=8, args=("later",)))
+    n = WORLD
+    sends = [_sync_input(r, n) for r in range(n)]
+    zeros = [np.zeros(SYNC_COUNT * n * 4, np.uint8)] * n
+    common = dict(dtype=ref.INT32, repeat=1, send_offsets=[0] * n, recv_offsets=[0] * n)
+    a = ref.all_to_all(sends, zeros, count=SYNC_COUNT, stride=0, **common)
+    y_zero = [np.zeros(SYNC_COUNT * n * n * 4, np.uint8)] * n
+    want = ref.all_gather(a, y_zero, count=SYNC_COUNT * n, stride=0, **common)
+    for out in runs:
+        for rank, (record, y) in enumerate(out):
+            assert record == [None, (0, 0), (HCCL_SUCCESS, HCCL_SUCCESS)], f"rank {rank}"
+            cases.assert_bytes_equal(y, want[rank], f"rank {rank}: AllGather of the AlltoAll")
+
+
+@pytest.mark.parametrize("mode", ["never", "no-task"])
+def test_inter_group_sync_on_a_handle_never_prepared_is_a_deadlock(backend: str, mode: str) -> None:
+    """The server retries the sync forever: the AllGather behind it never runs, and Finalize's
+    message, behind it too, is never read."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(forward_sync_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT,
+               args=(mode,))  # fmt: skip
+    text = str(info.value)
+    for error in info.value.root_causes.values():
+        assert isinstance(error, hp.HcclDeadlockError), error
+    if mode == "no-task":
+        want = "Finalize in domain group_0_1_2_3 waits for handle 0 of domain hccl_world_group"
+    elif backend == "emu":
+        want = "blocked by InterHcclGroupSync on handle 0 of domain hccl_world_group, which"
+    else:
+        want = "waiting for an InterHcclGroupSync dependency"
+    assert want in text, text
+
+
+def test_inter_group_sync_is_not_supported_on_950(backend: str) -> None:
+    """InterHcclGroupSync.md: not supported on Ascend 950; the 950 AI CPU client's returns at
+    once (platform_v310/hccl_aicpu.h) and the CCU client has none. It orders nothing, so it is
+    refused as an unsupported call (no dependency that would order the AllGather)."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(
+            group_sync_rank,
+            world_size=WORLD,
+            backend=backend,
+            platform="950",
+            timeout=RUN_TIMEOUT,
+            args=(False, 1),
+        )
+    for rank, error in info.value.root_causes.items():
+        assert isinstance(error, hp.HcclUsageError), (rank, error)
+        assert "InterHcclGroupSync is not supported on Ascend 950" in str(error), error
+
+
 # -------------------------------------------------------- skipLocalRankCopy
 
 
@@ -305,3 +398,14 @@ def test_skip_local_rank_copy_leaves_own_block(backend: str, op: str) -> None:
         op=op, world_size=WORLD, dtype=ref.FP16, count=5, stride=7, repeat=1, skip_local=True
     )
     cases.run_and_check([case], backend, platform="A2")
+
+
+@pytest.mark.parametrize("platform", ["A3", "950"])
+@pytest.mark.parametrize("op", ["AllGather", "AlltoAll"])
+def test_skip_local_rank_copy_has_no_effect_off_a2(backend: str, op: str, platform: str) -> None:
+    """SetSkipLocalRankCopy.md: a reserved field without effect on A3 (the 950 server never
+    reads it): the own block is written as without it."""
+    case = cases.OpCase(
+        op=op, world_size=WORLD, dtype=ref.FP16, count=5, stride=7, repeat=1, skip_local=True
+    )
+    cases.run_and_check([case], backend, platform=platform)

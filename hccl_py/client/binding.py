@@ -23,6 +23,9 @@ from .handle import Handle
 from .lifecycles import LIFECYCLES
 from .state import ClientState
 
+#: ``debugMode`` 1 of the init tiling (hccl_inner_def.h): compute only, no communication.
+HCCL_ONLY_COMPUTE = 1
+
 #: Why an object cannot communicate, by the rule (hccl_py.core.rules.RULES) a call then breaks.
 UNUSABLE = {
     "not-initialised": "the Hccl object is not initialised (call InitV2 first)",
@@ -46,7 +49,7 @@ class Binding:
         #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
         self.mode: str | None = None
         self.tiling_src: Any = None
-        #: Mc2InitTiling fields read from that tiling (queueNum; commBlockNum for BatchWrite
+        #: Mc2InitTiling fields read from that tiling (queueNum, debugMode; commBlockNum for BatchWrite
         #: and QueueBarrier only), by name.
         self.init_fields: dict[str, int] = {}
         #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
@@ -64,6 +67,9 @@ class Binding:
         #: Why a Prepare was refused at the 63 handles or the message slots, if one was: the
         #: official client counted it anyway, and its Finalize then never returns.
         self.over_limit: str | None = None
+        #: Whether Init found debugMode 1 (HCCL_ONLY_COMPUTE) in the tiling
+        #: (:meth:`reads_compute_only`): no task reaches a server.
+        self.compute_only = False
 
     def bind(self, state: ClientState | None, mode: str | None, tiling: Any) -> None:
         """Start over on ``state`` (an Init): no handles, tilings or syncs yet."""
@@ -76,6 +82,7 @@ class Binding:
         self.n_syncs = 0
         self.finalized = self.reset = self.finalized_async = False
         self.over_limit = None
+        self.compute_only = False
 
     @property
     def server(self) -> Server:
@@ -123,28 +130,39 @@ class Binding:
 
     def comm_block_num(self) -> int:
         """``Mc2InitTiling.commBlockNum`` of this object's tiling (0: none set)."""
-        return self._init_u16("commBlockNum")
+        return self._init_field("commBlockNum")
 
     def queue_num(self) -> int:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
-        return self._init_u16("queueNum")
+        return self._init_field("queueNum")
 
-    def _init_u16(self, name: str) -> int:
-        """A uint16 field of the Mc2InitTiling this object was initialised with (0 without one),
-        read once; a tiling too small for it is an HcclBoundsError that says what was read."""
+    def reads_compute_only(self) -> bool:
+        """Whether the tiling's debugMode is 1, HCCL_ONLY_COMPUTE, on the AI CPU client: its
+        Wait, Commit and Finalize then never wait (hccl_aicpu_impl.h) and the server does not
+        communicate (SetDebugMode.md); the CCU client never reads debugMode."""
+        return (
+            self.server_type == HcclServerType.HCCL_SERVER_TYPE_AICPU
+            and self._init_field("debugMode") == HCCL_ONLY_COMPUTE
+        )
+
+    def _init_field(self, name: str) -> int:
+        """A uint8 or uint16 field of the Mc2InitTiling this object was initialised with (0
+        without one), read once; a tiling too small for it is an HcclBoundsError that says
+        what was read."""
         if self.tiling_src is None:
             return 0
         if name not in self.init_fields:
-            start = getattr(Mc2InitTiling, name).offset
+            field = getattr(Mc2InitTiling, name)
+            start, end = field.offset, field.offset + field.size
             try:
-                raw = tiling_bytes(self.tiling_src, nbytes=start + 2)
+                raw = tiling_bytes(self.tiling_src, nbytes=end)
             except HcclBoundsError as exc:
                 raise HcclBoundsError(
-                    f"Mc2InitTiling.{name} (bytes [{start}, {start + 2})) of the init tiling "
+                    f"Mc2InitTiling.{name} (bytes [{start}, {end})) of the init tiling "
                     f"given to {self.mode}: {exc.reason}",
                     rank=exc.rank,
                 ) from None
-            self.init_fields[name] = int.from_bytes(raw[start : start + 2], "little")
+            self.init_fields[name] = int.from_bytes(raw[start:end], "little")
         return self.init_fields[name]
 
     def queues_read(self) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
 from ..core.gm import what_is
-from ..core.task import op_name
+from ..core.task import PendingDep, op_name
 from ..kernel.context import core_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
@@ -295,9 +295,13 @@ class HandleControl:
         info = b.handle(handleId)
         if info is None:
             return self._unknown_handle("Query", handleId)
-        if b.reset:  # the finished-turn counters it reads were reset (another core's are not)
+        if b.reset:  # its own Finalize reset the finished-turn counters it reads
             return self._failures.ok(0)
-        return self._failures.ok(LIFECYCLES[info.lifecycle].finished(self, info, int(handleId)))
+        lifecycle = LIFECYCLES[info.lifecycle]
+        count = lifecycle.finished(self, info, int(handleId))
+        if lifecycle.queued and not b.ccu:  # the sending core's Finalize resets them for all
+            count = b.state.query_read(calling_core(), int(handleId), count)
+        return self._failures.ok(count)
 
     def _query_with_queues(self, handleId: Any) -> int:
         """Query with several queues (queueNum != 0): 0 for any handle id in [0, 63).
@@ -328,6 +332,16 @@ class HandleControl:
         if unusable:
             breach(unusable[0], f"InterHcclGroupSync: {unusable[1]}", None)
             return
+        platform = b.state.rank_ctx.config.platform
+        if not platform.has_group_sync:
+            breach(
+                "unsupported",
+                f"InterHcclGroupSync is not supported on {platform.name}: the AI CPU client's "
+                "returns at once and the CCU client has none (platform_v310), so it orders "
+                "nothing; it is ignored",
+                None,
+            )
+            return
         if len(b.handles) + b.n_syncs >= HCCL_MAX_HANDLE_ID:
             breach(
                 "message-slots",
@@ -335,6 +349,10 @@ class HandleControl:
                 "official client writes it into Finalize's slot and only logs: it is ignored",
                 None,
             )
+            return
+        if b.compute_only:  # its message goes out; nothing runs that it could order
+            b.n_syncs += 1
+            self._failures.ok(None)
             return
         valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
         other = b.state.launch.clients.get(int(srcGroupID)) if valid else None
@@ -347,32 +365,28 @@ class HandleControl:
                 None,
             )
             return
-        # Only the sending core records the dependency. The task may come from another
-        # core (the sending core of domain srcGroupID) that has not prepared it yet: wait
-        # for it then; only when this core itself sends in that domain is it final.
-        core = calling_core()
-        sender = is_sender(b.config, core)
+        # Only the sending core records the dependency. A handle that domain srcGroupID has
+        # not prepared yet is valid: the server retries the sync until it is (HCCL_E_AGAIN).
+        sender = is_sender(b.config, calling_core())
         valid_id = (
             isinstance(srcHandleID, (int, np.integer))
             and not isinstance(srcHandleID, bool)
             and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
         )
-        srcHandleID = int(srcHandleID) if valid_id else srcHandleID
-        src = other.tasks.get(srcHandleID) if valid_id else None
-        if src is None and sender:
-            if not valid_id or other.sender_core is core:
-                b.n_syncs += 1
-                breach(
-                    "unknown-handle",
-                    f"InterHcclGroupSync: handle {srcHandleID} was never prepared in domain "
-                    f"{srcGroupID}",
-                    None,
-                    handle=srcHandleID,
-                )
-                return
-            src = other.task(srcHandleID, core)
+        if not valid_id and sender:
+            b.n_syncs += 1
+            breach(
+                "unknown-handle",
+                f"InterHcclGroupSync: {srcHandleID!r} is no handle id of domain {srcGroupID} "
+                f"(0 <= id < {HCCL_MAX_HANDLE_ID})",
+                None,
+                handle=srcHandleID,
+            )
+            return
         if sender:
-            b.state.deps.append(src)
+            src = other.tasks.get(int(srcHandleID))
+            pending = PendingDep(other.group.name, int(srcHandleID), other.tasks.get)
+            b.state.deps.append(pending if src is None else src)
         b.n_syncs += 1
         self._failures.ok(None)
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..core import layout
+from ..core.config import as_index
 from ..core.constants import (
     DTYPE_INFO,
     HCCL_MAX_HANDLE_ID,
@@ -359,12 +360,12 @@ def array(name: str, values: Any, n: int) -> tuple[int, ...]:
             expected=f">= {n}",
             actual=len(items),
         )
-    items = items[:n]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise InvalidCall("bad-argument", f"{name} must hold integers", actual=list(items))
-    if any(v < 0 for v in items):
-        raise InvalidCall("bad-argument", f"{name} must be non-negative", actual=list(items))
-    return tuple(items)
+    numbers = [as_index(v) for v in items[:n]]  # numpy integers too (list(np.cumsum(...)))
+    if None in numbers:
+        raise InvalidCall("bad-argument", f"{name} must hold integers", actual=list(items[:n]))
+    if any(v < 0 for v in numbers):
+        raise InvalidCall("bad-argument", f"{name} must be non-negative", actual=numbers)
+    return tuple(numbers)
 
 
 def _entry_bytes(values: Any) -> int | None:

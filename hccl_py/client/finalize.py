@@ -15,7 +15,7 @@ from ..core.task import op_name
 from .binding import Binding
 from .failures import Failures
 from .lifecycles import LIFECYCLES
-from .sender import calling_core, is_sender
+from .sender import calling_core, is_sender, other_working_core
 
 if TYPE_CHECKING:
     from .lifecycles import Control
@@ -49,7 +49,13 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
         breach(unusable[0], f"Finalize: {unusable[1]}", None)
         return
     state = b.state
-    working = is_sender(b.config, calling_core())
+    core = calling_core()
+    working = is_sender(b.config, core)
+    other = other_working_core(b, core) if working else None
+    if other is not None:
+        b.finalized = True
+        breach("second-working-core", f"Finalize: {other}", None)
+        return
     if sync and working and not b.ccu and b.over_limit:
         b.finalized = True  # it was called: a kernel that catches the report ends as finalized
         breach(
@@ -79,6 +85,8 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
     if sync and b.handles and (queues := b.queues_read()):
         breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
         return
+    if working:
+        state.wait_synced(core)
     if state.sender is b:
         for h, info in enumerate(b.handles):
             if info.commits < info.repeat:

@@ -28,6 +28,8 @@ class Handle:
     steps_committed: int = 0
     steps_waited: int = 0
     slice: int = 0
+    #: Prepared under the tiling's debugMode 1 (HCCL_ONLY_COMPUTE): nothing reaches a server.
+    compute_only: bool = False
 
     @property
     def rounds_committed(self) -> int:
@@ -42,4 +44,6 @@ class Handle:
     @property
     def lifecycle(self) -> str:
         """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
+        if self.compute_only:
+            return "compute-only"
         return "fine-grained" if self.step_size else OPS[self.op].lifecycle

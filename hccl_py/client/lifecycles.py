@@ -148,8 +148,32 @@ class WindowWrites(BatchWrites):
             client.writes.wait(h)
 
 
-#: Lifecycle name (the op table's, plus "fine-grained") -> what the client does.
+class ComputeOnly(Lifecycle):
+    """A task under the tiling's debugMode 1 (HCCL_ONLY_COMPUTE): the client writes its
+    messages without waiting for anything and the server does not communicate, so no data
+    moves; Wait returns 0 once the round is committed and the finished count Query reads
+    stays 0 (hccl_aicpu_impl.h: ``debugMode_ != HCCL_ONLY_COMPUTE`` in every poll)."""
+
+    queued = False
+
+    def commit(self, client: Control, info: Handle, h: int) -> None:
+        info.commits += 1
+
+    def _wait(self, client: Control, info: Handle, h: int) -> int:
+        info.waits += 1
+        return client.ok(HCCL_SUCCESS)
+
+    def finished(self, client: Control, info: Handle, h: int) -> int:
+        return 0
+
+    def drain(self, client: Control, info: Handle, h: int) -> None:
+        """Finalize waits for nothing."""
+
+
+#: Lifecycle name (the op table's, plus "fine-grained" and "compute-only") -> what the client
+#: does.
 LIFECYCLES = {
+    "compute-only": ComputeOnly(),
     "rounds": Rounds(),
     "fine-grained": FineGrained(),
     "batch-write": BatchWrites(),

@@ -209,7 +209,7 @@ class OneSided:
             return failures.refuse(name, bad)
         core = calling_core()
         handle = len(b.handles)
-        sends = queues > 0 or is_sender(b.config, core)
+        sends = not b.compute_only and (queues > 0 or is_sender(b.config, core))
         task = None
         if sends:
             problem = None if queues else core_problem(b, core)
@@ -248,7 +248,9 @@ class OneSided:
                 b.server.hold_items(task)
             else:
                 b.server.write_items(*write)
-        b.handles.append(Handle(_BW, 1, core.kind, commits=1, task=task))
+        b.handles.append(
+            Handle(_BW, 1, core.kind, commits=1, task=task, compute_only=b.compute_only)
+        )
         return failures.ok(handle)
 
     def _check_batch_write(self, info: Any, itemNum: Any, queueID: Any) -> int:

@@ -108,8 +108,16 @@ class PreparePath:
                 "sending-core", f"{name}: {problem}", INVALID_HANDLE_ID, op=name, handle=handle
             )
         step_size = self._steps.step_size(op)
-        if not is_sender(b.config, core):
-            b.handles.append(Handle(op, fields["repeat"], core.kind, step_size=step_size))
+        if b.compute_only or not is_sender(b.config, core):
+            b.handles.append(
+                Handle(
+                    op,
+                    fields["repeat"],
+                    core.kind,
+                    step_size=step_size,
+                    compute_only=b.compute_only,
+                )
+            )
             return self._prepared(handle, commit, commit_call)
         if not b.framework:
             mismatch = dtype_mismatch(param, fields["dtype"])
@@ -133,7 +141,7 @@ class PreparePath:
             seq=state.rank_ctx.next_seq(state.group),
             launch=state.launch_index(),
             deps=tuple(state.deps),
-            skip_local=bool(b.cc[op].skipLocalRankCopy) if op in b.cc else False,
+            skip_local=_skips_local(b, op),
             caller=b.framework,
             one_sided_before=len(b.handles) - b.queued_count(),
             commit_notes=state.commit_notes.setdefault(handle, {}),
@@ -157,6 +165,15 @@ class PreparePath:
             for _ in range(self._steps.commits_per_prepare(self._binding.handles[handle])):
                 commit_call(handle)
         return handle
+
+
+def _skips_local(b: Binding, op: HcclCMDType) -> bool:
+    """Whether the task leaves the own block unwritten: the tiling's skipLocalRankCopy, on the
+    platforms and ops whose server reads it (SetSkipLocalRankCopy.md: A2's AllGather and
+    AlltoAll; a reserved field without effect elsewhere)."""
+    cc = b.cc.get(op)
+    skips = b.state.rank_ctx.config.platform.skips_local_copy
+    return cc is not None and op in skips and bool(cc.skipLocalRankCopy)
 
 
 def _ccu_tiling_types(

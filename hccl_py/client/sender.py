@@ -11,6 +11,7 @@ from typing import Any
 
 from ..core.constants import CoreType, HcclServerConfig
 from ..kernel.cores import AIC, AIV, CoreContext, current_core_context
+from .failures import breach
 
 #: The default server config, ``{CoreType::DEFAULT, 0}`` (``DEFAULT_CFG`` in AscendC).
 DEFAULT_CFG = HcclServerConfig()
@@ -62,8 +63,40 @@ def missing_sender(config: HcclServerConfig, core: CoreContext) -> str | None:
     )
 
 
+def other_working_core(obj: Any, core: CoreContext) -> str | None:
+    """Why a Finalize of ``core``, block 0 of one type, breaks the server when block 0 of the
+    other type sends for the default server config; None otherwise.
+
+    ``{CoreType::DEFAULT, 0}`` makes every block 0 a working core (``InitWorkingFlag``:
+    ``GetBlockIdx() == blockId``, whatever the type): its Finalize writes a FINALIZE message
+    into the first message slot of its own count, the slot of the sender's first task, and
+    waits for a finished count that never comes (hccl_aicpu_impl.h, ``Finalize``; the CCU
+    client likewise into slot ``globalCurWaitId_``).
+    """
+    if obj.config.type != CoreType.DEFAULT:
+        return None
+    sender = obj.state.sender_core
+    if sender is not None and sender.kind != core.kind:
+        return _two_working_cores(core.kind, sender.kind)
+    obj.state.finalize_kinds.add(core.kind)
+    return None
+
+
+def _two_working_cores(finalizing: Any, sending: Any) -> str:
+    return (
+        f"{finalizing.name} block 0 finalizes while {sending.name} block 0 sends the tasks: "
+        "without an HcclServerConfig every block 0 is a working core (InitWorkingFlag), so its "
+        "FINALIZE message lands in the sender's first message slot and the kernel hangs on "
+        f"hardware; call Finalize on the sending core only (g_coreType == {sending.name}) or "
+        "name it with HcclServerConfig"
+    )
+
+
 def core_problem(obj: Any, core: CoreContext) -> str | None:
-    """Why ``core`` may not Prepare for the Hccl object whose binding is ``obj``, or None."""
+    """Why ``core`` may not Prepare for the Hccl object whose binding is ``obj``, or None.
+
+    A Prepare after block 0 of the other core type finalized (:func:`other_working_core`) is
+    an error in every mode: it raises here."""
     missing = missing_sender(obj.config, core)
     if missing or not is_sender(obj.config, core):
         return missing
@@ -74,6 +107,13 @@ def core_problem(obj: Any, core: CoreContext) -> str | None:
             return (
                 "Prepare was called from both AIC and AIV block 0 without an "
                 "HcclServerConfig; all calls must run on one core type"
+            )
+        finalized = state.finalize_kinds - {core.kind}
+        if finalized:
+            breach(
+                "second-working-core",
+                f"Prepare: {_two_working_cores(next(iter(finalized)), core.kind)}",
+                domain=state.group.name,
             )
     if state.sender not in (None, obj):
         return "a second Hccl object sends on the same context on this core"

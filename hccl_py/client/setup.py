@@ -110,6 +110,15 @@ class Setup:
         b.bind(
             context.launch.client_state(context.index, lambda: ClientState(context)), mode, tiling
         )
+        if b.reads_compute_only():
+            b.compute_only = True
+            breach(
+                "compute-only",
+                f"{mode}: the init tiling's debugMode is 1 (HCCL_ONLY_COMPUTE, SetDebugMode(1)): "
+                "communication is off, so no data moves, Wait returns 0 once a round is "
+                "committed, Query stays 0 and Finalize waits for nothing",
+                None,
+            )
         self._failures.ok(None)
 
     def set_cc_tiling_v2(self, offset: Any) -> int:

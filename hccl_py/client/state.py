@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..core.constants import HcclCMDType, HcclDataType
 from ..core.gm import GmAddr
-from ..core.task import Task, op_name
+from ..core.task import PendingDep, Task, op_name
 from ..kernel.context import core_name
 from ..kernel.cores import CoreContext, HcclContext, KernelCoreType
 from .failures import breach
@@ -49,11 +49,16 @@ class ClientState:
         #: (:meth:`~hccl_py.client.prepare.PreparePath.fields`).
         self.validated: dict[tuple, tuple[object, object, dict[str, object]]] = {}
         self.prepare_kinds: set[KernelCoreType] = set()
+        #: The core types whose block 0 called Finalize as a working core (default config).
+        self.finalize_kinds: set[KernelCoreType] = set()
         self.sender: Sender | None = None
         self.sender_core: CoreContext | None = None
-        self.deps: list[Task] = []
+        self.deps: list[Task | PendingDep] = []
         self.launch_idx: int | None = None
-        self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
+        self.waits: list[tuple[CoreContext, dict[bool, int], int, int | None]] = []
+        #: The latest Query poll of each (core, handle) of a core that does not finalize: its
+        #: clock (a Query loop keeps one entry; a Wait's round None in ``waits`` terms).
+        self.queries: dict[tuple[CoreContext, int], dict[bool, int]] = {}
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
         #: Whether the sender's Finalize reset the finished-turn counters before a racing Wait
         #: polled (a seeded schedule's choice), and whether the race was reported.
@@ -127,10 +132,51 @@ class ClientState:
             # the calling core's counts: they cannot move while it runs this
             self.finalized_by = (core, now := self.launch.clock(core))
             waits = list(self.waits)
+            waits += [(other, passed, h, None) for (other, h), passed in self.queries.items()]
         for other, passed, handle, round_idx in waits:
             if other != core and not self.launch.ordered_before(other, passed, core, now):
                 self._warn_unordered(core, other, handle, round_idx)
                 return
+
+    def query_read(self, core: CoreContext, handle: int, count: int) -> int:
+        """What a Query of ``handle`` on ``core``, not the finalizing one, reads: ``count``, or 0
+        once the sending core's Finalize reset the finished-turn counters it reads.
+
+        The reset is certain for a Query ordered after that Finalize (a SyncAll or flag) and a
+        race for one that is not (as for a Wait: a ``finalize-unordered`` warning, hardware's
+        usual order by default, the seed's choice under a seeded schedule). After a reset the
+        Query is a poll of a counter nobody writes again: a loop on it is a deadlock report.
+        Before the Finalize each core's latest Query is kept, for the Finalize to judge.
+        """
+        blocker = self.rank_ctx.blocker
+        passed = self.launch.clock(core)
+        with blocker.lock:
+            finalized = self.finalized_by
+            if finalized is None:
+                self.queries[(core, handle)] = passed
+                return count
+            if core == finalized[0]:
+                return count
+            if self.launch.ordered_before(finalized[0], finalized[1], core):
+                self.reset = True
+            else:
+                self.reset |= blocker.reset_first()
+            reset = self.reset
+        if not reset:
+            self._warn_unordered(finalized[0], core, handle, None)
+            return count
+        where = f"rank {self.rank_ctx.rank} {core_name(core)}"
+        blocker.poll(
+            ("reset", self.group.name, handle),
+            0,
+            lambda: (
+                f"{where} polls Query for handle {handle} in domain {self.group.name}, which "
+                f"reads 0 forever: {core_name(finalized[0])}'s Finalize reset the "
+                f"finished-turn counters it reads; {FIX}"
+            ),
+            read=lambda: 0,  # nothing writes the counter again
+        )
+        return 0
 
     def observe_turn(self, core: CoreContext, handle: int, round_idx: int) -> None:
         """A Wait's round finished: its poll sees the counter unless Finalize reset it first.
@@ -163,19 +209,27 @@ class ClientState:
         )
 
     def _warn_unordered(
-        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int
+        self, finalizer: CoreContext, waiter: CoreContext, handle: int, round_idx: int | None
     ) -> None:
-        """The ``finalize-unordered`` warning, once per launch and domain."""
+        """The ``finalize-unordered`` warning, once per launch and domain (``round_idx`` None:
+        a Query)."""
         with self.rank_ctx.blocker.lock:
             warned, self.hazard_warned = self.hazard_warned, True
         if warned:
             return
+        if round_idx is None:
+            what = f"Query of handle {handle}"
+            then = "read 0 after the reset (a Query loop then never ends)"
+            seen = "read its count"
+        else:
+            what = f"Wait for handle {handle} round {round_idx}"
+            then, seen = "poll after the reset and hang", "see its turn"
         breach(
             "finalize-unordered",
             f"{core_name(finalizer)}'s Finalize resets the finished-turn counters while no "
-            f"SyncAll() orders {core_name(waiter)}'s Wait for handle {handle} round {round_idx} "
-            "before it: on hardware that Wait may poll after the reset and hang (this run let "
-            f"it see its turn first, as hardware usually does); {FIX}",
+            f"SyncAll() orders {core_name(waiter)}'s {what} before it: on hardware that "
+            f"{what.split()[0]} may {then} (this run let it {seen} first, as hardware usually "
+            f"does); {FIX}",
             None,
             rank=self.rank_ctx.rank,
             domain=self.group.name,
@@ -217,6 +271,22 @@ class ClientState:
             ),
         )
         return self.tasks[handle]
+
+    def wait_synced(self, core: CoreContext) -> None:
+        """Finalize's message follows the InterHcclGroupSync messages: the server reads it
+        once every handle they name is prepared (it retries a sync until then)."""
+        for dep in self.deps:
+            if isinstance(dep, PendingDep):
+                self.rank_ctx.blocker.wait_for(
+                    lambda dep=dep: dep.task is not None,
+                    lambda dep=dep: (
+                        f"rank {self.rank_ctx.rank} {core_name(core)}'s Finalize in domain "
+                        f"{self.group.name} waits for handle {dep.handle} of domain "
+                        f"{dep.domain_name}, which an InterHcclGroupSync names and that "
+                        "domain's sending core has not prepared (the server retries the sync "
+                        "until it is)"
+                    ),
+                )
 
     def polled_task(self, handle: int, core: CoreContext) -> Task | None:
         """The task of ``handle`` if the sending core prepared it, else None after a poll: a

@@ -36,6 +36,15 @@ class Platform:
     #: Whether the AI CPU client reads the tiling's queueNum (platform_v220: A2 and A3; the
     #: 950 clients never set it, so a Wait there never returns 0 for it).
     reads_queue_num: bool = True
+    #: The ops whose tiling's skipLocalRankCopy leaves the own block unwritten (SetSkipLocalRankCopy.md:
+    #: AllGather and AlltoAll on Atlas A2; a reserved field without effect on A3; the 950 server
+    #: never reads it).
+    skips_local_copy: frozenset[HcclCMDType] = frozenset()
+    #: What the host's SetDevType writes as the init tiling's devType on this SoC
+    #: (hccl_tiling.cpp): ``SocVersion::ASCEND910B`` (1) for an "Ascend910B" one, else 255.
+    dev_type: int = 255
+    #: Whether InterHcclGroupSync exists (the 950 AI CPU client's is empty, the CCU client has none).
+    has_group_sync: bool = True
     #: Whether Iterate (fine-grained AlltoAllV, tiling stepSize > 0) exists.
     has_iterate: bool = False
     #: Whether the tiling's algConfig has an effect (SetAlgConfig: a reserved field on A2 and 950).
@@ -68,6 +77,8 @@ PLATFORMS: dict[str, Platform] = {
         finalize_async_allowed=False,
         batch_write_format="A2",
         batch_write_remote_only=True,
+        skips_local_copy=frozenset({HcclCMDType.HCCL_CMD_ALLGATHER, HcclCMDType.HCCL_CMD_ALLTOALL}),
+        dev_type=1,
     ),
     "A3": Platform(
         short="A3",
@@ -90,6 +101,7 @@ PLATFORMS: dict[str, Platform] = {
         max_task_bytes=256 * 1024 * 1024,
         has_windows=False,
         reads_queue_num=False,
+        has_group_sync=False,
         aicpu_zero_stride_spans_repeats=True,
     ),
 }

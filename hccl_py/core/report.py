@@ -85,6 +85,10 @@ KINDS: dict[str, str] = {
         "a CCU Prepare whose dataType or reduce op differs from its cc tiling's, which the CCU "
         "client uses instead"
     ),
+    "compute-only": (
+        "the init tiling's debugMode is 1 (SetDebugMode(1), HCCL_ONLY_COMPUTE): the kernel's "
+        "collectives move no data and their Waits return at once"
+    ),
     "dtype-mismatch": "a Prepare's dataType is not the dtype of a tensor passed as its buffer",
     "extra-commit": "a Commit beyond the handle's repeat; the official client ignores it",
     "finalize-unordered": (

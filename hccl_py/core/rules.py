@@ -89,6 +89,9 @@ RULES: dict[str, Rule] = {
         "receive ranges that overlap (run option overlap='error')", HcclOverlapError
     ),
     "dtype-mismatch": _carries_on("a dataType that is not its tensors' dtype", "dtype-mismatch"),
+    "compute-only": _carries_on(
+        "an Init whose tiling's debugMode is 1: communication is off", "compute-only"
+    ),
     "ccu-tiling-types": _carries_on(
         "a CCU Prepare whose dataType or reduce op is not its cc tiling's", "ccu-tiling-types"
     ),
@@ -146,6 +149,11 @@ RULES: dict[str, Rule] = {
         "a Wait, after the AI CPU client's sending core finalized, of a round it committed and "
         "had not waited (it polls a counter Finalize reset: it never returns)",
         HcclUnfinishedError,
+    ),
+    "second-working-core": _always(
+        "a Finalize on block 0 of the other core type than the one that sends, without an "
+        "HcclServerConfig (both are working cores: the server hangs)",
+        HcclCoreError,
     ),
     "unordered-finalize": _always(
         "a Wait that a SyncAll or flag orders after the sending core's Finalize", HcclCoreError

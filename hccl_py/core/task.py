@@ -44,7 +44,7 @@ class Task:
     #: AlltoAllV (tiling stepSize > 0), which the server runs step by step as they are
     #: committed, one peer pair per step (``repeat`` then counts steps); 1 otherwise.
     steps: int = 1
-    deps: tuple[Task, ...] = field(default_factory=tuple)
+    deps: tuple[Task | PendingDep, ...] = field(default_factory=tuple)
     #: Which kernel launch of this rank prepared the task, counting the launches that use
     #: the domain (ranks must prepare the same tasks in the same launches).
     launch: int = 0
@@ -145,3 +145,25 @@ class Task:
 
 #: The fields of a :class:`Task` that its ``__init__`` takes (what :meth:`Task.replaced` may change).
 _INIT_FIELDS = frozenset(f.name for f in fields(Task) if f.init)
+
+
+@dataclass(frozen=True, eq=False)
+class PendingDep:
+    """An InterHcclGroupSync on handle ``handle`` of domain ``domain_name`` before that domain
+    prepared it: the AI CPU server keeps the sync message and retries it until the handle
+    is known (``GetServerInfoForSync``: ``HCCL_E_AGAIN``), so later tasks of the syncing
+    domain wait for it; ``lookup`` finds its task once prepared."""
+
+    domain_name: str
+    handle: int
+    lookup: Any
+
+    @property
+    def task(self) -> Task | None:
+        """The task, once its domain's sending core prepared it."""
+        return self.lookup(self.handle)
+
+
+def resolved(dep: Task | PendingDep) -> Task | None:
+    """The task an InterHcclGroupSync dependency names, None while it is not prepared."""
+    return dep.task if isinstance(dep, PendingDep) else dep

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..core.errors import HcclError
-from ..core.task import Task
+from ..core.task import PendingDep, Task, resolved
 from .agreement import derived
 
 
@@ -47,7 +47,7 @@ def dependency_failed(error: HcclError, seq: int, domain: str) -> HcclError:
 
 
 def dependency_state(
-    deps: Iterable[Task],
+    deps: Iterable[Task | PendingDep],
     failure: Callable[[Task], HcclError | None],
     finished: Callable[[Task], bool],
 ) -> tuple[bool, HcclError | None]:
@@ -55,10 +55,13 @@ def dependency_state(
 
     ``failure(dep)`` is the error the dependency's task ended with (None while
     it has not failed), ``finished(dep)`` whether all its rounds ran. The first
-    failed dependency gives the error to fail with; the first unfinished one
-    makes the answer ``(False, None)``.
+    failed dependency gives the error to fail with; the first unfinished one (or
+    one its domain has not prepared yet) makes the answer ``(False, None)``.
     """
-    for dep in deps:
+    for pending in deps:
+        dep = resolved(pending)
+        if dep is None:
+            return False, None
         error = failure(dep)
         if error is not None:
             return False, dependency_failed(error, dep.seq, dep.domain_name)

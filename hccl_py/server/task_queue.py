@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from ..core.errors import HcclError
-from ..core.task import Task
+from ..core.task import PendingDep, Task, resolved
 from .ordering import behind, dependency_state
 
 
@@ -59,7 +59,7 @@ class Position:
     #: its task; the rounds (as the first task says); every task's InterHcclGroupSync deps.
     complete: bool = False
     repeat: int = 0
-    all_deps: list[Task] = dataclasses.field(default_factory=list)
+    all_deps: list[Task | PendingDep] = dataclasses.field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -129,7 +129,7 @@ class Why:
     kind: WhyKind
     ranks: tuple[int, ...] = ()
     position: Position | None = None
-    dep: Task | None = None
+    dep: Task | PendingDep | None = None
     error: HcclError | None = None
 
 
@@ -417,10 +417,10 @@ class TaskBoard:
 
         return dependency_state(deps, failure, self._dep_done)
 
-    def _dep_done(self, dep: Task) -> bool:
-        """Whether every round of the InterHcclGroupSync dependency ``dep`` ran."""
-        dom = self.domains.get(dep.domain_name)
-        return dom is not None and dom.rounds_done(dep.seq, dep.repeat) >= dep.repeat
+    def _dep_done(self, dep: Task | PendingDep) -> bool:
+        """Whether every round of the InterHcclGroupSync dependency ``dep`` ran (prepared)."""
+        dom = None if (task := resolved(dep)) is None else self.domains.get(task.domain_name)
+        return dom is not None and dom.rounds_done(task.seq, task.repeat) >= task.repeat
 
     def why(self, position: Position, round_idx: int) -> Why:
         """Why round ``round_idx`` of ``position`` is not done (the first reason)."""
@@ -440,8 +440,8 @@ class TaskBoard:
         if previous is not None and not previous.finished:
             return Why("earlier task", position=previous)
         for dep in (dep for dep in position.all_deps if not self._dep_done(dep)):
-            dep_dom = self.domains.get(dep.domain_name)
-            return Why("dependency", position=dep_dom and dep_dom.get(dep.seq), dep=dep)
+            task, dom = resolved(dep), self.domains.get(dep.domain_name)
+            return Why("dependency", position=task and dom and dom.get(task.seq), dep=dep)
         return Why("running" if position.running else "runnable")
 
     def unfinished(self) -> list[Position]:

@@ -18,6 +18,7 @@ from ..core import report
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
+from ..core.platform import Platform
 from ..ops import OPS
 from .structs import (
     ALG_CONFIG_SIZE,
@@ -120,18 +121,23 @@ def check_alg_config(alg: str, op_type: int) -> str | None:
     return None
 
 
+def _platform() -> Platform | None:
+    """The platform of the calling rank's run (None outside a run)."""
+    ctx = current_rank_context(required=False)
+    return None if ctx is None else ctx.config.platform
+
+
 def _alg_config_reserved() -> bool:
     """Whether algConfig is a reserved field with no effect (SetAlgConfig: on A2 and 950)."""
-    ctx = current_rank_context(required=False)
-    return ctx is not None and not ctx.config.platform.uses_alg_config
+    return (platform := _platform()) is not None and not platform.uses_alg_config
 
 
 class Mc2CcTilingConfig:
     """Host-side builder of HCCL tilings (``AscendC::Mc2CcTilingConfig``).
 
     The constructor only stores its arguments; ``GetTiling`` validates them.
-    ``devType`` (keyword only) is what ``GetTiling(Mc2InitTiling)`` writes as the
-    SoC type; it defaults to 255, the C++ value for an unrecognised SoC.
+    ``devType`` (keyword only) is the SoC type ``GetTiling(Mc2InitTiling)`` writes;
+    by default SetDevType's for the run's platform (1 on Atlas A2, else 255).
     Every setter and ``GetTiling`` returns 0 on success and 1 on failure, leaves
     the config unchanged on failure, and sets ``last_error`` to the reason
     (``None`` after a call that succeeded).
@@ -147,7 +153,7 @@ class Mc2CcTilingConfig:
         srcDataType: int = 0,
         commEngine: int = 0,
         *,
-        devType: int = DEV_TYPE_UNKNOWN,
+        devType: int | None = None,
     ) -> None:
         self._groupName: object = groupName
         self._opType: object = opType
@@ -286,8 +292,7 @@ class Mc2CcTilingConfig:
         hccl_tiling.cpp stores it only on the A2/A3 arch (DAV_2201) and returns 1 elsewhere:
         on Ascend 950 the call fails and the tiling keeps its step size.
         """
-        ctx = current_rank_context(required=False)
-        if ctx is not None and ctx.config.platform.short == "950":
+        if (platform := _platform()) is not None and platform.short == "950":
             return self._fail(
                 "SetStepSize: only on Atlas A2/A3 (DAV_2201); on Ascend 950 it returns 1 and "
                 "leaves the tiling's stepSize as it was"
@@ -351,14 +356,15 @@ class Mc2CcTilingConfig:
                     f"{what}: opType {op_type} is a reduce op, so reduceType "
                     f"{self._reduceType!r} must be less than {limit} (HCCL_REDUCE_RESERVED)"
                 )
-        dev_type = self._int_in_range(f"{what}: devType", self._devType, 0, _UINT8_MAX)
+        soc = DEV_TYPE_UNKNOWN if (platform := _platform()) is None else platform.dev_type
+        given = soc if self._devType is None else self._devType  # SetDevType reads the SoC's
+        dev_type = self._int_in_range(f"{what}: devType", given, 0, _UINT8_MAX)
         if dev_type is None:
             return TILING_FAILED
         self._initTiling = init
         init.version = INIT_TILING_VERSION
         init.mc2HcommCnt = 0
-        for i in range(MAX_CC_TILING_NUM):
-            init.offset[i] = 0
+        init.offset[:] = [0] * MAX_CC_TILING_NUM
         init.debugMode = self._debugMode
         init.preparePosition = 0
         init.queueNum = self._queueNum
