@@ -354,3 +354,51 @@ def test_an_item_list_made_invalid_before_the_release_is_refused_at_the_release(
     assert isinstance(err, hp.HcclBoundsError), err
     assert err.handle == 0 and err.op == "BatchWrite", err
     assert "QueueBarrier released the held BatchWrite (handle 0), whose item list" in str(err)
+
+
+def test_a_queue_past_the_message_area_is_refused() -> None:
+    """A core's message queue is ``queueID + GetBlockIdx() * queueNum`` (hccl_aicpu_impl.h) in an
+    area of 48 queues (hccl_msg.h MAX_QUE_NUM): queue 1 of block 24 with queueNum 2 is 49, which
+    the client would write over the memory behind the area."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        core = hp.GetBlockIdx()
+        stage = h.GetWindowsOutAddr(h.GetRankId()) + 4096 * core
+        hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(
+            [(int(stage), int(h.GetWindowsInAddr(1 - h.GetRankId()) + 256 * core), 32)]
+        )
+        if core >= 23:
+            hp.gm_tensor(out, torch.float32, 2)[core - 23] = h.BatchWrite[True](stage + 1024, 1, 1)
+        h.Finalize[False]()
+
+    def main() -> list[float]:
+        out = torch.zeros(2)
+        hp.launch(kernel, out, tiling(queue_num=2), block_dim=25, kernel_type="aiv")
+        return out.tolist()
+
+    got = hp.run(main, world_size=2, platform="A3", strict=False)
+    assert got == [[0.0, -1.0]] * 2  # block 23's queue 47 fits, block 24's 49 does not
+    with pytest.raises(hp.WorldError, match="queueID 1 of block 24 is message queue 49"):
+        hp.run(main, world_size=2, platform="A3")
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_collective_with_queues_is_refused_in_every_mode(strict: bool) -> None:
+    """SetQueueNum.md: queues are BatchWrite's. With queueNum > 0 the client sends a collective
+    on queue dataType from every core, writes no commit count and its Wait returns at once
+    (hccl_aicpu_impl.h): the kernel would read its receive buffer before anything ran."""
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        h.Wait(h.AllReduce[True](x, y, 8, hp.HCCL_DATA_TYPE_FP32, hp.HCCL_REDUCE_SUM))
+        h.Finalize[False]()
+
+    def main() -> None:
+        hp.launch(kernel, torch.ones(8), torch.zeros(8), tiling(queue_num=1))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="A3", strict=strict)
+    for error in info.value.root_causes.values():
+        assert isinstance(error, hp.HcclUsageError), error
+        assert "AllReduce with queueNum 1 in the init tiling" in str(error), error

@@ -109,3 +109,39 @@ def test_debug_mode_0_and_the_ccu_client_communicate(backend: str) -> None:
             assert rec == want, (platform, rec)
             assert y == [3.0] * (3 * N), (platform, y)
         assert not result.warnings
+
+
+def _fine_grained_kernel(x: Any, y: Any, tiling: Any, rec: list) -> None:
+    h = Hccl()
+    h.InitV2(hp.GetHcclContext(0), tiling)
+    h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+    handle = h.AlltoAllV(x, [1, 1], [0, 1], FP32, y, [1, 1], [0, 1], FP32)
+    for _ in range(2):  # stepSize 1: a round is rankDim = 2 steps, one per Commit and Wait
+        h.Commit(handle)
+        rec.append(h.Wait(handle))
+    rec.append(h.Wait(handle))  # nothing committed is left
+    h.Finalize()
+
+
+class A2avTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("a2av", Mc2CcTiling)]
+
+
+def _fine_grained_main() -> tuple[list, list]:
+    t = A2avTiling()
+    cfg = hp.Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLTOALLV, "")
+    assert cfg.SetStepSize(1) == 0 and cfg.SetDebugMode(1) == 0
+    assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.a2av) == 0
+    rec: list = []
+    y = torch.full((2,), -1.0)
+    hp.launch(_fine_grained_kernel, torch.ones(2), y, t, rec)
+    return rec, y.tolist()
+
+
+@expects_warning("compute-only")
+def test_debug_mode_1_counts_the_steps_of_a_fine_grained_alltoallv() -> None:
+    """Commit and Wait still count stepSize steps (hccl_aicpu_impl.h): each of the rankDim
+    steps' Commit and Wait is accepted, the Wait after them is -1; no data moves."""
+    result = hp.run(_fine_grained_main, world_size=2, platform="A3", strict=False)
+    assert list(result) == [([0, 0, -1], [-1.0, -1.0])] * 2
+    assert [w.kind for w in result.all_warnings()] == ["compute-only"] * 2  # no extra-commit

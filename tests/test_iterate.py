@@ -128,6 +128,26 @@ def test_iterate_on_a_handle_that_is_not_fine_grained(platform: str) -> None:
         assert "handle 0 is not a fine-grained AlltoAllV (tiling stepSize > 0)" in reason
 
 
+def test_iterate_on_a_one_rank_domain_is_minus_one() -> None:
+    """The client's steps per repeat are rankDim, and Iterate wants more than 1
+    (platform_v220/hccl_aicpu.h: ``stepSize > 0U && stepsPerRepeat > 1U``): on one rank every
+    call is -1, so the documented ``while (Iterate(...))`` loop never ends on hardware."""
+
+    def kernel(x, y, tilingGM, out):
+        h = client(tilingGM)
+        handle = h.AlltoAllV[True](x, [2], [0], FP32, y, [2], [0], FP32)
+        out += [h.Iterate[True](handle, [0], 1) for _ in range(2)]
+        h.Wait(handle)
+        h.Finalize()
+
+    def main():
+        out: list = []
+        hp.launch(kernel, torch.ones(2), torch.zeros(2), tiling(1), out)
+        return out
+
+    assert hp.run(main, world_size=1, platform="A3", strict=False) == [[-1, -1]]
+
+
 @pytest.mark.parametrize(
     ("slices", "length", "got"),
     [

@@ -771,8 +771,49 @@ def test_finalize_of_the_other_block_0_without_server_config(aic_first: bool) ->
         err,
         hp.HcclCoreError,
         "AIC block 0 finalizes while AIV block 0 sends the tasks",
-        "every block 0 is a working core",
+        "makes block 0 of every core type a working core",
     )
+
+
+def _block_1_kernel(x: Any, y: Any, t: Any) -> None:
+    """HcclServerConfig{DEFAULT, 1}: AIC block 1 sends and finalizes, AIV block 1 finalizes."""
+    h = comm(t, hccl=Hccl[hp.HCCL_SERVER_TYPE_AICPU, HcclServerConfig(CoreType.DEFAULT, 1)]())
+    if hp.GetBlockIdx() == 1:
+        if hp.g_coreType == AIC:
+            h.Wait(h.AllGather[True](x, y, N, F32))
+        h.Finalize()
+
+
+def test_the_second_working_core_of_a_server_config_s_block_is_named() -> None:
+    err = fails(spmd(_block_1_kernel, kernel_type="mix_aic_1_2", block_dim=2), explore=4)
+    check(err, hp.HcclCoreError, "AIV block 1 finalizes while AIC block 1 sends", "{DEFAULT, 1}")
+
+
+def test_debug_mode_1_has_no_second_working_core() -> None:
+    """Under debugMode 1 (HCCL_ONLY_COMPUTE) the client waits for nothing: no hang, no report,
+    whichever block 0 finalizes first (before, some schedules reported one)."""
+
+    def tiling() -> Any:
+        t = make_tiling()
+        cfg = hp.Mc2CcTilingConfig("hccl_world_group", hp.HcclCMDType.HCCL_CMD_ALLGATHER, "")
+        assert cfg.SetDebugMode(1) == 0 and cfg.GetTiling(t.mc2InitTiling) == 0
+        return t
+
+    def main() -> None:
+        hp.launch(_aic_sends_kernel, torch.ones(N), torch.zeros(2 * N), tiling(),
+                  block_dim=1, kernel_type="mix_aic_1_2")  # fmt: skip
+
+    with pytest.warns(hp.HcclWarning, match="compute-only"):
+        result = hp.run(main, world_size=2, explore=8, timeout=TIMEOUT)
+    assert {w.kind for w in result.all_warnings()} == {"compute-only"}
+
+
+def _aic_sends_kernel(x: Any, y: Any, t: Any) -> None:
+    """AIC block 0 sends and finalizes, AIV block 0 finalizes (the default config)."""
+    h = comm(t)
+    if hp.g_coreType == AIC:
+        h.Wait(h.AllGather[True](x, y, N, F32))
+    h.Finalize()
 
 
 def _shared_object_kernel(second: Callable[[Hccl, int], Any], commit: bool) -> Kernel:

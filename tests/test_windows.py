@@ -675,6 +675,16 @@ def test_finalize_true_with_queues_after_a_task_would_hang() -> None:
     assert isinstance(info.value.failures[0], hp.HcclUnfinishedError)
 
 
+def _one_batch_write(h: Hccl) -> int:
+    """A BatchWrite on queue 0 of 32 bytes into the peer's In window (a task with queues: a
+    collective is refused with queueNum > 0)."""
+    me = h.GetRankId()
+    stage = h.GetWindowsOutAddr(me)
+    items = a3_items([(int(stage), int(h.GetWindowsInAddr(1 - me)), 32)])
+    hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = items
+    return h.BatchWrite[True](stage + 1024, 1, 0)
+
+
 def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     # hccl_aicpu_impl.h, HcclImpl<AICPU>::Wait: queueNum_ != 0 -> HCCL_SUCCESS before the handle checks
     errors = []
@@ -682,10 +692,8 @@ def test_wait_with_queues_returns_0_at_once_before_any_check() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)
         got = [h.Wait(-1), h.Wait(63), h.Wait(5)]  # out of range, never prepared
-        handle = h.AllReduce(out + 64, out + 96, 4, FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
-        got.append(h.Wait(handle))  # not committed yet
-        h.Commit(handle)
-        got += [h.Wait(handle), h.Wait(handle)]  # the second beyond the Commits
+        handle = _one_batch_write(h)
+        got += [h.Wait(handle), h.Wait(handle), h.Wait(handle)]  # beyond its one round
         errors.append(h.last_error)
         hp.gm_tensor(out, torch.float32, len(got))[:] = torch.tensor(got, dtype=torch.float32)
         h.Finalize()
@@ -711,7 +719,7 @@ def test_query_with_queues_returns_0_for_any_handle_in_range() -> None:
     def kernel(out, tilingGM):
         h = client(tilingGM)
         got = [h.Query(0), h.Query(62)]  # in range, never prepared
-        handle = h.AllReduce[True](out + 64, out + 96, 4, FP32, hp.HcclReduceOp.HCCL_REDUCE_SUM)
+        handle = _one_batch_write(h)
         got.append(h.Query(handle))
         h.QueueBarrier[hp.ScopeType.ALL](0)
         got.append(h.Query(handle))  # its round ran: still 0 with several queues

@@ -299,12 +299,18 @@ def _forward_sync_kernel(
     xGM: Any, aGM: Any, yGM: Any, tilingGM: Any, mode: str, record: list
 ) -> None:
     """The sync names handle 0 of domain 0 before domain 0 prepares it: right after domain
-    1's AllGather, committed first ("later"), or never ("never"; "no-task": nor the AllGather)."""
+    1's AllGather, committed first ("later"), or never ("never"; "no-task": nor the AllGather),
+    or after domain 1's Finalize<false> ("async")."""
     hccl0 = init_hccl(Hccl(), tilingGM, 0, ops=("AlltoAll",))
     hccl1 = init_hccl(Hccl(), tilingGM, 1, ops=("AllGather",))
     n = hccl0.GetRankDim()
     hccl1.InterHcclGroupSync(0, 0)
     record.append(hccl1.last_error)
+    if mode == "async":  # Finalize<false> waits for nothing: the AlltoAll comes after it
+        hccl1.Finalize[False]()
+        record.append(hccl0.Wait(hccl0.AlltoAll[True](xGM, aGM, SYNC_COUNT, INT32)))
+        hccl0.Finalize()
+        return
     if mode != "no-task":
         h1 = hccl1.AllGather[True](aGM, yGM, SYNC_COUNT * n, INT32, 0)
     if mode == "later":
@@ -349,6 +355,14 @@ def test_inter_group_sync_on_a_handle_prepared_later(backend: str) -> None:
         for rank, (record, y) in enumerate(out):
             assert record == [None, (0, 0), (HCCL_SUCCESS, HCCL_SUCCESS)], f"rank {rank}"
             cases.assert_bytes_equal(y, want[rank], f"rank {rank}: AllGather of the AlltoAll")
+
+
+def test_finalize_false_does_not_wait_for_a_pending_sync(backend: str) -> None:
+    """Finalize<false> writes its message and returns (hccl_aicpu_impl.h: every wait is under
+    ``if constexpr (sync)``), so the handle the sync names may be prepared after it."""
+    out = hp.run(forward_sync_rank, world_size=WORLD, backend=backend, timeout=RUN_TIMEOUT,
+                 platform="A3", args=("async",))  # fmt: skip
+    assert [record for record, _ in out] == [[None, HCCL_SUCCESS]] * WORLD
 
 
 @pytest.mark.parametrize("mode", ["never", "no-task"])

@@ -85,7 +85,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
     if sync and b.handles and (queues := b.queues_read()):
         breach("finalize-queues", _QUEUED_FINALIZE.format(n=queues), None)
         return
-    if working:
+    if sync and working:  # Finalize<false> returns at once (hccl_aicpu_impl.h)
         state.wait_synced(core)
     if state.sender is b:
         for h, info in enumerate(b.handles):

@@ -140,10 +140,11 @@ class FineGrainedSteps:
                 actual=what_is(seqSlices),
             )
         info = b.handle(handleId)
-        if info is None or not info.step_size:
+        if info is None or not info.step_size or b.state.rank_dim < 2:
             return breach(
                 "not-fine-grained",
-                f"Iterate: handle {handleId} is not a fine-grained AlltoAllV (tiling stepSize > 0)",
+                f"Iterate: handle {handleId} is not a fine-grained AlltoAllV (tiling stepSize > 0) "
+                "of a domain of 2 or more ranks (the client's steps per repeat are rankDim)",
                 handle=handleId,
             )
         dim, rank = b.state.rank_dim, b.state.rank

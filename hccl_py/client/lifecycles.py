@@ -157,7 +157,19 @@ class ComputeOnly(Lifecycle):
     queued = False
 
     def commit(self, client: Control, info: Handle, h: int) -> None:
-        info.commits += 1
+        if info.step_size:  # a fine-grained handle counts its steps alike
+            client.steps.commit_steps(info)
+        else:
+            info.commits += 1
+
+    def wait(self, client: Control, info: Handle, h: int) -> int:
+        if not info.step_size:
+            return super().wait(client, info, h)
+        if info.steps_waited >= info.steps_committed:
+            return client.not_committed(info, h)
+        info.steps_waited += info.step_size
+        info.waits = -(-info.steps_waited // client.state.rank_dim)
+        return client.ok(HCCL_SUCCESS)
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         info.waits += 1

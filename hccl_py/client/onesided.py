@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core import report
-from ..core.constants import HCCL_MAX_HANDLE_ID, INVALID_HANDLE_ID, HcclCMDType, ScopeType
+from ..core.constants import (
+    HCCL_MAX_HANDLE_ID,
+    INVALID_HANDLE_ID,
+    MAX_QUE_NUM,
+    HcclCMDType,
+    ScopeType,
+)
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import NULL, GmAddr, what_is
 from ..kernel.cores import CoreContext
@@ -191,6 +197,13 @@ class OneSided:
             )
         if n and q >= n:
             return f"queueID {q} is not below the tiling's queueNum {n}"
+        if n and (slot := q + calling_core().block_idx * n) >= MAX_QUE_NUM:
+            return (
+                f"queueID {q} of block {calling_core().block_idx} is message queue {slot} "
+                f"(queueID + GetBlockIdx() * queueNum {n}), past the message area's "
+                f"{MAX_QUE_NUM} queues (hccl_msg.h MAX_QUE_NUM): the client would write it over "
+                "the memory behind them"
+            )
         return None
 
     # --------------------------------------------------------------- BatchWrite

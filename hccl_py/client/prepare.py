@@ -93,6 +93,17 @@ class PreparePath:
             return failures.breach(
                 unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
             )
+        if queues := b.queues_read():
+            return failures.breach(
+                "queued-collective",
+                f"{name} with queueNum {queues} in the init tiling: the AI CPU client then sends "
+                "it on queue dataType from every core, writes no commit count and its Wait "
+                "returns at once (hccl_aicpu_impl.h: SendMsgToServer, SetCommitTurnCntToGm, "
+                "Wait); queues are for BatchWrite only (SetQueueNum.md): give the collectives an "
+                "init tiling without queueNum",
+                INVALID_HANDLE_ID,
+                op=name,
+            )
         core = calling_core()
         try:
             fields = self.fields(param, self._limits(op))

@@ -73,22 +73,24 @@ def other_working_core(obj: Any, core: CoreContext) -> str | None:
     waits for a finished count that never comes (hccl_aicpu_impl.h, ``Finalize``; the CCU
     client likewise into slot ``globalCurWaitId_``).
     """
-    if obj.config.type != CoreType.DEFAULT:
+    if obj.config.type != CoreType.DEFAULT or obj.compute_only:  # debugMode 1 waits for nothing
         return None
     sender = obj.state.sender_core
     if sender is not None and sender.kind != core.kind:
-        return _two_working_cores(core.kind, sender.kind)
+        return _two_working_cores(core.kind, sender.kind, obj.config.blockId)
     obj.state.finalize_kinds.add(core.kind)
     return None
 
 
-def _two_working_cores(finalizing: Any, sending: Any) -> str:
+def _two_working_cores(finalizing: Any, sending: Any, block: int) -> str:
     return (
-        f"{finalizing.name} block 0 finalizes while {sending.name} block 0 sends the tasks: "
-        "without an HcclServerConfig every block 0 is a working core (InitWorkingFlag), so its "
+        f"{finalizing.name} block {block} finalizes while {sending.name} block {block} sends "
+        f"the tasks: the server config {{DEFAULT, {block}}}{' (the default one)' * (not block)} "
+        f"makes block {block} of every core type a working core (InitWorkingFlag), so its "
         "FINALIZE message lands in the sender's first message slot and the kernel hangs on "
-        f"hardware; call Finalize on the sending core only (g_coreType == {sending.name}) or "
-        "name it with HcclServerConfig"
+        "hardware; call Finalize on the sending core only "
+        f"(g_coreType == {sending.name}) or name it with HcclServerConfig(ON_{sending.name}, "
+        f"{block})"
     )
 
 
@@ -110,9 +112,10 @@ def core_problem(obj: Any, core: CoreContext) -> str | None:
             )
         finalized = state.finalize_kinds - {core.kind}
         if finalized:
+            first = next(iter(finalized))
             breach(
                 "second-working-core",
-                f"Prepare: {_two_working_cores(next(iter(finalized)), core.kind)}",
+                f"Prepare: {_two_working_cores(first, core.kind, obj.config.blockId)}",
                 domain=state.group.name,
             )
     if state.sender not in (None, obj):

@@ -17,6 +17,9 @@ HCCL_SUCCESS = 0
 HCCL_FAILED = -1
 INVALID_HANDLE_ID = -1
 HCCL_MAX_HANDLE_ID = 63
+#: Message queues of the AI CPU client's message area (hccl_msg.h ``MAX_QUE_NUM``): a core's
+#: queue ``queueID + GetBlockIdx() * queueNum`` must be below it.
+MAX_QUE_NUM = 48
 MAX_REPEAT = 255
 MAX_DOMAINS = 2
 #: The largest blockDim a kernel launch accepts (AscendC: 65535).

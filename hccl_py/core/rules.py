@@ -150,6 +150,10 @@ RULES: dict[str, Rule] = {
         "had not waited (it polls a counter Finalize reset: it never returns)",
         HcclUnfinishedError,
     ),
+    "queued-collective": _always(
+        "a collective Prepare with queueNum > 0 in the init tiling (queues are BatchWrite's)",
+        HcclUsageError,
+    ),
     "second-working-core": _always(
         "a Finalize on block 0 of the other core type than the one that sends, without an "
         "HcclServerConfig (both are working cores: the server hangs)",

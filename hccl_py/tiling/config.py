@@ -301,7 +301,7 @@ class Mc2CcTilingConfig:
 
     @_host_call
     def SetSkipLocalRankCopy(self, skipLocalRankCopy: int) -> int:
-        """Set whether the local rank's own block is left out of recvBuf (0 or 1)."""
+        """Set whether the own block is left out of recvBuf (0 or 1; A2 AllGather/AlltoAll)."""
         what = "SetSkipLocalRankCopy: value"
         return self._set("_skipLocalRankCopy", what, skipLocalRankCopy, 0, 1)
 
