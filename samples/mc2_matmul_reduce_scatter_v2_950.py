@@ -25,9 +25,11 @@ of row block j (``M / rankDim`` rows) of x1 @ x2: y ``(M / rankDim, N)``.
 Which path: the host takes this kernel (``TPL_CCU_REDUCESUM``: the client's ReduceScatter) when
 ``comm_mode`` is "ai_cpu" (``Hccl<HCCL_SERVER_TYPE_AICPU>``, any rank count) or "ccu" on 2, 16,
 32 or 64 ranks (``Hccl<HCCL_SERVER_TYPE_CCU>``); "ccu" on 4 or 8 ranks takes
-``MatmulA2AVecReduceFP16BF16`` (an AlltoAll and a vector reduce), not ported here. The sample
-asks for "ccu" and falls back to "ai_cpu" where the CCU would take the other kernel: 2 ranks
-(gloo, torchrun, the mutation suite) run the CCU client, 4 emulated ranks the 950 AI CPU one.
+``MatmulA2AVecReduceFP16BF16`` (an AlltoAll and a vector reduce), ported in
+samples/mc2_matmul_a2a_vec_reduce_950.py on this file's matmul, tiling struct and host. The
+sample asks for "ccu" and falls back to "ai_cpu" where the CCU would take the other kernel: 2
+ranks (gloo, torchrun, the mutation suite) run the CCU client, 4 emulated ranks the 950 AI CPU
+one.
 
 What runs unchanged: the selected ``Hccl`` type on every core (``KERNEL_TYPE_MIX_AIC_1_2``),
 ``InitV2(context, &mc2InitTiling)`` + ``SetCcTilingV2(offsetof(..., mc2CcTiling))`` on every AIC
@@ -63,6 +65,7 @@ import hccl_py as hp
 from hccl_py import (
     AIC,
     AIV,
+    HCCL_CMD_ALLTOALL,
     HCCL_CMD_REDUCE_SCATTER,
     HCCL_REDUCE_SUM,
     HCCL_SERVER_TYPE_AICPU,
@@ -260,23 +263,27 @@ def matmul_reduce_scatter_v2(
     context = hp.GetHcclContext(0)
     tilingData = hp.GET_TILING_DATA_WITH_STRUCT(MatmulReduceScatterV2TilingData, tilingGM)
     if TPL_COMMALG == TPL_CCU_ALL2ALL_VEC_REDUCE:
-        raise NotImplementedError("MatmulA2AVecReduceFP16BF16 (4 or 8 ranks over the CCU)")
+        # the A2A path's entry, which takes both kernels, is mc2_matmul_a2a_vec_reduce_950's
+        raise NotImplementedError("MatmulA2AVecReduceFP16BF16: mc2_matmul_a2a_vec_reduce_950.py")
     op = MatmulReduceScatterFP16BF16(TPL_COMM_MODE)
     op.Init(aGM, bGM, biasGM, cGM, context, workspaceGM, tilingData)
     op.Process()
 
 
-def make_tiling(rankDim: int, commMode: str):
+def make_tiling(
+    rankDim: int, commMode: str, n: int = N, baseN: int = BASE_N, usedCoreNum: int = USED_CORE_NUM
+):
     """Host side: GetPlatformInfo, DoOpTiling (SetMc2Hcomm, SetRcsTilingData, the cut, the
-    matmul tilings, SetTilingResult), GetWorkspaceSize, GetTilingKey and PostTiling."""
+    matmul tilings, SetTilingResult), GetWorkspaceSize, GetTilingKey and PostTiling; ``n``
+    columns of x2, and the stand-in matmul tilings' ``baseN`` and ``usedCoreNum``."""
     tiling = MatmulReduceScatterV2TilingData()
     isA2APath = rankDim in (STANDARD_CARD_4P, EIGHT_P_8P)  # IsUseA2APath on DAV_3510
     tplCommMode = TPL_AICPU_COMM_MODE if commMode == "ai_cpu" else TPL_CCU_COMM_MODE
     if tplCommMode == TPL_AICPU_COMM_MODE:
         isA2APath = False
     # SetMc2Hcomm
-    opType, rsConfig = HCCL_CMD_REDUCE_SCATTER, "ReduceScatter=level0:fullmesh"
-    assert not isA2APath, "the AlltoAll path (HCCL_CMD_ALLTOALL) is another kernel"
+    opType = HCCL_CMD_ALLTOALL if isA2APath else HCCL_CMD_REDUCE_SCATTER
+    rsConfig = "AlltoAll=level0:fullmesh" if isA2APath else "ReduceScatter=level0:fullmesh"
     mc2CcTilingConfig = Mc2CcTilingConfig(
         WORLD_GROUP, opType, rsConfig, HCCL_REDUCE_SUM, FP16, FP16
     )
@@ -289,7 +296,7 @@ def make_tiling(rankDim: int, commMode: str):
     # SetRcsTilingData + SetStorageAWorkSpaceSize
     cfg = tiling.param
     cfg.rankDim, cfg.subtype, cfg.commtype = rankDim, HCCL_REDUCE_SUM, HCCL_CMD_REDUCE_SCATTER
-    cfg.rankM, cfg.rankN, cfg.rankK, cfg.aicCoreNum = BLOCK_M * rankDim, N, K, AIC_CORE_NUM
+    cfg.rankM, cfg.rankN, cfg.rankK, cfg.aicCoreNum = BLOCK_M * rankDim, n, K, AIC_CORE_NUM
     mmResultLen = -(-cfg.rankM * cfg.rankN * SIZEOF_HALF // 512) * 512
     cfg.nd2NzWorkLen, cfg.cToFloatLen, cfg.biasLen = 0, mmResultLen, 0
     # DoSplitMTiling (the formulaic cut, fixed here) and DoAllMatmulTiling (fixed base blocks)
@@ -299,8 +306,8 @@ def make_tiling(rankDim: int, commMode: str):
         (tiling.mC2Mmv3TailTilingData, TAIL_M),
     ):
         cube = mm.tCubeTiling
-        cube.usedCoreNum, cube.M, cube.N, cube.Ka, cube.Kb = USED_CORE_NUM, rows * rankDim, N, K, K
-        cube.baseM, cube.baseN, cube.baseK = BASE_M, BASE_N, K
+        cube.usedCoreNum, cube.M, cube.N, cube.Ka, cube.Kb = usedCoreNum, rows * rankDim, n, K, K
+        cube.baseM, cube.baseN, cube.baseK = BASE_M, baseN, K
         mm.mTailCnt = mm.nTailCnt = mm.kTailCnt = mm.mBaseTailSplitCnt = mm.nBaseTailSplitCnt = 1
     tiling.debugMode, tiling.dataType = 0, FP16  # SetTilingResult
     workspaceSize = mmResultLen + (mmResultLen if isA2APath else 0)  # + libApiWorkSpaceSize_
@@ -308,14 +315,14 @@ def make_tiling(rankDim: int, commMode: str):
     return tiling, workspaceSize, (commAlg, tplCommMode), AIC_CORE_NUM  # SetBlockDim
 
 
-def inputs(rank: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """x1 (M, K) and x2 (K, N) of ``rank``: small integers, exact products and sums."""
-    return random_ints(rank, (BLOCK_M * n, K)), random_ints(1000 + rank, (K, N))
+def inputs(rank: int, n: int, cols: int = N) -> tuple[np.ndarray, np.ndarray]:
+    """x1 (M, K) and x2 (K, cols) of ``rank``: small integers, exact products and sums."""
+    return random_ints(rank, (BLOCK_M * n, K)), random_ints(1000 + rank, (K, cols))
 
 
-def reference(rank: int, n: int) -> np.ndarray:
+def reference(rank: int, n: int, cols: int = N) -> np.ndarray:
     """numpy: row block ``rank`` of the sum over ranks of x1 @ x2."""
-    total = sum(np.matmul(*(m.astype(np.float32) for m in inputs(r, n))) for r in range(n))
+    total = sum(np.matmul(*(m.astype(np.float32) for m in inputs(r, n, cols))) for r in range(n))
     return total[rank * BLOCK_M : (rank + 1) * BLOCK_M].astype(np.float16)
 
 

@@ -134,6 +134,10 @@ SPECS: dict[str, SampleSpec] = {
         # (3: two AIC cores multiply base blocks of every tile, so the flag 3 barrier orders
         # them before block 0's ReduceScatter, and the third is idle)
         SampleSpec("mc2_matmul_reduce_scatter_v2_950", block_dim=None),
+        # 4 ranks: comm_mode "ccu" takes the A2A path on 4 or 8 only; its block_dim is the
+        # tiling's aicCoreNum (3: all three AIC cores multiply every tile, so the flag 4 barrier
+        # orders them, and six AIV cores share the reduce)
+        SampleSpec("mc2_matmul_a2a_vec_reduce_950", world_sizes=(4,), block_dim=None),
         # 2 ranks; its block_dim is the tiling's aicCoreNum (3: the tail's matmul uses 2 AIC
         # cores, so AIC core 2 only Waits there, and the flag 3 barrier orders three cores);
         # two launches, comm_mode "ccu" (CCU client) and "ai_cpu" (AI CPU client)
@@ -667,6 +671,17 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Compute:CrossCoreWaitFlag#1": _missed(IDLE_FLAG_WAIT),
         "MatMulV3Compute:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "MatMulV3Compute:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+    },
+    "mc2_matmul_a2a_vec_reduce_950": {
+        "ExecuteAivCommReducePipeline:Wait#1": ("default", "HcclRaceError"),
+        # AIV block 0 Waits, the other AIV cores reduce their blocks of the round
+        "ExecuteAivCommReducePipeline:SyncAll#1": ("explore", "HcclRaceError"),
+        "ExecuteAivCommReducePipeline:Wait#2": ("default", "HcclRaceError"),
+        "ExecuteAivCommReducePipeline:SyncAll#2": ("default", "HcclRaceError"),
+        "CubeNotifyVector:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "CubeNotifyVector:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
+        "CubeNotifyVector:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "VecWaitCube:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
     },
     "mc2_all_gather_matmul_v2_950": {
         "EndNotify:CrossCoreSetFlag#1": ("default", DEADLOCK),

@@ -69,6 +69,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_allto_all.py": {"y": "PASS"},
     "mc2_grouped_mat_mul_allto_allv.py": {"y": "PASS", "mmY": "PASS"},
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
+    "mc2_matmul_a2a_vec_reduce_950.py": {"y": "PASS"},
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {
         f"{entry}-{launch}": "PASS" for launch in (1, 2) for entry in ("launch", "v3")
@@ -220,6 +221,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     # 2 ranks: comm_mode "ccu", the CCU client (4 ranks, in-process, run the 950 AI CPU one)
     "mc2_matmul_reduce_scatter_v2_950-gloo": _gloo("mc2_matmul_reduce_scatter_v2_950"),
     "mc2_matmul_reduce_scatter_v2_950-torchrun": _torchrun("mc2_matmul_reduce_scatter_v2_950"),
+    # comm_mode "ccu" on 4 ranks: the A2A path (its entry's other kernel runs above)
+    "mc2_matmul_a2a_vec_reduce_950-gloo": _gloo("mc2_matmul_a2a_vec_reduce_950", 4),
     "mc2_all_gather_matmul_v2_950-gloo": _gloo("mc2_all_gather_matmul_v2_950"),
     "mc2_all_gather_matmul_v2_950-torchrun": _torchrun("mc2_all_gather_matmul_v2_950"),
     "moe_distribute_window-gloo": _gloo("moe_distribute_window", 4),
@@ -530,6 +533,22 @@ def test_quant_reduce_scatter_tail_block_reads_past_the_scales(
     assert "bytes [68, 100) of scales fall outside its 72 bytes" in str(roots[0])
     padded = hp.run(functools.partial(_quant_reduce_scatter_tail, sample, 8), **kwargs)
     assert [line.split()[3] for lines in padded for line in lines] == ["PASS", "PASS"]
+
+
+def test_a2a_vec_reduce_unaligned_slice_over_reads_the_next_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ReduceSumForAlltoAll reads its last block 32-byte aligned and writes only the slice's
+    bytes: with N = 4097 a tile's slice (4 x 4097 FP16) ends mid-block, so the read reaches the
+    next round's receive range, still pending (docs/fidelity.md; the sample keeps N aligned)."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_matmul_a2a_vec_reduce_950")
+    monkeypatch.setattr(sample, "N", 4097)
+    with pytest.raises(hp.WorldError) as err:
+        hp.run(sample.main, world_size=4, backend="emu", platform="950", timeout=20)
+    roots = list((err.value.root_causes or err.value.failures).values())
+    assert [type(e).__name__ for e in roots] == ["HcclRaceError"]
+    assert "(ReadDataBlockReduceSum) before the Wait of round 0 of handle 1" in str(roots[0])
 
 
 @pytest.mark.parametrize("sanitized", [False, True])
