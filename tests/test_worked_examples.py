@@ -246,26 +246,34 @@ def _sync_input(rank: int, n: int) -> np.ndarray:
     return (np.arange(SYNC_COUNT * n, dtype=np.int32) + 1000 * (rank + 1)).view(np.uint8)
 
 
-def group_sync_rank(commit_late: bool, block_dim: int) -> tuple[list, np.ndarray]:
-    """Per rank: the kernel's record and y (bytes) after AlltoAll -> sync -> AllGather."""
+def _sync_reference() -> list[np.ndarray]:
+    """numpy's y on every rank: the AllGather (domain 1) of the AlltoAll's output (domain 0)."""
+    n = WORLD
+    sends = [_sync_input(r, n) for r in range(n)]
+    zeros = [np.zeros(SYNC_COUNT * n * 4, np.uint8)] * n
+    common = dict(dtype=ref.INT32, repeat=1, send_offsets=[0] * n, recv_offsets=[0] * n)
+    a = ref.all_to_all(sends, zeros, count=SYNC_COUNT, stride=0, **common)
+    y_zero = [np.zeros(SYNC_COUNT * n * n * 4, np.uint8)] * n
+    return ref.all_gather(a, y_zero, count=SYNC_COUNT * n, stride=0, **common)
+
+
+def _two_domain_rank(kernel: Any, arg: Any, block_dim: int = 1) -> tuple[list, np.ndarray]:
+    """Per rank: the record and y (bytes) of ``kernel(x, a, y, tiling, arg, record)`` on the
+    world (context 0) and a group of every rank (context 1)."""
     rank, n = hp.get_rank(), hp.get_world_size()
     groups = {0: hp.world_group(), 1: hp.new_group(range(n))}
     x = torch.from_numpy(_sync_input(rank, n).copy())
     a = torch.zeros(SYNC_COUNT * n * 4, dtype=torch.uint8)
     y = torch.zeros(SYNC_COUNT * n * n * 4, dtype=torch.uint8)
     record: list = []
-    hp.launch(
-        _group_sync_kernel,
-        x,
-        a,
-        y,
-        cases.make_tiling(groups=groups),
-        commit_late,
-        record,
-        groups=groups,
-        block_dim=block_dim,
-    )
+    tiling = cases.make_tiling(groups=groups)
+    hp.launch(kernel, x, a, y, tiling, arg, record, groups=groups, block_dim=block_dim)
     return record, y.numpy()
+
+
+def group_sync_rank(commit_late: bool, block_dim: int) -> tuple[list, np.ndarray]:
+    """Per rank: the kernel's record and y (bytes) after AlltoAll -> sync -> AllGather."""
+    return _two_domain_rank(_group_sync_kernel, commit_late, block_dim)
 
 
 @pytest.mark.parametrize("block_dim", [1, 4])
@@ -282,13 +290,7 @@ def test_inter_group_sync_orders_domains(
         schedule=schedule,
         args=(commit_late, block_dim),
     )
-    n = WORLD
-    sends = [_sync_input(r, n) for r in range(n)]
-    zeros = [np.zeros(SYNC_COUNT * n * 4, np.uint8)] * n
-    common = dict(dtype=ref.INT32, repeat=1, send_offsets=[0] * n, recv_offsets=[0] * n)
-    a = ref.all_to_all(sends, zeros, count=SYNC_COUNT, stride=0, **common)
-    y_zero = [np.zeros(SYNC_COUNT * n * n * 4, np.uint8)] * n
-    want = ref.all_gather(a, y_zero, count=SYNC_COUNT * n, stride=0, **common)
+    want = _sync_reference()
     for rank, (record, y) in enumerate(out):
         per_core = [None, (0, 0, HCCL_SUCCESS, HCCL_SUCCESS)]
         assert sorted(record, key=str) == sorted(per_core * block_dim, key=str), f"rank {rank}"
@@ -324,15 +326,7 @@ def _forward_sync_kernel(
 
 def forward_sync_rank(mode: str) -> tuple[list, np.ndarray]:
     """Per rank: the record and y (bytes) of :func:`_forward_sync_kernel`."""
-    rank, n = hp.get_rank(), hp.get_world_size()
-    groups = {0: hp.world_group(), 1: hp.new_group(range(n))}
-    x = torch.from_numpy(_sync_input(rank, n).copy())
-    a = torch.zeros(SYNC_COUNT * n * 4, dtype=torch.uint8)
-    y = torch.zeros(SYNC_COUNT * n * n * 4, dtype=torch.uint8)
-    record: list = []
-    tiling = cases.make_tiling(groups=groups)
-    hp.launch(_forward_sync_kernel, x, a, y, tiling, mode, record, groups=groups)
-    return record, y.numpy()
+    return _two_domain_rank(_forward_sync_kernel, mode)
 
 
 def test_inter_group_sync_on_a_handle_prepared_later(backend: str) -> None:
@@ -344,13 +338,7 @@ def test_inter_group_sync_on_a_handle_prepared_later(backend: str) -> None:
                    args=("later",))]  # fmt: skip
     if backend == "emu":
         runs.append(hp.run(forward_sync_rank, world_size=WORLD, explore=8, args=("later",)))
-    n = WORLD
-    sends = [_sync_input(r, n) for r in range(n)]
-    zeros = [np.zeros(SYNC_COUNT * n * 4, np.uint8)] * n
-    common = dict(dtype=ref.INT32, repeat=1, send_offsets=[0] * n, recv_offsets=[0] * n)
-    a = ref.all_to_all(sends, zeros, count=SYNC_COUNT, stride=0, **common)
-    y_zero = [np.zeros(SYNC_COUNT * n * n * 4, np.uint8)] * n
-    want = ref.all_gather(a, y_zero, count=SYNC_COUNT * n, stride=0, **common)
+    want = _sync_reference()
     for out in runs:
         for rank, (record, y) in enumerate(out):
             assert record == [None, (0, 0), (HCCL_SUCCESS, HCCL_SUCCESS)], f"rank {rank}"
