@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -143,7 +144,7 @@ def explore(run_one: Callable[[Config], list[Any]], config: Config, schedules: i
     :class:`HcclScheduleError` when two passing schedules give different results.
     """
     first: list[Any] | None = None
-    for seed in [None, *range(1, schedules)]:
+    for seed in itertools.chain([None], range(1, schedules)):  # lazily: any count
         try:
             results = run_one(dataclasses.replace(config, seed=seed))
         except WorldError as err:

@@ -192,6 +192,12 @@ def run(
         explore = checked_int("explore", explore, 1, expected="a positive number of schedules")
     if explore and poison is None:
         poison = True
+    if explore and seed is not None:
+        raise ValueError(
+            f"seed={seed} replays one schedule and explore={explore} runs the default one and "
+            "seeds 1 to explore - 1: give one of them (HCCL_PY_SEED / HCCL_PY_EXPLORE, --seed / "
+            "--explore)"
+        )
     config = Config(
         platform=get_platform(platform) if platform else _env_platform(),
         strict=strict,

@@ -127,6 +127,8 @@ def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:
             "--platform A3 or --api framework",
         ),
         (("--ranks", "0"), "--ranks must be >= 1, not 0"),
+        (("-n", "0"), "iterations (-n/--iters) must be >= 1, not 0"),
+        (("-w", "-1"), "warm-up iterations (-w/--warmup-iters) must be >= 0, not -1"),
     ],
 )
 def test_bad_flags_get_a_clear_error(

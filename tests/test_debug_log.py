@@ -11,6 +11,7 @@ import pytest
 import test_reliability as kernels
 
 import hccl_py as hp
+from hccl_py.client import log
 
 N = kernels.N
 
@@ -51,3 +52,19 @@ def test_environment_variable_turns_it_on() -> None:
     env = {**os.environ, "HCCL_PY_LOG": "debug"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stderr.strip() == "hccl_py DEBUG hello 1"
+
+
+@pytest.mark.parametrize(
+    ("raw", "level"),
+    [("debug", logging.DEBUG), (" Info ", logging.INFO), ("", None), ("0", None), ("off", None)],
+)
+def test_the_log_variable_takes_levels_and_off(raw: str, level: int | None) -> None:
+    assert log._log_level(raw) == level
+
+
+@pytest.mark.parametrize("raw", ["garbage", "basic_format", "10"])
+def test_another_log_value_is_a_clear_error(raw: str) -> None:
+    """Before 2026-11-30 any value turned the log on at DEBUG ("basic_format" raised logging's
+    "Unknown level" at import)."""
+    with pytest.raises(ValueError, match=f"HCCL_PY_LOG={raw!r} is no log level: use one of debug"):
+        log._log_level(raw)

@@ -62,6 +62,21 @@ def test_address_knows_rank_and_allocation(addr: GmAddr, buf: torch.Tensor) -> N
     assert "x" in repr(addr + 4) and "rank 1" in repr(addr)
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((1 << 34,), "GmAddr(alloc, offset) takes an allocation, not an int (17179869184); for an "
+                     "integer address use hp.GmAddr.from_int(value)"),
+        ((None, "x"), "GmAddr offset must be an int, not a str ('x')"),
+    ],
+)  # fmt: skip
+def test_a_gm_address_of_something_else_is_a_clear_error(args: tuple, said: str) -> None:
+    """Before 2026-11-30: an AttributeError of 'int' deep in gm.py, or int()'s ValueError."""
+    with pytest.raises(TypeError) as info:
+        GmAddr(*args)
+    assert str(info.value) == said
+
+
 def test_none_becomes_the_null_address() -> None:
     null = to_gm(None, rank=0)
     assert null is hp.NULL and null.is_null and not null and null == None  # noqa: E711

@@ -552,3 +552,26 @@ def test_numpy_integers_are_integer_arguments() -> None:
         [0, 0, 8, 8, 3],
         [0, 0, 7, 7, 3],
     ]
+
+
+def _channel_in_a_uint64_table() -> list[int]:
+    """The handle kept in a uint64 array, as a C++ kernel keeps it: host and kernel calls."""
+    peer = 1 - hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(peer)], 1)[0]
+    table = np.array([ch], dtype=np.uint64)
+    _, size = hp.HcclChannelGetHcclBuffer(None, table[0])
+    got: list[int] = []
+
+    def kernel(srcGM: Any) -> None:
+        h = hp.Hcomm[hp.COMM_PROTOCOL_UBC_CTP]()
+        h.Init(torch.zeros(512, dtype=torch.uint8), 512)
+        got.append(h.Drain(torch.tensor(int(ch))))
+        got.append(h.Drain(table[0]))
+
+    hp.launch(kernel, torch.zeros(8, dtype=torch.uint8))
+    return [size > 0, *got]
+
+
+def test_a_channel_handle_may_be_a_numpy_or_tensor_integer() -> None:
+    """Before 2026-11-30 an np.uint64 handle was "no channel that HcclChannelAcquire returned"."""
+    assert hp.run(_channel_in_a_uint64_table, world_size=2, platform="A3") == [[True, 0, 0]] * 2

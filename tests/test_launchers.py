@@ -171,6 +171,26 @@ def test_a_port_no_rank_can_meet_at_is_refused(port: str) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "env, said",
+    [
+        ({"RANK": "3", "WORLD_SIZE": "2"}, "env: rank 3 is outside 0..1 of a world of 2"),
+        ({"RANK": "-1", "WORLD_SIZE": "1"}, "env: rank -1 is outside 0..0 of a world of 1"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "env: the world size must be at least 1, not 0"),
+        (
+            {"MS_ROLE": "MS_WORKER", "MS_SCHED_PORT": "1", "MS_WORKER_NUM": "2", "MS_NODE_ID": "a"},
+            "environment variable MS_NODE_ID='a' is not an integer",
+        ),
+    ],
+)
+def test_a_rank_outside_its_world_is_refused(env: dict[str, str], said: str) -> None:
+    """Before 2026-11-30 such a rank waited for peers that never come, past every timeout (or
+    got torch's bare AssertionError, or int()'s ValueError)."""
+    with pytest.raises(LaunchError) as info:
+        spec_from_env({"MASTER_PORT": "1", **env})
+    assert str(info.value).startswith(said), info.value
+
+
 # ------------------------------------------------------------------ hccl_py's runner
 def _runner(job: Path, mode: str, n: int = 3) -> subprocess.CompletedProcess:
     return launch(

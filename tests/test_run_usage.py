@@ -218,6 +218,24 @@ def test_integer_options_take_numpy_integers() -> None:
     assert hp.run(hp.get_rank, 2, explore=np.int64(2), timeout=RUN_TIMEOUT) == [0, 1]
 
 
+def test_seed_and_explore_together_are_refused() -> None:
+    """Before 2026-11-30 the seed was dropped silently."""
+    with pytest.raises(ValueError, match="seed=3 replays one schedule and explore=2 runs"):
+        hp.run(hp.get_rank, 2, seed=3, explore=2, timeout=RUN_TIMEOUT)
+
+
+def test_a_huge_explore_count_starts_at_once() -> None:
+    """The schedules are taken lazily (before, the list of 10**20 seeds was built first: an
+    OverflowError, or for 10**9 a MemoryError); a failing program stops at its first one."""
+
+    def main() -> None:
+        raise RuntimeError("fails in every schedule")
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, 1, explore=10**20, timeout=RUN_TIMEOUT)
+    assert info.value.seed is None and "fails in every schedule" in str(info.value)
+
+
 def test_integer_options_refuse_what_is_not_an_integer() -> None:
     """Before, ranks_per_server="x" raised int()'s own ValueError, and 2.5 and True were
     taken as 2 and 1."""

@@ -62,8 +62,14 @@ class Options:
             )
         if self.step_bytes < 0 or (self.step_bytes == 0 and self.step_factor < 2):
             raise ValueError("need a step factor >= 2 or a step of bytes > 0")
-        if self.iters < 1 or self.warmup < 0 or self.repeat < 1 or self.block_dim < 1:
-            raise ValueError("need iterations >= 1, warm-up >= 0, repeat >= 1 and block dim >= 1")
+        for what, value, least in (
+            ("iterations (-n/--iters)", self.iters, 1),
+            ("warm-up iterations (-w/--warmup-iters)", self.warmup, 0),
+            ("repeat", self.repeat, 1),
+            ("block dim (--block-dim)", self.block_dim, 1),
+        ):
+            if value < least:
+                raise ValueError(f"{what} must be >= {least}, not {value}")
         if self.api == "framework" and self.repeat != 1:
             raise ValueError("--repeat applies to --api kernel only (a framework call is one op)")
 

@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.config import as_index
 from ..core.constants import CommEngine, CommProtocol
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr, what_is
@@ -164,12 +165,19 @@ def HcclGetHcclBuffer(comm: Group | None = None) -> tuple[GmAddr, int]:  # noqa:
     return _buffer(ctx, group, ctx.rank)
 
 
+def channel_of(ctx: Any, channel: Any) -> Any:
+    """The channel this rank acquired under the handle ``channel`` (an int, a numpy integer or a
+    0-d integer tensor: the uint64 handle however the kernel keeps it), or None."""
+    number = as_index(channel)
+    return None if number is None else channels_of(ctx).get(number)
+
+
 def HcclChannelGetHcclBuffer(comm: Group | None, channel: int) -> tuple[GmAddr, int]:  # noqa: N802
     """``HcclChannelGetHcclBuffer``: the HCCL buffer of ``channel``'s peer and its size."""
     ctx = current_rank_context()
     call = "HcclChannelGetHcclBuffer"
     group = _comm(comm, call)
-    found = channels_of(ctx).get(channel) if isinstance(channel, int) else None
+    found = channel_of(ctx, channel)
     if found is None:
         _refuse(call, f"this rank acquired no channel {plain_repr(channel)}")
     if found.group.name != group.name:

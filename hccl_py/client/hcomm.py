@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..core.config import as_index
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
 from ..core.current import serialized
 from ..core.errors import HcclBoundsError, HcclUsageError, InvalidCall
@@ -33,7 +34,7 @@ from ..core.template import checked, template
 from ..kernel.context import current_rank_context
 from ..server.remote_writes import Copies, Immediate
 from ..server.windows import WindowAllocation
-from .channels import Channel, channels_of, owner_of
+from .channels import Channel, channel_of, owner_of
 from .failures import breach
 from .onesided import _int_arg
 
@@ -186,7 +187,7 @@ class Hcomm:
             self._fail("not-initialised", call, "Hcomm.Init(buff, len) has not succeeded")
             return None
         ctx = current_rank_context()
-        found = channels_of(ctx).get(channel) if isinstance(channel, int) else None
+        found = channel_of(ctx, channel)
         if found is None:
             owner = owner_of(channel)
             whose = (
@@ -194,7 +195,8 @@ class Hcomm:
                 if owner is not None and owner != ctx.rank
                 else "no channel that HcclChannelAcquire returned to this rank"
             )
-            shown = f"{channel:#x}" if isinstance(channel, int) else what_is(channel)
+            number = as_index(channel)
+            shown = what_is(channel) if number is None else f"{number:#x}"
             why = f"rank {ctx.rank} Hcomm.{call}: channel {shown} is {whose}"
             breach("unknown-channel", why, HCOMM_FAILED, op=call, actual=channel)
         return found

@@ -25,12 +25,28 @@ logger = logging.getLogger("hccl_py")
 #: Environment variable that turns the log on at that level ("debug", "info", ...).
 LOG_ENV = "HCCL_PY_LOG"
 
-_level = os.environ.get(LOG_ENV, "").upper()
-if _level:
+#: The values of ``HCCL_PY_LOG`` that leave the log off.
+LOG_OFF = ("", "0", "OFF", "NONE", "FALSE")
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(raw: str) -> int | None:
+    """The logging level ``HCCL_PY_LOG`` asks for, None for off; a ValueError naming it else."""
+    if raw.strip().upper() in LOG_OFF:
+        return None
+    if raw.strip().upper() not in _LEVELS:
+        raise ValueError(
+            f"{LOG_ENV}={raw!r} is no log level: use one of {', '.join(_LEVELS).lower()} "
+            "(or leave it empty, 0 or off for no log)"
+        )
+    return getattr(logging, raw.strip().upper())
+
+
+if (_level := _log_level(os.environ.get(LOG_ENV, ""))) is not None:
     _handler = logging.StreamHandler()
     _handler.setFormatter(logging.Formatter("hccl_py %(levelname)s %(message)s"))
     logger.addHandler(_handler)
-    logger.setLevel(getattr(logging, _level, logging.DEBUG))
+    logger.setLevel(_level)
 
 
 def _where() -> str:

@@ -155,8 +155,16 @@ class GmAddr:
     __slots__ = ("alloc", "offset")
 
     def __init__(self, alloc: Allocation | None, offset: int = 0) -> None:
+        if alloc is not None and not isinstance(alloc, Allocation):
+            raise TypeError(
+                f"GmAddr(alloc, offset) takes an allocation, not {what_is(alloc)}; for an "
+                "integer address use hp.GmAddr.from_int(value)"
+            )
+        number = as_index(offset)
+        if number is None:
+            raise TypeError(f"GmAddr offset must be an int, not {what_is(offset)}")
         self.alloc = alloc
-        self.offset = int(offset)
+        self.offset = number
 
     @property
     def is_null(self) -> bool:

@@ -37,6 +37,19 @@ class RankSpec:
     host_store: bool  # this process runs the store's server
     store_path: str | None = None  # a FileStore instead of a TCPStore (the ranks hp.run starts)
 
+    def __post_init__(self) -> None:
+        """A world the ranks can form: a rank outside it would wait for its peers forever."""
+        if self.world_size < 1:
+            raise LaunchError(
+                f"{self.launcher}: the world size must be at least 1, not "
+                f"{self.world_size} (WORLD_SIZE, RANK_SIZE or MS_WORKER_NUM)"
+            )
+        if self.rank is not None and not 0 <= self.rank < self.world_size:
+            raise LaunchError(
+                f"{self.launcher}: rank {self.rank} is outside 0..{self.world_size - 1}"
+                f" of a world of {self.world_size} (RANK, RANK_ID or MS_NODE_ID)"
+            )
+
 
 def _int(env: Mapping[str, str], *names: str, default: int | None = None) -> int:
     for name in names:
@@ -80,7 +93,7 @@ def spec_from_env(env: Mapping[str, str] | None = None) -> RankSpec:
         return RankSpec(
             launcher="msrun",
             role=role,
-            rank=int(node) if role == "worker" and node not in (None, "") else None,
+            rank=_int(env, "MS_NODE_ID") if role == "worker" and node not in (None, "") else None,
             world_size=_int(env, "MS_WORKER_NUM", "RANK_SIZE"),
             local_rank=_int(env, "DEVICE_ID", default=0),
             host=host,
