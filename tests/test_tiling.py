@@ -6,6 +6,7 @@ import ctypes
 import struct
 
 import pytest
+import torch
 from expect import expects_warning
 
 import hccl_py as hp
@@ -593,6 +594,19 @@ def test_get_tiling_data_from_read_bytes_source():
 def test_get_tiling_data_too_short(source):
     with pytest.raises(ValueError, match="580"):
         GET_TILING_DATA_WITH_STRUCT(OneCcTiling, source)
+
+
+def test_get_tiling_data_from_a_gm_tensor_too_small_names_the_call():
+    """Before 2026-11-30 only the GM view's bytes were named, not the macro."""
+
+    def main() -> None:
+        hp.launch(lambda t: GET_TILING_DATA_WITH_STRUCT(OneCcTiling, t), torch.zeros(16))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=1)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclBoundsError)
+    assert "GET_TILING_DATA_WITH_STRUCT(OneCcTiling) reads 580 bytes: GM view" in str(error)
 
 
 def test_get_tiling_data_bad_arguments():

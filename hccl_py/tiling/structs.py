@@ -14,6 +14,7 @@ import operator
 from typing import Protocol, TypeVar
 
 from ..core.current import serialized
+from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr
 
 MC2_INIT_TILING_SIZE = 64
@@ -223,6 +224,11 @@ def GET_TILING_DATA_WITH_STRUCT(struct_type: type[_S], tiling: TilingSource) -> 
         data = tiling_bytes(tiling, size)
     except ValueError as exc:
         raise ValueError(f"GET_TILING_DATA_WITH_STRUCT({struct_type.__name__}): {exc}") from None
+    except HcclBoundsError as exc:  # a GM tensor smaller than the struct
+        raise HcclBoundsError(
+            f"GET_TILING_DATA_WITH_STRUCT({struct_type.__name__}) reads {size} bytes: {exc.reason}",
+            rank=exc.rank,
+        ) from None
     return struct_type.from_buffer_copy(data)
 
 
