@@ -155,16 +155,10 @@ class GmAddr:
     __slots__ = ("alloc", "offset")
 
     def __init__(self, alloc: Allocation | None, offset: int = 0) -> None:
-        if alloc is not None and not isinstance(alloc, Allocation):
-            raise TypeError(
-                f"GmAddr(alloc, offset) takes an allocation, not {what_is(alloc)}; for an "
-                "integer address use hp.GmAddr.from_int(value)"
-            )
-        number = as_index(offset)
-        if number is None:
-            raise TypeError(f"GmAddr offset must be an int, not {what_is(offset)}")
+        if type(offset) is not int or not (alloc is None or isinstance(alloc, Allocation)):
+            offset = _gm_offset(alloc, offset)  # off the hot path: every address sum lands here
         self.alloc = alloc
-        self.offset = number
+        self.offset = offset
 
     @property
     def is_null(self) -> bool:
@@ -394,6 +388,20 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     if isinstance(arg, ctypes.Structure):
         return tiling_allocation(arg, rank)
     return arg
+
+
+def _gm_offset(alloc: object, offset: object) -> int:
+    """A ``GmAddr``'s offset as an int, after checking both of its arguments (a TypeError
+    that says what was wrong)."""
+    if alloc is not None and not isinstance(alloc, Allocation):
+        raise TypeError(
+            f"GmAddr(alloc, offset) takes an allocation, not {what_is(alloc)}; for an "
+            "integer address use hp.GmAddr.from_int(value)"
+        )
+    number = as_index(offset)
+    if number is None:
+        raise TypeError(f"GmAddr offset must be an int, not {what_is(offset)}")
+    return number
 
 
 def what_is(value: Any) -> str:
