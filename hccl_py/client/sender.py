@@ -64,16 +64,17 @@ def missing_sender(config: HcclServerConfig, core: CoreContext) -> str | None:
 
 
 def other_working_core(obj: Any, core: CoreContext) -> str | None:
-    """Why a Finalize of ``core``, block 0 of one type, breaks the server when block 0 of the
-    other type sends for the default server config; None otherwise.
+    """Why a Finalize of ``core`` breaks the server when the working block of the other core
+    type sends (a server config of type DEFAULT, the default one included); None otherwise.
 
-    ``{CoreType::DEFAULT, 0}`` makes every block 0 a working core (``InitWorkingFlag``:
-    ``GetBlockIdx() == blockId``, whatever the type): its Finalize writes a FINALIZE message
-    into the first message slot of its own count, the slot of the sender's first task, and
-    waits for a finished count that never comes (hccl_aicpu_impl.h, ``Finalize``; the CCU
-    client likewise into slot ``globalCurWaitId_``).
+    ``{CoreType::DEFAULT, n}`` makes block n of every core type a working core
+    (``InitWorkingFlag``: ``GetBlockIdx() == blockId``, whatever the type): its Finalize writes
+    a FINALIZE message into the first message slot of its own count, the slot of the sender's
+    first task, and waits for a finished count that never comes (hccl_aicpu_impl.h,
+    ``Finalize``; the CCU client likewise into slot ``globalCurWaitId_``). Not under debugMode
+    1, whose client waits for nothing.
     """
-    if obj.config.type != CoreType.DEFAULT or obj.compute_only:  # debugMode 1 waits for nothing
+    if obj.config.type != CoreType.DEFAULT or obj.compute_only:
         return None
     sender = obj.state.sender_core
     if sender is not None and sender.kind != core.kind:
@@ -83,9 +84,11 @@ def other_working_core(obj: Any, core: CoreContext) -> str | None:
 
 
 def _two_working_cores(finalizing: Any, sending: Any, block: int) -> str:
+    """The report of a Finalize of ``finalizing``'s working block beside ``sending``'s tasks."""
+    default = " (the default one)" if block == 0 else ""
     return (
         f"{finalizing.name} block {block} finalizes while {sending.name} block {block} sends "
-        f"the tasks: the server config {{DEFAULT, {block}}}{' (the default one)' * (not block)} "
+        f"the tasks: the server config {{DEFAULT, {block}}}{default} "
         f"makes block {block} of every core type a working core (InitWorkingFlag), so its "
         "FINALIZE message lands in the sender's first message slot and the kernel hangs on "
         "hardware; call Finalize on the sending core only "

@@ -55,9 +55,9 @@ class ClientState:
         self.sender_core: CoreContext | None = None
         self.deps: list[Task | PendingDep] = []
         self.launch_idx: int | None = None
-        self.waits: list[tuple[CoreContext, dict[bool, int], int, int | None]] = []
-        #: The latest Query poll of each (core, handle) of a core that does not finalize: its
-        #: clock (a Query loop keeps one entry; a Wait's round None in ``waits`` terms).
+        self.waits: list[tuple[CoreContext, dict[bool, int], int, int]] = []
+        #: The clock of the latest Query of each (core, handle) before the sender's Finalize (a
+        #: Query loop keeps one entry); Finalize judges them beside the Waits, round None.
         self.queries: dict[tuple[CoreContext, int], dict[bool, int]] = {}
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
         #: Whether the sender's Finalize reset the finished-turn counters before a racing Wait
