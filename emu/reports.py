@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from hccl_py.core.task import Task, resolved
+from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
+from hccl_py.server.ordering import sync_text
 from hccl_py.server.task_queue import Position, TaskBoard
 
 from .slot import Slot
@@ -69,17 +70,8 @@ class WorldReports:
             )
             return self._chain(text, previous, depth)
         if why.kind == "dependency":
-            dep = resolved(why.dep) if why.position is None else why.position.sample()
-            if dep is None:
-                return (
-                    f"blocked by InterHcclGroupSync on handle {why.dep.handle} of domain "
-                    f"{why.dep.domain_name}, which that domain's sending core has not prepared"
-                )
-            text = (
-                f"blocked by InterHcclGroupSync on task #{dep.seq} of domain {dep.domain_name} "
-                f"(handle {dep.handle}, {dep.describe()})"
-            )
-            return self._chain(text, why.position, depth)
+            dep = why.dep if why.position is None else why.position.sample()
+            return self._chain(sync_text(dep), why.position, depth)
         return why.kind
 
     def _chain(self, text: str, blocker: Position | None, depth: int) -> str:

@@ -68,3 +68,17 @@ def dependency_state(
         if not finished(dep):
             return False, None
     return True, None
+
+
+def sync_text(dep: Task | PendingDep) -> str:
+    """What a round blocked by InterHcclGroupSync dependency ``dep`` waits for, in a report."""
+    task = resolved(dep)
+    if task is None:
+        return (
+            f"blocked by InterHcclGroupSync on handle {dep.handle} of domain {dep.domain_name}, "
+            "which that domain's sending core has not prepared"
+        )
+    return (
+        f"blocked by InterHcclGroupSync on task #{task.seq} of domain {task.domain_name} "
+        f"(handle {task.handle}, {task.describe()})"
+    )

@@ -35,6 +35,7 @@ from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import restore
 from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
+from ...server.ordering import sync_text
 from ...server.protocol import Backend, Server
 from ...server.task_queue import TaskBoard
 from . import npu
@@ -374,6 +375,8 @@ class DistServer(ExchangeMeetings, Server):
                 f"{queue.running} with ranks {peers} (a rank that prepared a different task "
                 f"sequence would hang {self.backend_name} here; {CHECK_ENV}=1 detects that)"
             )
+        if why.kind == "dependency":
+            return sync_text(why.dep)
         return "waiting for an InterHcclGroupSync dependency"
 
 
