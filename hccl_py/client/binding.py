@@ -49,8 +49,8 @@ class Binding:
         #: "InitV2", "Init" (with a tiling) or "Init-no-tiling" once initialised.
         self.mode: str | None = None
         self.tiling_src: Any = None
-        #: Mc2InitTiling fields read from that tiling (queueNum, debugMode; commBlockNum for BatchWrite
-        #: and QueueBarrier only), by name.
+        #: Mc2InitTiling fields read from that tiling (queueNum, debugMode; commBlockNum for
+        #: BatchWrite and QueueBarrier only), by name.
         self.init_fields: dict[str, int] = {}
         #: The registered cc tilings by opType (any opType below HCCL_CMD_ALL, as the client).
         self.cc: dict[int, Mc2CcTiling] = {}

@@ -197,9 +197,10 @@ class OneSided:
             )
         if n and q >= n:
             return f"queueID {q} is not below the tiling's queueNum {n}"
-        if n and (slot := q + calling_core().block_idx * n) >= MAX_QUE_NUM:
+        block = calling_core().block_idx
+        if n and (slot := q + block * n) >= MAX_QUE_NUM:
             return (
-                f"queueID {q} of block {calling_core().block_idx} is message queue {slot} "
+                f"queueID {q} of block {block} is message queue {slot} "
                 f"(queueID + GetBlockIdx() * queueNum {n}), past the message area's "
                 f"{MAX_QUE_NUM} queues (hccl_msg.h MAX_QUE_NUM): the client would write it over "
                 "the memory behind them"

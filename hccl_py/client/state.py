@@ -218,17 +218,17 @@ class ClientState:
         if warned:
             return
         if round_idx is None:
-            what = f"Query of handle {handle}"
+            call, what = "Query", f"Query of handle {handle}"
             then = "read 0 after the reset (a Query loop then never ends)"
             seen = "read its count"
         else:
-            what = f"Wait for handle {handle} round {round_idx}"
+            call, what = "Wait", f"Wait for handle {handle} round {round_idx}"
             then, seen = "poll after the reset and hang", "see its turn"
         breach(
             "finalize-unordered",
             f"{core_name(finalizer)}'s Finalize resets the finished-turn counters while no "
             f"SyncAll() orders {core_name(waiter)}'s {what} before it: on hardware that "
-            f"{what.split()[0]} may {then} (this run let it {seen} first, as hardware usually "
+            f"{call} may {then} (this run let it {seen} first, as hardware usually "
             f"does); {FIX}",
             None,
             rank=self.rank_ctx.rank,

@@ -36,14 +36,15 @@ class Platform:
     #: Whether the AI CPU client reads the tiling's queueNum (platform_v220: A2 and A3; the
     #: 950 clients never set it, so a Wait there never returns 0 for it).
     reads_queue_num: bool = True
-    #: The ops whose tiling's skipLocalRankCopy leaves the own block unwritten (SetSkipLocalRankCopy.md:
-    #: AllGather and AlltoAll on Atlas A2; a reserved field without effect on A3; the 950 server
-    #: never reads it).
+    #: The ops whose tiling's skipLocalRankCopy leaves the own block unwritten
+    #: (SetSkipLocalRankCopy.md: AllGather and AlltoAll on Atlas A2; a reserved field without
+    #: effect on A3; the 950 server never reads it).
     skips_local_copy: frozenset[HcclCMDType] = frozenset()
     #: What the host's SetDevType writes as the init tiling's devType on this SoC
     #: (hccl_tiling.cpp): ``SocVersion::ASCEND910B`` (1) for an "Ascend910B" one, else 255.
     dev_type: int = 255
-    #: Whether InterHcclGroupSync exists (the 950 AI CPU client's is empty, the CCU client has none).
+    #: Whether InterHcclGroupSync exists (the 950 AI CPU client's is empty, the CCU client has
+    #: none).
     has_group_sync: bool = True
     #: Whether Iterate (fine-grained AlltoAllV, tiling stepSize > 0) exists.
     has_iterate: bool = False
