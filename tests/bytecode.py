@@ -4,9 +4,11 @@ With ``PYTHONDONTWRITEBYTECODE`` set (as on machines whose image sets it), no
 interpreter caches what it compiles, so each of the several hundred that the
 suite starts (launched jobs, samples, ``hp.run`` rank processes importing a
 test module) compiles hccl_py and the test helpers from source again: about
-0.2 CPU-seconds each, some 40 CPU-seconds a run on 2 cores. The session
-compiles them once before the workers start, and removes exactly the files it
-wrote when it ends, so the checkout is left as it was found.
+0.2 CPU-seconds each, some 40 CPU-seconds a run on 2 cores, and each xdist
+worker rewrites every test module's asserts again. The session compiles them
+once before the workers start (the test modules as pytest's rewriting hook
+reads them back), and removes exactly the files it wrote when it ends, so the
+checkout is left as it was found.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import importlib.util
 import py_compile
 from pathlib import Path
+from typing import Any
 
 #: Source folders of the project that the suite's processes import from.
 SOURCE_DIRS = ("hccl_py", "emu", "tests", "samples")
@@ -35,6 +38,38 @@ def write_missing(root: Path) -> list[Path]:
             with contextlib.suppress(py_compile.PyCompileError, OSError):
                 py_compile.compile(str(source), cfile=str(cached), doraise=True)
                 written.append(cached)
+    return written
+
+
+def write_rewritten(config: Any, folder: Path) -> list[Path]:
+    """Write pytest's assertion-rewritten bytecode of the test modules in ``folder``
+    (``conftest.py``, ``test_*.py``) where it is missing.
+
+    Every xdist worker imports every test module through pytest's rewriting hook,
+    which reads such a file when one is there and writes none under
+    ``PYTHONDONTWRITEBYTECODE``: without it each worker parses and rewrites them all
+    again (about 6 CPU-seconds a worker). The files are pytest's own (its cache
+    folder and name, its writer), created exclusively; returns the files written, for
+    :func:`remove`. Without those names (another pytest) nothing is written.
+    """
+    try:
+        from _pytest.assertion import rewrite
+
+        cache_dir, tail = rewrite.get_cache_dir, rewrite.PYC_TAIL
+        rewritten, write = rewrite._rewrite_test, rewrite._write_pyc_fp
+    except (ImportError, AttributeError):
+        return []
+    written = []
+    for source in [folder / "conftest.py", *sorted(folder.glob("test_*.py"))]:
+        cached = cache_dir(source) / (source.name[:-3] + tail)
+        if cached.exists():
+            continue
+        with contextlib.suppress(SyntaxError, OSError):
+            stat, code = rewritten(source, config)
+            cached.parent.mkdir(exist_ok=True)
+            with open(cached, "xb") as out:
+                write(out, stat, code)
+            written.append(cached)
     return written
 
 

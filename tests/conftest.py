@@ -71,6 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _one_tree()
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
+        _WRITTEN.extend(bytecode.write_rewritten(config, ROOT / "tests"))
     _one_intra_op_thread()
     _ctrl_c_reaches_the_tests()
 

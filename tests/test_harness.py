@@ -39,6 +39,38 @@ def test_missing_bytecode_is_written_and_only_that_is_removed(tmp_path: Path) ->
     assert kept_cache.read_bytes() == b"someone else's"
 
 
+def test_rewritten_test_modules_are_written_where_missing_and_read_back(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
+    """What the session writes for the workers is what pytest's own hook reads back: a test
+    module whose asserts are rewritten (an assertion error shows the compared values)."""
+    from _pytest.assertion import rewrite
+
+    (tmp_path / "test_fresh.py").write_text("def check(x):\n    assert x == 1\n")
+    (tmp_path / "test_broken.py").write_text("def (:\n")
+    (tmp_path / "helper.py").write_text("Y = 2\n")
+    kept = tmp_path / "conftest.py"
+    kept.write_text("")
+    cached = {
+        p.name: rewrite.get_cache_dir(p) / (p.name[:-3] + rewrite.PYC_TAIL)
+        for p in (tmp_path / "test_fresh.py", tmp_path / "test_broken.py", kept)
+    }
+    cached["conftest.py"].parent.mkdir()
+    cached["conftest.py"].write_bytes(b"someone else's")
+
+    written = bytecode.write_rewritten(pytestconfig, tmp_path)
+
+    assert written == [cached["test_fresh.py"]]
+    code = rewrite._read_pyc(tmp_path / "test_fresh.py", cached["test_fresh.py"])
+    namespace: dict = {}
+    exec(code, namespace)  # noqa: S102 - the module written above
+    with pytest.raises(AssertionError, match="assert 2 == 1"):
+        namespace["check"](2)
+    bytecode.remove(written)
+    assert not cached["test_fresh.py"].exists()
+    assert cached["conftest.py"].read_bytes() == b"someone else's"
+
+
 @pytest.mark.parametrize(
     ("slots", "version", "refused"),
     [

@@ -252,7 +252,7 @@ def test_runner_on_two_hosts(job: Path) -> None:
 
 @SLOW
 def test_torchrun_names_the_failed_rank(job: Path) -> None:
-    out = torchrun(job, "raise", n=3)
+    out = torchrun(job, "raise")
     assert out.returncode != 0
     summary = out.stderr.split("Root Cause", 1)[-1]
     assert "rank 1: ValueError: rank 1 gives up" in summary, out.stderr
@@ -323,7 +323,7 @@ def test_sample_under_msrun(msrun: Path, tmp_path: Path) -> None:
 @SLOW
 def test_msrun_names_the_killed_rank(msrun: Path, tmp_path: Path, job: Path) -> None:
     started = time.monotonic()
-    out, scheduler, workers = _msrun(msrun, tmp_path, job, "kill", n=3)
+    out, scheduler, workers = _msrun(msrun, tmp_path, job, "kill")
     assert out.returncode != 0
     assert "rank(s) [1] ended without finishing" in scheduler, scheduler
     assert "rank(s) [1] ended without finishing" in out.stdout + out.stderr, (

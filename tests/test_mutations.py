@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -258,8 +259,9 @@ SPECS: dict[str, SampleSpec] = {
         # copies the own-server items with a batch-write-server warning, 1 to 25 CPU-seconds
         # a run: only the multi-server sites that the default schedule reports there are
         # judged on 16 too); its block_dim is the tiling's aivNum (3: core 2 has no rank to
-        # send to or poll); three launches, so that the third dispatch and combine find the
-        # halves the first ones left
+        # send to or poll); one launch, and three for the five sites whose removal shows only
+        # when the third dispatch and combine find the halves the first ones left (on
+        # 2026-11-30 one launch changed the verdict of exactly these five)
         SampleSpec(
             "mc2_moe_distribute_a2",
             site_sizes=tuple(
@@ -281,13 +283,25 @@ SPECS: dict[str, SampleSpec] = {
                 r"^expertRecvCountGlobal\[:\] = 0$",
             ),
             warnings=("batch-write-server",),  # on 16 ranks: own-server items (section 27)
-            launches=3,
+            launches=1,
+            site_launches=tuple(
+                (site, 3)
+                for site in (
+                    "Process:SyncAll#3",
+                    "AlltoAllDispatch:flag#1",
+                    "CalRecvCountsAndOffsets:flag#1",
+                    "CalRecvCountsAndOffsets:SyncAll#1",
+                    "WaitDispatch:flag#2",
+                )
+            ),
             block_dim=None,
         ),
         # 16 ranks, two servers of 8 (the layered kernel needs two); block_dim is the
-        # tiling's aivNum (8, one core per rank of a server for the IPC barrier); two of the
-        # sample's three launches (on 2026-11-30 the third, back in the first one's half of the
-        # RDMA area, changed no verdict of the table and cost half of the sample's 70 CPU-s)
+        # tiling's aivNum (8, one core per rank of a server for the IPC barrier). One launch,
+        # two for the four writes that only the next launch reads (the token counts' reset,
+        # the cleanup's flags, the IPC flag's epoch): on 2026-11-30 one launch changed the
+        # verdict of exactly these four, and the sample's third launch (back in the first
+        # one's half of the RDMA area) changed none
         SampleSpec(
             "mc2_moe_distribute_a2_layered",
             world_sizes=(16,),
@@ -301,7 +315,16 @@ SPECS: dict[str, SampleSpec] = {
                 r"\[0\] = self\.stateValue_$",
                 r"^u64\(targetRankShareAddr \+ flagOffset \* 4 \* 8, B64_PER_BLOCK\)\[:\] = InUb$",
             ),
-            launches=2,
+            launches=1,
+            site_launches=tuple(
+                (site, 2)
+                for site in (
+                    "Init:flag#2",
+                    "CleanUp:flag#1",
+                    "CleanUp:flag#2",
+                    "SumToWindow:flag#1",
+                )
+            ),
             block_dim=None,
             warnings=("batch-write-server",),  # items towards the own rank (section 27)
             source_race=LAYERED_IPC_RACE,
@@ -1001,14 +1024,35 @@ def test_the_unmutated_sample_passes_at_the_mutation_size(name: str) -> None:
     """Otherwise every mutant would count as caught."""
     spec = SPECS[name]
     every_warning: set[str] = set()
-    for world_size in spec.sizes(None):
-        with samples_on_path():
-            lines, warned = run(spec, mutant(spec, None), world_size)
-        verdicts = [m[3] for line in lines if (m := VERDICT.match(line))]
-        assert len(verdicts) == len(lines) and set(verdicts) <= {"PASS", "SKIP"}, lines
-        assert verdicts.count("PASS") >= world_size
-        every_warning |= set(warned)
+    for launches in spec.launch_counts():
+        sized = replace(spec, launches=launches)
+        for world_size in spec.sizes(None):
+            with samples_on_path():
+                lines, warned = run(sized, mutant(sized, None), world_size)
+            verdicts = [m[3] for line in lines if (m := VERDICT.match(line))]
+            assert len(verdicts) == len(lines) and set(verdicts) <= {"PASS", "SKIP"}, lines
+            assert verdicts.count("PASS") >= world_size
+            every_warning |= set(warned)
     assert every_warning == set(spec.warnings)
+
+
+@pytest.mark.parametrize("name", [n for n in SPECS if n in EXPECTED])
+def test_sites_with_their_own_size_or_launches_are_sites_of_the_sample(name: str) -> None:
+    spec = SPECS[name]
+    named = [site for site, _ in (*spec.site_sizes, *spec.site_launches)]
+    assert set(named) <= set(EXPECTED[name]), set(named) - set(EXPECTED[name])
+    assert len({site for site, _ in spec.site_launches}) == len(spec.site_launches)
+
+
+def test_a_site_with_its_own_launches_is_judged_with_them() -> None:
+    spec = SampleSpec("toy", launches=1, site_launches=(("kernel:Wait#1", 3),))
+    source = "def main():\n    for launch in (1, 2):\n        run(launch)\n"
+    assert spec.for_site("kernel:Wait#2") is spec
+    assert spec.for_site("kernel:Wait#1").launches == 3
+    assert spec.launch_counts() == (1, 3)
+    three = spec.for_site("kernel:Wait#1")
+    assert "for launch in (1, 2, 3):" in ast.unparse(mutant_tree(three, None, source))
+    assert "for launch in (1,):" in ast.unparse(mutant_tree(spec, None, source))
 
 
 def _mutant_cases() -> list:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from batch_runs import run_batch
 from launch_helpers import (
     JOB_TIMEOUT,
     ROOT,
@@ -53,6 +54,18 @@ standin_only = pytest.mark.skipif(
     not USES_STANDIN, reason="the real torch_npu is installed; this checks the stand-in"
 )
 SMOKE = "samples/npu_smoke.py"
+AG_MATMUL = "samples/all_gather_matmul.py"
+#: torchrun of two ranks, naming no backend: they choose hccl (all_gather_matmul's torch_npu
+#: cases pass only there), and the smoke test of the same processes runs on it too.
+NPU_TORCHRUN = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2")
+#: Runs that share one launch of their launcher (tests/sample_batch.py): run id -> batch job.
+#: The process-group counts go first, before any other collective of their processes.
+BATCHED = {
+    "pg-calls-hccl": "runner-hccl",
+    "smoke-runner": "runner-hccl",
+    "smoke-torchrun": "torchrun-hccl",
+    "all_gather_matmul-torchrun": "torchrun-hccl",
+}
 
 #: Ranks 0 and 1 call hp.run; with one NPU, local rank 1 has no device.
 BIND_JOB = "import hccl_py as hp\nhp.run(lambda: 0)\n"
@@ -195,12 +208,12 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
     shutil.copy(COUNTER, tmp / COUNTER.name)  # the job imports it from its own folder
     gloo_runner = [*runner[:-1], "gloo"]
     python = [sys.executable, "-c"]
+    on_runner = {"pg-calls-hccl": str(pg_calls_job), "smoke-runner": SMOKE}
+    on_torchrun = {"smoke-torchrun": SMOKE, "all_gather_matmul-torchrun": AG_MATMUL}
     jobs = {
-        "smoke-runner": lambda: launch([*runner, SMOKE], **npu_env()),
-        "smoke-torchrun": lambda: torchrun(SMOKE, **npu_env(HCCL_PY_BACKEND="hccl")),
-        "all_gather_matmul-torchrun": lambda: torchrun("samples/all_gather_matmul.py", **npu_env()),
+        "runner-hccl": lambda: run_batch(tuple(runner[1:]), on_runner, **npu_env()),
+        "torchrun-hccl": lambda: run_batch(NPU_TORCHRUN, on_torchrun, **npu_env()),
         "matmul_reduce_scatter-msrun": lambda: msrun_style("samples/matmul_reduce_scatter.py"),
-        "pg-calls-hccl": lambda: launch([*runner, pg_calls_job], **npu_env()),
         "pg-calls-gloo": lambda: launch([*gloo_runner, pg_calls_job], HCCL_PY_REDUCE="native"),
     }
     if USES_STANDIN:
@@ -211,14 +224,30 @@ def _jobs(tmp: Path) -> dict[str, Callable[[], subprocess.CompletedProcess]]:
     return jobs
 
 
+class _BatchRun:
+    """One run of a batch job, read like a job of its own: ``result()`` is its result."""
+
+    def __init__(self, batch: concurrent.futures.Future, run_id: str) -> None:
+        self.batch, self.run_id = batch, run_id
+
+    def result(self) -> subprocess.CompletedProcess:
+        return self.batch.result()[self.run_id]
+
+
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """Start every job that a selected test reads at once; tests wait for the one they check."""
+    """Start every job that a selected test reads at once; tests wait for the one they check
+    (a run of a batch: for its part of the batch's output)."""
     jobs = _jobs(tmp_path_factory.mktemp("npu"))
-    chosen = selected_jobs(request, jobs)
+    chosen = selected_jobs(request, [*jobs, *BATCHED])
+    started = [job for job in jobs if job in chosen or job in {BATCHED.get(c) for c in chosen}]
     # a few at a time: all at once (up to 27 processes) starved ranks on 2 cores
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        yield {name: pool.submit(jobs[name]) for name in chosen}
+        futures = {job: pool.submit(jobs[job]) for job in started}
+        yield {
+            name: _BatchRun(futures[BATCHED[name]], name) if name in BATCHED else futures[name]
+            for name in chosen
+        }
 
 
 def _output(proc: subprocess.CompletedProcess) -> str:

@@ -26,17 +26,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-import sample_batch
 import torch
+from batch_runs import RUN_TIMEOUT, run_batch
 from expect import expects_warning
-from launch_helpers import RUNNER_PREFIX, SLOW, VERDICT, check_run, launch_env, selected_jobs
+from launch_helpers import SLOW, VERDICT, check_run, launch_env, selected_jobs
 
 import hccl_py as hp
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES_DIR = ROOT / "samples"
-#: Seconds one batch of sample runs may take (a sample inside times out after 120 s).
-RUN_TIMEOUT = 600
 #: How long a batch may take to start and show a sample's first line (Python, torch).
 FIRST_LINE_TIMEOUT = 60
 
@@ -258,83 +256,6 @@ def _sample_path(run_id: str) -> str:
     return f"samples/{run_id if run_id in SAMPLES else run_id.rsplit('-', 1)[0] + '.py'}"
 
 
-def _run_batch(
-    args: tuple[str, ...], runs: dict[str, str]
-) -> dict[str, subprocess.CompletedProcess]:
-    """Run ``runs`` (run id -> script) in one batch (tests/sample_batch.py), split by sample.
-
-    Each run's result reads like its own process: the lines its sample printed,
-    its exit code (the highest any rank reported; 1 if none did), and the
-    batch's unprefixed output (launcher messages) as its stderr. When the batch
-    itself fails (a rank died or was stopped, a launcher error), a sample that
-    every process of the batch had finished keeps its own exit code; the others
-    (the one the batch failed in, those it never reached) get the batch's, so
-    that one failure reads as one, not as every run of the batch; a batch that
-    failed after its last sample fails every run.
-    """
-    run_ids, paths = list(runs), list(runs.values())
-    command = [sys.executable, *args, "tests/sample_batch.py", *paths]
-    try:
-        proc = subprocess.run(
-            command, cwd=ROOT, env=launch_env(), capture_output=True, text=True, timeout=RUN_TIMEOUT
-        )
-    except subprocess.TimeoutExpired as exc:  # killed: its output so far says where it stopped
-        out, err = (_text(part) for part in (exc.stdout, exc.stderr))
-        proc = subprocess.CompletedProcess(command, -9, out, err)
-        proc.timed_out = True
-    names = {os.path.basename(p) for p in paths}
-    lines: dict[str, list[str]] = {name: [] for name in names}
-    codes: dict[str, int] = {}
-    ends: dict[str, int] = {}  # how many of the batch's processes printed the sample's exit
-    rest = []
-    for line in (proc.stdout + proc.stderr).splitlines():
-        name, sep, text = RUNNER_PREFIX.sub("", line).partition(sample_batch.SEPARATOR)
-        if not sep or name not in names:
-            rest.append(line)
-        elif text.startswith("exit ") and text[5:].isdigit():
-            codes[name] = max(codes.get(name, 0), int(text[5:]))
-            ends[name] = ends.get(name, 0) + 1
-        else:
-            lines[name].append(text)
-    every = _processes(args)
-    finished = {name for name in names if ends.get(name, 0) == every}
-    if proc.returncode != 0 and finished == names:  # it failed after its last sample
-        finished = set()
-    results = {}
-    for run_id, path in zip(run_ids, paths, strict=True):
-        name = os.path.basename(path)
-        if proc.returncode == 0:
-            code, why = codes.get(name, 1), []
-        elif name in finished:
-            code, why = codes[name], []
-        else:
-            code = proc.returncode
-            why = [
-                f"(the batch was killed after {RUN_TIMEOUT} s)"
-                if getattr(proc, "timed_out", False)
-                else f"(the batch exited with code {code} before every process finished {name})"
-            ]
-        results[run_id] = subprocess.CompletedProcess(
-            command, code, "\n".join(lines[name]), "\n".join([*rest, *why])
-        )
-    return results
-
-
-def _text(output: bytes | str | None) -> str:
-    """Output a TimeoutExpired kept (bytes even under ``text=True``) as text."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
-
-
-def _processes(args: tuple[str, ...]) -> int:
-    """How many processes of a batch started with ``args`` run each of its samples: one per
-    rank under a launcher of rank processes (``hccl_py run --backend gloo``, torchrun), else one."""
-    if "torch.distributed.run" in args:
-        return int(args[args.index("--nproc-per-node") + 1])
-    if "--backend" in args and args[args.index("--backend") + 1] != "emu":
-        return int(args[args.index("-n") + 1])
-    return 1
-
-
 @pytest.fixture(scope="module")
 def runs(request: pytest.FixtureRequest):
     """Start every selected batch of sample runs at once: run id -> its batch's future, whose
@@ -342,7 +263,7 @@ def runs(request: pytest.FixtureRequest):
     batches = _batches(selected_jobs(request, [*SAMPLES, *OTHER_RUNS]))
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         futures = {
-            args: pool.submit(_run_batch, args, {r: _sample_path(r) for r in ids})
+            args: pool.submit(run_batch, args, {r: _sample_path(r) for r in ids})
             for args, ids in batches.items()
         }
         yield {run_id: futures[args] for args, ids in batches.items() for run_id in ids}
@@ -372,7 +293,7 @@ def test_batch_keeps_samples_apart(tmp_path: Path) -> None:
     failing.write_text('print("rank 0: case           FAIL")\nraise SystemExit(1)\n')
     runs = {"all_reduce_custom.py": "samples/all_reduce_custom.py", "failing": str(failing)}
     runs["alltoall_custom.py"] = "samples/alltoall_custom.py"
-    results = _run_batch((), runs)
+    results = run_batch((), runs)
     for name in ("all_reduce_custom.py", "alltoall_custom.py"):
         check_run(results[name], 4, SAMPLES[name])  # exactly its own 8 verdicts, exit 0
     assert results["failing"].returncode == 1
@@ -389,7 +310,7 @@ def test_a_batch_that_dies_fails_the_sample_it_died_in_not_those_it_finished(
     dying.write_text("import os\nos._exit(3)\n")
     runs = {"all_reduce_custom.py": "samples/all_reduce_custom.py", "dying": str(dying)}
     runs["alltoall_custom.py"] = "samples/alltoall_custom.py"
-    results = _run_batch((), runs)
+    results = run_batch((), runs)
     check_run(results["all_reduce_custom.py"], 4, SAMPLES["all_reduce_custom.py"])
     assert results["dying"].returncode == 3
     assert results["alltoall_custom.py"].returncode == 3
@@ -423,7 +344,7 @@ def test_a_batch_that_times_out_keeps_the_samples_it_finished(
         raise subprocess.TimeoutExpired(command, options["timeout"], output, errors)
 
     monkeypatch.setattr(subprocess, "run", killed_in_the_last_sample)
-    results = _run_batch((), {"quick": str(quick), "hung": str(hung)})
+    results = run_batch((), {"quick": str(quick), "hung": str(hung)})
     check_run(results["quick"], 1, {"case": "PASS"})
     assert results["hung"].returncode == -9
     assert results["hung"].stdout == "rank 0: started"  # what it printed before the limit
@@ -435,7 +356,7 @@ def test_a_batch_splits_a_sample_s_lines_as_python_reads_them(tmp_path: Path) ->
     (universal newlines) splits it: the verdict after it keeps its sample's prefix."""
     progress = tmp_path / "progress_sample.py"
     progress.write_text('print("10%", end="\\r")\nprint("rank 0: case           PASS")\n')
-    result = _run_batch((), {"progress": str(progress)})["progress"]
+    result = run_batch((), {"progress": str(progress)})["progress"]
     check_run(result, 1, {"case": "PASS"})
     assert result.stdout.splitlines() == ["10%", "rank 0: case           PASS"]
 
