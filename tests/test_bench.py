@@ -129,6 +129,9 @@ def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:
         (("--ranks", "0"), "--ranks must be >= 1, not 0"),
         (("-n", "0"), "iterations (-n/--iters) must be >= 1, not 0"),
         (("-w", "-1"), "warm-up iterations (-w/--warmup-iters) must be >= 0, not -1"),
+        # --quick sets the sweep's defaults, not the options given with it (-n -1 was ignored)
+        (("--quick", "-n", "-1"), "iterations (-n/--iters) must be >= 1, not -1"),
+        (("--quick", "-b", "128K"), "need 0 < minimum bytes <= maximum bytes"),
     ],
 )
 def test_bad_flags_get_a_clear_error(
@@ -136,6 +139,17 @@ def test_bad_flags_get_a_clear_error(
 ) -> None:
     assert cli(["bench", "--no-progress", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_options_given_with_quick_set_their_own_values(tmp_path: Path) -> None:
+    """--quick is 1K..64K by 8, 2 iterations; -e and -n given with it change those two only."""
+    out = tmp_path / "rows.json"
+    assert (
+        cli(["bench", "--quick", "--no-progress", "-e", "8K", "-n", "3", "--json", str(out)]) == 0
+    )
+    (sweep,) = json.loads(out.read_text())["sweeps"]
+    assert [row["size"] for row in sweep["rows"]] == [1024, 8192]
+    assert (sweep["step_factor"], sweep["iters"], sweep["warmup"]) == (8, 3, 1)
 
 
 def test_size_suffix_errors_are_argparse_errors(capsys: pytest.CaptureFixture) -> None:

@@ -68,7 +68,26 @@ DEFAULT_PLATFORM = "A2"
 FALLBACK_PLATFORMS = ("A3", "950")
 
 #: The sweep that the test suite runs to keep the benchmark working.
-QUICK = {"min_bytes": 1024, "max_bytes": 64 * 1024, "step_factor": 8, "iters": 2, "warmup": 1}
+#: The sweep's sizes and iterations when no option names them (hccl_test's defaults).
+SWEEP = {
+    "min_bytes": 1024,
+    "max_bytes": 1024 * 1024,
+    "step_factor": 2,
+    "step_bytes": 0,
+    "iters": 20,
+    "warmup": 5,
+}
+#: ``--quick``'s: a short sweep; an option given with it still sets its own value.
+QUICK = {**SWEEP, "max_bytes": 64 * 1024, "step_factor": 8, "iters": 2, "warmup": 1}
+#: Option destination -> the sweep field it sets.
+SWEEP_OPTIONS = {
+    "minbytes": "min_bytes",
+    "maxbytes": "max_bytes",
+    "stepfactor": "step_factor",
+    "stepbytes": "step_bytes",
+    "iters": "iters",
+    "warmup_iters": "warmup",
+}
 
 
 def parse_size(text: str) -> int:
@@ -117,30 +136,26 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help=f"the platform (None: ${PLATFORM_ENV}, else {DEFAULT_PLATFORM} as in run; "
         "ops that A2 lacks on A3)",
     )
-    p.add_argument(
-        "-b", "--minbytes", type=parse_size, default=parse_size("1K"), help="smallest size"
-    )
-    p.add_argument(
-        "-e", "--maxbytes", type=parse_size, default=parse_size("1M"), help="largest size"
-    )
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier between rows")
-    p.add_argument(
-        "-i", "--stepbytes", type=parse_size, default=0, help="size step (instead of -f)"
-    )
+    p.add_argument("-b", "--minbytes", type=parse_size, help="smallest size (1K)")
+    p.add_argument("-e", "--maxbytes", type=parse_size, help="largest size (1M)")
+    p.add_argument("-f", "--stepfactor", type=int, help="size multiplier between rows (2)")
+    p.add_argument("-i", "--stepbytes", type=parse_size, help="size step, instead of -f (0)")
     p.add_argument("-o", "--op-reduce", choices=sorted(REDUCE_OPS), default="sum", help="reduce op")
     p.add_argument(
         "-d", "--datatype", choices=sorted([*TYPES, *TYPE_ALIASES]), default="fp32", help="type"
     )
-    p.add_argument(
-        "-n", "--iters", type=int, default=20, help="timed iterations per size (hccl_test's -n)"
-    )
-    p.add_argument("-w", "--warmup-iters", type=int, default=5, help="untimed iterations first")
+    p.add_argument("-n", "--iters", type=int, help="timed iterations per size (hccl_test's -n, 20)")
+    p.add_argument("-w", "--warmup-iters", type=int, help="untimed iterations first (5)")
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
     p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
     p.add_argument("--schedule", choices=SCHEDULES, default="eager", help="emulator schedule")
     p.add_argument("--poison", action="store_true", help="poison receive blocks (emulator)")
-    p.add_argument("--quick", action="store_true", help="a short sweep (1K..64K, 2 iterations)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short sweep (1K..64K, 2 iterations); -b -e -f -i -n -w given too still apply",
+    )
     p.add_argument("--json", default=None, help="also write every row to this JSON file")
     p.add_argument("--plot", default=None, help="also draw busbw against size to this PNG")
     p.add_argument(
@@ -152,16 +167,10 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def _options(opts: argparse.Namespace, op: str) -> Options:
-    sizes = dict(
-        min_bytes=opts.minbytes,
-        max_bytes=opts.maxbytes,
-        step_factor=opts.stepfactor,
-        step_bytes=opts.stepbytes,
-        iters=opts.iters,
-        warmup=opts.warmup_iters,
-    )
-    if opts.quick:
-        sizes = dict(QUICK, step_bytes=0)
+    sizes = dict(QUICK if opts.quick else SWEEP)
+    for option, field in SWEEP_OPTIONS.items():
+        if getattr(opts, option) is not None:
+            sizes[field] = getattr(opts, option)
     progress = sys.stderr.isatty() if opts.progress is None else opts.progress
     return Options(
         op=op,
