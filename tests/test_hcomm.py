@@ -407,6 +407,7 @@ def bad_call(case: str) -> list[Any]:
             "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
             "signature": lambda: hcomm.WriteNbi(ch, dst),
             "init-elements": lambda: hp.Hcomm().Init(torch.zeros(128, dtype=torch.int32), 512),
+            "init-str": lambda: hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), "512"),
             "protocol-roce": lambda: hp.Hcomm[hp.CommProtocol.COMM_PROTOCOL_ROCE]().Init(
                 torch.zeros(512, dtype=torch.uint8), 512
             ),
@@ -442,6 +443,8 @@ BAD = {
     "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
     # LocalTensor::GetSize() counts elements: 512 bytes of int32 are 128 < 512 (official -1)
     "init-elements": (hp.HcclUsageError, "more than buff.GetSize(), its 128 elements"),
+    # a type mistake is named as one (before: "len '512' must be at least ...")
+    "init-str": (hp.HcclUsageError, "Init: len must be an int (bytes of buff), not a str"),
     "protocol-roce": (hp.HcclUsageError, "Hcomm<COMM_PROTOCOL_ROCE> is not emulated"),
 }
 
@@ -466,6 +469,12 @@ HOST_BAD = {
     "self": (
         lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(0)], 1),
         "remoteRank 0 is not another rank",
+    ),
+    # a type mistake is named as one (before: "remoteRank 1.0 is not another rank")
+    "self-float": (
+        lambda d: hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1.0)], 1),
+        "a descriptor's remoteRank must be an int (a rank of communicator hccl_world_group), "
+        "not a float",
     ),
     "buffer": (lambda d: hp.HcclChannelGetHcclBuffer(None, 7), "acquired no channel 7"),
     # before, the emulator returned a window of a domain rank 0 is not in (gloo: a window error)
@@ -513,6 +522,23 @@ def test_host_side_misuse_is_named(case: str) -> None:
     text = str(info.value)
     assert "HcclUsageError" in text and words in text
     assert not any(raw in text for raw in ("TypeError", "ValueError", "KeyError", "Attribute"))
+
+
+def test_numpy_integers_are_ranks_and_lengths() -> None:
+    """A remoteRank or an Init length read from a numpy table is an int like any other."""
+
+    def host() -> list[int]:
+        peer = np.int64(1 - hp.get_rank())
+        handles = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(peer)], 1)
+        got = [len(handles)]
+        hp.launch(
+            lambda: got.append(hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), np.int32(512))),
+            block_dim=1,
+            kernel_type="aiv",
+        )
+        return got
+
+    assert hp.run(host, world_size=2, platform="A3") == [[1, hp.HCOMM_SUCCESS]] * 2
 
 
 # ---------------------------------------------------------------- gloo

@@ -114,13 +114,14 @@ def HcclChannelAcquire(  # noqa: N802
     mine = channels_of(ctx)
     handles = []
     for desc in channelDescs:
-        r = desc.remoteRank
-        if (
-            isinstance(r, bool)
-            or not isinstance(r, int)
-            or not 0 <= r < group.size
-            or group.ranks[r] == me
-        ):
+        r = as_index(desc.remoteRank)
+        if r is None:
+            _refuse(
+                "HcclChannelAcquire",
+                f"a descriptor's remoteRank must be an int (a rank of communicator {group.name}), "
+                f"not {what_is(desc.remoteRank)}",
+            )
+        if not 0 <= r < group.size or group.ranks[r] == me:
             _refuse(
                 "HcclChannelAcquire",
                 f"remoteRank {plain_repr(r)} is not another rank of communicator {group.name} "

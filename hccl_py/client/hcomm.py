@@ -79,18 +79,22 @@ class Hcomm:
             return self._fail(
                 "bad-argument", "Init", f"buff must be a UB tensor, not {what_is(buff)}"
             )
-        size = buff.numel()
-        if isinstance(len, bool) or not isinstance(len, int) or len < HCOMM_URMA_TMP_BUF_SIZE:
+        size, nbytes = buff.numel(), as_index(len)
+        if nbytes is None:
             return self._fail(
-                "bad-argument",
-                "Init",
-                f"len {len!r} must be at least HCOMM_URMA_TMP_BUF_SIZE ({HCOMM_URMA_TMP_BUF_SIZE})",
+                "bad-argument", "Init", f"len must be an int (bytes of buff), not {what_is(len)}"
             )
-        if len > size:
+        if nbytes < HCOMM_URMA_TMP_BUF_SIZE:
             return self._fail(
                 "bad-argument",
                 "Init",
-                f"len {len} is more than buff.GetSize(), its {size} elements of "
+                f"len {nbytes} must be at least HCOMM_URMA_TMP_BUF_SIZE ({HCOMM_URMA_TMP_BUF_SIZE})",
+            )
+        if nbytes > size:
+            return self._fail(
+                "bad-argument",
+                "Init",
+                f"len {nbytes} is more than buff.GetSize(), its {size} elements of "
                 f"{buff.dtype} (the official check compares the bytes with the element count)",
             )
         self._ready = True
