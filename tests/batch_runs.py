@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import sample_batch
-from launch_helpers import RUNNER_PREFIX, launch_env
+from launch_helpers import RUNNER_PREFIX, launch
 
-ROOT = Path(__file__).resolve().parent.parent
 #: Seconds one batch may take (a sample inside times out after 120 s).
 RUN_TIMEOUT = 600
 
@@ -38,14 +36,7 @@ def run_batch(
     run_ids, paths = list(runs), list(runs.values())
     command = [sys.executable, *args, "tests/sample_batch.py", *paths]
     try:
-        proc = subprocess.run(
-            command,
-            cwd=ROOT,
-            env=launch_env(**extra),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-        )
+        proc = launch(command, timeout=RUN_TIMEOUT, **extra)
     except subprocess.TimeoutExpired as exc:  # killed: its output so far says where it stopped
         out, err = (text_of(part) for part in (exc.stdout, exc.stderr))
         proc = subprocess.CompletedProcess(command, -9, out, err)

@@ -85,15 +85,18 @@ def launch_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def launch(command: list[str], **extra: str) -> subprocess.CompletedProcess:
-    """Run ``command`` to completion (see :func:`launch_env` for ``extra``)."""
+def launch(
+    command: list[str], timeout: float = JOB_TIMEOUT, **extra: str
+) -> subprocess.CompletedProcess:
+    """Run ``command`` to completion within ``timeout`` seconds (see :func:`launch_env` for
+    ``extra``)."""
     return subprocess.run(
         command,
         cwd=ROOT,
         env=launch_env(**extra),
         capture_output=True,
         text=True,
-        timeout=JOB_TIMEOUT,
+        timeout=timeout,
     )
 
 
