@@ -809,6 +809,25 @@ def test_a_live_process_on_this_host_is_never_judged_by_its_heartbeat(
     assert remote is not None and "stopped responding" in remote
 
 
+def test_a_stack_folder_that_cannot_take_the_file_leaves_the_rank_running(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """HCCL_PY_STACK_DIR (set by the runner and hp.run for their ranks) naming a missing
+    folder ended every gloo rank with a FileNotFoundError; now only the stacks are missing."""
+    from hccl_py.launcher import liveness
+
+    registered = []
+    monkeypatch.setattr(liveness.faulthandler, "register", lambda *a, **k: registered.append(a))
+    monkeypatch.setattr(liveness, "_stack_files", [])
+    monkeypatch.setenv(liveness.STACKS_ENV, str(tmp_path / "missing"))
+    liveness.dump_stacks_on_request(0)
+    assert (liveness._stack_files, registered) == ([], [])
+    monkeypatch.setenv(liveness.STACKS_ENV, str(tmp_path))
+    liveness.dump_stacks_on_request(0)
+    assert (tmp_path / "stack-0.txt").exists() and len(registered) == 1
+    liveness._stack_files.pop().close()
+
+
 # ------------------------------------------------------------------ the fork server under a long TMPDIR
 @pytest.mark.parametrize("asked", [None, "forkserver", "spawn"])
 def test_a_long_tmpdir_does_not_break_hp_run(monkeypatch: pytest.MonkeyPatch, asked) -> None:

@@ -49,11 +49,18 @@ def stack_file(folder: str, rank: int) -> str:
 
 
 def dump_stacks_on_request(rank: int) -> None:
-    """Let the supervisor ask this process where its threads are (SIGUSR1, see :data:`STACKS_ENV`)."""
+    """Let the supervisor ask this process where its threads are (SIGUSR1, see :data:`STACKS_ENV`).
+
+    A folder that cannot take the file (a variable set by hand to a missing folder) only
+    costs the stacks in a hang report: the rank runs on without them.
+    """
     folder = os.environ.get(STACKS_ENV)
     if not folder or not hasattr(signal, "SIGUSR1") or _stack_files:
         return
-    out = open(stack_file(folder, rank), "x")  # noqa: SIM115 - stays open for the signal handler
+    try:
+        out = open(stack_file(folder, rank), "x")  # noqa: SIM115 - open for the signal handler
+    except OSError:
+        return
     _stack_files.append(out)
     faulthandler.register(signal.SIGUSR1, file=out, all_threads=True)
 
