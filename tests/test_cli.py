@@ -91,11 +91,12 @@ def test_bench_help_lists_every_option_with_its_default() -> None:
         ("--platform", "None"),
         ("--backend", "emu"),
         ("--api", "kernel"),
-        ("--minbytes", "1024"),
-        ("--maxbytes", "1048576"),
-        ("--stepfactor", "2"),
-        ("--iters", "20"),
-        ("--warmup-iters", "5"),
+        ("--minbytes", "1K"),
+        ("--maxbytes", "1M, --quick 64K"),
+        ("--stepfactor", "2, --quick 8"),
+        ("--stepbytes", "0"),
+        ("--iters", "20, --quick 2"),
+        ("--warmup-iters", "5, --quick 1"),
         ("--check", "1"),
         ("--repeat", "1"),
         ("--block-dim", "1"),
@@ -105,6 +106,7 @@ def test_bench_help_lists_every_option_with_its_default() -> None:
         assert option in text
         after = text[text.index(option) :]
         assert f"(default: {default})" in after, (option, default)
+    assert "(default: None)" not in text.split("--minbytes", 1)[1].split("--op-reduce")[0]
 
 
 SCRIPT = """

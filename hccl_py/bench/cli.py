@@ -7,6 +7,7 @@ process per rank; hccl runs under torchrun or msrun (one process per NPU).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Any
@@ -136,16 +137,17 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         help=f"the platform (None: ${PLATFORM_ENV}, else {DEFAULT_PLATFORM} as in run; "
         "ops that A2 lacks on A3)",
     )
-    p.add_argument("-b", "--minbytes", type=parse_size, help="smallest size (1K)")
-    p.add_argument("-e", "--maxbytes", type=parse_size, help="largest size (1M)")
-    p.add_argument("-f", "--stepfactor", type=int, help="size multiplier between rows (2)")
-    p.add_argument("-i", "--stepbytes", type=parse_size, help="size step, instead of -f (0)")
+    sweep = functools.partial(p.add_argument, default=argparse.SUPPRESS)  # absent unless given
+    sweep("-b", "--minbytes", type=parse_size, help="smallest size (default: 1K)")
+    sweep("-e", "--maxbytes", type=parse_size, help="largest size (default: 1M, --quick 64K)")
+    sweep("-f", "--stepfactor", type=int, help="size multiplier (default: 2, --quick 8)")
+    sweep("-i", "--stepbytes", type=parse_size, help="size step, instead of -f (default: 0)")
     p.add_argument("-o", "--op-reduce", choices=sorted(REDUCE_OPS), default="sum", help="reduce op")
     p.add_argument(
         "-d", "--datatype", choices=sorted([*TYPES, *TYPE_ALIASES]), default="fp32", help="type"
     )
-    p.add_argument("-n", "--iters", type=int, help="timed iterations per size (hccl_test's -n, 20)")
-    p.add_argument("-w", "--warmup-iters", type=int, help="untimed iterations first (5)")
+    sweep("-n", "--iters", type=int, help="timed iterations per size (default: 20, --quick 2)")
+    sweep("-w", "--warmup-iters", type=int, help="untimed iterations first (default: 5, --quick 1)")
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
     p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
@@ -167,10 +169,11 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 
 def _options(opts: argparse.Namespace, op: str) -> Options:
+    given = vars(opts)
     sizes = dict(QUICK if opts.quick else SWEEP)
-    for option, field in SWEEP_OPTIONS.items():
-        if getattr(opts, option) is not None:
-            sizes[field] = getattr(opts, option)
+    sizes.update(
+        (field, given[option]) for option, field in SWEEP_OPTIONS.items() if option in given
+    )
     progress = sys.stderr.isatty() if opts.progress is None else opts.progress
     return Options(
         op=op,
