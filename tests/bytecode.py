@@ -68,8 +68,8 @@ def write_rewritten(config: Any, folder: Path) -> list[Path]:
             stat, code = rewritten(source, config)
             cached.parent.mkdir(exist_ok=True)
             with open(cached, "xb") as out:
+                written.append(cached)  # removed at the end even if writing it fails
                 write(out, stat, code)
-            written.append(cached)
     return written
 
 

@@ -68,7 +68,6 @@ DEFAULT_PLATFORM = "A2"
 #: Where an op that the default platform lacks is measured, first that has it.
 FALLBACK_PLATFORMS = ("A3", "950")
 
-#: The sweep that the test suite runs to keep the benchmark working.
 #: The sweep's sizes and iterations when no option names them (hccl_test's defaults).
 SWEEP = {
     "min_bytes": 1024,
@@ -78,7 +77,8 @@ SWEEP = {
     "iters": 20,
     "warmup": 5,
 }
-#: ``--quick``'s: a short sweep; an option given with it still sets its own value.
+#: ``--quick``'s (the sweep the test suite runs to keep the benchmark working); an option
+#: given with it still sets its own value.
 QUICK = {**SWEEP, "max_bytes": 64 * 1024, "step_factor": 8, "iters": 2, "warmup": 1}
 #: Option destination -> the sweep field it sets.
 SWEEP_OPTIONS = {
