@@ -215,3 +215,58 @@ def test_rewriting_the_same_bytes_of_every_finding_is_no_race() -> None:
     )
     want = [[1.0] * M, [1.0] * M]  # the AllReduce of 0.5 + 0.5 (its send range: buf + 768)
     np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+#: Floats of the own-destination test: more bytes than a flag (a read of a flag is a poll).
+OWN = 4 * M
+
+
+def own_destination(order: str):
+    """A kernel whose BatchWrite copies OWN floats into the rank's own In window (A3 allows any
+    rank's window), then reads them there: after its Wait ("wait"), after polling a flag item
+    sent behind the data ("flag"), or with nothing in between ("none")."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
+        flag = src + 1024
+        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
+        hp.gm_tensor(flag, torch.int32, 8)[:] = 1
+        dst = h.GetWindowsInAddr(me)
+        items = a3_items([(int(src), int(dst), 4 * OWN), (int(flag), int(dst + FLAG), 32)])
+        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
+        handle = h.BatchWrite[True](info, 2)
+        if order == "wait":
+            h.Wait(handle)
+        elif order == "flag":
+            wait_flag(dst + FLAG, 1)
+        hp.gm_tensor(out, torch.float32, OWN)[:] = hp.gm_tensor(dst, torch.float32, OWN)
+        if order != "wait":
+            h.Wait(handle)
+        h.Finalize()
+
+    return kernel
+
+
+def _own(order: str, **kw) -> list:
+    return run_kernel(own_destination(order), n=2, out_len=OWN, platform="A3", poison=True, **kw)
+
+
+def test_reading_the_own_destination_before_the_wait_is_reported() -> None:
+    """A rank's own BatchWrite lands in its own window when the server runs it, not at the
+    call: reading the destination before the Wait (or a flag item behind the data) reads
+    whatever was there (before 2026-11-30 only a peer's read of it was checked)."""
+    want = np.stack([np.arange(OWN), np.arange(OWN) + 10])
+    for order in ("wait", "flag"):
+        for schedule in ("eager", "late"):
+            np.testing.assert_array_equal(np.array(_own(order, schedule=schedule)), want)
+        np.testing.assert_array_equal(np.array(_own(order, explore=4)), want)
+    with pytest.raises(hp.WorldError) as info:
+        _own("none", schedule="late")
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    text = str(err)
+    assert "which rank 0 sent to its own window with a BatchWrite at" in text, text
+    assert text.count("test_batch_write_pending.py:") >= 2, text  # the read and the BatchWrite
+    assert "have rank 0 Wait for the BatchWrite before reading" in text, text
