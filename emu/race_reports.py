@@ -36,7 +36,8 @@ class Write:
 
 @dataclass
 class Finding:
-    """A read that nothing orders with a peer's write of the same bytes."""
+    """A read that nothing orders with a write of the same bytes by a peer (or by the reader's
+    own BatchWrite queue or Hcomm channel, which land after the call)."""
 
     early: bool
     reader: int

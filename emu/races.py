@@ -11,8 +11,9 @@ checked against a vector clock per rank, in the manner of a thread sanitizer:
   read of at most that many bytes, or of bytes that a write of at most that
   many bytes left, acquires the writer's clock. So a receiver that polls the
   flag its sender wrote after the data is ordered after the data.
-- **Early read.** A larger read of bytes that a peer wrote, not ordered after
-  that write, sees 0xFF in those bytes (the data "has not arrived"). Reading
+- **Early read.** A larger read of bytes that a peer wrote (or that the
+  reader's own BatchWrite or Hcomm channel lands, after the call), not ordered
+  after that write, sees 0xFF in those bytes (the data "has not arrived"). Reading
   them again is a poll: it sees the data and is ordered after the write. A
   kernel that returns without that second look read data that may not have
   arrived: an :class:`~hccl_py.core.errors.HcclRaceError` when its kernel returns.
