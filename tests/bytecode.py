@@ -41,9 +41,23 @@ def write_missing(root: Path) -> list[Path]:
     return written
 
 
-def write_rewritten(config: Any, folder: Path) -> list[Path]:
-    """Write pytest's assertion-rewritten bytecode of the test modules in ``folder``
-    (``conftest.py``, ``test_*.py``) where it is missing.
+def test_modules(args: list[str], cwd: Path) -> list[Path]:
+    """The test modules that a session of pytest ``args`` (files, folders, ``file::test``)
+    collects, and the ``conftest.py`` files of their folders."""
+    found: set[Path] = set()
+    for arg in args:
+        path = (cwd / arg.split("::", 1)[0]).resolve()
+        if path.is_dir():
+            found.update(path.rglob("test_*.py"))
+            found.update(path.rglob("conftest.py"))
+        elif path.suffix == ".py" and path.is_file():
+            found.update([path, *[c for c in [path.parent / "conftest.py"] if c.is_file()]])
+    return sorted(found)
+
+
+def write_rewritten(config: Any, sources: list[Path]) -> list[Path]:
+    """Write pytest's assertion-rewritten bytecode of the test modules ``sources`` where it is
+    missing (:func:`test_modules`: only what the session collects).
 
     Every xdist worker imports every test module through pytest's rewriting hook,
     which reads such a file when one is there and writes none under
@@ -60,7 +74,7 @@ def write_rewritten(config: Any, folder: Path) -> list[Path]:
     except (ImportError, AttributeError):
         return []
     written = []
-    for source in [folder / "conftest.py", *sorted(folder.glob("test_*.py"))]:
+    for source in sources:
         cached = cache_dir(source) / (source.name[:-3] + tail)
         if cached.exists():
             continue

@@ -71,7 +71,9 @@ def pytest_configure(config: pytest.Config) -> None:
     _one_tree()
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         _WRITTEN.extend(bytecode.write_missing(ROOT))
-        _WRITTEN.extend(bytecode.write_rewritten(config, ROOT / "tests"))
+        if (config.getoption("numprocesses", None) or 0) > 1:  # workers that would each rewrite
+            modules = bytecode.test_modules(config.args, config.invocation_params.dir)
+            _WRITTEN.extend(bytecode.write_rewritten(config, modules))
     _one_intra_op_thread()
     _ctrl_c_reaches_the_tests()
 

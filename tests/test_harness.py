@@ -58,7 +58,11 @@ def test_rewritten_test_modules_are_written_where_missing_and_read_back(
     cached["conftest.py"].parent.mkdir()
     cached["conftest.py"].write_bytes(b"someone else's")
 
-    written = bytecode.write_rewritten(pytestconfig, tmp_path)
+    sources = bytecode.test_modules([str(tmp_path)], Path.cwd())
+    assert sources == sorted([kept, tmp_path / "test_broken.py", tmp_path / "test_fresh.py"])
+    one = bytecode.test_modules(["test_fresh.py::check"], tmp_path)  # and its folder's conftest
+    assert one == [kept, tmp_path / "test_fresh.py"]
+    written = bytecode.write_rewritten(pytestconfig, sources)
 
     assert written == [cached["test_fresh.py"]]
     code = rewrite._read_pyc(tmp_path / "test_fresh.py", cached["test_fresh.py"])
