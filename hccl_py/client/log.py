@@ -32,14 +32,15 @@ _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 def _log_level(raw: str) -> int | None:
     """The logging level ``HCCL_PY_LOG`` asks for, None for off; a ValueError naming it else."""
-    if raw.strip().upper() in LOG_OFF:
+    name = raw.strip().upper()
+    if name in LOG_OFF:
         return None
-    if raw.strip().upper() not in _LEVELS:
+    if name not in _LEVELS:
         raise ValueError(
             f"{LOG_ENV}={raw!r} is no log level: use one of {', '.join(_LEVELS).lower()} "
             "(or leave it empty, 0 or off for no log)"
         )
-    return getattr(logging, raw.strip().upper())
+    return getattr(logging, name)
 
 
 if (_level := _log_level(os.environ.get(LOG_ENV, ""))) is not None:

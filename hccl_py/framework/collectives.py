@@ -367,13 +367,13 @@ def reduce_scatter_tensor(
     data_type = hccl_dtype(name, input)
     problem = None
     out_shape = _shape(output)
-    if not out_shape:
+    want = [grp.size * out_shape[0], *out_shape[1:]] if out_shape else None
+    if want is None:
         problem = "output must have at least one dimension"
-    elif _shape(input) != [grp.size * out_shape[0], *out_shape[1:]]:
+    elif _shape(input) != want:
         problem = (
             f"input has shape {_shape(input)} and output {out_shape}; input must be "
-            f"{grp.size} (ranks) output blocks along dim 0, shape "
-            f"{[grp.size * out_shape[0], *out_shape[1:]]}"
+            f"{grp.size} (ranks) output blocks along dim 0, shape {want}"
         )
     records, carried = agree_carrying(
         grp,
