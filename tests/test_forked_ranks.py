@@ -21,6 +21,7 @@ import textwrap
 import threading
 import time
 import zipfile
+from multiprocessing import util as mp_util
 from pathlib import Path
 from typing import IO, Any
 
@@ -394,13 +395,12 @@ def test_how_the_runner_starts_its_ranks(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, asked, long_tmpdir, expected
 ) -> None:
     """The fork server by default; fresh interpreters when asked or where its socket cannot be."""
-    from multiprocessing import util as mp_util
-
     from hccl_py.launcher import script as runner
 
     monkeypatch.setattr(runner, "mp_context", lambda main, also: "forkserver")
     if long_tmpdir:
-        monkeypatch.setattr(mp_util, "get_temp_dir", lambda: "/" + "d" * 100 + "/pymp-abcdefgh")
+        folder = "/" + "d" * 100 + "/pymp-abcdefgh"
+        monkeypatch.setattr(forkserver, "socket_folder", lambda: folder)
     if asked is None:
         monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
     else:
@@ -448,7 +448,7 @@ def test_a_failed_fork_leaves_the_exec_d_server_to_start(
     """No process to spare for the fork: False, and nothing of it is left (fds, socket)."""
     # nothing is forked here: the worker's own threads (xdist's) do not matter
     monkeypatch.setattr(forkserver, "can_fork_as_server", lambda: True)
-    monkeypatch.setattr(forkserver.mp_util, "get_temp_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(mp_util, "get_temp_dir", lambda: str(tmp_path))
     before = forkserver.fork_server_pid()
 
     def no_fork() -> int:

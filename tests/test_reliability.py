@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -828,16 +829,51 @@ def test_a_stack_folder_that_cannot_take_the_file_leaves_the_rank_running(
     liveness._stack_files.pop().close()
 
 
+# ------------------------------------------------------------------ nothing made before the ranks start
+def test_choosing_the_start_method_makes_no_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """hp.run and the runner read the start method before anything that unwinds on SIGTERM
+    runs: it must not make multiprocessing's pymp-* folder, which a kill then would leave."""
+    from multiprocessing import process as mp_process
+
+    from hccl_py.launcher import forkserver
+
+    config = {k: v for k, v in mp_process.current_process()._config.items() if k != "tempdir"}
+    monkeypatch.setattr(mp_process.current_process(), "_config", config)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
+    assert forkserver.start_method() == "forkserver"
+    assert os.listdir(tmp_path) == [] and "tempdir" not in config
+    assert forkserver.socket_folder() == str(tmp_path / "pymp-XXXXXXXX")
+
+
+def test_sigterm_while_the_runner_starts_unwinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM as the runner starts its fork server (before any rank) stops the run as one
+    during it does (exit 143, nothing started left): it used to end the runner at once,
+    leaving the fork server's folder to nobody."""
+    from hccl_py.launcher import script as runner
+
+    assert threading.current_thread() is threading.main_thread()
+
+    def terminated_here(opts: object) -> None:
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+
+    monkeypatch.setattr(runner, "_fork_server", terminated_here)
+    before = signal.getsignal(signal.SIGTERM)
+    opts = runner.RunnerOptions("job.py", (), 2, "gloo")
+    assert runner.run_script(opts) == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 # ------------------------------------------------------------------ the fork server under a long TMPDIR
 @pytest.mark.parametrize("asked", [None, "forkserver", "spawn"])
 def test_a_long_tmpdir_does_not_break_hp_run(monkeypatch: pytest.MonkeyPatch, asked) -> None:
     """A socket path past 107 characters: spawn by default, a clear error if forkserver is asked."""
-    from multiprocessing import util as mp_util
-
     from hccl_py.launcher import forkserver
 
     folder = "/" + "d" * 60 + "/pymp-abcdefgh"  # 75 characters: the socket path needs 93
-    monkeypatch.setattr(mp_util, "get_temp_dir", lambda: folder)
+    monkeypatch.setattr(forkserver, "socket_folder", lambda: folder)
     if asked is None:
         monkeypatch.delenv(forkserver.START_METHOD_ENV, raising=False)
     else:
@@ -845,7 +881,7 @@ def test_a_long_tmpdir_does_not_break_hp_run(monkeypatch: pytest.MonkeyPatch, as
     assert forkserver.forkserver_fits()
     expected = asked or ("forkserver" if sys.platform.startswith("linux") else "spawn")
     assert forkserver.start_method() == expected
-    monkeypatch.setattr(mp_util, "get_temp_dir", lambda: folder.replace("d" * 60, "d" * 80))
+    monkeypatch.setattr(forkserver, "socket_folder", lambda: folder.replace("d" * 60, "d" * 80))
     assert not forkserver.forkserver_fits()
     if asked == "forkserver":
         with pytest.raises(hp.HcclUsageError, match="set TMPDIR to a shorter folder"):

@@ -14,13 +14,14 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Sequence
 from multiprocessing import connection as mp_connection
 from multiprocessing import forkserver as mp_forkserver
+from multiprocessing import process as mp_process
 from multiprocessing import resource_tracker
-from multiprocessing import util as mp_util
 from typing import Any
 
 from ..core import errors
@@ -47,6 +48,14 @@ SOCKET_PATH_MAX = 107
 LISTENER_NAME_LEN = len("/listener-") + 8
 
 
+def socket_folder() -> str:
+    """multiprocessing's ``pymp-*`` folder, where the fork server listens; before this process
+    has made it, a name as long as it will have, without making it: a process killed before
+    its first rank starts would leave the folder behind, with nothing of its run to remove it."""
+    made = mp_process.current_process()._config.get("tempdir")
+    return made or os.path.join(tempfile.gettempdir(), "pymp-XXXXXXXX")
+
+
 def forkserver_fits() -> bool:
     """Whether the fork server's Unix socket path fits under multiprocessing's temporary folder.
 
@@ -54,7 +63,7 @@ def forkserver_fits() -> bool:
     deeply nested test folder, say) the path is too long for a Unix socket and starting
     the fork server fails with a bare ``OSError: AF_UNIX path too long``.
     """
-    return len(mp_util.get_temp_dir()) + LISTENER_NAME_LEN <= SOCKET_PATH_MAX
+    return len(socket_folder()) + LISTENER_NAME_LEN <= SOCKET_PATH_MAX
 
 
 def start_method() -> str:
@@ -68,7 +77,7 @@ def start_method() -> str:
     if asked == "forkserver" and not forkserver_fits():
         raise errors.HcclUsageError(
             f"{START_METHOD_ENV}=forkserver: the fork server's socket would be "
-            f"{mp_util.get_temp_dir()}/listener-XXXXXXXX, longer than the {SOCKET_PATH_MAX} "
+            f"{socket_folder()}/listener-XXXXXXXX, longer than the {SOCKET_PATH_MAX} "
             "characters a Unix socket path may have; set TMPDIR to a shorter folder, or "
             f"{START_METHOD_ENV}=spawn"
         )
@@ -181,6 +190,8 @@ def fork_as_server() -> bool:
                     # exactly as in the exec'd server that forks every rank after importing torch
                     warnings.simplefilter("ignore", DeprecationWarning)
                     pid = os.fork()
+                if pid == 0:  # the runner's SIGTERM handler is not the ranks': as if exec'd
+                    signal.signal(signal.SIGTERM, signal.SIG_DFL)
             except OSError:  # no process to spare now: multiprocessing's own server will try
                 os.close(alive_r)
                 os.close(alive_w)

@@ -157,38 +157,40 @@ def run_script(opts: RunnerOptions) -> int:
             "each rank that what it reads from the store comes from this run"
         )
     sealed.ensure_secret()
-    ctx = _fork_server(opts)
-    own_server = ctx is not None and fork_server_pid() is None  # else hp.run's, in this process
-    if own_server:  # this process has imported torch: its fork serves the ranks
-        fork_as_server()
-    world = opts.nnodes * opts.nproc
-    host, store, port = _open_store(opts, world)
     lock = threading.Lock()
+    say = _sayer(lock)
     children: list[Child] = []
     readers = []
-    base_env = dict(os.environ)
-    base_env.update(
-        {
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(opts.nproc),
-            "MASTER_ADDR": opts.master_addr,
-            PARENT_ENV: str(os.getpid()),
-            "MASTER_PORT": str(port),
-            STORE_HOSTED_ENV: "1",
-            "HCCL_PY_BACKEND": opts.backend,
-            "HCCL_PY_WORLD_SIZE": str(world),
-            "PYTHONUNBUFFERED": "1",
-            TOKEN_ENV: new_token(),
-            # what a killed runner leaves: the fork server's socket folder (see forkserver_fits)
-            ORPHAN_DIRS_ENV: mp_util.get_temp_dir(),
-        }
-    )
-    if opts.platform:
-        base_env["HCCL_PY_PLATFORM"] = opts.platform
-    say = _sayer(lock)
+    token, own_server = new_token(), False
+    world = opts.nnodes * opts.nproc
+    # from here on SIGTERM unwinds: what the start makes (the fork server, its folder) goes
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if main else None
     try:
+        ctx = _fork_server(opts)
+        own_server = ctx is not None and fork_server_pid() is None  # else hp.run's, in here
+        if own_server:  # this process has imported torch: its fork serves the ranks
+            fork_as_server()
+        host, store, port = _open_store(opts, world)
+        base_env = dict(os.environ)
+        base_env.update(
+            {
+                "WORLD_SIZE": str(world),
+                "LOCAL_WORLD_SIZE": str(opts.nproc),
+                "MASTER_ADDR": opts.master_addr,
+                PARENT_ENV: str(os.getpid()),
+                "MASTER_PORT": str(port),
+                STORE_HOSTED_ENV: "1",
+                "HCCL_PY_BACKEND": opts.backend,
+                "HCCL_PY_WORLD_SIZE": str(world),
+                "PYTHONUNBUFFERED": "1",
+                TOKEN_ENV: token,
+                # what a killed runner leaves: the fork server's socket folder (see socket_folder)
+                ORPHAN_DIRS_ENV: mp_util.get_temp_dir(),
+            }
+        )
+        if opts.platform:
+            base_env["HCCL_PY_PLATFORM"] = opts.platform
         for local in range(opts.nproc):
             rank = opts.node_rank * opts.nproc + local
             env = dict(
@@ -222,7 +224,7 @@ def run_script(opts: RunnerOptions) -> int:
     finally:
         if own_server:  # the run's fork server ends with it
             stop_fork_server()
-        remove_job_files(base_env[TOKEN_ENV])
+        remove_job_files(token)
         if main:
             signal.signal(signal.SIGTERM, previous)
     join_all(readers, READERS_WAIT_S)  # one wait for all: a pipe held open elsewhere
