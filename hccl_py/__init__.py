@@ -17,6 +17,9 @@ except Exception:
     check_script_name()
     raise
 
+from .core.torch_version import check_torch
+
+check_torch()
 from . import ops
 from .client import Hccl
 from .client.channels import (

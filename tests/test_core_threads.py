@@ -335,7 +335,13 @@ def _leaves_grad_layout_enforcement_off() -> None:
         _leaves_multithreading_off,
         _leaves_saved_tensor_hooks_on,
         _leaves_saved_tensor_hooks_disabled,
-        _leaves_grad_layout_enforcement_off,
+        pytest.param(
+            _leaves_grad_layout_enforcement_off,
+            marks=pytest.mark.skipif(
+                not hasattr(torch._C, "_set_grad_layout_enforcement_enabled"),
+                reason="this torch has no gradient layout enforcement switch",
+            ),
+        ),
     ],
 )
 def test_an_emulator_runner_thread_with_changed_autograd_state_is_not_reused(leaves) -> None:

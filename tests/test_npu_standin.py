@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from batch_runs import run_batch
 from launch_helpers import (
     JOB_TIMEOUT,
@@ -44,6 +45,12 @@ from launch_helpers import (
 )
 
 from hccl_py.launcher.script import free_port
+
+#: The stand-in registers torch_npu's device through torch's accelerator hooks (torch 2.10+).
+pytestmark = pytest.mark.skipif(
+    not hasattr(torch._C, "_acc"),
+    reason="the torch_npu stand-in needs torch._C._acc (accelerator hooks), which this torch lacks",
+)
 
 STANDIN_DIR = ROOT / "tests" / "standin"
 #: tests/pg_counter.py, which PG_CALLS_JOB imports.

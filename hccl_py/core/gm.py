@@ -24,16 +24,32 @@ from .current import current_rank, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
 
-_alloc_ids = itertools.count()
+#: The next number of each rank's allocations (None: made outside any rank) in this run.
+_numbers: dict[int | None, itertools.count] = {}
+
+
+def restart_numbering() -> None:
+    """Number each rank's allocations from 0 again: called as every run (every schedule of an
+    exploration) starts, so that a buffer's name and integer address depend only on its own
+    rank's program, as in a rank process of its own, and a seed replays the same report."""
+    _numbers.clear()
+
+
+def _number(rank: int | None) -> int:
+    return next(_numbers.setdefault(rank, itertools.count()))
+
 
 #: Integer addresses (``int(addr)``): every allocation owns a span of ``2**ADDR_SHIFT`` bytes
-#: starting at its base; ordinary allocations at ``(uid + 1) << ADDR_SHIFT``, windows in
-#: the range marked by :data:`WINDOW_TAG` (see :mod:`hccl_py.server.windows`).
+#: starting at its base; ordinary allocations at ``(uid + 1) << ADDR_SHIFT`` in their rank's
+#: own address space, windows in the range marked by :data:`WINDOW_TAG` (see
+#: :mod:`hccl_py.server.windows`).
 ADDR_SHIFT = 34
 ADDR_SPAN = 1 << ADDR_SHIFT
 WINDOW_TAG = 1 << 62
-#: Allocations whose integer address was taken, by uid (so that ``from_int`` finds them).
-_by_uid: weakref.WeakValueDictionary[int, Allocation] = weakref.WeakValueDictionary()
+#: Allocations whose integer address was taken, by (rank, uid) (so that ``from_int`` finds them).
+_by_uid: weakref.WeakValueDictionary[tuple[int | None, int], Allocation] = (
+    weakref.WeakValueDictionary()
+)
 #: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.server.windows).
 _window_resolvers: list[Callable[[int], Allocation | None]] = []
 
@@ -86,7 +102,8 @@ class Allocation:
         #: allocations with the same storage address may share bytes.
         self.memory = _memory(tensor)
         self.rank = rank
-        self.uid = next(_alloc_ids)
+        #: The allocation's number among its rank's in this run (:func:`restart_numbering`).
+        self.uid = _number(rank)
         self.name = name or f"buf{self.uid}"
         self._host: Any = None
 
@@ -113,7 +130,7 @@ class Allocation:
 
     def int_base(self) -> int:
         """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
-        _by_uid[self.uid] = self
+        _by_uid[self.rank, self.uid] = self
         return (self.uid + 1) << ADDR_SHIFT
 
     def __repr__(self) -> str:
@@ -236,7 +253,8 @@ class GmAddr:
             for resolve in _window_resolvers:
                 alloc = alloc or resolve(base)
         elif 0 < value < WINDOW_TAG:
-            alloc = _by_uid.get((base >> ADDR_SHIFT) - 1)
+            ctx = current_rank(required=False)
+            alloc = _by_uid.get((None if ctx is None else ctx.rank, (base >> ADDR_SHIFT) - 1))
         if alloc is None:
             raise HcclBoundsError(
                 f"address {value:#x} points into no GM allocation or window this rank knows "

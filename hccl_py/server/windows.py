@@ -28,7 +28,7 @@ import torch
 from ..core.current import RunnerLocal
 from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
-from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _alloc_ids, _window_resolvers
+from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _window_resolvers
 
 BUFFSIZE_ENV = "HCCL_BUFFSIZE"
 DEFAULT_BUFFSIZE_MB = 200
@@ -155,7 +155,7 @@ class WindowAllocation(Allocation):
         self._base = window_base(tag, rank, kind)
         self.tensor = None
         self.memory = None
-        self.uid = next(_alloc_ids)
+        self.uid = self._base >> ADDR_SHIFT  # the window's own, whichever rank maps it first
         self._host = None
         self.name = f"Windows{kind} of rank {rank}"
         #: Called with the window once its memory is mapped (the emulator's race check).

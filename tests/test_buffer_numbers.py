@@ -1,0 +1,76 @@
+"""Buffer names and integer addresses: each rank numbers its own buffers, from 0 in every run.
+
+A buffer passed without a name is ``bufN`` and ``int(addr)`` of it is ``(N + 1) << 34``.
+Until 2026-11-30 one count for the whole process gave N: an exploration's schedules
+went on from the count of the schedules before them, so a failure found by ``explore``
+named another buffer than the replay of its seed, and a result holding ``int(addr)``
+differed between schedules (a false "schedule-dependent result").
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+from cases import init_hccl, make_tiling
+
+import hccl_py as hp
+from hccl_py import Hccl, HcclDataType
+
+N = 8
+F32 = HcclDataType.HCCL_DATA_TYPE_FP32
+
+
+def _record_address(x: hp.GmAddr, table: hp.GmAddr) -> None:
+    hp.gm_tensor(table, torch.int64, 1)[0] = int(x)
+
+
+def _addresses() -> int:
+    table = torch.zeros(1, dtype=torch.int64)
+    hp.launch(_record_address, torch.zeros(4), table, block_dim=1)
+    return int(table[0])
+
+
+def test_each_rank_numbers_its_buffers_from_0() -> None:
+    """Every rank's first buffer has the same integer, in every run and every schedule: a
+    kernel that keeps addresses (pointer tables) computes the same on every schedule."""
+    first = 1 << 34  # the launch's first argument: buffer 0 of its rank
+    assert hp.run(_addresses, world_size=3) == [first] * 3
+    assert hp.run(_addresses, world_size=3) == [first] * 3  # not counted on from the last run
+    assert hp.run(_addresses, world_size=3, explore=4) == [first] * 3
+    assert hp.run(_addresses, world_size=3, seed=1) == [first] * 3
+
+
+def _early_read(x: hp.GmAddr, y: hp.GmAddr, tilingGM: hp.GmAddr) -> None:
+    """Core 1 reads the AllGather's output with nothing ordering it after core 0's Wait."""
+    hccl = init_hccl(Hccl(), tilingGM, ops=["AllGather"])
+    handle = hccl.AllGather[True](x, y, N, F32, 0)
+    if hp.GetBlockIdx() == 0:
+        hccl.Wait(handle)
+    else:
+        float(hp.gm_tensor(y, torch.float32, N).sum())
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+def _launch_early_read() -> None:
+    x = torch.ones(N)
+    y = torch.zeros(N * hp.get_world_size())
+    kernel = functools.partial(_early_read)  # no parameter names: its buffers are bufN
+    hp.launch(kernel, x, y, make_tiling(), block_dim=2, kernel_type="aiv")
+
+
+def _report(**options: object) -> hp.WorldError:
+    with pytest.raises(hp.WorldError, match="HcclRaceError") as caught:
+        hp.run(_launch_early_read, world_size=1, timeout=30, **options)
+    return caught.value
+
+
+def test_an_explored_failure_names_the_buffers_its_replay_names() -> None:
+    found = _report(explore=10)
+    replayed = _report(seed=found.seed, poison=True)
+    buffers = re.findall(r"\bbuf\d+\b", str(found))
+    assert buffers and buffers == re.findall(r"\bbuf\d+\b", str(replayed))
+    assert str(found).partition("\nschedule")[0] == str(replayed)
