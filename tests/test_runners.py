@@ -412,4 +412,3 @@ def test_a_thread_runner_stopped_as_it_wakes_still_hands_the_baton_on(
     assert not thread.is_alive(), "the run never ended"
     assert stopped and isinstance(outcome[0], hp.WorldError), outcome
     assert "_StoppedAsItWoke" in str(outcome[0])
-
