@@ -63,9 +63,8 @@ _cores = RunnerLocal()
 class EmuWorld(Server):
     """The server of an emulated world; every rank's client sends to this one object.
 
-    Its parts, built here: ``windows`` (:class:`LocalWindows`), ``watched`` (the
-    window race check), ``meetings`` (:mod:`.rendezvous`), ``writes`` (the
-    one-sided copies) and ``reports`` (why a round has not run).
+    Its parts, built here: ``windows`` (:class:`LocalWindows`), ``watched`` (the window race
+    check), ``meetings`` (:mod:`.rendezvous`), ``writes`` (one-sided copies), ``reports``.
     """
 
     ops = frozenset(executor.ROUNDS)
@@ -438,6 +437,7 @@ class EmuWorld(Server):
     def on_new_group(self, group: Group) -> None:
         """Every rank creates the same groups in the same order (:mod:`.group_log`)."""
         self.group_log.created(current_rank().rank, group.ranks, self.returned)
+        self.windows.tags.tag(group.name)
 
     def rank_returned(self, rank: int) -> None:
         """Global rank ``rank`` returned from its function: it will never submit or commit again."""

@@ -27,7 +27,7 @@ from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
 from .core.gm import restart_numbering
 from .core.platform import RANKS_PER_SERVER_ENV, Platform, get_platform, ranks_per_server_default
-from .core.report import KINDS, plain_repr
+from .core.report import KINDS, new_run, plain_repr
 from .explore import explore as explore_schedules
 from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
@@ -226,6 +226,7 @@ def run(
         restart_numbering()
         return chosen.run(WithWarnings(fn), tuple(args), world_size, cfg)
 
+    new_run()
     with frozen_heap():
         try:
             ranks = explore_schedules(run_one, config, explore) if explore else run_one(config)

@@ -20,7 +20,7 @@ import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.ops.batch_write import ITEM_DTYPES
-from hccl_py.server.windows import KINDS
+from hccl_py.server.windows import KINDS, window_base
 
 TIMEOUT = 60.0
 
@@ -101,3 +101,29 @@ def test_a_copy_lands_in_the_window_it_names(backend: str) -> None:
     results = hp.run(copy_into_one_of_two_domains, world_size=4, backend=backend,
                      platform="A3", buffsize_mb=1, timeout=TIMEOUT)  # fmt: skip
     assert [r for r in results if r is not None] == [{"A": 1234, "B": 0}] * 2
+
+
+def _first_window_of_own_group(out: list) -> None:
+    out.append(int(hp.GetHcclContext(0).windowsIn[hp.GetHcclContext(0).rankId]))
+
+
+def _own_group_window() -> int:
+    """Ranks 0, 1 and 2, 3 each launch on their own group, created in that order on every rank."""
+    pairs = [hp.new_group([0, 1]), hp.new_group([2, 3])]
+    out: list[int] = []
+    hp.launch(_first_window_of_own_group, out, groups={0: pairs[hp.get_rank() // 2]})
+    return out[0]
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_domains_are_numbered_as_created_whoever_maps_first(backend: str) -> None:
+    """The world is domain 0, then each group in the order every rank creates them. The
+    emulator used to number a domain when a rank first asked for one of its windows: which
+    rank did so first was the schedule's choice, so the integers differed between schedules
+    (explore called a correct program's result schedule-dependent) and from gloo's."""
+    want = [window_base(1 + rank // 2, rank, "In") for rank in range(4)]  # global ranks
+    run = {"world_size": 4, "buffsize_mb": 1, "timeout": TIMEOUT, "backend": backend}
+    assert hp.run(_own_group_window, **run) == want
+    if backend == "emu":
+        for options in ({"seed": 3}, {"explore": 8}):
+            assert hp.run(_own_group_window, **run, **options) == want

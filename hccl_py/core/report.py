@@ -39,12 +39,36 @@ def _in_package(frame: object) -> bool:
     return known
 
 
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the caller's code, outside hccl_py."""
-    frame, level = sys._getframe(1), 1
+#: What each hp.run call has shown of its warnings (Python's per-module registry would outlive
+#: the call: the same warning of a later run in this process was not shown again).
+_SHOWN: dict = {}
+
+
+def new_run() -> None:
+    """A new hp.run call: show its warnings as if none had been shown (its explored schedules
+    share it: a warning each of them gives is shown once)."""
+    _SHOWN.clear()
+
+
+def _show(warning: HcclWarning) -> None:
+    """``warnings.warn`` of ``warning`` at the caller's code outside hccl_py, with the run's
+    registry."""
+    frame = sys._getframe(1)
     while frame is not None and _in_package(frame):
-        frame, level = frame.f_back, level + 1
-    return level
+        frame = frame.f_back
+    if frame is None:
+        warnings.warn_explicit(warning, HcclWarning, "sys", 1, registry=_SHOWN)
+        return
+    place = frame.f_globals
+    warnings.warn_explicit(
+        warning,
+        HcclWarning,
+        frame.f_code.co_filename,
+        frame.f_lineno,
+        place.get("__name__", "<string>"),
+        _SHOWN,
+        place,
+    )
 
 
 #: `` at 0x7f...`` in a default repr (``<Tiling object at 0x7f...>``): an address, which no two
@@ -118,5 +142,5 @@ def warn(kind: str, reason: str, **facts: object) -> HcclWarning:
         raise HcclUsageError(f"{reason} [{kind}, raised by warnings_as_errors]", **facts)
     if ctx is not None:
         ctx.warnings.append(warning)
-    warnings.warn(warning, stacklevel=_user_stacklevel())
+    _show(warning)
     return warning

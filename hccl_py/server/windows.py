@@ -29,6 +29,7 @@ from ..core.current import RunnerLocal
 from ..core.current import current_rank as current_rank_context
 from ..core.errors import HcclUsageError
 from ..core.gm import ADDR_SHIFT, ADDR_SPAN, WINDOW_TAG, Allocation, _window_resolvers
+from ..core.group import WORLD_GROUP_NAME
 
 BUFFSIZE_ENV = "HCCL_BUFFSIZE"
 DEFAULT_BUFFSIZE_MB = 200
@@ -87,15 +88,15 @@ MAX_WINDOW_DOMAINS = 1 << _DOMAIN_BITS
 class DomainTags:
     """The numbers of a run's domains in their windows' integer addresses, one each.
 
-    A domain is numbered when it is first seen: where every rank sees the domains in the
-    same order (``hp.new_group`` is called on every rank in the same order; the emulator's
-    ranks share one numbering), each domain gets the same number on every rank, and no two
+    The world is 0; every server numbers a domain as it is created (``on_new_group``): as
+    ``hp.new_group`` is called on every rank in the same order (the emulator's ranks share
+    one numbering), each domain gets the same number on every rank and schedule, and no two
     domains of the run share one (a hash of the name gave two domains in 4096 one address,
     and a copy meant for one window landed in the other).
     """
 
     def __init__(self) -> None:
-        self._tags: dict[str, int] = {}
+        self._tags: dict[str, int] = {WORLD_GROUP_NAME: 0}  # then in the order they are created
         self._lock = threading.Lock()
 
     def tag(self, domain: str) -> int:

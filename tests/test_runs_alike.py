@@ -1,16 +1,19 @@
-"""Buffer names and integer addresses: each rank numbers its own buffers, from 0 in every run.
+"""What one run leaves to the next in this process: nothing that changes what it shows.
 
 A buffer passed without a name is ``bufN`` and ``int(addr)`` of it is ``(N + 1) << 34``.
 Until 2026-11-30 one count for the whole process gave N: an exploration's schedules
 went on from the count of the schedules before them, so a failure found by ``explore``
 named another buffer than the replay of its seed, and a result holding ``int(addr)``
-differed between schedules (a false "schedule-dependent result").
+differed between schedules (a false "schedule-dependent result"). Each rank now numbers
+its own buffers from 0 in every run. Python's registry of shown warnings outlived a run
+too: the same warning of a second ``hp.run`` was not shown.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+import warnings
 
 import pytest
 import torch
@@ -74,3 +77,26 @@ def test_an_explored_failure_names_the_buffers_its_replay_names() -> None:
     buffers = re.findall(r"\bbuf\d+\b", str(found))
     assert buffers and buffers == re.findall(r"\bbuf\d+\b", str(replayed))
     assert str(found).partition("\nschedule")[0] == str(replayed)
+
+
+def _init_twice() -> None:
+    hccl = Hccl()
+    hccl.Init(hp.GetHcclContext(0))
+    hccl.Init(hp.GetHcclContext(0))
+    hccl.Finalize()
+
+
+def _launch_init_twice() -> None:
+    hp.launch(_init_twice)
+
+
+def test_a_second_run_shows_its_warnings_again() -> None:
+    """Shown once per hp.run call (an exploration's schedules share one), as gloo's rank
+    processes, which start afresh, show them."""
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        hp.run(_launch_init_twice, world_size=2)
+        hp.run(_launch_init_twice, world_size=2)
+        hp.run(_launch_init_twice, world_size=2, explore=3)
+    kinds = [w.message.kind for w in shown if isinstance(w.message, hp.HcclWarning)]
+    assert kinds == ["repeated-init"] * 6
