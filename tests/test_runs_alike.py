@@ -100,3 +100,28 @@ def test_a_second_run_shows_its_warnings_again() -> None:
         hp.run(_launch_init_twice, world_size=2, explore=3)
     kinds = [w.message.kind for w in shown if isinstance(w.message, hp.HcclWarning)]
     assert kinds == ["repeated-init"] * 6
+
+
+_KEPT: list = []
+
+
+def _keep_address(x: hp.GmAddr) -> None:
+    _KEPT.append((x, int(x)))
+
+
+def _resolve_kept() -> str:
+    try:
+        hp.GmAddr.from_int(_KEPT[0][1])
+    except hp.HcclBoundsError as exc:
+        return str(exc)
+    return "resolved"
+
+
+def test_an_earlier_runs_integer_address_resolves_to_nothing() -> None:
+    """Even while its buffer lives on (kept here), as another rank process's would not."""
+    hp.run(lambda: hp.launch(_keep_address, torch.zeros(4)), world_size=1)
+    try:
+        said = hp.run(_resolve_kept, world_size=1)[0]
+    finally:
+        _KEPT.clear()
+    assert "points into no GM allocation" in said

@@ -31,8 +31,10 @@ _numbers: dict[int | None, itertools.count] = {}
 def restart_numbering() -> None:
     """Number each rank's allocations from 0 again: called as every run (every schedule of an
     exploration) starts, so that a buffer's name and integer address depend only on its own
-    rank's program, as in a rank process of its own, and a seed replays the same report."""
+    rank's program, as in a rank process of its own, and a seed replays the same report.
+    Integers of an earlier run's buffers no longer resolve (:meth:`GmAddr.from_int`)."""
     _numbers.clear()
+    _by_uid.clear()
 
 
 def _number(rank: int | None) -> int:
