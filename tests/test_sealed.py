@@ -192,6 +192,23 @@ def test_abort_reasons_are_plain_data(monkeypatch: pytest.MonkeyPatch, has_secre
     )
 
 
+def test_a_failure_record_s_control_characters_are_shown_escaped(no_secret: None) -> None:
+    """Without a secret anyone the store lets in can write a record: its text must not move a
+    terminal (escape sequences, carriage returns) when the runner prints it."""
+    store = dist.HashStore()
+    record = {
+        "rank": 1,
+        "type": "ValueError",
+        "message": "a\x1b[2J\rb\nc",
+        "traceback": "t\x07",
+        "how": None,
+    }
+    store.set(kv.ABORT, sealed.dump_json(kv.ABORT, record))
+    reason = exchange.read_abort(store)
+    assert exchange.describe_abort(reason) == "rank 1: ValueError: a\\x1b[2J\\x0db\nc"
+    assert reason.hccl_traceback == "t\\x07"
+
+
 @pytest.mark.parametrize(
     "value",
     [

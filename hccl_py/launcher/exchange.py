@@ -45,13 +45,20 @@ def failure_record(exc: BaseException, rank: int) -> dict[str, Any]:
     }
 
 
+#: Control characters a terminal acts on (escape sequences, carriage returns), as a record's
+#: text shows them: escaped, whoever wrote the record (without a secret, anyone the store lets in).
+_SHOWN_ESCAPED = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if chr(c) not in "\n\t"}
+
+
 def failure_from(record: Any) -> BaseException:
-    """The exception :func:`failure_record` described (a stand-in of the same type name)."""
+    """The exception :func:`failure_record` described (a stand-in of the same type name), its
+    texts with control characters escaped."""
     fields = {"rank": int, "type": str, "message": str, "traceback": str, "how": (str, type(None))}
     if type(record) is not dict or set(record) != set(fields):
         raise ValueError(f"not a failure record: {str(record)[:80]}")
     if not all(isinstance(record[k], kind) for k, kind in fields.items()):
         raise ValueError(f"a failure record with fields of the wrong types: {str(record)[:80]}")
+    record = {k: v.translate(_SHOWN_ESCAPED) if type(v) is str else v for k, v in record.items()}
     if record["how"] is not None:
         exc: BaseException = RankDiedError(record["message"])
         exc.how = record["how"]
