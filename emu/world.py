@@ -63,8 +63,8 @@ _cores = RunnerLocal()
 class EmuWorld(Server):
     """The server of an emulated world; every rank's client sends to this one object.
 
-    Its parts, built here: ``windows`` (:class:`LocalWindows`), ``watched`` (the window race
-    check), ``meetings`` (:mod:`.rendezvous`), ``writes`` (one-sided copies), ``reports``.
+    Its parts, built here: ``windows``, ``watched`` (the window race check), ``meetings``
+    (:mod:`.rendezvous`), ``writes`` (one-sided copies), ``reports`` (why a round has not run).
     """
 
     ops = frozenset(executor.ROUNDS)

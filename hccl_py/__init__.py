@@ -20,6 +20,7 @@ except Exception:
 from .core.torch_version import check_torch
 
 check_torch()
+
 from . import ops
 from .client import Hccl
 from .client.channels import (

@@ -25,7 +25,6 @@ from .core.config import (
 )
 from .core.constants import MAX_WORLD_SIZE
 from .core.errors import WorldError
-from .core.gm import restart_numbering
 from .core.platform import RANKS_PER_SERVER_ENV, Platform, get_platform, ranks_per_server_default
 from .core.report import KINDS, new_run, plain_repr
 from .explore import explore as explore_schedules
@@ -223,7 +222,6 @@ def run(
     _BACKEND_READERS.get(name, lambda: None)()  # its own variables: a mistake before ranks start
 
     def run_one(cfg: Config) -> list[Any]:
-        restart_numbering()
         return chosen.run(WithWarnings(fn), tuple(args), world_size, cfg)
 
     new_run()

@@ -463,6 +463,42 @@ def test_a_failed_fork_leaves_the_exec_d_server_to_start(
     assert not list(tmp_path.iterdir()), "the server's socket file was left behind"
 
 
+def test_a_sigterm_pending_at_the_fork_leaves_the_server_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM is blocked across the fork and raised as the mask comes back: by then the new
+    server must be recorded, or the runner's clean-up (stop_fork_server) cannot end it."""
+    assert threading.current_thread() is threading.main_thread()
+    server = forkserver.mp_forkserver._forkserver
+    for name in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd"):
+        monkeypatch.setattr(server, name, None)
+    monkeypatch.setattr(forkserver, "can_fork_as_server", lambda: True)
+
+    def forked_as_sigterm_comes() -> int:  # to this thread, which blocks it now
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        return 2**22 + 1  # a pid no process has: nothing is forked
+
+    class StoppedError(Exception):
+        pass
+
+    def stop(signum: int, frame: object) -> None:
+        raise StoppedError
+
+    monkeypatch.setattr(forkserver.os, "fork", forked_as_sigterm_comes)
+    forkserver.resource_tracker.ensure_running()
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(StoppedError):
+            forkserver.fork_as_server()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        if server._forkserver_address is not None:
+            os.unlink(server._forkserver_address)
+    assert server._forkserver_pid == 2**22 + 1
+
+
 def test_a_signal_to_the_runners_process_group_stops_every_rank(
     tmp_path: Path, short_tmp: Path
 ) -> None:

@@ -862,6 +862,7 @@ def test_sigterm_while_the_runner_starts_unwinds(monkeypatch: pytest.MonkeyPatch
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
 
     monkeypatch.setattr(runner, "_fork_server", terminated_here)
+    monkeypatch.setenv("HCCL_PY_SECRET", "this test's")  # else the runner sets one for good
     before = signal.getsignal(signal.SIGTERM)
     opts = runner.RunnerOptions("job.py", (), 2, "gloo")
     assert runner.run_script(opts) == 128 + signal.SIGTERM

@@ -125,3 +125,53 @@ def test_an_earlier_runs_integer_address_resolves_to_nothing() -> None:
     finally:
         _KEPT.clear()
     assert "points into no GM allocation" in said
+
+
+def _take_address(x: hp.GmAddr, out: list) -> None:
+    out.append((x, int(x)))
+
+
+def _inner_run() -> None:
+    hp.launch(_take_address, torch.full((4,), 7.0), [])
+
+
+def _outer_rank() -> bool:
+    """A rank that runs another world while it keeps an integer address of its own."""
+    out: list = []
+    hp.launch(_take_address, torch.zeros(4), out)
+    hp.run(_inner_run, world_size=1)
+    addr, value = out[0]
+    return hp.GmAddr.from_int(value) == addr
+
+
+def test_a_nested_run_numbers_its_buffers_apart() -> None:
+    """Its ranks have address spaces of their own: the outer rank's integer still finds the
+    outer rank's buffer (one count per rank number had made it the inner run's)."""
+    assert hp.run(_outer_rank, world_size=1) == [True]
+
+
+_INIT_TWICE = "def init_twice(hccl, ctx):\n    hccl.Init(ctx)\n    hccl.Init(ctx)\n"
+
+
+def _from_file(name: str):
+    space = {"__name__": name}
+    exec(compile(_INIT_TWICE, f"{name}.py", "exec"), space)
+    return space["init_twice"]
+
+
+_IN_TWO_FILES = [_from_file("first_kernel_file"), _from_file("second_kernel_file")]
+
+
+def _init_twice_in_two_files() -> None:
+    for init_twice in _IN_TWO_FILES:
+        hccl = Hccl()
+        init_twice(hccl, hp.GetHcclContext(0))
+        hccl.Finalize()
+
+
+def test_the_same_warning_at_the_same_line_of_two_files_is_shown_for_each() -> None:
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        hp.run(lambda: hp.launch(_init_twice_in_two_files), world_size=1)
+    places = [(w.filename, w.lineno) for w in shown if isinstance(w.message, hp.HcclWarning)]
+    assert places == [("first_kernel_file.py", 3), ("second_kernel_file.py", 3)]

@@ -31,4 +31,7 @@ def test_an_older_torch_is_refused_with_what_to_install(version: str) -> None:
 @pytest.mark.parametrize("version", ["2.9.1+cu128", "2.9.0a0+git1234", "2.13.0+cpu", "3.0.0"])
 def test_the_oldest_and_newer_ones_pass(version: str) -> None:
     check_torch(version)
+
+
+def test_the_installed_torch_passes() -> None:
     check_torch(torch.__version__)

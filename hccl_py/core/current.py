@@ -35,6 +35,8 @@ class RunningRank(Protocol):
     config: Config
     #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
     warnings: list[HcclWarning]
+    #: Its buffers' numbers in this run (:class:`hccl_py.core.gm.BufferNumbers`).
+    buffers: Any
 
     @property
     def serial(self) -> contextlib.AbstractContextManager:

@@ -9,37 +9,19 @@ every access can be bounds-checked.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import operator
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .buffer_numbers import numbers_of
 from .config import as_index
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
 from .current import current_rank, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
-
-#: The next number of each rank's allocations (None: made outside any rank) in this run.
-_numbers: dict[int | None, itertools.count] = {}
-
-
-def restart_numbering() -> None:
-    """Number each rank's allocations from 0 again: called as every run (every schedule of an
-    exploration) starts, so that a buffer's name and integer address depend only on its own
-    rank's program, as in a rank process of its own, and a seed replays the same report.
-    Integers of an earlier run's buffers no longer resolve (:meth:`GmAddr.from_int`)."""
-    _numbers.clear()
-    _by_uid.clear()
-
-
-def _number(rank: int | None) -> int:
-    return next(_numbers.setdefault(rank, itertools.count()))
-
 
 #: Integer addresses (``int(addr)``): every allocation owns a span of ``2**ADDR_SHIFT`` bytes
 #: starting at its base; ordinary allocations at ``(uid + 1) << ADDR_SHIFT`` in their rank's
@@ -48,10 +30,6 @@ def _number(rank: int | None) -> int:
 ADDR_SHIFT = 34
 ADDR_SPAN = 1 << ADDR_SHIFT
 WINDOW_TAG = 1 << 62
-#: Allocations whose integer address was taken, by (rank, uid) (so that ``from_int`` finds them).
-_by_uid: weakref.WeakValueDictionary[tuple[int | None, int], Allocation] = (
-    weakref.WeakValueDictionary()
-)
 #: ``resolver(base)`` -> the window allocation with that base (installed by hccl_py.server.windows).
 _window_resolvers: list[Callable[[int], Allocation | None]] = []
 
@@ -80,7 +58,17 @@ def flat_elements(tensor: torch.Tensor) -> torch.Tensor:
 class Allocation:
     """One GM buffer: the bytes of a contiguous tensor, owned by one rank."""
 
-    __slots__ = ("data", "rank", "name", "tensor", "uid", "memory", "_host", "__weakref__")
+    __slots__ = (
+        "data",
+        "rank",
+        "name",
+        "tensor",
+        "uid",
+        "numbers",
+        "memory",
+        "_host",
+        "__weakref__",
+    )
 
     def __init__(self, tensor: torch.Tensor, rank: int | None, name: str | None = None) -> None:
         if tensor.is_meta:
@@ -104,8 +92,10 @@ class Allocation:
         #: allocations with the same storage address may share bytes.
         self.memory = _memory(tensor)
         self.rank = rank
-        #: The allocation's number among its rank's in this run (:func:`restart_numbering`).
-        self.uid = _number(rank)
+        ctx = current_rank(required=False)
+        #: Its rank's numbers in this run (the calling rank's; outside a rank, the host's).
+        self.numbers = numbers_of(ctx if ctx is not None and ctx.rank == rank else None)
+        self.uid = self.numbers.take()
         self.name = name or f"buf{self.uid}"
         self._host: Any = None
 
@@ -132,7 +122,7 @@ class Allocation:
 
     def int_base(self) -> int:
         """The allocation's integer base address (``int(GmAddr(alloc, 0))``)."""
-        _by_uid[self.rank, self.uid] = self
+        self.numbers.by_number[self.uid] = self
         return (self.uid + 1) << ADDR_SHIFT
 
     def __repr__(self) -> str:
@@ -250,17 +240,17 @@ class GmAddr:
         if value == 0:
             return NULL
         base, offset = value & ~(ADDR_SPAN - 1), value & (ADDR_SPAN - 1)
-        alloc = None
+        alloc, ctx = None, current_rank(required=False)
         if value & WINDOW_TAG:
             for resolve in _window_resolvers:
                 alloc = alloc or resolve(base)
         elif 0 < value < WINDOW_TAG:
-            ctx = current_rank(required=False)
-            alloc = _by_uid.get((None if ctx is None else ctx.rank, (base >> ADDR_SHIFT) - 1))
+            alloc = numbers_of(ctx).by_number.get((base >> ADDR_SHIFT) - 1)
         if alloc is None:
             raise HcclBoundsError(
                 f"address {value:#x} points into no GM allocation or window this rank knows "
-                "(integer addresses come from int(addr) of a live allocation)"
+                "(integer addresses come from int(addr) of a live allocation of this rank and run"
+                + ("; this call runs outside any rank)" if ctx is None else ")")
             )
         if offset > alloc.nbytes:
             raise HcclBoundsError(

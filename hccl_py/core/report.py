@@ -39,9 +39,9 @@ def _in_package(frame: object) -> bool:
     return known
 
 
-#: What each hp.run call has shown of its warnings (Python's per-module registry would outlive
-#: the call: the same warning of a later run in this process was not shown again).
-_SHOWN: dict = {}
+#: What each hp.run call has shown of its warnings, by file (Python's registries, one per
+#: module, outlive the call: the same warning of a later run in this process was not shown).
+_SHOWN: dict[str, dict] = {}
 
 
 def new_run() -> None:
@@ -52,21 +52,22 @@ def new_run() -> None:
 
 def _show(warning: HcclWarning) -> None:
     """``warnings.warn`` of ``warning`` at the caller's code outside hccl_py, with the run's
-    registry."""
+    registry of the caller's file."""
     frame = sys._getframe(1)
     while frame is not None and _in_package(frame):
         frame = frame.f_back
-    if frame is None:
-        warnings.warn_explicit(warning, HcclWarning, "sys", 1, registry=_SHOWN)
-        return
-    place = frame.f_globals
+    if frame is None:  # as warnings.warn places a warning with no frame
+        filename, lineno, place = "sys", 1, sys.__dict__
+    else:
+        filename, lineno, place = frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+    module = place.get("__name__")
     warnings.warn_explicit(
         warning,
         HcclWarning,
-        frame.f_code.co_filename,
-        frame.f_lineno,
-        place.get("__name__", "<string>"),
-        _SHOWN,
+        filename,
+        lineno,
+        module if isinstance(module, str) else "<string>",
+        _SHOWN.setdefault(filename, {}),
         place,
     )
 

@@ -8,8 +8,8 @@ import torch
 
 #: The oldest torch release hccl_py is tested with. Older ones fail in ways that are torch's:
 #: before 2.6 the emulator cannot carry a rank's torch function state between its runners,
-#: before 2.9 it cannot list the autocast device types, and gloo's native FP16 MIN/MAX
-#: reduce-scatter of torch 2.8 gave wrong values.
+#: before 2.9 it cannot list the autocast device types, and gloo's native MIN and MAX of
+#: torch 2.8 gave other values (an FP16 MIN reduce-scatter, NaN propagation).
 OLDEST_TORCH = (2, 9)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.buffer_numbers import BufferNumbers
 from ..core.config import Config
 from ..core.current import bind_rank, current_rank
 from ..core.errors import HcclWarning
@@ -61,6 +62,9 @@ class RankContext:
         self.window_writes: Counter[str] = Counter()
         #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
         self.warnings: list[HcclWarning] = []
+        #: Its buffers' numbers in this run: its own address space, whatever other ranks and
+        #: other runs (nested, concurrent, explored schedules) allocate.
+        self.buffers = BufferNumbers()
         #: Asynchronous framework ops not waited yet: id -> what and where it was started.
         self.open_work: dict[int, str] = {}
 

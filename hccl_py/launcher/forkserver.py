@@ -22,6 +22,7 @@ from multiprocessing import connection as mp_connection
 from multiprocessing import forkserver as mp_forkserver
 from multiprocessing import process as mp_process
 from multiprocessing import resource_tracker
+from multiprocessing import util as mp_util
 from typing import Any
 
 from ..core import errors
@@ -53,7 +54,10 @@ def socket_folder() -> str:
     has made it, a name as long as it will have, without making it: a process killed before
     its first rank starts would leave the folder behind, with nothing of its run to remove it."""
     made = mp_process.current_process()._config.get("tempdir")
-    return made or os.path.join(tempfile.gettempdir(), "pymp-XXXXXXXX")
+    if made:
+        return made
+    base = getattr(mp_util, "_get_base_temp_dir", None)  # newer Pythons: /tmp for a long TMPDIR
+    return os.path.join(tempfile.gettempdir() if base is None else base(tempfile), "pymp-XXXXXXXX")
 
 
 def forkserver_fits() -> bool:
@@ -192,6 +196,11 @@ def fork_as_server() -> bool:
                     pid = os.fork()
                 if pid == 0:  # the runner's SIGTERM handler is not the ranks': as if exec'd
                     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                else:  # recorded before a pending SIGTERM is raised: stop_fork_server finds it
+                    os.close(alive_r)
+                    server._forkserver_address = address
+                    server._forkserver_alive_fd = alive_w
+                    server._forkserver_pid = pid
             except OSError:  # no process to spare now: multiprocessing's own server will try
                 os.close(alive_r)
                 os.close(alive_w)
@@ -202,10 +211,6 @@ def fork_as_server() -> bool:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending one is raised here
             if pid == 0:
                 _serve(listener.fileno(), alive_r, list(server._preload_modules))
-            os.close(alive_r)
-        server._forkserver_address = address
-        server._forkserver_alive_fd = alive_w
-        server._forkserver_pid = pid
     return True
 
 

@@ -222,6 +222,8 @@ def run_script(opts: RunnerOptions) -> int:
         stop(children)
         raise
     finally:
+        if main:  # a second SIGTERM must not cut the clean-up short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if own_server:  # the run's fork server ends with it
             stop_fork_server()
         remove_job_files(token)
