@@ -35,7 +35,7 @@ class RunningRank(Protocol):
     config: Config
     #: The HcclWarnings this rank's calls gave, in order (``hp.run(...).warnings``).
     warnings: list[HcclWarning]
-    #: Its buffers' numbers in this run (:class:`hccl_py.core.gm.BufferNumbers`).
+    #: Its buffers' numbers in this run (:class:`hccl_py.core.buffer_numbers.BufferNumbers`).
     buffers: Any
 
     @property
