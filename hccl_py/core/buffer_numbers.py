@@ -17,21 +17,18 @@ class BufferNumbers:
     """One rank's buffers in one run, numbered as its own address space (``bufN``, ``int(addr)``),
     and those whose integer address was taken, for :meth:`GmAddr.from_int`."""
 
-    __slots__ = ("_next", "by_number")
+    __slots__ = ("take", "by_number")
 
     def __init__(self) -> None:
-        self._next = itertools.count()
+        #: ``take()``: the next buffer's number (a C call: every buffer of a launch takes one).
+        self.take = itertools.count().__next__
         self.by_number: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-    def take(self) -> int:
-        """The next buffer's number."""
-        return next(self._next)
 
 
 #: The numbers of buffers made outside any rank (host code around ``hp.run``).
-_OUTSIDE = BufferNumbers()
+OUTSIDE = BufferNumbers()
 
 
 def numbers_of(ctx: Any) -> BufferNumbers:
     """The buffer numbers of rank context ``ctx`` (None: outside any rank)."""
-    return _OUTSIDE if ctx is None else ctx.buffers
+    return OUTSIDE if ctx is None else ctx.buffers

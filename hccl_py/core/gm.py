@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .buffer_numbers import numbers_of
+from .buffer_numbers import OUTSIDE, numbers_of
 from .config import as_index
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
 from .current import current_rank, serialized
@@ -94,7 +94,7 @@ class Allocation:
         self.rank = rank
         ctx = current_rank(required=False)
         #: Its rank's numbers in this run (the calling rank's; outside a rank, the host's).
-        self.numbers = numbers_of(ctx if ctx is not None and ctx.rank == rank else None)
+        self.numbers = ctx.buffers if ctx is not None and ctx.rank == rank else OUTSIDE
         self.uid = self.numbers.take()
         self.name = name or f"buf{self.uid}"
         self._host: Any = None
