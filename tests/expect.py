@@ -22,14 +22,23 @@ def expects_warning(*kinds: str) -> pytest.MarkDecorator:
 
 
 def mismatch_on_every_rank(
-    fn: Callable[[], object], world_size: int, backend: str, timeout: float
+    fn: Callable[[], object], world_size: int, backend: str, timeout: float, relayed: bool = False
 ) -> list[str]:
     """Run ``fn`` and require that every rank failed with :class:`hp.HcclMismatchError` (a
-    report on both sides, not a hang or a gloo abort); its messages, in rank order."""
+    report on both sides, not a hang or a gloo abort); its messages, in rank order.
+
+    ``relayed``: a rank may instead have been stopped by a peer's report of it (an
+    :class:`hp.HcclPeerError` that quotes it), where which rank's report comes first is the
+    operating system's timing (gloo processes whose checks run in different threads).
+    """
     with pytest.raises(hp.WorldError) as info:
         hp.run(fn, world_size=world_size, backend=backend, timeout=timeout)
-    causes = info.value.root_causes
-    assert sorted(causes) == list(range(world_size)), info.value
-    for error in causes.values():
-        assert isinstance(error, hp.HcclMismatchError), error
-    return [str(causes[rank]) for rank in range(world_size)]
+    failures = info.value.failures
+    assert sorted(failures) == list(range(world_size)), info.value
+    assert info.value.root_causes, info.value
+    for error in failures.values():
+        if relayed and isinstance(error, hp.HcclPeerError):
+            assert "HcclMismatchError" in str(error), error
+        else:
+            assert isinstance(error, hp.HcclMismatchError), error
+    return [str(failures[rank]) for rank in range(world_size)]

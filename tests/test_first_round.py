@@ -324,5 +324,7 @@ def framework_after_a_wide_row() -> str:
 def test_a_framework_collective_meets_a_wide_row_with_a_report() -> None:
     """A wide row is wide on every rank, whichever collective the next exchange belongs to:
     a kernel task met by a framework collective is reported, not a gloo abort."""
-    for text in mismatch_on_every_rank(framework_after_a_wide_row, 2, "gloo", TIMEOUT):
+    for text in mismatch_on_every_rank(
+        framework_after_a_wide_row, 2, "gloo", TIMEOUT, relayed=True
+    ):
         assert "all_gather_into_tensor" in text and "kernel task #1" in text, text
