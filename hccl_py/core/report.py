@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import warnings
+from types import FrameType
 
 from .current import current_rank as current_rank_context
 from .errors import HcclUsageError, HcclWarning
@@ -50,12 +51,18 @@ def new_run() -> None:
     _SHOWN.clear()
 
 
-def _show(warning: HcclWarning) -> None:
-    """``warnings.warn`` of ``warning`` at the caller's code outside hccl_py, with the run's
-    registry of the caller's file."""
+def _user_code() -> FrameType | None:
+    """The innermost frame of the caller's code outside hccl_py (None: there is none)."""
     frame = sys._getframe(1)
     while frame is not None and _in_package(frame):
         frame = frame.f_back
+    return frame
+
+
+def _show(warning: HcclWarning) -> None:
+    """``warnings.warn`` of ``warning`` at the caller's code outside hccl_py, with the run's
+    registry of the caller's file."""
+    frame = _user_code()
     if frame is None:  # as warnings.warn places a warning with no frame
         filename, lineno, place = "sys", 1, sys.__dict__
     else:
@@ -84,9 +91,7 @@ def plain_repr(value: object) -> str:
 
 def user_frame() -> str:
     """Where the caller's code (outside hccl_py) made the current call: ``file:line in fn``."""
-    frame = sys._getframe(1)
-    while frame is not None and _in_package(frame):
-        frame = frame.f_back
+    frame = _user_code()
     if frame is None:
         return "an unknown place"
     code = frame.f_code
