@@ -315,7 +315,6 @@ PER_PROCESS = ("pid", "ppid", "parent", "random", "preloaded", "env")
 #: The runner's variables that each run picks anew (a port, a token, a folder ...).
 PER_RUN_ENV = (
     "MASTER_PORT",
-    "HCCL_PY_SHM_TOKEN",
     "HCCL_PY_PARENT_PID",
     "HCCL_PY_SECRET",
     "HCCL_PY_ORPHAN_DIRS",

@@ -1,6 +1,6 @@
 """A gloo rank's end of run: a forged abort reason fails the run even when every rank's
-function returned first, and the rank's server closes (its window files removed) even when
-the store is gone as it reports a failure."""
+function returned first, and the rank's server closes (its domain threads and process groups)
+even when the store is gone as it reports a failure."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def fail_with_the_store_gone(marker: str) -> None:
 def test_the_server_closes_when_the_store_is_gone_as_a_rank_reports_its_failure(
     tmp_path: Path,
 ) -> None:
-    """Before, the failed store write skipped the close: the window files of a domain half made
-    stayed in /dev/shm after the runner was killed."""
+    """Before, the failed store write skipped the close (then the window files of a domain half
+    made stayed in /dev/shm after the runner was killed; windows are memfds now)."""
     marker = str(tmp_path / "closed")
     with pytest.raises(hp.WorldError):
         hp.run(fail_with_the_store_gone, world_size=1, backend="gloo", args=(marker,),

@@ -94,7 +94,7 @@ def copy_into_one_of_two_domains() -> dict | None:
     return out
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo windows: /dev/shm")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo windows: Linux memfds")
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
 def test_a_copy_lands_in_the_window_it_names(backend: str) -> None:
     """Before, rank 0's and 3's copy landed in domain B's window: A [0, 0], B [1234, 1234]."""

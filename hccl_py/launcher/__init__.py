@@ -7,7 +7,6 @@
 - :mod:`.script`: the runner of ``python -m hccl_py run``;
 - :mod:`.cli_checks`: the command line's checks of its options and environment, before anything runs;
 - :mod:`.msrun`: msrun's scheduler process, which hosts the store;
-- :mod:`.shm_files`: the gloo ranks' window files in ``/dev/shm`` and removing a killed job's;
 - :mod:`.torch_env`: torch's flight recorder off in a rank that creates the default process group.
 
 One process runs one rank. Such processes come from:

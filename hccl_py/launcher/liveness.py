@@ -15,7 +15,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..core import errors
@@ -86,22 +85,6 @@ def ask_stack(pid: int, folder: str, rank: int) -> str:
 
 
 _watching: set[int] = set()
-#: Called (in order) before a rank process exits because the process that started it is gone.
-_exit_hooks: list[Callable[[], None]] = []
-
-
-def on_forced_exit(hook: Callable[[], None]) -> None:
-    """Run ``hook`` before :func:`forced_exit` ends this process (once per hook)."""
-    if hook not in _exit_hooks:
-        _exit_hooks.append(hook)
-
-
-def forced_exit(code: int = 1) -> None:
-    """End this rank process at once (``os._exit``), after the :func:`on_forced_exit` hooks."""
-    for hook in _exit_hooks:
-        with contextlib.suppress(Exception):  # the process is leaving whatever happens
-            hook()
-    os._exit(code)
 
 
 def pid_alive(pid: int) -> bool:
@@ -164,7 +147,7 @@ def leave_orphaned(rank: int | None, why: str) -> None:
             remove_orphan_dirs()
             end_own_group()
         finally:
-            forced_exit(1)
+            os._exit(1)
 
 
 def remove_orphan_dirs() -> None:

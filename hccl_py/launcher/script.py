@@ -26,7 +26,6 @@ from .forkserver import (
     stop_fork_server,
 )
 from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, exit_text
-from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import STORE_HOSTED_ENV, LaunchError
 from .supervise import Child, has_key, stop, supervise
 
@@ -161,7 +160,7 @@ def run_script(opts: RunnerOptions) -> int:
     say = _sayer(lock)
     children: list[Child] = []
     readers = []
-    token, own_server = new_token(), False
+    own_server = False
     world = opts.nnodes * opts.nproc
     # from here on SIGTERM unwinds: what the start makes (the fork server, its folder) goes
     main = threading.current_thread() is threading.main_thread()
@@ -184,7 +183,6 @@ def run_script(opts: RunnerOptions) -> int:
                 "HCCL_PY_BACKEND": opts.backend,
                 "HCCL_PY_WORLD_SIZE": str(world),
                 "PYTHONUNBUFFERED": "1",
-                TOKEN_ENV: token,
                 # what a killed runner leaves: the fork server's socket folder (see socket_folder)
                 ORPHAN_DIRS_ENV: mp_util.get_temp_dir(),
             }
@@ -226,7 +224,6 @@ def run_script(opts: RunnerOptions) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if own_server:  # the run's fork server ends with it
             stop_fork_server()
-        remove_job_files(token)
         if main:
             signal.signal(signal.SIGTERM, previous)
     join_all(readers, READERS_WAIT_S)  # one wait for all: a pipe held open elsewhere

@@ -16,7 +16,6 @@ from . import store as kv
 from .forkserver import mp_context
 from .liveness import ORPHAN_DIRS_ENV, PARENT_ENV, STACKS_ENV
 from .script_checks import unguarded_call
-from .shm_files import TOKEN_ENV, new_token, remove_job_files
 from .spec import RankSpec
 from .supervise import Child, outcome_of, sigterm_exits, stop, supervise
 
@@ -60,12 +59,10 @@ def spawn_world(
         store = kv.scoped(kv.file_store(path), kv.PREFIX)
         ctx = mp_context()
         sealed.ensure_secret()  # before env: the children get it, and this process reads with it
-        token = new_token()
         env = {
             **os.environ,
             PARENT_ENV: str(os.getpid()),
             STACKS_ENV: tmp,
-            TOKEN_ENV: token,
             ORPHAN_DIRS_ENV: os.pathsep.join([tmp, mp_util.get_temp_dir()]),
         }
         children = []
@@ -83,10 +80,7 @@ def spawn_world(
         except BaseException:
             stop([c for c in children if c.proc.pid is not None])
             raise
-        try:
-            codes = supervise(children, store, lambda text: None, config.timeout, tmp)
-        finally:
-            remove_job_files(token)  # the files of ranks killed while they created windows
+        codes = supervise(children, store, lambda text: None, config.timeout, tmp)
         outcomes = [
             outcome_of(store, 0, c.rank, codes.get(c.rank), why=c.stopped or c.ended_text())
             for c in children

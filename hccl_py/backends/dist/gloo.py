@@ -71,8 +71,3 @@ class GlooServer(DistServer):
         if key == EXCHANGE:
             return super().meet(group, rank, key, what, payload)
         return self.windows.meet(group, key, what)
-
-    def close(self) -> None:
-        """Stop the server; after a failed run, remove the window files that may remain."""
-        super().close()
-        self.windows.close()

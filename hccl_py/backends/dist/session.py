@@ -256,7 +256,7 @@ class Session:
             set_rank_context(None)
             self.blocker = None
             blocker.leave()
-            # closed: the window files of a domain half made go, whatever happened
+            # closed whatever happened: its domain threads and process groups go
             with kv.gone_store(self.rank, self.where), contextlib.closing(server):
                 server.rank_returned(self.rank)
         with kv.gone_store(self.rank, self.where):

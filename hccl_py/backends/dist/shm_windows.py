@@ -1,21 +1,21 @@
-"""Windows of gloo ranks on one host: one shared-memory file per rank window.
+"""Windows of gloo ranks on one host: one anonymous shared-memory file per rank window.
 
-Every process maps the same file for a given window (``/dev/shm`` where it
-exists), so a kernel's ``hp.gm_tensor`` writes into a peer's window reach the
-peer's process, as on hardware; the files are sparse and the system commits
-their pages only as they are written.
+Every process maps the same memory for a given window, so a kernel's
+``hp.gm_tensor`` writes into a peer's window reach the peer's process, as on
+hardware; the system commits the pages only as they are written.
 
 When a domain is created (the world at the start of a run, then every
-``hp.new_group``) each member rank creates the files of its own two windows
-under names nobody can guess (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600, 128
-random bits), so that a file or a symbolic link planted in their place is
-refused; it publishes the names through the run's store. Every member then
-opens its peers' files (``O_NOFOLLOW``; owner, mode, size and link count
-checked), maps them and counts itself in; the last one removes every file of
-the domain. The mappings stay valid, so no file outlives the start of a domain,
-and no file is left behind by a rank that is killed later. A problem with the
-files does not fail the run: it is reported at the first window call. Ranks on
-different hosts cannot share memory: the first window call names the hosts.
+``hp.new_group``) each member rank makes its two windows as ``memfd_create``
+files: files in no folder, whose memory the system frees when the last process
+that maps them ends, so that no run, clean or killed, leaves a file behind. It
+publishes their descriptors (its pid, the descriptor and a random 128-bit name)
+through the run's store. Every member then opens its peers' windows through
+``/proc/<pid>/fd/<fd>``, which the system allows only to processes of the same
+user, checks the name, owner and size of what it opened, maps them and says so
+in the store; each rank closes its descriptors once every member has (the
+mappings stay). A problem with the windows does not fail the run: it is
+reported at the first window call. Ranks on different hosts cannot share
+memory: the first window call names the hosts.
 """
 
 from __future__ import annotations
@@ -28,16 +28,15 @@ import secrets
 import socket
 import stat
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
 from ...core.config import Config
 from ...core.errors import ForgedValueError, HcclTimeoutError
 from ...core.group import Group
-from ...launcher import sealed, shm_files
+from ...launcher import sealed
 from ...launcher import store as kv
-from ...launcher.shm_files import FILE_PREFIX, TOKEN_ENV, new_token, remove_files, remove_job_files
 from ...server.windows import (
     BUFFSIZE_ENV,
     KINDS,
@@ -48,17 +47,21 @@ from ...server.windows import (
 )
 from .session import Session
 
-_TOKEN_KEY = "windows/token"
 #: How often an AlltoAllvWrite Wait looks at the store.
 RENDEZVOUS_POLL_S = 0.002
+#: The name of a window's memfd: this prefix and 32 random hex digits.
+NAME_PREFIX = "hccl_py-window-"
+#: A published window: ``<descriptor>/<the random part of its name>``.
+_REF = re.compile(r"([0-9]{1,9})/([0-9a-f]{32})")
+_PID = re.compile(r"[1-9][0-9]{0,9}")
 
 
 def _names_key(domain: str, rank: int) -> str:
     return f"windows/{domain}/names/{rank}"
 
 
-def _mapped_key(domain: str) -> str:
-    return f"windows/{domain}/mapped"
+def _mapped_key(domain: str, rank: int) -> str:
+    return f"windows/{domain}/mapped/{rank}"
 
 
 def host_id() -> str:
@@ -69,132 +72,99 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def _too_small(nbytes: int, windows: int) -> str | None:
-    """Why the window folder (``/dev/shm``) cannot hold ``windows`` windows of ``nbytes`` bytes, if it cannot."""
-    try:
-        st = os.statvfs(shm_files.SHM_DIR)
-    except OSError as exc:
-        return f"cannot read the free space of {shm_files.SHM_DIR}: {exc.strerror}"
-    free = st.f_bavail * st.f_frsize
-    if free >= windows * nbytes:
-        return None
-    return (
-        f"{shm_files.SHM_DIR} has {free >> 20} MB free, less than the {windows} windows of this rank "
-        f"need ({BUFFSIZE_ENV}={nbytes >> 20} MB each): free space in {shm_files.SHM_DIR} or lower "
-        f"{BUFFSIZE_ENV} (or hp.run(..., buffsize_mb=))"
-    )
+class OwnWindow(NamedTuple):
+    """A window this rank made: its memfd, what peers open it by, and this rank's mapping."""
+
+    fd: int
+    ref: str
+    mapping: mmap.mmap
 
 
-def _map(fd: int, path: str, nbytes: int) -> mmap.mmap:
+def _map(fd: int, what: str, nbytes: int) -> mmap.mmap:
     try:
         return mmap.mmap(fd, nbytes, mmap.MAP_SHARED)
     except (OSError, ValueError) as exc:
-        raise HcclNoWindowsError(f"cannot map window file {path}: {exc}") from None
+        raise HcclNoWindowsError(f"cannot map {what}: {exc}") from None
 
 
-def create_window_file(token: str, nbytes: int) -> tuple[str, mmap.mmap]:
-    """Create a new window file of ``nbytes`` (sparse) under an unguessable name; map it.
+def create_window(nbytes: int) -> OwnWindow:
+    """Make a window of ``nbytes`` (sparse) as a memfd of mode 0600 under a random name; map it.
 
-    The file is created with ``O_EXCL | O_NOFOLLOW`` and mode 0600: an existing
-    file or a symbolic link of that name is refused with an
-    :class:`HcclNoWindowsError` naming it, and so is a file system too full
-    for the window (a full ``/dev/shm`` would otherwise kill the ranks with
-    SIGBUS when they write).
+    A system that cannot make one (no ``memfd_create``, no memory for the
+    window's size) raises :class:`HcclNoWindowsError` saying so.
     """
-    path = os.path.join(shm_files.SHM_DIR, f"{FILE_PREFIX}{token}-{secrets.token_hex(16)}")
-    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except FileExistsError:
+    ident = secrets.token_hex(16)
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is None:
         raise HcclNoWindowsError(
-            f"refused window file {path}: a file or symbolic link of that name already exists "
-            "(window files must be new)"
-        ) from None
-    except OSError as exc:
-        raise HcclNoWindowsError(f"cannot create window file {path}: {exc.strerror}") from None
-    shm_files.note_created(path)
+            "the gloo backend's windows need memfd_create (Linux): run window kernels on the emulator"
+        )
     try:
-        os.fchmod(fd, 0o600)  # whatever the umask
+        fd = memfd_create(NAME_PREFIX + ident, os.MFD_CLOEXEC)
+    except OSError as exc:
+        raise HcclNoWindowsError(f"cannot make a window (memfd_create): {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)
         os.ftruncate(fd, nbytes)
-        return path, _map(fd, path, nbytes)
+        return OwnWindow(fd, f"{fd}/{ident}", _map(fd, f"a window of {nbytes} bytes", nbytes))
     except OSError as exc:
-        remove_files([path])
-        raise HcclNoWindowsError(f"cannot size window file {path}: {exc.strerror}") from None
-    except BaseException:
-        remove_files([path])
-        raise
-    finally:
         os.close(fd)
+        raise HcclNoWindowsError(
+            f"cannot size a window to {nbytes} bytes ({BUFFSIZE_ENV}={nbytes >> 20} MB): "
+            f"{exc.strerror}"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-#: The random part of a window file's name (:func:`create_window_file`).
-_FILE_ID = re.compile(r"[0-9a-f]{32}")
-#: A job's token as launchers and rank 0 make them (:func:`new_token`), and this run's number.
-_TOKEN = re.compile(r"[0-9A-Za-z_]{1,64}")
-
-
-def _not_ours(path: str, token: str) -> str | None:
-    """Why ``path`` is not a window file of the job ``token`` (as :func:`create_window_file`
-    names them), or None: only such paths are opened or removed, whatever a store says."""
-    name = os.path.basename(path)
-    head = f"{FILE_PREFIX}{token}-"
-    if (
-        os.path.dirname(path) == shm_files.SHM_DIR
-        and name.startswith(head)
-        and _FILE_ID.fullmatch(name[len(head) :])
-    ):
-        return None
-    return f"refused window file {path!r}: not a window file of this job in {shm_files.SHM_DIR}"
-
-
-def open_window_file(path: str, nbytes: int, token: str) -> mmap.mmap:
-    """Map a peer's window file of the job ``token``, refusing any other path, a link, another
-    owner, another mode or size."""
-    not_ours = _not_ours(path, token)
-    if not_ours is not None:
-        raise HcclNoWindowsError(not_ours)
+def open_window(pid: str, ref: str, nbytes: int) -> mmap.mmap:
+    """Map the window ``ref`` (``<fd>/<name>``) of process ``pid``, refusing a descriptor that is
+    not that window (another name, owner or size)."""
+    parsed = _REF.fullmatch(ref)
+    if parsed is None or _PID.fullmatch(pid) is None:
+        raise HcclNoWindowsError(f"refused window {pid}:{ref!r}: not a window hccl_py publishes")
+    number, ident = parsed.groups()
+    path = f"/proc/{pid}/fd/{number}"
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
-        raise HcclNoWindowsError(f"refused window file {path}: {exc.strerror}") from None
+        raise HcclNoWindowsError(
+            f"cannot open the window {path} of process {pid}: {exc.strerror}"
+        ) from None
     try:
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as exc:
+            name = f"unreadable ({exc.strerror})"
         st = os.fstat(fd)
         problem = (
-            "not a regular file"
-            if not stat.S_ISREG(st.st_mode)
+            f"it is {name}, not the window {NAME_PREFIX}{ident}"
+            if name != f"/memfd:{NAME_PREFIX}{ident} (deleted)"
             else f"owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
-            if st.st_uid != os.geteuid()
-            else f"mode {stat.S_IMODE(st.st_mode):o}, not 600"
-            if stat.S_IMODE(st.st_mode) != 0o600
-            else f"{st.st_nlink} links to it, not 1"
-            if st.st_nlink != 1
+            if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode)
             else f"{st.st_size} bytes, not {nbytes} (do the ranks set different {BUFFSIZE_ENV}?)"
             if st.st_size != nbytes
             else None
         )
         if problem is not None:
-            raise HcclNoWindowsError(f"refused window file {path}: {problem}")
-        return _map(fd, path, nbytes)
+            raise HcclNoWindowsError(f"refused the window {path} of process {pid}: {problem}")
+        return _map(fd, f"the window {path} of process {pid}", nbytes)
     finally:
         os.close(fd)
 
 
-def _record(key: str, raw: bytes, token: str) -> dict[str, str]:
-    """A rank's published window record (store key ``key``): its host, its files' paths or its
-    problem. A record that is not sealed with the run's secret where there is one, or that
-    names a path that is not one of the job's window files, is that rank's problem: its paths
-    are neither opened nor removed."""
+def _record(key: str, raw: bytes) -> dict[str, str]:
+    """A rank's published window record (store key ``key``): its host, pid and windows, or its
+    problem. A record that is not sealed with the run's secret where there is one is that
+    rank's problem: nothing it names is opened."""
     try:
         record = sealed.load_json(key, raw)
     except ForgedValueError as exc:
         return {"host": "", "error": f"its window record was refused: {exc}"}
-    fields = ("host", "error", *KINDS)
+    fields = ("host", "error", "pid", *KINDS)
     if not isinstance(record, dict) or not all(isinstance(record.get(k, ""), str) for k in fields):
         return {"host": "", "error": f"published an unreadable window record {raw[:80]!r}"}
-    for kind in KINDS:
-        not_ours = _not_ours(record[kind], token) if kind in record else None
-        if not_ours is not None:
-            return {"host": record["host"], "error": not_ours}
     return record
 
 
@@ -203,8 +173,6 @@ class WindowHost(Protocol):
 
     backend_name: str
     config: Config
-    #: This run's number (in the token of window file names) and its part of the store.
-    run: int
     session: Session
     store: Any
 
@@ -230,88 +198,69 @@ class SharedWindows:
 
     def __init__(self, host: WindowHost) -> None:
         self.host = host
-        #: This job's token in window file names (the launcher's, or rank 0's of this run).
-        self.token: str | None = None
-        #: The window files of this run's domains (each removed once every member mapped it).
-        self.paths: list[str] = []
         #: (domain, global rank, kind) -> the shared mapping of that window.
         self.maps: dict[tuple[str, int, str], mmap.mmap] = {}
         #: domain -> why its windows cannot be used (named at the first window call).
         self.problems: dict[str, str] = {}
         self.local = LocalWindows(host.config.buffsize_mb, memory=self._memory)
 
-    def _token(self) -> str:
-        """This job's token, agreed with rank 0 at the first domain."""
-        if self.token is None:
-            token = os.environ.get(TOKEN_ENV, "")
-            if not token:
-                if self.host.session.rank == 0:
-                    self.host.publish(_TOKEN_KEY, sealed.dump_json(_TOKEN_KEY, new_token()))
-                self._wait([_TOKEN_KEY], "rank 0 did not publish the token of window files")
-                token = sealed.load_json(_TOKEN_KEY, self.host.store.get(_TOKEN_KEY))
-            if not isinstance(token, str) or not _TOKEN.fullmatch(token):
-                raise HcclNoWindowsError(
-                    f"refused the token of window file names {token!r}: hccl_py makes them of "
-                    "letters, digits and '_' (at most 64)"
-                )
-            self.token = f"{token}-{self.host.run}"
-        return self.token
-
     def share(self, group: Group) -> None:
-        """Create this rank's window files, map every member's, let the last one remove them."""
+        """Make this rank's windows of ``group``, map every member's; close the descriptors
+        once every member has mapped them."""
         host = self.host
         me, name = host.session.rank, group.name
         nbytes = host.config.buffsize_mb << 20
-        own: dict[str, tuple[str, mmap.mmap]] = {}
-        mine: dict[str, str] = {"host": host_id(), "error": ""}
-        token = ""
+        own: dict[str, OwnWindow] = {}
+        mine = {"host": host_id(), "error": "", "pid": str(os.getpid())}
         try:
-            token = self._token()
-            full = _too_small(nbytes, len(KINDS))
-            if full is not None:
-                raise HcclNoWindowsError(full)
-            for kind in KINDS:
-                own[kind] = create_window_file(token, nbytes)
-        except HcclNoWindowsError as exc:
-            mine["error"] = exc.reason
+            try:
+                for kind in KINDS:
+                    own[kind] = create_window(nbytes)
+            except HcclNoWindowsError as exc:
+                mine["error"] = exc.reason
+            finally:
+                mine.update({kind: window.ref for kind, window in own.items()})
+                key = _names_key(name, me)
+                host.publish(key, sealed.dump_json(key, mine))
+            self._map_all(group, own, nbytes)
+            host.publish(_mapped_key(name, me), b"1")
+            self._wait(
+                [_mapped_key(name, r) for r in group.ranks],
+                f"ranks did not map the windows of domain {name}",
+            )
         finally:
-            mine.update({kind: path for kind, (path, _) in own.items()})
-            key = _names_key(name, me)
-            host.publish(key, sealed.dump_json(key, mine))
-        published = self._published(group, token)
-        mapped: dict[tuple[int, str], mmap.mmap] = {}
+            for window in own.values():
+                os.close(window.fd)
+
+    def _map_all(self, group: Group, own: dict[str, OwnWindow], nbytes: int) -> None:
+        """Map every member's windows of ``group``, or note the problem one of them has."""
+        me, name = self.host.session.rank, group.name
+        published = self._published(group)
         problem = self._hosts_problem(published) or next(
             (f"rank {r}: {p['error']}" for r, p in published.items() if p.get("error")), None
         )
-        paths = [p[kind] for p in published.values() for kind in KINDS if kind in p]
-        if problem is not None:
-            remove_files(path for path, _ in own.values())
-        else:
+        mapped: dict[tuple[int, str], mmap.mmap] = {}
+        if problem is None:
             try:
                 for r, p in published.items():
                     for kind in KINDS:
                         mapped[(r, kind)] = (
-                            own[kind][1] if r == me else open_window_file(p[kind], nbytes, token)
+                            own[kind].mapping
+                            if r == me
+                            else open_window(p.get("pid", ""), p.get(kind, ""), nbytes)
                         )
             except HcclNoWindowsError as exc:
-                problem, mapped = exc.reason, {}
-            if host.count_in(_mapped_key(name)) == group.size:
-                remove_files(paths)
-        self.paths.extend(paths)
+                problem, mapped = f"rank {r}: {exc.reason}", {}
         self.maps.update({(name, r, kind): m for (r, kind), m in mapped.items()})
         if problem is not None:
             self.problems[name] = problem
 
-    def _published(self, group: Group, token: str) -> dict[int, dict[str, str]]:
-        """Every member's published window files of the job ``token`` (or the problem it had),
-        by global rank."""
+    def _published(self, group: Group) -> dict[int, dict[str, str]]:
+        """Every member's published windows (or the problem it had), by global rank."""
         keys = [_names_key(group.name, r) for r in group.ranks]
-        self._wait(keys, f"ranks did not publish their window files of domain {group.name}")
+        self._wait(keys, f"ranks did not publish their windows of domain {group.name}")
         values = kv.get_all(self.host.store, keys)
-        return {
-            r: _record(key, raw, token)
-            for r, key, raw in zip(group.ranks, keys, values, strict=True)
-        }
+        return {r: _record(key, raw) for r, key, raw in zip(group.ranks, keys, values, strict=True)}
 
     def _wait(self, keys: list[str], what: str) -> None:
         """Wait for ``keys`` in the run's store; a failure of another rank ends the wait."""
@@ -371,14 +320,3 @@ class SharedWindows:
                 )
             time.sleep(RENDEZVOUS_POLL_S)
         return [b""] * group.size
-
-    def close(self) -> None:
-        """After a failed run, remove the window files that may remain."""
-        try:
-            failed = self.host.session.store.check([kv.ABORT])
-        except RuntimeError:  # the store's host is gone: the job ended
-            failed = True
-        if failed:
-            remove_files(self.paths)
-            if self.token is not None:
-                remove_job_files(self.token)
