@@ -525,7 +525,7 @@ def returns_right_after_its_exchange(op: str) -> bool:
     if rank == 0:
         store = current_rank_context().server.store
 
-        def watch_work(work, every, look, failed, waiting=None) -> None:  # type: ignore[no-untyped-def]
+        def watch_work(work, every, look, failed, waiting=None, device_async=False) -> None:  # type: ignore[no-untyped-def]
             work.wait()
             for _ in range(2000):
                 if store.check([returned_key(1)]):

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import torch
+
 import hccl_py as hp
 
 from .calls import Step
@@ -102,12 +104,20 @@ class Row:
         return asdict(self)
 
 
-def median_time(fn: Callable[[], object], iters: int) -> float:
-    """The median of ``iters`` timed calls of ``fn``, in seconds (robust to a noisy machine)."""
+def median_time(
+    fn: Callable[[], object], iters: int, sync: Callable[[], object] = lambda: None
+) -> float:
+    """The median of ``iters`` timed calls of ``fn``, in seconds (robust to a noisy machine).
+
+    ``sync`` waits for the device's queued work: a call on an NPU returns once its
+    collectives are queued, so each timed call ends when the device has run them.
+    """
     times = []
     for _ in range(iters):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -116,7 +126,7 @@ def _measure(step: Step, opts: Options, barrier: Callable[[], object]) -> float:
     for _ in range(opts.warmup):
         step.run()
     barrier()
-    return median_time(step.run, opts.iters)
+    return median_time(step.run, opts.iters, torch.get_device_module(hp.device()).synchronize)
 
 
 def rank_sweep(opts: Options) -> list[tuple[int, int, float, int]]:

@@ -400,7 +400,10 @@ class Absentees:
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
 
         try:  # a failed process group: because a peer's process ended? then name it
-            watch_work(work, LOOK_S, look, self.check)
+            watch_work(
+                work, LOOK_S, look, self.check,
+                device_async=self.server.session.backend.device_async,
+            )  # fmt: skip
         finally:
             if self.marked:
                 with contextlib.suppress(Exception):  # best effort, as in DistServer.forget

@@ -9,6 +9,7 @@ the "hccl" backend is chosen, and a failure says what is missing.
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 from collections.abc import Callable
 from types import ModuleType
@@ -65,3 +66,17 @@ def thread_binder(device: torch.device) -> Callable[[], None]:
     """A function that makes ``device`` current in the calling thread (the current NPU is per thread)."""
     npu = torch_npu().npu
     return lambda: npu.set_device(device)
+
+
+#: HCCL's limit on one call's execution, in seconds, where ``HCCL_EXEC_TIMEOUT`` does not set it.
+HCCL_EXEC_TIMEOUT_S = 1836.0
+
+
+def exec_timeout() -> float:
+    """HCCL's limit on one call's execution (``HCCL_EXEC_TIMEOUT``; its default if unset or
+    not a number of seconds)."""
+    try:
+        seconds = float(os.environ.get("HCCL_EXEC_TIMEOUT", HCCL_EXEC_TIMEOUT_S))
+    except ValueError:
+        return HCCL_EXEC_TIMEOUT_S
+    return seconds if 0 < seconds < float("inf") else HCCL_EXEC_TIMEOUT_S

@@ -120,11 +120,12 @@ class DistServer(ExchangeMeetings, Server):
         self._same_group_on_every_rank(group)
         ranks = list(group.ranks)
         kwargs: dict[str, Any] = {"sort_ranks": False} if _NEW_GROUP_SORTS else {}
+        backend = self.session.backend
         pg = dist.new_group(
             ranks,
             # later than hccl_py's own timeout, whose report names who is missing
-            timeout=kv.seconds(self.group_timeout() + PG_MARGIN_S),
-            backend=self.session.backend.pg_backend,
+            timeout=kv.seconds(backend.pg_timeout(self.group_timeout() + PG_MARGIN_S)),
+            backend=backend.pg_backend,
             **kwargs,
         )
         if group.rank_of(self.session.rank) is None:
@@ -391,6 +392,14 @@ class DistBackend(Backend):
     widen: dict[torch.dtype, torch.dtype] = {}
     #: Whether the process group's MAX/MIN drop NaN (native reductions then propagate it aside).
     drops_nan = False
+    #: Whether its process groups complete a call's future when they queue it on a device
+    #: stream, before the device ran it (waits then ask ``Work.is_completed``).
+    device_async = False
+
+    def pg_timeout(self, seconds: float) -> float:
+        """The time limit to give a process group, for hccl_py's own limit of ``seconds``
+        (which reports first, naming who is missing)."""
+        return seconds
 
     def bind_device(self, local_rank: int) -> torch.device:
         """This process's device."""
@@ -435,6 +444,14 @@ class HcclBackend(DistBackend):
     pg_backend = "hccl"
     check_tasks = False
     exact = False
+    #: torch_npu completes a call's future once the call is queued on its HCCL stream.
+    device_async = True
+
+    def pg_timeout(self, seconds: float) -> float:
+        """Above HCCL's own execution limit (``HCCL_EXEC_TIMEOUT``, 1836 s by default):
+        torch_npu warns at every group made with less, and its watchdog would end the
+        process without hccl_py's report of who is missing."""
+        return max(seconds, npu.exec_timeout() + PG_MARGIN_S)
 
     def __init__(self) -> None:
         npu.torch_npu()

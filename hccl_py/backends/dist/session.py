@@ -69,6 +69,11 @@ class DistBackend(Protocol):
     name: str
     #: The torch.distributed backend of the process groups ("gloo", "hccl").
     pg_backend: str
+    #: Whether its process groups complete a call's future when they queue it (a device's).
+    device_async: bool
+
+    def pg_timeout(self, seconds: float) -> float:
+        """The time limit to give a process group for hccl_py's limit of ``seconds``."""
 
     def bind_device(self, local_rank: int) -> Any:
         """The device of this process's rank (binding it where the backend needs that)."""
@@ -114,7 +119,7 @@ class Session:
                 store=kv.scoped(self._base, "pg/"),
                 rank=self.rank,
                 world_size=self.world_size,
-                timeout=kv.seconds(self.timeout),
+                timeout=kv.seconds(backend.pg_timeout(self.timeout)),
             )
         elif (dist.get_rank(), dist.get_world_size()) != (self.rank, self.world_size):
             raise RuntimeError(
@@ -163,7 +168,7 @@ class Session:
 
         # the process group failed because that peer's process ended: name it
         waiting = Waiting(self.board, op, domain, ranks, core=current_core_context() is not None)
-        watch_work(work, LOOK_S, look, no_one_left, waiting)
+        watch_work(work, LOOK_S, look, no_one_left, waiting, self.backend.device_async)
 
     def check_abort(self, wait: float | None = None) -> None:
         """Raise :class:`HcclPeerError` if another rank failed; with ``wait`` (seconds), ask the

@@ -20,12 +20,17 @@ from ...core.errors import HcclDeadlockError
 _ABANDONED: list[tuple[dist.Work, threading.Event]] = []
 
 
+#: How often a wait asks a device process group whether its call finished (first, at most).
+DEVICE_POLL_S = (0.0001, 0.005)
+
+
 def watch_work(
     work: dist.Work,
     every: float,
     look: Callable[[], None],
     failed: Callable[[], None],
     waiting: Waiting | None = None,
+    device_async: bool = False,
 ) -> None:
     """Block until ``work`` finished; meanwhile call ``look()`` every ``every`` seconds.
 
@@ -33,13 +38,17 @@ def watch_work(
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
     the peer whose process ended). A done callback wakes the thread, so the wait works
     for every process group (gloo's ``wait(timeout)`` would too, but cost the same CPU
-    per launch in a measurement, within this machine's noise). ``waiting`` puts the wait
-    on its board once it lasts, and raises when the waits on the board deadlock.
+    per launch in a measurement, within this machine's noise). ``device_async``: the
+    process group completes a call's future when it queues the call on a device stream
+    (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
+    device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
+    waits on the board deadlock.
     """
     finished = threading.Event()
     work.get_future().add_done_callback(lambda _: finished.set())
+    done = _device_done(work, finished) if device_async else finished.wait
     try:
-        while not finished.wait(every):
+        while not done(every):
             look()
             if waiting is not None:
                 waiting.look()
@@ -55,6 +64,25 @@ def watch_work(
     except Exception:
         failed()
         raise
+
+
+def _device_done(work: dist.Work, queued: threading.Event) -> Callable[[float], bool]:
+    """Whether the device finished ``work`` within a given number of seconds (polled)."""
+
+    def done(within: float) -> bool:
+        deadline = time.monotonic() + within
+        if not queued.wait(within):
+            return False
+        pause = DEVICE_POLL_S[0]
+        while not work.is_completed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, DEVICE_POLL_S[1])
+        return True
+
+    return done
 
 
 def settle_abandoned(within_s: float) -> None:
