@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import cases
@@ -348,3 +349,40 @@ def test_a_bad_view_of_a_peer_s_window_names_the_rank_that_made_it() -> None:
         "[rank 0] GM view: bytes [1048574, 1048578) of WindowsIn of rank 1 fall outside its "
         "1048576 bytes"
     )
+
+
+def _init_with(make_tiling: Callable[[], object]) -> None:
+    hccl = hp.Hccl()
+    hccl.InitV2(hp.GetHcclContext(0), make_tiling())
+    hccl.Wait(0)
+
+
+@pytest.mark.parametrize(
+    ("tiling", "error", "said"),
+    [
+        (
+            lambda: torch.zeros(3),
+            hp.HcclUsageError,
+            "InitV2: initTiling must be the kernel's tiling: its GM address "
+            "(GET_TILING_DATA_WITH_STRUCT, hp.gm_addr), a TilingData struct or bytes",
+        ),
+        (lambda: 12345, hp.HcclUsageError, "InitV2: initTiling must be the kernel's tiling"),
+        (
+            lambda: b"\0" * 8,
+            hp.HcclBoundsError,
+            "Mc2InitTiling.debugMode (bytes [40, 41)) of the init tiling given to InitV2: "
+            "the tiling source bytes holds 8 bytes, 41 are needed",
+        ),
+    ],
+    ids=["tensor", "int", "short bytes"],
+)
+def test_an_init_tiling_of_the_wrong_kind_is_a_usage_error_not_a_raw_one(
+    tiling: Callable[[], object], error: type, said: str
+) -> None:
+    """Before, a tensor or an int raised a raw TypeError from the tiling reader, and bytes too
+    short a raw ValueError, in every mode (an audit's probes)."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lambda: hp.launch(_init_with, tiling), world_size=1, strict=True)
+    failure = info.value.failures[0]
+    assert isinstance(failure, error) and failure.rank == 0, repr(failure)
+    assert said in str(failure), failure

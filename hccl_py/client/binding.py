@@ -156,11 +156,12 @@ class Binding:
             start, end = field.offset, field.offset + field.size
             try:
                 raw = tiling_bytes(self.tiling_src, nbytes=end)
-            except HcclBoundsError as exc:
+            except (HcclBoundsError, ValueError) as exc:  # a GM buffer, or bytes, too small
+                bounds = isinstance(exc, HcclBoundsError)
                 raise HcclBoundsError(
                     f"Mc2InitTiling.{name} (bytes [{start}, {end})) of the init tiling "
-                    f"given to {self.mode}: {exc.reason}",
-                    rank=exc.rank,
+                    f"given to {self.mode}: {exc.reason if bounds else exc}",
+                    rank=exc.rank if bounds else self.state.rank_ctx.rank,
                 ) from None
             self.init_fields[name] = int.from_bytes(raw[start:end], "little")
         return self.init_fields[name]

@@ -76,6 +76,12 @@ class Setup:
                 None,
             )
             return
+        unreadable = _unreadable(tiling)
+        if unreadable is not None:
+            breach(
+                "bad-argument", f"{mode}: initTiling {unreadable}", None, actual=plain_repr(tiling)
+            )
+            return
         if b.state is not None and not (b.finalized and b.ccu):
             breach(
                 "repeated-init",
@@ -204,3 +210,17 @@ class Setup:
                 "not-initialised", f"{call}: the Hccl object is not initialised", UINT32_MAX
             )
         return getattr(state, value)
+
+
+def _unreadable(tiling: Any) -> str | None:
+    """Why ``tiling`` cannot be read as an init tiling, if it cannot (None: no tiling)."""
+    if tiling is None:
+        return None
+    try:
+        tiling_bytes(tiling, nbytes=0)
+    except TypeError:
+        return (
+            "must be the kernel's tiling: its GM address (GET_TILING_DATA_WITH_STRUCT, "
+            "hp.gm_addr), a TilingData struct or bytes"
+        )
+    return None
