@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -19,8 +20,6 @@ from pathlib import Path
 
 import pytest
 from temp_dirs import owned_temp
-
-from hccl_py.launcher.script import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seconds any launched job may take (start-up of 3-4 Python processes with torch included).
@@ -41,6 +40,13 @@ RUNNER_PREFIX = re.compile(r"^\[rank \d+\] ")
 #: The soak and the torchrun / msrun matrix: run by default (CI runs them), ``-m "not slow"``
 #: leaves them out for a quick round (README.md says how long each set takes).
 SLOW = pytest.mark.slow
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 def selected_jobs(request: pytest.FixtureRequest, jobs: Iterable[str]) -> list[str]:

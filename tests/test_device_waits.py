@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from hccl_py.backends.dist import npu
-from hccl_py.backends.dist.server import DistBackend, HcclBackend
+from hccl_py.backends.dist.hccl import HcclBackend
+from hccl_py.backends.dist.server import DistBackend
 from hccl_py.backends.dist.waits import watch_work
 from hccl_py.bench.sweep import median_time
 

@@ -24,13 +24,12 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import JOB_TIMEOUT, ROOT, SLOW, launch, start, torchrun
+from launch_helpers import JOB_TIMEOUT, ROOT, SLOW, free_port, launch, start, torchrun
 
 import hccl_py as hp
 from hccl_py import runtime
 from hccl_py.launcher import sealed
 from hccl_py.launcher import store as kv
-from hccl_py.launcher.script import free_port
 from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.

@@ -38,13 +38,12 @@ from launch_helpers import (
     SLOW,
     assert_no_warning,
     check_run,
+    free_port,
     launch,
     selected_jobs,
     start,
     torchrun,
 )
-
-from hccl_py.launcher.script import free_port
 
 #: The stand-in registers torch_npu's device through torch's accelerator hooks (torch 2.10+).
 pytestmark = pytest.mark.skipif(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "emu": "hccl_py.backends.emu.backend:EmuBackend",
     "gloo": "hccl_py.backends.dist.gloo:GlooBackend",
-    "hccl": "hccl_py.backends.dist.server:HcclBackend",
+    "hccl": "hccl_py.backends.dist.hccl:HcclBackend",
 }
 
 

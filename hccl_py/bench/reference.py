@@ -10,7 +10,7 @@ rank must receive, block by block; it shares no code with hccl_py's executors.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,9 +63,6 @@ REDUCE_OPS: dict[str, HcclReduceOp] = {
     "max": HcclReduceOp.HCCL_REDUCE_MAX,
     "min": HcclReduceOp.HCCL_REDUCE_MIN,
 }
-
-#: ``reference(plan, rank, type, reduce_op)`` -> (receive-buffer slice, expected values) pairs.
-Reference = Callable[[Plan, int, BenchType, HcclReduceOp], Iterable[tuple[slice, np.ndarray]]]
 
 
 def _unfold(idx: np.ndarray, base: int) -> np.ndarray:

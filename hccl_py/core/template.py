@@ -48,9 +48,6 @@ class TemplateFunction:
         bound.__annotations__ = self.__annotations__
         return bound
 
-    def _target(self) -> Callable[..., Any]:
-        return self._func if self._bound is None else functools.partial(self._func, self._bound)
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._checked(args, kwargs)
 

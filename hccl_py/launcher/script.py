@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,13 +34,6 @@ OTHER_HOSTS_S = 300.0
 READERS_WAIT_S = 5.0
 #: What the runner's fork server imports last: it leaves the runner's process group.
 SERVER_SESSION = "hccl_py.launcher.server_session"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _forward(

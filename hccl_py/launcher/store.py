@@ -284,15 +284,6 @@ class StoreJoinError(LaunchError):
     """This process cannot host or join its run's store: the port is taken, or by another run."""
 
 
-def read_int(store: dist.Store, key: str) -> int:
-    """The integer text at ``key``; :class:`~.sealed.ForgedValueError` when it is not one."""
-    raw = store.get(key)
-    try:
-        return int(raw)
-    except ValueError:
-        raise sealed.refused(key, raw, "hccl_py writes a number there") from None
-
-
 def get_all(store: dist.Store, keys: Sequence[str]) -> list[bytes]:
     """The values of existing keys, in one round trip where the store allows it."""
     if hasattr(store, "multi_get"):

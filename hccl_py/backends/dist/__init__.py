@@ -1,6 +1,7 @@
 """The torch.distributed backends ("gloo" and "hccl"): one process per rank.
 
-- :mod:`.server`: ``DistServer``, ``HcclBackend``.
+- :mod:`.server`: ``DistServer`` and ``DistBackend``, what gloo and hccl share.
+- :mod:`.hccl`: ``HcclBackend``, torch_npu's HCCL process group.
 - :mod:`.gloo`: ``GlooBackend`` and its server (``DistServer`` with shared windows).
 - :mod:`.domain_queue`: one domain's tasks on one rank, run in Prepare order.
 - :mod:`.rounds`: the process-group calls of one round of each op.

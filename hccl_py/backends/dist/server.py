@@ -1,4 +1,4 @@
-"""The torch.distributed server, and the "hccl" backend built on it (gloo: :mod:`.gloo`).
+"""The torch.distributed server, and the backends' base class (gloo: :mod:`.gloo`, hccl: :mod:`.hccl`).
 
 Each rank is a process. Its :class:`DistServer` keeps one process group per
 domain (the world group and every ``hp.new_group``) and one thread per domain
@@ -38,7 +38,6 @@ from ...server.blocking import Blocker
 from ...server.ordering import sync_text
 from ...server.protocol import Backend, Server
 from ...server.task_queue import TaskBoard
-from . import npu
 from . import rounds as pg_rounds
 from .descriptors import exchanged_key, final_key, final_value, returned_key, returned_value
 from .domain_queue import DomainQueue
@@ -435,29 +434,3 @@ class DistBackend(Backend):
                 f"{spec.world_size} ranks"
             )
         return session_for(spec, self, config.timeout).run(fn, args, config, gather=True)
-
-
-class HcclBackend(DistBackend):
-    """One process per Ascend NPU over torch_npu's HCCL process group."""
-
-    name = "hccl"
-    pg_backend = "hccl"
-    check_tasks = False
-    exact = False
-    #: torch_npu completes a call's future once the call is queued on its HCCL stream.
-    device_async = True
-
-    def pg_timeout(self, seconds: float) -> float:
-        """Above HCCL's own execution limit (``HCCL_EXEC_TIMEOUT``, 1836 s by default):
-        torch_npu warns at every group made with less, and its watchdog would end the
-        process without hccl_py's report of who is missing."""
-        return max(seconds, npu.exec_timeout() + PG_MARGIN_S)
-
-    def __init__(self) -> None:
-        npu.torch_npu()
-
-    def bind_device(self, local_rank: int) -> torch.device:
-        return npu.bind_device(local_rank)
-
-    def thread_binder(self, device: torch.device) -> Callable[[], None]:
-        return npu.thread_binder(device)

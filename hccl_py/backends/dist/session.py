@@ -16,7 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import torch.distributed as dist
 
@@ -45,6 +45,7 @@ from ...launcher.spec import RankSpec
 from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
+from .session_backend import DistBackend
 from .waits import WaitBoard, Waiting, settle_abandoned, watch_work
 
 #: How often a thread that waits for its peers (their descriptors, a framework
@@ -61,28 +62,6 @@ SETTLE_S = 5.0
 
 class _GiveUp(Exception):  # noqa: N818 - internal control flow
     """Internal: stop waiting for outcomes (ranks died, or the job failed long enough ago)."""
-
-
-class DistBackend(Protocol):
-    """What a session needs of its backend (``hccl_py.backends.dist.server.DistBackend``)."""
-
-    name: str
-    #: The torch.distributed backend of the process groups ("gloo", "hccl").
-    pg_backend: str
-    #: Whether its process groups complete a call's future when they queue it (a device's).
-    device_async: bool
-
-    def pg_timeout(self, seconds: float) -> float:
-        """The time limit to give a process group for hccl_py's limit of ``seconds``."""
-
-    def bind_device(self, local_rank: int) -> Any:
-        """The device of this process's rank (binding it where the backend needs that)."""
-
-    def thread_binder(self, device: Any) -> Callable[[], None] | None:
-        """What every thread of the rank calls first (None: nothing)."""
-
-    def make_server(self, session: Session, run: int, config: Config, blocker: Blocker) -> Any:
-        """The rank's server for run ``run``."""
 
 
 class Session:

@@ -202,7 +202,7 @@ def _waits_in(lists: dict[int, list[dict]], rank: int, domain: str) -> bool:
     return any(w["domain"] == domain for w in lists.get(rank, ()))
 
 
-def _missing(lists: dict[int, list[dict]], rank: int, wait: dict) -> list[int]:
+def _missing(lists: dict[int, list[dict]], wait: dict) -> list[int]:
     """The members of ``wait``'s domain (``rank``'s wait) that do not wait in it."""
     return [m for m in wait["ranks"] if not _waits_in(lists, m, wait["domain"])]
 
@@ -227,7 +227,7 @@ def stuck(lists: dict[int, list[dict]]) -> list[int]:
     while changed:
         changed = False
         for rank in sorted(held):
-            missing = _missing(lists, rank, blocked[rank])
+            missing = _missing(lists, blocked[rank])
             if not missing or any(m not in held for m in missing):
                 held.discard(rank)
                 changed = True
@@ -285,7 +285,7 @@ def _deadlock(lists: dict[int, list[dict]], held: list[int]) -> str:
     blocked = _blocked(lists)
     parts = [
         f"rank {r} waits in {blocked[r]['op']} on domain {blocked[r]['domain']} for ranks "
-        f"{_missing(lists, r, blocked[r])}"
+        f"{_missing(lists, blocked[r])}"
         for r in held
     ]
     return (
