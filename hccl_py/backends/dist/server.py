@@ -37,6 +37,7 @@ from ...server.agreement import error_for, global_rank, wait_head
 from ...server.blocking import Blocker
 from ...server.ordering import sync_text
 from ...server.protocol import Backend, Server
+from ...server.stalls import KernelStalls
 from ...server.task_queue import TaskBoard
 from . import rounds as pg_rounds
 from .descriptors import exchanged_key, final_key, final_value, returned_key, returned_value
@@ -80,6 +81,8 @@ class DistServer(ExchangeMeetings, Server):
             self.settings.exact, session.backend.widen, session.backend.drops_nan
         )
         self.late = config.schedule == "late"
+        #: hccl_py calls of kernel threads go through it: a kernel stuck in its own code ends.
+        self.serial = self.stalls = KernelStalls(config.timeout)
         self.domains: dict[str, pg_rounds.Domain | None] = {}
         self.queues: dict[str, DomainQueue] = {}
         #: The queues of single-rank domains (no thread: waiting threads run their rounds),
@@ -109,6 +112,10 @@ class DistServer(ExchangeMeetings, Server):
         self.on_new_group(world)
         rank, timeout = self.session.rank, self.group_timeout()
         self.settings.check_same(rank, self.store, self.publish, timeout, self.session.check_abort)
+
+    def core_scope(self, rank: int, who: str = "") -> contextlib.AbstractContextManager:
+        """One core's run of a kernel: stopped if it runs its own code for the timeout."""
+        return self.stalls.kernel(rank, who)
 
     def group_timeout(self) -> float:
         """Seconds creating a domain may wait for its ranks (``timeout``, at least 30 s)."""

@@ -112,6 +112,8 @@ class Session:
         self.board = WaitBoard(self.store, self.rank, self.world_size)
         self.runs = 0
         self.blocker: Blocker | None = None
+        #: The running run's server (its kernel threads are watched for stalls), if any.
+        self.server: Any = None
         self.abort: BaseException | None = None
         self._closed = False
         self._stop = threading.Event()
@@ -176,6 +178,8 @@ class Session:
             if self.spec.launcher == "spawn" and os.getppid() != parent:
                 leave_orphaned(self.rank, "the parent process is gone")
             try:
+                if self.server is not None:
+                    self.server.stalls.stop_stuck()
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):
                     self._aborted(exchange.read_abort(self.store))
@@ -212,7 +216,7 @@ class Session:
         key = kv.result_key(run, self.rank)
         self.store.set(kv.running_key(self.rank), str(run).encode())
         blocker.enter(1)
-        self.blocker = blocker
+        self.blocker, self.server = blocker, server
         if self.abort is not None:
             self._aborted(self.abort)
         set_rank_context(ctx)
@@ -238,7 +242,7 @@ class Session:
                     exchange.report_abort(self.store, exc, self.rank)
         finally:
             set_rank_context(None)
-            self.blocker = None
+            self.blocker = self.server = None
             blocker.leave()
             # closed whatever happened: its domain threads and process groups go
             with kv.gone_store(self.rank, self.where), contextlib.closing(server):
