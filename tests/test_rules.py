@@ -299,13 +299,19 @@ RULES: dict[str, Rule] = {
     "prepare/dtype-RESERVED": Rule(
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, DT.HCCL_DATA_TYPE_RESERVED)),
         -1,
-        ("HCCL_DATA_TYPE_RESERVED", "not allowed for AllGather"),
+        (
+            "data type out of range (the official client checks INT8 <= type < RESERVED)",
+            "HCCL_DATA_TYPE_RESERVED",
+        ),
         AFTER,
     ),
     "prepare/dtype-INT128": Rule(
         bad_prepare(lambda h, e: h.AlltoAll(e.x, e.y, COUNT, 12), ("AllGather", "AlltoAll")),
         -1,
-        ("HCCL_DATA_TYPE_INT128", "not allowed for AlltoAll"),
+        (
+            "HCCL_DATA_TYPE_INT128 is not among the data types the kernel API documents for AlltoAll",
+            "would send it",
+        ),
         AFTER,
     ),
     "prepare/dtype-FP64-AllReduce": Rule(
@@ -314,7 +320,10 @@ RULES: dict[str, Rule] = {
             ("AllGather", "AllReduce"),
         ),
         -1,
-        ("HCCL_DATA_TYPE_FP64", "not allowed for AllReduce"),
+        (
+            "HCCL_DATA_TYPE_FP64 is not among the data types the kernel API documents for AllReduce",
+            "would send it",
+        ),
         AFTER,
     ),
     "prepare/dtype-UINT8-ReduceScatter": Rule(
@@ -323,7 +332,10 @@ RULES: dict[str, Rule] = {
             ("AllGather", "ReduceScatter"),
         ),
         -1,
-        ("HCCL_DATA_TYPE_UINT8", "not allowed for ReduceScatter"),
+        (
+            "HCCL_DATA_TYPE_UINT8 is not among the data types the kernel API documents for ReduceScatter",
+            "would send it",
+        ),
         AFTER,
     ),
     "prepare/reduce-PROD": Rule(

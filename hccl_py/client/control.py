@@ -261,11 +261,24 @@ class HandleControl:
                 expected=f"<= {info.commits} Waits",
                 actual=info.waits + 1,
             )
-        what = "already waited" if info.waits >= info.repeat else "not committed by this core"
+        rule = "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle"
+        if info.waits >= info.repeat:  # more Waits than the handle has rounds
+            return self._failures.breach(
+                rule,
+                f"Wait returns -1 at once: Wait {info.waits + 1} of a handle of "
+                f"{info.repeat} round(s), all of which this core already waited; one Wait per "
+                "round",
+                HCCL_FAILED,
+                handle=h,
+                op=op_name(info.op),
+                expected=f"<= {info.repeat} Waits",
+                actual=info.waits + 1,
+            )
         return self._failures.breach(
-            "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle",
+            rule,
             f"Wait returns -1 at once: this core waited {info.waits} and committed "
-            f"{info.commits} of {info.repeat} rounds (round {info.waits} {what})",
+            f"{info.commits} of {info.repeat} rounds (round {info.waits} not committed by "
+            "this core)",
             HCCL_FAILED,
             handle=h,
             op=op_name(info.op),

@@ -195,13 +195,21 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             "bad-argument", f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat
         )
     dtype = as_enum(HcclDataType, p.data_type)
-    if dtype is None:
-        raise InvalidCall("bad-argument", "data type out of range", actual=p.data_type)
-    if dtype not in spec.dtypes:
+    if dtype is None or dtype is HcclDataType.HCCL_DATA_TYPE_RESERVED:
         raise InvalidCall(
             "bad-argument",
-            f"data type {dtype.name} is not allowed for {spec.name}",
-            actual=dtype.name,
+            "data type out of range (the official client checks INT8 <= type < RESERVED)",
+            actual=p.data_type if dtype is None else dtype.name,
+        )
+    if dtype not in spec.dtypes:
+        allowed = ", ".join(t.name.removeprefix("HCCL_DATA_TYPE_") for t in spec.dtypes)
+        raise InvalidCall(
+            "bad-argument",
+            f"data type {dtype.name} is not among the data types the kernel API documents for "
+            f"{spec.name} ({allowed}); the official client checks only INT8 <= type < RESERVED "
+            "and would send it, hccl_py keeps the documented list",
+            expected=allowed,
+            actual=dtype.name.removeprefix("HCCL_DATA_TYPE_"),
         )
     for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
         if buf is None or (isinstance(buf, GmAddr) and buf.is_null):
