@@ -491,6 +491,28 @@ def test_unfinished_missing_finalize() -> None:
     check(err, hp.HcclUnfinishedError, "Finalize() was never called", "rank 0", "rank 1")
 
 
+def test_a_finalize_on_another_core_than_the_sending_one_is_named() -> None:
+    """Finalize guarded by the last block instead of the sending one (a porter's trial): the
+    report said "Finalize() was never called", and the porter looked for a missing call."""
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        handle = h.AllGather[True](x, y, N, F32)
+        h.Wait(handle)
+        hp.SyncAll()
+        if hp.GetBlockIdx() == hp.GetBlockNum() - 1:
+            h.Finalize()
+
+    err = fails(spmd(kernel, block_dim=2))
+    check(
+        err,
+        hp.HcclUnfinishedError,
+        "Finalize() was called on AIV core 1 but not on AIV core 0, the core that sends the tasks",
+        "call Finalize on the sending core",
+    )
+    assert "never called" not in str(err)
+
+
 def test_unfinished_some_rounds_committed() -> None:
     def kernel(x: Any, y: Any, t: Any) -> None:
         h = comm(t)

@@ -117,6 +117,8 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                 # writes the finalize message; another core's Wait polls the round's CKE or
                 # the working core's soft-sync count finishCntGM_, which only InitV2 clears.
                 state.check_finalize_order(calling_core())
+    if state.sender is not b:
+        state.idle_finalizes.append(core)
     b.finalized = True
     b.reset = sync and working and not b.ccu
     b.finalized_async = not sync and working

@@ -60,6 +60,8 @@ class ClientState:
         #: Query loop keeps one entry); Finalize judges them beside the Waits, round None.
         self.queries: dict[tuple[CoreContext, int], dict[bool, int]] = {}
         self.finalized_by: tuple[CoreContext, dict[bool, int]] | None = None
+        #: Cores other than the sending one that called Finalize (it sends them nothing).
+        self.idle_finalizes: list[CoreContext] = []
         #: Whether the sender's Finalize reset the finished-turn counters before a racing Wait
         #: polled (a seeded schedule's choice), and whether the race was reported.
         self.reset = False
@@ -313,6 +315,17 @@ class ClientState:
         for task in sender.queued_tasks():
             self.rank_ctx.server.wait(task, task.repeat - 1)
 
+    def _no_finalize(self) -> str:
+        """Why the sending core's missing Finalize leaves the server running."""
+        if not self.idle_finalizes or self.sender_core is None:
+            return "Finalize() was never called"
+        called = ", ".join(sorted({core_name(c) for c in self.idle_finalizes}))
+        return (
+            f"Finalize() was called on {called} but not on {core_name(self.sender_core)}, the "
+            "core that sends the tasks: another core's Finalize sends nothing, so the "
+            "server never stops; call Finalize on the sending core"
+        )
+
     def check_exit(self) -> None:
         """Called when the kernel returns: report work the real server would hang on.
 
@@ -328,7 +341,7 @@ class ClientState:
                     f"{info.commits} of {info.repeat} rounds committed"
                 )
         if sender is not None and sender.handles and not sender.finalized:
-            problems.append("Finalize() was never called")
+            problems.append(self._no_finalize())
         problems += [f"{what} (the server holds it)" for _, what in self.held]
         for write, _ in self.held:  # reported here: no later deadlock report names it again
             self.rank_ctx.blocker.held.pop(id(write), None)
