@@ -14,7 +14,9 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -740,3 +742,22 @@ def test_ctrl_c_while_the_runner_forks_its_server_is_not_lost(short_tmp: Path) -
         timeout=HANG_BOUND_S,
     )
     assert out.stdout.splitlines() == ["interrupted"], out.stdout + out.stderr
+
+
+def _rank() -> int:
+    return hp.get_rank()
+
+
+def test_a_fork_server_whose_folder_was_removed_is_started_again() -> None:
+    """A cleaner of /tmp removed this process's pymp-* folder during a long session (a helper's
+    differential run): every later gloo hp.run failed with a bare FileNotFoundError. The folder
+    is made again and a new fork server started."""
+    if forkserver.start_method() != "forkserver":
+        pytest.skip("the fork server is the start method on Linux only")
+    assert hp.run(_rank, world_size=2, backend="gloo") == [0, 1]
+    folder, first = mp_util.get_temp_dir(), forkserver.fork_server_pid()
+    assert first is not None
+    shutil.rmtree(folder)
+    assert hp.run(_rank, world_size=2, backend="gloo") == [0, 1]
+    assert os.path.isdir(folder) and stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert forkserver.fork_server_pid() not in (None, first), "the old server's socket is gone"

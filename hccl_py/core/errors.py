@@ -182,7 +182,8 @@ class HcclCoreError(HcclError):
 
 class HcclRunnerStartError(HcclError):
     """The OS refused the thread of an emulator runner: the world (or a launch) needs more
-    threads than it gives. ``refusal`` is what the thread start said."""
+    threads than it gives (``refusal`` is what the thread start said); or gloo ranks cannot
+    be started (the fork server's folder cannot be made again)."""
 
     always_raise = True
     refusal = ""

@@ -104,12 +104,43 @@ def mp_context(main: bool = True, also: Sequence[str] = ()) -> Any:
     method = start_method()
     ctx = mp.get_context(method)
     if method == "forkserver":
+        revive_socket_folder()
         base = [m for m in PRELOAD if main or m != "__main__"]
         extra = [m for m in os.environ.get(PRELOAD_ENV, "").split(",") if m]
         loaded = sorted(m for m in sys.modules if m.partition(".")[0] in PRELOAD_PACKAGES)
         worth = [m for m in WORTH_PRELOADING if m in sys.modules]
         ctx.set_forkserver_preload([*base, *worth, *loaded, *also, *extra])
     return ctx
+
+
+def revive_socket_folder() -> None:
+    """Make multiprocessing's ``pymp-*`` folder of this process again if something removed it
+    (a cleaner of the temporary folder, during a long session), and stop the fork server that
+    listened there: the next start starts a new one, as the first did.
+
+    Before, every later start failed with a bare ``FileNotFoundError``. The folder is made
+    new (mode 0700); a path that something else took meanwhile is refused, naming it.
+    """
+    folder = mp_process.current_process()._config.get("tempdir")
+    server = mp_forkserver._forkserver
+    address = getattr(server, "_forkserver_address", None)
+    if folder is None or (os.path.isdir(folder) and (address is None or os.path.exists(address))):
+        return
+    stop_fork_server()
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        st = os.lstat(folder)
+        if not (os.path.isdir(folder) and not os.path.islink(folder) and st.st_uid == os.geteuid()):
+            raise errors.HcclRunnerStartError(
+                f"multiprocessing's folder {folder} of this process was removed, and something "
+                "else took its path: the fork server cannot listen there; start a new process"
+            ) from None
+    except OSError as exc:
+        raise errors.HcclRunnerStartError(
+            f"multiprocessing's folder {folder} of this process was removed and cannot be made "
+            f"again ({exc.strerror}): start a new process"
+        ) from None
 
 
 def fork_server_pid() -> int | None:
