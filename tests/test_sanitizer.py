@@ -10,6 +10,8 @@ their expected duration, so a pass proves detection, not a timeout.
 
 from __future__ import annotations
 
+import inspect
+import os
 import threading
 import time
 import warnings
@@ -35,6 +37,7 @@ from hccl_py import (
     HcclServerConfig,
 )
 from hccl_py.core.config import TIMEOUT_ENV, default_timeout
+from hccl_py.core.where import raise_site
 
 F32 = HcclDataType.HCCL_DATA_TYPE_FP32
 F16 = HcclDataType.HCCL_DATA_TYPE_FP16
@@ -1154,3 +1157,44 @@ def test_no_warning_and_no_thread_left_after_a_clean_run() -> None:
         hp.run(spmd(kernel, block_dim=3), world_size=3, timeout=TIMEOUT)
     assert not left_since(baseline), left_since(baseline)
     assert all(torch.equal(seen[r], _gathered(3)) for r in range(3))
+
+
+def _prepares_a_type_allreduce_does_not_take(x: Any, y: Any, t: Any) -> None:
+    h = comm(t)
+    h.AllReduce[True](x, y, N, HcclDataType.HCCL_DATA_TYPE_INT64, SUM)  # the porter's line
+
+
+def launch_bad_prepare() -> None:
+    x, y = torch.ones(N), torch.zeros(N * hp.get_world_size())
+    hp.launch(_prepares_a_type_allreduce_does_not_take, x, y, make_tiling())
+
+
+@pytest.mark.parametrize("backend", ["emu", "gloo"])
+def test_a_usage_error_points_at_the_kernel_line_that_raised_it(backend: str) -> None:
+    """Before, only race reports and warnings named the user's line: a usage, bounds, overlap or
+    mismatch error showed hccl_py's frames and a message, and a porter with several Prepares of
+    one op could not tell which had failed (a new porter's trial)."""
+    lines, first = inspect.getsourcelines(_prepares_a_type_allreduce_does_not_take)
+    line = first + next(i for i, text in enumerate(lines) if "the porter's line" in text)
+    err = fails(launch_bad_prepare, backend=backend)
+    check(err, hp.HcclUsageError, "HCCL_DATA_TYPE_INT64")
+    site = f"at test_sanitizer.py:{line} in _prepares_a_type_allreduce_does_not_take"
+    assert str(err).count(site) == len(err.root_causes), str(err)
+
+
+def test_the_raise_site_is_the_innermost_frame_of_the_users_code() -> None:
+    package = os.path.dirname(hp.__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+    text = (
+        "Traceback (most recent call last):\n"
+        f'  File "{package}/runtime.py", line 225, in run\n'
+        '  File "/home/me/kernels/main.py", line 40, in main\n'
+        f'  File "{package}/kernel/cores.py", line 297, in _run_core\n'
+        '  File "/home/me/kernels/mc2.py", line 12, in kernel\n'
+        f'  File "{package}/client/log.py", line 107, in call\n'
+        f'  File "{torch_dir}/_tensor.py", line 40, in wrapped\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        "hccl_py.core.errors.HcclUsageError: [rank 0] ...\n"
+    )
+    assert raise_site(text) == "mc2.py:12 in kernel"
+    assert raise_site(f'  File "{package}/runtime.py", line 1, in run\n') is None

@@ -261,10 +261,10 @@ class HandleControl:
                 expected=f"<= {info.commits} Waits",
                 actual=info.waits + 1,
             )
-        rule = "wait-not-committed" if b.state.sender is b else "wait-not-committed-idle"
+        sender = b.state.sender is b
         if info.waits >= info.repeat:  # more Waits than the handle has rounds
             return self._failures.breach(
-                rule,
+                "wait-not-committed" if sender else "wait-not-committed-idle",
                 f"Wait returns -1 at once: Wait {info.waits + 1} of a handle of "
                 f"{info.repeat} round(s), all of which this core already waited; one Wait per "
                 "round",
@@ -275,7 +275,7 @@ class HandleControl:
                 actual=info.waits + 1,
             )
         return self._failures.breach(
-            rule,
+            "wait-not-committed" if sender else "wait-not-committed-idle",
             f"Wait returns -1 at once: this core waited {info.waits} and committed "
             f"{info.commits} of {info.repeat} rounds (round {info.waits} not committed by "
             "this core)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from .grouping import label
+from .where import raise_site
 
 
 class HcclError(RuntimeError):
@@ -250,6 +251,10 @@ class WorldError(HcclError):
             tb = getattr(e, "hccl_traceback", None)
             shown = tb and r in roots and me in (None, r) and not isinstance(e, HcclError)
             extra = ["    " + line for line in tb.rstrip().splitlines()] if shown else []
+            if tb and r in roots and not shown:
+                site = raise_site(tb)
+                if site is not None and site.split(" in ")[0] not in text:
+                    text += f"\n    at {site}"
             entry = entries.setdefault(r if extra else text, ([], text, extra))
             entry[0].append(r)
         for ranks, text, extra in entries.values():
