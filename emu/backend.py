@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from hccl_py.core.config import Config
+from hccl_py.core.constants import DEFAULT_WORLD_SIZE
 from hccl_py.core.errors import (
     HcclError,
     HcclPeerError,
@@ -55,9 +56,7 @@ class EmuBackend(Backend):
     def run(
         self, fn: Callable[..., Any], args: tuple, world_size: int | None, config: Config
     ) -> list[Any]:
-        n = 4 if world_size is None else int(world_size)
-        if n < 1:
-            raise ValueError(f"world_size must be >= 1, not {world_size}")
+        n = DEFAULT_WORLD_SIZE if world_size is None else world_size  # hp.run checked it
         world = EmuWorld(n, config)
         results: list[Any] = [None] * n
         failures: dict[int, BaseException] = {}

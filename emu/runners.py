@@ -39,6 +39,8 @@ from typing import NamedTuple, Protocol
 
 import torch
 
+from hccl_py.core.config import env_flag
+from hccl_py.server.same_cpu import SAME_CPU_ENV
 from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
 
 from . import autograd_state
@@ -54,6 +56,13 @@ def runner_kind() -> str:
     if kind not in RUNNER_KINDS:
         raise ValueError(f"{RUNNERS_ENV} must be one of {', '.join(RUNNER_KINDS)}, not {kind!r}")
     return kind
+
+
+def check_settings() -> None:
+    """Read the emulator's own settings as it reads them: its runners
+    (``HCCL_PY_EMU_RUNNERS``), and with thread runners ``HCCL_PY_SAME_CPU``."""
+    if runner_kind() == "threads":
+        env_flag(SAME_CPU_ENV, True)
 
 
 def inside_backward() -> bool:

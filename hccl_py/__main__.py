@@ -56,6 +56,7 @@ from .runtime import (
     TRACE_ENV,
     WORLD_SIZE_ENV,
     check_environment,
+    default_backend,
 )
 
 #: What ``--help`` says, in plain words.
@@ -211,9 +212,9 @@ def _checked(opts: argparse.Namespace) -> str:
     """
     checked_ranks("-n/--nproc", opts.nproc)
     check_script(opts.script)
-    backend = opts.backend or os.environ.get(BACKEND_ENV) or "emu"
-    checked_backend("--backend" if opts.backend else env_label(BACKEND_ENV), backend, BACKENDS)
-    if backend == "emu":
+    backend = opts.backend or default_backend()
+    checked_backend("--backend" if opts.backend else env_label(BACKEND_ENV), backend)
+    if BACKENDS[backend].in_process:
         _check_one_host(opts)
     else:
         _check_hosts(opts)
@@ -310,13 +311,13 @@ def main(argv: list[str] | None = None, *, fast_exit: bool = False) -> int:
         os.environ[SEED_ENV] = str(opts.seed)
     if opts.explore is not None:
         os.environ[EXPLORE_ENV] = str(opts.explore)
-    if backend == "emu":
+    if BACKENDS[backend].in_process:
         return _run_in_process(opts)
     from .launcher.forked import exit_as_python
     from .launcher.script import RunnerOptions, run_script
     from .launcher.spec import LaunchError
 
-    backend_module = BACKENDS.get(backend, "").partition(":")[0]
+    backend_module = BACKENDS[backend].target.partition(":")[0]
 
     try:
         code = run_script(

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import get_backend
+from .backends import backend_info, get_backend
 from .core.config import (
     SCHEDULES,
     TIMEOUT_ENV,
@@ -32,7 +32,6 @@ from .kernel.context import current_rank_context
 from .kernel.outcome import RunResult, WithWarnings, summarize
 from .launcher.cli_checks import check_outputs
 from .launcher.spec import under_launcher
-from .server.same_cpu import SAME_CPU_ENV
 from .server.windows import BUFFSIZE_ENV, checked_buffsize, default_buffsize
 from .trace import chrome
 from .trace.picture import LayoutPicture
@@ -199,10 +198,10 @@ def run(
             "--explore)"
         )
     config = Config(
-        platform=get_platform(platform) if platform else _env_platform(),
+        platform=_env_platform() if platform is None else get_platform(platform),
         strict=strict,
         timeout=checked_timeout(timeout),
-        schedule=schedule or _env_schedule(),
+        schedule=_env_schedule() if schedule is None else schedule,
         poison=env_flag(POISON_ENV) if poison is None else poison,
         overlap=overlap,
         warnings_as_errors=_warning_kinds(warnings_as_errors),
@@ -211,15 +210,16 @@ def run(
         **({} if ranks_per_server is None else {"ranks_per_server": ranks_per_server}),
         seed=seed,
     )
-    name = backend or default_backend()
-    if name != "emu" and (seed is not None or explore):
+    name = default_backend() if backend is None else backend
+    info = backend_info(name)
+    if not info.in_process and (seed is not None or explore):
         raise ValueError(
             f"seed= and explore= pick schedules of the emulator; the {name} backend runs its "
             "ranks concurrently: run on the emulator (backend='emu', or python -m hccl_py run "
             "without --backend) to replay or explore schedules"
         )
     chosen = get_backend(name)
-    _BACKEND_READERS.get(name, lambda: None)()  # its own variables: a mistake before ranks start
+    info.check_settings()  # its own variables: a mistake before ranks start
 
     def run_one(cfg: Config) -> list[Any]:
         return chosen.run(WithWarnings(fn), tuple(args), world_size, cfg)
@@ -295,29 +295,6 @@ def _env_schedule() -> str:
     return value
 
 
-def _gloo_settings() -> object:
-    """The gloo and HCCL backends' settings, as their ranks read them, how long a store may
-    take to answer and, where hccl_py starts the rank processes (no launcher did), how it
-    starts them (``HCCL_PY_START_METHOD``: an HcclUsageError, as the launch raises it)."""
-    from .backends.dist.settings import Settings
-    from .launcher.forkserver import start_method
-    from .launcher.store import answer_s
-
-    settings = Settings.read(check_tasks=True, exact=True)
-    answer_s()
-    if not under_launcher():
-        start_method()
-    return settings
-
-
-def _emu_runners() -> object:
-    """The emulator's runners (``HCCL_PY_EMU_RUNNERS``), and with thread runners
-    ``HCCL_PY_SAME_CPU``, as the emulator reads them."""
-    from .backends.emu.runners import runner_kind
-
-    return runner_kind() == "threads" and env_flag(SAME_CPU_ENV, True)
-
-
 #: hp.run's settings read from the environment, each by the reader hp.run uses.
 _ENV_READERS: dict[str, Callable[[], object]] = {
     WORLD_SIZE_ENV: _env_world_size,
@@ -331,12 +308,6 @@ _ENV_READERS: dict[str, Callable[[], object]] = {
     BUFFSIZE_ENV: default_buffsize,
     RANKS_PER_SERVER_ENV: ranks_per_server_default,
 }
-#: The settings that only one kind of backend reads, by backend.
-_BACKEND_READERS: dict[str, Callable[[], object]] = {
-    "emu": _emu_runners,
-    "gloo": _gloo_settings,
-    "hccl": _gloo_settings,
-}
 
 
 def check_environment(backend: str, skip: Collection[str] = ()) -> None:
@@ -346,7 +317,7 @@ def check_environment(backend: str, skip: Collection[str] = ()) -> None:
     for name, read in _ENV_READERS.items():
         if name not in skip:
             read()
-    _BACKEND_READERS.get(backend, lambda: None)()
+    backend_info(backend).check_settings()
 
 
 def _lead() -> bool:

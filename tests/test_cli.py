@@ -89,7 +89,7 @@ def test_bench_help_lists_every_option_with_its_default() -> None:
         ("--op", "allgather"),
         ("--nproc", "4"),
         ("--platform", "None"),
-        ("--backend", "emu"),
+        ("--backend", "None"),
         ("--api", "kernel"),
         ("--minbytes", "1K"),
         ("--maxbytes", "1M, --quick 64K"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -23,6 +24,7 @@ import pytest
 import hccl_py as hp
 from hccl_py.__main__ import build_parser, main
 from hccl_py.core.constants import MAX_BLOCK_DIM, MAX_REPEAT, MAX_WORLD_SIZE
+from hccl_py.core.errors import UnknownBackendError
 
 #: What the script leaves behind when it ran: none of the mistakes below may let it run.
 SCRIPT = "from pathlib import Path\nPath(__file__).with_suffix('.ran').write_text('ran')\n"
@@ -551,3 +553,55 @@ def test_layout_sets_its_picture_itself_and_a_trace_named_dash_is_a_file(
     assert (
         _error(capsys, "run", argv) == "--trace '-' is a folder; give the path of a file to write"
     )
+
+
+def test_bench_reads_the_backend_and_schedule_variables_as_run_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`HCCL_PY_BACKEND=gloo python -m hccl_py bench` ran on the emulator, and a bad
+    HCCL_PY_SCHEDULE went unread: bench's options had defaults of their own (an audit)."""
+    from hccl_py.bench.cli import _checked as bench_checked
+    from hccl_py.launcher.cli_checks import UsageError
+
+    monkeypatch.setenv("HCCL_PY_BACKEND", "gloo")
+    opts = build_parser().parse_args(["bench", "-n", "2", "-b", "1K", "-e", "1K"])
+    bench_checked(opts)
+    assert opts.backend == "gloo"
+    monkeypatch.setenv("HCCL_PY_SCHEDULE", "lazy")
+    with pytest.raises(UsageError, match="HCCL_PY_SCHEDULE must be one of"):
+        bench_checked(build_parser().parse_args(["bench", "-n", "2", "--backend", "emu"]))
+
+
+@pytest.mark.parametrize(
+    ("given", "error", "said"),
+    [
+        ({"backend": ""}, UnknownBackendError, "unknown backend ''"),
+        ({"backend": []}, UnknownBackendError, "unknown backend []"),
+        ({"platform": []}, ValueError, "unknown platform []"),
+        ({"schedule": []}, ValueError, "schedule must be 'eager' or 'late', not []"),
+    ],
+    ids=["backend-empty", "backend-list", "platform-list", "schedule-list"],
+)
+def test_hp_run_refuses_an_empty_value_instead_of_running_the_default(
+    given: dict, error: type, said: str
+) -> None:
+    """A value read empty from a configuration ran silently on the default backend, platform or
+    schedule (an audit's probes); backend=[] raised a raw TypeError besides."""
+    with pytest.raises(error) as info:
+        hp.run(hp.get_rank, world_size=1, **given)
+    assert said in str(info.value)
+
+
+def test_no_caller_branches_on_a_backends_name() -> None:
+    """Backend differences live in the registry (hccl_py/core/backend_info.py) and behind the
+    server protocol: nothing compares a backend's name with a literal."""
+    pattern = re.compile(r"""[!=]=\s*["'](emu|gloo|hccl)["']|["'](emu|gloo|hccl)["']\s*[!=]=""")
+    root = Path(hp.__file__).parent
+    found = [
+        f"{path.relative_to(root.parent)}:{n}"
+        for folder in (root, root.parent / "emu")
+        for path in folder.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == []

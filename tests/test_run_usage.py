@@ -396,11 +396,12 @@ def test_under_a_launcher_the_start_method_is_not_read(monkeypatch: pytest.Monke
     """A launcher (torchrun, msrun) starts the ranks: hccl_py never reads HCCL_PY_START_METHOD
     there (nor makes the temporary folder its check of the fork server's socket path makes)."""
     from hccl_py import runtime
+    from hccl_py.backends.dist import settings
 
     monkeypatch.setenv("HCCL_PY_START_METHOD", "nosuch")
-    monkeypatch.setattr(runtime, "under_launcher", lambda: True)
+    monkeypatch.setattr(settings, "under_launcher", lambda: True)
     runtime.check_environment("gloo")
-    monkeypatch.setattr(runtime, "under_launcher", lambda: False)
+    monkeypatch.setattr(settings, "under_launcher", lambda: False)
     with pytest.raises(hp.HcclUsageError, match="HCCL_PY_START_METHOD must be one of"):
         runtime.check_environment("gloo")
 

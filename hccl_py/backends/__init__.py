@@ -6,6 +6,9 @@
   "hccl" backends.
 
 Modules are imported on use, so ``import hccl_py`` never touches torch_npu.
+
+What each backend is (:data:`BACKENDS`) lives in :mod:`hccl_py.core.backend_info`, which
+the command line reads without importing any backend.
 """
 
 from __future__ import annotations
@@ -13,30 +16,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ..core.errors import UnknownBackendError
+from ..core.backend_info import BACKENDS, BackendInfo, backend_info
 
 if TYPE_CHECKING:
     from ..server.protocol import Backend
 
-#: Backend name -> "module:Class"; modules are imported only when used.
-BACKENDS: dict[str, str] = {
-    "emu": "hccl_py.backends.emu.backend:EmuBackend",
-    "gloo": "hccl_py.backends.dist.gloo:GlooBackend",
-    "hccl": "hccl_py.backends.dist.hccl:HcclBackend",
-}
-
 
 def get_backend(name: str) -> Backend:
     """Instantiate the backend registered under ``name``."""
-    try:
-        target = BACKENDS[name]
-    except KeyError:
-        raise UnknownBackendError(
-            f"unknown backend {name!r}; choose one of {sorted(BACKENDS)}"
-        ) from None
-    module_name, _, cls_name = target.partition(":")
+    module_name, _, cls_name = backend_info(name).target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise RuntimeError(f"backend {name!r} is not available: {exc}") from exc
     return getattr(module, cls_name)()
+
+
+__all__ = ["BACKENDS", "BackendInfo", "backend_info", "get_backend"]

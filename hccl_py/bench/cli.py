@@ -34,6 +34,7 @@ from ..launcher.cli_checks import (
 from ..launcher.spec import under_launcher
 from ..launcher.torch_env import local_ranks
 from ..runtime import (
+    BACKEND_ENV,
     EXPLORE_ENV,
     LAYOUT_ENV,
     PLATFORM_ENV,
@@ -43,6 +44,7 @@ from ..runtime import (
     TRACE_ENV,
     WORLD_SIZE_ENV,
     check_environment,
+    default_backend,
 )
 from .ops import BENCH_OPS, plan
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
@@ -125,7 +127,9 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         default=4,
         help="ranks, as run's -n/--nproc (emu, gloo; under launchers: ignored)",
     )
-    p.add_argument("--backend", choices=sorted(BACKENDS), default="emu", help="where ranks run")
+    p.add_argument(
+        "--backend", choices=sorted(BACKENDS), help="where ranks run (default: as run's)"
+    )
     p.add_argument(
         "--api", choices=["kernel", "framework"], default="kernel", help="what one op is"
     )
@@ -151,7 +155,7 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     p.add_argument("-c", "--check", type=int, choices=[0, 1], default=1, help="check the results")
     p.add_argument("--repeat", type=int, default=1, help="rounds per task (--api kernel)")
     p.add_argument("--block-dim", type=int, default=1, help="cores per kernel launch")
-    p.add_argument("--schedule", choices=SCHEDULES, default="eager", help="emulator schedule")
+    p.add_argument("--schedule", choices=SCHEDULES, help="emulator schedule (default: as run's)")
     p.add_argument("--poison", action="store_true", help="poison receive blocks (emulator)")
     p.add_argument(
         "--quick",
@@ -208,7 +212,7 @@ def platform_for(op: str, chosen: str | None) -> str:
 
 def _unsupported(opts: argparse.Namespace, sweep: Options, chosen: str | None) -> str | None:
     """Why the platform's kernel API cannot run ``sweep`` (what to change), or None."""
-    ranks = None if opts.backend == "hccl" else opts.ranks  # hccl: the launcher's world
+    ranks = None if BACKENDS[opts.backend].on_device else opts.ranks  # the launcher's world
     if sweep.api != "kernel":
         return None
     spec = BENCH_OPS[sweep.op].spec
@@ -251,7 +255,7 @@ def _ranks_here(ranks: int, backend: str) -> int | None:
     processes = local_ranks() if under_launcher() else 1
     if processes is None:
         return None
-    if backend == "emu":
+    if BACKENDS[backend].in_process:
         return processes * ranks
     return processes if under_launcher() else ranks
 
@@ -277,14 +281,18 @@ def _check_memory(sweep: Options, ranks: int, backend: str) -> None:
 
 def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     """The sweeps and the chosen platform, or UsageError/ValueError before anything runs."""
-    checked_backend("--backend", opts.backend, BACKENDS)
-    # hp.run is given the schedule, poison and (but on hccl) the ranks; the platform is read below
-    given = {SCHEDULE_ENV, POISON_ENV, PLATFORM_ENV}
-    if opts.backend != "hccl":
+    opts.backend = checked_backend(
+        "--backend" if opts.backend else env_label(BACKEND_ENV), opts.backend or default_backend()
+    )
+    on_device = BACKENDS[opts.backend].on_device
+    # hp.run is given poison, the schedule if asked and (but on a device) the ranks; the
+    # platform is read below
+    given = {POISON_ENV, PLATFORM_ENV} | ({SCHEDULE_ENV} if opts.schedule else set())
+    if not on_device:
         given.add(WORLD_SIZE_ENV)
     environment(lambda: check_environment(opts.backend, given))
     emulator_only(opts.backend, ("", None, SEED_ENV), ("", None, EXPLORE_ENV))
-    if opts.backend != "hccl":  # hccl: the launcher's world
+    if not on_device:  # else the launcher's world
         checked_ranks("--nproc/--ranks", opts.ranks)
     in_range("--block-dim", opts.block_dim, 1, MAX_BLOCK_DIM)
     in_range("--repeat", opts.repeat, 1, MAX_REPEAT)
@@ -296,7 +304,7 @@ def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
         problem = _unsupported(opts, sweep, chosen)
         if problem:
             raise UsageError(problem)
-        if opts.backend != "hccl":  # hccl: buffers in NPU memory, which os.sysconf does not see
+        if not on_device:  # else buffers in device memory, which os.sysconf does not see
             _check_memory(sweep, opts.ranks, opts.backend)
     check_outputs(
         ("--json", opts.json, None, False),
@@ -319,7 +327,7 @@ def main(opts: argparse.Namespace) -> int:
         platform = platform_for(sweep.op, chosen)
         result = hp.run(
             rank_sweep,
-            world_size=None if opts.backend == "hccl" else opts.ranks,
+            world_size=None if BACKENDS[opts.backend].on_device else opts.ranks,
             backend=opts.backend,
             platform=platform,
             schedule=opts.schedule,

@@ -26,6 +26,8 @@ MAX_DOMAINS = 2
 MAX_BLOCK_DIM = 65535
 #: The most ranks hp.run starts (window addresses keep 16 bits of the rank).
 MAX_WORLD_SIZE = 1 << 16
+#: Ranks of ``hp.run`` when neither ``world_size`` nor a launcher says how many.
+DEFAULT_WORLD_SIZE = 4
 
 
 class HcclDataType(enum.IntEnum):

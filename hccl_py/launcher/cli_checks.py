@@ -13,8 +13,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
+from ..core.backend_info import BACKENDS
 from ..core.constants import MAX_WORLD_SIZE
 from ..core.errors import HcclError, HcclUsageError
 from ..core.newfile import exists_message, is_mine
@@ -78,14 +79,15 @@ def checked_platform(what: str, name: str) -> str:
         raise UsageError(f"{what}: {exc}") from None
 
 
-def checked_backend(what: str, name: str, backends: Collection[str]) -> str:
-    """``name`` when it is one of ``backends`` and can run here (hccl: torch_npu installed)."""
-    if name not in backends:
-        raise UsageError(f"{what}: unknown backend {name!r}; choose one of {sorted(backends)}")
-    if name == "hccl" and importlib.util.find_spec("torch_npu") is None:
+def checked_backend(what: str, name: str) -> str:
+    """``name`` when it names a backend that can run here (what it requires is installed)."""
+    if name not in BACKENDS:
+        raise UsageError(f"{what}: unknown backend {name!r}; choose one of {sorted(BACKENDS)}")
+    requires = BACKENDS[name].requires
+    if requires is not None and importlib.util.find_spec(requires[0]) is None:
         raise UsageError(
-            f"{_given(what, name)} needs torch_npu (Ascend NPUs and the CANN toolkit), which is "
-            "not installed; use the gloo backend on CPUs"
+            f"{_given(what, name)} needs {requires[0]} ({requires[1]}), which is not installed; "
+            "use the gloo backend on CPUs"
         )
     return name
 
@@ -104,7 +106,7 @@ def environment(read: Callable[[], object]) -> None:
 def emulator_only(backend: str, *settings: tuple[str, object, str]) -> None:
     """UsageError when a setting that picks the emulator's schedules is given with another
     backend: each setting is (option, its value or None, the variable that stands in for it)."""
-    if backend == "emu":
+    if BACKENDS[backend].in_process:
         return
     picked = [
         option if value is not None else env_label(env)

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ...core.config import Config
+from ...core.constants import DEFAULT_WORLD_SIZE
 from ...core.errors import HcclError
 from ...core.group import Group, group_mismatch, group_missing
 from ...core.task import Task
@@ -428,9 +429,7 @@ class DistBackend(Backend):
     ) -> list[Any]:
         """Under a launcher: run ``fn`` as this process's rank; otherwise start the world."""
         if not under_launcher():
-            n = 4 if world_size is None else int(world_size)
-            if n < 1:
-                raise ValueError(f"world_size must be >= 1, not {world_size}")
+            n = DEFAULT_WORLD_SIZE if world_size is None else world_size  # hp.run checked it
             return spawn_world(self.name, fn, args, n, config, spawned_rank)
         spec = spec_from_env()
         if spec.role == "scheduler":

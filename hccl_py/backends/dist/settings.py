@@ -22,6 +22,7 @@ import torch.distributed as dist
 from ...core.config import env_flag
 from ...core.errors import HcclMismatchError, HcclUsageError
 from ...launcher import store as kv
+from ...launcher.spec import under_launcher
 
 #: "1"/"0": compare task descriptors across ranks through the store (default: on for gloo).
 CHECK_ENV = "HCCL_PY_CHECK_TASKS"
@@ -98,3 +99,15 @@ class Settings:
                 "which process-group calls a collective makes, so set them alike on every rank",
                 rank=rank,
             )
+
+
+def check_settings() -> None:
+    """Read the gloo and HCCL backends' settings as their ranks read them, how long a store
+    may take to answer and, where hccl_py starts the rank processes (no launcher did), how it
+    starts them (``HCCL_PY_START_METHOD``: an HcclUsageError, as the launch raises it)."""
+    from ...launcher.forkserver import start_method
+
+    Settings.read(check_tasks=True, exact=True)
+    kv.answer_s()
+    if not under_launcher():
+        start_method()
