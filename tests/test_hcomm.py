@@ -429,7 +429,7 @@ BAD = {
         hp.HcclUsageError,
         "Hcomm.Drain: channel 0x4843000200000000 is a channel of rank 1",
     ),
-    "null-dst": (hp.HcclUsageError, "dst is a null address"),
+    "null-dst": (hp.HcclUsageError, "dst is null"),
     "not-peer": (hp.HcclUsageError, "not in the HCCL buffer of the channel's peer, rank 1"),
     # the peer's, but its Out window: only its In window of the communicator is its HCCL buffer
     # (before, the write landed there)

@@ -211,20 +211,8 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             expected=allowed,
             actual=dtype.name.removeprefix("HCCL_DATA_TYPE_"),
         )
-    for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
-        if buf is None or (isinstance(buf, GmAddr) and buf.is_null):
-            raise InvalidCall("bad-argument", f"{name} is null", actual=buf)
-        if not isinstance(buf, GmAddr):
-            raise InvalidCall(
-                "bad-argument",
-                f"{name} must be a GM address (a tensor argument of hp.launch, an address "
-                f"computed from one, or hp.gm_tensor's source), not {what_is(buf)}"
-                + (
-                    ": pass torch.from_numpy(array) to hp.launch"
-                    if hasattr(buf, "__array__") and not isinstance(buf, torch.Tensor)
-                    else ""
-                ),
-            )
+    checked_gm(p.send_buf, "sendBuf")
+    checked_gm(p.recv_buf, "recvBuf")
     if limits.handles_used >= HCCL_MAX_HANDLE_ID:
         raise InvalidCall(
             "handle-limit",
@@ -383,3 +371,22 @@ def _entry_bytes(values: Any) -> int | None:
     if isinstance(values, np.ndarray):
         return values.itemsize
     return None
+
+
+def checked_gm(value: Any, name: str) -> GmAddr:
+    """``value`` as a GM address argument ``name`` of a client call: not null, not anything
+    else (an InvalidCall ``bad-argument`` that says what it is and what to pass)."""
+    if value is None or (isinstance(value, GmAddr) and value.is_null):
+        raise InvalidCall("bad-argument", f"{name} is null", actual=value)
+    if not isinstance(value, GmAddr):
+        raise InvalidCall(
+            "bad-argument",
+            f"{name} must be a GM address (a tensor argument of hp.launch, an address "
+            f"computed from one, or hp.gm_tensor's source), not {what_is(value)}"
+            + (
+                ": pass torch.from_numpy(array) to hp.launch"
+                if hasattr(value, "__array__") and not isinstance(value, torch.Tensor)
+                else ""
+            ),
+        )
+    return value

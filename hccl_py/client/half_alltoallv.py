@@ -22,9 +22,9 @@ import numpy as np
 
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError, InvalidCall
-from ..core.gm import GmAddr, what_is
+from ..core.gm import GmAddr
 from .binding import Binding
-from .convert import array
+from .convert import array, checked_gm
 from .failures import Failures
 from .handle import Handle
 from .onesided import _int_arg
@@ -107,10 +107,7 @@ class WindowWriter:
                 "no tiling set for AlltoAllvWrite: call SetCcTilingV2 with the offset of an "
                 "Mc2CcTiling whose opType is HCCL_CMD_HALF_ALLTOALLV",
             )
-        if usrIn is None or (isinstance(usrIn, GmAddr) and usrIn.is_null):
-            raise InvalidCall("bad-argument", "usrIn is null")
-        if not isinstance(usrIn, GmAddr):
-            raise InvalidCall("bad-argument", f"usrIn must be a GM address, not {what_is(usrIn)}")
+        checked_gm(usrIn, "usrIn")
         # localDataSize is the bytes the peers write into this card; the CCU client stores it
         # as the message's count without a check (0 included), so it bounds nothing here.
         size = _int_arg(localDataSize)

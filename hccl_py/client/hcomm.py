@@ -35,6 +35,7 @@ from ..kernel.context import current_rank_context
 from ..server.remote_writes import Copies, Immediate
 from ..server.windows import WindowAllocation
 from .channels import Channel, channel_of, owner_of
+from .convert import checked_gm
 from .failures import breach
 from .onesided import _int_arg
 
@@ -250,17 +251,9 @@ class Hcomm:
         return copies
 
 
-def _address(addr: Any, what: str) -> GmAddr:
-    if addr is None or (isinstance(addr, GmAddr) and addr.is_null):
-        raise InvalidCall("bad-argument", f"{what} is a null address")
-    if not isinstance(addr, GmAddr):
-        raise InvalidCall("bad-argument", f"{what} must be a GM address, not {what_is(addr)}")
-    return addr
-
-
 def _remote(found: Channel, addr: Any, nbytes: int, what: str) -> None:
     """``addr`` must lie in the channel peer's HCCL buffer (HcommFindBufferIdx)."""
-    addr = _address(addr, what)
+    addr = checked_gm(addr, what)
     alloc = addr.alloc
     peer = found.peer
     if (
@@ -289,7 +282,7 @@ def _remote(found: Channel, addr: Any, nbytes: int, what: str) -> None:
 
 def _local(found: Channel, addr: Any, nbytes: int, what: str) -> None:
     """``addr`` must be this rank's memory, ``nbytes`` of it."""
-    addr = _address(addr, what)
+    addr = checked_gm(addr, what)
     if addr.rank != found.owner:
         raise InvalidCall(
             "foreign-memory",

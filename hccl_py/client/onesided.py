@@ -29,7 +29,7 @@ from ..kernel.cores import CoreContext
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
 from .binding import Binding
-from .convert import slots_used
+from .convert import checked_gm, slots_used
 from .failures import Failures
 from .handle import Handle
 from .sender import calling_core, core_problem, has_other_cores, is_sender
@@ -278,12 +278,7 @@ class OneSided:
                 "no tiling set for BatchWrite: call SetCcTilingV2 with the offset of an "
                 "Mc2CcTiling whose opType is HCCL_CMD_BATCH_WRITE",
             )
-        if info is None or (isinstance(info, GmAddr) and info.is_null):
-            raise InvalidCall("bad-argument", "batchWriteInfo is null", actual=info)
-        if not isinstance(info, GmAddr):
-            raise InvalidCall(
-                "bad-argument", f"batchWriteInfo must be a GM address, not {what_is(info)}"
-            )
+        checked_gm(info, "batchWriteInfo")
         n = _int_arg(itemNum)
         if n is None or n <= 0:
             raise InvalidCall("bad-argument", "itemNum must be a positive int", actual=itemNum)
