@@ -136,6 +136,11 @@ class Binding:
         """``Mc2InitTiling.queueNum`` of the tiling this object was initialised with."""
         return self._init_field("queueNum")
 
+    def has_tiling(self, cmd: Any) -> bool:
+        """Whether a call of type ``cmd`` may go out: a cc tiling of that type was set, or the
+        object was initialised without tiling (``Init(context)``)."""
+        return self.mode == "Init-no-tiling" or cmd in self.cc
+
     def reads_compute_only(self) -> bool:
         """Whether the tiling's debugMode is 1, HCCL_ONLY_COMPUTE, on the AI CPU client: its
         Wait, Commit and Finalize then never wait (hccl_aicpu_impl.h) and the server does not

@@ -184,11 +184,7 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
     if limits.kernel_api and not platform.supports(spec.cmd):
         raise InvalidCall("unsupported", f"{spec.name} is not supported on {platform.name}")
     if not limits.has_tiling:
-        raise InvalidCall(
-            "no-tiling",
-            f"no tiling set for {spec.name}: call SetCcTilingV2 with the offset of an "
-            f"Mc2CcTiling whose opType is {spec.cmd.name}",
-        )
+        raise no_tiling(spec.name, spec.cmd)
     repeat = p.repeat
     if not isinstance(repeat, (int, np.integer)) or not 1 <= int(repeat) <= MAX_REPEAT:
         raise InvalidCall(
@@ -390,3 +386,12 @@ def checked_gm(value: Any, name: str) -> GmAddr:
             ),
         )
     return value
+
+
+def no_tiling(name: str, cmd: HcclCMDType) -> InvalidCall:
+    """The refusal of a call ``name`` whose object has no cc tiling of type ``cmd``."""
+    return InvalidCall(
+        "no-tiling",
+        f"no tiling set for {name}: call SetCcTilingV2 with the offset of an Mc2CcTiling whose "
+        f"opType is {cmd.name}",
+    )

@@ -24,7 +24,7 @@ from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr
 from .binding import Binding
-from .convert import array, checked_gm
+from .convert import array, checked_gm, no_tiling
 from .failures import Failures
 from .handle import Handle
 from .onesided import _int_arg
@@ -101,12 +101,8 @@ class WindowWriter:
                 f"AlltoAllvWrite is not supported by the AI CPU server on {platform.name} (the "
                 "official client returns -1): use Hccl[HCCL_SERVER_TYPE_CCU]",
             )
-        if self._binding.mode != "Init-no-tiling" and _HALF not in self._binding.cc:
-            raise InvalidCall(
-                "no-tiling",
-                "no tiling set for AlltoAllvWrite: call SetCcTilingV2 with the offset of an "
-                "Mc2CcTiling whose opType is HCCL_CMD_HALF_ALLTOALLV",
-            )
+        if not self._binding.has_tiling(_HALF):
+            raise no_tiling("AlltoAllvWrite", _HALF)
         checked_gm(usrIn, "usrIn")
         # localDataSize is the bytes the peers write into this card; the CCU client stores it
         # as the message's count without a check (0 included), so it bounds nothing here.

@@ -29,7 +29,7 @@ from ..kernel.cores import CoreContext
 from ..ops.batch_write import ITEM_DTYPES, decode_items
 from ..server.windows import WindowAllocation
 from .binding import Binding
-from .convert import checked_gm, slots_used
+from .convert import checked_gm, no_tiling, slots_used
 from .failures import Failures
 from .handle import Handle
 from .sender import calling_core, core_problem, has_other_cores, is_sender
@@ -272,12 +272,8 @@ class OneSided:
         platform = self._binding.state.rank_ctx.config.platform
         if not platform.supports(_BW) or platform.batch_write_format is None:
             raise InvalidCall("unsupported", f"BatchWrite is not supported on {platform.name}")
-        if self._binding.mode != "Init-no-tiling" and _BW not in self._binding.cc:
-            raise InvalidCall(
-                "no-tiling",
-                "no tiling set for BatchWrite: call SetCcTilingV2 with the offset of an "
-                "Mc2CcTiling whose opType is HCCL_CMD_BATCH_WRITE",
-            )
+        if not self._binding.has_tiling(_BW):
+            raise no_tiling("BatchWrite", _BW)
         checked_gm(info, "batchWriteInfo")
         n = _int_arg(itemNum)
         if n is None or n <= 0:

@@ -47,7 +47,7 @@ class PreparePath:
         return Limits(
             platform=platform,
             kernel_api=b.framework is None,
-            has_tiling=b.mode == "Init-no-tiling" or op in b.cc,
+            has_tiling=b.has_tiling(op),
             handles_used=len(b.handles),
             syncs_used=b.n_syncs,
             rank_dim=b.state.rank_dim,
