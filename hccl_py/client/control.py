@@ -69,11 +69,8 @@ class HandleControl:
 
     def _usable_info(self, call: str, handleId: Any) -> tuple[Handle | None, int]:
         """(the handle, 0), or (None, -1) for an unusable object or an unknown handle."""
-        unusable = self._binding.unusable(sends=False)
-        if unusable:
-            return None, self._failures.breach(
-                unusable[0], f"{call}: {unusable[1]}", handle=handleId
-            )
+        if self._failures.unusable(self._binding, call, sends=False, handle=handleId):
+            return None, HCCL_FAILED
         info = self._binding.handle(handleId)
         if info is None:
             return None, self._unknown_handle(call, handleId)
@@ -91,9 +88,7 @@ class HandleControl:
     def commit(self, handleId: Any) -> None:
         """Commit: let the server run the next round of ``handleId``."""
         b, breach = self._binding, self._failures.breach
-        unusable = b.unusable(sends=False)
-        if unusable:
-            breach(unusable[0], f"Commit: {unusable[1]}", None, handle=handleId)
+        if self._failures.unusable(b, "Commit", sends=False, handle=handleId):
             return
         info = b.handle(handleId)
         if info is None:
@@ -341,9 +336,7 @@ class HandleControl:
     def inter_group_sync(self, srcGroupID: Any, srcHandleID: Any) -> None:
         """InterHcclGroupSync: later tasks start after task ``srcHandleID`` of ``srcGroupID``."""
         b, breach = self._binding, self._failures.breach
-        unusable = b.unusable()
-        if unusable:
-            breach(unusable[0], f"InterHcclGroupSync: {unusable[1]}", None)
+        if self._failures.unusable(b, "InterHcclGroupSync"):
             return
         platform = b.state.rank_ctx.config.platform
         if not platform.has_group_sync:

@@ -81,6 +81,15 @@ class Failures:
         """:func:`breach` for this object's domain, kept as its ``last_error``."""
         return breach(rule_id, reason, ret, self._note, alone, domain=self._domain(), **facts)
 
+    def unusable(self, binding: Any, call: str, sends: bool = True, **facts: Any) -> bool:
+        """Whether ``binding`` (the object's :class:`~.binding.Binding`) cannot serve ``call``
+        (not initialised, finalized ...); if so the breach is made (raised, or warned and kept
+        as ``last_error``), and the call returns its failure value."""
+        unusable = binding.unusable(sends=sends)
+        if unusable:
+            self.breach(unusable[0], f"{call}: {unusable[1]}", None, **facts)
+        return bool(unusable)
+
     def refuse(self, name: str, bad: InvalidCall, alone: bool = False, **facts: Any) -> int:
         """A Prepare-like call ``name`` that ``bad`` says may not run: -1, or its error.
 

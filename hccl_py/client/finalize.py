@@ -44,9 +44,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
             None,
         )
         return
-    unusable = b.unusable(sends=False)
-    if unusable:
-        breach(unusable[0], f"Finalize: {unusable[1]}", None)
+    if failures.unusable(b, "Finalize", sends=False):
         return
     state = b.state
     core = calling_core()

@@ -53,11 +53,8 @@ class WindowWriter:
         """AlltoAllvWrite: a handle, or -1; with ``commit``, ``commit_call`` commits it."""
         b, failures = self._binding, self._failures
         name = "AlltoAllvWrite"
-        unusable = b.unusable()
-        if unusable:
-            return failures.breach(
-                unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
-            )
+        if failures.unusable(b, name, op=name):
+            return INVALID_HANDLE_ID
         core = calling_core()
         handle = len(b.handles)
         task = copies = None

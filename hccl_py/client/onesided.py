@@ -116,9 +116,7 @@ class OneSided:
     def queue_barrier(self, queueID: Any, scope: ScopeType) -> None:
         """QueueBarrier: a barrier message on queue ``queueID``."""
         b, breach = self._binding, self._failures.breach
-        unusable = b.unusable()
-        if unusable:
-            breach(unusable[0], f"QueueBarrier: {unusable[1]}", None)
+        if self._failures.unusable(b, "QueueBarrier"):
             return
         platform = b.state.rank_ctx.config.platform
         if not platform.has_queues:
@@ -212,11 +210,8 @@ class OneSided:
         """BatchWrite: the handle id, or -1 (nothing sent) for a call the client rejects."""
         b, failures = self._binding, self._failures
         name = "BatchWrite"
-        unusable = b.unusable()
-        if unusable:
-            return failures.breach(
-                unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
-            )
+        if failures.unusable(b, name, op=name):
+            return INVALID_HANDLE_ID
         try:
             queues = self._check_batch_write(batchWriteInfo, itemNum, queueID)
         except InvalidCall as bad:

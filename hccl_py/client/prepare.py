@@ -88,11 +88,8 @@ class PreparePath:
         """
         b, failures = self._binding, self._failures
         op, name = param.spec.cmd, param.spec.name
-        unusable = b.unusable()
-        if unusable:
-            return failures.breach(
-                unusable[0], f"{name}: {unusable[1]}", INVALID_HANDLE_ID, op=name
-            )
+        if failures.unusable(b, name, op=name):
+            return INVALID_HANDLE_ID
         if queues := b.queues_read():
             return failures.breach(
                 "queued-collective",
