@@ -386,3 +386,35 @@ def test_an_init_tiling_of_the_wrong_kind_is_a_usage_error_not_a_raw_one(
     failure = info.value.failures[0]
     assert isinstance(failure, error) and failure.rank == 0, repr(failure)
     assert said in str(failure), failure
+
+
+def _kernel_of_one_buffer(xGM: hp.GmAddr) -> None:
+    pass
+
+
+def launch_on_another_device() -> list[str]:
+    """A rank whose device is not the CPU (as an NPU rank's) given CPU tensors."""
+    hp.kernel.context.current_rank_context().device = torch.device("meta")
+    said = []
+    for call in (
+        lambda: hp.launch(_kernel_of_one_buffer, torch.zeros(4)),
+        lambda: hp.all_gather_into_tensor(torch.zeros(8), torch.zeros(4)),
+    ):
+        try:
+            call()
+        except ValueError as exc:
+            said.append(str(exc))
+    return said
+
+
+def test_a_tensor_on_another_device_than_the_ranks_is_refused_by_name() -> None:
+    """On an NPU rank a CPU tensor (or one on another NPU) failed inside torch_npu's process
+    group, in a domain thread, or made it build a communicator for that device (a torch_npu
+    audit): the launch and the framework collectives now name the device."""
+    (said,) = hp.run(launch_on_another_device, world_size=1, timeout=RUN_TIMEOUT)
+    assert len(said) == 2, said
+    assert said[0] == (
+        "GM buffer xGM of shape (4,) is on cpu, but rank 0 runs on meta: create it on "
+        "hp.device() or move it there (.to(hp.device()))"
+    )
+    assert "output_tensor (shape (8,)) is on cpu, but rank 0 runs on meta" in said[1], said[1]

@@ -392,6 +392,13 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     (a tiling) the address of a copy of its bytes; anything else is passed as is.
     """
     if isinstance(arg, torch.Tensor):
+        ctx = current_rank(required=False)
+        if ctx is not None and ctx.rank == rank and not arg.is_meta and arg.device != ctx.device:
+            raise ValueError(
+                f"GM buffer{f' {name}' if name else ''} of shape {tuple(arg.shape)} is on "
+                f"{arg.device}, but rank {rank} runs on {ctx.device}: create it on "
+                "hp.device() or move it there (.to(hp.device()))"
+            )
         return GmAddr(Allocation(arg, rank, name))
     if arg is None:
         return NULL

@@ -56,6 +56,13 @@ def check_tensor(op: str, name: str, value: Any, written: bool = False) -> torch
             f"{where(op)}: {name} (shape {tuple(value.shape)}) is on the meta device, which "
             "holds no data; create it on hp.device()"
         )
+    ctx = current_rank_context()
+    if value.device != ctx.device:
+        raise ValueError(
+            f"{where(op)}: {name} (shape {tuple(value.shape)}) is on {value.device}, but rank "
+            f"{ctx.rank} runs on {ctx.device}: create it on hp.device() or move it there "
+            "(.to(hp.device()))"
+        )
     if written and _shares_elements(value):
         raise ValueError(
             f"{where(op)}: {name} (shape {tuple(value.shape)}, strides {value.stride()}) has "
