@@ -79,7 +79,9 @@ def npu_hcom() -> str | None:
     import torch_npu  # noqa: F401 - registers the NPU backend
 
     group = dist.distributed_c10d._get_default_group()
-    return group._get_backend(hp.device()).get_hccl_comm_name(hp.get_rank())
+    # torch_npu takes the argument to a device (rankid % device_count): this rank's own
+    # device index is right in every layout (fewer ranks than NPUs, ASCEND_RT_VISIBLE_DEVICES)
+    return group._get_backend(hp.device()).get_hccl_comm_name(hp.device().index)
 
 
 def split_to_core(total: int, cores: int, core: int) -> tuple[int, int]:
