@@ -18,7 +18,7 @@ from test_windows import FLAG, client, tiling
 import hccl_py as hp
 from hccl_py.server.stalls import KernelStalls
 
-TIMEOUT = 2.0
+TIMEOUT = 1.0
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
