@@ -418,3 +418,22 @@ def test_a_tensor_on_another_device_than_the_ranks_is_refused_by_name() -> None:
         "hp.device() or move it there (.to(hp.device()))"
     )
     assert "output_tensor (shape (8,)) is on cpu, but rank 0 runs on meta" in said[1], said[1]
+
+
+def _view_of_the_null_address() -> None:
+    hp.gm_tensor(hp.GmAddr.from_int(0), torch.float32, 1)[0] = 1.0
+
+
+def test_a_view_of_the_null_address_names_the_rank() -> None:
+    """A window address that GetWindowsInAddr returned null for (a rank out of range) was viewed:
+    the report had no [rank N] head, unlike every other (a new porter's trial)."""
+
+    def main() -> None:
+        if hp.get_rank() == 1:
+            hp.launch(_view_of_the_null_address)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, timeout=RUN_TIMEOUT)
+    error = info.value.failures[1]
+    assert isinstance(error, hp.HcclBoundsError) and error.rank == 1
+    assert str(error).startswith("[rank 1] GM view: null address"), str(error)

@@ -271,7 +271,7 @@ class GmAddr:
     def check_range(self, nbytes: int, what: str = "access") -> None:
         """Raise :class:`HcclBoundsError` unless ``[self, self + nbytes)`` is inside the allocation."""
         if self.alloc is None:
-            raise HcclBoundsError(f"{what}: null address")
+            raise HcclBoundsError(f"{what}: null address", rank=self._accessor())
         size = as_index(nbytes)
         if size is None:
             raise HcclUsageError(
