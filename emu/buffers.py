@@ -49,7 +49,7 @@ from hccl_py.sanitizer.poison import skipped_block
 
 from .findings import Finding, Mark, findings
 from .intervals import Runs
-from .races import place_text, user_frame, user_place
+from .races import accessor, place_text, user_frame, user_place
 from .server_order import Ordered, dep_keys
 from .slot import Slot
 
@@ -107,7 +107,7 @@ class Round:
             (True, "recv"): "the round may overwrite the kernel's write, or not",
         }[(found.written, mark.side)]
         return HcclRaceError(
-            f"collective buffer race: rank {rank} {'writes' if found.written else 'reads'} bytes "
+            f"collective buffer race: {accessor(rank)} {'writes' if found.written else 'reads'} bytes "
             f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
             f"Wait of {self.describe()}, committed at {self.where}: the server "
             f"{_SERVER_DOES[mark.side]} these bytes (the {side} buffer) when the round runs, so "

@@ -44,6 +44,7 @@ import torch
 
 from hccl_py.core import report
 from hccl_py.core.report import PACKAGE_DIR
+from hccl_py.kernel.context import core_name, current_core_context
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation
 
 from .intervals import IntervalMap, Runs
@@ -78,6 +79,15 @@ def user_place() -> tuple[CodeType, int] | None:
             _SKIPPED_FILES.add(filename)
         frame = frame.f_back
     return None
+
+
+def accessor(rank: int) -> str:
+    """Who makes the current access, as a report names it: ``rank 0``, and in a kernel of
+    several cores the core too (``rank 0 AIV core 1``)."""
+    core = current_core_context()
+    if core is None or core.launch.alone:
+        return f"rank {rank}"
+    return f"rank {rank} {core_name(core)}"
 
 
 def place_text(place: tuple[CodeType, int] | None) -> str:

@@ -937,6 +937,24 @@ def test_race_read_before_wait_is_reported_on_every_schedule() -> None:
         check(err, hp.HcclRaceError, "collective buffer race: rank 0 reads bytes [0, 32) of y at")
 
 
+def test_a_race_in_a_kernel_of_several_cores_names_the_core() -> None:
+    """A race report said "rank 0 reads" in a kernel of several cores: the core that read too
+    early is the branch to fix (a new porter's trial)."""
+
+    def kernel(x: Any, y: Any, t: Any) -> None:
+        h = comm(t)
+        handle = h.AllGather[True](x, y, N, F32)
+        if hp.GetBlockIdx() == 1:
+            float(hp.gm_tensor(y, torch.float32, 1)[0])  # before the round is ordered
+        hp.SyncAll()
+        h.Wait(handle)
+        hp.SyncAll()
+        h.Finalize()
+
+    err = fails(spmd(kernel, block_dim=2), n=1)
+    check(err, hp.HcclRaceError, "collective buffer race: rank 0 AIV core 1 reads bytes [0, 4)")
+
+
 def _hidden_reader() -> tuple[Kernel, dict[int, torch.Tensor]]:
     """An AllGather kernel that copies its output before Wait through a numpy view.
 
