@@ -595,7 +595,8 @@ def test_hp_run_refuses_an_empty_value_instead_of_running_the_default(
 def test_no_caller_branches_on_a_backends_name() -> None:
     """Backend differences live in the registry (hccl_py/core/backend_info.py) and behind the
     server protocol: nothing compares a backend's name with a literal."""
-    pattern = re.compile(r"""[!=]=\s*["'](emu|gloo|hccl)["']|["'](emu|gloo|hccl)["']\s*[!=]=""")
+    name = r"""["'](emu|gloo|hccl)["']"""
+    pattern = re.compile(rf"[!=]=\s*{name}|{name}\s*[!=]=|\bin\s*[(\[{{][^)\]}}]*{name}")
     root = Path(hp.__file__).parent
     found = [
         f"{path.relative_to(root.parent)}:{n}"

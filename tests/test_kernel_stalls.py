@@ -8,6 +8,7 @@ a peer had returned (a new porter's trial). Its rank's watchdog now stops the ke
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 
@@ -19,6 +20,9 @@ import hccl_py as hp
 from hccl_py.server.stalls import KernelStalls
 
 TIMEOUT = 1.0
+#: A longer one where a valid kernel's stretches of own code and waits must each stay below it
+#: with room to spare on a loaded machine.
+CALLS_TIMEOUT = 3.0
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
@@ -40,6 +44,10 @@ def test_every_rank_polling_a_held_view_ends_at_the_timeout_naming_the_line() ->
     with pytest.raises(hp.WorldError) as info:
         hp.run(every_rank_polls_a_held_view, world_size=2, backend="gloo", timeout=TIMEOUT)
     assert sorted(info.value.failures) == [0, 1]
+    lines, first = inspect.getsourcelines(_poll_held_view)
+    line = first + next(i for i, text in enumerate(lines) if "nobody writes it" in text)
+    site = f"at test_kernel_stalls.py:{line} in _poll_held_view"
+    assert str(info.value).count(site) == 2, str(info.value)  # the kernel's line, not launch's
     for rank, error in info.value.failures.items():
         assert isinstance(error, hp.HcclTimeoutError), repr(error)
         text = str(error)
@@ -86,6 +94,50 @@ def test_a_kernel_that_keeps_calling_hccl_py_is_not_stopped() -> None:
     """Each hccl_py call starts the clock again: only code that calls none for the timeout ends."""
     got = hp.run(
         calls_hccl_py_longer_than_the_timeout, world_size=2, backend="gloo", timeout=TIMEOUT
+    )
+    assert got == [True, True]
+
+
+def _cores_meet_by_flags(xGM: hp.GmAddr) -> None:
+    for _ in range(12):
+        time.sleep(CALLS_TIMEOUT / 10)  # a tile's compute
+        hp.CrossCoreSetFlag[0, hp.Pipe.PIPE_MTE3](1)  # mode 0: the AIV cores meet
+        hp.CrossCoreWaitFlag(1)
+
+
+def _waits_in_a_flag(xGM: hp.GmAddr) -> None:
+    if hp.GetBlockIdx() == 0:
+        time.sleep(0.6 * CALLS_TIMEOUT)  # then waits 0.7 of the timeout for core 1 at the flag
+    else:
+        for _ in range(2):
+            time.sleep(0.65 * CALLS_TIMEOUT)
+            hp.gm_tensor(xGM, torch.float32, 1)  # an hccl_py call: its clock starts again
+    hp.CrossCoreSetFlag[0, hp.Pipe.PIPE_MTE3](1)  # mode 0: a barrier of the AIV cores
+    hp.CrossCoreWaitFlag(1)
+
+
+def _waits_in_a_collective(xGM: hp.GmAddr) -> None:
+    time.sleep(0.6 * CALLS_TIMEOUT)  # then waits 0.7 of the timeout for rank 1
+    hp.all_reduce(torch.ones(2))
+
+
+def pipelines_longer_than_the_timeout() -> bool:
+    hp.launch(_cores_meet_by_flags, torch.zeros(1), block_dim=2)
+    hp.launch(_waits_in_a_flag, torch.zeros(1), block_dim=2)
+    if hp.get_rank() == 0:
+        hp.launch(_waits_in_a_collective, torch.zeros(1))
+    else:  # its part of rank 0's all_reduce, late
+        time.sleep(1.3 * CALLS_TIMEOUT)
+        hp.all_reduce(torch.ones(2))
+    return True
+
+
+def test_hccl_py_calls_that_serial_does_not_wrap_start_the_clock_again() -> None:
+    """A review of the first version: CrossCore flags, a wait in one, and a framework
+    collective inside a kernel did not count as hccl_py calls, so valid kernels whose own code
+    between calls was short were stopped (inside hccl_py's waits, with an empty stack)."""
+    got = hp.run(
+        pipelines_longer_than_the_timeout, world_size=2, backend="gloo", timeout=CALLS_TIMEOUT
     )
     assert got == [True, True]
 

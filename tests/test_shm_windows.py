@@ -402,16 +402,6 @@ CTRL_C_RUNNER = (
 )
 
 
-#: ``python -m hccl_py`` with Ctrl-C's default handler: a Python that starts with SIGINT
-#: ignored keeps it ignored, and the pytest worker that starts the runner may have it so (a
-#: thread of the worker in C's ``system()`` ignores SIGINT and SIGQUIT for the whole process
-#: meanwhile; seen in full runs of the suite: the runner ignored the signal and the ranks lived on).
-CTRL_C_RUNNER = (
-    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "sys.argv[0] = 'hccl_py'; runpy.run_module('hccl_py', run_name='__main__', alter_sys=True)"
-)
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
 def test_window_memory_goes_with_the_ranks_when_the_runner_is_killed(
     tmp_path: Path, sig: signal.Signals

@@ -120,7 +120,8 @@ class Config:
     - ``timeout``: seconds any blocking call may wait (``HCCL_PY_TIMEOUT``; ``inf``: no
       limit). It bounds the whole run too: ranks that run their own code for that long
       while nothing else progresses (emulator), or after another rank returned (gloo),
-      are stopped and reported with their Python stack.
+      and kernel threads that run their own code for that long between two hccl_py calls
+      (gloo, HCCL), are stopped and reported with their Python stack.
     - ``schedule``: "eager" runs a round as soon as every rank committed it; "late"
       runs it as late as possible: only when no rank or core of the world can go on
       (every one waits in Wait, Finalize, SyncAll ... or polls a value nobody changed).

@@ -181,6 +181,7 @@ def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
 def _set_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
     core = _kernel_core("CrossCoreSetFlag", flagId, mode)
     _check_mode("CrossCoreSetFlag", core, mode, pipe, SET_PIPES)
+    core.launch.rank_ctx.server.kernel_call()
     blocker = core.launch.rank_ctx.blocker
     with blocker.cond:
         _flags(core.launch).set(core, mode, flagId)
@@ -242,6 +243,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     """
     core = _kernel_core("CrossCoreWaitFlag", flagId, mode)
     _check_mode("CrossCoreWaitFlag", core, mode, pipe, WAIT_PIPES)
+    core.launch.rank_ctx.server.kernel_call()
     launch = core.launch
     flags = _flags(launch)
     blocker = launch.rank_ctx.blocker
@@ -257,6 +259,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
             f"rank {launch.rank_ctx.rank} {core_name(core)} waits in CrossCoreWaitFlag({flagId})"
         ),
     )
+    launch.rank_ctx.server.kernel_call()
     with blocker.cond:
         if flags.completions.get(key):
             launch.order.acquire(core, flags.completions[key].popleft())

@@ -297,6 +297,10 @@ class Lifecycle:
         ``who`` names the core in reports (``AIV core 1``; empty for a kernel of one core)."""
         return contextlib.nullcontext()
 
+    def kernel_call(self) -> None:  # noqa: B027 - optional hook
+        """A kernel thread is in an hccl_py call that ``serial`` does not wrap (a CrossCore flag):
+        it is not stuck in its own code (see :mod:`hccl_py.server.stalls`)."""
+
     def forget(self) -> None:  # noqa: B027 - optional hook
         """Drop what this rank published for the run (no rank checks it any more)."""
 

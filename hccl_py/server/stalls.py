@@ -4,12 +4,14 @@ The emulator stops a runner that keeps its baton for the run's timeout without
 an hccl_py call. Real threads have no baton: a kernel that polls a flag through
 a tensor view it holds (``while int(flag[0]) != 1``) makes no hccl_py call, and
 a flag that nobody writes would keep it spinning for ever. So every hccl_py call
-of a kernel thread enters :class:`KernelStalls` (the server's ``serial``), which
-notes when the thread was last inside one, and the rank's watchdog calls
-:meth:`KernelStalls.stop_stuck`: a kernel thread that ran its own code for the
-run's timeout is stopped at its next bytecode with an :class:`HcclTimeoutError`
-that shows where it runs. A thread inside an hccl_py call (a Wait, a framework
-collective) is never stopped this way: those calls have timeouts of their own.
+of a kernel thread enters :class:`KernelStalls` (the server's ``serial``; CrossCore
+flags call :meth:`KernelStalls.touch`), which notes when the thread was last
+inside one, and the rank's watchdog calls :meth:`KernelStalls.stop_stuck`: a
+kernel thread that ran its own code for the run's timeout is stopped at its next
+bytecode with an :class:`HcclTimeoutError` that shows where it runs. A thread
+found inside hccl_py's code (a Wait, a flag, a framework collective, a nested
+launch) is in a call and is never stopped this way: those calls have timeouts of
+their own.
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
+
+import torch
 
 from ..core.errors import HcclTimeoutError
 from .threads import raise_in_thread
@@ -66,45 +72,83 @@ class KernelStalls:
         with self.lock:
             outer = self.threads.get(me)  # a framework collective's launch inside a kernel
             self.threads[me] = [0, time.monotonic(), (rank, who)]
+            self.reports.pop(me, None)
         try:
-            yield
-        except _Stopped:
-            raise self.reports.pop(me) from None
-        finally:
-            with self.lock:
-                if outer is None:
-                    self.threads.pop(me, None)
-                else:
-                    self.threads[me] = outer
+            try:
+                yield
+            finally:
+                with self.lock:
+                    if outer is None:
+                        self.threads.pop(me, None)
+                    else:  # the outer kernel waited for this one: an hccl_py call
+                        outer[1] = time.monotonic()
+                        self.threads[me] = outer
+        except _Stopped as stopped:  # it lands before the thread leaves (the lock says so)
+            raise self.reports.pop(me).with_traceback(stopped.__traceback__) from None
+
+    def touch(self) -> None:
+        """The calling kernel thread is in an hccl_py call now (one that ``serial`` does not
+        wrap)."""
+        entry = self.threads.get(threading.get_ident())
+        if entry is not None:
+            entry[1] = time.monotonic()
 
     def stop_stuck(self) -> None:
-        """Stop every kernel thread that ran its own code for the timeout (the watchdog's call)."""
+        """Stop every kernel thread that ran its own code for the timeout (the watchdog's call).
+
+        A thread found inside hccl_py's code now (a wait of a CrossCore flag, a framework
+        collective, a nested launch) is in an hccl_py call: its clock starts again.
+        """
         now = time.monotonic()
+        frames = sys._current_frames()
         with self.lock:
-            for ident, (depth, left, (rank, who)) in list(self.threads.items()):
+            for ident, entry in list(self.threads.items()):
+                depth, left, (rank, who) = entry
                 if depth or now - left < self.timeout or ident in self.reports:
+                    continue
+                frame = frames.get(ident)
+                if frame is None or _inside_hccl_py(frame):
+                    entry[1] = now
                     continue
                 self.reports[ident] = HcclTimeoutError(
                     f"rank {rank}{f' {who}' if who else ''} ran its kernel's own code for "
                     f"{self.timeout:g} s (the run's timeout) without an hccl_py call: a loop that "
-                    "polls a flag through a tensor it holds, with nobody to write the flag? It "
-                    f"runs here:\n{_stack(ident)}",
+                    f"polls a flag through a tensor it holds, with nobody to write the flag? It "
+                    f"runs here:\n{_stack(frame)}",
                     rank=rank,
                 )
-                # Under the lock: the thread cannot be entering an hccl_py call meanwhile.
+                # Under the lock, which the thread takes to enter an hccl_py call or to leave
+                # the kernel: the exception lands in its own code, or as it takes the lock
+                # (then before the call starts, or before the kernel ends), and is turned into
+                # the report by ``kernel``.
                 raise_in_thread(ident, _Stopped)
 
 
-def _stack(ident: int) -> str:
-    """Where thread ``ident`` runs: its frames inside the kernel (after hccl_py's last one)."""
-    frame = sys._current_frames().get(ident)
-    if frame is None:
-        return "  (its stack is not available)"
+#: Where hccl_py's own modules are (the emulator of a source checkout too: it is not a kernel's).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: Where the modules a kernel calls into but are not hccl_py are: torch and Python's own.
+_LIBRARIES = tuple(
+    os.path.join(os.path.abspath(folder), "")
+    for folder in (*torch.__path__, sysconfig.get_paths()["stdlib"])
+)
+
+
+def _inside_hccl_py(frame: FrameType) -> bool:
+    """Whether the innermost frame that is not torch's or Python's own is hccl_py's: the
+    thread is inside an hccl_py call (else in the kernel's own code)."""
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if path.startswith(_PACKAGE) or frame.f_globals.get("__name__", "").startswith("hccl_py."):
+            return True
+        if not path.startswith(_LIBRARIES) and not path.startswith("<"):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _stack(frame: FrameType) -> str:
+    """Where a thread runs: its frames inside the kernel (after hccl_py's last one)."""
     frames = traceback.extract_stack(frame)
-    ours = [i for i, f in enumerate(frames) if f.filename.startswith(_PACKAGE)]
+    ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE)]
     kernel = frames[ours[-1] + 1 :] if ours else frames
     return "".join(traceback.format_list(kernel[-STACK_LINES:])).rstrip()
-
-
-#: Where hccl_py's own modules are.
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -118,6 +118,10 @@ class DistServer(ExchangeMeetings, Server):
         """One core's run of a kernel: stopped if it runs its own code for the timeout."""
         return self.stalls.kernel(rank, who)
 
+    def kernel_call(self) -> None:
+        """A kernel thread's CrossCore flag call: its clock of own code starts again."""
+        self.stalls.touch()
+
     def group_timeout(self) -> float:
         """Seconds creating a domain may wait for its ranks (``timeout``, at least 30 s)."""
         return max(self.config.timeout, MIN_PG_TIMEOUT_S)

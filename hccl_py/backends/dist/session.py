@@ -178,8 +178,9 @@ class Session:
             if self.spec.launcher == "spawn" and os.getppid() != parent:
                 leave_orphaned(self.rank, "the parent process is gone")
             try:
-                if self.server is not None:
-                    self.server.stalls.stop_stuck()
+                server = self.server
+                if server is not None:
+                    server.stalls.stop_stuck()
                 self.store.add(kv.heartbeat_key(self.rank), 1)
                 if self.abort is None and self.store.check([kv.ABORT]):
                     self._aborted(exchange.read_abort(self.store))

@@ -125,22 +125,34 @@ def open_window(pid: str, ref: str, nbytes: int) -> mmap.mmap:
     if parsed is None or _PID.fullmatch(pid) is None:
         raise HcclNoWindowsError(f"refused window {pid}:{ref!r}: not a window hccl_py publishes")
     number, ident = parsed.groups()
-    path = f"/proc/{pid}/fd/{number}"
+    path, expected = f"/proc/{pid}/fd/{number}", f"/memfd:{NAME_PREFIX}{ident} (deleted)"
+    try:  # what the descriptor is, before opening it: nothing else is ever opened
+        named = os.readlink(path)
+    except OSError as exc:
+        raise HcclNoWindowsError(
+            f"cannot open the window {path} of process {pid}: {exc.strerror}"
+        ) from None
+    if named != expected:
+        raise HcclNoWindowsError(
+            f"refused the window {path} of process {pid}: it is {named}, not the window "
+            f"{NAME_PREFIX}{ident}"
+        )
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise HcclNoWindowsError(
             f"cannot open the window {path} of process {pid}: {exc.strerror}"
         ) from None
     try:
-        try:
+        try:  # the same descriptor still (the process may have closed it and opened another)
             name = os.readlink(f"/proc/self/fd/{fd}")
         except OSError as exc:
             name = f"unreadable ({exc.strerror})"
         st = os.fstat(fd)
         problem = (
             f"it is {name}, not the window {NAME_PREFIX}{ident}"
-            if name != f"/memfd:{NAME_PREFIX}{ident} (deleted)"
+            if name != expected
             else f"owned by uid {st.st_uid}, not by this user ({os.geteuid()})"
             if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode)
             else f"{st.st_size} bytes, not {nbytes} (do the ranks set different {BUFFSIZE_ENV}?)"
