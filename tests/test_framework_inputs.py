@@ -447,3 +447,19 @@ def test_non_contiguous_outputs_whose_elements_are_apart_are_written() -> None:
 
     want = [[0.0, SENTINEL], [0.0, SENTINEL], [1.0, SENTINEL], [1.0, SENTINEL]]
     assert hp.run(gather, world_size=WORLD, timeout=TIMEOUT) == [want] * WORLD
+
+
+def paddle_min_as_an_int() -> str:
+    try:
+        hp.all_reduce(torch.tensor([float(hp.get_rank())]), 2)  # paddle.distributed.ReduceOp.MIN
+    except ValueError as exc:
+        return str(exc)
+    return "ran"
+
+
+def test_a_plain_int_reduce_op_is_refused_since_frameworks_number_them_differently() -> None:
+    """Paddle's ReduceOp.MIN is the int 2, HCCL's 2 is MAX: it ran as MAX without a word (a
+    framework engineer's trial)."""
+    said = hp.run(paddle_min_as_an_int, world_size=2)
+    assert all("reduce op 2 is a plain int, which frameworks number differently" in s for s in said)
+    assert all("'max'" in s for s in said), said

@@ -151,9 +151,10 @@ def split_sizes(op: str, name: str, value: Any) -> list[int] | None:
 
 
 def reduce_op_of(op: str, value: Any) -> HcclReduceOp:
-    """A reduce operator from an HcclReduceOp, its int value, a name such as "sum",
-    any object whose name ends in SUM, MAX or MIN (torch.distributed.ReduceOp.MAX), or
-    a torch.distributed.ReduceOp object (``ReduceOp(ReduceOp.MAX)``: by its ``op``)."""
+    """A reduce operator from an HcclReduceOp, a name such as "sum", any object whose name
+    ends in SUM, MAX or MIN (torch.distributed.ReduceOp.MAX), or a torch.distributed.ReduceOp
+    object (``ReduceOp(ReduceOp.MAX)``: by its ``op``). A plain int is refused: frameworks
+    number their operators differently (Paddle's ReduceOp.MIN is 2, HCCL's 2 is MAX)."""
     allowed = (
         HcclReduceOp.HCCL_REDUCE_SUM,
         HcclReduceOp.HCCL_REDUCE_MAX,
@@ -162,8 +163,15 @@ def reduce_op_of(op: str, value: Any) -> HcclReduceOp:
     dist = torch.distributed
     if dist.is_available() and isinstance(getattr(value, "op", None), dist.ReduceOp.RedOpType):
         value = value.op  # a ReduceOp object: its RedOpType member, named like ReduceOp.MAX
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        chosen = next((m for m in HcclReduceOp if m == int(value)), None)
+    if isinstance(value, HcclReduceOp):
+        chosen = value
+    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        raise ValueError(
+            f"{where(op)}: reduce op {value!r} is a plain int, which frameworks number "
+            "differently (Paddle's ReduceOp.MIN is 2, HCCL's HCCL_REDUCE_MAX is 2): pass "
+            "hp.HcclReduceOp.HCCL_REDUCE_MAX, torch.distributed.ReduceOp.MAX or a name such as "
+            "'max'"
+        )
     else:
         name = value if isinstance(value, str) else getattr(value, "name", str(value))
         key = str(name).rsplit(".", 1)[-1].upper().removeprefix("HCCL_REDUCE_")
