@@ -258,7 +258,7 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
     "a2a_split_sum": (
         a2a_split_sum,
         ValueError,
-        ["in_split_sizes [1, 1] sums to 2, but the tensor has 3 rows"],
+        ["in_split_sizes [1, 1] sums to 2, but in_tensor has 3 rows"],
     ),
     "a2a_indivisible": (a2a_indivisible, ValueError, ["dim 0 (3) must be divisible by the 2"]),
     "a2a_split_floats": (a2a_split_floats, TypeError, ["in_split_sizes must hold ints"]),

@@ -110,18 +110,22 @@ def all_gather_into_tensor(
     return run_async(kernel, finish, async_op)
 
 
-def _split_problem(name: str, sizes: list[int] | None, n_rows: int, n: int) -> str | None:
-    """Why ``sizes`` cannot split ``n_rows`` rows among ``n`` ranks, or None."""
+def _split_problem(
+    name: str, sizes: list[int] | None, tensor: str, n_rows: int, n: int
+) -> str | None:
+    """Why ``sizes`` cannot split the ``n_rows`` rows of ``tensor`` among ``n`` ranks, or None."""
     if sizes is None:
         if n_rows % n:
-            return f"{name} is None, so dim 0 ({n_rows}) must be divisible by the {n} ranks"
+            return (
+                f"{name} is None, so {tensor}'s dim 0 ({n_rows}) must be divisible by the {n} ranks"
+            )
         return None
     if len(sizes) != n:
         return f"{name} has {len(sizes)} entries, expected one per rank ({n}): {listed(sizes)}"
     if any(s < 0 for s in sizes):
         return f"{name} must be non-negative: {sizes}"
     if sum(sizes) != n_rows:
-        return f"{name} {sizes} sums to {sum(sizes)}, but the tensor has {n_rows} rows in dim 0"
+        return f"{name} {sizes} sums to {sum(sizes)}, but {tensor} has {n_rows} rows in dim 0"
     return None
 
 
@@ -217,9 +221,9 @@ def alltoall_single(
             "the same shape after dim 0"
         )
     else:
-        problem = _split_problem("in_split_sizes", ins, in_tensor.shape[0], n) or _split_problem(
-            "out_split_sizes", outs, out_tensor.shape[0], n
-        )
+        problem = _split_problem(
+            "in_split_sizes", ins, "in_tensor", in_tensor.shape[0], n
+        ) or _split_problem("out_split_sizes", outs, "out_tensor", out_tensor.shape[0], n)
     if problem is None:
         ins = ins if ins is not None else [in_tensor.shape[0] // n] * n
         outs = outs if outs is not None else [out_tensor.shape[0] // n] * n
