@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .backends import backend_info, get_backend
+from .core.backend_info import DEFAULT_BACKEND
 from .core.config import (
     SCHEDULES,
     TIMEOUT_ENV,
@@ -64,7 +65,7 @@ def default_backend() -> str:
     if chosen:
         return chosen
     if not under_launcher():
-        return "emu"
+        return DEFAULT_BACKEND
     from .backends.dist.npu import npus_visible
 
     return "hccl" if npus_visible() else "gloo"

@@ -567,6 +567,12 @@ def test_bench_reads_the_backend_and_schedule_variables_as_run_does(
     opts = build_parser().parse_args(["bench", "-n", "2", "-b", "1K", "-e", "1K"])
     bench_checked(opts)
     assert opts.backend == "gloo"
+    monkeypatch.delenv("HCCL_PY_BACKEND")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a stray launcher variable: bench stays on the emulator
+    opts = build_parser().parse_args(["bench", "-n", "2", "-b", "1K", "-e", "1K"])
+    bench_checked(opts)
+    assert opts.backend == "emu"
+    monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setenv("HCCL_PY_SCHEDULE", "lazy")
     with pytest.raises(UsageError, match="HCCL_PY_SCHEDULE must be one of"):
         bench_checked(build_parser().parse_args(["bench", "-n", "2", "--backend", "emu"]))

@@ -13,6 +13,7 @@ Every expected value is computed here from the ranks' inputs, with numpy.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import numpy as np
@@ -463,3 +464,22 @@ def test_a_plain_int_reduce_op_is_refused_since_frameworks_number_them_different
     said = hp.run(paddle_min_as_an_int, world_size=2)
     assert all("reduce op 2 is a plain int, which frameworks number differently" in s for s in said)
     assert all("'max'" in s for s in said), said
+
+
+class _PaddleLikeOp(enum.IntEnum):
+    """A framework's IntEnum of reduce ops, numbered as Paddle numbers them."""
+
+    SUM = 0
+    MAX = 1
+    MIN = 2
+
+
+def reduce_by_a_named_int_enum() -> list[float]:
+    t = torch.tensor([float(hp.get_rank())])
+    hp.all_reduce(t, _PaddleLikeOp.MIN)
+    return t.tolist()
+
+
+def test_a_framework_int_enum_member_goes_by_its_name() -> None:
+    """A review: refusing plain ints must not refuse an IntEnum member, which has a name."""
+    assert hp.run(reduce_by_a_named_int_enum, world_size=2) == [[0.0], [0.0]]

@@ -9,6 +9,8 @@ a peer had returned (a new porter's trial). Its rank's watchdog now stops the ke
 from __future__ import annotations
 
 import inspect
+import os
+import sysconfig
 import threading
 import time
 
@@ -161,7 +163,7 @@ def test_a_thread_inside_an_hccl_py_call_is_never_stopped() -> None:
     thread.start()
     assert inside.wait(10)
     stalls.stop_stuck()
-    assert stalls.reports == {}, "stopped inside an hccl_py call"
+    assert stalls.stopped == set(), "stopped inside an hccl_py call"
     leave.set()
     deadline = time.monotonic() + 10
     while thread.is_alive() and time.monotonic() < deadline:
@@ -170,3 +172,17 @@ def test_a_thread_inside_an_hccl_py_call_is_never_stopped() -> None:
     assert not thread.is_alive() and len(stopped) == 1
     assert stopped[0].startswith("[rank 3] rank 3 AIC core 0 ran its kernel's own code for 0 s")
     assert stalls.threads == {}
+
+
+def test_what_counts_as_a_kernels_own_code() -> None:
+    """A review: a kernel exec'd from a string or installed under site-packages (inside the
+    standard library's folder on most installs) was taken for library code and never stopped,
+    and a frozen standard-library frame for the kernel's own."""
+    from hccl_py.server import stalls
+
+    site = sysconfig.get_paths()["purelib"]
+    assert stalls._library("<frozen os>")
+    assert not stalls._library("<string>")
+    assert not stalls._library(os.path.join(site, "my_kernels", "mc2.py"))
+    assert stalls._library(os.path.join(os.path.dirname(threading.__file__), "threading.py"))
+    assert stalls._library(torch.__file__)

@@ -15,6 +15,7 @@ from typing import Any
 import hccl_py as hp
 
 from ..backends import BACKENDS
+from ..core.backend_info import DEFAULT_BACKEND
 from ..core.config import SCHEDULES
 from ..core.constants import MAX_BLOCK_DIM, MAX_REPEAT
 from ..core.platform import PLATFORMS
@@ -44,7 +45,6 @@ from ..runtime import (
     TRACE_ENV,
     WORLD_SIZE_ENV,
     check_environment,
-    default_backend,
 )
 from .ops import BENCH_OPS, plan
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
@@ -281,8 +281,9 @@ def _check_memory(sweep: Options, ranks: int, backend: str) -> None:
 
 def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     """The sweeps and the chosen platform, or UsageError/ValueError before anything runs."""
-    opts.backend = checked_backend(
-        "--backend" if opts.backend else env_label(BACKEND_ENV), opts.backend or default_backend()
+    opts.backend = checked_backend(  # as before HCCL_PY_BACKEND counted: the emulator
+        "--backend" if opts.backend else env_label(BACKEND_ENV),
+        opts.backend or os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND,
     )
     on_device = BACKENDS[opts.backend].on_device
     # hp.run is given poison, the schedule if asked and (but on a device) the ranks; the

@@ -38,6 +38,9 @@ class BackendInfo:
             getattr(importlib.import_module(module_name), function)()
 
 
+#: Where ranks run when nothing says (no ``backend=``, ``--backend``, ``HCCL_PY_BACKEND`` or
+#: launcher): the emulator.
+DEFAULT_BACKEND = "emu"
 #: Backend name -> what it is; modules are imported only when used.
 BACKENDS: dict[str, BackendInfo] = {
     "emu": BackendInfo(

@@ -165,7 +165,7 @@ def reduce_op_of(op: str, value: Any) -> HcclReduceOp:
         value = value.op  # a ReduceOp object: its RedOpType member, named like ReduceOp.MAX
     if isinstance(value, HcclReduceOp):
         chosen = value
-    elif isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    elif type(value) is int or isinstance(value, np.integer):  # an IntEnum goes by its name
         raise ValueError(
             f"{where(op)}: reduce op {value!r} is a plain int, which frameworks number "
             "differently (Paddle's ReduceOp.MIN is 2, HCCL's HCCL_REDUCE_MAX is 2): pass "

@@ -36,9 +36,20 @@ from .threads import raise_in_thread
 STACK_LINES = 12
 
 
-class _Stopped(BaseException):
-    """Internal: raised in a stuck kernel thread; :meth:`KernelStalls.kernel` turns it into the
-    thread's report."""
+#: thread ident -> (report, rank) of a stop sent to it: the exception reads it when it is made
+#: in that thread (an asynchronous exception is made where it lands).
+_SENT: dict[int, tuple[str, int]] = {}
+
+
+class KernelStallError(HcclTimeoutError):
+    """A kernel thread stopped by its rank's watchdog; made in the stopped thread from the
+    report the watchdog left for it, so that it is that report wherever it lands."""
+
+    def __init__(self, *args: Any, **facts: Any) -> None:
+        if not args:  # raised asynchronously: the class, made here
+            reason, rank = _SENT.pop(threading.get_ident(), ("stopped by its watchdog", None))
+            args, facts = (reason,), {"rank": rank}
+        super().__init__(*args, **facts)
 
 
 class KernelStalls:
@@ -49,8 +60,8 @@ class KernelStalls:
         self.lock = threading.Lock()
         #: thread ident -> [hccl_py calls it is inside, when it last left one, who].
         self.threads: dict[int, list[Any]] = {}
-        #: thread ident -> the report of a thread that was stopped (raised when it lands).
-        self.reports: dict[int, HcclTimeoutError] = {}
+        #: Threads stopped (their report sent) during their current kernel.
+        self.stopped: set[int] = set()
 
     def __enter__(self) -> None:
         entry = self.threads.get(threading.get_ident())
@@ -72,19 +83,22 @@ class KernelStalls:
         with self.lock:
             outer = self.threads.get(me)  # a framework collective's launch inside a kernel
             self.threads[me] = [0, time.monotonic(), (rank, who)]
-            self.reports.pop(me, None)
+            self.stopped.discard(me)
         try:
-            try:
-                yield
-            finally:
-                with self.lock:
-                    if outer is None:
-                        self.threads.pop(me, None)
-                    else:  # the outer kernel waited for this one: an hccl_py call
-                        outer[1] = time.monotonic()
-                        self.threads[me] = outer
-        except _Stopped as stopped:  # it lands before the thread leaves (the lock says so)
-            raise self.reports.pop(me).with_traceback(stopped.__traceback__) from None
+            yield
+        except KernelStallError as stopped:  # the report, with the kernel's frames
+            raise HcclTimeoutError(stopped.reason, rank=stopped.rank).with_traceback(
+                stopped.__traceback__
+            ) from None
+        finally:
+            if me in self.stopped and _SENT.pop(me, None) is not None:
+                raise_in_thread(me, None)  # sent as the kernel returned, not landed: cancelled
+            with self.lock:
+                if outer is None:
+                    self.threads.pop(me, None)
+                else:  # the outer kernel waited for this one: an hccl_py call
+                    outer[1] = time.monotonic()
+                    self.threads[me] = outer
 
     def touch(self) -> None:
         """The calling kernel thread is in an hccl_py call now (one that ``serial`` does not
@@ -100,47 +114,58 @@ class KernelStalls:
         collective, a nested launch) is in an hccl_py call: its clock starts again.
         """
         now = time.monotonic()
-        frames = sys._current_frames()
         with self.lock:
             for ident, entry in list(self.threads.items()):
                 depth, left, (rank, who) = entry
-                if depth or now - left < self.timeout or ident in self.reports:
+                if depth or now - left < self.timeout or ident in self.stopped:
                     continue
-                frame = frames.get(ident)
+                frame = sys._current_frames().get(ident)  # under the lock: where it is now
                 if frame is None or _inside_hccl_py(frame):
                     entry[1] = now
                     continue
-                self.reports[ident] = HcclTimeoutError(
+                _SENT[ident] = (
                     f"rank {rank}{f' {who}' if who else ''} ran its kernel's own code for "
                     f"{self.timeout:g} s (the run's timeout) without an hccl_py call: a loop that "
                     f"polls a flag through a tensor it holds, with nobody to write the flag? It "
                     f"runs here:\n{_stack(frame)}",
-                    rank=rank,
+                    rank,
                 )
+                self.stopped.add(ident)
                 # Under the lock, which the thread takes to enter an hccl_py call or to leave
                 # the kernel: the exception lands in its own code, or as it takes the lock
-                # (then before the call starts, or before the kernel ends), and is turned into
-                # the report by ``kernel``.
-                raise_in_thread(ident, _Stopped)
+                # (before the call starts), or the kernel's end cancels it (``kernel``).
+                raise_in_thread(ident, KernelStallError)
 
 
 #: Where hccl_py's own modules are (the emulator of a source checkout too: it is not a kernel's).
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-#: Where the modules a kernel calls into but are not hccl_py are: torch and Python's own.
-_LIBRARIES = tuple(
-    os.path.join(os.path.abspath(folder), "")
-    for folder in (*torch.__path__, sysconfig.get_paths()["stdlib"])
+#: Where the modules a kernel calls into but are not hccl_py are: torch and Python's own (whose
+#: folder may hold site-packages, where a kernel's own package may be installed).
+_TORCH = tuple(os.path.join(os.path.abspath(folder), "") for folder in torch.__path__)
+_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
+_INSTALLED = tuple(
+    os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("purelib", "platlib")
 )
 
 
-def _inside_hccl_py(frame: FrameType) -> bool:
+def _library(path: str) -> bool:
+    """Whether ``path`` is torch's or Python's own code (not a kernel's)."""
+    if path.startswith("<"):  # frozen modules of the standard library (<frozen os>), not <string>
+        return path.startswith("<frozen ")
+    path = os.path.abspath(path)
+    return path.startswith(_TORCH) or (path.startswith(_STDLIB) and not path.startswith(_INSTALLED))
+
+
+def _inside_hccl_py(frame: FrameType | None) -> bool:
     """Whether the innermost frame that is not torch's or Python's own is hccl_py's: the
     thread is inside an hccl_py call (else in the kernel's own code)."""
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if path.startswith(_PACKAGE) or frame.f_globals.get("__name__", "").startswith("hccl_py."):
+        path = frame.f_code.co_filename
+        if os.path.abspath(path).startswith(_PACKAGE) or frame.f_globals.get(
+            "__name__", ""
+        ).startswith("hccl_py."):
             return True
-        if not path.startswith(_LIBRARIES) and not path.startswith("<"):
+        if not _library(path):
             return False
         frame = frame.f_back
     return False

@@ -152,9 +152,12 @@ def read_in_a_new_thread(read: Callable[[], Any]) -> Any:
     return found[0]
 
 
-def raise_in_thread(ident: int, exc: type[BaseException]) -> None:
-    """Raise ``exc`` in the thread ``ident`` at its next bytecode (a long C call: when it returns)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc))
+def raise_in_thread(ident: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in the thread ``ident`` at its next bytecode (a long C call: when it returns);
+    ``None`` cancels an exception sent that has not landed yet."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(ident), None if exc is None else ctypes.py_object(exc)
+    )
 
 
 #: Whether this system lets threads read and set their CPUs (Linux).

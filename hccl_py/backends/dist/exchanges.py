@@ -61,7 +61,11 @@ class ExchangeMeetings(Meetings):
         with self.cond:
             queue = self._queue_of(group)
             self._release()
-        return queue.exchange(what, payload, pieces)
+        self.stalls.touch()  # a framework collective: an hccl_py call, however short
+        try:
+            return queue.exchange(what, payload, pieces)
+        finally:
+            self.stalls.touch()
 
     def _rows(self, group: Group) -> Rows | None:
         """How ``group``'s next exchange travels (None: one rank, no process group here, or
