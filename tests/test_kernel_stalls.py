@@ -178,11 +178,12 @@ def test_what_counts_as_a_kernels_own_code() -> None:
     """A review: a kernel exec'd from a string or installed under site-packages (inside the
     standard library's folder on most installs) was taken for library code and never stopped,
     and a frozen standard-library frame for the kernel's own."""
-    from hccl_py.server import stalls
+    from hccl_py.core.where import library, ours
 
     site = sysconfig.get_paths()["purelib"]
-    assert stalls._library("<frozen os>")
-    assert not stalls._library("<string>")
-    assert not stalls._library(os.path.join(site, "my_kernels", "mc2.py"))
-    assert stalls._library(os.path.join(os.path.dirname(threading.__file__), "threading.py"))
-    assert stalls._library(torch.__file__)
+    assert library("<frozen os>")
+    assert not library("<string>")
+    assert not library(os.path.join(site, "my_kernels", "mc2.py"))
+    assert library(os.path.join(os.path.dirname(threading.__file__), "threading.py"))
+    assert library(torch.__file__)
+    assert ours(hp.__file__) and not ours(torch.__file__)

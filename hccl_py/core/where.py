@@ -1,12 +1,14 @@
-"""Where the user's code is, in a traceback's text: the line a report points a porter at.
+"""Where the user's code is: which frames are hccl_py's, torch's or Python's own, and the line
+a report points a porter at.
 
 A rank's failure travels between processes with its traceback as text (a gloo rank's
-outcome, the abort reason), so the line is found in that text: the innermost frame that is
-neither hccl_py's nor torch's nor Python's own.
+outcome, the abort reason), so :func:`raise_site` finds the line in that text: the innermost
+frame that is neither hccl_py's nor a library's.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -16,23 +18,51 @@ import sysconfig
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$', re.M)
 
 
-def _library_folders() -> tuple[str, ...]:
-    """Folders whose files are not the user's: hccl_py (its emulator too), torch, the stdlib."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    folders = [here, sysconfig.get_paths()["stdlib"]]
-    for name in ("hccl_py.backends.emu", "torch"):
-        module = sys.modules.get(name)
-        folders += list(getattr(module, "__path__", []))
-    return tuple(os.path.join(os.path.abspath(f), "") for f in folders)
+def _folder(path: str) -> str:
+    return os.path.join(os.path.abspath(path), "")
+
+
+@functools.cache
+def _folders() -> tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]:
+    """(hccl_py's folders, torch's, the standard library's, the installed packages')."""
+    emu = sys.modules.get("hccl_py.backends.emu")
+    ours = (
+        _folder(os.path.dirname(os.path.dirname(__file__))),
+        *map(_folder, getattr(emu, "__path__", [])),
+    )
+    torch = sys.modules.get("torch")
+    paths = sysconfig.get_paths()
+    return (
+        ours,
+        tuple(map(_folder, getattr(torch, "__path__", []))),
+        _folder(paths["stdlib"]),
+        (_folder(paths["purelib"]), _folder(paths["platlib"])),
+    )
+
+
+def ours(path: str) -> bool:
+    """Whether ``path`` is one of hccl_py's files (its emulator's too)."""
+    return os.path.abspath(path).startswith(_folders()[0])
+
+
+def library(path: str) -> bool:
+    """Whether ``path`` is torch's or Python's own code: frozen modules (``<frozen os>``) and
+    the standard library's folder, but for the packages installed in it, whose code may be a
+    kernel's (``<string>`` is code of the user's too)."""
+    if path.startswith("<"):
+        return path.startswith("<frozen ")
+    path = os.path.abspath(path)
+    _, torch, stdlib, installed = _folders()
+    return path.startswith(torch) or (path.startswith(stdlib) and not path.startswith(installed))
 
 
 def raise_site(traceback_text: str) -> str | None:
-    """``file:line in function`` of the innermost user frame of ``traceback_text``, if any."""
-    folders = _library_folders()
+    """``file:line in function`` of the innermost frame of ``traceback_text`` in a file of the
+    user's (not hccl_py's, not a library's, not code without a file), if any."""
     site = None
     for match in _FRAME.finditer(traceback_text):
         path = match["path"]
-        if path.startswith("<") or os.path.abspath(path).startswith(folders):
+        if path.startswith("<") or ours(path) or library(path):
             continue
         site = f"{os.path.basename(path)}:{match['line']} in {match['fn']}"
     return site

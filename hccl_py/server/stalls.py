@@ -17,9 +17,7 @@ their own.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import sysconfig
 import threading
 import time
 import traceback
@@ -27,9 +25,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-import torch
-
 from ..core.errors import HcclTimeoutError
+from ..core.where import library, ours
 from .threads import raise_in_thread
 
 #: Lines of a stuck thread's stack shown in its report (the innermost).
@@ -137,35 +134,14 @@ class KernelStalls:
                 raise_in_thread(ident, KernelStallError)
 
 
-#: Where hccl_py's own modules are (the emulator of a source checkout too: it is not a kernel's).
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-#: Where the modules a kernel calls into but are not hccl_py are: torch and Python's own (whose
-#: folder may hold site-packages, where a kernel's own package may be installed).
-_TORCH = tuple(os.path.join(os.path.abspath(folder), "") for folder in torch.__path__)
-_STDLIB = os.path.join(os.path.abspath(sysconfig.get_paths()["stdlib"]), "")
-_INSTALLED = tuple(
-    os.path.join(os.path.abspath(sysconfig.get_paths()[key]), "") for key in ("purelib", "platlib")
-)
-
-
-def _library(path: str) -> bool:
-    """Whether ``path`` is torch's or Python's own code (not a kernel's)."""
-    if path.startswith("<"):  # frozen modules of the standard library (<frozen os>), not <string>
-        return path.startswith("<frozen ")
-    path = os.path.abspath(path)
-    return path.startswith(_TORCH) or (path.startswith(_STDLIB) and not path.startswith(_INSTALLED))
-
-
 def _inside_hccl_py(frame: FrameType | None) -> bool:
     """Whether the innermost frame that is not torch's or Python's own is hccl_py's: the
     thread is inside an hccl_py call (else in the kernel's own code)."""
     while frame is not None:
         path = frame.f_code.co_filename
-        if os.path.abspath(path).startswith(_PACKAGE) or frame.f_globals.get(
-            "__name__", ""
-        ).startswith("hccl_py."):
+        if ours(path) or frame.f_globals.get("__name__", "").startswith("hccl_py."):
             return True
-        if not _library(path):
+        if not library(path):
             return False
         frame = frame.f_back
     return False
@@ -174,6 +150,6 @@ def _inside_hccl_py(frame: FrameType | None) -> bool:
 def _stack(frame: FrameType) -> str:
     """Where a thread runs: its frames inside the kernel (after hccl_py's last one)."""
     frames = traceback.extract_stack(frame)
-    ours = [i for i, f in enumerate(frames) if os.path.abspath(f.filename).startswith(_PACKAGE)]
-    kernel = frames[ours[-1] + 1 :] if ours else frames
+    mine = [i for i, f in enumerate(frames) if ours(f.filename)]
+    kernel = frames[mine[-1] + 1 :] if mine else frames
     return "".join(traceback.format_list(kernel[-STACK_LINES:])).rstrip()
