@@ -19,10 +19,13 @@ import contextvars
 import functools
 import itertools
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .config import Config
 from .errors import HcclWarning
+
+if TYPE_CHECKING:
+    import torch
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -115,3 +118,14 @@ def serialized(fn: _F) -> _F:
             return fn(*args, **kwargs)
 
     return call  # type: ignore[return-value]
+
+
+def off_device(tensor: torch.Tensor, ctx: Any) -> str | None:
+    """Why ``tensor`` is not on the device of the rank ``ctx`` (a rank context), or None (a
+    meta tensor has its own refusal)."""
+    if tensor.is_meta or tensor.device == ctx.device:
+        return None
+    return (
+        f"is on {tensor.device}, but rank {ctx.rank} runs on {ctx.device}: create it on "
+        "hp.device() or move it there (.to(hp.device()))"
+    )

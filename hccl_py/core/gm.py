@@ -19,7 +19,7 @@ import torch
 from .buffer_numbers import OUTSIDE, numbers_of
 from .config import as_index
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
-from .current import current_rank, serialized
+from .current import current_rank, off_device, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
 
@@ -393,11 +393,10 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     """
     if isinstance(arg, torch.Tensor):
         ctx = current_rank(required=False)
-        if ctx is not None and ctx.rank == rank and not arg.is_meta and arg.device != ctx.device:
+        elsewhere = off_device(arg, ctx) if ctx is not None and ctx.rank == rank else None
+        if elsewhere is not None:
             raise ValueError(
-                f"GM buffer{f' {name}' if name else ''} of shape {tuple(arg.shape)} is on "
-                f"{arg.device}, but rank {rank} runs on {ctx.device}: create it on "
-                "hp.device() or move it there (.to(hp.device()))"
+                f"GM buffer{f' {name}' if name else ''} of shape {tuple(arg.shape)} {elsewhere}"
             )
         return GmAddr(Allocation(arg, rank, name))
     if arg is None:

@@ -17,16 +17,13 @@ from types import FrameType
 
 from .current import current_rank as current_rank_context
 from .errors import HcclUsageError, HcclWarning
-
-#: The hccl_py package folder: frames of files under it are hccl_py's, not the user's.
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
+from .where import PACKAGE_DIR
 
 #: File name -> whether it is hccl_py's (a frame then costs one lookup, not an abspath).
 _PACKAGE_FILES: dict[str, bool] = {}
 
 
-def _in_package(frame: object) -> bool:
+def in_package(frame: object) -> bool:
     """Whether ``frame`` runs hccl_py's code: a file under the package folder, or a module of
     the package that lives elsewhere (the emulator's ``emu/`` folder of a source checkout,
     installed as ``hccl_py.backends.emu``), so that a report names the same line whichever
@@ -54,7 +51,7 @@ def new_run() -> None:
 def _user_code() -> FrameType | None:
     """The innermost frame of the caller's code outside hccl_py (None: there is none)."""
     frame = sys._getframe(1)
-    while frame is not None and _in_package(frame):
+    while frame is not None and in_package(frame):
         frame = frame.f_back
     return frame
 

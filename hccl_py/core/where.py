@@ -14,6 +14,8 @@ import re
 import sys
 import sysconfig
 
+#: The hccl_py package folder: frames of files under it are hccl_py's, not the user's.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 #: A frame line of a formatted traceback.
 _FRAME = re.compile(r'^  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$', re.M)
 
@@ -26,10 +28,7 @@ def _folder(path: str) -> str:
 def _folders() -> tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]]:
     """(hccl_py's folders, torch's, the standard library's, the installed packages')."""
     emu = sys.modules.get("hccl_py.backends.emu")
-    ours = (
-        _folder(os.path.dirname(os.path.dirname(__file__))),
-        *map(_folder, getattr(emu, "__path__", [])),
-    )
+    ours = (PACKAGE_DIR, *map(_folder, getattr(emu, "__path__", [])))
     torch = sys.modules.get("torch")
     paths = sysconfig.get_paths()
     return (

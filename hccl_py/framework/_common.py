@@ -24,6 +24,7 @@ import torch
 
 from ..core.config import checked_flag
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
+from ..core.current import off_device
 from ..core.errors import HcclMismatchError
 from ..core.gm import strided_offsets
 from ..core.group import WORLD_GROUP_NAME, Group
@@ -56,13 +57,9 @@ def check_tensor(op: str, name: str, value: Any, written: bool = False) -> torch
             f"{where(op)}: {name} (shape {tuple(value.shape)}) is on the meta device, which "
             "holds no data; create it on hp.device()"
         )
-    ctx = current_rank_context()
-    if value.device != ctx.device:
-        raise ValueError(
-            f"{where(op)}: {name} (shape {tuple(value.shape)}) is on {value.device}, but rank "
-            f"{ctx.rank} runs on {ctx.device}: create it on hp.device() or move it there "
-            "(.to(hp.device()))"
-        )
+    elsewhere = off_device(value, current_rank_context())
+    if elsewhere is not None:
+        raise ValueError(f"{where(op)}: {name} (shape {tuple(value.shape)}) {elsewhere}")
     if written and _shares_elements(value):
         raise ValueError(
             f"{where(op)}: {name} (shape {tuple(value.shape)}, strides {value.stride()}) has "

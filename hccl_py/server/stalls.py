@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from ..core.errors import HcclTimeoutError
+from ..core.report import in_package
 from ..core.where import library, ours
 from .threads import raise_in_thread
 
@@ -138,10 +139,9 @@ def _inside_hccl_py(frame: FrameType | None) -> bool:
     """Whether the innermost frame that is not torch's or Python's own is hccl_py's: the
     thread is inside an hccl_py call (else in the kernel's own code)."""
     while frame is not None:
-        path = frame.f_code.co_filename
-        if ours(path) or frame.f_globals.get("__name__", "").startswith("hccl_py."):
+        if in_package(frame):
             return True
-        if not library(path):
+        if not library(frame.f_code.co_filename):
             return False
         frame = frame.f_back
     return False

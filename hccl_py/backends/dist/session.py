@@ -111,8 +111,8 @@ class Session:
         #: Which collective each rank waits in, to report waits that deadlock.
         self.board = WaitBoard(self.store, self.rank, self.world_size)
         self.runs = 0
-        self.blocker: Blocker | None = None
-        #: The running run's server (its kernel threads are watched for stalls), if any.
+        #: The running run's server (its blocker fails on an abort; its kernel threads are
+        #: watched for stalls), if any.
         self.server: Any = None
         self.abort: BaseException | None = None
         self._closed = False
@@ -189,9 +189,9 @@ class Session:
 
     def _aborted(self, exc: BaseException) -> None:
         self.abort = exc
-        blocker = self.blocker
-        if blocker is not None and getattr(exc, "hccl_rank", None) != self.rank:
-            blocker.fail(exc)
+        server = self.server
+        if server is not None and getattr(exc, "hccl_rank", None) != self.rank:
+            server.blocker.fail(exc)
 
     # ------------------------------------------------------------------ runs
     def run(self, fn: Callable[..., Any], args: tuple, config: Config, gather: bool) -> Any:
@@ -217,7 +217,7 @@ class Session:
         key = kv.result_key(run, self.rank)
         self.store.set(kv.running_key(self.rank), str(run).encode())
         blocker.enter(1)
-        self.blocker, self.server = blocker, server
+        self.server = server
         if self.abort is not None:
             self._aborted(self.abort)
         set_rank_context(ctx)
@@ -243,7 +243,7 @@ class Session:
                     exchange.report_abort(self.store, exc, self.rank)
         finally:
             set_rank_context(None)
-            self.blocker = self.server = None
+            self.server = None
             blocker.leave()
             # closed whatever happened: its domain threads and process groups go
             with kv.gone_store(self.rank, self.where), contextlib.closing(server):
