@@ -2,6 +2,7 @@
 
     python benchmarks/thread_cpu.py allgather kernel 1024 400     # op, api, bytes, ops
     python benchmarks/thread_cpu.py allgather kernel 1024 300 40  # and rank 0's profile
+    RANKS=2 python benchmarks/thread_cpu.py allgather kernel 1024 400  # on 2 ranks (default 4)
 
 Where ``cpu_per_op.py`` sums a rank's threads, this splits them: the main
 thread (the kernel's and the client's Python, the rounds it runs itself),
@@ -30,7 +31,8 @@ from hccl_py.bench.calls import Step
 from hccl_py.bench.ops import BENCH_OPS, plan
 from hccl_py.bench.reference import REDUCE_OPS, TYPES
 
-RANKS = 4
+#: gloo ranks to start (the ``RANKS`` environment variable; 4 by default).
+RANKS = int(os.environ.get("RANKS", "4"))
 WARMUP = 5
 
 

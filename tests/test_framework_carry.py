@@ -637,3 +637,21 @@ def test_emulated_ranks_hand_over_larger_rows(
     ran = sorted({e["name"] for e in json.loads(path.read_text())["traceEvents"]
                   if e.get("name", "").endswith("[True]")})  # fmt: skip
     assert ran == tasks, ran
+
+
+@pytest.mark.parametrize("at", [0, 5, 1023, 1024, 1025, 64 * KIB - 1, 64 * KIB, 70000, None])
+def test_record_length_finds_the_first_nul_in_views_and_bytes(at: int | None) -> None:
+    """A record's end is the first NUL byte (the whole payload without one), whether the
+    payload is bytes or a view of a received row, wherever the scan windows end."""
+    from hccl_py.server.protocol import record_length
+
+    raw = np.full(80000, ord("x"), dtype=np.uint8)
+    if at is not None:
+        raw[at] = 0
+        raw[at + 7 :: 1000] = 0  # later NULs (ridden data) do not count
+    payload = raw.tobytes()
+    want = payload.find(b"\0") if at is not None else len(payload)
+    assert want == (len(payload) if at is None else at)
+    assert record_length(payload) == want
+    assert record_length(memoryview(payload)) == want
+    assert record_length(memoryview(raw)) == want

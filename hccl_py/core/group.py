@@ -55,7 +55,9 @@ class Group:
     """A communication domain: an ordered tuple of global ranks with a name.
 
     Made by :func:`hccl_py.new_group` (or :func:`hccl_py.world_group`); collectives and
-    launches refuse one made by hand, which names no communicator.
+    launches refuse one made by hand, which names no communicator. Attributes: ``ranks``
+    (the global ranks, in domain order), ``name``, ``size`` (the number of ranks,
+    ``GetRankDim``).
     """
 
     def __init__(self, ranks: Sequence[int], name: str) -> None:
@@ -67,11 +69,8 @@ class Group:
             )
         self.ranks = int_ranks
         self.name = name
-
-    @property
-    def size(self) -> int:
-        """Number of ranks in the domain (``GetRankDim``)."""
-        return len(self.ranks)
+        #: Number of ranks in the domain (``GetRankDim``); asked at every step of a meeting.
+        self.size = len(int_ranks)
 
     def rank_of(self, global_rank: int) -> int | None:
         """The index of ``global_rank`` in this domain, or None if it is not a member."""

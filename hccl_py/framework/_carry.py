@@ -40,6 +40,7 @@ Asynchronous calls keep their task, so that their output changes only on ``wait(
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -102,8 +103,9 @@ class Carried:
         is predicted again as the first one was."""
         head = record(self.op, None, {})
         raw = exchange(group, self.op, head + b"\0" + _bytes_of(mine))
-        records_of(group, self.op, raw)
-        self.rows = [memoryview(r)[record_length(r) + 1 :] for r in raw]
+        heads = [record_length(r) for r in raw]
+        records_of(group, self.op, raw, heads)
+        self.rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
         current_rank_context().server.predict(group, self.need)
         self.write(out, self.rows)
 
@@ -227,9 +229,9 @@ def agree_carrying(
     if offered and max(pieces) <= MAX_EXCHANGE_BYTES:  # type: ignore[arg-type]
         offer = partial(_split, data, pieces)  # made in the exchange's turn, if it carries them
     raw, scattered = _exchange(group, op, payload, offer)
-    records = records_of(group, op, raw)
-    sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
     heads = [record_length(r) for r in raw]
+    records = records_of(group, op, raw, heads)
+    sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
     if rule.widens and max(sizes) <= rule.most:
         server.widen(group, max(heads) + 1 + max(sizes))
     lists = _piece_lists(records, group.size) if rule.scatters else None
@@ -244,10 +246,8 @@ def agree_carrying(
         if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
             return records, Carried(op, group.name, rows, started, scattered=True, need=need)
         return records, None
-    if any(h == len(r) for r, h in zip(raw, heads, strict=True)) or any(
-        len(row) != n for row, n in zip(rows, sizes, strict=True)
-    ):
-        return records, None
+    if list(map(len, rows)) != sizes or any(map(operator.eq, heads, map(len, raw))):
+        return records, None  # some rank's data did not ride along whole
     return records, Carried(op, group.name, rows, started)
 
 

@@ -86,7 +86,10 @@ def _shares_elements(t: torch.Tensor) -> bool:
 
 
 def check_bool(op: str, name: str, value: Any) -> bool:
-    """``value`` as a bool if it is one (or a numpy bool), else a TypeError."""
+    """``value`` as a bool if it is one (or a numpy bool), else a TypeError (its message names
+    the rank only then: every call passes a flag)."""
+    if type(value) is bool:
+        return value
     return checked_flag(f"{where(op)}: {name}", value)
 
 
@@ -280,11 +283,16 @@ _DECODED: dict[bytes, dict[str, Any]] = {}
 _DECODED_MOST = 256
 
 
-def records_of(group: Group, op: str, raw: Sequence[Payload]) -> list[dict[str, Any]]:
-    """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises)."""
+def records_of(
+    group: Group, op: str, raw: Sequence[Payload], heads: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """Every rank's record out of the exchanged payloads (:func:`agree` says what it raises);
+    ``heads``: their :func:`~hccl_py.server.protocol.record_length`, where the caller has them."""
     records = []
-    for r in raw:
-        head = bytes(r[: record_length(r)])
+    if heads is None:
+        heads = [record_length(r) for r in raw]
+    for r, length in zip(raw, heads, strict=True):
+        head = bytes(r[:length])
         found = _DECODED.get(head)
         if found is None:
             if len(_DECODED) >= _DECODED_MOST:

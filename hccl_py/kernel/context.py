@@ -132,9 +132,10 @@ def set_rank_context(ctx: RankContext | None) -> None:
         ctx.thread_init()
 
 
-def current_rank_context(required: bool = True) -> RankContext | None:
-    """The calling thread's rank context; raises outside ``hp.run`` when ``required``."""
-    return current_rank(required)
+#: The calling thread's rank context (a :class:`RankContext`); raises outside ``hp.run`` when
+#: ``required`` (the default). The same function as :func:`hccl_py.core.current.current_rank`:
+#: every framework call and launch asks several times, and a wrapper doubled the cost.
+current_rank_context = current_rank
 
 
 def set_core_context(ctx: Any) -> None:

@@ -164,8 +164,9 @@ def joined(payloads: list[Payload], out: np.ndarray | None = None) -> np.ndarray
     return np.concatenate(arrays, out=out)
 
 
-#: How far into a received view :func:`record_length` looks for the record's end at first.
-RECORD_SCAN_BYTES = 64 << 10
+#: How far into a received view :func:`record_length` looks for the record's end at first,
+#: then next (records are short: a view of a wide row is not copied whole to find it).
+RECORD_SCAN_BYTES = (1 << 10, 64 << 10)
 
 
 def record_length(payload: Payload) -> int:
@@ -173,8 +174,11 @@ def record_length(payload: Payload) -> int:
     exchanged payload: a framework collective's arguments or a kernel task's descriptor, each
     optionally followed by a NUL byte and the data that rides along."""
     if isinstance(payload, memoryview):
-        end = bytes(payload[:RECORD_SCAN_BYTES]).find(b"\0")
-        if end < 0 and len(payload) > RECORD_SCAN_BYTES:
+        for scan in RECORD_SCAN_BYTES:
+            end = bytes(payload[:scan]).find(b"\0")
+            if end >= 0 or len(payload) <= scan:
+                break
+        else:
             end = bytes(payload).find(b"\0")
     else:
         end = payload.find(b"\0")
