@@ -113,7 +113,10 @@ class ClientState:
         return self.launch_idx
 
     def record_wait(self, core: CoreContext, handle: int, round_idx: int) -> None:
-        """A core starts waiting; after the sender's Finalize in its own order, it hangs for sure."""
+        """A core starts waiting; after the sender's Finalize in its own order, it hangs for sure.
+        (A launch of one core has no other core to order: nothing to keep.)"""
+        if self.launch.alone:
+            return
         passed = self.launch.clock(core)
         with self.rank_ctx.blocker.lock:
             finalized = self.finalized_by
@@ -128,8 +131,11 @@ class ClientState:
 
         Called where the official ``Finalize<true>`` resets them (after the server
         finished). A Wait of another core not ordered before it by a SyncAll is a
-        race (hccl_aicpu_impl.h): a ``finalize-unordered`` warning.
+        race (hccl_aicpu_impl.h): a ``finalize-unordered`` warning. A launch of one core has
+        none.
         """
+        if self.launch.alone:
+            return
         with self.rank_ctx.blocker.lock:
             # the calling core's counts: they cannot move while it runs this
             self.finalized_by = (core, now := self.launch.clock(core))

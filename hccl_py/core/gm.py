@@ -66,6 +66,7 @@ class Allocation:
         "uid",
         "numbers",
         "memory",
+        "nbytes",
         "_host",
         "__weakref__",
     )
@@ -88,6 +89,8 @@ class Allocation:
             )
         self.tensor = tensor
         self.data = flat_elements(tensor).view(torch.uint8)
+        #: Size of the allocation in bytes (asked by every bounds check and race mark).
+        self.nbytes: int = self.data.numel()
         #: (address of the tensor's storage, byte offset of the tensor in it): two
         #: allocations with the same storage address may share bytes.
         self.memory = _memory(tensor)
@@ -106,11 +109,6 @@ class Allocation:
         if self._host is False:
             return self.data[start:stop].cpu().numpy().tobytes()
         return self._host[start:stop].tobytes()
-
-    @property
-    def nbytes(self) -> int:
-        """Size of the allocation in bytes."""
-        return self.data.numel()
 
     @property
     def note(self) -> str:

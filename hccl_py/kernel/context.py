@@ -143,9 +143,9 @@ def set_core_context(ctx: Any) -> None:
     _core.set(ctx)
 
 
-def current_core_context() -> Any:
-    """The calling runner's core context, or None outside a kernel."""
-    return _core.get()
+#: The calling runner's core context, or None outside a kernel (``current_core_context()``:
+#: the context variable's own getter, asked at every client call).
+current_core_context: Callable[[], Any] = _core.get
 
 
 def core_name(core: Any) -> str:

@@ -183,6 +183,8 @@ class LaunchState:
                 "SyncAll() (AIV-only by default) called on an AIC core; use SyncAll[False]()",
                 rank=self.rank_ctx.rank,
             )
+        if self.alone:  # a barrier of one core: nothing to wait for, no other core to order
+            return
         n = self.cores_of_kind[AIV] if only_aiv else sum(self.cores_of_kind.values())
         blocker = self.rank_ctx.blocker
         with blocker.cond:
