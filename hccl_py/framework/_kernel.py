@@ -96,7 +96,7 @@ class FrameworkKernel:
         self.caller = caller
         self.group = group
         self.state = LaunchState(self.rank_ctx, {0: group}, "aiv", 1)
-        (self.core,) = self.state.core_contexts()
+        (self.core,) = self.state.cores
         self.handles: list[int] = []
         tiling = build_tiling(group, op, reduce_op)
         with self._on_core():

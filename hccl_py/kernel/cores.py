@@ -59,9 +59,10 @@ KERNEL_TYPES: dict[str, tuple[int, int]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CoreContext:
-    """One core of a running kernel."""
+    """One core of a running kernel: one object per core and launch, so it is equal only to
+    itself (identity's hash, which the cross-core clocks ask at every SyncAll and flag)."""
 
     launch: LaunchState
     kind: KernelCoreType
@@ -125,15 +126,17 @@ class LaunchState:
         """groupName -> commEngine of the launch's cc tilings (parsed at a 950 context's ask)."""
         return {k: v for a in reversed(self.args) for k, v in cc_engines(a).items()}
 
-    def core_contexts(self) -> list[CoreContext]:
-        """Every core of the launch, AIC cores first."""
+    @functools.cached_property
+    def cores(self) -> tuple[CoreContext, ...]:
+        """Every core of the launch, AIC cores first: made once, so that each core is one
+        object (:class:`CoreContext` is equal only to itself)."""
         cores = []
         for kind in (AIC, AIV):
             n = self.cores_of_kind[kind]
             per_block = max(1, n // self.block_dim)
             for idx in range(n):
                 cores.append(CoreContext(self, kind, idx, self.block_dim, idx % per_block))
-        return cores
+        return tuple(cores)
 
     def client_state(self, index: int, factory: Callable[[], Any]) -> Any:
         """The client state of context ``index``, shared by every core's Hccl object."""
@@ -267,7 +270,7 @@ def launch(
         names = _parameter_names(kernel, len(args))
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
-        cores = state.core_contexts()
+        cores = state.cores
     bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a and len(cores) > 1]
     server, rank = rank_ctx.server, rank_ctx.rank
     with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
@@ -302,7 +305,10 @@ def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) ->
 
 
 def _run_cores(
-    kernel: Callable[..., Any], args: list[Any], cores: list[CoreContext], rank_ctx: RankContext
+    kernel: Callable[..., Any],
+    args: list[Any],
+    cores: tuple[CoreContext, ...],
+    rank_ctx: RankContext,
 ) -> None:
     blocker = rank_ctx.blocker
     errors: list[tuple[CoreContext, BaseException]] = []

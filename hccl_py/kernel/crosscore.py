@@ -78,11 +78,7 @@ def _ai_core(core: CoreContext) -> int:
 
 
 def _cores(launch: LaunchState, kind: Any, block: int | None = None) -> list[CoreContext]:
-    return [
-        c
-        for c in launch.core_contexts()
-        if c.kind == kind and (block is None or _ai_core(c) == block)
-    ]
+    return [c for c in launch.cores if c.kind == kind and (block is None or _ai_core(c) == block)]
 
 
 def _route(core: CoreContext, mode: int) -> tuple[tuple, list[CoreContext], list[CoreContext]]:
@@ -248,7 +244,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     flags = _flags(launch)
     blocker = launch.rank_ctx.blocker
     key = (core, flagId)
-    others = [c for c in launch.core_contexts() if c != core]
+    others = [c for c in launch.cores if c != core]
 
     def released_or_stuck() -> bool:
         return bool(flags.completions.get(key)) or all(c in launch.returned for c in others)
