@@ -120,16 +120,17 @@ class LaunchState:
         #: What each core has seen happen (:mod:`.clocks`).
         self.order = CoreClocks()
         self.returned: list[CoreContext] = []
+        #: Every core of the launch, AIC cores first: made once, so that each core is one
+        #: object (a :class:`CoreContext` is equal only to itself).
+        self.cores = self._make_cores()
 
     @functools.cached_property
     def cc_engines(self) -> dict[str, int]:
         """groupName -> commEngine of the launch's cc tilings (parsed at a 950 context's ask)."""
         return {k: v for a in reversed(self.args) for k, v in cc_engines(a).items()}
 
-    @functools.cached_property
-    def cores(self) -> tuple[CoreContext, ...]:
-        """Every core of the launch, AIC cores first: made once, so that each core is one
-        object (:class:`CoreContext` is equal only to itself)."""
+    def _make_cores(self) -> tuple[CoreContext, ...]:
+        """Every core of the launch, AIC cores first."""
         cores = []
         for kind in (AIC, AIV):
             n = self.cores_of_kind[kind]
