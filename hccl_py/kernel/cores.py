@@ -18,12 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..core.config import KERNEL_GRACE_S, checked_int
-from ..core.constants import MAX_BLOCK_DIM, MAX_DOMAINS
+from ..core.constants import MAX_BLOCK_DIM
 from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
-from ..core.report import plain_repr
 from ..core.template import template
 from ..tiling.structs import cc_engines
 from ..trace.hooks import core_tid, recorder
@@ -38,6 +37,7 @@ from .context import (
     set_rank_context,
 )
 from .context_fields import ContextFields
+from .launch_args import parameter_names, resolve_groups
 
 
 class KernelCoreType(enum.IntEnum):
@@ -230,26 +230,6 @@ class LaunchState:
             )  # fmt: skip
 
 
-def _resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
-    if groups is None:
-        return {0: rank_ctx.world_group}
-    if isinstance(groups, Group):
-        groups = {0: groups}
-    if not isinstance(groups, (Mapping, list, tuple)):
-        raise ValueError(
-            "groups maps context index 0 or 1 to a Group from hp.new_group (a dict, a list or "
-            f"one Group), not {groups!r}"
-        )
-    resolved = dict(groups) if isinstance(groups, Mapping) else dict(enumerate(groups))
-    for index, group in resolved.items():
-        if index not in range(MAX_DOMAINS) or not isinstance(group, Group):
-            raise ValueError(
-                f"groups maps context index 0 or 1 to a Group from hp.new_group; got {index}: {group!r}"
-            )
-        rank_ctx.check_group(group, f"hp.launch: groups[{index}]")
-    return resolved
-
-
 def launch(
     kernel: Callable[..., Any],
     *args: Any,
@@ -267,8 +247,8 @@ def launch(
     block_dim = checked_int("block_dim", block_dim, 1, MAX_BLOCK_DIM)
     rank_ctx = current_rank_context()
     with serial():
-        state = LaunchState(rank_ctx, _resolve_groups(rank_ctx, groups), kernel_type, block_dim)
-        names = _parameter_names(kernel, len(args))
+        state = LaunchState(rank_ctx, resolve_groups(rank_ctx, groups), kernel_type, block_dim)
+        names = parameter_names(kernel, len(args))
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.cores
@@ -281,17 +261,6 @@ def launch(
             _run_cores(kernel, gm_args, cores, rank_ctx)
     with serial():
         state.finish()
-
-
-def _parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
-    """The kernel's names for its first ``n`` arguments (``xGM`` ...), so reports can use them."""
-    if not callable(kernel):
-        raise TypeError(f"hp.launch needs the kernel function, not {plain_repr(kernel)}")
-    code = getattr(kernel, "__code__", None)
-    names = list(code.co_varnames[: code.co_argcount]) if code is not None else []
-    if getattr(kernel, "__self__", None) is not None:
-        names = names[1:]  # a bound method: skip self
-    return (names + [None] * n)[:n]
 
 
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
