@@ -87,6 +87,11 @@ def bind_rank(ctx: RunningRank | None) -> None:
     _rank.set(ctx)
 
 
+#: The calling runner's rank context or None (``current_rank(required=False)`` in one call: the
+#: context variable's own getter, for the paths that every launch and call takes).
+rank_or_none: Callable[[], Any] = _rank.get
+
+
 def current_rank(required: bool = True) -> Any:
     """The calling runner's rank context; raises outside ``hp.run`` when ``required``."""
     ctx = _rank.get()

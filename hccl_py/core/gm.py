@@ -19,7 +19,7 @@ import torch
 from .buffer_numbers import OUTSIDE, numbers_of
 from .config import as_index
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
-from .current import current_rank, off_device, serialized
+from .current import current_rank, off_device, rank_or_none, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
 
@@ -88,14 +88,14 @@ class Allocation:
                 f"with strides {tensor.stride()} (call .contiguous() first)"
             )
         self.tensor = tensor
-        self.data = flat_elements(tensor).view(torch.uint8)
+        self.data = tensor.as_strided((tensor.numel(),), (1,)).view(torch.uint8)  # flat_elements
         #: Size of the allocation in bytes (asked by every bounds check and race mark).
         self.nbytes: int = self.data.numel()
         #: (address of the tensor's storage, byte offset of the tensor in it): two
         #: allocations with the same storage address may share bytes.
         self.memory = _memory(tensor)
         self.rank = rank
-        ctx = current_rank(required=False)
+        ctx = rank_or_none()
         #: Its rank's numbers in this run (the calling rank's; outside a rank, the host's).
         self.numbers = ctx.buffers if ctx is not None and ctx.rank == rank else OUTSIDE
         self.uid = self.numbers.take()
@@ -202,7 +202,7 @@ class GmAddr:
         return hash((id(self.alloc), self.offset))
 
     def __bool__(self) -> bool:
-        return not self.is_null
+        return self.alloc is not None
 
     def __repr__(self) -> str:
         if self.alloc is None:
@@ -390,7 +390,7 @@ def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     (a tiling) the address of a copy of its bytes; anything else is passed as is.
     """
     if isinstance(arg, torch.Tensor):
-        ctx = current_rank(required=False)
+        ctx = rank_or_none()
         elsewhere = off_device(arg, ctx) if ctx is not None and ctx.rank == rank else None
         if elsewhere is not None:
             raise ValueError(
