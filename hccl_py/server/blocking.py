@@ -380,7 +380,8 @@ class Blocker:
         Yes when the world failed (every wait raises) or a job is ready for a
         waiting thread to take; otherwise only the waiters whose condition holds wake.
         """
-        self._check_deadlock()
+        if self.blocked:  # else no deadlock to check (one call less per notification)
+            self._check_deadlock()
         return self.error is not None or self.job_ready()
 
     def _check_deadlock(self) -> None:

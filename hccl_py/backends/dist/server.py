@@ -99,7 +99,7 @@ class DistServer(ExchangeMeetings, Server):
         self._keys: dict[str, None] = {}
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
-        blocker.job_ready = lambda: self._take_local() is not None
+        blocker.job_ready = lambda: bool(self.local_queues) and self._take_local() is not None
 
     @property
     def carry_first_round(self) -> bool:
