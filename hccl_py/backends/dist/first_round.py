@@ -248,11 +248,12 @@ def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
     if task.op not in rounds.ROUNDS or (task.op in _REDUCING and not dom.reduction.exact):
         return None
     blocks = layout.round_blocks(task, "send", 0)
-    if task.op in _WHOLE:
-        blocks = layout.Blocks(blocks.starts[:1], blocks.sizes[:1])
-    if int(blocks.sizes.sum()) > room:
-        return None
-    return rounds.gather_bytes(task.memory("send"), blocks).cpu().numpy().tobytes()
+    if task.op in _WHOLE:  # the first block
+        start, size = int(blocks.starts[0]), int(blocks.sizes[0])
+        data = None if size > room else task.memory("send")[start : start + size]
+    else:
+        data = None if blocks.total() > room else rounds.gather_bytes(task.memory("send"), blocks)
+    return None if data is None else data.cpu().numpy().tobytes()
 
 
 def run(
@@ -285,7 +286,7 @@ def run(
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)
-        _same_size(task, flat, int(recv.sizes.sum()))
+        _same_size(task, flat, recv.total())
         rounds.scatter_bytes(data, recv, flat.to(data.device), me if task.skip_local else None)
         return
     if task.count == 0:
