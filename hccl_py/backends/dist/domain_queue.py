@@ -379,9 +379,9 @@ class DomainQueue:
             task, mine, self.rows, self.dom, carry, self.server.session.device, absentees.wait
         )
         self.joined = task.seq
-        tasks, rows = first_round.received(task, mine, payloads)
+        tasks, rows, longest = first_round.received(task, mine, payloads)
         error = mismatch(tasks)
         if error is not None:
             raise error
-        self.rows.agreed(tasks, payloads, self.dom, carry)
+        self.rows.agreed(tasks, longest, self.dom, carry)
         return None if rows is None else (tasks, rows, scattered)
