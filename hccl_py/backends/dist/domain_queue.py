@@ -49,6 +49,7 @@ class DistServer(Protocol):
     board: TaskBoard
     carry_first_round: bool
     cond: WakeCondition
+    lock: Any  # cond's lock, entered directly
     config: Config
     late: bool
     queues: dict[str, DomainQueue]
@@ -242,14 +243,14 @@ class DomainQueue:
         """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
         (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here
         when nobody else runs them): no round uses the domain's process group meanwhile."""
-        cond = self.server.cond
+        cond, lock = self.server.cond, self.server.lock
 
         def idle() -> bool:
             return self.error is not None or (self.seq not in self.tasks and not self.running)
 
         while True:
             self.run_until(None)
-            with cond:
+            with lock:
                 if idle():
                     if self.error is not None:
                         raise self.error
@@ -268,7 +269,7 @@ class DomainQueue:
         except Exception as exc:  # noqa: BLE001 - named like a failed round
             raise self._failure(f"the exchange of {op}'s arguments", exc) from None
         finally:
-            with cond:
+            with lock:
                 self.running = ""
                 cond.notify_all()
 
@@ -312,9 +313,9 @@ class DomainQueue:
         domain's thread still runs the rounds that nobody waits for (Commit
         starts a round, as on the NPU).
         """
-        cond = self.server.cond
+        lock = self.server.lock
         while True:
-            with cond:
+            with lock:
                 if self.running:  # another thread runs a round (claim() would refuse)
                     return
                 if upto is not None and self._at() > upto:
@@ -323,15 +324,15 @@ class DomainQueue:
             if job is None:
                 return
             error = self.execute(*job)
-            with cond:
+            with lock:
                 self.finish(*job, error)
 
     def _loop(self) -> None:
         if self.server.session.thread_init is not None:
             self.server.session.thread_init()
-        cond = self.server.cond
+        cond, lock = self.server.cond, self.server.lock
         while True:
-            with cond:
+            with lock:
                 job = self.claim()
                 while job is None:
                     if self.stopping or self.error is not None:
@@ -339,7 +340,7 @@ class DomainQueue:
                     cond.wait_until(self._due)
                     job = self.claim()
             error = self.execute(*job)
-            with cond:
+            with lock:
                 self.finish(*job, error)
 
     def _due(self) -> bool:

@@ -76,6 +76,9 @@ class DistServer(ExchangeMeetings, Server):
         self.config = config
         self.blocker = blocker
         self.cond = blocker.cond
+        #: ``cond``'s lock, which ``with`` enters directly (Condition's own __enter__ and
+        #: __exit__ are Python calls around it, several times per kernel task).
+        self.lock = blocker.lock
         self.backend_name = session.backend.name
         self.settings = Settings.read(session.backend.check_tasks, session.backend.exact)
         self.reduction = pg_rounds.Reduction(
@@ -240,7 +243,7 @@ class DistServer(ExchangeMeetings, Server):
                 rank=global_rank(task),
                 op=task.label,
             )
-        with self.cond:
+        with self.lock:
             self._queue(task).submit(task)
             self.cond.notify_all()
 
@@ -259,7 +262,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
         """This rank returned from kernel launch ``launch``: forget its finished tasks."""
-        with self.cond:
+        with self.lock:
             queue = self.queues.get(group.name)
             if queue is not None:
                 queue.retire(launch)
@@ -269,7 +272,7 @@ class DistServer(ExchangeMeetings, Server):
         value names, per domain, the last task whose exchange it took part in: a peer still
         waiting in that exchange (its last collective, when round 0 rode in it) must not
         take it for absent."""
-        with self.cond:
+        with self.lock:
             joined = {name: q.joined for name, q in self.queues.items() if q.joined >= 0}
             exchanged = {name: q.exchanged for name, q in self.queues.items()}
         self.publish(exchanged_key(rank), json.dumps(exchanged).encode())
@@ -294,14 +297,14 @@ class DistServer(ExchangeMeetings, Server):
         self._keys.clear()
 
     def commit(self, task: Task, round_idx: int) -> None:
-        with self.cond:
+        with self.lock:
             self._queue(task).commit(task, round_idx)
             self.cond.notify_all()
         if not self.late:
             self._run_local()
 
     def wait(self, task: Task, round_idx: int) -> None:
-        with self.cond:
+        with self.lock:
             queue = self._queue(task)
             self._release()
         self._run_local()
@@ -312,17 +315,17 @@ class DistServer(ExchangeMeetings, Server):
             lambda: tasks.rounds_done(seq, repeat) > round_idx or tasks.failure_at(seq) is not None,
             lambda: self._describe_wait(queue, task, round_idx),
         )
-        with self.cond:
+        with self.lock:
             error = queue.failure_at(task.seq)
             if queue.rounds_done(task.seq, task.repeat) <= round_idx and error is not None:
                 raise error_for(error, task, round_idx)
 
     def finished(self, task: Task) -> int:
-        with self.cond:
+        with self.lock:
             queue = self._queue(task)
             self._release()
         self._run_local()
-        with self.cond:
+        with self.lock:
             error = queue.failure_at(task.seq)
             done = queue.rounds_done(task.seq, task.repeat)
         if error is not None:
@@ -337,7 +340,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def close(self) -> None:
         """Stop the domain threads and destroy this run's process groups."""
-        with self.cond:
+        with self.lock:
             for queue in self.queues.values():
                 queue.stopping = True
             self.cond.notify_all()
@@ -348,7 +351,7 @@ class DistServer(ExchangeMeetings, Server):
                 stuck |= queue.thread.is_alive()
         if stuck:
             return
-        with self.cond:
+        with self.lock:
             self.board.restore_all()  # the rounds still poisoned never ran
         for pg in self.groups:
             with contextlib.suppress(Exception):  # best effort: the process is leaving anyway
