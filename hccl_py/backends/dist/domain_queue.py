@@ -68,6 +68,8 @@ def poison_reached(board: TaskBoard) -> None:
     receive blocks may still be an earlier task's input; the bytes are kept
     and put back if the round never runs.
     """
+    if not board.unpoisoned:  # nothing committed waits to be poisoned (poisoning is off)
+        return
     for position, task, r in board.poison_due():
         if not in_place(task, r):
             board.poisoned(position, r, save_and_poison(task, r))

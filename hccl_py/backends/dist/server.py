@@ -76,8 +76,7 @@ class DistServer(ExchangeMeetings, Server):
         self.config = config
         self.blocker = blocker
         self.cond = blocker.cond
-        #: ``cond``'s lock, which ``with`` enters directly (Condition's own __enter__ and
-        #: __exit__ are Python calls around it, several times per kernel task).
+        #: ``cond``'s lock, entered directly (Condition's __enter__ is a Python call around it).
         self.lock = blocker.lock
         self.backend_name = session.backend.name
         self.settings = Settings.read(session.backend.check_tasks, session.backend.exact)
@@ -192,7 +191,8 @@ class DistServer(ExchangeMeetings, Server):
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
-        return self._queue_of(task.domain)
+        queue = self.queues.get(task.domain.name)  # asked several times per task
+        return self._queue_of(task.domain) if queue is None else queue
 
     def _queue_of(self, group: Group) -> DomainQueue:
         """Under the lock: the queue of ``group`` (its thread starts on first use)."""
@@ -316,9 +316,10 @@ class DistServer(ExchangeMeetings, Server):
             lambda: self._describe_wait(queue, task, round_idx),
         )
         with self.lock:
-            error = queue.failure_at(task.seq)
-            if queue.rounds_done(task.seq, task.repeat) <= round_idx and error is not None:
-                raise error_for(error, task, round_idx)
+            if tasks.rounds_done(seq, repeat) <= round_idx:  # then it failed
+                error = tasks.failure_at(seq)
+                if error is not None:
+                    raise error_for(error, task, round_idx)
 
     def finished(self, task: Task) -> int:
         with self.lock:
