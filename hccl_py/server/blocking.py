@@ -253,7 +253,8 @@ class Blocker:
         deadline = time.monotonic() + limit
         me = threading.get_ident()
         with self.lock:
-            self.spinning.pop(me, None)
+            if self.spinning:  # a thread that polled (Query) waits now
+                self.spinning.pop(me, None)
             while True:
                 if pred():
                     return

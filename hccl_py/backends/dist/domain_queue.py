@@ -104,8 +104,9 @@ class DomainQueue:
 
     # --------------------------------------------------------- under the lock
     def _look(self) -> None:
-        """Read the queue's head, whether its next round can start (a failed dependency fails
-        it), :meth:`_at` and :attr:`error` into ``_head``, ``_ready``, ``_at_now``, ``_error``.
+        """Under the lock: read the queue's head, whether its next round can start (a failed
+        dependency fails it), :meth:`_at` and :attr:`error` into ``_head``, ``_ready``,
+        ``_at_now`` and ``_error``.
 
         They change only at a transition of the board, which moves its version on
         (:attr:`~hccl_py.server.task_queue.TaskBoard.version`, as the emulator's server
