@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
+from ...core.config import Config
 from ...core.errors import HcclDeadlockError, HcclPeerError, HcclTimeoutError
 from ...core.task import Task
 from ...server.agreement import count_mismatch, global_rank
 from .descriptors import final_key, joined_key, read_final, read_joined
-from .session import LOOK_S
+from .session import LOOK_S, Session
 from .waits import watch_work
-
-if TYPE_CHECKING:
-    from .domain_queue import DistServer, DomainQueue
 
 #: Seconds to wait for the report of the rank whose process ended, to name it.
 PEER_REPORT_S = 0.2
+
+
+class RankServer(Protocol):
+    """What :class:`Absentees` reads of its rank's server (``.server.DistServer``)."""
+
+    config: Config
+    session: Session
+    store: Any
 
 
 class Absentees:
@@ -31,11 +38,14 @@ class Absentees:
     (:func:`.descriptors.joined_key`), for its peers' reports.
     """
 
-    def __init__(self, server: DistServer, task: Task, queue: DomainQueue) -> None:
+    def __init__(
+        self, server: RankServer, task: Task, undescribed: Callable[[], list[int]]
+    ) -> None:
         self.server = server
         self.store = server.store
         self.task = task
-        self.queue = queue
+        #: The peers that have not joined the exchange yet (:meth:`.DomainQueue.undescribed`).
+        self.undescribed = undescribed
         self.marked = ""
 
     def wait(self, work: dist.Work) -> None:
@@ -50,7 +60,7 @@ class Absentees:
             self.server.session.check_abort()
             self.check()
             if time.monotonic() >= deadline:
-                who = self.queue.undescribed()
+                who = self.undescribed()
                 raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
 
         try:  # a failed process group: because a peer's process ended? then name it

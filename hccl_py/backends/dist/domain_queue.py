@@ -377,7 +377,7 @@ class DomainQueue:
         never join (it finalized after fewer tasks, returned, or is gone).
         Returns every rank's task and round-0 bytes if all sent them (:mod:`.first_round`).
         """
-        absentees = Absentees(self.server, task, self)
+        absentees = Absentees(self.server, task, self.undescribed)
         mine, carry = encode_descriptor(task), self.server.carry_first_round
         payloads, scattered = first_round.exchange(
             task, mine, self.rows, self.dom, carry, self.server.session.device, absentees.wait
