@@ -518,11 +518,9 @@ def test_a_forged_control_length_is_refused(
 
     real = gathered._row
 
-    def forged(payload: bytes, width: int) -> np.ndarray:
+    def forged(payload: bytes, width: int) -> bytearray:
         row = real(payload, width)
-        row[: gathered._LENGTH_BYTES] = np.frombuffer(
-            (-5).to_bytes(8, "little", signed=True), np.uint8
-        )
+        row[: gathered._LENGTH_BYTES] = (-5).to_bytes(8, "little", signed=True)
         return row
 
     monkeypatch.setattr(gathered, "_row", forged)

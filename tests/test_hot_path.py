@@ -75,6 +75,31 @@ def test_a_decoded_descriptor_is_the_task_without_memory() -> None:
     assert (back.send, back.recv, back.deps, back.layout_cache) == (NULL, NULL, (), {})
 
 
+_A2AV = HcclCMDType.HCCL_CMD_ALLTOALLV
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"seq": 7, "launch": 3}, {"seq": 5, "launch": 5, "handle": 5, "count": 5},
+     {"caller": "a %d %(seq)d \"seq\":3,"}, {"count": 1}, {"count": True}, {"skip_local": 1},
+     {"op": _A2AV, "send_counts": (1, 2), "recv_counts": (3, 4), "sdispls": (0, 1),
+      "rdispls": (0, 3), "reduce_op": None}],
+    ids=["plain", "later", "same-numbers", "odd-caller", "count-1", "count-True", "int-flag",
+         "pairwise"],
+)  # fmt: skip
+def test_a_descriptor_made_from_its_template_is_the_one_made_field_by_field(
+    changes: dict,
+) -> None:
+    """encode_descriptor keeps one template per kind of task and fills in its position and
+    launch: every descriptor must be, byte for byte, what encoding the fields gives, for a
+    task met first and for the same task at other positions and launches (values equal but
+    of other types, 1 and True, are other kinds)."""
+    for moved in ({}, {"seq": 1234, "launch": 99}, {"seq": 3, "launch": 0}):
+        task = _task(**(changes | moved))
+        assert encode_descriptor(task) == descriptors._encode(task)
+        assert encode_descriptor(task) == descriptors._encode(task)
+
+
 def test_counts_come_back_as_tuples_of_int() -> None:
     counts = [1, 2]
     raw = _raw(op=int(HcclCMDType.HCCL_CMD_ALLTOALLV), send_counts=counts, sdispls=counts,

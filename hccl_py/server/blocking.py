@@ -253,7 +253,8 @@ class Blocker:
         deadline = time.monotonic() + limit
         me = threading.get_ident()
         with self.lock:
-            self.spinning.pop(me, None)
+            if self.spinning:  # a thread that polled (Query) waits now
+                self.spinning.pop(me, None)
             while True:
                 if pred():
                     return
@@ -380,7 +381,8 @@ class Blocker:
         Yes when the world failed (every wait raises) or a job is ready for a
         waiting thread to take; otherwise only the waiters whose condition holds wake.
         """
-        self._check_deadlock()
+        if self.blocked:  # else no deadlock to check (one call less per notification)
+            self._check_deadlock()
         return self.error is not None or self.job_ready()
 
     def _check_deadlock(self) -> None:

@@ -50,15 +50,6 @@ class _Sleeper:
         self.lock.acquire()
         self.test = test
 
-    def due(self) -> bool:
-        """Whether to wake it now (a test that raises wakes it: it sees the error itself)."""
-        if self.test is None:
-            return True
-        try:
-            return bool(self.test())
-        except Exception:  # noqa: BLE001 - the waiter re-evaluates and raises it
-            return True
-
 
 class WakeCondition(threading.Condition):
     """A condition whose ``notify_all`` wakes only the waiters whose wake-up test passes.
@@ -74,6 +65,8 @@ class WakeCondition(threading.Condition):
     def __init__(self, lock: Any = None) -> None:
         super().__init__(lock)
         self._sleepers: list[_Sleeper] = []
+        #: How many of them have a test (the hook runs only then).
+        self._tested = 0
         self._notifying = False
         self._again = False
         self.on_notify: Callable[[], bool] | None = None
@@ -92,6 +85,7 @@ class WakeCondition(threading.Condition):
             raise RuntimeError("cannot wait on un-acquired lock")
         sleeper = _Sleeper(test)
         self._sleepers.append(sleeper)
+        self._tested += test is not None
         saved = self._release_save()
         woken = False
         try:
@@ -101,16 +95,15 @@ class WakeCondition(threading.Condition):
             self._acquire_restore(saved)
             if not woken and sleeper in self._sleepers:
                 self._sleepers.remove(sleeper)
+                self._tested -= test is not None
 
     def notify(self, n: int = 1) -> None:
         """Wake at most ``n`` of the waiters whose test passes."""
         self._wake(n)
 
-    def notify_all(self) -> None:
-        """Wake every waiter whose test passes (plain waiters always)."""
-        self._wake(None)
-
-    def _wake(self, n: int | None) -> None:
+    def _wake(self, n: int | None = None) -> None:
+        """Wake at most ``n`` (None: every one) of the waiters whose test passes (plain
+        waiters always)."""
         if not self._is_owned():
             raise RuntimeError("cannot notify on un-acquired lock")
         if not self._sleepers and not self._notifying:  # nobody to wake (a runner's world)
@@ -121,7 +114,7 @@ class WakeCondition(threading.Condition):
         self._notifying = True
         try:
             every = False
-            if self.on_notify is not None and any(s.test for s in self._sleepers):
+            if self.on_notify is not None and self._tested:
                 every = self.on_notify()  # what it notifies is woken by the pass below
             self._again = True
             while self._again and self._sleepers and n != 0:
@@ -130,12 +123,25 @@ class WakeCondition(threading.Condition):
         finally:
             self._notifying = False
 
+    #: Wake every waiter whose test passes (plain waiters always): ``_wake`` itself, one
+    #: call less at each of the server's notifications.
+    notify_all = _wake
+
     def _wake_due(self, n: int | None, every: bool) -> int | None:
-        """Release the sleepers that are due (``every``: all), at most ``n``; how many more may wake."""
+        """Release the sleepers that are due (``every``: all), at most ``n``; how many more may
+        wake. A test that raises wakes its waiter, which re-evaluates it and sees the error."""
         asleep = []
         for sleeper in self._sleepers:
-            if n != 0 and (every or sleeper.due()):
+            test = sleeper.test
+            due = n != 0
+            if due and not every and test is not None:
+                try:
+                    due = bool(test())
+                except Exception:  # noqa: BLE001 - the waiter re-evaluates and raises it
+                    due = True
+            if due:
                 sleeper.lock.release()
+                self._tested -= test is not None
                 n = None if n is None else n - 1
             else:
                 asleep.append(sleeper)

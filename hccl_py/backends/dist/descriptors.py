@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import operator
 from typing import Any
 
 import torch.distributed as dist
@@ -92,14 +93,62 @@ def _fields(data: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+#: A task's descriptor fields, in the order of ``_DESCRIPTOR``, read in one call.
+_VALUES = operator.attrgetter(*_DESCRIPTOR)
+_SEQ, _LAUNCH = list(_DESCRIPTOR).index("seq"), list(_DESCRIPTOR).index("launch")
+#: Descriptors made so far, as templates that take ``seq`` and ``launch`` (a kernel launched
+#: again changes only those), by the other fields' values and types; cleared when full.
+_TEMPLATES: dict[tuple, bytes] = {}
+_MAX_TEMPLATES = 1024
+
+
 def encode_descriptor(task: Task) -> bytes:
-    """``task``'s descriptor as the plain JSON record its peers compare."""
+    """``task``'s descriptor as the plain JSON record its peers compare.
+
+    Made once per kind of task (:func:`_template`): a kernel's tasks differ from launch to
+    launch only in their position and launch, and the check encodes one per task.
+    """
+    values = _VALUES(task)
+    key = (values[:_SEQ] + values[_SEQ + 1 : _LAUNCH] + values[_LAUNCH + 1 :], *map(type, values))
+    template = _TEMPLATES.get(key)
+    if template is None:
+        raw = _encode(task)
+        template = _template(raw, task.seq, task.launch)
+        if template is None:
+            return raw
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.clear()
+        _TEMPLATES[key] = template
+    return template % {b"seq": task.seq, b"launch": task.launch}
+
+
+def _encode(task: Task) -> bytes:
+    """``task``'s descriptor, made field by field."""
     data = {}
     for name in _DESCRIPTOR:
         value = getattr(task, name)
         data[name] = list(value) if isinstance(value, tuple) else value
     record = {"op": f"kernel task #{task.seq} ({task.describe()})", "problem": None, "task": data}
     return json.dumps(record, separators=(",", ":")).encode()
+
+
+def _template(raw: bytes, seq: int, launch: int) -> bytes | None:
+    """Descriptor ``raw`` (of task ``seq`` of kernel launch ``launch``) with ``%(seq)d`` and
+    ``%(launch)d`` where those numbers stand; None if it does not give ``raw`` back.
+
+    Each stands once where a key or the record's head names it: JSON escapes the quotes
+    of any text inside a string, so ``"seq":`` cannot stand in the description.
+    """
+    template = raw.replace(b"%", b"%%")
+    for old, new in (
+        (b'{"op":"kernel task #%d ' % seq, b'{"op":"kernel task #%(seq)d '),
+        (b',"seq":%d,' % seq, b',"seq":%(seq)d,'),
+        (b',"launch":%d,' % launch, b',"launch":%(launch)d,'),
+    ):
+        if template.count(old) != 1:
+            return None
+        template = template.replace(old, new)
+    return template if template % {b"seq": seq, b"launch": launch} == raw else None
 
 
 def decode_descriptor(raw: bytes, like: Task, index: int) -> Task:

@@ -10,46 +10,35 @@ rank's tasks only (its peers' progress is the process group's business). With ta
 first round of each task first compares its descriptor with the peers' ones,
 exchanged over the domain's process group as a framework collective's
 arguments are (:meth:`DomainQueue.exchange`), in Prepare order with its tasks;
-:class:`Absentees` names a peer that will never send one.
+:class:`.absentees.Absentees` names a peer that will never send one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
 import threading
-import time
 from typing import Any, Protocol
 
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclDeadlockError, HcclError, HcclPeerError, HcclTimeoutError
+from ...core.errors import HcclError, HcclPeerError
 from ...core.group import Group
 from ...core.task import Task
 from ...sanitizer.poison import in_place, save_and_poison
-from ...server.agreement import count_mismatch, global_rank, mismatch
-from ...server.task_queue import DomainTasks, TaskBoard
+from ...server.agreement import mismatch
+from ...server.task_queue import DomainTasks, Position, TaskBoard
 from ...server.threads import WakeCondition
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
 from . import first_round
 from . import rounds as pg_rounds
-from .descriptors import (
-    encode_descriptor,
-    final_key,
-    joined_key,
-    left_before,
-    read_final,
-    read_joined,
-)
-from .session import LOOK_S, Session
-from .waits import watch_work
+from .absentees import PEER_REPORT_S, Absentees
+from .descriptors import encode_descriptor, joined_key, left_before
+from .session import Session
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
-#: Seconds to wait for the report of the rank whose process ended, to name it.
-PEER_REPORT_S = 0.2
 
 
 class DistServer(Protocol):
@@ -60,6 +49,7 @@ class DistServer(Protocol):
     board: TaskBoard
     carry_first_round: bool
     cond: WakeCondition
+    lock: Any  # cond's lock, entered directly
     config: Config
     late: bool
     queues: dict[str, DomainQueue]
@@ -78,6 +68,8 @@ def poison_reached(board: TaskBoard) -> None:
     receive blocks may still be an earlier task's input; the bytes are kept
     and put back if the round never runs.
     """
+    if not board.unpoisoned:  # nothing committed waits to be poisoned (poisoning is off)
+        return
     for position, task, r in board.poison_due():
         if not in_place(task, r):
             board.poisoned(position, r, save_and_poison(task, r))
@@ -102,24 +94,50 @@ class DomainQueue:
         #: The last task whose descriptor exchange this rank joined; the framework exchanges it joined.
         self.joined, self.exchanged = -1, 0
         self.rows = first_round.Rows()  # the width of the exchanges' rows
+        #: The board version that :meth:`_look` read the next four at (-1: none yet).
+        self._version = -1
+        self._head: Position | None = None
+        self._ready = False
+        self._at_now = (0, 0)
+        self._error: HcclError | None = None
         self.thread = threading.Thread(target=self._loop, name=f"hccl_py-{group.name}", daemon=True)
 
     # --------------------------------------------------------- under the lock
+    def _look(self) -> None:
+        """Under the lock: read the queue's head, whether its next round can start (a failed
+        dependency fails it), :meth:`_at` and :attr:`error` into ``_head``, ``_ready``,
+        ``_at_now`` and ``_error``.
+
+        They change only at a transition of the board, which moves its version on
+        (:attr:`~hccl_py.server.task_queue.TaskBoard.version`, as the emulator's server
+        keeps its answer): read once per version, not at every notification and claim.
+        A look during which the version moved (the head's dependency failed it) is not kept.
+        """
+        board = self.server.board
+        version = board.version
+        if self._version == version:
+            return
+        queue = self.queue
+        head = self._head = queue.head()
+        self._ready = head is not None and board.ready(head)
+        self._at_now = (queue.head_seq, 0) if head is None else (head.seq, head.done)
+        self._error = queue.first_failure()
+        self._version = version if board.version == version else -1
+
     @property
     def seq(self) -> int:
         """The position the domain is at: its first unfinished task."""
-        return self.queue.head_seq
+        return self._at()[0]
 
     @property
     def round(self) -> int:
         """The next round of the task at :attr:`seq`."""
-        head = self.queue.head()
-        return 0 if head is None else head.done
+        return self._at()[1]
 
     def _at(self) -> tuple[int, int]:
-        """``(seq, round)`` with one look at the queue's head."""
-        head = self.queue.head()
-        return (self.queue.head_seq, 0) if head is None else (head.seq, head.done)
+        """``(seq, round)``: the domain's place in its queue."""
+        self._look()
+        return self._at_now
 
     @property
     def tasks(self) -> dict[int, Task]:
@@ -129,7 +147,8 @@ class DomainQueue:
     @property
     def error(self) -> HcclError | None:
         """The error of the domain's first failed task, if any."""
-        return self.queue.first_failure()
+        self._look()
+        return self._error
 
     def submit(self, task: Task) -> None:
         """Under the lock: queue this rank's ``task``."""
@@ -144,8 +163,8 @@ class DomainQueue:
         """Whether the thread can start its next round now (a failed dependency fails it)."""
         if self.running:  # asked at every notification: no look at the queue while a round runs
             return False
-        head = self.queue.head()
-        return head is not None and self.server.board.ready(head)
+        self._look()
+        return self._ready
 
     def rounds_done(self, seq: int, repeat: int) -> int:
         """How many rounds of task ``seq`` (of ``repeat`` rounds) finished."""
@@ -177,10 +196,11 @@ class DomainQueue:
     # ------------------------------------------------------------ running rounds
     def claim(self) -> tuple[Task, int] | None:
         """Under the lock: take the next round if it can start now (the queue is then running)."""
-        head = self.queue.head()
-        if self.stopping or self.running or head is None:
+        if self.stopping or self.running:
             return None
-        if self.server.board.claim([head]) is None:
+        self._look()
+        head = self._head
+        if not self._ready or head is None or self.server.board.claim([head]) is None:
             return None
         self.running = f"running round {head.done} on the process group"
         return head.sample(), head.done
@@ -226,14 +246,14 @@ class DomainQueue:
         """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
         (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here
         when nobody else runs them): no round uses the domain's process group meanwhile."""
-        cond = self.server.cond
+        cond, lock = self.server.cond, self.server.lock
 
         def idle() -> bool:
             return self.error is not None or (self.seq not in self.tasks and not self.running)
 
         while True:
             self.run_until(None)
-            with cond:
+            with lock:
                 if idle():
                     if self.error is not None:
                         raise self.error
@@ -252,7 +272,7 @@ class DomainQueue:
         except Exception as exc:  # noqa: BLE001 - named like a failed round
             raise self._failure(f"the exchange of {op}'s arguments", exc) from None
         finally:
-            with cond:
+            with lock:
                 self.running = ""
                 cond.notify_all()
 
@@ -296,9 +316,9 @@ class DomainQueue:
         domain's thread still runs the rounds that nobody waits for (Commit
         starts a round, as on the NPU).
         """
-        cond = self.server.cond
+        lock = self.server.lock
         while True:
-            with cond:
+            with lock:
                 if self.running:  # another thread runs a round (claim() would refuse)
                     return
                 if upto is not None and self._at() > upto:
@@ -307,15 +327,15 @@ class DomainQueue:
             if job is None:
                 return
             error = self.execute(*job)
-            with cond:
+            with lock:
                 self.finish(*job, error)
 
     def _loop(self) -> None:
         if self.server.session.thread_init is not None:
             self.server.session.thread_init()
-        cond = self.server.cond
+        cond, lock = self.server.cond, self.server.lock
         while True:
-            with cond:
+            with lock:
                 job = self.claim()
                 while job is None:
                     if self.stopping or self.error is not None:
@@ -323,12 +343,15 @@ class DomainQueue:
                     cond.wait_until(self._due)
                     job = self.claim()
             error = self.execute(*job)
-            with cond:
+            with lock:
                 self.finish(*job, error)
 
     def _due(self) -> bool:
         """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
-        return self.stopping or self.error is not None or self.ready()
+        if self.stopping:
+            return True
+        self._look()
+        return self._error is not None or (not self.running and self._ready)
 
     def undescribed(self) -> list[int]:
         """Global ranks that have not joined the descriptor exchange of the task being compared.
@@ -354,97 +377,15 @@ class DomainQueue:
         never join (it finalized after fewer tasks, returned, or is gone).
         Returns every rank's task and round-0 bytes if all sent them (:mod:`.first_round`).
         """
-        absentees = Absentees(self.server, task, self)
+        absentees = Absentees(self.server, task, self.undescribed)
         mine, carry = encode_descriptor(task), self.server.carry_first_round
         payloads, scattered = first_round.exchange(
             task, mine, self.rows, self.dom, carry, self.server.session.device, absentees.wait
         )
         self.joined = task.seq
-        tasks, rows = first_round.received(task, mine, payloads)
+        tasks, rows, longest = first_round.received(task, mine, payloads)
         error = mismatch(tasks)
         if error is not None:
             raise error
-        self.rows.agreed(tasks, payloads, self.dom, carry)
+        self.rows.agreed(tasks, longest, self.dom, carry)
         return None if rows is None else (tasks, rows, scattered)
-
-
-class Absentees:
-    """Spots, while a task's descriptor exchange waits, a peer that will never join it.
-
-    That peer finalized its kernel launch after fewer tasks (a count mismatch,
-    reported as the emulator does), returned from its function, or its process
-    is gone. Once it has waited :data:`LOOK_S`, this rank marks that it joined
-    (:func:`.descriptors.joined_key`), for its peers' reports.
-    """
-
-    def __init__(self, server: DistServer, task: Task, queue: DomainQueue) -> None:
-        self.server = server
-        self.store = server.store
-        self.task = task
-        self.queue = queue
-        self.marked = ""
-
-    def wait(self, work: dist.Work) -> None:
-        """Block until ``work`` (the exchange) finished; raise if a peer will never join it."""
-        timeout = self.server.config.timeout
-        deadline = time.monotonic() + timeout
-
-        def look() -> None:
-            if not self.marked:
-                self.marked = joined_key(self.task.domain_name, self.task.seq, self.task.rank)
-                self.store.set(self.marked, b"1")
-            self.server.session.check_abort()
-            self.check()
-            if time.monotonic() >= deadline:
-                who = self.queue.undescribed()
-                raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
-
-        try:  # a failed process group: because a peer's process ended? then name it
-            watch_work(
-                work, LOOK_S, look, self.check,
-                device_async=self.server.session.backend.device_async,
-            )  # fmt: skip
-        finally:
-            if self.marked:
-                with contextlib.suppress(Exception):  # best effort, as in DistServer.forget
-                    self.store.delete_key(self.marked)
-
-    def waiting(self, who: list[int]) -> str:
-        """The timeout's report: this rank waits for ``who`` to prepare the task."""
-        task = self.task
-        return (
-            f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
-            f"{task.domain_name} (its own: handle {task.handle}, {task.describe()}): ranks "
-            f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
-        )
-
-    def check(self) -> None:
-        """Raise if a peer that has not joined the exchange never will."""
-        task = self.task
-        for i in range(task.rank_dim):
-            if i == task.rank or self.store.check([joined_key(task.domain_name, task.seq, i)]):
-                continue
-            final = final_key(task.domain_name, i)
-            last = read_final(self.store, final)
-            if last is not None and last[0] == task.launch and task.collective_index >= last[1]:
-                raise count_mismatch(task, i, last[1])
-            peer = task.domain.ranks[i]
-            joined = read_joined(self.store, peer, task.domain_name)
-            returned = joined is not None
-            if returned and task.seq <= joined:
-                continue  # it took part and returned: the exchange ends without it
-            how = "returned from its function" if returned else self.server.session.peers.gone(peer)
-            if how is None:
-                continue
-            # did it fail? then say so (a launcher may still be reporting a killed rank)
-            self.server.session.check_abort(wait=0.0 if returned else PEER_REPORT_S)
-            where = (
-                f"task #{task.seq} of domain {task.domain_name}, which rank {global_rank(task)} "
-                f"prepared (handle {task.handle}, {task.describe()})"
-            )
-            if returned:
-                raise HcclDeadlockError(
-                    f"rank {peer} returned from its function without preparing {where}: "
-                    "it would wait forever"
-                )
-            raise HcclPeerError(f"rank {peer} {how} before preparing {where}")

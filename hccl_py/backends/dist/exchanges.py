@@ -11,7 +11,7 @@ alike, from what the previous exchange gave every rank.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...core.group import Group
 from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Payload, Pieces
@@ -27,6 +27,7 @@ class ExchangeMeetings(Meetings):
 
     domains: dict[str, pg_rounds.Domain | None]
     cond: threading.Condition
+    lock: Any  # cond's lock
     carry_first_round: bool
 
     def _queue_of(self, group: Group) -> DomainQueue:
@@ -58,7 +59,7 @@ class ExchangeMeetings(Meetings):
             return [payload], False
         if self.domains.get(group.name) is None:
             return None
-        with self.cond:
+        with self.lock:
             queue = self._queue_of(group)
             self._release()
         self.stalls.touch()  # a framework collective: an hccl_py call, however short
@@ -72,7 +73,7 @@ class ExchangeMeetings(Meetings):
         ``HCCL_PY_CARRY_FIRST_ROUND=0``: its rows stay narrow)."""
         if not self.carry_first_round or group.size == 1 or self.domains.get(group.name) is None:
             return None
-        with self.cond:
+        with self.lock:
             return self._queue_of(group).rows
 
     def room(self, group: Group) -> int:
@@ -92,7 +93,7 @@ class ExchangeMeetings(Meetings):
         """``group``'s next exchange rows as wide as ``need`` bytes ask (:meth:`.Rows.widen`)."""
         rows = self._rows(group)
         if rows is not None:
-            with self.cond:
+            with self.lock:
                 rows.widen(need)
 
     def predict(self, group: Group, need: int) -> None:
@@ -100,5 +101,5 @@ class ExchangeMeetings(Meetings):
         (:meth:`.Rows.predict`)."""
         rows = self._rows(group)
         if rows is not None:
-            with self.cond:
+            with self.lock:
                 rows.predict(need)

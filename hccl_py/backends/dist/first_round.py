@@ -86,17 +86,16 @@ def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> by
     return descriptor if data is None else descriptor + b"\0" + data
 
 
-def next_width(tasks: list[Task], payloads: list[Payload], dom: rounds.Domain) -> int:
-    """The row width of the domain's next exchange, after one whose descriptors agreed: wide
-    enough for the round 0 of an op of :func:`_widens` beside its descriptor, else
-    :data:`~.gathered.ROW_BYTES`.
+def next_width(tasks: list[Task], descriptor: int, dom: rounds.Domain) -> int:
+    """The row width of the domain's next exchange, after one whose descriptors agreed (the
+    longest ``descriptor`` bytes long): wide enough for the round 0 of an op of
+    :func:`_widens` beside its descriptor, else :data:`~.gathered.ROW_BYTES`.
 
     Computed from what every rank received alike, so it is the same on every rank.
     """
     block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
     if block > _widens(tasks[0], dom):
         return gathered.ROW_BYTES
-    descriptor = max(record_length(raw) for raw in payloads)
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
 
 
@@ -140,17 +139,15 @@ class Rows:
                 return got
         return gathered.all_gather_bytes(dom, payload, device, wait, width), False
 
-    def agreed(
-        self, tasks: list[Task], payloads: list[Payload], dom: rounds.Domain, carry: bool
-    ) -> None:
-        """A task check's descriptors agreed: the next exchange's width follows its task, and
-        with ``carry``, after an op whose round 0 sends each peer a piece of its own
-        (:func:`pieces`), the next exchange is predicted as the all-to-all that carries the
-        same task again."""
-        self.width = next_width(tasks, payloads, dom)
+    def agreed(self, tasks: list[Task], descriptor: int, dom: rounds.Domain, carry: bool) -> None:
+        """A task check's descriptors agreed (the longest ``descriptor`` bytes long): the next
+        exchange's width follows its task, and with ``carry``, after an op whose round 0 sends
+        each peer a piece of its own (:func:`pieces`), the next exchange is predicted as the
+        all-to-all that carries the same task again."""
+        self.width = next_width(tasks, descriptor, dom)
         if carry and _scatters(tasks[0], dom):
             piece = max(int(_piece_blocks(t).sizes.max()) for t in tasks)
-            self.predict(max(record_length(raw) for raw in payloads) + 1 + piece)
+            self.predict(descriptor + 1 + piece)
 
     def widen(self, need: int) -> None:
         """The ranks asked alike for room for ``need`` bytes in the next exchange (a framework
@@ -226,21 +223,17 @@ def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
     return [view[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 
-def split(raw: Payload) -> tuple[memoryview | None, bytes]:
-    """``(round 0's bytes or None, descriptor)`` out of a peer's payload (the bytes: a view)."""
-    end = record_length(raw)
-    return (memoryview(raw)[end + 1 :] if end < len(raw) else None), bytes(raw[:end])
-
-
 def received(
     task: Task, mine: bytes, payloads: list[Payload]
-) -> tuple[list[Task], list[memoryview] | None]:
-    """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's), and
-    every rank's round-0 bytes (None unless every rank sent them)."""
-    parts = [split(raw) for raw in payloads]
-    tasks = decode_all(task, mine, [descriptor for _, descriptor in parts])
-    rows = [data for data, _ in parts]
-    return tasks, (None if any(row is None for row in rows) else rows)  # type: ignore[misc]
+) -> tuple[list[Task], list[memoryview] | None, int]:
+    """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's),
+    every rank's round-0 bytes (the views after the descriptor's NUL byte; None unless every
+    rank sent them) and the longest descriptor's length."""
+    ends = [record_length(raw) for raw in payloads]
+    pairs = list(zip(payloads, ends, strict=True))
+    tasks = decode_all(task, mine, [bytes(raw[:end]) for raw, end in pairs])
+    rows = [memoryview(raw)[end + 1 :] for raw, end in pairs if end < len(raw)]
+    return tasks, (rows if len(rows) == len(payloads) else None), max(ends)
 
 
 def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
@@ -248,11 +241,12 @@ def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
     if task.op not in rounds.ROUNDS or (task.op in _REDUCING and not dom.reduction.exact):
         return None
     blocks = layout.round_blocks(task, "send", 0)
-    if task.op in _WHOLE:
-        blocks = layout.Blocks(blocks.starts[:1], blocks.sizes[:1])
-    if int(blocks.sizes.sum()) > room:
-        return None
-    return rounds.gather_bytes(task.memory("send"), blocks).cpu().numpy().tobytes()
+    if task.op in _WHOLE:  # the first block
+        start, size = int(blocks.starts[0]), int(blocks.sizes[0])
+        data = None if size > room else task.memory("send")[start : start + size]
+    else:
+        data = None if blocks.total() > room else rounds.gather_bytes(task.memory("send"), blocks)
+    return None if data is None else data.cpu().numpy().tobytes()
 
 
 def run(
@@ -285,7 +279,7 @@ def run(
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)
-        _same_size(task, flat, int(recv.sizes.sum()))
+        _same_size(task, flat, recv.total())
         rounds.scatter_bytes(data, recv, flat.to(data.device), me if task.skip_local else None)
         return
     if task.count == 0:

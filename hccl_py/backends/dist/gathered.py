@@ -25,22 +25,22 @@ MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
 
 
 def _gather_rows(
-    dom: rounds.Domain, row: np.ndarray, device: torch.device, wait: rounds.Waiter
+    dom: rounds.Domain, row: bytearray, device: torch.device, wait: rounds.Waiter
 ) -> np.ndarray:
-    """Every domain rank's ``row`` (uint8, the same length on every rank), in domain order."""
-    n = len(dom.order)
-    mine = torch.from_numpy(row).to(device)
-    out = torch.empty(n * row.size, dtype=torch.uint8, device=device)
+    """Every domain rank's ``row`` (the same length on every rank), in domain order (uint8)."""
+    n, size = len(dom.order), len(row)
+    mine = torch.frombuffer(row, dtype=torch.uint8).to(device)  # keeps ``row`` alive
+    out = torch.empty(n * size, dtype=torch.uint8, device=device)
     wait(rounds._all_gather_single(out, mine, group=dom.pg, async_op=True))  # looked up per call
-    return dom.to_domain(out.view(n, row.size)).cpu().numpy()
+    return dom.to_domain(out.view(n, size)).cpu().numpy()
 
 
-def _row(payload: bytes, width: int) -> np.ndarray:
-    row = np.zeros(_LENGTH_BYTES + width, dtype=np.uint8)
-    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
-    row[_LENGTH_BYTES : _LENGTH_BYTES + min(len(payload), width)] = np.frombuffer(
-        payload[:width], np.uint8
-    )
+def _row(payload: bytes, width: int) -> bytearray:
+    """``payload``'s length, then its first ``width`` bytes, in a row of ``width`` (zeros after)."""
+    row = bytearray(_LENGTH_BYTES + width)
+    row[:_LENGTH_BYTES] = len(payload).to_bytes(_LENGTH_BYTES, "little")
+    kept = payload[:width]
+    row[_LENGTH_BYTES : _LENGTH_BYTES + len(kept)] = kept
     return row
 
 

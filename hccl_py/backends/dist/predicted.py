@@ -25,7 +25,8 @@ output where its peers run the op's task.
 
 from __future__ import annotations
 
-import numpy as np
+import struct
+
 import torch
 import torch.distributed as dist
 
@@ -35,6 +36,7 @@ from .rounds import Domain, Waiter
 
 #: The header of a block: the content's length, then its kind.
 HEADER_BYTES = 16
+_HEAD = struct.Struct("<qq")
 #: The length a rank sends in every block when its content does not fit.
 UNFIT = -1
 #: A block's kind: the sender's payload alone (the same in every block).
@@ -63,36 +65,28 @@ def scatter_bytes(
     n = len(dom.order)
     if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
         payload = payload[: record_length(payload)]
-    rows = np.empty((n, HEADER_BYTES + block), dtype=np.uint8)
-    heads = rows[:, :HEADER_BYTES].view("<i8")
-    mine = np.frombuffer(payload, np.uint8)
+    kind, size = (PLAIN if pieces is None else PIECES), HEADER_BYTES + block
     if pieces is None:
-        fits = len(payload) <= block
-        heads[:, 1] = PLAIN
-    else:
-        fits = len(pieces) == n and len(payload) + 1 + max(len(p) for p in pieces) <= block
-        heads[:, 1] = PIECES
-    if not fits:
-        heads[:, 0] = UNFIT
-        rows[:, HEADER_BYTES:] = 0
-    else:
-        for p, d in enumerate(dom.order.tolist()):
-            row = rows[p, HEADER_BYTES:]
-            row[: len(payload)] = mine
-            length = len(payload)
-            if pieces is not None:
-                piece = np.frombuffer(pieces[d], np.uint8)
-                row[length] = 0
-                row[length + 1 : length + 1 + piece.size] = piece
-                length += 1 + piece.size
-            row[length:] = 0  # no byte of this process's memory goes out unwritten
-            heads[p, 0] = length
-    send = torch.from_numpy(rows.reshape(-1)).to(device)
+        contents = [payload] * n
+    else:  # in process-group order
+        contents = (
+            [payload + b"\0" + pieces[d] for d in dom.order.tolist()] if len(pieces) == n else []
+        )
+    fits = len(contents) == n and max(map(len, contents)) <= block
+    rows = bytearray(n * size)  # zeros: no byte of this process's memory goes out unwritten
+    for p in range(n):
+        at = p * size
+        length = len(contents[p]) if fits else UNFIT
+        _HEAD.pack_into(rows, at, length, kind)
+        if fits:
+            rows[at + HEADER_BYTES : at + HEADER_BYTES + length] = contents[p]
+    send = torch.frombuffer(rows, dtype=torch.uint8).to(device)  # keeps ``rows`` alive
     out = torch.empty_like(send)
     wait(dist.all_to_all_single(out, send, group=dom.pg, async_op=True))
     got = dom.to_domain(out.view(n, -1)).cpu().numpy()
     heads_got = got[:, :HEADER_BYTES].copy().view("<i8").tolist()
-    if any(length == UNFIT for length, _ in heads_got):
+    lengths, kinds = zip(*heads_got, strict=True)
+    if UNFIT in lengths:
         return None
     for i, (length, kind) in enumerate(heads_got):
         if not 0 <= length <= block or kind not in (PLAIN, PIECES):
@@ -101,16 +95,14 @@ def scatter_bytes(
                 f"all-to-all exchange of {block}-byte blocks; hccl_py sends 0 to {block} bytes "
                 f"of kind {PLAIN} or {PIECES}"
             )
-    contents = [
-        memoryview(got[i, HEADER_BYTES : HEADER_BYTES + h[0]]) for i, h in enumerate(heads_got)
-    ]
-    scattered = all(kind == PIECES for _, kind in heads_got)
+    received = [memoryview(got[i, HEADER_BYTES : HEADER_BYTES + h]) for i, h in enumerate(lengths)]
+    scattered = PLAIN not in kinds  # every kind is PLAIN or PIECES
     if not scattered:  # a piece differs per receiver: only the records, alike on every rank
-        contents = [
+        received = [
             c[: record_length(c)] if kind == PIECES else c
-            for c, (_, kind) in zip(contents, heads_got, strict=True)
+            for c, kind in zip(received, kinds, strict=True)
         ]
-    return contents, scattered
+    return received, scattered
 
 
 def block_for(need: int) -> int:

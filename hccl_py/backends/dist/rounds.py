@@ -119,7 +119,12 @@ class Domain:
 
 
 def _packed(blocks: Blocks) -> tuple[int, int] | None:
-    """``(start, end)`` when the non-empty blocks follow each other without gaps, in order."""
+    """``(start, end)`` when the non-empty blocks follow each other without gaps, in order
+    (memoised: a layout's blocks serve every round, and every launch of the same task)."""
+    return blocks.memo("packed", _find_packed)  # type: ignore[return-value]
+
+
+def _find_packed(blocks: Blocks) -> tuple[int, int] | None:
     nz = blocks.sizes > 0
     if not nz.any():
         return 0, 0
@@ -143,7 +148,12 @@ def gather_bytes(data: torch.Tensor, blocks: Blocks) -> torch.Tensor:
 
 
 def scatter_bytes(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: int | None) -> None:
-    """Copy concatenated ``flat`` into the blocks, leaving block ``skip`` untouched."""
+    """Copy concatenated ``flat`` into the blocks, leaving block ``skip`` untouched (one copy
+    when they are packed and ``flat`` fills them)."""
+    packed = _packed(blocks) if skip is None else None
+    if packed is not None and packed[1] - packed[0] == flat.numel():
+        data[packed[0] : packed[1]].copy_(flat)
+        return
     sizes = blocks.sizes.tolist()
     for k, (start, part) in enumerate(zip(blocks.starts.tolist(), flat.split(sizes), strict=True)):
         if k != skip and part.numel():

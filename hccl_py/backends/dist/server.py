@@ -76,6 +76,8 @@ class DistServer(ExchangeMeetings, Server):
         self.config = config
         self.blocker = blocker
         self.cond = blocker.cond
+        #: ``cond``'s lock, entered directly (Condition's __enter__ is a Python call around it).
+        self.lock = blocker.lock
         self.backend_name = session.backend.name
         self.settings = Settings.read(session.backend.check_tasks, session.backend.exact)
         self.reduction = pg_rounds.Reduction(
@@ -99,7 +101,7 @@ class DistServer(ExchangeMeetings, Server):
         self._keys: dict[str, None] = {}
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
-        blocker.job_ready = lambda: self._take_local() is not None
+        blocker.job_ready = lambda: bool(self.local_queues) and self._take_local() is not None
 
     @property
     def carry_first_round(self) -> bool:
@@ -189,7 +191,8 @@ class DistServer(ExchangeMeetings, Server):
 
     def _queue(self, task: Task) -> DomainQueue:
         """Under the lock: the queue of the task's domain (its thread starts on first use)."""
-        return self._queue_of(task.domain)
+        queue = self.queues.get(task.domain.name)  # asked several times per task
+        return self._queue_of(task.domain) if queue is None else queue
 
     def _queue_of(self, group: Group) -> DomainQueue:
         """Under the lock: the queue of ``group`` (its thread starts on first use)."""
@@ -240,7 +243,7 @@ class DistServer(ExchangeMeetings, Server):
                 rank=global_rank(task),
                 op=task.label,
             )
-        with self.cond:
+        with self.lock:
             self._queue(task).submit(task)
             self.cond.notify_all()
 
@@ -259,7 +262,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def launch_returned(self, group: Group, rank: int, launch: int) -> None:
         """This rank returned from kernel launch ``launch``: forget its finished tasks."""
-        with self.cond:
+        with self.lock:
             queue = self.queues.get(group.name)
             if queue is not None:
                 queue.retire(launch)
@@ -269,7 +272,7 @@ class DistServer(ExchangeMeetings, Server):
         value names, per domain, the last task whose exchange it took part in: a peer still
         waiting in that exchange (its last collective, when round 0 rode in it) must not
         take it for absent."""
-        with self.cond:
+        with self.lock:
             joined = {name: q.joined for name, q in self.queues.items() if q.joined >= 0}
             exchanged = {name: q.exchanged for name, q in self.queues.items()}
         self.publish(exchanged_key(rank), json.dumps(exchanged).encode())
@@ -294,14 +297,14 @@ class DistServer(ExchangeMeetings, Server):
         self._keys.clear()
 
     def commit(self, task: Task, round_idx: int) -> None:
-        with self.cond:
+        with self.lock:
             self._queue(task).commit(task, round_idx)
             self.cond.notify_all()
         if not self.late:
             self._run_local()
 
     def wait(self, task: Task, round_idx: int) -> None:
-        with self.cond:
+        with self.lock:
             queue = self._queue(task)
             self._release()
         self._run_local()
@@ -312,17 +315,18 @@ class DistServer(ExchangeMeetings, Server):
             lambda: tasks.rounds_done(seq, repeat) > round_idx or tasks.failure_at(seq) is not None,
             lambda: self._describe_wait(queue, task, round_idx),
         )
-        with self.cond:
-            error = queue.failure_at(task.seq)
-            if queue.rounds_done(task.seq, task.repeat) <= round_idx and error is not None:
-                raise error_for(error, task, round_idx)
+        with self.lock:
+            if tasks.rounds_done(seq, repeat) <= round_idx:  # then it failed
+                error = tasks.failure_at(seq)
+                if error is not None:
+                    raise error_for(error, task, round_idx)
 
     def finished(self, task: Task) -> int:
-        with self.cond:
+        with self.lock:
             queue = self._queue(task)
             self._release()
         self._run_local()
-        with self.cond:
+        with self.lock:
             error = queue.failure_at(task.seq)
             done = queue.rounds_done(task.seq, task.repeat)
         if error is not None:
@@ -337,7 +341,7 @@ class DistServer(ExchangeMeetings, Server):
 
     def close(self) -> None:
         """Stop the domain threads and destroy this run's process groups."""
-        with self.cond:
+        with self.lock:
             for queue in self.queues.values():
                 queue.stopping = True
             self.cond.notify_all()
@@ -348,7 +352,7 @@ class DistServer(ExchangeMeetings, Server):
                 stuck |= queue.thread.is_alive()
         if stuck:
             return
-        with self.cond:
+        with self.lock:
             self.board.restore_all()  # the rounds still poisoned never ran
         for pg in self.groups:
             with contextlib.suppress(Exception):  # best effort: the process is leaving anyway

@@ -17,11 +17,36 @@ from ...core.errors import HcclDeadlockError
 #: Calls whose waiter stopped waiting (a peer failed or left, the timeout) while the process
 #: group still held them. When the peer's process ends such a call fails; if that happens while
 #: this process shuts down, gloo aborts it (rc 134): :func:`settle_abandoned` lets them fail first.
-_ABANDONED: list[tuple[dist.Work, threading.Event]] = []
+_ABANDONED: list[tuple[dist.Work, _Latch]] = []
 
 
 #: How often a wait asks a device process group whether its call finished (first, at most).
 DEVICE_POLL_S = (0.0001, 0.005)
+
+
+class _Latch:
+    """Set once, from any thread (a call's done callback); a wait sees it set from then on.
+
+    A lock held until set: a wait is one acquire (and a release that leaves it set),
+    where an Event's goes through a Python condition.
+    """
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        """Set it (call once)."""
+        self._lock.release()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether it is set within ``timeout`` seconds."""
+        if self._lock.acquire(True, max(0.0, timeout)):
+            self._lock.release()
+            return True
+        return False
 
 
 def watch_work(
@@ -38,13 +63,34 @@ def watch_work(
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
     the peer whose process ended). A done callback wakes the thread, so the wait works
     for every process group (gloo's ``wait(timeout)`` would too, but cost the same CPU
-    per launch in a measurement, within this machine's noise). ``device_async``: the
+    per launch in a measurement, within this machine's noise); a call that finished
+    already (asked once) needs none. ``device_async``: the
     process group completes a call's future when it queues the call on a device stream
     (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
     device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
     waits on the board deadlock.
     """
-    finished = threading.Event()
+    if device_async or not work.is_completed():
+        _watch(work, every, look, waiting, device_async)
+    if waiting is not None:
+        waiting.close()
+    try:
+        work.wait()
+    except Exception:
+        failed()
+        raise
+
+
+def _watch(
+    work: dist.Work,
+    every: float,
+    look: Callable[[], None],
+    waiting: Waiting | None,
+    device_async: bool,
+) -> None:
+    """Block until ``work``'s future is done (``device_async``: the device ran it), calling
+    ``look()`` (and ``waiting.look()``) every ``every`` seconds meanwhile (:func:`watch_work`)."""
+    finished = _Latch()
     work.get_future().add_done_callback(lambda _: finished.set())
     done = _device_done(work, finished) if device_async else finished.wait
     try:
@@ -57,16 +103,9 @@ def watch_work(
         if waiting is not None:
             waiting.fail()
         raise
-    if waiting is not None:
-        waiting.close()
-    try:
-        work.wait()
-    except Exception:
-        failed()
-        raise
 
 
-def _device_done(work: dist.Work, queued: threading.Event) -> Callable[[float], bool]:
+def _device_done(work: dist.Work, queued: _Latch) -> Callable[[float], bool]:
     """Whether the device finished ``work`` within a given number of seconds (polled)."""
 
     def done(within: float) -> bool:
