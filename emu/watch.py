@@ -242,7 +242,7 @@ class CoreWatch:
                 for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
                     stack.insert(depth, mode)
                 self.on = True
-        else:
+        elif self.on:
             self.off()
 
     def off(self) -> None:
