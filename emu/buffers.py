@@ -298,10 +298,10 @@ class BufferRaces:
         InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
         that Commit, so no access made before it races with ``task``."""
         slots = self.slots(task.domain_name)
-        if next(iter(slots), task.seq) >= task.seq:  # no earlier task of the domain is left
-            own = slots.get(task.seq)
-            if own is None or not own.all_deps:
-                return False
+        own = slots.get(task.seq)  # earlier tasks left that finished were committed, with theirs
+        earlier = (slot.finished for at, slot in slots.items() if at < task.seq)
+        if (own is None or not own.all_deps) and all(earlier):
+            return False
         todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq)]  # run first
         top: dict[str, int] = {}
         while todo:
