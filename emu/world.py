@@ -102,7 +102,8 @@ class EmuWorld(Server):
         self.writes.reads = PendingReads(self.buffers)
         fmt = config.platform.batch_write_format
         self.writes.item_size = ITEM_DTYPES[fmt].itemsize if fmt else 0
-        #: Every domain's slots, their order, failures and poison (one state machine).
+        #: Every domain's slots, their order, failures and poison (one state machine); every
+        #: position it makes is a :class:`Slot` (read as one without a check at each call).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         #: :meth:`_has_work`'s answer and the board version it holds for.
         self._ready_version, self._ready = -1, False
@@ -118,11 +119,6 @@ class EmuWorld(Server):
         self.polled_args: dict[int, bool] = {}
 
     # ----------------------------------------------------------- slot state
-    def _slot(self, task: Task) -> Slot:
-        slot = self.board.position(task)
-        assert isinstance(slot, Slot)
-        return slot
-
     def _slots(self, domain: str) -> dict[int, Slot]:
         """The unretired slots of ``domain`` by seq, for the buffer check's dependencies."""
         found = self.board.domains.get(domain)
@@ -211,7 +207,6 @@ class EmuWorld(Server):
         with self.blocker.lock:
             self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
-            assert isinstance(slot, Slot)
             if self.watched.races is not None:  # the window race check's clock of this Commit
                 slot.clocks[(task.rank, round_idx)] = self.watched.release(
                     task.domain.ranks[task.rank]
@@ -224,7 +219,7 @@ class EmuWorld(Server):
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:
-            slot = self._slot(task)
+            slot = self.board.position(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
             lambda: self.reports.describe_wait(slot, task, round_idx),
@@ -238,7 +233,7 @@ class EmuWorld(Server):
     def finished(self, task: Task) -> int:
         self.blocker.settle()
         with self.blocker.lock:
-            slot = self._slot(task)
+            slot = self.board.position(task)
             if slot.error is not None:
                 raise error_for(slot.error, task, slot.done)
             done = slot.done
