@@ -154,7 +154,11 @@ class EmuWorld(Server):
         board = self.board
         if board.version == self._ready_version:
             return self._ready
-        found = any(board.ready(slot) for slot in list(board.pending))
+        found = False
+        for slot in list(board.pending):  # a loop: a generator costs a call per slot it yields
+            if board.ready(slot):
+                found = True
+                break
         self._ready_version, self._ready = board.version, found
         return found
 
