@@ -193,8 +193,8 @@ class BufferRaces:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
-        task = rnd.task
-        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
+        task, tasks = rnd.task, self.tasks[rank]
+        others = [t for t in tasks if t.domain_name != task.domain_name] if tasks else []
         if not others or task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
@@ -231,10 +231,15 @@ class BufferRaces:
         InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
         that Commit, so no access made before it races with ``task``."""
         slots = self.slots(task.domain_name)
-        own = slots.get(task.seq)  # earlier tasks left that finished were committed, with theirs
-        earlier = (slot.finished for at, slot in slots.items() if at < task.seq)
-        if (own is None or not own.all_deps) and all(earlier):
-            return False
+        own = slots.get(task.seq)
+        if own is None or not own.all_deps:  # the earlier tasks left finished: every rank
+            for at, slot in slots.items():  # committed them and those they waited for
+                if at >= task.seq:  # (in seq order; a loop: no generator's calls per Commit)
+                    return False
+                if not slot.finished:
+                    break
+            else:
+                return False
         todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq)]  # run first
         top: dict[str, int] = {}
         while todo:
