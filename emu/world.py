@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from hccl_py.core import layout
 from hccl_py.core.config import Config
-from hccl_py.core.current import RunnerLocal, current_rank
+from hccl_py.core.current import current_rank
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
@@ -41,7 +41,8 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .flags import FlagPolls, GmFlagArea
+from .core_scope import CoreScope, watch_polls
+from .flags import GmFlagArea
 from .group_log import GroupLog
 from .host_watch import HostScope
 from .lane import Lane
@@ -54,10 +55,7 @@ from .reports import WorldReports
 from .scheduler import Scheduler
 from .server_reads import PendingReads
 from .slot import Slot
-from .watch import Unwatched, WatchedWindows, core_watch
-
-#: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
-_cores = RunnerLocal()
+from .watch import Unwatched, WatchedWindows
 
 
 class EmuWorld(Server):
@@ -387,41 +385,15 @@ class EmuWorld(Server):
             self.hosts[rank] = None
             host.close()
 
-    @contextlib.contextmanager
-    def core_scope(self, rank: int, who: str = "") -> Iterator[None]:
-        """Around one core's run: the race check's watch, and flag polls once windows exist.
-
-        A core takes the poll watch on when it first asks for a window, or at its start when
-        windows exist already or its kernel has more cores and GM tensor arguments. It rides on
-        the core's race watch (one dispatch mode; the polls are looked at after the race check,
-        so a poll that blocks holds none of its locks), a mode of its own only without one.
-        """
-        with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
-            _cores.scope = (stack, rank, who)
-            if self.windows or self.polled_args.get(rank):
-                self._watch_polls()
-            try:
-                yield
-            finally:
-                _cores.scope = None
-
-    def _watch_polls(self) -> None:
-        """Enter the flag-poll watch in the calling core (once per core run)."""
-        scope = getattr(_cores, "scope", None)
-        if scope is not None:
-            stack, rank, who = scope
-            _cores.scope = None
-            polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned, who)
-            core = core_watch()
-            if core is None:
-                stack.enter_context(polls)
-            else:
-                core.attach(polls)
+    def core_scope(self, rank: int, who: str = "") -> CoreScope:
+        """Around one core's run: the race watch, and flag polls once windows exist
+        (:mod:`.core_scope`)."""
+        return CoreScope(self, rank, who)
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` of ``domain``; the calling core watches polls."""
         found = self.windows.window(domain, rank, kind)
-        self._watch_polls()
+        watch_polls(self)
         return found
 
     def window_at(self, base: int) -> WindowAllocation | None:
