@@ -1,11 +1,13 @@
 """One core's run on the emulator: its race watch, and its flag-poll watch once it may poll.
 
 A core takes the poll watch on when it first asks for a window, or at its start when windows
-exist already or its kernel has more cores and GM tensor arguments. It rides on the core's
-race watch (one dispatch mode; the polls are looked at after the race check, so a poll that
-blocks holds none of its locks), a mode of its own only without one. :class:`CoreScope` is a
-class rather than a generator context manager: every core of every launch enters one, and
-``contextlib`` (with an ``ExitStack`` for the poll watch) cost a dozen calls more per run.
+exist already or its kernel has more cores and GM tensor arguments (:class:`KernelBuffers`:
+around such a launch those arguments are flag areas too, one core may set a flag in them that
+another polls). It rides on the core's race watch (one dispatch mode; the polls are looked at
+after the race check, so a poll that blocks holds none of its locks), a mode of its own only
+without one. Both scopes are classes rather than generator context managers: every launch
+enters them, and ``contextlib`` (with an ``ExitStack`` for the poll watch) cost a dozen calls
+more per run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from hccl_py.core.current import RunnerLocal
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import LocalWindows
 
-from .flags import FlagPolls
+from .flags import FlagPolls, GmFlagArea
 from .watch import Unwatched, WatchedWindows, core_watch
 
 
@@ -84,3 +86,28 @@ def watch_polls(world: World) -> None:
             scope.polls = polls
         else:
             core.attach(polls)
+
+
+class KernelBuffers:
+    """Around a launch of global rank ``rank``: its cores' polls of its GM tensor arguments
+    ``buffers`` (those of a launch of more cores) are seen as a window flag's."""
+
+    __slots__ = ("world", "rank", "buffers", "added")
+
+    def __init__(self, world: World, rank: int, buffers: list) -> None:
+        self.world, self.rank, self.buffers = world, rank, buffers
+        #: The flag areas this launch added (storage address -> area), dropped at its end.
+        self.added: dict[int, GmFlagArea] = {}
+
+    def __enter__(self) -> None:
+        flag_windows = self.world.flag_windows
+        self.world.polled_args[self.rank] = bool(self.buffers)
+        for alloc in self.buffers:
+            if alloc.memory is not None and alloc.memory[0] not in flag_windows:
+                self.added[alloc.memory[0]] = flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
+
+    def __exit__(self, *exc: object) -> None:
+        self.world.polled_args[self.rank] = False
+        for ptr, area in self.added.items():
+            if self.world.flag_windows.get(ptr) is area:
+                del self.world.flag_windows[ptr]

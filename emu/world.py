@@ -41,7 +41,7 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .core_scope import CoreScope, watch_polls
+from .core_scope import CoreScope, KernelBuffers, watch_polls
 from .flags import GmFlagArea
 from .group_log import GroupLog
 from .host_watch import HostScope
@@ -349,21 +349,10 @@ class EmuWorld(Server):
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
-    @contextlib.contextmanager
-    def kernel_buffers(self, rank: int, buffers: list) -> Iterator[None]:
+    def kernel_buffers(self, rank: int, buffers: list) -> KernelBuffers:
         """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
         arguments are seen as a window flag's (one core sets a flag that another polls)."""
-        added, self.polled_args[rank] = {}, bool(buffers)
-        for alloc in buffers:
-            if alloc.memory is not None and alloc.memory[0] not in self.flag_windows:
-                added[alloc.memory[0]] = self.flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
-        try:
-            yield
-        finally:
-            self.polled_args[rank] = False
-            for ptr, area in added.items():
-                if self.flag_windows.get(ptr) is area:
-                    del self.flag_windows[ptr]
+        return KernelBuffers(self, rank, buffers)
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
