@@ -236,8 +236,7 @@ class Scheduler(Blocker):
                 self.quiet.progressed()
                 continue
             if runnable:
-                if not all(r.released for r in runnable):
-                    self.quiet.progressed()
+                self.quiet.choosing(runnable)
                 return self.policy.choose(runnable, self.last)
             if not self.runners:
                 return None
