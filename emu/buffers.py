@@ -293,8 +293,9 @@ class BufferRaces:
             tasks = self.tasks[rank]
             if not tasks and not self.gated[rank]:
                 return
-            done = Ordered(task, last, self.slots)
+            done = None  # made when a round of another task asks (a Wait's own task: inline)
             if self.gated[rank]:
+                done = Ordered(task, last, self.slots)
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
                 rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
@@ -303,11 +304,10 @@ class BufferRaces:
                     ordered = 0
                     while ordered < n and rounds[ordered].index <= last:
                         ordered += 1
-                elif done.covers(rounds[-1]):
-                    ordered = n
                 else:
-                    ordered = 0
-                    while done.covers(rounds[ordered]):
+                    done = done or Ordered(task, last, self.slots)
+                    ordered = n if done.covers(rounds[-1]) else 0
+                    while ordered < n and done.covers(rounds[ordered]):
                         ordered += 1
                 if ordered == n:
                     del tasks[pending_task]
