@@ -186,7 +186,8 @@ class EmuWorld(Server):
             if error is None and recording():
                 for task in tasks:
                     server_round(task, round_idx, started)
-            self._poison_reached()
+            if self.config.poison:  # (without poison no round waits to be poisoned)
+                self._poison_reached()
             self.blocker.progressed()
 
     # -------------------------------------------------------- server protocol
