@@ -83,9 +83,11 @@ class EmuWorld(Server):
         self.posted = PostedRequests(self.buffers)
         #: Per global rank: the scope of its function, for the host's watch (:mod:`.host_watch`).
         self.hosts: list[HostScope | None] = [None] * world_size
-        self.watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
+        self.watched = watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
         self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
-        self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
+        # the window race check orders every member of a meeting after the others (its clocks)
+        clocks = (None, None) if self.races is None else (watched.release, watched.acquire)
+        self.meetings = Rendezvous(self.blocker, *clocks)
         self.returned: set[int] = set()
         self.group_log = GroupLog(world_size)
         self.writes = OneSidedWrites(
@@ -269,7 +271,7 @@ class EmuWorld(Server):
         another rank beyond that count will never find a partner.
         """
         name = group.name
-        self.flush_writes(name, rank)
+        self.writes.flush(name, rank)
         if launch is None:  # one-sided tasks only: nothing to match
             return
         with self.blocker.lock:
