@@ -296,7 +296,8 @@ class Scheduler(Blocker):
             super().wait_for(pred, what, timeout)
             return
         with self.lock:
-            me.polls.clear()
+            if me.polls:  # (a runner that polled nothing has none to forget)
+                me.polls.clear()
             self.touched = time.monotonic()
             if not pred():
                 self.raise_if_failed()

@@ -295,7 +295,7 @@ class EmuWorld(Server):
         with self.blocker.lock:
             returned = self.launch_returns.setdefault((name, launch), set())
             returned.add(rank)
-            if len(returned) < group.size:
+            if len(returned) < len(group.ranks):
                 return
             del self.launch_returns[(name, launch)]
             self.finalized.pop((name, launch), None)
