@@ -173,21 +173,20 @@ class BufferRaces:
         while a round that must finish first is not committed by this rank (the task waits
         behind it), keep them until that Commit; then mark the rounds it releases."""
         rnd = Round(task, round_idx, user_place())
-        clashes = []
+        clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
             if self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
-                clashes.append(self._across_domains(rank, rnd))
+                clash = self._across_domains(rank, rnd)
                 self._mark(rank, rnd)
             for held in list(self.gated[rank]):
                 if held is not rnd and not self._gated(rank, held.task):
                     self.gated[rank].remove(held)
-                    clashes.append(self._across_domains(rank, held))
+                    clash = clash or self._across_domains(rank, held)
                     self._mark(rank, held)
-        for clash in clashes:
-            if clash is not None:
-                raise clash
+        if clash is not None:
+            raise clash
 
     def _across_domains(self, rank: int, rnd: Round) -> HcclRaceError | None:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
