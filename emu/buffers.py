@@ -39,17 +39,15 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Protocol
 
-import numpy as np
-
-from hccl_py.core import layout, report
+from hccl_py.core import report
 from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
 from hccl_py.core.task import Task
-from hccl_py.sanitizer.poison import skipped_block
 
 from .findings import Finding, Mark, findings
 from .intervals import Runs
 from .races import accessor, place_text, user_frame, user_place
+from .round_runs import round_runs
 from .server_order import Ordered, dep_keys
 from .slot import Slot
 
@@ -150,71 +148,6 @@ class Pending:
                 yield Mark(rnd, self.side, self.alloc, self.base, starts, ends)
 
 
-def merged_runs(starts: np.ndarray, sizes: np.ndarray) -> Runs:
-    """The non-empty blocks ``[start, start + size)`` merged into sorted, disjoint runs."""
-    keep = sizes > 0
-    starts, ends = starts[keep], starts[keep] + sizes[keep]
-    if not len(starts):
-        return []
-    order = np.argsort(starts, kind="stable")
-    starts, ends = starts[order], np.maximum.accumulate(ends[order])
-    firsts = np.flatnonzero(np.concatenate(([True], starts[1:] > ends[:-1])))
-    lasts = np.concatenate((firsts[1:] - 1, [len(starts) - 1]))
-    return list(zip(starts[firsts].tolist(), ends[lasts].tolist(), strict=True))
-
-
-def unchanged_block(task: Task, round_idx: int) -> int | None:
-    """The receive block of round ``round_idx`` whose bytes the round does not change, if any.
-
-    For an op that does not reduce: the rank's own block where it is the
-    in-place send block (the round writes back the bytes it read), or where
-    ``skipLocalRankCopy`` keeps the server from writing it.
-    """
-    recv = layout.round_blocks(task, "recv", round_idx)
-    if task.skip_local:
-        return skipped_block(task, len(recv.sizes))
-    si, ri = task.spec.in_place(task.rank)
-    if task.spec.reduces or ri >= len(recv.sizes):
-        return None
-    send = layout.round_blocks(task, "send", round_idx)
-    shift = _storage_shift(task)
-    same = (
-        shift is not None
-        and si < len(send.starts)
-        and int(send.starts[si]) + shift == int(recv.starts[ri])
-        and int(send.sizes[si]) == int(recv.sizes[ri])
-    )
-    return ri if same else None
-
-
-def round_runs(task: Task, side: str, round_idx: int) -> tuple[list[int], list[int]]:
-    """The bytes of its allocation that round ``round_idx`` reads (send) or changes (recv):
-    the starts and the ends of sorted, disjoint runs.
-
-    Memoised on the round's blocks, which tasks of the same shape share.
-    """
-    blocks = layout.round_blocks(task, side, round_idx)
-    skip = unchanged_block(task, round_idx) if side == "recv" else None
-
-    def runs(b: layout.Blocks) -> tuple[list[int], list[int]]:
-        sizes = b.sizes
-        if skip is not None:
-            sizes = sizes.copy()
-            sizes[skip] = 0
-        merged = merged_runs(b.starts, sizes)
-        return [lo for lo, _ in merged], [hi for _, hi in merged]
-
-    return blocks.memo(f"buffer-runs-{skip}", runs)
-
-
-def _storage_shift(task: Task) -> int | None:
-    """Offset that maps send positions onto receive positions, when they share a storage."""
-    a, b = task.send.alloc.memory, task.recv.alloc.memory
-    if a is None or b is None or a[0] != b[0] or not a[0]:
-        return None
-    return a[1] - b[1]
-
-
 class BufferRaces:
     """The pending rounds of every rank of one emulated world, by the storage they mark."""
 
@@ -240,28 +173,27 @@ class BufferRaces:
         while a round that must finish first is not committed by this rank (the task waits
         behind it), keep them until that Commit; then mark the rounds it releases."""
         rnd = Round(task, round_idx, user_place())
-        clashes = []
+        clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
             if self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
-                clashes.append(self._across_domains(rank, rnd))
+                clash = self._across_domains(rank, rnd)
                 self._mark(rank, rnd)
             for held in list(self.gated[rank]):
                 if held is not rnd and not self._gated(rank, held.task):
                     self.gated[rank].remove(held)
-                    clashes.append(self._across_domains(rank, held))
+                    clash = clash or self._across_domains(rank, held)
                     self._mark(rank, held)
-        for clash in clashes:
-            if clash is not None:
-                raise clash
+        if clash is not None:
+            raise clash
 
     def _across_domains(self, rank: int, rnd: Round) -> HcclRaceError | None:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
-        task = rnd.task
-        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
+        task, tasks = rnd.task, self.tasks[rank]
+        others = [t for t in tasks if t.domain_name != task.domain_name] if tasks else []
         if not others or task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
@@ -298,9 +230,14 @@ class BufferRaces:
         InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
         that Commit, so no access made before it races with ``task``."""
         slots = self.slots(task.domain_name)
-        if next(iter(slots), task.seq) >= task.seq:  # no earlier task of the domain is left
-            own = slots.get(task.seq)
-            if own is None or not own.all_deps:
+        own = slots.get(task.seq)
+        if own is None or not own.all_deps:  # the earlier tasks left finished: every rank
+            for at, slot in slots.items():  # committed them and those they waited for
+                if at >= task.seq:  # (in seq order; a loop: no generator's calls per Commit)
+                    return False
+                if not slot.finished:
+                    break
+            else:
                 return False
         todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq)]  # run first
         top: dict[str, int] = {}
@@ -355,8 +292,9 @@ class BufferRaces:
             tasks = self.tasks[rank]
             if not tasks and not self.gated[rank]:
                 return
-            done = Ordered(task, last, self.slots)
+            done = None  # made when a round of another task asks (a Wait's own task: inline)
             if self.gated[rank]:
+                done = Ordered(task, last, self.slots)
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task, sides in list(tasks.items()):
                 rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
@@ -365,11 +303,10 @@ class BufferRaces:
                     ordered = 0
                     while ordered < n and rounds[ordered].index <= last:
                         ordered += 1
-                elif done.covers(rounds[-1]):
-                    ordered = n
                 else:
-                    ordered = 0
-                    while done.covers(rounds[ordered]):
+                    done = done or Ordered(task, last, self.slots)
+                    ordered = n if done.covers(rounds[-1]) else 0
+                    while ordered < n and done.covers(rounds[ordered]):
                         ordered += 1
                 if ordered == n:
                     del tasks[pending_task]

@@ -56,7 +56,7 @@ def _round_view(task: Task, side: str, round_idx: int, wide: bool) -> torch.Tens
     views = task.round_views.get((side, wide))
     if views is None:
         views = task.round_views[(side, wide)] = _task_views(task, side, wide)
-    if views and 0 <= round_idx < len(views):
+    if views and 0 <= round_idx < task.repeat:  # (views of every round: ``repeat`` of them)
         return views[round_idx]
     return _strided(task.memory(side), layout.round_blocks(task, side, round_idx), wide)
 

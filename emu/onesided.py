@@ -188,20 +188,22 @@ class OneSidedWrites:
         """Run the pending copies whose key ``match``es, lower epochs first; wait for those
         running elsewhere."""
         with self.blocker.cond:
-            mine = sorted((w for w in self.pending if match(w[0])), key=lambda w: w[2])
-            for w in mine:
-                self.pending.remove(w)
-            # under the world lock: the landing is the server's work, not the calling core's
-            # write (its race watch skips what runs under the lock)
-            for _, copies, _ in mine:
-                self._land(copies)
-            self.blocker.progressed()
+            if self.pending:  # (a Finalize of a launch without BatchWrites finds none)
+                mine = sorted((w for w in self.pending if match(w[0])), key=lambda w: w[2])
+                for w in mine:
+                    self.pending.remove(w)
+                # under the world lock: the landing is the server's work, not the calling
+                # core's write (its race watch skips what runs under the lock)
+                for _, copies, _ in mine:
+                    self._land(copies)
+                if mine:
+                    self.blocker.progressed()
 
         def elsewhere() -> bool:
             return any(match(w[0]) for w in self.running)
 
         # a copy of this key that another thread is running right now must land first
-        self.blocker.wait_for(lambda: not elsewhere(), what)
+        self.blocker.wait_for(lambda: not (self.running and elsewhere()), what)
 
     def job(self) -> Job | None:
         """Under the lock: the oldest pending copies of one key (the policy picks it), or None.

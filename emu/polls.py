@@ -46,6 +46,14 @@ class QuietPolls:
         self.releases = 0
         self.turns.clear()
 
+    def choosing(self, runnable: list[Runner]) -> None:
+        """The next runner comes from ``runnable``: unless every one is a released poller,
+        something else than a released poller runs (a loop: asked at every switch)."""
+        for r in runnable:
+            if not r.released:
+                self.progressed()
+                return
+
     def release(
         self, runners: list[Runner], choose: Callable[[list[Runner]], Runner]
     ) -> Runner | None:

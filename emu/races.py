@@ -61,6 +61,8 @@ _SKIP = (*(os.path.dirname(path) + os.sep for path in (torch.__file__, __file__)
 #: Files of torch and hccl_py met by :func:`user_frame` (a string's hash is kept in it, so a
 #: frame costs one lookup; a code object's hash is computed over its constants each time).
 _SKIPPED_FILES: set[str] = set()
+#: The other files it met (a kernel's, at every Commit): found in one lookup too.
+_USER_FILES: set[str] = set()
 
 
 def user_frame() -> str:
@@ -73,8 +75,11 @@ def user_place() -> tuple[CodeType, int] | None:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
+        if filename in _USER_FILES:
+            return frame.f_code, frame.f_lineno
         if filename not in _SKIPPED_FILES:
             if not filename.startswith(_SKIP):
+                _USER_FILES.add(filename)
                 return frame.f_code, frame.f_lineno
             _SKIPPED_FILES.add(filename)
         frame = frame.f_back

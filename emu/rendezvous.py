@@ -28,11 +28,12 @@ class Rendezvous:
     def __init__(
         self,
         blocker: Blocker,
-        release: Callable[[int], Clock],
-        acquire: Callable[[int, Iterable[Clock]], None],
+        release: Callable[[int], Clock] | None = None,
+        acquire: Callable[[int, Iterable[Clock]], None] | None = None,
     ) -> None:
         self.blocker = blocker
-        #: The window race check's clocks: a meeting orders every member after the others.
+        #: The window race check's clocks: a meeting orders every member after the others
+        #: (None without the check: no call at every meeting).
         self.release, self.acquire = release, acquire
         self.boxes: dict[tuple[str, object], dict[int, tuple[bytes, Clock]]] = {}
         self.readers: dict[tuple[str, object], int] = {}
@@ -68,22 +69,24 @@ class Rendezvous:
         """
         cond = self.blocker.cond
         slot = (group.name, key)
+        size = group.size  # read once: the test below runs at every switch while it waits
         with cond:
             box = self.boxes.setdefault(slot, {})
-            box[rank] = (payload, self.release(group.ranks[rank]))
+            box[rank] = (payload, self.release and self.release(group.ranks[rank]))
             self.blocker.progressed()
 
         def missing() -> list[int]:
-            return [group.ranks[i] for i in range(group.size) if i not in box]
+            return [group.ranks[i] for i in range(size) if i not in box]
 
         self.blocker.wait_for(
-            lambda: len(box) == group.size and (also is None or also()),
+            lambda: len(box) == size and (also is None or also()),
             lambda: why(missing()),
         )
         with cond:
-            arrived = [box[i] for i in range(group.size)]
+            payloads, clocks = zip(*[box[i] for i in range(size)], strict=True)
             self.readers[slot] = self.readers.get(slot, 0) + 1
-            if self.readers[slot] == group.size:
+            if self.readers[slot] == size:
                 del self.boxes[slot], self.readers[slot]
-        self.acquire(group.ranks[rank], [clock for _, clock in arrived])
-        return [payload for payload, _ in arrived]
+        if self.acquire is not None:
+            self.acquire(group.ranks[rank], clocks)
+        return list(payloads)

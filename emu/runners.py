@@ -40,6 +40,7 @@ from typing import NamedTuple, Protocol
 import torch
 
 from hccl_py.core.config import env_flag
+from hccl_py.core.errors import HcclError
 from hccl_py.server.same_cpu import SAME_CPU_ENV
 from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
 
@@ -65,9 +66,18 @@ def check_settings() -> None:
         env_flag(SAME_CPU_ENV, True)
 
 
-def inside_backward() -> bool:
-    """Whether the calling thread is running an autograd backward pass."""
-    return torch._C._current_graph_task_id() != -1
+def refuse_inside_backward(name: str) -> None:
+    """Runner ``name``, a greenlet, is about to hand the baton on: not inside a backward pass.
+
+    torch runs a backward pass in the thread that started it, and greenlet runners share one.
+    """
+    if torch._C._current_graph_task_id() != -1:  # inside a backward pass of this thread
+        raise HcclError(
+            f"{name} waits for another rank inside an autograd backward pass (a "
+            "collective or a Wait in a backward function): torch runs a backward pass in "
+            "its thread, and the emulator's ranks share one thread; set "
+            f"{RUNNERS_ENV}=threads to run every rank and core as a thread of its own"
+        )
 
 
 class _HasThread(Protocol):

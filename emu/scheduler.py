@@ -36,7 +36,6 @@ from typing import Any
 
 import greenlet
 
-from hccl_py.core.errors import HcclError
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.blocking import Blocker, Text, _text
 from hccl_py.server.same_cpu import SameCpu
@@ -45,10 +44,9 @@ from hccl_py.server.threads import PoolJob, start_thread
 from .policies import Policy, Runner, runner_key, schedulable
 from .polls import QuietPolls, changed, record
 from .runners import (
-    RUNNERS_ENV,
     Spawned,
-    inside_backward,
     put_torch_state,
+    refuse_inside_backward,
     runner_kind,
     runner_threads,
     take_torch_state,
@@ -106,7 +104,10 @@ class Scheduler(Blocker):
         """The calling runner (None outside the world's runners)."""
         if self.threads:
             return getattr(self._tls, "runner", None)
-        return getattr(greenlet.getcurrent(), "runner", None)
+        try:  # a runner's greenlet has one; the hub's and other threads' greenlets have none
+            return greenlet.getcurrent().runner
+        except AttributeError:
+            return None
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
@@ -185,16 +186,6 @@ class Scheduler(Blocker):
                 self.leave()
             runner.thread.ended.set()
 
-    def _refuse_inside_backward(self, me: Runner) -> None:
-        """A greenlet runner cannot hand the baton on inside a backward pass (see :mod:`.runners`)."""
-        if inside_backward():
-            raise HcclError(
-                f"{me.name} waits for another rank inside an autograd backward pass (a "
-                "collective or a Wait in a backward function): torch runs a backward pass in "
-                "its thread, and the emulator's ranks share one thread; set "
-                f"{RUNNERS_ENV}=threads to run every rank and core as a thread of its own"
-            )
-
     def enter(self, n: int = 1) -> None:
         """Runners are counted by :meth:`spawn`."""
 
@@ -236,8 +227,7 @@ class Scheduler(Blocker):
                 self.quiet.progressed()
                 continue
             if runnable:
-                if not all(r.released for r in runnable):
-                    self.quiet.progressed()
+                self.quiet.choosing(runnable)
                 return self.policy.choose(runnable, self.last)
             if not self.runners:
                 return None
@@ -266,7 +256,7 @@ class Scheduler(Blocker):
             self.current = self.last = me
             return
         if not self.threads:
-            self._refuse_inside_backward(me)
+            refuse_inside_backward(me.name)
         self._hand(nxt)
         torch_state = None if self.threads else take_torch_state()
         saved = self.cond._release_save()
@@ -306,7 +296,8 @@ class Scheduler(Blocker):
             super().wait_for(pred, what, timeout)
             return
         with self.lock:
-            me.polls.clear()
+            if me.polls:  # (a runner that polled nothing has none to forget)
+                me.polls.clear()
             self.touched = time.monotonic()
             if not pred():
                 self.raise_if_failed()

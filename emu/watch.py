@@ -50,6 +50,8 @@ _METADATA = frozenset(
 Access = tuple[torch.Tensor, WindowAllocation, bool, tuple[Runs, int]]
 #: No windows (when window races are not checked).
 _NONE: dict[int, WindowAllocation] = {}
+#: The scope of a launch or core that nothing watches (one for all: it holds no state).
+_NO_SCOPE = contextlib.nullcontext()
 
 
 class WindowWatch(KernelMode):
@@ -242,7 +244,7 @@ class CoreWatch:
                 for (stack, mode), depth in zip(self.modes, self.depths, strict=True):
                     stack.insert(depth, mode)
                 self.on = True
-        else:
+        elif self.on:
             self.off()
 
     def off(self) -> None:
@@ -403,7 +405,7 @@ class WatchedWindows:
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: its findings are reported at its end."""
-        return contextlib.nullcontext() if self.races is None else self.races.kernel(rank)
+        return _NO_SCOPE if self.races is None else self.races.kernel(rank)
 
     def core_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around one core's run of global rank ``rank``: watch its window and buffer accesses.
@@ -411,7 +413,7 @@ class WatchedWindows:
         Enter it before the core's other modes: its own go in below them (:class:`CoreWatch`).
         """
         if self.races is None and self.buffers is None:
-            return contextlib.nullcontext()
+            return _NO_SCOPE
         return CoreWatch(WindowWatch(self.races, self.buffers, rank, self.internal))
 
     def release(self, rank: int) -> tuple[int, ...] | None:

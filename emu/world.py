@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 from hccl_py.core import layout
 from hccl_py.core.config import Config
-from hccl_py.core.current import RunnerLocal, current_rank
+from hccl_py.core.current import current_rank
 from hccl_py.core.errors import HcclError
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
@@ -41,7 +41,8 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .flags import FlagPolls, GmFlagArea
+from .core_scope import CoreScope, KernelBuffers, watch_polls
+from .flags import GmFlagArea
 from .group_log import GroupLog
 from .host_watch import HostScope
 from .lane import Lane
@@ -54,10 +55,7 @@ from .reports import WorldReports
 from .scheduler import Scheduler
 from .server_reads import PendingReads
 from .slot import Slot
-from .watch import Unwatched, WatchedWindows, core_watch
-
-#: The calling core's (exit stack, rank) while it has not entered the flag-poll watch.
-_cores = RunnerLocal()
+from .watch import Unwatched, WatchedWindows
 
 
 class EmuWorld(Server):
@@ -85,9 +83,11 @@ class EmuWorld(Server):
         self.posted = PostedRequests(self.buffers)
         #: Per global rank: the scope of its function, for the host's watch (:mod:`.host_watch`).
         self.hosts: list[HostScope | None] = [None] * world_size
-        self.watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
+        self.watched = watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
         self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
-        self.meetings = Rendezvous(self.blocker, self.watched.release, self.watched.acquire)
+        # the window race check orders every member of a meeting after the others (its clocks)
+        clocks = (None, None) if self.races is None else (watched.release, watched.acquire)
+        self.meetings = Rendezvous(self.blocker, *clocks)
         self.returned: set[int] = set()
         self.group_log = GroupLog(world_size)
         self.writes = OneSidedWrites(
@@ -102,7 +102,8 @@ class EmuWorld(Server):
         self.writes.reads = PendingReads(self.buffers)
         fmt = config.platform.batch_write_format
         self.writes.item_size = ITEM_DTYPES[fmt].itemsize if fmt else 0
-        #: Every domain's slots, their order, failures and poison (one state machine).
+        #: Every domain's slots, their order, failures and poison (one state machine); every
+        #: position it makes is a :class:`Slot` (read as one without a check at each call).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
         #: :meth:`_has_work`'s answer and the board version it holds for.
         self._ready_version, self._ready = -1, False
@@ -118,11 +119,6 @@ class EmuWorld(Server):
         self.polled_args: dict[int, bool] = {}
 
     # ----------------------------------------------------------- slot state
-    def _slot(self, task: Task) -> Slot:
-        slot = self.board.position(task)
-        assert isinstance(slot, Slot)
-        return slot
-
     def _slots(self, domain: str) -> dict[int, Slot]:
         """The unretired slots of ``domain`` by seq, for the buffer check's dependencies."""
         found = self.board.domains.get(domain)
@@ -158,7 +154,11 @@ class EmuWorld(Server):
         board = self.board
         if board.version == self._ready_version:
             return self._ready
-        found = any(board.ready(slot) for slot in list(board.pending))
+        found = False
+        for slot in list(board.pending):  # a loop: a generator costs a call per slot it yields
+            if board.ready(slot):
+                found = True
+                break
         self._ready_version, self._ready = board.version, found
         return found
 
@@ -188,13 +188,15 @@ class EmuWorld(Server):
             if error is None and recording():
                 for task in tasks:
                     server_round(task, round_idx, started)
-            self._poison_reached()
+            if self.config.poison:  # (without poison no round waits to be poisoned)
+                self._poison_reached()
             self.blocker.progressed()
 
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
         with self.blocker.lock:
-            self.blocker.raise_if_failed()
+            if self.blocker.error is not None:  # (its own test, inline: at every Prepare)
+                self.blocker.raise_if_failed()
             slot = self.board.submit(task)
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
@@ -209,9 +211,9 @@ class EmuWorld(Server):
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:
-            self.blocker.raise_if_failed()
+            if self.blocker.error is not None:  # (its own test, inline: at every Commit)
+                self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
-            assert isinstance(slot, Slot)
             if self.watched.races is not None:  # the window race check's clock of this Commit
                 slot.clocks[(task.rank, round_idx)] = self.watched.release(
                     task.domain.ranks[task.rank]
@@ -224,7 +226,7 @@ class EmuWorld(Server):
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:
-            slot = self._slot(task)
+            slot = self.board.position(task)
         self.blocker.wait_for(
             lambda: slot.done > round_idx or slot.error is not None,
             lambda: self.reports.describe_wait(slot, task, round_idx),
@@ -238,7 +240,7 @@ class EmuWorld(Server):
     def finished(self, task: Task) -> int:
         self.blocker.settle()
         with self.blocker.lock:
-            slot = self._slot(task)
+            slot = self.board.position(task)
             if slot.error is not None:
                 raise error_for(slot.error, task, slot.done)
             done = slot.done
@@ -269,7 +271,7 @@ class EmuWorld(Server):
         another rank beyond that count will never find a partner.
         """
         name = group.name
-        self.flush_writes(name, rank)
+        self.writes.flush(name, rank)
         if launch is None:  # one-sided tasks only: nothing to match
             return
         with self.blocker.lock:
@@ -293,7 +295,7 @@ class EmuWorld(Server):
         with self.blocker.lock:
             returned = self.launch_returns.setdefault((name, launch), set())
             returned.add(rank)
-            if len(returned) < group.size:
+            if len(returned) < len(group.ranks):
                 return
             del self.launch_returns[(name, launch)]
             self.finalized.pop((name, launch), None)
@@ -352,21 +354,10 @@ class EmuWorld(Server):
         self.watched.mapped(window)
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
-    @contextlib.contextmanager
-    def kernel_buffers(self, rank: int, buffers: list) -> Iterator[None]:
+    def kernel_buffers(self, rank: int, buffers: list) -> KernelBuffers:
         """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
         arguments are seen as a window flag's (one core sets a flag that another polls)."""
-        added, self.polled_args[rank] = {}, bool(buffers)
-        for alloc in buffers:
-            if alloc.memory is not None and alloc.memory[0] not in self.flag_windows:
-                added[alloc.memory[0]] = self.flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
-        try:
-            yield
-        finally:
-            self.polled_args[rank] = False
-            for ptr, area in added.items():
-                if self.flag_windows.get(ptr) is area:
-                    del self.flag_windows[ptr]
+        return KernelBuffers(self, rank, buffers)
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:
         """Around a kernel launch of global rank ``rank``: the race check's scope; the host's
@@ -388,41 +379,15 @@ class EmuWorld(Server):
             self.hosts[rank] = None
             host.close()
 
-    @contextlib.contextmanager
-    def core_scope(self, rank: int, who: str = "") -> Iterator[None]:
-        """Around one core's run: the race check's watch, and flag polls once windows exist.
-
-        A core takes the poll watch on when it first asks for a window, or at its start when
-        windows exist already or its kernel has more cores and GM tensor arguments. It rides on
-        the core's race watch (one dispatch mode; the polls are looked at after the race check,
-        so a poll that blocks holds none of its locks), a mode of its own only without one.
-        """
-        with self.watched.core_scope(rank), contextlib.ExitStack() as stack:
-            _cores.scope = (stack, rank, who)
-            if self.windows or self.polled_args.get(rank):
-                self._watch_polls()
-            try:
-                yield
-            finally:
-                _cores.scope = None
-
-    def _watch_polls(self) -> None:
-        """Enter the flag-poll watch in the calling core (once per core run)."""
-        scope = getattr(_cores, "scope", None)
-        if scope is not None:
-            stack, rank, who = scope
-            _cores.scope = None
-            polls = FlagPolls(self.flag_windows, self.blocker, rank, self.serial._is_owned, who)
-            core = core_watch()
-            if core is None:
-                stack.enter_context(polls)
-            else:
-                core.attach(polls)
+    def core_scope(self, rank: int, who: str = "") -> CoreScope:
+        """Around one core's run: the race watch, and flag polls once windows exist
+        (:mod:`.core_scope`)."""
+        return CoreScope(self, rank, who)
 
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` of ``domain``; the calling core watches polls."""
         found = self.windows.window(domain, rank, kind)
-        self._watch_polls()
+        watch_polls(self)
         return found
 
     def window_at(self, base: int) -> WindowAllocation | None:

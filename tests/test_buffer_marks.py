@@ -15,8 +15,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from hccl_py.backends.emu import buffers
-from hccl_py.backends.emu.buffers import BufferRaces, Mark, Round, merged_runs
+from hccl_py.backends.emu.buffers import BufferRaces, Mark, Round
 from hccl_py.backends.emu.findings import findings
+from hccl_py.backends.emu.round_runs import merged_runs
 
 STORAGE = 1 << 20  # a storage address
 BASE = 64  # where the marked allocations start in that storage

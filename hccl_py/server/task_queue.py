@@ -60,16 +60,13 @@ class Position:
     complete: bool = False
     repeat: int = 0
     all_deps: list[Task | PendingDep] = dataclasses.field(default_factory=list)
+    #: Every round ran (complete, ``done >= repeat``): kept as tasks arrive and rounds end.
+    finished: bool = False
 
     @property
     def key(self) -> tuple[str, int]:
         """``(domain, seq)``."""
         return (self.domain, self.seq)
-
-    @property
-    def finished(self) -> bool:
-        """Every round ran."""
-        return self.complete and self.done >= self.repeat
 
     def add(self, rank: int, task: Task) -> None:
         """Domain rank ``rank``'s task arrived at this position."""
@@ -77,6 +74,7 @@ class Position:
         self.all_deps = [dep for one in self.tasks.values() for dep in one.deps]
         self.repeat = self.sample().repeat
         self.complete = len(self.tasks) == len(self.ranks)
+        self.finished = self.complete and self.done >= self.repeat
 
     def sample(self) -> Task:
         """Some rank's task, for descriptions."""
@@ -97,7 +95,7 @@ class Position:
         position = cls(task.domain_name, task.seq, tuple(ranks))
         for rank in position.ranks:
             position.add(rank, task)
-        position.done = task.repeat
+        position.done, position.finished = task.repeat, True
         return position
 
 
@@ -274,8 +272,9 @@ class TaskBoard:
         return self.domain(task.domain_name, ranks)
 
     def position(self, task: Task) -> Position:
-        """``task``'s position (a stand-in once retired)."""
-        return self.of(task).position(task)
+        """``task``'s position (a stand-in once retired); a known one in two look-ups."""
+        dom = self.domains.get(task.domain_name) or self.of(task)
+        return dom.positions.get(task.seq) or dom.position(task)
 
     # ------------------------------------------------------------ transitions
     def submit(self, task: Task) -> Position:
@@ -316,8 +315,7 @@ class TaskBoard:
             return False
         if not self.domains[position.domain].reached(position):
             return False
-        deps = position.all_deps
-        done, error = self.deps_state(deps) if deps else (True, None)
+        done, error = self.deps_state(position.all_deps) if position.all_deps else (True, None)
         if error is not None:
             self.fail(position, error)
         return done
@@ -340,6 +338,7 @@ class TaskBoard:
             return
         position.poisoned.pop(position.done, None)
         position.done += 1
+        position.finished = position.done >= position.repeat  # (complete: a round ran)
         if position.finished:
             self.pending.pop(position, None)
 

@@ -1,0 +1,113 @@
+"""One core's run on the emulator: its race watch, and its flag-poll watch once it may poll.
+
+A core takes the poll watch on when it first asks for a window, or at its start when windows
+exist already or its kernel has more cores and GM tensor arguments (:class:`KernelBuffers`:
+around such a launch those arguments are flag areas too, one core may set a flag in them that
+another polls). It rides on the core's race watch (one dispatch mode; the polls are looked at
+after the race check, so a poll that blocks holds none of its locks), a mode of its own only
+without one. Both scopes are classes rather than generator context managers: every launch
+enters them, and ``contextlib`` (with an ``ExitStack`` for the poll watch) cost a dozen calls
+more per run.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Protocol
+
+from hccl_py.core.current import RunnerLocal
+from hccl_py.server.blocking import Blocker
+from hccl_py.server.windows import LocalWindows
+
+from .flags import FlagPolls, GmFlagArea
+from .watch import Unwatched, WatchedWindows, core_watch
+
+
+class World(Protocol):
+    """What a core's scope reads of its world (:class:`.world.EmuWorld`)."""
+
+    watched: WatchedWindows
+    windows: LocalWindows
+    polled_args: dict[int, bool]
+    flag_windows: dict[int, Any]
+    blocker: Blocker
+    serial: Unwatched
+
+
+#: The calling core's scope while it has not entered the flag-poll watch.
+_cores = RunnerLocal()
+
+
+class CoreScope:
+    """Around one core's run of global rank ``rank`` (``who``: the core as reports name it)."""
+
+    __slots__ = ("world", "rank", "who", "watch", "polls")
+
+    def __init__(self, world: World, rank: int, who: str) -> None:
+        self.world, self.rank, self.who = world, rank, who
+        self.watch = world.watched.core_scope(rank)
+        #: The poll watch when it is a mode of its own (no race watch carries it): left here.
+        self.polls: FlagPolls | None = None
+
+    def __enter__(self) -> None:
+        self.watch.__enter__()
+        try:
+            _cores.scope = self
+            if self.world.windows or self.world.polled_args.get(self.rank):
+                watch_polls(self.world)
+        except BaseException:
+            self._close(*sys.exc_info())
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        _cores.scope = None
+        self._close(*exc)
+
+    def _close(self, *exc: Any) -> None:
+        """Leave the poll watch (if the scope entered one), then the race watch."""
+        try:
+            if self.polls is not None:
+                self.polls.__exit__(*exc)
+        finally:
+            self.watch.__exit__(*exc)
+
+
+def watch_polls(world: World) -> None:
+    """Enter the flag-poll watch in the calling core (once per core run)."""
+    scope = _cores.get("scope")
+    if scope is not None:
+        _cores.scope = None
+        polls = FlagPolls(
+            world.flag_windows, world.blocker, scope.rank, world.serial._is_owned, scope.who
+        )
+        core = core_watch()
+        if core is None:
+            polls.__enter__()
+            scope.polls = polls
+        else:
+            core.attach(polls)
+
+
+class KernelBuffers:
+    """Around a launch of global rank ``rank``: its cores' polls of its GM tensor arguments
+    ``buffers`` (those of a launch of more cores) are seen as a window flag's."""
+
+    __slots__ = ("world", "rank", "buffers", "added")
+
+    def __init__(self, world: World, rank: int, buffers: list) -> None:
+        self.world, self.rank, self.buffers = world, rank, buffers
+        #: The flag areas this launch added (storage address -> area), dropped at its end.
+        self.added: dict[int, GmFlagArea] = {}
+
+    def __enter__(self) -> None:
+        flag_windows = self.world.flag_windows
+        self.world.polled_args[self.rank] = bool(self.buffers)
+        for alloc in self.buffers:
+            if alloc.memory is not None and alloc.memory[0] not in flag_windows:
+                self.added[alloc.memory[0]] = flag_windows[alloc.memory[0]] = GmFlagArea(alloc)
+
+    def __exit__(self, *exc: object) -> None:
+        self.world.polled_args[self.rank] = False
+        for ptr, area in self.added.items():
+            if self.world.flag_windows.get(ptr) is area:
+                del self.world.flag_windows[ptr]
