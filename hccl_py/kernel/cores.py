@@ -150,9 +150,9 @@ class LaunchState:
         """The kernel returned: check each client's exit, then the server forgets the finished tasks."""
         for client in self.clients.values():
             client.check_exit()
-        # no cycle keeps the launch's buffers (its tasks) until a garbage collection: the
-        # sending Hccl object and its client state hold each other, client states and cores
-        # hold this launch state
+        # no cycle keeps the launch's buffers (its tasks, its arguments) until a garbage
+        # collection: the sending Hccl object and its client state hold each other, client
+        # states and cores hold this launch state, which holds its cores
         for client in self.clients.values():
             if client.launch_idx is not None:
                 self.rank_ctx.server.launch_returned(client.group, client.rank, client.launch_idx)
@@ -160,6 +160,7 @@ class LaunchState:
         self.clients.clear()
         self.order.clear()
         self.returned.clear()
+        self.cores = ()
 
     def clock(self, core: CoreContext) -> Clock:
         """A copy of ``core``'s vector clock now (:mod:`.clocks`)."""
