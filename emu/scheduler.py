@@ -184,7 +184,7 @@ class Scheduler(Blocker):
         finally:
             if runner in self.runners:  # a target that did not leave
                 self.leave()
-            runner.thread.ended.set()
+            runner.thread.end()
 
     def enter(self, n: int = 1) -> None:
         """Runners are counted by :meth:`spawn`."""
