@@ -15,6 +15,7 @@ disabled, stay with the thread.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -49,7 +50,7 @@ def _top_reader() -> Callable[[], tuple[Callable, Callable] | None] | None:
         top(True)
     except TypeError:  # the form without ignore_is_tracing
         return top
-    return lambda: top(True)
+    return functools.partial(top, True)  # (not a lambda: read at every hand-off)
 
 
 _top_hooks = _top_reader()

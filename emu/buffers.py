@@ -193,8 +193,13 @@ class BufferRaces:
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
         task, tasks = rnd.task, self.tasks[rank]
-        others = [t for t in tasks if t.domain_name != task.domain_name] if tasks else []
-        if not others or task.seq not in self.slots(task.domain_name):
+        for t in tasks:  # (a loop first: the rank's pending tasks are mostly this domain's)
+            if t.domain_name != task.domain_name:
+                break
+        else:
+            return None
+        others = [t for t in tasks if t.domain_name != task.domain_name]
+        if task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):

@@ -52,9 +52,11 @@ class CoreScope:
     def __enter__(self) -> None:
         self.watch.__enter__()
         try:
-            _cores.scope = self
             if self.world.windows or self.world.polled_args.get(self.rank):
-                watch_polls(self.world)
+                _cores.scope = None  # (as :func:`watch_polls` leaves it, without its look-up)
+                self.watch_polls(self.world)
+            else:
+                _cores.scope = self
         except BaseException:
             self._close(*sys.exc_info())
             raise
@@ -71,21 +73,26 @@ class CoreScope:
         finally:
             self.watch.__exit__(*exc)
 
+    def watch_polls(self, world: World) -> None:
+        """Enter the flag-poll watch of ``world`` in this scope's core (the caller made sure
+        it is entered once per core run)."""
+        polls = FlagPolls(
+            world.flag_windows, world.blocker, self.rank, world.serial._is_owned, self.who
+        )
+        core = core_watch()
+        if core is None:
+            polls.__enter__()
+            self.polls = polls
+        else:
+            core.attach(polls)
+
 
 def watch_polls(world: World) -> None:
     """Enter the flag-poll watch in the calling core (once per core run)."""
     scope = _cores.get("scope")
     if scope is not None:
         _cores.scope = None
-        polls = FlagPolls(
-            world.flag_windows, world.blocker, scope.rank, world.serial._is_owned, scope.who
-        )
-        core = core_watch()
-        if core is None:
-            polls.__enter__()
-            scope.polls = polls
-        else:
-            core.attach(polls)
+        scope.watch_polls(world)
 
 
 class KernelBuffers:

@@ -69,7 +69,8 @@ class OneSidedWrites:
     (``races``, None without ``poison``), its meetings, the set of global
     ranks that returned from their function (read in reports) and whether its
     BatchWrite items land whole (Atlas A2); it takes a pending write as a job
-    with :meth:`job`.
+    with :meth:`job`. It enters the scheduler's lock (its condition's) directly: a
+    ``threading.Condition`` enters it through Python calls.
     """
 
     def __init__(
@@ -155,10 +156,10 @@ class OneSidedWrites:
         """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes);
         whether they are pending."""
         if not self.blocker.defers():
-            with self.blocker.cond:  # the server's copy, not the posting core's own write
+            with self.blocker.lock:  # the server's copy, not the posting core's own write
                 run_copies(copies)
             return False
-        with self.blocker.cond:
+        with self.blocker.lock:
             if self.poison:
                 for _, dst, nbytes in copies:
                     if nbytes > whole:
@@ -187,7 +188,7 @@ class OneSidedWrites:
     def _flush_key(self, match: Callable[[Key], bool], what: str) -> None:
         """Run the pending copies whose key ``match``es, lower epochs first; wait for those
         running elsewhere."""
-        with self.blocker.cond:
+        with self.blocker.lock:
             if self.pending:  # (a Finalize of a launch without BatchWrites finds none)
                 mine = sorted((w for w in self.pending if match(w[0])), key=lambda w: w[2])
                 for w in mine:
@@ -226,7 +227,7 @@ class OneSidedWrites:
         return functools.partial(self._run, write)
 
     def _run(self, write: Write) -> None:
-        with self.blocker.cond:  # the server's copy, unseen by the running thread's race watch
+        with self.blocker.lock:  # the server's copy, unseen by the running thread's race watch
             self._land(write[1])
             self.running.remove(write)
             self.blocker.progressed()

@@ -41,7 +41,7 @@ class Rendezvous:
 
     def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
         """Domain rank ``rank``'s next exchange in ``group``: every member's payload, in order."""
-        with self.blocker.cond:
+        with self.blocker.lock:  # (the condition's lock, entered without its Python __enter__)
             k = self.next.get((group.name, rank), 0)
             self.next[(group.name, rank)] = k + 1
 
@@ -67,10 +67,10 @@ class Rendezvous:
         ``why(missing global ranks)`` says what the rank waits for in a report.
         Returns the members' payloads in domain-rank order.
         """
-        cond = self.blocker.cond
+        lock = self.blocker.lock  # (the condition's, entered without its Python __enter__)
         slot = (group.name, key)
         size = group.size  # read once: the test below runs at every switch while it waits
-        with cond:
+        with lock:
             box = self.boxes.setdefault(slot, {})
             box[rank] = (payload, self.release and self.release(group.ranks[rank]))
             self.blocker.progressed()
@@ -82,7 +82,7 @@ class Rendezvous:
             lambda: len(box) == size and (also is None or also()),
             lambda: why(missing()),
         )
-        with cond:
+        with lock:
             payloads, clocks = zip(*[box[i] for i in range(size)], strict=True)
             self.readers[slot] = self.readers.get(slot, 0) + 1
             if self.readers[slot] == size:

@@ -184,7 +184,7 @@ class Scheduler(Blocker):
         finally:
             if runner in self.runners:  # a target that did not leave
                 self.leave()
-            runner.thread.ended.set()
+            runner.thread.end()
 
     def enter(self, n: int = 1) -> None:
         """Runners are counted by :meth:`spawn`."""
@@ -312,8 +312,13 @@ class Scheduler(Blocker):
             super().join_spawned(threads, what)
             return
 
-        def ended() -> bool:
-            return all(r.thread not in threads for r in self.runners)
+        def ended() -> bool:  # (a loop: a generator costs a call per runner it yields)
+            for r in self.runners:
+                if r.thread in threads:
+                    break
+            else:
+                return True
+            return False
 
         with self.lock:
             me.past_failure = True
