@@ -41,6 +41,7 @@ import torch
 
 from hccl_py.core.config import env_flag
 from hccl_py.core.errors import HcclError
+from hccl_py.server.latch import Latch
 from hccl_py.server.same_cpu import SAME_CPU_ENV
 from hccl_py.server.threads import ThreadPool, raise_in_thread, read_in_a_new_thread
 
@@ -89,16 +90,12 @@ class Spawned:
 
     def __init__(self, world: _HasThread) -> None:
         self._world = world
-        #: Held until the runner ends, and whether it did: a lock and a flag rather than a
-        #: ``threading.Event``, whose making and setting cost a dozen Python calls per runner.
-        self._running = threading.Lock()
-        self._running.acquire()
-        self.done = False
+        #: Set when the runner ends.
+        self.ended = Latch()
 
     def end(self) -> None:
         """The runner ended: whoever joins it goes on."""
-        self.done = True
-        self._running.release()
+        self.ended.set()
 
     @property
     def ident(self) -> int | None:
@@ -108,21 +105,11 @@ class Spawned:
 
     def is_alive(self) -> bool:
         """Whether the runner has not ended yet."""
-        return not self.done
+        return not self.ended.done
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait (at most ``timeout`` seconds; none when it is not above 0, as an Event's wait)
-        until the runner ended."""
-        if self.done:
-            return
-        if timeout is None:
-            got = self._running.acquire()
-        elif timeout > 0:
-            got = self._running.acquire(True, timeout)
-        else:
-            got = self._running.acquire(False)
-        if got:  # (the next joiner's turn)
-            self._running.release()
+        """Wait (at most ``timeout`` seconds) until the runner ended."""
+        self.ended.wait(timeout)
 
     def interrupt(self, exc: type[BaseException]) -> bool:
         """Raise ``exc`` in the world's thread, in whichever runner it runs (the one that holds

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from ..core.errors import HcclRunnerStartError
+from .latch import Latch
 
 #: Seconds an idle pool thread waits for work before it ends.
 IDLE_S = 30.0
@@ -222,10 +223,8 @@ class PoolJob:
     def __init__(self, target: Callable[[], None], name: str) -> None:
         self.target = target
         self.name = name
-        #: Held until the target returned (cheaper than an Event: no Python-level condition).
-        self._running = threading.Lock()
-        self._running.acquire()
-        self._returned = False
+        #: Set when the target returned.
+        self._returned = Latch()
         #: The OS thread that runs the target, while it runs (None before and after).
         self.ident: int | None = None
         #: Whether :meth:`interrupt` sent an exception into the target's thread.
@@ -237,12 +236,11 @@ class PoolJob:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the target returned (at most ``timeout`` seconds)."""
-        if self._running.acquire(True, -1 if timeout is None else max(0.0, timeout)):
-            self._running.release()
+        self._returned.wait(timeout)
 
     def is_alive(self) -> bool:
         """Whether the target has not returned yet."""
-        return not self._returned
+        return not self._returned.done
 
     def interrupt(self, exc: type[BaseException]) -> bool:
         """Raise ``exc`` in the target's thread at its next bytecode (to stop a stuck target).
@@ -321,8 +319,7 @@ class _Worker:
                     self.thread.name = IDLE_NAME
                     reuse = self.pool.idle(self)
             finally:
-                job._returned = True
-                job._running.release()
+                job._returned.set()
         return reuse
 
 

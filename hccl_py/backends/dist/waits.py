@@ -13,40 +13,16 @@ from typing import Any
 import torch.distributed as dist
 
 from ...core.errors import HcclDeadlockError
+from ...server.latch import Latch
 
 #: Calls whose waiter stopped waiting (a peer failed or left, the timeout) while the process
 #: group still held them. When the peer's process ends such a call fails; if that happens while
 #: this process shuts down, gloo aborts it (rc 134): :func:`settle_abandoned` lets them fail first.
-_ABANDONED: list[tuple[dist.Work, _Latch]] = []
+_ABANDONED: list[tuple[dist.Work, Latch]] = []
 
 
 #: How often a wait asks a device process group whether its call finished (first, at most).
 DEVICE_POLL_S = (0.0001, 0.005)
-
-
-class _Latch:
-    """Set once, from any thread (a call's done callback); a wait sees it set from then on.
-
-    A lock held until set: a wait is one acquire (and a release that leaves it set),
-    where an Event's goes through a Python condition.
-    """
-
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def set(self) -> None:
-        """Set it (call once)."""
-        self._lock.release()
-
-    def wait(self, timeout: float) -> bool:
-        """Whether it is set within ``timeout`` seconds."""
-        if self._lock.acquire(True, max(0.0, timeout)):
-            self._lock.release()
-            return True
-        return False
 
 
 def watch_work(
@@ -90,7 +66,7 @@ def _watch(
 ) -> None:
     """Block until ``work``'s future is done (``device_async``: the device ran it), calling
     ``look()`` (and ``waiting.look()``) every ``every`` seconds meanwhile (:func:`watch_work`)."""
-    finished = _Latch()
+    finished = Latch()
     work.get_future().add_done_callback(lambda _: finished.set())
     done = _device_done(work, finished) if device_async else finished.wait
     try:
@@ -105,7 +81,7 @@ def _watch(
         raise
 
 
-def _device_done(work: dist.Work, queued: _Latch) -> Callable[[float], bool]:
+def _device_done(work: dist.Work, queued: Latch) -> Callable[[float], bool]:
     """Whether the device finished ``work`` within a given number of seconds (polled)."""
 
     def done(within: float) -> bool:
