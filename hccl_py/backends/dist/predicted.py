@@ -65,21 +65,22 @@ def scatter_bytes(
     n = len(dom.order)
     if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
         payload = payload[: record_length(payload)]
-    kind, size = (PLAIN if pieces is None else PIECES), HEADER_BYTES + block
+    kind, size, head = (PLAIN if pieces is None else PIECES), HEADER_BYTES + block, len(payload)
+    order = dom.order.tolist()  # process-group order
     if pieces is None:
-        contents = [payload] * n
-    else:  # in process-group order
-        contents = (
-            [payload + b"\0" + pieces[d] for d in dom.order.tolist()] if len(pieces) == n else []
-        )
-    fits = len(contents) == n and max(map(len, contents)) <= block
+        lengths = [head] * n
+    else:  # the record, a NUL byte, the piece for that peer
+        lengths = [head + 1 + pieces[d].nbytes for d in order] if len(pieces) == n else []
+    fits = len(lengths) == n and max(lengths) <= block
     rows = bytearray(n * size)  # zeros: no byte of this process's memory goes out unwritten
     for p in range(n):
         at = p * size
-        length = len(contents[p]) if fits else UNFIT
-        _HEAD.pack_into(rows, at, length, kind)
-        if fits:
-            rows[at + HEADER_BYTES : at + HEADER_BYTES + length] = contents[p]
+        _HEAD.pack_into(rows, at, lengths[p] if fits else UNFIT, kind)
+        if fits:  # each part written once, straight into its block (the NUL is a zero there)
+            start = at + HEADER_BYTES
+            rows[start : start + head] = payload
+            if pieces is not None:
+                rows[start + head + 1 : start + lengths[p]] = pieces[order[p]]
     send = torch.frombuffer(rows, dtype=torch.uint8).to(device)  # keeps ``rows`` alive
     out = torch.empty_like(send)
     wait(dist.all_to_all_single(out, send, group=dom.pg, async_op=True))
