@@ -195,8 +195,7 @@ class EmuWorld(Server):
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
         with self.blocker.lock:
-            if self.blocker.error is not None:  # (its own test, inline: at every Prepare)
-                self.blocker.raise_if_failed()
+            self.blocker.raise_if_failed()
             slot = self.board.submit(task)
             counts = self.finalized.get((task.domain_name, task.launch), {})
             for rank, n_tasks in counts.items():
@@ -211,8 +210,7 @@ class EmuWorld(Server):
 
     def commit(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:
-            if self.blocker.error is not None:  # (its own test, inline: at every Commit)
-                self.blocker.raise_if_failed()
+            self.blocker.raise_if_failed()
             slot = self.board.commit(task, round_idx, self.config.poison)
             if self.watched.races is not None:  # the window race check's clock of this Commit
                 slot.clocks[(task.rank, round_idx)] = self.watched.release(
@@ -295,7 +293,7 @@ class EmuWorld(Server):
         with self.blocker.lock:
             returned = self.launch_returns.setdefault((name, launch), set())
             returned.add(rank)
-            if len(returned) < len(group.ranks):
+            if len(returned) < group.size:
                 return
             del self.launch_returns[(name, launch)]
             self.finalized.pop((name, launch), None)
