@@ -192,14 +192,9 @@ class BufferRaces:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
-        task, tasks = rnd.task, self.tasks[rank]
-        for t in tasks:  # (a loop first: the rank's pending tasks are mostly this domain's)
-            if t.domain_name != task.domain_name:
-                break
-        else:
-            return None
-        others = [t for t in tasks if t.domain_name != task.domain_name]
-        if task.seq not in self.slots(task.domain_name):
+        task = rnd.task
+        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
+        if not others or task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
