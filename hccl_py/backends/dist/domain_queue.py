@@ -196,11 +196,10 @@ class DomainQueue:
     # ------------------------------------------------------------ running rounds
     def claim(self) -> tuple[Task, int] | None:
         """Under the lock: take the next round if it can start now (the queue is then running)."""
-        if self.stopping or self.running:
+        if self.stopping or not self.ready():
             return None
-        self._look()
-        head = self._head
-        if not self._ready or head is None or self.server.board.claim([head]) is None:
+        head = self._head  # (ready: there is one)
+        if self.server.board.claim([head]) is None:
             return None
         self.running = f"running round {head.done} on the process group"
         return head.sample(), head.done
@@ -348,10 +347,7 @@ class DomainQueue:
 
     def _due(self) -> bool:
         """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
-        if self.stopping:
-            return True
-        self._look()
-        return self._error is not None or (not self.running and self._ready)
+        return self.stopping or self.error is not None or self.ready()
 
     def undescribed(self) -> list[int]:
         """Global ranks that have not joined the descriptor exchange of the task being compared.
