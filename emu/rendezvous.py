@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 from hccl_py.core.group import Group
 from hccl_py.server.blocking import Blocker
+from hccl_py.server.protocol import Met
 
 Clock = tuple[int, ...] | None
 
@@ -36,7 +37,9 @@ class Rendezvous:
         #: (None without the check: no call at every meeting).
         self.release, self.acquire = release, acquire
         self.boxes: dict[tuple[str, object], dict[int, tuple[bytes, Clock]]] = {}
-        self.readers: dict[tuple[str, object], int] = {}
+        #: Per open meeting whose members began to leave: the payloads every member gets (one
+        #: list, :meth:`meet`) and how many members left.
+        self.readers: dict[tuple[str, object], tuple[Met, int]] = {}
         self.next: dict[tuple[str, int], int] = {}
 
     def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
@@ -65,7 +68,8 @@ class Rendezvous:
         """Block until every member of ``group`` arrived at ``key`` (and ``also()`` holds).
 
         ``why(missing global ranks)`` says what the rank waits for in a report.
-        Returns the members' payloads in domain-rank order.
+        Returns the members' payloads in domain-rank order: one list, the same object for every
+        member (what one member reads from it serves the others; nobody may change it).
         """
         lock = self.blocker.lock  # (the condition's, entered without its Python __enter__)
         slot = (group.name, key)
@@ -83,10 +87,14 @@ class Rendezvous:
             lambda: why(missing()),
         )
         with lock:
-            payloads, clocks = zip(*[box[i] for i in range(size)], strict=True)
-            self.readers[slot] = self.readers.get(slot, 0) + 1
-            if self.readers[slot] == size:
+            read = self.readers.get(slot)
+            if read is None:  # the first member to leave: one list of payloads for every member
+                read = self.readers[slot] = (Met([box[i][0] for i in range(size)]), 0)
+            payloads, count = read
+            if count + 1 == size:
                 del self.boxes[slot], self.readers[slot]
+            else:
+                self.readers[slot] = (payloads, count + 1)
         if self.acquire is not None:
-            self.acquire(group.ranks[rank], clocks)
-        return list(payloads)
+            self.acquire(group.ranks[rank], [box[i][1] for i in range(size)])
+        return payloads

@@ -655,3 +655,45 @@ def test_record_length_finds_the_first_nul_in_views_and_bytes(at: int | None) ->
     assert record_length(payload) == want
     assert record_length(memoryview(payload)) == want
     assert record_length(memoryview(raw)) == want
+
+
+def gather_three_times() -> list[float]:
+    """Three all-gathers of the rank's number, carried in their exchanges."""
+    rank, n = hp.get_rank(), hp.get_world_size()
+    got = []
+    for step in range(3):
+        y = torch.zeros(2 * n)
+        hp.all_gather_into_tensor(y, torch.full((2,), float(10 * step + rank)))
+        got += y.tolist()
+    return got
+
+
+def test_emulated_ranks_read_a_meeting_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every member of an emulated meeting gets the same payloads, so the first member's reading
+    of them (records, rows, verdicts) serves the others: one reading per call, not per rank."""
+    made = []
+    real = _carry._Reading
+
+    def counted(*args: object) -> object:
+        made.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_carry, "_Reading", counted)
+    results = hp.run(gather_three_times, world_size=4, timeout=TIMEOUT)
+    want = [float(10 * s + r) for s in range(3) for r in range(4) for _ in range(2)]
+    assert results == [want] * 4
+    assert len(made) == 3
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda t: t, lambda t: t[3:9], lambda t: t.view(4, 6)[1:, ::2], lambda t: t.view(4, 6).t()],
+)
+def test_a_span_is_the_bytes_from_the_first_element_to_the_last(view: object) -> None:
+    """``_span``: the address of a tensor's first byte and how many bytes its elements reach."""
+    t = view(torch.arange(24.0))  # type: ignore[operator]
+    # each element's value is its index in the storage
+    low, high = int(t.min()) - t.storage_offset(), int(t.max()) - t.storage_offset()
+    assert low == 0
+    assert _carry._span(t) == [t.data_ptr(), 0, (high + 1) * 4]
+    assert _carry._span(t[:0]) == [] and _carry._span(None) == []

@@ -57,6 +57,7 @@ from ..server.protocol import (
     MAX_EXCHANGE_BYTES,
     NARROW_EXCHANGE_BYTES,
     WIDE_REDUCE_BYTES,
+    Met,
     Payload,
     Pieces,
     joined,
@@ -229,26 +230,62 @@ def agree_carrying(
     if offered and max(pieces) <= MAX_EXCHANGE_BYTES:  # type: ignore[arg-type]
         offer = partial(_split, data, pieces)  # made in the exchange's turn, if it carries them
     raw, scattered = _exchange(group, op, payload, offer)
-    heads = [record_length(r) for r in raw]
-    records = records_of(group, op, raw, heads)
-    sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
-    if rule.widens and max(sizes) <= rule.most:
-        server.widen(group, max(heads) + 1 + max(sizes))
-    lists = _piece_lists(records, group.size) if rule.scatters else None
-    need = 0 if lists is None else max(heads) + 1 + max(max(p) for p in lists)
-    if need:
-        server.predict(group, need)
-    rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
-    if _shared([r.get(MEMORY) for r in records]):
+    read = _read(group, op, raw, rule)
+    if read.widen:
+        server.widen(group, read.widen)
+    if read.need:
+        server.predict(group, read.need)
+    records, rows, lists = read.records, read.rows, read.lists
+    if read.clash:
         return records, None
     if scattered:
         me = group.rank_of(current_rank_context().rank)
         if lists is not None and all(len(r) == p[me] for r, p in zip(rows, lists, strict=True)):
-            return records, Carried(op, group.name, rows, started, scattered=True, need=need)
+            return records, Carried(op, group.name, rows, started, scattered=True, need=read.need)
         return records, None
-    if list(map(len, rows)) != sizes or any(map(operator.eq, heads, map(len, raw))):
+    if not read.whole:
         return records, None  # some rank's data did not ride along whole
     return records, Carried(op, group.name, rows, started)
+
+
+class _Reading:
+    """What every rank reads alike from an exchange's payloads (:func:`_read`)."""
+
+    __slots__ = ("records", "rows", "lists", "widen", "need", "clash", "whole")
+
+    def __init__(self, group: Group, op: str, raw: list[Payload], rule: Rule) -> None:
+        heads = [record_length(r) for r in raw]
+        #: Every rank's record (:func:`._common.records_of` raised if they disagree).
+        self.records = records = records_of(group, op, raw, heads)
+        sizes = [r[CARRY] if isinstance(r.get(CARRY), int) else 0 for r in records]
+        #: The room to ask for the next exchange (0: none, :meth:`Meetings.widen`).
+        self.widen = max(heads) + 1 + max(sizes) if rule.widens and max(sizes) <= rule.most else 0
+        #: Every rank's :data:`PIECES`, where the rule scatters and every rank listed them.
+        self.lists = lists = _piece_lists(records, group.size) if rule.scatters else None
+        #: The block of the predicted all-to-all to ask for (0: none, :meth:`Meetings.predict`).
+        self.need = 0 if lists is None else max(heads) + 1 + max(max(p) for p in lists)
+        #: Every rank's bytes after its record.
+        self.rows = rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
+        #: Whether some rank's output is memory of another rank's (:func:`_shared`).
+        self.clash = _shared([r.get(MEMORY) for r in records])
+        #: Whether every rank's data rode along whole.
+        self.whole = list(map(len, rows)) == sizes and not any(
+            map(operator.eq, heads, map(len, raw))
+        )
+
+
+def _read(group: Group, op: str, raw: list[Payload], rule: Rule) -> _Reading:
+    """What every rank reads alike from ``raw``: once per meeting where the members share one
+    list (a :class:`~hccl_py.server.protocol.Met`, which keeps the first member's reading for
+    the others), else every time."""
+    if type(raw) is not Met:
+        return _Reading(group, op, raw, rule)
+    kept = getattr(raw, "reading", None)
+    if kept is not None and kept[0] is rule:
+        return kept[1]
+    read = _Reading(group, op, raw, rule)
+    raw.reading = (rule, read)
+    return read
 
 
 def _exchange(
@@ -291,13 +328,15 @@ def _stack(rows: list[memoryview], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _span(t: torch.Tensor | None) -> list[int]:
-    """``[storage address, first byte, end byte]`` of the bytes ``t`` spans (none: [])."""
-    if t is None or t.numel() == 0:
+    """The bytes ``t`` spans as an extent: ``[address of its first byte, 0, bytes from there to
+    the end of its last element]`` (none: [])."""
+    if t is None or not t.numel():
         return []
-    first = t.storage_offset()
-    last = first + sum((n - 1) * stride for n, stride in zip(t.shape, t.stride(), strict=True))
-    size = t.element_size()
-    return [t.untyped_storage().data_ptr(), first * size, (last + 1) * size]
+    if t.is_contiguous():
+        reach = t.numel()
+    else:
+        reach = 1 + sum((n - 1) * stride for n, stride in zip(t.shape, t.stride(), strict=True))
+    return [t.data_ptr(), 0, reach * t.element_size()]
 
 
 #: The spans :func:`_shared` judged last and its verdict: a loop passes the same buffers.

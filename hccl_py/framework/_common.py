@@ -254,6 +254,10 @@ def agree(group: Group, op: str, problem: str | None, **facts: Any) -> list[dict
     return records_of(group, op, exchange(group, op, record(op, problem, facts)))
 
 
+#: ``json.dumps(..., separators=(",", ":"))`` with its encoder made once.
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
     """What this rank sends in its argument exchange: JSON text, which never holds a NUL byte
     (data that rides along follows one, :mod:`._carry`). A rank with a ``problem`` sends no
@@ -264,7 +268,7 @@ def record(op: str, problem: str | None, facts: dict[str, Any]) -> bytes:
         if problem is None
         else {"op": op, "problem": problem}
     )
-    return json.dumps(body, separators=(",", ":")).encode()
+    return _compact(body).encode()
 
 
 def listed(values: Sequence[Any], most: int = 16) -> str:

@@ -150,6 +150,16 @@ WIDE_REDUCE_BYTES = 64 << 10
 #: What an exchange gives each rank: its payload's bytes, or a view of them where the process
 #: backends received them (data that rides along is not copied again).
 Payload = bytes | memoryview
+
+
+class Met(list):
+    """Every member's payloads of one meeting where the members share one process: the same
+    object for every member, which keeps what the first member read from them (``reading``,
+    set by that reader) for the others. Nobody may change the list."""
+
+    __slots__ = ("reading",)
+
+
 #: This rank's pieces of an exchange's data, one per group rank, made only when the exchange
 #: carries them (:meth:`Meetings.meet_pieces`).
 Pieces = Callable[[], list[memoryview]]
