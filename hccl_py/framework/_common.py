@@ -331,10 +331,12 @@ def _record(raw: bytes) -> dict[str, Any]:
 
 
 def require_same(
-    group: Group, op: str, records: list[dict[str, Any]], key: str, label: str
+    group: Group, op: str, records: list[dict[str, Any]], *keys: tuple[str, str]
 ) -> None:
-    """HcclMismatchError unless every rank's ``records[i][key]`` is the same."""
-    values = [r[key] for r in records]
-    if values.count(values[0]) != len(values):
-        listed = ", ".join(f"{who(group, i)} {v}" for i, v in enumerate(values))
-        raise mismatch(op, f"{label} must be the same on every rank of {group.name}: {listed}")
+    """HcclMismatchError unless, for each ``(key, label)``, every rank's ``records[i][key]`` is
+    the same (``label`` names the value in the message)."""
+    for key, label in keys:
+        values = [r[key] for r in records]
+        if values.count(values[0]) != len(values):
+            listed = ", ".join(f"{who(group, i)} {v}" for i, v in enumerate(values))
+            raise mismatch(op, f"{label} must be the same on every rank of {group.name}: {listed}")

@@ -98,8 +98,9 @@ def all_gather_into_tensor(
     records, carried = agree_carrying(
         grp, op, problem, data, GATHER, output_tensor, dtype=str(input_tensor.dtype), shape=shape
     )
-    require_same(grp, op, records, "shape", "input_tensor's shape")
-    require_same(grp, op, records, "dtype", "input_tensor's dtype")
+    require_same(
+        grp, op, records, ("shape", "input_tensor's shape"), ("dtype", "input_tensor's dtype")
+    )
     if carried is not None:
         carried.write(output_tensor, carried.rows)
         return None
@@ -131,8 +132,11 @@ def _split_problem(
 
 def _check_splits(grp: Any, op: str, records: list[dict[str, Any]]) -> None:
     """Every sender's split size for a receiver must equal that receiver's size for it."""
-    sends = np.array([r["in"] for r in records], dtype=np.int64)
-    recvs = np.array([r["out"] for r in records], dtype=np.int64)
+    ins, outs = [r["in"] for r in records], [r["out"] for r in records]
+    if ins == list(map(list, zip(*outs, strict=True))):
+        return
+    sends = np.array(ins, dtype=np.int64)
+    recvs = np.array(outs, dtype=np.int64)
     bad = np.argwhere(sends != recvs.T)
     if len(bad) == 0:
         return
@@ -227,6 +231,7 @@ def alltoall_single(
     if problem is None:
         ins = ins if ins is not None else [in_tensor.shape[0] // n] * n
         outs = outs if outs is not None else [out_tensor.shape[0] // n] * n
+    row_in = _row_size(in_tensor) * in_tensor.element_size()
     records, carried = agree_carrying(
         grp,
         op,
@@ -234,13 +239,14 @@ def alltoall_single(
         in_tensor if sync_op else None,
         ALL_TO_ALL,
         out_tensor,
-        None if ins is None else [k * _row_size(in_tensor) * in_tensor.element_size() for k in ins],
+        None if ins is None else [k * row_in for k in ins],
         dtype=str(in_tensor.dtype),
         row=_shape(in_tensor)[1:],
         **{"in": ins, "out": outs},
     )
-    require_same(grp, op, records, "dtype", "in_tensor's dtype")
-    require_same(grp, op, records, "row", "in_tensor's shape after dim 0")
+    require_same(
+        grp, op, records, ("dtype", "in_tensor's dtype"), ("row", "in_tensor's shape after dim 0")
+    )
     _check_splits(grp, op, records)
     if carried is not None:
         me = grp.rank_of(current_rank_context().rank)
@@ -325,7 +331,9 @@ def all_reduce(
     reduce_op = reduce_op_of(name, op)
     grp = resolve_group(name, group)
     data_type = hccl_dtype(name, tensor)
-    chunks = layout.even_chunks(tensor.numel(), grp.size, tensor.element_size()).sizes.tolist()
+    count, size = tensor.numel(), tensor.element_size()
+    wide = count * size > WIDE_REDUCE_BYTES  # its reduce-scatter may ride in an all-to-all
+    chunks = layout.even_chunks(count, grp.size, size).sizes.tolist() if wide else None
     records, carried = agree_carrying(
         grp,
         name,
@@ -333,13 +341,19 @@ def all_reduce(
         None if async_op else tensor,
         ALL_REDUCE,
         tensor,
-        chunks if sum(chunks) > WIDE_REDUCE_BYTES else None,
+        chunks,
         dtype=str(tensor.dtype),
         shape=_shape(tensor),
         reduce=reduce_op.name,
     )
-    for key, label in (("shape", "tensor's shape"), ("dtype", "tensor's dtype"), ("reduce", "op")):
-        require_same(grp, name, records, key, label)
+    require_same(
+        grp,
+        name,
+        records,
+        ("shape", "tensor's shape"),
+        ("dtype", "tensor's dtype"),
+        ("reduce", "op"),
+    )
     if carried is not None and carried.scattered:  # this rank's chunk of every rank's input
         stacked = carried.stacked(tensor.dtype)
         mine = _reduce_rows(stacked, reduce_op, data_type) if stacked.numel() else stacked[0]
@@ -391,8 +405,9 @@ def reduce_scatter_tensor(
         shape=out_shape,
         reduce=reduce_op.name,
     )
-    for key, label in (("shape", "output's shape"), ("dtype", "dtype"), ("reduce", "op")):
-        require_same(grp, name, records, key, label)
+    require_same(
+        grp, name, records, ("shape", "output's shape"), ("dtype", "dtype"), ("reduce", "op")
+    )
     if carried is not None:
         mine = carried.blocks_for(grp.rank_of(current_rank_context().rank), input.dtype)
         carried.write(output, _reduce_rows(mine, reduce_op, data_type))

@@ -151,12 +151,14 @@ def _exchange(
         local=local.tolist(),
         **{"global": glob.tolist()},
     )
-    for key, label in (
+    require_same(
+        grp,
+        op,
+        records,
         ("dtype", "x's dtype"),
         ("row", "x's shape after dim 0"),
         ("n_expert", "n_expert"),
-    ):
-        require_same(grp, op, records, key, label)
+    )
     _check_pairs(grp, op, records)
     shape = (n, e)
     local, glob = local.reshape(shape), glob.reshape(shape)
