@@ -175,7 +175,9 @@ class BufferRaces:
         rnd = Round(task, round_idx, user_place())
         clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
-            if self._gated(rank, task):
+            # a task with rounds marked was not gated at their Commit, and stays so (Commits only
+            # add up, a dependency once prepared stays prepared): only its first Commits ask
+            if task not in self.tasks[rank] and self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
                 clash = self._across_domains(rank, rnd)
