@@ -253,7 +253,7 @@ def launch(
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.cores
-    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a and len(cores) > 1]
+    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a] if len(cores) > 1 else []
     server, rank = rank_ctx.server, rank_ctx.rank
     with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
         if len(cores) == 1:
