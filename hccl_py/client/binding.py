@@ -128,7 +128,10 @@ class Binding:
         One-sided handles (BatchWrite, AlltoAllvWrite: lifecycles that are not queued) go
         straight into windows: no slot of the server, so ranks do not match them task by task.
         """
-        return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
+        count = 0
+        for h in self.handles:  # (a loop: a generator costs a call per handle)
+            count += LIFECYCLES[h.lifecycle].queued
+        return count
 
     def queued_tasks(self) -> list[Task]:
         """The tasks of this object's handles that went to the server's queue."""
