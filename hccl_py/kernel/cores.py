@@ -391,7 +391,9 @@ def SyncAll(aiv_only: bool = True) -> None:
 def GetHcclContext(index: int = 0) -> HcclContext:
     """The kernel's context for domain ``index`` (0 or 1), as ``GetHcclContext<index>()``."""
     core = _core()
-    whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+    whole = type(index) is int or (
+        isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+    )
     group = core.launch.groups.get(int(index)) if whole else None
     if group is None:
         raise ValueError(
