@@ -197,8 +197,8 @@ class EmuWorld(Server):
         with self.blocker.lock:
             self.blocker.raise_if_failed()
             slot = self.board.submit(task)
-            counts = self.finalized.get((task.domain_name, task.launch), {})
-            for rank, n_tasks in counts.items():
+            counts = self.finalized.get((task.domain_name, task.launch))
+            for rank, n_tasks in counts.items() if counts else ():  # (no rank finalized yet)
                 if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
