@@ -303,7 +303,8 @@ class BufferRaces:
             if self.gated[rank]:
                 done = Ordered(task, last, self.slots)
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
-            for pending_task, sides in list(tasks.items()):
+            for pending_task in list(tasks):  # (its keys: no items() call per Wait)
+                sides = tasks[pending_task]
                 rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
                 n = len(rounds)
                 if pending_task is task:  # its own rounds up to ``last`` (``covers``, inline)
