@@ -175,7 +175,9 @@ class BufferRaces:
         rnd = Round(task, round_idx, user_place())
         clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
-            if self._gated(rank, task):
+            # a task with rounds marked was not gated at their Commit, and stays so (Commits only
+            # add up, a dependency once prepared stays prepared): only its first Commits ask
+            if task not in self.tasks[rank] and self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
                 clash = self._across_domains(rank, rnd)
@@ -193,8 +195,13 @@ class BufferRaces:
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
         task = rnd.task
+        for other in self.tasks[rank]:  # (a loop first: no comprehension's call per Commit)
+            if other.domain_name != task.domain_name:
+                break
+        else:
+            return None
         others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
-        if not others or task.seq not in self.slots(task.domain_name):
+        if task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
@@ -296,7 +303,8 @@ class BufferRaces:
             if self.gated[rank]:
                 done = Ordered(task, last, self.slots)
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
-            for pending_task, sides in list(tasks.items()):
+            for pending_task in list(tasks):  # (its keys: no items() call per Wait)
+                sides = tasks[pending_task]
                 rounds = sides[0].rounds  # never empty while filed; what a Wait orders: a prefix
                 n = len(rounds)
                 if pending_task is task:  # its own rounds up to ``last`` (``covers``, inline)

@@ -12,10 +12,10 @@ more per run.
 
 from __future__ import annotations
 
+import contextvars
 import sys
 from typing import Any, Protocol
 
-from hccl_py.core.current import RunnerLocal
 from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import LocalWindows
 
@@ -34,8 +34,11 @@ class World(Protocol):
     serial: Unwatched
 
 
-#: The calling core's scope while it has not entered the flag-poll watch.
-_cores = RunnerLocal()
+#: The calling core's scope while it has not entered the flag-poll watch (the runner's own, as
+#: a ``RunnerLocal`` attribute would be: one call to read or set it, every core run does both).
+_SCOPE: contextvars.ContextVar[CoreScope | None] = contextvars.ContextVar(
+    "hccl_py_core_scope", default=None
+)
 
 
 class CoreScope:
@@ -53,16 +56,16 @@ class CoreScope:
         self.watch.__enter__()
         try:
             if self.world.windows or self.world.polled_args.get(self.rank):
-                _cores.scope = None  # (as :func:`watch_polls` leaves it, without its look-up)
+                _SCOPE.set(None)  # (as :func:`watch_polls` leaves it, without its look-up)
                 self.watch_polls(self.world)
             else:
-                _cores.scope = self
+                _SCOPE.set(self)
         except BaseException:
             self._close(*sys.exc_info())
             raise
 
     def __exit__(self, *exc: object) -> None:
-        _cores.scope = None
+        _SCOPE.set(None)
         self._close(*exc)
 
     def _close(self, *exc: Any) -> None:
@@ -89,9 +92,9 @@ class CoreScope:
 
 def watch_polls(world: World) -> None:
     """Enter the flag-poll watch in the calling core (once per core run)."""
-    scope = _cores.get("scope")
+    scope = _SCOPE.get()
     if scope is not None:
-        _cores.scope = None
+        _SCOPE.set(None)
         scope.watch_polls(world)
 
 

@@ -212,6 +212,8 @@ class OneSidedWrites:
         A key's oldest copies wait while a write of the same rank and context and a lower
         epoch (posted before its queue's QueueBarrier) is pending or running.
         """
+        if not self.pending:  # (every round the server runs asks)
+            return None
         lowest: dict[Key, int] = {}
         for k, _, epoch in self.pending + self.running:
             lowest[k[:3]] = min(epoch, lowest.get(k[:3], epoch))

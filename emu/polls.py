@@ -44,7 +44,8 @@ class QuietPolls:
     def progressed(self) -> None:
         """A runner that was no released poller ran, or the server ran a round."""
         self.releases = 0
-        self.turns.clear()
+        if self.turns:  # (asked at every switch: usually nothing to forget)
+            self.turns.clear()
 
     def choosing(self, runnable: list[Runner]) -> None:
         """The next runner comes from ``runnable``: unless every one is a released poller,

@@ -197,8 +197,8 @@ class EmuWorld(Server):
         with self.blocker.lock:
             self.blocker.raise_if_failed()
             slot = self.board.submit(task)
-            counts = self.finalized.get((task.domain_name, task.launch), {})
-            for rank, n_tasks in counts.items():
+            counts = self.finalized.get((task.domain_name, task.launch))
+            for rank, n_tasks in counts.items() if counts else ():  # (no rank finalized yet)
                 if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
@@ -220,7 +220,10 @@ class EmuWorld(Server):
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()
-        self.blocker.run_ready()
+            # most Commits make no round ready: run_ready (which asks the same) only when one did
+            ready = self.blocker.error is None and self._has_work()
+        if ready:
+            self.blocker.run_ready()
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:

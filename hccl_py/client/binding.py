@@ -70,6 +70,8 @@ class Binding:
         #: Whether Init found debugMode 1 (HCCL_ONLY_COMPUTE) in the tiling
         #: (:meth:`reads_compute_only`): no task reaches a server.
         self.compute_only = False
+        #: :meth:`queues_read`'s answer once asked (it holds until the next Init).
+        self._queues: int | None = None
 
     def bind(self, state: ClientState | None, mode: str | None, tiling: Any) -> None:
         """Start over on ``state`` (an Init): no handles, tilings or syncs yet."""
@@ -83,6 +85,7 @@ class Binding:
         self.finalized = self.reset = self.finalized_async = False
         self.over_limit = None
         self.compute_only = False
+        self._queues = None
 
     @property
     def server(self) -> Server:
@@ -108,10 +111,15 @@ class Binding:
 
     def handle(self, handle: Any) -> Handle | None:
         """The handle with id ``handle`` this object returned, or None."""
-        if isinstance(handle, (int, np.integer)) and not isinstance(handle, bool):
-            h = int(handle)
-            if 0 <= h < len(self.handles):
-                return self.handles[h]
+        if type(handle) is not int:  # (an int itself, every Commit's and Wait's: no call)
+            if not isinstance(handle, (int, np.integer)) or isinstance(handle, bool):
+                return None
+            handle = int(handle)
+        if handle >= 0:
+            try:
+                return self.handles[handle]
+            except IndexError:
+                pass
         return None
 
     def queued_count(self) -> int:
@@ -120,7 +128,10 @@ class Binding:
         One-sided handles (BatchWrite, AlltoAllvWrite: lifecycles that are not queued) go
         straight into windows: no slot of the server, so ranks do not match them task by task.
         """
-        return sum(LIFECYCLES[h.lifecycle].queued for h in self.handles)
+        count = 0
+        for h in self.handles:  # (a loop: a generator costs a call per handle)
+            count += LIFECYCLES[h.lifecycle].queued
+        return count
 
     def queued_tasks(self) -> list[Task]:
         """The tasks of this object's handles that went to the server's queue."""
@@ -173,14 +184,18 @@ class Binding:
 
     def queues_read(self) -> int:
         """The tiling's queueNum as this client reads it: 0 for the CCU client and on platforms
-        whose AI CPU client never sets it (Ascend 950: platform_v310's InitV2)."""
-        if (
-            self.state is None
-            or self.server_type != HcclServerType.HCCL_SERVER_TYPE_AICPU
-            or not self.state.rank_ctx.config.platform.reads_queue_num
-        ):
-            return 0
-        return self.queue_num()
+        whose AI CPU client never sets it (Ascend 950: platform_v310's InitV2). Found once per
+        Init (every Wait asks)."""
+        if self._queues is None:
+            if (
+                self.state is None
+                or self.server_type != HcclServerType.HCCL_SERVER_TYPE_AICPU
+                or not self.state.rank_ctx.config.platform.reads_queue_num
+            ):
+                self._queues = 0
+            else:
+                self._queues = self.queue_num()
+        return self._queues
 
     def waits_at_once(self) -> bool:
         """Whether Wait returns 0 at once: an initialised AI CPU client with queueNum != 0.

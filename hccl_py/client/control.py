@@ -208,16 +208,17 @@ class HandleControl:
         core = calling_core()
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, op_name(info.op))
-        later = [g for g in range(h + 1, len(b.handles)) if b.handles[g].waits]
-        if later:
-            self._failures.breach(
-                "wait-order",
-                f"Wait(handle {h}) after Wait(handle {later[0]}): Waits for different handles "
-                f"must follow Prepare order",
-                handle=h,
-                op=op_name(info.op),
-                round=info.waits,
-            )
+        for later in range(h + 1, len(b.handles)):  # (a loop: no comprehension's call per Wait)
+            if b.handles[later].waits:
+                self._failures.breach(
+                    "wait-order",
+                    f"Wait(handle {h}) after Wait(handle {later}): Waits for different handles "
+                    f"must follow Prepare order",
+                    handle=h,
+                    op=op_name(info.op),
+                    round=info.waits,
+                )
+                break
         b.state.record_wait(core, h, info.waits)
         task = info.task or b.state.task(h, core)
         b.server.wait(task, info.waits)

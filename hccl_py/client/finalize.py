@@ -114,7 +114,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                 # nothing (platform_v310/hccl_ccu_v0.h): it Waits for the last handle and
                 # writes the finalize message; another core's Wait polls the round's CKE or
                 # the working core's soft-sync count finishCntGM_, which only InitV2 clears.
-                state.check_finalize_order(calling_core())
+                state.check_finalize_order(core)
     if state.sender is not b:
         state.idle_finalizes.append(core)
     b.finalized = True

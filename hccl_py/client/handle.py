@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..core.constants import HcclCMDType
 from ..core.task import Task
@@ -30,6 +30,15 @@ class Handle:
     slice: int = 0
     #: Prepared under the tiling's debugMode 1 (HCCL_ONLY_COMPUTE): nothing reaches a server.
     compute_only: bool = False
+    #: How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``): set
+    #: from the fields above, which a handle keeps (every Commit and Wait reads it).
+    lifecycle: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.compute_only:
+            self.lifecycle = "compute-only"
+        else:
+            self.lifecycle = "fine-grained" if self.step_size else OPS[self.op].lifecycle
 
     @property
     def rounds_committed(self) -> int:
@@ -40,10 +49,3 @@ class Handle:
     def rounds_waited(self) -> int:
         """The server rounds this core waited for (steps, for a fine-grained handle)."""
         return self.steps_waited if self.step_size else self.waits
-
-    @property
-    def lifecycle(self) -> str:
-        """How Commit, Wait, Query and Finalize treat it (``client.lifecycles.LIFECYCLES``)."""
-        if self.compute_only:
-            return "compute-only"
-        return "fine-grained" if self.step_size else OPS[self.op].lifecycle

@@ -138,7 +138,7 @@ class OneSided:
         b.n_syncs += 1
         state, core = b.state, calling_core()
         slot, slots = self._slots(core, int(queueID))
-        with state.rank_ctx.blocker.cond:
+        with state.rank_ctx.blocker.lock:
             index = state.barriers_sent.get(slot, 0)
             state.barriers_sent[slot] = index + 1
             state.barrier_arrivals[index] = state.barrier_arrivals.get(index, 0) + 1
@@ -242,7 +242,7 @@ class OneSided:
             slot, slots = self._slots(core, int(queueID)) if queues else (0, 1)
             queue = (state.context.index, slot)  # each context has its own message area
             write = (task, copies, queue, state.barriers_sent.get(slot, 0))
-            with state.rank_ctx.blocker.cond:
+            with state.rank_ctx.blocker.lock:
                 # behind a QueueBarrier[ALL] that not every queue of the rank has sent yet: the
                 # server holds it (the core goes on) until the last queue sends it
                 held = not _passed(state, write[3], slots)

@@ -192,8 +192,11 @@ class ClientState:
         After the sender's Finalize the reset and this poll race; the blocker
         decides which comes first (hardware's usual order by default, the seed's
         choice under a seeded schedule). Once reset, no later Wait sees its turn:
-        it hangs and the scheduler's deadlock report names it.
+        it hangs and the scheduler's deadlock report names it. A launch of one core has no
+        other core's Finalize to race (:meth:`check_finalize_order` keeps none).
         """
+        if self.launch.alone:
+            return
         blocker = self.rank_ctx.blocker
         with blocker.lock:
             finalized = self.finalized_by

@@ -138,9 +138,9 @@ def set_rank_context(ctx: RankContext | None) -> None:
 current_rank_context = current_rank
 
 
-def set_core_context(ctx: Any) -> None:
-    """Bind a kernel core context to the calling runner (None unbinds)."""
-    _core.set(ctx)
+#: Bind a kernel core context to the calling runner (None unbinds): the context variable's own
+#: setter (every core run sets and resets it; the token it returns is not needed).
+set_core_context: Callable[[Any], Any] = _core.set
 
 
 #: The calling runner's core context, or None outside a kernel (``current_core_context()``:

@@ -164,7 +164,7 @@ class LaunchState:
 
     def clock(self, core: CoreContext) -> Clock:
         """A copy of ``core``'s vector clock now (:mod:`.clocks`)."""
-        with self.rank_ctx.blocker.cond:
+        with self.rank_ctx.blocker.lock:
             return self.order.of(core)
 
     def ordered_before(self, early: CoreContext, early_clock: Clock, late: CoreContext, now=None) -> bool:  # fmt: skip
@@ -192,7 +192,7 @@ class LaunchState:
             return
         n = self.cores_of_kind[AIV] if only_aiv else sum(self.cores_of_kind.values())
         blocker = self.rank_ctx.blocker
-        with blocker.cond:
+        with blocker.lock:
             generation = self._barrier_generation[only_aiv]
             self._barrier_arrived[only_aiv] += 1
             joined = join(self._barrier_clock[only_aiv], self.order.release(core))
@@ -216,7 +216,7 @@ class LaunchState:
                 f"{self._barrier_arrived[only_aiv]} of {n} cores arrived"
             ),
         )
-        with blocker.cond:
+        with blocker.lock:
             if self._barrier_generation[only_aiv] != generation:
                 # the next barrier of this kind needs this core: the last one done is its own
                 self.order.acquire(core, self._barrier_done[only_aiv])
@@ -253,7 +253,7 @@ def launch(
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.cores
-    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a and len(cores) > 1]
+    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a] if len(cores) > 1 else []
     server, rank = rank_ctx.server, rank_ctx.rank
     with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
         if len(cores) == 1:
@@ -297,7 +297,7 @@ def _run_cores(
             errors.append((core, exc))
             blocker.fail(exc)
         finally:
-            with blocker.cond:
+            with blocker.lock:
                 done[0] += 1
                 core.launch.core_returned(core)
                 blocker.cond.notify_all()
@@ -391,7 +391,9 @@ def SyncAll(aiv_only: bool = True) -> None:
 def GetHcclContext(index: int = 0) -> HcclContext:
     """The kernel's context for domain ``index`` (0 or 1), as ``GetHcclContext<index>()``."""
     core = _core()
-    whole = isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+    whole = type(index) is int or (
+        isinstance(index, (int, np.integer)) and not isinstance(index, bool)
+    )
     group = core.launch.groups.get(int(index)) if whole else None
     if group is None:
         raise ValueError(

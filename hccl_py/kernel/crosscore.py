@@ -179,7 +179,7 @@ def _set_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
     _check_mode("CrossCoreSetFlag", core, mode, pipe, SET_PIPES)
     core.launch.rank_ctx.server.kernel_call()
     blocker = core.launch.rank_ctx.blocker
-    with blocker.cond:
+    with blocker.lock:
         _flags(core.launch).set(core, mode, flagId)
         blocker.cond.notify_all()
 
@@ -256,7 +256,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
         ),
     )
     launch.rank_ctx.server.kernel_call()
-    with blocker.cond:
+    with blocker.lock:
         if flags.completions.get(key):
             launch.order.acquire(core, flags.completions[key].popleft())
             return
