@@ -8,6 +8,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -37,10 +39,12 @@ def watch_work(
 
     ``look`` raises to stop waiting (an abort, an absent peer, the timeout); a failed
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
-    the peer whose process ended). A done callback wakes the thread, so the wait works
-    for every process group (gloo's ``wait(timeout)`` would too, but cost the same CPU
-    per launch in a measurement, within this machine's noise); a call that finished
-    already (asked once) needs none. ``device_async``: the
+    the peer whose process ended). The thread blocks in the call's own ``wait(timeout)``,
+    which gives up after ``every`` seconds without touching the call (``Operation timed
+    out!``, the call not completed): gloo's thread then wakes this one without taking the
+    GIL, where a done callback on the call's future (a Python function on gloo's thread,
+    then a lock) cost about 70 us per call on 2 ranks; a call that finished already (asked
+    once) needs no wait. ``device_async``: the
     process group completes a call's future when it queues the call on a device stream
     (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
     device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
@@ -64,21 +68,36 @@ def _watch(
     waiting: Waiting | None,
     device_async: bool,
 ) -> None:
-    """Block until ``work``'s future is done (``device_async``: the device ran it), calling
+    """Block until ``work`` is done (``device_async``: the device ran it), calling
     ``look()`` (and ``waiting.look()``) every ``every`` seconds meanwhile (:func:`watch_work`)."""
-    finished = Latch()
-    work.get_future().add_done_callback(lambda _: finished.set())
-    done = _device_done(work, finished) if device_async else finished.wait
+    if device_async:
+        queued = Latch()
+        work.get_future().add_done_callback(lambda _: queued.set())
+        done = _device_done(work, queued)
+    else:
+        done = partial(_done_within, work)
     try:
         while not done(every):
             look()
             if waiting is not None:
                 waiting.look()
     except BaseException:  # a wait that failed stays on the board, marked, until the rank's
-        _ABANDONED.append((work, finished))  # next wait: a timeout report does not name it
+        finished = Latch()  # next wait: a timeout report does not name it
+        work.get_future().add_done_callback(lambda _: finished.set())
+        _ABANDONED.append((work, finished))
         if waiting is not None:
             waiting.fail()
         raise
+
+
+def _done_within(work: dist.Work, within: float) -> bool:
+    """Whether ``work`` ended (done or failed: its ``wait()`` says which) within ``within``
+    seconds: its own timed wait, which leaves the call running when it gives up."""
+    try:
+        work.wait(timedelta(seconds=within))
+    except Exception:  # noqa: BLE001 - the timeout, or the call's own error
+        return work.is_completed()  # failed (the error again on wait()), or still running
+    return True
 
 
 def _device_done(work: dist.Work, queued: Latch) -> Callable[[float], bool]:
