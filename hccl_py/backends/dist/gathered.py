@@ -15,6 +15,7 @@ import torch
 
 from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
 from . import rounds
+from .buffers import Buffers
 
 #: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
 #: payload); a longer payload on any rank makes every rank gather again at the longest width.
@@ -22,17 +23,30 @@ ROW_BYTES = NARROW_EXCHANGE_BYTES
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
 MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
+#: The purpose of the receive buffer in a domain's :class:`~.buffers.Buffers`.
+_ROWS = "gathered rows"
 
 
 def _gather_rows(
-    dom: rounds.Domain, row: bytearray, device: torch.device, wait: rounds.Waiter
+    dom: rounds.Domain,
+    row: bytearray,
+    device: torch.device,
+    wait: rounds.Waiter,
+    buffers: Buffers | None = None,
 ) -> np.ndarray:
-    """Every domain rank's ``row`` (the same length on every rank), in domain order (uint8)."""
+    """Every domain rank's ``row`` (the same length on every rank), in domain order (uint8);
+    the receive buffer from ``buffers`` where it has one free (else a new one)."""
     n, size = len(dom.order), len(row)
     mine = torch.frombuffer(row, dtype=torch.uint8).to(device)  # keeps ``row`` alive
-    out = torch.empty(n * size, dtype=torch.uint8, device=device)
+    if buffers is None:
+        out = torch.empty(n * size, dtype=torch.uint8, device=device)
+    else:
+        out = buffers.take(_ROWS, n * size, device)
     wait(rounds._all_gather_single(out, mine, group=dom.pg, async_op=True))  # looked up per call
-    return dom.to_domain(out.view(n, size)).cpu().numpy()
+    rows = dom.to_domain(out.view(n, size)).cpu().numpy()
+    if buffers is not None:
+        buffers.keep(_ROWS, out, rows)
+    return rows
 
 
 def _row(payload: bytes, width: int) -> bytearray:
@@ -50,15 +64,16 @@ def all_gather_bytes(
     device: torch.device,
     wait: rounds.Waiter,
     width: int = ROW_BYTES,
+    buffers: Buffers | None = None,
 ) -> list[Payload]:
     """Every domain rank's ``payload``, in domain order, over the domain's process group.
 
     One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
     payload is longer, a second one at the longest length (every rank sees the lengths,
     so every rank makes the same calls). ``wait`` blocks on each call, so the
-    caller can look for absent peers meanwhile.
+    caller can look for absent peers meanwhile. ``buffers``: the domain's, to receive in.
     """
-    rows = _gather_rows(dom, _row(payload, width), device, wait)
+    rows = _gather_rows(dom, _row(payload, width), device, wait, buffers)
     lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
     longest = max(lengths)
     bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
@@ -68,5 +83,5 @@ def all_gather_bytes(
             f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
         )
     if longest > width:
-        rows = _gather_rows(dom, _row(payload, longest), device, wait)
+        rows = _gather_rows(dom, _row(payload, longest), device, wait, buffers)
     return [memoryview(rows[i, _LENGTH_BYTES : _LENGTH_BYTES + n]) for i, n in enumerate(lengths)]
