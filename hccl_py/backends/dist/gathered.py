@@ -83,7 +83,7 @@ def all_gather_bytes(
     One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
     payload is longer, a second one at the longest length (every rank sees the lengths,
     so every rank makes the same calls). ``wait`` blocks on each call, so the
-    caller can look for absent peers meanwhile. ``buffers``: the domain's, to receive in.
+    caller can look for absent peers meanwhile. ``buffers``: the domain's, to send and receive in.
     """
     rows = _gather_rows(dom, payload, width, device, wait, buffers)
     lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
