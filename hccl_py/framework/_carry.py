@@ -43,9 +43,9 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate
 from typing import Any
 
-import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
@@ -303,7 +303,7 @@ def _exchange(
 
 def _split(data: torch.Tensor, sizes: list[int]) -> list[memoryview]:
     """``data``'s bytes cut into consecutive pieces of ``sizes`` bytes."""
-    whole, ends = _bytes_of(data), np.cumsum([0, *sizes]).tolist()
+    whole, ends = _bytes_of(data), [0, *accumulate(sizes)]
     return [whole[a:b] for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
 

@@ -248,16 +248,26 @@ class DomainQueue:
         cond, lock = self.server.cond, self.server.lock
 
         def idle() -> bool:
-            return self.error is not None or (self.seq not in self.tasks and not self.running)
+            if self.error is not None:
+                return True
+            position = self.queue.positions.get(self.seq)
+            return (position is None or not position.tasks) and not self.running
 
-        while True:
-            self.run_until(None)
+        def start() -> bool:
+            """Whether the exchange starts now, asked under the lock (a failed domain raises)."""
             with lock:
-                if idle():
-                    if self.error is not None:
-                        raise self.error
-                    self.running = f"exchanging the arguments of {op} with the other ranks"
-                    break
+                if not idle():
+                    return False
+                if self.error is not None:
+                    raise self.error
+                self.running = f"exchanging the arguments of {op} with the other ranks"
+                return True
+
+        # an idle domain has no round that could start (its position, if any, holds no task)
+        while not start():
+            self.run_until(None)
+            if start():
+                break
             self.server.blocker.wait_for(
                 lambda: idle() or self.ready(),
                 f"rank {self.server.session.rank} in {op} waits for the earlier tasks of domain "

@@ -56,6 +56,7 @@ from ...core.task import Task
 from ...server.protocol import WIDE_REDUCE_BYTES, Payload, Pieces, joined, record_length
 from ...server.reduce import reduce_ranks
 from . import gathered, predicted, rounds
+from .buffers import Buffers
 from .descriptors import decode_all
 
 _C = HcclCMDType
@@ -114,6 +115,7 @@ class Rows:
         self.width = gathered.ROW_BYTES
         self.block = 0  # > 0: the next exchange is one all-to-all of such blocks (.predicted)
         self.carried = 0  # the block of the last exchange, when it was such an all-to-all
+        self.buffers = Buffers()  # the exchanges' buffers on the CPU, reused from call to call
 
     def exchange(
         self,
@@ -131,13 +133,14 @@ class Rows:
         :meth:`predict` says otherwise."""
         width, self.width = self.width, gathered.ROW_BYTES
         block, self.block, self.carried = self.block, 0, 0
+        buffers = self.buffers if device.type == "cpu" else None  # a device's: see .buffers
         if block:
             mine = None if pieces is None else pieces()
-            got = predicted.scatter_bytes(dom, payload, mine, block, device, wait)
+            got = predicted.scatter_bytes(dom, payload, mine, block, device, wait, buffers)
             if got is not None:
                 self.carried = block
                 return got
-        return gathered.all_gather_bytes(dom, payload, device, wait, width), False
+        return gathered.all_gather_bytes(dom, payload, device, wait, width, buffers), False
 
     def agreed(self, tasks: list[Task], descriptor: int, dom: rounds.Domain, carry: bool) -> None:
         """A task check's descriptors agreed (the longest ``descriptor`` bytes long): the next

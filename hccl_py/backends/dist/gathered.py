@@ -15,6 +15,7 @@ import torch
 
 from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
 from . import rounds
+from .buffers import Buffers
 
 #: Bytes per rank of the first all-gather of :func:`all_gather_bytes` (a length, then the
 #: payload); a longer payload on any rank makes every rank gather again at the longest width.
@@ -22,26 +23,51 @@ ROW_BYTES = NARROW_EXCHANGE_BYTES
 _LENGTH_BYTES = 8
 #: The most control bytes one rank sends with :func:`all_gather_bytes`.
 MAX_PAYLOAD_BYTES = EXCHANGE_ROOM_BYTES
+#: The purposes of this rank's row and of the received rows in a domain's :class:`.Buffers`.
+_ROW, _ROWS = "gathered row", "gathered rows"
 
 
 def _gather_rows(
-    dom: rounds.Domain, row: bytearray, device: torch.device, wait: rounds.Waiter
+    dom: rounds.Domain,
+    payload: Payload,
+    width: int,
+    device: torch.device,
+    wait: rounds.Waiter,
+    buffers: Buffers | None = None,
 ) -> np.ndarray:
-    """Every domain rank's ``row`` (the same length on every rank), in domain order (uint8)."""
-    n, size = len(dom.order), len(row)
-    mine = torch.frombuffer(row, dtype=torch.uint8).to(device)  # keeps ``row`` alive
-    out = torch.empty(n * size, dtype=torch.uint8, device=device)
+    """Every domain rank's row of ``width`` (:func:`_row`; the same on every rank), in domain
+    order (uint8); this rank's row and the receive buffer from ``buffers`` where it has them
+    free (else new ones: the row a bytearray, which :func:`_row` makes)."""
+    n, size = len(dom.order), _LENGTH_BYTES + width
+    if buffers is None:
+        mine = torch.frombuffer(_row(payload, width), dtype=torch.uint8).to(device)
+        out = torch.empty(n * size, dtype=torch.uint8, device=device)
+    else:
+        mine = buffers.take(_ROW, size, device)
+        _fill(mine.numpy(), payload)
+        out = buffers.take(_ROWS, n * size, device)
     wait(rounds._all_gather_single(out, mine, group=dom.pg, async_op=True))  # looked up per call
-    return dom.to_domain(out.view(n, size)).cpu().numpy()
+    rows = dom.to_domain(out.view(n, size)).cpu().numpy()
+    if buffers is not None:
+        buffers.keep(_ROW, mine)
+        buffers.keep(_ROWS, out, rows)
+    return rows
 
 
-def _row(payload: bytes, width: int) -> bytearray:
+def _row(payload: Payload, width: int) -> bytearray:
     """``payload``'s length, then its first ``width`` bytes, in a row of ``width`` (zeros after)."""
     row = bytearray(_LENGTH_BYTES + width)
-    row[:_LENGTH_BYTES] = len(payload).to_bytes(_LENGTH_BYTES, "little")
-    kept = payload[:width]
-    row[_LENGTH_BYTES : _LENGTH_BYTES + len(kept)] = kept
+    _fill(np.frombuffer(row, np.uint8), payload)
     return row
+
+
+def _fill(row: np.ndarray, payload: Payload) -> None:
+    """Write ``payload``'s length into the uint8 ``row``, then as many of its bytes as fit, then
+    zeros (no byte of this process's memory goes out unwritten)."""
+    row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
+    kept = min(len(payload), row.size - _LENGTH_BYTES)
+    row[_LENGTH_BYTES : _LENGTH_BYTES + kept] = np.frombuffer(payload, np.uint8, count=kept)
+    row[_LENGTH_BYTES + kept :] = 0
 
 
 def all_gather_bytes(
@@ -50,15 +76,16 @@ def all_gather_bytes(
     device: torch.device,
     wait: rounds.Waiter,
     width: int = ROW_BYTES,
+    buffers: Buffers | None = None,
 ) -> list[Payload]:
     """Every domain rank's ``payload``, in domain order, over the domain's process group.
 
     One all-gather of ``width`` bytes per rank (the same on every rank); only when some rank's
     payload is longer, a second one at the longest length (every rank sees the lengths,
     so every rank makes the same calls). ``wait`` blocks on each call, so the
-    caller can look for absent peers meanwhile.
+    caller can look for absent peers meanwhile. ``buffers``: the domain's, to send and receive in.
     """
-    rows = _gather_rows(dom, _row(payload, width), device, wait)
+    rows = _gather_rows(dom, payload, width, device, wait, buffers)
     lengths = rows[:, :_LENGTH_BYTES].copy().view("<i8")[:, 0].tolist()
     longest = max(lengths)
     bad = [i for i, length in enumerate(lengths) if not 0 <= length <= MAX_PAYLOAD_BYTES]
@@ -68,5 +95,5 @@ def all_gather_bytes(
             f"process group; hccl_py sends 0 to {MAX_PAYLOAD_BYTES}"
         )
     if longest > width:
-        rows = _gather_rows(dom, _row(payload, longest), device, wait)
+        rows = _gather_rows(dom, payload, longest, device, wait, buffers)
     return [memoryview(rows[i, _LENGTH_BYTES : _LENGTH_BYTES + n]) for i, n in enumerate(lengths)]

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from ...server.protocol import Payload, record_length
+from .buffers import Buffers
 from .gathered import MAX_PAYLOAD_BYTES, ROW_BYTES
 from .rounds import Domain, Waiter
 
@@ -43,6 +45,8 @@ UNFIT = -1
 PLAIN = 0
 #: A block's kind: the sender's payload, a NUL byte and its piece for that peer.
 PIECES = 1
+#: The purposes of the send and receive buffers in a domain's :class:`~.buffers.Buffers`.
+_SEND, _OUT = "predicted send", "predicted receive"
 
 
 def scatter_bytes(
@@ -52,6 +56,7 @@ def scatter_bytes(
     block: int,
     device: torch.device,
     wait: Waiter,
+    buffers: Buffers | None = None,
 ) -> tuple[list[Payload], bool] | None:
     """Every domain rank's content for this rank (domain order) in one all-to-all of ``block``
     bytes per peer, and whether every rank sent its pieces (where not, a sender's piece is
@@ -60,7 +65,8 @@ def scatter_bytes(
 
     ``pieces`` (domain order, or None): this rank's data for each peer, sent after
     ``payload``'s record (:func:`~hccl_py.server.protocol.record_length`: what follows it
-    rides only in an all-gather) and a NUL byte.
+    rides only in an all-gather) and a NUL byte. ``buffers``: the domain's, to send and
+    receive in.
     """
     n = len(dom.order)
     if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
@@ -72,19 +78,30 @@ def scatter_bytes(
     else:  # the record, a NUL byte, the piece for that peer
         lengths = [head + 1 + pieces[d].nbytes for d in order] if len(pieces) == n else []
     fits = len(lengths) == n and max(lengths) <= block
-    rows = bytearray(n * size)  # zeros: no byte of this process's memory goes out unwritten
+    if buffers is None:  # zeros: no byte of this process's memory goes out unwritten
+        send = torch.zeros(n * size, dtype=torch.uint8)
+    else:  # the bytes after each block's content are zeroed below
+        send = buffers.take(_SEND, n * size, torch.device("cpu"))
+    flat = send.numpy()
     for p in range(n):
         at = p * size
-        _HEAD.pack_into(rows, at, lengths[p] if fits else UNFIT, kind)
-        if fits:  # each part written once, straight into its block (the NUL is a zero there)
-            start = at + HEADER_BYTES
-            rows[start : start + head] = payload
+        _HEAD.pack_into(flat, at, lengths[p] if fits else UNFIT, kind)
+        start = at + HEADER_BYTES
+        end = start + lengths[p] if fits else start
+        if fits:  # each part written once, straight into its block
+            flat[start : start + head] = np.frombuffer(payload, np.uint8)
             if pieces is not None:
-                rows[start + head + 1 : start + lengths[p]] = pieces[order[p]]
-    send = torch.frombuffer(rows, dtype=torch.uint8).to(device)  # keeps ``rows`` alive
-    out = torch.empty_like(send)
-    wait(dist.all_to_all_single(out, send, group=dom.pg, async_op=True))
+                flat[start + head] = 0  # the NUL byte
+                flat[start + head + 1 : end] = np.frombuffer(pieces[order[p]], np.uint8)
+        if buffers is not None:
+            flat[end : at + size] = 0
+    moved = send.to(device)
+    out = torch.empty_like(moved) if buffers is None else buffers.take(_OUT, n * size, device)
+    wait(dist.all_to_all_single(out, moved, group=dom.pg, async_op=True))
     got = dom.to_domain(out.view(n, -1)).cpu().numpy()
+    if buffers is not None:
+        buffers.keep(_SEND, send)
+        buffers.keep(_OUT, out, got)
     heads_got = got[:, :HEADER_BYTES].copy().view("<i8").tolist()
     lengths, kinds = zip(*heads_got, strict=True)
     if UNFIT in lengths:

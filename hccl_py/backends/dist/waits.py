@@ -8,6 +8,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import torch.distributed as dist
@@ -37,10 +39,13 @@ def watch_work(
 
     ``look`` raises to stop waiting (an abort, an absent peer, the timeout); a failed
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
-    the peer whose process ended). A done callback wakes the thread, so the wait works
-    for every process group (gloo's ``wait(timeout)`` would too, but cost the same CPU
-    per launch in a measurement, within this machine's noise); a call that finished
-    already (asked once) needs none. ``device_async``: the
+    the peer whose process ended). A done callback on the call's future wakes the thread:
+    a :class:`queue.SimpleQueue`'s ``put``, C code that gloo's thread runs without a Python
+    frame, where a Python function that set a :class:`~hccl_py.server.latch.Latch` cost
+    about 45 us more per call on 2 ranks (the call's own ``wait(timeout)`` would cost less,
+    but its ``Operation timed out!`` error maps about 3 MiB of torch's libraries into the
+    process the first time a call lasts longer than ``every``); a call that finished already
+    (asked once) needs none. ``device_async``: the
     process group completes a call's future when it queues the call on a device stream
     (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
     device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
@@ -64,21 +69,38 @@ def _watch(
     waiting: Waiting | None,
     device_async: bool,
 ) -> None:
-    """Block until ``work``'s future is done (``device_async``: the device ran it), calling
+    """Block until ``work`` is done (``device_async``: the device ran it), calling
     ``look()`` (and ``waiting.look()``) every ``every`` seconds meanwhile (:func:`watch_work`)."""
-    finished = Latch()
-    work.get_future().add_done_callback(lambda _: finished.set())
-    done = _device_done(work, finished) if device_async else finished.wait
+    if device_async:
+        queued = Latch()
+        work.get_future().add_done_callback(lambda _: queued.set())
+        done = _device_done(work, queued)
+    else:
+        ended: SimpleQueue = SimpleQueue()
+        work.get_future().add_done_callback(ended.put)
+        done = partial(_ended_within, ended)
     try:
         while not done(every):
             look()
             if waiting is not None:
                 waiting.look()
     except BaseException:  # a wait that failed stays on the board, marked, until the rank's
-        _ABANDONED.append((work, finished))  # next wait: a timeout report does not name it
+        finished = Latch()  # next wait: a timeout report does not name it
+        work.get_future().add_done_callback(lambda _: finished.set())
+        _ABANDONED.append((work, finished))
         if waiting is not None:
             waiting.fail()
         raise
+
+
+def _ended_within(ended: SimpleQueue, within: float) -> bool:
+    """Whether the call whose future's done callback puts into ``ended`` ended within
+    ``within`` seconds (done or failed: its ``wait()`` says which)."""
+    try:
+        ended.get(timeout=within)
+    except Empty:
+        return False
+    return True
 
 
 def _device_done(work: dist.Work, queued: Latch) -> Callable[[float], bool]:
