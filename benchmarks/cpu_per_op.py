@@ -11,8 +11,8 @@ every op).
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 
 import hccl_py as hp
@@ -39,8 +39,15 @@ def per_op(op: str, api: str, size: int, n: int, block_dim: int) -> tuple[float,
 
 
 def main() -> None:
-    op, api, size, n, block_dim = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-    ranks = int(sys.argv[6]) if len(sys.argv) > 6 else RANKS
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("op", choices=sorted(BENCH_OPS))
+    p.add_argument("api", choices=["kernel", "framework"])
+    p.add_argument("size", type=int, help="bytes per rank")
+    p.add_argument("n", type=int, help="ops to time")
+    p.add_argument("block_dim", type=int)
+    p.add_argument("ranks", type=int, nargs="?", default=RANKS)
+    a = p.parse_args()
+    op, api, size, n, block_dim, ranks = a.op, a.api, a.size, a.n, a.block_dim, a.ranks
     res = hp.run(per_op, ranks, backend="gloo", platform="A3", args=(op, api, size, n, block_dim))
     cpu = sum(r[0] for r in res) / len(res)
     wall = max(r[1] for r in res)

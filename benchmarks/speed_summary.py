@@ -12,6 +12,7 @@ run's own ratio to the threaded process group measured beside it (``tpg``).
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -75,7 +76,9 @@ def table(before: list[dict], after: list[dict], ranks: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print one table per rank count."""
-    prefix = (argv or sys.argv[1:] or ["benchmarks/results/issue25-speed"])[0]
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("prefix", nargs="?", default="benchmarks/results/issue25-speed")
+    prefix = p.parse_args(argv).prefix
     before, after = load(prefix, "before"), load(prefix, "after")
     if not before or not after:
         print(f"no runs of both trees under {prefix}-{{before,after}}-run*.json", file=sys.stderr)

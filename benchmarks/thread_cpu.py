@@ -18,11 +18,11 @@ Not a test: machines are noisy, compare only what one invocation measured.
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import io
 import os
 import pstats
-import sys
 import threading
 import time
 
@@ -77,8 +77,14 @@ def per_thread(op: str, api: str, size: int, n: int, top: int) -> tuple[dict[str
 
 
 def main() -> None:
-    op, api, size, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    top = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    p.add_argument("op", choices=sorted(BENCH_OPS))
+    p.add_argument("api", choices=["kernel", "framework"])
+    p.add_argument("size", type=int, help="bytes per rank")
+    p.add_argument("n", type=int, help="ops to time")
+    p.add_argument("top", type=int, nargs="?", default=0, help="rank 0's profile entries")
+    a = p.parse_args()
+    op, api, size, n, top = a.op, a.api, a.size, a.n, a.top
     ranks = hp.run(per_thread, RANKS, backend="gloo", args=(op, api, size, n, top))
     for rank, (threads, _) in enumerate(ranks):
         print(f"rank {rank}: {threads}")

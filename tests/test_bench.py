@@ -173,3 +173,27 @@ def test_reference_against_hand_computed_blocks() -> None:
     counts = uneven_counts(12, 3)
     assert counts.sum(axis=0).tolist() == [12] * 3 and counts.sum(axis=1).tolist() == [12] * 3
     assert len(set(counts[0].tolist())) == 3  # uneven
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [
+        ("cpu_per_op.py", ["allgather", "kernel", "1024"]),
+        ("thread_cpu.py", ["allgather", "kernel"]),
+        ("cpu_per_op.py", ["allgather", "kernel", "1 KiB", "10", "1"]),
+        ("speed_summary.py", ["a", "b"]),
+    ],
+)
+def test_benchmark_scripts_name_a_missing_or_bad_argument(script: str, args: list[str]) -> None:
+    """A benchmark script given too few or unusable arguments prints its usage and what is wrong
+    (exit status 2), not a traceback of an index or a conversion."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / script), *args],
+        capture_output=True, text=True, timeout=120, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "usage:" in done.stderr and "Traceback" not in done.stderr, done.stderr
