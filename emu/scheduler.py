@@ -45,11 +45,10 @@ from .policies import Policy, Runner, runner_key, schedulable
 from .polls import QuietPolls, changed, record
 from .runners import (
     Spawned,
+    hand_on,
     put_torch_state,
-    refuse_inside_backward,
     runner_kind,
     runner_threads,
-    take_torch_state,
 )
 from .switching import SwitchingLock
 from .watch import resumed
@@ -255,10 +254,8 @@ class Scheduler(Blocker):
         if nxt is me:
             self.current = self.last = me
             return
-        if not self.threads:
-            refuse_inside_backward(me.name)
+        torch_state = None if self.threads else hand_on(me.name)
         self._hand(nxt)
-        torch_state = None if self.threads else take_torch_state()
         saved = self.cond._release_save()
         try:
             if self.threads:
@@ -271,7 +268,8 @@ class Scheduler(Blocker):
             try:  # its CPUs back first, even when an interruption arrives as it wakes
                 if self.threads:
                     self._woke(me)
-                put_torch_state(torch_state)
+                if torch_state is not None:  # (the common case: nothing was taken)
+                    put_torch_state(torch_state)
             finally:  # the lock is this runner's again, whatever putting its state back raised
                 self.cond._acquire_restore(saved)
             resumed()  # the race check's watch catches up with what the others did
