@@ -209,18 +209,16 @@ class Scheduler(Blocker):
             runner.gate.release()
 
     # ----------------------------------------------------------- choosing
-    def _runnable(self) -> list[Runner]:
-        if self.error is not None:
-            return list(filter(schedulable, self.runners))
-        return self.policy.runnable(self.runners, self.last)
-
     def _next(self, me: Runner | None) -> Runner | None:
         """Under the lock: run the rounds the policy wants now, then pick the next runner.
 
         Returns None only after declaring a deadlock when nothing is left to run.
         """
         while True:
-            runnable = self._runnable()
+            if self.error is None:
+                runnable = self.policy.runnable(self.runners, self.last)
+            else:
+                runnable = list(filter(schedulable, self.runners))
             job = self.error is None and self.has_work() and self.policy.run_round(bool(runnable))
             if job and self._run_job():
                 self.quiet.progressed()
