@@ -67,15 +67,17 @@ class AutogradState(NamedTuple):
     hooks_disabled: str | None
 
 
-_GETTERS = tuple(get for get, _ in _SWITCHES)
-_CALL = operator.methodcaller("__call__")  # the getters called from C: asked at every hand-off
+#: What :func:`_values` reads: the switches, then where this torch shows them the top of the
+#: saved-tensor hook stack (None: no hooks) and whether the hooks are enabled.
+READERS = tuple(get for get, _ in _SWITCHES) + (
+    () if _top_hooks is None else (_top_hooks, _HOOKS._saved_tensors_hooks_is_enabled)
+)
+#: Calls each reader from C (:func:`_values` is asked at every hand-off).
+CALL = operator.methodcaller("__call__")
 
 
 def _values() -> tuple[Any, ...]:
-    switches = tuple(map(_CALL, _GETTERS))
-    if _top_hooks is None:
-        return switches
-    return (*switches, _top_hooks() is None, _HOOKS._saved_tensors_hooks_is_enabled())
+    return tuple(map(CALL, READERS))
 
 
 #: A new thread's :func:`_values`.

@@ -148,8 +148,9 @@ class Policy:
             start = runners.index(last) + 1
         except ValueError:
             start = 0 if last is None else bisect.bisect_right(runners, last.key, key=runner_key)
-        for i in range(len(runners)):
-            r = runners[(start + i) % len(runners)]
+        n = len(runners)
+        for i in range(n):
+            r = runners[(start + i) % n]
             if r.pred is None or r.pred():
                 if r.released:
                     break

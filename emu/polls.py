@@ -50,6 +50,8 @@ class QuietPolls:
     def choosing(self, runnable: list[Runner]) -> None:
         """The next runner comes from ``runnable``: unless every one is a released poller,
         something else than a released poller runs (a loop: asked at every switch)."""
+        if not (self.releases or self.turns):  # nothing to forget (the usual case)
+            return
         for r in runnable:
             if not r.released:
                 self.progressed()

@@ -134,8 +134,9 @@ class Spawned:
         try:
             contextvars.Context().run(target)
         finally:
-            drop_torch_state()
-            autograd_state.clear()
+            if not _new_thread():  # (the common case: nothing left to drop)
+                drop_torch_state()
+                autograd_state.clear()
 
 
 #: The dispatch keys that ``torch._C._DisableTorchDispatch`` excludes (the world lock's
@@ -163,6 +164,35 @@ def _plain() -> bool:
         and torch._C._get_torch_function_state() == _FUNCTION_ON
         and torch._C._dispatch_tls_local_exclude_set() == _PLAIN_EXCLUDED
     )
+
+
+#: Everything :func:`take_torch_state` and :func:`refuse_inside_backward` look at, read in one
+#: go from C (asked at every hand-off): the backward pass, :func:`_plain`'s torch state and
+#: :mod:`.autograd_state`'s.
+_READERS = (
+    torch._C._current_graph_task_id,
+    torch.is_grad_enabled,
+    torch._C._len_torch_dispatch_stack,
+    torch._C._len_torch_function_stack,
+    torch._C._get_torch_function_state,
+    torch._C._dispatch_tls_local_exclude_set,
+    *autograd_state.READERS,
+)
+_NEW_THREAD = read_in_a_new_thread(lambda: tuple(map(autograd_state.CALL, _READERS)))
+
+
+def _new_thread() -> bool:
+    """Whether the calling thread is in no backward pass and its torch state is a new thread's."""
+    return tuple(map(autograd_state.CALL, _READERS)) == _NEW_THREAD
+
+
+def hand_on(name: str) -> TorchState | None:
+    """Runner ``name``, a greenlet, hands the baton on: :func:`refuse_inside_backward`, then
+    :func:`take_torch_state`; both answered by one read in the common case (nothing to take)."""
+    if _new_thread():
+        return None
+    refuse_inside_backward(name)
+    return take_torch_state()
 
 
 def _fresh() -> bool:

@@ -45,11 +45,10 @@ from .policies import Policy, Runner, runner_key, schedulable
 from .polls import QuietPolls, changed, record
 from .runners import (
     Spawned,
+    hand_on,
     put_torch_state,
-    refuse_inside_backward,
     runner_kind,
     runner_threads,
-    take_torch_state,
 )
 from .switching import SwitchingLock
 from .watch import resumed
@@ -210,18 +209,16 @@ class Scheduler(Blocker):
             runner.gate.release()
 
     # ----------------------------------------------------------- choosing
-    def _runnable(self) -> list[Runner]:
-        if self.error is not None:
-            return list(filter(schedulable, self.runners))
-        return self.policy.runnable(self.runners, self.last)
-
     def _next(self, me: Runner | None) -> Runner | None:
         """Under the lock: run the rounds the policy wants now, then pick the next runner.
 
         Returns None only after declaring a deadlock when nothing is left to run.
         """
         while True:
-            runnable = self._runnable()
+            if self.error is None:
+                runnable = self.policy.runnable(self.runners, self.last)
+            else:
+                runnable = list(filter(schedulable, self.runners))
             job = self.error is None and self.has_work() and self.policy.run_round(bool(runnable))
             if job and self._run_job():
                 self.quiet.progressed()
@@ -255,10 +252,8 @@ class Scheduler(Blocker):
         if nxt is me:
             self.current = self.last = me
             return
-        if not self.threads:
-            refuse_inside_backward(me.name)
+        torch_state = None if self.threads else hand_on(me.name)
         self._hand(nxt)
-        torch_state = None if self.threads else take_torch_state()
         saved = self.cond._release_save()
         try:
             if self.threads:
@@ -271,7 +266,8 @@ class Scheduler(Blocker):
             try:  # its CPUs back first, even when an interruption arrives as it wakes
                 if self.threads:
                     self._woke(me)
-                put_torch_state(torch_state)
+                if torch_state is not None:  # (the common case: nothing was taken)
+                    put_torch_state(torch_state)
             finally:  # the lock is this runner's again, whatever putting its state back raised
                 self.cond._acquire_restore(saved)
             resumed()  # the race check's watch catches up with what the others did

@@ -261,9 +261,9 @@ _CORE: contextvars.ContextVar[CoreWatch | None] = contextvars.ContextVar(
 )
 
 
-def core_watch() -> CoreWatch | None:
-    """The calling runner's core watch, while it runs an emulated kernel's core."""
-    return _CORE.get()
+#: The calling runner's core watch, while it runs an emulated kernel's core (else None): the
+#: context variable's own getter (every core run asks).
+core_watch: Callable[[], CoreWatch | None] = _CORE.get
 
 
 def resumed() -> None:

@@ -82,9 +82,9 @@ class RunnerLocal:
         self._own()[name] = value
 
 
-def bind_rank(ctx: RunningRank | None) -> None:
-    """Bind ``ctx`` to the calling runner (None unbinds)."""
-    _rank.set(ctx)
+#: Bind a rank context to the calling runner (None unbinds): the context variable's own setter
+#: (every core run binds and unbinds its rank; the token it returns is not needed).
+bind_rank: Callable[[RunningRank | None], Any] = _rank.set
 
 
 #: The calling runner's rank context or None (``current_rank(required=False)`` in one call: the

@@ -150,7 +150,7 @@ current_core_context: Callable[[], Any] = _core.get
 
 def core_name(core: Any) -> str:
     """``AIV core 1``: a core of a running kernel (a ``CoreContext``), as reports name it."""
-    return f"{core.kind.name} core {core.block_idx}"
+    return f"{core.kind._name_} core {core.block_idx}"  # (``name`` is two Python calls)
 
 
 def get_rank() -> int:

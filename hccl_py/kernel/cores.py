@@ -306,7 +306,7 @@ def _run_cores(
 
     threads = []
     for i, c in enumerate(cores):  # on the emulator none runs before this runner blocks
-        name = f"rank{rank_ctx.rank}-{c.kind.name}{c.block_idx}"
+        name = f"rank{rank_ctx.rank}-{c.kind._name_}{c.block_idx}"  # (as in core_name)
         try:
             threads.append(
                 blocker.spawn(functools.partial(body, c), name, (rank_ctx.rank, i), rank_ctx.rank)
