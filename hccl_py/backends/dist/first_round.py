@@ -94,7 +94,7 @@ def next_width(tasks: list[Task], descriptor: int, dom: rounds.Domain) -> int:
 
     Computed from what every rank received alike, so it is the same on every rank.
     """
-    block = max(int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks)
+    block = max([int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks])  # no generator
     if block > _widens(tasks[0], dom):
         return gathered.ROW_BYTES
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
