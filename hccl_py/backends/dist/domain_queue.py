@@ -356,12 +356,8 @@ class DomainQueue:
                 self.finish(*job, error)
 
     def _due(self) -> bool:
-        """Under the lock: whether this queue's thread has something to do (else it sleeps on).
-        Asked at each notification: reads ``_error`` after a :meth:`_look`, not :attr:`error`."""
-        if self.stopping:
-            return True
-        self._look()
-        return self._error is not None or self.ready()
+        """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
+        return self.stopping or self.error is not None or self.ready()
 
     def undescribed(self) -> list[int]:
         """Global ranks that have not joined the descriptor exchange of the task being compared.
