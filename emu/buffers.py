@@ -195,13 +195,8 @@ class BufferRaces:
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
         task = rnd.task
-        for other in self.tasks[rank]:  # (a loop first: no comprehension's call per Commit)
-            if other.domain_name != task.domain_name:
-                break
-        else:
-            return None
         others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
-        if task.seq not in self.slots(task.domain_name):
+        if not others or task.seq not in self.slots(task.domain_name):
             return None
         unordered = {t for t in others if self._unordered(t, task)}
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
