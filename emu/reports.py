@@ -13,7 +13,8 @@ from typing import Protocol
 from hccl_py.core.task import Task
 from hccl_py.server.agreement import wait_head
 from hccl_py.server.ordering import sync_text
-from hccl_py.server.task_queue import Position, TaskBoard
+from hccl_py.server.positions import Position
+from hccl_py.server.task_queue import TaskBoard
 
 from .slot import Slot
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from hccl_py.server.task_queue import Position
+from hccl_py.server.positions import Position
 
 
 @dataclasses.dataclass(eq=False)
 class Slot(Position):
-    """One collective: a :class:`~hccl_py.server.task_queue.Position` that tracks every rank.
+    """One collective: a :class:`~hccl_py.server.positions.Position` that tracks every rank.
 
     The world's task queues (:class:`~hccl_py.server.task_queue.TaskBoard`)
     keep its state; the slot adds what only the emulator needs.

@@ -22,7 +22,8 @@ from mutants import samples_on_path
 import hccl_py as hp
 from hccl_py import Hccl
 from hccl_py.core.errors import HcclError
-from hccl_py.server.task_queue import Position, TaskBoard
+from hccl_py.server.positions import Position
+from hccl_py.server.task_queue import TaskBoard
 
 FP32 = hp.HcclDataType.HCCL_DATA_TYPE_FP32
 

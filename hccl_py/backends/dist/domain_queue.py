@@ -27,7 +27,8 @@ from ...core.group import Group
 from ...core.task import Task
 from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import mismatch
-from ...server.task_queue import DomainTasks, Position, TaskBoard
+from ...server.positions import DomainTasks, Position
+from ...server.task_queue import TaskBoard
 from ...server.threads import WakeCondition
 from ...trace.hooks import server_round
 from ...trace.recorder import now_us
