@@ -7,8 +7,8 @@ of default saved-tensor hooks (``torch.autograd.graph.saved_tensors_hooks``)
 and whether those hooks are disabled (``disable_saved_tensors_hooks``). A
 runner that blocks inside ``saved_tensors_hooks`` would otherwise leave its
 hooks to every runner that runs meanwhile, and find theirs when it resumes. The
-thread runners' pool also uses :func:`is_plain`: a thread is reused only while
-these are a new thread's. A torch without ``_top_saved_tensors_default_hooks``
+thread runners' pool reads them too (``READERS``, with :mod:`.runners`' own): a thread
+is reused only while these are a new thread's. A torch without ``_top_saved_tensors_default_hooks``
 (before 2.8) does not show the hook stack: there the hooks, and whether they are
 disabled, stay with the thread.
 """
@@ -82,11 +82,6 @@ def _values() -> tuple[Any, ...]:
 
 #: A new thread's :func:`_values`.
 PLAIN = read_in_a_new_thread(_values)
-
-
-def is_plain() -> bool:
-    """Whether the calling thread's autograd state is a new thread's: nothing for :func:`take`."""
-    return _values() == PLAIN
 
 
 def take() -> AutogradState | None:

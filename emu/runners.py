@@ -182,7 +182,8 @@ _NEW_THREAD = read_in_a_new_thread(lambda: tuple(map(autograd_state.CALL, _READE
 
 
 def _new_thread() -> bool:
-    """Whether the calling thread is in no backward pass and its torch state is a new thread's."""
+    """Whether the calling thread is in no backward pass and its torch state is a new thread's:
+    a runner has nothing to take, and a pool thread whose runner ended may run another."""
     return tuple(map(autograd_state.CALL, _READERS)) == _NEW_THREAD
 
 
@@ -193,11 +194,6 @@ def hand_on(name: str) -> TorchState | None:
         return None
     refuse_inside_backward(name)
     return take_torch_state()
-
-
-def _fresh() -> bool:
-    """Whether a runner's thread, its runner ended, is as a new thread: it may run another."""
-    return _plain() and autograd_state.is_plain()
 
 
 def drop_torch_state() -> None:
@@ -230,7 +226,7 @@ FEWER_THREADS = (
 def runner_threads() -> ThreadPool:
     """A pool for the thread runners of one run: a thread is reused only while its torch state
     is a new thread's; :meth:`~hccl_py.server.threads.ThreadPool.close` it when the run ends."""
-    return ThreadPool(fresh=_fresh, what="runner", advice=f". {FEWER_THREADS}")
+    return ThreadPool(fresh=_new_thread, what="runner", advice=f". {FEWER_THREADS}")
 
 
 class TorchState(NamedTuple):
