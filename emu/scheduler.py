@@ -383,7 +383,11 @@ class Scheduler(Blocker):
                     return
 
     def run_ready(self) -> None:
-        """After a Commit: run the ready rounds if the policy runs them now (eager)."""
+        """After a Commit: run the ready rounds if the policy runs them now (eager). Most Commits
+        make none ready: one look under the lock finds that first."""
+        with self.lock:
+            if self.error is not None or not self.has_work():
+                return
         if self.me() is None:
             super().run_ready()
             return

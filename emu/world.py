@@ -220,10 +220,7 @@ class EmuWorld(Server):
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()
-            # most Commits make no round ready: run_ready (which asks the same) only when one did
-            ready = self.blocker.error is None and self._has_work()
-        if ready:
-            self.blocker.run_ready()
+        self.blocker.run_ready()
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:
