@@ -88,7 +88,7 @@ class Allocation:
                 f"with strides {tensor.stride()} (call .contiguous() first)"
             )
         self.tensor = tensor
-        self.data = tensor.as_strided((tensor.numel(),), (1,)).view(torch.uint8)  # flat_elements
+        self.data = flat_elements(tensor).view(torch.uint8)
         #: Size of the allocation in bytes (asked by every bounds check and race mark).
         self.nbytes: int = self.data.numel()
         #: (address of the tensor's storage, byte offset of the tensor in it): two
