@@ -182,6 +182,7 @@ def test_reference_against_hand_computed_blocks() -> None:
         ("thread_cpu.py", ["allgather", "kernel"]),
         ("cpu_per_op.py", ["allgather", "kernel", "1 KiB", "10", "1"]),
         ("speed_summary.py", ["a", "b"]),
+        ("checked_floor.py", ["--sizes", "1024", "6"]),
     ],
 )
 def test_benchmark_scripts_name_a_missing_or_bad_argument(script: str, args: list[str]) -> None:
@@ -197,3 +198,24 @@ def test_benchmark_scripts_name_a_missing_or_bad_argument(script: str, args: lis
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "usage:" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_checked_floor_times_every_variant_and_checks_their_values(tmp_path: Path) -> None:
+    """benchmarks/checked_floor.py runs its four all-gathers on gloo (each one's output is
+    compared with the expected values inside, a wrong one raises) and writes their times to a
+    new file, never over an old one."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "floor.json"
+    args = [sys.executable, str(root / "benchmarks/checked_floor.py"), "--sizes", "64"]
+    args += ["--iters", "2", "--json", str(out)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=root)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["bytes"] == 64 and row["ranks"] == 2
+    assert sorted(row["us"]) == sorted(["raw", "one call", "two calls", "hccl_py"])
+    assert all(t > 0 for t in row["us"].values())
+    again = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=root)
+    assert again.returncode == 2 and "the file exists" in again.stderr
