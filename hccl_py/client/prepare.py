@@ -110,13 +110,14 @@ class PreparePath:
             return failures.refuse(name, bad)
         state = b.state
         handle = len(b.handles)
-        problem = core_problem(b, core)
+        sends = is_sender(b.config, core)
+        problem = core_problem(b, core, sends)
         if problem:
             return failures.breach(
                 "sending-core", f"{name}: {problem}", INVALID_HANDLE_ID, op=name, handle=handle
             )
         step_size = self._steps.step_size(op)
-        if b.compute_only or not is_sender(b.config, core):
+        if b.compute_only or not sends:
             b.handles.append(
                 Handle(
                     op,
