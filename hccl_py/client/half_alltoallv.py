@@ -62,7 +62,7 @@ class WindowWriter:
         try:
             size = self._check_write(usrIn, remoteWinOffset, localDataSize)
             if sender:
-                problem = core_problem(b, core)
+                problem = core_problem(b, core, sender)
                 if problem:
                     raise InvalidCall("sending-core", problem)
         except InvalidCall as bad:

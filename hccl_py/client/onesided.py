@@ -221,7 +221,7 @@ class OneSided:
         sends = not b.compute_only and (queues > 0 or is_sender(b.config, core))
         task = None
         if sends:
-            problem = None if queues else core_problem(b, core)
+            problem = None if queues else core_problem(b, core, True)
             if problem:
                 return failures.breach(
                     "sending-core", f"{name}: {problem}", INVALID_HANDLE_ID, op=name

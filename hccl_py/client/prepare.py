@@ -59,8 +59,10 @@ class PreparePath:
         """:func:`task_fields` of ``param``, validated once per launch for what every core passes.
 
         Each core of a launch makes the same Prepare with the same arguments: the first one
-        validates them, the others find the fields by the arguments (the buffers by identity,
-        the scalars by value and type) and ``limits``. A refusal is never remembered.
+        validates them, the others find the fields by the op, the arguments (the buffers by
+        identity, the scalars by value and type) and ``limits``. A refusal is never remembered.
+        The op is its type: ``OPS[cmd]`` is every Prepare's spec (hashing the spec hashes all
+        its fields, two calls per Prepare).
         """
         send, recv, state = param.send_buf, param.recv_buf, self._binding.state
         if state.launch.alone or param.spec.pairwise_counts:
@@ -68,7 +70,7 @@ class PreparePath:
         if type(send) is not GmAddr or type(recv) is not GmAddr:
             return task_fields(param, limits)
         raw = (param.data_type, param.repeat, param.count, param.reduce_op, param.stride)
-        key = (param.spec, send.offset, recv.offset, raw, tuple(map(type, raw)), id(limits[0]))
+        key = (param.spec.cmd, send.offset, recv.offset, raw, tuple(map(type, raw)), id(limits[0]))
         key += limits[1:]
         seen = state.validated
         try:
@@ -110,13 +112,14 @@ class PreparePath:
             return failures.refuse(name, bad)
         state = b.state
         handle = len(b.handles)
-        problem = core_problem(b, core)
+        sends = is_sender(b.config, core)
+        problem = core_problem(b, core, sends)
         if problem:
             return failures.breach(
                 "sending-core", f"{name}: {problem}", INVALID_HANDLE_ID, op=name, handle=handle
             )
         step_size = self._steps.step_size(op)
-        if b.compute_only or not is_sender(b.config, core):
+        if b.compute_only or not sends:
             b.handles.append(
                 Handle(
                     op,

@@ -97,13 +97,14 @@ def _two_working_cores(finalizing: Any, sending: Any, block: int) -> str:
     )
 
 
-def core_problem(obj: Any, core: CoreContext) -> str | None:
+def core_problem(obj: Any, core: CoreContext, sends: bool) -> str | None:
     """Why ``core`` may not Prepare for the Hccl object whose binding is ``obj``, or None.
 
-    A Prepare after block 0 of the other core type finalized (:func:`other_working_core`) is
-    an error in every mode: it raises here."""
+    ``sends``: :func:`is_sender` of ``core`` (every caller has asked it already). A Prepare
+    after block 0 of the other core type finalized (:func:`other_working_core`) is an error
+    in every mode: it raises here."""
     missing = missing_sender(obj.config, core)
-    if missing or not is_sender(obj.config, core):
+    if missing or not sends:
         return missing
     state = obj.state
     if obj.config.type == CoreType.DEFAULT:

@@ -17,9 +17,12 @@ Clock = dict[Any, int]
 
 
 def join(clock: Clock, other: Clock) -> Clock:
-    """``clock`` with every entry of ``other`` that is later, in place."""
+    """``clock`` with every entry of ``other`` that is later, in place.
+
+    (A test and an index per entry, not ``clock.get``: a SyncAll joins every core's entry
+    into every core's clock, a call per entry and core. Every tick is at least 1.)"""
     for core, tick in other.items():
-        if tick > clock.get(core, 0):
+        if core not in clock or tick > clock[core]:
             clock[core] = tick
     return clock
 

@@ -186,7 +186,7 @@ def tiling_bytes(obj: TilingSource, nbytes: int | None = None) -> bytes:
         if type(obj) is GmAddr:  # a kernel's tiling argument: exactly nbytes, bounds-checked
             return obj.read_bytes(nbytes)
     reader = getattr(obj, "read_bytes", None)
-    if callable(reader):
+    if reader is not None and callable(reader):  # (None, a struct's: no call)
         if nbytes is None:
             raise ValueError(
                 f"tiling_bytes() needs nbytes for {type(obj).__name__}, whose size is not known"
