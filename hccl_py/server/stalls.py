@@ -58,21 +58,25 @@ class KernelStalls:
         self.lock = threading.Lock()
         #: thread ident -> [hccl_py calls it is inside, when it last left one, who].
         self.threads: dict[int, list[Any]] = {}
+        #: The calling thread's entry of ``threads`` (``entry``), found without asking for its
+        #: ident at every hccl_py call.
+        self._mine = threading.local()
         #: Threads stopped (their report sent) during their current kernel.
         self.stopped: set[int] = set()
 
     def __enter__(self) -> None:
-        entry = self.threads.get(threading.get_ident())
+        entry = getattr(self._mine, "entry", None)
         if entry is not None:
-            with self.lock:
+            with self.lock:  # a stop sent meanwhile lands here, before the call starts
                 entry[0] += 1
 
     def __exit__(self, *exc: object) -> None:
-        entry = self.threads.get(threading.get_ident())
+        entry = getattr(self._mine, "entry", None)
         if entry is not None:
-            with self.lock:
-                entry[0] -= 1
-                entry[1] = time.monotonic()
+            # No lock: the time first, so that the watchdog, which reads both at once, never
+            # finds the thread outside every call with the time it entered this one.
+            entry[1] = time.monotonic()
+            entry[0] -= 1
 
     @contextlib.contextmanager
     def kernel(self, rank: int, who: str) -> Iterator[None]:
@@ -80,7 +84,7 @@ class KernelStalls:
         me = threading.get_ident()
         with self.lock:
             outer = self.threads.get(me)  # a framework collective's launch inside a kernel
-            self.threads[me] = [0, time.monotonic(), (rank, who)]
+            self.threads[me] = self._mine.entry = [0, time.monotonic(), (rank, who)]
             self.stopped.discard(me)
         try:
             yield
@@ -97,11 +101,12 @@ class KernelStalls:
                 else:  # the outer kernel waited for this one: an hccl_py call
                     outer[1] = time.monotonic()
                     self.threads[me] = outer
+                self._mine.entry = outer
 
     def touch(self) -> None:
         """The calling kernel thread is in an hccl_py call now (one that ``serial`` does not
         wrap)."""
-        entry = self.threads.get(threading.get_ident())
+        entry = getattr(self._mine, "entry", None)
         if entry is not None:
             entry[1] = time.monotonic()
 
