@@ -76,6 +76,8 @@ def checked_flag(name: str, value: object) -> bool:
 def as_index(value: object) -> int | None:
     """``value`` as an int: an int, a numpy integer or anything else with ``__index__``; None
     for a bool (numpy's too), a float and anything else."""
+    if type(value) is int:  # the usual argument: no further call
+        return value
     try:
         return None if isinstance(value, (bool, np.bool_)) else operator.index(value)
     except TypeError:

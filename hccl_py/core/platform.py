@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -59,9 +60,9 @@ class Platform:
         """The kernel ops this platform has, as the op table says."""
         return frozenset(cmd for cmd, spec in OPS.items() if self.short in spec.platforms)
 
-    @property
+    @functools.cached_property
     def servers(self) -> frozenset[HcclServerType]:
-        """Every server type a kernel may name on this platform."""
+        """Every server type a kernel may name on this platform (made once: every InitV2 asks)."""
         return self.other_servers | {self.server}
 
     def supports(self, op: HcclCMDType) -> bool:
