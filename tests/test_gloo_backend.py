@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 
 import hccl_py as hp
 from hccl_py import Hccl
+from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher.liveness import RankDiedError
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
@@ -406,6 +408,55 @@ def test_a_kernel_that_times_out_is_the_rank_s_own_failure_not_a_peer_s() -> Non
         assert isinstance(error, hp.HcclTimeoutError), error
         assert f"rank {rank} waits for its kernel: 0 of 2 cores returned" in str(error), error
         assert f"stopped because rank {rank} failed" not in str(error)
+
+
+def _last_core_gathers(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    """Cores 1-3 wait in SyncAll; then core 0 all-gathers (rank 1 never prepares) and joins them."""
+    hccl = cases.init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    if hp.GetBlockIdx() == 0:
+        blocked = current_rank_context().blocker.blocked
+        rank_thread = threading.main_thread().ident
+        while len([t for t in blocked if t != rank_thread]) < 3:  # (the rank waits too)
+            time.sleep(0.001)
+        time.sleep(0.5)  # their SyncAll times out before this core's task check can
+        hccl.Wait(hccl.AllGather[True](xGM, yGM, 4, FP32, 0))
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+def last_core_gathers_rank() -> None:
+    if hp.get_rank() == 1:
+        time.sleep(60)  # until the supervisor stops it, once rank 0 failed
+    hp.launch(_last_core_gathers, torch.ones(4), torch.zeros(8), _tiling(), block_dim=4)
+
+
+def test_the_state_of_the_world_names_each_core_and_calls_no_waiter_running() -> None:
+    """Cores 1-3 time out in SyncAll while core 0 waits for rank 1: in the task check's exchange
+    on the process group (the core runs the round it waits for) or for its round (the domain's
+    thread runs it). Before 2026-11-30 a core in that exchange was "1 thread(s) running outside
+    hccl_py calls (computing, sleeping or stuck in user code)", and so was a core whose wait had
+    timed out just before (then "2 thread(s)"); the Waits of a rank's cores did not name their
+    core (several folded into "ranks 0: wait for ...")."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(last_core_gathers_rank, 2, timeout=3.0)
+    error = info.value.failures[0]
+    assert isinstance(error, hp.HcclTimeoutError), error
+    state = str(error).split("State of the world:\n")[1]
+    assert "running outside hccl_py" not in state and "ranks 0" not in state, state
+    lines = state.splitlines()
+    for core in (1, 2, 3):  # the one whose error came first, or one that timed out before it
+        wait = f"  - rank 0 AIV core {core} waits in SyncAll: 3 of 4 cores arrived"
+        assert [x for x in lines if x.startswith(wait)] in (
+            [wait],
+            [f"{wait} [timed out: raises HcclTimeoutError]"],
+        ), state
+    (core_0,) = [x for x in lines if x.startswith("  - rank 0 AIV core 0 waits for ")]
+    assert (
+        "the process group of domain hccl_world_group: comparing task descriptors of task #0 "
+        "with ranks [1]: ranks [1] have not prepared it"
+        in core_0
+        or "round 0 of handle 0 AllGather(FP32, count=4, repeat=1)" in core_0
+    ), state
 
 
 # ------------------------------------------------------------------ local deadlock

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from cases import init_hccl, make_tiling
 
 import hccl_py as hp
 from hccl_py.core.grouping import group_rank_lines, rank_ranges
+from hccl_py.server.blocking import Blocker
 
 
 def test_rank_ranges_fold_consecutive_ranks() -> None:
@@ -102,3 +105,61 @@ def test_rounds_committed_per_rank_are_listed_in_rank_order(seed: int | None) ->
         hp.run(_polling_rank, world_size=4, seed=seed, timeout=20)
     line = next(x for x in str(info.value).splitlines() if "rounds committed per rank" in x)
     assert "rounds committed per rank {0: 1, 1: 1, 2: 1, 3: 0}" in line, line
+
+
+def test_identical_states_of_several_threads_of_a_rank_are_counted() -> None:
+    """Lines that do not name their core: three threads of rank 0 in the same state were
+    "ranks 0: wait x" (before 2026-11-30), as if rank 0 were several ranks."""
+    lines = ["rank 0 waits x"] * 3 + ["rank 1 waits x"] * 3 + ["rank 2 waits x", "rank 3 waits x"]
+    assert group_rank_lines(lines) == ["ranks 0-1, 3 threads each: wait x", "ranks 2-3: wait x"]
+    assert group_rank_lines(lines[:2]) == ["rank 0, 2 threads: wait x"]
+
+
+def test_the_state_names_each_core_and_a_core_in_a_process_group_call() -> None:
+    """Real threads (gloo's): the state names the core of each waiting core's thread, and a core
+    waiting in a process group's call for its rank's round (on the blocker's ``calling``) is no
+    thread "running outside hccl_py calls", nor one that waits in vain (no deadlock: its call
+    ends when the peers join). Before 2026-11-30 it read "rank 0 waits for round 0" three times,
+    folded into "ranks 0: wait for round 0", and "1 thread(s) running outside hccl_py calls"."""
+    blocker = Blocker(timeout=60.0)
+    blocker.enter(4)
+    release, called, errors = threading.Event(), threading.Event(), []
+
+    def in_call() -> None:
+        me = threading.get_ident()
+        blocker.calling[me] = "rank 0 waits for the process group of domain d: an exchange"
+        called.set()
+        release.wait(60)
+        blocker.calling.pop(me)
+
+    def wait(timeout: float) -> None:
+        try:
+            blocker.wait_for(release.is_set, "rank 0 waits for round 0", timeout)
+        except hp.HcclError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=in_call, name="rank0-AIV0")]
+    threads += [threading.Thread(target=wait, args=(60,), name=f"rank0-AIV{i}") for i in (2, 3)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while not (called.is_set() and len(blocker.blocked) == 2):
+        assert time.monotonic() < deadline, "the threads never got there"
+        time.sleep(0.001)
+    timing_out = threading.Thread(target=wait, args=(0.1,), name="rank0-AIV1")
+    timing_out.start()
+    timing_out.join(60)
+    release.set()
+    blocker.notify()
+    for thread in threads:
+        thread.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], hp.HcclTimeoutError), errors
+    text = str(errors[0])
+    assert "waiting for rank 0 AIV core 1 waits for round 0;" in text, text
+    assert text.endswith(
+        "State of the world:\n"
+        "  - rank 0 AIV core 0 waits for the process group of domain d: an exchange\n"
+        "  - rank 0 AIV core 1 waits for round 0\n"
+        "  - rank 0 AIV core 2 waits for round 0\n"
+        "  - rank 0 AIV core 3 waits for round 0"
+    ), text

@@ -7,6 +7,7 @@ helpers fold identical per-rank lines into ``ranks 0-7: ...``.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 
 _RANK_LINE = re.compile(r"^rank (\d+) (.*)$", re.S)
@@ -30,25 +31,35 @@ def label(ranks: list[int]) -> str:
 
 def group_rank_lines(lines: Iterable[str]) -> list[str]:
     """Fold lines ``rank N <state>`` that differ only in N into ``ranks 0-3: <state>``
-    (``waits`` becomes ``wait``).
+    (``waits`` becomes ``wait``); ``n`` identical lines of each rank (several threads of it
+    in the same state, which do not name their core) into ``ranks 0-3, n threads each: ...``.
 
     Lines that do not start with a rank stay as they are; groups come in the
     order of their lowest rank, other lines after them in their own order.
     """
-    states: dict[str, list[int]] = {}
+    states: dict[tuple[str, int], list[int]] = {}
     others: list[str] = []
+    threads: Counter[tuple[str, int]] = Counter()
     for line in lines:
         match = _RANK_LINE.match(line)
         if match is None:
             others.append(line)
         else:
-            states.setdefault(match[2], []).append(int(match[1]))
-    grouped = sorted(states.items(), key=lambda item: (min(item[1]), _natural(item[0])))
-    folded = [
-        f"rank {ranks[0]} {state}" if len(ranks) == 1 else f"{label(ranks)}: {_plural(state)}"
-        for state, ranks in grouped
-    ]
-    return folded + others
+            threads[match[2], int(match[1])] += 1
+    for (state, rank), n in threads.items():
+        states.setdefault((state, n), []).append(rank)
+    grouped = sorted(states.items(), key=lambda item: (min(item[1]), _natural(item[0][0])))
+    return [_fold(state, ranks, n) for (state, n), ranks in grouped] + others
+
+
+def _fold(state: str, ranks: list[int], threads: int) -> str:
+    """The line of ``ranks`` in ``state``, each with ``threads`` threads in it."""
+    if threads == 1:
+        return (
+            f"rank {ranks[0]} {state}" if len(ranks) == 1 else f"{label(ranks)}: {_plural(state)}"
+        )
+    each = " each" if len(ranks) > 1 else ""
+    return f"{label(ranks)}, {threads} threads{each}: {_plural(state)}"
 
 
 def _plural(state: str) -> str:

@@ -23,6 +23,7 @@ without counting polls; its ``spawn`` returns a thread-like handle.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -62,9 +63,31 @@ Text = str | Callable[[], str]
 #: Seconds :meth:`Blocker.join_spawned` waits for the threads of a kernel's cores.
 JOIN_S = 5.0
 
+#: The name of a kernel core's thread (``kernel/cores.py``): ``rank0-AIV1``.
+_CORE_THREAD = re.compile(r"rank(\d+)-([A-Z]+)(\d+)")
+
 
 def _text(what: Text) -> str:
     return what() if callable(what) else what
+
+
+def _core_threads() -> dict[int | None, tuple[str, str]]:
+    """The live kernel cores' threads: id -> (``rank 0 ``, ``AIV core 1``), read from their
+    names at a report (nothing to record at each wait)."""
+    found = {}
+    for thread in threading.enumerate():
+        match = _CORE_THREAD.fullmatch(thread.name)
+        if match is not None:
+            found[thread.ident] = (f"rank {match[1]} ", f"{match[2]} core {match[3]}")
+    return found
+
+
+def _named(line: str, core: tuple[str, str] | None) -> str:
+    """``rank 0 waits ...`` -> ``rank 0 AIV core 1 waits ...``: a core's line names the core
+    (so that the waits of several cores of a rank stay apart), unless it does already."""
+    if core is None or not line.startswith(core[0]) or line.startswith(core[1], len(core[0])):
+        return line
+    return f"{core[0]}{core[1]} {line[len(core[0]) :]}"
 
 
 @dataclass
@@ -120,6 +143,12 @@ class Blocker:
         self.describe_world: Callable[[], str] = lambda: ""
         #: Under the lock: what the clients hold back, for deadlock reports (key -> line).
         self.held: dict[Any, str] = {}
+        #: Threads that run user code and now wait in a call to a process group for it (a
+        #: round, an exchange): what they wait for (set and popped by the thread itself).
+        #: Reports only: such a call ends when peers act, so it is no input of the deadlock check.
+        self.calling: dict[int, Text] = {}
+        #: Under the lock: threads whose wait timed out, until they leave (reports only).
+        self.timed_out: dict[int, str] = {}
 
     def spawn(
         self, target: Callable[[], None], name: str, key: tuple[int, ...] = (), rank: int = -1
@@ -174,7 +203,9 @@ class Blocker:
         """The calling thread stops running user code; check whether the rest are stuck."""
         with self.lock:
             self.active -= 1
-            self.spinning.pop(threading.get_ident(), None)
+            me = threading.get_ident()
+            self.spinning.pop(me, None)
+            self.timed_out.pop(me, None)
             self._check_deadlock()
 
     def notify(self) -> None:
@@ -224,11 +255,8 @@ class Blocker:
     def state(self) -> str:
         """What every thread of the world is doing, then the server's state."""
         with self.lock:
-            lines = [_text(what) for _, what in self.blocked.values()]
-            now = time.monotonic()
-            spinners = [s for s in self.spinning.values() if self._live(s, now)]
-            lines += [s.describe() for s in spinners]
-            running = self.active - len(self.blocked) - len(spinners)
+            lines = self._waits(time.monotonic(), calls=True)
+            running = self.active - len(lines)
             if running > 0:
                 lines.append(
                     f"{running} thread(s) running outside hccl_py calls "
@@ -270,13 +298,7 @@ class Blocker:
                 remaining = deadline - time.monotonic()
                 self.blocked[me] = (pred, what)
                 if remaining <= 0:
-                    state = self.state()
-                    self.blocked.pop(me, None)
-                    raise HcclTimeoutError(
-                        f"timed out after {limit:g} s waiting for {_text(what)}; "
-                        f"set {TIMEOUT_ENV} or timeout= to change the limit. "
-                        f"State of the world:\n{state}"
-                    )
+                    raise self._timeout(me, f"{limit:g} s waiting for", _text(what))
                 try:
                     self._check_deadlock()
                     self.raise_if_failed()
@@ -315,13 +337,7 @@ class Blocker:
             spin.last = time.monotonic()
             spin.tick = self.ticks
             if spin.last - spin.since > self.timeout:
-                state = self.state()
-                del self.spinning[me]
-                raise HcclTimeoutError(
-                    f"timed out after {self.timeout:g} s polling: {spin.describe()}; "
-                    f"set {TIMEOUT_ENV} or timeout= to change the limit. "
-                    f"State of the world:\n{state}"
-                )
+                raise self._timeout(me, f"{self.timeout:g} s polling:", spin.describe())
             if spin.unchanged < SPIN_POLLS or not (self.detect_deadlock and deadlock):
                 return
             if not self._frozen(me):
@@ -333,6 +349,19 @@ class Blocker:
                 self.raise_if_failed()
 
     # ------------------------------------------------------------- internals
+    def _timeout(self, me: int, head: str, what: str) -> HcclTimeoutError:
+        """Under the lock: the timeout of ``me``'s wait or poll (``what``), with the state of
+        the world; until it leaves, the thread is in reports as timed out (not as running)."""
+        what = _named(what, _core_threads().get(me))
+        self.timed_out[me] = f"{what} [timed out: raises HcclTimeoutError]"
+        state = self.state()
+        self.blocked.pop(me, None)
+        self.spinning.pop(me, None)
+        return HcclTimeoutError(
+            f"timed out after {head} {what}; set {TIMEOUT_ENV} or timeout= to change the "
+            f"limit. State of the world:\n{state}"
+        )
+
     def _live(self, spin: _Spin, now: float, polls: int = SPIN_POLLS) -> bool:
         """``spin`` polled the same value ``polls`` times and is still polling it."""
         recent = min(SPIN_FRESH_POLLS * max(self.active, 2), FROZEN_POLLS // 2)
@@ -358,10 +387,26 @@ class Blocker:
 
     def _declare_deadlock(self) -> None:
         """Under the lock: fail the world with a report of who waits for what."""
-        now = time.monotonic()
-        lines = [_text(what) for _, what in self.blocked.values()]
-        lines += [s.describe() for s in self.spinning.values() if self._live(s, now)]
-        self._deadlock(lines)
+        self._deadlock(self._waits(time.monotonic()))
+
+    def _waits(self, now: float, calls: bool = False) -> list[str]:
+        """Under the lock: a line per thread that waits or polls in an hccl_py call (``calls``:
+        or waits in a process group's call for user code, or timed out), a kernel core's
+        naming its core."""
+        cores = _core_threads()
+        lines = [_named(_text(what), cores.get(ident)) for ident, (_, what) in self.blocked.items()]
+        seen = set(self.blocked)
+        for ident, spin in self.spinning.items():
+            if ident not in seen and self._live(spin, now):
+                seen.add(ident)
+                lines.append(_named(spin.describe(), cores.get(ident)))
+        if calls:
+            for ident, what in self.calling.copy().items():  # (changed outside the lock)
+                if ident not in seen:
+                    seen.add(ident)
+                    lines.append(_named(_text(what), cores.get(ident)))
+            lines += [line for ident, line in self.timed_out.items() if ident not in seen]
+        return lines
 
     def _deadlock(self, lines: list[str]) -> None:
         """Under the lock: fail the world with ``lines`` (who waits for what) and the server's state."""

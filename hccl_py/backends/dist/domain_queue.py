@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import torch.distributed as dist
 
@@ -37,6 +38,9 @@ from . import rounds as pg_rounds
 from .absentees import PEER_REPORT_S, Absentees
 from .descriptors import encode_descriptor, joined_key, left_before
 from .session import Session
+from .settings import CHECK_ENV
+
+T = TypeVar("T")
 
 #: What a process group says when a peer's process ended in the middle of an operation.
 PEER_GONE = re.compile(r"closed by peer|reset by peer|broken pipe|connection refused", re.I)
@@ -210,7 +214,7 @@ class DomainQueue:
         try:
             carried = None
             if r == 0 and self.server.checks(task):
-                self.running = "comparing task descriptors with the other ranks"
+                self.running = f"comparing task descriptors of task #{task.seq}"
                 self.comparing = task
                 try:
                     carried = self._check(task)
@@ -261,7 +265,7 @@ class DomainQueue:
                     return False
                 if self.error is not None:
                     raise self.error
-                self.running = f"exchanging the arguments of {op} with the other ranks"
+                self.running = f"exchanging the arguments of {op}"
                 return True
 
         # an idle domain has no round that could start (its position, if any, holds no task)
@@ -275,8 +279,8 @@ class DomainQueue:
                 f"{self.group.name}",
             )
         try:
-            wait = self._waiter(op)
-            return self.rows.exchange(self.dom, payload, pieces, self.server.session.device, wait)
+            wait, device = self._waiter(op), self.server.session.device
+            return self.calling(self.rows.exchange, self.dom, payload, pieces, device, wait)
         except HcclError:
             raise
         except Exception as exc:  # noqa: BLE001 - named like a failed round
@@ -336,9 +340,45 @@ class DomainQueue:
                 job = self.claim()
             if job is None:
                 return
-            error = self.execute(*job)
+            error = self.calling(self.execute, *job)
             with lock:
                 self.finish(*job, error)
+
+    def calling(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` (this domain's work: a round, an exchange), which a thread that runs
+        user code runs: on the blocker's record of such calls meanwhile, for reports."""
+        calls, me = self.server.blocker.calling, threading.get_ident()
+        calls[me] = self._in_call
+        try:
+            return call(*args)
+        finally:
+            calls.pop(me, None)
+
+    def _in_call(self) -> str:
+        """Under the lock: the report's line of a thread in this domain's work (:meth:`calling`)."""
+        rank, name = self.server.session.rank, self.group.name
+        if len(self.group.ranks) == 1:
+            return f"rank {rank} runs the work of domain {name} (its only rank): {self.running}"
+        return f"rank {rank} waits for the process group of domain {name}: {self.activity()}"
+
+    def activity(self) -> str:
+        """Under the lock: what this domain's running work (:attr:`running`) waits for."""
+        me = self.server.session.rank
+        peers = [r for r in self.group.ranks if r != me]
+        absent = self.undescribed()
+        if absent:
+            return (
+                f"{self.running} with ranks {peers}: ranks {absent} have not prepared it (their "
+                "descriptor never arrived: they prepared fewer tasks, or are slow or stuck "
+                "elsewhere)"
+            )
+        text = f"{self.running or 'a call'} with ranks {peers}"
+        if self.comparing is not None or not self.running.startswith("running round"):
+            return text  # (a task check or a framework collective's exchange)
+        return (
+            f"{text} (a rank that prepared a different task sequence would hang "
+            f"{self.server.backend_name} here; {CHECK_ENV}=1 detects that)"
+        )
 
     def _loop(self) -> None:
         if self.server.session.thread_init is not None:

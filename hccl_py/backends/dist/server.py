@@ -45,7 +45,7 @@ from .descriptors import exchanged_key, final_key, final_value, returned_key, re
 from .domain_queue import DomainQueue
 from .exchanges import ExchangeMeetings
 from .session import Session, session_for, spawned_rank
-from .settings import CHECK_ENV, Settings
+from .settings import Settings
 
 #: Floor of the process groups' timeout: creating a group waits for every rank to arrive,
 #: which a small ``hp.run(timeout=...)`` must not break (Waits still time out after ``timeout``).
@@ -378,19 +378,8 @@ class DistServer(ExchangeMeetings, Server):
             return f"this rank has not committed round {r}"
         if why.kind in ("earlier round", "earlier task"):
             return queue.comes_first()
-        absent = queue.undescribed() if queue.running else []
-        if absent:
-            return (
-                f"comparing task descriptors of task #{queue.seq}: ranks {absent} have not "
-                "prepared it (their descriptor never arrived: they prepared fewer tasks, or are "
-                "slow or stuck elsewhere)"
-            )
         if queue.running:
-            peers = [x for x in queue.group.ranks if x != global_rank(task)]
-            return (
-                f"{queue.running} with ranks {peers} (a rank that prepared a different task "
-                f"sequence would hang {self.backend_name} here; {CHECK_ENV}=1 detects that)"
-            )
+            return queue.activity()
         if why.kind == "dependency":
             return sync_text(why.dep)
         return "waiting for an InterHcclGroupSync dependency"
