@@ -138,10 +138,14 @@ class TaskBoard:
         """The first of ``positions`` (default: the pending ones) whose round can start; it runs."""
         for position in list(self.pending if positions is None else positions):
             if self.ready(position):
-                position.running = True
-                self.version += 1
+                self.start(position)
                 return position
         return None
+
+    def start(self, position: Position) -> None:
+        """The next round of ``position``, which :meth:`ready` found ready, runs now."""
+        position.running = True
+        self.version += 1
 
     def finish(self, position: Position, error: HcclError | None = None) -> None:
         """The claimed round of ``position`` ended (failed with ``error``)."""
