@@ -183,7 +183,7 @@ class EmuWorld(Server):
 
     def _execute(self, slot: Slot) -> None:
         round_idx = slot.done
-        tasks = [slot.tasks[r] for r in slot.ranks]
+        tasks = slot.ranked  # (a slot that runs is complete: its tasks are final)
         error = None
         started = now_us()
         try:
@@ -212,7 +212,7 @@ class EmuWorld(Server):
                 if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                tasks = [slot.tasks[r] for r in slot.ranks]
+                tasks = slot.ranked = [slot.tasks[r] for r in slot.ranks]
                 error = mismatch(tasks) or shared_between_ranks(tasks)
                 if error is not None:
                     self._fail(slot, error)
