@@ -328,7 +328,9 @@ class BufferRaces:
         pending = self.pending[rank]
         for side in sides:
             storage = side.alloc.memory[0]
-            left = [p for p in pending[storage] if p is not side]
+            entries = pending[storage]
+            # (the storage's only entry, the usual case: no list to build)
+            left = [] if entries == [side] else [p for p in entries if p is not side]
             if left:
                 pending[storage] = left
             else:

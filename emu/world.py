@@ -285,8 +285,9 @@ class EmuWorld(Server):
         with self.blocker.lock:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             dom = self.board.domains.get(name)
-            for slot in [] if dom is None else dom.unfinished():
-                if slot.complete:
+            # the slots still waiting for a task (one that is incomplete never finished)
+            for slot in [] if dom is None else list(dom.positions.values()):
+                if slot.complete or slot.error is not None:
                     continue
                 for t in slot.tasks.values():
                     if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:
