@@ -388,13 +388,12 @@ class Scheduler(Blocker):
         with self.lock:
             if self.error is not None or not self.has_work():
                 return
-        if self.me() is None:
-            super().run_ready()
-            return
-        with self.lock:
-            while self.error is None and self.has_work() and self.policy.run_round(True):
-                if not self._run_job():
-                    return
+            if self.me() is not None:  # a runner: its rounds run here, the lock still held
+                while self.policy.run_round(True) and self._run_job():
+                    if self.error is not None or not self.has_work():
+                        return
+                return
+        super().run_ready()
 
     def defers(self) -> bool:
         """Whether the server may leave ready work (BatchWrite copies) for later."""
