@@ -373,8 +373,10 @@ class Scheduler(Blocker):
 
         The querying runner is as good as waiting for the server, as on hardware.
         """
+        if not self.policy.late:  # (asked first: an eager server leaves nothing to settle)
+            return
         me = self.me()
-        if me is None or not self.policy.late:
+        if me is None:
             return
         with self.lock:
             others = [r for r in self.runners if r is not me]
