@@ -194,11 +194,17 @@ class BufferRaces:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
-        task = rnd.task
-        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
-        if not others or task.seq not in self.slots(task.domain_name):
+        task, domain = rnd.task, rnd.task.domain_name
+        for t in self.tasks[rank]:  # (a loop: most Commits find no other domain's round)
+            if t.domain_name != domain:
+                break
+        else:
             return None
-        unordered = {t for t in others if self._unordered(t, task)}
+        if task.seq not in self.slots(domain):
+            return None
+        unordered = {
+            t for t in self.tasks[rank] if t.domain_name != domain and self._unordered(t, task)
+        }
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
             memory = alloc.memory
             if not unordered or memory is None or not memory[0]:
@@ -322,7 +328,9 @@ class BufferRaces:
         pending = self.pending[rank]
         for side in sides:
             storage = side.alloc.memory[0]
-            left = [p for p in pending[storage] if p is not side]
+            entries = pending[storage]
+            # (the storage's only entry, the usual case: no list to build)
+            left = [] if entries == [side] else [p for p in entries if p is not side]
             if left:
                 pending[storage] = left
             else:

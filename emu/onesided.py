@@ -175,9 +175,10 @@ class OneSidedWrites:
             return domain is None or k[:2] == (domain, rank)
 
         self._flush_key(mine, "a BatchWrite's copies finish")
-        writer = self.writers.get((domain, rank))
-        if self.races is not None and writer is not None:
-            self.races.landed(writer)
+        if self.races is not None:  # (the window race check's: no look-up without it)
+            writer = self.writers.get((domain, rank))
+            if writer is not None:
+                self.races.landed(writer)
 
     def land_rank(self, rank: int) -> None:
         """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""

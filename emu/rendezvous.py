@@ -18,6 +18,15 @@ from hccl_py.server.protocol import Met
 Clock = tuple[int, ...] | None
 
 
+class _Box(dict[int, tuple[bytes, Clock]]):
+    """The arrivals of one open meeting: domain rank -> (payload, clock).
+
+    ``full`` (every member arrived) is kept at each arrival: the members' wait asks it at every
+    switch, where counting the arrivals each time cost a call."""
+
+    full = False
+
+
 class Rendezvous:
     """The open meetings of one world: (domain, key) -> domain rank -> payload.
 
@@ -36,7 +45,7 @@ class Rendezvous:
         #: The window race check's clocks: a meeting orders every member after the others
         #: (None without the check: no call at every meeting).
         self.release, self.acquire = release, acquire
-        self.boxes: dict[tuple[str, object], dict[int, tuple[bytes, Clock]]] = {}
+        self.boxes: dict[tuple[str, object], _Box] = {}
         #: Per open meeting whose members began to leave: the payloads every member gets (one
         #: list, :meth:`meet`) and how many members left.
         self.readers: dict[tuple[str, object], tuple[Met, int]] = {}
@@ -75,15 +84,16 @@ class Rendezvous:
         slot = (group.name, key)
         size = group.size  # read once: the test below runs at every switch while it waits
         with lock:
-            box = self.boxes.setdefault(slot, {})
+            box = self.boxes.setdefault(slot, _Box())
             box[rank] = (payload, self.release and self.release(group.ranks[rank]))
+            box.full = len(box) == size
             self.blocker.progressed()
 
         def missing() -> list[int]:
             return [group.ranks[i] for i in range(size) if i not in box]
 
         self.blocker.wait_for(
-            lambda: len(box) == size and (also is None or also()),
+            lambda: box.full and (also is None or also()),
             lambda: why(missing()),
         )
         with lock:

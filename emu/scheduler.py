@@ -373,8 +373,10 @@ class Scheduler(Blocker):
 
         The querying runner is as good as waiting for the server, as on hardware.
         """
+        if not self.policy.late:  # (asked first: an eager server leaves nothing to settle)
+            return
         me = self.me()
-        if me is None or not self.policy.late:
+        if me is None:
             return
         with self.lock:
             others = [r for r in self.runners if r is not me]
@@ -388,13 +390,12 @@ class Scheduler(Blocker):
         with self.lock:
             if self.error is not None or not self.has_work():
                 return
-        if self.me() is None:
-            super().run_ready()
-            return
-        with self.lock:
-            while self.error is None and self.has_work() and self.policy.run_round(True):
-                if not self._run_job():
-                    return
+            if self.me() is not None:  # a runner: its rounds run here, the lock still held
+                while self.policy.run_round(True) and self._run_job():
+                    if self.error is not None or not self.has_work():
+                        return
+                return
+        super().run_ready()
 
     def defers(self) -> bool:
         """Whether the server may leave ready work (BatchWrite copies) for later."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hccl_py.core.task import Task
 from hccl_py.server.positions import Position
 
 
@@ -17,3 +18,6 @@ class Slot(Position):
 
     #: (domain rank, round) -> the rank's clock at that Commit (the window race check)
     clocks: dict[tuple[int, int], tuple[int, ...] | None] = dataclasses.field(default_factory=dict)
+    #: Every rank's task in domain-rank order, made once the last one arrived (each round's
+    #: copies read them in this order).
+    ranked: list[Task] = dataclasses.field(default_factory=list)

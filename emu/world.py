@@ -105,8 +105,10 @@ class EmuWorld(Server):
         #: Every domain's slots, their order, failures and poison (one state machine); every
         #: position it makes is a :class:`Slot` (read as one without a check at each call).
         self.board = TaskBoard(position=Slot, restore=restore, on_failure=self.blocker.progressed)
-        #: :meth:`_has_work`'s answer and the board version it holds for.
-        self._ready_version, self._ready = -1, False
+        #: :meth:`_has_work`'s answer (the first ready slot, or None) and the board version it
+        #: holds for: :meth:`_take_work` at that version starts that slot without a second look.
+        self._ready_version: int = -1
+        self._ready: Slot | None = None
         self.reports = WorldReports(self)
         self.blocker.describe_world = self.reports.describe_world
         self.finalized: dict[tuple[str, int], dict[int, int]] = {}
@@ -153,14 +155,14 @@ class EmuWorld(Server):
             return True
         board = self.board
         if board.version == self._ready_version:
-            return self._ready
-        found = False
+            return self._ready is not None
+        found = None
         for slot in list(board.pending):  # a loop: a generator costs a call per slot it yields
             if board.ready(slot):
-                found = True
+                found = slot
                 break
         self._ready_version, self._ready = board.version, found
-        return found
+        return found is not None
 
     def _take_work(self) -> Job | None:
         if self.blocker.error is not None:
@@ -168,12 +170,20 @@ class EmuWorld(Server):
         write = self.writes.job()
         if write is not None:
             return write
-        slot = self.board.claim()
+        board = self.board
+        # at the version of _has_work's look, the board is as it saw it: claim would find the
+        # same slot (or none) again
+        if board.version == self._ready_version:
+            slot = self._ready
+            if slot is not None:
+                board.start(slot)
+        else:
+            slot = board.claim()
         return None if slot is None else functools.partial(self._execute, slot)
 
     def _execute(self, slot: Slot) -> None:
         round_idx = slot.done
-        tasks = [slot.tasks[r] for r in slot.ranks]
+        tasks = slot.ranked  # (a slot that runs is complete: its tasks are final)
         error = None
         started = now_us()
         try:
@@ -202,7 +212,7 @@ class EmuWorld(Server):
                 if task.collective_index >= n_tasks:
                     self._fail(slot, count_mismatch(task, rank, n_tasks))
             if slot.complete:
-                tasks = [slot.tasks[r] for r in slot.ranks]
+                tasks = slot.ranked = [slot.tasks[r] for r in slot.ranks]
                 error = mismatch(tasks) or shared_between_ranks(tasks)
                 if error is not None:
                     self._fail(slot, error)
@@ -275,8 +285,9 @@ class EmuWorld(Server):
         with self.blocker.lock:
             self.finalized.setdefault((name, launch), {})[rank] = n_tasks
             dom = self.board.domains.get(name)
-            for slot in [] if dom is None else dom.unfinished():
-                if slot.complete:
+            # the slots still waiting for a task (one that is incomplete never finished)
+            for slot in [] if dom is None else list(dom.positions.values()):
+                if slot.complete or slot.error is not None:
                     continue
                 for t in slot.tasks.values():
                     if t.rank != rank and t.launch == launch and t.collective_index >= n_tasks:

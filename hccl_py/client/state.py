@@ -351,8 +351,8 @@ class ClientState:
                 )
         if sender is not None and sender.handles and not sender.finalized:
             problems.append(self._no_finalize())
-        problems += [f"{what} (the server holds it)" for _, what in self.held]
-        for write, _ in self.held:  # reported here: no later deadlock report names it again
+        for write, what in self.held:  # reported here: no later deadlock report names it again
+            problems.append(f"{what} (the server holds it)")
             self.rank_ctx.blocker.held.pop(id(write), None)
         if not problems and sender is not None and sender.finalized_async:
             self._finish_tasks(sender)

@@ -64,8 +64,9 @@ def _field_mismatch(tasks: list[Task], where: str) -> HcclMismatchError | None:
 def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
     """Why the ranks' tasks of one slot disagree, or None."""
     first = tasks[0]
+    place = (first.launch, first.collective_index)  # (the first task's facts: made once)
     for t in tasks[1:]:
-        if (t.launch, t.collective_index) != (first.launch, first.collective_index):
+        if (t.launch, t.collective_index) != place:
             return HcclMismatchError(
                 f"ranks prepared different numbers of tasks: at {_where(first)}, rank {global_rank(first)} "
                 f"is at handle {first.handle} ({first.describe()}) of its kernel launch "
@@ -74,7 +75,11 @@ def mismatch(tasks: list[Task]) -> HcclMismatchError | None:
                 expected=f"launch #{first.launch} handle {first.handle}",
                 actual=f"launch #{t.launch} handle {t.handle}",
             )
-    differs = any(t.signature() != first.signature() for t in tasks[1:])
+    signature, differs = first.signature(), False
+    for t in tasks[1:]:  # (a loop: a generator costs a call per task it yields)
+        if t.signature() != signature:
+            differs = True
+            break
     error = _field_mismatch(tasks, _where(first)) if differs else None
     if error is not None:
         return error

@@ -44,6 +44,12 @@ class Position:
     all_deps: list[Task | PendingDep] = dataclasses.field(default_factory=list)
     #: Every round ran (complete, ``done >= repeat``): kept as tasks arrive and rounds end.
     finished: bool = False
+    #: Tracked ranks that have not committed round ``done`` (kept by the board as Commits
+    #: arrive and rounds end): the round may start only at 0.
+    behind: int = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.behind = len(self.ranks)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -51,16 +57,27 @@ class Position:
         return (self.domain, self.seq)
 
     def add(self, rank: int, task: Task) -> None:
-        """Domain rank ``rank``'s task arrived at this position."""
-        self.tasks[rank] = task
-        self.all_deps = [dep for one in self.tasks.values() for dep in one.deps]
-        self.repeat = self.sample().repeat
-        self.complete = len(self.tasks) == len(self.ranks)
+        """Domain rank ``rank``'s task arrived at this position.
+
+        Another rank's task comes last in :attr:`tasks`: its deps follow the others' and the
+        first task (the rounds) stays; the first task, or one that replaces a rank's, makes both
+        anew."""
+        tasks = self.tasks
+        if tasks and rank not in tasks:
+            tasks[rank] = task
+            self.all_deps = [*self.all_deps, *task.deps]
+        else:
+            tasks[rank] = task
+            self.all_deps = [dep for one in tasks.values() for dep in one.deps]
+            self.repeat = self.sample().repeat
+        self.complete = len(tasks) == len(self.ranks)
         self.finished = self.complete and self.done >= self.repeat
 
     def sample(self) -> Task:
-        """Some rank's task, for descriptions."""
-        return next(iter(self.tasks.values()))
+        """Some rank's task (the first to arrive), for descriptions."""
+        for task in self.tasks.values():  # (a loop: iter and next would be a call each)
+            return task
+        raise StopIteration  # (no task yet: what next() of the empty values raised)
 
     def not_submitted(self) -> list[int]:
         """Tracked domain ranks whose task has not arrived."""

@@ -102,7 +102,12 @@ class TaskBoard:
         """Domain rank ``task.rank`` committed ``round_idx``; ``poison``: remember it to poison."""
         self.version += 1
         position = self.position(task)
-        position.committed[task.rank] = round_idx + 1
+        committed, done = position.committed, position.done
+        if task.rank not in committed or committed[task.rank] <= done:  # the rank was behind
+            position.behind -= 1
+        committed[task.rank] = round_idx + 1
+        if round_idx + 1 <= done:  # and still is
+            position.behind += 1
         if position.error is None and not position.finished:
             self.pending[position] = None
         if poison:
@@ -124,8 +129,11 @@ class TaskBoard:
         done = position.done
         if done >= position.repeat:
             return False
-        counts = position.released if self.late else position.committed
-        if len(counts) < len(position.ranks) or min(counts.values()) <= done:
+        if self.late:
+            counts = position.released
+            if len(counts) < len(position.ranks) or min(counts.values()) <= done:
+                return False
+        elif position.behind:  # a tracked rank has not committed round ``done`` (kept count)
             return False
         if not self.domains[position.domain].reached(position):
             return False
@@ -138,10 +146,14 @@ class TaskBoard:
         """The first of ``positions`` (default: the pending ones) whose round can start; it runs."""
         for position in list(self.pending if positions is None else positions):
             if self.ready(position):
-                position.running = True
-                self.version += 1
+                self.start(position)
                 return position
         return None
+
+    def start(self, position: Position) -> None:
+        """The next round of ``position``, which :meth:`ready` found ready, runs now."""
+        position.running = True
+        self.version += 1
 
     def finish(self, position: Position, error: HcclError | None = None) -> None:
         """The claimed round of ``position`` ended (failed with ``error``)."""
@@ -151,7 +163,12 @@ class TaskBoard:
             self.fail(position, error)
             return
         position.poisoned.pop(position.done, None)
-        position.done += 1
+        position.done = done = position.done + 1
+        behind = len(position.ranks) - len(position.committed)  # (no Commit yet: behind)
+        for count in position.committed.values():
+            if count <= done:
+                behind += 1
+        position.behind = behind
         position.finished = position.done >= position.repeat  # (complete: a round ran)
         if position.finished:
             self.pending.pop(position, None)

@@ -323,6 +323,10 @@ class LocalWindows:
         """How many windows were created so far."""
         return len(self._by_key)
 
+    def __bool__(self) -> bool:
+        """Whether a window was created (every core's start asks): no count to make."""
+        return bool(self._by_key)
+
     def window(self, domain: str, rank: int, kind: str) -> WindowAllocation:
         """Global rank ``rank``'s window ``kind`` ("In"/"Out"/"Exp") of ``domain``."""
         key = (domain, rank, kind)
