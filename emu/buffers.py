@@ -194,17 +194,11 @@ class BufferRaces:
         """Under the lock, before ``rnd`` is marked: the report when the server's accesses of
         ``rnd`` meet another domain's pending round of this rank that nothing orders with it
         (no Wait of it yet, no InterHcclGroupSync either way)."""
-        task, domain = rnd.task, rnd.task.domain_name
-        for t in self.tasks[rank]:  # (a loop: most Commits find no other domain's round)
-            if t.domain_name != domain:
-                break
-        else:
+        task = rnd.task
+        others = [t for t in self.tasks[rank] if t.domain_name != task.domain_name]
+        if not others or task.seq not in self.slots(task.domain_name):
             return None
-        if task.seq not in self.slots(domain):
-            return None
-        unordered = {
-            t for t in self.tasks[rank] if t.domain_name != domain and self._unordered(t, task)
-        }
+        unordered = {t for t in others if self._unordered(t, task)}
         for side, alloc in (("send", task.send.alloc), ("recv", task.recv.alloc)):
             memory = alloc.memory
             if not unordered or memory is None or not memory[0]:
