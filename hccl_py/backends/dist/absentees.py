@@ -61,7 +61,10 @@ class Absentees:
             self.check()
             if time.monotonic() >= deadline:
                 who = self.undescribed()
-                raise HcclTimeoutError(f"timed out after {timeout:g} s: {self.waiting(who)}")
+                raise HcclTimeoutError(
+                    f"timed out after {timeout:g} s: {self.waiting(who)}. State of the world:\n"
+                    f"{self.server.blocker.state()}"
+                )
 
         try:  # a failed process group: because a peer's process ended? then name it
             watch_work(
