@@ -73,66 +73,6 @@ def test_a_device_wait_ends_when_the_device_ran_the_call() -> None:
     assert len(looks) == 2 and work.waited
 
 
-class SlowWork:
-    """A gloo call as torch's ``Work`` behaves: ``wait(timeout)`` raises ``Operation timed
-    out!`` while the call runs (its first ``runs_for`` waits), then it ends: the wait returns,
-    or raises ``error`` (a failed call); ``is_completed`` says whether it ended."""
-
-    def __init__(self, runs_for: int, error: Exception | None = None) -> None:
-        self.runs_for, self.error, self.timeouts = runs_for, error, []
-        self.ended, self.futures_asked = False, 0
-
-    def is_completed(self) -> bool:
-        return self.ended
-
-    def wait(self, timeout=None) -> bool:  # type: ignore[no-untyped-def]
-        if len(self.timeouts) < self.runs_for:
-            assert timeout is not None, "an unbounded wait would never look for absent peers"
-            self.timeouts.append(timeout.total_seconds())
-            raise RuntimeError("Operation timed out!")
-        self.ended = True
-        if self.error is not None:
-            raise self.error
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        self.futures_asked += 1
-        return torch.futures.Future()
-
-
-class PeerClosedError(RuntimeError):
-    """What a gloo call whose peer's process ended raises (torch's DistBackendError is a
-    RuntimeError too)."""
-
-
-def test_a_gloo_wait_blocks_in_the_calls_own_wait_and_looks_between_slices() -> None:
-    """No done callback: gloo's thread would take the GIL to run it when the call ends."""
-    work, looks = SlowWork(runs_for=3), []
-    watch_work(work, 0.05, lambda: looks.append(1), lambda: None)
-    assert work.timeouts == [0.05, 0.05, 0.05] and len(looks) == 3 and work.ended
-    assert work.futures_asked == 0
-
-
-def test_a_gloo_wait_that_looks_and_finds_a_peer_gone_stops() -> None:
-    work = SlowWork(runs_for=5)
-
-    def look() -> None:
-        raise PeerGoneError("rank 1 returned without calling AllGather")
-
-    with pytest.raises(PeerGoneError):
-        watch_work(work, 0.05, look, lambda: None)
-    assert work.timeouts == [0.05]
-
-
-def test_a_failed_gloo_call_is_not_taken_for_a_wait_that_ran_out() -> None:
-    """A failed call raises from ``wait(timeout)`` too: it has ended, so the wait stops looking
-    and raises its error after ``failed()`` (which names the peer whose process ended)."""
-    work, looks, failed = SlowWork(runs_for=2, error=PeerClosedError("peer closed")), [], []
-    with pytest.raises(PeerClosedError, match="peer closed"):
-        watch_work(work, 0.05, lambda: looks.append(1), lambda: failed.append(1))
-    assert len(looks) == 2 and failed == [1]
-
-
 def test_gloo_waits_on_the_future_and_hccl_on_the_device() -> None:
     assert DistBackend.device_async is False and HcclBackend.device_async is True
 

@@ -8,8 +8,8 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from functools import partial
+from queue import Empty, SimpleQueue
 from typing import Any
 
 import torch.distributed as dist
@@ -39,14 +39,14 @@ def watch_work(
 
     ``look`` raises to stop waiting (an abort, an absent peer, the timeout); a failed
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
-    the peer whose process ended). The thread blocks in the call's own ``wait(timeout)``,
-    in C++ without the GIL, as a plain ``wait()`` does; a wait that runs out raises
-    torch's ``Operation timed out!``, told apart from a failed call by whether the call
-    ended (:func:`_ended_within`). A done callback instead (a Python callable, even a
-    :class:`queue.SimpleQueue`'s ``put``) makes gloo's thread take the GIL when the call
-    ends, before it can start the next one: about 25 to 50 us more per call on 2 ranks
-    (docs/performance.md). A call that finished already (asked once) needs no wait.
-    ``device_async``: the
+    the peer whose process ended). A done callback on the call's future wakes the thread:
+    a :class:`queue.SimpleQueue`'s ``put``, C code that gloo's thread runs without a Python
+    frame, where a Python function that set a :class:`~hccl_py.server.latch.Latch` cost
+    about 45 us more per call on 2 ranks (the call's own ``wait(timeout)``, which spares gloo's
+    thread the GIL, costs 1% to 7% less per call, but its ``Operation timed out!`` error
+    raises the resident high-water mark by about 2.6 MiB the first time a call lasts longer
+    than ``every``: pages of torch's libraries that the C++ exception touches;
+    docs/performance.md); a call that finished already (asked once) needs none. ``device_async``: the
     process group completes a call's future when it queues the call on a device stream
     (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
     device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
@@ -77,7 +77,9 @@ def _watch(
         work.get_future().add_done_callback(lambda _: queued.set())
         done = _device_done(work, queued)
     else:
-        done = partial(_ended_within, work)
+        ended: SimpleQueue = SimpleQueue()
+        work.get_future().add_done_callback(ended.put)
+        done = partial(_ended_within, ended)
     try:
         while not done(every):
             look()
@@ -92,15 +94,13 @@ def _watch(
         raise
 
 
-def _ended_within(work: dist.Work, within: float) -> bool:
-    """Whether ``work`` ended within ``within`` seconds (done or failed: its ``wait()`` says
-    which). A wait that runs out raises (about 0.25 ms: torch builds the error's message; the
-    first one in a process maps some of torch's library pages for it), and the call has not
-    ended then; a failed call raises too, and has ended."""
+def _ended_within(ended: SimpleQueue, within: float) -> bool:
+    """Whether the call whose future's done callback puts into ``ended`` ended within
+    ``within`` seconds (done or failed: its ``wait()`` says which)."""
     try:
-        work.wait(timedelta(seconds=within))
-    except RuntimeError:
-        return work.is_completed()
+        ended.get(timeout=within)
+    except Empty:
+        return False
     return True
 
 
