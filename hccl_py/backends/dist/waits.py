@@ -46,10 +46,10 @@ def watch_work(
     thread the GIL, costs 1% to 7% less per call, but its ``Operation timed out!`` error
     raises the resident high-water mark by about 2.6 MiB the first time a call lasts longer
     than ``every``: pages of torch's libraries that the C++ exception touches;
-    docs/performance.md); a call that finished already (asked once) needs none. ``device_async``: the
-    process group completes a call's future when it queues the call on a device stream
-    (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which reports the
-    device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
+    docs/performance.md); a call that finished already (asked once) needs none.
+    ``device_async``: the process group completes a call's future when it queues the call on a
+    device stream (torch_npu's HCCL), so the wait asks ``work.is_completed()`` instead, which
+    reports the device's end. ``waiting`` puts the wait on its board once it lasts, and raises when the
     waits on the board deadlock.
     """
     if device_async or not work.is_completed():
