@@ -11,6 +11,22 @@ from collections import Counter
 from collections.abc import Iterable
 
 _RANK_LINE = re.compile(r"^rank (\d+) (.*)$", re.S)
+#: The name of a thread that runs a kernel's core (:func:`core_thread_name`).
+_CORE_THREAD = re.compile(r"rank(\d+)-([A-Z]+)(\d+)")
+
+
+def core_thread_name(rank: int, kind: str, block: int) -> str:
+    """The name of the thread that runs block ``block`` of core type ``kind`` (``AIV``) of
+    rank ``rank``'s kernel: ``rank0-AIV1``, which :func:`thread_core` reads back."""
+    return f"rank{rank}-{kind}{block}"
+
+
+def thread_core(name: str) -> tuple[str, str] | None:
+    """The core whose thread has the name ``name`` (:func:`core_thread_name`), as reports name
+    it: (``rank 0 ``, ``AIV core 1``, as ``kernel.context.core_name`` does); None for a thread
+    that runs no core."""
+    match = _CORE_THREAD.fullmatch(name)
+    return None if match is None else (f"rank {match[1]} ", f"{match[2]} core {match[3]}")
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:

@@ -23,6 +23,7 @@ from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
 from ..core.gm import GmAddr, to_gm
 from ..core.group import Group
+from ..core.grouping import core_thread_name
 from ..core.template import template
 from ..tiling.structs import cc_engines
 from ..trace.hooks import core_tid, recorder
@@ -306,7 +307,7 @@ def _run_cores(
 
     threads = []
     for i, c in enumerate(cores):  # on the emulator none runs before this runner blocks
-        name = f"rank{rank_ctx.rank}-{c.kind._name_}{c.block_idx}"  # (as in core_name)
+        name = core_thread_name(rank_ctx.rank, c.kind._name_, c.block_idx)
         try:
             threads.append(
                 blocker.spawn(functools.partial(body, c), name, (rank_ctx.rank, i), rank_ctx.rank)

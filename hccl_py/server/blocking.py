@@ -23,7 +23,6 @@ without counting polls; its ``spawn`` returns a thread-like handle.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -38,7 +37,7 @@ from ..core.errors import (
     HcclRunnerStartError,
     HcclTimeoutError,
 )
-from ..core.grouping import group_rank_lines
+from ..core.grouping import group_rank_lines, thread_core
 from .threads import CORE_THREADS, PoolJob, WakeCondition, join_all
 
 #: Unchanged polls after which a polling thread counts as spinning.
@@ -63,9 +62,6 @@ Text = str | Callable[[], str]
 #: Seconds :meth:`Blocker.join_spawned` waits for the threads of a kernel's cores.
 JOIN_S = 5.0
 
-#: The name of a kernel core's thread (``kernel/cores.py``): ``rank0-AIV1``.
-_CORE_THREAD = re.compile(r"rank(\d+)-([A-Z]+)(\d+)")
-
 
 def _text(what: Text) -> str:
     return what() if callable(what) else what
@@ -76,9 +72,9 @@ def _core_threads() -> dict[int | None, tuple[str, str]]:
     names at a report (nothing to record at each wait)."""
     found = {}
     for thread in threading.enumerate():
-        match = _CORE_THREAD.fullmatch(thread.name)
-        if match is not None:
-            found[thread.ident] = (f"rank {match[1]} ", f"{match[2]} core {match[3]}")
+        core = thread_core(thread.name)
+        if core is not None:
+            found[thread.ident] = core
     return found
 
 
