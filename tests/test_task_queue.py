@@ -281,14 +281,6 @@ def _ready_now(board: TaskBoard) -> frozenset:
     )
 
 
-def _behind_kept(board: TaskBoard) -> None:
-    """Each position's count of ranks behind its next round is what its Commits say."""
-    for dom in board.domains.values():
-        for p in dom.positions.values():
-            behind = sum(p.committed.get(r, 0) <= p.done for r in p.ranks)
-            assert p.behind == behind, f"{p.key}: behind {p.behind}, Commits say {behind}"
-
-
 @pytest.mark.parametrize("name", list(CLAIMS))
 def test_what_ready_answers_changes_only_with_the_board_version(name: str) -> None:
     """The emulator keeps its "has the server work" answer per board version: every transition
@@ -306,7 +298,6 @@ def test_what_ready_answers_changes_only_with_the_board_version(name: str) -> No
             assert board.version != version or _ready_now(board) == ready, (
                 f"{verb}{args[:1]} changed what ready answers without moving the version"
             )
-            _behind_kept(board)
             return result
 
         return call

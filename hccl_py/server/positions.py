@@ -44,12 +44,6 @@ class Position:
     all_deps: list[Task | PendingDep] = dataclasses.field(default_factory=list)
     #: Every round ran (complete, ``done >= repeat``): kept as tasks arrive and rounds end.
     finished: bool = False
-    #: Tracked ranks that have not committed round ``done`` (kept by the board as Commits
-    #: arrive and rounds end): the round may start only at 0.
-    behind: int = dataclasses.field(init=False)
-
-    def __post_init__(self) -> None:
-        self.behind = len(self.ranks)
 
     @property
     def key(self) -> tuple[str, int]:

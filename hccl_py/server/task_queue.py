@@ -102,12 +102,7 @@ class TaskBoard:
         """Domain rank ``task.rank`` committed ``round_idx``; ``poison``: remember it to poison."""
         self.version += 1
         position = self.position(task)
-        committed, done = position.committed, position.done
-        if task.rank not in committed or committed[task.rank] <= done:  # the rank was behind
-            position.behind -= 1
-        committed[task.rank] = round_idx + 1
-        if round_idx + 1 <= done:  # and still is
-            position.behind += 1
+        position.committed[task.rank] = round_idx + 1
         if position.error is None and not position.finished:
             self.pending[position] = None
         if poison:
@@ -129,11 +124,8 @@ class TaskBoard:
         done = position.done
         if done >= position.repeat:
             return False
-        if self.late:
-            counts = position.released
-            if len(counts) < len(position.ranks) or min(counts.values()) <= done:
-                return False
-        elif position.behind:  # a tracked rank has not committed round ``done`` (kept count)
+        counts = position.released if self.late else position.committed
+        if len(counts) < len(position.ranks) or min(counts.values()) <= done:
             return False
         if not self.domains[position.domain].reached(position):
             return False
@@ -163,12 +155,7 @@ class TaskBoard:
             self.fail(position, error)
             return
         position.poisoned.pop(position.done, None)
-        position.done = done = position.done + 1
-        behind = len(position.ranks) - len(position.committed)  # (no Commit yet: behind)
-        for count in position.committed.values():
-            if count <= done:
-                behind += 1
-        position.behind = behind
+        position.done += 1
         position.finished = position.done >= position.repeat  # (complete: a round ran)
         if position.finished:
             self.pending.pop(position, None)
