@@ -69,9 +69,7 @@ class Position:
 
     def sample(self) -> Task:
         """Some rank's task (the first to arrive), for descriptions."""
-        for task in self.tasks.values():  # (a loop: iter and next would be a call each)
-            return task
-        raise StopIteration  # (no task yet: what next() of the empty values raised)
+        return next(iter(self.tasks.values()))
 
     def not_submitted(self) -> list[int]:
         """Tracked domain ranks whose task has not arrived."""
