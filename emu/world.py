@@ -218,15 +218,15 @@ class EmuWorld(Server):
                     self._fail(slot, error)
             self.blocker.progressed()
 
-    def commit(self, task: Task, round_idx: int) -> None:
+    def commit(self, task: Task, rounds: range) -> None:
         with self.blocker.lock:
             self.blocker.raise_if_failed()
-            slot = self.board.commit(task, round_idx, self.config.poison)
-            if self.watched.races is not None:  # the window race check's clock of this Commit
-                slot.clocks[(task.rank, round_idx)] = self.watched.release(
-                    task.domain.ranks[task.rank]
-                )
-            self.buffers.committed(task.domain.ranks[task.rank], task, round_idx)
+            slot = self.board.commit(task, rounds, self.config.poison)
+            rank = task.domain.ranks[task.rank]
+            if self.watched.races is not None:  # the window race check's clock of each Commit
+                for round_idx in rounds:
+                    slot.clocks[(task.rank, round_idx)] = self.watched.release(rank)
+            self.buffers.committed(rank, task, rounds)
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()

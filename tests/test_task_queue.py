@@ -63,8 +63,8 @@ class Program:
 
     def run(self, steps: list[tuple]) -> None:
         """Apply ``steps``: ("submit", dom, seq, ranks[, deps, launch]), ("commit", dom, seq,
-        ranks, round), ("run", dom, seq) claims and finishes one round, ("fail", dom, seq),
-        ("release",)."""
+        ranks, round or range of rounds), ("run", dom, seq) claims and finishes one round,
+        ("fail", dom, seq), ("release",)."""
         for verb, *args in steps:
             getattr(self, f"_{verb}")(*args)
 
@@ -77,9 +77,12 @@ class Program:
             self.tasks[(dom, seq, rank)] = task
             self.board.submit(task)
 
-    def _commit(self, dom: str, seq: int, ranks: list[int], round_idx: int) -> None:
+    def _commit(self, dom: str, seq: int, ranks: list[int], rounds: int | range) -> None:
+        """One Commit of round ``rounds``, or (a range) a Prepare[True]'s Commits of them all."""
+        if isinstance(rounds, int):
+            rounds = range(rounds, rounds + 1)
         for rank in ranks:
-            self.board.commit(self.task(dom, seq, rank), round_idx, poison=True)
+            self.board.commit(self.task(dom, seq, rank), rounds, poison=True)
 
     def _run(self, dom: str, seq: int) -> None:
         position = self.board.claim([self.at(dom, seq)])
@@ -272,6 +275,20 @@ def test_poison_is_due_once_reached_forgotten_when_run_and_restored_when_never_r
     assert program.restored == ["saved a#1"]
     program.run([("commit", "a", 1, BOTH, 1)])
     assert board.poison_due() == [] and board.unpoisoned == {}, "a failed task is never poisoned"
+
+
+def test_rounds_committed_in_one_call_count_and_are_poisoned_as_one_by_one() -> None:
+    """A Prepare[True] hands the server all its rounds at once (``commit(task, range)``)."""
+    at_once, one_by_one = Program(repeat=3), Program(repeat=3)
+    at_once.run([("submit", "a", 0, BOTH), ("commit", "a", 0, BOTH, range(3))])
+    one_by_one.run([("submit", "a", 0, BOTH)] + [("commit", "a", 0, BOTH, r) for r in range(3)])
+    for program in (at_once, one_by_one):
+        assert program.at("a", 0).committed == {0: 3, 1: 3}
+        due = [(t.rank, r) for _, t, r in program.board.poison_due()]
+        assert due == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        for _ in range(3):
+            program.run([("run", "a", 0)])
+        assert program.at("a", 0).finished and claimed(program) is None
 
 
 def _ready_now(board: TaskBoard) -> frozenset:

@@ -85,8 +85,9 @@ class HandleControl:
         )
 
     # ------------------------------------------------------------------ Commit
-    def commit(self, handleId: Any) -> None:
-        """Commit: let the server run the next round of ``handleId``."""
+    def commit(self, handleId: Any, n: int = 1) -> None:
+        """Commit: let the server run the next round of ``handleId`` (``n``: the next ``n``
+        rounds, as ``n`` Commits in a row; a ``Prepare[True]``'s)."""
         b, breach = self._binding, self._failures.breach
         if self._failures.unusable(b, "Commit", sends=False, handle=handleId):
             return
@@ -137,7 +138,7 @@ class HandleControl:
                 round=info.commits,
             )
             return
-        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId))
+        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId), n)
         self._failures.ok(None)
 
     def note_local_commit(self, core: CoreContext, h: int, round_idx: int) -> None:

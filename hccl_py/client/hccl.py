@@ -31,7 +31,7 @@ from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .half_alltoallv import WindowWriter
 from .handle import Handle
-from .log import logged
+from .log import logged, observed
 from .onesided import OneSided
 from .prepare import PreparePath
 from .sender import DEFAULT_CFG, server_config
@@ -182,7 +182,16 @@ class Hccl:
     @logged
     def _prepare(self, param: PrepareParam, commit: bool) -> int:
         """Validate ``param``, send its task from the sending core; the handle id or -1."""
-        return self._prepares.prepare(param, commit, self.Commit)
+        return self._prepares.prepare(param, commit, self._commit_rounds)
+
+    def _commit_rounds(self, handleId: int, n: int) -> None:
+        """A ``Prepare[True]``'s ``n`` Commits: each a call of its own where the debug log or a
+        trace shows calls, else one call that commits ``n`` rounds (the same Commits)."""
+        if observed():
+            for _ in range(n):
+                self.Commit(handleId)
+        else:
+            self._control.commit(handleId, n)
 
     @template("commit")
     def AllReduce(

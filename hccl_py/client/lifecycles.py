@@ -67,18 +67,21 @@ class Lifecycle:
 class Rounds(Lifecycle):
     """The server runs each committed round; Wait and Query ask it (the collectives)."""
 
-    def commit(self, client: Control, info: Handle, h: int) -> None:
-        """This core's Commit of the next round."""
-        info.commits += 1
-        self._send(client, info, h, info.commits - 1)
+    def commit(self, client: Control, info: Handle, h: int, n: int = 1) -> None:
+        """This core's Commits of the next ``n`` rounds."""
+        first = info.commits
+        info.commits += n
+        self._send(client, info, h, range(first, info.commits))
 
     @staticmethod
-    def _send(client: Control, info: Handle, h: int, round_idx: int) -> None:
-        """Hand server round ``round_idx`` of ``info``'s task to the server."""
+    def _send(client: Control, info: Handle, h: int, rounds: range) -> None:
+        """Hand server rounds ``rounds`` of ``info``'s task to the server."""
         if info.task is not None:
-            client.server.commit(info.task, round_idx)
-        else:  # not the sending core: counted here, and named if the round then hangs
-            client.note_local_commit(calling_core(), h, round_idx)
+            client.server.commit(info.task, rounds)
+            return
+        core = calling_core()  # not the sending core: counted here, named if a round then hangs
+        for round_idx in rounds:
+            client.note_local_commit(core, h, round_idx)
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         return client.wait_round(info, h)
@@ -102,9 +105,12 @@ class FineGrained(Rounds):
     once it is committed, and Query counts finished steps (the finished turns).
     """
 
-    def commit(self, client: Control, info: Handle, h: int) -> None:
-        for step in client.steps.commit_steps(info):
-            self._send(client, info, h, step)
+    def commit(self, client: Control, info: Handle, h: int, n: int = 1) -> None:
+        first = info.steps_committed
+        for _ in range(n):
+            client.steps.commit_steps(info)
+        if info.steps_committed > first:
+            self._send(client, info, h, range(first, info.steps_committed))
 
     def wait(self, client: Control, info: Handle, h: int) -> int:
         return client.steps.wait(info, h)
@@ -115,8 +121,8 @@ class BatchWrites(Lifecycle):
 
     queued = False
 
-    def commit(self, client: Control, info: Handle, h: int) -> None:
-        info.commits += 1
+    def commit(self, client: Control, info: Handle, h: int, n: int = 1) -> None:
+        info.commits += n
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         if not client.queue_num():
@@ -134,9 +140,10 @@ class BatchWrites(Lifecycle):
 class WindowWrites(BatchWrites):
     """AlltoAllvWrite (Ascend 950): Commit sends the copies, Wait meets every peer."""
 
-    def commit(self, client: Control, info: Handle, h: int) -> None:
-        info.commits += 1
-        client.writes.commit(h)
+    def commit(self, client: Control, info: Handle, h: int, n: int = 1) -> None:
+        for _ in range(n):
+            info.commits += 1
+            client.writes.commit(h)
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         client.writes.wait(h)
@@ -156,11 +163,12 @@ class ComputeOnly(Lifecycle):
 
     queued = False
 
-    def commit(self, client: Control, info: Handle, h: int) -> None:
-        if info.step_size:  # a fine-grained handle counts its steps alike
+    def commit(self, client: Control, info: Handle, h: int, n: int = 1) -> None:
+        if not info.step_size:
+            info.commits += n
+            return
+        for _ in range(n):  # a fine-grained handle counts its steps alike
             client.steps.commit_steps(info)
-        else:
-            info.commits += 1
 
     def wait(self, client: Control, info: Handle, h: int) -> int:
         if not info.step_size:

@@ -89,6 +89,11 @@ def _round(client: Any, name: str, args: tuple) -> str:
     return f" round {info.commits if name == 'Commit' else info.waits}"
 
 
+def observed() -> bool:
+    """Whether calls are shown: the debug log is on or a trace records them."""
+    return bool(_live_recorders) or logger.isEnabledFor(logging.DEBUG)
+
+
 def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     """Log each call of a client method (arguments, result or exception) at DEBUG level.
 

@@ -83,10 +83,12 @@ class PreparePath:
         seen[key] = (send.alloc, recv.alloc, fields)
         return fields
 
-    def prepare(self, param: PrepareParam, commit: bool, commit_call: Callable[[int], None]) -> int:
+    def prepare(
+        self, param: PrepareParam, commit: bool, commit_call: Callable[[int, int], None]
+    ) -> int:
         """Validate ``param``, send its task from the sending core; the handle id or -1.
 
-        With ``commit``, ``commit_call`` (the object's Commit) commits every round.
+        With ``commit``, ``commit_call(handle, n)`` makes the ``n`` Commits of every round.
         """
         b, failures = self._binding, self._failures
         op, name = param.spec.cmd, param.spec.name
@@ -170,11 +172,10 @@ class PreparePath:
         b.server.submit(task)
         return self._prepared(handle, commit, commit_call)
 
-    def _prepared(self, handle: int, commit: bool, commit_call: Callable[[int], None]) -> int:
+    def _prepared(self, handle: int, commit: bool, commit_call: Callable[[int, int], None]) -> int:
         self._failures.ok()
         if commit:
-            for _ in range(self._steps.commits_per_prepare(self._binding.handles[handle])):
-                commit_call(handle)
+            commit_call(handle, self._steps.commits_per_prepare(self._binding.handles[handle]))
         return handle
 
 

@@ -38,8 +38,9 @@ class Tasks(ABC):
         """A Prepare call of the sending core: the task exists, no round may run yet."""
 
     @abstractmethod
-    def commit(self, task: Task, round_idx: int) -> None:
-        """Round ``round_idx`` of ``task`` may run once every rank of its domain committed it."""
+    def commit(self, task: Task, rounds: range) -> None:
+        """This rank's next ``rounds`` of ``task`` (one Commit, or every round of a
+        ``Prepare[True]``): each may run once every rank of its domain committed it."""
 
     @abstractmethod
     def wait(self, task: Task, round_idx: int) -> None:

@@ -98,15 +98,15 @@ class TaskBoard:
         position.add(task.rank, task)
         return position
 
-    def commit(self, task: Task, round_idx: int, poison: bool = False) -> Position:
-        """Domain rank ``task.rank`` committed ``round_idx``; ``poison``: remember it to poison."""
+    def commit(self, task: Task, rounds: range, poison: bool = False) -> Position:
+        """Domain rank ``task.rank`` committed ``rounds``; ``poison``: remember them to poison."""
         self.version += 1
         position = self.position(task)
-        position.committed[task.rank] = round_idx + 1
+        position.committed[task.rank] = rounds.stop
         if position.error is None and not position.finished:
             self.pending[position] = None
         if poison:
-            position.unpoisoned.setdefault(task.rank, []).append(round_idx)
+            position.unpoisoned.setdefault(task.rank, []).extend(rounds)
             self.unpoisoned[position] = None
         return position
 

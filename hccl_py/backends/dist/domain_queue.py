@@ -159,9 +159,9 @@ class DomainQueue:
         """Under the lock: queue this rank's ``task``."""
         self.server.board.submit(task)
 
-    def commit(self, task: Task, round_idx: int) -> None:
-        """Under the lock: this rank committed ``round_idx`` of ``task``."""
-        self.server.board.commit(task, round_idx, self.server.config.poison)
+    def commit(self, task: Task, rounds: range) -> None:
+        """Under the lock: this rank committed ``rounds`` of ``task``."""
+        self.server.board.commit(task, rounds, self.server.config.poison)
         poison_reached(self.server.board)
 
     def ready(self) -> bool:

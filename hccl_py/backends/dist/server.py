@@ -296,9 +296,9 @@ class DistServer(ExchangeMeetings, Server):
                 self.store.delete_key(key)
         self._keys.clear()
 
-    def commit(self, task: Task, round_idx: int) -> None:
+    def commit(self, task: Task, rounds: range) -> None:
         with self.lock:
-            self._queue(task).commit(task, round_idx)
+            self._queue(task).commit(task, rounds)
             self.cond.notify_all()
         if not self.late:
             self._run_local()
