@@ -37,7 +37,7 @@ from typing import Any
 import greenlet
 
 from hccl_py.kernel.context import current_rank_context
-from hccl_py.server.blocking import Blocker, Text, _text
+from hccl_py.server.blocking import Blocker, Text, runner_line
 from hccl_py.server.same_cpu import SameCpu
 from hccl_py.server.threads import PoolJob, start_thread
 
@@ -416,7 +416,7 @@ class Scheduler(Blocker):
         """What every runner waits for, then the server's state."""
         with self.lock:
             lines = [
-                _text(r.what)
+                runner_line(r.what, r.name)
                 if r.pred is not None
                 else f"{r.name}: {'running its own code' if r is self.current else 'runnable'}"
                 for r in self.runners
@@ -427,7 +427,7 @@ class Scheduler(Blocker):
 
     def _declare_deadlock(self) -> None:
         """Under the lock: every runner waits in vain and the server has nothing to run."""
-        self._deadlock([_text(r.what) for r in self.runners if r.pred is not None])
+        self._deadlock([runner_line(r.what, r.name) for r in self.runners if r.pred is not None])
 
     def running(self) -> Any:
         """The runner that holds the baton (None when none does)."""

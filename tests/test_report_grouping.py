@@ -63,10 +63,13 @@ def test_an_8_rank_deadlock_report_is_short_with_the_detail_in_the_debug_log(
     assert text.count("HcclDeadlockError") == 1, text
     assert "  ranks 0-7: HcclDeadlockError: deadlock" in text
     assert "  - ranks 0-7: AIV core 0 waits in SyncAll: 1 of 2 cores arrived" in text
+    # the emulator's Wait lines name their core too (before: "ranks 0-7: wait for round 0 ...")
+    assert "  - ranks 0-7: AIV core 1 waits for round 0 of handle 0 AllGather(" in text, text
     assert "  - ranks 0-7: wait for its kernel: 0 of 2 cores returned" in text
     detail = "\n".join(r.getMessage() for r in caplog.records if "deadlock" in r.getMessage())
     for rank in range(8):
         assert f"  - rank {rank} AIV core 0 waits in SyncAll" in detail, detail
+        assert f"  - rank {rank} AIV core 1 waits for round 0 of handle 0" in detail, detail
 
 
 def test_states_come_in_the_order_of_their_numbers() -> None:

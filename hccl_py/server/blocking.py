@@ -78,6 +78,12 @@ def _core_threads() -> dict[int | None, tuple[str, str]]:
     return found
 
 
+def runner_line(what: Text, name: str) -> str:
+    """What the thread or emulated runner called ``name`` waits for (``what``), naming its
+    core when it runs one (:func:`~hccl_py.core.grouping.core_thread_name`)."""
+    return _named(_text(what), thread_core(name))
+
+
 def _named(line: str, core: tuple[str, str] | None) -> str:
     """``rank 0 waits ...`` -> ``rank 0 AIV core 1 waits ...``: a core's line names the core
     (so that the waits of several cores of a rank stay apart), unless it does already."""
