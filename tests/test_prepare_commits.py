@@ -5,7 +5,10 @@ Commits in a row (a fine-grained AlltoAllV: its steps, ``stepSize`` per Commit).
 Unless the debug log or a trace shows each Commit, the client hands them to the
 server in one call (``Server.commit(task, rounds)``). Everything that hears a
 Commit must still hear each round: the server, the notes of a core that does not
-send, the buffer race check's marks, the steps of a fine-grained task.
+send, the buffer race check's marks, the steps of a fine-grained task. And the
+run must be the one that Commits one at a time give, under every seeded schedule
+(which decides after each Commit whether the server runs a ready round) and under
+poison: the same seed replays the same interleaving with the debug log on or off.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import numpy as np
 import pytest
 import torch
 from cases import RUN_TIMEOUT, init_hccl
+from expect import expects_warning
+from hccl_py.backends.emu.policies import SeededPolicy
 from hccl_py.backends.emu.world import EmuWorld
 from test_iterate import client, tiling
 
@@ -69,7 +74,9 @@ def test_a_prepare_with_commit_hands_the_server_every_round_in_one_call(
 ) -> None:
     heard = _spy(monkeypatch)
     results = hp.run(_gather_rank, world_size=2, timeout=RUN_TIMEOUT)
-    assert sorted(heard) == [(0, 0, range(REPEAT)), (1, 0, range(REPEAT))]
+    # (the last rank to commit then commits them one at a time inside: see below)
+    whole = [call for call in heard if len(call[2]) == REPEAT]
+    assert sorted(whole) == [(0, 0, range(REPEAT)), (1, 0, range(REPEAT))]
     for got in results:
         np.testing.assert_array_equal(got, _gathered(2))
 
@@ -170,3 +177,166 @@ def test_every_step_committed_at_prepare_is_marked_for_the_race_check() -> None:
     assert isinstance(err, hp.HcclRaceError), err
     assert (err.handle, err.op, err.round) == (0, "AlltoAllV", 0)
     assert "bytes [0, 16) of" in str(err)
+
+
+SEEDS = range(24)
+
+
+def _query_after_prepare(xGM: Any, yGM: Any, tilingGM: Any, seen: list) -> None:
+    """What Query says right after the Prepare: which rounds the schedule has run by then."""
+    h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handle = h.AllGather[True](xGM, yGM, N, FP32, REPEAT * N, REPEAT)
+    seen.append(h.Query(handle))
+    for _ in range(REPEAT):
+        h.Wait(handle)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _querying_rank() -> tuple[list, list]:
+    x = torch.arange(N * REPEAT, dtype=torch.float32) + 100 * hp.get_rank()
+    y, seen = torch.zeros(hp.get_world_size() * N * REPEAT), []
+    hp.launch(_query_after_prepare, x, y, cases.make_tiling(), seen)
+    return seen, y.tolist()
+
+
+def _two_tasks(xGM: Any, yGM: Any, tilingGM: Any, seen: list) -> None:
+    """A one-round task, then a task of REPEAT rounds: a rank may commit the second while a
+    seeded schedule has left the first one's round ready and not run."""
+    h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    first = h.AllGather[True](xGM, yGM, N, FP32, REPEAT * N)
+    second = h.AllGather[True](xGM, yGM + 2 * N * REPEAT * 4, N, FP32, REPEAT * N, REPEAT)
+    seen.append((h.Query(first), h.Query(second)))
+    for handle in (first, second, second, second):
+        h.Wait(handle)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _two_task_rank() -> tuple[list, list]:
+    x = torch.arange(N * REPEAT, dtype=torch.float32) + 100 * hp.get_rank()
+    y, seen = torch.zeros(2 * hp.get_world_size() * N * REPEAT), []
+    hp.launch(_two_tasks, x, y, cases.make_tiling(), seen)
+    return seen, y.tolist()
+
+
+def _step_query(x: Any, y: Any, tilingGM: Any, seen: list) -> None:
+    """A fine-grained AlltoAllV of stepSize 2 on 2 ranks: one Commit is both steps."""
+    h = client(tilingGM)
+    counts, displs = [N, N], [0, N]
+    handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32)
+    h.Commit(handle)
+    seen.append(h.Query(handle))
+    h.Wait(handle)
+    h.Finalize()
+
+
+def _stepping_rank() -> tuple[list, list]:
+    x, y, seen = torch.arange(2.0 * N) + 10 * hp.get_rank(), torch.zeros(2 * N), []
+    hp.launch(_step_query, x, y, tiling(2), seen)
+    return seen, y.tolist()
+
+
+def _seeded(fn: Any, **options: Any) -> list:
+    return [hp.run(fn, world_size=2, seed=seed, timeout=RUN_TIMEOUT, **options) for seed in SEEDS]
+
+
+def _one_commit_per_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server hears each round in a call of its own (the protocol before ranges)."""
+    real = EmuWorld.commit
+
+    def commit(self: EmuWorld, task: Any, rounds: range) -> None:
+        for round_idx in rounds:
+            real(self, task, range(round_idx, round_idx + 1))
+
+    monkeypatch.setattr(EmuWorld, "commit", commit)
+
+
+@pytest.mark.parametrize(
+    "fn, options",
+    [(_querying_rank, {}), (_two_task_rank, {}), (_stepping_rank, {"platform": "A3"})],
+    ids=["rounds", "two-tasks", "steps"],
+)
+def test_every_seeded_schedule_runs_as_with_one_commit_per_round(
+    monkeypatch: pytest.MonkeyPatch, fn: Any, options: dict
+) -> None:
+    """A seeded schedule may run a ready round after any Commit (before: a Query right after
+    the Prepare saw other rounds finished in 5 of these 24 seeds, and a fine-grained
+    Commit's steps in 2)."""
+    together = _seeded(fn, **options)
+    with monkeypatch.context() as patch:
+        _one_commit_per_round(patch)
+        one_by_one = _seeded(fn, **options)
+    assert together == one_by_one
+
+
+def test_while_a_round_waits_to_run_the_schedule_is_asked_after_each_commit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server timing that leaves every ready round for later while a runner can go: the
+    first task's round waits when a rank commits the second task's rounds (under seed 8, before
+    any other rank committed them), and the schedule is asked after each of those Commits, as
+    one Commit per round asks it (before: once)."""
+    asked: list[bool] = []
+
+    def run_round(self: SeededPolicy, runners_can_go: bool) -> bool:
+        asked.append(runners_can_go)
+        return not runners_can_go
+
+    monkeypatch.setattr(SeededPolicy, "run_round", run_round)
+    together = hp.run(_two_task_rank, world_size=2, seed=8, timeout=RUN_TIMEOUT)
+    asked_together, asked[:] = list(asked), []
+    with monkeypatch.context() as patch:
+        _one_commit_per_round(patch)
+        one_by_one = hp.run(_two_task_rank, world_size=2, seed=8, timeout=RUN_TIMEOUT)
+    assert asked_together == asked and together == one_by_one
+
+
+def test_a_seed_replays_the_same_schedule_with_the_debug_log_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The debug log makes each Commit a call of its own: the schedule must not see it."""
+    plain = _seeded(_querying_rank)
+    caplog.set_level(logging.DEBUG, logger="hccl_py")
+    assert _seeded(_querying_rank) == plain
+
+
+def _overlapping(xGM: Any, tilingGM: Any) -> None:
+    """Round 1 receives into the bytes round 0 sends (kept by overlap="warn")."""
+    h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handle = h.AllGather[True](xGM + N * 4, xGM, N, FP32, 3 * N, 2)
+    h.Wait(handle)
+    h.Wait(handle)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _overlapping_rank() -> list:
+    x = torch.arange(8.0 * N) + 100 * hp.get_rank()
+    hp.launch(_overlapping, x, cases.make_tiling())
+    return x.tolist()
+
+
+@expects_warning("overlap")
+def test_poison_reaches_each_round_as_with_one_commit_per_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The last rank to commit runs round 0 before round 1 is poisoned (before: every round
+    poisoned first, and round 0 sent the NaN of round 1's receive block)."""
+    options = {"world_size": 2, "poison": True, "overlap": "warn", "timeout": RUN_TIMEOUT}
+    together = hp.run(_overlapping_rank, **options)
+    with monkeypatch.context() as patch:
+        _one_commit_per_round(patch)
+        one_by_one = hp.run(_overlapping_rank, **options)
+    np.testing.assert_array_equal(np.array(together), np.array(one_by_one))
+
+
+@expects_warning("overlap")
+def test_a_single_rank_domain_on_gloo_runs_each_round_after_its_commit() -> None:
+    """gloo runs a one-rank domain's rounds in the committing thread after each Commit: the
+    poisoned result is the emulator's (before: every round poisoned first on gloo, NaN)."""
+    options = {"world_size": 1, "poison": True, "overlap": "warn", "timeout": RUN_TIMEOUT}
+    emulated = hp.run(_overlapping_rank, **options)
+    on_gloo = hp.run(_overlapping_rank, backend="gloo", **options)
+    np.testing.assert_array_equal(np.array(on_gloo), np.array(emulated))
+    assert not np.isnan(np.array(on_gloo)).any()

@@ -298,9 +298,16 @@ class DistServer(ExchangeMeetings, Server):
 
     def commit(self, task: Task, rounds: range) -> None:
         with self.lock:
-            self._queue(task).commit(task, rounds)
-            self.cond.notify_all()
-        if not self.late:
+            queue = self._queue(task)
+            # a single-rank domain's rounds run in this thread after each Commit: one at a time
+            one_by_one = len(rounds) > 1 and not self.late and queue in self.local_queues
+            if not one_by_one:
+                queue.commit(task, rounds)
+                self.cond.notify_all()
+        if one_by_one:
+            for round_idx in rounds:
+                self.commit(task, range(round_idx, round_idx + 1))
+        elif not self.late:
             self._run_local()
 
     def wait(self, task: Task, round_idx: int) -> None:
