@@ -168,24 +168,22 @@ class BufferRaces:
         #: (rank, round, where) of the numpy views already warned about.
         self.warned: set[tuple[int, Round, str]] = set()
 
-    def committed(self, rank: int, task: Task, rounds: range) -> None:
-        """Global rank ``rank`` committed ``rounds`` of ``task``: mark their bytes, or, while a
-        round that must finish first is not committed by this rank (the task waits behind it),
-        keep them until that Commit; then mark the rounds it releases."""
-        at = user_place()
+    def committed(self, rank: int, task: Task, round_idx: int) -> None:
+        """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes, or,
+        while a round that must finish first is not committed by this rank (the task waits
+        behind it), keep them until that Commit; then mark the rounds it releases."""
+        rnd = Round(task, round_idx, user_place())
         clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
-            for round_idx in rounds:
-                rnd = Round(task, round_idx, at)
-                # a task with rounds marked was not gated at their Commit, and stays so (Commits
-                # only add up, a dependency once prepared stays prepared): only its first ask
-                if task not in self.tasks[rank] and self._gated(rank, task):
-                    self.gated[rank].append(rnd)
-                else:
-                    clash = clash or self._across_domains(rank, rnd)
-                    self._mark(rank, rnd)
+            # a task with rounds marked was not gated at their Commit, and stays so (Commits only
+            # add up, a dependency once prepared stays prepared): only its first Commits ask
+            if task not in self.tasks[rank] and self._gated(rank, task):
+                self.gated[rank].append(rnd)
+            else:
+                clash = self._across_domains(rank, rnd)
+                self._mark(rank, rnd)
             for held in list(self.gated[rank]):
-                if not self._gated(rank, held.task):  # (this Commit's own if gated: kept)
+                if held is not rnd and not self._gated(rank, held.task):
                     self.gated[rank].remove(held)
                     clash = clash or self._across_domains(rank, held)
                     self._mark(rank, held)

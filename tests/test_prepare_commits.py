@@ -14,6 +14,7 @@ poison: the same seed replays the same interleaving with the debug log on or off
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import cases
@@ -340,3 +341,55 @@ def test_a_single_rank_domain_on_gloo_runs_each_round_after_its_commit() -> None
     on_gloo = hp.run(_overlapping_rank, backend="gloo", **options)
     np.testing.assert_array_equal(np.array(on_gloo), np.array(emulated))
     assert not np.isnan(np.array(on_gloo)).any()
+
+
+def _looped(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+    """Two domains whose tasks wait for each other through InterHcclGroupSync (a loop that
+    never runs), both receiving into yGM; rank 0 reads it before any Wait, which raises first."""
+    world = init_hccl(Hccl(), tilingGM, 0, ops=("AllGather",))
+    pair = init_hccl(Hccl(), tilingGM, 1, ops=("AllGather",))
+    pair.InterHcclGroupSync(0, 0)
+    second = pair.AllGather[True](xGM, yGM, N, FP32, REPEAT * N, REPEAT)
+    world.InterHcclGroupSync(1, second)
+    first = world.AllGather[True](xGM, yGM, N, FP32, REPEAT * N, REPEAT)
+    if hp.get_rank() == 0:
+        hp.gm_tensor(yGM, torch.float32, N).sum()
+    world.Wait(first)
+    pair.Wait(second)
+    pair.Finalize()
+    world.Finalize()
+
+
+def _looped_rank() -> None:
+    groups = {0: hp.world_group(), 1: hp.new_group(range(hp.get_world_size()))}
+    x = torch.arange(N * REPEAT, dtype=torch.float32)
+    y = torch.zeros(hp.get_world_size() * N * REPEAT)
+    hp.launch(_looped, x, y, cases.make_tiling(groups=groups), groups=groups)
+
+
+def _race_reports() -> list[str]:
+    reports = []
+    for seed in [None, *range(8)]:
+        with pytest.raises(hp.WorldError) as info:
+            hp.run(_looped_rank, world_size=2, seed=seed, timeout=RUN_TIMEOUT)
+        err = info.value.failures[0]
+        assert isinstance(err, hp.HcclRaceError), err
+        # (the line of the Commit: under the split below, the splitting function's)
+        reports.append(re.sub(r"committed at \S+ \(\w+\)", "committed at ...", str(err)))
+    return reports
+
+
+def test_the_race_check_holds_rounds_behind_a_loop_of_dependencies_as_one_by_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The race check holds a task's rounds back while a task it waits for (here, through the
+    loop, the task itself) has rounds this rank has not committed: which round it marks first
+    decides which task the report names (before: the world group's task in a batch, the pair's
+    one Commit at a time)."""
+    together = _race_reports()
+    with monkeypatch.context() as patch:
+        _one_commit_per_round(patch)
+        one_by_one = _race_reports()
+    caplog.set_level(logging.DEBUG, logger="hccl_py")
+    assert together == one_by_one == _race_reports()
+    assert together[0].startswith("[rank 0, domain group_0_1, handle 0, op AllGather, round 0]")
