@@ -168,11 +168,14 @@ class BufferRaces:
         #: (rank, round, where) of the numpy views already warned about.
         self.warned: set[tuple[int, Round, str]] = set()
 
-    def committed(self, rank: int, task: Task, round_idx: int) -> None:
-        """Global rank ``rank`` committed round ``round_idx`` of ``task``: mark its bytes, or,
-        while a round that must finish first is not committed by this rank (the task waits
-        behind it), keep them until that Commit; then mark the rounds it releases."""
-        rnd = Round(task, round_idx, user_place())
+    def committed(
+        self, rank: int, task: Task, round_idx: int, at: tuple[CodeType, int] | None = None
+    ) -> None:
+        """Global rank ``rank`` committed round ``round_idx`` of ``task`` (at the kernel's line
+        ``at``, a :func:`~.races.user_place`; found here by default): mark its bytes, or, while
+        a round that must finish first is not committed by this rank (the task waits behind
+        it), keep them until that Commit; then mark the rounds it releases."""
+        rnd = Round(task, round_idx, user_place() if at is None else at)
         clash = None  # the first round marked here that meets another domain's (reported)
         with self.lock:
             # a task with rounds marked was not gated at their Commit, and stays so (Commits only

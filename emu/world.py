@@ -49,7 +49,7 @@ from .lane import Lane
 from .onesided import LaunchEnd, OneSidedWrites
 from .policies import policy_for
 from .posted import PostedRequests
-from .races import WindowRaces
+from .races import WindowRaces, user_place
 from .rendezvous import Rendezvous
 from .reports import WorldReports
 from .scheduler import Scheduler
@@ -228,12 +228,12 @@ class EmuWorld(Server):
             return
         with self.blocker.lock:
             self.blocker.raise_if_failed()
-            rank, races = task.domain.ranks[task.rank], self.watched.races
+            rank, races, at = task.domain.ranks[task.rank], self.watched.races, user_place()
             for round_idx in rounds:  # each as its Commit would (the race checks read the counts)
                 slot = self.board.commit(task, range(round_idx, round_idx + 1), self.config.poison)
                 if races is not None:  # the window race check's clock of this Commit
                     slot.clocks[(task.rank, round_idx)] = self.watched.release(rank)
-                self.buffers.committed(rank, task, round_idx)
+                self.buffers.committed(rank, task, round_idx, at)
             if self.config.poison:
                 self._poison_reached()
             self.blocker.progressed()
