@@ -247,8 +247,7 @@ class EmuWorld(Server):
             if self._has_work():
                 return False
             slot = self.board.position(task)  # (a rank that has not prepared it committed none)
-            done, committed = slot.done, slot.committed
-            return any(committed.get(r, 0) <= done for r in slot.ranks if r != task.rank)
+            return any(r != task.rank for r in slot.not_committed(slot.done + 1))
 
     def wait(self, task: Task, round_idx: int) -> None:
         with self.blocker.lock:

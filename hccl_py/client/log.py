@@ -108,7 +108,7 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             with serial():
-                # the recorders' dict, not recording(): one call less on every client call
+                # observed(), written out: one call less on every client call
                 if not _live_recorders and not logger.isEnabledFor(logging.DEBUG):
                     return method(self, *args, **kwargs)
                 return _observed(self, args, kwargs)
