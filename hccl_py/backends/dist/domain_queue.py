@@ -125,7 +125,7 @@ class DomainQueue:
         queue = self.queue
         head = self._head = queue.head()
         self._ready = head is not None and board.ready(head)
-        self._at_now = (queue.head_seq, 0) if head is None else (head.seq, head.done)
+        self._at_now = (queue.next_seq, 0) if head is None else (head.seq, head.done)
         self._error = queue.first_failure()
         self._version = version if board.version == version else -1
 
