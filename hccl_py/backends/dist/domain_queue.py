@@ -155,10 +155,6 @@ class DomainQueue:
         self._look()
         return self._error
 
-    def submit(self, task: Task) -> None:
-        """Under the lock: queue this rank's ``task``."""
-        self.server.board.submit(task)
-
     def commit(self, task: Task, rounds: range) -> None:
         """Under the lock: this rank committed ``rounds`` of ``task``."""
         self.server.board.commit(task, rounds, self.server.config.poison)
@@ -203,9 +199,8 @@ class DomainQueue:
         """Under the lock: take the next round if it can start now (the queue is then running)."""
         if self.stopping or not self.ready():
             return None
-        head = self._head  # (ready: there is one)
-        if self.server.board.claim([head]) is None:
-            return None
+        head = self._head  # ready, at the board's version :meth:`_look` read: it can start
+        self.server.board.start(head)
         self.running = f"running round {head.done} on the process group"
         return head.sample(), head.done
 
@@ -398,7 +393,7 @@ class DomainQueue:
 
     def _due(self) -> bool:
         """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
-        return self.stopping or self.error is not None or self.ready()
+        return self.stopping or self.ready() or self.error is not None  # ready: one look
 
     def undescribed(self) -> list[int]:
         """Global ranks that have not joined the descriptor exchange of the task being compared.

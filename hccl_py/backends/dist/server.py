@@ -244,7 +244,8 @@ class DistServer(ExchangeMeetings, Server):
                 op=task.label,
             )
         with self.lock:
-            self._queue(task).submit(task)
+            self._queue(task)  # (its thread starts on first use)
+            self.board.submit(task)
             self.cond.notify_all()
 
     def checks(self, task: Task) -> bool:
