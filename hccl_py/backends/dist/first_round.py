@@ -92,10 +92,14 @@ def next_width(tasks: list[Task], descriptor: int, dom: rounds.Domain) -> int:
     longest ``descriptor`` bytes long): wide enough for the round 0 of an op of
     :func:`_widens` beside its descriptor, else :data:`~.gathered.ROW_BYTES`.
 
-    Computed from what every rank received alike, so it is the same on every rank.
+    Computed from what every rank received alike, so it is the same on every rank. An op of
+    :func:`_widens` sends one block of ``count`` elements, which the descriptors agreed on:
+    the first rank's block is every rank's; other ops ask every rank's.
     """
-    block = max([int(layout.round_blocks(t, "send", 0).sizes[0]) for t in tasks])  # no generator
-    if block > _widens(tasks[0], dom):
+    room = _widens(tasks[0], dom)
+    sized = tasks[:1] if room else tasks
+    block = max([int(layout.round_blocks(t, "send", 0).sizes[0]) for t in sized])  # no generator
+    if block > room:
         return gathered.ROW_BYTES
     return width_for(descriptor + 1 + DESCRIPTOR_SLACK + block)
 
