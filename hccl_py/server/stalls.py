@@ -39,6 +39,13 @@ STACK_LINES = 12
 _SENT: dict[int, tuple[str, int]] = {}
 
 
+class _Entry(threading.local):
+    """A thread's entry of :attr:`KernelStalls.threads`: None in a thread outside every kernel
+    (a class default, read without a ``getattr`` call at every hccl_py call)."""
+
+    entry: list[Any] | None = None
+
+
 class KernelStallError(HcclTimeoutError):
     """A kernel thread stopped by its rank's watchdog; made in the stopped thread from the
     report the watchdog left for it, so that it is that report wherever it lands."""
@@ -60,18 +67,18 @@ class KernelStalls:
         self.threads: dict[int, list[Any]] = {}
         #: The calling thread's entry of ``threads`` (``entry``), found without asking for its
         #: ident at every hccl_py call.
-        self._mine = threading.local()
+        self._mine = _Entry()
         #: Threads stopped (their report sent) during their current kernel.
         self.stopped: set[int] = set()
 
     def __enter__(self) -> None:
-        entry = getattr(self._mine, "entry", None)
+        entry = self._mine.entry
         if entry is not None:
             with self.lock:  # a stop sent meanwhile lands here, before the call starts
                 entry[0] += 1
 
     def __exit__(self, *exc: object) -> None:
-        entry = getattr(self._mine, "entry", None)
+        entry = self._mine.entry
         if entry is not None:
             # No lock: the time first, so that the watchdog, which reads both at once, never
             # finds the thread outside every call with the time it entered this one.
@@ -106,7 +113,7 @@ class KernelStalls:
     def touch(self) -> None:
         """The calling kernel thread is in an hccl_py call now (one that ``serial`` does not
         wrap)."""
-        entry = getattr(self._mine, "entry", None)
+        entry = self._mine.entry
         if entry is not None:
             entry[1] = time.monotonic()
 
