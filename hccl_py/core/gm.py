@@ -82,18 +82,22 @@ class Allocation:
                 f"GM buffers are dense memory; got a {tensor.layout} tensor of shape "
                 f"{tuple(tensor.shape)} (pass .to_dense())"
             )
-        if not tensor.is_contiguous():
+        try:  # flat_elements refuses a tensor that is not contiguous: said here in GM's words
+            flat = flat_elements(tensor)
+        except ValueError:
+            if tensor.is_contiguous():
+                raise
             raise ValueError(
                 f"GM buffers must be contiguous tensors; got shape {tuple(tensor.shape)} "
                 f"with strides {tensor.stride()} (call .contiguous() first)"
-            )
+            ) from None
         self.tensor = tensor
-        self.data = flat_elements(tensor).view(torch.uint8)
+        self.data = flat.view(torch.uint8)
         #: Size of the allocation in bytes (asked by every bounds check and race mark).
         self.nbytes: int = self.data.numel()
         #: (address of the tensor's storage, byte offset of the tensor in it): two
         #: allocations with the same storage address may share bytes.
-        self.memory = _memory(tensor)
+        self.memory = _memory(self.data)
         self.rank = rank
         ctx = rank_or_none()
         #: Its rank's numbers in this run (the calling rank's; outside a rank, the host's).
@@ -127,10 +131,11 @@ class Allocation:
         return f"<{self.name}: {self.nbytes} B on rank {self.rank}>"
 
 
-def _memory(tensor: torch.Tensor) -> tuple[int, int] | None:
-    """Where the tensor's bytes lie in its storage, or None when it has no storage to ask."""
+def _memory(data: torch.Tensor) -> tuple[int, int] | None:
+    """Where the bytes of ``data`` (a uint8 view: its offset counts bytes) lie in its storage,
+    or None when it has no storage to ask."""
     try:
-        return tensor.untyped_storage().data_ptr(), tensor.storage_offset() * tensor.element_size()
+        return data.untyped_storage().data_ptr(), data.storage_offset()
     except (RuntimeError, NotImplementedError):
         return None
 
