@@ -85,9 +85,8 @@ class HandleControl:
         )
 
     # ------------------------------------------------------------------ Commit
-    def commit(self, handleId: Any, n: int = 1) -> None:
-        """Commit: let the server run the next round of ``handleId`` (``n``: the next ``n``
-        rounds, as ``n`` Commits in a row; a ``Prepare[True]``'s)."""
+    def commit(self, handleId: Any) -> None:
+        """Commit: let the server run the next round of ``handleId``."""
         b, breach = self._binding, self._failures.breach
         if self._failures.unusable(b, "Commit", sends=False, handle=handleId):
             return
@@ -102,6 +101,16 @@ class HandleControl:
                 handle=handleId,
             )
             return
+        self.commit_handle(info, int(handleId))
+
+    def commit_handle(
+        self, info: Handle, h: int, n: int = 1, core: CoreContext | None = None
+    ) -> None:
+        """The next ``n`` rounds of handle ``h`` (``info``) of this usable object, as ``n``
+        Commits in a row: what :meth:`commit` does once it found the handle. ``core``: the
+        calling core where the caller has it (a ``Prepare[True]``, which checked the object
+        and made the handle on it)."""
+        b, breach = self._binding, self._failures.breach
         if info.commits >= info.repeat:
             info.extra_commits += 1
             allowed = self.steps.commits_per_prepare(info)
@@ -120,25 +129,26 @@ class HandleControl:
                     else "the official client ignores it (and logs an error)"
                 ),
                 None,
-                handle=int(handleId),
+                handle=h,
                 op=op_name(info.op),
                 round=info.commits,
                 expected=f"<= {allowed} commits",
                 actual=allowed + info.extra_commits,
             )
             return
-        core = calling_core()
+        if core is None:
+            core = calling_core()
         if core.kind != info.kind:
             breach(
                 "wrong-core",
                 f"Commit from an {core.kind.name} core of a handle prepared on {info.kind.name}",
                 None,
-                handle=int(handleId),
+                handle=h,
                 op=op_name(info.op),
                 round=info.commits,
             )
             return
-        LIFECYCLES[info.lifecycle].commit(self, info, int(handleId), n)
+        LIFECYCLES[info.lifecycle].commit(self, info, h, n)
         self._failures.ok(None)
 
     def note_local_commit(self, core: CoreContext, h: int, round_idx: int) -> None:

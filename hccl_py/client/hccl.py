@@ -21,7 +21,7 @@ from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
 from ..core.report import plain_repr
 from ..core.template import checked, template
-from ..kernel.cores import HcclContext
+from ..kernel.cores import CoreContext, HcclContext
 from ..ops import OPS
 from ..server.protocol import Server
 from .binding import Binding
@@ -184,14 +184,15 @@ class Hccl:
         """Validate ``param``, send its task from the sending core; the handle id or -1."""
         return self._prepares.prepare(param, commit, self._commit_rounds)
 
-    def _commit_rounds(self, handleId: int, n: int) -> None:
-        """A ``Prepare[True]``'s ``n`` Commits: each a call of its own where the debug log or a
-        trace shows calls, else one call that commits ``n`` rounds (the same Commits)."""
+    def _commit_rounds(self, handleId: int, n: int, core: CoreContext) -> None:
+        """A ``Prepare[True]``'s ``n`` Commits on ``core``: each a call of its own where the debug
+        log or a trace shows calls, else one call that commits ``n`` rounds (the same Commits;
+        the Prepare checked the object and made the handle on this core)."""
         if observed():
             for _ in range(n):
                 self.Commit(handleId)
         else:
-            self._control.commit(handleId, n)
+            self._control.commit_handle(self._binding.handles[handleId], handleId, n, core)
 
     @template("commit")
     def AllReduce(

@@ -24,6 +24,7 @@ from ..core.constants import (
 from ..core.errors import InvalidCall
 from ..core.gm import GmAddr
 from ..core.task import Task
+from ..kernel.cores import CoreContext
 from ..sanitizer.bounds import check_task
 from .binding import Binding
 from .convert import Limits, PrepareParam, as_enum, dtype_mismatch, task_fields
@@ -31,6 +32,10 @@ from .failures import Failures
 from .finegrained import FineGrainedSteps
 from .handle import Handle
 from .sender import calling_core, core_problem, has_other_cores, is_sender
+
+#: ``commit_call(handle, n, core)``: a ``Prepare[True]``'s ``n`` Commits of ``handle``, made on
+#: ``core`` (the calling core), once the Prepare returned it.
+CommitCall = Callable[[int, int, CoreContext], None]
 
 
 class PreparePath:
@@ -83,12 +88,11 @@ class PreparePath:
         seen[key] = (send.alloc, recv.alloc, fields)
         return fields
 
-    def prepare(
-        self, param: PrepareParam, commit: bool, commit_call: Callable[[int, int], None]
-    ) -> int:
+    def prepare(self, param: PrepareParam, commit: bool, commit_call: CommitCall) -> int:
         """Validate ``param``, send its task from the sending core; the handle id or -1.
 
-        With ``commit``, ``commit_call(handle, n)`` makes the ``n`` Commits of every round.
+        With ``commit``, ``commit_call(handle, n, core)`` makes the ``n`` Commits of every
+        round (``core``: the calling core).
         """
         b, failures = self._binding, self._failures
         op, name = param.spec.cmd, param.spec.name
@@ -131,7 +135,7 @@ class PreparePath:
                     compute_only=b.compute_only,
                 )
             )
-            return self._prepared(handle, commit, commit_call)
+            return self._prepared(handle, commit, commit_call, core)
         if not b.framework:
             mismatch = dtype_mismatch(param, fields["dtype"])
             if mismatch:
@@ -170,12 +174,15 @@ class PreparePath:
         state.tasks[handle] = task
         b.handles.append(Handle(op, fields["repeat"], core.kind, task=task, step_size=step_size))
         b.server.submit(task)
-        return self._prepared(handle, commit, commit_call)
+        return self._prepared(handle, commit, commit_call, core)
 
-    def _prepared(self, handle: int, commit: bool, commit_call: Callable[[int, int], None]) -> int:
+    def _prepared(
+        self, handle: int, commit: bool, commit_call: CommitCall, core: CoreContext
+    ) -> int:
         self._failures.ok()
         if commit:
-            commit_call(handle, self._steps.commits_per_prepare(self._binding.handles[handle]))
+            n = self._steps.commits_per_prepare(self._binding.handles[handle])
+            commit_call(handle, n, core)
         return handle
 
 
