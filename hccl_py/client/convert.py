@@ -288,7 +288,10 @@ def slots_used(prepares: int, syncs: int) -> str:
 
 def count(name: str, value: Any, allow_zero: bool = True) -> int:
     """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+    whole = type(value) is int or (  # (an int itself, every Prepare's: no call)
+        isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    )
+    if not whole or value < 0:
         raise InvalidCall("bad-argument", f"{name} must be a non-negative int", actual=value)
     if not allow_zero and value == 0:
         raise InvalidCall("bad-argument", f"{name} must not be 0", actual=value)
@@ -372,9 +375,10 @@ def _entry_bytes(values: Any) -> int | None:
 def checked_gm(value: Any, name: str) -> GmAddr:
     """``value`` as a GM address argument ``name`` of a client call: not null, not anything
     else (an InvalidCall ``bad-argument`` that says what it is and what to pass)."""
-    if value is None or (isinstance(value, GmAddr) and value.is_null):
+    address = isinstance(value, GmAddr)
+    if value is None or (address and value.is_null):
         raise InvalidCall("bad-argument", f"{name} is null", actual=value)
-    if not isinstance(value, GmAddr):
+    if not address:
         raise InvalidCall(
             "bad-argument",
             f"{name} must be a GM address (a tensor argument of hp.launch, an address "
