@@ -254,10 +254,11 @@ def launch(
         gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
         state.args = args
         cores = state.cores
-    bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a] if len(cores) > 1 else []
+    alone = state.alone  # (len(cores) == 1, which the launch state found when it made them)
+    bufs = [] if alone else [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
     server, rank = rank_ctx.server, rank_ctx.rank
     with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
-        if len(cores) == 1:
+        if alone:
             _run_core(kernel, gm_args, cores[0])
         else:
             _run_cores(kernel, gm_args, cores, rank_ctx)
