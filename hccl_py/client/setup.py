@@ -136,10 +136,13 @@ class Setup:
                 "SetCcTilingV2: the Hccl object is not initialised with InitV2 "
                 "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)",
             )
-        try:
-            at = -1 if isinstance(offset, bool) else operator.index(offset)
-        except TypeError:
-            at = -1
+        if type(offset) is int:  # (an int itself, offsetof's: no call)
+            at = offset
+        else:
+            try:
+                at = -1 if isinstance(offset, bool) else operator.index(offset)
+            except TypeError:
+                at = -1
         if at < 0:
             return breach(
                 "cc-tiling",
