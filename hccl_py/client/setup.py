@@ -113,9 +113,7 @@ class Setup:
                 actual=b.server_type.name,
             )
             return
-        b.bind(
-            context.launch.client_state(context.index, lambda: ClientState(context)), mode, tiling
-        )
+        b.bind(context.launch.client_state(context, ClientState), mode, tiling)
         if b.reads_compute_only():
             b.compute_only = True
             breach(

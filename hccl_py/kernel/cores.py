@@ -140,11 +140,13 @@ class LaunchState:
                 cores.append(CoreContext(self, kind, idx, self.block_dim, idx % per_block))
         return tuple(cores)
 
-    def client_state(self, index: int, factory: Callable[[], Any]) -> Any:
-        """The client state of context ``index``, shared by every core's Hccl object."""
+    def client_state(self, context: HcclContext, factory: Callable[[HcclContext], Any]) -> Any:
+        """The client state of ``context``, shared by every core's Hccl object: made by
+        ``factory(context)`` on the first ask."""
+        index = context.index
         with self._lock:
             if index not in self.clients:
-                self.clients[index] = factory()
+                self.clients[index] = factory(context)
             return self.clients[index]
 
     def finish(self) -> None:
