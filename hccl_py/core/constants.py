@@ -246,14 +246,24 @@ _TORCH_TO_HCCL = {
 }
 
 
+def _info(data_type: int) -> DTypeInfo:
+    """The :data:`DTYPE_INFO` entry of an HcclDataType value (an int or the enum: the table
+    finds either without making an enum member); a ValueError for a value that is none."""
+    try:
+        info = DTYPE_INFO.get(data_type)  # type: ignore[call-overload]
+    except TypeError:  # unhashable: the enum's own lookup says what it is
+        info = None
+    return DTYPE_INFO[HcclDataType(data_type)] if info is None else info
+
+
 def dtype_size(data_type: int) -> int:
     """Element size in bytes of an HcclDataType value."""
-    return DTYPE_INFO[HcclDataType(data_type)].size
+    return _info(data_type).size
 
 
 def torch_dtype_of(data_type: int) -> torch.dtype | None:
     """The torch dtype of an HcclDataType value, or None for byte-only types."""
-    return DTYPE_INFO[HcclDataType(data_type)].torch_dtype
+    return _info(data_type).torch_dtype
 
 
 def hccl_dtype_of(dtype: torch.dtype) -> HcclDataType:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -60,6 +59,12 @@ class Task:
     #: Commits of this task's rounds made on other cores than the sending one, by round: each
     #: gives the text a wait report adds while the sending core has not committed that round.
     commit_notes: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Name of the task's communication domain (a task's domain never changes).
+    domain_name: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        name = getattr(self.domain, "name", None)
+        self.domain_name = str(self.domain) if name is None else name
 
     def replaced(self, **changes: Any) -> Task:
         """A copy with ``changes`` to init fields, as ``dataclasses.replace`` makes it.
@@ -102,12 +107,6 @@ class Task:
     def name(self) -> str:
         """The AscendC name of the op."""
         return op_name(self.op)
-
-    @functools.cached_property
-    def domain_name(self) -> str:
-        """Name of the task's communication domain (a task's domain never changes)."""
-        name = getattr(self.domain, "name", None)
-        return str(self.domain) if name is None else name
 
     def describe(self) -> str:
         """A one-line description for error messages."""
