@@ -128,6 +128,43 @@ def test_iterate_on_a_handle_that_is_not_fine_grained(platform: str) -> None:
         assert "handle 0 is not a fine-grained AlltoAllV (tiling stepSize > 0)" in reason
 
 
+@pytest.mark.parametrize(
+    ("handle", "said"),
+    [
+        (5, "Iterate: handle 5 is not a fine-grained AlltoAllV"),
+        ("0", "Iterate: the handle must be an int, the id that Prepare returned, not a str ('0')"),
+        (
+            torch.tensor(0),
+            "Iterate: the handle must be an int, the id that Prepare returned, not a torch.Tensor "
+            "of shape () and dtype torch.int64",
+        ),
+    ],
+)
+def test_iterate_names_a_handle_that_is_no_int_as_such(handle, said: str) -> None:
+    """Until stop 64 a handle ``"0"`` or ``tensor(0)`` of a fine-grained AlltoAllV read "handle 0
+    is not a fine-grained AlltoAllV": false of handle 0, which is one."""
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        real = h.AlltoAllV[True](x, [4, 4], [0, 4], FP32, y, [4, 4], [0, 4], FP32)
+        refused = (real, h.Iterate[True](handle, [0], 1), h.last_error)
+        while h.Iterate[True](real, [0], 1) > 0:
+            pass
+        hp.SyncAll()
+        h.Finalize()
+        return refused
+
+    def main():
+        out = []
+        x = torch.arange(8.0) + 100 * hp.get_rank()
+        hp.launch(lambda *a: out.append(kernel(*a)), x, torch.zeros(8), tiling(1))
+        return out[0]
+
+    for real, result, reason in hp.run(main, world_size=2, platform="A3", strict=False):
+        assert (real, result) == (0, -1)
+        assert said in reason, reason
+
+
 def test_iterate_on_a_one_rank_domain_is_minus_one() -> None:
     """The client's steps per repeat are rankDim, and Iterate wants more than 1
     (platform_v220/hccl_aicpu.h: ``stepSize > 0U && stepsPerRepeat > 1U``): on one rank every
@@ -158,11 +195,14 @@ def test_iterate_on_a_one_rank_domain_is_minus_one() -> None:
         ([0], 2, "a list ([0])"),
         ([0], 0, "an int (0)"),
         ([0], "1", "a str ('1')"),
+        (torch.tensor(0, dtype=torch.uint8), 1, "a torch.Tensor of shape () and dtype torch.uint8"),
+        (np.zeros((), dtype=np.uint8), 1, "a numpy.ndarray of shape () and dtype uint8"),
     ],
 )
 def test_iterate_refuses_what_it_cannot_fill_before_it_waits(slices, length, got: str) -> None:
     """Before 2026-11-30 an int, str or tuple for seqSlices raised Python's own TypeError from
-    ``len()`` or the item assignment, after the synchronous Iterate had already waited."""
+    ``len()`` or the item assignment, after the synchronous Iterate had already waited; a 0-d
+    tensor or numpy array did until stop 64."""
     if slices is None:  # a read-only numpy array (setflags returns None: build it here)
         slices = np.zeros(4, dtype=np.uint8)
         slices.setflags(write=False)

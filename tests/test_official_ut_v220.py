@@ -712,8 +712,9 @@ def test_WaitAndQueryFailed_HandleIdNotFromPrepare() -> None:
 
 
 def test_a_handle_that_is_no_int_is_named_as_such() -> None:
-    """Past the UT: Wait("0"), Query(None), Commit(0.0) and Wait(True) are refused as what they
-    are, not as a handle 0 that Prepare never returned (it did)."""
+    """Past the UT: Wait("0"), Query(None), Commit(0.0), Wait(True) and (until stop 64 "handle 0
+    ... was never returned") Wait(tensor(0)) are refused as what they are, not as a handle 0
+    that Prepare never returned (it did)."""
 
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
         hd = h.AllReduce[True](x, y, 4, INT8, SUM)
@@ -721,16 +722,20 @@ def test_a_handle_that_is_no_int_is_named_as_such() -> None:
             call()
             rec.append(h.last_error)
         h.Wait(True)
+        rec.append(h.last_error)
+        h.Wait(torch.tensor(0, dtype=torch.int8))
         rec += [h.last_error, h.Wait(hd)]
 
     for rec, _ in run_v220(body, strict=False):
-        assert [why.split(": ", 1)[1] for why in rec[:4]] == [
+        assert [why.split(": ", 1)[1] for why in rec[:5]] == [
             "the handle must be an int, the id that Prepare returned, not a str ('0')",
             "the handle must be an int, the id that Prepare returned, not a NoneType (None)",
             "the handle must be an int, the id that Prepare returned, not a float (0.0)",
             "the handle must be an int, the id that Prepare returned, not a bool",
+            "the handle must be an int, the id that Prepare returned, not a torch.Tensor of "
+            "shape () and dtype torch.int8",
         ], rec
-        assert rec[4] == 0
+        assert rec[5] == 0
     with pytest.raises(hp.WorldError, match=r"HcclUsageError.*Wait: the handle must be an int"):
         run_v220(body)
 

@@ -19,6 +19,7 @@ from typing import Any
 import cases
 import numpy as np
 import pytest
+import torch
 from cases import RUN_TIMEOUT, init_hccl
 from expect import expects_warning
 
@@ -290,6 +291,18 @@ RULES: dict[str, Rule] = {
         ("data type out of range", "99"),
         AFTER,
     ),
+    "prepare/repeat-True": Rule(  # a bool is no repeat count (until stop 64: read as 1)
+        bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, FP32, STRIDE, True)),
+        -1,
+        ("repeat must be 1..255", "got True"),
+        AFTER,
+    ),
+    "prepare/dtype-tensor": Rule(  # until stop 64: "data type out of range (got tensor(3))"
+        bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, torch.tensor(3))),
+        -1,
+        ("the data type must be an int (an HcclDataType), not a torch.Tensor of shape ()",),
+        AFTER,
+    ),
     "prepare/dtype-13-unassigned": Rule(
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, 13)),
         -1,
@@ -359,6 +372,14 @@ RULES: dict[str, Rule] = {
         bad_prepare(lambda h, e: h.AllReduce(e.x, e.y, COUNT, FP32, 9), ("AllGather", "AllReduce")),
         -1,
         ("reduce op out of range", "9"),
+        AFTER,
+    ),
+    "prepare/reduce-str": Rule(
+        bad_prepare(
+            lambda h, e: h.AllReduce(e.x, e.y, COUNT, FP32, "sum"), ("AllGather", "AllReduce")
+        ),
+        -1,
+        ("the reduce op must be an int (an HcclReduceOp), not a str ('sum')",),
         AFTER,
     ),
     "prepare/null-sendBuf": Rule(

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from ..core.config import c_int
 from ..core.constants import HcclServerConfig, HcclServerType
 from ..core.errors import HcclBoundsError
+from ..core.gm import what_is
 from ..core.task import Task
 from ..server.protocol import Server
 from ..tiling import Mc2CcTiling, Mc2InitTiling, tiling_bytes
@@ -112,9 +112,9 @@ class Binding:
     def handle(self, handle: Any) -> Handle | None:
         """The handle with id ``handle`` this object returned, or None."""
         if type(handle) is not int:  # (an int itself, every Commit's and Wait's: no call)
-            if not isinstance(handle, (int, np.integer)) or isinstance(handle, bool):
+            handle = c_int(handle)
+            if handle is None:
                 return None
-            handle = int(handle)
         if handle >= 0:
             try:
                 return self.handles[handle]
@@ -204,3 +204,16 @@ class Binding:
         HCCL_SUCCESS before any handle or commit check (platform_v220 reads queueNum).
         """
         return self.queues_read() != 0
+
+
+def unknown_handle_text(call: str, handleId: Any, why: str) -> str:
+    """What is wrong with a handle that names no task: ``why`` for an int, its type otherwise
+    (a ``"0"`` is no handle 0 that Prepare failed to return)."""
+    if isinstance(handleId, bool):
+        return f"{call}: the handle must be an int, the id that Prepare returned, not a bool"
+    if c_int(handleId) is None:
+        return (
+            f"{call}: the handle must be an int, the id that Prepare returned, not "
+            f"{what_is(handleId)}"
+        )
+    return f"{call}: handle {handleId} {why}"

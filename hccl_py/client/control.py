@@ -10,18 +10,15 @@ into :class:`~.half_alltoallv.WindowWriter` for AlltoAllvWrite.
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
-import numpy as np
-
+from ..core.config import c_int
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
-from ..core.gm import what_is
 from ..core.task import PendingDep, op_name
 from ..kernel.context import core_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
-from .binding import Binding
+from .binding import Binding, unknown_handle_text
 from .convert import slots_used
 from .failures import Failures
 from .finalize import finalize
@@ -331,12 +328,8 @@ class HandleControl:
         (QueueBarrier orders them), so a prepared handle reads 0 as well as one never
         prepared.
         """
-        in_range = (
-            isinstance(handleId, (int, np.integer))
-            and not isinstance(handleId, bool)
-            and 0 <= int(handleId) < HCCL_MAX_HANDLE_ID
-        )
-        if not in_range:
+        h = c_int(handleId)
+        if h is None or not 0 <= h < HCCL_MAX_HANDLE_ID:
             return self._unknown_handle("Query", handleId)
         return self._failures.ok(0)
 
@@ -372,8 +365,8 @@ class HandleControl:
             b.n_syncs += 1
             self._failures.ok(None)
             return
-        valid = isinstance(srcGroupID, (int, np.integer)) and not isinstance(srcGroupID, bool)
-        other = b.state.launch.clients.get(int(srcGroupID)) if valid else None
+        group = c_int(srcGroupID)
+        other = None if group is None else b.state.launch.clients.get(group)
         if other is None or other is b.state:
             b.n_syncs += 1  # the client checks neither argument: its message takes a slot
             breach(
@@ -386,11 +379,8 @@ class HandleControl:
         # Only the sending core records the dependency. A handle that domain srcGroupID has
         # not prepared yet is valid: the server retries the sync until it is (HCCL_E_AGAIN).
         sender = is_sender(b.config, calling_core())
-        valid_id = (
-            isinstance(srcHandleID, (int, np.integer))
-            and not isinstance(srcHandleID, bool)
-            and 0 <= srcHandleID < HCCL_MAX_HANDLE_ID
-        )
+        src_handle = c_int(srcHandleID)
+        valid_id = src_handle is not None and 0 <= src_handle < HCCL_MAX_HANDLE_ID
         if not valid_id and sender:
             b.n_syncs += 1
             breach(
@@ -402,23 +392,8 @@ class HandleControl:
             )
             return
         if sender:
-            src = other.tasks.get(int(srcHandleID))
-            pending = PendingDep(other.group.name, int(srcHandleID), other.tasks.get)
+            src = other.tasks.get(src_handle)
+            pending = PendingDep(other.group.name, src_handle, other.tasks.get)
             b.state.deps.append(pending if src is None else src)
         b.n_syncs += 1
         self._failures.ok(None)
-
-
-def unknown_handle_text(call: str, handleId: Any, why: str) -> str:
-    """What is wrong with a handle that names no task: ``why`` for an int, its type otherwise
-    (a ``"0"`` is no handle 0 that Prepare failed to return)."""
-    if isinstance(handleId, bool):
-        return f"{call}: the handle must be an int, the id that Prepare returned, not a bool"
-    try:
-        operator.index(handleId)
-    except TypeError:
-        return (
-            f"{call}: the handle must be an int, the id that Prepare returned, not "
-            f"{what_is(handleId)}"
-        )
-    return f"{call}: handle {handleId} {why}"

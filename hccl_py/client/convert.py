@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..core import layout
-from ..core.config import as_index
+from ..core.config import as_index, c_int
 from ..core.constants import (
     DTYPE_INFO,
     HCCL_MAX_HANDLE_ID,
@@ -186,11 +186,14 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
     if not limits.has_tiling:
         raise no_tiling(spec.name, spec.cmd)
     repeat = p.repeat
-    if not isinstance(repeat, (int, np.integer)) or not 1 <= int(repeat) <= MAX_REPEAT:
+    number = c_int(repeat)
+    if number is None or not 1 <= number <= MAX_REPEAT:
         raise InvalidCall(
             "bad-argument", f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat
         )
     dtype = as_enum(HcclDataType, p.data_type)
+    if dtype is None and c_int(p.data_type) is None:
+        raise not_an_int("the data type", "an HcclDataType", p.data_type)
     if dtype is None or dtype is HcclDataType.HCCL_DATA_TYPE_RESERVED:
         raise InvalidCall(
             "bad-argument",
@@ -271,10 +274,17 @@ def dtype_mismatch(p: PrepareParam, data_type: HcclDataType) -> str | None:
 
 def as_enum(cls: type[E], value: Any) -> E | None:
     """``value`` as a member of the C enum ``cls``, or None (out of range, not an integer)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        return None
+    number = c_int(value)
     # the enum's own table of members by value: what cls(value) finds, without its two frames
-    return cls._value2member_map_.get(int(value))
+    return None if number is None else cls._value2member_map_.get(number)
+
+
+def not_an_int(name: str, kind: str, value: Any) -> InvalidCall:
+    """A ``bad-argument`` for an argument of a C integer type that is no int: it says so,
+    rather than that its value is out of range."""
+    return InvalidCall(
+        "bad-argument", f"{name} must be an int ({kind}), not {what_is(value)}", actual=value
+    )
 
 
 def slots_used(prepares: int, syncs: int) -> str:
@@ -288,10 +298,9 @@ def slots_used(prepares: int, syncs: int) -> str:
 
 def count(name: str, value: Any, allow_zero: bool = True) -> int:
     """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
-    whole = type(value) is int or (  # (an int itself, every Prepare's: no call)
-        isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    )
-    if not whole or value < 0:
+    if type(value) is not int:  # (an int itself, every Prepare's: no call)
+        value = c_int(value)
+    if value is None or value < 0:
         raise InvalidCall("bad-argument", f"{name} must be a non-negative int", actual=value)
     if not allow_zero and value == 0:
         raise InvalidCall("bad-argument", f"{name} must not be 0", actual=value)
@@ -301,6 +310,8 @@ def count(name: str, value: Any, allow_zero: bool = True) -> int:
 def reduce_op(value: Any) -> HcclReduceOp:
     """A reduce op the kernel API supports (SUM, MAX, MIN)."""
     op = as_enum(HcclReduceOp, value)
+    if op is None and c_int(value) is None:
+        raise not_an_int("the reduce op", "an HcclReduceOp", value)
     if op is None:
         raise InvalidCall("bad-argument", "reduce op out of range", actual=value)
     if op not in KERNEL_REDUCE_OPS:

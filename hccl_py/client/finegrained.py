@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..core.config import c_int
 from ..core.constants import HCCL_FAILED, HCCL_SUCCESS, HcclCMDType
 from ..core.gm import what_is
-from .binding import Binding
+from .binding import Binding, unknown_handle_text
 from .failures import Failures
 from .handle import Handle
 from .sender import calling_core
@@ -120,16 +121,22 @@ class FineGrainedSteps:
         platform = b.state.rank_ctx.config.platform
         if not platform.has_iterate:
             return breach("unsupported", f"Iterate is not supported on {platform.name}")
-        n = seqSliceLen if isinstance(seqSliceLen, (int, np.integer)) else -1
-        if isinstance(n, bool) or n <= 0:
+        n = c_int(seqSliceLen)
+        if n is None or n <= 0:
             return breach(
                 "bad-argument",
                 "Iterate: seqSliceLen must be an int > 0",
                 handle=handleId,
                 actual=what_is(seqSliceLen),
             )
-        writable = isinstance(seqSlices, (list, torch.Tensor)) or (
-            isinstance(seqSlices, np.ndarray) and seqSlices.flags.writeable
+        writable = (  # an array of entries: a 0-d tensor or numpy array has no length
+            isinstance(seqSlices, list)
+            or (isinstance(seqSlices, torch.Tensor) and seqSlices.dim() > 0)
+            or (
+                isinstance(seqSlices, np.ndarray)
+                and seqSlices.ndim > 0
+                and seqSlices.flags.writeable
+            )
         )
         if not writable or len(seqSlices) < n:
             return breach(
@@ -143,8 +150,12 @@ class FineGrainedSteps:
         if info is None or not info.step_size or b.state.rank_dim < 2:
             return breach(
                 "not-fine-grained",
-                f"Iterate: handle {handleId} is not a fine-grained AlltoAllV (tiling stepSize > 0) "
-                "of a domain of 2 or more ranks (the client's steps per repeat are rankDim)",
+                unknown_handle_text(
+                    "Iterate",
+                    handleId,
+                    "is not a fine-grained AlltoAllV (tiling stepSize > 0) of a domain of 2 or "
+                    "more ranks (the client's steps per repeat are rankDim)",
+                ),
                 handle=handleId,
             )
         dim, rank = b.state.rank_dim, b.state.rank

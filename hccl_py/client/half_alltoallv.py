@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.config import c_int
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr
@@ -27,7 +28,6 @@ from .binding import Binding
 from .convert import array, checked_gm, no_tiling
 from .failures import Failures
 from .handle import Handle
-from .onesided import _int_arg
 from .sender import calling_core, core_problem, has_other_cores, is_sender
 
 _HALF = HcclCMDType.HCCL_CMD_HALF_ALLTOALLV
@@ -103,12 +103,12 @@ class WindowWriter:
         checked_gm(usrIn, "usrIn")
         # localDataSize is the bytes the peers write into this card; the CCU client stores it
         # as the message's count without a check (0 included), so it bounds nothing here.
-        size = _int_arg(localDataSize)
+        size = c_int(localDataSize)
         if size is None or size < 0:
             raise InvalidCall(
                 "bad-argument", "localDataSize must be a non-negative int", actual=localDataSize
             )
-        offset = _int_arg(remoteWinOffset)
+        offset = c_int(remoteWinOffset)
         if offset is None or offset < 0:
             raise InvalidCall(
                 "bad-argument", "remoteWinOffset must be a non-negative int", actual=remoteWinOffset

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..core.config import as_index
+from ..core.config import as_index, c_int
 from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZE, CommProtocol
 from ..core.current import serialized
 from ..core.errors import HcclBoundsError, HcclUsageError, InvalidCall
@@ -37,7 +37,6 @@ from ..server.windows import WindowAllocation
 from .channels import Channel, channel_of, owner_of
 from .convert import checked_gm
 from .failures import breach
-from .onesided import _int_arg
 
 _UBC_CTP = CommProtocol.COMM_PROTOCOL_UBC_CTP
 
@@ -233,7 +232,7 @@ class Hcomm:
         self, call: str, found: Channel, dst: Any, src: Any, nbytes: Any,
         notify: tuple[Any, Any] | None,
     ) -> Copies:  # fmt: skip
-        given, nbytes = nbytes, _int_arg(nbytes)
+        given, nbytes = nbytes, c_int(nbytes)
         if nbytes is None or nbytes < 0:
             raise InvalidCall("bad-argument", f"len must be a non-negative int, not {given!r}")
         reads = call == "ReadNbi"
@@ -243,7 +242,7 @@ class Hcomm:
         _local(found, local, nbytes, local_name)
         copies: Copies = [(src, dst, nbytes)]
         if notify is not None:
-            addr, value = notify[0], _int_arg(notify[1])
+            addr, value = notify[0], c_int(notify[1])
             if value is None or not 0 <= value < 2**64:
                 raise InvalidCall("bad-argument", f"notifyVal must be a uint64, not {notify[1]!r}")
             _remote(found, addr, 8, "notifyAddr")

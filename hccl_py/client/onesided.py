@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..core import report
+from ..core.config import c_int
 from ..core.constants import (
     HCCL_MAX_HANDLE_ID,
     INVALID_HANDLE_ID,
@@ -38,12 +37,6 @@ if TYPE_CHECKING:
     from .state import ClientState
 
 _BW = HcclCMDType.HCCL_CMD_BATCH_WRITE
-
-
-def _int_arg(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        return None
-    return int(value)
 
 
 def _passed(state: ClientState, epoch: int, slots: int) -> bool:
@@ -82,7 +75,7 @@ class OneSided:
         platform = b.state.rank_ctx.config.platform
         if not platform.has_windows:
             return breach("unsupported", f"{call} is not supported on {platform.name}", NULL)
-        r = _int_arg(rankId)
+        r = c_int(rankId)
         if r is None:
             return breach(
                 "bad-argument", f"{call}: rankId must be an int, not {what_is(rankId)}", NULL
@@ -180,7 +173,7 @@ class OneSided:
         return q + core.block_idx * n, blocks * n
 
     def _queue_problem(self, queueID: Any) -> str | None:
-        q = _int_arg(queueID)
+        q = c_int(queueID)
         n = self._binding.queue_num()
         if q is None:
             return f"queueID must be an int, not {what_is(queueID)}"
@@ -270,7 +263,7 @@ class OneSided:
         if not self._binding.has_tiling(_BW):
             raise no_tiling("BatchWrite", _BW)
         checked_gm(info, "batchWriteInfo")
-        n = _int_arg(itemNum)
+        n = c_int(itemNum)
         if n is None or n <= 0:
             raise InvalidCall("bad-argument", "itemNum must be a positive int", actual=itemNum)
         if platform.max_batch_items and n > platform.max_batch_items:

@@ -84,6 +84,16 @@ def as_index(value: object) -> int | None:
         return None
 
 
+def c_int(value: object) -> int | None:
+    """``value`` as the int a client argument of a C integer type takes: an int or a numpy
+    integer, not a bool; None for anything else (a float, a string, a tensor)."""
+    if type(value) is int:  # the usual argument: no further call
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
 def checked_int(
     name: str, value: object, least: int, most: int | None = None, expected: str | None = None
 ) -> int:

@@ -58,7 +58,12 @@ def _user_code() -> FrameType | None:
 
 def _show(warning: HcclWarning) -> None:
     """``warnings.warn`` of ``warning`` at the caller's code outside hccl_py, with the run's
-    registry of the caller's file."""
+    registry of the caller's file.
+
+    As ``warnings.warn``, it passes no module globals: with them, Python takes the source line
+    from the module's loader, whose source is not that of code made by ``exec`` in the
+    module's namespace (or of a file changed since), and a line beyond its end raised an
+    IndexError instead of the warning."""
     frame = _user_code()
     if frame is None:  # as warnings.warn places a warning with no frame
         filename, lineno, place = "sys", 1, sys.__dict__
@@ -72,7 +77,6 @@ def _show(warning: HcclWarning) -> None:
         lineno,
         module if isinstance(module, str) else "<string>",
         _SHOWN.setdefault(filename, {}),
-        place,
     )
 
 
