@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import cases
 import numpy as np
 import pytest
 import torch
-from cases import RUN_TIMEOUT, init_hccl
+from cases import RUN_TIMEOUT, init_hccl, make_tiling
 from expect import expects_warning
 
 import hccl_py as hp
@@ -511,3 +512,43 @@ def test_template_arguments_take_numpy_bools_and_integers() -> None:
 
     hp.run(lambda: hp.launch(kernel, block_dim=2), world_size=1, timeout=RUN_TIMEOUT)
     assert sorted(passed) == [0, 1]
+
+
+#: A kernel made by ``exec`` in a module's namespace, its lines past that file's end: until
+#: stop 64 its warning raised an IndexError (Python took the source line from this module's
+#: loader, given the module's globals).
+_GENERATED = (
+    "\n" * 2000
+    + """
+def generated_kernel(x, y, tilingGM):
+    hccl = init_hccl(Hccl(), tilingGM, ops=["AllGather"])
+    handle = hccl.AllGather[True](x, y, 4, HcclDataType.HCCL_DATA_TYPE_FP32)
+    got = [hccl.Wait(handle), hccl.Wait(handle)]  # one Wait too many: -1 and a warning
+    hccl.Finalize()
+    return got
+"""
+)
+
+
+@expects_warning("wait-not-committed")
+def test_a_warning_from_code_made_by_exec_is_a_warning() -> None:
+    # the namespace of a module that a plain loader imported (pytest's loader of this test
+    # module gives Python no source to take a line from)
+    space = dict(vars(cases), Hccl=Hccl, HcclDataType=HcclDataType, init_hccl=init_hccl)
+    exec(compile(_GENERATED, "<generated kernel>", "exec"), space)  # noqa: S102
+
+    def main():
+        out = []
+        y = torch.zeros(8)
+        hp.launch(
+            lambda *a: out.append(space["generated_kernel"](*a)),
+            torch.full((4,), hp.get_rank() + 1.0),
+            y,
+            make_tiling(),
+        )
+        return out[0], y.tolist()
+
+    got = hp.run(main, world_size=2, strict=False, timeout=RUN_TIMEOUT)
+    assert got == [([0, -1], [1.0] * 4 + [2.0] * 4)] * 2
+    kinds = {rank: [w.kind for w in found] for rank, found in got.warnings.items()}
+    assert kinds == {0: ["wait-not-committed"], 1: ["wait-not-committed"]}, kinds
