@@ -483,3 +483,63 @@ def reduce_by_a_named_int_enum() -> list[float]:
 def test_a_framework_int_enum_member_goes_by_its_name() -> None:
     """A review: refusing plain ints must not refuse an IntEnum member, which has a name."""
     assert hp.run(reduce_by_a_named_int_enum, world_size=2) == [[0.0], [0.0]]
+
+
+def _write_leaves(n: int) -> list[float]:
+    """Each way a collective writes a leaf that requires grad (or a view of one): the carried
+    exchange, the kernel, a local reduction (FP64: gathered, then reduced), a staged copy; the
+    sums of what landed, and whether each still requires grad."""
+    carried = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    hp.all_reduce(carried)
+    kernel = torch.ones(4, requires_grad=True)
+    hp.all_reduce(kernel, async_op=True).wait()
+    got = [float(carried.sum()), float(kernel.sum())]
+    t = torch.ones(4, dtype=torch.float64, requires_grad=True)  # local reduction, async
+    hp.all_reduce(t, async_op=True).wait()
+    big = torch.ones(20000, dtype=torch.float64, requires_grad=True)  # local reduction, sync
+    hp.all_reduce(big)
+    out = torch.zeros(5000, dtype=torch.float64, requires_grad=True)
+    hp.reduce_scatter_tensor(out, torch.ones(n * 5000, dtype=torch.float64))
+    view = torch.ones(8, 2000, requires_grad=True).t()  # staged: a view of a leaf
+    hp.all_reduce(view)
+    gathered = torch.zeros(3, 2 * n, requires_grad=True).t()
+    hp.all_gather_into_tensor(gathered, torch.ones(2, 3), async_op=True).wait()
+    got += [float(x.sum()) for x in (t, big, out, view, gathered)]
+    return got + [all(x.requires_grad for x in (t, big, out, view, gathered))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_leaf_that_requires_grad_receives_the_result_on_every_path(backend: str) -> None:
+    """Until stop 64 an FP64 reduction reduced after gathering, and a non-contiguous output's
+    staged copy, raised torch's "a leaf Variable that requires grad is being used in an in-place
+    operation" where the other paths wrote such a tensor, as torch.distributed does."""
+    n = 2
+    want = [4.0 * n, 4.0 * n, 4.0 * n, 20000.0 * n, 5000.0 * n, 16000.0 * n, 6.0 * n, True]
+    got = hp.run(_write_leaves, world_size=n, backend=backend, args=(n,), timeout=TIMEOUT)
+    assert got == [want] * n
+
+
+def test_a_wait_that_raised_is_no_collective_left_unwaited() -> None:
+    """A wait whose copy into the caller's tensor raised was a wait: until stop 64 the op stayed
+    listed as never waited, and the rank that caught the error then failed with
+    HcclUnfinishedError."""
+    from hccl_py.framework._kernel import Work
+
+    def main():
+        out = torch.zeros(2, 4).t()  # staged: the copy happens in wait()
+        work = hp.all_gather_into_tensor(out, torch.ones(2, 2), async_op=True)
+        boom = RuntimeError("the copy failed")
+
+        def failing() -> None:
+            raise boom
+
+        work._finish = failing
+        raised = []
+        for _ in range(2):
+            try:
+                work.wait()
+            except RuntimeError as exc:
+                raised.append(exc is boom)
+        return raised, work.is_completed(), isinstance(work, Work)
+
+    assert hp.run(main, world_size=2, timeout=TIMEOUT) == [([True, True], False, True)] * 2

@@ -65,7 +65,7 @@ from ..server.protocol import (
 )
 from ..trace import hooks
 from ..trace.recorder import AIV_TID, now_us
-from ._common import exchange, record, records_of
+from ._common import exchange, record, records_of, writable
 
 #: The fact of a record that says how many bytes its rank carries (0: none).
 CARRY = "carry"
@@ -137,9 +137,7 @@ class Carried:
     def write(self, out: torch.Tensor, result: list[memoryview] | torch.Tensor) -> None:
         """``result`` (pieces of bytes that, one after another, are ``out``'s in memory order, or
         a tensor of ``out``'s elements) into ``out``; the trace shows the op as one call."""
-        # Detached, a leaf that requires grad may be written, as the op's task writes it; the
-        # version counter, which the detached view shares, still moves on, as after the task.
-        out = out.detach()
+        out = writable(out)
         if isinstance(result, torch.Tensor):
             out.copy_(result.view(out.shape))
         elif out.numel() and out.is_contiguous() and out.device.type == "cpu":

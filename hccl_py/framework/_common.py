@@ -191,12 +191,19 @@ def who(group: Group, index: int) -> str:
     return f"rank {group.ranks[index]}"
 
 
+def writable(out: torch.Tensor) -> torch.Tensor:
+    """``out`` as a collective writes its result: detached, so that a leaf that requires grad
+    (or a view of one) may be written, as the op's task writes it in place; the version
+    counter, which the detached view shares, still moves on."""
+    return out.detach()
+
+
 def staged(out: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
     """A contiguous buffer to receive into, and what copies it into ``out`` afterwards."""
     if out.is_contiguous():
         return out, None
     buf = torch.empty(out.shape, dtype=out.dtype, device=out.device)
-    return buf, lambda: out.copy_(buf)
+    return buf, lambda: writable(out).copy_(buf)
 
 
 def source(tensor: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -172,6 +172,7 @@ class Work:
         self._kernel = kernel
         self._finish = finish
         self._done = kernel is None
+        self._error: BaseException | None = None  # what the first wait() raised
         if kernel is not None:
             kernel.rank_ctx.open_work[id(self)] = f"{kernel.caller} started at {user_frame()}"
 
@@ -179,14 +180,23 @@ class Work:
         """Block until the op finished and its outputs are in place; returns True.
 
         ``timeout`` is accepted for torch.distributed compatibility; the run's
-        timeout (``hp.run(timeout=...)``) bounds every wait.
+        timeout (``hp.run(timeout=...)``) bounds every wait. A wait that raised was a wait all
+        the same (the op is no collective that was never waited), and a later one raises the
+        same error again.
         """
+        if self._error is not None:
+            raise self._error
         if not self._done:
-            self._kernel.complete()
-            if self._finish is not None:
-                self._finish()
+            try:
+                self._kernel.complete()
+                if self._finish is not None:
+                    self._finish()
+            except BaseException as exc:
+                self._error = exc
+                raise
+            finally:
+                self._kernel.rank_ctx.open_work.pop(id(self), None)
             self._done = True
-            self._kernel.rank_ctx.open_work.pop(id(self), None)
         return True
 
     def is_completed(self) -> bool:

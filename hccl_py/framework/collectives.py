@@ -48,6 +48,7 @@ from ._common import (
     split_sizes,
     staged,
     who,
+    writable,
 )
 from ._kernel import FrameworkKernel, Work, run_async
 from ._local_reduce import local_reduce
@@ -316,7 +317,7 @@ def _reduce(
 
     def reduce_locally() -> None:
         mine = gathered.view(n, n, -1)[:, me] if scatter else gathered
-        out.copy_(local_reduce(mine, reduce_op).view(out.shape))
+        writable(out).copy_(local_reduce(mine, reduce_op).view(out.shape))
 
     return kernel, reduce_locally
 
