@@ -298,13 +298,12 @@ def slots_used(prepares: int, syncs: int) -> str:
 
 def count(name: str, value: Any, allow_zero: bool = True) -> int:
     """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
-    if type(value) is not int:  # (an int itself, every Prepare's: no call)
-        value = c_int(value)
-    if value is None or value < 0:
+    number = value if type(value) is int else c_int(value)  # (an int itself: no call)
+    if number is None or number < 0:
         raise InvalidCall("bad-argument", f"{name} must be a non-negative int", actual=value)
-    if not allow_zero and value == 0:
+    if not allow_zero and number == 0:
         raise InvalidCall("bad-argument", f"{name} must not be 0", actual=value)
-    return int(value)
+    return number
 
 
 def reduce_op(value: Any) -> HcclReduceOp:
