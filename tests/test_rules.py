@@ -300,7 +300,7 @@ RULES: dict[str, Rule] = {
     "prepare/dtype-tensor": Rule(  # until stop 64: "data type out of range (got tensor(3))"
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, torch.tensor(3))),
         -1,
-        ("the data type must be an int (an HcclDataType), not a torch.Tensor of shape ()",),
+        ("the data type must be an int (an HcclDataType) (got a torch.Tensor of shape ()",),
         AFTER,
     ),
     "prepare/dtype-13-unassigned": Rule(
@@ -379,7 +379,7 @@ RULES: dict[str, Rule] = {
             lambda h, e: h.AllReduce(e.x, e.y, COUNT, FP32, "sum"), ("AllGather", "AllReduce")
         ),
         -1,
-        ("the reduce op must be an int (an HcclReduceOp), not a str ('sum')",),
+        ("the reduce op must be an int (an HcclReduceOp) (got a str ('sum'))",),
         AFTER,
     ),
     "prepare/null-sendBuf": Rule(

@@ -91,4 +91,4 @@ def test_a_core_whose_arguments_differ_in_type_is_validated_on_its_own() -> None
         hp.run(_two_cores, args=((1, True),), world_size=1, timeout=RUN_TIMEOUT)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclUsageError)
-    assert "data type out of range" in str(err)
+    assert "the data type must be an int (an HcclDataType) (got a bool (True))" in str(err)

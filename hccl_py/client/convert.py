@@ -282,9 +282,7 @@ def as_enum(cls: type[E], value: Any) -> E | None:
 def not_an_int(name: str, kind: str, value: Any) -> InvalidCall:
     """A ``bad-argument`` for an argument of a C integer type that is no int: it says so,
     rather than that its value is out of range."""
-    return InvalidCall(
-        "bad-argument", f"{name} must be an int ({kind}), not {what_is(value)}", actual=value
-    )
+    return InvalidCall("bad-argument", f"{name} must be an int ({kind})", actual=what_is(value))
 
 
 def slots_used(prepares: int, syncs: int) -> str:
