@@ -43,6 +43,7 @@ from hccl_py.server.blocking import Blocker, Job
 from hccl_py.server.remote_writes import ChannelKey, Copies, run_copies
 from hccl_py.server.windows import WindowAllocation
 
+from .posted import PostedRequests
 from .races import WindowRaces, user_frame
 from .rendezvous import Rendezvous
 from .reports import returned_note
@@ -100,6 +101,10 @@ class OneSidedWrites:
         #: (:mod:`.server_reads`; the world sets it) and the size of one item.
         self.reads: PendingReads | None = None
         self.item_size = 0
+        #: The buffer race check's marks of destinations in the rank's own plain GM, from the
+        #: call to the Wait, Finalize or launch end that orders them (:mod:`.posted`; the world
+        #: sets it).
+        self.marks: PostedRequests | None = None
 
     def write_items(
         self, task: Task, copies: Copies, queue: tuple[int, int] = (0, 0), epoch: int = 0
@@ -109,6 +114,8 @@ class OneSidedWrites:
         rank = task.domain.ranks[task.rank]
         self.writers[(task.domain_name, task.rank)] = rank
         key = (task.domain_name, task.rank, *queue)
+        if self.marks is not None:
+            self.marks.written((rank, (task.domain_name, task.rank)), task.handle, copies)
         if self.races is not None:
             self._record(rank, copies, self.races.queue_agent(rank, key), key, epoch)
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
@@ -179,6 +186,10 @@ class OneSidedWrites:
             writer = self.writers.get((domain, rank))
             if writer is not None:
                 self.races.landed(writer)
+        if self.marks is not None:  # their marks in plain GM go: the flush orders them
+            for (name, drank), writer in list(self.writers.items()):
+                if domain is None or (name, drank) == (domain, rank):
+                    self.marks.drained((writer, (name, drank)))
 
     def land_rank(self, rank: int) -> None:
         """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""

@@ -1,4 +1,5 @@
-"""Happens-before checks for Hcomm reads into plain GM: accesses that no Drain orders.
+"""Happens-before checks for Hcomm reads and BatchWrites into plain GM: accesses that no Drain
+or Wait orders.
 
 On by default on the emulator, beside the collective buffer check (:mod:`.buffers`),
 whose marks and watch it shares. A ``ReadNbi`` whose destination is this rank's
@@ -22,11 +23,18 @@ their last notify (MoeEpDispatch's ``WriteToRemoteWindow`` posts its slot notify
 from its workspace, and the next launch's ``ResetCounters`` rewrites those
 bytes before any Drain of the channel). Marking sources would report them, so
 sources are not marked.
+
+An A3 BatchWrite item may write into the rank's own plain GM (a kernel argument, a workspace).
+Those destination bytes are a pending write of the rank from the call on, with the line of the
+call, until what orders the rank's BatchWrites: the Wait of a BatchWrite of the domain (without
+message queues), its Finalize, or the end of the launch. A destination in a window is the
+window race check's, as for Hcomm.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from hccl_py.core.errors import HcclRaceError
@@ -88,6 +96,41 @@ class Request:
 
 
 @dataclass(eq=False)
+class Written(Request):
+    """The BatchWrites of one call site of a domain rank into its own plain GM, until a Wait."""
+
+    handle: int = 0
+    ordered_by = "the Wait of the BatchWrite"
+
+    def describe(self) -> str:
+        """``BatchWrite (handle 0)``."""
+        return f"{self.call} (handle {self.handle})"
+
+    def facts(self) -> dict[str, object]:
+        """The request's facts for a report."""
+        return {"op": self.call, "handle": self.handle}
+
+    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError:
+        """The report of ``found``, an access at ``where`` of global rank ``rank``."""
+        mark = found.mark
+        base = mark.alloc.memory[1]
+        risk = (
+            "the copy may overwrite that write, or not"
+            if found.written
+            else "the read may see the old bytes or the new ones"
+        )
+        return HcclRaceError(
+            f"BatchWrite race: rank {rank} {'writes' if found.written else 'reads'} bytes "
+            f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
+            f"Wait of the BatchWrite (handle {self.handle}) at {self.where}, one of whose items "
+            f"writes these bytes when the server runs it, so {risk}. Call Wait(handle) before "
+            "accessing them; see docs/windows.md#batchwrite",
+            rank=rank,
+            **self.facts(),
+        )
+
+
+@dataclass(eq=False)
 class Posted:
     """The bytes of one allocation that one :class:`Request` writes when it lands: sorted,
     disjoint runs from the allocation's first byte, at ``base`` in its storage."""
@@ -128,27 +171,47 @@ class PostedRequests:
 
     def posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:
         """Global rank ``channel[0]`` called ``call`` on ``channel``: mark a read's destination."""
-        if call != "ReadNbi":
-            return
-        _, dst, nbytes = copies[0]
-        alloc = dst.alloc
-        memory = alloc.memory
-        if not nbytes or isinstance(alloc, WindowAllocation) or memory is None or not memory[0]:
+        if call == "ReadNbi":
+            self._mark(channel, copies[:1], lambda where: Request(call, channel, where))
+
+    def written(self, key: tuple[int, Hashable], handle: int, copies: Copies) -> None:
+        """Global rank ``key[0]``'s BatchWrite ``handle`` (``key``: its rank and domain rank) will
+        run ``copies``: mark the destinations in its own plain GM until :meth:`drained`."""
+        self._mark(key, copies, lambda where: Written("BatchWrite", key, where, handle=handle))
+
+    def _mark(
+        self, channel: tuple[int, Hashable], copies: Copies, request: Callable[[str], Request]
+    ) -> None:
+        """Mark the destinations of ``copies`` in plain GM as pending writes of the rank
+        ``channel[0]``, by a ``request(where)`` per call site."""
+        plain = [
+            (dst, nbytes)
+            for _, dst, nbytes in copies
+            if nbytes
+            and not isinstance(dst.alloc, WindowAllocation)
+            and dst.alloc.memory is not None
+            and dst.alloc.memory[0]
+        ]
+        if not plain:
             return
         where = user_frame()
         rank = channel[0]
         with self.buffers.lock:
             sites = self.channels.setdefault(channel, {})
-            found = sites.get((where, id(alloc)))
-            if found is None:
-                request = Request(call, channel, where, next(self.buffers.sequence))
-                found = sites[(where, id(alloc))] = Posted(request, alloc, memory[1])
-                for index in (self.buffers.pending[rank], self.pending[rank]):
-                    index.setdefault(memory[0], []).append(found)
-            found.add(dst.offset, dst.offset + nbytes)
+            for dst, nbytes in plain:
+                alloc = dst.alloc
+                found = sites.get((where, id(alloc)))
+                if found is None:
+                    made = request(where)
+                    made.order = next(self.buffers.sequence)
+                    found = sites[(where, id(alloc))] = Posted(made, alloc, alloc.memory[1])
+                    for index in (self.buffers.pending[rank], self.pending[rank]):
+                        index.setdefault(alloc.memory[0], []).append(found)
+                found.add(dst.offset, dst.offset + nbytes)
 
     def drained(self, channel: ChannelKey) -> None:
-        """``channel``'s Drain returned: its requests are ordered before the rank's next accesses."""
+        """``channel``'s Drain returned (or a Wait ordered the BatchWrites of :meth:`written`'s
+        ``key``): its requests are ordered before the rank's next accesses."""
         with self.buffers.lock:
             sites = self.channels.pop(channel, None)
             if not sites:

@@ -100,6 +100,7 @@ class EmuWorld(Server):
         )
         self.writes.pick = self.blocker.policy.pick_queue
         self.writes.reads = PendingReads(self.buffers)
+        self.writes.marks = self.posted
         fmt = config.platform.batch_write_format
         self.writes.item_size = ITEM_DTYPES[fmt].itemsize if fmt else 0
         #: Every domain's slots, their order, failures and poison (one state machine); every

@@ -270,3 +270,52 @@ def test_reading_the_own_destination_before_the_wait_is_reported() -> None:
     assert "which rank 0 sent to its own window with a BatchWrite at" in text, text
     assert text.count("test_batch_write_pending.py:") >= 2, text  # the read and the BatchWrite
     assert "have rank 0 Wait for the BatchWrite before reading" in text, text
+
+
+def plain_destination(order: str):
+    """A kernel whose BatchWrite copies OWN floats into the rank's own plain GM (``out``, a
+    kernel argument: an A3 item may write there), then reads or writes ``out`` after its Wait
+    ("wait") or before it ("read", "write")."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
+        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
+        items = a3_items([(int(src), int(out), 4 * OWN)])
+        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
+        handle = h.BatchWrite[True](info, 1)
+        if order == "wait":
+            h.Wait(handle)
+        if order in ("wait", "read"):
+            assert float(hp.gm_tensor(out, torch.float32, OWN).sum()) >= 0
+        if order == "write":
+            hp.gm_tensor(out, torch.float32, 1)[:] = -1.0
+        if order != "wait":
+            h.Wait(handle)
+        h.Finalize()
+
+    return kernel
+
+
+@pytest.mark.parametrize("order", ["read", "write"])
+def test_an_access_of_the_own_plain_gm_destination_before_the_wait_is_reported(order: str) -> None:
+    """Until stop 64 a BatchWrite into the rank's own plain GM (not a window) was in neither race
+    check: a read or a write of the destination before the Wait went unreported on every
+    schedule (an Hcomm ReadNbi into plain GM was checked)."""
+    want = np.stack([np.arange(OWN), np.arange(OWN) + 10])
+    for kw in ({}, {"schedule": "late"}, {"explore": 4}):  # valid: the same data every time
+        got = run_kernel(plain_destination("wait"), n=2, out_len=OWN, platform="A3", **kw)
+        np.testing.assert_array_equal(np.array(got), want)
+    with pytest.raises(hp.WorldError) as info:  # the default schedule, no poison: found
+        run_kernel(plain_destination(order), n=2, out_len=OWN, platform="A3")
+    for rank, err in info.value.failures.items():
+        if isinstance(err, hp.HcclPeerError):
+            continue
+        assert isinstance(err, hp.HcclRaceError), err
+        text = str(err)
+        verb = "reads" if order == "read" else "writes"
+        assert f"BatchWrite race: rank {rank} {verb} bytes [0, " in text, text
+        assert "before the Wait of the BatchWrite (handle 0)" in text, text
+        assert text.count("test_batch_write_pending.py:") == 2, text  # the access and the call
+        assert (err.op, err.handle) == ("BatchWrite", 0)
