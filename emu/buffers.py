@@ -225,9 +225,10 @@ class BufferRaces:
         if other.seq not in self.slots(other.domain_name):  # an earlier launch's: it finished
             return False
         last = Round(other, other.repeat - 1, None)
-        if Ordered(task, -1, self.slots).covers(last):
+        rank = task.domain.ranks[task.rank]
+        if Ordered(task, -1, self.slots, rank).covers(last):
             return False
-        return not Ordered(other, -1, self.slots).covers(Round(task, task.repeat - 1, None))
+        return not Ordered(other, -1, self.slots, rank).covers(Round(task, task.repeat - 1, None))
 
     def _gated(self, rank: int, task: Task) -> bool:
         """Whether global rank ``rank`` has not committed every round of a task that must
@@ -235,8 +236,7 @@ class BufferRaces:
         InterHcclGroupSync, or (in turn) one of theirs. The server cannot start ``task`` before
         that Commit, so no access made before it races with ``task``."""
         slots = self.slots(task.domain_name)
-        own = slots.get(task.seq)
-        if own is None or not own.all_deps:  # the earlier tasks left finished: every rank
+        if not task.deps:  # the earlier tasks left finished: every rank
             for at, slot in slots.items():  # committed them and those they waited for
                 if at >= task.seq:  # (in seq order; a loop: no generator's calls per Commit)
                     return False
@@ -244,7 +244,7 @@ class BufferRaces:
                     break
             else:
                 return False
-        todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq)]  # run first
+        todo = [(task.domain_name, task.seq - 1), *dep_keys(slots, task.seq, rank)]  # run first
         top: dict[str, int] = {}
         while todo:
             domain, seq = todo.pop()
@@ -259,7 +259,7 @@ class BufferRaces:
                     for r, t in slot.tasks.items():
                         if t.domain.ranks[r] == rank and slot.committed.get(r, 0) < t.repeat:
                             return True
-            todo += dep_keys(slots, seq)
+            todo += dep_keys(slots, seq, rank)
         return False
 
     def _mark(self, rank: int, rnd: Round) -> None:
@@ -299,7 +299,7 @@ class BufferRaces:
                 return
             done = None  # made when a round of another task asks (a Wait's own task: inline)
             if self.gated[rank]:
-                done = Ordered(task, last, self.slots)
+                done = Ordered(task, last, self.slots, rank)
                 self.gated[rank] = [rnd for rnd in self.gated[rank] if not done.covers(rnd)]
             for pending_task in list(tasks):  # (its keys: no items() call per Wait)
                 sides = tasks[pending_task]
@@ -310,7 +310,7 @@ class BufferRaces:
                     while ordered < n and rounds[ordered].index <= last:
                         ordered += 1
                 else:
-                    done = done or Ordered(task, last, self.slots)
+                    done = done or Ordered(task, last, self.slots, rank)
                     ordered = n if done.covers(rounds[-1]) else 0
                     while ordered < n and done.covers(rounds[ordered]):
                         ordered += 1

@@ -89,7 +89,7 @@ class _Task:
 class _Seen:
     """Stands in for ``buffers.Ordered``: orders the rounds whose index is at most ``last``."""
 
-    def __init__(self, task: object, last: int, slots: object) -> None:
+    def __init__(self, task: object, last: int, slots: object, rank: int) -> None:
         self.last = last
 
     def covers(self, rnd: Round) -> bool:
@@ -122,7 +122,7 @@ def test_a_storage_keeps_the_sides_of_other_tasks(monkeypatch: pytest.MonkeyPatc
     first, second = _Task(STORAGE, STORAGE), _Task(STORAGE, STORAGE + SIZE)
     races._mark(0, Round(first, 0, "a.py:1"))
     races._mark(0, Round(second, 0, "a.py:2"))
-    monkeypatch.setattr(buffers, "Ordered", lambda task, last, slots: _Orders(task))
+    monkeypatch.setattr(buffers, "Ordered", lambda task, last, slots, rank: _Orders(task))
     races.ordered(0, first, 0)
     assert races.pending[0] == {
         STORAGE: [races.tasks[0][second][0]],

@@ -473,14 +473,15 @@ def test_a_warning_of_the_emulator_points_at_the_kernel_line() -> None:
     assert shown == [(HERE, int(line))] * 2, shown
 
 
-def _two_domains(synced: bool) -> Kernel:
-    """AllGather x -> y on domain 0, AllReduce of x in place on domain 1; only the latter waited."""
+def _two_domains(synced: bool, unsynced_rank: int | None = None) -> Kernel:
+    """AllGather x -> y on domain 0, AllReduce of x in place on domain 1; only the latter waited
+    (``unsynced_rank``: the one rank that leaves out the InterHcclGroupSync)."""
 
     def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
         first_domain = init_hccl(hp.Hccl(), tilingGM, 0, ops=("AllGather",))
         second_domain = init_hccl(hp.Hccl(), tilingGM, 1, ops=("AllReduce",))
         gather = all_gather(first_domain, xGM, yGM)
-        if synced:
+        if synced and hp.get_rank() != unsynced_rank:
             second_domain.InterHcclGroupSync(0, gather)
         second_domain.Wait(second_domain.AllReduce[True](xGM, xGM, N, F32, SUM))
         read_receive(xGM, yGM)
@@ -499,6 +500,24 @@ def _on_two_domains(kernel: Kernel, **options: Any) -> list:
         return x, y
 
     return hp.run(main, world_size=2, timeout=TIMEOUT, **options)
+
+
+@pytest.mark.parametrize("unsynced", [0, 1])
+def test_a_rank_whose_own_sync_is_missing_is_reported_though_its_peer_synced(
+    unsynced: int,
+) -> None:
+    """Each rank's server follows that rank's own InterHcclGroupSync: the peer's sync holds back
+    the peer's server, not this rank's, which may send x before its own AllGather read it. The
+    emulator runs the round after every rank's dependencies (so its numbers were right), and
+    until stop 64 its race check ordered every rank by them too: no report, where gloo sent the
+    AllReduce's result over x before the AllGather read it."""
+    for options in ({}, {"schedule": "late"}, {"seed": 3}):
+        with pytest.raises(hp.WorldError) as info:
+            _on_two_domains(_two_domains(synced=True, unsynced_rank=unsynced), **options)
+        err = info.value.failures[unsynced]
+        assert isinstance(err, hp.HcclRaceError), err
+        assert (err.rank, err.op, err.handle) == (unsynced, "AllReduce", 0)
+        assert "race between domains: the server writes bytes [0, 32) of x" in str(err)
 
 
 def test_a_wait_orders_the_tasks_its_task_depends_on_through_inter_hccl_group_sync() -> None:
