@@ -377,7 +377,7 @@ def test_a_rank_that_never_prepares_is_named_at_the_timeout() -> None:
         _run(sleeping_rank, 2, timeout=2.0)
     waiting = info.value.failures[0]
     assert isinstance(waiting, hp.HcclTimeoutError), waiting
-    assert "ranks [1] have not prepared it" in str(waiting)
+    assert "ranks [1] have not joined it" in str(waiting)
 
 
 def _slow_core_kernel() -> None:
@@ -452,7 +452,7 @@ def test_the_state_of_the_world_names_each_core_and_calls_no_waiter_running() ->
     (core_0,) = [x for x in lines if x.startswith("  - rank 0 AIV core 0 waits for ")]
     assert (
         "the process group of domain hccl_world_group: comparing task descriptors of task #0 "
-        "with ranks [1]: ranks [1] have not prepared it"
+        "with ranks [1]: ranks [1] have not joined it"
         in core_0
         or "round 0 of handle 0 AllGather(FP32, count=4, repeat=1)" in core_0
     ), state

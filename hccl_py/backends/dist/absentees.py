@@ -82,7 +82,8 @@ class Absentees:
         return (
             f"rank {global_rank(task)} waits for the other ranks' task #{task.seq} of domain "
             f"{task.domain_name} (its own: handle {task.handle}, {task.describe()}): ranks "
-            f"{who} have not prepared it (they prepared fewer tasks, or are stuck elsewhere)"
+            f"{who} have not joined its task check (they have not committed its first round, "
+            "prepared fewer tasks, or are stuck elsewhere)"
         )
 
     def check(self) -> None:

@@ -363,9 +363,9 @@ class DomainQueue:
         absent = self.undescribed()
         if absent:
             return (
-                f"{self.running} with ranks {peers}: ranks {absent} have not prepared it (their "
-                "descriptor never arrived: they prepared fewer tasks, or are slow or stuck "
-                "elsewhere)"
+                f"{self.running} with ranks {peers}: ranks {absent} have not joined it (their "
+                "descriptor never arrived: they have not committed its first round, prepared "
+                "fewer tasks, or are slow or stuck elsewhere)"
             )
         text = f"{self.running or 'a call'} with ranks {peers}"
         if self.comparing is not None or not self.running.startswith("running round"):
