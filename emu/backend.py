@@ -66,7 +66,11 @@ class EmuBackend(Backend):
         started: list[Any] = []  # the runners' handles, in rank order
 
         def body(rank: int) -> None:
-            if len(started) < n:  # a later rank's runner could not start: end without running
+            # a later rank's runner could not start, or a rank was stopped in its own code (past
+            # the run's timeout, or its grace after a failure) before this rank's turn came: end
+            # without running. After other failures the rank runs, and its own report (the same
+            # mistake, most often) joins theirs.
+            if len(started) < n or isinstance(world.blocker.error, _Stopped):
                 world.blocker.leave()
                 return
             set_rank_context(RankContext(rank, n, config, world, world.blocker))

@@ -41,6 +41,7 @@ from .launcher.cli_checks import (
     env_label,
     environment,
     in_range,
+    one_schedule_choice,
     report,
 )
 from .runtime import (
@@ -234,9 +235,9 @@ def _checked(opts: argparse.Namespace) -> str:
         in_range("--seed", opts.seed, 0, why_low=" (a schedule's number)")
     if opts.explore is not None:
         in_range("--explore", opts.explore, 1, why_low=" (a number of schedules)")
-    emulator_only(
-        backend, ("--seed", opts.seed, SEED_ENV), ("--explore", opts.explore, EXPLORE_ENV)
-    )
+    schedules = (("--seed", opts.seed, SEED_ENV), ("--explore", opts.explore, EXPLORE_ENV))
+    emulator_only(backend, *schedules)
+    one_schedule_choice(*schedules)
     layout = opts.command == "layout"  # it sets HCCL_PY_LAYOUT from --png ("-": text only)
     check_outputs(
         ("--trace", getattr(opts, "trace", None), TRACE_ENV, False),

@@ -107,6 +107,11 @@ RUN_CASES = {
         "--nnodes 2 needs --master-port P with P in 1..65535",
     ),
     "seed on gloo": ([*GLOO, "--seed", "0"], "--seed picks schedules of the emulator"),
+    "seed and explore": (  # until stop 64: hp.run's ValueError, a traceback
+        ["--seed", "1", "--explore", "2"],
+        "--seed replays one schedule and --explore runs the default one and seeds 1 to N - 1: "
+        "give one of them",
+    ),
 }
 
 
@@ -138,12 +143,28 @@ def test_the_emulator_refuses_the_options_of_several_hosts(
 
 
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
+@pytest.mark.parametrize(
+    "content",
+    [b"\x7fELF\x02\x01\x01\x00\x00\x00", b'print("caf\xe9")\n', b"\xff\xfe\xc3(\x9f"],
+    ids=["NUL bytes", "latin-1 without a coding line", "no UTF-8"],
+)
 def test_a_binary_script_is_named(
-    backend: str, script: Path, capsys: pytest.CaptureFixture
+    backend: str, content: bytes, script: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    script.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00")
+    """Text that is no UTF-8 (nor its coding line's encoding) raised a UnicodeDecodeError
+    traceback on the emulator until stop 64."""
+    script.write_bytes(content)
     message = _error(capsys, "run", ["run", "-n", "1", "--backend", backend, str(script)])
     assert message.startswith(f"the script {str(script)!r} is not a Python source file"), message
+
+
+def test_a_script_in_the_encoding_its_coding_line_names_runs(
+    script: Path, capsys: pytest.CaptureFixture
+) -> None:
+    script.write_bytes(script.read_bytes().replace(b"\n", b"\n# caf\xe9\n", 1))
+    script.write_bytes(b"# -*- coding: latin-1 -*-\n" + script.read_bytes())
+    assert main(["run", "-n", "1", str(script)]) == 0, capsys.readouterr().err
+    assert script.with_suffix(".ran").exists()
 
 
 ENV_CASES = {
@@ -183,6 +204,11 @@ ENV_CASES = {
     "seed on gloo": (
         {"HCCL_PY_BACKEND": "gloo", "HCCL_PY_SEED": "3"},
         "environment variable HCCL_PY_SEED picks schedules of the emulator",
+    ),
+    "seed and explore": (
+        {"HCCL_PY_SEED": "1", "HCCL_PY_EXPLORE": "2"},
+        "environment variable HCCL_PY_SEED replays one schedule and environment variable "
+        "HCCL_PY_EXPLORE runs the default one",
     ),
 }
 

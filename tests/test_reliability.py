@@ -496,6 +496,23 @@ def test_rank_stuck_in_its_own_code_ends_the_run() -> None:
     assert not [t for t in threading.enumerate() if t.name == THREAD_NAME], "a rank still runs"
 
 
+def test_ranks_whose_turn_comes_after_the_run_failed_do_not_start() -> None:
+    """Until stop 64 the ranks after a rank stuck in its own code were started into theirs once
+    it stopped (a rank sleeping past the timeout made a 4-rank run take four sleeps), and each
+    was reported as "still running its own code" after a failure that came before it ran."""
+    started: list[int] = []
+
+    def body() -> None:
+        started.append(hp.get_rank())
+        spin_forever()
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(body, world_size=3, backend="emu", timeout=0.5)
+    assert started == [0]
+    assert sorted(info.value.failures) == [0], info.value
+    assert isinstance(info.value.failures[0], hp.HcclTimeoutError)
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True, [1]])
 def test_bad_timeouts_are_refused_up_front(bad: Any) -> None:
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):

@@ -103,16 +103,32 @@ def environment(read: Callable[[], object]) -> None:
         ) from None
 
 
+def _settings_given(settings: tuple[tuple[str, object, str], ...]) -> list[str]:
+    """How each setting that was given is named: its option, or the variable standing in for it."""
+    return [
+        option if value is not None else env_label(env)
+        for option, value, env in settings
+        if value is not None or os.environ.get(env)
+    ]
+
+
+def one_schedule_choice(*settings: tuple[str, object, str]) -> None:
+    """UsageError when both a seed and a number of schedules to explore are given (each as
+    in :func:`emulator_only`): a seed replays one schedule, exploring runs several."""
+    picked = _settings_given(settings)
+    if len(picked) > 1:
+        raise UsageError(
+            f"{picked[0]} replays one schedule and {picked[1]} runs the default one and seeds "
+            "1 to N - 1: give one of them"
+        )
+
+
 def emulator_only(backend: str, *settings: tuple[str, object, str]) -> None:
     """UsageError when a setting that picks the emulator's schedules is given with another
     backend: each setting is (option, its value or None, the variable that stands in for it)."""
     if BACKENDS[backend].in_process:
         return
-    picked = [
-        option if value is not None else env_label(env)
-        for option, value, env in settings
-        if value is not None or os.environ.get(env)
-    ]
+    picked = _settings_given(settings)
     if picked:
         raise UsageError(
             f"{' and '.join(picked)} {'pick' if len(picked) > 1 else 'picks'} schedules of the "

@@ -20,10 +20,27 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import tokenize
 import zipfile
 
 #: How much of a script :func:`script_problem` reads to tell source from binary data.
 HEAD_BYTES = 1 << 16
+
+
+def _undecodable(path: str) -> str | None:
+    """Why the bytes of ``path`` are no text in the encoding Python reads it in (its coding
+    line's, else UTF-8), or None."""
+    encoding = "utf-8"
+    try:
+        with open(path, "rb") as f:
+            encoding, _ = tokenize.detect_encoding(f.readline)
+            f.seek(0)
+            f.read().decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        return f"is not a Python source file (its bytes are no {encoding} text: {exc})"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
 
 
 def script_problem(path: str) -> str | None:
@@ -49,9 +66,16 @@ def script_problem(path: str) -> str | None:
             what = f"cannot be read ({exc.strerror or exc})"
         else:
             compiled = path.endswith(".pyc") or head[:2] == importlib.util.MAGIC_NUMBER[:2]
-            if b"\0" not in head or compiled or zipfile.is_zipfile(path):
+            if compiled or zipfile.is_zipfile(path):
                 return None
-            what = "is not a Python source file (it holds NUL bytes: binary data, or UTF-16 text)"
+            if b"\0" in head:
+                what = (
+                    "is not a Python source file (it holds NUL bytes: binary data, or UTF-16 text)"
+                )
+            else:
+                what = _undecodable(path)
+                if what is None:
+                    return None
     return (
         f"the script {path!r} {what}; give the path of a Python file (relative to the current "
         "directory or absolute)"
