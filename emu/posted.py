@@ -70,24 +70,29 @@ class Request:
         """The request's facts for a report."""
         return {"op": self.call}
 
+    #: What a report calls the race, and what a write of the marked bytes risks.
+    race = "Hcomm read race"
+    overwrite = "the landing may overwrite that write, or not"
+
     def error(self, found: Finding, rank: int, where: str) -> HcclRaceError:
         """The report of ``found``, an access at ``where`` of global rank ``rank``."""
-        mark = found.mark
-        base = mark.alloc.memory[1]
-        risk = (
-            "the landing may overwrite that write, or not"
-            if found.written
-            else "the read may see the old bytes or the new ones"
-        )
+        base = found.mark.alloc.memory[1]
+        risk = self.overwrite if found.written else "the read may see the old bytes or the new ones"
         return HcclRaceError(
-            f"Hcomm read race: rank {rank} {'writes' if found.written else 'reads'} bytes "
-            f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
-            f"Drain of channel {self.channel[1]:#x}: the {self.call} at {self.where} writes "
-            f"these bytes when it lands, which only the Drain orders, so {risk}. Call "
-            f"Drain(channel) (any core of the rank, or a later launch) before accessing them; "
-            "see docs/hcomm.md#when-writes-land",
+            f"{self.race}: rank {rank} {'writes' if found.written else 'reads'} bytes "
+            f"[{found.lo - base}, {found.hi - base}) of {found.mark.alloc.name} at {where} "
+            f"before {self.pending(risk)}",
             rank=rank,
             **self.facts(),
+        )
+
+    def pending(self, risk: str) -> str:
+        """What the access came before, what it risks (``risk``) and what to call."""
+        return (
+            f"the Drain of channel {self.channel[1]:#x}: the {self.call} at {self.where} writes "
+            f"these bytes when it lands, which only the Drain orders, so {risk}. Call "
+            "Drain(channel) (any core of the rank, or a later launch) before accessing them; "
+            "see docs/hcomm.md#when-writes-land"
         )
 
     def unseen(self) -> str:
@@ -101,6 +106,8 @@ class Written(Request):
 
     handle: int = 0
     ordered_by = "the Wait of the BatchWrite"
+    race = "BatchWrite race"
+    overwrite = "the copy may overwrite that write, or not"
 
     def describe(self) -> str:
         """``BatchWrite (handle 0)``."""
@@ -110,23 +117,12 @@ class Written(Request):
         """The request's facts for a report."""
         return {"op": self.call, "handle": self.handle}
 
-    def error(self, found: Finding, rank: int, where: str) -> HcclRaceError:
-        """The report of ``found``, an access at ``where`` of global rank ``rank``."""
-        mark = found.mark
-        base = mark.alloc.memory[1]
-        risk = (
-            "the copy may overwrite that write, or not"
-            if found.written
-            else "the read may see the old bytes or the new ones"
-        )
-        return HcclRaceError(
-            f"BatchWrite race: rank {rank} {'writes' if found.written else 'reads'} bytes "
-            f"[{found.lo - base}, {found.hi - base}) of {mark.alloc.name} at {where} before the "
-            f"Wait of the BatchWrite (handle {self.handle}) at {self.where}, one of whose items "
-            f"writes these bytes when the server runs it, so {risk}. Call Wait(handle) before "
-            "accessing them; see docs/windows.md#batchwrite",
-            rank=rank,
-            **self.facts(),
+    def pending(self, risk: str) -> str:
+        """What the access came before, what it risks (``risk``) and what to call."""
+        return (
+            f"the Wait of the BatchWrite (handle {self.handle}) at {self.where}, one of whose "
+            f"items writes these bytes when the server runs it, so {risk}. Call Wait(handle) "
+            "before accessing them; see docs/windows.md#batchwrite"
         )
 
 

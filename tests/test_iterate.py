@@ -6,6 +6,8 @@ is checked against a numpy all-to-all.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -144,10 +146,21 @@ def test_iterate_names_a_handle_that_is_no_int_as_such(handle, said: str) -> Non
     """Until stop 64 a handle ``"0"`` or ``tensor(0)`` of a fine-grained AlltoAllV read "handle 0
     is not a fine-grained AlltoAllV": false of handle 0, which is one."""
 
+    for real, result, reason, _ in _refused_iterate(handle, [0], 1):
+        assert (real, result) == (0, -1)
+        assert said in reason, reason
+
+
+def _refused_iterate(handle: Any, slices: Any, length: Any) -> list:
+    """Per rank of a fine-grained AlltoAllV on 2 ranks: its handle, what one
+    ``Iterate[True](handle, slices, length)`` returned (``handle`` None: the real one) and its
+    ``last_error``, and the receive buffer once every step ran through valid Iterates."""
+
     def kernel(x, y, tilingGM):
         h = client(tilingGM)
         real = h.AlltoAllV[True](x, [4, 4], [0, 4], FP32, y, [4, 4], [0, 4], FP32)
-        refused = (real, h.Iterate[True](handle, [0], 1), h.last_error)
+        asked = real if handle is None else handle
+        refused = (real, h.Iterate[True](asked, slices, length), h.last_error)
         while h.Iterate[True](real, [0], 1) > 0:
             pass
         hp.SyncAll()
@@ -156,13 +169,12 @@ def test_iterate_names_a_handle_that_is_no_int_as_such(handle, said: str) -> Non
 
     def main():
         out = []
+        y = torch.zeros(8)
         x = torch.arange(8.0) + 100 * hp.get_rank()
-        hp.launch(lambda *a: out.append(kernel(*a)), x, torch.zeros(8), tiling(1))
-        return out[0]
+        hp.launch(lambda *a: out.append(kernel(*a)), x, y, tiling(1))
+        return (*out[0], y.tolist())
 
-    for real, result, reason in hp.run(main, world_size=2, platform="A3", strict=False):
-        assert (real, result) == (0, -1)
-        assert said in reason, reason
+    return hp.run(main, world_size=2, platform="A3", strict=False)
 
 
 def test_iterate_on_a_one_rank_domain_is_minus_one() -> None:
@@ -207,27 +219,7 @@ def test_iterate_refuses_what_it_cannot_fill_before_it_waits(slices, length, got
         slices = np.zeros(4, dtype=np.uint8)
         slices.setflags(write=False)
         got = "a numpy.ndarray of shape (4,) and dtype uint8"
-
-    def kernel(x, y, tilingGM):
-        h = client(tilingGM)
-        handle = h.AlltoAllV[True](x, [4, 4], [0, 4], FP32, y, [4, 4], [0, 4], FP32)
-        refused = (h.Iterate[True](handle, slices, length), h.last_error)
-        while h.Iterate[True](handle, [0], 1) > 0:
-            pass
-        hp.SyncAll()
-        h.Finalize()
-        return refused
-
-    def main():
-        out = []
-        y = torch.zeros(8)
-        x = torch.arange(8.0) + 100 * hp.get_rank()
-        hp.launch(lambda *a: out.append(kernel(*a)), x, y, tiling(1))
-        return out[0], y.tolist()
-
-    for rank, ((result, reason), y) in enumerate(
-        hp.run(main, world_size=2, platform="A3", strict=False)
-    ):
+    for rank, (_, result, reason, y) in enumerate(_refused_iterate(None, slices, length)):
         assert result == -1
         what = (
             "seqSliceLen must be an int > 0" if length in (0, "1") else "seqSlices must be a list"
