@@ -175,8 +175,12 @@ class OneSidedWrites:
             self.blocker.progressed()
         return True
 
-    def flush(self, domain: str | None = None, rank: int | None = None) -> None:
-        """Run the pending BatchWrites of domain rank ``rank`` (all copies without arguments)."""
+    def flush(
+        self, domain: str | None = None, rank: int | None = None, handle: int | None = None
+    ) -> None:
+        """Run the pending BatchWrites of domain rank ``rank`` (all copies without arguments);
+        ``handle``: the one a Wait waits for, which orders it and those before it (the race
+        check's marks of later ones stay)."""
 
         def mine(k: Key) -> bool:  # every queue of domain rank ``rank``
             return domain is None or k[:2] == (domain, rank)
@@ -189,7 +193,7 @@ class OneSidedWrites:
         if self.marks is not None:  # their marks in plain GM go: the flush orders them
             for (name, drank), writer in list(self.writers.items()):
                 if domain is None or (name, drank) == (domain, rank):
-                    self.marks.drained((writer, (name, drank)))
+                    self.marks.drained((writer, (name, drank)), handle)
 
     def land_rank(self, rank: int) -> None:
         """Run the pending BatchWrites of global rank ``rank`` in every domain (its launch ends)."""

@@ -26,14 +26,15 @@ sources are not marked.
 
 An A3 BatchWrite item may write into the rank's own plain GM (a kernel argument, a workspace).
 Those destination bytes are a pending write of the rank from the call on, with the line of the
-call, until what orders the rank's BatchWrites: the Wait of a BatchWrite of the domain (without
-message queues), its Finalize, or the end of the launch. A destination in a window is the
+call, until what orders that BatchWrite: the Wait of it or of a later BatchWrite of the domain
+(without message queues), its Finalize, or the end of the launch. A destination in a window is the
 window race check's, as for Hcomm.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
@@ -173,13 +174,20 @@ class PostedRequests:
     def written(self, key: tuple[int, Hashable], handle: int, copies: Copies) -> None:
         """Global rank ``key[0]``'s BatchWrite ``handle`` (``key``: its rank and domain rank) will
         run ``copies``: mark the destinations in its own plain GM until :meth:`drained`."""
-        self._mark(key, copies, lambda where: Written("BatchWrite", key, where, handle=handle))
+        self._mark(
+            key, copies, functools.partial(Written, "BatchWrite", key, handle=handle), handle
+        )
 
     def _mark(
-        self, channel: tuple[int, Hashable], copies: Copies, request: Callable[[str], Request]
+        self,
+        channel: tuple[int, Hashable],
+        copies: Copies,
+        request: Callable[[str], Request],
+        tag: int | None = None,
     ) -> None:
         """Mark the destinations of ``copies`` in plain GM as pending writes of the rank
-        ``channel[0]``, by a ``request(where)`` per call site."""
+        ``channel[0]``, by a ``request(where)`` per call site (and ``tag``: a BatchWrite's
+        handle, which a Wait orders on its own)."""
         plain = [
             (dst, nbytes)
             for _, dst, nbytes in copies
@@ -196,24 +204,28 @@ class PostedRequests:
             sites = self.channels.setdefault(channel, {})
             for dst, nbytes in plain:
                 alloc = dst.alloc
-                found = sites.get((where, id(alloc)))
+                site = (where, id(alloc), tag)
+                found = sites.get(site)
                 if found is None:
                     made = request(where)
                     made.order = next(self.buffers.sequence)
-                    found = sites[(where, id(alloc))] = Posted(made, alloc, alloc.memory[1])
+                    found = sites[site] = Posted(made, alloc, alloc.memory[1])
                     for index in (self.buffers.pending[rank], self.pending[rank]):
                         index.setdefault(alloc.memory[0], []).append(found)
                 found.add(dst.offset, dst.offset + nbytes)
 
-    def drained(self, channel: ChannelKey) -> None:
+    def drained(self, channel: ChannelKey, upto: int | None = None) -> None:
         """``channel``'s Drain returned (or a Wait ordered the BatchWrites of :meth:`written`'s
-        ``key``): its requests are ordered before the rank's next accesses."""
+        ``key``, up to handle ``upto`` where given): its requests are ordered before the rank's
+        next accesses."""
         with self.buffers.lock:
-            sites = self.channels.pop(channel, None)
+            sites = self.channels.get(channel)
             if not sites:
                 return
+            done = [site for site in sites if upto is None or site[2] <= upto]
             rank = channel[0]
-            for posted in sites.values():
+            for site in done:
+                posted = sites.pop(site)
                 storage = posted.alloc.memory[0]
                 for index in (self.buffers.pending[rank], self.pending[rank]):
                     left = [p for p in index[storage] if p is not posted]
@@ -221,6 +233,8 @@ class PostedRequests:
                         index[storage] = left
                     else:
                         del index[storage]
+            if not sites:
+                del self.channels[channel]
 
     def access(self, rank: int, storage: int, runs: Runs, written: bool) -> list[Finding]:
         """The host code of global rank ``rank`` reads or writes ``runs`` of ``storage``: the

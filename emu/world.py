@@ -360,9 +360,11 @@ class EmuWorld(Server):
         """A BatchWrite behind a QueueBarrier[ALL] is held: its read race reports name this call."""
         self.writes.hold(task)
 
-    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:
+    def flush_writes(
+        self, domain: str | None = None, rank: int | None = None, handle: int | None = None
+    ) -> None:
         """Run the pending BatchWrites of domain rank ``rank`` (all of them without arguments)."""
-        self.writes.flush(domain, rank)
+        self.writes.flush(domain, rank, handle)
 
     def post_writes(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: land ``copies`` now or leave them to the scheduler (see :mod:`.onesided`)."""

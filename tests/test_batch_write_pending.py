@@ -319,3 +319,43 @@ def test_an_access_of_the_own_plain_gm_destination_before_the_wait_is_reported(o
         assert "before the Wait of the BatchWrite (handle 0)" in text, text
         assert text.count("test_batch_write_pending.py:") == 2, text  # the access and the call
         assert (err.op, err.handle) == ("BatchWrite", 0)
+
+
+def two_plain_writes(read: str):
+    """Two BatchWrites into halves of the rank's own plain GM (``out``); after the Wait of the
+    first, a read of the first half ("first") or of the second, which that Wait does not order
+    ("second")."""
+    half = OWN // 2
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
+        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
+        handles = []
+        for k in range(2):
+            items = a3_items([(int(src + 4 * half * k), int(out + 4 * half * k), 4 * half)])
+            at = info + 64 * k
+            hp.gm_tensor(at, torch.uint8, items.numel())[:] = items
+            handles.append(h.BatchWrite[True](at, 1))
+        h.Wait(handles[0])
+        first = 0 if read == "first" else half
+        assert float(hp.gm_tensor(out + 4 * first, torch.float32, half).sum()) >= 0
+        h.Wait(handles[1])
+        h.Finalize()
+
+    return kernel
+
+
+def test_a_wait_orders_its_batch_write_not_a_later_one() -> None:
+    """A Wait orders its BatchWrite and those before it: until stop 64 the marks of every
+    BatchWrite of the rank went at any Wait (the emulator lands them all there)."""
+    want = np.stack([np.arange(OWN), np.arange(OWN) + 10])
+    got = run_kernel(two_plain_writes("first"), n=2, out_len=OWN, platform="A3")
+    np.testing.assert_array_equal(np.array(got), want)
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(two_plain_writes("second"), n=2, out_len=OWN, platform="A3")
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    assert (err.op, err.handle) == ("BatchWrite", 1)
+    assert f"reads bytes [{2 * OWN}, {4 * OWN}) of out" in str(err), err

@@ -126,7 +126,7 @@ class BatchWrites(Lifecycle):
 
     def _wait(self, client: Control, info: Handle, h: int) -> int:
         if not client.queue_num():
-            client.server.flush_writes(client.state.group.name, client.state.rank)
+            client.server.flush_writes(client.state.group.name, client.state.rank, h)
         info.waits += 1
         return client.ok(HCCL_SUCCESS)
 

@@ -126,8 +126,11 @@ class Windows:
     def drain_channel(self, channel: ChannelKey) -> None:  # noqa: B027
         """Hcomm ``Drain``: block until every write posted on ``channel`` landed."""
 
-    def flush_writes(self, domain: str | None = None, rank: int | None = None) -> None:  # noqa: B027
-        """Finish the BatchWrites of domain rank ``rank`` that are still pending (Wait on one)."""
+    def flush_writes(  # noqa: B027
+        self, domain: str | None = None, rank: int | None = None, handle: int | None = None
+    ) -> None:
+        """Finish the BatchWrites of domain rank ``rank`` that are still pending (a Wait on
+        ``handle``, which orders that one and those before it)."""
 
 
 #: The ``key`` of a framework collective's exchange of its arguments: each rank's next
