@@ -583,6 +583,38 @@ def test_a_zombie_runner_counts_as_gone() -> None:
         child.wait()
 
 
+@pytest.mark.parametrize("starter_lives", [True, False], ids=["fork server gone", "starter gone"])
+def test_a_rank_whose_fork_server_ended_leaves_the_starters_folders(
+    starter_lives: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank reparented while the process that started the run lives (a killed fork server)
+    said "the process that started this run (pid P) is gone" of a live P, and removed that
+    process's folders, whose own cleanup then failed (until stop 64)."""
+    from hccl_py.launcher import liveness
+
+    left: list[tuple] = []
+    done = threading.Event()
+
+    def leave(rank: int | None, why: str, own_dirs: bool = True) -> None:
+        left.append((rank, why, own_dirs))  # the real one ends the process: the first counts
+        done.set()
+
+    starter = os.getpid() if starter_lives else 2**22 + 7  # a pid no process has
+    monkeypatch.setenv(liveness.PARENT_ENV, str(starter))
+    monkeypatch.setattr(liveness, "_watching", set())
+    monkeypatch.setattr(liveness, "leave_orphaned", leave)
+    monkeypatch.setattr(liveness.os, "getppid", lambda: 1)  # reparented to init
+    liveness.watch_parent(3)
+    assert done.wait(60)
+    rank, why, own_dirs = left[0]
+    assert rank == 3 and own_dirs is not starter_lives
+    if starter_lives:
+        assert why.startswith("the process that forked this rank is gone"), why
+        assert f"pid {starter}, lives on" in why
+    else:
+        assert why == f"the process that started this run (pid {starter}) is gone"
+
+
 def _runner_on_two_gloo_ranks(script: Path, short_tmp: Path) -> subprocess.CompletedProcess:
     """``python -m hccl_py run -n 2 --backend gloo script``, its output captured."""
     return subprocess.run(

@@ -125,26 +125,35 @@ def watch_parent(rank: int | None) -> None:
     def watch() -> None:
         while pid_alive(parent) and os.getppid() != 1:
             time.sleep(HEARTBEAT_S)
+        if pid_alive(parent):  # only the process that forked this rank ended (a fork server)
+            leave_orphaned(
+                rank,
+                "the process that forked this rank is gone (the process that started this run, "
+                f"pid {parent}, lives on and removes its folders)",
+                own_dirs=False,
+            )
         leave_orphaned(rank, f"the process that started this run (pid {parent}) is gone")
 
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
 
 
-def leave_orphaned(rank: int | None, why: str) -> None:
+def leave_orphaned(rank: int | None, why: str, own_dirs: bool = True) -> None:
     """End this rank process, whose parent is gone: say ``why``, remove the run's folders, end
     what it started in its process group, exit 1.
 
     Whichever watch notices first (the parent's pid, or this process's parent
     changing), the run's temporary folders (:data:`ORPHAN_DIRS_ENV`) go with it, and so
     does what the rank's function started (:func:`end_own_group`): no supervisor is left
-    to end them once this process is gone.
+    to end them once this process is gone. ``own_dirs`` False: the process that made the
+    folders lives (only a fork server between it and this rank ended) and removes them.
     """
     try:  # the parent may have held the other end of stderr: it can be gone too
         who = "a rank that had not joined yet" if rank is None else f"rank {rank}"
         print(f"hccl_py: {who}: {why}; exiting", file=sys.stderr, flush=True)
     finally:
         try:
-            remove_orphan_dirs()
+            if own_dirs:
+                remove_orphan_dirs()
             end_own_group()
         finally:
             os._exit(1)
