@@ -116,25 +116,43 @@ def watch_parent(rank: int | None) -> None:
     collective that never completes. Does nothing without :data:`PARENT_ENV`
     (under torchrun and msrun their own agents do this).
     """
-    raw = os.environ.get(PARENT_ENV, "")
-    if not raw.isdigit() or int(raw) in _watching:
+    parent = starter()
+    if parent is None or parent in _watching:
         return
-    parent = int(raw)
     _watching.add(parent)
 
     def watch() -> None:
         while pid_alive(parent) and os.getppid() != 1:
             time.sleep(HEARTBEAT_S)
-        if pid_alive(parent):  # only the process that forked this rank ended (a fork server)
-            leave_orphaned(
-                rank,
-                "the process that forked this rank is gone (the process that started this run, "
-                f"pid {parent}, lives on and removes its folders)",
-                own_dirs=False,
-            )
-        leave_orphaned(rank, f"the process that started this run (pid {parent}) is gone")
+        leave_reparented(rank)
 
     threading.Thread(target=watch, name="hccl_py-parent-watch", daemon=True).start()
+
+
+def starter() -> int | None:
+    """The pid of the process that started this rank's run (:data:`PARENT_ENV`), if set."""
+    raw = os.environ.get(PARENT_ENV, "")
+    return int(raw) if raw.isdigit() else None
+
+
+def leave_reparented(rank: int | None) -> None:
+    """End this rank process, whose parent ended (:func:`leave_orphaned`): where the process
+    that started the run lives (only a fork server between them ended), say so and leave its
+    folders to it."""
+    parent = starter()
+    if parent is not None and pid_alive(parent):
+        leave_orphaned(
+            rank,
+            "the process that forked this rank is gone (the process that started this run, "
+            f"pid {parent}, lives on and removes its folders)",
+            own_dirs=False,
+        )
+    gone = (
+        "the parent process"
+        if parent is None
+        else f"the process that started this run (pid {parent})"
+    )
+    leave_orphaned(rank, f"{gone} is gone")
 
 
 def leave_orphaned(rank: int | None, why: str, own_dirs: bool = True) -> None:

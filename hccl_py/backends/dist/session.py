@@ -38,7 +38,7 @@ from ...launcher.liveness import (
     RankDiedError,
     dump_stacks_on_request,
     end_own_group,
-    leave_orphaned,
+    leave_reparented,
     watch_parent,
 )
 from ...launcher.spec import RankSpec
@@ -176,7 +176,7 @@ class Session:
         parent = os.getppid()
         while not self._stop.wait(HEARTBEAT_S / 2):
             if self.spec.launcher == "spawn" and os.getppid() != parent:
-                leave_orphaned(self.rank, "the parent process is gone")
+                leave_reparented(self.rank)
             try:
                 server = self.server
                 if server is not None:
