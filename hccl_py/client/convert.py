@@ -296,7 +296,7 @@ def slots_used(prepares: int, syncs: int) -> str:
 
 def count(name: str, value: Any, allow_zero: bool = True) -> int:
     """A count or stride argument: a non-negative int (and not 0 unless ``allow_zero``)."""
-    number = value if type(value) is int else c_int(value)  # (an int itself: no call)
+    number = c_int(value)
     if number is None or number < 0:
         raise InvalidCall("bad-argument", f"{name} must be a non-negative int", actual=value)
     if not allow_zero and number == 0:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
+from ..core.config import as_index
 from ..core.constants import HcclCMDType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
@@ -134,14 +134,8 @@ class Setup:
                 "SetCcTilingV2: the Hccl object is not initialised with InitV2 "
                 "(after Init(context, tiling) use SetCcTiling; the two styles do not mix)",
             )
-        if type(offset) is int:  # (an int itself, offsetof's: no call)
-            at = offset
-        else:
-            try:
-                at = -1 if isinstance(offset, bool) else operator.index(offset)
-            except TypeError:
-                at = -1
-        if at < 0:
+        at = as_index(offset)  # (None for a bool, a float or anything else without __index__)
+        if at is None or at < 0:
             return breach(
                 "cc-tiling",
                 f"SetCcTilingV2({offset!r}): the offset must be a non-negative int, the byte "
