@@ -42,6 +42,7 @@ from .launcher.cli_checks import (
     environment,
     in_range,
     one_schedule_choice,
+    ranks_per_host,
     report,
 )
 from .runtime import (
@@ -58,6 +59,7 @@ from .runtime import (
     WORLD_SIZE_ENV,
     check_environment,
     default_backend,
+    env_world_size,
 )
 
 #: What ``--help`` says, in plain words.
@@ -131,9 +133,9 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         "-n",
         "--nproc",
         type=int,
-        default=4,
+        default=None,
         help="ranks per host (as mpirun -n; in bench, -n is hccl_test's iteration count and "
-        "the ranks are --nproc)",
+        "the ranks are --nproc); None: $HCCL_PY_WORLD_SIZE over --nnodes hosts, else 4",
     )
     run.add_argument(
         "--backend",
@@ -211,7 +213,8 @@ def _checked(opts: argparse.Namespace) -> str:
     Each mistake is a :class:`UsageError` before anything runs, with hp.run's own
     limits; environment variables count where the option is left out, as hp.run reads them.
     """
-    checked_ranks("-n/--nproc", opts.nproc)
+    world = None if opts.nproc is not None else environment(env_world_size)
+    opts.nproc = ranks_per_host("-n/--nproc", opts.nproc, world, opts.nnodes or 1)
     check_script(opts.script)
     backend = opts.backend or default_backend()
     checked_backend("--backend" if opts.backend else env_label(BACKEND_ENV), backend)

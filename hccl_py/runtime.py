@@ -167,7 +167,7 @@ def run(
         raise TypeError(f"hp.run needs the function every rank runs, not {plain_repr(fn)}")
     if not isinstance(args, (tuple, list)):
         raise TypeError(f"args must be a tuple of the function's arguments, not {plain_repr(args)}")
-    world_size = _env_world_size() if world_size is None else _checked_world_size(world_size)
+    world_size = env_world_size() if world_size is None else _checked_world_size(world_size)
     asked = os.environ.get(RUNNER_NPROC_ENV)
     if asked and world_size is not None and int(world_size) != int(asked):
         raise ValueError(
@@ -268,7 +268,7 @@ def _env_int(name: str) -> int | None:
         raise ValueError(f"{name} must be an integer, not {value!r}") from None
 
 
-def _env_world_size() -> int | None:
+def env_world_size() -> int | None:
     """The world size ``HCCL_PY_WORLD_SIZE`` says (None when unset or empty)."""
     value = _env_int(WORLD_SIZE_ENV)
     return None if value is None else checked_int(WORLD_SIZE_ENV, value, 1, MAX_WORLD_SIZE)
@@ -298,7 +298,7 @@ def _env_schedule() -> str:
 
 #: hp.run's settings read from the environment, each by the reader hp.run uses.
 _ENV_READERS: dict[str, Callable[[], object]] = {
-    WORLD_SIZE_ENV: _env_world_size,
+    WORLD_SIZE_ENV: env_world_size,
     PLATFORM_ENV: _env_platform,
     SCHEDULE_ENV: _env_schedule,
     POISON_ENV: lambda: env_flag(POISON_ENV),

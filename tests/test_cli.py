@@ -62,7 +62,7 @@ def test_a_clone_folder_shadowing_the_package_is_named(tmp_path) -> None:
 def test_run_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_help("run").split())
     for option, default in (
-        ("--nproc", "4"),
+        ("--nproc", "None"),
         ("--backend", "None"),
         ("--platform", "None"),
         ("--nnodes", "1"),
@@ -81,13 +81,15 @@ def test_run_and_bench_help_say_what_n_means_in_each() -> None:
     assert "in bench, -n is hccl_test's iteration count" in run_help
     assert "-b -e -f -i -o -d -n -w -c are hccl_test's flags" in bench_help
     assert "The ranks are --nproc, as in 'run'" in bench_help
+    assert "None: $HCCL_PY_WORLD_SIZE over --nnodes hosts, else 4" in run_help
+    assert "None: $HCCL_PY_WORLD_SIZE, else 4" in bench_help
 
 
 def test_bench_help_lists_every_option_with_its_default() -> None:
     text = " ".join(_help("bench").split())
     for option, default in (
         ("--op", "allgather"),
-        ("--nproc", "4"),
+        ("--nproc", "None"),
         ("--platform", "None"),
         ("--backend", "None"),
         ("--api", "kernel"),

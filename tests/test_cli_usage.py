@@ -638,3 +638,63 @@ def test_no_caller_branches_on_a_backends_name() -> None:
         if pattern.search(line)
     ]
     assert found == []
+
+
+WORLD_SCRIPT = (
+    "import hccl_py as hp\nfrom pathlib import Path\n\n"
+    "Path(__file__).with_suffix('.ran').write_text(str(hp.run(hp.get_world_size)))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "options", "world"), [(None, [], 4), ("3", [], 3), ("3", ["-n", "2"], 2)]
+)
+def test_run_takes_its_ranks_from_n_else_hccl_py_world_size_else_4(
+    script: Path, monkeypatch: pytest.MonkeyPatch, env: str | None, options: list, world: int
+) -> None:
+    """Until stop 65, ``run`` without -n ran 4 ranks whatever HCCL_PY_WORLD_SIZE said (it set
+    the variable from -n's default), though hp.run and the docs read the variable."""
+    if env is not None:
+        monkeypatch.setenv("HCCL_PY_WORLD_SIZE", env)
+    script.write_text(WORLD_SCRIPT)
+    assert main(["run", *options, str(script)]) == 0
+    assert script.with_suffix(".ran").read_text() == str([world] * world)
+
+
+def test_bench_takes_its_ranks_from_hccl_py_world_size_when_nproc_is_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hccl_py.bench.cli import _checked as bench_checked
+
+    monkeypatch.setenv("HCCL_PY_WORLD_SIZE", "3")
+    opts = build_parser().parse_args(["bench", "--quick"])
+    bench_checked(opts)
+    assert opts.ranks == 3
+    opts = build_parser().parse_args(["bench", "--quick", "--nproc", "2"])
+    bench_checked(opts)
+    assert opts.ranks == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "options", "message"),
+    [
+        ("0", [], "environment variable HCCL_PY_WORLD_SIZE must be an int in 1..65536, not 0"),
+        (
+            "3",
+            ["--backend", "gloo", "--nnodes", "2", "--master-port", "29500"],
+            "environment variable HCCL_PY_WORLD_SIZE=3 ranks do not share evenly over --nnodes "
+            "2 hosts: give -n/--nproc, the ranks per host",
+        ),
+    ],
+)
+def test_a_world_size_variable_that_cannot_stand_in_for_n_is_refused(
+    script: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    value: str,
+    options: list,
+    message: str,
+) -> None:
+    monkeypatch.setenv("HCCL_PY_WORLD_SIZE", value)
+    assert message in _error(capsys, "run", ["run", *options, str(script)])
+    assert not script.with_suffix(".ran").exists()

@@ -24,12 +24,12 @@ from ..launcher.cli_checks import (
     check_outputs,
     checked_backend,
     checked_platform,
-    checked_ranks,
     emulator_only,
     env_label,
     environment,
     host_memory,
     in_range,
+    ranks_per_host,
     report,
 )
 from ..launcher.spec import under_launcher
@@ -45,6 +45,7 @@ from ..runtime import (
     TRACE_ENV,
     WORLD_SIZE_ENV,
     check_environment,
+    env_world_size,
 )
 from .ops import BENCH_OPS, plan
 from .reference import REDUCE_OPS, TYPE_ALIASES, TYPES
@@ -124,8 +125,9 @@ def add_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
         dest="ranks",
         metavar="N",
         type=int,
-        default=4,
-        help="ranks, as run's -n/--nproc (emu, gloo; under launchers: ignored)",
+        default=None,
+        help="ranks, as run's -n/--nproc (emu, gloo; under launchers: ignored); None: "
+        "$HCCL_PY_WORLD_SIZE, else 4",
     )
     p.add_argument(
         "--backend", choices=sorted(BACKENDS), help="where ranks run (default: as run's)"
@@ -294,7 +296,8 @@ def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     environment(lambda: check_environment(opts.backend, given))
     emulator_only(opts.backend, ("", None, SEED_ENV), ("", None, EXPLORE_ENV))
     if not on_device:  # else the launcher's world
-        checked_ranks("--nproc/--ranks", opts.ranks)
+        world = None if opts.ranks is not None else environment(env_world_size)
+        opts.ranks = ranks_per_host("--nproc/--ranks", opts.ranks, world)
     in_range("--block-dim", opts.block_dim, 1, MAX_BLOCK_DIM)
     in_range("--repeat", opts.repeat, 1, MAX_REPEAT)
     sweeps = [_options(opts, op) for op in _ops(opts.op)]

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Callable
+from typing import TypeVar
 
 from ..core.backend_info import BACKENDS
 from ..core.constants import MAX_WORLD_SIZE
@@ -27,6 +28,10 @@ from .script_checks import script_problem
 PROG = "python -m hccl_py"
 #: The highest TCP port.
 MAX_PORT = 65535
+#: Ranks per host when neither -n nor HCCL_PY_WORLD_SIZE says.
+DEFAULT_RANKS = 4
+
+T = TypeVar("T")
 
 
 class UsageError(ValueError):
@@ -66,6 +71,21 @@ def checked_ranks(what: str, value: int) -> int:
     return in_range(what, value, 1, MAX_WORLD_SIZE, why_high=" (the most ranks of one run)")
 
 
+def ranks_per_host(what: str, given: int | None, world: int | None, hosts: int = 1) -> int:
+    """The ranks per host: ``given`` (option ``what``), else ``world``, the world size that
+    ``HCCL_PY_WORLD_SIZE`` says (hp.run's reading), shared over ``hosts``, else 4."""
+    if given is not None:
+        return checked_ranks(what, given)
+    if world is None:
+        return DEFAULT_RANKS
+    if world % hosts:
+        raise UsageError(
+            f"{env_label('HCCL_PY_WORLD_SIZE')}={world} ranks do not share evenly over --nnodes "
+            f"{hosts} hosts: give -n/--nproc, the ranks per host"
+        )
+    return world // hosts
+
+
 def _given(what: str, value: object) -> str:
     """How an error shows ``value`` given to option or variable ``what``: ``--x 1``, ``VAR='1'``."""
     return f"{what} {value}" if what.startswith("-") else f"{what}={value!r}"
@@ -92,11 +112,11 @@ def checked_backend(what: str, name: str) -> str:
     return name
 
 
-def environment(read: Callable[[], object]) -> None:
+def environment(read: Callable[[], T]) -> T:
     """``read()``, hp.run's reading of its environment, whose errors each start with the
     variable's name: a ValueError as a UsageError that says it is an environment variable."""
     try:
-        read()
+        return read()
     except (ValueError, HcclUsageError) as exc:
         raise UsageError(
             f"{env_label('')}{exc.reason if isinstance(exc, HcclError) else exc}"
