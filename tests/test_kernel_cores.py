@@ -290,3 +290,42 @@ def test_a_hang_on_a_commit_of_another_core_names_both_cores() -> None:
         "[AIV core 1 committed round 0, but only the sending core's Commits reach the server "
         "and AIV core 0 has not committed it]"
     ) in err.reason
+
+
+def _commit_on_block_1_only(xGM: Any, yGM: Any, tilingGM: Any, finalize: bool) -> None:
+    """Every core prepares; only block 1 (not the sending core) commits; nobody waits."""
+    h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+    handle = h.AllGather(xGM, yGM, 4, FP32, 0)
+    if hp.GetBlockIdx() == 1:
+        h.Commit(handle)
+    hp.SyncAll()
+    if finalize:
+        h.Finalize()
+
+
+def _commit_on_block_1_only_rank(finalize: bool) -> None:
+    n = hp.get_world_size()
+    tiling = cases.make_tiling()
+    hp.launch(
+        _commit_on_block_1_only, torch.zeros(4), torch.zeros(4 * n), tiling, finalize, block_dim=2
+    )
+
+
+@pytest.mark.parametrize(
+    ("finalize", "head"),
+    [(True, "Finalize with handle 0"), (False, "handle 0 (AllGather(FP32, count=4, repeat=1))")],
+)
+def test_an_uncommitted_round_that_another_core_committed_names_both_cores(
+    finalize: bool, head: str
+) -> None:
+    """Until stop 65 the Finalize and kernel-exit reports said only "committed 0 of 1 rounds"
+    where the wait report already said which cores committed what."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_commit_on_block_1_only_rank, args=(finalize,), world_size=2, timeout=RUN_TIMEOUT)
+    for err in info.value.failures.values():
+        assert isinstance(err, hp.HcclUnfinishedError)
+        assert head in str(err) and "0 of 1 rounds" in str(err)
+        assert (
+            "[AIV core 1 committed round 0, but only the sending core's Commits reach the server "
+            "and AIV core 0 has not committed it]" in str(err)
+        ), str(err)

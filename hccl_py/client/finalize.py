@@ -92,7 +92,7 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                     "finalize-uncommitted",
                     f"Finalize with handle {h} ({info.task.describe()}) committed "
                     f"{info.commits} of {info.repeat} rounds: the server would wait "
-                    "forever for the rest",
+                    f"forever for the rest{info.task.commit_hint(info.commits)}",
                     None,
                     rank=state.rank_ctx.rank,
                     handle=h,

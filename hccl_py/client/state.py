@@ -345,9 +345,11 @@ class ClientState:
         problems = []
         for h, info in enumerate(sender.handles if sender else ()):
             if info.commits < info.repeat:
+                task = info.task
                 problems.append(
-                    f"handle {h} ({info.task.describe() if info.task else op_name(info.op)}): "
+                    f"handle {h} ({task.describe() if task else op_name(info.op)}): "
                     f"{info.commits} of {info.repeat} rounds committed"
+                    + (task.commit_hint(info.commits) if task else "")
                 )
         if sender is not None and sender.handles and not sender.finalized:
             problems.append(self._no_finalize())

@@ -80,6 +80,13 @@ class Task:
         nor the round views (tensors of this process's memory)."""
         return self.__dict__ | {"commit_notes": {}, "round_views": {}}
 
+    def commit_hint(self, round_idx: int) -> str:
+        """`` [core X committed round r, but only the sending core's Commits ...]`` where a core
+        that does not send committed round ``round_idx`` and the sending one has not, else ``""``."""
+        note = self.commit_notes.get(round_idx)
+        text = note() if note is not None else None
+        return f" [{text}]" if text else ""
+
     @property
     def collective_index(self) -> int:
         """The task's position among the collective tasks of its kernel launch and domain."""

@@ -132,10 +132,8 @@ def error_for(error: HcclError, task: Task, round_idx: int) -> HcclError:
 
 def wait_head(task: Task, round_idx: int, verb: str = "waits for") -> str:
     """The first half of a wait-for line: who waits for which round of which task."""
-    note = task.commit_notes.get(round_idx)
-    text = note() if note is not None else None
     return (
         f"rank {global_rank(task)} {verb} round {round_idx} of handle {task.handle} "
         f"{task.describe()} in domain {task.domain_name} (task #{task.seq})"
-        + (f" [{text}]" if text else "")
+        + task.commit_hint(round_idx)
     )
