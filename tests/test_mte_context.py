@@ -72,6 +72,40 @@ def test_another_engine_keeps_the_ccu_context(engine: int) -> None:
         hp.run(lambda: run_ring(engine), world_size=2, platform="950", buffsize_mb=1)
 
 
+class InheritedTiling(OneCcTiling):
+    """A tiling struct whose Mc2InitTiling comes from its base class."""
+
+    _fields_ = [("extra", ctypes.c_uint32)]
+
+
+class NestedTiling(TilingData):
+    """A tiling struct whose first member starts with the Mc2InitTiling."""
+
+    _fields_ = [("head", OneCcTiling), ("extra", ctypes.c_uint32)]
+
+
+def run_ring_in(cls: type) -> list[int]:
+    """run_ring(3) with the tiling in a ``cls``: its bytes still start with the init tiling."""
+    t = cls()
+    inner = t.head if cls is NestedTiling else t
+    cfg = Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLTOALLV, "")
+    assert cfg.SetCommEngine(3) == 0
+    assert cfg.GetTiling(inner.init) == 0 and cfg.GetTiling(inner.cc) == 0
+    hp.launch(ring, t, block_dim=1, kernel_type="aiv")
+    hp.barrier()
+    out = torch.zeros(3, dtype=torch.int32)
+    hp.launch(look, out, t, block_dim=1, kernel_type="aiv")
+    return out.tolist()
+
+
+@pytest.mark.parametrize("cls", [InheritedTiling, NestedTiling])
+def test_an_inherited_or_nested_init_tiling_still_registers_its_engine(cls: type) -> None:
+    """The struct's first bytes are the init tiling whether its first member comes from a base
+    class or from a nested struct (the framework reads the head of the tiling data)."""
+    out = hp.run(lambda: run_ring_in(cls), world_size=3, platform="950", buffsize_mb=1)
+    assert out == [[10 + (r - 1) % 3, 3, int(r == 0)] for r in range(3)]
+
+
 def test_quant_all_reduce_reads_past_its_scales_for_the_tail_block() -> None:
     """The source's CopyDataBlock copies a full block's scales for the tail block too: with the
     scales tensor passed at its exact size the read past its end is reported."""

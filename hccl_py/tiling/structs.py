@@ -263,14 +263,25 @@ def cc_alg_config(cc: Mc2CcTiling) -> str:
     return _decode(bytes(cc.algConfig))
 
 
+def _starts_with_init_tiling(cls: type) -> bool:
+    """Whether the bytes of a ``cls`` start with an ``Mc2InitTiling``: its first member (base
+    classes' members come first) is one, or is a struct that starts with one."""
+    while isinstance(cls, type) and issubclass(cls, ctypes.Structure):
+        if issubclass(cls, Mc2InitTiling):
+            return True
+        own = (k.__dict__.get("_fields_") for k in reversed(cls.__mro__))
+        cls = next((fields[0][1] for fields in own if fields), None)
+    return False
+
+
 def cc_engines(tiling: object) -> dict[str, int]:
     """``groupName -> commEngine`` of the cc tilings a tiling struct registers (a kernel argument).
 
     Only a ctypes struct that starts with an ``Mc2InitTiling`` (the layout the framework reads the
-    communication set-up from) registers any; entries whose offset leaves the struct are skipped.
+    communication set-up from: its first member, a base class's, or its first member's) registers
+    any; entries whose offset leaves the struct are skipped.
     """
-    fields = getattr(type(tiling), "_fields_", None)
-    if not fields or fields[0][1] is not Mc2InitTiling:
+    if not _starts_with_init_tiling(type(tiling)):
         return {}
     raw = bytes(tiling)
     init = Mc2InitTiling.from_buffer_copy(raw)
