@@ -411,6 +411,15 @@ def test_get_tiling_rejects_other_objects():
     assert cfg.GetTiling(bytearray(64)) == TILING_FAILED
 
 
+@pytest.mark.parametrize("cls", [Mc2InitTiling, Mc2CcTiling])
+def test_get_tiling_of_the_class_itself_names_the_class(cls):
+    """GetTiling(Mc2InitTiling) without the call parentheses: the message names the class the
+    caller passed, not its ctypes metaclass (PyCStructType)."""
+    cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG)
+    assert cfg.GetTiling(cls) == TILING_FAILED
+    assert f"the class {cls.__name__}" in cfg.last_error and "PyCStruct" not in cfg.last_error
+
+
 def test_last_error_is_cleared_by_a_successful_call():
     cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG)
     assert cfg.SetDebugMode(0) == TILING_FAILED

@@ -341,9 +341,8 @@ class Mc2CcTilingConfig:
             return self._get_init_tiling(tiling)
         if isinstance(tiling, Mc2CcTiling):
             return self._get_cc_tiling(tiling)
-        return self._fail(
-            f"GetTiling needs an Mc2InitTiling or an Mc2CcTiling, got {type(tiling).__name__}"
-        )
+        got = f"the class {tiling.__name__}" if isinstance(tiling, type) else type(tiling).__name__
+        return self._fail(f"GetTiling needs an Mc2InitTiling or Mc2CcTiling instance, got {got}")
 
     def _get_init_tiling(self, init: Mc2InitTiling) -> int:
         what = "GetTiling(Mc2InitTiling)"
