@@ -27,7 +27,8 @@ sources are not marked.
 An A3 BatchWrite item may write into the rank's own plain GM (a kernel argument, a workspace).
 Those destination bytes are a pending write of the rank from the call on, with the line of the
 call, until what orders that BatchWrite: the Wait of it or of a later BatchWrite of the domain
-(without message queues), its Finalize, or the end of the launch. A destination in a window is the
+(without message queues), its Finalize<true>, or the end of the launch (Finalize<false> waits for
+nothing and orders none). A destination in a window is the
 window race check's, as for Hcomm.
 """
 

@@ -359,3 +359,42 @@ def test_a_wait_orders_its_batch_write_not_a_later_one() -> None:
     assert isinstance(err, hp.HcclRaceError), err
     assert (err.op, err.handle) == ("BatchWrite", 1)
     assert f"reads bytes [{2 * OWN}, {4 * OWN}) of out" in str(err), err
+
+
+def read_after_finalize(order: str):
+    """A BatchWrite of OWN floats into the rank's own plain GM (``out``), then a Finalize and a
+    read of ``out``: ``order`` is "async" (Finalize[False] alone), "wait-async" (Wait, then
+    Finalize[False]) or "sync" (Finalize[True])."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
+        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
+        items = a3_items([(int(src), int(out), 4 * OWN)])
+        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
+        handle = h.BatchWrite[True](info, 1)
+        if order == "wait-async":
+            h.Wait(handle)
+        (h.Finalize if order == "sync" else h.Finalize[False])()
+        assert float(hp.gm_tensor(out, torch.float32, OWN).sum()) >= 0
+
+    return kernel
+
+
+def test_finalize_false_does_not_order_a_batch_write() -> None:
+    """Finalize<false> waits for nothing (hccl_aicpu_impl.h, Finalize: both `if constexpr
+    (sync)` blocks skipped), so a read of a BatchWrite's destination after it, with no Wait,
+    races with the copy. Until stop 65 Finalize<false> ordered the rank's BatchWrites as
+    Finalize<true> does: the read went unreported on every schedule."""
+    want = np.stack([np.arange(OWN), np.arange(OWN) + 10])
+    for order in ("wait-async", "sync"):  # valid: a Wait, or Finalize<true>, orders it
+        for kw in ({}, {"schedule": "late"}):
+            got = run_kernel(read_after_finalize(order), n=2, out_len=OWN, platform="A3", **kw)
+            np.testing.assert_array_equal(np.array(got), want)
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(read_after_finalize("async"), n=2, out_len=OWN, platform="A3")
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    assert (err.op, err.handle) == ("BatchWrite", 0), err
+    assert "BatchWrite race: rank 0 reads bytes [0, " in str(err), err

@@ -104,7 +104,10 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
         if b.handles:
             queued = b.queued_count()
             launch = state.launch_index() if queued else None
-            b.server.finalize(state.group, state.rank, launch, queued)
+            # Finalize<false> waits for nothing (hccl_aicpu_impl.h: both `if constexpr (sync)`
+            # blocks skipped): its BatchWrites stay unordered, pending until the launch ends
+            if sync or launch is not None:
+                b.server.finalize(state.group, state.rank, launch, queued)
         if sync:
             for h, info in enumerate(b.handles):
                 LIFECYCLES[info.lifecycle].drain(control, info, h)
