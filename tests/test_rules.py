@@ -276,13 +276,19 @@ RULES: dict[str, Rule] = {
     "prepare/repeat-0": Rule(
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, FP32, STRIDE, 0)),
         -1,
-        ("AllGather", "repeat must be 1..255", "got 0"),
+        ("AllGather", "repeat must be 1..255", "repeat 0 the official client returns -1", "got 0"),
         AFTER,
     ),
     "prepare/repeat-256": Rule(
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, FP32, STRIDE, 256)),
         -1,
-        ("repeat must be 1..255", "got 256"),
+        ("repeat must be 1..255", "C++ converts 256 to 0, so its Prepare returns -1", "got 256"),
+        AFTER,
+    ),
+    "prepare/repeat-300": Rule(  # a uint8_t: C++ runs 300 % 256 rounds (until stop 65: "1..255")
+        bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, FP32, STRIDE, 300)),
+        -1,
+        ("repeat must be 1..255 (a uint8_t)", "44 rounds would run, not 300", "got 300"),
         AFTER,
     ),
     "prepare/dtype-99": Rule(
@@ -294,7 +300,7 @@ RULES: dict[str, Rule] = {
     "prepare/repeat-True": Rule(  # a bool is no repeat count (until stop 64: read as 1)
         bad_prepare(lambda h, e: h.AllGather(e.x, e.y, COUNT, FP32, STRIDE, True)),
         -1,
-        ("repeat must be 1..255", "got True"),
+        ("repeat must be 1..255, an int, not a bool", "C++ converts True to 1", "got True"),
         AFTER,
     ),
     "prepare/dtype-tensor": Rule(  # until stop 64: "data type out of range (got tensor(3))"

@@ -185,11 +185,10 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
         raise InvalidCall("unsupported", f"{spec.name} is not supported on {platform.name}")
     if not limits.has_tiling:
         raise no_tiling(spec.name, spec.cmd)
-    repeat = p.repeat
-    number = c_int(repeat)
+    number = c_int(p.repeat)
     if number is None or not 1 <= number <= MAX_REPEAT:
         raise InvalidCall(
-            "bad-argument", f"repeat must be 1..{MAX_REPEAT}", expected="1..255", actual=repeat
+            "bad-argument", _bad_repeat(p.repeat, number), expected="1..255", actual=p.repeat
         )
     dtype = as_enum(HcclDataType, p.data_type)
     if dtype is None and c_int(p.data_type) is None:
@@ -225,6 +224,24 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
             expected=f"<= {HCCL_MAX_HANDLE_ID} Prepare and InterHcclGroupSync calls",
         )
     return dtype
+
+
+def _bad_repeat(value: Any, number: int | None) -> str:
+    """Why ``value`` is no repeat, and what the C++ client makes of it (its ``uint8_t repeat``
+    takes any integer modulo 256, a bool as 0 or 1; repeat 0 returns -1, hccl_aicpu_impl.h)."""
+    head = f"repeat must be 1..{MAX_REPEAT}"
+    if isinstance(value, (bool, np.bool_)):
+        return (
+            f"{head}, an int, not a bool: C++ converts {bool(value)} to {int(value)}; hccl_py "
+            f"refuses bools for integer arguments, pass {int(value)}"
+        )
+    if number is None:
+        return f"{head}, an int (uint8_t), not {what_is(value)}"
+    if number == 0:
+        return f"{head}: with repeat 0 the official client returns -1 and sends nothing"
+    wrapped = number % 256
+    then = "its Prepare returns -1" if wrapped == 0 else f"{wrapped} rounds would run, not {number}"
+    return f"{head} (a uint8_t): C++ converts {number} to {wrapped}, so {then}"
 
 
 def _same_type(data_type: HcclDataType, dtype: torch.dtype) -> bool:
