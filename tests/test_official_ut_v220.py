@@ -517,6 +517,28 @@ def test_HcclCriticalTest_MsgUsageOverMAX_MSG_COUNT_one_domain() -> None:
         assert rec == [INVALID]
 
 
+@expects_warning("message-slots")
+def test_a_sync_in_the_last_message_slot_leaves_finalize_hanging() -> None:
+    """63 Prepares, then an InterHcclGroupSync: the client writes the sync into slot 63 (its
+    check of curMsgPosition_ < 64 comes after the write and only logs, platform_v220/
+    hccl_aicpu.h, InterHcclGroupSync), so Finalize<true> writes FINALIZE to sendMsgs[64] and polls
+    finishedTurnCnt[64], past both 64-entry arrays (hccl_msg.h): it never returns. Until stop 65
+    hccl_py's Finalize returned and the warning said the sync was written into Finalize's slot."""
+
+    def body(h0: Hccl, h1: Hccl, x: Any, y: Any, rec: list) -> None:
+        src = h1.AllReduce[True](x, y, 4, INT8, SUM)
+        for _ in range(63):
+            h0.Wait(h0.AllReduce[True](x, y + 8, 4, INT8, SUM))
+        h0.InterHcclGroupSync(1, src)
+        rec += [h0.last_error, h1.Wait(src)]
+        h1.Finalize()
+        with pytest.raises(hp.HcclUnfinishedError, match="InterHcclGroupSync took the last"):
+            h0.Finalize()
+
+    for rec, _ in run_two_domains(body, strict=False):
+        assert "its Finalize then never returns" in rec[0] and rec[1] == 0, rec
+
+
 # ------------------------------------------------------------------ refused calls
 def test_CommitTurnCntNotUpdate_CommitBeforePrepare() -> None:
     """CommitTurnCntNotUpdate_CommitBeforePrepare: Commit(0) before any Prepare changes nothing

@@ -64,8 +64,9 @@ class Binding:
         #: Whether the sending core's Finalize was Finalize<false>: the launch ends only once
         #: the server finished its tasks (its AI CPU task loops until every task finished).
         self.finalized_async = False
-        #: Why a Prepare was refused at the 63 handles or the message slots, if one was: the
-        #: official client counted it anyway, and its Finalize then never returns.
+        #: Why this object's Finalize<true> never returns, if it does not: a Prepare refused at
+        #: the 63 handles or the message slots (the official client counted it anyway), or an
+        #: InterHcclGroupSync that took the last message slot (Finalize's goes past them).
         self.over_limit: str | None = None
         #: Whether Init found debugMode 1 (HCCL_ONLY_COMPUTE) in the tiling
         #: (:meth:`reads_compute_only`): no task reaches a server.

@@ -354,10 +354,18 @@ class HandleControl:
             )
             return
         if len(b.handles) + b.n_syncs >= HCCL_MAX_HANDLE_ID:
+            if b.over_limit is None:
+                b.over_limit = (
+                    "an InterHcclGroupSync took the last of the 64 message slots: Finalize's "
+                    "FINALIZE message then goes to slot 64, past the message area "
+                    "(hccl_msg.h, HCCL_MSG_CNT), and Finalize waits for an answer there "
+                    "(platform_v220/hccl_aicpu.h, InterHcclGroupSync; hccl_aicpu_impl.h, Finalize)"
+                )
             breach(
                 "message-slots",
                 f"InterHcclGroupSync: {slots_used(len(b.handles), b.n_syncs)}; the "
-                "official client writes it into Finalize's slot and only logs: it is ignored",
+                "official client writes it into that slot and only logs, and its Finalize "
+                "then never returns (finalize-after-limit); hccl_py ignores the sync",
                 None,
             )
             return

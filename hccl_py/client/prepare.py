@@ -114,7 +114,11 @@ class PreparePath:
             fields = self.fields(param, self._limits(op))
         except InvalidCall as bad:
             if bad.rule == "handle-limit":  # the official client counted it all the same
-                b.over_limit = bad.reason
+                b.over_limit = (
+                    f"a Prepare was refused ({bad.reason}): the official client counted that "
+                    "Prepare before refusing it, and Finalize waits for its rounds "
+                    "(hccl_aicpu_impl.h, CommonPrepareImpl and Finalize)"
+                )
             return failures.refuse(name, bad)
         state = b.state
         handle = len(b.handles)

@@ -142,7 +142,9 @@ RULES: dict[str, Rule] = {
     ),
     "finalize-after-limit": _always(
         "Finalize[True] after a Prepare refused at the 63 handles or the message slots (the "
-        "client counted that Prepare, and Finalize waits for it: it never returns)",
+        "client counted that Prepare, and Finalize waits for it) or after an "
+        "InterHcclGroupSync took the last message slot (Finalize's goes past them): it never "
+        "returns",
         HcclUnfinishedError,
     ),
     "wait-after-finalize": _always(
