@@ -148,7 +148,7 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         type=str.upper,  # any case, as hp.run and HCCL_PY_PLATFORM take it
         choices=list(PLATFORMS),
         default=None,
-        help="the platform (None: A2)",
+        help=f"the platform (None: ${PLATFORM_ENV}, else A2)",
     )
     checks = run.add_argument_group("sanitizer (for hp.run calls that do not set them)")
     checks.add_argument(

@@ -75,6 +75,14 @@ def test_run_help_lists_every_option_with_its_default() -> None:
         assert f"(default: {default})" in after, (option, default)
 
 
+def test_run_help_names_the_platform_variable() -> None:
+    # --platform left out leaves HCCL_PY_PLATFORM in force (hp.run reads it), as --backend's
+    # help says for HCCL_PY_BACKEND; the help said "(None: A2)"
+    for command in ("run", "layout"):
+        text = " ".join(_help(command).split())
+        assert "the platform (None: $HCCL_PY_PLATFORM, else A2)" in text, command
+
+
 def test_run_and_bench_help_say_what_n_means_in_each() -> None:
     run_help = " ".join(_help("run").split())
     bench_help = " ".join(_help("bench").split())
