@@ -75,7 +75,9 @@ Run: ``python samples/mc2_mega_moe.py`` (4 emulated ranks). On gloo
 (``python -m hccl_py run -n 2 --backend gloo samples/mc2_mega_moe.py``) it usually passes but may
 hang: the cores are real threads there, and the source's barrier, which waits for its count to
 *equal* a word that a peer one barrier ahead overwrites, then misses its value
-(docs/notes/mc2-kernels.md, section 29); so the tests run it on the emulator only.
+(docs/notes/mc2-kernels.md, section 29); so the tests run it on the emulator only. The same
+race hangs some explored schedules on the emulator (``python -m hccl_py run --explore 3`` stops
+at schedule 1 with a deadlock report, as seed 3 at 2 ranks does in the tests).
 """
 
 from ctypes import c_float, c_int32, c_int64, c_uint8, c_uint32
