@@ -665,3 +665,17 @@ def test_mc2_moe_context_has_the_layout_of_the_cpp_struct(monkeypatch: pytest.Mo
     assert context.EP_HCCL_BUFFER == 16
     assert struct.hcommHandle_.offset == 16 + 8 * 1024
     assert ctypes.sizeof(struct) // 4 == 4100
+
+
+def test_a2a_vec_reduce_on_other_rank_counts_skips_with_a_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The host takes the A2A path on 4 or 8 ranks only: on 2 ranks the sample says so in a
+    SKIP line (until stop 65 an AssertionError ended the run)."""
+    monkeypatch.syspath_prepend(str(SAMPLES_DIR))
+    sample = _load("mc2_matmul_a2a_vec_reduce_950")
+    out = hp.run(sample.main, world_size=2, backend="emu", platform="950", timeout=20)
+    for rank, lines in enumerate(out):
+        assert [line.split()[2:4] for line in lines] == [["y", "SKIP"]]
+        assert lines[0].endswith("the host takes the A2A path on 4 or 8 ranks, not 2"), lines
+        assert lines[0].startswith(f"rank {rank}:")
