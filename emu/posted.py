@@ -124,7 +124,9 @@ class Written(Request):
         return (
             f"the Wait of the BatchWrite (handle {self.handle}) at {self.where}, one of whose "
             f"items writes these bytes when the server runs it, so {risk}. Call Wait(handle) "
-            "before accessing them; see docs/windows.md#batchwrite"
+            "before accessing them (with several message queues, queueNum > 0, a Wait returns "
+            "at once and orders nothing: only the launch's end does); see "
+            "docs/windows.md#batchwrite"
         )
 
 

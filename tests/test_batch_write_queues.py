@@ -402,3 +402,29 @@ def test_a_collective_with_queues_is_refused_in_every_mode(strict: bool) -> None
     for error in info.value.root_causes.values():
         assert isinstance(error, hp.HcclUsageError), error
         assert "AllReduce with queueNum 1 in the init tiling" in str(error), error
+
+
+def test_a_wait_with_queues_orders_no_batch_write_and_the_report_says_so() -> None:
+    """With queueNum > 0 the client's Wait returns 0 at once (hccl_aicpu_impl.h): it orders no
+    BatchWrite, so a read of the destination after it races. Until stop 65 the report told the
+    kernel to call the Wait it had called."""
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        me = h.GetRankId()
+        src = h.GetWindowsOutAddr(me)
+        hp.gm_tensor(src, torch.float32, 4)[:] = 1.0
+        hp.gm_tensor(src + 1024, torch.uint8, 64)[:] = a3_items([(int(src), int(out), 16)])
+        h.Wait(h.BatchWrite[True](src + 1024, 1, 0))
+        assert float(hp.gm_tensor(out, torch.float32, 4).sum()) >= 0
+        h.Finalize[False]()
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(4), tiling(queue_num=1))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="A3")
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    assert "before the Wait of the BatchWrite (handle 0)" in str(err), err
+    assert "with several message queues, queueNum > 0, a Wait returns at once" in str(err), err
