@@ -272,19 +272,25 @@ def test_reading_the_own_destination_before_the_wait_is_reported() -> None:
     assert "have rank 0 Wait for the BatchWrite before reading" in text, text
 
 
+def _write_own_plain(out, tilingGM) -> tuple:
+    """In a kernel: one BatchWrite of OWN floats (10 * rank + i) into the rank's own plain GM
+    ``out``; the Hccl object and the BatchWrite's handle."""
+    h = client(tilingGM)
+    me = h.GetRankId()
+    src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
+    hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
+    items = a3_items([(int(src), int(out), 4 * OWN)])
+    hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
+    return h, h.BatchWrite[True](info, 1)
+
+
 def plain_destination(order: str):
     """A kernel whose BatchWrite copies OWN floats into the rank's own plain GM (``out``, a
     kernel argument: an A3 item may write there), then reads or writes ``out`` after its Wait
     ("wait") or before it ("read", "write")."""
 
     def kernel(out, tilingGM):
-        h = client(tilingGM)
-        me = h.GetRankId()
-        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
-        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
-        items = a3_items([(int(src), int(out), 4 * OWN)])
-        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
-        handle = h.BatchWrite[True](info, 1)
+        h, handle = _write_own_plain(out, tilingGM)
         if order == "wait":
             h.Wait(handle)
         if order in ("wait", "read"):
@@ -367,13 +373,7 @@ def read_after_finalize(order: str):
     Finalize[False]) or "sync" (Finalize[True])."""
 
     def kernel(out, tilingGM):
-        h = client(tilingGM)
-        me = h.GetRankId()
-        src, info = h.GetWindowsOutAddr(me), h.GetWindowsOutAddr(me) + 4096
-        hp.gm_tensor(src, torch.float32, OWN)[:] = torch.arange(OWN) + 10 * me
-        items = a3_items([(int(src), int(out), 4 * OWN)])
-        hp.gm_tensor(info, torch.uint8, items.numel())[:] = items
-        handle = h.BatchWrite[True](info, 1)
+        h, handle = _write_own_plain(out, tilingGM)
         if order == "wait-async":
             h.Wait(handle)
         (h.Finalize if order == "sync" else h.Finalize[False])()
