@@ -53,8 +53,16 @@ def first_difference(a: Any, b: Any, where: str, _path: frozenset = frozenset())
     if a is b or (id(a), id(b)) in _path:
         return None
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.is_nested or b.is_nested:  # no shape: its tensors one by one
+            if a.is_nested and b.is_nested:
+                return first_difference(list(a.unbind()), list(b.unbind()), where, _path)
+            return f"{where}: {'nested' if a.is_nested else a.layout} vs {'nested' if b.is_nested else b.layout}"
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
+        if a.is_meta or b.is_meta:  # no values to compare
+            return None
+        if a.layout != torch.strided or b.layout != torch.strided:  # sparse: by their values
+            a, b = a.to_dense(), b.to_dense()
         same = a == b
         if a.is_floating_point() or a.is_complex():
             same |= a.isnan() & b.isnan()
