@@ -22,6 +22,7 @@ import torch
 
 from .core.config import Config
 from .core.errors import HcclError, WorldError
+from .core.gm import GmAddr
 from .core.report import plain_repr
 from .kernel.outcome import RankOutcome
 
@@ -47,9 +48,12 @@ def first_difference(a: Any, b: Any, where: str, _path: frozenset = frozenset())
 
     NaN equals NaN (in tensors, numpy arrays, floats); numpy arrays, dataclasses and objects
     without an ``==`` of their own (compared by identity, which no two schedules share) are
-    compared by their elements or attributes; the same object, a value met again on its own
-    path (a cycle) and a value whose ``==`` raises or is no truth value count as equal (never
-    a false report)."""
+    compared by their elements or attributes, bound methods by their name and object, a
+    ``GmAddr`` by its allocation's number and its offset; sparse tensors by their values, nested
+    ones by their tensors; the same object, a value met again on its own path (a cycle), a
+    value whose ``==`` raises or is no truth value, meta tensors of one shape and hccl_py's
+    handles into a run (an ``Hccl``, a context, a ``Work``) count as equal (never a false
+    report)."""
     if a is b or (id(a), id(b)) in _path:
         return None
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
@@ -69,7 +73,17 @@ def first_difference(a: Any, b: Any, where: str, _path: frozenset = frozenset())
         return _first_unequal(a, b, (~same).nonzero()[:1].tolist(), where)
     if type(a) is not type(b):
         return f"{where}: {type(a).__name__} vs {type(b).__name__}"
+    if isinstance(a, GmAddr):  # its == asks for the same allocation object: by its number
+        return None if _address(a) == _address(b) else f"{where}: {a!r} vs {b!r}"
+    if _run_handle(a):
+        return None
     path = _path | {(id(a), id(b))}
+    if isinstance(a, _BOUND) and not isinstance(a.__self__, types.ModuleType):
+        if a.__name__ != b.__name__ or getattr(a, "__func__", None) is not getattr(
+            b, "__func__", None
+        ):
+            return f"{where}: {plain_repr(a)} vs {plain_repr(b)}"
+        return first_difference(a.__self__, b.__self__, f"{where}.__self__", path)
     if isinstance(a, np.ndarray):
         if a.shape != b.shape or a.dtype != b.dtype:
             return f"{where}: {a.dtype} {a.shape} vs {b.dtype} {b.shape}"
@@ -105,6 +119,30 @@ def _first_unequal(a: Any, b: Any, bad: list[list[int]], where: str) -> str | No
         return None
     index = tuple(bad[0])
     return f"{where}, element {list(index)}: {a[index].item()!r} vs {b[index].item()!r}"
+
+
+#: Methods bound to an object (``obj.method``, ``lock.acquire``): their == compares the objects
+#: by identity, which no two schedules share, so they are compared by name and object.
+_BOUND = (types.MethodType, types.BuiltinMethodType, types.MethodWrapperType)
+
+
+def _address(addr: GmAddr) -> tuple | None:
+    """What names an address in every schedule: its rank's allocation (numbered per rank and
+    run, as ``int(addr)``), and the offset; None for the null address."""
+    alloc = addr.alloc
+    return None if alloc is None else (alloc.rank, alloc.name, alloc.uid, addr.offset)
+
+
+def _run_handle(value: Any) -> bool:
+    """An hccl_py object without an ``==`` of its own that is no error or Enum member (an
+    ``Hccl`` client, a context, a ``Work``): a handle into the state of its own run (locks, the
+    scheduler), which differs between schedules: not compared."""
+    cls = type(value)
+    return (
+        cls.__module__.partition(".")[0] == "hccl_py"
+        and cls.__eq__ is object.__eq__
+        and not isinstance(value, (BaseException, enum.Enum))
+    )
 
 
 def _fields(value: Any) -> list[str] | None:
