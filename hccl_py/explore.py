@@ -156,6 +156,8 @@ def _fields(value: Any) -> list[str] | None:
     if type(value).__eq__ is not object.__eq__:
         return None
     names = set(getattr(value, "__dict__", ()))
+    if isinstance(value, BaseException):  # its message: no instance attribute
+        names.add("args")
     for cls in type(value).__mro__:
         slots = cls.__dict__.get("__slots__", ())
         names.update([slots] if isinstance(slots, str) else slots)

@@ -274,6 +274,8 @@ _ALLOC = Allocation(torch.zeros(4), 0, "x")
         (_Plain(0).__init__, _Plain(1).__init__, "r.__self__.value: 0 vs 1"),
         (_Plain(0).__init__, _Slotted(0).__init__, "r: <bound method _Plain.__init__ of <test_"),
         (GmAddr(_ALLOC, 0), GmAddr(_ALLOC, 4), "r: GmAddr(x+0, rank 0) vs GmAddr(x+4, rank 0)"),
+        # a caught error's message (until 2026-12-01 not compared: no instance attribute)
+        (ValueError("x"), ValueError("y"), "r.args[0]: 'x' vs 'y'"),
     ],
 )
 def test_a_difference_inside_arrays_and_objects_is_named(a: object, b: object, found: str) -> None:
