@@ -166,3 +166,30 @@ def test_the_state_names_each_core_and_a_core_in_a_process_group_call() -> None:
         "  - rank 0 AIV core 2 waits for round 0\n"
         "  - rank 0 AIV core 3 waits for round 0"
     ), text
+
+
+class _UnprintableError(Exception):
+    """An error whose message cannot be made: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def _raise_unprintable() -> None:
+    if hp.get_rank() == 0:
+        raise _UnprintableError
+    hp.barrier()
+
+
+@pytest.mark.parametrize("seed", [None, 1])
+def test_an_error_whose_message_fails_is_reported_as_tracebacks_show_it(seed: int | None) -> None:
+    """Until 2026-12-01 the report (and the peer's stop) called its str(): hp.run raised the
+    RuntimeError of its __str__ instead of the WorldError."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_raise_unprintable, world_size=2, seed=seed)
+    text = str(info.value)
+    assert "rank 0: _UnprintableError: <exception str() failed>" in text
+    assert (
+        "rank 1: HcclPeerError: stopped because rank 0 failed: _UnprintableError: <exception"
+        in text
+    )

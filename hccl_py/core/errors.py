@@ -216,6 +216,16 @@ class InvalidCall(Exception):  # noqa: N818 - internal control flow, never reach
         self.facts = facts
 
 
+def error_text(error: BaseException) -> str:
+    """``Type: message`` of ``error``; a message whose ``str()`` fails reads as Python's own
+    traceback writes it, ``<exception str() failed>``, instead of failing the report."""
+    try:
+        message = str(error)
+    except Exception:  # noqa: BLE001 - the exception's own __str__: anything
+        message = "<exception str() failed>"
+    return f"{type(error).__name__}: {message}"
+
+
 class WorldError(HcclError):
     """Raised by :func:`hccl_py.run` when one or more ranks failed.
 
@@ -236,10 +246,9 @@ class WorldError(HcclError):
         if me is not None and me not in roots and roots:
             # One process per rank, every one raising this: the root cause's own process
             # shows its traceback; this one says what stopped it, in one line per root cause.
-            lines += [f"  rank {r}: {type(e).__name__}: {e}" for r, e in roots.items()]
+            lines += [f"  rank {r}: {error_text(e)}" for r, e in roots.items()]
             if me in self.failures:
-                mine = self.failures[me]
-                lines.append(f"  rank {me} (this process): {type(mine).__name__}: {mine}")
+                lines.append(f"  rank {me} (this process): {error_text(self.failures[me])}")
             super().__init__("\n".join(lines))
             return
         # Ranks that failed with the same report share one entry ("ranks 0-3: ...").
@@ -247,7 +256,7 @@ class WorldError(HcclError):
         for r, e in list(roots.items()) + [
             (r, e) for r, e in self.failures.items() if r not in roots
         ]:
-            text = f"{type(e).__name__}: {e}"
+            text = error_text(e)
             tb = getattr(e, "hccl_traceback", None)
             shown = tb and r in roots and me in (None, r) and not isinstance(e, HcclError)
             extra = ["    " + line for line in tb.rstrip().splitlines()] if shown else []

@@ -36,6 +36,7 @@ from ..core.errors import (
     HcclPeerError,
     HcclRunnerStartError,
     HcclTimeoutError,
+    error_text,
 )
 from ..core.grouping import group_rank_lines, thread_core
 from .threads import CORE_THREADS, PoolJob, WakeCondition, join_all
@@ -243,7 +244,7 @@ class Blocker:
             raise type(error)(error.reason)
         rank = getattr(error, "hccl_rank", None)
         who = f"rank {rank}" if rank is not None else "another thread"
-        raise HcclPeerError(f"stopped because {who} failed: {type(error).__name__}: {error}")
+        raise HcclPeerError(f"stopped because {who} failed: {error_text(error)}")
 
     def run_ready(self) -> None:
         """Run every job that ``take_work`` offers (an eager server calls this after a Commit)."""
