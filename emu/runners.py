@@ -245,6 +245,10 @@ class TorchState(NamedTuple):
     autocast: list[tuple[str, torch.dtype]]
     #: Autograd's per-thread switches and saved-tensor hooks, where not a new thread's.
     autograd: autograd_state.AutogradState | None
+    #: A guard that left a new thread's excluded dispatch keys when the runner handed on
+    #: inside a torch dispatch handler (a flag poll: the dispatcher excludes autograd, Conjugate,
+    #: Negative and the other keys above Python there); its exit puts the runner's back first.
+    keys: torch._C._ForceDispatchKeyGuard | None = None
 
 
 def take_torch_state() -> TorchState | None:
@@ -286,13 +290,20 @@ def take_torch_state() -> TorchState | None:
         torch._C._dispatch_tls_set_dispatch_key_excluded(key, False)
     torch._C._set_torch_function_state(_FUNCTION_ON)
     autograd = autograd_state.take()
-    return TorchState(grad, dispatch, function, off, function_state, guards, casts, autograd)
+    keys = None
+    if torch._C._dispatch_tls_local_exclude_set() != _PLAIN_EXCLUDED:
+        include = torch._C._dispatch_tls_local_include_set()
+        keys = torch._C._ForceDispatchKeyGuard(include, _PLAIN_EXCLUDED)
+        keys.__enter__()
+    return TorchState(grad, dispatch, function, off, function_state, guards, casts, autograd, keys)
 
 
 def put_torch_state(state: TorchState | None) -> None:
     """Put back what :func:`take_torch_state` took."""
     if state is None:
         return
+    if state.keys is not None:
+        state.keys.__exit__(None, None, None)
     for mode in reversed(state.function):
         torch._C._push_on_torch_function_stack(mode)
     for mode in reversed(state.dispatch):

@@ -412,3 +412,39 @@ def test_a_thread_runner_stopped_as_it_wakes_still_hands_the_baton_on(
     assert not thread.is_alive(), "the run never ended"
     assert stopped and isinstance(outcome[0], hp.WorldError), outcome
     assert "_StoppedAsItWoke" in str(outcome[0])
+
+
+def _autograd_and_conj() -> tuple[bool, list]:
+    """Whether autograd records an operation, and a conjugate view's numbers."""
+    x = torch.ones(1, requires_grad=True)
+    return (x * 2).grad_fn is not None, (torch.tensor([1 + 2j]).conj() * 1).tolist()
+
+
+def _poll_then_compute(out: list) -> None:
+    """Each rank sets its peer's window flag and polls its own: a rank that polled first gets
+    the baton back in the poll, inside its torch dispatch handler."""
+    hccl = hp.Hccl()
+    hccl.Init(hp.GetHcclContext(0))
+    me = hccl.GetRankId()
+    hp.gm_tensor(hccl.GetWindowsInAddr(1 - me) + 64, torch.int32, 1)[0] = 1
+    while int(hp.gm_tensor(hccl.GetWindowsInAddr(me) + 64, torch.int32, 1)[0]) != 1:
+        pass
+    out.append(_autograd_and_conj())
+    hccl.Finalize()
+
+
+def _launch_poll() -> list:
+    out: list = []
+    hp.launch(_poll_then_compute, out)
+    return [*out, _autograd_and_conj()]
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_a_runner_that_hands_on_inside_a_flag_poll_keeps_its_dispatch_keys(
+    seed: int | None,
+) -> None:
+    """Until 2026-12-01 the runner that ran next took over the dispatch keys the dispatcher
+    excludes inside a dispatch handler: autograd recorded nothing and ``z.conj() * 1`` gave
+    ``z`` (wrong numbers), where thread runners computed right."""
+    want = (True, [1 - 2j])
+    assert hp.run(_launch_poll, world_size=2, seed=seed) == [[want, want]] * 2
