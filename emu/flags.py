@@ -29,6 +29,7 @@ from hccl_py.server.windows import (
     shown_start,
 )
 
+from .composite import copied
 from .extents import byte_runs, picks, touched
 from .intervals import Runs
 from .modes import KernelMode
@@ -96,11 +97,15 @@ class FlagPolls(KernelMode):
         self.after(func, args, kwargs, result)
         return result
 
-    def after(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:
-        """Report the flag reads of an operation that ran (``result``) as polls."""
+    def after(self, func: Any, args: tuple, kwargs: dict, result: Any, plan: Any = None) -> None:
+        """Report the flag reads of an operation that ran (``result``) as polls: of the
+        arguments ``plan`` names, else of those its schema says it uses (an operator made of
+        others seen whole, :mod:`.composite`, also of those it copied)."""
         if not self.windows or self.internal():
             return
-        for i, name, written in _plan(func):
+        if plan is None:
+            plan = _plan(func) + copied(func, args, kwargs, result)
+        for i, name, written in plan:
             value = args[i] if i < len(args) else kwargs.get(name)
             if written or not isinstance(value, torch.Tensor) or value.numel() == 0:
                 continue

@@ -32,6 +32,7 @@ from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
+from .composite import copied, viewed_args
 from .extents import byte_runs, element_offsets, touched
 from .findings import raise_certain, raise_races
 from .host_reads import HostReads
@@ -79,16 +80,23 @@ class WindowWatch(KernelMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
-        result = self._watched(func, args, kwargs)
+        plan = None
+        if viewed_args(func) and not self.aside and not self.internal():
+            # seen whole (inference mode): whether it copied what it marks as only viewed
+            plan = _plan(func) + copied(func, args, kwargs, func(*args, **kwargs))
+        result = self._watched(func, args, kwargs, plan=plan)
         if self.polls is not None:
-            self.polls.after(func, args, kwargs, result)
+            self.polls.after(func, args, kwargs, result, plan)
         return result
 
-    def _watched(self, func: Any, args: tuple, kwargs: dict, checked: bool = False) -> Any:
-        """Run one operation, checking and recording its window and buffer accesses."""
+    def _watched(
+        self, func: Any, args: tuple, kwargs: dict, checked: bool = False, plan: Any = None
+    ) -> Any:
+        """Run one operation, checking and recording its window and buffer accesses (those of
+        the arguments ``plan`` names, else of those its schema says it uses)."""
         if self.aside or not (self.pending or self.windows) or self.internal():
             return func(*args, **kwargs)
-        used, found = list(self._used(func, args, kwargs)), []
+        used, found = list(self._used(func, args, kwargs, plan)), []
         if self.pending and not checked:
             for tensor, storage, written, i in used:
                 if storage in self.pending:
@@ -97,7 +105,7 @@ class WindowWatch(KernelMode):
                         found += self.buffers.access(self.rank, storage, runs, written)
         if found:  # some may race only if the write changes their bytes (:mod:`.findings`)
             raise_certain(found, self.rank)
-            result = self._watched(func, args, kwargs, checked=True)
+            result = self._watched(func, args, kwargs, checked=True, plan=plan)
             raise_races(found, self.rank)
             return result
         windows = self.windows
@@ -142,11 +150,11 @@ class WindowWatch(KernelMode):
         self.races.held.add(self.rank, window, array, mirror, element_offsets(tensor), user_frame())
 
     def _used(
-        self, func: Any, args: tuple, kwargs: dict
+        self, func: Any, args: tuple, kwargs: dict, plan: Any = None
     ) -> Iterator[tuple[torch.Tensor, int, bool, int]]:
         """(tensor, storage address, written, position) for each tensor argument whose data
-        ``func`` uses."""
-        for i, name, written in _plan(func):
+        ``func`` uses (those ``plan`` names, else those its schema says it uses)."""
+        for i, name, written in _plan(func) if plan is None else plan:
             value = args[i] if i < len(args) else kwargs.get(name)
             tensors = value if isinstance(value, (list, tuple)) else (value,)
             for t in tensors:

@@ -655,3 +655,42 @@ def test_the_world_lock_keeps_dispatch_modes_away_from_hccl_py_s_own_work() -> N
         t.neg_()  # after the outermost exit: seen again
     assert seen == ["neg_"]
     assert not lock._is_owned()
+
+
+#: Reads through operators made of others (CompositeImplicitAutograd), which a dispatch mode
+#: sees whole inside torch.inference_mode(): aten.to.dtype marks its tensor as only viewed.
+COMPOSITE_READS = {
+    "double": lambda t: t.double(),
+    "to-half": lambda t: t.to(torch.float16),
+    "type": lambda t: t.type(torch.float64),
+    "contiguous-of-transposed": lambda t: t.view(2, 8).t().contiguous(),
+}
+
+
+def _read_in_inference_mode(how: str, wait_first: bool) -> Kernel:
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        if wait_first:
+            h.Wait(handle)
+        with torch.inference_mode():
+            got = COMPOSITE_READS[how](hp.gm_tensor(yGM, torch.float32, 2 * N))
+        if not wait_first:
+            h.Wait(handle)
+        h.Finalize()
+        want = COMPOSITE_READS[how](torch.tensor([1.0] * N + [2.0] * N))
+        assert not wait_first or torch.equal(got, want)
+
+    return kernel
+
+
+@pytest.mark.parametrize("how", sorted(COMPOSITE_READS))
+def test_a_read_in_inference_mode_is_a_read(how: str) -> None:
+    """Until stop 65 a read of a pending receive buffer through ``.double()``, ``.to(dtype)``,
+    ``.type()`` or ``.contiguous()`` of a transposed view inside ``torch.inference_mode()``
+    went unreported (the watch saw the operator whole, whose tensor is only viewed); outside
+    inference mode it was reported. The watch now runs such operators as their parts."""
+    run(_read_in_inference_mode(how, wait_first=True))  # ordered by its Wait: no report
+    err = race(_read_in_inference_mode(how, wait_first=False))
+    assert "collective buffer race: rank 0 reads bytes [0, 64) of yGM" in str(err), err
+    assert (err.handle, err.op, err.round) == (0, "AllGather", 0)
