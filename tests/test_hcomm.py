@@ -601,3 +601,44 @@ def _channel_in_a_uint64_table() -> list[int]:
 def test_a_channel_handle_may_be_a_numpy_or_tensor_integer() -> None:
     """Before 2026-11-30 an np.uint64 handle was "no channel that HcclChannelAcquire returned"."""
     assert hp.run(_channel_in_a_uint64_table, world_size=2, platform="A3") == [[True, 0, 0]] * 2
+
+
+def _one_element_handle_misuse(case: str) -> list[int]:
+    """A handle kept as a one-element tensor (a slice of a handle table) in a failing call."""
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    handle = torch.tensor([ch])
+    if case == "buffer-other-comm":
+        pair = hp.new_group([0, 1])
+        other = hp.HcclChannelAcquire(pair, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)
+        hp.HcclChannelGetHcclBuffer(None, torch.tensor([other[0]]))
+    own = hp.HcclGetHcclBuffer()[0]
+    got: list[int] = []
+
+    def kernel(src: Any) -> None:
+        h = new_hcomm()
+        if case == "bad-dst":  # the peer's buffer is wanted, not this rank's own
+            got.append(h.WriteNbi(handle, own, src, 8))
+        else:  # posted without the doorbell, never committed
+            h.WriteNbi[False](handle, hp.HcclChannelGetHcclBuffer(None, ch)[0], src, 8)
+            got.append(h.Drain(handle))
+
+    hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), block_dim=1, kernel_type="aiv")
+    return got
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("bad-dst", "Hcomm.WriteNbi: channel 0x4843000"),
+        ("uncommitted", "Drain(channel 0x4843000"),
+        ("buffer-other-comm", "HcclChannelGetHcclBuffer: channel 0x4843000"),
+    ],
+)
+def test_a_one_element_tensor_handle_is_named_in_a_report(case: str, words: str) -> None:
+    """Before, the report formatted the handle itself: a one-element tensor raised
+    "TypeError: unsupported format string passed to Tensor.__format__" instead."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_one_element_handle_misuse, world_size=2, platform="A3", args=(case,))
+    text = str(info.value)
+    assert words in text and "TypeError" not in text

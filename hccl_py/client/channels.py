@@ -184,7 +184,7 @@ def HcclChannelGetHcclBuffer(comm: Group | None, channel: int) -> tuple[GmAddr, 
     if found.group.name != group.name:
         _refuse(
             call,
-            f"channel {channel:#x} was acquired on communicator {found.group.name}, not "
+            f"channel {found.handle:#x} was acquired on communicator {found.group.name}, not "
             f"{group.name}",
         )
     return _buffer(ctx, found.group, found.peer)

@@ -153,7 +153,7 @@ class Hcomm:
             ctx.blocker.wait_for(
                 lambda: not found.uncommitted,
                 lambda: (
-                    f"rank {ctx.rank} Drain(channel {channel:#x}) waits for "
+                    f"rank {ctx.rank} Drain(channel {found.handle:#x}) waits for "
                     f"{len(found.uncommitted)} requests posted with commit=False that no Commit "
                     "(or later WriteNbi[True]) on that channel submitted: they never complete"
                 ),
@@ -215,7 +215,9 @@ class Hcomm:
         try:
             copies = self._copies(call, found, dst, src, nbytes, notify)
         except InvalidCall as bad:
-            return self._fail(bad.rule, call, f"channel {channel:#x}: {bad.reason}", **bad.facts)
+            return self._fail(
+                bad.rule, call, f"channel {found.handle:#x}: {bad.reason}", **bad.facts
+            )
         current_rank_context().server.hcomm_posted(found.key, call, copies)
         found.uncommitted.extend(copies)
         if commit:
