@@ -642,3 +642,63 @@ def test_a_one_element_tensor_handle_is_named_in_a_report(case: str, words: str)
         hp.run(_one_element_handle_misuse, world_size=2, platform="A3", args=(case,))
     text = str(info.value)
     assert words in text and "TypeError" not in text
+
+
+def _drain_while_another_core_posts() -> list[int]:
+    """Core 1 starts a Drain while core 0's request A waits for its doorbell; core 0 then rings
+    it and posts B with commit=False, rung only after a SyncAll with core 1."""
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    peer = hp.HcclChannelGetHcclBuffer(None, ch)[0]
+    got: list[int] = []
+
+    def kernel(src: Any, step: Any) -> None:
+        h, core, said = new_hcomm(), hp.GetBlockIdx(), flag(step)
+        if core == 0:
+            assert h.WriteNbi[False](ch, peer + DATA, src, N) == hp.HCOMM_SUCCESS
+            said[0] = 1
+            while int(said[0]) != 2:  # core 1 is about to Drain
+                pass
+            assert h.Commit(ch) == hp.HCOMM_SUCCESS
+            assert h.WriteNbi[False](ch, peer + 2 * DATA, src, N) == hp.HCOMM_SUCCESS
+        else:
+            while int(said[0]) != 1:
+                pass
+            said[0] = 2
+            got.append(h.Drain(ch))
+        hp.SyncAll()
+        if core == 0:
+            got.append(h.Commit(ch))
+            got.append(h.Drain(ch))
+
+    step = torch.zeros(1, dtype=torch.int32)
+    hp.launch(kernel, torch.ones(N, dtype=torch.uint8), step, block_dim=2, kernel_type="aiv")
+    return got
+
+
+def test_a_drain_waits_for_the_requests_posted_before_it() -> None:
+    """The official Drain polls for the wqeCnt it reads at its call. On the default schedule
+    core 1 is in its Drain before core 0 commits A and posts B: the Drain waits for A alone.
+    Before, it waited for every uncommitted request, B too, and the run was reported as a
+    deadlock (core 0 in SyncAll, core 1 in a Drain waiting for B)."""
+    assert hp.run(_drain_while_another_core_posts, world_size=2, platform="A3") == [[0, 0, 0]] * 2
+
+
+def _uncommitted_notify() -> None:
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    peer = hp.HcclChannelGetHcclBuffer(None, ch)[0]
+
+    def kernel(src: Any) -> None:
+        h = new_hcomm()
+        h.WriteWithNotifyNbi[False](ch, peer + DATA, src, N, peer, 1)
+        h.Drain(ch)
+
+    hp.launch(kernel, torch.ones(N, dtype=torch.uint8), block_dim=1, kernel_type="aiv")
+
+
+def test_an_undrainable_drain_counts_requests_not_copies() -> None:
+    """One WriteWithNotifyNbi is one request (before: "waits for 2 requests", its copies)."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_uncommitted_notify, world_size=2, platform="A3")
+    assert "waits for 1 requests posted with commit=False" in str(info.value)

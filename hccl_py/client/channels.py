@@ -47,6 +47,10 @@ class Channel:
     protocol: CommProtocol
     #: Copies posted with ``commit=False`` since the last doorbell (Commit, WriteNbi[True]).
     uncommitted: list = field(default_factory=list)
+    #: Requests posted on the channel so far (the SQ's ``wqeCnt``), and how many of them the
+    #: doorbell submitted: a Drain waits for the count it reads at its call, not for later ones.
+    posted: int = 0
+    rung: int = 0
 
     @property
     def key(self) -> tuple[int, int]:

@@ -149,12 +149,13 @@ class Hcomm:
         if found is None:
             return HCOMM_FAILED
         ctx = current_rank_context()
-        if found.uncommitted:
+        count = found.posted  # the official Drain polls for the wqeCnt it reads now
+        if found.rung < count:
             ctx.blocker.wait_for(
-                lambda: not found.uncommitted,
+                lambda: found.rung >= count,
                 lambda: (
                     f"rank {ctx.rank} Drain(channel {found.handle:#x}) waits for "
-                    f"{len(found.uncommitted)} requests posted with commit=False that no Commit "
+                    f"{count - found.rung} requests posted with commit=False that no Commit "
                     "(or later WriteNbi[True]) on that channel submitted: they never complete"
                 ),
             )
@@ -220,6 +221,7 @@ class Hcomm:
             )
         current_rank_context().server.hcomm_posted(found.key, call, copies)
         found.uncommitted.extend(copies)
+        found.posted += 1
         if commit:
             self._ring(found)
         return HCOMM_SUCCESS
@@ -227,6 +229,7 @@ class Hcomm:
     def _ring(self, found: Channel) -> None:
         """The doorbell: every request posted so far on ``found`` goes to the server."""
         copies, found.uncommitted = found.uncommitted, []
+        found.rung = found.posted
         if copies:
             current_rank_context().server.post_writes(found.key, copies)
 
