@@ -50,7 +50,8 @@ def ring_kernel(handle, buffers, src, one, out, mode: str) -> None:  # noqa: ANN
 
     ``mode``: "drain" (WriteNbi, Drain, flag by the core), "no-drain" (the Drain
     dropped), "channel-flag" (WriteNbi of the flag on the same channel, no Drain),
-    "notify" (WriteWithNotifyNbi), "uncommitted" (WriteNbi[False], Commit, Drain).
+    "notify" (WriteWithNotifyNbi), "uncommitted" (WriteNbi[False], Commit, Drain), "piped"
+    (the same with the template forms Commit[PIPE_S] and Drain[PIPE_MTE3]).
     """
     me, n = hp.get_rank(), hp.get_world_size()
     peer = (me + 1) % n
@@ -62,6 +63,11 @@ def ring_kernel(handle, buffers, src, one, out, mode: str) -> None:  # noqa: ANN
         assert hcomm.WriteNbi[False](ch, dst, src, N) == hp.HCOMM_SUCCESS
         assert hcomm.Commit(ch) == hp.HCOMM_SUCCESS
         assert hcomm.Drain(ch) == hp.HCOMM_SUCCESS
+        flag(notify)[0] = 1
+    elif mode == "piped":  # Commit<PIPE_S>, Drain<PIPE_MTE3> (until stop 65 a raw TypeError)
+        assert hcomm.WriteNbi[False](ch, dst, src, N) == hp.HCOMM_SUCCESS
+        assert hcomm.Commit[hp.Pipe.PIPE_S](ch) == hp.HCOMM_SUCCESS
+        assert hcomm.Drain[hp.Pipe.PIPE_MTE3](ch) == hp.HCOMM_SUCCESS
         flag(notify)[0] = 1
     else:
         assert hcomm.WriteNbi(ch, dst, src, N) == hp.HCOMM_SUCCESS
@@ -91,7 +97,7 @@ def expected(n: int) -> list[list[int]]:
     return [source((r - 1) % n).tolist() for r in range(n)]
 
 
-@pytest.mark.parametrize("mode", ["drain", "channel-flag", "notify", "uncommitted"])
+@pytest.mark.parametrize("mode", ["drain", "channel-flag", "notify", "uncommitted", "piped"])
 @pytest.mark.parametrize("kw", SCHEDULES, ids=str)
 def test_ordered_writes_arrive_on_every_schedule(mode: str, kw: dict[str, Any]) -> None:
     """Drain, one channel's later write (URMA_DEFAULT_CFG orders them) or the notify of

@@ -32,6 +32,7 @@ from ..core.gm import GmAddr, what_is
 from ..core.report import plain_repr
 from ..core.template import checked, template
 from ..kernel.context import current_rank_context
+from ..kernel.crosscore import Pipe
 from ..server.remote_writes import Copies, Immediate
 from ..server.windows import WindowAllocation
 from .channels import Channel, channel_of, owner_of
@@ -131,20 +132,22 @@ class Hcomm:
             "WriteWithNotifyNbi", channel, dst, src, len, commit, (notifyAddr, notifyVal)
         )
 
-    @checked
+    @template("pipe", convert=Pipe)
     @serialized
-    def Commit(self, channel: int) -> int:  # noqa: N802
-        """Commit(channel): ring the doorbell for the requests posted with ``commit=False``."""
+    def Commit(self, channel: int, pipe: Pipe = Pipe.PIPE_S) -> int:  # noqa: N802
+        """Commit[pipe]: ring ``channel``'s doorbell for the requests posted with ``commit=False``
+        (``pipe``, the C++ template's pipe that rings it, changes nothing here)."""
         found = self._channel("Commit", channel)
         if found is None:
             return HCOMM_FAILED
         self._ring(found)
         return HCOMM_SUCCESS
 
-    @checked
+    @template("pipe", convert=Pipe)
     @serialized
-    def Drain(self, channel: int) -> int:  # noqa: N802
-        """Drain(channel): block until every request posted on ``channel`` completed."""
+    def Drain(self, channel: int, pipe: Pipe = Pipe.PIPE_MTE3) -> int:  # noqa: N802
+        """Drain[pipe]: block until every request posted on ``channel`` before it
+        completed (``pipe``, the C++ template's pipe that polls, changes nothing here)."""
         found = self._channel("Drain", channel)
         if found is None:
             return HCOMM_FAILED
