@@ -582,6 +582,9 @@ def test_a_plain_rank_whose_peer_failed_mid_call_exits_cleanly(job: Path) -> Non
     [
         (b"[1]", hp.HcclUsageError, "rank 1 cannot read rank 0's settings"),
         (b"\xff", hp.HcclUsageError, "rank 1 cannot read rank 0's settings"),
+        pytest.param(  # nested deeper than Python recurses: RecursionError, not ValueError
+            b"[" * 100_000, hp.HcclUsageError, "rank 1 cannot read rank 0's settings", id="deep"
+        ),
         (
             b'{"HCCL_PY_REDUCE": "exact"}',
             hp.HcclMismatchError,

@@ -215,8 +215,9 @@ def test_a_failure_record_s_control_characters_are_shown_escaped(no_secret: None
         b"\x80\x04K\x01.",
         sealed.dump_json(kv.ABORT, {"rank": "0"}),
         sealed.seal(kv.ABORT, sealed.JSON, b"{not json"),
+        sealed.seal(kv.ABORT, sealed.JSON, b"[" * 100_000 + b"]" * 100_000),
     ],
-    ids=["pickle", "wrong-fields", "not-json"],
+    ids=["pickle", "wrong-fields", "not-json", "too-deep"],
 )
 def test_a_forged_abort_reason_is_reported_not_loaded(no_secret: None, value: bytes) -> None:
     store = dist.HashStore()
@@ -239,6 +240,10 @@ def test_a_store_of_another_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv(sealed.SECRET_ENV)
     kv.mark_run(store, 4)
     with pytest.raises(kv.StoreJoinError, match="this run has 2 ranks"):
+        kv.check_run(store, 2, "h:1")
+    # JSON nested deeper than Python recurses (RecursionError, not ValueError) is refused too
+    store.set(kv.RUN_MARK, sealed.seal(kv.RUN_MARK, sealed.JSON, b"[" * 100_000))
+    with pytest.raises(kv.StoreJoinError, match="its plain data is not JSON"):
         kv.check_run(store, 2, "h:1")
 
 

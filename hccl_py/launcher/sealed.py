@@ -119,7 +119,7 @@ def dump_pickle(key: str, value: Any) -> bytes:
 def _json(key: str, raw: bytes, payload: bytes) -> Any:
     try:
         return json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than Python recurses: not ours either
         raise refused(key, raw, "its plain data is not JSON") from None
 
 

@@ -160,7 +160,7 @@ def decode_descriptor(raw: bytes, like: Task, index: int) -> Task:
     peer = like.domain.ranks[index]
     try:
         record = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         record = None
     data = record.get("task") if type(record) is dict else None
     try:
@@ -276,7 +276,7 @@ def _per_domain(key: str, raw: bytes, what: str) -> dict[str, int]:
     anything else is refused (:class:`~hccl_py.launcher.sealed.ForgedValueError`)."""
     try:
         found = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         found = None
     if type(found) is not dict or not all(type(v) is int and v >= 0 for v in found.values()):
         raise sealed.refused(key, raw, f"hccl_py writes {what} of its domains there")

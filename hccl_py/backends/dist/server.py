@@ -184,7 +184,7 @@ class DistServer(ExchangeMeetings, Server):
         for other, raw in enumerate(kv.get_all(self.store, keys)):
             try:
                 theirs = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 theirs = "unreadable"
             if theirs != mine:
                 raise group_mismatch(rank, n, mine, other, theirs)

@@ -83,7 +83,7 @@ class Settings:
         )
         try:
             theirs = json.loads(store.get(KEY))
-        except ValueError:
+        except (ValueError, RecursionError):  # anyone who reaches the store can write it
             theirs = None
         if not isinstance(theirs, dict):
             raise HcclUsageError(
