@@ -331,3 +331,19 @@ def test_a_store_whose_host_ended_is_named_not_torch_s_broken_pipe() -> None:
             client.set(f"b{i}", b"2")
     assert str(info.value).startswith("[rank 1] the run's store at h:29500 is gone (")
     assert "the process that hosted it (rank 0, or the launcher) ended" in str(info.value)
+
+
+def test_a_connection_the_store_closed_is_not_named_a_store_that_ended() -> None:
+    """torch's store closes the connection of a request that fails, such as an add to a key that
+    another process (anyone who reaches the store) set to something other than a number: the
+    rank then said "the store is gone: the process that hosted it ended", which was false."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = kv.connect("127.0.0.1", server.port, is_master=False, timeout=5.0)
+    other = kv.connect("127.0.0.1", server.port, is_master=False, timeout=5.0)
+    other.set(kv.heartbeat_key(1), b"not a number")
+    with pytest.raises(HcclPeerError) as info, kv.gone_store(1, f"127.0.0.1:{server.port}"):
+        client.add(kv.heartbeat_key(1), 1)
+    said = str(info.value)
+    assert said.startswith(f"[rank 1] the run's store at 127.0.0.1:{server.port} closed this ")
+    assert "but it still runs" in said and "ended" not in said
+    assert other.get(kv.heartbeat_key(1)) == b"not a number", "the store itself runs on"

@@ -265,10 +265,25 @@ def scoped(store: dist.Store, prefix: str) -> dist.Store:
 
 @contextlib.contextmanager
 def gone_store(rank: int, where: str) -> Iterator[None]:
-    """Turn torch's error of a store whose host ended (a broken connection) into a clear one."""
+    """Turn torch's error of a store whose host ended (a broken connection) into a clear one.
+
+    A store that still accepts connections at ``where`` did not end: it closed this rank's
+    connection, as torch's store does when a request fails (an ``add`` to a key that another
+    process set to something other than a number); that is said instead.
+    """
     try:
         yield
     except dist.DistNetworkError as exc:
+        host, _, port = where.rpartition(":")
+        if port.isdigit() and _accepts(host.strip("[]"), int(port)):
+            raise HcclPeerError(
+                f"the run's store at {where} closed this rank's connection ({exc}), but it "
+                "still runs: torch's store closes the connection of a request that fails, such "
+                "as an add to a counter that another process overwrote (anyone who reaches the "
+                "store can; see 'Security' in docs/backends.md), so this rank stops without "
+                "reporting its outcome",
+                rank=rank,
+            ) from None
         raise HcclPeerError(
             f"the run's store at {where} is gone ({exc}): the process that hosted it (rank 0, or "
             "the launcher) ended, so this rank stops without reporting its outcome",
