@@ -1,14 +1,18 @@
 """A gloo rank's end of run: a forged abort reason fails the run even when every rank's
-function returned first, and the rank's server closes (its domain threads and process groups)
-even when the store is gone as it reports a failure."""
+function returned first, the rank's server closes (its domain threads and process groups)
+even when the store is gone as it reports a failure, and an outcome that another process
+deleted from the store is published again."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch.distributed as dist
 
 import hccl_py as hp
+from hccl_py.backends.dist.session import _Liveness
 from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher import store as kv
 
@@ -100,3 +104,18 @@ def test_the_parent_watch_is_armed_before_the_rank_joins_its_store(
     with pytest.raises(JoinedError):
         session.Session(spec, hp.backends.get_backend("gloo"), 5.0)
     assert seen == [True]
+
+
+@pytest.mark.parametrize("key", [kv.result_key, kv.read_key], ids=["outcome", "read"])
+def test_a_rank_publishes_its_own_key_again_when_another_process_deleted_it(key) -> None:
+    """Anyone who reaches the run's store can delete keys. The ranks wait for every rank's
+    outcome (and the store's host for every rank's read mark) as long as the ranks live: one
+    deletion after a rank published made every rank wait forever. Each rank that waits now
+    publishes its own key again."""
+    store = kv.scoped(dist.HashStore(), kv.PREFIX)
+    alive = SimpleNamespace(gone=lambda rank: None)  # rank 1 runs on: no reason to give up
+    session = SimpleNamespace(store=store, world_size=2, rank=0, abort=None, peers=alive)
+    watch = _Liveness(session, lambda r: key(0, r), b"rank 0's")
+    watch.check()  # rank 0's key is missing (deleted): published again
+    assert store.get(key(0, 0)) == b"rank 0's"
+    assert not store.check([key(0, 1)]), "only this rank's own key is written"

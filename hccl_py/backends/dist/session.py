@@ -256,14 +256,15 @@ class Session:
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"
         try:
-            return self._collect(run)
+            return self._collect(run, outcome)
         finally:
             server.forget()
 
-    def _collect(self, run: int) -> list[Any]:
-        """Every rank's outcome of run ``run``: the list of values, or a WorldError."""
+    def _collect(self, run: int, outcome: bytes) -> list[Any]:
+        """Every rank's outcome of run ``run`` (this rank's: ``outcome``): the list of values,
+        or a WorldError."""
         n = self.world_size
-        watch = _Liveness(self, lambda r: kv.result_key(run, r))
+        watch = _Liveness(self, lambda r: kv.result_key(run, r), outcome)
         with contextlib.suppress(_GiveUp):
             kv.wait_keys(
                 self.store,
@@ -291,7 +292,7 @@ class Session:
                 [kv.read_key(run, r) for r in range(self.world_size)],
                 FOREVER_S,
                 lambda missing: f"ranks did not collect the outcomes: {missing}",
-                _Liveness(self, lambda r: kv.read_key(run, r)).check,
+                _Liveness(self, lambda r: kv.read_key(run, r), b"1").check,
             )
 
     def close(self) -> None:
@@ -328,8 +329,10 @@ class _Liveness:
     once every missing rank is dead, or :data:`GRACE_S` after the job failed.
     """
 
-    def __init__(self, session: Session, key: Callable[[int], str]) -> None:
-        self.session, self.key = session, key
+    def __init__(self, session: Session, key: Callable[[int], str], mine: bytes) -> None:
+        #: ``mine``: this rank's value at its key, published again if another process deleted it
+        #: (the store lets anyone in): the ranks would otherwise wait for it forever.
+        self.session, self.key, self.mine = session, key, mine
         self.dead: dict[int, str] = {}
         #: When to look at the missing ranks next, and when the job failed (None: it has not).
         self.next_look, self.aborted_at = 0.0, None
@@ -342,6 +345,9 @@ class _Liveness:
         self.next_look = now + HEARTBEAT_S / 5
         store = self.session.store
         missing = [r for r in range(self.session.world_size) if not store.check([self.key(r)])]
+        if self.session.rank in missing:
+            store.set(self.key(self.session.rank), self.mine)
+            missing.remove(self.session.rank)
         aborted = self.session.abort
         if isinstance(aborted, RankDiedError):
             self.dead.setdefault(aborted.hccl_rank, aborted.how)
