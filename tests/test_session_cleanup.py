@@ -5,11 +5,13 @@ deleted from the store is published again."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
+from launch_helpers import launch
 
 import hccl_py as hp
 from hccl_py.backends.dist.session import _Liveness
@@ -119,3 +121,42 @@ def test_a_rank_publishes_its_own_key_again_when_another_process_deleted_it(key)
     watch.check()  # rank 0's key is missing (deleted): published again
     assert store.get(key(0, 0)) == b"rank 0's"
     assert not store.check([key(0, 1)]), "only this rank's own key is written"
+
+
+POISONED_HEARTBEAT = """
+import time
+import hccl_py as hp
+from hccl_py.kernel.context import current_rank_context
+from hccl_py.launcher import store as kv
+
+
+def main():
+    hp.barrier()
+    if hp.get_rank() == 1:
+        time.sleep(120)  # never returns: the runner stops it once rank 0 failed
+    store = current_rank_context().server.session.store
+    store.set(kv.heartbeat_key(1), b"not a number")  # as any process that reaches the store can
+    store.delete_key(kv.pid_key(1))  # rank 0 judges rank 1 by its heartbeat then
+
+
+if __name__ == "__main__":
+    hp.run(main)
+"""
+
+
+def test_a_rank_whose_store_connection_closes_while_it_waits_for_outcomes_says_so(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 returned and waits for rank 1's outcome, asking the store for rank 1's heartbeat:
+    torch's store closes the connection of an add to a key that holds no number. Rank 0 ended
+    with torch's bare DistNetworkError and its traceback through hccl_py's code."""
+    script = tmp_path / "poisoned_heartbeat.py"
+    script.write_text(POISONED_HEARTBEAT)
+    out = launch(
+        [sys.executable, "-m", "hccl_py", "run", "-n", "2", "--backend", "gloo", str(script)]
+    )
+    assert out.returncode != 0
+    rank0 = "\n".join(line for line in out.stderr.splitlines() if line.startswith("[rank 0]"))
+    assert "HcclPeerError: [rank 0] the run's store at 127.0.0.1:" in rank0, out.stderr
+    assert "closed this rank's connection" in rank0 and "but it still runs" in rank0
+    assert "torch.distributed.DistNetworkError" not in rank0, out.stderr

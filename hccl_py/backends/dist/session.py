@@ -255,8 +255,9 @@ class Session:
             raise KeyboardInterrupt
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"
-        try:
-            return self._collect(run, outcome)
+        try:  # waiting, it asks the store how the missing ranks are: its connection may go too
+            with kv.gone_store(self.rank, self.where):
+                return self._collect(run, outcome)
         finally:
             server.forget()
 
