@@ -53,7 +53,8 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
     """The host-side tiling of one framework kernel: one cc tiling for ``op`` on ``group``.
 
     The client takes the domain from the kernel context, so a group name longer
-    than the tiling's 128-byte field is clipped rather than refused. The client
+    than the tiling's field holds (127 bytes and the NUL that GetTiling's strcpy_s
+    copies) is clipped rather than refused. The client
     only reads a tiling, so calls of the same op on the same group share one.
     """
     return _tiling(group.name, HcclCMDType(op), HcclReduceOp(reduce_op))
@@ -62,7 +63,7 @@ def build_tiling(group: Group, op: HcclCMDType, reduce_op: HcclReduceOp) -> _Fra
 @functools.lru_cache(maxsize=256)
 def _tiling(group_name: str, op: HcclCMDType, reduce_op: HcclReduceOp) -> _FrameworkTiling:
     tiling = _FrameworkTiling()
-    name = group_name.encode()[:GROUP_NAME_SIZE].decode(errors="ignore")
+    name = group_name.encode()[: GROUP_NAME_SIZE - 1].decode(errors="ignore")
     cfg = Mc2CcTilingConfig(name, op, OPS[op].alg_config, int(reduce_op))
     if cfg.GetTiling(tiling.mc2InitTiling) or cfg.GetTiling(tiling.ccTiling):
         raise HcclUsageError(f"cannot build the tiling of {op_name(op)}: {cfg.last_error}")
