@@ -398,11 +398,16 @@ def GetHcclContext(index: int = 0) -> HcclContext:
     whole = type(index) is int or (
         isinstance(index, (int, np.integer)) and not isinstance(index, bool)
     )
-    group = core.launch.groups.get(int(index)) if whole else None
+    if not whole:
+        raise ValueError(
+            f"GetHcclContext({index!r}): the context index is an int, 0 or 1 (the C++ "
+            f"template argument), not {type(index).__name__}"
+        )
+    group = core.launch.groups.get(int(index))
     if group is None:
         raise ValueError(
-            f"GetHcclContext({index}): this launch has domains {sorted(core.launch.groups)}; "
-            "pass groups={0: ..., 1: ...} to hccl_py.launch"
+            f"GetHcclContext({int(index)}): this launch has domains "
+            f"{sorted(core.launch.groups)}; pass groups={{0: ..., 1: ...}} to hccl_py.launch"
         )
     return HcclContext(int(index), group, core.launch)
 

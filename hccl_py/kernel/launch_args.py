@@ -27,7 +27,7 @@ def resolve_groups(rank_ctx: RankContext, groups: Any) -> dict[int, Group]:
     for index, group in resolved.items():
         if index not in range(MAX_DOMAINS) or not isinstance(group, Group):
             raise ValueError(
-                f"groups maps context index 0 or 1 to a Group from hp.new_group; got {index}: {group!r}"
+                f"groups maps context index 0 or 1 to a Group from hp.new_group; got {index!r}: {group!r}"
             )
         rank_ctx.check_group(group, f"hp.launch: groups[{index}]")
     return resolved
