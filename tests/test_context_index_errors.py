@@ -3,7 +3,8 @@
 Before, ``GetHcclContext("1")`` in a launch with domains 0 and 1 said
 ``GetHcclContext(1): this launch has domains [0, 1]`` (a contradiction: the index was a
 str, printed without quotes), and ``hp.launch(groups={"0": g})`` said ``got 0: Group(...)``,
-which reads as the valid index 0.
+which reads as the valid index 0. A framework collective given the name of a group this rank
+created (``group="group_1_0"``) called it unknown.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 import hccl_py as hp
 
@@ -45,3 +47,19 @@ def test_a_groups_key_that_is_a_str_is_shown_quoted() -> None:
     with pytest.raises(hp.WorldError) as info:
         hp.run(_launch_with_a_str_index, world_size=2)
     assert "got '0': Group(" in str(info.value.failures[0])
+
+
+def _all_reduce_by_group_name() -> None:
+    group = hp.new_group([1, 0])
+    hp.all_reduce(torch.ones(2), group=group.name)
+
+
+def test_a_framework_group_given_by_the_name_of_a_created_group() -> None:
+    """Before: ``unknown group name 'group_1_0'``, though this rank had created that group."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_all_reduce_by_group_name, world_size=2)
+    message = str(info.value.failures[0])
+    assert (
+        "group 'group_1_0' is a group's name; the only name taken is 'hccl_world_group'" in message
+    )
+    assert "unknown" not in message

@@ -118,6 +118,11 @@ def resolve_group(op: str, group: Any) -> Group:
     ctx = current_rank_context()
     if group is None or (isinstance(group, str) and group == WORLD_GROUP_NAME):
         return ctx.world_group
+    if isinstance(group, str) and group in ctx.groups:
+        raise ValueError(
+            f"{where(op)}: group {group!r} is a group's name; the only name taken is "
+            f"{WORLD_GROUP_NAME!r}: pass the group object that hccl_py.new_group returned"
+        )
     if isinstance(group, str):
         raise ValueError(
             f"{where(op)}: unknown group name {group!r}; pass {WORLD_GROUP_NAME!r}, None or the "
@@ -125,8 +130,8 @@ def resolve_group(op: str, group: Any) -> Group:
         )
     if not isinstance(group, Group):
         raise TypeError(
-            f"{where(op)}: group must be a group from hccl_py.new_group, a group name or None, "
-            f"not {type(group).__name__}"
+            f"{where(op)}: group must be a group from hccl_py.new_group, {WORLD_GROUP_NAME!r} or "
+            f"None, not {type(group).__name__}"
         )
     ctx.check_group(group, op)
     return group
