@@ -30,6 +30,7 @@ import hccl_py as hp
 from hccl_py.backends.dist import shm_windows
 from hccl_py.backends.dist.server import DistServer
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window, open_window
+from hccl_py.core.errors import ForgedValueError
 from hccl_py.core.group import Group
 from hccl_py.launcher import sealed
 from hccl_py.launcher.liveness import process_state
@@ -443,3 +444,24 @@ def _window_holders(names: set[str]) -> list[int]:
 
 def _alive(pid: int) -> bool:
     return process_state(f"{socket.gethostname()}|{pid}") not in ("zombie", "gone")
+
+
+def test_an_alltoallv_write_wait_ends_only_on_every_ranks_own_sealed_arrival(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Until stop 65 the ranks counted in at one store counter, to which any process that
+    reaches the store can add: rank 0's Wait then returned before rank 1's copies landed.
+    Each rank's arrival is now a key of its own, sealed with the run's secret."""
+    monkeypatch.setenv("HCCL_PY_SECRET", "s" * 64)
+    store = dist.HashStore()
+    group = Group([0, 1], "dom")
+    store.add("rendezvous/dom/0", 5)  # what a counter-based wait would have counted
+    part = _window_part(0, store)
+    part.host.config.timeout = 0.05
+    with pytest.raises(hp.HcclTimeoutError, match="not every rank of domain dom made"):
+        part.meet(group, "0", "rank 0 waits for handle 0 AlltoAllvWrite")
+    store.set("rendezvous/dom/0/1", b"hccl_py/1 json - true")  # unsigned: not rank 1's
+    with pytest.raises(
+        ForgedValueError, match="refused the value of store key 'rendezvous/dom/0/1'"
+    ):
+        part.meet(group, "0", "rank 0 waits for handle 0 AlltoAllvWrite")

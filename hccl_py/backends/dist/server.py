@@ -284,12 +284,6 @@ class DistServer(ExchangeMeetings, Server):
         self.store.set(key, value)
         self._keys[key] = None
 
-    def count_in(self, key: str) -> int:
-        """Count this rank in at store counter ``key`` (once); how many ranks are in."""
-        step = 0 if key in self._keys else 1
-        self._keys[key] = None
-        return int(self.store.add(key, step))
-
     def forget(self) -> None:
         """Delete this rank's task descriptors (call once no rank of the run checks any more)."""
         for key in self._keys:

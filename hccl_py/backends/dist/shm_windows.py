@@ -196,10 +196,6 @@ class WindowHost(Protocol):
         """Set ``key`` in the run's store (deleted after the run)."""
         ...
 
-    def count_in(self, key: str) -> int:
-        """Count this rank in at store counter ``key`` (once); how many ranks are in."""
-        ...
-
 
 class SharedWindows:
     """The windows of one gloo rank's server, in shared memory of one host.
@@ -315,15 +311,20 @@ class SharedWindows:
         return lambda nbytes: (torch.frombuffer(mapping, dtype=torch.uint8, count=nbytes), mapping)
 
     def meet(self, group: Group, key: str, what: str) -> list[bytes]:
-        """Count this rank in at ``key`` through the store; poll until every rank of ``group`` is.
+        """Publish this rank's arrival at ``key``; poll until every rank of ``group`` published.
 
         A write into a window of shared memory is done when its call returns,
-        so every rank's arrival means that their copies landed.
+        so every rank's arrival means that their copies landed. Each rank's arrival is a key
+        of its own, sealed with the run's secret: a process that reaches the store without it
+        cannot end the wait before the copies landed (as an ``add`` to a shared counter could).
         """
         name = f"rendezvous/{group.name}/{key}"
+        keys = [f"{name}/{rank}" for rank in group.ranks]
+        mine = f"{name}/{self.host.session.rank}"
+        self.host.publish(mine, sealed.dump_json(mine, True))
         timeout = self.host.config.timeout
         deadline = time.monotonic() + timeout
-        while self.host.count_in(name) < group.size:
+        while not self.host.store.check(keys):
             self.host.session.check_abort()
             if time.monotonic() > deadline:
                 raise HcclTimeoutError(
@@ -331,4 +332,8 @@ class SharedWindows:
                     f"domain {group.name} made its AlltoAllvWrite"
                 )
             time.sleep(RENDEZVOUS_POLL_S)
+        for arrival in keys:
+            raw = self.host.store.get(arrival)
+            if sealed.load_json(arrival, raw) is not True:
+                raise sealed.refused(arrival, raw, "hccl_py writes true there")
         return [b""] * group.size
