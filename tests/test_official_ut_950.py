@@ -569,6 +569,35 @@ def test_950_ai_cpu_finalize_with_a_queue_num_returns() -> None:
     assert hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT) == [_ranks(2, N)] * 2
 
 
+@pytest.mark.parametrize("waits", [True, False])
+def test_950_ai_cpu_finalize_false_after_a_collective(waits: bool) -> None:
+    """Finalize.md restricts Finalize<false> on A2 (not supported) and A3 (BatchWrite tasks
+    only) and not on Ascend 950, whose AI CPU client (hccl_aicpu_impl.h, Finalize) sends the
+    FINALIZE message and returns; the server still runs the committed rounds. Before, hccl_py
+    refused it there as on A2 (finalize-async, an HcclUsageError in a strict run)."""
+
+    def main() -> list[int]:
+        x = torch.full((N,), hp.get_rank() + 1, dtype=torch.int8)
+        y = torch.zeros(2 * N, dtype=torch.int8)
+        t = _tiling(HcclCMDType.HCCL_CMD_ALLGATHER)
+
+        def kernel(xg: Any, yg: Any, tg: Any) -> None:
+            if hp.g_coreType == hp.AIV:
+                h = Hccl(AICPU)
+                h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling950, tg))
+                h.SetCcTilingV2(hp.offsetof(Tiling950, "cc"))
+                hd = h.AllGather[True](xg, yg, N, INT8, 0)
+                if waits:
+                    h.Wait(hd)
+                h.Finalize[False]()
+
+        hp.launch(kernel, x, y, t)
+        return y.tolist()
+
+    got = hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT)
+    assert got == [_ranks(2, N)] * 2 and got.warnings == {}
+
+
 def _alltoallv_tables(rank: int, repeat: int) -> tuple[list, list, list, list]:
     """The UT's tables made consistent for 4 ranks. Repeat 1: rank s sends s + 1 elements
     to each peer, packed, and each rank receives peer s's block at 4 * s. Repeat 3: one

@@ -20,6 +20,9 @@ class Platform:
     #: The default server (what a kernel and the framework use).
     server: HcclServerType
     finalize_async_allowed: bool
+    #: Whether Finalize<false> is allowed with any task (Finalize.md restricts only A2, where
+    #: it is not, and A3, where it is for BatchWrite tasks; Ascend 950 has no restriction).
+    finalize_async_any: bool = False
     max_alltoall_ranks: int | None = None
     #: Servers a kernel may also name (Ascend 950 runs the AI CPU server too since 2026-05).
     other_servers: frozenset[HcclServerType] = frozenset()
@@ -99,7 +102,8 @@ PLATFORMS: dict[str, Platform] = {
         name="Ascend 950",
         server=HcclServerType.HCCL_SERVER_TYPE_CCU,
         other_servers=frozenset({HcclServerType.HCCL_SERVER_TYPE_AICPU}),
-        finalize_async_allowed=False,
+        finalize_async_allowed=True,
+        finalize_async_any=True,
         max_task_bytes=256 * 1024 * 1024,
         has_windows=False,
         reads_queue_num=False,
