@@ -598,6 +598,28 @@ def test_950_ai_cpu_finalize_false_after_a_collective(waits: bool) -> None:
     assert got == [_ranks(2, N)] * 2 and got.warnings == {}
 
 
+@pytest.mark.parametrize("server", [CCU, AICPU])
+def test_alltoallv_of_33_ranks(server: int) -> None:
+    """hccl_inner_def.h: the CCU client keeps AlltoAllV's counts in ``AlltoAllVParamCcu``,
+    whose arrays hold HCCL_MAX_RANK_NUM (32) entries, and its CommonPrepareImpl copies
+    rankNum entries into each (hccl_ccu_v0.h), so on 33 ranks sendCounts[32] overwrites
+    sdispls[0] and the data moves wrong: refused (platform-limit; before, hccl_py moved it
+    right). The AI CPU client's HcclMsgExt holds 256 (hccl_msg.h): allowed."""
+
+    def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
+        zeros = [0] * h.GetRankDim()
+        hd = h.AlltoAllV[True](x, zeros, zeros, INT8, y, zeros, zeros, INT8)
+        rec += [hd, h.Wait(hd)]
+
+    cmd = None if server == CCU else HcclCMDType.HCCL_CMD_ALLTOALLV
+    out = run_950(body, world=33, server=server, cmd=cmd, strict=False)
+    want = [-1, -1] if server == CCU else [0, 0]
+    assert all(rec[-2:] == want for rec, _ in out)
+    if server == CCU:
+        with pytest.raises(hp.WorldError, match="HcclUsageError.*at most 32 ranks"):
+            run_950(body, world=33, server=server)
+
+
 def _alltoallv_tables(rank: int, repeat: int) -> tuple[list, list, list, list]:
     """The UT's tables made consistent for 4 ranks. Repeat 1: rank s sends s + 1 elements
     to each peer, packed, and each rank receives peer s's block at 4 * s. Repeat 3: one

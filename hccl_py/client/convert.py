@@ -72,7 +72,14 @@ class Limits(NamedTuple):
     #: Whether the server reads strideCount 0 of a repeated AllGather or ReduceScatter as
     #: count * repeat (the Ascend 950 AI CPU server), not as count.
     zero_stride_spans_repeats: bool = False
+    #: Whether the object is the CCU client (Ascend 950).
+    ccu: bool = False
 
+
+#: Ranks whose AlltoAllV counts the CCU client holds: ``AlltoAllVParamCcu``'s arrays have
+#: ``HCCL_MAX_RANK_NUM`` (32) entries (hccl_inner_def.h), and ``CommonPrepareImpl`` copies
+#: ``rankNum`` entries into each (hccl_ccu_v0.h), so a 33rd overwrites the next array.
+CCU_ALLTOALLV_MAX_RANKS = 32
 
 #: The ops whose strideCount 0 spans every round on the Ascend 950 AI CPU server.
 _SPANS_REPEATS = (HcclCMDType.HCCL_CMD_ALLGATHER, HcclCMDType.HCCL_CMD_REDUCE_SCATTER)
@@ -130,6 +137,14 @@ def task_fields(p: PrepareParam, limits: Limits) -> dict[str, Any]:
             raise InvalidCall(
                 "platform-limit",
                 f"{platform.name} allows at most {limit} ranks in {spec.name}",
+                actual=limits.rank_dim,
+            )
+        if limits.ccu and spec.pairwise_counts and limits.rank_dim > CCU_ALLTOALLV_MAX_RANKS:
+            raise InvalidCall(
+                "platform-limit",
+                f"the CCU client's {spec.name} holds the counts of at most "
+                f"{CCU_ALLTOALLV_MAX_RANKS} ranks (AlltoAllVParamCcu, hccl_inner_def.h): on "
+                "more, each rank's entries overwrite another array's and the data moves wrong",
                 actual=limits.rank_dim,
             )
         cap = platform.max_task_bytes

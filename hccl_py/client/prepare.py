@@ -58,6 +58,7 @@ class PreparePath:
             rank_dim=b.state.rank_dim,
             rank=b.state.rank_ctx.rank,
             zero_stride_spans_repeats=platform.aicpu_zero_stride_spans_repeats and not b.ccu,
+            ccu=b.ccu,
         )
 
     def fields(self, param: PrepareParam, limits: Limits) -> dict[str, Any]:
