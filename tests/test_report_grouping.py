@@ -193,3 +193,18 @@ def test_an_error_whose_message_fails_is_reported_as_tracebacks_show_it(seed: in
         "rank 1: HcclPeerError: stopped because rank 0 failed: _UnprintableError: <exception"
         in text
     )
+
+
+@pytest.mark.parametrize("secret", [None, "s"])
+def test_a_gloo_rank_whose_error_message_fails_reports_it(
+    monkeypatch: pytest.MonkeyPatch, secret: str | None
+) -> None:
+    """gloo sends the error as a record with its message: making it called str() too, so the
+    rank died of the RuntimeError and the report said it exited before reporting an outcome."""
+    if secret is not None:
+        monkeypatch.setenv("HCCL_PY_SECRET", secret)
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_raise_unprintable, world_size=2, backend="gloo", timeout=60)
+    text = str(info.value)
+    assert "rank 0: _UnprintableError: <exception str() failed>" in text, text
+    assert "before reporting an outcome" not in text, text

@@ -216,14 +216,18 @@ class InvalidCall(Exception):  # noqa: N818 - internal control flow, never reach
         self.facts = facts
 
 
-def error_text(error: BaseException) -> str:
-    """``Type: message`` of ``error``; a message whose ``str()`` fails reads as Python's own
-    traceback writes it, ``<exception str() failed>``, instead of failing the report."""
+def error_message(error: BaseException) -> str:
+    """``str(error)``; one whose ``str()`` fails reads as Python's own traceback writes it,
+    ``<exception str() failed>``, instead of failing the report."""
     try:
-        message = str(error)
+        return str(error)
     except Exception:  # noqa: BLE001 - the exception's own __str__: anything
-        message = "<exception str() failed>"
-    return f"{type(error).__name__}: {message}"
+        return "<exception str() failed>"
+
+
+def error_text(error: BaseException) -> str:
+    """``Type: message`` of ``error`` (:func:`error_message`)."""
+    return f"{type(error).__name__}: {error_message(error)}"
 
 
 class WorldError(HcclError):

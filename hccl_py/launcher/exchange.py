@@ -18,7 +18,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..core.errors import HcclWarning
+from ..core.errors import HcclWarning, error_message
 from ..kernel.outcome import RankOutcome
 from ..launcher.liveness import RankDiedError
 from . import sealed, wire
@@ -39,7 +39,7 @@ def failure_record(exc: BaseException, rank: int) -> dict[str, Any]:
     return {
         "rank": rank,
         "type": type(exc).__name__,
-        "message": str(exc),
+        "message": error_message(exc),
         "traceback": exc.hccl_traceback,
         "how": getattr(exc, "how", None) if isinstance(exc, RankDiedError) else None,
     }
