@@ -689,7 +689,8 @@ def test_a_read_in_inference_mode_is_a_read(how: str) -> None:
     """Until stop 65 a read of a pending receive buffer through ``.double()``, ``.to(dtype)``,
     ``.type()`` or ``.contiguous()`` of a transposed view inside ``torch.inference_mode()``
     went unreported (the watch saw the operator whole, whose tensor is only viewed); outside
-    inference mode it was reported. The watch now runs such operators as their parts."""
+    inference mode it was reported. The watch now counts the tensor as read when the result
+    is no view of it."""
     run(_read_in_inference_mode(how, wait_first=True))  # ordered by its Wait: no report
     err = race(_read_in_inference_mode(how, wait_first=False))
     assert "collective buffer race: rank 0 reads bytes [0, 64) of yGM" in str(err), err
