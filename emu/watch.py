@@ -81,7 +81,12 @@ class WindowWatch(KernelMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         kwargs = kwargs or {}
         plan = None
-        if viewed_args(func) and not self.aside and not self.internal():
+        if (
+            viewed_args(func)
+            and (self.pending or self.windows)
+            and not self.aside
+            and not self.internal()
+        ):
             # seen whole (inference mode): whether it copied what it marks as only viewed
             plan = _plan(func) + copied(func, args, kwargs, func(*args, **kwargs))
         result = self._watched(func, args, kwargs, plan=plan)

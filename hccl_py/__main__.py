@@ -213,14 +213,15 @@ def _checked(opts: argparse.Namespace) -> str:
     Each mistake is a :class:`UsageError` before anything runs, with hp.run's own
     limits; environment variables count where the option is left out, as hp.run reads them.
     """
-    world = None if opts.nproc is not None else environment(env_world_size)
-    opts.nproc = ranks_per_host("-n/--nproc", opts.nproc, world, opts.nnodes or 1)
-    check_script(opts.script)
     backend = opts.backend or default_backend()
     checked_backend("--backend" if opts.backend else env_label(BACKEND_ENV), backend)
     if BACKENDS[backend].in_process:
         _check_one_host(opts)
-    else:
+    nnodes = checked_ranks("--nnodes", opts.nnodes)
+    world = None if opts.nproc is not None else environment(env_world_size)
+    opts.nproc = ranks_per_host("-n/--nproc", opts.nproc, world, nnodes)
+    check_script(opts.script)
+    if not BACKENDS[backend].in_process:
         _check_hosts(opts)
     given = {WORLD_SIZE_ENV}  # set from -n
     for value, env in (

@@ -685,6 +685,9 @@ def test_bench_takes_its_ranks_from_hccl_py_world_size_when_nproc_is_left_out(
             "environment variable HCCL_PY_WORLD_SIZE=3 ranks do not share evenly over --nnodes "
             "2 hosts: give -n/--nproc, the ranks per host",
         ),
+        # the emulator refuses --nnodes before the variable is shared over its hosts
+        ("3", ["--nnodes", "2"], "--nnodes applies to the gloo and hccl backends only"),
+        ("3", ["--backend", "gloo", "--nnodes", "-2"], "--nnodes must be >= 1, not -2"),
     ],
 )
 def test_a_world_size_variable_that_cannot_stand_in_for_n_is_refused(

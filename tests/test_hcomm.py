@@ -412,6 +412,7 @@ def bad_call(case: str) -> list[Any]:
             "past-buffer": lambda: hcomm.WriteNbi(ch, dst, src, 1 << 40),
             "local-src-bounds": lambda: hcomm.WriteNbi(ch, dst, src, N + 1),
             "signature": lambda: hcomm.WriteNbi(ch, dst),
+            "commit-extra-argument": lambda: hcomm.Commit(ch, 5),  # the pipe is a template arg
             "init-elements": lambda: hp.Hcomm().Init(torch.zeros(128, dtype=torch.int32), 512),
             "init-str": lambda: hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), "512"),
             "protocol-roce": lambda: hp.Hcomm[hp.CommProtocol.COMM_PROTOCOL_ROCE]().Init(
@@ -447,6 +448,7 @@ BAD = {
     "past-buffer": (hp.HcclUsageError, "fall outside rank 1's HCCL buffer"),
     "local-src-bounds": (hp.HcclBoundsError, "src: bytes [0, 257)"),
     "signature": (hp.HcclUsageError, "the AscendC signature is WriteNbi[commit]"),
+    "commit-extra-argument": (hp.HcclUsageError, "the AscendC signature is Commit[pipe](channel"),
     # LocalTensor::GetSize() counts elements: 512 bytes of int32 are 128 < 512 (official -1)
     "init-elements": (hp.HcclUsageError, "more than buff.GetSize(), its 128 elements"),
     # a type mistake is named as one (before: "len '512' must be at least ...")
@@ -707,4 +709,4 @@ def test_an_undrainable_drain_counts_requests_not_copies() -> None:
     """One WriteWithNotifyNbi is one request (before: "waits for 2 requests", its copies)."""
     with pytest.raises(hp.WorldError) as info:
         hp.run(_uncommitted_notify, world_size=2, platform="A3")
-    assert "waits for 1 requests posted with commit=False" in str(info.value)
+    assert "waits for 1 request(s) posted with commit=False" in str(info.value)

@@ -134,7 +134,7 @@ class Hcomm:
 
     @template("pipe", convert=Pipe)
     @serialized
-    def Commit(self, channel: int, pipe: Pipe = Pipe.PIPE_S) -> int:  # noqa: N802
+    def Commit(self, channel: int, *, pipe: Pipe = Pipe.PIPE_S) -> int:  # noqa: N802
         """Commit[pipe]: ring ``channel``'s doorbell for the requests posted with ``commit=False``
         (``pipe``, the C++ template's pipe that rings it, changes nothing here)."""
         found = self._channel("Commit", channel)
@@ -145,7 +145,7 @@ class Hcomm:
 
     @template("pipe", convert=Pipe)
     @serialized
-    def Drain(self, channel: int, pipe: Pipe = Pipe.PIPE_MTE3) -> int:  # noqa: N802
+    def Drain(self, channel: int, *, pipe: Pipe = Pipe.PIPE_MTE3) -> int:  # noqa: N802
         """Drain[pipe]: block until every request posted on ``channel`` before it
         completed (``pipe``, the C++ template's pipe that polls, changes nothing here)."""
         found = self._channel("Drain", channel)
@@ -158,7 +158,7 @@ class Hcomm:
                 lambda: found.rung >= count,
                 lambda: (
                     f"rank {ctx.rank} Drain(channel {found.handle:#x}) waits for "
-                    f"{count - found.rung} requests posted with commit=False that no Commit "
+                    f"{count - found.rung} request(s) posted with commit=False that no Commit "
                     "(or later WriteNbi[True]) on that channel submitted: they never complete"
                 ),
             )
