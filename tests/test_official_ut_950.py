@@ -881,3 +881,60 @@ def test_AlltoAllV_repeat3_prepare1_commit0_wait3_success_uint32_arrays(kind: st
         assert rec[1] == hp.INVALID_HANDLE_ID and "uint64" in rec[2] and "sendCounts" in rec[2]
     with pytest.raises(hp.WorldError, match="HcclUsageError.*sendCounts.*4-byte entries"):
         run_950(body, world=4, server=AICPU, cmd=cmd)
+
+
+def _interleaved(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """Commits C0 C1 C0: handle 0's second round goes to slot 1, where Prepare put handle 1."""
+    h0 = h.AllGather(x, y, 4, INT8, 8, 2)
+    h1 = h.AllGather(x, y + 64, 4, INT8, 0, 1)
+    h.Commit(h0)
+    h.Commit(h1)
+    h.Commit(h0)
+    rec += [h.Wait(h0), h.Wait(h0), h.Wait(h1)]
+
+
+def _swapped(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """Prepare h0, Prepare[True] h1, Commit h0: handle 1's round takes slot 0, handle 0's."""
+    h0 = h.AllGather(x, y, 4, INT8, 0, 1)
+    h1 = h.AllGather[True](x, y + 64, 4, INT8, 0, 1)
+    h.Commit(h0)
+    rec += [h.Wait(h0), h.Wait(h1)]
+
+
+def _short_first(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """Handle 0 commits 1 of its 2 rounds: handle 1's round takes slot 1, its Wait polls 2."""
+    h0 = h.AllGather(x, y, 4, INT8, 8, 2)
+    h.Commit(h0)
+    rec.append(h.Wait(h0))
+    h1 = h.AllGather[True](x, y + 64, 4, INT8, 0, 1)
+    rec.append(h.Wait(h1))
+
+
+CCU_SLOT_CASES = {
+    "interleaved": (
+        _interleaved,
+        "Wait of round 1 of handle 0",
+        "slot 1 holds round 0 of handle 1",
+    ),
+    "swapped": (_swapped, "Wait of round 0 of handle 0", "slot 0 holds round 0 of handle 1"),
+    "short-first": (
+        _short_first,
+        "Wait of round 0 of handle 1",
+        "no round was sent to slot 2, so this Wait never returns",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CCU_SLOT_CASES))
+def test_a_ccu_wait_whose_slot_holds_another_round_is_an_error(case: str) -> None:
+    """hccl_ccu_v0.h: Prepare gives a handle its Waits' first slot (the previous handle's plus
+    its repeat) while Commits take the next free slot; where they part, the Wait returns on
+    another round's completion or never. Until stop 65 hccl_py ran these kernels silently."""
+    body, which, outcome = CCU_SLOT_CASES[case]
+    with pytest.raises(hp.WorldError) as info:
+        run_950(body, strict=False)
+    errors = [e for e in info.value.failures.values() if isinstance(e, hp.HcclUsageError)]
+    assert errors, info.value
+    for err in errors:
+        assert which in str(err) and outcome in str(err), err
+        assert "rounds go to the slots in Commit order" in str(err)

@@ -73,6 +73,9 @@ class Binding:
         self.compute_only = False
         #: :meth:`queues_read`'s answer once asked (it holds until the next Init).
         self._queues: int | None = None
+        #: The CCU client's message slots in order: (handle, round) sent to each
+        #: (:mod:`.ccu_slots`); None off the CCU client, or once the slots are not modelled.
+        self.ccu_sent: list[tuple[int, int]] | None = [] if self.ccu else None
 
     def bind(self, state: ClientState | None, mode: str | None, tiling: Any) -> None:
         """Start over on ``state`` (an Init): no handles, tilings or syncs yet."""
@@ -87,6 +90,7 @@ class Binding:
         self.over_limit = None
         self.compute_only = False
         self._queues = None
+        self.ccu_sent = [] if self.ccu else None
 
     @property
     def server(self) -> Server:

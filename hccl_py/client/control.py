@@ -18,6 +18,7 @@ from ..core.task import PendingDep, op_name
 from ..kernel.context import core_name
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
+from . import ccu_slots
 from .binding import Binding, unknown_handle_text
 from .convert import slots_used
 from .failures import Failures
@@ -110,6 +111,9 @@ class HandleControl:
         b, breach = self._binding, self._failures.breach
         if info.commits >= info.repeat:
             info.extra_commits += 1
+            if b.ccu:  # the CCU client sends it as one more round, in the next slot
+                extra = info.repeat + info.extra_commits - 1
+                ccu_slots.sent(b, h, range(extra, extra + 1))
             allowed = self.steps.commits_per_prepare(info)
             steps = (
                 f" ({info.repeat * b.state.rank_dim} steps, {info.step_size} per Commit)"
@@ -145,7 +149,10 @@ class HandleControl:
                 round=info.commits,
             )
             return
+        first = info.commits
         LIFECYCLES[info.lifecycle].commit(self, info, h, n)
+        if b.ccu and info.lifecycle == "rounds":
+            ccu_slots.sent(b, h, range(first, info.commits))
         self._failures.ok(None)
 
     def note_local_commit(self, core: CoreContext, h: int, round_idx: int) -> None:
@@ -227,6 +234,8 @@ class HandleControl:
                     round=info.waits,
                 )
                 break
+        if b.ccu and b.state.sender is b:
+            ccu_slots.check_wait(b, info, h, self._failures)
         b.state.record_wait(core, h, info.waits)
         task = info.task or b.state.task(h, core)
         b.server.wait(task, info.waits)

@@ -13,15 +13,13 @@ from typing import TYPE_CHECKING
 
 from ..core.task import op_name
 from .binding import Binding
+from .ccu_slots import CCU_MAX_MSG_NUM
 from .failures import Failures
 from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender, other_working_core
 
 if TYPE_CHECKING:
     from .lifecycles import Control
-
-#: The CCU client's message slots (hccl_inner_def.h, ``CCU_MAX_MSG_NUM``).
-CCU_MAX_MSG_NUM = 64
 
 
 #: hccl_aicpu_impl.h: with queues Query is always 0, so Finalize<true>'s wait for the last

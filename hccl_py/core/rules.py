@@ -130,6 +130,11 @@ RULES: dict[str, Rule] = {
     "finalize-uncommitted": _always(
         "Finalize with rounds left uncommitted (the server would wait forever)", HcclUnfinishedError
     ),
+    "ccu-wait-slot": _always(
+        "a Wait on the CCU client whose message slot holds another round or none (Commits that "
+        "interleave handles, or rounds left uncommitted before a later handle's)",
+        HcclUsageError,
+    ),
     "finalize-unwaited": _always(
         "Finalize on the CCU client with rounds of a handle but the last not waited "
         "(its message lands on a used slot)",
