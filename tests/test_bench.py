@@ -116,6 +116,8 @@ def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:
         (("-b", "8K", "-e", "1K"), "need 0 < minimum bytes <= maximum bytes"),
         (("--api", "framework", "--repeat", "2"), "--repeat applies to --api kernel only"),
         (("-f", "1"), "need a step factor >= 2"),
+        # -i used to win silently (nccl-tests takes -f over -i): both given is a usage error
+        (("-i", "1K", "-f", "4"), "-i/--stepbytes and -f/--stepfactor both set the step"),
         (
             ("-d", "fp64", "--op", "allreduce"),
             "AllReduce does not take -d fp64 in the kernel API; choose one of int8, int16, "

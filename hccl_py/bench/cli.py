@@ -298,6 +298,10 @@ def _checked(opts: argparse.Namespace) -> tuple[list[Options], str | None]:
     if not on_device:  # else the launcher's world
         world = None if opts.ranks is not None else environment(env_world_size)
         opts.ranks = ranks_per_host("--nproc/--ranks", opts.ranks, world)
+    if "stepbytes" in vars(opts) and "stepfactor" in vars(opts):
+        raise UsageError(  # nccl-tests takes -f > 1 over -i, hccl_test has no -i: no guess
+            "-i/--stepbytes and -f/--stepfactor both set the step between sizes; give one"
+        )
     in_range("--block-dim", opts.block_dim, 1, MAX_BLOCK_DIM)
     in_range("--repeat", opts.repeat, 1, MAX_REPEAT)
     sweeps = [_options(opts, op) for op in _ops(opts.op)]
