@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import hccl_py as hp
-from hccl_py.trace import recorder
+from hccl_py.trace import picture, recorder
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
@@ -155,6 +155,41 @@ def test_summary_counts_tasks_rounds_bytes(capsys: pytest.CaptureFixture) -> Non
     assert [(int(r[0]), r[2], r[3], r[4], r[5]) for r in lines] == [
         (rank, "2", "3", "0", str(2 * ELEMS * 4)) for rank in range(4)
     ]
+
+
+def _skip_local_all_to_all() -> None:
+    """An A2 AlltoAll with skipLocalRankCopy: each rank's own block is left unwritten."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        hccl = hp.Hccl()
+        hccl.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(Tiling, tilingGM))
+        hccl.SetCcTilingV2(hp.offsetof(Tiling, "cc"))
+        hccl.Wait(hccl.AlltoAll[True](xGM, yGM, 4, hp.HCCL_DATA_TYPE_FP32))
+        hccl.Finalize()
+
+    tiling = Tiling()
+    cfg = hp.Mc2CcTilingConfig("hccl_world_group", hp.HCCL_CMD_ALLTOALL, "")
+    cfg.GetTiling(tiling.init)
+    cfg.SetSkipLocalRankCopy(1)
+    cfg.GetTiling(tiling.cc)
+    n = hp.get_world_size()
+    hp.launch(kernel, torch.ones(4 * n), torch.zeros(4 * n), tiling)
+
+
+def test_summary_bytes_leave_out_a_skipped_local_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The summary and the round's bytes counted the own block that skipLocalRankCopy leaves
+    unwritten (and the layout picture showed unwritten): 3 ranks x 16 bytes, not 2."""
+    trace = tmp_path / "t.json"
+    result = hp.run(_skip_local_all_to_all, world_size=3, platform="A2", summary=True, trace=trace)
+    lines = [ln.split() for ln in capsys.readouterr().err.splitlines() if "hccl_world_group" in ln]
+    assert [(int(r[0]), r[5]) for r in lines] == [(rank, "32") for rank in range(3)]
+    rounds = [e for e in _events(trace) if e.get("cat") == "round"]
+    assert [e["args"]["bytes"] for e in rounds] == [32, 32, 32]
+    strips = picture.LayoutPicture(result.traces).strips
+    written = [sum(s.end - s.start for s in strip.segments) for strip in strips]
+    assert written == [32, 32, 32]
 
 
 def _carried_calls() -> None:

@@ -114,7 +114,10 @@ class Recorder:
     def round(self, task: Task, round_idx: int, start_us: float, end_us: float) -> None:
         """Round ``round_idx`` of ``task`` ran on the server (this rank's part of it)."""
         key = round_key(task, round_idx)
-        moved = layout.round_blocks(task, "recv", round_idx).total()
+        blocks = layout.round_blocks(task, "recv", round_idx)
+        moved = blocks.total()
+        if task.name in PER_PEER["recv"] and task.skip_local and task.rank < blocks.sizes.size:
+            moved -= int(blocks.sizes[task.rank])  # skipLocalRankCopy: the own block unwritten
         self.add({"name": f"{task.label} #{task.seq} round {round_idx}", "ph": "X", "ts": start_us,
                   "dur": end_us - start_us, "tid": SERVER_TID, "cat": "round",
                   "args": {"domain": task.domain_name, "task": task.seq, "handle": task.handle,
