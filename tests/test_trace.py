@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import hccl_py as hp
-from hccl_py.trace import picture, recorder
+from hccl_py.trace import picture, recorder, summary
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
@@ -180,7 +180,7 @@ def test_summary_bytes_leave_out_a_skipped_local_copy(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """The summary and the round's bytes counted the own block that skipLocalRankCopy leaves
-    unwritten (and the layout picture showed unwritten): 3 ranks x 16 bytes, not 2."""
+    unwritten (the layout picture showed it unwritten): 2 peers x 16 bytes, not 3."""
     trace = tmp_path / "t.json"
     result = hp.run(_skip_local_all_to_all, world_size=3, platform="A2", summary=True, trace=trace)
     lines = [ln.split() for ln in capsys.readouterr().err.splitlines() if "hccl_world_group" in ln]
@@ -190,6 +190,16 @@ def test_summary_bytes_leave_out_a_skipped_local_copy(
     strips = picture.LayoutPicture(result.traces).strips
     written = [sum(s.end - s.start for s in strip.segments) for strip in strips]
     assert written == [32, 32, 32]
+
+
+def test_summary_wait_time_counts_cores_that_wait_together_once() -> None:
+    """Wait ms was the sum over the rank's cores: 8 cores waiting together made a rank blocked
+    8 times longer than it ran. Now it is the time in which some core was blocked."""
+    waits = [(0.0, 10.0), (5.0, 20.0), (5.0, 8.0), (30.0, 35.0)]  # (start, end) in us
+    events = [{"name": "Wait", "ph": "X", "ts": a, "dur": b - a, "tid": 100 + i,
+               "args": {"domain": "w"}} for i, (a, b) in enumerate(waits)]  # fmt: skip
+    (row,) = summary.rows({0: {"layouts": [], "events": events}}, {})
+    assert row["wait_us"] == 25.0
 
 
 def _carried_calls() -> None:
