@@ -9,13 +9,14 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
 import hccl_py as hp
-from hccl_py.trace import picture, recorder, summary
+from hccl_py.trace import chrome, hooks, picture, recorder, summary
 
 #: Each test is a unit of its own under xdist (conftest.py): none shares a module's jobs.
 pytestmark = pytest.mark.spread
@@ -82,7 +83,7 @@ def _check_timeline(events: list[dict], ranks: int) -> None:
     calls = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in calls} == set(range(ranks))
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in calls)
-    names = {p: [e["name"] for e in calls if e["pid"] == p and e["tid"] < 1000]
+    names = {p: [e["name"] for e in calls if e["pid"] == p and e["tid"] < recorder.SERVER_TID]
              for p in range(ranks)}  # fmt: skip
     for rank in range(ranks):
         assert names[rank] == [
@@ -92,10 +93,11 @@ def _check_timeline(events: list[dict], ranks: int) -> None:
         rounds = [e for e in calls if e["pid"] == rank and e.get("cat") == "round"]
         assert [(e["args"]["task"], e["args"]["round"]) for e in rounds] == [(0, 0), (0, 1), (1, 0)]
         assert [e["args"]["bytes"] for e in rounds] == [256 * ranks, 256 * ranks, 88 * ranks]
-        ts = [e["ts"] for e in calls if e["pid"] == rank and e["tid"] < 1000]
+        ts = [e["ts"] for e in calls if e["pid"] == rank and e["tid"] < recorder.SERVER_TID]
         assert ts == sorted(ts)
     meta = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert meta[(0, 100)] == "AIV core 0" and meta[(0, 1000)] == "server (rounds)"
+    assert meta[(0, recorder.AIV_TID)] == "AIV core 0"
+    assert meta[(0, recorder.SERVER_TID)] == "server (rounds)"
     starts = _check_flows(events)
     for rank in range(ranks):  # every Commit flows into a round, every round into a Wait
         kinds = defaultdict(int)
@@ -141,6 +143,17 @@ def test_one_flow_per_round_when_every_core_commits(tmp_path: Path) -> None:
     starts = _check_flows(events)
     assert sum(i.startswith("commit/") for i in starts) == 4 * 3  # one per rank and round
     assert sum(i.startswith("wait/") for i in starts) == 4 * 4 * 3  # one per core's Wait
+
+
+def test_core_tracks_never_meet_each_other_or_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AIV core 900 had track 1000, the server's, and AIC core 100 AIV core 0's track 100."""
+    tids = {}
+    for kind, idx in (("AIC", 100), ("AIV", 0), ("AIV", 900), ("AIV", 2 * 65535 - 1)):
+        core = SimpleNamespace(kind=SimpleNamespace(name=kind), block_idx=idx)
+        monkeypatch.setattr(hooks, "current_core_context", lambda core=core: core)
+        tids[(kind, idx)] = hooks.core_tid()
+        assert chrome._track_name(tids[(kind, idx)]) == f"{kind} core {idx}"
+    assert len({*tids.values(), recorder.SERVER_TID}) == 5
 
 
 def test_tracing_off_records_nothing() -> None:
@@ -486,12 +499,13 @@ def test_sync_all_shows_on_each_core_track_as_long_as_it_waited(tmp_path: Path) 
     syncs = [e for e in _events(path) if e["ph"] == "X" and e["name"] == "SyncAll"]
     for rank in range(2):
         mine = sorted((e for e in syncs if e["pid"] == rank), key=lambda e: (e["tid"], e["ts"]))
+        core0, core1 = recorder.AIV_TID, recorder.AIV_TID + 1
         assert [(e["tid"], e["args"]["call"]) for e in mine] == [
-            (100, "SyncAll()"), (100, "SyncAll[False]()"),
-            (101, "SyncAll()"), (101, "SyncAll[False]()"),
+            (core0, "SyncAll()"), (core0, "SyncAll[False]()"),
+            (core1, "SyncAll()"), (core1, "SyncAll[False]()"),
         ]  # fmt: skip
         first_wait = {e["tid"]: e["dur"] for e in mine if e["args"]["call"] == "SyncAll()"}
-        assert first_wait[100] >= 150_000 > first_wait[101], first_wait
+        assert first_wait[core0] >= 150_000 > first_wait[core1], first_wait
 
 
 def _fine_grained() -> None:

@@ -19,8 +19,9 @@ import numpy as np
 from ..core import layout
 from ..core.task import Task
 
-#: Track ids of one rank: cores use ``AIC: 0..``, ``AIV: 100..``; the server ``SERVER_TID``.
-AIC_TID, AIV_TID, SERVER_TID = 0, 100, 1000
+#: Track ids of one rank: cores use ``AIC: 0..``, ``AIV: AIV_TID..``; the server ``SERVER_TID``
+#: (apart by more than any block index: a launch has up to 65535 blocks, two AIV cores each).
+AIC_TID, AIV_TID, SERVER_TID = 0, 1 << 20, 1 << 30
 #: Per side, the ops whose blocks are one per peer (block ``k`` from or to domain rank ``k``).
 PER_PEER = {
     "recv": frozenset({"AllGather", "AlltoAll", "AlltoAllV"}),
