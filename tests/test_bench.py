@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hccl_py.backends.emu import executor
 
+import hccl_py as hp
 from hccl_py.__main__ import main as cli
 from hccl_py.bench.ops import BENCH_OPS, plan, uneven_counts
 from hccl_py.bench.reference import TYPES, expected, values
@@ -95,6 +96,19 @@ def test_a_broken_executor_is_counted_wrong(
     # nothing was written: every element of every receive buffer stayed poisoned
     assert [r["wrong"] for r in rows] == [2 * 2 * r["count"] for r in rows]
     assert "FAILED" in capsys.readouterr().out
+
+
+def test_an_unwritten_unsigned_output_is_counted_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uint8 outputs were poisoned with 0, which is every element of a MIN at 5 ranks (and
+    many an input): a reduce_scatter_tensor that wrote nothing scored #wrong 0."""
+    monkeypatch.setattr(hp, "reduce_scatter_tensor", lambda *args, **kwargs: None)
+    flags = ("--api", "framework", "--op", "reducescatter", "-d", "uint8", "-o", "min")
+    code, sweeps = _bench(tmp_path, *flags, "--ranks", "5", "-e", "1K")
+    assert code == 1
+    # every rank's whole output (count / 5 elements) stayed poisoned
+    assert [r["wrong"] for r in sweeps[0]["rows"]] == [r["count"] for r in sweeps[0]["rows"]]
 
 
 def test_plot_and_sizes_with_suffixes(tmp_path: Path) -> None:

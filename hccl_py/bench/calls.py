@@ -144,7 +144,14 @@ class Step:
         if self.restore is not None:
             self.recv.copy_(self.restore)
         elif poison:
-            fill = (
-                float("nan") if self.recv.is_floating_point() else torch.iinfo(self.recv.dtype).min
-            )
-            self.recv.fill_(fill)
+            self.recv.fill_(poison_value(self.recv.dtype))
+
+
+def poison_value(dtype: torch.dtype) -> float:
+    """What the output holds before the checked iteration: a value no reference element has
+    (NaN; the most negative integer, below every input; for unsigned types, whose minimum 0
+    is a common input and every MIN result at 5 ranks, the largest)."""
+    if dtype.is_floating_point:
+        return float("nan")
+    info = torch.iinfo(dtype)
+    return info.min if info.min < 0 else info.max
