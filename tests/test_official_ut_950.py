@@ -938,3 +938,23 @@ def test_a_ccu_wait_whose_slot_holds_another_round_is_an_error(case: str) -> Non
     for err in errors:
         assert which in str(err) and outcome in str(err), err
         assert "rounds go to the slots in Commit order" in str(err)
+
+
+def test_rounds_left_uncommitted_at_a_ccu_finalize_are_said_to_be_no_hang() -> None:
+    """hccl_ccu_v0.h: each round is a message of its own and Finalize waits only for the rounds
+    sent, so rounds never committed never run and nothing hangs. hccl_py's servers cannot end
+    such a task, so it still stops, but says so; until stop 65 it said "the server would wait
+    forever", which is not what the CCU does."""
+
+    def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
+        hd = h.AllGather(x, y, 4, INT8, 8, 2)
+        h.Commit(hd)
+        rec.append(h.Wait(hd))
+
+    with pytest.raises(hp.WorldError) as info:
+        run_950(body)
+    for err in info.value.failures.values():
+        assert isinstance(err, hp.HcclUnfinishedError), err
+        assert "committed 1 of 2 rounds" in str(err)
+        assert "on hardware the rest never run and nothing hangs" in str(err), err
+        assert "would wait forever" not in str(err)

@@ -30,6 +30,16 @@ _QUEUED_FINALIZE = (
 )
 
 
+#: What rounds left uncommitted at a CCU Finalize do on hardware, and why hccl_py stops.
+_CCU_UNCOMMITTED = (
+    "the CCU client sends each round as a message of its own and its Finalize waits only for "
+    "the rounds it sent (hccl_ccu_v0.h, Finalize), so on hardware the rest never run and "
+    "nothing hangs; hccl_py's servers run a task's rounds in order to its last and cannot end "
+    "this one, so the emulation stops here (commit every round, or prepare with the repeat "
+    "you commit)"
+)
+
+
 def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> None:
     """Finalize of the object ``b``: no more tasks; with ``sync``, wait for the last one."""
     breach = failures.breach
@@ -87,10 +97,11 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
         for h, info in enumerate(b.handles):
             if info.commits < info.repeat:
                 breach(
-                    "finalize-uncommitted",
+                    "ccu-uncommitted" if b.ccu else "finalize-uncommitted",
                     f"Finalize with handle {h} ({info.task.describe()}) committed "
-                    f"{info.commits} of {info.repeat} rounds: the server would wait "
-                    f"forever for the rest{info.task.commit_hint(info.commits)}",
+                    f"{info.commits} of {info.repeat} rounds: "
+                    + (_CCU_UNCOMMITTED if b.ccu else "the server would wait forever for the rest")
+                    + info.task.commit_hint(info.commits),
                     None,
                     rank=state.rank_ctx.rank,
                     handle=h,

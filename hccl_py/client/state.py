@@ -346,6 +346,8 @@ class ClientState:
         for h, info in enumerate(sender.handles if sender else ()):
             if info.commits < info.repeat:
                 task = info.task
+                if sender.ccu and sender.finalized:  # its Finalize said why (ccu-uncommitted)
+                    continue
                 problems.append(
                     f"handle {h} ({task.describe() if task else op_name(info.op)}): "
                     f"{info.commits} of {info.repeat} rounds committed"

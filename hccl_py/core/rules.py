@@ -135,6 +135,11 @@ RULES: dict[str, Rule] = {
         "interleave handles, or rounds left uncommitted before a later handle's)",
         HcclUsageError,
     ),
+    "ccu-uncommitted": _always(
+        "Finalize on the CCU client with rounds left uncommitted (the CCU never runs them and "
+        "does not hang; hccl_py's servers cannot end such a task, so it stops there)",
+        HcclUnfinishedError,
+    ),
     "finalize-unwaited": _always(
         "Finalize on the CCU client with rounds of a handle but the last not waited "
         "(its message lands on a used slot)",
