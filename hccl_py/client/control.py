@@ -204,17 +204,18 @@ class HandleControl:
         Wait after Finalize, ResetFinishedTurnCnt), so it is reported in every mode."""
         b = self._binding
         info = b.handle(handleId) if b.reset else None
-        if info is None or info.waits >= info.commits:
+        if info is None or info.rounds_waited >= info.rounds_committed:  # fine-grained: steps
             return None
+        unit = "step" if info.step_size else "round"
         return self._failures.breach(
             "wait-after-finalize",
-            f"Wait of handle {int(handleId)} after Finalize: its round {info.waits} was committed "
-            "and not waited, and Finalize reset the finished-turn counters that this Wait polls, "
-            "so it would never return; Wait every round before Finalize",
+            f"Wait of handle {int(handleId)} after Finalize: its {unit} {info.rounds_waited} was "
+            "committed and not waited, and Finalize reset the finished-turn counters that this "
+            f"Wait polls, so it would never return; Wait every {unit} before Finalize",
             HCCL_FAILED,
             handle=int(handleId),
             op=op_name(info.op),
-            round=info.waits,
+            round=info.rounds_waited // (b.state.rank_dim if info.step_size else 1),
         )
 
     def wait_round(self, info: Handle, h: int) -> int:

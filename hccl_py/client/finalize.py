@@ -99,9 +99,9 @@ def finalize(control: Control, b: Binding, failures: Failures, sync: bool) -> No
                 breach(
                     "ccu-uncommitted" if b.ccu else "finalize-uncommitted",
                     f"Finalize with handle {h} ({info.task.describe()}) committed "
-                    f"{info.commits} of {info.repeat} rounds: "
+                    f"{info.committed_text(state.rank_dim)}: "
                     + (_CCU_UNCOMMITTED if b.ccu else "the server would wait forever for the rest")
-                    + info.task.commit_hint(info.commits),
+                    + info.task.commit_hint(info.rounds_committed),
                     None,
                     rank=state.rank_ctx.rank,
                     handle=h,

@@ -49,3 +49,11 @@ class Handle:
     def rounds_waited(self) -> int:
         """The server rounds this core waited for (steps, for a fine-grained handle)."""
         return self.steps_waited if self.step_size else self.waits
+
+    def committed_text(self, rank_dim: int) -> str:
+        """``"c of r rounds"``; for a fine-grained handle its steps first, as reports count
+        them: ``"s of S steps (c of r rounds)"``."""
+        rounds = f"{self.commits} of {self.repeat} rounds"
+        if not self.step_size:
+            return rounds
+        return f"{self.steps_committed} of {self.repeat * rank_dim} steps ({rounds})"

@@ -350,8 +350,8 @@ class ClientState:
                     continue
                 problems.append(
                     f"handle {h} ({task.describe() if task else op_name(info.op)}): "
-                    f"{info.commits} of {info.repeat} rounds committed"
-                    + (task.commit_hint(info.commits) if task else "")
+                    f"{info.committed_text(self.rank_dim)} committed"
+                    + (task.commit_hint(info.rounds_committed) if task else "")
                 )
         if sender is not None and sender.handles and not sender.finalized:
             problems.append(self._no_finalize())
