@@ -209,12 +209,21 @@ def test_iterate_on_a_one_rank_domain_is_minus_one() -> None:
         ([0], "1", "a str ('1')"),
         (torch.tensor(0, dtype=torch.uint8), 1, "a torch.Tensor of shape () and dtype torch.uint8"),
         (np.zeros((), dtype=np.uint8), 1, "a numpy.ndarray of shape () and dtype uint8"),
+        (torch.zeros(2, 3), 1, "a torch.Tensor of shape (2, 3) and dtype torch.float32"),
+        (np.zeros((2, 3)), 1, "a numpy.ndarray of shape (2, 3) and dtype float64"),
+        (torch.zeros(2, dtype=torch.bool), 1, "a torch.Tensor of shape (2,) and dtype torch.bool"),
+        (
+            torch.zeros(2, requires_grad=True),
+            1,
+            "a torch.Tensor of shape (2,) and dtype torch.float32",
+        ),
     ],
 )
 def test_iterate_refuses_what_it_cannot_fill_before_it_waits(slices, length, got: str) -> None:
     """Before 2026-11-30 an int, str or tuple for seqSlices raised Python's own TypeError from
     ``len()`` or the item assignment, after the synchronous Iterate had already waited; a 0-d
-    tensor or numpy array did until stop 64."""
+    tensor or numpy array did until stop 64, a 2-d one or a tensor requiring grad until stop 65
+    (a bool tensor took the peers as True/False)."""
     if slices is None:  # a read-only numpy array (setflags returns None: build it here)
         slices = np.zeros(4, dtype=np.uint8)
         slices.setflags(write=False)

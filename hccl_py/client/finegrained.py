@@ -129,20 +129,27 @@ class FineGrainedSteps:
                 handle=handleId,
                 actual=what_is(seqSliceLen),
             )
-        writable = (  # an array of entries: a 0-d tensor or numpy array has no length
+        writable = (  # a 1-d array of numbers: one peer per entry, no bools, no autograd leaf
             isinstance(seqSlices, list)
-            or (isinstance(seqSlices, torch.Tensor) and seqSlices.dim() > 0)
+            or (
+                isinstance(seqSlices, torch.Tensor)
+                and seqSlices.dim() == 1
+                and seqSlices.dtype != torch.bool
+                and not seqSlices.requires_grad
+            )
             or (
                 isinstance(seqSlices, np.ndarray)
-                and seqSlices.ndim > 0
+                and seqSlices.ndim == 1
+                and seqSlices.dtype != np.bool_
                 and seqSlices.flags.writeable
             )
         )
         if not writable or len(seqSlices) < n:
             return breach(
                 "bad-argument",
-                "Iterate: seqSlices must be a list, tensor or writable numpy array of at least "
-                f"seqSliceLen ({n}) entries (the kernel's uint8_t array)",
+                "Iterate: seqSlices must be a list, a 1-d number tensor (not requiring grad) or a "
+                f"writable 1-d numpy array of at least seqSliceLen ({n}) entries (the kernel's "
+                "uint16_t array)",
                 handle=handleId,
                 actual=what_is(seqSlices),
             )
