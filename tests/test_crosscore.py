@@ -304,3 +304,61 @@ def test_a_tile_loop_that_rereads_two_config_words_is_no_poll() -> None:
     calling this correct kernel a deadlock: its two words read 8 times with nothing new
     between them."""
     assert hp.run(_tile_loop, world_size=1, timeout=60) == [2.0 * TILES * 64]
+
+
+def _mode4_set_mode0_wait(log: list) -> None:
+    if hp.g_coreType == AIC:
+        hp.CrossCoreSetFlag[4, hp.PIPE_FIX](2)  # AIV0's mode-4 flag 2
+    elif hp.GetSubBlockIdx() == 0:
+        hp.CrossCoreWaitFlag(2)  # the mode 0..2 counter of flag 2: never set
+
+
+def test_mode4_counters_are_separate_from_the_other_modes() -> None:
+    """On the 950 mode 4 is set_intra_block / wait_intra_block, apart from modes 0..2's
+    counters (CrossCoreWaitFlag(ISASI).md: "模式4的flagId与模式0、1、2独立"); before
+    2026-12-01 a mode-4 Set released a Wait of mode 0 of the same id, and the other way round."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(_mode4_set_mode0_wait, block_dim=1)
+    text = str(info.value.failures[0])
+    assert isinstance(info.value.failures[0], hp.HcclDeadlockError)
+    assert "CrossCoreWaitFlag(2) on AIV core 0 can never return" in text, text
+    assert "only a mode 4 Set of flag 2 is pending for it" in text, text
+
+
+@pytest.mark.parametrize("kernel_type", ["aiv", "aic"])
+@pytest.mark.parametrize("mode", [1, 2])
+def test_modes_1_and_2_need_a_mixed_kernel(kernel_type: str, mode: int) -> None:
+    """Modes 1 and 2 synchronise the cores of one AI core: KERNEL_TYPE_MIX_AIC_1_1 / _1_2 only
+    (CrossCoreSetFlag(ISASI).md, table 3). Before 2026-12-01 a mode-2 Set in an AIV-only kernel
+    released nobody and a mode-1 Set released its own core, silently."""
+    pipe = hp.PIPE_MTE3 if kernel_type == "aiv" else hp.PIPE_FIX
+
+    def kernel() -> None:
+        if mode == 2 or kernel_type == "aiv":
+            hp.CrossCoreSetFlag[mode, pipe](1)
+        else:
+            hp.CrossCoreWaitFlag[mode, hp.PIPE_S](1)
+
+    def body() -> None:
+        hp.launch(kernel, block_dim=2, kernel_type=kernel_type)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(body, world_size=1, timeout=RUN_TIMEOUT)
+    assert isinstance(info.value.failures[0], hp.HcclCoreError)
+    assert f"mode {mode} synchronises the cores inside one AI core" in str(info.value)
+    assert f"this kernel is {kernel_type}" in str(info.value)
+
+
+def test_an_unhashable_pipe_is_a_clear_error() -> None:
+    """Before 2026-12-01 ``CrossCoreSetFlag[0, [1]]`` raised Python's own "unhashable type"."""
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[0, [1]](1)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert isinstance(info.value.failures[0], hp.HcclCoreError)
+    assert "CrossCoreSetFlag[0, [1]]: modeId must be 0, 1, 2 or 4 and pipe one of" in str(
+        info.value
+    )

@@ -19,7 +19,9 @@ Waits, up to 15 pending counts (more is a hardware error).
   core. The AIC's Set of flag 0..10 releases AIV0's flag of that id, of flag 16..26 AIV1's
   flag ``id - 16``; AIV0's Set of flag 0..10 releases the AIC's flag of that id, AIV1's the
   AIC's ``id + 16``. Any pipe but ``PIPE_ALL``. Allowed on every platform, as the 950 ports
-  run on the A3 windows (docs/hcomm.md).
+  run on the A3 windows (docs/hcomm.md). Its counters are separate from modes 0..2's (on
+  the 950, ``set_intra_block`` / ``wait_intra_block``): a Wait of mode 4 takes only a
+  mode-4 Set's count, a Wait of another mode only a mode 0..2 Set's.
 
 A Wait that can never be released (every core that could still Set has
 returned from the kernel) is a deadlock report naming the flag, not a hang.
@@ -69,6 +71,13 @@ MODE4_AIV_IDS = range(11)
 MODE4_AIC_IDS = (*range(11), *range(16, 27))
 #: The one kernel type whose cores mode 4 pairs (the documented Kernel type table).
 MODE4_KERNEL_TYPE = "mix_aic_1_2"
+#: The kernel types whose AI cores have both core types, which modes 1 and 2 need.
+MIXED_KERNEL_TYPES = ("mix_aic_1_1", "mix_aic_1_2")
+
+
+def _counter(core: CoreContext, flag: int, mode: Any) -> tuple:
+    """Key of ``core``'s counter of ``flag``: mode 4 has counters of its own."""
+    return (core, flag, mode == 4)
 
 
 def _ai_core(core: CoreContext) -> int:
@@ -108,7 +117,7 @@ class _Flags:
     def __init__(self) -> None:
         #: (route key, flag) -> setter -> the clocks of its Sets not yet completed, in order.
         self.pending_sets: dict[tuple, dict[CoreContext, deque[Clock]]] = {}
-        #: (receiver, flag) -> the clocks of its completions not yet waited for, in order: the
+        #: (receiver, flag, mode 4?) -> the clocks of its completions not yet waited for, in order: the
         #: join of every setter's clock at its Set (a Wait that consumes one acquires it).
         self.completions: dict[tuple, deque[Clock]] = {}
 
@@ -124,7 +133,7 @@ class _Flags:
             for c in setters:
                 join(seen, sets[c].popleft())
             for c in receivers:
-                pending = self.completions.setdefault((c, flag), deque())
+                pending = self.completions.setdefault(_counter(c, flag, mode), deque())
                 pending.append(seen)
                 if len(pending) > MAX_PENDING:
                     raise HcclCoreError(
@@ -223,10 +232,17 @@ def _check_mode(what: str, core: CoreContext, mode: int, pipe: int, pipes: froze
                 rank=rank,
             )
         pipes = frozenset(Pipe) - {Pipe.PIPE_ALL}
-    if mode not in (0, 1, 2, 4) or pipe not in pipes:
+    if mode not in (0, 1, 2, 4) or not any(pipe == p for p in pipes):
         raise HcclCoreError(
             f"{what}[{mode}, {pipe}]: modeId must be 0, 1, 2 or 4 and pipe one of "
             f"{sorted(p.name for p in pipes)}",
+            rank=rank,
+        )
+    if mode in (1, 2) and core.launch.kernel_type not in MIXED_KERNEL_TYPES:
+        raise HcclCoreError(
+            f"{what}[{mode}, {pipe}]: mode {mode} synchronises the cores inside one AI core "
+            f"(KERNEL_TYPE_MIX_AIC_1_1 / _1_2: kernel_type {' or '.join(MIXED_KERNEL_TYPES)}); "
+            f"this kernel is {core.launch.kernel_type}, which has one core per AI core",
             rank=rank,
         )
 
@@ -243,7 +259,8 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     launch = core.launch
     flags = _flags(launch)
     blocker = launch.rank_ctx.blocker
-    key = (core, flagId)
+    key = _counter(core, flagId, mode)
+    call = f"CrossCoreWaitFlag[4, {Pipe(pipe).name}]" if mode == 4 else "CrossCoreWaitFlag"
     others = [c for c in launch.cores if c != core]
 
     def released_or_stuck() -> bool:
@@ -251,9 +268,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
 
     blocker.wait_for(
         released_or_stuck,
-        lambda: (
-            f"rank {launch.rank_ctx.rank} {core_name(core)} waits in CrossCoreWaitFlag({flagId})"
-        ),
+        lambda: f"rank {launch.rank_ctx.rank} {core_name(core)} waits in {call}({flagId})",
     )
     launch.rank_ctx.server.kernel_call()
     with blocker.lock:
@@ -261,10 +276,17 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
             launch.order.acquire(core, flags.completions[key].popleft())
             return
         blocker.raise_if_failed()
+        other = flags.completions.get(_counter(core, flagId, 0 if mode == 4 else 4))
+    hint = (
+        f"; only a {'mode 0..2' if mode == 4 else 'mode 4'} Set of flag {flagId} is pending "
+        "for it, and mode 4's counters are separate from modes 0..2's: Wait with the Set's mode"
+        if other
+        else ""
+    )
     raise HcclDeadlockError(
-        f"CrossCoreWaitFlag({flagId}) on {core_name(core)} can never "
+        f"{call}({flagId}) on {core_name(core)} can never "
         "return: every other core returned from the kernel and no Set of this flag is "
-        "pending for this core; every Set must be paired with a Wait on each receiving core",
+        "pending for this core; every Set must be paired with a Wait on each receiving core" + hint,
         rank=launch.rank_ctx.rank,
     )
 
