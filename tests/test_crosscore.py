@@ -362,3 +362,17 @@ def test_an_unhashable_pipe_is_a_clear_error() -> None:
     assert "CrossCoreSetFlag[0, [1]]: modeId must be 0, 1, 2 or 4 and pipe one of" in str(
         info.value
     )
+
+
+def test_a_mode_1_set_on_a_cube_core_names_the_rank() -> None:
+    """Before 2026-12-01 this error alone among the flag errors did not name the rank."""
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreSetFlag[1, hp.PIPE_FIX](0)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert str(info.value.failures[0]) == (
+        "[rank 0] CrossCoreSetFlag mode 1 synchronises AIV cores: called on an AIC core"
+    )

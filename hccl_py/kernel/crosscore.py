@@ -102,7 +102,8 @@ def _route(core: CoreContext, mode: int) -> tuple[tuple, list[CoreContext], list
     if mode == 1:
         if core.kind != AIV:
             raise HcclCoreError(
-                "CrossCoreSetFlag mode 1 synchronises AIV cores: called on an AIC core"
+                "CrossCoreSetFlag mode 1 synchronises AIV cores: called on an AIC core",
+                rank=launch.rank_ctx.rank,
             )
         group = _cores(launch, AIV, block)
         return (1, block), group, group
