@@ -329,3 +329,26 @@ def test_an_uncommitted_round_that_another_core_committed_names_both_cores(
             "[AIV core 1 committed round 0, but only the sending core's Commits reach the server "
             "and AIV core 0 has not committed it]" in str(err)
         ), str(err)
+
+
+def _sync_all_false_kernel() -> None:
+    hp.SyncAll[False]()
+
+
+@pytest.mark.parametrize(("kernel_type", "missing"), [("aiv", "AIC"), ("aic", "AIV")])
+def test_sync_all_false_in_a_kernel_of_one_core_type_is_a_core_error(
+    kernel_type: str, missing: str
+) -> None:
+    """dav_c220 SyncAllImpl<false>: the AIV cores signal their AIC core and wait for its answer
+    (and the AIC cores for their AIV cores'), so in a kernel of one core type it never returns
+    on hardware. Until stop 65 hccl_py ran it as a barrier of the cores there were."""
+
+    def main() -> None:
+        hp.launch(_sync_all_false_kernel, block_dim=2, kernel_type=kernel_type)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
+    [err] = info.value.root_causes.values()
+    assert isinstance(err, hp.HcclCoreError), err
+    assert f"SyncAll[False]() in a {kernel_type} kernel" in str(err)
+    assert f"this kernel has no {missing} cores, so it never returns on hardware" in str(err)

@@ -186,6 +186,14 @@ class LaunchState:
     def sync_all(self, core: CoreContext, aiv_only: bool) -> None:
         """Barrier across the launch's AIV cores (or all cores when ``aiv_only`` is False)."""
         only_aiv = aiv_only and self.cores_of_kind[AIV] > 0
+        if not aiv_only and not all(self.cores_of_kind.values()):
+            raise HcclCoreError(
+                f"SyncAll[False]() in a {self.kernel_type} kernel: it pairs the AIV cores with "
+                "the AIC cores through cross-core flags (dav_c220 SyncAllImpl<false>), and this "
+                f"kernel has no {'AIC' if core.kind == AIV else 'AIV'} cores, so it never "
+                "returns on hardware; use SyncAll(), a barrier of the kernel's own cores",
+                rank=self.rank_ctx.rank,
+            )
         if only_aiv and core.kind != AIV:
             raise HcclCoreError(
                 "SyncAll() (AIV-only by default) called on an AIC core; use SyncAll[False]()",
