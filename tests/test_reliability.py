@@ -829,6 +829,49 @@ def test_a_live_process_on_this_host_is_never_judged_by_its_heartbeat(
     assert remote is not None and "stopped responding" in remote
 
 
+def test_a_rank_on_another_host_lives_while_its_runner_writes_its_host_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank of another host that held the interpreter in one long C call (its heartbeat
+    thread starved) was reported "stopped responding for 10 s (killed?)" while it ran: its
+    host's runner now writes a heartbeat of its own while the rank's process runs."""
+    import torch.distributed as dist
+
+    from hccl_py.launcher import liveness, supervise
+    from hccl_py.launcher import store as kv
+
+    monkeypatch.setattr(liveness, "STALE_S", -1.0)  # any look without a change: gone
+    store = dist.HashStore()
+    for rank in (0, 1):
+        store.set(kv.pid_key(rank), f"another-host|{4242 + rank}")
+    running = supervise.Child(0, None, session=False)
+    ended = supervise.Child(1, None, session=False)
+    peers = liveness.Peers(store)
+    for _ in range(2):  # rank 0's own heartbeat never moves; its runner's does
+        supervise.beat([running, ended], {1: 0}, store)
+        busy, exited = peers.gone(0), peers.gone(1)
+    assert busy is None
+    assert exited is not None and "stopped responding" in exited
+    assert not store.check([kv.host_heartbeat_key(1)]), "no heartbeat for a process that ended"
+
+
+def test_a_forged_host_heartbeat_leaves_the_runner_store_connection_open() -> None:
+    """The runner writes host heartbeats with ``set``: an ``add`` to a key that another
+    process set to something other than a number makes torch close the connection, which
+    the runner needs to report a dead rank."""
+    import torch.distributed as dist
+
+    from hccl_py.launcher import store as kv
+    from hccl_py.launcher import supervise
+
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = kv.connect("127.0.0.1", server.port, is_master=False, timeout=5.0)
+    server.set(kv.host_heartbeat_key(0), b"not a number")
+    supervise.beat([supervise.Child(0, None, session=False)], {}, client)
+    assert client.get(kv.host_heartbeat_key(0)).isdigit()
+    client.set("still", b"open")
+
+
 def test_a_stack_folder_that_cannot_take_the_file_leaves_the_rank_running(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -233,13 +233,15 @@ class Peers:
     A rank on this host is gone when its process no longer runs; its heartbeat
     is not read, so a machine too loaded to run the heartbeat thread on time
     (or this process's own threads holding the interpreter) never makes a live
-    rank look dead. A rank on another host is gone when its heartbeat has not
-    moved for :data:`STALE_S` seconds.
+    rank look dead. A rank on another host is gone when neither of its heartbeats
+    has moved for :data:`STALE_S` seconds: its process's own (a thread, which the
+    rank's code starves while it holds the interpreter in one long C call) and,
+    under hccl_py's runner, the one its host's runner writes while the process runs.
     """
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self.beats: dict[int, tuple[int, float]] = {}
+        self.beats: dict[int, tuple[tuple[int, bytes], float]] = {}
 
     def gone(self, rank: int) -> str | None:
         """How ``rank`` ended ("exited (killed or crashed)", ...), or None while it lives."""
@@ -251,7 +253,11 @@ class Peers:
             if state == "alive":
                 return None  # its process runs on this host: slow (an overloaded machine), not dead
         now = time.monotonic()
-        beat = int(self.store.add(kv.heartbeat_key(rank), 0))
+        host_beat = kv.host_heartbeat_key(rank)
+        beat = (
+            int(self.store.add(kv.heartbeat_key(rank), 0)),
+            self.store.get(host_beat) if self.store.check([host_beat]) else b"",
+        )
         last = self.beats.get(rank)
         if last is None or last[0] != beat:
             self.beats[rank] = (beat, now)

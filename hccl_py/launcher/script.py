@@ -198,7 +198,7 @@ def run_script(opts: RunnerOptions) -> int:
                 )
                 reader.start()
                 readers.append(reader)
-        codes = supervise(children, store, say)
+        codes = supervise(children, store, say, beats=True)
     except (KeyboardInterrupt, _Terminated) as exc:
         why = "interrupted" if isinstance(exc, KeyboardInterrupt) else "received SIGTERM"
         say(f"{why}; stopping every rank")

@@ -7,8 +7,8 @@ all under the prefix ``hccl_py/``:
 
 - ``abort``: the first failure of any rank (plain data); every process stops when it appears.
 - ``run_mark``: which run the store serves, signed with the run's secret (:func:`mark_run`).
-- ``hb/<rank>``, ``pid/<rank>``, ``left/<rank>``, ``failed/<rank>``: liveness of each
-  rank's process, and whether it reported a failure.
+- ``hb/<rank>``, ``host_hb/<rank>``, ``pid/<rank>``, ``left/<rank>``, ``failed/<rank>``:
+  liveness of each rank's process, and whether it reported a failure.
 - ``rank_counter``: ranks handed out to processes that were started without one.
 - ``run<i>/result/<rank>``: the outcome (value or exception) of ``hp.run`` call ``i``.
 - ``run<i>/read/<rank>``: rank has collected every outcome of run ``i``.
@@ -63,6 +63,12 @@ POLL_MAX_S = 0.02
 def heartbeat_key(rank: int) -> str:
     """Counter a live rank's process increments periodically."""
     return f"hb/{rank}"
+
+
+def host_heartbeat_key(rank: int) -> str:
+    """Set, to a new value each time, by the runner on a rank's host while the rank's process
+    runs: a heartbeat that the rank's own code cannot starve."""
+    return f"host_hb/{rank}"
 
 
 def pid_key(rank: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import exchange, sealed
 from . import store as kv
-from .liveness import GRACE_S, ask_stack, exit_text, kill_group_members, rank_died
+from .liveness import GRACE_S, HEARTBEAT_S, ask_stack, exit_text, kill_group_members, rank_died
 
 #: Seconds a killed process gets between SIGTERM and SIGKILL.
 KILL_WAIT_S = 2.0
@@ -91,6 +91,7 @@ def supervise(
     say: Callable[[str], None],
     timeout: float | None = None,
     stacks: str | None = None,
+    beats: bool = False,
 ) -> dict[int, int]:
     """Wait for every child; once one fails, give the rest :data:`GRACE_S`, then kill them.
 
@@ -99,13 +100,18 @@ def supervise(
     ``timeout``, children still running ``timeout`` seconds after one returned
     are stopped too (so ``timeout`` bounds the run). A child stopped by either
     rule gets ``stopped``: why, and its Python stacks when ``stacks`` names the
-    folder of :data:`~.liveness.STACKS_ENV`. Returns rank -> exit code.
+    folder of :data:`~.liveness.STACKS_ENV`. With ``beats``, the running children's
+    heartbeats are written too (:func:`beat`). Returns rank -> exit code.
     """
     codes: dict[int, int] = {}
     failed_at: float | None = None
     first_done: tuple[float, int] | None = None
+    next_beat = 0.0
     try:
         while len(codes) < len(children):
+            if beats and time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + HEARTBEAT_S
+                beat(children, codes, store)
             for child in children:
                 code = child.poll() if child.rank not in codes else None
                 if code is None:
@@ -175,6 +181,22 @@ def _note_stopped(children: Sequence[Child], why: str, stacks: str | None) -> No
         if child.stopped is None:
             where = ask_stack(child.proc.pid, stacks, child.rank) if stacks else ""
             child.stopped = f"{why}\n{where}" if where else why
+
+
+def beat(children: Sequence[Child], codes: dict[int, int], store: Any) -> None:
+    """Write the host heartbeat of each child whose process runs (not in ``codes``).
+
+    The ranks of other hosts judge a rank by its heartbeats (:class:`~.liveness.Peers`):
+    the one its own thread writes stands still while its code holds the interpreter (one
+    long C call), which made a live, busy rank "stopped responding". This one is written
+    as long as its process runs, with ``set``: a key that another process set to
+    anything cannot make the write fail and close this store connection.
+    """
+    now = str(time.monotonic_ns()).encode()
+    for child in children:
+        if child.rank not in codes:
+            with contextlib.suppress(RuntimeError):  # the store's host is gone: nothing to tell
+                store.set(kv.host_heartbeat_key(child.rank), now)
 
 
 def has_key(store: Any, key: str) -> bool:
