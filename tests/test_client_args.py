@@ -506,12 +506,16 @@ def test_template_arguments_take_numpy_bools_and_integers() -> None:
     passed: list[int] = []
 
     def kernel() -> None:
-        hp.SyncAll[np.False_]()
-        hp.SyncAll[np.int64(1)]()
-        passed.append(hp.GetBlockIdx())
+        hp.SyncAll[np.False_]()  # every core of the mixed kernel
+        if hp.g_coreType == hp.AIV:
+            hp.SyncAll[np.int64(1)]()  # the AIV cores
+        passed.append("AIV" if hp.g_coreType == hp.AIV else "AIC")
 
-    hp.run(lambda: hp.launch(kernel, block_dim=2), world_size=1, timeout=RUN_TIMEOUT)
-    assert sorted(passed) == [0, 1]
+    def main() -> None:
+        hp.launch(kernel, block_dim=2, kernel_type="mix_aic_1_2")
+
+    hp.run(main, world_size=1, timeout=RUN_TIMEOUT)
+    assert sorted(passed) == ["AIC"] * 2 + ["AIV"] * 4
 
 
 #: A kernel made by ``exec`` in a module's namespace, its lines past that file's end: until
