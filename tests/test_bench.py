@@ -235,3 +235,22 @@ def test_checked_floor_times_every_variant_and_checks_their_values(tmp_path: Pat
     assert all(t > 0 for t in row["us"].values())
     again = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=root)
     assert again.returncode == 2 and "the file exists" in again.stderr
+
+
+def _failing_sweep(sweep: object) -> None:
+    raise ValueError("planted failure of a rank's sweep")
+
+
+def test_a_failed_sweep_is_one_report_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Until stop 65 a run that failed (a rank's error, a timeout) left the bench through a
+    Python traceback ending in the WorldError; it is now its report, with exit status 1."""
+    from hccl_py.bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "rank_sweep", _failing_sweep)
+    assert cli(["bench", "--quick", "-n", "1", "-w", "0", "--nproc", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m hccl_py bench: allgather on emu failed: "), err
+    assert "rank 0: ValueError: planted failure of a rank's sweep" in err, err
+    assert "hccl_py.core.errors.WorldError" not in err  # how an uncaught one's traceback ends

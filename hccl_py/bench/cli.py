@@ -18,8 +18,10 @@ from ..backends import BACKENDS
 from ..core.backend_info import DEFAULT_BACKEND
 from ..core.config import SCHEDULES
 from ..core.constants import MAX_BLOCK_DIM, MAX_REPEAT
+from ..core.errors import WorldError
 from ..core.platform import PLATFORMS
 from ..launcher.cli_checks import (
+    PROG,
     UsageError,
     check_outputs,
     checked_backend,
@@ -333,15 +335,20 @@ def main(opts: argparse.Namespace) -> int:
     done, wrong = [], 0
     for sweep in sweeps:
         platform = platform_for(sweep.op, chosen)
-        result = hp.run(
-            rank_sweep,
-            world_size=None if BACKENDS[opts.backend].on_device else opts.ranks,
-            backend=opts.backend,
-            platform=platform,
-            schedule=opts.schedule,
-            poison=opts.poison,
-            args=(sweep,),
-        )
+        try:
+            result = hp.run(
+                rank_sweep,
+                world_size=None if BACKENDS[opts.backend].on_device else opts.ranks,
+                backend=opts.backend,
+                platform=platform,
+                schedule=opts.schedule,
+                poison=opts.poison,
+                args=(sweep,),
+            )
+        except WorldError as exc:  # the report says it all: no traceback through the bench
+            if lead:
+                print(f"{PROG} bench: {sweep.op} on {opts.backend} failed: {exc}", file=sys.stderr)
+            return 1
         n = len(result)
         rows = merge(sweep, n, list(result))
         wrong += sum(r.wrong for r in rows)
