@@ -865,10 +865,11 @@ def test_a_forged_host_heartbeat_leaves_the_runner_store_connection_open() -> No
     from hccl_py.launcher import supervise
 
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    client = kv.connect(
-        "127.0.0.1", server.port, is_master=False, timeout=60.0
-    )  # generous: a loaded machine
+    client = kv.connect("127.0.0.1", server.port, is_master=False, timeout=5.0)
     server.set(kv.host_heartbeat_key(0), b"not a number")
+    # a set is not answered: read it back on the same connection, so that the store took it
+    # before the runner's (from another connection) and not after
+    assert server.get(kv.host_heartbeat_key(0)) == b"not a number"
     supervise.beat([supervise.Child(0, None, session=False)], {}, client)
     assert client.get(kv.host_heartbeat_key(0)).isdigit()
     client.set("still", b"open")
