@@ -28,6 +28,7 @@ from ..core.current import off_device
 from ..core.errors import HcclMismatchError
 from ..core.gm import strided_offsets
 from ..core.group import WORLD_GROUP_NAME, Group
+from ..core.plain import json_or
 from ..kernel.context import current_rank_context
 from ..server.protocol import EXCHANGE, Payload, record_length
 from ._kernel import FrameworkKernel
@@ -333,10 +334,7 @@ def records_of(
 def _record(raw: bytes) -> dict[str, Any]:
     """A peer's exchanged arguments; what a peer that prepared a kernel task sent there (its
     descriptor, up to a NUL byte: round 0's bytes may follow) reads as that task's op."""
-    try:
-        found = json.loads(raw[: record_length(raw)])
-    except ValueError:
-        found = None
+    found = json_or(raw[: record_length(raw)])
     if not isinstance(found, dict) or not isinstance(found.get("op"), str | int):
         return {"op": f"something unreadable ({raw[:40]!r})", "problem": None}
     return {"problem": None, **found}

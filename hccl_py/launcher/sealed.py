@@ -28,6 +28,7 @@ import secrets
 from typing import Any
 
 from ..core.errors import ForgedValueError
+from ..core.plain import NOT_JSON, json_or
 from . import wire
 
 #: The per-run secret that authenticates what travels through the store (any string).
@@ -117,10 +118,10 @@ def dump_pickle(key: str, value: Any) -> bytes:
 
 
 def _json(key: str, raw: bytes, payload: bytes) -> Any:
-    try:
-        return json.loads(payload)
-    except (ValueError, RecursionError):  # nested deeper than Python recurses: not ours either
-        raise refused(key, raw, "its plain data is not JSON") from None
+    value = json_or(payload, NOT_JSON)
+    if value is NOT_JSON:
+        raise refused(key, raw, "its plain data is not JSON")
+    return value
 
 
 def load(key: str, raw: bytes) -> tuple[bytes, Any]:

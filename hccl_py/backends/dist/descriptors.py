@@ -22,6 +22,7 @@ import torch.distributed as dist
 from ...core.constants import HcclCMDType, HcclDataType, HcclReduceOp
 from ...core.errors import HcclMismatchError
 from ...core.gm import NULL
+from ...core.plain import json_or
 from ...core.task import Task
 from ...launcher import sealed
 
@@ -158,10 +159,7 @@ def decode_descriptor(raw: bytes, like: Task, index: int) -> Task:
     descriptor, naming what it sent instead (a framework collective's arguments).
     """
     peer = like.domain.ranks[index]
-    try:
-        record = json.loads(raw)
-    except (ValueError, RecursionError):
-        record = None
+    record = json_or(raw)
     data = record.get("task") if type(record) is dict else None
     try:
         if type(data) is not dict:
@@ -274,10 +272,7 @@ def read_joined(store: dist.Store, rank: int, domain: str) -> int | None:
 def _per_domain(key: str, raw: bytes, what: str) -> dict[str, int]:
     """A record of domain names to non-negative ints (``what`` they count) read at ``key``;
     anything else is refused (:class:`~hccl_py.launcher.sealed.ForgedValueError`)."""
-    try:
-        found = json.loads(raw)
-    except (ValueError, RecursionError):
-        found = None
+    found = json_or(raw)
     if type(found) is not dict or not all(type(v) is int and v >= 0 for v in found.values()):
         raise sealed.refused(key, raw, f"hccl_py writes {what} of its domains there")
     return found

@@ -28,6 +28,7 @@ from ...core.config import Config
 from ...core.constants import DEFAULT_WORLD_SIZE
 from ...core.errors import HcclError
 from ...core.group import Group, group_mismatch, group_missing
+from ...core.plain import json_or
 from ...core.task import Task
 from ...launcher import store as kv
 from ...launcher.msrun import serve_scheduler
@@ -182,10 +183,7 @@ class DistServer(ExchangeMeetings, Server):
             interrupt,
         )
         for other, raw in enumerate(kv.get_all(self.store, keys)):
-            try:
-                theirs = json.loads(raw)
-            except (ValueError, RecursionError):
-                theirs = "unreadable"
+            theirs = json_or(raw, "unreadable")
             if theirs != mine:
                 raise group_mismatch(rank, n, mine, other, theirs)
 

@@ -21,6 +21,7 @@ import torch.distributed as dist
 
 from ...core.config import env_flag
 from ...core.errors import HcclMismatchError, HcclUsageError
+from ...core.plain import json_or
 from ...launcher import store as kv
 from ...launcher.spec import under_launcher
 
@@ -81,10 +82,7 @@ class Settings:
             lambda missing: f"rank {rank} waits for rank 0's settings at the start of the run",
             interrupt,
         )
-        try:
-            theirs = json.loads(store.get(KEY))
-        except (ValueError, RecursionError):  # anyone who reaches the store can write it
-            theirs = None
+        theirs = json_or(store.get(KEY))
         if not isinstance(theirs, dict):
             raise HcclUsageError(
                 f"rank {rank} cannot read rank 0's settings in the run's store", rank=rank
