@@ -205,9 +205,7 @@ def _common(p: PrepareParam, limits: Limits) -> HcclDataType:
         raise InvalidCall(
             "bad-argument", _bad_repeat(p.repeat, number), expected="1..255", actual=p.repeat
         )
-    dtype = as_enum(HcclDataType, p.data_type)
-    if dtype is None and c_int(p.data_type) is None:
-        raise not_an_int("the data type", "an HcclDataType", p.data_type)
+    dtype = enum_arg(HcclDataType, p.data_type, "the data type")
     if dtype is None or dtype is HcclDataType.HCCL_DATA_TYPE_RESERVED:
         raise InvalidCall(
             "bad-argument",
@@ -311,10 +309,16 @@ def as_enum(cls: type[E], value: Any) -> E | None:
     return None if number is None else cls._value2member_map_.get(number)
 
 
-def not_an_int(name: str, kind: str, value: Any) -> InvalidCall:
-    """A ``bad-argument`` for an argument of a C integer type that is no int: it says so,
-    rather than that its value is out of range."""
-    return InvalidCall("bad-argument", f"{name} must be an int ({kind})", actual=what_is(value))
+def enum_arg(cls: type[E], value: Any, name: str) -> E | None:
+    """Argument ``name`` of the C enum type ``cls`` as its member, None when out of range; one
+    that is no int is a ``bad-argument`` that says so, rather than that its value is out of
+    range."""
+    member = as_enum(cls, value)
+    if member is None and c_int(value) is None:
+        raise InvalidCall(
+            "bad-argument", f"{name} must be an int (an {cls.__name__})", actual=what_is(value)
+        )
+    return member
 
 
 def slots_used(prepares: int, syncs: int) -> str:
@@ -338,9 +342,7 @@ def count(name: str, value: Any, allow_zero: bool = True) -> int:
 
 def reduce_op(value: Any) -> HcclReduceOp:
     """A reduce op the kernel API supports (SUM, MAX, MIN)."""
-    op = as_enum(HcclReduceOp, value)
-    if op is None and c_int(value) is None:
-        raise not_an_int("the reduce op", "an HcclReduceOp", value)
+    op = enum_arg(HcclReduceOp, value, "the reduce op")
     if op is None:
         raise InvalidCall("bad-argument", "reduce op out of range", actual=value)
     if op not in KERNEL_REDUCE_OPS:

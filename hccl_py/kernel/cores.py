@@ -15,9 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ..core.config import KERNEL_GRACE_S, checked_int
+from ..core.config import KERNEL_GRACE_S, c_int, checked_int
 from ..core.constants import MAX_BLOCK_DIM
 from ..core.current import serial, serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
@@ -403,21 +401,19 @@ def SyncAll(aiv_only: bool = True) -> None:
 def GetHcclContext(index: int = 0) -> HcclContext:
     """The kernel's context for domain ``index`` (0 or 1), as ``GetHcclContext<index>()``."""
     core = _core()
-    whole = type(index) is int or (
-        isinstance(index, (int, np.integer)) and not isinstance(index, bool)
-    )
-    if not whole:
+    number = c_int(index)
+    if number is None:
         raise ValueError(
             f"GetHcclContext({index!r}): the context index is an int, 0 or 1 (the C++ "
             f"template argument), not {type(index).__name__}"
         )
-    group = core.launch.groups.get(int(index))
+    group = core.launch.groups.get(number)
     if group is None:
         raise ValueError(
-            f"GetHcclContext({int(index)}): this launch has domains "
+            f"GetHcclContext({number}): this launch has domains "
             f"{sorted(core.launch.groups)}; pass groups={{0: ..., 1: ...}} to hccl_py.launch"
         )
-    return HcclContext(int(index), group, core.launch)
+    return HcclContext(number, group, core.launch)
 
 
 class _CoreTypeProxy:
