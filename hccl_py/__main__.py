@@ -222,7 +222,7 @@ def _checked(opts: argparse.Namespace) -> str:
     opts.nproc = ranks_per_host("-n/--nproc", opts.nproc, world, nnodes)
     check_script(opts.script)
     if not BACKENDS[backend].in_process:
-        _check_hosts(opts)
+        _check_hosts(opts, nnodes)
     given = {WORLD_SIZE_ENV}  # set from -n
     for value, env in (
         (opts.platform, PLATFORM_ENV),
@@ -250,9 +250,9 @@ def _checked(opts: argparse.Namespace) -> str:
     return backend
 
 
-def _check_hosts(opts: argparse.Namespace) -> None:
-    """The options of several hosts (gloo, hccl): counts, indexes and the store's port."""
-    nnodes = checked_ranks("--nnodes", opts.nnodes)
+def _check_hosts(opts: argparse.Namespace, nnodes: int) -> None:
+    """The options of several hosts (gloo, hccl; ``nnodes``: the checked --nnodes): counts,
+    indexes and the store's port."""
     hosts = f" (the hosts of --nnodes {nnodes} are 0..{nnodes - 1})"
     in_range("--node-rank", opts.node_rank, 0, nnodes - 1, why_high=hosts)
     if nnodes * opts.nproc > MAX_WORLD_SIZE:

@@ -63,3 +63,41 @@ def check_wait(b: Binding, info: Handle, h: int, failures: Failures) -> None:
         op=op_name(info.op),
         round=info.waits,
     )
+
+
+def check_finalize(b: Binding, failures: Failures) -> None:
+    """The CCU client's Finalize needs every round but the last handle's waited.
+
+    hccl_ccu_v0.h, ``Finalize``: the working core Waits only the last handle
+    (``curHandleId_ - 1``) until its finished count reaches its commits, then
+    writes the FINALIZE message into slot ``globalCurWaitId_``, which counts the
+    Waits; the rounds went to slots ``globalCurResId_``, which counts the Commits
+    sent (``CommitMsg``). The two agree only when every other round was waited;
+    otherwise the message lands on a slot the CCU has already read, the CCU
+    waits for the next one and the kernel never finishes.
+    """
+    if not b.handles:
+        return
+    last = len(b.handles) - 1
+    sent = [info.commits + info.extra_commits for info in b.handles]
+    waited = [min(info.waits, n) for info, n in zip(b.handles, sent, strict=True)]
+    open_ = [h for h in range(last) if waited[h] < sent[h]]
+    if not open_:
+        return
+    h, info = open_[0], b.handles[open_[0]]
+    what = info.task.describe() if info.task else op_name(info.op)
+    slot = (sum(waited[:last]) + sent[last]) % CCU_MAX_MSG_NUM
+    failures.breach(
+        "finalize-unwaited",
+        f"Finalize on the CCU client with handle {h} ({what}) "
+        f"waited {waited[h]} of {sent[h]} committed rounds: its Finalize waits only for "
+        f"the last handle ({last}) and writes the FINALIZE message into the slot after the "
+        f"rounds waited ({slot}), not after the rounds sent ({sum(sent) % CCU_MAX_MSG_NUM}); "
+        "the CCU reads its slots in order and never sees it (hccl_ccu_v0.h, Finalize: "
+        "globalCurWaitId_). Wait every round of every handle before Finalize",
+        None,
+        rank=b.state.rank_ctx.rank,
+        handle=h,
+        op=op_name(info.op),
+        round=waited[h],
+    )

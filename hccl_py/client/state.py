@@ -343,11 +343,11 @@ class ClientState:
         """
         sender = self.sender
         problems = []
-        for h, info in enumerate(sender.handles if sender else ()):
+        # a CCU object's Finalize already said why its uncommitted rounds stop (ccu-uncommitted)
+        said = sender is not None and sender.ccu and sender.finalized
+        for h, info in enumerate(() if said or sender is None else sender.handles):
             if info.commits < info.repeat:
                 task = info.task
-                if sender.ccu and sender.finalized:  # its Finalize said why (ccu-uncommitted)
-                    continue
                 problems.append(
                     f"handle {h} ({task.describe() if task else op_name(info.op)}): "
                     f"{info.committed_text(self.rank_dim)} committed"
