@@ -336,3 +336,47 @@ def test_a_950_tiling_for_another_engine_keeps_the_ccu_context(engine: int) -> N
     for got in hp.run(functools.partial(_mte_context_rank, engine), world_size=2, platform="950"):
         assert "on Ascend 950 the context is the CCU's" in got["error"]
         assert "SetCommEngine(3)" in got["error"]
+
+
+class WriteGatherTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("write", Mc2CcTiling), ("ag", Mc2CcTiling)]
+
+
+def _write_then_gather() -> list[int]:
+    """An AlltoAllvWrite, then an AllGather, on the CCU client: one message slot each."""
+    t = WriteGatherTiling()
+    cfg = Mc2CcTilingConfig(
+        "hccl_world_group", HcclCMDType.HCCL_CMD_HALF_ALLTOALLV, "AlltoAllvWrite=level0:fullmesh"
+    )
+    assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.write) == 0
+    cfg.SetOpType(HcclCMDType.HCCL_CMD_ALLGATHER)
+    cfg.SetAlgConfig("AllGather=level0:fullmesh")
+    assert cfg.GetTiling(t.ag) == 0
+    n = hp.get_world_size()
+    x = torch.full((n * S,), hp.get_rank() + 1, dtype=torch.uint8)
+    y = torch.zeros(4 * n, dtype=torch.uint8)
+
+    def kernel(xGM, yGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteGatherTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteGatherTiling, "write"))
+        h.SetCcTilingV2(hp.offsetof(WriteGatherTiling, "ag"))
+        me, dim = h.GetRankId(), h.GetRankDim()
+        offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
+        h0 = h.AlltoAllvWrite[True](xGM, offsets, [S // 2] * 2 * dim, me * S, dim * S)
+        assert h.Wait(h0) == 0
+        h1 = h.AllGather[True](xGM, yGM, 4, hp.HcclDataType.HCCL_DATA_TYPE_INT8, 0, 1)
+        assert h.Wait(h1) == 0
+        hp.SyncAll()
+        h.Finalize()
+
+    hp.launch(kernel, x, y, t)
+    return y.tolist()
+
+
+def test_an_alltoallv_write_takes_a_ccu_message_slot() -> None:
+    """hccl_ccu_v0.h: AlltoAllvWrite[True] sends its one round into slot 0 like any Prepare, and
+    the next handle's Wait polls slot 1, where its round went. The CCU slot check (stop 65)
+    left the write's round out and reported 'no round was sent to slot 1'."""
+    for got in hp.run(_write_then_gather, world_size=2, platform="950"):
+        assert got == [1] * 4 + [2] * 4

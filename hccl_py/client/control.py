@@ -151,7 +151,7 @@ class HandleControl:
             return
         first = info.commits
         LIFECYCLES[info.lifecycle].commit(self, info, h, n)
-        if b.ccu and info.lifecycle == "rounds":
+        if b.ccu:  # every CCU Commit sends a message, an AlltoAllvWrite's too (no steps)
             ccu_slots.sent(b, h, range(first, info.commits))
         self._failures.ok(None)
 
