@@ -264,7 +264,51 @@ def test_names_of_exactly_128_bytes_pass_the_setter_but_fail_cc_tiling(field):
         "fails without room for the terminating NUL: at most 127 bytes fit"
     )
     assert tiling.mc2InitTiling.mc2HcommCnt == 0
-    assert bytes(tiling.cc) == bytes(512)
+    assert tiling.cc.opType == 0  # not written (what is: the next test)
+
+
+@pytest.mark.parametrize("field", ["groupName", "algConfig"])
+def test_a_name_without_room_for_its_nul_leaves_what_the_cpp_get_tiling_wrote(field):
+    """hccl_tiling.cpp writes skipLocalRankCopy, skipBufferWindowCopy, stepSize, version and the
+    reserved bytes, then strcpy_s's the names: securec's strcpy_s, for a name with no room for
+    its NUL, writes a NUL at the array's start and GetTiling returns 1. Until 2026-12-01
+    hccl_py wrote nothing (the fields, a groupName copied before, the NUL)."""
+    cfg = Mc2CcTilingConfig(GROUP, ALLGATHER, AG_ALG)
+    assert cfg.SetSkipLocalRankCopy(1) == 0
+    assert cfg.SetStepSize(5) == 0
+    getattr(cfg, f"Set{field[0].upper()}{field[1:]}")("x" * 128)
+    tiling = OneCcTiling()
+    fill(tiling.cc, 0xCD)
+    assert cfg.GetTiling(tiling.mc2InitTiling) == TILING_SUCCESS
+    assert cfg.GetTiling(tiling.cc) == TILING_FAILED
+    raw = bytes(tiling.cc)
+    assert list(raw[0:4]) == [1, 0, 5, 1]
+    assert raw[4:13] == bytes(9)
+    assert raw[13:16] == b"\xcd" * 3  # commEngine, srcDataType, dstDataType: not reached
+    if field == "groupName":
+        assert raw[16:18] == b"\0\xcd"
+        assert raw[144:] == b"\xcd" * (512 - 144)
+    else:
+        assert raw[16:144] == GROUP.encode().ljust(128, b"\0")
+        assert raw[144:146] == b"\0\xcd"
+        assert raw[272:] == b"\xcd" * (512 - 272)  # opType, reduceType: not reached
+    assert tiling.mc2InitTiling.mc2HcommCnt == 0
+
+
+@EXPECTS_ALG_CONFIG  # the algConfig "ab" names no op
+@pytest.mark.parametrize("field", ["groupName", "algConfig"])
+def test_a_name_is_copied_up_to_its_first_nul_as_strcpy_s_does(field):
+    """The C++ length check counts the whole std::string (<= 128), strcpy_s copies its c_str():
+    a 128-byte name with a NUL inside fits. Until 2026-12-01 GetTiling returned 1 for it."""
+    name = "ab\0" + "x" * 125
+    kwargs = {"groupName": GROUP, "opType": ALLGATHER, "algConfig": AG_ALG, field: name}
+    cfg = Mc2CcTilingConfig(**kwargs)
+    tiling = build(cfg)
+    start = 16 if field == "groupName" else 144
+    assert bytes(tiling.cc)[start : start + 128] == b"ab".ljust(128, b"\0")
+    assert (cc_group_name if field == "groupName" else cc_alg_config)(tiling.cc) == "ab"
+    assert cfg.GetTiling(tiling.cc) == TILING_SUCCESS  # 129 bytes with the NUL still fail
+    assert getattr(cfg, f"Set{field[0].upper()}{field[1:]}")(name + "x") == TILING_FAILED
 
 
 def test_get_tiling_cc_before_init_fails_and_writes_nothing():

@@ -63,16 +63,15 @@ def _as_name(value: object) -> bytes | None:
     return None
 
 
-def _write_char_array(cc: Mc2CcTiling, field: str, data: bytes) -> None:
-    """Store ``data`` in a char array member, NUL-padding the rest of the array.
+def _write_char_array(cc: Mc2CcTiling, field: str, data: bytes, size: int | None = None) -> None:
+    """Store ``data`` in a char array member, NUL-padding the rest (or its first ``size`` bytes).
 
     (Assigning bytes to a ctypes char array member stops at the first NUL and
     leaves the old tail in place, hence the raw copy.)
     """
     member = getattr(Mc2CcTiling, field)
-    ctypes.memmove(
-        ctypes.addressof(cc) + member.offset, data.ljust(member.size, b"\0"), member.size
-    )
+    size = member.size if size is None else size
+    ctypes.memmove(ctypes.addressof(cc) + member.offset, data.ljust(size, b"\0"), size)
 
 
 def _host_call(method: Callable[..., int]) -> Callable[..., int]:
@@ -394,19 +393,6 @@ class Mc2CcTilingConfig:
         src = self._data_type(f"{what}: srcDataType", self._srcDataType)
         if src is None:
             return TILING_FAILED
-        # hccl_tiling.cpp, Mc2CcTilingConfig::GetTiling: after the checks, strcpy_s copies each
-        # name into its 128-byte array, which fails (returns 1) without room for the NUL.
-        for field, raw, size in (
-            ("groupName", group, GROUP_NAME_SIZE),
-            ("algConfig", alg, ALG_CONFIG_SIZE),
-        ):
-            if len(raw) >= size:
-                return self._fail(
-                    f"{what}: {field} is {len(raw)} bytes long; it passes the length check "
-                    f"(<= {size}), but the C++ GetTiling copies it with strcpy_s into a "
-                    f"{size}-byte array, which fails without room for the terminating NUL: "
-                    f"at most {size - 1} bytes fit"
-                )
         engine = self._int_in_range(f"{what}: commEngine", self._commEngine, 0, _UINT8_MAX)
         if engine is None:
             return TILING_FAILED
@@ -414,15 +400,29 @@ class Mc2CcTilingConfig:
         cc.skipBufferWindowCopy = self._skipBufferWindowCopy
         cc.stepSize = self._stepSize
         cc.version = MC2_CC_TILING_VERSION
-        for i in range(len(cc.reserved)):
-            cc.reserved[i] = 0
-        cc.commEngine = engine
-        cc.srcDataType = src
-        cc.dstDataType = dst
-        _write_char_array(cc, "groupName", group)
-        _write_char_array(cc, "algConfig", alg)
+        cc.reserved[:] = bytes(len(cc.reserved))
+        # hccl_tiling.cpp, Mc2CcTilingConfig::GetTiling, after the fields above: strcpy_s of
+        # each name's c_str() (up to its first NUL); without room for the NUL securec's strcpy_s
+        # writes a NUL at the array's start and GetTiling returns 1, what it wrote staying
+        for field, raw, size in (
+            ("groupName", group, GROUP_NAME_SIZE),
+            ("algConfig", alg, ALG_CONFIG_SIZE),
+        ):
+            c_str = raw.split(b"\0", 1)[0]
+            if len(c_str) >= size:
+                _write_char_array(cc, field, b"", 1)
+                return self._fail(
+                    f"{what}: {field} is {len(c_str)} bytes long; it passes the length check "
+                    f"(<= {size}), but the C++ GetTiling copies it with strcpy_s into a "
+                    f"{size}-byte array, which fails without room for the terminating NUL: "
+                    f"at most {size - 1} bytes fit"
+                )
+            _write_char_array(cc, field, c_str)
         cc.opType = op_type
         cc.reduceType = reduce_type
+        cc.srcDataType = src
+        cc.dstDataType = dst
+        cc.commEngine = engine
         # UpdateMc2InitTiling, after the fields above are written: a ninth cc tiling fails
         # there, and the distance is stored as a uint32, whatever it is
         count = init.mc2HcommCnt
@@ -443,7 +443,7 @@ class Mc2CcTilingConfig:
             )
         init.offset[count] = distance & _UINT32_MAX
         init.mc2HcommCnt = count + 1
-        why = check_alg_config(alg.decode("utf-8", errors="replace"), op_type)
+        why = check_alg_config(alg.split(b"\0", 1)[0].decode("utf-8", errors="replace"), op_type)
         if why is not None and not _alg_config_reserved():
             report.warn("alg-config", f"{what}: {why}")
         return self._ok()
