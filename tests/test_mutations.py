@@ -124,6 +124,11 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is GetNumBlocks of the port's 2 AIC and 4 AIV cores (2: the
         # permute splits each batch's (expert, rank) pairs over all four AIV cores)
         SampleSpec("mc2_allto_allv_grouped_mat_mul_2026", block_dim=None),
+        # 2 ranks, comm_mode "ccu"; its block_dim is CalcTschBlockDim of 2 AIC and 4 AIV cores;
+        # the scales' AlltoAllV runs with the rows' cc tiling type (the CCU client's override)
+        SampleSpec(
+            "mc2_allto_allv_quant_grouped_mat_mul", block_dim=None, warnings=("ccu-tiling-types",)
+        ),
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: both AIC cores multiply rows of
         # every tile, so the flag 8 barrier orders them, and four AIV cores, one transpose
         # piece each)
@@ -403,6 +408,12 @@ GMM_WAITED_ALL = (
     "no Finalize can overtake a Wait; the AIC cores' last matmul reads rows that its own "
     "expert's SyncAll<false> already ordered"
 )
+MODE4_EITHER_AIV = (
+    "equivalent: both AIV cores of an AI core set their mode-4 flag after the same "
+    "SyncAll<true>, which follows AIV block 0's Waits, so the AIC's wait for either one orders "
+    "its matmul after the batch's AlltoAllVs; the other flag's counts stay pending (4 batches, "
+    "under the 15 a flag may hold)"
+)
 A2AV_END_AFTER_WAITS = (
     "equivalent: AIV block 0, the only core that Waits, has waited for every batch's "
     "AlltoAllV in the loop before End, the other AIV cores' Finalize sends nothing and the "
@@ -669,6 +680,16 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ProcessCommRoundMode:SyncAll#1": ("default", "HcclRaceError"),
         "ProcessCommRoundMode:CrossCoreSetFlag#1": ("default", DEADLOCK),
         "ProcessCommRoundMode:CrossCoreWaitFlag#1": ("default", CHECK),
+    },
+    "mc2_allto_allv_quant_grouped_mat_mul": {
+        "WaitScale:Wait#1": ("default", "HcclUnfinishedError"),
+        "Wait:Wait#1": ("default", "HcclRaceError"),
+        "End:SyncAll#1": _missed(A2AV_END_AFTER_WAITS),
+        "ProcessCommRoundMode:Wait#1": ("default", "HcclRaceError"),
+        "ProcessCommRoundMode:SyncAll#1": ("default", "HcclRaceError"),
+        "ProcessCommRoundMode:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "ProcessCommRoundMode:CrossCoreWaitFlag#1": _missed(MODE4_EITHER_AIV),
+        "ProcessCommRoundMode:CrossCoreWaitFlag#2": _missed(MODE4_EITHER_AIV),
     },
     "mc2_matmul_allto_all": {
         "Process:Wait#1": _missed(SEND_ONE_PROCESS),
