@@ -28,7 +28,8 @@ slots); per batch AIV block 0 waits for the scale handle, then the data handle. 
 built for FP8E4M3 (``Mc2CcTilingConfig(group, 8, ..., 0, FP8E4M3, FP8E4M3)``, ``SetCommEngine(6)``),
 and the CCU client's Prepare takes the tiling's ``srcDataType`` for every task
 (``platform_v310/hccl_ccu_v0.h`` ``InitCcuParam``), so on hardware the scale AlltoAllV runs as
-FP8E4M3: the same byte count, the same result. On the 950 the AIV to AIC hand-off is mode 4
+FP8E4M3: the same byte count, the same result (hccl_py does the same, without a warning: an
+op that moves bytes cannot tell the two types apart). On the 950 the AIV to AIC hand-off is mode 4
 (``CrossCoreSetFlag<4, PIPE_V>(8 + 16 * GetSubBlockIdx())``) and each AIC waits for both of its
 AIVs (flags 8 and 24). The scales stay rank-major in the workspace; only the rows are permuted.
 
@@ -89,12 +90,6 @@ MX_BLOCK = 32  # one E8M0 scale per 32 elements of K
 SYNC_MODE_AIV_TO_AIC = 4  # __NPU_ARCH__ == 3510 (a2av_common_tiling.h)
 SYNC_FLAG_AIV1_OFFSET = 16
 SYNC_FLAG_ID_COMM_DONE = 8
-#: The source sets ``8 + SYNC_FLAG_AIV1_OFFSET * GetSubBlockIdx()`` from each AIV: flag 24 on
-#: AIV1, outside the documented mode-4 range of an AIV's Set (0..10; AIV1's Set of id reaches
-#: the AIC's id + 16, CrossCoreSetFlag(ISASI).md), which hccl_py rejects. The sample sets the
-#: documented 8 on both AIVs (the AIC's waits on 8 and 24 as in the source); set this to
-#: SYNC_FLAG_AIV1_OFFSET to run the source's call.
-AIV1_SET_OFFSET = 0
 
 
 class QuantAlltoAllvGroupedMatmulTilingData(TilingData):
@@ -384,7 +379,7 @@ class A2avGmmScheduler:
                     self.commOp.Wait(start)
                 hp.SyncAll[True]()
                 hp.CrossCoreSetFlag[SYNC_MODE_AIV_TO_AIC, PIPE_V](
-                    SYNC_FLAG_ID_COMM_DONE + AIV1_SET_OFFSET * hp.GetSubBlockIdx()
+                    SYNC_FLAG_ID_COMM_DONE + SYNC_FLAG_AIV1_OFFSET * hp.GetSubBlockIdx()
                 )
                 if self.isPermuteOut_:
                     self.commOp.PermuteData(start, actualExpertNum, self.permuteOutGm_)

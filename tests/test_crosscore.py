@@ -108,6 +108,35 @@ def test_mode4_pairs_the_aic_with_one_aiv_by_flag_id() -> None:
         assert aiv0 < got0 < aiv1 < got1, order
 
 
+def test_mode4_aiv1_may_set_the_aic_id_its_flag_arrives_as() -> None:
+    """ops-transformer's 950 AlltoAllvQuantGroupedMatMul (a2av_gmm_scheduler.h) has each AIV
+    Set ``8 + 16 * GetSubBlockIdx()`` and the AIC Wait for 8 and 24: AIV1's 24 names the flag
+    its own 8 arrives as. It was refused as outside 0..10 on an AIV core."""
+    order: list = []
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            hp.CrossCoreWaitFlag[4, hp.PIPE_MTE2](8)
+            hp.CrossCoreWaitFlag[4, hp.PIPE_MTE2](8 + 16)
+            order.append("aic")
+        else:
+            order.append(f"aiv{hp.GetSubBlockIdx()}")
+            hp.CrossCoreSetFlag[4, hp.PIPE_V](8 + 16 * hp.GetSubBlockIdx())
+
+    _run(kernel, block_dim=1)
+    assert order[-1] == "aic" and sorted(order[:2]) == ["aiv0", "aiv1"], order
+
+
+def test_mode4_aiv0_may_not_set_an_aic_id_of_aiv1() -> None:
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIV and hp.GetSubBlockIdx() == 0:
+            hp.CrossCoreSetFlag[4, hp.PIPE_V](24)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert "flagId must be an int in 0..10 in mode 4 on an AIV core, got 24" in str(info.value)
+
+
 def test_mode4_needs_a_1_2_mixed_kernel() -> None:
     def kernel() -> None:
         if hp.g_coreType == AIC:

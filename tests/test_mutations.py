@@ -126,9 +126,7 @@ SPECS: dict[str, SampleSpec] = {
         SampleSpec("mc2_allto_allv_grouped_mat_mul_2026", block_dim=None),
         # 2 ranks, comm_mode "ccu"; its block_dim is CalcTschBlockDim of 2 AIC and 4 AIV cores;
         # the scales' AlltoAllV runs with the rows' cc tiling type (the CCU client's override)
-        SampleSpec(
-            "mc2_allto_allv_quant_grouped_mat_mul", block_dim=None, warnings=("ccu-tiling-types",)
-        ),
+        SampleSpec("mc2_allto_allv_quant_grouped_mat_mul", block_dim=None),
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: both AIC cores multiply rows of
         # every tile, so the flag 8 barrier orders them, and four AIV cores, one transpose
         # piece each)

@@ -112,9 +112,6 @@ SAMPLES: dict[str, dict[str, str]] = {
 WARNINGS: dict[str, tuple[str, ...]] = {
     # Finalize right after the last Wait, no SyncAll: the source's race (docs/emulator.md)
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": ("finalize-unordered",),
-    # the MX scales' AlltoAllV (FP8E8M0) on the CCU with the FP8E4M3 cc tiling of the rows: the
-    # client runs it as FP8E4M3, the same bytes (docs/notes/mc2-kernels.md)
-    "mc2_allto_allv_quant_grouped_mat_mul.py": ("ccu-tiling-types",),
 }
 UNEVEN_SKIPPED = {"equal-count": "PASS", "uneven": "SKIP"}
 #: sample file -> the error the late schedule ends in, because of a race of its source

@@ -20,6 +20,7 @@ from ..core.constants import (
     HcclCMDType,
     HcclDataType,
     HcclReduceOp,
+    dtype_size,
 )
 from ..core.errors import InvalidCall
 from ..core.gm import GmAddr
@@ -206,8 +207,10 @@ def _ccu_tiling_types(
     """The CCU client's task types: its Prepare replaces the data type and reduce op with the
     cc tiling's ``srcDataType`` and ``reduceType`` (``platform_v310/hccl_ccu_v0.h``,
     ``InitCcuParam``), so the rounds move ``count`` elements of the tiling's type. A
-    ``ccu-tiling-types`` warning names each argument the tiling overrides; a tiling value
-    the op cannot run keeps the Prepare's."""
+    ``ccu-tiling-types`` warning names each argument the tiling overrides, except a data
+    type as wide as the Prepare's on an op that does not reduce (the same bytes move: one
+    tiling serves AlltoAllvQuantGroupedMatMul's E8M0 scales and FP8 rows); a tiling value the
+    op cannot run keeps the Prepare's."""
     spec = param.spec
     read = {"dtype": (HcclDataType, "srcDataType", spec.dtypes)}
     if spec.reduces:
@@ -219,12 +222,14 @@ def _ccu_tiling_types(
         if value == fields[key]:
             continue
         changed[key] = value
+        usable = usable and value in allowed
+        if value in allowed and not spec.reduces and _as_wide(value, fields[key]):
+            continue  # nothing a data move could show
         said.append(
             f"{fields[key].name} becomes its {field} {raw if value is None else value.name}"
         )
-        usable = usable and value in allowed
-    if not changed:
-        return fields
+    if not said:
+        return fields | changed if usable else fields
     failures.breach(
         "ccu-tiling-types",
         f"{spec.name}: the CCU client takes the cc tiling's srcDataType and reduceType: "
@@ -236,6 +241,11 @@ def _ccu_tiling_types(
         handle=handle,
     )
     return fields | changed if usable else fields
+
+
+def _as_wide(dtype: HcclDataType, other: HcclDataType) -> bool:
+    """Whether the elements of two data types are as wide."""
+    return dtype_size(dtype) == dtype_size(other)
 
 
 __all__ = ["PreparePath", "PrepareParam"]

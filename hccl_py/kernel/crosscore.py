@@ -18,7 +18,8 @@ Waits, up to 15 pending counts (more is a hardware error).
 - mode 4 (Ascend 950, ``KERNEL_TYPE_MIX_AIC_1_2`` only): an AIC and one AIV of its AI
   core. The AIC's Set of flag 0..10 releases AIV0's flag of that id, of flag 16..26 AIV1's
   flag ``id - 16``; AIV0's Set of flag 0..10 releases the AIC's flag of that id, AIV1's the
-  AIC's ``id + 16``. Any pipe but ``PIPE_ALL``. Allowed on every platform, as the 950 ports
+  AIC's ``id + 16``; AIV1 may also name that AIC id itself (16..26), as ops-transformer's
+  950 AlltoAllvQuantGroupedMatMul does (``a2av_gmm_scheduler.h``). Any pipe but ``PIPE_ALL``. Allowed on every platform, as the 950 ports
   run on the A3 windows (docs/hcomm.md). Its counters are separate from modes 0..2's (on
   the 950, ``set_intra_block`` / ``wait_intra_block``): a Wait of mode 4 takes only a
   mode-4 Set's count, a Wait of another mode only a mode 0..2 Set's.
@@ -69,6 +70,8 @@ WAIT_PIPES = frozenset(Pipe)
 #: Mode 4's flag ids: an AIV's, and an AIC's (AIV1's flags are the AIC's 16 higher).
 MODE4_AIV_IDS = range(11)
 MODE4_AIC_IDS = (*range(11), *range(16, 27))
+#: The ids AIV1 may Set in mode 4: its own, or the AIC's id they arrive as (both name one flag).
+MODE4_AIV1_SET_IDS = MODE4_AIC_IDS
 #: The one kernel type whose cores mode 4 pairs (the documented Kernel type table).
 MODE4_KERNEL_TYPE = "mix_aic_1_2"
 #: The kernel types whose AI cores have both core types, which modes 1 and 2 need.
@@ -163,7 +166,16 @@ def _mode4_target(core: CoreContext, flag: int) -> tuple[CoreContext, int]:
     if core.kind == AIC:
         sub, flag = (0, flag) if flag < 16 else (1, flag - 16)
         return next(c for c in _cores(core.launch, AIV, block) if c.sub_block_idx == sub), flag
-    return _cores(core.launch, AIC, block)[0], flag + 16 * core.sub_block_idx
+    return _cores(core.launch, AIC, block)[0], flag % 16 + 16 * core.sub_block_idx
+
+
+def _mode4_ids(core: CoreContext, setting: bool) -> tuple[Any, str]:
+    """The flag ids ``core`` may name in mode 4, and how a refusal says them."""
+    if core.kind == AIC:
+        return MODE4_AIC_IDS, "0..10 or 16..26"
+    if setting and core.sub_block_idx == 1:
+        return MODE4_AIV1_SET_IDS, "0..10 or 16..26 (the AIC's id of AIV1's flag)"
+    return MODE4_AIV_IDS, "0..10"
 
 
 def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
@@ -172,9 +184,7 @@ def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
         raise RuntimeError(f"{what} is only valid inside a kernel started with hccl_py.launch")
     ids, text = FLAG_IDS, "0..15"
     if mode == 4:
-        ids, text = (
-            (MODE4_AIC_IDS, "0..10 or 16..26") if core.kind == AIC else (MODE4_AIV_IDS, "0..10")
-        )
+        ids, text = _mode4_ids(core, what == "CrossCoreSetFlag")
         text += f" in mode 4 on an {core.kind.name} core"
     if not isinstance(flag, int) or isinstance(flag, bool) or flag not in ids:
         raise HcclCoreError(
