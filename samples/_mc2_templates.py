@@ -12,7 +12,7 @@ CrossCore flags) stays in each sample, where the mutation suite (tests/mutants.p
 
 from __future__ import annotations
 
-from ctypes import Structure, c_int8, c_int32, c_uint8, c_uint16, c_uint32, c_uint64
+from ctypes import Structure, c_bool, c_int8, c_int32, c_uint8, c_uint16, c_uint32, c_uint64
 from typing import Any
 
 from _mc2 import FP16, SIZEOF_HALF, matmul, split_to_core, typed_fields
@@ -214,6 +214,18 @@ class GMMQuantTilingData(Structure):
         ("gmmArray", GMMArray),
         ("mmTilingData", TCubeTiling),
     ]
+
+
+#: The fields of AlltoAllvGmmTilingData and QuantAlltoAllvGroupedMatmulTilingData (pack 8): two
+#: structs of one layout, for the FP16 and the quantised kernels of these templates.
+A2AV_GMM_TILING_FIELDS = [
+    ("hcclA2avTilingInfo", HcclA2avTilingInfo),
+    ("taskTilingInfo", TaskTilingInfo),
+    ("isPermuteOut", c_bool),
+    ("isNeedMM", c_bool),
+    ("gmmQuantTilingData", GMMQuantTilingData),
+    ("mmQuantTilingData", GMMQuantTilingData),
+]
 
 
 def CeilDiv(a: int, b: int) -> int:

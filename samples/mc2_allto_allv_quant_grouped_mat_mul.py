@@ -43,13 +43,19 @@ Run: ``python samples/mc2_allto_allv_quant_grouped_mat_mul.py`` (4 emulated rank
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_allto_allv_quant_grouped_mat_mul.py``.
 """
 
-from ctypes import c_bool
-
 import numpy as np
 import torch
+from _a2av_templates import (
+    CalcA2avCommBeforeParams,
+    CalcExpertNum,
+    ComputePrefixSum,
+    PostTiling,
+    routed_rows,
+)
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import expert_recv_counts
 from _mc2_templates import (
+    A2AV_GMM_TILING_FIELDS,
     MAX_EXPERT_SIZE,
     MAX_HANDLE_ID_NUM,
     PERMUTE_BUF_SIZE,
@@ -57,9 +63,7 @@ from _mc2_templates import (
     A2avCommParams,
     Align,
     CeilDiv,
-    GMMQuantTilingData,
     HcclA2avTilingInfo,
-    TaskTilingInfo,
 )
 
 import hccl_py as hp
@@ -95,50 +99,10 @@ SYNC_FLAG_ID_COMM_DONE = 8
 class QuantAlltoAllvGroupedMatmulTilingData(TilingData):
     """QuantAlltoAllvGroupedMatmulTilingData (pack 8); its TCubeTilings cut after baseK."""
 
-    _fields_ = [
-        ("hcclA2avTilingInfo", HcclA2avTilingInfo),
-        ("taskTilingInfo", TaskTilingInfo),
-        ("isPermuteOut", c_bool),
-        ("isNeedMM", c_bool),
-        ("gmmQuantTilingData", GMMQuantTilingData),
-        ("mmQuantTilingData", GMMQuantTilingData),
-    ]
-
-
-# ---------------------------------------------------------------- a2av_comm_params.h
-def CalcA2avCommBeforeParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, axis, lastSum):
-    """The batch's counts per rank, send displacements over the rows sorted by global expert,
-    receive displacements running on from the previous batch (``lastSum``: the one-element
-    list standing for the ``uint64_t &recvOffsetLastSum``)."""
-    batch = range(start, start + expertNum)
-    for i in range(rankDim):
-        p.sendCnt[i] = sum(rawSend[x + i * e] * axis for x in batch)
-        p.recvCnt[i] = sum(rawRecv[x + i * e] * axis for x in batch)
-    p.sendOffset[0] = sum(rawSend[j] * axis for j in range(start))
-    for i in range(1, rankDim):
-        before = sum(rawSend[j + k * e] * axis for k in range(i) for j in range(e))
-        p.sendOffset[i] = before + sum(rawSend[j + i * e] * axis for j in range(start))
-    for i in range(rankDim):
-        if start == 0 and i == 0:
-            p.recvOffset[i] = 0
-            lastSum[0] += p.recvCnt[0]
-        else:
-            p.recvOffset[i] = lastSum[0]
-            lastSum[0] += p.recvCnt[i]
+    _fields_ = A2AV_GMM_TILING_FIELDS
 
 
 # ---------------------------------------------------------------- a2av_permute_engine.h
-def ComputePrefixSum(isExpertFirst, totalPos, counts, e, start, expertNum, rankDim):
-    sumCnt, running = [], 0
-    for pos in range(totalPos):
-        rank, local = divmod(pos, expertNum)
-        if isExpertFirst:
-            local, rank = divmod(pos, rankDim)
-        running += counts[rank * e + start + local]
-        sumCnt.append(running)
-    return sumCnt
-
-
 def PermuteImplParallel(src, dst, counts, e, rankDim, start, expertNum, axis, base, aivCoreNum):
     """Rank-major rows of one batch (src) to expert-major (dst), one-byte elements, the
     (expert, rank) pairs split over the AIV cores, copied through the UB in 32 KiB pieces;
@@ -409,27 +373,8 @@ def allto_allv_quant_grouped_mat_mul(
 
 
 # ---------------------------------------------------------------- host
-DEFAULT_MERGED_EXPERT_NUM, SMALL_EXPERT_THRESHOLD, ORIGINAL_LOOP_THRESHOLD = 4, 4, 4
-PER_RANK_TOTAL_MN_THRESHOLD, GMM_ARRAY_MAX_NUM, MIN_LOOP_COUNT = 20 * 1024 * 1024, 128, 2
-
-
-def CalcExpertNum(e: int, epWorldSize: int, bsk: int, n1: int, packFactor: int = 1) -> int:
-    """AlltoAllvQuantGmmTilingCommon::CalcExpertNum: experts per AlltoAllV and grouped matmul."""
-    if e <= SMALL_EXPERT_THRESHOLD:
-        return 1
-    if CeilDiv(e, DEFAULT_MERGED_EXPERT_NUM) <= ORIGINAL_LOOP_THRESHOLD:
-        return DEFAULT_MERGED_EXPERT_NUM
-    perRankTokens = bsk // epWorldSize if epWorldSize else bsk
-    if perRankTokens * n1 // (packFactor or 1) >= PER_RANK_TOTAL_MN_THRESHOLD:
-        return DEFAULT_MERGED_EXPERT_NUM
-    upperByArray = GMM_ARRAY_MAX_NUM // epWorldSize if epWorldSize else GMM_ARRAY_MAX_NUM
-    return max(min(e, upperByArray, e // MIN_LOOP_COUNT), 1)
-
-
 def send_counts(rank: int, n: int) -> list[int]:
-    """Rows ``rank`` routes to each global expert: 0..3, none to the last one."""
-    last = E * n - 1
-    return [0 if g == last else (rank + 3 * g) % 4 for g in range(E * n)]
+    return routed_rows(rank, n, E)
 
 
 def recv_counts(rank: int, n: int) -> list[int]:
@@ -474,14 +419,8 @@ def make_tiling(rank: int, n: int) -> tuple[QuantAlltoAllvGroupedMatmulTilingDat
     workspace = permuteOutSize + permuteScaleOutSize + 3 * 8 * E * n + TENSOR_LIST_SIZE + 4 * E * 2
 
     # PostTiling
-    task.BSK, task.BS, task.H1, task.H2, task.A, task.N1, task.N2 = bsk, 0, H1, 0, a, N1, 0
-    task.epWorldSize, task.e = n, E
-    task.aivCoreNum, task.aicCoreNum = AIV_NUM, AIC_NUM
-    task.expertNum = task.mainLoopExpertNum = expertNum
-    task.tailLoopExpertNum = E % expertNum
-    task.totalLoopCount = CeilDiv(E, expertNum)
-    for i, (s, r) in enumerate(zip(sends, recvs, strict=True)):
-        task.sendCnt[i], task.recvCnt[i] = s, r
+    shape = dict(BSK=bsk, BS=0, H1=H1, H2=0, A=a, N1=N1, N2=0, epWorldSize=n, e=E)
+    PostTiling(task, sends, recvs, expertNum, AIV_NUM, AIC_NUM, **shape)
     tiling.isPermuteOut, tiling.isNeedMM = True, False
     return tiling, blockDim, workspace
 
