@@ -3,11 +3,14 @@
 A *site* is one statement of a sample that orders work between cores, ranks or
 launches: a call of :data:`ORDERING_CALLS` (``Wait``, ``SyncAll``, ...), a call of
 a helper that consists only of such calls (``barrier()``), a flag poll
-(``while <flag> != value: pass``) and a flag write (a statement whose source
-matches one of the sample's :attr:`SampleSpec.flags` patterns). A mutant is the
-sample with one site replaced by ``pass`` (or, for a call whose result is used,
-by the constant ``HCCL_SUCCESS``); it is compiled from the AST and never written
-to a file.
+(``while <flag> != value: pass``), a flag check (an ``if`` whose test matches
+one of the sample's :attr:`SampleSpec.checks` patterns: the scan loops that poll
+many flags in turn, ``if <flag> != value: continue``) and a flag write (a
+statement whose source matches one of the sample's :attr:`SampleSpec.flags`
+patterns). A mutant is the sample with one site replaced by ``pass`` (or, for a
+call whose result is used, by the constant ``HCCL_SUCCESS``; for a flag check
+whose body is more than ``continue``, its test by ``True``: the flag is taken as
+set); it is compiled from the AST and never written to a file.
 
 :func:`judge` runs a mutant on the emulator as tests/test_samples.py runs the
 samples, at a small size (:class:`SampleSpec`: 2 ranks unless a path of the
@@ -92,6 +95,8 @@ class SampleSpec:
     site_sizes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     #: Regular expressions over a statement's source that mark it as a flag write.
     flags: tuple[str, ...] = ()
+    #: Regular expressions over an ``if`` statement's test that mark it as a flag check.
+    checks: tuple[str, ...] = ()
     #: ``block_dim`` for launches that pass a literal one (the samples use 8); None keeps it.
     block_dim: int | None = 2
     #: Kernel launches of ``main``'s ``for launch in (1, 2):`` loop, when the suite needs more
@@ -137,7 +142,8 @@ class Site:
     """One ordering statement of a sample."""
 
     function: str
-    #: The call's name, the helper's name, ``flag`` (a flag write) or ``poll`` (a flag poll).
+    #: The call's name, the helper's name, ``flag`` (a flag write), ``poll`` (a flag poll) or
+    #: ``check`` (a flag check).
     name: str
     #: 1-based among the sites of this name in this function, in source order.
     index: int
@@ -189,6 +195,11 @@ def _is_poll(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.While) and all(isinstance(s, ast.Pass) for s in stmt.body)
 
 
+def _only_continue(stmt: ast.If) -> bool:
+    """``if <condition>: continue``: a check that skips what is not ready yet."""
+    return not stmt.orelse and all(isinstance(s, ast.Continue) for s in stmt.body)
+
+
 def _header_calls(stmt: ast.stmt) -> Iterator[ast.Call]:
     """The calls in a statement's own expressions (not in the statements it contains)."""
     for child in ast.iter_child_nodes(stmt):
@@ -204,20 +215,27 @@ class _Walker:
         self.lines = source.encode("utf-8").splitlines(keepends=True)
         self.helpers = barrier_helpers(tree)
         self.flags = [re.compile(p) for p in spec.flags]
+        self.checks = [re.compile(p) for p in spec.checks]
+        #: The ids of the flag checks' tests that a mutant replaces by True.
+        self.tests: set[int] = set()
         self.counts: dict[tuple[str, str], int] = {}
-        #: (site, statement list, index in it, call node to replace or None for the statement)
-        self.found: list[tuple[Site, list[ast.stmt], int, ast.Call | None]] = []
+        #: (site, statement list, index in it, expression to replace by the constant
+        #: :data:`CALL_RESULT` or True, or None for the statement)
+        self.found: list[tuple[Site, list[ast.stmt], int, ast.expr | None]] = []
         self._body(tree.body, "<module>")
 
-    def _add(self, function: str, name: str, body: list, i: int, call: ast.Call | None) -> None:
+    def _add(
+        self, function: str, name: str, body: list, i: int, call: ast.expr | None, text: str = ""
+    ) -> None:
+        """Note a site; ``text`` shows it (by default the statement's source on one line)."""
         key = (function, name)
         self.counts[key] = self.counts.get(key, 0) + 1
         stmt = body[i]
-        text = " ".join(self._segment(stmt).split())
+        text = " ".join((text or self._segment(stmt)).split())
         site = Site(function, name, self.counts[key], stmt.lineno, text)
         self.found.append((site, body, i, call))
 
-    def _segment(self, node: ast.stmt) -> str:
+    def _segment(self, node: ast.stmt | ast.expr) -> str:
         """The statement's source (``ast.get_source_segment``, without re-splitting the file)."""
         first, last = node.lineno - 1, node.end_lineno - 1
         if first == last:
@@ -242,6 +260,13 @@ class _Walker:
             self._add(function, whole, body, i, None)
         elif _is_poll(stmt):
             self._add(function, "poll", body, i, None)
+        elif isinstance(stmt, ast.If) and any(
+            c.search(self._segment(stmt.test)) for c in self.checks
+        ):
+            node = None if _only_continue(stmt) else stmt.test
+            if node is not None:
+                self.tests.add(id(node))
+            self._add(function, "check", body, i, node, f"if {self._segment(stmt.test)}:")
         elif (
             self.flags
             and isinstance(stmt, (ast.Assign, ast.Expr))
@@ -340,7 +365,7 @@ def _applied(spec: SampleSpec, site_id: str | None, source: str) -> Iterator[ast
     else:  # the call is replaced in a copy of its statement, so that the original stays intact
         copies: dict[int, Any] = {}
         body[i] = copy.deepcopy(original, copies)
-        _replace_call(body[i], copies[id(call)])
+        _replace_call(body[i], copies[id(call)], id(call) in walker.tests)
     try:
         yield tree
     finally:
@@ -365,14 +390,18 @@ def mutant(spec: SampleSpec, site_id: str | None) -> types.ModuleType:
     return module
 
 
-def _replace_call(stmt: ast.stmt, call: ast.Call) -> None:
-    """Replace ``call`` inside ``stmt`` by the constant :data:`CALL_RESULT`."""
+def _replace_call(stmt: ast.stmt, node: ast.expr, check: bool) -> None:
+    """Replace ``node`` inside ``stmt``: a flag check's test by True, a call by the constant
+    :data:`CALL_RESULT`."""
+    if check:
+        stmt.test = ast.copy_location(ast.Constant(True), node)
+        return
 
     class Swap(ast.NodeTransformer):
-        def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802 - ast's visitor name
-            if node is call:
-                return ast.copy_location(ast.Constant(CALL_RESULT), node)
-            return self.generic_visit(node)
+        def visit_Call(self, found: ast.Call) -> ast.AST:  # noqa: N802 - ast's visitor name
+            if found is node:
+                return ast.copy_location(ast.Constant(CALL_RESULT), found)
+            return self.generic_visit(found)
 
     Swap().visit(stmt)
 

@@ -65,6 +65,8 @@ MEGA_MOE_SYNC_HANG = (
     "already past the barrier may overwrite with the next barrier's count: some explored "
     "schedules of the unmutated sample hang (docs/notes/mc2-kernels.md, section 29)"
 )
+#: The combines' token check: all K status blocks of the token arrived (their sum is K).
+TOKEN_ARRIVED = r"^minTarget < localState < maxTarget$"
 SPECS: dict[str, SampleSpec] = {
     s.name: s
     for s in [
@@ -156,6 +158,7 @@ SPECS: dict[str, SampleSpec] = {
                 r"\] = statusTensor$",
                 r"\] = self\.stateResetTensor$",
             ),
+            checks=(TOKEN_ARRIVED,),
             launches=3,
             block_dim=None,
         ),
@@ -195,6 +198,7 @@ SPECS: dict[str, SampleSpec] = {
                 r"WriteNbi\(commHandle, remoteRankStateAddr",
                 r"\] = self\.stateResetTensor_\[:copyCount\]$",
             ),
+            checks=(TOKEN_ARRIVED,),
             launches=3,
         ),
         # no ordering statement: the kernel communicates with nobody; the dispatch and combine
@@ -285,6 +289,7 @@ SPECS: dict[str, SampleSpec] = {
                 r"\)\[:\] = 0$",
                 r"^expertRecvCountGlobal\[:\] = 0$",
             ),
+            checks=(r" != FLAG_VALUE$",),
             warnings=("batch-write-server",),  # on 16 ranks: own-server items (section 27)
             launches=1,
             site_launches=tuple(
@@ -503,6 +508,11 @@ A2_STATUS_CLEANUP = (
     "equivalent: a sender writes a source's status block before its rows and data flag, and "
     "the poller reads the status again until the flag at the position its counts give is "
     "set; a stale status points into the new rows, whose FP16 data is never 0xFFFFFFFF"
+)
+A2_STATUS_CHECK = (
+    "equivalent: the data flag check behind it still waits: a status not written yet (or a "
+    "stale one) gives the position of a data flag that holds zeros or the new rows' FP16 "
+    "data, never 0xFFFFFFFF, so the loop reads the status again until it arrived"
 )
 A2_OFFSETS_SYNC = (
     "equivalent: WaitDispatch ends with a SyncAll of every core (it has no early return) "
@@ -738,6 +748,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "InitWinState:flag#1": _missed(DISPATCH_BETWEEN_COMBINES),
         "ExpertAlltoAllDispatchCopyAdd:flag#1": ("default", DEADLOCK),
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
+        "WaitDispatch:check#1": ("default", CHECK),
         "WaitDispatch:flag#1": ("default", CHECK),
     },
     "mc2_moe_distribute_combine_setup": {
@@ -776,6 +787,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "SetStatus:Drain#1": _missed(HCOMM_STATUS_ORDER),
         "SetStatus:flag#2": ("default", DEADLOCK),
         "SetStatus:Drain#2": _missed(HCOMM_STATUS_SOURCE),
+        "WaitDispatch:check#1": ("default", CHECK),
         "WaitDispatch:flag#1": ("default", CHECK),
     },
     "mc2_moe_update_expert": {},
@@ -838,6 +850,8 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "SendToMoeExpert:flag#1": ("default", DEADLOCK),  # on 16 ranks, as the next three
         "SendToMoeExpert:flag#2": _missed(A2_MULTI_SERVER),
         "WaitDispatch:SyncAll#1": ("default", DEADLOCK),
+        "WaitDispatch:check#1": _missed(A2_STATUS_CHECK),
+        "WaitDispatch:check#2": ("explore", "HcclScheduleError"),
         "WaitDispatch:flag#1": _missed(A2_DISPATCH_FLAG_RESET),
         "WaitDispatch:SyncAll#2": ("default", DEADLOCK),
         "CleanUpFlags:flag#1": _missed(A2_STATUS_CLEANUP),
@@ -857,6 +871,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "CalRecvCountsAndOffsets:SyncAll#2": ("default", DEADLOCK),
         "CalRecvCountsAndOffsets:SyncAll#3": _missed(A2_OFFSETS_SYNC),
         # combine: a flag left set is found two launches later, in the same half (routing)
+        "WaitDispatch:check#3": ("explore", "HcclScheduleError"),
         "WaitDispatch:flag#2": ("explore", "HcclScheduleError"),
         "WaitDispatch:SyncAll#3": ("explore", "HcclScheduleError"),
     },
@@ -962,6 +977,14 @@ def test_every_flag_pattern_marks_a_site(name: str) -> None:
         assert any(re.search(pattern, text) for text in flag_sites), pattern
 
 
+@pytest.mark.parametrize("name", [n for n, s in SPECS.items() if s.checks])
+def test_every_check_pattern_marks_a_site(name: str) -> None:
+    spec = SPECS[name]
+    check_sites = [s.text for s in find_sites(spec) if s.name == "check"]
+    for pattern in spec.checks:
+        assert any(re.search(pattern, text[3:-1]) for text in check_sites), pattern
+
+
 # ---------------------------------------------------------------- the mutator itself
 KERNEL = '''
 def sync():
@@ -1022,6 +1045,31 @@ def test_each_mutant_removes_only_its_own_site() -> None:
     }
     assert ast.unparse(mutant_tree(TOY, None, KERNEL)) == fresh[None]
     assert len(set(fresh.values())) == len(fresh)  # each mutant differs from the sample
+
+
+SCAN = """
+def scan(flags, seen, h):
+    for i in range(4):
+        if flags[i] != 1:
+            continue
+        seen[i] = 1
+    if hccl.Wait(h) == 0:
+        seen[0] = 2
+    if int(flags[5]) == 1:
+        flags[5] = 0
+        return True
+    return False
+"""
+
+
+def test_a_flag_check_of_a_scan_loop_is_a_site_that_takes_the_flag_as_set() -> None:
+    spec = SampleSpec("toy", checks=(r"^flags\[i\] != 1$", r"^int\(flags\[5\]\) == 1$"))
+    assert [s.id for s in find_sites(spec, SCAN)] == ["scan:check#1", "scan:Wait#1", "scan:check#2"]
+    continued = ast.unparse(mutant_tree(spec, "scan:check#1", SCAN))
+    assert "continue" not in continued and "seen[i] = 1" in continued
+    taken = ast.unparse(mutant_tree(spec, "scan:check#2", SCAN))
+    assert "if True:\n        flags[5] = 0" in taken and "int(flags[5])" not in taken
+    assert "if 0 == 0:" in ast.unparse(mutant_tree(spec, "scan:Wait#1", SCAN))  # not True
 
 
 def test_more_launches_extend_the_launch_loop_and_need_one() -> None:
