@@ -7,6 +7,7 @@ channel that ``HcclChannelAcquire`` returned, into the peer's HCCL buffer that
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import hccl_py as hp
+from hccl_py.kernel.context import current_rank_context
 
 N = 256  # data bytes: more than a flag (64 bytes), so the race check treats them as data
 DATA = 512  # offset of the data in the peer's buffer
@@ -710,3 +712,44 @@ def test_an_undrainable_drain_counts_requests_not_copies() -> None:
     with pytest.raises(hp.WorldError) as info:
         hp.run(_uncommitted_notify, world_size=2, platform="A3")
     assert "waits for 1 request(s) posted with commit=False" in str(info.value)
+
+
+def _commit_wakes_a_waiting_drain() -> int:
+    """Core 1 Drains a request that core 0 posted with commit=False; once the Drain sleeps,
+    core 0 rings the doorbell and counts the waits still asleep whose condition holds."""
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    peer = hp.HcclChannelGetHcclBuffer(None, ch)[0]
+    blocker = current_rank_context().blocker
+    stale: list[int] = []
+    drainer: list[int] = []
+
+    def kernel(src: Any) -> None:
+        h = new_hcomm()
+        if hp.GetBlockIdx() == 0:
+            assert h.WriteNbi[False](ch, peer + DATA, src, N) == hp.HCOMM_SUCCESS
+        hp.SyncAll()
+        if hp.GetBlockIdx() == 1:
+            drainer.append(threading.get_ident())
+            assert h.Drain(ch) == hp.HCOMM_SUCCESS
+            return
+        while True:  # until core 1 sleeps in its Drain (it is `blocked` once it released the lock)
+            with blocker.lock:
+                if drainer and drainer[0] in blocker.blocked:
+                    break
+        assert h.Commit(ch) == hp.HCOMM_SUCCESS
+        with blocker.lock:
+            stale.append(sum(1 for s in blocker.cond._sleepers if s.test and s.test()))
+
+    hp.launch(kernel, torch.ones(N, dtype=torch.uint8), block_dim=2, kernel_type="aiv")
+    return stale[0]
+
+
+def test_a_commit_wakes_a_drain_waiting_on_another_core() -> None:
+    """gloo: Commit changed what a sleeping Drain waits for without notifying it, so the
+    Drain slept until its timeout (a kernel that polled meanwhile timed out: a false
+    HcclTimeoutError)."""
+    got = hp.run(
+        _commit_wakes_a_waiting_drain, world_size=2, backend="gloo", platform="A3", timeout=20
+    )
+    assert got == [0, 0]

@@ -230,11 +230,16 @@ class Hcomm:
         return HCOMM_SUCCESS
 
     def _ring(self, found: Channel) -> None:
-        """The doorbell: every request posted so far on ``found`` goes to the server."""
+        """The doorbell: every request posted so far on ``found`` goes to the server, then a
+        Drain that another core started before it wakes (real threads sleep until notified)."""
         copies, found.uncommitted = found.uncommitted, []
-        found.rung = found.posted
+        ctx = current_rank_context()
         if copies:
-            current_rank_context().server.post_writes(found.key, copies)
+            ctx.server.post_writes(found.key, copies)
+        blocker = ctx.blocker
+        with blocker.lock:
+            found.rung = found.posted
+            blocker.cond.notify_all()
 
     def _copies(
         self, call: str, found: Channel, dst: Any, src: Any, nbytes: Any,
