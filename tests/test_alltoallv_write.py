@@ -8,6 +8,7 @@ CCU server; every sender writes at remoteWinOffset = rankId * S.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from hccl_py.backends.emu.world import EmuWorld
 import hccl_py as hp
 from hccl_py import Hccl, HcclCMDType, Mc2CcTiling, Mc2CcTilingConfig, Mc2InitTiling
 from hccl_py.core.group import Group
+from hccl_py.kernel.context import current_rank_context
 from hccl_py.server.protocol import EXCHANGE, Server
 
 S = 10  # bytes per peer (odd halves on purpose: 5 and 5, then 10 = 5 + 5)
@@ -380,3 +382,46 @@ def test_an_alltoallv_write_takes_a_ccu_message_slot() -> None:
     left the write's round out and reported 'no round was sent to slot 1'."""
     for got in hp.run(_write_then_gather, world_size=2, platform="950"):
         assert got == [1] * 4 + [2] * 4
+def _prepare_wakes_a_waiting_core() -> int:
+    """Core 1 Waits for an AlltoAllvWrite that core 0 (the sending core) has not prepared; once
+    core 1 sleeps, core 0 prepares it and counts the waits still asleep whose condition holds."""
+    blocker = current_rank_context().blocker
+    waiter: list[int] = []
+    stale: list[int] = []
+    n = hp.get_world_size()
+    x = (torch.arange(n * S) // S + 50 * hp.get_rank()).to(torch.uint8)
+
+    def kernel(xGM: Any, tilingGM: Any) -> None:
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        me, dim = h.GetRankId(), h.GetRankDim()
+        sizes = [S // 2] * dim + [S - S // 2] * dim
+        offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
+        if hp.GetBlockIdx() == 1:
+            handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, dim * S)
+            waiter.append(threading.get_ident())
+            assert h.Wait(handle) == 0
+        else:
+            while True:  # until core 1 sleeps in its Wait (`blocked` once it released the lock)
+                with blocker.lock:
+                    if waiter and waiter[0] in blocker.blocked:
+                        break
+            handle = h.AlltoAllvWrite[True](xGM, offsets, sizes, me * S, dim * S)
+            with blocker.lock:
+                stale.append(sum(1 for s in blocker.cond._sleepers if s.test and s.test()))
+            assert h.Wait(handle) == 0
+        hp.SyncAll()
+        h.Finalize()
+
+    hp.launch(kernel, x, tiling(), block_dim=2)
+    return stale[0]
+
+
+def test_the_sending_cores_prepare_wakes_a_core_waiting_for_it() -> None:
+    """gloo: the AlltoAllvWrite Prepare of the sending core added the task without notifying,
+    so another core's Wait for it slept until the run's timeout."""
+    got = hp.run(
+        _prepare_wakes_a_waiting_core, world_size=2, platform="950", backend="gloo", timeout=10
+    )
+    assert got == [0, 0]

@@ -80,7 +80,10 @@ class WindowWriter:
             state.rank_ctx.window_writes[state.group.name] += 1
             state.writes[handle] = (f"{index}", copies)
             state.sender, state.sender_core = b, core
-            state.tasks[handle] = task
+            blocker = state.rank_ctx.blocker
+            with blocker.lock:  # wakes the other cores' Waits for it (real threads sleep)
+                state.tasks[handle] = task
+                blocker.cond.notify_all()
         b.handles.append(Handle(_HALF, 1, core.kind, task=task))
         failures.ok(handle)
         if commit:
