@@ -352,3 +352,29 @@ def test_sync_all_false_in_a_kernel_of_one_core_type_is_a_core_error(
     assert isinstance(err, hp.HcclCoreError), err
     assert f"SyncAll[False]() in a {kernel_type} kernel" in str(err)
     assert f"this kernel has no {missing} cores, so it never returns on hardware" in str(err)
+
+
+def _one_rank_skips_sync_all() -> None:
+    """Rank 0's core 1 returns without SyncAll; rank 1's kernel is right, then it waits in a
+    barrier for rank 0."""
+
+    def kernel() -> None:
+        if hp.get_rank() == 0 and hp.GetBlockIdx() == 1:
+            return
+        hp.SyncAll()
+
+    hp.launch(kernel, block_dim=2, kernel_type="aiv")
+    hp.barrier()
+
+
+def test_one_ranks_sync_all_deadlock_stops_the_other_ranks_as_peers() -> None:
+    """Before, the emulator raised rank 0's "SyncAll can never complete" in rank 1 too, as rank
+    1's own HcclDeadlockError without a rank: a report that rank 1's SyncAll hung (gloo says
+    HcclPeerError). A deadlock of the whole world is still every rank's."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_one_rank_skips_sync_all, world_size=2, timeout=RUN_TIMEOUT)
+    failures = info.value.failures
+    assert isinstance(failures[0], hp.HcclDeadlockError), failures[0]
+    assert "[rank 0] SyncAll can never complete" in str(failures[0])
+    assert isinstance(failures[1], hp.HcclPeerError), failures[1]
+    assert "stopped because rank 0 failed" in str(failures[1])

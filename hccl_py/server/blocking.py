@@ -240,7 +240,9 @@ class Blocker:
         error = self.error
         if error is None:
             return
-        if isinstance(error, (HcclDeadlockError, ForgedValueError)):
+        if isinstance(error, ForgedValueError) or (
+            isinstance(error, HcclDeadlockError) and error.rank is None
+        ):  # the world's deadlock concerns every thread; one rank's (a SyncAll) is that rank's
             raise type(error)(error.reason)
         rank = getattr(error, "hccl_rank", None)
         who = f"rank {rank}" if rank is not None else "another thread"
