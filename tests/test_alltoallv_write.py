@@ -382,6 +382,8 @@ def test_an_alltoallv_write_takes_a_ccu_message_slot() -> None:
     left the write's round out and reported 'no round was sent to slot 1'."""
     for got in hp.run(_write_then_gather, world_size=2, platform="950"):
         assert got == [1] * 4 + [2] * 4
+
+
 def _prepare_wakes_a_waiting_core() -> int:
     """Core 1 Waits for an AlltoAllvWrite that core 0 (the sending core) has not prepared; once
     core 1 sleeps, core 0 prepares it and counts the waits still asleep whose condition holds."""
