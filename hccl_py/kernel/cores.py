@@ -186,7 +186,7 @@ class LaunchState:
         only_aiv = aiv_only and self.cores_of_kind[AIV] > 0
         if not aiv_only and not all(self.cores_of_kind.values()):
             raise HcclCoreError(
-                f"SyncAll[False]() in a {self.kernel_type} kernel: it pairs the AIV cores with "
+                f"SyncAll[False]() in a kernel of type {self.kernel_type}: it pairs the AIV cores with "
                 "the AIC cores through cross-core flags (dav_c220 SyncAllImpl<false>), and this "
                 f"kernel has no {'AIC' if core.kind == AIV else 'AIV'} cores, so it never "
                 "returns on hardware; use SyncAll(), a barrier of the kernel's own cores",
