@@ -97,6 +97,9 @@ class OneSidedWrites:
         self.writers: dict[tuple[str, int], int] = {}
         #: Which of ``n`` keys with pending copies lands its oldest next (the policy's choice).
         self.pick: Callable[[int], int] = lambda n: 0
+        #: (domain, key, domain rank) -> the payloads of the AlltoAllvWrite meeting that a core
+        #: of the rank entered (None until it ended): the rank's other cores wait for that one.
+        self.met: dict[tuple[str, str, int], list[bytes] | None] = {}
         #: The item lists and sources the server reads when a pending BatchWrite lands
         #: (:mod:`.server_reads`; the world sets it) and the size of one item.
         self.reads: PendingReads | None = None
@@ -269,7 +272,22 @@ class OneSidedWrites:
                 return f"{what}: ranks {missing} have not made their AlltoAllvWrite{note}"
             return f"{what}: the copies of the other ranks are still pending"
 
-        arrived = self.meetings.meet(group, rank, ("AlltoAllvWrite", key), why, payload, landed)
+        mine = (name, key, rank)
+        with self.blocker.lock:
+            first = mine not in self.met
+            if first:
+                self.met[mine] = None
+        if first:  # the rank meets the others once, whichever of its cores Waits first
+            arrived = self.meetings.meet(group, rank, ("AlltoAllvWrite", key), why, payload, landed)
+            with self.blocker.lock:
+                self.met[mine] = arrived
+                self.blocker.progressed()
+        else:
+            self.blocker.wait_for(
+                lambda: self.met[mine] is not None,
+                lambda: f"{what}, which another core of the rank waits for",
+            )
+            arrived = self.met[mine]
         if self.races is not None:  # every rank's copies into this window landed
             self.races.landed(group.ranks[rank], group.ranks)
         return arrived

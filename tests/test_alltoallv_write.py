@@ -40,7 +40,7 @@ def tiling() -> WriteTiling:
     return t
 
 
-def write_rank(server: int = CCU, local_size: int | None = None) -> list[int]:
+def write_rank(server: int = CCU, local_size: int | None = None, block_dim: int = 1) -> list[int]:
     """Every rank sends bytes (50 * rank + j) to peer j; returns its window's first bytes.
 
     ``local_size`` is AlltoAllvWrite's localDataSize (default: the bytes peers write here).
@@ -65,7 +65,7 @@ def write_rank(server: int = CCU, local_size: int | None = None) -> list[int]:
         hp.SyncAll()
         h.Finalize()
 
-    hp.launch(kernel, x, received, tiling())
+    hp.launch(kernel, x, received, tiling(), block_dim=block_dim)
     return received.tolist()
 
 
@@ -197,6 +197,36 @@ def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
         "rank 0 waits for handle 0 AlltoAllvWrite in domain hccl_world_group: ranks [1] have "
         "not made their AlltoAllvWrite (ranks [1] returned from their function)"
     ) in err.reason
+
+
+@pytest.mark.parametrize("kw", [{}, {"explore": 8}], ids=str)
+def test_every_core_may_wait_for_the_alltoallv_write(kw: dict[str, Any]) -> None:
+    """Each of 3 AIV cores makes the call and Waits; the rank meets its peers once. Every
+    core's Wait after the first was a raw KeyError in the emulator's meeting (or a false
+    deadlock report, when a core came after the meeting had ended)."""
+    n = 3
+    got = np.array(hp.run(write_rank, world_size=n, platform="950", args=(CCU, None, 3), **kw))
+    want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_rank_without_its_alltoallv_write_is_a_deadlock_on_every_waiting_core() -> None:
+    def kernel(xGM, tilingGM):
+        h = Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        if h.GetRankId() == 0:
+            h.Wait(h.AlltoAllvWrite[True](xGM, [0, 2, 1, 3], [1, 1, 1, 1], 0, 4))
+
+    def main():
+        hp.launch(kernel, torch.zeros(4, dtype=torch.uint8), tiling(), block_dim=2)
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="950", timeout=30)
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclDeadlockError)
+    assert "ranks [1] have not made their AlltoAllvWrite" in err.reason
+    assert "AlltoAllvWrite in domain hccl_world_group, which another core of the rank" in err.reason
 
 
 def _write_then_all_reduce() -> list[int]:
