@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .buffer_numbers import OUTSIDE, numbers_of
-from .config import as_index
+from .config import as_index, c_int
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
 from .current import current_rank, off_device, rank_or_none, serialized
 from .errors import HcclBoundsError, HcclUsageError
@@ -325,10 +325,9 @@ def _element_type(dtype: object, rank: int | None) -> tuple[torch.dtype, int]:
     if isinstance(dtype, torch.dtype):
         return dtype, dtype.itemsize
     info = None
-    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
-        value = int(dtype)
-        if value in HcclDataType._value2member_map_:
-            info = DTYPE_INFO.get(HcclDataType(value))
+    value = c_int(dtype)
+    if value in HcclDataType._value2member_map_:  # None is no member
+        info = DTYPE_INFO.get(HcclDataType(value))
     if info is None:
         raise HcclUsageError(
             "gm_tensor: dtype must be a torch dtype or an HcclDataType with an element size "

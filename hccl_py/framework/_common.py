@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.config import checked_flag
+from ..core.config import c_int, checked_flag
 from ..core.constants import HcclCMDType, HcclDataType, HcclReduceOp, hccl_dtype_of
 from ..core.current import off_device
 from ..core.errors import HcclMismatchError
@@ -150,7 +150,7 @@ def split_sizes(op: str, name: str, value: Any) -> list[int] | None:
         raise TypeError(
             f"{where(op)}: {name} must be a list of ints or None, not {type(value).__name__}"
         )
-    bad = [v for v in value if isinstance(v, bool) or not isinstance(v, (int, np.integer))]
+    bad = [v for v in value if c_int(v) is None]
     if bad:
         raise TypeError(f"{where(op)}: {name} must hold ints, got {list(value)}")
     return [int(v) for v in value]

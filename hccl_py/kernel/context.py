@@ -14,11 +14,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..core.buffer_numbers import BufferNumbers
-from ..core.config import Config
+from ..core.config import Config, c_int
 from ..core.current import bind_rank, current_rank
 from ..core.errors import HcclWarning
 from ..core.group import Group, world
@@ -80,9 +79,7 @@ class RankContext:
         given = ranks
         listed = not isinstance(ranks, (str, bytes)) and isinstance(ranks, Iterable)
         ranks = tuple(ranks) if listed else ()
-        if not listed or not all(
-            isinstance(r, (int, np.integer)) and not isinstance(r, bool) for r in ranks
-        ):
+        if not listed or not all(c_int(r) is not None for r in ranks):
             raise ValueError(
                 f"new_group needs a sequence of distinct int ranks in 0..{self.world_size - 1}, "
                 f"not {given!r}"

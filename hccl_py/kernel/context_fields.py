@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from ..core.config import c_int
 from ..core.constants import HcclServerType
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
@@ -126,7 +125,7 @@ class ContextFields:
 
     def _window(self, rankId: Any, kind: str) -> GmAddr:
         what = f"windows{kind}[{rankId!r}]"
-        if isinstance(rankId, bool) or not isinstance(rankId, (int, np.integer)):
+        if c_int(rankId) is None:
             raise HcclUsageError(f"{what}: the index must be an int, not {type(rankId).__name__}")
         if self._ccu:
             if rankId != 0:
@@ -210,7 +209,7 @@ class RemoteResTable(_Table):
 
     def __getitem__(self, r: int) -> RemoteRes:
         ctx = self._context
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r < ctx.rankNum:
+        if c_int(r) is None or not 0 <= r < ctx.rankNum:
             raise HcclUsageError(
                 f"remoteRes[{r!r}]: the domain {ctx.group.name} has ranks 0..{ctx.rankNum - 1}"
             )
