@@ -398,6 +398,31 @@ def test_a_wait_past_the_last_step_is_an_error_as_it_hangs_on_the_device() -> No
     assert "Wait of steps [2, 4) of handle 0, which has 3 steps (1 x 3 peers)" in str(err)
 
 
+def test_iterate_true_waits_past_the_last_step_within_a_call_and_says_so() -> None:
+    """The official Iterate<true> loops seqSliceLen times and Waits at every stepSize-th slice,
+    past the last step too: stepSize 2, 3 ranks and 2 slices a call make the second call's
+    Wait ask for a 4th step. The advice said "or let Iterate[True] wait" to the very call."""
+    n, c = 3, 2
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, displs = [c] * n, [c * j for j in range(n)]
+        handle = h.AlltoAllV[True](x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        slices = [0, 0]
+        while h.Iterate[True](handle, slices, 2) > 0:
+            pass
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(n * c), torch.zeros(n * c), tiling(2))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=n, platform="A3", timeout=30)
+    text = str((info.value.root_causes or info.value.failures)[0])
+    assert "Wait of steps [2, 4) of handle 0, which has 3 steps" in text
+    assert "Iterate[True] Waits at every stepSize-th slice of a call" in text
+    assert "let Iterate[True] wait" not in text
+
+
 @pytest.mark.parametrize("step", [0, 1])
 def test_an_overlap_report_names_the_kernel_s_rounds_fine_grained_or_not(step: int) -> None:
     """Receive ranges of two rounds that overlap: the report names rounds 0 and 1 and the

@@ -87,8 +87,9 @@ class FineGrainedSteps:
                 f"Wait of steps [{first}, {first + info.step_size}) of handle {h}, which has "
                 f"{total} steps ({info.repeat} x {state.rank_dim} peers): the official client "
                 f"waits until {first + info.step_size} steps finished (hccl_aicpu_impl.h, Wait: "
-                f"waitCnt += stepSize), one no Commit can start, so it hangs; choose a stepSize "
-                f"that divides repeat x rankDim, or let Iterate[True] wait",
+                "waitCnt += stepSize), one no Commit can start, so it hangs; choose a stepSize "
+                "that divides repeat x rankDim (Iterate[True] Waits at every stepSize-th slice "
+                "of a call, also at slices past the last step: hccl_aicpu.h, Iterate)",
                 HCCL_FAILED,
                 handle=h,
                 op="AlltoAllV",
