@@ -1,13 +1,29 @@
 """Host and kernel helpers of ``mc2/allto_allv_quant_grouped_mat_mul/op_kernel/mc2_templates/``
 that the AlltoAllV grouped-matmul ports share, as their kernels share the templates: the
-batch's counts and displacements (``communication/a2av_comm_params.h``), the permute's prefix
-sums (``communication/a2av_permute_engine.h``) and the host's experts per batch
-(``CalcExpertNum``). None of them orders work.
+batch's counts and displacements both ways (``communication/a2av_comm_params.h``), the
+permute's prefix sums (``communication/a2av_permute_engine.h``), the host's experts per batch
+(``CalcExpertNum``), the way back's tiling struct and workspace (``QuantGmmA2avTilingData``,
+``SetGmmA2avWorkspaceInfo``) and the MX stand-in of one group's matmul. None of them orders work.
 """
 
 from __future__ import annotations
 
-from _mc2_templates import CeilDiv
+from ctypes import c_bool, c_uint64
+
+import numpy as np
+import torch
+from _mc2 import typed_fields
+from _mc2_templates import (
+    TENSOR_LIST_SIZE,
+    Align,
+    CeilDiv,
+    GMMQuantTilingData,
+    HcclA2avTilingInfo,
+    TaskTilingInfo,
+)
+
+import hccl_py as hp
+from hccl_py import TilingData
 
 DEFAULT_MERGED_EXPERT_NUM, SMALL_EXPERT_THRESHOLD, ORIGINAL_LOOP_THRESHOLD = 4, 4, 4
 PER_RANK_TOTAL_MN_THRESHOLD, GMM_ARRAY_MAX_NUM, MIN_LOOP_COUNT = 20 * 1024 * 1024, 128, 2
@@ -33,6 +49,28 @@ def CalcA2avCommBeforeParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, 
         else:
             p.recvOffset[i] = lastSum[0]
             lastSum[0] += p.recvCnt[i]
+
+
+def CalcA2avCommAfterParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, axis) -> None:
+    """Counts of the batch's experts per rank; the send buffer is, per batch, rank-major (the
+    batch starts after every row of the earlier batches), and ``y`` is rank-major over all
+    experts (rank i's rows for the batch start after rank i's earlier experts)."""
+    batch = range(start, start + expertNum)
+    for i in range(rankDim):
+        p.sendCnt[i] = sum(rawSend[x + i * e] * axis for x in batch)
+        p.recvCnt[i] = sum(rawRecv[x + i * e] * axis for x in batch)
+    batchStartOffset = sum(rawSend[x + j * e] for x in range(start) for j in range(rankDim))
+    batchStartOffset *= axis
+    p.sendOffset[0] = batchStartOffset
+    rankRunningOffset = 0
+    for i in range(1, rankDim):
+        rankRunningOffset += sum(rawSend[x + (i - 1) * e] * axis for x in batch)
+        p.sendOffset[i] = batchStartOffset + rankRunningOffset
+    p.recvOffset[0] = sum(rawRecv[x] * axis for x in range(start))
+    for i in range(1, rankDim):
+        p.recvOffset[i] = p.recvOffset[i - 1] + sum(
+            rawRecv[start + (i - 1) * e + j] * axis for j in range(e)
+        )
 
 
 # ---------------------------------------------------------------- a2av_permute_engine.h
@@ -79,3 +117,80 @@ def PostTiling(task, sends, recvs, expertNum, aivCoreNum, aicCoreNum, **shape) -
     task.totalLoopCount = CeilDiv(task.e, expertNum)
     for i, (s, r) in enumerate(zip(sends, recvs, strict=True)):
         task.sendCnt[i], task.recvCnt[i] = s, r
+
+
+# ---------------------------------------------------------------- quant_grouped_mat_mul_allto_allv_tiling.h
+class GmmA2avWorkspaceInfo(TilingData):
+    _fields_ = typed_fields(
+        c_uint64, "wsGmmOutputSize", "wsGmmComputeWorkspaceSize", "wsSharedGmmComputeWorkspaceSize"
+    )
+
+
+class QuantGmmA2avTilingData(TilingData):
+    """QuantGmmA2avTilingData (the way back: grouped matmul, then AlltoAllV); its two
+    TCubeTiling members cut after baseK."""
+
+    _fields_ = [
+        ("hcclA2avTiling", HcclA2avTilingInfo),
+        ("workspaceInfo", GmmA2avWorkspaceInfo),
+        ("taskTilingInfo", TaskTilingInfo),
+        ("sharedGmmTiling", GMMQuantTilingData),
+        ("gmmBaseTiling", GMMQuantTilingData),
+        ("isPermuteOut", c_bool),
+    ]
+
+
+def SetGmmA2avWorkspaceInfo(tiling: QuantGmmA2avTilingData, gmmYDtypeSize: int) -> int:
+    """QuantGroupedMatmulAllToAllvTilingCommon::SetGmmA2avWorkspaceInfo: the gmm output (the
+    send buffer), the two compute workspaces; returns the workspace size (libApi's 0)."""
+    alignAddrLen, tensorListSize = 512, TENSOR_LIST_SIZE
+    task, ws = tiling.taskTilingInfo, tiling.workspaceInfo
+    ws.wsGmmOutputSize = Align(task.A * task.N1 * gmmYDtypeSize, alignAddrLen)
+    groupListSize = cGroupOffsetTableSize = task.e * task.epWorldSize * 8
+    ttScaleRepeatSize = 4 * task.e * 2  # sizeof(float) * ep * 2
+    gmmComputeWsSize = groupListSize + cGroupOffsetTableSize + tensorListSize + ttScaleRepeatSize
+    ws.wsGmmComputeWorkspaceSize = Align(gmmComputeWsSize, alignAddrLen)
+    sharedGmmComputeWsSize = task.e * 8 + tensorListSize + ttScaleRepeatSize
+    ws.wsSharedGmmComputeWorkspaceSize = Align(sharedGmmComputeWsSize, alignAddrLen)
+    return ws.wsGmmOutputSize + ws.wsGmmComputeWorkspaceSize + ws.wsSharedGmmComputeWorkspaceSize
+
+
+# ---------------------------------------------------------------- Mc2GmmASWKernel, MX (stand-in)
+MX_BLOCK = 32  # one E8M0 scale per 32 elements of K
+
+
+def e8m0(raw: torch.Tensor) -> torch.Tensor:
+    """E8M0 bytes to float32 powers of two (2 ** (byte - 127))."""
+    return torch.pow(2.0, raw.to(torch.float32) - 127.0)
+
+
+def mx_group_matmul(a, sa, w, sw, y, m: int, k: int, n: int) -> None:
+    """One group of the MX grouped matmul: ``a`` (m, k) FP8 E4M3 with E8M0 scales ``sa``
+    (m, k / 64, 2), weight ``w`` (k, n) FP8 with scales ``sw`` (k / 64, n, 2), both dequantised
+    in float32 and multiplied, written to ``y`` (m, n) FP16; addresses in GM."""
+    aF = hp.gm_tensor(a, torch.uint8, m * k).view(torch.float8_e4m3fn).float().view(m, k)
+    saF = e8m0(hp.gm_tensor(sa, torch.uint8, m * k // MX_BLOCK)).view(m, k // MX_BLOCK)
+    wF = hp.gm_tensor(w, torch.uint8, k * n).view(torch.float8_e4m3fn).float().view(k, n)
+    swF = e8m0(hp.gm_tensor(sw, torch.uint8, k // MX_BLOCK * n))
+    swF = swF.view(k // (2 * MX_BLOCK), n, 2).permute(0, 2, 1).reshape(k // MX_BLOCK, n)
+    aF = aF * saF.repeat_interleave(MX_BLOCK, 1)
+    wF = wF * swF.repeat_interleave(MX_BLOCK, 0)
+    hp.gm_tensor(y, torch.float16, m * n).copy_((aF @ wF).to(torch.float16).view(-1))
+
+
+def dequant(x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """numpy: FP8 E4M3 bytes times E8M0 scale bytes (one per element), as float32."""
+    values = torch.from_numpy(x).view(torch.float8_e4m3fn).float().numpy()
+    return values * np.exp2(s.astype(np.float32) - 127)
+
+
+def fp8_values(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """FP8 E4M3 bytes of the integers -2..2: with scales of 2 ** -1 .. 2 ** 1 every product and
+    sum of the ports' sizes is exact in float32, so one rounding to FP16 matches numpy's."""
+    values = rng.integers(-2, 3, size=shape).astype(np.float32)
+    return torch.from_numpy(values).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+
+
+def e8m0_scales(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """E8M0 scale bytes 126..128 (2 ** -1 .. 2 ** 1)."""
+    return rng.integers(126, 129, size=shape).astype(np.uint8)

@@ -46,10 +46,15 @@ Run: ``python samples/mc2_allto_allv_quant_grouped_mat_mul.py`` (4 emulated rank
 import numpy as np
 import torch
 from _a2av_templates import (
+    MX_BLOCK,
     CalcA2avCommBeforeParams,
     CalcExpertNum,
     ComputePrefixSum,
     PostTiling,
+    dequant,
+    e8m0_scales,
+    fp8_values,
+    mx_group_matmul,
     routed_rows,
 )
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
@@ -89,7 +94,6 @@ AIC_NUM, AIV_NUM = 2, 4  # GetCoreNumAic / GetCoreNumAiv of the sample's platfor
 ENGINE_CCU_SCHED = 6  # Mc2Comm::ENGINE_CCU_SCHED (mc2/common/utils/mc2_comm_utils.h)
 PACK_FACTOR, X_TYPE_SIZE = 1, 1  # FP8 E4M3 gmm x (a2av_gmm_utils.h)
 SCALE_ALIGNMENT_BLOCK_SIZE = 64  # a2av_common_tiling.h
-MX_BLOCK = 32  # one E8M0 scale per 32 elements of K
 
 SYNC_MODE_AIV_TO_AIC = 4  # __NPU_ARCH__ == 3510 (a2av_common_tiling.h)
 SYNC_FLAG_AIV1_OFFSET = 16
@@ -218,11 +222,6 @@ class HcclA2avOp:
 
 
 # ---------------------------------------------------------------- quant_grouped_matmul.h (stand-in)
-def e8m0(raw: torch.Tensor) -> torch.Tensor:
-    """E8M0 bytes to float32 powers of two (2 ** (byte - 127))."""
-    return torch.pow(2.0, raw.to(torch.float32) - 127.0)
-
-
 class MxGroupedMatmul:
     """QuantGroupedMatmul<..., FP8 E4M3, MX scales, isLocal = false, isA2avGmm = true>: a
     batch's groups (expert, rank) read from the rank-major receive buffers through their
@@ -264,15 +263,10 @@ class MxGroupedMatmul:
         self.expertTokenOffset_ += tokens
 
     def group(self, aRow, yRow, m, x, k, n, sAxis) -> None:
-        a = hp.gm_tensor(self.xGM_ + aRow * k, torch.uint8, m * k).view(torch.float8_e4m3fn)
-        sa = hp.gm_tensor(self.xsGM_ + aRow * sAxis, torch.uint8, m * sAxis)
-        w = hp.gm_tensor(self.wGM_ + x * k * n, torch.uint8, k * n).view(torch.float8_e4m3fn)
-        sw = hp.gm_tensor(self.wsGM_ + x * (k // MX_BLOCK) * n, torch.uint8, k // MX_BLOCK * n)
-        y = hp.gm_tensor(self.yGM_ + yRow * n * 2, torch.float16, m * n)
-        aF = a.float().view(m, k) * e8m0(sa).view(m, k // MX_BLOCK).repeat_interleave(MX_BLOCK, 1)
-        swF = e8m0(sw).view(k // (2 * MX_BLOCK), n, 2).permute(0, 2, 1).reshape(k // MX_BLOCK, n)
-        wF = w.float().view(k, n) * swF.repeat_interleave(MX_BLOCK, 0)
-        y.copy_((aF @ wF).to(torch.float16).view(-1))
+        mx_group_matmul(
+            self.xGM_ + aRow * k, self.xsGM_ + aRow * sAxis, self.wGM_ + x * k * n,
+            self.wsGM_ + x * (k // MX_BLOCK) * n, self.yGM_ + yRow * n * 2, m, k, n,
+        )  # fmt: skip
 
     def End(self) -> None:
         pass
@@ -431,17 +425,8 @@ def inputs(rank: int, n: int) -> tuple[np.ndarray, ...]:
     scales 2 ** -1 .. 2 ** 1: every product and sum is exact in FP32 and FP16."""
     rng = np.random.default_rng(rank)
     bsk = sum(send_counts(rank, n))
-    fp8 = lambda *shape: (  # noqa: E731
-        torch.from_numpy(rng.integers(-2, 3, size=shape).astype(np.float32))
-        .to(torch.float8_e4m3fn).view(torch.uint8).numpy()
-    )  # fmt: skip
-    scale = lambda *shape: rng.integers(126, 129, size=shape).astype(np.uint8)  # noqa: E731
-    return fp8(bsk, H1), scale(bsk, H1 // 64, 2), fp8(E, H1, N1), scale(E, H1 // 64, N1, 2)
-
-
-def dequant(x: np.ndarray, s: np.ndarray) -> np.ndarray:
-    values = torch.from_numpy(x).view(torch.float8_e4m3fn).float().numpy()
-    return values * np.exp2(s.astype(np.float32) - 127)
+    x, xs = fp8_values(rng, bsk, H1), e8m0_scales(rng, bsk, H1 // 64, 2)
+    return x, xs, fp8_values(rng, E, H1, N1), e8m0_scales(rng, E, H1 // 64, N1, 2)
 
 
 def reference(rank: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -56,20 +56,20 @@ Run: ``python samples/mc2_grouped_mat_mul_allto_allv.py`` (4 emulated ranks),
 ``python -m hccl_py run -n 2 --backend gloo samples/mc2_grouped_mat_mul_allto_allv.py``.
 """
 
-from ctypes import c_bool, c_uint64
-
 import numpy as np
+from _a2av_templates import (
+    CalcA2avCommAfterParams,
+    QuantGmmA2avTilingData,
+    SetGmmA2avWorkspaceInfo,
+)
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
-from _mc2 import FP16, SIZEOF_HALF, expert_recv_counts, gmm_inputs, typed_fields
+from _mc2 import FP16, SIZEOF_HALF, expert_recv_counts, gmm_inputs
 from _mc2_templates import (
     MAX_HANDLE_ID_NUM,
     A2avCommParams,
-    Align,
     CeilDiv,
-    GMMQuantTilingData,
     HcclA2avTilingInfo,
     QuantGroupedMatmul,
-    TaskTilingInfo,
 )
 
 import hccl_py as hp
@@ -81,7 +81,6 @@ from hccl_py import (
     PIPE_FIX,
     Hccl,
     Mc2CcTilingConfig,
-    TilingData,
     offsetof,
 )
 
@@ -92,51 +91,8 @@ BASE_M = BASE_N = 16  # the stand-in for the grouped matmul tiling's baseM, base
 AIC_NUM, AIV_NUM = 2, 4  # GetCoreNumAic / GetCoreNumAiv of the sample's platform
 ENGINE_AICPU = 2  # Mc2Comm::ENGINE_AICPU (mc2/common/utils/mc2_comm_utils.h)
 TARGET_COMM_ROUNDS = 4  # SetTilingCommonInfo: at most 4 batches
-ALIGN_ADDR_LEN = TENSOR_LIST_SIZE = 512  # SetGmmA2avWorkspaceInfo
 #: The tiling key's TILINGKEY_COMPUTE_MATMUL (hasSharedMm): the scheduler's IsNeedMM.
 TILINGKEY_COMPUTE_MATMUL = True
-
-
-class GmmA2avWorkspaceInfo(TilingData):
-    _fields_ = typed_fields(
-        c_uint64, "wsGmmOutputSize", "wsGmmComputeWorkspaceSize", "wsSharedGmmComputeWorkspaceSize"
-    )
-
-
-class QuantGmmA2avTilingData(TilingData):
-    """QuantGmmA2avTilingData; its two TCubeTiling members cut after baseK."""
-
-    _fields_ = [
-        ("hcclA2avTiling", HcclA2avTilingInfo),
-        ("workspaceInfo", GmmA2avWorkspaceInfo),
-        ("taskTilingInfo", TaskTilingInfo),
-        ("sharedGmmTiling", GMMQuantTilingData),
-        ("gmmBaseTiling", GMMQuantTilingData),
-        ("isPermuteOut", c_bool),
-    ]
-
-
-# ---------------------------------------------------------------- a2av_comm_params.h
-def CalcA2avCommAfterParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, axis) -> None:
-    """Counts of the batch's experts per rank; the send buffer is, per batch, rank-major (the
-    batch starts after every row of the earlier batches), and ``y`` is rank-major over all
-    experts (rank i's rows for the batch start after rank i's earlier experts)."""
-    batch = range(start, start + expertNum)
-    for i in range(rankDim):
-        p.sendCnt[i] = sum(rawSend[x + i * e] * axis for x in batch)
-        p.recvCnt[i] = sum(rawRecv[x + i * e] * axis for x in batch)
-    batchStartOffset = sum(rawSend[x + j * e] for x in range(start) for j in range(rankDim))
-    batchStartOffset *= axis
-    p.sendOffset[0] = batchStartOffset
-    rankRunningOffset = 0
-    for i in range(1, rankDim):
-        rankRunningOffset += sum(rawSend[x + (i - 1) * e] * axis for x in batch)
-        p.sendOffset[i] = batchStartOffset + rankRunningOffset
-    p.recvOffset[0] = sum(rawRecv[x] * axis for x in range(start))
-    for i in range(1, rankDim):
-        p.recvOffset[i] = p.recvOffset[i - 1] + sum(
-            rawRecv[start + (i - 1) * e + j] * axis for j in range(e)
-        )
 
 
 # ---------------------------------------------------------------- hccl_a2av_op.h
@@ -338,15 +294,7 @@ def make_tiling(rank: int, n: int) -> tuple[QuantGmmA2avTilingData, int, int]:
         raise RuntimeError("mc2CcTilingConfig GetTiling alltoAllvCcTiling failed")
 
     # SetGmmA2avWorkspaceInfo: the gmm output (the send buffer), the two compute workspaces
-    ws = tiling.workspaceInfo
-    ws.wsGmmOutputSize = Align(a * N1 * SIZEOF_HALF, ALIGN_ADDR_LEN)
-    ttScaleRepeatSize = 4 * E * 2  # sizeof(float) * ep * 2
-    gmmComputeWsSize = 2 * E * n * 8 + TENSOR_LIST_SIZE + ttScaleRepeatSize
-    ws.wsGmmComputeWorkspaceSize = Align(gmmComputeWsSize, ALIGN_ADDR_LEN)
-    sharedGmmComputeWsSize = E * 8 + TENSOR_LIST_SIZE + ttScaleRepeatSize
-    ws.wsSharedGmmComputeWorkspaceSize = Align(sharedGmmComputeWsSize, ALIGN_ADDR_LEN)
-    workSpaceSize = 0 + ws.wsGmmOutputSize  # libApiWorkSpaceSize_ of 0
-    workSpaceSize += ws.wsGmmComputeWorkspaceSize + ws.wsSharedGmmComputeWorkspaceSize
+    workSpaceSize = SetGmmA2avWorkspaceInfo(tiling, SIZEOF_HALF)
 
     return tiling, AIC_NUM, workSpaceSize  # PostTiling: SetBlockDim(aicCoreNum)
 

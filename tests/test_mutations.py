@@ -136,6 +136,9 @@ SPECS: dict[str, SampleSpec] = {
         # 2 ranks; its block_dim is the tiling's aicCoreNum (2: each expert's matmul has two
         # baseN blocks, one per AIC core, so the flag 8 barrier orders them)
         SampleSpec("mc2_grouped_mat_mul_allto_allv", block_dim=None),
+        # 2 ranks, comm_mode "ccu"; its block_dim is the tiling's aicCoreNum (2: the groups of
+        # every batch are dealt over both AIC cores, so the flag 8 barrier orders them)
+        SampleSpec("mc2_quant_grouped_mat_mul_allto_allv", block_dim=None),
         # 2 ranks: comm_mode "ccu", the CCU client; its block_dim is the tiling's aicCoreNum
         # (3: two AIC cores multiply base blocks of every tile, so the flag 3 barrier orders
         # them before block 0's ReduceScatter, and the third is idle)
@@ -716,6 +719,17 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "Process:CrossCoreWaitFlag#2": ("default", "HcclRaceError"),
         "Process:Wait#1": _missed(GMM_A2AV_WAITS),
+    },
+    "mc2_quant_grouped_mat_mul_allto_allv": {
+        # on the CCU client Finalize waits for the last handle alone and writes FINALIZE into
+        # the slot after the rounds waited: without the Waits the CCU never sees it
+        "Wait:Wait#1": ("default", "HcclUnfinishedError"),
+        "End:SyncAll#1": _missed(GMM_A2AV_END),
+        "Process:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
+        "Process:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "Process:CrossCoreWaitFlag#2": ("default", "HcclRaceError"),
+        "Process:Wait#1": ("default", "HcclUnfinishedError"),
     },
     "mc2_matmul_reduce_scatter_v2_950": {
         "PostProcess:Wait#1": ("default", "HcclUnfinishedError"),

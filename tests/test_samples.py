@@ -67,6 +67,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_allto_allv_quant_grouped_mat_mul.py": {"permuteOut": "PASS", "gmmY": "PASS"},
     "mc2_matmul_allto_all.py": {"y": "PASS"},
     "mc2_grouped_mat_mul_allto_allv.py": {"y": "PASS", "mmY": "PASS"},
+    "mc2_quant_grouped_mat_mul_allto_allv.py": {"y": "PASS"},
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
     "mc2_matmul_a2a_vec_reduce_950.py": {"y": "PASS"},
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
@@ -218,6 +219,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_matmul_allto_all-torchrun": _torchrun("mc2_matmul_allto_all"),
     "mc2_grouped_mat_mul_allto_allv-gloo": _gloo("mc2_grouped_mat_mul_allto_allv"),
     "mc2_grouped_mat_mul_allto_allv-torchrun": _torchrun("mc2_grouped_mat_mul_allto_allv"),
+    # comm_mode "ccu" on the 950: the CCU client; modes 0 and 2 of the cross-core flags
+    "mc2_quant_grouped_mat_mul_allto_allv-gloo": _gloo("mc2_quant_grouped_mat_mul_allto_allv"),
     # 2 ranks: comm_mode "ccu", the CCU client (4 ranks, in-process, run the 950 AI CPU one)
     "mc2_matmul_reduce_scatter_v2_950-gloo": _gloo("mc2_matmul_reduce_scatter_v2_950"),
     "mc2_matmul_reduce_scatter_v2_950-torchrun": _torchrun("mc2_matmul_reduce_scatter_v2_950"),
