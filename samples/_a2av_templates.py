@@ -14,7 +14,10 @@ import numpy as np
 import torch
 from _mc2 import typed_fields
 from _mc2_templates import (
+    MAX_EXPERT_SIZE,
+    MAX_HANDLE_ID_NUM,
     TENSOR_LIST_SIZE,
+    A2avCommParams,
     Align,
     CeilDiv,
     GMMQuantTilingData,
@@ -23,7 +26,7 @@ from _mc2_templates import (
 )
 
 import hccl_py as hp
-from hccl_py import TilingData
+from hccl_py import AIC, Hccl, TilingData
 
 DEFAULT_MERGED_EXPERT_NUM, SMALL_EXPERT_THRESHOLD, ORIGINAL_LOOP_THRESHOLD = 4, 4, 4
 PER_RANK_TOTAL_MN_THRESHOLD, GMM_ARRAY_MAX_NUM, MIN_LOOP_COUNT = 20 * 1024 * 1024, 128, 2
@@ -71,6 +74,60 @@ def CalcA2avCommAfterParams(p, rawSend, rawRecv, rankDim, e, start, expertNum, a
         p.recvOffset[i] = p.recvOffset[i - 1] + sum(
             rawRecv[start + (i - 1) * e + j] * axis for j in range(e)
         )
+
+
+# ---------------------------------------------------------------- hccl_a2av_op.h
+class HcclA2avOpBase:
+    """``HcclA2avOp<T, commBeforeComputeFlag, mode>`` up to its Prepares: the communicator's
+    set-up on every core and one ``AlltoAllV<true>`` per batch from AIV block 0. Its Waits,
+    ``End`` and the permute order work, so they stay in each port's subclass, where the
+    mutation suite removes them. A subclass sets the template arguments: ``SERVER`` (mode),
+    ``DATA_TYPE`` (T) and ``COMM_BEFORE`` (commBeforeComputeFlag: the batch's counts from
+    ``CalcA2avCommBeforeParams`` over H1, else ``CalcA2avCommAfterParams`` over N1)."""
+
+    SERVER: int
+    DATA_TYPE: int
+    COMM_BEFORE: bool
+    PACK_FACTOR = 1
+
+    def __init__(self) -> None:
+        self.hccl_ = Hccl[self.SERVER]()
+        self.dataCommParams_ = A2avCommParams()
+        self.dataRecvOffsetLastSum_ = [0]
+        self.alltoAllvHandleId_ = [hp.INVALID_HANDLE_ID] * MAX_HANDLE_ID_NUM
+
+    def Init(self, hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, aiv) -> None:
+        self.taskTilingInfo_ = taskTilingInfo
+        self.aivCoreNum_ = aiv
+        hcclContextGm = hp.GetHcclContext(0)
+        self.hccl_.InitV2(hcclContextGm, hcclInitTiling)
+        self.hccl_.SetCcTilingV2(hcclCcTilingOffset)
+        self.rankDim_ = self.hccl_.GetRankDim()
+        self.e_, self.H1_, self.N1_ = taskTilingInfo.e, taskTilingInfo.H1, taskTilingInfo.N1
+        self.sendGlobalBuffer_, self.recvGlobalBuffer_ = send, recv
+        n = self.e_ * self.rankDim_
+        self.recvCounts_ = list(taskTilingInfo.recvCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
+        self.sendCounts_ = list(taskTilingInfo.sendCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
+        self.hcclDataType_ = self.DATA_TYPE
+
+    def aiv_only(self) -> bool:
+        """A2AV_AIV_ONLY(): True where the macro returns (AIC cores, AIV blocks 1..)."""
+        return hp.g_coreType == AIC or hp.GetBlockIdx() != 0
+
+    def LaunchCommData(self, startExpertIdx: int, expertNum: int) -> None:
+        if self.aiv_only():
+            return
+        p, counts = self.dataCommParams_, (self.sendCounts_, self.recvCounts_)
+        batch = (self.rankDim_, self.e_, startExpertIdx, expertNum)
+        if self.COMM_BEFORE:
+            axis = CeilDiv(self.H1_, self.PACK_FACTOR)
+            CalcA2avCommBeforeParams(p, *counts, *batch, axis, self.dataRecvOffsetLastSum_)
+        else:
+            CalcA2avCommAfterParams(p, *counts, *batch, self.N1_)
+        self.alltoAllvHandleId_[startExpertIdx] = self.hccl_.AlltoAllV[True](
+            self.sendGlobalBuffer_, p.sendCnt, p.sendOffset, self.hcclDataType_,
+            self.recvGlobalBuffer_, p.recvCnt, p.recvOffset, self.hcclDataType_,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------- a2av_permute_engine.h

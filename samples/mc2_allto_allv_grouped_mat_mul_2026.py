@@ -79,9 +79,9 @@ Run: ``python samples/mc2_allto_allv_grouped_mat_mul_2026.py`` (4 emulated ranks
 
 import numpy as np
 from _a2av_templates import (
-    CalcA2avCommBeforeParams,
     CalcExpertNum,
     ComputePrefixSum,
+    HcclA2avOpBase,
     PostTiling,
     routed_rows,
 )
@@ -89,13 +89,10 @@ from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import FP16, SIZEOF_HALF, expert_recv_counts, gmm_inputs, gmm_reference
 from _mc2_templates import (
     A2AV_GMM_TILING_FIELDS,
-    MAX_EXPERT_SIZE,
-    MAX_HANDLE_ID_NUM,
     PACK_FACTOR,
     PERMUTE_BUF_SIZE,
     TENSOR_LIST_SIZE,
     X_TYPE_SIZE,
-    A2avCommParams,
     Align,
     CeilDiv,
     HcclA2avTilingInfo,
@@ -110,7 +107,6 @@ from hccl_py import (
     HCCL_SERVER_TYPE_AICPU,
     PIPE_MTE2,
     PIPE_V,
-    Hccl,
     Mc2CcTilingConfig,
     TilingData,
     offsetof,
@@ -173,59 +169,19 @@ def PermuteImplParallel(src, dst, counts, e, rankDim, start, expertNum, axis, ba
 
 
 # ---------------------------------------------------------------- hccl_a2av_op.h
-class HcclA2avOp:
+class HcclA2avOp(HcclA2avOpBase):
     """HcclA2avOp<half, commBeforeComputeFlag = true, TILINGKEY_TPL_AICPU>."""
 
+    SERVER, COMM_BEFORE = HCCL_SERVER_TYPE_AICPU, True
+    DATA_TYPE = FP16  # IsSameType<half>
+
     def __init__(self) -> None:
-        self.hccl_ = Hccl[HCCL_SERVER_TYPE_AICPU]()
-        self.dataCommParams_ = A2avCommParams()
-        self.dataRecvOffsetLastSum_ = [0]
-        self.alltoAllvHandleId_ = [hp.INVALID_HANDLE_ID] * MAX_HANDLE_ID_NUM
+        super().__init__()
         self.permuteBaseOffset_ = 0
 
     def Init(self, hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, permute, aiv):
-        self.taskTilingInfo_ = taskTilingInfo
-        self.aivCoreNum_ = aiv
-        hcclContextGm = hp.GetHcclContext(0)
-        self.hccl_.InitV2(hcclContextGm, hcclInitTiling)
-        self.hccl_.SetCcTilingV2(hcclCcTilingOffset)
-        self.rankDim_ = self.hccl_.GetRankDim()
-        self.e_, self.H1_, self.N1_ = taskTilingInfo.e, taskTilingInfo.H1, taskTilingInfo.N1
-        self.sendGlobalBuffer_, self.recvGlobalBuffer_, self.permuteOutBuffer_ = send, recv, permute
-        n = self.e_ * self.rankDim_
-        self.recvCounts_ = list(taskTilingInfo.recvCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
-        self.sendCounts_ = list(taskTilingInfo.sendCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
-        self.hcclDataType_ = FP16  # IsSameType<half>
-
-    def aiv_only(self) -> bool:
-        """A2AV_AIV_ONLY(): True where the macro returns (AIC cores, AIV blocks 1..)."""
-        return hp.g_coreType == AIC or hp.GetBlockIdx() != 0
-
-    def LaunchCommData(self, startExpertIdx: int, expertNum: int) -> None:
-        if self.aiv_only():
-            return
-        p = self.dataCommParams_
-        CalcA2avCommBeforeParams(
-            p,
-            self.sendCounts_,
-            self.recvCounts_,
-            self.rankDim_,
-            self.e_,
-            startExpertIdx,
-            expertNum,
-            CeilDiv(self.H1_, PACK_FACTOR),
-            self.dataRecvOffsetLastSum_,
-        )
-        self.alltoAllvHandleId_[startExpertIdx] = self.hccl_.AlltoAllV[True](
-            self.sendGlobalBuffer_,
-            p.sendCnt,
-            p.sendOffset,
-            self.hcclDataType_,
-            self.recvGlobalBuffer_,
-            p.recvCnt,
-            p.recvOffset,
-            self.hcclDataType_,
-        )
+        super().Init(hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, aiv)
+        self.permuteOutBuffer_ = permute
 
     def Launch(self, startExpertIdx: int, expertNum: int) -> None:
         self.LaunchCommData(startExpertIdx, expertNum)

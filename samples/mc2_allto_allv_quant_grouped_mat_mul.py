@@ -50,6 +50,7 @@ from _a2av_templates import (
     CalcA2avCommBeforeParams,
     CalcExpertNum,
     ComputePrefixSum,
+    HcclA2avOpBase,
     PostTiling,
     dequant,
     e8m0_scales,
@@ -61,7 +62,6 @@ from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import expert_recv_counts
 from _mc2_templates import (
     A2AV_GMM_TILING_FIELDS,
-    MAX_EXPERT_SIZE,
     MAX_HANDLE_ID_NUM,
     PERMUTE_BUF_SIZE,
     TENSOR_LIST_SIZE,
@@ -78,7 +78,6 @@ from hccl_py import (
     HCCL_CMD_ALLTOALLV,
     PIPE_MTE2,
     PIPE_V,
-    Hccl,
     HcclDataType,
     HcclServerType,
     Mc2CcTilingConfig,
@@ -131,37 +130,27 @@ def PermuteImplParallel(src, dst, counts, e, rankDim, start, expertNum, axis, ba
 
 
 # ---------------------------------------------------------------- hccl_a2av_op.h
-class HcclA2avOp:
+class HcclA2avOp(HcclA2avOpBase):
     """HcclA2avOp<fp8_e4m3fn_t, commBeforeComputeFlag = true, TILINGKEY_TPL_CCU>."""
 
+    SERVER, COMM_BEFORE = CCU, True
+    DATA_TYPE = FP8E4M3  # IsSameType<fp8_e4m3fn_t>, __NPU_ARCH__ == 3510
+
     def __init__(self) -> None:
-        self.hccl_ = Hccl[CCU]()
-        self.dataCommParams_, self.scaleCommParams_ = A2avCommParams(), A2avCommParams()
-        self.dataRecvOffsetLastSum_, self.scaleRecvOffsetLastSum_ = [0], [0]
-        self.alltoAllvHandleId_ = [hp.INVALID_HANDLE_ID] * MAX_HANDLE_ID_NUM
+        super().__init__()
+        self.scaleCommParams_ = A2avCommParams()
+        self.scaleRecvOffsetLastSum_ = [0]
         self.alltoAllvScaleHandleId_ = [hp.INVALID_HANDLE_ID] * MAX_HANDLE_ID_NUM
         self.permuteBaseOffset_ = 0
 
     def Init(self, hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, permute, aiv):
-        self.aivCoreNum_ = aiv
-        self.hccl_.InitV2(hp.GetHcclContext(0), hcclInitTiling)
-        self.hccl_.SetCcTilingV2(hcclCcTilingOffset)
-        self.rankDim_ = self.hccl_.GetRankDim()
-        self.e_, self.H1_, self.N1_ = taskTilingInfo.e, taskTilingInfo.H1, taskTilingInfo.N1
-        self.sendGlobalBuffer_, self.recvGlobalBuffer_, self.permuteOutBuffer_ = send, recv, permute
-        n = self.e_ * self.rankDim_
-        self.recvCounts_ = list(taskTilingInfo.recvCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
-        self.sendCounts_ = list(taskTilingInfo.sendCnt[:n]) + [0] * (MAX_EXPERT_SIZE - n)
-        self.hcclDataType_ = FP8E4M3  # IsSameType<fp8_e4m3fn_t>, __NPU_ARCH__ == 3510
+        super().Init(hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, aiv)
+        self.permuteOutBuffer_ = permute
 
     def InitScaleBuffer(self, sendBuffer, commOutBuffer, permuteOutBuffer) -> None:
         self.sendScaleGlobalBuffer_ = sendBuffer
         self.recvScaleGlobalBuffer_ = commOutBuffer
         self.scalePermuteOutBuffer_ = permuteOutBuffer
-
-    def aiv_only(self) -> bool:
-        """A2AV_AIV_ONLY(): True where the macro returns (AIC cores, AIV blocks 1..)."""
-        return hp.g_coreType == AIC or hp.GetBlockIdx() != 0
 
     def LaunchCommScale(self, startExpertIdx: int, expertNum: int) -> None:
         if self.aiv_only():
@@ -174,19 +163,6 @@ class HcclA2avOp:
         self.alltoAllvScaleHandleId_[startExpertIdx] = self.hccl_.AlltoAllV[True](
             self.sendScaleGlobalBuffer_, p.sendCnt, p.sendOffset, FP8E8M0,
             self.recvScaleGlobalBuffer_, p.recvCnt, p.recvOffset, FP8E8M0,
-        )  # fmt: skip
-
-    def LaunchCommData(self, startExpertIdx: int, expertNum: int) -> None:
-        if self.aiv_only():
-            return
-        p = self.dataCommParams_
-        CalcA2avCommBeforeParams(
-            p, self.sendCounts_, self.recvCounts_, self.rankDim_, self.e_, startExpertIdx,
-            expertNum, CeilDiv(self.H1_, PACK_FACTOR), self.dataRecvOffsetLastSum_,
-        )  # fmt: skip
-        self.alltoAllvHandleId_[startExpertIdx] = self.hccl_.AlltoAllV[True](
-            self.sendGlobalBuffer_, p.sendCnt, p.sendOffset, self.hcclDataType_,
-            self.recvGlobalBuffer_, p.recvCnt, p.recvOffset, self.hcclDataType_,
         )  # fmt: skip
 
     def Launch(self, startExpertIdx: int, expertNum: int) -> None:

@@ -58,15 +58,13 @@ Run: ``python samples/mc2_grouped_mat_mul_allto_allv.py`` (4 emulated ranks),
 
 import numpy as np
 from _a2av_templates import (
-    CalcA2avCommAfterParams,
+    HcclA2avOpBase,
     QuantGmmA2avTilingData,
     SetGmmA2avWorkspaceInfo,
 )
 from _common import WORLD_GROUP, compare, on_device, run_sample, zeros
 from _mc2 import FP16, SIZEOF_HALF, expert_recv_counts, gmm_inputs
 from _mc2_templates import (
-    MAX_HANDLE_ID_NUM,
-    A2avCommParams,
     CeilDiv,
     HcclA2avTilingInfo,
     QuantGroupedMatmul,
@@ -79,7 +77,6 @@ from hccl_py import (
     HCCL_CMD_ALLTOALLV,
     HCCL_SERVER_TYPE_AICPU,
     PIPE_FIX,
-    Hccl,
     Mc2CcTilingConfig,
     offsetof,
 )
@@ -96,56 +93,11 @@ TILINGKEY_COMPUTE_MATMUL = True
 
 
 # ---------------------------------------------------------------- hccl_a2av_op.h
-class HcclA2avOp:
+class HcclA2avOp(HcclA2avOpBase):
     """HcclA2avOp<half, commBeforeComputeFlag = false, TILINGKEY_TPL_AICPU>."""
 
-    def __init__(self) -> None:
-        self.hccl_ = Hccl[HCCL_SERVER_TYPE_AICPU]()
-        self.dataCommParams_ = A2avCommParams()
-        self.alltoAllvHandleId_ = [hp.INVALID_HANDLE_ID] * MAX_HANDLE_ID_NUM
-
-    def Init(self, hcclInitTiling, hcclCcTilingOffset, taskTilingInfo, send, recv, aiv) -> None:
-        self.taskTilingInfo_ = taskTilingInfo
-        self.aivCoreNum_ = aiv
-        hcclContextGm = hp.GetHcclContext(0)
-        self.hccl_.InitV2(hcclContextGm, hcclInitTiling)
-        self.hccl_.SetCcTilingV2(hcclCcTilingOffset)
-        self.rankDim_ = self.hccl_.GetRankDim()
-        self.e_, self.H1_, self.N1_ = taskTilingInfo.e, taskTilingInfo.H1, taskTilingInfo.N1
-        self.sendGlobalBuffer_, self.recvGlobalBuffer_ = send, recv
-        n = self.e_ * self.rankDim_
-        self.recvCounts_ = list(taskTilingInfo.recvCnt[:n])
-        self.sendCounts_ = list(taskTilingInfo.sendCnt[:n])
-        self.hcclDataType_ = FP16  # IsSameType<half>
-
-    def aiv_only(self) -> bool:
-        """A2AV_AIV_ONLY(): True where the macro returns (AIC cores, AIV blocks 1..)."""
-        return hp.g_coreType == AIC or hp.GetBlockIdx() != 0
-
-    def LaunchCommData(self, startExpertIdx: int, expertNum: int) -> None:
-        if self.aiv_only():
-            return
-        p = self.dataCommParams_
-        CalcA2avCommAfterParams(
-            p,
-            self.sendCounts_,
-            self.recvCounts_,
-            self.rankDim_,
-            self.e_,
-            startExpertIdx,
-            expertNum,
-            self.N1_,
-        )
-        self.alltoAllvHandleId_[startExpertIdx] = self.hccl_.AlltoAllV[True](
-            self.sendGlobalBuffer_,
-            p.sendCnt,
-            p.sendOffset,
-            self.hcclDataType_,
-            self.recvGlobalBuffer_,
-            p.recvCnt,
-            p.recvOffset,
-            self.hcclDataType_,
-        )
+    SERVER, COMM_BEFORE = HCCL_SERVER_TYPE_AICPU, False
+    DATA_TYPE = FP16  # IsSameType<half>
 
     def Wait(self, startExpertIdx: int) -> None:
         if self.aiv_only():
