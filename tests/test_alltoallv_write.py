@@ -178,7 +178,10 @@ def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
     )
 
 
-def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
+@pytest.mark.parametrize("block_dim", [1, 2])
+def test_a_rank_without_its_alltoallv_write_is_a_deadlock(block_dim: int) -> None:
+    """With 2 cores, the second core's Wait is named as waiting for the first's meeting."""
+
     def kernel(xGM, tilingGM):
         h = Hccl[CCU]()
         h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
@@ -187,16 +190,19 @@ def test_a_rank_without_its_alltoallv_write_is_a_deadlock() -> None:
             h.Wait(h.AlltoAllvWrite[True](xGM, [0, 2, 1, 3], [1, 1, 1, 1], 0, 4))
 
     def main():
-        hp.launch(kernel, torch.zeros(4, dtype=torch.uint8), tiling())
+        hp.launch(kernel, torch.zeros(4, dtype=torch.uint8), tiling(), block_dim=block_dim)
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=2, platform="950", timeout=30)
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclDeadlockError)
+    waits = "rank 0 waits" if block_dim == 1 else "rank 0 AIV core 0 waits"
     assert (
-        "rank 0 waits for handle 0 AlltoAllvWrite in domain hccl_world_group: ranks [1] have "
+        f"{waits} for handle 0 AlltoAllvWrite in domain hccl_world_group: ranks [1] have "
         "not made their AlltoAllvWrite (ranks [1] returned from their function)"
     ) in err.reason
+    other = "AlltoAllvWrite in domain hccl_world_group, which another core of the rank"
+    assert (other in err.reason) == (block_dim == 2)
 
 
 @pytest.mark.parametrize("kw", [{}, {"explore": 8}], ids=str)
@@ -208,25 +214,6 @@ def test_every_core_may_wait_for_the_alltoallv_write(kw: dict[str, Any]) -> None
     got = np.array(hp.run(write_rank, world_size=n, platform="950", args=(CCU, None, 3), **kw))
     want = np.stack([np.repeat(50 * np.arange(n) + j, S) for j in range(n)])
     np.testing.assert_array_equal(got, want)
-
-
-def test_a_rank_without_its_alltoallv_write_is_a_deadlock_on_every_waiting_core() -> None:
-    def kernel(xGM, tilingGM):
-        h = Hccl[CCU]()
-        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
-        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
-        if h.GetRankId() == 0:
-            h.Wait(h.AlltoAllvWrite[True](xGM, [0, 2, 1, 3], [1, 1, 1, 1], 0, 4))
-
-    def main():
-        hp.launch(kernel, torch.zeros(4, dtype=torch.uint8), tiling(), block_dim=2)
-
-    with pytest.raises(hp.WorldError) as info:
-        hp.run(main, world_size=2, platform="950", timeout=30)
-    err = info.value.failures[0]
-    assert isinstance(err, hp.HcclDeadlockError)
-    assert "ranks [1] have not made their AlltoAllvWrite" in err.reason
-    assert "AlltoAllvWrite in domain hccl_world_group, which another core of the rank" in err.reason
 
 
 def _write_then_all_reduce() -> list[int]:
