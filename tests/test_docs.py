@@ -137,6 +137,17 @@ def test_readme_example_runs() -> None:
     assert ast.literal_eval(out.getvalue().strip()) == [[0.0, 1.0, 2.0, 3.0]] * 4
 
 
+def test_readme_test_command_is_what_ci_runs() -> None:
+    """.ci/run says it is exactly the README's test command (they once differed by pip's -q)."""
+    ci = [
+        li
+        for li in _read(ROOT / ".ci/run").splitlines()
+        if li and not li.startswith(("#", "set ", "cd "))
+    ]
+    bash = re.search(r"```bash\n(.*?)```", _read(ROOT / "README.md"), re.S)[1]
+    assert ci == [bash.splitlines()[-1]]
+
+
 def test_api_guide_example_runs() -> None:
     code = PYTHON_BLOCK.search(_read(DOCS / "api.md"))[1]
     out = io.StringIO()
