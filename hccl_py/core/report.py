@@ -114,7 +114,7 @@ KINDS: dict[str, str] = {
     ),
     "ccu-tiling-types": (
         "a CCU Prepare whose dataType or reduce op differs from its cc tiling's, which the CCU "
-        "client uses instead"
+        "client uses instead (not a type as wide on an op that does not reduce)"
     ),
     "compute-only": (
         "the init tiling's debugMode is 1 (SetDebugMode(1), HCCL_ONLY_COMPUTE): the kernel's "

@@ -93,7 +93,9 @@ RULES: dict[str, Rule] = {
         "an Init whose tiling's debugMode is 1: communication is off", "compute-only"
     ),
     "ccu-tiling-types": _carries_on(
-        "a CCU Prepare whose dataType or reduce op is not its cc tiling's", "ccu-tiling-types"
+        "a CCU Prepare whose dataType or reduce op is not its cc tiling's (bar a type as wide "
+        "on an op that does not reduce: the same bytes move)",
+        "ccu-tiling-types",
     ),
     "sending-core": _refused("a Prepare on a core that may not send for the object", HcclCoreError),
     "unknown-handle": _refused("a handle id that Prepare did not return"),
