@@ -24,10 +24,20 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_helpers import JOB_TIMEOUT, ROOT, SLOW, free_port, launch, start, torchrun
+from launch_helpers import (
+    FOREIGN_ENV,
+    JOB_TIMEOUT,
+    ROOT,
+    SLOW,
+    free_port,
+    launch,
+    start,
+    torchrun,
+)
 
 import hccl_py as hp
 from hccl_py import runtime
+from hccl_py.__main__ import main as cli
 from hccl_py.launcher import sealed
 from hccl_py.launcher import store as kv
 from hccl_py.launcher.spec import STORE_HOSTED_ENV, LaunchError, RankSpec, spec_from_env
@@ -224,17 +234,25 @@ def test_runner_stops_every_rank_when_one_fails(job: Path, mode: str, why: str) 
         assert re.search(rf"\[rank {rank}\].*{because}", out.stderr), out.stderr
 
 
-def test_runner_on_two_hosts(job: Path) -> None:
+def test_runner_on_two_hosts(
+    job: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """--nnodes 2: node 0's runner hosts the store, node 1's joins it (here both on loopback).
 
-    Every host needs the same HCCL_PY_SECRET: without one the runner refuses to start, and a
-    runner with another secret is refused by node 0's store (it belongs to another run).
+    Every host needs the same HCCL_PY_SECRET: without one the runner refuses to start (asked
+    in this process: it refuses before it starts anything), and a runner with another secret
+    is refused by node 0's store (it belongs to another run).
     """
     port = str(free_port())
     base = [sys.executable, "-m", "hccl_py", "run", "-n", "1", "--backend", "gloo", "--nnodes", "2"]
     tail = ["--master-port", port, str(job), "ok"]
-    unkeyed = launch([*base, "--node-rank", "1", *tail])
-    assert unkeyed.returncode == 2 and "needs HCCL_PY_SECRET" in unkeyed.stderr, unkeyed.stderr
+    for name in [n for n in os.environ if n.startswith(FOREIGN_ENV)]:  # as launch() leaves it
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(runtime.BACKEND_ENV, "gloo")  # main sets it from --backend: undone after
+    assert cli([*base[3:], "--node-rank", "1", *tail]) == 2
+    unkeyed = capsys.readouterr().err
+    assert "needs HCCL_PY_SECRET" in unkeyed, unkeyed
+    monkeypatch.undo()
     node0 = start([*base, "--node-rank", "0", *tail], HCCL_PY_SECRET="two-hosts")
     try:
         stranger = launch([*base, "--node-rank", "1", *tail], HCCL_PY_SECRET="another run")
