@@ -405,19 +405,37 @@ def test_alltoallv_and_reduced_blocks() -> None:
     assert picture.strips[0].gaps() == [(16, 24)]
 
 
-def test_cli_run_trace_summary_and_layout(tmp_path: Path) -> None:
+def _cli_here(monkeypatch: pytest.MonkeyPatch, *argv: str) -> int:
+    """``python -m hccl_py ARGV`` on the emulator, in this process: main() runs the script here
+    (runpy), as the command line does; what main and the script change in the environment,
+    sys.argv and sys.path is undone."""
+    from hccl_py.__main__ import main
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    saved = dict(os.environ)
+    try:
+        return main(list(argv))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_cli_run_trace_summary_and_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The command line's run and layout, in this process (the emulator runs the script here)."""
     trace, png = tmp_path / "t.json", tmp_path / "l.png"
     sample = str(ROOT / "samples" / "debug_stride_mistake.py")
-    cmd = [sys.executable, "-m", "hccl_py"]
-    out = subprocess.run([*cmd, "run", "-n", "2", "--trace", str(trace), "--summary", sample,
-                          "--fixed"], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    assert "hccl_py summary" in out.stderr
+    code = _cli_here(monkeypatch, "run", "-n", "2", "--trace", str(trace), "--summary", sample,
+                     "--fixed")  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "hccl_py summary" in err
     assert {e["pid"] for e in _events(trace)} == {0, 1}
-    out = subprocess.run([*cmd, "layout", "-n", "4", "--png", str(png), sample],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 1  # the sample's check fails on purpose
-    assert "[768, 856) written more than once" in out.stderr
+    code = _cli_here(monkeypatch, "layout", "-n", "4", "--png", str(png), sample)
+    assert code == 1  # the sample's check fails on purpose
+    assert "[768, 856) written more than once" in capsys.readouterr().err
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
