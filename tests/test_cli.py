@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 
@@ -137,16 +138,29 @@ if __name__ == "__main__":
     ("kwargs", "nproc", "ok"),
     [("", 3, True), (", world_size=3", 3, True), (", world_size=4", 8, False)],
 )
-def test_run_n_runs_n_ranks_or_says_why_not(tmp_path, kwargs: str, nproc: int, ok: bool) -> None:
+def test_run_n_runs_n_ranks_or_says_why_not(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, kwargs: str,
+    nproc: int, ok: bool,
+) -> None:  # fmt: skip
+    """On the emulator ``run`` runs the script in its own process (runpy): main() here runs
+    what ``python -m hccl_py run`` runs; what it and the script change is undone after."""
     script = tmp_path / "job.py"
     script.write_text(SCRIPT.format(kwargs=kwargs))
-    out = _cli("run", "-n", str(nproc), str(script))
-    if ok:
-        assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == str([nproc] * nproc)
-    else:
-        assert out.returncode != 0
-        assert "-n 8 asked for 8 ranks" in out.stderr and "world_size=4" in out.stderr, out.stderr
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    saved = dict(os.environ)
+    try:
+        if ok:
+            assert main(["run", "-n", str(nproc), str(script)]) == 0, capsys.readouterr().err
+            assert capsys.readouterr().out.strip() == str([nproc] * nproc)
+        else:  # Python prints this uncaught error and exits 1
+            with pytest.raises(ValueError) as info:
+                main(["run", "-n", str(nproc), str(script)])
+            said = str(info.value)
+            assert "-n 8 asked for 8 ranks" in said and "world_size=4" in said, said
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.mark.parametrize("backend", ["emu", "gloo"])
