@@ -461,17 +461,19 @@ def test_two_processes_give_the_same_timeline_but_its_times(tmp_path: Path) -> N
     assert runs[0][1] and runs[0] == runs[1]
 
 
-def test_cli_layout_draws_send_strips() -> None:
+def test_cli_layout_draws_send_strips(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     sample = str(ROOT / "samples" / "debug_send_stride_mistake.py")
-    out = subprocess.run([sys.executable, "-m", "hccl_py", "layout", "-n", "4", sample],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert out.returncode == 1  # the sample's check fails on purpose
-    assert "send buffers: digit = rank the bytes go to" in out.stderr
+    code = _cli_here(monkeypatch, "layout", "-n", "4", sample)
+    out = capsys.readouterr()
+    assert code == 1  # the sample's check fails on purpose
+    assert "send buffers: digit = rank the bytes go to" in out.err
     strip = "rank 1 xGM (send) (2400 bytes) |00000" + "!" * 21 + "333333" + "." * 32 + "|"
-    assert strip in out.stderr
-    assert "    [1200, 2400) unread\n    [200, 1000) read more than once" in out.stderr
-    assert "rank 1 yGM (600 bytes) |" + "*" * 64 + "|" in out.stderr
-    assert "rank 3: rounds 0..2 summed send elements" in out.stdout
+    assert strip in out.err
+    assert "    [1200, 2400) unread\n    [200, 1000) read more than once" in out.err
+    assert "rank 1 yGM (600 bytes) |" + "*" * 64 + "|" in out.err
+    assert "rank 3: rounds 0..2 summed send elements" in out.out
 
 
 def test_a_failed_run_still_writes_its_timeline(tmp_path: Path) -> None:
