@@ -12,7 +12,6 @@ see are forced with a threading.Event shared by the rank threads.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -503,26 +502,34 @@ if __name__ == "__main__":
 
 
 @pytest.mark.one_runner_kind  # its own processes, on the default runners
-def test_run_poison_flag_checks_a_script_that_does_not_ask(tmp_path: Path) -> None:
+def test_run_poison_flag_checks_a_script_that_does_not_ask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``run`` without and with ``--poison``, through main() in this process: on the emulator
+    the command line runs the script here (runpy); the environment (without HCCL_PY_*
+    variables for the runs), sys.argv and sys.path are restored after."""
+    from hccl_py.__main__ import main
+
     script = tmp_path / "racy.py"
     script.write_text(RACY_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HCCL_PY_")}
-    cmd = [sys.executable, "-m", "hccl_py", "run", "-n", "2"]
-    plain = subprocess.run([*cmd, str(script)], capture_output=True, text=True, env=env)
-    assert plain.returncode == 0, plain.stderr
-    assert "sum 32.0" in plain.stdout
-    checked = subprocess.run(
-        [*cmd, "--poison", "--schedule", "late", str(script)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert checked.returncode != 0
-    assert "sum nan" in checked.stdout
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    saved = dict(os.environ)
+    try:
+        for name in [n for n in os.environ if n.startswith("HCCL_PY_")]:
+            del os.environ[name]
+        assert main(["run", "-n", "2", str(script)]) == 0, capsys.readouterr().err
+        assert "sum 32.0" in capsys.readouterr().out
+        with pytest.raises(hp.WorldError) as info:  # Python prints it and exits 1
+            main(["run", "-n", "2", "--poison", "--schedule", "late", str(script)])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert "sum nan" in capsys.readouterr().out
     assert (
         "rank 0 read bytes [0, 128) of WindowsIn of rank 0 (domain hccl_world_group) at "
-        "racy.py:26 (kernel), which rank 1 wrote at racy.py:22 (kernel)" in checked.stderr
-    ), checked.stderr
+        "racy.py:26 (kernel), which rank 1 wrote at racy.py:22 (kernel)" in str(info.value)
+    ), info.value
 
 
 def test_poison_and_schedule_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
