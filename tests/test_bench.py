@@ -201,19 +201,26 @@ def test_reference_against_hand_computed_blocks() -> None:
         ("checked_floor.py", ["--sizes", "1024", "6"]),
     ],
 )
-def test_benchmark_scripts_name_a_missing_or_bad_argument(script: str, args: list[str]) -> None:
+def test_benchmark_scripts_name_a_missing_or_bad_argument(
+    script: str, args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     """A benchmark script given too few or unusable arguments prints its usage and what is wrong
-    (exit status 2), not a traceback of an index or a conversion."""
-    import subprocess
+    (exit status 2), not a traceback of an index or a conversion. Run as ``python SCRIPT ARGS``
+    runs it, in this process (runpy, as __main__, with its sys.argv and folder first on
+    sys.path): any exception but that exit would be the traceback."""
+    import runpy
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / script), *args],
-        capture_output=True, text=True, timeout=120, cwd=root,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert "usage:" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    path = str(root / "benchmarks" / script)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(sys, "argv", [path, *args])
+    monkeypatch.setattr(sys, "path", [str(root / "benchmarks"), *sys.path])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(path, run_name="__main__")
+    stderr = capsys.readouterr().err
+    assert done.value.code == 2, stderr
+    assert "usage:" in stderr and "Traceback" not in stderr, stderr
 
 
 def test_checked_floor_times_every_variant_and_checks_their_values(
