@@ -147,6 +147,27 @@ SPECS: dict[str, SampleSpec] = {
         # tiling's aicCoreNum (3: all three AIC cores multiply every tile, so the flag 4 barrier
         # orders them, and six AIV cores share the reduce)
         SampleSpec("mc2_matmul_a2a_vec_reduce_950", world_sizes=(4,), block_dim=None),
+        # 2 ranks: the AllReduce path (cube only); the two-shot path's sites at 4 ranks, where
+        # IsUseA2APath takes it; its block_dim is the tiling's aicCoreNum (3: two AIC cores
+        # multiply, the third joins the flag 3 barriers); two launches, "ccu" and "ai_cpu"
+        SampleSpec(
+            "mc2_matmul_all_reduce_950",
+            block_dim=None,
+            site_sizes=tuple(
+                (site, (4,))
+                for site in (
+                    "PostProcEachTurn:SyncAll#1",
+                    "WaitAlltoAllEachTurn:Wait#1",
+                    "WaitAlltoAllEachTurn:SyncAll#1",
+                    "ReduceSumAndAllGather:SyncAll#1",
+                    "ReduceSumAndAllGather:SyncAll#2",
+                    "ReduceSumAndAllGather:SyncAll#3",
+                    "HcclFinalize:Wait#3",
+                    "HcclFinalize:SyncAll#1",
+                    "HcclFinalize:SyncAll#2",
+                )
+            ),
+        ),
         # 2 ranks; its block_dim is the tiling's aicCoreNum (3: the tail's matmul uses 2 AIC
         # cores, so AIC core 2 only Waits there, and the flag 3 barrier orders three cores);
         # two launches, comm_mode "ccu" (CCU client) and "ai_cpu" (AI CPU client)
@@ -748,6 +769,35 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "CubeNotifyVector:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
         "CubeNotifyVector:CrossCoreSetFlag#2": ("default", DEADLOCK),
         "VecWaitCube:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
+    },
+    "mc2_matmul_all_reduce_950": {
+        "Mc2SyncAll:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "Mc2SyncAll:CrossCoreWaitFlag#1": ("default", "HcclRaceError"),
+        "PostProcEachTurn:Mc2SyncAll#1": ("default", "HcclRaceError"),
+        # the ccu launch: the CCU client's Finalize writes its message into the slot after the
+        # rounds waited, one the CCU has already passed
+        "HcclFinalize:Wait#1": ("default", "HcclUnfinishedError"),
+        "HcclFinalize:Wait#2": _missed(
+            "equivalent: the tail's handle is the last one, and Finalize Waits the last handle "
+            "until every committed round of it is finished; the host reads y after the launch"
+        ),
+        "HcclFinalize:Mc2SyncAll#1": _missed(NOTIFY_CORE_ONLY),
+        "PostProcEachTurn:SyncAll#1": ("explore", "HcclRaceError"),
+        "WaitAlltoAllEachTurn:Wait#1": ("default", "HcclRaceError"),
+        "WaitAlltoAllEachTurn:SyncAll#1": _missed(
+            "equivalent in this port (a tail group): the tail turn's SyncAll<false> follows AIV "
+            "0's Waits of every tile's AlltoAll, and ReduceSumAndAllGather's first SyncAll its "
+            "Wait of the tail's, before any core reduces those rounds"
+        ),
+        "ReduceSumAndAllGather:SyncAll#1": ("default", "HcclRaceError"),
+        "ReduceSumAndAllGather:SyncAll#2": ("default", "HcclRaceError"),
+        "ReduceSumAndAllGather:SyncAll#3": ("default", "HcclRaceError"),
+        "HcclFinalize:Wait#3": ("default", "HcclRaceError"),
+        "HcclFinalize:SyncAll#1": ("default", "HcclRaceError"),
+        "HcclFinalize:SyncAll#2": _missed(
+            "equivalent: after the copy into y only AIV 0 Finalizes, and the copy reads the "
+            "workspace's AllGather output, which every task has finished writing"
+        ),
     },
     "mc2_all_gather_matmul_v2_950": {
         "EndNotify:CrossCoreSetFlag#1": ("default", DEADLOCK),

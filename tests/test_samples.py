@@ -70,6 +70,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_quant_grouped_mat_mul_allto_allv.py": {"y": "PASS"},
     "mc2_matmul_reduce_scatter_v2_950.py": {"y": "PASS"},
     "mc2_matmul_a2a_vec_reduce_950.py": {"y": "PASS"},
+    "mc2_matmul_all_reduce_950.py": {"ccu": "PASS", "ai_cpu": "PASS"},
     "mc2_all_gather_matmul_v2_950.py": {"gather_out": "PASS", "y-ccu": "PASS", "y-ai_cpu": "PASS"},
     "mc2_moe_distribute_dispatch_v2_full_mesh.py": {
         f"{entry}-{launch}": "PASS" for launch in (1, 2) for entry in ("launch", "v3")
@@ -226,6 +227,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_matmul_reduce_scatter_v2_950-torchrun": _torchrun("mc2_matmul_reduce_scatter_v2_950"),
     # comm_mode "ccu" on 4 ranks: the A2A path (its entry's other kernel runs above)
     "mc2_matmul_a2a_vec_reduce_950-gloo": _gloo("mc2_matmul_a2a_vec_reduce_950", 4),
+    # 2 ranks: the AllReduce path (4 ranks, in-process, run AlltoAll + reduce + AllGather)
+    "mc2_matmul_all_reduce_950-gloo": _gloo("mc2_matmul_all_reduce_950"),
     "mc2_all_gather_matmul_v2_950-gloo": _gloo("mc2_all_gather_matmul_v2_950"),
     "mc2_all_gather_matmul_v2_950-torchrun": _torchrun("mc2_all_gather_matmul_v2_950"),
     "moe_distribute_window-gloo": _gloo("moe_distribute_window", 4),
