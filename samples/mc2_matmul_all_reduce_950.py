@@ -61,8 +61,7 @@ every AlltoAll slice (16384 or 20480 elements) is two reduce blocks of 15360 and
 reduce it, and the final copy is 19 blocks over all six; the tail's 10 rows are not a multiple of
 rankDim, so ``needPad_`` holds; each base block is one torch matmul; UB queues are torch tensors;
 no ``libApiWorkSpaceSize_`` (system workspace 0 bytes, so the raw and user workspaces coincide);
-``OOMInit`` checks no address range; ``MIX_AIC_1_0`` launches as ``kernel_type="aic"`` (hp.launch
-has no mix_aic_1_0; both make each AIC core a block without subblocks).
+``OOMInit`` checks no address range.
 
 Run: ``python samples/mc2_matmul_all_reduce_950.py`` (4 emulated ranks; ``python -m hccl_py run
 -n 8`` for 8), ``python -m hccl_py run -n 2 --backend gloo samples/mc2_matmul_all_reduce_950.py``.
@@ -559,7 +558,7 @@ def make_tiling(rankDim: int, commMode: str):
         cgmPadLen = (TILE_CNT + TAIL_CNT) * FIVE_ONE_TWO
         commWorkSpace = (TILE_M * N * TILE_CNT + TAIL_M * N * TAIL_CNT + cgmPadLen) * SIZEOF_HALF
         workspaceSize += commWorkSpace * 3 + commWorkSpace // rankDim
-    kernelType = "mix_aic_1_2" if isUseA2APath else "aic"  # MIX_AIC_1_2 or MIX_AIC_1_0
+    kernelType = "mix_aic_1_2" if isUseA2APath else "mix_aic_1_0"
     return tiling, workspaceSize, (isUseA2APath, tplCommMode), AIC_CORE_NUM, kernelType
 
 

@@ -28,6 +28,8 @@ KERNEL_TYPES = {  # kernel_type -> (AIC cores, AIV cores) per block
     "aic": (1, 0),
     "mix_aic_1_2": (1, 2),
     "mix_aic_1_1": (1, 1),
+    "mix_aic_1_0": (1, 0),  # ops-transformer's 950 MatmulAllReduce (refused before 2026-12-01)
+    "mix_aiv_1_0": (0, 1),
 }
 
 

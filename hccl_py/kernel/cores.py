@@ -49,12 +49,16 @@ class KernelCoreType(enum.IntEnum):
 AIC = KernelCoreType.AIC
 AIV = KernelCoreType.AIV
 
-#: kernel_type -> (AIC cores per block, AIV cores per block)
+#: kernel_type -> (AIC cores per block, AIV cores per block). KERNEL_TYPE_MIX_AIC_1_0 and
+#: _MIX_AIV_1_0 (a mixed kernel's code run on one core type, as ops-transformer's 950
+#: MatmulAllReduce cube-only path launches) have the layout of "aic" and "aiv".
 KERNEL_TYPES: dict[str, tuple[int, int]] = {
     "aiv": (0, 1),
     "aic": (1, 0),
     "mix_aic_1_2": (1, 2),
     "mix_aic_1_1": (1, 1),
+    "mix_aic_1_0": (1, 0),
+    "mix_aiv_1_0": (0, 1),
 }
 
 
