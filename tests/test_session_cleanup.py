@@ -108,6 +108,41 @@ def test_the_parent_watch_is_armed_before_the_rank_joins_its_store(
     assert seen == [True]
 
 
+def test_a_rank_forked_after_its_run_stopped_leaves_without_opening_the_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ctrl-C to hp.run while the fork server forked a rank: hp.run never learnt its pid and
+    removed its folder; the rank's torch FileStore then waited 5 minutes for the folder
+    holding the GIL, so the parent watch above could not run, and the rank, the fork server
+    and the resource tracker outlived the run (a leftover hunt, with ``bench`` on gloo)."""
+    from hccl_py.backends.dist import session
+    from hccl_py.launcher import liveness
+    from hccl_py.launcher.spec import RankSpec
+
+    class LeftError(Exception):
+        pass
+
+    left: list[tuple] = []
+
+    def leave(rank: int | None, why: str, own_dirs: bool = True) -> None:
+        left.append((rank, why, own_dirs))
+        raise LeftError
+
+    def file_store(path: str) -> None:
+        pytest.fail(f"a FileStore was opened at {path}, whose folder is gone")
+
+    monkeypatch.setattr(liveness, "leave_orphaned", leave)
+    monkeypatch.setattr(kv, "file_store", file_store)
+    path = str(tmp_path / "hccl_py-gone" / "store")
+    spec = RankSpec("spawn", "worker", 1, 2, 1, "", 0, False, store_path=path)
+    with pytest.raises(LeftError):
+        session._open_store(spec, 5.0)
+    assert left == [
+        (1, f"the run's store {path} is gone: the process that started this run stopped it "
+            "before this rank joined", False),
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("key", [kv.result_key, kv.read_key], ids=["outcome", "read"])
 def test_a_rank_publishes_its_own_key_again_when_another_process_deleted_it(key) -> None:
     """Anyone who reaches the run's store can delete keys. The ranks wait for every rank's

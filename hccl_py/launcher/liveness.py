@@ -177,6 +177,19 @@ def leave_orphaned(rank: int | None, why: str, own_dirs: bool = True) -> None:
             os._exit(1)
 
 
+def join_file_store(path: str, rank: int | None) -> Any:
+    """The file store of ``hp.run`` at ``path`` (made before any rank started); where it is gone,
+    the run was stopped while this rank was forked: end this process (:func:`leave_orphaned`).
+
+    torch's ``FileStore`` would wait 5 minutes for a missing folder holding the GIL, so no
+    watch of the parent could end the rank meanwhile (it and the fork server lived on).
+    """
+    if not os.path.exists(path):
+        why = f"the run's store {path} is gone: the process that started this run stopped it"
+        leave_orphaned(rank, f"{why} before this rank joined", own_dirs=False)
+    return kv.file_store(path)
+
+
 def remove_orphan_dirs() -> None:
     """Remove the folders of :data:`ORPHAN_DIRS_ENV`: the process that made them is gone.
 

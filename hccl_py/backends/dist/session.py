@@ -38,6 +38,7 @@ from ...launcher.liveness import (
     RankDiedError,
     dump_stacks_on_request,
     end_own_group,
+    join_file_store,
     leave_reparented,
     watch_parent,
 )
@@ -314,7 +315,7 @@ class Session:
 def _open_store(spec: RankSpec, timeout: float) -> Any:
     """The store of ``spec``'s world: a file, hosted here (on one address), or joined."""
     if spec.store_path:
-        return kv.file_store(spec.store_path)
+        return join_file_store(spec.store_path, spec.rank)
     if spec.host_store:
         return kv.host_store(kv.listen_address(spec.host), spec.port, timeout)[0]
     if spec.launcher == "torchrun":  # torchrun's own store: not ours to check
