@@ -297,6 +297,47 @@ def test_a_file_that_appears_before_the_write_is_not_overwritten(tmp_path: Path)
     assert (tmp_path / "new" / "t.json").read_bytes() == b"ours"
 
 
+def test_a_write_that_fails_leaves_no_truncated_file(tmp_path: Path) -> None:
+    """Before, a failed write (a full disk, Ctrl-C) left the truncated file under the user's
+    name, which the next run then refused; a file that replaced it meanwhile stays."""
+    from hccl_py.core.newfile import create_new, write_new
+
+    path = tmp_path / "t.json"
+    with pytest.raises(OSError, match="No space"), create_new(path) as f:
+        f.write(b'{"traceEvents": [')
+        raise OSError(28, "No space left on device")
+    assert not path.exists()
+    write_new(path, b"ours")  # the path is free again, and then this process's own file
+    with pytest.raises(KeyboardInterrupt), create_new(path) as f:
+        f.write(b"part")
+        raise KeyboardInterrupt
+    assert not path.exists()
+    with pytest.raises(RuntimeError), create_new(path) as f:
+        path.unlink()
+        path.write_text("theirs")
+        raise RuntimeError
+    assert path.read_text() == "theirs"
+
+
+def test_a_trace_the_disk_cannot_hold_is_not_left_truncated(tmp_path: Path) -> None:
+    """A file size limit stands for a full disk: the run says "not written", and no half
+    trace is left at the path (before, one of exactly the limit's size was)."""
+    path = str(tmp_path / "t.json")
+    code = (
+        "import resource, signal, hccl_py as hp\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))\n"
+        f"print(hp.run(lambda: hp.barrier() or hp.get_rank(), world_size=2, trace={path!r}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0 and out.stdout == "[0, 1]\n", out.stderr
+    assert "File too large; not written" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_file_this_process_created_is_written_again(tmp_path: Path) -> None:
     """A second hp.run with the same trace path (HCCL_PY_TRACE, or --trace of a script that
     calls hp.run twice) replaces the file the first one created; the first version of the

@@ -46,7 +46,8 @@ def is_mine(path: str | Path) -> bool:
 def create_new(path: str | Path, what: str = "output") -> Iterator[BinaryIO]:
     """``path`` opened for writing as a new file (mode 0666 less the umask), its folder made;
     a FileExistsError that says so when anything (a file, a link) is at ``path``, unless it
-    is a file this process created (:func:`is_mine`), which is replaced."""
+    is a file this process created (:func:`is_mine`), which is replaced. If the writing fails
+    (a full disk, an exception of the caller's), the file is removed, not left truncated."""
     out, key = Path(path), os.path.abspath(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd = -1
@@ -63,9 +64,22 @@ def create_new(path: str | Path, what: str = "output") -> Iterator[BinaryIO]:
         except FileExistsError:
             raise FileExistsError(exists_message(what, path)) from None
     with os.fdopen(fd, "wb") as f:
-        yield f
-        f.flush()
+        try:
+            yield f
+            f.flush()
+        except BaseException:  # a full disk, Ctrl-C: no truncated file stays under the name
+            _remove_if_same(key, os.fstat(f.fileno()))
+            raise
         _MINE[key] = _identity(os.fstat(f.fileno()))
+
+
+def _remove_if_same(path: str, st: os.stat_result) -> None:
+    """Remove ``path`` if it is still the file ``st`` (not one that replaced it meanwhile)."""
+    _MINE.pop(path, None)
+    with contextlib.suppress(OSError):
+        now = os.lstat(path)
+        if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+            os.unlink(path)
 
 
 def write_new(path: str | Path, data: bytes, what: str = "output") -> None:

@@ -37,12 +37,8 @@ def save(fig: Any, path: str | Path, dpi: int = 90) -> None:
     plt = pyplot("saving a figure")
     fig.tight_layout()
     try:
-        with create_new(path, "picture") as f:
-            try:
-                fig.savefig(f, dpi=dpi, format=Path(path).suffix[1:] or "png")
-            except BaseException:  # a format matplotlib cannot write: no empty file stays
-                Path(path).unlink(missing_ok=True)
-                raise
+        with create_new(path, "picture") as f:  # a failed savefig leaves no file
+            fig.savefig(f, dpi=dpi, format=Path(path).suffix[1:] or "png")
     finally:
         plt.close(fig)
 
