@@ -297,6 +297,26 @@ def test_a_file_that_appears_before_the_write_is_not_overwritten(tmp_path: Path)
     assert (tmp_path / "new" / "t.json").read_bytes() == b"ours"
 
 
+def test_two_outputs_at_one_path_are_refused(
+    script: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Before, ``HCCL_PY_TRACE=x.json ... bench --json x.json`` wrote the trace, then replaced
+    it with the table (a file of this process may be written again), saying nothing."""
+    monkeypatch.setenv("HCCL_PY_TRACE", "x.json")
+    assert _error(capsys, "bench", ["bench", "--quick", "--json", "./x.json"]) == (
+        "environment variable HCCL_PY_TRACE 'x.json' names the same file as --json: the second "
+        "written would replace the first; give each output a path of its own"
+    )
+    monkeypatch.delenv("HCCL_PY_TRACE")
+    monkeypatch.setenv("HCCL_PY_LAYOUT", "x.png")
+    with pytest.raises(ValueError, match="HCCL_PY_LAYOUT 'x.png' names the same file as trace"):
+        hp.run(lambda: None, world_size=1, trace="x.png")
+    argv = ["run", "-n", "1", "--trace", "x.png", str(script)]
+    assert "HCCL_PY_LAYOUT 'x.png' names the same file as --trace" in _error(capsys, "run", argv)
+    assert not script.with_suffix(".ran").exists() and not (script.parent / "x.png").exists()
+    assert not (script.parent / "x.json").exists()
+
+
 def test_a_write_that_fails_leaves_no_truncated_file(tmp_path: Path) -> None:
     """Before, a failed write (a full disk, Ctrl-C) left the truncated file under the user's
     name, which the next run then refused; a file that replaced it meanwhile stays."""

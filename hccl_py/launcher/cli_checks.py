@@ -191,13 +191,21 @@ def check_output(option: str, path: str, *, drawn: bool = False) -> None:
 
 def check_outputs(*outputs: tuple[str, str | None, str | None, bool]) -> None:
     """:func:`check_output` of each (option, its path or None, the variable that stands in for
-    it or None, drawn); a drawing's path "-" is no file (the layout picture as text only)."""
+    it or None, drawn); a drawing's path "-" is no file (the layout picture as text only).
+    Two outputs at one path are refused: the second would replace the first (its own file)."""
+    seen: dict[str, str] = {}
     for option, path, env, drawn in outputs:
         path, what = (
             (path, option) if path or env is None else (os.environ.get(env), env_label(env))
         )
         if path and not (drawn and path == "-"):
             check_output(what, path, drawn=drawn)
+            first = seen.setdefault(os.path.abspath(path), what)
+            if first != what:
+                raise UsageError(
+                    f"{what} {path!r} names the same file as {first}: the second written would "
+                    "replace the first; give each output a path of its own"
+                )
 
 
 def host_memory() -> int | None:
