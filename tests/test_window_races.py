@@ -501,7 +501,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.one_runner_kind  # its own processes, on the default runners
+@pytest.mark.one_runner_kind  # the command line runs with HCCL_PY_* cleared: the default runners
 def test_run_poison_flag_checks_a_script_that_does_not_ask(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
