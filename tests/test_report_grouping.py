@@ -190,8 +190,8 @@ def test_an_error_whose_message_fails_is_reported_as_tracebacks_show_it(seed: in
     text = str(info.value)
     assert "rank 0: _UnprintableError: <exception str() failed>" in text
     assert (
-        "rank 1: HcclPeerError: stopped because rank 0 failed: _UnprintableError: <exception"
-        in text
+        "rank 1: HcclPeerError: [rank 1] stopped because rank 0 failed: _UnprintableError: "
+        "<exception" in text
     )
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.config import TIMEOUT_ENV, default_timeout
+from ..core.current import rank_or_none
 from ..core.errors import (
     ForgedValueError,
     HcclDeadlockError,
@@ -246,7 +247,11 @@ class Blocker:
             raise type(error)(error.reason)
         rank = getattr(error, "hccl_rank", None)
         who = f"rank {rank}" if rank is not None else "another thread"
-        raise HcclPeerError(f"stopped because {who} failed: {error_text(error)}")
+        me = rank_or_none()
+        raise HcclPeerError(
+            f"stopped because {who} failed: {error_text(error)}",
+            rank=None if me is None else me.rank,
+        )
 
     def run_ready(self) -> None:
         """Run every job that ``take_work`` offers (an eager server calls this after a Commit)."""
