@@ -15,9 +15,8 @@ it counts as *spinning*; if it keeps polling the same value for
 :data:`FROZEN_POLLS` more polls while every other thread waits in vain (or spins
 too), the process is just as stuck and the poller reports the deadlock.
 
-The emulator's implementation (``emu/scheduler.py``) runs one runner (a
-greenlet) at a time in an order it decides, and reports deadlocks exactly,
-without counting polls; its ``spawn`` returns a thread-like handle.
+The emulator's (``emu/scheduler.py``) runs one runner (a greenlet) at a time in an order it
+decides, and reports deadlocks exactly, without counting polls.
 """
 
 from __future__ import annotations
@@ -245,13 +244,9 @@ class Blocker:
             isinstance(error, HcclDeadlockError) and error.rank is None
         ):  # the world's deadlock concerns every thread; one rank's (a SyncAll) is that rank's
             raise type(error)(error.reason)
-        rank = getattr(error, "hccl_rank", None)
+        rank, me = getattr(error, "hccl_rank", None), getattr(rank_or_none(), "rank", None)
         who = f"rank {rank}" if rank is not None else "another thread"
-        me = rank_or_none()
-        raise HcclPeerError(
-            f"stopped because {who} failed: {error_text(error)}",
-            rank=None if me is None else me.rank,
-        )
+        raise HcclPeerError(f"stopped because {who} failed: {error_text(error)}", rank=me)
 
     def run_ready(self) -> None:
         """Run every job that ``take_work`` offers (an eager server calls this after a Commit)."""
