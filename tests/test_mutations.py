@@ -91,6 +91,9 @@ SPECS: dict[str, SampleSpec] = {
         # three launches: the third reuses the first one's half of the window, so the writes
         # that reset a half (status word, state area, token flags) are read again
         SampleSpec("mc2_moe_distribute_dispatch_v2_950", flags=(r"^status\[0\] = ",), launches=3),
+        # its dispatch runs first in each launch (imported): the status words are shared, so
+        # a dispatch and its combine take the two halves of the window
+        SampleSpec("mc2_moe_distribute_combine_v2_950", flags=(r"^status\[0\] = ",), launches=3),
         SampleSpec(
             "mc2_moe_distribute_dispatch_v2_full_mesh",
             flags=(r"selfDataStatus\[0\] = ", r"\] = ONE$", r"\] = 0(\.0)?$"),
@@ -637,6 +640,17 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
+    },
+    "mc2_moe_distribute_combine_v2_950": {
+        "moe_distribute_combine_v2:flag#1": (
+            "missed",
+            "never runs: the combine shares the dispatch's status words and always follows it, "
+            "so it finds them 1 and takes the second half of the window",
+        ),
+        "moe_distribute_combine_v2:flag#2": ("explore", "HcclScheduleError"),
+        "moe_distribute_combine_v2:SyncAll#1": ("default", CHECK),
+        "moe_distribute_combine_v2:Wait#1": ("default", CHECK),
+        "moe_distribute_combine_v2:SyncAll#2": ("default", CHECK),
     },
     "mc2_moe_distribute_dispatch_v2_full_mesh": {
         "dispatch:flag#1": ("explore", "HcclRaceError"),

@@ -55,6 +55,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_matmul_all_reduce_add_rms_norm.py": {"arn1": "PASS", "arn2": "PASS"},
     "mc2_all_gather_matmul_full_mesh.py": {"gather_out": "PASS", "output": "PASS"},
     "mc2_moe_distribute_dispatch_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_moe_distribute_combine_v2_950.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": {"y": "PASS"},
     "mc2_allto_all_matmul.py": {"all2all_out": "PASS", "y": "PASS"},
@@ -152,6 +153,7 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         "mc2_matmul_reduce_scatter_full_mesh"
     ),
     "mc2_moe_distribute_dispatch_v2_950-gloo": _gloo("mc2_moe_distribute_dispatch_v2_950"),
+    "mc2_moe_distribute_combine_v2_950-gloo": _gloo("mc2_moe_distribute_combine_v2_950"),
     "mc2_moe_distribute_dispatch_v2_full_mesh-gloo": _gloo(
         "mc2_moe_distribute_dispatch_v2_full_mesh"
     ),
