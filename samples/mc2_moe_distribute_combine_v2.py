@@ -10,7 +10,7 @@ of ``op_host/op_tiling/moe_distribute_combine_v2_tiling.cpp`` (with ``CheckWinSi
 ``moe_distribute_dispatch_v2/op_kernel/``: ``InitWinState`` (``moe_distribute_v2_base.h``),
 ``HcclContextHolder`` (``hccl_context_holder.h``, over the A3 helpers of
 ``mc2/common/op_kernel/moe_distribute_base.h``), ``CheckWindowSize`` (``check_winsize.h``) and
-the constants (``moe_distribute_v2_constant.h``). docs/notes/mc2-kernels.md, section 11.
+the constants (``moe_distribute_v2_constant.h``). docs/notes/mc2-kernels.md, section 14.
 
 What it computes: the partner of samples/mc2_moe_distribute_dispatch_v2_full_mesh.py, whose kernel
 runs first (imported): every row the dispatch delivered to an expert goes back to its token's
