@@ -84,7 +84,9 @@ class EmuWorld(Server):
         #: Per global rank: the scope of its function, for the host's watch (:mod:`.host_watch`).
         self.hosts: list[HostScope | None] = [None] * world_size
         self.watched = watched = WatchedWindows(self.races, self.serial._is_owned, self.buffers)
-        self.windows = LocalWindows(config.buffsize_mb, on_map=self._window_mapped)
+        self.windows = LocalWindows(
+            config.buffsize_mb, on_map=self._window_mapped, factor=config.platform.window_factor
+        )
         # the window race check orders every member of a meeting after the others (its clocks)
         clocks = (None, None) if self.races is None else (watched.release, watched.acquire)
         self.meetings = Rendezvous(self.blocker, *clocks)

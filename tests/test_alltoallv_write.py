@@ -159,11 +159,15 @@ def test_alltoallv_write_only_on_950() -> None:
 
 
 def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
+    """The 950 window holds twice HCCL_BUFFSIZE (ops-transformer's arch35 hosts: "A5 actually
+    allocates twice HCCL_BUFFSIZE"); until 2026-12-01 it held HCCL_BUFFSIZE."""
+
     def kernel(xGM, tilingGM):
         h = Hccl[CCU]()
         h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
         h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
-        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 4], [4, 4, 4, 4], (1 << 20) - 6, 8)
+        assert hp.GetHcclContext(0).winSize == 2 << 20
+        h.AlltoAllvWrite[True](xGM, [0, 0, 4, 4], [4, 4, 4, 4], (2 << 20) - 6, 8)
 
     def main():
         hp.launch(kernel, torch.zeros(8, dtype=torch.uint8), tiling())
@@ -173,8 +177,9 @@ def test_alltoallv_write_slice_past_the_window_is_a_bounds_error() -> None:
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclBoundsError)
     assert err.reason.startswith(
-        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [1048574, 1048578) of WindowsOut of "
-        "rank 0 fall outside its 1048576 bytes (HCCL_BUFFSIZE=1 MB"
+        "AlltoAllvWrite: AlltoAllvWrite into rank 0: bytes [2097150, 2097154) of WindowsOut of "
+        "rank 0 fall outside its 2097152 bytes (HCCL_BUFFSIZE=1 MB, 2 times that on this "
+        "platform = 2097152 bytes"
     )
 
 

@@ -32,6 +32,7 @@ from hccl_py.backends.dist.server import DistServer
 from hccl_py.backends.dist.shm_windows import SharedWindows, create_window, open_window
 from hccl_py.core.errors import ForgedValueError
 from hccl_py.core.group import Group
+from hccl_py.core.platform import get_platform
 from hccl_py.launcher import sealed
 from hccl_py.launcher.liveness import process_state
 from hccl_py.server.windows import KINDS
@@ -158,7 +159,9 @@ class _Host(DistServer):
         self.backend_name = "gloo"
         self.session = SimpleNamespace(rank=rank, store=store, check_abort=lambda: None)
         self.store = store
-        self.config = SimpleNamespace(buffsize_mb=buffsize_mb, timeout=60.0)
+        self.config = SimpleNamespace(
+            buffsize_mb=buffsize_mb, timeout=60.0, platform=get_platform("A3")
+        )
         self._keys: dict[str, None] = {}
 
     def group_timeout(self) -> float:

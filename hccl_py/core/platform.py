@@ -57,6 +57,10 @@ class Platform:
     #: Whether the AI CPU server reads strideCount 0 of an AllGather or ReduceScatter with
     #: repeat > 1 as count * repeat (Ascend 950's, in asc-devkit; A2/A3 servers: count).
     aicpu_zero_stride_spans_repeats: bool = False
+    #: How many times HCCL_BUFFSIZE each window holds: Ascend 950 allocates twice the setting
+    #: (ops-transformer's arch35 hosts, mc2_tiling_utils.h GetEpWinSize; its kernels halve
+    #: the context's winSize).
+    window_factor: int = 1
 
     @property
     def ops(self) -> frozenset[HcclCMDType]:
@@ -109,6 +113,7 @@ PLATFORMS: dict[str, Platform] = {
         reads_queue_num=False,
         has_group_sync=False,
         aicpu_zero_stride_spans_repeats=True,
+        window_factor=2,
     ),
 }
 

@@ -23,6 +23,7 @@ from ..core.config import c_int
 from ..core.constants import HcclServerType
 from ..core.errors import HcclUsageError
 from ..core.gm import GmAddr
+from ..server.windows import window_bytes
 
 #: ``HcclOpResParam::userMemType`` of every context: 0, "CCL Buffer" (1 would be user memory
 #: registered with HCCL, whose addresses ``userMemRes[r]`` gives; hccl_py has none).
@@ -70,8 +71,9 @@ class ContextFields:
 
     @property
     def winSize(self) -> int:  # noqa: N802
-        """The bytes of each window (``HCCL_BUFFSIZE``)."""
-        return self.launch.rank_ctx.config.buffsize_mb << 20
+        """The bytes of each window (``HCCL_BUFFSIZE``; twice that on Ascend 950)."""
+        config = self.launch.rank_ctx.config
+        return window_bytes(config.buffsize_mb, config.platform.window_factor)
 
     winExpSize = winSize
 

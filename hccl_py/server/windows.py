@@ -55,6 +55,11 @@ RECENT_VIEWS = 32
 _tls = RunnerLocal()
 
 
+def window_bytes(buffsize_mb: int, factor: int = 1) -> int:
+    """The bytes of one window: ``HCCL_BUFFSIZE`` MB times the platform's ``window_factor``."""
+    return (buffsize_mb << 20) * factor
+
+
 def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:
     """A window size in MB: an int in 1..MAX_BUFFSIZE_MB, else ValueError naming ``what``."""
     try:
@@ -137,6 +142,7 @@ class WindowAllocation(Allocation):
         "kind",
         "buffsize_mb",
         "on_map",
+        "_factor",
     )
 
     def __init__(
@@ -147,9 +153,11 @@ class WindowAllocation(Allocation):
         buffsize_mb: int,
         factory: Callable[[int], tuple[torch.Tensor, object]],
         tag: int,
+        factor: int = 1,
     ) -> None:
         self.domain, self.rank, self.kind, self.buffsize_mb = domain, rank, kind, buffsize_mb
-        self._size = buffsize_mb << 20
+        self._size = window_bytes(buffsize_mb, factor)
+        self._factor = factor
         self._factory = factory
         self._data: torch.Tensor | None = None
         self._keep: object = None
@@ -180,15 +188,18 @@ class WindowAllocation(Allocation):
 
     @property
     def nbytes(self) -> int:
-        """``HCCL_BUFFSIZE`` MB in bytes (known without mapping the memory)."""
+        """The window's bytes: ``HCCL_BUFFSIZE`` MB, twice that on Ascend 950 (known without
+        mapping the memory)."""
         return self._size
 
     @property
     def note(self) -> str:
         """Names the domain and HCCL_BUFFSIZE in bounds reports."""
+        times = "" if self._factor == 1 else f", {self._factor} times that on this platform"
         return (
-            f" (HCCL_BUFFSIZE={self.buffsize_mb} MB = {self._size} bytes, domain {self.domain}; "
-            "raise HCCL_BUFFSIZE or hp.run(..., buffsize_mb=) if the kernel needs more)"
+            f" (HCCL_BUFFSIZE={self.buffsize_mb} MB{times} = {self._size} bytes, domain "
+            f"{self.domain}; raise HCCL_BUFFSIZE or hp.run(..., buffsize_mb=) if the kernel needs "
+            "more)"
         )
 
     def int_base(self) -> int:
@@ -310,8 +321,9 @@ class LocalWindows:
         buffsize_mb: int,
         memory: Callable[[str, int, str], Memory] = _anonymous,
         on_map: Callable[[WindowAllocation], None] | None = None,
+        factor: int = 1,
     ) -> None:
-        self.buffsize_mb = buffsize_mb
+        self.buffsize_mb, self.factor = buffsize_mb, factor
         self.memory = memory
         self.on_map = on_map
         self._by_key: dict[tuple[str, int, str], WindowAllocation] = {}
@@ -342,6 +354,7 @@ class LocalWindows:
                         self.buffsize_mb,
                         self.memory(domain, rank, kind),
                         self.tags.for_windows(domain),
+                        self.factor,
                     )
                     found.on_map = self.on_map
                     self._by_base[found.int_base()] = found

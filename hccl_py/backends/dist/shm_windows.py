@@ -44,6 +44,7 @@ from ...server.windows import (
     LocalWindows,
     Memory,
     WindowAllocation,
+    window_bytes,
 )
 from .session import Session
 
@@ -210,14 +211,17 @@ class SharedWindows:
         self.maps: dict[tuple[str, int, str], mmap.mmap] = {}
         #: domain -> why its windows cannot be used (named at the first window call).
         self.problems: dict[str, str] = {}
-        self.local = LocalWindows(host.config.buffsize_mb, memory=self._memory)
+        config = host.config
+        self.local = LocalWindows(
+            config.buffsize_mb, memory=self._memory, factor=config.platform.window_factor
+        )
 
     def share(self, group: Group) -> None:
         """Make this rank's windows of ``group``, map every member's; close the descriptors
         once every member has mapped them."""
         host = self.host
         me, name = host.session.rank, group.name
-        nbytes = host.config.buffsize_mb << 20
+        nbytes = window_bytes(host.config.buffsize_mb, host.config.platform.window_factor)
         own: dict[str, OwnWindow] = {}
         mine = {"host": host_id(), "error": "", "pid": str(os.getpid())}
         try:
