@@ -116,3 +116,23 @@ def test_init_after_finalize_is_refused_and_the_object_stays_finalized() -> None
     for warnings in results.warnings.values():
         assert any("Init repeatedly is not allowed" in str(w) for w in warnings)
         assert any("stays finalized" in str(w) for w in warnings)
+
+
+def _wait_after_finalize_all_waited(x: Any, y: Any, t: Any, record: list) -> None:
+    h = init_hccl(Hccl(), t)
+    handle = _gather(h, x, y)
+    h.Wait(handle)
+    h.Finalize()
+    record.append((h.Wait(handle), h.last_error))  # its one round was waited: nothing polled
+
+
+def test_a_wait_after_finalize_of_a_handle_waited_in_full_is_no_hang() -> None:
+    """Only a round committed and not waited makes a Wait after Finalize hang (its counter was
+    reset); with every round waited the Wait is the finalized object's -1 (a usage error in a
+    strict run), not that report."""
+    results = _run(_wait_after_finalize_all_waited)
+    for rank, record in enumerate(results):
+        assert record == [
+            (-1, f"[rank {rank}, domain hccl_world_group, handle 0] Wait: the Hccl object was "
+             "finalized and cannot communicate again")
+        ]  # fmt: skip

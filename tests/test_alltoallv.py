@@ -216,6 +216,32 @@ def test_all_zero_counts_write_nothing(backend: str) -> None:
     cases.run_and_check([case], backend)
 
 
+def _empty_block_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
+    """Rank 0 sends one element to each rank; rank 1 sends nothing, its displacements past x."""
+    hccl = init_hccl(Hccl(), tilingGM, ops=("AlltoAllV",))
+    rank, far = hccl.GetRankId(), [1000, 1000]
+    sc, sd = ([1, 1], [0, 1]) if rank == 0 else ([0, 0], far)
+    rc, rd = ([1, 0], [0, 1000]) if rank == 0 else ([1, 0], [1, 1000])
+    handle = hccl.AlltoAllV[True](xGM, sc, sd, FP32, yGM, rc, rd, FP32)
+    record += [handle, hccl.Wait(handle)]
+    hccl.Finalize()
+
+
+def test_an_empty_block_may_have_a_displacement_past_the_buffer() -> None:
+    """A zero count moves nothing, so its displacement addresses no byte: one past the end of
+    either buffer is no bounds error."""
+
+    def main() -> tuple[list, list]:
+        record: list = []
+        y = torch.full((2,), GUARD)
+        x = torch.arange(2, dtype=torch.float32) + 100 * hp.get_rank()
+        hp.launch(_empty_block_kernel, x, y, cases.make_tiling(), record)
+        return record, y.tolist()
+
+    out = hp.run(main, world_size=2, platform="A3", timeout=RUN_TIMEOUT)
+    assert list(out) == [([0, 0], [0.0, GUARD]), ([0, 0], [GUARD, 1.0])]
+
+
 # --------------------------------------------------------------- bad calls
 
 
@@ -292,3 +318,35 @@ def test_bad_arrays_return_minus_one(backend: str, which: str) -> None:
         for fact in (*BAD_ARRAYS[which], "AlltoAllV", f"rank {rank}"):
             assert fact in error, (fact, error)
         assert not y.any(), "a rejected Prepare must send nothing"
+
+
+def _per_core_counts_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
+    """Block 1 prepares an AlltoAllV of one element per peer; then block 0, the sending core,
+    one of two elements per peer into y[4:]: the task is the sending core's, whatever counts
+    another core passed (AlltoAllV's count arrays are validated on every call)."""
+    hccl = init_hccl(Hccl(), tilingGM, ops=("AlltoAllV",))
+    one, two = ((1, 1), (0, 1), (1, 1), (0, 1)), ((2, 2), (0, 2), (2, 2), (4, 6))
+    if hp.GetBlockIdx() == 0:
+        hp.SyncAll()
+    sc, sd, rc, rd = one if hp.GetBlockIdx() == 1 else two
+    handle = hccl.AlltoAllV[True](xGM, sc, sd, FP32, yGM, rc, rd, FP32)
+    if hp.GetBlockIdx() == 1:
+        hp.SyncAll()
+    record.append((hp.GetBlockIdx(), handle, hccl.Wait(handle)))
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+def per_core_counts_rank() -> tuple[list, list]:
+    x = torch.arange(4, dtype=torch.float32) + 100 * hp.get_rank()
+    y = torch.full((8,), GUARD)
+    record: list = []
+    hp.launch(_per_core_counts_kernel, x, y, cases.make_tiling(), record, block_dim=2)
+    return sorted(record), y.tolist()
+
+
+def test_the_sending_core_s_counts_make_the_task() -> None:
+    out = hp.run(per_core_counts_rank, world_size=2, platform="A3", timeout=RUN_TIMEOUT)
+    for r, (record, y) in enumerate(out):
+        assert record == [(0, 0, 0), (1, 0, 0)]
+        assert y == [GUARD] * 4 + [2 * r, 2 * r + 1, 100 + 2 * r, 101 + 2 * r], f"rank {r}"

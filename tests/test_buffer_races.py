@@ -450,6 +450,27 @@ def test_a_numpy_view_of_pending_bytes_is_a_warning_not_an_error_under_poison() 
         assert f"numpy view taken at {at('numpy-view', 'kernel', HERE)}" in str(warning)
 
 
+@expects_warning("buffer-race")
+def test_numpy_views_taken_again_at_one_line_are_one_warning() -> None:
+    """A loop that takes the view of one pending round at one line three times: one warning."""
+
+    def kernel(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+        h = comm(tilingGM)
+        handle = all_gather(h, xGM, yGM)
+        for _ in range(3):
+            hp.gm_tensor(yGM, torch.float32, 2 * N).numpy()
+        h.Wait(handle)
+        h.Finalize()
+
+    def main() -> None:
+        x = torch.full((N,), float(hp.get_rank() + 1))
+        hp.launch(kernel, x, torch.zeros(2 * N), make_tiling())
+
+    result = hp.run(main, world_size=2, platform="A3", timeout=TIMEOUT, poison=True)
+    for rank in (0, 1):
+        assert [w.kind for w in result.warnings[rank]] == ["buffer-race"]
+
+
 def test_a_warning_of_the_emulator_points_at_the_kernel_line() -> None:
     """Python's warning names the user's line, not the emulator's (whose folder, ``emu/`` in a
     checkout, lies outside ``hccl_py/``): the same text in a checkout and an installed wheel."""

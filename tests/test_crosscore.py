@@ -184,6 +184,7 @@ def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
     [
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_FIX](16), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
+        (lambda: hp.CrossCoreSetFlag(True), "flagId must be an int in 0..15, got True"),
         (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1, 2 or 4"),
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1, 2 or 4 and pipe"),
         (lambda: hp.CrossCoreWaitFlag[5, hp.PIPE_S](1), "CrossCoreWaitFlag[5, 0]: modeId must"),
@@ -201,6 +202,22 @@ def test_bad_arguments_name_the_rule(call: Any, fact: str) -> None:
         _run(kernel, block_dim=1)
     assert fact in str(info.value)
     assert isinstance(info.value.failures[0], hp.HcclCoreError)
+
+
+def test_aiv1_waits_in_mode_4_on_its_own_flag_ids_only() -> None:
+    """AIV1 may Set the AIC's id of its flag (16..26) in mode 4, but it Waits on its own
+    flags, 0..10."""
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIV and hp.GetSubBlockIdx() == 1:
+            hp.CrossCoreWaitFlag[4, hp.PIPE_S](20)
+
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel, block_dim=1)
+    assert isinstance(info.value.failures[0], hp.HcclCoreError)
+    assert "CrossCoreWaitFlag: flagId must be an int in 0..10 in mode 4 on an AIV core, got 20" in (
+        str(info.value)
+    )
 
 
 @pytest.mark.parametrize(
@@ -228,6 +245,20 @@ def test_more_than_15_pending_completions_is_reported() -> None:
     with pytest.raises(hp.WorldError) as info:
         _run(kernel, block_dim=1)
     assert "more than 15 completions" in str(info.value)
+
+
+def test_15_pending_completions_are_allowed() -> None:
+    """A flag holds up to 15 completions not waited for (the limit is more than 15)."""
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType == AIC:
+            for _ in range(15):
+                hp.CrossCoreSetFlag(1)
+            for k in range(15):
+                hp.CrossCoreWaitFlag(1)
+                log.append(k)
+
+    assert _run(kernel, block_dim=1) == [list(range(15))]
 
 
 def test_task_ratio_is_one_on_the_cube_cores() -> None:

@@ -201,6 +201,12 @@ def unknown_group_name(r: int):
     return lambda: hp.all_gather_into_tensor(out, torch.ones(2), group="tp_group"), [out]
 
 
+def group_name_for_a_group(r: int):
+    name = hp.new_group([0, 1]).name
+    out = filled(4)
+    return lambda: hp.all_gather_into_tensor(out, torch.ones(2), group=name), [out]
+
+
 CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
     "ag_output_not_tensor": (
         ag_output_not_tensor,
@@ -312,6 +318,11 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
     "rs_input_shape": (rs_input_shape, ValueError, ["input has shape [3] and output [2]"]),
     "rs_output_0d": (rs_output_0d, ValueError, ["output must have at least one dimension"]),
     "unknown_group_name": (unknown_group_name, ValueError, ["unknown group name 'tp_group'"]),
+    "group_name_for_a_group": (
+        group_name_for_a_group,
+        ValueError,
+        ["is a group's name; the only name taken is 'hccl_world_group': pass the group object"],
+    ),
 }
 
 

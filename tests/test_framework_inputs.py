@@ -450,19 +450,23 @@ def test_non_contiguous_outputs_whose_elements_are_apart_are_written() -> None:
     assert hp.run(gather, world_size=WORLD, timeout=TIMEOUT) == [want] * WORLD
 
 
-def paddle_min_as_an_int() -> str:
+def paddle_min_as_an_int(op: object) -> str:
     try:
-        hp.all_reduce(torch.tensor([float(hp.get_rank())]), 2)  # paddle.distributed.ReduceOp.MIN
+        hp.all_reduce(torch.tensor([float(hp.get_rank())]), op)  # paddle.distributed.ReduceOp.MIN
     except ValueError as exc:
         return str(exc)
     return "ran"
 
 
-def test_a_plain_int_reduce_op_is_refused_since_frameworks_number_them_differently() -> None:
+@pytest.mark.parametrize("op", [2, np.int64(2)], ids=["int", "numpy"])
+def test_a_plain_int_reduce_op_is_refused_since_frameworks_number_them_differently(
+    op: object,
+) -> None:
     """Paddle's ReduceOp.MIN is the int 2, HCCL's 2 is MAX: it ran as MAX without a word (a
-    framework engineer's trial)."""
-    said = hp.run(paddle_min_as_an_int, world_size=2)
-    assert all("reduce op 2 is a plain int, which frameworks number differently" in s for s in said)
+    framework engineer's trial). A numpy integer is a plain int too."""
+    said = hp.run(paddle_min_as_an_int, world_size=2, args=(op,))
+    told = f"reduce op {op!r} is a plain int, which frameworks number differently"
+    assert all(told in s for s in said), said
     assert all("'max'" in s for s in said), said
 
 
@@ -543,3 +547,13 @@ def test_a_wait_that_raised_is_no_collective_left_unwaited() -> None:
         return raised, work.is_completed(), isinstance(work, Work)
 
     assert hp.run(main, world_size=2, timeout=TIMEOUT) == [([True, True], False, True)] * 2
+
+
+def test_messages_list_up_to_16_values_in_full() -> None:
+    """Split sizes and counts in a message: all of up to 16 values, else the first and last 8."""
+    from hccl_py.framework._common import listed
+
+    assert listed(list(range(16))) == str(list(range(16)))
+    assert listed(list(range(17))) == (
+        "[0, 1, 2, 3, 4, 5, 6, 7, ..., 9, 10, 11, 12, 13, 14, 15, 16] (17 entries)"
+    )

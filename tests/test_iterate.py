@@ -444,3 +444,175 @@ def test_an_overlap_report_names_the_kernel_s_rounds_fine_grained_or_not(step: i
     assert isinstance(err, hp.HcclOverlapError)
     assert "round 0 block 1 and round 1 block 0 write the same bytes of y" in str(err)
     assert err.round == 1
+
+
+class GatherTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("gather", Mc2CcTiling)]
+
+
+@expects_warning("wait-not-committed")
+def test_a_step_size_in_another_op_s_tiling_changes_nothing() -> None:
+    """Only AlltoAllV runs step by step (its Commits and Waits count steps): an AllGather whose
+    cc tiling has stepSize 1 commits and waits its 2 rounds as any other; a third Wait is one
+    too many."""
+    n = 4
+
+    def kernel(x, y, tilingGM):
+        h = Hccl()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(GatherTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(GatherTiling, "gather"))
+        handle = h.AllGather[True](x, y, 2, FP32, 4, 2)
+        got = [h.Wait(handle), h.Wait(handle), h.Wait(handle), h.last_error]
+        h.Finalize()
+        return got
+
+    def main():
+        t = GatherTiling()
+        cfg = Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLGATHER, "")
+        assert cfg.SetStepSize(1) == 0
+        assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.gather) == 0
+        x = torch.arange(4, dtype=torch.float32) + 10 * hp.get_rank()
+        y = torch.zeros(4 * n)
+        got = []
+        hp.launch(lambda *a: got.append(kernel(*a)), x, y, t)
+        return got[0], y.tolist()
+
+    out = hp.run(main, world_size=n, platform="A3", strict=False)
+    for rank, (got, y) in enumerate(out):
+        assert got == [0, 0, -1, f"[rank {rank}, domain hccl_world_group, handle 0, op AllGather] "
+                       "Wait returns -1 at once: Wait 3 of a handle of 2 round(s), all of which "
+                       "this core already waited; one Wait per round (expected <= 2 Waits, got "
+                       "3) [wait-not-committed]"]  # fmt: skip
+        assert y == [10.0 * r + k for r in range(n) for k in range(4)]
+
+
+def _a2av_args(h: Hccl, c: int) -> tuple:
+    dim = h.GetRankDim()
+    counts, displs = [c] * dim, [c * j for j in range(dim)]
+    return counts, displs, FP32, counts, displs, FP32
+
+
+@expects_warning("wait-not-committed")
+def test_a_fine_grained_wait_of_a_step_not_committed_returns_at_once() -> None:
+    """One Commit of stepSize 1: the first Wait waits for step 0; the second, of step 1, which
+    this core did not commit, returns -1 at once (hccl_aicpu_impl.h, Wait) and names the
+    steps."""
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, displs, _, _, _, _ = _a2av_args(h, 1)
+        handle = h.AlltoAllV(x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        h.Commit(handle)
+        got = [h.Wait(handle), h.Wait(handle), h.last_error]
+        h.Commit(handle)
+        got.append(h.Wait(handle))
+        h.Finalize()
+        return got
+
+    def main():
+        got = []
+        hp.launch(lambda *a: got.append(kernel(*a)), torch.zeros(2), torch.zeros(2), tiling(1))
+        return got[0]
+
+    for rank, got in enumerate(hp.run(main, world_size=2, platform="A3", strict=False)):
+        assert got == [0, -1, f"[rank {rank}, domain hccl_world_group, handle 0, op AlltoAllV] "
+                       "Wait returns -1 at once: this core waited 1 and committed 1 steps of "
+                       "handle 0 [wait-not-committed]", 0]  # fmt: skip
+
+
+def test_a_fine_grained_wait_past_the_last_step_names_the_round_of_its_last_step() -> None:
+    """stepSize 4 on 2 ranks, repeat 1: the first Wait asks for steps [0, 4) of 2; its last
+    step, 3, would be in round 1 (the report's round, past the task's last)."""
+
+    def kernel(x, y, tilingGM):
+        h = client(tilingGM)
+        counts, displs, _, _, _, _ = _a2av_args(h, 1)
+        h.Wait(h.AlltoAllV[True](x, counts, displs, FP32, y, counts, displs, FP32, 1))
+
+    def main() -> None:
+        hp.launch(kernel, torch.zeros(2), torch.zeros(2), tiling(4))
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, platform="A3", timeout=30, strict=False)
+    err = (info.value.root_causes or info.value.failures)[0]
+    assert "Wait of steps [0, 4) of handle 0, which has 2 steps (1 x 2 peers)" in str(err)
+    assert (err.handle, err.round, err.actual) == (0, 1, 4)
+
+
+class TwoOpTiling(hp.TilingData):
+    _fields_ = [("init", Mc2InitTiling), ("a2av", Mc2CcTiling), ("gather", Mc2CcTiling)]
+
+
+@expects_warning("wait-order")
+def test_a_wait_after_one_step_of_a_later_fine_grained_handle_is_out_of_order() -> None:
+    """Wait(handle 1), a fine-grained AlltoAllV, for its first step of 4, then Wait(handle 0):
+    the Waits do not follow Prepare order, though not one round of handle 1 is complete."""
+
+    def kernel(x, y, z, tilingGM):
+        h = Hccl()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(TwoOpTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(TwoOpTiling, "a2av"))
+        h.SetCcTilingV2(hp.offsetof(TwoOpTiling, "gather"))
+        h0 = h.AllGather[True](x, z, 1, FP32, 0, 1)
+        counts, displs, _, _, _, _ = _a2av_args(h, 1)
+        h1 = h.AlltoAllV[True](x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        got = [h.Wait(h1), h.Wait(h0), h.Wait(h1), h.Wait(h1), h.Wait(h1)]
+        h.Finalize()
+        return got
+
+    def main():
+        t = TwoOpTiling()
+        cfg = Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLTOALLV, "")
+        assert cfg.SetStepSize(1) == 0
+        assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.a2av) == 0
+        assert cfg.SetOpType(HcclCMDType.HCCL_CMD_ALLGATHER) == 0 and cfg.SetStepSize(0) == 0
+        assert cfg.GetTiling(t.gather) == 0, cfg.last_error
+        got = []
+        hp.launch(lambda *a: got.append(kernel(*a)), torch.zeros(4), torch.zeros(4),
+                  torch.zeros(4), t)  # fmt: skip
+        return got[0]
+
+    out = hp.run(main, world_size=4, platform="A3", strict=False)
+    assert list(out) == [[0] * 5] * 4
+    assert {(w.kind, w.handle, w.op) for ws in out.warnings.values() for w in ws} == {
+        ("wait-order", 0, "AllGather")
+    }
+
+
+def test_iterate_true_waits_after_every_step_size_th_slice() -> None:
+    """stepSize 2 on 3 ranks, one slice a call: Iterate[True] Waits after the 2nd slice only
+    (hccl_aicpu.h, Iterate: a Wait at every stepSize-th slice), so no Wait asks past the
+    task's 3 steps."""
+    results = iterate_run(step=2, repeat=1, per_call=1, n=3)
+    for rank, (calls, _) in enumerate(results):
+        assert calls == [(1, [rank]), (1, [(rank - 1) % 3]), (1, [(rank - 2) % 3]), (0, [])]
+
+
+@expects_warning("wait-not-committed")
+def test_a_step_size_on_a_platform_without_iterate_changes_nothing() -> None:
+    """Ascend 950 has no fine-grained AlltoAllV: with stepSize 1 in the tiling, AlltoAllV[True]
+    commits its one round, one Wait waits for all of it and a second Wait is one too many."""
+
+    def kernel(x, y, tilingGM):
+        h = Hccl(hp.HCCL_SERVER_TYPE_AICPU)
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(A2avTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(A2avTiling, "a2av"))
+        counts, displs, _, _, _, _ = _a2av_args(h, 1)
+        handle = h.AlltoAllV[True](x, counts, displs, FP32, y, counts, displs, FP32, 1)
+        got = [h.Wait(handle), h.Wait(handle)]
+        h.Finalize()
+        return got
+
+    def main():
+        t = A2avTiling()
+        cfg = Mc2CcTilingConfig("hccl_world_group", HcclCMDType.HCCL_CMD_ALLTOALLV, "")
+        assert cfg.GetTiling(t.init) == 0 and cfg.GetTiling(t.a2av) == 0
+        t.a2av.stepSize = 1  # the 950's tiling API has no SetStepSize: as an A3 host writes it
+        got = []
+        y = torch.zeros(2)
+        hp.launch(lambda *a: got.append(kernel(*a)), torch.arange(2.0) + 10 * hp.get_rank(), y, t)
+        return got[0], y.tolist()
+
+    out = hp.run(main, world_size=2, platform="950", strict=False)
+    for rank, (got, y) in enumerate(out):
+        assert got == [0, -1] and y == [rank, 10.0 + rank]

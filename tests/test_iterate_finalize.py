@@ -45,6 +45,7 @@ def test_a_wait_after_finalize_of_a_committed_step_is_reported() -> None:
     err = _run(body).failures[0]
     assert isinstance(err, hp.HcclUnfinishedError)
     assert "Wait of handle 0 after Finalize: its step 2 was committed and not waited" in str(err)
+    assert (err.handle, err.round) == (0, 0)  # step 2 of 4 per round: round 0
 
 
 def test_finalize_with_steps_left_names_the_steps_committed() -> None:

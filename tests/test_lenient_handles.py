@@ -184,3 +184,39 @@ def test_a_refusal_only_the_sending_core_makes_raises_in_a_lenient_run() -> None
     assert "HcclUsageError" in text and "is not a communication window" in text
     assert "only the sending core can check this" in text
     assert "deadlock" not in text
+
+
+def _validated_once_kernel(xGM: Any, yGM: Any, tilingGM: Any, record: list) -> None:
+    """Block 0 prepares an AllReduce into y; then block 1 the same call into the peer's window,
+    at y's offset in its allocation. Arguments every core passes alike are validated once per
+    launch; a buffer in another allocation is validated anew."""
+    hccl = init_hccl(Hccl(), tilingGM, ops=("AllReduce",))
+    peer = hccl.GetWindowsInAddr(1 - hccl.GetRankId())
+    if hp.GetBlockIdx() == 0:
+        handle = hccl.AllReduce[True](xGM, yGM, 4, FP32, SUM)
+        record.append((0, handle, hccl.Wait(handle), hccl.last_error))
+        hp.SyncAll()
+    else:
+        hp.SyncAll()
+        record.append((1, hccl.AllReduce(xGM, peer, 4, FP32, SUM), None, hccl.last_error))
+    hp.SyncAll()
+    hccl.Finalize()
+
+
+def validated_once_rank() -> tuple[list, list]:
+    y = torch.zeros(4)
+    record: list = []
+    hp.launch(_validated_once_kernel, torch.full((4,), 1.0 + hp.get_rank()), y, make_tiling(),
+              record, block_dim=2)  # fmt: skip
+    return sorted(record), y.tolist()
+
+
+def test_a_receive_buffer_in_another_allocation_is_validated_anew() -> None:
+    out = hp.run(validated_once_rank, world_size=2, strict=False, timeout=RUN_TIMEOUT)
+    for rank, (record, y) in enumerate(out):
+        assert record == [
+            (0, 0, 0, None),
+            (1, -1, None, f"[rank {rank}, domain hccl_world_group, op AllReduce] AllReduce: "
+             f"recvBuf points into rank {1 - rank}'s memory, not this rank's"),
+        ]  # fmt: skip
+        assert y == [3.0] * 4

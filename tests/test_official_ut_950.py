@@ -387,6 +387,7 @@ def _typed_run(
 
 
 MAX, FP32, FP16 = HcclReduceOp.HCCL_REDUCE_MAX, hp.HCCL_DATA_TYPE_FP32, hp.HCCL_DATA_TYPE_FP16
+PROD, INT32, INT64 = HcclReduceOp.HCCL_REDUCE_PROD, hp.HCCL_DATA_TYPE_INT32, hp.HCCL_DATA_TYPE_INT64
 
 
 @expects_warning("ccu-tiling-types")
@@ -419,6 +420,38 @@ def test_a_data_move_of_a_tiling_type_as_wide_as_the_kernels_is_silent() -> None
     ys, said = _typed_run(CCU, (0, bf16, bf16), "AllGather", warns=False)
     want = np.concatenate([(np.arange(4) + 10 * k).astype(np.float16) for k in range(2)])
     assert ys == [want.tolist()] * 2 and said == []
+
+
+@expects_warning("ccu-tiling-types")
+def test_the_ccu_client_reduces_elements_of_an_as_wide_tiling_type() -> None:
+    """A reduction is no plain data move: the CCU client sums an FP32 AllReduce's elements
+    as its INT32 tiling type (the float bits added as integers), with a warning, although
+    both types are 4 bytes wide."""
+    ys, said = _typed_run(CCU, (0, INT32, INT32), "AllReduce")
+    bits = [(np.arange(4) + 10 * k).astype(np.float32).view(np.int32) for k in range(2)]
+    want = (bits[0] + bits[1]).view(np.float32).tolist()
+    assert ys == [want + [0.0] * 4] * 2
+    assert any("HCCL_DATA_TYPE_FP32 becomes its srcDataType HCCL_DATA_TYPE_INT32;" in m
+               for m in said), said  # fmt: skip
+
+
+@expects_warning("ccu-tiling-types")
+@pytest.mark.parametrize(
+    ("tiling_types", "said_here"),
+    [
+        ((PROD, FP32, FP32), "HCCL_REDUCE_SUM becomes its reduceType HCCL_REDUCE_PROD"),
+        ((0, INT64, INT64), "HCCL_DATA_TYPE_FP32 becomes its srcDataType HCCL_DATA_TYPE_INT64"),
+    ],
+)
+def test_a_tiling_type_the_op_cannot_run_keeps_the_kernels(
+    tiling_types: tuple, said_here: str
+) -> None:
+    """The CCU client would take a reduce op or data type that AllReduce cannot run; hccl_py
+    keeps the Prepare's (an FP32 SUM) and says so."""
+    ys, said = _typed_run(CCU, tiling_types, "AllReduce")
+    assert ys == [(np.arange(4) * 2 + 10).tolist() + [0.0] * 4] * 2
+    tail = ", which AllReduce cannot run; hccl_py keeps the Prepare's;"
+    assert any(said_here + tail in m for m in said), said
 
 
 def test_the_950_ai_cpu_client_keeps_the_kernels_types() -> None:
@@ -922,7 +955,30 @@ def _short_first(h: Hccl, x: Any, y: Any, rec: list) -> None:
     rec.append(h.Wait(h1))
 
 
+def _all_slots(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """_swapped with all 64 slots in flight: handles 1..3 take slots 0..47, handle 0's 16
+    Commits the last 16; the model holds up to all 64 (CCU_MAX_MSG_NUM)."""
+    h0 = h.AllGather(x, y, 1, INT8, 16, 16)
+    later = [h.AllGather[True](x, y + 32 * k, 1, INT8, 16, 16) for k in (1, 2, 3)]
+    for _ in range(16):
+        h.Commit(h0)
+    rec += [h.Wait(h0), h.Wait(later[0])]
+
+
+def _wrapped(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """_swapped after 64 rounds sent and waited: the slots wrap, handle 4's Wait polls slot 0."""
+    for _ in range(4):
+        hd = h.AllGather[True](x, y, 1, INT8, 16, 16)
+        rec += [h.Wait(hd) for _ in range(16)]
+    h4 = h.AllGather(x, y, 4, INT8, 0, 1)
+    h5 = h.AllGather[True](x, y + 64, 4, INT8, 0, 1)
+    h.Commit(h4)
+    rec += [h.Wait(h4), h.Wait(h5)]
+
+
 CCU_SLOT_CASES = {
+    "wrapped": (_wrapped, "Wait of round 0 of handle 4", "slot 0 holds round 0 of handle 5"),
+    "all-slots": (_all_slots, "Wait of round 0 of handle 0", "slot 0 holds round 0 of handle 1"),
     "interleaved": (
         _interleaved,
         "Wait of round 1 of handle 0",
@@ -950,6 +1006,58 @@ def test_a_ccu_wait_whose_slot_holds_another_round_is_an_error(case: str) -> Non
     for err in errors:
         assert which in str(err) and outcome in str(err), err
         assert "rounds go to the slots in Commit order" in str(err)
+
+
+def _extra_round_first(h: Hccl, x: Any, y: Any, rec: list) -> None:
+    """Handle 0's extra Commit goes out as its round 1, in slot 1, which handle 1's Wait polls."""
+    h0 = h.AllGather[True](x, y, 4, INT8, 0, 1)
+    h.Commit(h0)
+    h1 = h.AllGather[True](x, y + 64, 4, INT8, 0, 1)
+    rec += [h.Wait(h0), h.Wait(h1)]
+
+
+@expects_warning("extra-commit")
+def test_a_ccu_wait_whose_slot_holds_an_extra_round_names_it() -> None:
+    """hccl_ccu_v0.h, Commit: a Commit beyond repeat is sent as one more round, in the next
+    slot; the Wait of the next handle, which polls that slot, names that round."""
+    with pytest.raises(hp.WorldError) as info:
+        run_950(_extra_round_first, strict=False)
+    errors = [e for e in info.value.failures.values() if isinstance(e, hp.HcclUsageError)]
+    assert len(errors) == 2, info.value
+    for err in errors:
+        assert "Wait of round 0 of handle 1" in str(err), err
+        assert "slot 1 holds round 1 of handle 0, so this Wait returns" in str(err), err
+
+
+def _idle_core_interleaves(x: Any, y: Any, tiling: Any, rec: list) -> None:
+    """Block 0, the sending core, commits handle 0's rounds before handle 1's; block 1 commits
+    C0 C1 C0 (_interleaved) and Waits as block 0 does."""
+    h = Hccl(CCU)
+    h.Init(hp.GetHcclContext(0))
+    h0 = h.AllGather(x, y, 4, INT8, 8, 2)
+    h1 = h.AllGather(x, y + 64, 4, INT8, 0, 1)
+    for hd in (h0, h1, h0) if hp.GetBlockIdx() == 1 else (h0, h0, h1):
+        h.Commit(hd)
+    rec.append((hp.GetBlockIdx(), h.Wait(h0), h.Wait(h0), h.Wait(h1)))
+    hp.SyncAll()
+    h.Finalize()
+
+
+def test_only_the_sending_core_s_commits_take_ccu_slots() -> None:
+    """hccl_ccu_v0.h: only the sending core's Commits send messages, so another core's Commit
+    order puts no round in a slot; its Waits are not ccu-wait-slot errors."""
+
+    def main() -> tuple[list, list]:
+        x = torch.full((N,), hp.get_rank() + 1, dtype=torch.int8)
+        y = torch.zeros(16 * N, dtype=torch.int8)
+        rec: list = []
+        tiling = _tiling(HcclCMDType.HCCL_CMD_ALLGATHER)
+        hp.launch(_idle_core_interleaves, x, y, tiling, rec, block_dim=2)
+        return sorted(rec), y.tolist()
+
+    for rec, y in hp.run(main, world_size=2, platform="950", timeout=RUN_TIMEOUT):
+        assert rec == [(0, 0, 0, 0), (1, 0, 0, 0)]
+        assert y[:4] + y[8:12] + y[64:72] == [1] * 4 + [2] * 4 + [1] * 4 + [2] * 4
 
 
 def test_rounds_left_uncommitted_at_a_ccu_finalize_are_said_to_be_no_hang() -> None:

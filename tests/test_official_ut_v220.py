@@ -443,16 +443,17 @@ def _two_domain_kernel(x: Any, y: Any, rec: list, body: Callable[..., None]) -> 
     body(h0, h1, x, y, rec)
 
 
-def run_two_domains(body: Callable[..., None], strict: bool = True) -> Any:
+def run_two_domains(body: Callable[..., None], strict: bool = True, block_dim: int = 1) -> Any:
     """``body(h0, h1, x, y, rec)`` with h0 on the world group, h1 on a second domain over the
-    same two ranks (tiling-less Init on both); x and y as in run_v220 (recv 2)."""
+    same two ranks (tiling-less Init on both) on ``block_dim`` cores; x and y as in run_v220
+    (recv 2)."""
 
     def main() -> tuple[list, list]:
         groups = {0: hp.world_group(), 1: hp.new_group(range(hp.get_world_size()))}
         x = torch.full((N,), hp.get_rank() + 1, dtype=torch.int8)
         y = torch.zeros(2 * N, dtype=torch.int8)
         rec: list = []
-        hp.launch(_two_domain_kernel, x, y, rec, body, groups=groups)
+        hp.launch(_two_domain_kernel, x, y, rec, body, groups=groups, block_dim=block_dim)
         return rec, y.tolist()
 
     return hp.run(main, world_size=2, strict=strict, timeout=RUN_TIMEOUT)
@@ -539,6 +540,90 @@ def test_a_sync_in_the_last_message_slot_leaves_finalize_hanging() -> None:
         assert "its Finalize then never returns" in rec[0] and rec[1] == 0, rec
 
 
+@expects_warning("message-slots")
+def test_a_sync_after_a_refused_prepare_keeps_finalize_s_first_reason() -> None:
+    """A 64th Prepare refused for the handle limit (counted by the official client all the same),
+    then an InterHcclGroupSync past the slots: Finalize names the first reason it never
+    returns, the refused Prepare."""
+
+    def body(h0: Hccl, h1: Hccl, x: Any, y: Any, rec: list) -> None:
+        src = h1.AllReduce[True](x, y, 4, INT8, SUM)
+        for _ in range(63):
+            h0.Wait(h0.AllReduce[True](x, y + 8, 4, INT8, SUM))
+        rec.append(h0.AllReduce[True](x, y + 8, 4, INT8, SUM))
+        h0.InterHcclGroupSync(1, src)
+        rec.append(h1.Wait(src))
+        h1.Finalize()
+        with pytest.raises(hp.HcclUnfinishedError) as info:
+            h0.Finalize()
+        rec.append(str(info.value))
+
+    for rec, _ in run_two_domains(body, strict=False):
+        assert rec[:2] == [INVALID, 0]
+        assert "a Prepare was refused" in rec[2] and "InterHcclGroupSync" not in rec[2], rec
+
+
+@expects_warning("sync-target")
+def test_an_interhcclgroupsync_on_its_own_domain_is_refused() -> None:
+    """srcGroupID names the object's own domain: no other domain's task to order after (a
+    "sync-target" report, a usage error in a strict run); the AllReduce still runs."""
+
+    def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
+        hd = h.AllReduce[True](x, y, 4, INT8, SUM)
+        h.InterHcclGroupSync(0, hd)
+        rec += [h.last_error, h.Wait(hd)]
+
+    for rank, (rec, y) in enumerate(run_v220(body, strict=False)):
+        assert rec == [
+            f"[rank {rank}, domain hccl_world_group] InterHcclGroupSync: srcGroupID 0 is not "
+            "another initialised domain of this kernel",
+            0,
+        ]
+        assert y[:4] == [3] * 4
+    with pytest.raises(hp.WorldError, match="HcclUsageError.*srcGroupID 0 is not another"):
+        run_v220(body)
+
+
+@expects_warning("unknown-handle")
+@pytest.mark.parametrize("src", [-1, 63])
+def test_an_interhcclgroupsync_on_a_handle_id_out_of_range_is_refused(src: int) -> None:
+    """srcHandleID must be 0 <= id < 63 (HCCL_MAX_HANDLE_ID): -1 and 63 are refused, and the
+    next task of the syncing domain runs without the dependency."""
+
+    def body(h0: Hccl, h1: Hccl, x: Any, y: Any, rec: list) -> None:
+        h0.InterHcclGroupSync(1, src)
+        rec.append(h0.last_error)
+        c = h0.AllGather[True](x, y, 4, INT8)
+        rec.append(h0.Wait(c))
+        h1.Finalize()
+        h0.Finalize()
+
+    for rank, (rec, y) in enumerate(run_two_domains(body, strict=False)):
+        assert rec == [
+            f"[rank {rank}, domain hccl_world_group, handle {src}] InterHcclGroupSync: {src} is "
+            "no handle id of domain 1 (0 <= id < 63)",
+            0,
+        ]
+        assert y[:8] == [1] * 4 + [2] * 4
+
+
+@expects_warning("unknown-handle")
+def test_only_the_sending_core_reports_a_sync_on_a_handle_id_out_of_range() -> None:
+    """Only the sending core's InterHcclGroupSync reaches the server: block 1's, with the same
+    bad srcHandleID, takes its message slot and reports nothing."""
+
+    def body(h0: Hccl, h1: Hccl, x: Any, y: Any, rec: list) -> None:
+        h0.InterHcclGroupSync(1, 63)
+        rec.append((hp.GetBlockIdx(), h0.last_error is None))
+        hp.SyncAll()
+        h1.Finalize()
+        h0.Finalize()
+
+    out = run_two_domains(body, strict=False, block_dim=2)
+    for rec, _ in out:
+        assert sorted(rec) == [(0, False), (1, True)]
+
+
 # ------------------------------------------------------------------ refused calls
 def test_CommitTurnCntNotUpdate_CommitBeforePrepare() -> None:
     """CommitTurnCntNotUpdate_CommitBeforePrepare: Commit(0) before any Prepare changes nothing
@@ -584,12 +669,17 @@ def test_ReturnInvalid_WaitBeforeCommit() -> None:
 
     def body(h: Hccl, x: Any, y: Any, rec: list) -> None:
         hd = h.AllReduce(x, y, 4, INT8, SUM, 3)
-        rec += [hd, h.Wait(hd)]
+        rec += [hd, h.Wait(hd), h.last_error]
         rec += [_round(h, hd) for _ in range(3)]
 
     out = run_v220(body)
-    for rec, y in out:
-        assert rec == [0, FAILED, [0, 0, 1], [1, 0, 2], [2, 0, 3]] and y[:12] == [3] * 12
+    for rank, (rec, y) in enumerate(out):
+        said = (
+            f"[rank {rank}, domain hccl_world_group, handle 0, op AllReduce, round 0] Wait "
+            "returns -1 at once: this core waited 0 and committed 0 of 3 rounds (round 0 not "
+            "committed by this core) (expected > 0 commits, got 0) [wait-not-committed]"
+        )
+        assert rec == [0, FAILED, said, [0, 0, 1], [1, 0, 2], [2, 0, 3]] and y[:12] == [3] * 12
     kinds = {str(w).rsplit("[", 1)[1] for ws in out.warnings.values() for w in ws}
     assert kinds == {"wait-not-committed]"}
 

@@ -126,6 +126,11 @@ CLAIMS = {
         [("submit", "a", 0, BOTH), ("commit", "a", 0, [0], 0)],
         None,
     ),
+    "every-rank-must-commit-the-next-round": (
+        [("submit", "a", 0, BOTH), ("commit", "a", 0, BOTH, 0), ("run", "a", 0),
+         ("commit", "a", 0, [0], 1)],
+        None,
+    ),
     "every-rank-must-submit": (
         [("submit", "a", 0, [0]), ("commit", "a", 0, [0], 0)],
         None,
