@@ -97,6 +97,9 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
+    "mc2_context_950.py": {
+        f"{op}-{launch}": "PASS" for op in ("barrier", "dispatch") for launch in (1, 2)
+    },
     "mc2_quant_all_reduce.py": {"launch-1": "PASS", "launch-2": "PASS", "launch-3": "PASS"},
     "mc2_quant_reduce_scatter.py": {
         "launch-1": "PASS",
@@ -187,6 +190,7 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         2,
         {f"{c}-{launch}": "PASS" for launch in (1, 2, 3, 5, 6, 7) for c in ("rows", "state")},
     ),
+    "mc2_context_950-gloo": _gloo("mc2_context_950"),
     "mc2_quant_all_reduce-gloo": _gloo("mc2_quant_all_reduce"),
     "mc2_quant_all_reduce-torchrun": _torchrun("mc2_quant_all_reduce"),
     "mc2_quant_reduce_scatter-gloo": _gloo("mc2_quant_reduce_scatter"),
