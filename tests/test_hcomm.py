@@ -417,6 +417,11 @@ def bad_call(case: str) -> list[Any]:
             "commit-extra-argument": lambda: hcomm.Commit(ch, 5),  # the pipe is a template arg
             "init-elements": lambda: hp.Hcomm().Init(torch.zeros(128, dtype=torch.int32), 512),
             "init-str": lambda: hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), "512"),
+            "len-minus-one": lambda: hcomm.WriteNbi(ch, dst, src, -1),
+            "notify-2-64": lambda: hcomm.WriteWithNotifyNbi(ch, dst, src, N, buffers[1], 1 << 64),
+            "remote-src": lambda: hcomm.WriteNbi(ch, dst, buffers[1] + DATA, N),
+            "init-511": lambda: hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), 511),
+            "init-one-past": lambda: hp.Hcomm().Init(torch.zeros(512, dtype=torch.uint8), 513),
             "protocol-roce": lambda: hp.Hcomm[hp.CommProtocol.COMM_PROTOCOL_ROCE]().Init(
                 torch.zeros(512, dtype=torch.uint8), 512
             ),
@@ -455,6 +460,15 @@ BAD = {
     "init-elements": (hp.HcclUsageError, "more than buff.GetSize(), its 128 elements"),
     # a type mistake is named as one (before: "len '512' must be at least ...")
     "init-str": (hp.HcclUsageError, "Init: len must be an int (bytes of buff), not a str"),
+    # each bound just past it (a mutation pass found both unchecked)
+    "len-minus-one": (hp.HcclUsageError, "len must be a non-negative int, not -1"),
+    "notify-2-64": (hp.HcclUsageError, "notifyVal must be a uint64, not 18446744073709551616"),
+    "remote-src": (
+        hp.HcclUsageError,
+        "points into rank 1's memory; it must be this rank's (rank 0)",
+    ),
+    "init-511": (hp.HcclUsageError, "len 511 must be at least HCOMM_URMA_TMP_BUF_SIZE (512)"),
+    "init-one-past": (hp.HcclUsageError, "len 513 is more than buff.GetSize(), its 512 elements"),
     "protocol-roce": (hp.HcclUsageError, "Hcomm<COMM_PROTOCOL_ROCE> is not emulated"),
 }
 
@@ -512,6 +526,7 @@ HOST_BAD = {
         "the protocol 77 of the descriptor of remoteRank 1 is no CommProtocol",
     ),
     "template-protocol": (lambda d: hp.Hcomm[99](), "rank 0 Hcomm[99]: the template argument"),
+    "template-bool": (lambda d: hp.Hcomm[True](), "rank 0 Hcomm[True]: the template argument"),
 }
 
 
