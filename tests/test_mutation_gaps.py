@@ -262,9 +262,50 @@ def test_a_window_of_one_mb_past_the_largest_is_refused() -> None:
     from hccl_py.server.windows import MAX_BUFFSIZE_MB, checked_buffsize
 
     assert checked_buffsize(MAX_BUFFSIZE_MB) == MAX_BUFFSIZE_MB
+    with pytest.raises(ValueError, match=r"in 1\.\.16384, not True$"):
+        checked_buffsize(True)  # a bool is no number of MB, though True == 1
     with pytest.raises(ValueError) as exc:
         checked_buffsize(MAX_BUFFSIZE_MB + 1)
     assert str(exc.value) == (
         f"buffsize_mb must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}, not "
         f"{MAX_BUFFSIZE_MB + 1}"
     )
+
+
+def test_an_a2_item_for_remote_rank_rank_dim_is_refused() -> None:
+    """remoteRankId must be below rankDim: rankDim itself is no rank (before a check, an
+    IndexError of the rank list)."""
+    from test_windows import FP32, a2_items, client, run_kernel
+
+    def kernel(out: Any, tilingGM: Any) -> None:
+        h = client(tilingGM)
+        me, dim = h.GetRankId(), h.GetRankDim()
+        local = h.GetWindowsOutAddr(me)
+        info = local + 4096
+        row = (int(local), int(h.GetWindowsInAddr(1 - me)), 2, int(FP32), dim)
+        hp.gm_tensor(info, torch.uint8, 32)[:] = a2_items([row])
+        h.BatchWrite[True](info, 1)
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, platform="A2", ranks_per_server=1)
+    assert "item 0: remoteRankId 2 is not a rank of the domain (rankDim 2)" in str(info.value)
+
+
+def test_a_second_ccu_finalize_is_not_the_ai_cpu_clients_finalize_again() -> None:
+    """The AI CPU client's second Finalize waits for a server that stopped reading
+    (hccl_aicpu_impl.h); the CCU client's resets nothing: it is a call after Finalize."""
+    from test_alltoallv_write import CCU, WriteTiling, tiling
+
+    def kernel(tilingGM: Any) -> None:
+        h = hp.Hccl[CCU]()
+        h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+        h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+        h.Finalize()
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(lambda: hp.launch(kernel, tiling()), world_size=2, platform="950")
+    text = str(info.value)
+    assert "Finalize: the Hccl object was finalized and cannot communicate again" in text
+    assert "Finalize again on the sending core" not in text
