@@ -109,6 +109,16 @@ def a2a_split_sum(r: int):
     return lambda: hp.alltoall_single(torch.ones(3, 2), out, [1, 1], [1, 1]), [out]
 
 
+def a2a_split_negative(r: int):
+    out = filled(2, 2)  # -1 + 3 is the 2 rows: only the sign check refuses it
+    return lambda: hp.alltoall_single(torch.ones(2, 2), out, [-1, 3], [1, 1]), [out]
+
+
+def a2a_scalar_output(r: int):
+    out = torch.full((), SENTINEL)
+    return lambda: hp.alltoall_single(torch.ones(2), out), [out]
+
+
 def a2a_indivisible(r: int):
     out = filled(3, 2)
     return lambda: hp.alltoall_single(torch.ones(3, 2), out), [out]
@@ -265,6 +275,16 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
         a2a_split_sum,
         ValueError,
         ["in_split_sizes [1, 1] sums to 2, but in_tensor has 3 rows"],
+    ),
+    "a2a_split_negative": (
+        a2a_split_negative,
+        ValueError,
+        ["in_split_sizes must be non-negative: [-1, 3]"],
+    ),
+    "a2a_scalar_output": (  # only out_tensor without a dim: its shape[0] was read
+        a2a_scalar_output,
+        ValueError,
+        ["in_tensor and out_tensor must have at least one dimension"],
     ),
     "a2a_indivisible": (a2a_indivisible, ValueError, ["dim 0 (3) must be divisible by the 2"]),
     "a2a_split_floats": (a2a_split_floats, TypeError, ["in_split_sizes must hold ints"]),
