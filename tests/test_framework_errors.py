@@ -119,6 +119,11 @@ def a2a_scalar_output(r: int):
     return lambda: hp.alltoall_single(torch.ones(2), out), [out]
 
 
+def a2a_row_shapes_differ(r: int):
+    out = filled(2, 3)
+    return lambda: hp.alltoall_single(torch.ones(2, 2), out), [out]
+
+
 def a2a_indivisible(r: int):
     out = filled(3, 2)
     return lambda: hp.alltoall_single(torch.ones(3, 2), out), [out]
@@ -285,6 +290,11 @@ CASES: dict[str, tuple[Case, type[BaseException], list[str]]] = {
         a2a_scalar_output,
         ValueError,
         ["in_tensor and out_tensor must have at least one dimension"],
+    ),
+    "a2a_row_shapes_differ": (
+        a2a_row_shapes_differ,
+        ValueError,
+        ["in_tensor [2, 2] and out_tensor [2, 3] must have the same shape after dim 0"],
     ),
     "a2a_indivisible": (a2a_indivisible, ValueError, ["dim 0 (3) must be divisible by the 2"]),
     "a2a_split_floats": (a2a_split_floats, TypeError, ["in_split_sizes must hold ints"]),
