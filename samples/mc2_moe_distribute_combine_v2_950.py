@@ -49,8 +49,7 @@ from mc2_moe_distribute_dispatch_v2_950 import (
     H,
     K,
     inputs,
-    make_tiling,
-    moe_distribute_dispatch_v2,
+    launch_dispatch,
     per_rank_data_size,
     u64_view,
 )
@@ -258,21 +257,7 @@ def main() -> list[str]:
     lines = []
     for launch in (1, 2):
         x, ids = inputs(rank, launch)
-        expand_x = torch.zeros(BS * K * n, H, dtype=torch.float16, device=hp.device())
-        token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
-        send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
-        hp.launch(
-            moe_distribute_dispatch_v2,
-            on_device(x),
-            on_device(ids),
-            expand_x,
-            token_nums,
-            send_counts,
-            dispatch_ws.to(hp.device()),
-            make_tiling(rank, n),
-            block_dim=AIV_NUM,
-            kernel_type="aiv",
-        )
+        expand_x, token_nums, send_counts = launch_dispatch(rank, n, x, ids, dispatch_ws)
         # the experts: expert e's rows minus 16 * e
         per_expert = np.diff(token_nums.cpu().numpy(), prepend=0)  # cumsum mode
         expert = torch.from_numpy(

@@ -272,6 +272,26 @@ def reference(rank: int, launch: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return rows, np.cumsum(counts.reshape(-1)), np.cumsum(counts.sum(axis=1))
 
 
+def launch_dispatch(rank: int, n: int, x, ids, workspace: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One launch of the dispatch on ``x`` and ``ids``: (expandX, expertTokenNums, sendCounts)."""
+    expand_x = torch.zeros(BS * K * n, H, dtype=torch.float16, device=hp.device())
+    token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
+    send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
+    hp.launch(
+        moe_distribute_dispatch_v2,
+        on_device(x),
+        on_device(ids),
+        expand_x,
+        token_nums,
+        send_counts,
+        workspace.to(hp.device()),
+        make_tiling(rank, n),
+        block_dim=AIV_NUM,
+        kernel_type="aiv",
+    )
+    return expand_x, token_nums, send_counts
+
+
 def main() -> list[str]:
     rank, n = hp.get_rank(), hp.get_world_size()
     # the workspace: send buffer, then the die-0/die-1 sizes and offsets (uint64 each)
@@ -280,21 +300,7 @@ def main() -> list[str]:
     for launch in (1, 2):  # the status words flip: the second launch uses the other half
         x, ids = inputs(rank, launch)
         want_x, want_counts, want_nums = reference(rank, launch)
-        expand_x = torch.zeros(BS * K * n, H, dtype=torch.float16, device=hp.device())
-        token_nums = torch.zeros(LOCAL_EXPERTS, dtype=torch.int64, device=hp.device())
-        send_counts = torch.zeros(LOCAL_EXPERTS * n, dtype=torch.int32, device=hp.device())
-        hp.launch(
-            moe_distribute_dispatch_v2,
-            on_device(x),
-            on_device(ids),
-            expand_x,
-            token_nums,
-            send_counts,
-            workspace.to(hp.device()),
-            make_tiling(rank, n),
-            block_dim=AIV_NUM,
-            kernel_type="aiv",
-        )
+        expand_x, token_nums, send_counts = launch_dispatch(rank, n, x, ids, workspace)
         got = torch.cat(
             [expand_x[: len(want_x)].flatten().double(), send_counts.double(), token_nums.double()]
         )
