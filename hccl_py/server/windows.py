@@ -331,6 +331,11 @@ class LocalWindows:
         #: The domains' numbers in the windows' addresses.
         self.tags = DomainTags()
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of each of these windows (what :class:`WindowAllocation` maps)."""
+        return window_bytes(self.buffsize_mb, self.factor)
+
     def __len__(self) -> int:
         """How many windows were created so far."""
         return len(self._by_key)

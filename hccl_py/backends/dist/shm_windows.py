@@ -44,7 +44,6 @@ from ...server.windows import (
     LocalWindows,
     Memory,
     WindowAllocation,
-    window_bytes,
 )
 from .session import Session
 
@@ -221,7 +220,7 @@ class SharedWindows:
         once every member has mapped them."""
         host = self.host
         me, name = host.session.rank, group.name
-        nbytes = window_bytes(host.config.buffsize_mb, host.config.platform.window_factor)
+        nbytes = self.local.nbytes
         own: dict[str, OwnWindow] = {}
         mine = {"host": host_id(), "error": "", "pid": str(os.getpid())}
         try:
