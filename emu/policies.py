@@ -1,8 +1,10 @@
 """Who runs next: the runners of an emulated world and the policies that choose among them.
 
 The default :class:`Policy` is fixed (run until blocked, then the next runner in
-(rank, core) order); :class:`SeededPolicy` makes random or PCT-style choices from a
-seed, with server timings from eager to late. A policy also decides whether the
+(rank, core) order); seeds 1 and 2 are :class:`PriorityPolicy` (fixed priorities by
+(rank, core), reversed and then in order, preempting at every switch point: a two-party
+order bug shows in one of them); :class:`SeededPolicy` makes random or PCT-style choices
+from any other seed, with server timings from eager to late. A policy also decides whether the
 sending core's Finalize resets the finished-turn counters before another core's
 racing Wait polls them (never by default; by the seed otherwise).
 :func:`policy_for` picks one.
@@ -28,8 +30,11 @@ PCT_CHANGE_P = 1 / 32
 TIMINGS = {"eager": 1.0, "late": 0.0, "random": 0.5}
 #: Probability that a seeded schedule puts a Finalize's counter reset before a racing Wait poll.
 RESET_FIRST_P = 0.5
-#: The kinds of seeded schedule, by ``seed % len(KINDS)``.
+#: The kinds of seeded schedule, by ``seed % len(KINDS)`` (but for :data:`PRIORITY_SEEDS`).
 KINDS = ("random", "pct")
+#: Seeds of the fixed-priority schedules (the first that ``explore=`` runs after the default
+#: one): seed -> (the last runner in (rank, core) order first, a late server).
+PRIORITY_SEEDS = {1: (True, False), 2: (False, True)}
 
 
 class Runner:
@@ -128,6 +133,8 @@ class Policy:
 
     #: Whether a non-blocking switch point may hand control to another runner.
     preemptive = False
+    #: Whether the end of an hccl_py call is a switch point too (where preemptive).
+    point_at_return = False
 
     def __init__(self, late: bool = False) -> None:
         self.late = late
@@ -250,6 +257,55 @@ class SeededPolicy(Policy):
         return self.round_p > 0 and (self.round_p == 1.0 or self.rng.random() < self.round_p)
 
 
+class PriorityPolicy(Policy):
+    """Seeds 1 and 2: fixed priorities by (rank, core), preempting at every switch point.
+
+    The default schedule runs the running runner until it blocks; these run the runnable
+    runner of highest priority at every switch point: seed 1 the last rank and its last core
+    first (the reverse of the default order), with an eager server; seed 2 the first one
+    first, with a late server. Of two runners that a missing order leaves unordered (a core
+    that writes and one that reads, after a barrier both passed), one of the two schedules
+    runs the reader first, every time: no chance involved. The end of every hccl_py call is a
+    switch point too, so that the runner that let others go (the last one at a barrier, a
+    flag's setter) does not run on before those of higher priority it released.
+    """
+
+    preemptive = True
+    point_at_return = True
+
+    def __init__(self, seed: int) -> None:
+        self.reverse, self.late = PRIORITY_SEEDS[seed]
+        first = "last" if self.reverse else "first"
+        server = "late" if self.late else "eager"
+        self.description = (
+            f"seed {seed}: the {first} runner in (rank, core) order first, {server} server"
+        )
+
+    def runnable(self, runners: list[Runner], last: Runner | None) -> list[Runner]:
+        return every_ok(runners, None)
+
+    def choose(self, runnable: list[Runner], current: Runner | None) -> Runner:
+        return runnable[-1] if self.reverse else runnable[0]
+
+    def switch(
+        self, current: Runner, runners: list[Runner], ok: Callable[[Runner], bool] | None
+    ) -> Runner | None:
+        at = bisect.bisect_left(runners, current.key, key=runner_key)
+        higher = reversed(runners[at + 1 :]) if self.reverse else runners[:at]
+        return first_ok(higher, ok)
+
+    def pick_queue(self, n: int) -> int:
+        """The reversed one serves the queue whose oldest copy is the newest first."""
+        return n - 1 if self.reverse else 0
+
+    def reset_first(self) -> bool:
+        """The reversed one puts a Finalize's counter reset first (the order hardware rarely
+        takes), the other one after the racing Wait polls (as the default one)."""
+        return self.reverse
+
+
 def policy_for(seed: int | None, schedule: str) -> Policy:
     """The default policy (``seed`` None, server timing by ``schedule``) or the seeded one."""
-    return Policy(schedule == "late") if seed is None else SeededPolicy(seed)
+    if seed is None:
+        return Policy(schedule == "late")
+    return PriorityPolicy(seed) if seed in PRIORITY_SEEDS else SeededPolicy(seed)

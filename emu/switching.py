@@ -1,4 +1,4 @@
-"""The world lock of a seeded schedule: entering it is a switch point."""
+"""The world lock of a seeded schedule: entering it (and, for some, leaving it) is a switch point."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ class SwitchingLock:
     def __init__(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.lock = scheduler.cond
+        #: The end of an hccl_py call is a switch point too (the fixed-priority schedules).
+        self.at_return = scheduler.policy.point_at_return
 
     def __enter__(self) -> None:
         outer = not self.lock._is_owned()
@@ -25,6 +27,8 @@ class SwitchingLock:
 
     def __exit__(self, *exc: object) -> None:
         self.lock.release()
+        if self.at_return and not self.lock._is_owned():
+            self.scheduler.point()
 
     def _is_owned(self) -> bool:
         return self.lock._is_owned()

@@ -636,7 +636,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "matmul_reduce_scatter:barrier#2": ("explore", DEADLOCK),
     },
     "mc2_moe_distribute_dispatch_v2_950": {
-        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclScheduleError"),
+        "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclRaceError"),
         "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclScheduleError"),
         "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
