@@ -637,7 +637,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     },
     "mc2_moe_distribute_dispatch_v2_950": {
         "moe_distribute_dispatch_v2:flag#1": ("explore", "HcclRaceError"),
-        "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclScheduleError"),
+        "moe_distribute_dispatch_v2:flag#2": ("explore", "HcclRaceError"),
         "moe_distribute_dispatch_v2:SyncAll#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:Wait#1": ("default", CHECK),
         "moe_distribute_dispatch_v2:SyncAll#2": ("default", CHECK),
@@ -856,10 +856,10 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         # the epilogue: on some schedule it reads slots before they land (stale expert ids,
         # rows past recv_x) or its cached path reads them in another order than it wrote them
         "WaitDispatch:poll#1": ("explore", "HcclBoundsError"),
-        "WaitDispatch:flag#1": ("explore", "HcclRaceError"),
+        "WaitDispatch:flag#1": ("explore", "HcclBoundsError"),
         "Process:SyncAll#1": ("default", CHECK),
         "Process:SyncAll#2": ("default", "HcclBoundsError"),
-        "Process:SyncAll#3": ("explore", "HcclScheduleError"),
+        "Process:SyncAll#3": ("explore", "HcclRaceError"),
     },
     "mc2_moe_ep_combine": {
         "SetStatus:flag#1": ("default", DEADLOCK),
