@@ -277,9 +277,11 @@ class WindowRaces:
             mine = self.clocks[rank]
             blind = self.held.blind(rank)
             for lo, hi, w in pieces:
-                if w.flag or w.epoch <= mine[w.agent]:
-                    continue
                 key = (rank, w.seq)
+                if w.flag or w.epoch <= mine[w.agent]:
+                    if key not in first:  # a look ordered after the write: it saw the data
+                        self.findings.pop(key, None)
+                    continue
                 if key in self.seen and key not in first:
                     self._join(rank, w.clock)  # a second look: the data has arrived
                     self.findings.pop(key, None)

@@ -386,6 +386,7 @@ SKIPPED = {
     "debug_send_stride_mistake": WRONG_ON_PURPOSE,
     "npu_smoke": "the hardware smoke test, a table of every op rather than a kernel sample",
     "mc2_context_950": "ordering sites are the v2 port's",
+    "mc2_moe_distribute_combine_v2_950_mte": "not yet registered: its flag-clearing mutant is caught under explore=16 on thread runners only (section 35)",
 }
 
 ARN_COMMIT_NOT_EXPLORED = (

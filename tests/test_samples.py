@@ -97,6 +97,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
+    "mc2_moe_distribute_combine_v2_950_mte.py": {"v3-1": "PASS", "v3-2": "PASS"},
     "mc2_context_950.py": {
         f"{op}-{launch}": "PASS" for op in ("barrier", "dispatch") for launch in (1, 2)
     },
@@ -191,6 +192,7 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
         {f"{c}-{launch}": "PASS" for launch in (1, 2, 3, 5, 6, 7) for c in ("rows", "state")},
     ),
     "mc2_context_950-gloo": _gloo("mc2_context_950"),
+    "mc2_moe_distribute_combine_v2_950_mte-gloo": _gloo("mc2_moe_distribute_combine_v2_950_mte"),
     "mc2_quant_all_reduce-gloo": _gloo("mc2_quant_all_reduce"),
     "mc2_quant_all_reduce-torchrun": _torchrun("mc2_quant_all_reduce"),
     "mc2_quant_reduce_scatter-gloo": _gloo("mc2_quant_reduce_scatter"),
