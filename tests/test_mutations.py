@@ -189,6 +189,20 @@ SPECS: dict[str, SampleSpec] = {
             launches=3,
             block_dim=None,
         ),
+        # the 950 MTE combine: rows and 1.0f flags packed in one copy per 512-byte block; the
+        # dispatch port runs first; three launches, so that the third combine polls the flags
+        # of the first one's half, which ClearPackedTokenFlags reset; its block_dim is the
+        # tiling's aivNum
+        SampleSpec(
+            "mc2_moe_distribute_combine_v2_950_mte",
+            flags=(
+                r"^f32\(rankGM, ",
+                r"^self\.flags\(tokenIndex \* self\.flagRcvCount, self\.flagRcvCount\)\[:\] = 0\.0$",
+            ),
+            checks=(r"^not self\.WaitDispatch\(tokenIndex, 0\)$",),
+            launches=3,
+            block_dim=None,
+        ),
         # three launches, so that the third setup and teardown reuse the first one's halves;
         # its block_dim is the tiling's aivNum (4: with 2 ranks cores 2 and 3 have no peer)
         SampleSpec(
@@ -386,7 +400,6 @@ SKIPPED = {
     "debug_send_stride_mistake": WRONG_ON_PURPOSE,
     "npu_smoke": "the hardware smoke test, a table of every op rather than a kernel sample",
     "mc2_context_950": "ordering sites are the v2 port's",
-    "mc2_moe_distribute_combine_v2_950_mte": "not yet registered: its flag-clearing mutant is caught under explore=16 on thread runners only (section 35)",
 }
 
 ARN_COMMIT_NOT_EXPLORED = (
@@ -830,6 +843,11 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "ExpertAlltoAllDispatchCopyAdd:flag#2": ("default", DEADLOCK),
         "WaitDispatch:check#1": ("default", CHECK),
         "WaitDispatch:flag#1": ("default", CHECK),
+    },
+    "mc2_moe_distribute_combine_v2_950_mte": {
+        "ExpertAlltoAllDispatchInnerCopyAdd:flag#1": ("default", DEADLOCK),
+        "ClearPackedTokenFlags:flag#1": ("default", CHECK),
+        "LocalWindowCopy:check#1": ("default", CHECK),
     },
     "mc2_moe_distribute_combine_setup": {
         "InitStatusTargetSum:flag#1": ("default", DEADLOCK),
