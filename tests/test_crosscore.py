@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from cases import RUN_TIMEOUT
@@ -45,6 +46,25 @@ def test_mode0_is_a_barrier_across_the_cube_cores() -> None:
 
     (log,) = _run(kernel, block_dim=3)
     assert sorted(log) == [(0, "written"), (1, "written"), (2, "written")]
+
+
+def test_a_numpy_integer_flag_id_is_a_flag_id() -> None:
+    """Ported kernels compute flag ids with numpy: a numpy integer names the flag its value
+    names (before 2026-12-01 it was refused as not an int)."""
+    box: dict = {}
+
+    def kernel(log: list) -> None:
+        if hp.g_coreType != AIC:
+            return
+        me = hp.GetBlockIdx()
+        if me == 1:
+            box["value"] = "written"
+        hp.CrossCoreSetFlag[np.int64(0), hp.PIPE_FIX](np.int32(3))
+        hp.CrossCoreWaitFlag(3 if me else np.uint8(3))
+        log.append((me, box.get("value")))
+
+    (log,) = _run(kernel, block_dim=2)
+    assert sorted(log) == [(0, "written"), (1, "written")]
 
 
 def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
@@ -185,6 +205,10 @@ def test_a_wait_nobody_releases_is_a_deadlock_report(backend: str) -> None:
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_FIX](16), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreWaitFlag("3"), "flagId must be an int in 0..15"),
         (lambda: hp.CrossCoreSetFlag(True), "flagId must be an int in 0..15, got True"),
+        (lambda: hp.CrossCoreSetFlag(np.bool_(True)), "CrossCoreSetFlag: flagId must be an int"),
+        (lambda: hp.CrossCoreWaitFlag(3.0), "CrossCoreWaitFlag: flagId must be an int in 0..15"),
+        (lambda: hp.CrossCoreSetFlag(np.int64(16)), "flagId must be an int in 0..15, got"),
+        (lambda: hp.CrossCoreWaitFlag(np.int32(-1)), "flagId must be an int in 0..15, got"),
         (lambda: hp.CrossCoreSetFlag[3, hp.PIPE_FIX](1), "modeId must be 0, 1, 2 or 4"),
         (lambda: hp.CrossCoreSetFlag[0, hp.PIPE_S](1), "modeId must be 0, 1, 2 or 4 and pipe"),
         (lambda: hp.CrossCoreWaitFlag[5, hp.PIPE_S](1), "CrossCoreWaitFlag[5, 0]: modeId must"),

@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..core.config import c_int
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclUsageError
 from ..core.report import plain_repr
 from .clocks import Clock, join
@@ -178,7 +179,9 @@ def _mode4_ids(core: CoreContext, setting: bool) -> tuple[Any, str]:
     return MODE4_AIV_IDS, "0..10"
 
 
-def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
+def _kernel_core(what: str, flag: Any, mode: Any = 0) -> tuple[CoreContext, int]:
+    """The calling core, and ``flag`` as an int (an int or a numpy integer, not a bool) once
+    it is one of the ids the core may name in ``mode``."""
     core = current_core_context()
     if core is None:
         raise RuntimeError(f"{what} is only valid inside a kernel started with hccl_py.launch")
@@ -186,16 +189,17 @@ def _kernel_core(what: str, flag: Any, mode: Any = 0) -> CoreContext:
     if mode == 4:
         ids, text = _mode4_ids(core, what == "CrossCoreSetFlag")
         text += f" in mode 4 on an {core.kind.name} core"
-    if not isinstance(flag, int) or isinstance(flag, bool) or flag not in ids:
+    number = c_int(flag)
+    if number is None or number not in ids:
         raise HcclCoreError(
             f"{what}: flagId must be an int in {text}, got {flag!r}",
             rank=core.launch.rank_ctx.rank,
         )
-    return core
+    return core, number
 
 
 def _set_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_FIX) -> None:
-    core = _kernel_core("CrossCoreSetFlag", flagId, mode)
+    core, flagId = _kernel_core("CrossCoreSetFlag", flagId, mode)
     _check_mode("CrossCoreSetFlag", core, mode, pipe, SET_PIPES)
     core.launch.rank_ctx.server.kernel_call()
     blocker = core.launch.rank_ctx.blocker
@@ -264,7 +268,7 @@ def _wait_flag(flagId: int, mode: int = 0, pipe: int = Pipe.PIPE_S) -> None:
     ``mode`` and ``pipe`` are the template arguments (``CrossCoreWaitFlag<modeId, pipe>``):
     checked, and otherwise the same wait for every mode, as the counter is the core's own.
     """
-    core = _kernel_core("CrossCoreWaitFlag", flagId, mode)
+    core, flagId = _kernel_core("CrossCoreWaitFlag", flagId, mode)
     _check_mode("CrossCoreWaitFlag", core, mode, pipe, WAIT_PIPES)
     core.launch.rank_ctx.server.kernel_call()
     launch = core.launch
