@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from expect import expects_warning
 
 import hccl_py as hp
 from hccl_py.kernel.context import current_rank_context
@@ -768,3 +769,62 @@ def test_a_commit_wakes_a_drain_waiting_on_another_core() -> None:
         _commit_wakes_a_waiting_drain, world_size=2, backend="gloo", platform="A3", timeout=20
     )
     assert got == [0, 0]
+
+
+def _left_uncommitted(then: str) -> tuple[list[int], list[str]]:
+    """Core 1 posts a WriteNbi[False] (a ReadNbi[False] on core 0 is rung by its later
+    committed write); ``then``: "never" (no later doorbell), "next" (the next launch's Commit
+    and Drain submit it), "twice" (a second launch leaves a second one). The bytes that
+    arrived, and this rank's warning messages."""
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    peer = hp.HcclChannelGetHcclBuffer(None, ch)[0]
+    src, back = torch.full((N,), me + 5, dtype=torch.uint8), torch.zeros(N, dtype=torch.uint8)
+
+    def post(src: Any, back: Any) -> None:
+        h = new_hcomm()
+        if hp.GetBlockIdx() == 0:  # rung by the committed write after it: no report
+            assert h.ReadNbi[False](ch, back, peer + DATA + N, N) == hp.HCOMM_SUCCESS
+            assert h.WriteNbi(ch, peer + DATA + N, src, N) == hp.HCOMM_SUCCESS
+        hp.SyncAll()
+        if hp.GetBlockIdx() == 1:
+            assert h.WriteNbi[False](ch, peer + DATA, src, N) == hp.HCOMM_SUCCESS
+
+    def commit() -> None:
+        h = new_hcomm()
+        assert h.Commit(ch) == hp.HCOMM_SUCCESS and h.Drain(ch) == hp.HCOMM_SUCCESS
+
+    hp.launch(post, src, back, block_dim=2, kernel_type="aiv")
+    if then == "next":
+        hp.launch(commit, block_dim=1, kernel_type="aiv")
+    if then == "twice":
+        hp.launch(post, src, back, block_dim=2, kernel_type="aiv")
+        hp.launch(commit, block_dim=1, kernel_type="aiv")
+    hp.barrier()
+    got = hp.gm_tensor(hp.HcclGetHcclBuffer()[0] + DATA, torch.uint8, N).tolist()
+    return got, [str(w) for w in current_rank_context().warnings]
+
+
+@expects_warning("hcomm-uncommitted")
+@pytest.mark.parametrize("then", ["never", "next", "twice"])
+def test_a_request_left_uncommitted_at_the_kernels_end_is_a_warning(
+    then: str, backend: str
+) -> None:
+    """Until 2026-12-01 a WriteNbi[False] that no Commit rang by the kernel's end passed in
+    silence. Its doorbell never rang: on hardware (and here) it waits in the channel's send
+    queue (curHead lives in GM) until a later launch rings it, or forever. Each launch's end
+    reports those its cores left, with the line and core of each; both backends alike."""
+    results = hp.run(_left_uncommitted, world_size=2, platform="A3", backend=backend, args=(then,))
+    for me, (got, said) in enumerate(results):
+        assert got == [(6 - me) if then != "never" else 0] * N
+        assert len(said) == (2 if then == "twice" else 1), said
+        for text in said:
+            assert text.startswith(f"[rank {me}] Hcomm: the kernel returned with 1 request(s)")
+            assert f"with commit=False on channel {0x4843 << 48 | (me + 1) << 32:#x} (to rank " in (
+                text
+            )
+            assert f"(to rank {1 - me}) and no Commit after them: WriteNbi at test_hcomm.py:" in (
+                text
+            )
+            assert "in post on AIV core 1. Their doorbell never rang" in text
+            assert "call Commit(channel) before the kernel returns [hcomm-uncommitted]" in text

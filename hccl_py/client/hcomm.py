@@ -29,9 +29,9 @@ from ..core.constants import HCOMM_FAILED, HCOMM_SUCCESS, HCOMM_URMA_TMP_BUF_SIZ
 from ..core.current import serialized
 from ..core.errors import HcclBoundsError, HcclUsageError, InvalidCall
 from ..core.gm import GmAddr, what_is
-from ..core.report import plain_repr
+from ..core.report import plain_repr, user_frame, warn
 from ..core.template import checked, template
-from ..kernel.context import current_rank_context
+from ..kernel.context import core_name, current_core_context, current_rank_context
 from ..kernel.crosscore import Pipe
 from ..server.remote_writes import Copies, Immediate
 from ..server.windows import WindowAllocation
@@ -227,12 +227,15 @@ class Hcomm:
         found.posted += 1
         if commit:
             self._ring(found)
+        else:
+            _note_unrung(found, call)
         return HCOMM_SUCCESS
 
     def _ring(self, found: Channel) -> None:
         """The doorbell: every request posted so far on ``found`` goes to the server, then a
         Drain that another core started before it wakes (real threads sleep until notified)."""
         copies, found.uncommitted = found.uncommitted, []
+        found.unrung, found.unrung_said = [], 0
         ctx = current_rank_context()
         if copies:
             ctx.server.post_writes(found.key, copies)
@@ -261,6 +264,34 @@ class Hcomm:
             _remote(found, addr, 8, "notifyAddr")
             copies.append((Immediate(value), addr, 8))
         return copies
+
+
+def _note_unrung(found: Channel, call: str) -> None:
+    """Remember a request posted with ``commit=False``: the kernel's end reports it if no
+    doorbell rang it by then (:func:`_left_unrung`)."""
+    core = current_core_context()
+    if core is None:  # not in a kernel: no kernel's end to report it at
+        return
+    found.unrung.append(f"{call} at {user_frame()} on {core_name(core)}")
+    core.launch.exit_checks.setdefault(found.key, functools.partial(_left_unrung, found))
+
+
+def _left_unrung(found: Channel) -> None:
+    """The kernel returned: an ``hcomm-uncommitted`` warning for the requests its cores posted
+    with ``commit=False`` on ``found`` that no Commit (or committed request) rang."""
+    left = found.unrung[found.unrung_said :]
+    if not left:
+        return
+    found.unrung_said = len(found.unrung)
+    warn(
+        "hcomm-uncommitted",
+        f"Hcomm: the kernel returned with {len(left)} request(s) posted with commit=False on "
+        f"channel {found.handle:#x} (to rank {found.peer}) and no Commit after them: "
+        f"{'; '.join(left)}. Their doorbell never rang, so they wait in the channel's send "
+        "queue until a later launch rings it (a Commit or a committed request on the "
+        "channel), or forever; call Commit(channel) before the kernel returns",
+        rank=found.owner,
+    )
 
 
 def _remote(found: Channel, addr: Any, nbytes: int, what: str) -> None:

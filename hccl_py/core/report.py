@@ -127,6 +127,10 @@ KINDS: dict[str, str] = {
         "Finalize's counter reset may come first on hardware, and that Wait hangs"
     ),
     "group-name": "a tiling's groupName is not the domain of the Hccl object that uses it",
+    "hcomm-uncommitted": (
+        "a kernel returned with Hcomm requests posted with commit=False that no Commit rang: "
+        "they run only if a later launch rings the channel's doorbell"
+    ),
     "message-slots": "an InterHcclGroupSync beyond the domain's message slots is ignored",
     "overlap": "overlapping receive ranges, run with overlap='warn'",
     "repeated-init": "a second Init of an initialised Hccl object is ignored",

@@ -113,6 +113,8 @@ class LaunchState:
         #: Whether one core runs the kernel (no other core repeats its client calls).
         self.alone = (n_aic + n_aiv) * block_dim == 1
         self.clients: dict[int, Any] = {}
+        #: Checks of client state run when the kernel returns (Hcomm's uncommitted requests).
+        self.exit_checks: dict[Any, Callable[[], None]] = {}
         self.args: tuple = ()  # the kernel's arguments, for cc_engines
         self._lock = threading.Lock()
         self._barrier_arrived, self._barrier_generation = {True: 0, False: 0}, {True: 0, False: 0}
@@ -155,6 +157,8 @@ class LaunchState:
         """The kernel returned: check each client's exit, then the server forgets the finished tasks."""
         for client in self.clients.values():
             client.check_exit()
+        for check in self.exit_checks.values():
+            check()
         # no cycle keeps the launch's buffers (its tasks, its arguments) until a garbage
         # collection: the sending Hccl object and its client state hold each other, client
         # states and cores hold this launch state, which holds its cores
