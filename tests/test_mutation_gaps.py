@@ -309,3 +309,48 @@ def test_a_second_ccu_finalize_is_not_the_ai_cpu_clients_finalize_again() -> Non
     text = str(info.value)
     assert "Finalize: the Hccl object was finalized and cannot communicate again" in text
     assert "Finalize again on the sending core" not in text
+
+
+def _peer_plain_gm_item(own_int_taken: bool) -> Any:
+    """Rank 1 publishes int(out), its kernel argument's address, and raises a flag in rank 0's
+    window; rank 0 sends x to that address in an A3 BatchWrite item."""
+    from test_windows import a3_items, client, tiling, wait_flag
+
+    published: dict = {}
+
+    def kernel(x: Any, out: Any, tilingGM: Any) -> None:
+        h = client(tilingGM)
+        me, flag = h.GetRankId(), h.GetWindowsInAddr(0)
+        if me == 1:
+            published["out"] = int(out)
+            hp.gm_tensor(flag, torch.int32, 1)[0] = 1
+        else:
+            wait_flag(flag, 1)
+            if own_int_taken:
+                assert int(out) == published["out"]  # each rank numbers its own buffers
+            stage = h.GetWindowsOutAddr(me)
+            hp.gm_tensor(stage + 1024, torch.uint8, 64)[:] = a3_items(
+                [(int(x), published["out"], 16)]
+            )
+            assert h.BatchWrite[True](stage + 1024, 1, 0) == 0
+        h.Finalize()
+
+    def main() -> list[int]:
+        x, out = torch.arange(16, dtype=torch.uint8) + 100, torch.zeros(16, dtype=torch.uint8)
+        hp.launch(kernel, x, out, tiling())
+        return out.tolist()
+
+    return hp.run(main, world_size=2, platform="A3")
+
+
+def test_an_a3_item_with_a_peers_plain_gm_address_names_this_ranks_gm() -> None:
+    """An item's address is read in the calling rank's address space: a peer's int(outputGM)
+    names this rank's buffer of that number (here its own out), or no buffer at all. Until
+    2026-12-01 _check_destination also refused a plain-GM destination of another rank, which
+    no integer address can name (a mutation pass found that removing it changed nothing), and
+    docs/windows.md said that such an item fails the call."""
+    assert _peer_plain_gm_item(own_int_taken=True) == [list(range(100, 116)), [0] * 16]
+    with pytest.raises(hp.WorldError) as info:
+        _peer_plain_gm_item(own_int_taken=False)
+    assert "points into no GM allocation or window this rank knows" in str(info.value)
+    assert isinstance(info.value.failures[0], hp.HcclBoundsError)

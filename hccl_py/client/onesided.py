@@ -351,26 +351,19 @@ class OneSided:
         BatchWrite's documented A3 example copies inputGM into the kernel's
         outputGM1/outputGM2 (an SDMA copy on the card); A2 items travel by RDMA,
         which reaches only the registered window memory (localBuf/remoteBuf are
-        "window addresses" in the item format).
+        "window addresses" in the item format). An item's address is an integer,
+        read in this rank's own address space (``GmAddr.from_int``): outside the
+        windows it can only name this rank's GM, so no other rank's is checked for.
         """
         if isinstance(dst.alloc, WindowAllocation):
             return
-        state = self._binding.state
-        me, platform = state.rank_ctx.rank, state.rank_ctx.config.platform
+        platform = self._binding.state.rank_ctx.config.platform
         if platform.batch_write_format == "A2":
             raise InvalidCall(
                 "foreign-memory",
                 f"item {k}: the destination {dst!r} is not a communication window "
                 f"(GetWindowsInAddr/GetWindowsOutAddr); on {platform.name} BatchWrite goes "
                 "over RDMA, which reaches only window memory",
-            )
-        if dst.rank != me:
-            raise InvalidCall(
-                "foreign-memory",
-                f"item {k}: the destination points into rank {dst.rank}'s GM, which is not a "
-                f"window; BatchWrite writes peers' windows or this rank's (rank {me}) own GM",
-                expected=me,
-                actual=dst.rank,
             )
 
     def _item_addr(self, k: int, what: str, value: int, nbytes: int) -> GmAddr:
