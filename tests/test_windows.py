@@ -27,7 +27,7 @@ from hccl_py import (
 )
 from hccl_py.explore import HcclScheduleError
 from hccl_py.ops.batch_write import ITEM_DTYPES
-from hccl_py.server.windows import shown_value
+from hccl_py.server.windows import MAX_BUFFSIZE_MB, shown_value
 
 #: Every test here runs on thread and on greenlet runners (tests/conftest.py).
 pytestmark = pytest.mark.runner_kinds
@@ -156,6 +156,23 @@ def test_buffsize_from_run_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert run_kernel(kernel, n=2, out_len=1) == [[5 << 20]] * 2
     with pytest.raises(ValueError, match="buffsize_mb must be a whole number of MB"):
         run_kernel(kernel, n=2, out_len=1, buffsize_mb=0)
+
+
+@pytest.mark.parametrize("value", ["", " ", "0", "2x"])
+def test_an_empty_or_bad_hccl_buffsize_is_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HCCL takes its default (200 MB) only for an unset HCCL_BUFFSIZE: a set value, the
+    empty one too, must be a number >= 1 (ParseCclBufferSize: SalStrToULong("") fails and
+    the communicator's init with it). Until 2026-12-01 an empty value gave 200 MB here."""
+    monkeypatch.setenv("HCCL_BUFFSIZE", value)
+    with pytest.raises(ValueError) as info:
+        hp.run(lambda: None, world_size=1)
+    assert str(info.value) == (
+        f"HCCL_BUFFSIZE must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}, not {value!r}"
+    )
+    monkeypatch.delenv("HCCL_BUFFSIZE")
+    assert hp.run(lambda: hp.HcclGetHcclBuffer()[1], world_size=1, platform="A3") == [200 << 20]
 
 
 def test_window_overflow_names_window_rank_offset_and_buffsize() -> None:

@@ -74,9 +74,13 @@ def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:
 
 
 def default_buffsize() -> int:
-    """``HCCL_BUFFSIZE`` (MB) from the environment, or 200 as in HCCL."""
+    """``HCCL_BUFFSIZE`` (MB) from the environment, or 200 as in HCCL when it is unset.
+
+    A set but empty value is refused as HCCL refuses it: its ``ParseCclBufferSize`` takes the
+    default only for an unset variable (``GET_ENV`` gives "EmptyString" for a null pointer),
+    and ``SalStrToULong("")`` fails, so the communicator's init fails (EI0001)."""
     raw = os.environ.get(BUFFSIZE_ENV)
-    return DEFAULT_BUFFSIZE_MB if not raw else checked_buffsize(raw, BUFFSIZE_ENV)
+    return DEFAULT_BUFFSIZE_MB if raw is None else checked_buffsize(raw, BUFFSIZE_ENV)
 
 
 def window_base(tag: int, rank: int, kind: str) -> int:
