@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hccl_py.backends.emu.policies import PriorityPolicy, SeededPolicy, policy_for
 
 import hccl_py as hp
 from hccl_py import AIC
-from hccl_py.backends.emu.policies import PriorityPolicy, SeededPolicy, policy_for
 from hccl_py.explore import HcclScheduleError
 
 #: What the writer writes, per element (the reader sums 16 of them).
