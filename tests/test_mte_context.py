@@ -72,6 +72,35 @@ def test_another_engine_keeps_the_ccu_context(engine: int) -> None:
         hp.run(lambda: run_ring(engine), world_size=2, platform="950", buffsize_mb=1)
 
 
+def test_the_urma_jetty_fields_say_they_are_not_modelled() -> None:
+    """MoeDistributeDispatchSetup and MoeDistributeCombineSetup on Ascend 950 (ops-transformer
+    arch35) read ``((HcclCombinOpParam *)context)->sqs[r]`` and ``cqs[r]`` to write their own WQEs
+    into a peer's send queue (docs/notes/mc2-kernels.md, section 36). hccl_py has no NIC behind
+    them: the read is a clear HcclUsageError, not a raw AttributeError."""
+
+    def main() -> list[str]:
+        got = []
+
+        def kernel(tilingGM):
+            ctx = hp.GetHcclContext(0)
+            for table in (ctx.sqs, ctx.cqs):
+                try:
+                    table[1]
+                except hp.HcclUsageError as e:
+                    got.append(str(e))
+            got.append(f"{len(ctx.sqs)} {len(ctx.cqs)}")
+
+        hp.launch(kernel, tiling_for(3), block_dim=1, kernel_type="aiv")
+        return got
+
+    for got in hp.run(main, world_size=2, platform="950", buffsize_mb=1):
+        sq, cq, lens = got
+        assert sq.startswith("sqs[1] (HcclAiRMAWQ): the AIV URMA data plane")
+        assert cq.startswith("cqs[1] (HcclAiRMACQ): the AIV URMA data plane")
+        assert "is not modelled by hccl_py" in sq and "Hcomm client" in cq
+        assert lens == "2 2"
+
+
 class InheritedTiling(OneCcTiling):
     """A tiling struct whose Mc2InitTiling comes from its base class."""
 

@@ -121,6 +121,16 @@ class ContextFields:
         """``userMemRes[r]``: not filled, since ``userMemType`` is 0 (A3 ``HcclOpResParam``)."""
         return UserMemResTable(self)
 
+    @property
+    def sqs(self) -> JettyTable:
+        """``sqs[r]`` (``HcclAiRMAWQ``): the AIV URMA data plane's send queues; not modelled."""
+        return JettyTable(self, "sqs", "HcclAiRMAWQ")
+
+    @property
+    def cqs(self) -> JettyTable:
+        """``cqs[r]`` (``HcclAiRMACQ``): the AIV URMA data plane's completion queues; not modelled."""
+        return JettyTable(self, "cqs", "HcclAiRMACQ")
+
     def _own(self, kind: str) -> GmAddr:
         server = self.launch.rank_ctx.server
         return GmAddr(server.window(self.group.name, self.launch.rank_ctx.rank, kind))
@@ -180,6 +190,27 @@ class UserMemResTable:
             f"userMemRes[{r!r}]: the context's userMemType is {self._context.userMemType} "
             "(CCL buffer): HCCL fills userMemRes only for user memory (userMemType 1), which "
             "hccl_py does not model; peers' windows are remoteRes[r].nextDevicePtr->windowsIn"
+        )
+
+    def __len__(self) -> int:
+        return self._context.rankNum
+
+
+class JettyTable:
+    """``context.sqs[r]`` / ``cqs[r]``: the URMA jetty of peer ``r``, which a kernel fills with its
+    own WQEs and rings by a doorbell store (the Ascend 950 MoeDistributeDispatchSetup and
+    MoeDistributeCombineSetup, ``protocol`` 1 in their cc tiling). hccl_py has no NIC to serve
+    them, so a read says so rather than giving a made-up queue."""
+
+    def __init__(self, context: ContextFields, name: str, struct: str) -> None:
+        self._context, self._name, self._struct = context, name, struct
+
+    def __getitem__(self, r: int) -> Any:
+        raise HcclUsageError(
+            f"{self._name}[{r!r}] ({self._struct}): the AIV URMA data plane, in which the kernel "
+            "writes WQEs into a peer's send queue and rings its doorbell, is not modelled by "
+            "hccl_py (no send or completion queues, no doorbell); the modelled URMA path is the "
+            "Hcomm client (docs/hcomm.md)"
         )
 
     def __len__(self) -> int:
