@@ -878,7 +878,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "WaitDispatch:flag#1": ("explore", "HcclBoundsError"),
         "Process:SyncAll#1": ("default", CHECK),
         "Process:SyncAll#2": ("default", "HcclBoundsError"),
-        "Process:SyncAll#3": ("explore", "HcclRaceError"),
+        "Process:SyncAll#3": ("explore", "HcclScheduleError"),
     },
     "mc2_moe_ep_combine": {
         "SetStatus:flag#1": ("default", DEADLOCK),
