@@ -59,6 +59,9 @@ SAMPLES: dict[str, dict[str, str]] = {
     "mc2_allto_all_all_gather_batch_mat_mul.py": {"y1": "PASS", "y2": "PASS"},
     "mc2_batch_mat_mul_reduce_scatter_allto_all.py": {"y": "PASS"},
     "mc2_allto_all_matmul.py": {"all2all_out": "PASS", "y": "PASS"},
+    "mc2_allto_all_matmul_950.py": {
+        f"{case}-{mode}": "PASS" for mode in ("ccu", "ai_cpu") for case in ("all2all_out", "y")
+    },
     "mc2_allto_allv_grouped_mat_mul.py": {"permuteOut": "PASS", "gmmY": "PASS", "mmY": "PASS"},
     "mc2_allto_allv_grouped_mat_mul_2026.py": {
         "permuteOut": "PASS",
@@ -217,6 +220,8 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     ),
     "mc2_allto_all_matmul-gloo": _gloo("mc2_allto_all_matmul"),
     "mc2_allto_all_matmul-torchrun": _torchrun("mc2_allto_all_matmul"),
+    # comm_mode "ccu" (the CCU client) and "ai_cpu" (the 950 AI CPU client), one launch each
+    "mc2_allto_all_matmul_950-gloo": _gloo("mc2_allto_all_matmul_950"),
     "mc2_allto_allv_grouped_mat_mul-gloo": _gloo("mc2_allto_allv_grouped_mat_mul"),
     "mc2_allto_allv_grouped_mat_mul-torchrun": _torchrun("mc2_allto_allv_grouped_mat_mul"),
     "mc2_allto_allv_grouped_mat_mul_2026-gloo": _gloo("mc2_allto_allv_grouped_mat_mul_2026"),
