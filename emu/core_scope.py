@@ -20,7 +20,8 @@ from hccl_py.server.blocking import Blocker
 from hccl_py.server.windows import LocalWindows
 
 from .flags import FlagPolls, GmFlagArea
-from .watch import Unwatched, WatchedWindows, core_watch
+from .watch import WatchedWindows, core_watch
+from .world_lock import Unwatched
 
 
 class World(Protocol):

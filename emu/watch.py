@@ -14,7 +14,7 @@ never reach aten: ``tolist()``, ``numpy()`` and ``np.asarray`` (a flag polled th
 acquires like any other read). Both are on a core's mode stacks only while the rank has a
 pending round or a window is mapped, or while the watch carries the core's flag polls
 (:class:`CoreWatch`), and off while hccl_py's own work holds the world's lock
-(:class:`Unwatched`).
+(:class:`~.world_lock.Unwatched`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from hccl_py.core.current import RunnerLocal
 from hccl_py.server.windows import WindowAllocation
 
 from .buffers import BufferRaces
@@ -216,7 +215,7 @@ class CoreWatch:
     check) or a window is mapped (the window check). Otherwise they are off the
     stacks and a torch operation costs them nothing. They are put on (at the
     depth of the core's start, below any mode the kernel entered since) when the
-    core starts, when it leaves hccl_py's lock (:class:`Unwatched`: its own
+    core starts, when it leaves hccl_py's lock (:class:`~.world_lock.Unwatched`: its own
     Commit or window request), and when it gets the baton back after a switch
     that did not come from hccl_py's lock (a flag poll); they are taken off while
     hccl_py's own work holds the lock. Other runners change what the core can
@@ -284,68 +283,6 @@ def resumed() -> None:
     core = _CORE.get()
     if core is not None and not core.held:
         core.sync()
-
-
-class Unwatched:
-    """The world lock, with torch dispatch modes off while hccl_py's own work holds it.
-
-    The watches skip hccl_py's own operations anyway (they run under this lock);
-    a mode still costs each of them a trip through Python (some tens of
-    microseconds for a ``view``), which this saves: the calling core's own
-    watch (:class:`CoreWatch`) is taken off the stacks, and other dispatch modes
-    are turned off. Only the outermost entry of a runner pays for it, and its
-    exit puts the core's watch back where it can see something now. The guard
-    that turns them off is kept per runner (greenlet runners share a thread and
-    block inside the lock, each with a guard of its own). ``_is_owned`` tells
-    the watches whether the calling runner holds the lock (a runner that hands
-    the baton on releases it fully, so on the one thread of greenlet runners
-    only the running one can hold it).
-    """
-
-    def __init__(self, lock: Any) -> None:
-        self.lock = lock
-        self._guard = RunnerLocal()
-        self._guards = 0  # runners holding a guard now (none: no runner's guard to look up)
-
-    def __enter__(self) -> None:
-        lock = self.lock
-        outer = not lock._is_owned()
-        core = _CORE.get() if outer else None
-        if core is not None:
-            core.held = True
-            if core.on:
-                core.off()
-        try:
-            lock.__enter__()
-            if outer and torch._C._len_torch_dispatch_stack():
-                guard = torch._C._DisableTorchDispatch()
-                guard.__enter__()
-                self._guard.held = guard
-                self._guards += 1
-        except BaseException:  # no __exit__ follows an __enter__ that raised
-            if outer and lock._is_owned():  # a runner stopped (the run's timeout) as it took
-                self.__exit__(None, None, None)  # the lock: let go of it, put the watch back
-            elif core is not None:  # not entered
-                core.held = False
-                core.sync()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        lock = self.lock
-        lock.__exit__(*exc)
-        if not lock._is_owned():
-            guard = self._guard.get("held") if self._guards else None
-            if guard is not None:
-                self._guard.held = None
-                self._guards -= 1
-                guard.__exit__(None, None, None)
-            core = _CORE.get()
-            if core is not None:
-                core.held = False
-                core.sync()
-
-    def _is_owned(self) -> bool:
-        return self.lock._is_owned()
 
 
 _PLANS: dict[Any, tuple[tuple[int, str, bool], ...]] = {}

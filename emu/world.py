@@ -55,7 +55,8 @@ from .reports import WorldReports
 from .scheduler import Scheduler
 from .server_reads import PendingReads
 from .slot import Slot
-from .watch import Unwatched, WatchedWindows
+from .watch import WatchedWindows
+from .world_lock import Unwatched
 
 
 class EmuWorld(Server):

@@ -22,7 +22,7 @@ import torch
 from cases import init_hccl, make_tiling
 from expect import expects_warning
 from hccl_py.backends.emu.modes import KernelMode
-from hccl_py.backends.emu.watch import Unwatched
+from hccl_py.backends.emu.world_lock import Unwatched
 from test_sanitizer import F32, SUM, TIMEOUT, comm
 from test_window_races import at
 

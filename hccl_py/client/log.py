@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..core.current import serial
+from ..core.current import rank_or_none, serial
 from ..core.report import plain_repr
 from ..core.template import misfit_or_raise
 from ..kernel.context import core_name, current_core_context, current_rank_context
@@ -107,13 +107,20 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            with serial():
-                # observed(), written out: one call less on every client call
-                if not _live_recorders and not logger.isEnabledFor(logging.DEBUG):
-                    return method(self, *args, **kwargs)
-                return _observed(self, args, kwargs)
+            ctx = rank_or_none()
+            if ctx is None or kwargs:
+                with serial():
+                    return _held(self, args, kwargs)
+            # the lock's entry, the call and its exit in one frame (the emulator's world lock)
+            return ctx.serial_run(_held, self, args, kwargs)
         except TypeError as exc:
             return misfit_or_raise(exc, call, (self, *args), kwargs, self)
+
+    def _held(self: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        # observed(), written out: one call less on every client call
+        if not _live_recorders and not logger.isEnabledFor(logging.DEBUG):
+            return method(self, *args, **kwargs)
+        return _observed(self, args, kwargs)
 
     def _observed(self: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
         rec = recorder()

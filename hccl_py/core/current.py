@@ -114,13 +114,24 @@ def serial() -> contextlib.AbstractContextManager:
     return _NO_LOCK if ctx is None else ctx.serial
 
 
+def locked(lock: contextlib.AbstractContextManager, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` holding ``lock`` (a rank's ``serial_run`` where its lock has no ``held_call``)."""
+    with lock:
+        return fn(*args)
+
+
 def serialized(fn: _F) -> _F:
     """Run ``fn`` holding :func:`serial` (for hccl_py entry points that run no user code)."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with serial():
+        ctx = _rank.get()
+        if ctx is None:
             return fn(*args, **kwargs)
+        if kwargs:
+            with ctx.serial:
+                return fn(*args, **kwargs)
+        return ctx.serial_run(fn, *args)  # the lock's enter, call and exit in one frame
 
     return call  # type: ignore[return-value]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +19,7 @@ import torch
 
 from ..core.buffer_numbers import BufferNumbers
 from ..core.config import Config, c_int
-from ..core.current import bind_rank, current_rank
+from ..core.current import bind_rank, current_rank, locked
 from ..core.errors import HcclWarning
 from ..core.group import Group, world
 from ..server.blocking import Blocker
@@ -45,6 +46,11 @@ class RankContext:
         #: The server's serial lock (:attr:`Server.serial <hccl_py.server.protocol.Server.serial>`),
         #: fixed for the server's life: every client call takes it, so it is an attribute.
         self.serial: contextlib.AbstractContextManager = server.serial
+        #: ``serial_run(fn, *args)``: ``fn(*args)`` holding ``serial``, in one frame where the
+        #: lock has a ``held_call`` of its own (the emulator's world lock).
+        self.serial_run: Callable[..., Any] = getattr(server.serial, "held_call", None) or (
+            functools.partial(locked, server.serial)
+        )
         self.blocker = blocker
         self.device = device or torch.device("cpu")
         #: Called in every thread that binds this context (e.g. to make the rank's NPU current).

@@ -17,9 +17,9 @@ from typing import Any
 
 from ..core.config import KERNEL_GRACE_S, c_int, checked_int
 from ..core.constants import MAX_BLOCK_DIM
-from ..core.current import serial, serialized
+from ..core.current import serialized
 from ..core.errors import HcclCoreError, HcclDeadlockError, HcclPeerError, HcclRunnerStartError
-from ..core.gm import GmAddr, to_gm
+from ..core.gm import GmAddr
 from ..core.group import Group
 from ..core.grouping import core_thread_name
 from ..core.template import template
@@ -36,7 +36,7 @@ from .context import (
     set_rank_context,
 )
 from .context_fields import ContextFields
-from .launch_args import parameter_names, resolve_groups
+from .launch_args import gm_arguments, resolve_groups
 
 
 class KernelCoreType(enum.IntEnum):
@@ -263,13 +263,9 @@ def launch(
     if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
     block_dim = checked_int("block_dim", block_dim, 1, MAX_BLOCK_DIM)
-    rank_ctx = current_rank_context()
-    with serial():
-        state = LaunchState(rank_ctx, resolve_groups(rank_ctx, groups), kernel_type, block_dim)
-        names = parameter_names(kernel, len(args))
-        gm_args = [to_gm(a, rank_ctx.rank, name) for a, name in zip(args, names, strict=True)]
-        state.args = args
-        cores = state.cores
+    ctx = rank_ctx = current_rank_context()
+    state, gm_args = ctx.serial_run(_begin, ctx, kernel, args, groups, kernel_type, block_dim)
+    cores = state.cores
     alone = state.alone  # (len(cores) == 1, which the launch state found when it made them)
     bufs = [] if alone else [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
     server, rank = rank_ctx.server, rank_ctx.rank
@@ -278,8 +274,15 @@ def launch(
             _run_core(kernel, gm_args, cores[0])
         else:
             _run_cores(kernel, gm_args, cores, rank_ctx)
-    with serial():
-        state.finish()
+    rank_ctx.serial_run(state.finish)
+
+
+def _begin(rank_ctx: RankContext, kernel: Callable[..., Any], args: tuple, *rest: Any) -> Any:
+    """A launch's state and GM arguments (``rest``: groups, kernel type, block_dim; locked)."""
+    state = LaunchState(rank_ctx, resolve_groups(rank_ctx, rest[0]), *rest[1:])
+    gm_args = gm_arguments(rank_ctx.rank, kernel, args)
+    state.args = args
+    return state, gm_args
 
 
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:

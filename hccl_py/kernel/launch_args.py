@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core.constants import MAX_DOMAINS
+from ..core.gm import to_gm
 from ..core.group import Group
 from ..core.report import plain_repr
 from .context import RankContext
@@ -42,3 +43,9 @@ def parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
     if getattr(kernel, "__self__", None) is not None:
         names = names[1:]  # a bound method: skip self
     return (names + [None] * n)[:n]
+
+
+def gm_arguments(rank: int, kernel: Callable[..., Any], args: tuple) -> list[Any]:
+    """``hp.launch``'s arguments as the kernel of rank ``rank`` gets them (:func:`to_gm`)."""
+    names = parameter_names(kernel, len(args))
+    return [to_gm(a, rank, name) for a, name in zip(args, names, strict=True)]
