@@ -70,15 +70,16 @@ def test_held_call_lets_go_of_the_lock_and_puts_the_modes_back_when_its_call_rai
     assert seen == ["neg_"]
 
 
-def _launches(counts: dict[str, int]) -> None:
+def _launches(counts: dict[str, int], files: tuple[str, ...] = ("world_lock.py",)) -> None:
     step = Step(
         "kernel", plan(BENCH_OPS["allgather"], 2, 1024, 4, 1), TYPES["fp32"], REDUCE_OPS["sum"]
     )
     step.run()  # the first launch makes what later ones reuse
 
     def profile(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and os.path.basename(frame.f_code.co_filename) == "world_lock.py":
-            counts[frame.f_code.co_name] = counts.get(frame.f_code.co_name, 0) + 1
+        if event == "call" and os.path.basename(frame.f_code.co_filename) in files:
+            name = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
+            counts[name] = counts.get(name, 0) + 1
 
     if hp.get_rank() == 0:
         sys.setprofile(profile)
@@ -95,5 +96,18 @@ def test_a_launch_takes_the_world_lock_in_one_frame_per_hccl_py_call(monkeypatch
     monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "greenlets")  # one thread: one profile sees rank 0
     counts: dict[str, int] = {}
     hp.run(_launches, args=(counts,), world_size=2)
-    assert counts.get("__enter__", 0) == 0 and counts.get("__exit__", 0) == 0, counts
-    assert counts.get("held_call", 0) >= 9, counts
+    assert not {"world_lock.py:__enter__", "world_lock.py:__exit__"} & set(counts), counts
+    assert counts.get("world_lock.py:held_call", 0) >= 9, counts
+
+
+def test_a_wait_of_a_committed_collective_round_goes_straight_to_wait_round(monkeypatch) -> None:  # noqa: ANN001
+    """Control.wait asks the binding once for a usable handle and calls wait_round itself:
+    before 2026-12-01 it went through waits_at_once, _wait_after_reset, _usable_info, the
+    failures' and the binding's unusable, Lifecycle.wait and Rounds._wait (the profile sees
+    rank 0's one Wait of a launch of the benchmark's kernel)."""
+    monkeypatch.setenv("HCCL_PY_EMU_RUNNERS", "greenlets")
+    counts: dict[str, int] = {}
+    hp.run(_launches, args=(counts, ("control.py", "lifecycles.py")), world_size=2)
+    assert counts.get("control.py:wait_round", 0) == 1, counts
+    slow = {"control.py:_usable_info", "control.py:_wait_after_reset", "lifecycles.py:wait"}
+    assert not slow & set(counts), counts

@@ -114,6 +114,13 @@ class Binding:
             return "finalized", UNUSABLE["finalized"]
         return None
 
+    def usable_handle(self, handle: Any) -> Handle | None:
+        """The handle with id ``handle`` when a Wait or Query may use it (``unusable(sends=False)``
+        is None and the id is known), else None (the caller then finds out why)."""
+        if self.state is None or self.finalized and (self.reset or self.ccu):
+            return None
+        return self.handle(handle)
+
     def handle(self, handle: Any) -> Handle | None:
         """The handle with id ``handle`` this object returned, or None."""
         if type(handle) is not int:  # (an int itself, every Commit's and Wait's: no call)

@@ -30,6 +30,9 @@ from .lifecycles import LIFECYCLES
 from .sender import calling_core, is_sender
 from .state import ClientState
 
+#: The collectives' lifecycle (a Wait of its committed round goes straight to wait_round).
+ROUNDS = LIFECYCLES["rounds"]
+
 
 class HandleControl:
     """Commit, Wait, Query, Finalize and InterHcclGroupSync of one Hccl object's handles."""
@@ -188,15 +191,22 @@ class HandleControl:
         before any handle or commit check (hccl_aicpu_impl.h, ``Wait``): it waits for
         nothing, whatever the handle; QueueBarrier and Finalize order the tasks.
         """
-        if self._binding.waits_at_once():
+        b = self._binding
+        # waits_at_once() and Rounds.wait, written out for the common Wait: three frames less
+        if (b.queues_read() if b._queues is None else b._queues) != 0:
             return self._failures.ok(HCCL_SUCCESS)
-        hangs = self._wait_after_reset(handleId)
+        hangs = self._wait_after_reset(handleId) if b.reset else None
         if hangs is not None:
             return hangs
-        info, ret = self._usable_info("Wait", handleId)
+        info = b.usable_handle(handleId)
         if info is None:
-            return ret
-        return LIFECYCLES[info.lifecycle].wait(self, info, int(handleId))
+            info, ret = self._usable_info("Wait", handleId)  # (makes the breach)
+            if info is None:
+                return ret
+        lifecycle = LIFECYCLES[info.lifecycle]
+        if lifecycle is ROUNDS and info.waits < info.commits:
+            return self.wait_round(info, int(handleId))
+        return lifecycle.wait(self, info, int(handleId))
 
     def _wait_after_reset(self, handleId: Any) -> int | None:
         """A Wait after this core's Finalize reset the finished-turn counters, of a round it
