@@ -247,10 +247,14 @@ class HandleControl:
                 break
         if b.ccu and b.state.sender is b:
             ccu_slots.check_wait(b, info, h, self._failures)
-        b.state.record_wait(core, h, info.waits)
-        task = info.task or b.state.task(h, core)
-        b.server.wait(task, info.waits)
-        b.state.observe_turn(core, h, info.waits)
+        state = b.state
+        alone = state.launch.alone  # (one core: record_wait and observe_turn have nothing to do)
+        if not alone:
+            state.record_wait(core, h, info.waits)
+        task = info.task or state.task(h, core)
+        state.rank_ctx.server.wait(task, info.waits)  # (b.server, without the property's call)
+        if not alone:
+            state.observe_turn(core, h, info.waits)
         info.waits += 1
         return self._failures.ok(HCCL_SUCCESS)
 
