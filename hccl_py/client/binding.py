@@ -119,6 +119,11 @@ class Binding:
         is None and the id is known), else None (the caller then finds out why)."""
         if self.state is None or self.finalized and (self.reset or self.ccu):
             return None
+        if type(handle) is int and handle >= 0:  # handle(), written out for an int id
+            try:
+                return self.handles[handle]
+            except IndexError:
+                return None
         return self.handle(handle)
 
     def handle(self, handle: Any) -> Handle | None:

@@ -15,7 +15,7 @@ from typing import Any
 from ..core.config import c_int
 from ..core.constants import HCCL_FAILED, HCCL_MAX_HANDLE_ID, HCCL_SUCCESS
 from ..core.task import PendingDep, op_name
-from ..kernel.context import core_name
+from ..kernel.context import core_name, current_core_context
 from ..kernel.cores import CoreContext
 from ..server.protocol import Server
 from . import ccu_slots
@@ -231,7 +231,7 @@ class HandleControl:
     def wait_round(self, info: Handle, h: int) -> int:
         """Wait of a round the server runs (lifecycle "rounds"): block until it finished."""
         b = self._binding
-        core = calling_core()
+        core = current_core_context() or calling_core()  # (calling_core raises outside a kernel)
         if core.kind != info.kind:
             return self._failures.wrong_core(core, info, h, op_name(info.op))
         for later in range(h + 1, len(b.handles)):  # (a loop: no comprehension's call per Wait)
