@@ -183,7 +183,11 @@ class BufferRaces:
             if task not in self.tasks[rank] and self._gated(rank, task):
                 self.gated[rank].append(rnd)
             else:
-                clash = self._across_domains(rank, rnd)
+                name = task.domain_name  # (no other domain's task pending: nothing to ask)
+                for other in self.tasks[rank]:
+                    if other.domain_name != name:
+                        clash = self._across_domains(rank, rnd)
+                        break
                 self._mark(rank, rnd)
             for held in list(self.gated[rank]):
                 if held is not rnd and not self._gated(rank, held.task):
