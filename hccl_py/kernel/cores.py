@@ -263,8 +263,8 @@ def launch(
     if not isinstance(kernel_type, str) or kernel_type not in KERNEL_TYPES:
         raise ValueError(f"kernel_type must be one of {sorted(KERNEL_TYPES)}, not {kernel_type!r}")
     block_dim = checked_int("block_dim", block_dim, 1, MAX_BLOCK_DIM)
-    ctx = rank_ctx = current_rank_context()
-    state, gm_args = ctx.serial_run(_begin, ctx, kernel, args, groups, kernel_type, block_dim)
+    rank_ctx = current_rank_context()
+    state, gm_args = rank_ctx.serial_run(_begin, kernel, args, groups, kernel_type, block_dim)
     cores = state.cores
     alone = state.alone  # (len(cores) == 1, which the launch state found when it made them)
     bufs = [] if alone else [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
@@ -277,12 +277,12 @@ def launch(
     rank_ctx.serial_run(state.finish)
 
 
-def _begin(rank_ctx: RankContext, kernel: Callable[..., Any], args: tuple, *rest: Any) -> Any:
+def _begin(kernel: Callable[..., Any], args: tuple, *rest: Any) -> Any:
     """A launch's state and GM arguments (``rest``: groups, kernel type, block_dim; locked)."""
+    rank_ctx = current_rank_context()
     state = LaunchState(rank_ctx, resolve_groups(rank_ctx, rest[0]), *rest[1:])
-    gm_args = gm_arguments(rank_ctx.rank, kernel, args)
     state.args = args
-    return state, gm_args
+    return state, gm_arguments(rank_ctx.rank, kernel, args)
 
 
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
@@ -435,9 +435,6 @@ class _CoreTypeProxy:
 
     def __eq__(self, other: object) -> bool:
         return self._kind() == other
-
-    def __ne__(self, other: object) -> bool:
-        return self._kind() != other
 
     def __hash__(self) -> int:
         return id(self)
