@@ -111,16 +111,19 @@ class AlltoAllMatmulTilingDataA3(TilingData):
 
 
 class HcclCommunication:
-    """``HcclCommunication<false, AICPU, MC2AlltoAllContext, AlltoAllMatmulTilingDataA3,
-    MC2AlltoAllPrimitives, 0, 1>``: AIV block 0 communicates, every task is committed
-    when it is prepared and waited for in Process (COMMUNICATION_WAIT_ONE)."""
+    """``HcclCommunication<AICSync = false, ServerType, MC2AlltoAllContext, TilingDataType,
+    MC2AlltoAllPrimitives, SendCnt = 0, RecvCnt = 1>``: AIV block 0 communicates, every task
+    is committed when it is prepared and waited for in Process (COMMUNICATION_WAIT_ONE). The
+    A3 kernel takes it with AICPU and AlltoAllMatmulTilingDataA3, the 950 one
+    (samples/mc2_allto_all_matmul_950.py) with CCU or AICPU and its own tiling struct."""
 
     MAX_HCCL_HANDLE_ = 63
 
-    def __init__(self, tiling: AlltoAllMatmulTilingDataA3, AICSync: bool = False) -> None:
+    def __init__(self, tiling, ServerType=HCCL_SERVER_TYPE_AICPU, AICSync: bool = False) -> None:
         self.tiling_ = tiling
+        self.TilingDataType = type(tiling)
         self.AICSync = AICSync
-        self.hccl_ = Hccl[HCCL_SERVER_TYPE_AICPU]()
+        self.hccl_ = Hccl[ServerType]()
         self.context_ = MC2AlltoAllContext()
         self.primitive_ = MC2AlltoAllPrimitives()
         self.startIndex_ = self.endIndex_ = 0
@@ -134,8 +137,9 @@ class HcclCommunication:
         elif hp.g_coreType == AIC:
             self.notifyFlag_ = self.AICSync and hp.GetBlockIdx() == 0
         self.hccl_.InitV2(hp.GetHcclContext(0), self.tiling_)
-        self.hccl_.SetCcTilingV2(offsetof(AlltoAllMatmulTilingDataA3, "mc2CcTiling"))
+        self.hccl_.SetCcTilingV2(offsetof(self.TilingDataType, "mc2CcTiling"))
         self.waitOne = True  # SendCnt == 0 and RecvCnt == 1: COMMUNICATION_WAIT_ONE
+        self.taskSuccess_ = [True] * self.MAX_HCCL_HANDLE_
 
     def GetContextPtr(self) -> MC2AlltoAllContext:
         return self.context_
