@@ -30,8 +30,16 @@ def _run(kernel: Any, block_dim: int = 2, backend: str = "emu", world: int = 1) 
     )
 
 
-def test_mode0_is_a_barrier_across_the_cube_cores() -> None:
-    """Cube core 1 writes after core 0 read: mode 0 orders them, which SyncAll does not cover."""
+#: Flag ids as plain ints, and as numpy integers (ported kernels compute ids with numpy; before
+#: 2026-12-01 those were refused as not an int): (mode, set id, wait id of core 0).
+_IDS = {"int": (0, 3, 3), "numpy": (np.int64(0), np.int32(3), np.uint8(3))}
+
+
+@pytest.mark.parametrize("ids", sorted(_IDS))
+def test_mode0_is_a_barrier_across_the_cube_cores(ids: str) -> None:
+    """Cube core 1 writes after core 0 read: mode 0 orders them, which SyncAll does not cover;
+    a numpy integer names the flag its value names."""
+    mode, set_id, wait_id = _IDS[ids]
     box: dict = {}
 
     def kernel(log: list) -> None:
@@ -40,31 +48,12 @@ def test_mode0_is_a_barrier_across_the_cube_cores() -> None:
         me = hp.GetBlockIdx()
         if me == 1:
             box["value"] = "written"
-        hp.CrossCoreSetFlag[0, hp.PIPE_FIX](3)
-        hp.CrossCoreWaitFlag(3)
+        hp.CrossCoreSetFlag[mode, hp.PIPE_FIX](set_id)
+        hp.CrossCoreWaitFlag(3 if me else wait_id)
         log.append((me, box.get("value")))
 
     (log,) = _run(kernel, block_dim=3)
     assert sorted(log) == [(0, "written"), (1, "written"), (2, "written")]
-
-
-def test_a_numpy_integer_flag_id_is_a_flag_id() -> None:
-    """Ported kernels compute flag ids with numpy: a numpy integer names the flag its value
-    names (before 2026-12-01 it was refused as not an int)."""
-    box: dict = {}
-
-    def kernel(log: list) -> None:
-        if hp.g_coreType != AIC:
-            return
-        me = hp.GetBlockIdx()
-        if me == 1:
-            box["value"] = "written"
-        hp.CrossCoreSetFlag[np.int64(0), hp.PIPE_FIX](np.int32(3))
-        hp.CrossCoreWaitFlag(3 if me else np.uint8(3))
-        log.append((me, box.get("value")))
-
-    (log,) = _run(kernel, block_dim=2)
-    assert sorted(log) == [(0, "written"), (1, "written")]
 
 
 def test_mode2_aic_releases_its_aiv_cores_and_they_release_it() -> None:
