@@ -56,6 +56,17 @@ LAYERED_IPC_RACE = "the combine's IPC race fails some explored schedules unmutat
 #: slower core reads the current one, which then leaves the loop one SyncAll early
 #: (docs/notes/mc2-kernels.md, section 28); seed 4 of 16 deadlocks unmutated at 2 ranks.
 ARN_COUNT_RACE = "the ARN path's round-count handshake deadlocks some explored schedules unmutated"
+#: MegaMoe A3: the last mode-0 wait of CrossRankSyncV2Set / CrossRankSyncV2Wait is implied by
+#: the other one (every AIV0 sets 10 before 9, every AIV1 sets 9 before 10), or ends the core.
+MEGA_MOE_A3_LAST_WAIT = (
+    "the barrier's last mode-0 wait is implied by the one before it or ends AIV0"
+)
+#: GMM1's final loop only consumes the dispatch flags of experts this AIC had no tile of.
+MEGA_MOE_A3_GMM1_DRAIN = "GMM1's final waits only consume dispatch flags; nothing after them reads"
+#: ResetTokenPerExpert: launch 2's exchange rewrites every peer row before it is read; a stale
+#: row passes the poll early only where launch 1's first polled count is non-zero and the
+#: poller gets there before the peer's push, which no explored schedule at 2 ranks does.
+MEGA_MOE_A3_RESET = "a stale count row needs a poller ahead of its peer's push; not explored"
 MEGA_MOE_END_DRAIN = (
     "EndGMM2Sync's waits only consume AIV0's last flags: nothing after them reads the UB "
     "tiles, and a flag completion left at the kernel's end is not reported"
@@ -265,6 +276,18 @@ SPECS: dict[str, SampleSpec] = {
             ),
             block_dim=None,
             source_race=MEGA_MOE_SYNC_HANG,
+        ),
+        # 2 ranks, two launches (the sense words and the count matrix's reset carry over);
+        # its block_dim is AIC_NUM (2: 4 AIV cores)
+        SampleSpec(
+            "mc2_mega_moe_a3",
+            flags=(
+                r"\.copy_\(i32\(sh\(local\), padded\)\.clone\(\) \+ 0x800000\)$",
+                r"^word\[0\] = self\.epState$",
+                r"\.copy_\(state\)$",
+                r"\.zero_\(\)$",
+            ),
+            block_dim=None,
         ),
         # 3 ranks: one attention worker, two FFN workers, so that the second FFN gets session
         # 0's flag but no token in launch 1 and the check of launch 2 waits for it; its block
@@ -936,6 +959,46 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
         "CombineTokens:flag#1": ("default", CHECK),
         "Process:SyncAll#1": ("default", DEADLOCK),
         "Process:SyncAll#2": ("default", CHECK),
+    },
+    "mc2_mega_moe_a3": {
+        # a missing mode-2 set leaves the AIC or the AIV waiting; a missing wait or SyncAll
+        # lets a core read the workspace or a window early; a missing status write or mode-0
+        # flag leaves the barrier waiting
+        "InitStatusTargetSum:flag#1": ("explore", "HcclRaceError"),
+        "CrossRankSyncV2Set:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "CrossRankSyncV2Set:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "CrossRankSyncV2Set:CrossCoreWaitFlag#1": ("explore", DEADLOCK),
+        "CrossRankSyncV2Set:flag#1": ("default", DEADLOCK),
+        "CrossRankSyncV2Set:CrossCoreWaitFlag#2": _missed(MEGA_MOE_A3_LAST_WAIT),
+        "CrossRankSyncV2Wait:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "CrossRankSyncV2Wait:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "CrossRankSyncV2Wait:CrossCoreWaitFlag#1": ("explore", "HcclRaceError"),
+        "CrossRankSyncV2Wait:CrossCoreWaitFlag#2": _missed(MEGA_MOE_A3_LAST_WAIT),
+        "Finalize:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "GMM1:CrossCoreWaitFlag#1": ("default", CHECK),
+        "GMM1:CrossCoreWaitFlag#2": ("default", CHECK),
+        "GMM1:CrossCoreWaitFlag#3": _missed(MEGA_MOE_A3_GMM1_DRAIN),
+        "GMM2:CrossCoreWaitFlag#1": ("default", CHECK),
+        "AllGatherCounts:flag#1": ("default", DEADLOCK),
+        "AllGatherCounts:poll#1": ("default", "HcclBoundsError"),
+        "AllGatherCounts:SyncAll#1": ("default", CHECK),
+        "CombineV2:CrossCoreWaitFlag#1": ("default", CHECK),
+        "DispatchAndCombine:SyncAll#1": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:SyncAll#2": ("default", CHECK),
+        "DispatchAndCombine:CrossCoreSetFlag#1": ("default", DEADLOCK),
+        "DispatchAndCombine:SyncAll#3": ("default", CHECK),
+        "DispatchAndCombine:CrossCoreSetFlag#2": ("default", DEADLOCK),
+        "DispatchAndCombine:CrossCoreWaitFlag#1": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:SyncAll#4": ("default", CHECK),
+        "DispatchAndCombine:SyncAll#5": ("default", CHECK),
+        "DispatchAndCombine:CrossCoreSetFlag#3": ("default", DEADLOCK),
+        "DispatchAndCombine:CrossCoreWaitFlag#2": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:SyncAll#6": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:SyncAll#7": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:CrossCoreSetFlag#4": ("default", DEADLOCK),
+        "DispatchAndCombine:SyncAll#8": ("explore", "HcclScheduleError"),
+        "DispatchAndCombine:flag#1": _missed(MEGA_MOE_A3_RESET),
+        "mega_moe:CrossCoreWaitFlag#1": ("default", CHECK),
     },
     "mc2_engram_fetch": {
         # the host reads fetched while the reads into it are in flight (emu/posted.py)

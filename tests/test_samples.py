@@ -97,6 +97,7 @@ SAMPLES: dict[str, dict[str, str]] = {
     },
     "mc2_attention_ffn.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_mega_moe.py": {"launch-1": "PASS", "launch-2": "PASS"},
+    "mc2_mega_moe_a3.py": {"launch-1": "PASS", "launch-2": "PASS"},
     "mc2_distribute_barrier.py": {
         f"{case}-{launch}": "PASS" for launch in range(1, 9) for case in ("rows", "state")
     },
@@ -245,6 +246,7 @@ OTHER_RUNS: dict[str, tuple[list[str], int, dict[str, str]]] = {
     "mc2_all_gather_matmul_v2_950-gloo": _gloo("mc2_all_gather_matmul_v2_950"),
     "mc2_all_gather_matmul_v2_950-torchrun": _torchrun("mc2_all_gather_matmul_v2_950"),
     "moe_distribute_window-gloo": _gloo("moe_distribute_window", 4),
+    "mc2_mega_moe_a3-gloo": _gloo("mc2_mega_moe_a3", 4),
     "moe_distribute_window-n16": (
         ["-m", "hccl_py", "run", "-n", "16"],
         16,
