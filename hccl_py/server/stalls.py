@@ -16,12 +16,11 @@ their own.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -85,30 +84,23 @@ class KernelStalls:
             entry[1] = time.monotonic()
             entry[0] -= 1
 
-    @contextlib.contextmanager
-    def kernel(self, rank: int, who: str) -> Iterator[None]:
-        """Around one core's run of a kernel (in its thread): watched while it runs."""
-        me = threading.get_ident()
-        with self.lock:
-            outer = self.threads.get(me)  # a framework collective's launch inside a kernel
-            self.threads[me] = self._mine.entry = [0, time.monotonic(), (rank, who)]
-            self.stopped.discard(me)
+    def held_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` inside this watch: :meth:`__enter__`, the call and :meth:`__exit__` in
+        one frame (every client call of a kernel thread takes this path, ``serial_run``)."""
+        entry = self._mine.entry
+        if entry is None:
+            return fn(*args)
+        with self.lock:  # a stop sent meanwhile lands here, before the call starts
+            entry[0] += 1
         try:
-            yield
-        except KernelStallError as stopped:  # the report, with the kernel's frames
-            raise HcclTimeoutError(stopped.reason, rank=stopped.rank).with_traceback(
-                stopped.__traceback__
-            ) from None
+            return fn(*args)
         finally:
-            if me in self.stopped and _SENT.pop(me, None) is not None:
-                raise_in_thread(me, None)  # sent as the kernel returned, not landed: cancelled
-            with self.lock:
-                if outer is None:
-                    self.threads.pop(me, None)
-                else:  # the outer kernel waited for this one: an hccl_py call
-                    outer[1] = time.monotonic()
-                    self.threads[me] = outer
-                self._mine.entry = outer
+            entry[1] = time.monotonic()  # the time first, as in __exit__
+            entry[0] -= 1
+
+    def kernel(self, rank: int, who: str) -> _KernelScope:
+        """Around one core's run of a kernel (in its thread): watched while it runs."""
+        return _KernelScope(self, rank, who)
 
     def touch(self) -> None:
         """The calling kernel thread is in an hccl_py call now (one that ``serial`` does not
@@ -145,6 +137,42 @@ class KernelStalls:
                 # the kernel: the exception lands in its own code, or as it takes the lock
                 # (before the call starts), or the kernel's end cancels it (``kernel``).
                 raise_in_thread(ident, KernelStallError)
+
+
+class _KernelScope:
+    """:meth:`KernelStalls.kernel`: one core's run of a kernel, watched while it runs (a class
+    rather than a generator's context manager: four calls less per core and launch)."""
+
+    __slots__ = ("stalls", "rank", "who", "me", "outer")
+
+    def __init__(self, stalls: KernelStalls, rank: int, who: str) -> None:
+        self.stalls, self.rank, self.who = stalls, rank, who
+
+    def __enter__(self) -> None:
+        stalls = self.stalls
+        me = self.me = threading.get_ident()
+        with stalls.lock:
+            self.outer = stalls.threads.get(me)  # a framework collective's launch inside a kernel
+            stalls.threads[me] = stalls._mine.entry = [0, time.monotonic(), (self.rank, self.who)]
+            stalls.stopped.discard(me)
+
+    def __exit__(self, kind: Any, stopped: Any, tb: Any) -> None:
+        stalls, me, outer = self.stalls, self.me, self.outer
+        try:
+            if isinstance(stopped, KernelStallError):  # the report, with the kernel's frames
+                raise HcclTimeoutError(stopped.reason, rank=stopped.rank).with_traceback(
+                    stopped.__traceback__
+                ) from None
+        finally:
+            if me in stalls.stopped and _SENT.pop(me, None) is not None:
+                raise_in_thread(me, None)  # sent as the kernel returned, not landed: cancelled
+            with stalls.lock:
+                if outer is None:
+                    stalls.threads.pop(me, None)
+                else:  # the outer kernel waited for this one: an hccl_py call
+                    outer[1] = time.monotonic()
+                    stalls.threads[me] = outer
+                stalls._mine.entry = outer
 
 
 def _inside_hccl_py(frame: FrameType | None) -> bool:
