@@ -393,7 +393,10 @@ class DomainQueue:
 
     def _due(self) -> bool:
         """Under the lock: whether this queue's thread has something to do (else it sleeps on)."""
-        return self.stopping or self.ready() or self.error is not None  # ready: one look
+        if self.stopping:
+            return True
+        self._look()  # ready() and error in one look (a round running: not ready)
+        return (not self.running and self._ready) or self._error is not None
 
     def undescribed(self) -> list[int]:
         """Global ranks that have not joined the descriptor exchange of the task being compared.

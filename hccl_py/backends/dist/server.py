@@ -102,7 +102,7 @@ class DistServer(ExchangeMeetings, Server):
         self._keys: dict[str, None] = {}
         blocker.has_work = self._has_work
         blocker.take_work = self._take_local
-        blocker.job_ready = lambda: bool(self.local_queues) and self._take_local() is not None
+        blocker.job_ready = self._job_ready
 
     @property
     def carry_first_round(self) -> bool:
@@ -226,6 +226,10 @@ class DistServer(ExchangeMeetings, Server):
         for queue in self.local_queues:
             queue.drain()
 
+    def _job_ready(self) -> bool:
+        """Blocker hook, under the lock: whether a waiting thread has a single-rank round to run."""
+        return False if not self.local_queues else self._take_local() is not None
+
     def _take_local(self) -> Callable[[], None] | None:
         """Blocker hook, under the lock: a waiting thread runs a ready single-rank round."""
         for queue in self.local_queues:
@@ -310,6 +314,10 @@ class DistServer(ExchangeMeetings, Server):
         self._run_local()
         queue.run_until((task.seq, round_idx))
         tasks, seq, repeat = queue.queue, task.seq, task.repeat
+        # the round this thread just ran, or another did: no wait (and no poll to end)
+        with self.lock:
+            if not self.blocker.spinning and tasks.rounds_done(seq, repeat) > round_idx:
+                return
         self.blocker.wait_for(
             # asked at every notification while this thread sleeps (each idle core of a launch)
             lambda: tasks.rounds_done(seq, repeat) > round_idx or tasks.failure_at(seq) is not None,
