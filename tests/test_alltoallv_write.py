@@ -449,3 +449,52 @@ def test_the_sending_cores_prepare_wakes_a_core_waiting_for_it() -> None:
         _prepare_wakes_a_waiting_core, world_size=2, platform="950", backend="gloo", timeout=10
     )
     assert got == [0, 0]
+
+
+def _wait_before_the_senders_commit(xGM: Any, outGM: Any, tilingGM: Any) -> None:
+    """Core 0, the sending core, prepares with commit=False and commits only after a SyncAll
+    that core 1 reaches after its Wait of the handle."""
+    h = Hccl[CCU]()
+    h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+    h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+    me, dim, core = h.GetRankId(), h.GetRankDim(), hp.GetBlockIdx()
+    sizes = [S // 2] * dim + [S - S // 2] * dim
+    offsets = [j * S for j in range(dim)] + [j * S + S // 2 for j in range(dim)]
+    handle = h.AlltoAllvWrite[core == 1](xGM, offsets, sizes, me * S, dim * S)
+    if core == 1:
+        h.Wait(handle)
+        window = hp.GetHcclContext(0).windowsOut[0]
+        hp.gm_tensor(outGM, torch.uint8, dim * S)[:] = hp.gm_tensor(window, torch.uint8, dim * S)
+    hp.SyncAll()
+    if core == 0:
+        h.Commit(handle)
+        h.Wait(handle)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _launch_wait_before_commit() -> None:
+    x = (torch.arange(2 * S) // S + 50 * hp.get_rank()).to(torch.uint8)
+    out = torch.zeros(2 * S, dtype=torch.uint8)
+    hp.launch(_wait_before_the_senders_commit, x, out, tiling(), block_dim=2)
+
+
+def test_another_cores_wait_waits_for_the_sending_cores_commit(backend: str) -> None:
+    """Until 2026-12-01 another core's Wait of an AlltoAllvWrite met the peers as soon as the
+    sending core had prepared it: it returned before that core's Commit sent the copies, and
+    the kernel read a window without them (zeros on the emulator, a timing-dependent mix on
+    gloo). The CCU client's Wait on a core that does not send polls the round's completion
+    (waitCke, or finishCntGM_ that the working core's Wait advances), which only the sending
+    core's Commit brings: this kernel hangs on hardware, and both backends report it."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(
+            _launch_wait_before_commit, world_size=2, platform="950", backend=backend, timeout=20
+        )
+    assert sorted(info.value.failures) == [0, 1], info.value
+    for rank, err in info.value.failures.items():
+        assert isinstance(err, hp.HcclDeadlockError), err
+        assert (
+            "AIV core 1 waits for handle 0 AlltoAllvWrite in domain hccl_world_group, which "
+            "the sending core has not committed"
+        ) in err.reason
+        assert "AIV core 0 waits in SyncAll: 1 of 2 cores arrived" in err.reason, rank

@@ -24,6 +24,7 @@ from ..core.config import c_int
 from ..core.constants import INVALID_HANDLE_ID, HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError, InvalidCall
 from ..core.gm import GmAddr
+from ..kernel.context import core_name
 from .binding import Binding
 from .convert import array, checked_gm, no_tiling
 from .failures import Failures
@@ -158,11 +159,27 @@ class WindowWriter:
         key_copies = b.state.writes.get(h)
         if key_copies is not None and b.state.sender is b:
             b.server.write_items(b.state.tasks[h], key_copies[1])
+            blocker = b.state.rank_ctx.blocker
+            with blocker.lock:  # wakes the other cores' Waits for it (real threads sleep)
+                b.state.written.add(h)
+                blocker.cond.notify_all()
 
     def wait(self, h: int) -> None:
-        """Wait of an AlltoAllvWrite: every rank wrote, and this rank's window holds the data."""
+        """Wait of an AlltoAllvWrite: every rank wrote, and this rank's window holds the data.
+
+        Another core's Wait polls the round's completion (the CCU client's waitCke, or the
+        working core's finishCntGM_), so it returns only after the sending core's Commit."""
         state = self._binding.state
-        state.task(h, calling_core())
+        core = calling_core()
+        state.task(h, core)
+        state.rank_ctx.blocker.wait_for(
+            lambda: h in state.written,
+            lambda: (
+                f"rank {state.rank_ctx.rank} {core_name(core)} waits for handle {h} "
+                f"AlltoAllvWrite in domain {state.group.name}, which the sending core has not "
+                "committed"
+            ),
+        )
         key, _ = state.writes[h]
         self._binding.server.meet(
             state.group,

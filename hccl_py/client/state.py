@@ -74,6 +74,8 @@ class ClientState:
         self.held: list[tuple[tuple, str]] = []
         #: AlltoAllvWrite handles: their meeting key and the copies their Commit sends.
         self.writes: dict[int, tuple[str, list]] = {}
+        #: AlltoAllvWrite handles whose copies the sending core's Commit sent.
+        self.written: set[int] = set()
         #: Per handle: Task.commit_notes of its task (Commits of non-sending cores).
         self.commit_notes: dict[int, dict] = {}
 
