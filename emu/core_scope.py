@@ -17,6 +17,7 @@ import sys
 from typing import Any, Protocol
 
 from hccl_py.server.blocking import Blocker
+from hccl_py.server.protocol import OneCoreLaunch
 from hccl_py.server.windows import LocalWindows
 
 from .flags import FlagPolls, GmFlagArea
@@ -122,3 +123,61 @@ class KernelBuffers:
         for ptr, area in self.added.items():
             if self.world.flag_windows.get(ptr) is area:
                 del self.world.flag_windows[ptr]
+
+
+class AloneScope:
+    """One rank's scopes of a launch of one core, made once and entered at each such launch:
+    ``kernel_buffers(rank, [])`` around ``kernel_scope(rank)`` (:class:`.onesided.LaunchEnd`
+    around the host's :class:`.host_watch.HostScope`), and as :attr:`core` a
+    :class:`CoreScope` whose race watch is reset at each launch, in a handful of calls where
+    the nested scopes made a dozen objects. :class:`AloneScopes` gives it only while the
+    window race check is off, the rank's host has no watch and no launch of the rank uses it."""
+
+    __slots__ = ("world", "rank", "core", "busy")
+
+    def __init__(self, world: Any, rank: int) -> None:
+        self.world, self.rank = world, rank
+        self.core = CoreScope(world, rank, "")
+        self.busy = False
+
+    def __enter__(self) -> None:
+        self.busy = True
+        self.world.polled_args[self.rank] = False
+        core = self.core  # as a new CoreScope and CoreWatch would start
+        core.polls = core.watch.watch.polls = None
+        core.watch.held = False
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        world, rank = self.world, self.rank
+        try:
+            try:
+                if exc_type is None and world.writes.writers:
+                    world.writes.land_rank(rank)
+            finally:
+                host = world.hosts[rank]
+                if host is not None and (host.watch is not None or world.posted.pending[rank]):
+                    host._launched()
+        finally:
+            world.polled_args[rank] = False
+            self.busy = False
+
+
+class AloneScopes:
+    """:meth:`~hccl_py.server.protocol.Lifecycle.alone_scope` of an emulated world."""
+
+    __slots__ = ("world", "scopes")
+
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self.scopes: dict[int, AloneScope] = {}
+
+    def get(self, rank: int) -> Any:
+        """Global rank ``rank``'s :class:`AloneScope`, or the general scopes where it does not apply."""
+        world = self.world
+        scope = self.scopes.get(rank)
+        if scope is None:
+            scope = self.scopes[rank] = AloneScope(world, rank)
+        host = world.hosts[rank]
+        if scope.busy or world.races is not None or (host is not None and host.watch is not None):
+            return OneCoreLaunch(world, rank)
+        return scope

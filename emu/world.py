@@ -41,7 +41,7 @@ from hccl_py.trace.recorder import now_us, recording
 
 from . import executor
 from .buffers import BufferRaces
-from .core_scope import CoreScope, KernelBuffers, watch_polls
+from .core_scope import AloneScopes, CoreScope, KernelBuffers, watch_polls
 from .flags import GmFlagArea
 from .group_log import GroupLog
 from .host_watch import HostScope
@@ -123,6 +123,7 @@ class EmuWorld(Server):
         self.flag_windows: dict[int, WindowAllocation | GmFlagArea] = {}
         #: Global ranks whose running kernel has GM tensor arguments to watch (kernel_buffers).
         self.polled_args: dict[int, bool] = {}
+        self.alone_scope = AloneScopes(self).get  # (a launch of one core: one object a rank)
 
     # ----------------------------------------------------------- slot state
     def _slots(self, domain: str) -> dict[int, Slot]:
@@ -390,8 +391,7 @@ class EmuWorld(Server):
         self.flag_windows[window.data.untyped_storage().data_ptr()] = window
 
     def kernel_buffers(self, rank: int, buffers: list) -> KernelBuffers:
-        """Around a launch of global rank ``rank``: its cores' polls of its GM tensor
-        arguments are seen as a window flag's (one core sets a flag that another polls)."""
+        """Around a launch of global rank ``rank``: polls of its GM tensor arguments (flags)."""
         return KernelBuffers(self, rank, buffers)
 
     def kernel_scope(self, rank: int) -> contextlib.AbstractContextManager:

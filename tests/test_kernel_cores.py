@@ -63,6 +63,32 @@ def test_block_indices_per_kernel_type(backend: str, kernel_type: str, block_dim
     assert out == [expected, expected]
 
 
+def _failing_kernel() -> None:
+    raise ValueError("the kernel failed")
+
+
+def _launching_kernel(record: list) -> None:
+    hp.launch(_whoami_kernel, record)  # a one-core kernel launched by a one-core kernel
+    record.append(("outer", hp.GetBlockIdx()))
+
+
+def one_core_launches() -> list:
+    """A one-core launch inside one, then one after a failed launch (the rank's one-core scope
+    is reused: neither may find it in use or left half-entered)."""
+    record: list = []
+    hp.launch(_launching_kernel, record)
+    with pytest.raises(ValueError, match="the kernel failed"):
+        hp.launch(_failing_kernel)
+    hp.launch(_whoami_kernel, record)
+    return record
+
+
+def test_one_core_launches_nest_and_follow_a_failed_one(backend: str) -> None:
+    out = hp.run(one_core_launches, world_size=2, backend=backend, timeout=RUN_TIMEOUT)
+    one = ("AIV", 0, 1, False)
+    assert out == [[one, ("outer", 0), one]] * 2
+
+
 def test_outside_a_kernel_core_queries_fail() -> None:
     with pytest.raises(RuntimeError, match="inside a kernel"):
         hp.GetBlockIdx()

@@ -265,15 +265,15 @@ def launch(
     block_dim = checked_int("block_dim", block_dim, 1, MAX_BLOCK_DIM)
     rank_ctx = current_rank_context()
     state, gm_args = rank_ctx.serial_run(_begin, kernel, args, groups, kernel_type, block_dim)
-    cores = state.cores
-    alone = state.alone  # (len(cores) == 1, which the launch state found when it made them)
-    bufs = [] if alone else [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
     server, rank = rank_ctx.server, rank_ctx.rank
-    with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
-        if alone:
-            _run_core(kernel, gm_args, cores[0])
-        else:
-            _run_cores(kernel, gm_args, cores, rank_ctx)
+    if state.alone:  # one core (which the launch state found when it made them): one scope
+        scope = server.alone_scope(rank)
+        with scope:
+            _run_core(kernel, gm_args, state.cores[0], scope.core)
+    else:
+        bufs = [a.alloc for a in gm_args if isinstance(a, GmAddr) and a]
+        with server.kernel_buffers(rank, bufs), server.kernel_scope(rank):
+            _run_cores(kernel, gm_args, state.cores, rank_ctx)
     rank_ctx.serial_run(state.finish)
 
 
@@ -285,12 +285,11 @@ def _begin(kernel: Callable[..., Any], args: tuple, *rest: Any) -> Any:
     return state, gm_arguments(rank_ctx.rank, kernel, args)
 
 
-def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext) -> None:
+def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext, scope: Any) -> None:
     previous = current_core_context()
     set_core_context(core)
-    who = "" if core.launch.alone else core_name(core)
     try:
-        with core.launch.rank_ctx.server.core_scope(core.launch.rank_ctx.rank, who):
+        with scope:
             kernel(*args)
     finally:
         set_core_context(previous)
@@ -311,7 +310,8 @@ def _run_cores(
         set_rank_context(rank_ctx)
         try:
             if not refused:
-                _run_core(kernel, args, core)
+                scope = rank_ctx.server.core_scope(rank_ctx.rank, core_name(core))
+                _run_core(kernel, args, core, scope)
         except BaseException as exc:  # noqa: BLE001 - reported to the rank thread
             exc.hccl_rank = rank_ctx.rank
             exc.hccl_traceback = traceback.format_exc()

@@ -12,6 +12,7 @@ A :class:`Backend` starts the ranks of a run and gives each one its server.
 from __future__ import annotations
 
 import contextlib
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
@@ -315,6 +316,12 @@ class Lifecycle:
         ``who`` names the core in reports (``AIV core 1``; empty for a kernel of one core)."""
         return contextlib.nullcontext()
 
+    def alone_scope(self, rank: int) -> Any:
+        """Around a kernel launch of one core of global rank ``rank`` (the rank's own thread runs
+        it): ``kernel_buffers(rank, [])`` around ``kernel_scope(rank)``, with the core's
+        ``core_scope(rank)`` as its ``core`` (a server may keep one such object per rank)."""
+        return OneCoreLaunch(self, rank)
+
     def kernel_call(self) -> None:  # noqa: B027 - optional hook
         """A kernel thread is in an hccl_py call that ``serial`` does not wrap (a CrossCore flag):
         it is not stuck in its own code (see :mod:`hccl_py.server.stalls`)."""
@@ -324,6 +331,34 @@ class Lifecycle:
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the server's threads and resources at the end of the run."""
+
+
+class OneCoreLaunch:
+    """:meth:`Lifecycle.alone_scope`'s scopes, as nested ``with`` statements enter them."""
+
+    __slots__ = ("buffers", "kernel", "core")
+
+    def __init__(self, server: Lifecycle, rank: int) -> None:
+        self.buffers = server.kernel_buffers(rank, [])
+        self.kernel = server.kernel_scope(rank)
+        self.core = server.core_scope(rank, "")
+
+    def __enter__(self) -> None:
+        self.buffers.__enter__()
+        try:
+            self.kernel.__enter__()
+        except BaseException:
+            self.buffers.__exit__(*sys.exc_info())  # (no launch scope swallows an error)
+            raise
+
+    def __exit__(self, *exc: Any) -> bool:
+        try:
+            suppressed = bool(self.kernel.__exit__(*exc))
+        except BaseException:
+            if self.buffers.__exit__(*sys.exc_info()):
+                return True
+            raise
+        return bool(self.buffers.__exit__(*((None,) * 3 if suppressed else exc))) or suppressed
 
 
 class Server(Tasks, Windows, Meetings, Lifecycle):
