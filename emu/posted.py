@@ -39,6 +39,8 @@ import functools
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from hccl_py.core.buffer_numbers import numbers_of
+from hccl_py.core.current import rank_or_none
 from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
 from hccl_py.server.remote_writes import ChannelKey, Copies
@@ -166,8 +168,9 @@ class PostedRequests:
         #: Per global rank: storage address -> its requests there, for the host's watch
         #: (the kernels' watch finds the same objects in ``buffers.pending``).
         self.pending: list[dict[int, list[Posted]]] = [{} for _ in range(world_size)]
-        #: Per channel: (call site, allocation) -> its marked bytes.
-        self.channels: dict[ChannelKey, dict[tuple[str, int], Posted]] = {}
+        #: Per channel: (call site, allocation, tag, launch of the rank) -> its marked bytes (a
+        #: tensor passed to two launches is one allocation: the launch keeps their requests apart).
+        self.channels: dict[ChannelKey, dict[tuple[str, int, int | None, int], Posted]] = {}
 
     def posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:
         """Global rank ``channel[0]`` called ``call`` on ``channel``: mark a read's destination."""
@@ -203,11 +206,12 @@ class PostedRequests:
             return
         where = user_frame()
         rank = channel[0]
+        launch = numbers_of(rank_or_none()).launches
         with self.buffers.lock:
             sites = self.channels.setdefault(channel, {})
             for dst, nbytes in plain:
                 alloc = dst.alloc
-                site = (where, id(alloc), tag)
+                site = (where, id(alloc), tag, launch)
                 found = sites.get(site)
                 if found is None:
                     made = request(where)

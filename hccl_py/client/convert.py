@@ -283,9 +283,9 @@ def dtype_mismatch(p: PrepareParam, data_type: HcclDataType) -> str | None:
     """
     found = {}
     for name, buf in (("sendBuf", p.send_buf), ("recvBuf", p.recv_buf)):
-        tensor = buf.alloc.tensor if isinstance(buf, GmAddr) and buf.alloc is not None else None
-        if tensor is not None and not _same_type(data_type, tensor.dtype):
-            found[f"{name} ({buf.alloc.name})"] = tensor.dtype
+        dtype = buf.alloc.dtype if isinstance(buf, GmAddr) and buf.alloc is not None else None
+        if dtype is not None and not _same_type(data_type, dtype):
+            found[f"{name} ({buf.alloc.name})"] = dtype
     if not found:
         return None
     what = " and ".join(f"{where} is a {dtype} tensor" for where, dtype in found.items())

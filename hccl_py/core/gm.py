@@ -19,7 +19,7 @@ import torch
 from .buffer_numbers import OUTSIDE, numbers_of
 from .config import as_index, c_int
 from .constants import DTYPE_INFO, HcclDataType, torch_dtype_of
-from .current import current_rank, off_device, rank_or_none, serialized
+from .current import current_rank, rank_or_none, serialized
 from .errors import HcclBoundsError, HcclUsageError
 from .report import plain_repr
 
@@ -62,7 +62,7 @@ class Allocation:
         "data",
         "rank",
         "name",
-        "tensor",
+        "dtype",
         "uid",
         "numbers",
         "memory",
@@ -91,7 +91,8 @@ class Allocation:
                 f"GM buffers must be contiguous tensors; got shape {tuple(tensor.shape)} "
                 f"with strides {tensor.stride()} (call .contiguous() first)"
             ) from None
-        self.tensor = tensor
+        #: The tensor's dtype (client/convert.py); the allocation keeps no reference to the tensor.
+        self.dtype: torch.dtype | None = tensor.dtype
         self.data = flat.view(torch.uint8)
         #: Size of the allocation in bytes (asked by every bounds check and race mark).
         self.nbytes: int = self.data.numel()
@@ -390,22 +391,24 @@ def tiling_allocation(struct: ctypes.Structure, rank: int | None) -> GmAddr:
 def to_gm(arg: Any, rank: int | None, name: str | None = None) -> Any:
     """Convert one kernel argument the way a kernel launch passes it.
 
-    Tensors become GM addresses, ``None`` the null address, a ctypes structure
+    Tensors become GM addresses (a rank's tensor passed again unchanged, the address it got
+    before: :mod:`~hccl_py.core.buffer_numbers`), ``None`` the null address, a ctypes structure
     (a tiling) the address of a copy of its bytes; anything else is passed as is.
     """
     if isinstance(arg, torch.Tensor):
         ctx = rank_or_none()
-        elsewhere = off_device(arg, ctx) if ctx is not None and ctx.rank == rank else None
-        if elsewhere is not None:
-            raise ValueError(
-                f"GM buffer{f' {name}' if name else ''} of shape {tuple(arg.shape)} {elsewhere}"
-            )
-        return GmAddr(Allocation(arg, rank, name))
+        if ctx is not None and ctx.rank == rank:
+            return ctx.buffers.address(arg, name, ctx, _new_address)
+        return _new_address(arg, rank, name)
     if arg is None:
         return NULL
     if isinstance(arg, ctypes.Structure):
         return tiling_allocation(arg, rank)
     return arg
+
+
+def _new_address(tensor: torch.Tensor, rank: int | None, name: str | None) -> GmAddr:
+    return GmAddr(Allocation(tensor, rank, name))
 
 
 def _gm_offset(alloc: object, offset: object) -> int:

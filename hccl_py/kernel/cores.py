@@ -282,7 +282,7 @@ def _begin(kernel: Callable[..., Any], args: tuple, *rest: Any) -> Any:
     rank_ctx = current_rank_context()
     state = LaunchState(rank_ctx, resolve_groups(rank_ctx, rest[0]), *rest[1:])
     state.args = args
-    return state, gm_arguments(rank_ctx.rank, kernel, args)
+    return state, gm_arguments(rank_ctx, kernel, args)
 
 
 def _run_core(kernel: Callable[..., Any], args: list[Any], core: CoreContext, scope: Any) -> None:

@@ -45,7 +45,10 @@ def parameter_names(kernel: Callable[..., Any], n: int) -> list[str | None]:
     return (names + [None] * n)[:n]
 
 
-def gm_arguments(rank: int, kernel: Callable[..., Any], args: tuple) -> list[Any]:
-    """``hp.launch``'s arguments as the kernel of rank ``rank`` gets them (:func:`to_gm`)."""
+def gm_arguments(rank_ctx: RankContext, kernel: Callable[..., Any], args: tuple) -> list[Any]:
+    """``hp.launch``'s arguments as the kernel of rank ``rank_ctx`` gets them (:func:`to_gm`);
+    counts the launch in the rank's buffer numbers (emu/posted.py tells launches apart by it)."""
+    rank_ctx.buffers.launches += 1
     names = parameter_names(kernel, len(args))
+    rank = rank_ctx.rank
     return [to_gm(a, rank, name) for a, name in zip(args, names, strict=True)]

@@ -166,7 +166,7 @@ class WindowAllocation(Allocation):
         self._data: torch.Tensor | None = None
         self._keep: object = None
         self._base = window_base(tag, rank, kind)
-        self.tensor = None
+        self.dtype = None
         self.memory = None
         self.uid = self._base >> ADDR_SHIFT  # the window's own, whichever rank maps it first
         self._host = None
