@@ -393,3 +393,48 @@ def test_the_race_check_holds_rounds_behind_a_loop_of_dependencies_as_one_by_one
     caplog.set_level(logging.DEBUG, logger="hccl_py")
     assert together == one_by_one == _race_reports()
     assert together[0].startswith("[rank 0, domain group_0_1, handle 0, op AllGather, round 0]")
+
+
+def _server_calls_rank() -> list[tuple[str, int, list[int]]]:
+    """(call, handle, rounds) of every submit and commit this gloo rank's server heard, for a
+    Prepare[True] and for a Prepare[False] committed round by round."""
+    from hccl_py.backends.dist.server import DistServer
+
+    heard: list[tuple[str, int, list[int]]] = []
+    real = {name: getattr(DistServer, name) for name in ("submit", "commit", "submit_commit")}
+
+    def spy(name: str) -> Any:
+        def call(self: DistServer, task: Any, *rounds: Any, **kwargs: Any) -> None:
+            if not kwargs:  # (not submit_commit's own commit)
+                heard.append((name, task.handle, list(rounds[0]) if rounds else []))
+            real[name](self, task, *rounds, **kwargs)
+
+        return call
+
+    for name in real:
+        setattr(DistServer, name, spy(name))
+    try:
+        _gather_rank()
+
+        def separate(xGM: Any, yGM: Any, tilingGM: Any) -> None:
+            h = init_hccl(Hccl(), tilingGM, ops=("AllGather",))
+            handle = h.AllGather(xGM, yGM, N, FP32, REPEAT * N, REPEAT)
+            for _ in range(REPEAT):
+                h.Commit(handle)
+                h.Wait(handle)
+            hp.SyncAll()
+            h.Finalize()
+
+        x = torch.arange(N * REPEAT, dtype=torch.float32)
+        hp.launch(separate, x, torch.zeros(hp.get_world_size() * N * REPEAT), cases.make_tiling())
+    finally:
+        for name, method in real.items():
+            setattr(DistServer, name, method)
+    return heard
+
+
+def test_on_gloo_a_prepare_with_commit_submits_and_commits_in_one_server_call() -> None:
+    """One lock and one wake-up of the domain's thread instead of a submit and a commit."""
+    heard = hp.run(_server_calls_rank, world_size=2, backend="gloo", timeout=RUN_TIMEOUT)
+    separate = [("submit", 0, [])] + [("commit", 0, [r]) for r in range(REPEAT)]
+    assert heard == [[("submit_commit", 0, list(range(REPEAT))), *separate]] * 2

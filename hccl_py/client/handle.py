@@ -22,6 +22,8 @@ class Handle:
     extra_commits: int = 0
     waits: int = 0
     task: Task | None = None
+    #: A ``Prepare[True]``'s task, not yet submitted: its first Commit hands the server both.
+    unsent: bool = False
     #: Fine-grained AlltoAllV (tiling stepSize > 0): steps per Commit/Wait, steps counted,
     #: and the next slice Iterate hands out.
     step_size: int = 0

@@ -77,7 +77,11 @@ class Rounds(Lifecycle):
     def _send(client: Control, info: Handle, h: int, rounds: range) -> None:
         """Hand server rounds ``rounds`` of ``info``'s task to the server."""
         if info.task is not None:
-            client.server.commit(info.task, rounds)
+            if info.unsent:  # a Prepare[True]: the task and its first rounds in one call
+                info.unsent = False
+                client.server.submit_commit(info.task, rounds)
+            else:
+                client.server.commit(info.task, rounds)
             return
         core = calling_core()  # not the sending core: counted here, named if a round then hangs
         for round_idx in rounds:

@@ -178,9 +178,17 @@ class PreparePath:
         state.sender = b
         state.sender_core = core
         state.tasks[handle] = task
-        b.handles.append(Handle(op, fields["repeat"], core.kind, task=task, step_size=step_size))
-        b.server.submit(task)
-        return self._prepared(handle, commit, commit_call, core)
+        info = Handle(op, fields["repeat"], core.kind, task=task, step_size=step_size)
+        b.handles.append(info)
+        if not commit:
+            b.server.submit(task)
+            return self._prepared(handle, commit, commit_call, core)
+        info.unsent = True  # submitted with its first Commits
+        self._prepared(handle, commit, commit_call, core)
+        if info.unsent:  # (no Commit sent a round)
+            info.unsent = False
+            b.server.submit(task)
+        return handle
 
     def _prepared(
         self, handle: int, commit: bool, commit_call: CommitCall, core: CoreContext

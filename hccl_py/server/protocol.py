@@ -21,9 +21,11 @@ import numpy as np
 
 from ..core.config import Config
 from ..core.constants import HcclCMDType
+from ..core.errors import HcclError
 from ..core.gm import Allocation
 from ..core.group import Group
 from ..core.task import Task
+from .agreement import global_rank
 from .remote_writes import ChannelKey, Copies, run_copies
 from .windows import HcclNoWindowsError
 
@@ -42,6 +44,21 @@ class Tasks(ABC):
     def commit(self, task: Task, rounds: range) -> None:
         """This rank's next ``rounds`` of ``task`` (one Commit, or every round of a
         ``Prepare[True]``): each may run once every rank of its domain committed it."""
+
+    @staticmethod
+    def unsupported(task: Task, backend: str) -> HcclError:
+        """The error of a task whose op is not one of :attr:`ops` (of the backend ``backend``)."""
+        return HcclError(
+            f"{task.name} is not supported by the {backend} backend",
+            rank=global_rank(task),
+            op=task.label,
+        )
+
+    def submit_commit(self, task: Task, rounds: range) -> None:
+        """A ``Prepare[True]``'s :meth:`submit` and its first Commits (``rounds``) in one call:
+        the same as the two in a row (a server may take them under one lock)."""
+        self.submit(task)
+        self.commit(task, rounds)
 
     @abstractmethod
     def wait(self, task: Task, round_idx: int) -> None:

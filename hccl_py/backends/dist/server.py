@@ -35,7 +35,7 @@ from ...launcher.msrun import serve_scheduler
 from ...launcher.spawn import spawn_world
 from ...launcher.spec import spec_from_env, under_launcher
 from ...sanitizer.poison import restore
-from ...server.agreement import error_for, global_rank, wait_head
+from ...server.agreement import error_for, wait_head
 from ...server.blocking import Blocker
 from ...server.ordering import sync_text
 from ...server.protocol import Backend, Server
@@ -240,15 +240,16 @@ class DistServer(ExchangeMeetings, Server):
     # -------------------------------------------------------- server protocol
     def submit(self, task: Task) -> None:
         if task.op not in self.ops:
-            raise HcclError(
-                f"{task.name} is not supported by the {self.backend_name} backend",
-                rank=global_rank(task),
-                op=task.label,
-            )
+            raise self.unsupported(task, self.backend_name)
         with self.lock:
             self._queue(task)  # (its thread starts on first use)
             self.board.submit(task)
             self.cond.notify_all()
+
+    def submit_commit(self, task: Task, rounds: range) -> None:  # (one lock, one wake-up)
+        if task.op not in self.ops:
+            raise self.unsupported(task, self.backend_name)
+        self.commit(task, rounds, submit=True)
 
     def checks(self, task: Task) -> bool:
         """Whether ``task``'s descriptor is compared with the peers' ones before its first round.
@@ -293,9 +294,11 @@ class DistServer(ExchangeMeetings, Server):
                 self.store.delete_key(key)
         self._keys.clear()
 
-    def commit(self, task: Task, rounds: range) -> None:
+    def commit(self, task: Task, rounds: range, submit: bool = False) -> None:
         with self.lock:
             queue = self._queue(task)
+            if submit:  # (submit_commit; a task without Commits wakes nobody to work)
+                self.board.submit(task)
             # a single-rank domain's rounds run in this thread after each Commit: one at a time
             one_by_one = len(rounds) > 1 and not self.late and queue in self.local_queues
             if not one_by_one:
