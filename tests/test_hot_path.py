@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import hccl_py as hp
-from hccl_py.backends.dist import descriptors
+from hccl_py.backends.dist import descriptors, first_round
 from hccl_py.backends.dist.descriptors import (
     decode_all,
     decode_descriptor,
@@ -34,6 +34,7 @@ from hccl_py.kernel.context import current_rank_context
 from hccl_py.launcher.sealed import ForgedValueError
 from hccl_py.ops import OPS, op_name, spec_of
 from hccl_py.server.agreement import mismatch
+from hccl_py.server.protocol import record_length
 
 
 def _task(rank: int = 1, **changes: object) -> Task:
@@ -202,6 +203,82 @@ def test_descriptors_equal_to_this_ranks_own_are_not_parsed(
     payloads = [encode_descriptor(t) for t in tasks]
     monkeypatch.setattr(descriptors, "decode_descriptor", lambda *a: pytest.fail("parsed"))
     assert [t.rank for t in decode_all(tasks[1], payloads[1], payloads)] == [0, 1, 2]
+
+
+def _full_received(task: Task, mine: bytes, payloads: list[bytes]) -> tuple:
+    """What :func:`first_round.received` gave before it compared bytes: every payload split at
+    its record's end, every descriptor through :func:`decode_all`."""
+    ends = [record_length(raw) for raw in payloads]
+    tasks = decode_all(task, mine, [raw[:end] for raw, end in zip(payloads, ends, strict=True)])
+    rows = [
+        bytes(raw[end + 1 :]) for raw, end in zip(payloads, ends, strict=True) if end < len(raw)
+    ]
+    return tasks, (rows if len(rows) == len(payloads) else None), max(ends)
+
+
+def _payloads(tasks: list[Task], data: bytes | None) -> list[bytes]:
+    return [encode_descriptor(t) + (b"" if data is None else b"\0" + data) for t in tasks]
+
+
+@pytest.mark.parametrize("data", [None, b"", b"\0\1rows"])
+def test_descriptors_alike_as_bytes_give_what_decoding_gives_without_tasks(
+    data: bytes | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every rank's descriptor this rank's but for the rank (12 ranks: ranks 10 and 11 write a
+    longer one) is compared as bytes: no task is made, the rows and the longest descriptor are
+    the full decode's, and the tasks it would make agree."""
+    tasks = _domain_of(12)
+    payloads = _payloads(tasks, data)
+    for me in (0, 11):
+        mine = encode_descriptor(tasks[me])
+        full_tasks, full_rows, full_longest = _full_received(tasks[me], mine, payloads)
+        assert mismatch(full_tasks) is None
+        with monkeypatch.context() as patch:
+            patch.setattr(first_round, "decode_all", lambda *a: pytest.fail("decoded"))
+            got, rows, longest = first_round.received(
+                tasks[me], mine, list(map(memoryview, payloads))
+            )
+        assert got is None and longest == full_longest
+        assert (rows if rows is None else [bytes(r) for r in rows]) == full_rows
+
+
+def _differing() -> list[tuple[list[Task], list[bytes]]]:
+    """Domains whose payloads are not all this rank's descriptor but for the rank."""
+    tasks, alltoallv = _domain_of(3), _domain_of(
+        3, op=[HcclCMDType.HCCL_CMD_ALLTOALLV] * 3, reduce_op=[None] * 3,
+        send_counts=[(1, 2, 3)] * 3, recv_counts=[(1, 2, 3)] * 3,
+        sdispls=[(0, 1, 3)] * 3, rdispls=[(0, 1, 3)] * 3,
+    )  # fmt: skip
+    same = _payloads(tasks, b"ab")
+    counted = _domain_of(3, count=[4, 4, 5])
+    return [
+        (counted, _payloads(counted, b"ab")),
+        (tasks, [*same[:2], same[2].replace(b"\0", b" ", 1)]),  # no NUL after the record
+        (tasks, [*same[:2], encode_descriptor(tasks[2]) + b"x"]),
+        (tasks, [*same[:2], same[1]]),  # rank 2 describes rank 1
+        (tasks, [*same[:2], b'{"op":"all_reduce","problem":null}']),
+        (alltoallv, _payloads(alltoallv, None)),  # alike, but AlltoAllV's counts go pairwise
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_descriptors_not_alike_are_decoded_and_reported_as_before(case: int) -> None:
+    tasks, payloads = _differing()[case]
+    mine = encode_descriptor(tasks[0])
+    try:
+        want = _full_received(tasks[0], mine, payloads)
+    except hp.HcclMismatchError as error:
+        with pytest.raises(hp.HcclMismatchError) as info:
+            first_round.received(tasks[0], mine, list(map(memoryview, payloads)))
+        assert str(info.value) == str(error)
+        return
+    got = first_round.received(tasks[0], mine, list(map(memoryview, payloads)))
+    assert got[0] is not None and got[2] == want[2]
+    assert [(t.rank, t.signature(), t.send_counts) for t in got[0]] == [
+        (t.rank, t.signature(), t.send_counts) for t in want[0]
+    ]
+    assert str(mismatch(got[0])) == str(mismatch(want[0]))
+    assert (got[1] if got[1] is None else [bytes(r) for r in got[1]]) == want[1]
 
 
 class _Store:

@@ -429,8 +429,8 @@ class DomainQueue:
         )
         self.joined = task.seq
         tasks, rows, longest = first_round.received(task, mine, payloads)
-        error = mismatch(tasks)
+        error = None if tasks is None else mismatch(tasks)  # (None: every rank sent mine)
         if error is not None:
             raise error
-        self.rows.agreed(tasks, longest, self.dom, carry)
-        return None if rows is None else (tasks, rows, scattered)
+        self.rows.agreed(tasks or [task], longest, self.dom, carry)
+        return None if rows is None else (tasks or [task] * task.rank_dim, rows, scattered)

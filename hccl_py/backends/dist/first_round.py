@@ -232,15 +232,45 @@ def pieces(task: Task, dom: rounds.Domain) -> list[memoryview] | None:
 
 def received(
     task: Task, mine: bytes, payloads: list[Payload]
-) -> tuple[list[Task], list[memoryview] | None, int]:
+) -> tuple[list[Task] | None, list[memoryview] | None, int]:
     """Every domain rank's task, as its descriptor describes it (``mine`` is this rank's),
     every rank's round-0 bytes (the views after the descriptor's NUL byte; None unless every
-    rank sent them) and the longest descriptor's length."""
+    rank sent them) and the longest descriptor's length.
+
+    The tasks are None where every rank sent ``mine`` but for the ``rank`` field, for an op
+    whose agreement needs no per-peer counts (not AlltoAllV): the ranks agree, and their
+    tasks are ``task`` at their ranks, whose blocks have ``task``'s sizes (a regular layout).
+    """
+    if not task.spec.pairwise_counts:
+        alike = _alike(task, mine, payloads)
+        if alike is not None:
+            return None, *alike
     ends = [record_length(raw) for raw in payloads]
     pairs = list(zip(payloads, ends, strict=True))
     tasks = decode_all(task, mine, [bytes(raw[:end]) for raw, end in pairs])
     rows = [memoryview(raw)[end + 1 :] for raw, end in pairs if end < len(raw)]
     return tasks, (rows if len(rows) == len(payloads) else None), max(ends)
+
+
+def _alike(
+    task: Task, mine: bytes, payloads: list[Payload]
+) -> tuple[list[memoryview] | None, int] | None:
+    """:func:`received`'s rows and longest descriptor where each rank's payload starts with
+    ``mine`` as that rank writes it (:func:`.descriptors.decode_all`), then ends or holds a
+    NUL byte; else None (compared as bytes: nothing parsed, no task made)."""
+    own, rows, longest, every = b'"rank":%d,' % task.rank, [], 0, True
+    for i, raw in enumerate(payloads):
+        expected = mine if i == task.rank else mine.replace(own, b'"rank":%d,' % i, 1)
+        end = len(expected)
+        after = raw[end : end + 1]  # (no len() calls: a loop per rank)
+        if raw[:end] != expected or (after and after != b"\0"):
+            return None
+        if after:
+            rows.append(memoryview(raw)[end + 1 :])
+        else:
+            every = False
+        longest = end if end > longest else longest
+    return (rows if every else None), longest
 
 
 def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
