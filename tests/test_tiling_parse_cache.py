@@ -92,3 +92,43 @@ def test_a_core_whose_arguments_differ_in_type_is_validated_on_its_own() -> None
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclUsageError)
     assert "the data type must be an int (an HcclDataType) (got a bool (True))" in str(err)
+
+
+def _reads_per_call(tilings: list) -> dict[str, int]:
+    """How often InitV2, SetCcTilingV2 and AllGather read the init tiling (its bytes), with
+    debugMode 1 (HCCL_ONLY_COMPUTE) so that the AllGather needs no peer."""
+    from hccl_py.client import binding, setup
+
+    reads: dict[str, int] = {}
+    now = ["none"]
+    real = setup.tiling_bytes
+
+    def counted(*args: object, **kwargs: object) -> bytes:
+        reads[now[0]] = reads.get(now[0], 0) + 1
+        return real(*args, **kwargs)
+
+    def kernel(xGM: hp.GmAddr, yGM: hp.GmAddr) -> None:
+        hccl = Hccl()
+        now[0] = "InitV2"
+        hccl.InitV2(GetHcclContext(0), tilings[0])
+        now[0] = "SetCcTilingV2"
+        hccl.SetCcTilingV2(offsetof(Tiling, "ccTiling"))
+        now[0] = "AllGather"
+        hccl.AllGather[True](xGM, yGM, 4, hp.HcclDataType.HCCL_DATA_TYPE_FP32, 0, 1)
+        now[0] = "rest"
+        hccl.Finalize()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(setup, "tiling_bytes", counted)
+        patch.setattr(binding, "tiling_bytes", counted)
+        hp.launch(kernel, torch.zeros(4), torch.zeros(8))
+    return reads
+
+
+@expects_warning("compute-only")
+def test_each_call_reads_the_init_tiling_once() -> None:
+    """InitV2 checks the tiling and reads debugMode in one read (before, two)."""
+    tiling = _tiling("hccl_world_group")
+    tiling.mc2InitTiling.debugMode = 1
+    (reads,) = hp.run(lambda: _reads_per_call([tiling]), world_size=1, timeout=RUN_TIMEOUT)
+    assert reads == {"InitV2": 1, "SetCcTilingV2": 1, "AllGather": 1}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.config import as_index
-from ..core.constants import HcclCMDType
+from ..core.constants import HcclCMDType, HcclServerType
 from ..core.errors import HcclBoundsError
 from ..core.gm import GmAddr, what_is
 from ..core.report import plain_repr
@@ -15,6 +15,7 @@ from ..tiling import (
     MC2_CC_TILING_SIZE,
     MC2_INIT_TILING_SIZE,
     Mc2CcTiling,
+    Mc2InitTiling,
     cc_group_name,
     read_cc_tiling,
     tiling_bytes,
@@ -76,7 +77,7 @@ class Setup:
                 None,
             )
             return
-        unreadable = _unreadable(tiling)
+        unreadable, head = _read_head(tiling, b.server_type)
         if unreadable is not None:
             breach(
                 "bad-argument", f"{mode}: initTiling {unreadable}", None, actual=plain_repr(tiling)
@@ -114,6 +115,8 @@ class Setup:
             )
             return
         b.bind(context.launch.client_state(context, ClientState), mode, tiling)
+        if head is not None:  # the bytes the check read: this call reads the tiling once
+            b.init_fields["debugMode"] = head[_DEBUG_MODE.offset]
         if b.reads_compute_only():
             b.compute_only = True
             breach(
@@ -207,10 +210,27 @@ class Setup:
         return getattr(state, value)
 
 
-def _unreadable(tiling: Any) -> str | None:
-    """Why ``tiling`` cannot be read as an init tiling, if it cannot (None: no tiling)."""
+#: The init tiling's field that Init reads (:meth:`Binding.reads_compute_only`).
+_DEBUG_MODE = Mc2InitTiling.debugMode
+
+
+def _read_head(tiling: Any, server_type: HcclServerType) -> tuple[str | None, bytes | None]:
+    """Why ``tiling`` cannot be read as an init tiling, if it cannot (None: no tiling), and
+    where the client reads debugMode (the AI CPU client's), the bytes up to it when the tiling
+    holds them: the check's read and the field's in one. Else the check reads nothing and
+    the field is read on its own, with its report (:meth:`Binding._init_field`)."""
     if tiling is None:
-        return None
+        return None, None
+    if server_type == HcclServerType.HCCL_SERVER_TYPE_AICPU:
+        try:
+            return None, tiling_bytes(tiling, nbytes=_DEBUG_MODE.offset + _DEBUG_MODE.size)
+        except Exception:  # noqa: BLE001 - checked and reported as before, below and at the field
+            pass
+    return _unreadable(tiling), None
+
+
+def _unreadable(tiling: Any) -> str | None:
+    """Why ``tiling`` cannot be read as an init tiling, if it cannot."""
     try:
         tiling_bytes(tiling, nbytes=0)
     except TypeError:
