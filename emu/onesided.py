@@ -138,6 +138,8 @@ class OneSidedWrites:
 
     def post(self, channel: ChannelKey, copies: Copies) -> None:
         """Hcomm: the doorbell of ``channel`` rang for ``copies``; they land in order."""
+        if self.marks is not None:
+            self.marks.rang(channel)
         if self.races is not None:
             self._record(channel[0], copies, self.races.channel_agent(channel))
         self._submit((HCOMM, channel), copies, WHOLE_BYTES)

@@ -12,7 +12,9 @@ rank) clears them. Until then a kernel access of those bytes (any core of the
 rank, any launch) or an access by the rank's host code after the kernel
 (:mod:`.host_watch`) raises :class:`~hccl_py.core.errors.HcclRaceError`, naming
 the rank, the channel, the call, the bytes and both lines. Nothing depends on
-whether the read already landed in this schedule, so the default one finds it.
+whether the read already landed in this schedule, so the default one finds it. A read posted
+with ``commit=False`` that no doorbell rang yet (:meth:`PostedRequests.rang`) has not landed: its
+report says so, and that a later Commit lands it over the access.
 
 A destination in a window is the window race check's (``poison=True``): it sees
 the landing as a write of the channel. A request that is never drained is no
@@ -43,6 +45,7 @@ from hccl_py.core.buffer_numbers import numbers_of
 from hccl_py.core.current import rank_or_none
 from hccl_py.core.errors import HcclRaceError
 from hccl_py.core.gm import Allocation
+from hccl_py.kernel.context import current_core_context
 from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.windows import WindowAllocation
 
@@ -61,10 +64,19 @@ class Request:
     where: str
     #: When the first one was posted, among every mark of the world (:mod:`.buffers`).
     order: int = 0
+    #: The channel's doorbell count, shared by its requests (None: no doorbell, a BatchWrite),
+    #: and what it was when these were posted: the same while no doorbell rang them.
+    rings: list[int] | None = None
+    ring: int = 0
     #: What orders the requests before the rank's next accesses (for the warning).
     ordered_by = "the Drain of the channel"
     #: The landing writes the bytes: any access of them races.
     same_bytes_race = True
+
+    @property
+    def unrung(self) -> bool:
+        """Whether they were posted with ``commit=False`` and no doorbell rang them yet."""
+        return self.rings is not None and self.rings[0] == self.ring
 
     def describe(self) -> str:
         """``ReadNbi on channel 0x4843000100000000``."""
@@ -85,7 +97,7 @@ class Request:
         return HcclRaceError(
             f"{self.race}: rank {rank} {'writes' if found.written else 'reads'} bytes "
             f"[{found.lo - base}, {found.hi - base}) of {found.mark.alloc.name} at {where} "
-            f"before {self.pending(risk)}",
+            f"before {self.unrung_pending(found.written) if self.unrung else self.pending(risk)}",
             rank=rank,
             **self.facts(),
         )
@@ -97,6 +109,24 @@ class Request:
             f"these bytes when it lands, which only the Drain orders, so {risk}. Call "
             "Drain(channel) (any core of the rank, or a later launch) before accessing them; "
             "see docs/hcomm.md#when-writes-land"
+        )
+
+    def unrung_pending(self, written: bool) -> str:
+        """:meth:`pending` for requests that no doorbell rang: nothing lands them until a Commit
+        of the channel (in a kernel, another core's may come first; after it, a later launch's)."""
+        kernel = current_core_context() is not None
+        first = " unless another core's Commit of the channel comes first" if kernel else ""
+        risk = (
+            "a later Commit of the channel lands it over this write"
+            if written
+            else f"the read sees the old bytes{first}, and a later Commit lands it over them"
+        )
+        return (
+            f"the Commit and Drain of channel {self.channel[1]:#x}: the {self.call} at "
+            f"{self.where} writes these bytes when it lands, but it was posted with commit=False "
+            f"and no Commit of the channel rang its doorbell{' yet' if kernel else ''}, so it has "
+            f"not landed: {risk}. Call Commit(channel), then Drain(channel), before accessing "
+            "them, or post it with commit=True; see docs/hcomm.md#when-writes-land"
         )
 
     def unseen(self) -> str:
@@ -168,14 +198,27 @@ class PostedRequests:
         #: Per global rank: storage address -> its requests there, for the host's watch
         #: (the kernels' watch finds the same objects in ``buffers.pending``).
         self.pending: list[dict[int, list[Posted]]] = [{} for _ in range(world_size)]
-        #: Per channel: (call site, allocation, tag, launch of the rank) -> its marked bytes (a
-        #: tensor passed to two launches is one allocation: the launch keeps their requests apart).
+        #: Per channel: (call site, allocation, tag: a BatchWrite's handle or a ReadNbi's doorbell
+        #: count, launch of the rank) -> its marked bytes (a tensor passed to two launches is one
+        #: allocation: the launch keeps their requests apart).
         self.channels: dict[ChannelKey, dict[tuple[str, int, int | None, int], Posted]] = {}
+        #: Per channel with marked reads: its doorbell count (:meth:`rang`), in a list that its
+        #: requests share (:attr:`Request.unrung`).
+        self.rings: dict[ChannelKey, list[int]] = {}
 
     def posted(self, channel: ChannelKey, call: str, copies: Copies) -> None:
         """Global rank ``channel[0]`` called ``call`` on ``channel``: mark a read's destination."""
         if call == "ReadNbi":
-            self._mark(channel, copies[:1], lambda where: Request(call, channel, where))
+            rings = self.rings.setdefault(channel, [0])
+            ring = rings[0]
+            made = functools.partial(Request, call, channel, rings=rings, ring=ring)
+            self._mark(channel, copies[:1], made, ring)
+
+    def rang(self, channel: ChannelKey) -> None:
+        """``channel``'s doorbell rang: every request posted on it so far may land."""
+        rings = self.rings.get(channel)
+        if rings is not None:
+            rings[0] += 1
 
     def written(self, key: tuple[int, Hashable], handle: int, copies: Copies) -> None:
         """Global rank ``key[0]``'s BatchWrite ``handle`` (``key``: its rank and domain rank) will
@@ -193,7 +236,8 @@ class PostedRequests:
     ) -> None:
         """Mark the destinations of ``copies`` in plain GM as pending writes of the rank
         ``channel[0]``, by a ``request(where)`` per call site (and ``tag``: a BatchWrite's
-        handle, which a Wait orders on its own)."""
+        handle, which a Wait orders on its own; a ReadNbi's doorbell count, which a doorbell
+        rings for all of its requests, not for later ones)."""
         plain = [
             (dst, nbytes)
             for _, dst, nbytes in copies

@@ -8,6 +8,7 @@ channel that ``HcclChannelAcquire`` returned, into the peer's HCCL buffer that
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -828,3 +829,44 @@ def test_a_request_left_uncommitted_at_the_kernels_end_is_a_warning(
             )
             assert "in post on AIV core 1. Their doorbell never rang" in text
             assert "call Commit(channel) before the kernel returns [hcomm-uncommitted]" in text
+
+
+def _left_by_a_failed_launch() -> list[str]:
+    """Launch 1 posts a WriteNbi[False], then its kernel raises (its end's checks do not run);
+    launch 2 leaves one too. This rank's warning messages."""
+    me = hp.get_rank()
+    ch = hp.HcclChannelAcquire(None, hp.COMM_ENGINE_AIV, [hp.HcclChannelDesc(1 - me)], 1)[0]
+    peer = hp.HcclChannelGetHcclBuffer(None, ch)[0]
+
+    def post(src: Any, fail: bool) -> None:
+        h = new_hcomm()
+        assert h.WriteNbi[False](ch, peer + DATA, src, N) == hp.HCOMM_SUCCESS  # left-unrung
+        if fail:
+            raise ValueError("the kernel fails")
+
+    with pytest.raises(ValueError, match="the kernel fails"):
+        hp.launch(post, torch.ones(N, dtype=torch.uint8), True, block_dim=1, kernel_type="aiv")
+    hp.launch(post, torch.ones(N, dtype=torch.uint8), False, block_dim=1, kernel_type="aiv")
+    return [str(w) for w in current_rank_context().warnings]
+
+
+@expects_warning("hcomm-uncommitted")
+def test_an_uncommitted_request_of_a_launch_that_raised_is_named_as_its(backend: str) -> None:
+    """Until 2026-12-01 the next launch's warning counted it as its own ("the kernel returned
+    with 2 request(s)"): it counts only its own and names the launch that left the other."""
+    results = hp.run(_left_by_a_failed_launch, world_size=2, platform="A3", backend=backend)
+    line = f"WriteNbi at test_hcomm.py:{_marked_line('left-unrung')} in post on AIV core 0"
+    for me, said in enumerate(results):
+        assert len(said) == 1, said
+        assert said[0].startswith(
+            f"[rank {me}] Hcomm: the kernel returned with 1 request(s) posted with commit=False "
+            f"on channel {0x4843 << 48 | (me + 1) << 32:#x} (to rank {1 - me}) and no Commit "
+            f"after them: {line}; and 1 left by the rank's launch 1 in this run, which raised "
+            f"before its end could report them: {line}. Their doorbell never rang"
+        ), said[0]
+
+
+def _marked_line(marker: str) -> int:
+    """The line of this file that ends with ``# <marker>``."""
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, 1) if text.endswith(f"# {marker}"))

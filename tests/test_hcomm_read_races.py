@@ -110,6 +110,90 @@ def test_a_posted_read_is_named_by_its_own_line_not_the_commit() -> None:
     assert f"the ReadNbi at {at('post', 'read_kernel', HERE)} writes" in race(info)
 
 
+def unrung_read(access: str) -> list[int]:
+    """Rank 0 posts ReadNbi[False] that no doorbell rings (in "second", a row that a Commit rang,
+    then a row that none rang, from one line); ``access``: who touches the destination before the
+    next launch's Commit and Drain: "kernel-read" (the posting core), "host-read", "host-write",
+    "second" (the host reads the second row), "nothing"."""
+    handle, buffers = channels()
+    me = hp.get_rank()
+    hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)[:] = torch.from_numpy(source(me))
+    hp.barrier()
+    out = torch.zeros(N, dtype=torch.uint8)
+
+    def post(out) -> None:  # noqa: ANN001
+        if me != 0:
+            return
+        hcomm, ch = new_hcomm(), handle[1]
+        size = ROW if access == "second" else N
+        for row in range(0, 2 * size if access == "second" else N, size):
+            assert hcomm.ReadNbi[False](ch, out + row, buffers[1] + DATA + row, size) == 0  # unrung
+            if access == "second" and row == 0:
+                assert hcomm.Commit(ch) == hp.HCOMM_SUCCESS
+        if access == "kernel-read":
+            hp.gm_tensor(out, torch.uint8, N).clone()  # unrung-kernel-read
+
+    def ring() -> None:
+        if me == 0:
+            hcomm = new_hcomm()
+            assert hcomm.Commit(handle[1]) == 0 and hcomm.Drain(handle[1]) == 0
+
+    hp.launch(post, out)
+    if access == "host-read":
+        out.double()  # unrung-host-read
+    elif access == "host-write":
+        out[3] = 1  # unrung-host-write
+    elif access == "second":
+        out[ROW : 2 * ROW].double()  # unrung-second-read
+    hp.launch(ring)
+    return out.tolist()
+
+
+@expects_warning("hcomm-uncommitted")
+@pytest.mark.parametrize("kw", [{}, {"schedule": "late"}, {"seed": 1}], ids=str)
+def test_an_access_of_an_unrung_reads_destination_says_it_has_not_landed(
+    kw: dict[str, Any],
+) -> None:
+    """Until 2026-12-01 the report of an access of a ReadNbi[False]'s destination that no Commit
+    rang said "the read may see the old bytes or the new ones": nothing lands such a request until
+    a doorbell rings the channel. Still a race (a later Commit lands it over what was read or
+    written), with a true text."""
+    unrung = (
+        "writes these bytes when it lands, but it was posted with commit=False and no Commit of the "
+        "channel rang its doorbell{}, so it has not landed: {}. Call Commit(channel), then "
+        "Drain(channel), before accessing them, or post it with commit=True"
+    )
+    old = "the read sees the old bytes{}, and a later Commit lands it over them"
+    cases = [
+        ("host-read", "reads bytes [0, 256)", "unrung_read", unrung.format("", old.format(""))),
+        (
+            "host-write",
+            "writes bytes [3, 4)",
+            "unrung_read",
+            unrung.format("", "a later Commit of the channel lands it over this write"),
+        ),
+        (
+            "kernel-read",
+            "reads bytes [0, 256)",
+            "post",
+            unrung.format(
+                " yet", old.format(" unless another core's Commit of the channel comes first")
+            ),
+        ),
+        ("second", "reads bytes [64, 128)", "unrung_read", unrung.format("", old.format(""))),
+    ]
+    for access, verb, function, says in cases:
+        with pytest.raises(hp.WorldError) as info:
+            hp.run(unrung_read, world_size=2, platform="A3", args=(access,), **kw)
+        text = race(info)
+        marker = "unrung-second-read" if access == "second" else f"unrung-{access}"
+        assert f"rank 0 {verb} of out at {at(marker, function, HERE)} before the Commit" in text
+        assert f"the ReadNbi at {at('unrung', 'post', HERE)} {says}" in text, text
+        assert "new ones" not in text
+    got = hp.run(unrung_read, world_size=2, platform="A3", args=("nothing",), **kw)
+    assert got[0] == source(1).tolist()
+
+
 @pytest.mark.parametrize("mode", ["drain", "other-bytes", "empty"])
 @pytest.mark.parametrize("kw", SCHEDULES, ids=str)
 def test_ordered_or_other_bytes_are_no_race(mode: str, kw: dict[str, Any]) -> None:

@@ -51,8 +51,8 @@ class Channel:
     #: doorbell submitted: a Drain waits for the count it reads at its call, not for later ones.
     posted: int = 0
     rung: int = 0
-    #: The requests posted with ``commit=False`` since the last doorbell, as a report names
-    #: them (call, line, core), and how many of them a kernel's end already reported.
+    #: The requests posted with ``commit=False`` since the last doorbell: the rank's launch
+    #: number and what a report names (call, line, core); how many a kernel's end reported.
     unrung: list = field(default_factory=list)
     unrung_said: int = 0
 

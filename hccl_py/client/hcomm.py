@@ -272,22 +272,34 @@ def _note_unrung(found: Channel, call: str) -> None:
     core = current_core_context()
     if core is None:  # not in a kernel: no kernel's end to report it at
         return
-    found.unrung.append(f"{call} at {user_frame()} on {core_name(core)}")
-    core.launch.exit_checks.setdefault(found.key, functools.partial(_left_unrung, found))
+    launch = core.launch.rank_ctx.buffers.launches  # the rank's launches so far: this one's number
+    found.unrung.append((launch, f"{call} at {user_frame()} on {core_name(core)}"))
+    core.launch.exit_checks.setdefault(found.key, functools.partial(_left_unrung, found, launch))
 
 
-def _left_unrung(found: Channel) -> None:
-    """The kernel returned: an ``hcomm-uncommitted`` warning for the requests its cores posted
-    with ``commit=False`` on ``found`` that no Commit (or committed request) rang."""
+def _left_unrung(found: Channel, launch: int) -> None:
+    """The kernel of the rank's launch number ``launch`` returned: an ``hcomm-uncommitted``
+    warning for the requests its cores posted with ``commit=False`` on ``found`` that no Commit
+    (or committed request) rang, and for those left by an earlier launch that raised."""
     left = found.unrung[found.unrung_said :]
     if not left:
         return
     found.unrung_said = len(found.unrung)
+    mine = [text for number, text in left if number == launch]
+    older = [(number, text) for number, text in left if number != launch]
+    before = ""
+    if older:  # an earlier launch that raised did not run its end's checks
+        numbers = ", ".join(str(n) for n in sorted({number for number, _ in older}))
+        plural = "es" if "," in numbers else ""
+        before = (
+            f"; and {len(older)} left by the rank's launch{plural} {numbers} in this run, which "
+            f"raised before its end could report them: {'; '.join(text for _, text in older)}"
+        )
     warn(
         "hcomm-uncommitted",
-        f"Hcomm: the kernel returned with {len(left)} request(s) posted with commit=False on "
+        f"Hcomm: the kernel returned with {len(mine)} request(s) posted with commit=False on "
         f"channel {found.handle:#x} (to rank {found.peer}) and no Commit after them: "
-        f"{'; '.join(left)}. Their doorbell never rang, so they wait in the channel's send "
+        f"{'; '.join(mine)}{before}. Their doorbell never rang, so they wait in the channel's send "
         "queue until a later launch rings it (a Commit or a committed request on the "
         "channel), or forever; call Commit(channel) before the kernel returns",
         rank=found.owner,
