@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..core.current import rank_or_none, serial
+from ..core.current import rank_or_none
 from ..core.report import plain_repr
 from ..core.template import misfit_or_raise
 from ..kernel.context import core_name, current_core_context, current_rank_context
@@ -108,9 +108,8 @@ def logged(method: Callable[..., Any]) -> Callable[..., Any]:
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             ctx = rank_or_none()
-            if ctx is None or kwargs:
-                with serial():
-                    return _held(self, args, kwargs)
+            if ctx is None:  # outside any rank: no lock to hold (serial() would be a null one)
+                return _held(self, args, kwargs)
             # the lock's entry, the call and its exit in one frame (the emulator's world lock)
             return ctx.serial_run(_held, self, args, kwargs)
         except TypeError as exc:
