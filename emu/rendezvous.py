@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 from hccl_py.core.group import Group
 from hccl_py.server.blocking import Blocker
-from hccl_py.server.protocol import Met
+from hccl_py.server.protocol import Met, Outgoing
 
 Clock = tuple[int, ...] | None
 
@@ -51,8 +51,10 @@ class Rendezvous:
         self.readers: dict[tuple[str, object], tuple[Met, int]] = {}
         self.next: dict[tuple[str, int], int] = {}
 
-    def exchange(self, group: Group, rank: int, op: str, payload: bytes) -> list[bytes]:
-        """Domain rank ``rank``'s next exchange in ``group``: every member's payload, in order."""
+    def exchange(self, group: Group, rank: int, op: str, payload: Outgoing) -> list[bytes]:
+        """Domain rank ``rank``'s next exchange in ``group``: every member's payload, in order
+        (joined into bytes: the members read each other's after they left, when a rank's data
+        may have changed)."""
         with self.blocker.lock:  # (the condition's lock, entered without its Python __enter__)
             k = self.next.get((group.name, rank), 0)
             self.next[(group.name, rank)] = k + 1
@@ -63,7 +65,7 @@ class Rendezvous:
                 f"{group.name}) for ranks {missing}, which have not called it"
             )
 
-        return self.meet(group, rank, k, why, payload)
+        return self.meet(group, rank, k, why, bytes(payload))
 
     def meet(
         self,

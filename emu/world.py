@@ -32,7 +32,7 @@ from hccl_py.sanitizer.poison import in_place, restore, save_and_poison
 from hccl_py.sanitizer.sharing import shared_between_ranks
 from hccl_py.server.agreement import count_mismatch, error_for, mismatch
 from hccl_py.server.blocking import Job
-from hccl_py.server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Server
+from hccl_py.server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Outgoing, Server
 from hccl_py.server.remote_writes import ChannelKey, Copies
 from hccl_py.server.task_queue import TaskBoard
 from hccl_py.server.windows import LocalWindows, WindowAllocation
@@ -338,7 +338,7 @@ class EmuWorld(Server):
                 dom.retire(launch)
 
     def meet(
-        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+        self, group: Group, rank: int, key: str, what: str, payload: Outgoing = b""
     ) -> list[bytes]:
         """The ranks hand their payloads to each other directly (see :mod:`.rendezvous`)."""
         if key == EXCHANGE:

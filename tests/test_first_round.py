@@ -231,7 +231,7 @@ def test_rows_of_the_wrong_size_name_rank_handle_op_and_round() -> None:
         spec=types.SimpleNamespace(name="AllGather"), describe=lambda: "AllGather(FP32, count=2)",
     )  # fmt: skip
     with pytest.raises(hp.HcclError) as info:
-        first_round._same_size(task, torch.empty(3), 8)
+        first_round._same_size(task, 3, 8)
     err = info.value
     assert (err.rank, err.domain, err.handle, err.op, err.round) == (5, "g", 3, "AllGather", 0)
     assert "received 3 bytes in the descriptor exchange where its receive blocks hold 8" in str(err)

@@ -58,8 +58,10 @@ from ..server.protocol import (
     NARROW_EXCHANGE_BYTES,
     WIDE_REDUCE_BYTES,
     Met,
+    Outgoing,
     Payload,
     Pieces,
+    Spliced,
     joined,
     record_length,
 )
@@ -103,7 +105,7 @@ class Carried:
         same payload to every peer, written one after another into ``out``; the next exchange
         is predicted again as the first one was."""
         head = record(self.op, None, {})
-        raw = exchange(group, self.op, head + b"\0" + _bytes_of(mine))
+        raw = exchange(group, self.op, Spliced(head, _bytes_of(mine)))
         heads = [record_length(r) for r in raw]
         records_of(group, self.op, raw, heads)
         self.rows = [memoryview(r)[h + 1 :] for r, h in zip(raw, heads, strict=True)]
@@ -223,7 +225,7 @@ def agree_carrying(
     rides = (
         willing and fits and size <= (rule.shared if shared else rule.most or NARROW_EXCHANGE_BYTES)
     )
-    payload = head + b"\0" + _bytes_of(data) if rides else head  # type: ignore[arg-type]
+    payload = Spliced(head, _bytes_of(data)) if rides else head  # type: ignore[arg-type]
     offer = None
     if offered and max(pieces) <= MAX_EXCHANGE_BYTES:  # type: ignore[arg-type]
         offer = partial(_split, data, pieces)  # made in the exchange's turn, if it carries them
@@ -287,7 +289,7 @@ def _read(group: Group, op: str, raw: list[Payload], rule: Rule) -> _Reading:
 
 
 def _exchange(
-    group: Group, op: str, payload: bytes, pieces: Pieces | None
+    group: Group, op: str, payload: Outgoing, pieces: Pieces | None
 ) -> tuple[list[Payload], bool]:
     """Every rank's payload, and whether every rank's piece for this rank came after its record
     (only where this rank offers ``pieces``, :meth:`~hccl_py.server.protocol.Meetings.meet_pieces`)."""

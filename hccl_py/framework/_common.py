@@ -30,7 +30,7 @@ from ..core.gm import strided_offsets
 from ..core.group import WORLD_GROUP_NAME, Group
 from ..core.plain import json_or
 from ..kernel.context import current_rank_context
-from ..server.protocol import EXCHANGE, Payload, record_length
+from ..server.protocol import EXCHANGE, Outgoing, Payload, put, record_length
 from ._kernel import FrameworkKernel
 
 _INT64 = HcclDataType.HCCL_DATA_TYPE_INT64
@@ -229,7 +229,7 @@ def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     return np.cumsum(values) - values
 
 
-def exchange(group: Group, op: str, payload: bytes) -> list[Payload]:
+def exchange(group: Group, op: str, payload: Outgoing) -> list[Payload]:
     """Every group rank's payload, in group rank order: AllGather the lengths, then the bytes."""
     ctx = current_rank_context()
     direct = ctx.server.meet(group, group.rank_of(ctx.rank), EXCHANGE, op, payload)
@@ -245,7 +245,7 @@ def exchange(group: Group, op: str, payload: bytes) -> list[Payload]:
     sizes = lengths.cpu().tolist()
     width = max(sizes)
     mine = torch.zeros(width, dtype=torch.uint8)
-    mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    put(payload, mine.numpy())
     every = torch.empty(n * width, dtype=torch.uint8, device=dev)
     kernel.all_gather(mine.to(dev), every, _UINT8, ("record", "records"))
     kernel.complete()

@@ -174,6 +174,50 @@ WIDE_REDUCE_BYTES = 64 << 10
 Payload = bytes | memoryview
 
 
+class Spliced:
+    """A payload to send that is a record and data riding after a NUL byte, kept as two parts
+    until they are written where they travel (:func:`put`): the data, up to a MiB, is not
+    joined to its record in a new bytes object first. Its ``len`` is the joined length."""
+
+    __slots__ = ("record", "data", "_length")
+
+    def __init__(self, record: bytes, data: memoryview) -> None:
+        self.record, self.data = record, data
+        self._length = len(record) + 1 + data.nbytes
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __bytes__(self) -> bytes:
+        return b"".join((self.record, b"\0", self.data))
+
+
+#: What a rank sends in an exchange: its payload's bytes, or its record and data apart.
+Outgoing = bytes | Spliced
+
+
+def put(payload: Outgoing, out: np.ndarray) -> int:
+    """Write as much of ``payload`` as fits into the uint8 array ``out``, from its start; the
+    number of bytes written."""
+    if type(payload) is not Spliced:
+        kept = min(len(payload), out.size)
+        out[:kept] = np.frombuffer(payload, np.uint8, count=kept)
+        return kept
+    at = 0
+    for part in (payload.record, b"\0", payload.data):
+        kept = min(len(part) if type(part) is bytes else part.nbytes, out.size - at)
+        out[at : at + kept] = np.frombuffer(part, np.uint8, count=kept)
+        at += kept
+    return at
+
+
+def record_of(payload: Outgoing) -> bytes:
+    """The record of a payload to send, without the data that rides after it."""
+    if type(payload) is Spliced:
+        return payload.record
+    return payload[: record_length(payload)]
+
+
 class Met(list):
     """Every member's payloads of one meeting where the members share one process: the same
     object for every member, which keeps what the first member read from them (``reading``,
@@ -237,7 +281,7 @@ class Meetings:
     ranks_share_memory = False
 
     def meet(
-        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+        self, group: Group, rank: int, key: str, what: str, payload: Outgoing = b""
     ) -> list[Payload] | None:
         """Domain rank ``rank`` arrives at ``key`` in ``group``; block until every rank did.
 
@@ -265,7 +309,7 @@ class Meetings:
         the next one (computed from what that exchange gave every rank)."""
 
     def meet_pieces(
-        self, group: Group, rank: int, what: str, payload: bytes, pieces: Pieces | None
+        self, group: Group, rank: int, what: str, payload: Outgoing, pieces: Pieces | None
     ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, where this rank also offers its pieces of a framework
         all-to-all's data, one per group rank: every rank's payload and whether every rank's

@@ -29,6 +29,7 @@ from ...core.task import Task
 from ...sanitizer.poison import in_place, save_and_poison
 from ...server.agreement import mismatch
 from ...server.positions import DomainTasks, Position
+from ...server.protocol import Outgoing
 from ...server.task_queue import TaskBoard
 from ...server.threads import WakeCondition
 from ...trace.hooks import server_round
@@ -240,7 +241,7 @@ class DomainQueue:
         return HcclPeerError(f"the process of a peer in domain {self.group.name} ended: {text}")
 
     def exchange(
-        self, op: str, payload: bytes, pieces: first_round.Pieces | None = None
+        self, op: str, payload: Outgoing, pieces: first_round.Pieces | None = None
     ) -> tuple[list[bytes | memoryview], bool]:
         """Every domain rank's ``payload`` and whether every rank's ``pieces`` for this rank came
         (:meth:`.Rows.exchange`), after every task prepared so far in the domain (run here

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ...core.group import Group
-from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Payload, Pieces
+from ...server.protocol import EXCHANGE, EXCHANGE_ROOM_BYTES, Meetings, Outgoing, Payload, Pieces
 
 if TYPE_CHECKING:
     from . import rounds as pg_rounds
@@ -37,7 +37,7 @@ class ExchangeMeetings(Meetings):
         raise NotImplementedError
 
     def meet(
-        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+        self, group: Group, rank: int, key: str, what: str, payload: Outgoing = b""
     ) -> list[Payload] | None:
         """A framework exchange: every domain rank's ``payload``, one all-gather on its group (or
         the all-to-all it was predicted as, :meth:`predict`).
@@ -51,12 +51,12 @@ class ExchangeMeetings(Meetings):
         return None if got is None else got[0]
 
     def meet_pieces(
-        self, group: Group, rank: int, what: str, payload: bytes, pieces: Pieces | None
+        self, group: Group, rank: int, what: str, payload: Outgoing, pieces: Pieces | None
     ) -> tuple[list[Payload], bool] | None:
         """:meth:`meet` at :data:`EXCHANGE`, with this rank's pieces for each peer (group rank
         order) where the exchange was predicted as one all-to-all (:meth:`.Rows.exchange`)."""
         if group.size == 1:
-            return [payload], False
+            return [bytes(payload)], False
         if self.domains.get(group.name) is None:
             return None
         with self.lock:

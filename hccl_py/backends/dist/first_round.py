@@ -53,7 +53,15 @@ from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.errors import HcclError
 from ...core.task import Task
-from ...server.protocol import WIDE_REDUCE_BYTES, Payload, Pieces, joined, record_length
+from ...server.protocol import (
+    WIDE_REDUCE_BYTES,
+    Outgoing,
+    Payload,
+    Pieces,
+    Spliced,
+    joined,
+    record_length,
+)
 from ...server.reduce import reduce_ranks
 from . import gathered, predicted, rounds
 from .buffers import Buffers
@@ -78,13 +86,14 @@ def _widens(task: Task, dom: rounds.Domain) -> int:
     return 0
 
 
-def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> bytes:
+def payload(task: Task, descriptor: bytes, dom: rounds.Domain, width: int) -> Outgoing:
     """What this rank sends in ``task``'s descriptor exchange of rows ``width`` bytes wide: the
     descriptor, with round 0's send bytes after a NUL byte when they fit in its row (in the
-    whole row for the ops of :func:`_widens`, any other op's in :data:`~.gathered.ROW_BYTES`)."""
+    whole row for the ops of :func:`_widens`, any other op's in :data:`~.gathered.ROW_BYTES`);
+    the bytes are read where the exchange writes its row, not copied before."""
     room = width if _widens(task, dom) else gathered.ROW_BYTES
     data = _round0_bytes(task, dom, room - len(descriptor) - 1)
-    return descriptor if data is None else descriptor + b"\0" + data
+    return descriptor if data is None else Spliced(descriptor, data)
 
 
 def next_width(tasks: list[Task], descriptor: int, dom: rounds.Domain) -> int:
@@ -124,7 +133,7 @@ class Rows:
     def exchange(
         self,
         dom: rounds.Domain,
-        payload: bytes,
+        payload: Outgoing,
         pieces: Pieces | None,
         device: torch.device,
         wait: rounds.Waiter,
@@ -273,8 +282,9 @@ def _alike(
     return (rows if every else None), longest
 
 
-def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
-    """Round 0's send bytes in domain order, or None when they cannot ride along."""
+def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> memoryview | None:
+    """Round 0's send bytes in domain order (a view of the send memory where they are one
+    block of it on the CPU), or None when they cannot ride along."""
     if task.op not in rounds.ROUNDS or (task.op in _REDUCING and not dom.reduction.exact):
         return None
     blocks = layout.round_blocks(task, "send", 0)
@@ -283,7 +293,7 @@ def _round0_bytes(task: Task, dom: rounds.Domain, room: int) -> bytes | None:
         data = None if size > room else task.memory("send")[start : start + size]
     else:
         data = None if blocks.total() > room else rounds.gather_bytes(task.memory("send"), blocks)
-    return None if data is None else data.cpu().numpy().tobytes()
+    return None if data is None else memoryview(data.cpu().numpy())
 
 
 def run(
@@ -298,7 +308,7 @@ def run(
     me = task.rank
     if task.op == _C.HCCL_CMD_ALLREDUCE and scattered:  # this rank's chunk of every rank
         flat = torch.from_numpy(joined(rows))
-        _same_size(task, flat, task.rank_dim * int(rounds.split_chunks(task).sizes[me]))
+        _same_size(task, flat.numel(), task.rank_dim * int(rounds.split_chunks(task).sizes[me]))
         if flat.numel():
             stacked = task.typed(flat).view(task.rank_dim, -1)
             flat = reduce_ranks(stacked, HcclReduceOp(task.reduce_op)).view(torch.uint8)
@@ -312,24 +322,28 @@ def run(
         sizes = layout.round_blocks(peer, "send", 0).sizes
         start = int(sizes[:me].sum())
         received.append(row[start : start + int(sizes[me])])
-    flat = torch.from_numpy(joined(received))
     data = task.memory("recv")
     if task.op not in _REDUCING:
         recv = layout.round_blocks(task, "recv", 0)
-        _same_size(task, flat, recv.total())
-        rounds.scatter_bytes(data, recv, flat.to(data.device), me if task.skip_local else None)
+        _same_size(task, sum(map(len, received)), recv.total())
+        if task.skip_local:
+            flat = torch.from_numpy(joined(received)).to(data.device)
+            rounds.scatter_bytes(data, recv, flat, me)
+        else:
+            rounds.scatter_joined(data, recv, received)
         return
+    flat = torch.from_numpy(joined(received))
     if task.count == 0:
         return
-    _same_size(task, flat, task.rank_dim * task.count * task.elem_size)
+    _same_size(task, flat.numel(), task.rank_dim * task.count * task.elem_size)
     stacked = task.typed(flat).view(task.rank_dim, task.count)
     rounds.write_result(task, 0, reduce_ranks(stacked, HcclReduceOp(task.reduce_op)))
 
 
-def _same_size(task: Task, flat: torch.Tensor, expected: int) -> None:
-    if flat.numel() != expected:
+def _same_size(task: Task, got: int, expected: int) -> None:
+    if got != expected:
         raise HcclError(
-            f"round 0 of {task.describe()} (handle {task.handle}) received {flat.numel()} bytes "
+            f"round 0 of {task.describe()} (handle {task.handle}) received {got} bytes "
             f"in the descriptor exchange where its receive blocks hold {expected}",
             rank=task.domain.ranks[task.rank],
             domain=task.domain_name,

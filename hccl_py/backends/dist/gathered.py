@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Payload
+from ...server.protocol import EXCHANGE_ROOM_BYTES, NARROW_EXCHANGE_BYTES, Outgoing, Payload, put
 from . import rounds
 from .buffers import Buffers
 
@@ -29,7 +29,7 @@ _ROW, _ROWS = "gathered row", "gathered rows"
 
 def _gather_rows(
     dom: rounds.Domain,
-    payload: Payload,
+    payload: Outgoing,
     width: int,
     device: torch.device,
     wait: rounds.Waiter,
@@ -54,25 +54,24 @@ def _gather_rows(
     return rows
 
 
-def _row(payload: Payload, width: int) -> bytearray:
+def _row(payload: Outgoing, width: int) -> bytearray:
     """``payload``'s length, then its first ``width`` bytes, in a row of ``width`` (zeros after)."""
     row = bytearray(_LENGTH_BYTES + width)
     _fill(np.frombuffer(row, np.uint8), payload)
     return row
 
 
-def _fill(row: np.ndarray, payload: Payload) -> None:
+def _fill(row: np.ndarray, payload: Outgoing) -> None:
     """Write ``payload``'s length into the uint8 ``row``, then as many of its bytes as fit, then
     zeros (no byte of this process's memory goes out unwritten)."""
     row[:_LENGTH_BYTES] = np.frombuffer(len(payload).to_bytes(_LENGTH_BYTES, "little"), np.uint8)
-    kept = min(len(payload), row.size - _LENGTH_BYTES)
-    row[_LENGTH_BYTES : _LENGTH_BYTES + kept] = np.frombuffer(payload, np.uint8, count=kept)
+    kept = put(payload, row[_LENGTH_BYTES:])
     row[_LENGTH_BYTES + kept :] = 0
 
 
 def all_gather_bytes(
     dom: rounds.Domain,
-    payload: bytes,
+    payload: Outgoing,
     device: torch.device,
     wait: rounds.Waiter,
     width: int = ROW_BYTES,

@@ -12,7 +12,7 @@ import torch
 from ...core.config import Config
 from ...core.group import Group
 from ...server.blocking import Blocker
-from ...server.protocol import EXCHANGE, Payload, Server
+from ...server.protocol import EXCHANGE, Outgoing, Payload, Server
 from ...server.windows import WindowAllocation
 from .server import DistBackend, DistServer
 from .session import Session
@@ -65,7 +65,7 @@ class GlooServer(DistServer):
         return self.windows.window_at(base)
 
     def meet(
-        self, group: Group, rank: int, key: str, what: str, payload: bytes = b""
+        self, group: Group, rank: int, key: str, what: str, payload: Outgoing = b""
     ) -> list[Payload] | None:
         """A framework exchange, or AlltoAllvWrite's Wait through the store (:class:`SharedWindows`)."""
         if key == EXCHANGE:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...server.protocol import Payload, record_length
+from ...server.protocol import Outgoing, Payload, put, record_length, record_of
 from .buffers import Buffers
 from .gathered import MAX_PAYLOAD_BYTES, ROW_BYTES
 from .rounds import Domain, Waiter
@@ -51,7 +51,7 @@ _SEND, _OUT = "predicted send", "predicted receive"
 
 def scatter_bytes(
     dom: Domain,
-    payload: bytes,
+    payload: Outgoing,
     pieces: list[memoryview] | None,
     block: int,
     device: torch.device,
@@ -70,7 +70,7 @@ def scatter_bytes(
     """
     n = len(dom.order)
     if pieces is not None:  # a payload's record alone: data that would ride in rows stays behind
-        payload = payload[: record_length(payload)]
+        payload = record_of(payload)
     kind, size, head = (PLAIN if pieces is None else PIECES), HEADER_BYTES + block, len(payload)
     order = dom.order.tolist()  # process-group order
     if pieces is None:
@@ -89,7 +89,7 @@ def scatter_bytes(
         start = at + HEADER_BYTES
         end = start + lengths[p] if fits else start
         if fits:  # each part written once, straight into its block
-            flat[start : start + head] = np.frombuffer(payload, np.uint8)
+            put(payload, flat[start : start + head])
             if pieces is not None:
                 flat[start + head] = 0  # the NUL byte
                 flat[start + head + 1 : end] = np.frombuffer(pieces[order[p]], np.uint8)

@@ -47,12 +47,14 @@ from functools import cached_property
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.autograd.graph import increment_version
 
 from ...core import layout
 from ...core.constants import HcclCMDType, HcclReduceOp
 from ...core.layout import Blocks
 from ...core.task import Task
 from ...sanitizer.overlap import first_shared
+from ...server.protocol import Payload, joined
 from ...server.reduce import reduce_ranks
 
 _C = HcclCMDType
@@ -158,6 +160,18 @@ def scatter_bytes(data: torch.Tensor, blocks: Blocks, flat: torch.Tensor, skip: 
     for k, (start, part) in enumerate(zip(blocks.starts.tolist(), flat.split(sizes), strict=True)):
         if k != skip and part.numel():
             data[start : start + part.numel()].copy_(part)
+
+
+def scatter_joined(data: torch.Tensor, blocks: Blocks, rows: list[Payload]) -> None:
+    """Copy ``rows`` one after another into the blocks (which they fill): straight from the
+    rows in one copy where the blocks are packed in memory on the CPU, else through one
+    joined tensor (:func:`scatter_bytes`)."""
+    packed = _packed(blocks)
+    if packed is not None and data.device.type == "cpu":
+        joined(rows, out=data[packed[0] : packed[1]].numpy())
+        increment_version(data)  # numpy's write does not move it
+        return
+    scatter_bytes(data, blocks, torch.from_numpy(joined(rows)).to(data.device), None)
 
 
 def _source(task: Task, round_idx: int, blocks: Blocks, in_place_ok: bool = False) -> torch.Tensor:
