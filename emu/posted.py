@@ -68,8 +68,6 @@ class Request:
     #: and what it was when these were posted: the same while no doorbell rang them.
     rings: list[int] | None = None
     ring: int = 0
-    #: What orders the requests before the rank's next accesses (for the warning).
-    ordered_by = "the Drain of the channel"
     #: The landing writes the bytes: any access of them races.
     same_bytes_race = True
 
@@ -77,6 +75,13 @@ class Request:
     def unrung(self) -> bool:
         """Whether they were posted with ``commit=False`` and no doorbell rang them yet."""
         return self.rings is not None and self.rings[0] == self.ring
+
+    @property
+    def ordered_by(self) -> str:
+        """What orders the requests before the rank's next accesses (for the warning): where no
+        doorbell rang them yet, a Commit of the channel first, since a Drain alone leaves them
+        queued."""
+        return "the Commit and Drain of the channel" if self.unrung else "the Drain of the channel"
 
     def describe(self) -> str:
         """``ReadNbi on channel 0x4843000100000000``."""

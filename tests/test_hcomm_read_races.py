@@ -284,8 +284,9 @@ def test_a_read_never_drained_and_never_touched_is_no_finding() -> None:
     assert hp.run(never_drained, world_size=2, platform="A3") == [[2.0], [2.0]]
 
 
-def view_before_drain() -> list[int]:
-    """Rank 0 takes a numpy view of the destination before the Drain and reads it after."""
+def view_before_drain(commit: bool = True) -> list[int]:
+    """Rank 0 takes a numpy view of the destination before the Drain and reads it after (with
+    ``commit`` off, the read is posted with commit=False and rung by a Commit before the Drain)."""
     handle, buffers = channels()
     me = hp.get_rank()
     hp.gm_tensor(buffers[me] + DATA, torch.uint8, N)[:] = torch.from_numpy(source(me))
@@ -296,8 +297,10 @@ def view_before_drain() -> list[int]:
     def kernel(out) -> None:  # noqa: ANN001
         if me == 0:
             hcomm = new_hcomm()
-            assert hcomm.ReadNbi(handle[1], out, buffers[1] + DATA, N) == 0  # view-read
+            assert hcomm.ReadNbi[commit](handle[1], out, buffers[1] + DATA, N) == 0  # view-read
             view = hp.gm_tensor(out, torch.uint8, N).numpy()  # early-view
+            if not commit:
+                assert hcomm.Commit(handle[1]) == hp.HCOMM_SUCCESS
             assert hcomm.Drain(handle[1]) == hp.HCOMM_SUCCESS
             seen.extend(view.tolist())  # after the Drain: correct, not seen by the check
 
@@ -318,3 +321,13 @@ def test_a_numpy_view_before_drain_is_a_warning_under_poison() -> None:
     assert f"at {at('view-read', 'kernel', HERE)}" in text
     assert "take the view after the Drain of the channel" in text
     assert 1 not in result.warnings
+
+
+@expects_warning("buffer-race")
+def test_a_numpy_view_of_an_unrung_read_says_a_commit_orders_it_too() -> None:
+    """Taken while no doorbell rang the read, the view's warning names the Commit as well: a
+    Drain alone leaves an unrung read queued (until 2026-12-01 it named only the Drain)."""
+    result = hp.run(view_before_drain, args=(False,), world_size=2, platform="A3", poison=True)
+    assert result[0] == source(1).tolist()
+    (warning,) = result.warnings[0]
+    assert "take the view after the Commit and Drain of the channel" in str(warning)
