@@ -158,18 +158,23 @@ def test_buffsize_from_run_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
         run_kernel(kernel, n=2, out_len=1, buffsize_mb=0)
 
 
-@pytest.mark.parametrize("value", ["", " ", "0", "2x"])
+@pytest.mark.parametrize(
+    "value", ["", " ", "0", "2x", "2 ", " 2", "+2", "2_0", "\uff12", "00000000002", "-2"]
+)
 def test_an_empty_or_bad_hccl_buffsize_is_refused(
     value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """HCCL takes its default (200 MB) only for an unset HCCL_BUFFSIZE: a set value, the
     empty one too, must be a number >= 1 (ParseCclBufferSize: SalStrToULong("") fails and
-    the communicator's init with it). Until 2026-12-01 an empty value gave 200 MB here."""
+    the communicator's init with it). Until 2026-12-01 an empty value gave 200 MB here, and
+    "2 ", " 2", "+2", "2_0" and a full-width digit were read as 2 (and 11 digits as their
+    number): HCCL takes at most 10 characters, every one an ASCII digit (IsAllDigit)."""
     monkeypatch.setenv("HCCL_BUFFSIZE", value)
     with pytest.raises(ValueError) as info:
         hp.run(lambda: None, world_size=1)
     assert str(info.value) == (
-        f"HCCL_BUFFSIZE must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}, not {value!r}"
+        f"HCCL_BUFFSIZE must be a whole number of MB in 1..{MAX_BUFFSIZE_MB} written in 1 to 10 "
+        f"decimal digits, not {value!r}"
     )
     monkeypatch.delenv("HCCL_BUFFSIZE")
     assert hp.run(lambda: hp.HcclGetHcclBuffer()[1], world_size=1, platform="A3") == [200 << 20]

@@ -60,15 +60,24 @@ def window_bytes(buffsize_mb: int, factor: int = 1) -> int:
     return (buffsize_mb << 20) * factor
 
 
+#: The most characters HCCL reads in a numeric environment variable (``MAX_LEN_OF_DIGIT_ENV``).
+MAX_DIGITS = 10
+
+
 def checked_buffsize(value: object, what: str = "buffsize_mb") -> int:
-    """A window size in MB: an int in 1..MAX_BUFFSIZE_MB, else ValueError naming ``what``."""
-    try:
-        mb = int(str(value).strip()) if isinstance(value, str) else value
-    except ValueError:
-        mb = None
+    """A window size in MB: an int in 1..MAX_BUFFSIZE_MB, else ValueError naming ``what``.
+
+    A string is read as HCCL reads ``HCCL_BUFFSIZE`` (hcomm's ``ParseCclBufferSize``: at most
+    :data:`MAX_DIGITS` characters, every one a decimal digit, ``IsAllDigit``): no sign, no
+    space, no underscore, which Python's ``int`` would take."""
+    mb = value
+    if isinstance(value, str):
+        digits = value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS
+        mb = int(value) if digits else None
     if isinstance(mb, bool) or not isinstance(mb, int) or not 1 <= mb <= MAX_BUFFSIZE_MB:
+        written = f" written in 1 to {MAX_DIGITS} decimal digits" if isinstance(value, str) else ""
         raise ValueError(
-            f"{what} must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}, not {value!r}"
+            f"{what} must be a whole number of MB in 1..{MAX_BUFFSIZE_MB}{written}, not {value!r}"
         )
     return mb
 
