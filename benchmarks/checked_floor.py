@@ -10,7 +10,7 @@ mismatch is a clear error on every rank, never a hang or a wrong result). This
 script times, in the same processes and alternately, the least any such check
 can cost:
 
-- ``raw``: ``dist.all_gather_into_tensor`` (no check);
+- ``raw``: torch.distributed's all-gather of one tensor (no check);
 - ``one call``: every rank's 16-byte fingerprint of its arguments and its data
   in one all-gather of rows (a copy in, a compare of the fingerprints, a copy
   out): about 20 Python calls, the cheapest way to carry a check with the data;
@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from peers import ALL_GATHER
 
 import hccl_py as hp
 
@@ -82,7 +83,7 @@ def _variants(size: int) -> tuple[dict[str, Callable[[], None]], torch.Tensor, t
         _wait(pg._allgather_base(out, x), done)
 
     variants = {
-        "raw": lambda: dist.all_gather_into_tensor(out, x),
+        "raw": lambda: ALL_GATHER(out, x),
         "one call": one_call,
         "two calls": two_calls,
         "hccl_py": lambda: hp.all_gather_into_tensor(out, x),

@@ -37,14 +37,14 @@ from hccl_py.launcher import torch_env
 #: torch.distributed's all-gather and reduce-scatter of one tensor: ``*_single`` where torch
 #: has them (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` are then deprecated
 #: aliases that warn on every call).
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 #: torch.distributed calls of each op (None: the peer has no such call).
 _TORCH_CALLS: dict[str, Callable] = {
-    "allgather": lambda send, recv, _: _ALL_GATHER(recv, send),
+    "allgather": lambda send, recv, _: ALL_GATHER(recv, send),
     "allreduce": lambda send, recv, _: dist.all_reduce(recv),
-    "reducescatter": lambda send, recv, _: _REDUCE_SCATTER(recv, send),
+    "reducescatter": lambda send, recv, _: REDUCE_SCATTER(recv, send),
     "alltoall": lambda send, recv, _: dist.all_to_all_single(recv, send),
     "alltoallv": lambda send, recv, split: dist.all_to_all_single(recv, send, *split),
 }
