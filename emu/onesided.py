@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection
 
 from hccl_py.core.group import Group
 from hccl_py.core.task import Task
+from hccl_py.ops import op_name
 from hccl_py.server.blocking import Blocker, Job
 from hccl_py.server.remote_writes import ChannelKey, Copies, run_copies
 from hccl_py.server.windows import WindowAllocation
@@ -120,7 +121,8 @@ class OneSidedWrites:
         if self.marks is not None:
             self.marks.written((rank, (task.domain_name, task.rank)), task.handle, copies)
         if self.races is not None:
-            self._record(rank, copies, self.races.queue_agent(rank, key), key, epoch)
+            agent = self.races.queue_agent(rank, key)
+            self._record(rank, copies, agent, key, epoch, op_name(task.op))
         # hardware never shows 0xFF..FF in a flag, and a poll that ends on NaN would stop
         pending = self._submit(key, copies, self.item_whole, epoch)
         if self.reads is not None:
@@ -152,17 +154,24 @@ class OneSidedWrites:
             self.races.drained(channel[0], self.races.channel_agent(channel))
 
     def _record(
-        self, rank: int, copies: Copies, agent: int, queue: Key | None = None, epoch: int = 0
+        self,
+        rank: int,
+        copies: Copies,
+        agent: int,
+        queue: Key | None = None,
+        epoch: int = 0,
+        call: str = "",
     ) -> None:
         """The race check's record of the window bytes that ``copies`` will write (where the
-        check is on: its callers ask it for ``agent``)."""
+        check is on: its callers ask it for ``agent``), posted by ``call`` (BatchWrite,
+        AlltoAllvWrite; "" for an Hcomm channel)."""
         races = self.races
         where = user_frame()
         clocks = races.batch_clocks(rank, len(copies), agent, queue, epoch)
         for (_, dst, nbytes), clock in zip(copies, clocks, strict=True):
             if isinstance(dst.alloc, WindowAllocation):
                 runs = [(dst.offset, dst.offset + nbytes)]
-                races.write(rank, dst.alloc, runs, nbytes, clock, where, agent)
+                races.write(rank, dst.alloc, runs, nbytes, clock, where, agent, call)
 
     def _submit(self, key: Key, copies: Copies, whole: int = 0, epoch: int = 0) -> bool:
         """Run ``copies`` now or leave them pending (poisoned, but copies of ``whole`` bytes);

@@ -28,6 +28,8 @@ class Write:
     agent: int
     #: Landed by an Hcomm channel (WriteNbi, ReadNbi's destination): ordered by its Drain.
     hcomm: bool = False
+    #: The call whose posted copy this is (BatchWrite, AlltoAllvWrite); "" for a kernel's write.
+    call: str = ""
 
     @property
     def epoch(self) -> int:
@@ -55,8 +57,8 @@ class Finding:
         w, where = self.write, f"bytes [{self.lo}, {self.hi}) of {self.window.name}"
         where += f" (domain {self.window.domain})"
         how = "wrote through an Hcomm channel" if w.hcomm else "wrote"
-        if self.reader == w.rank and not w.hcomm and w.agent != w.rank:
-            how = "sent to its own window with a BatchWrite"
+        if w.call and self.reader == w.rank:
+            how = f"sent to its own window with {_article(w.call)} {w.call}"
         gap = "flag, Drain" if w.hcomm else "flag"
         if self.early:
             return (
@@ -69,6 +71,10 @@ class Finding:
             f"them at {w.where}, with no flag or completed Wait in between: the read may have "
             "seen the old bytes or the new ones"
         )
+
+
+def _article(call: str) -> str:
+    return "an" if call[0] in "AEIOU" else "a"
 
 
 def blind_text(f: Finding) -> str:
@@ -98,6 +104,11 @@ OWN_ADVICE = (
     "sends there (or poll a flag item sent after the data on the same queue); see "
     "docs/windows.md#races"
 )
+A2AV_WRITE_ADVICE = (
+    "An AlltoAllvWrite's copies land after the call, the rank's own slice too: have rank {reader} "
+    "read its window after a Wait on its AlltoAllvWrite that returned 0, on a core that committed "
+    "it (another core's Wait returns -1 at once and waits for nothing); see docs/windows.md#races"
+)
 ADVICE = (
     "Have rank {writer} write a flag after the data{queue} and rank {reader} poll it until it "
     "holds this round's value before reading (or Wait on a task both ranks committed); see "
@@ -111,10 +122,12 @@ def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
     more = [f"  - and {len(found) - SHOWN} more"] * (len(found) > SHOWN)
     lines = [f"  - {f.text()}" for f in found[:SHOWN]] + more
     first, w = found[0], found[0].write
-    queue = QUEUE_ADVICE * (w.agent != w.rank)
+    queue = QUEUE_ADVICE * (w.call == "BatchWrite")
     what, advice = ("an Hcomm channel", HCOMM_ADVICE) if w.hcomm else ("a peer", ADVICE)
-    if not w.hcomm and w.agent != w.rank and first.reader == w.rank:
-        what, advice = "the rank's own BatchWrite", OWN_ADVICE
+    if w.call and first.reader == w.rank:
+        what, advice = f"the rank's own {w.call}", OWN_ADVICE
+    if w.call == "AlltoAllvWrite":
+        advice = A2AV_WRITE_ADVICE
     advice = advice.format(writer=w.rank, queue=queue, reader=first.reader)
     text = f"window race: a read of window bytes that {what} writes is not ordered with the write:"
     return HcclRaceError("\n".join([text, *lines, advice]), rank=rank, domain=first.window.domain)

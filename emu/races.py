@@ -306,9 +306,10 @@ class WindowRaces:
         clock: tuple[int, ...] | None = None,
         where: str | None = None,
         agent: int | None = None,
+        call: str = "",
     ) -> None:
-        """Rank ``rank`` wrote ``runs`` of ``window`` (a posted copy passes its queue's clock
-        and, for an Hcomm channel, its ``agent``)."""
+        """Rank ``rank`` wrote ``runs`` of ``window`` (a posted copy passes its queue's clock,
+        the ``call`` that posted it and, for an Hcomm channel, its ``agent``)."""
         where = user_frame() if where is None else where
         if agent is None:
             agent = rank if clock is None else self.n + rank
@@ -317,7 +318,8 @@ class WindowRaces:
                 clock = self._release(rank)
             self.version += 1
             hcomm = agent in self.agents.values()
-            w = Write(rank, clock, self.version, where, nbytes <= FLAG_BYTES, agent, hcomm)
+            flag = nbytes <= FLAG_BYTES
+            w = Write(rank, clock, self.version, where, flag, agent, hcomm, call)
             reads = self.reads.get(window)
             for lo, hi in runs:
                 if reads is not None:

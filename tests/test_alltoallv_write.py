@@ -498,3 +498,49 @@ def test_another_cores_wait_waits_for_the_sending_cores_commit(backend: str) -> 
             "the sending core has not committed"
         ) in err.reason
         assert "AIV core 0 waits in SyncAll: 1 of 2 cores arrived" in err.reason, rank
+
+
+BIG = 100  # bytes per slice: more than a flag, so that the race check reads it as data
+
+
+def _read_after_a_wait_that_waited_for_nothing(xGM, outGM, tilingGM) -> None:
+    """Core 0 sends and commits; core 1, which did not commit, Waits (-1 at once) and reads."""
+    h = Hccl[CCU]()
+    h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
+    h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
+    me, dim = h.GetRankId(), h.GetRankDim()
+    handle = h.AlltoAllvWrite(xGM, [j * BIG for j in range(dim)] * 2, [BIG] * dim + [0] * dim,
+                              me * BIG, dim * BIG)  # fmt: skip
+    if hp.GetBlockIdx() == 0:
+        h.Commit(handle)
+        assert h.Wait(handle) == 0
+    else:
+        assert h.Wait(handle) == -1
+        window = hp.GetHcclContext(0).windowsOut[0]
+        size = dim * BIG
+        hp.gm_tensor(outGM, torch.uint8, size)[:] = hp.gm_tensor(window, torch.uint8, size)
+    hp.SyncAll()
+    h.Finalize()
+
+
+def _launch_read_after_minus_one() -> None:
+    x = torch.full((2 * BIG,), 10 + hp.get_rank(), dtype=torch.uint8)
+    out = torch.zeros(2 * BIG, dtype=torch.uint8)
+    hp.launch(_read_after_a_wait_that_waited_for_nothing, x, out, tiling(), block_dim=2)
+
+
+def test_a_race_report_of_an_alltoallv_write_names_it_and_its_wait() -> None:
+    """Another core's Wait of an AlltoAllvWrite it did not commit returns -1 at once: reading
+    the window then races with the copies (what the kernel reads depends on the schedule, and
+    on gloo on timing). Until 2026-12-01 the report named a BatchWrite and advised a flag item
+    on the data's queue, neither of which an AlltoAllvWrite has."""
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(_launch_read_after_minus_one, world_size=2, platform="950", schedule="late",
+               poison=True, timeout=20)  # fmt: skip
+    err = info.value.failures[0]
+    assert isinstance(err, hp.HcclRaceError), err
+    text = str(err)
+    assert "a read of window bytes that the rank's own AlltoAllvWrite writes" in text, text
+    assert "which rank 0 sent to its own window with an AlltoAllvWrite at" in text, text
+    assert "read its window after a Wait on its AlltoAllvWrite that returned 0" in text, text
+    assert "BatchWrite" not in text, text
