@@ -172,14 +172,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: one worker more than the cores this process may use (``--maxprocesses``
-    caps it). About a sixth of the suite's time is spent waiting (launched jobs, timeouts of
-    their own): with a worker per core a core then stands idle (docs/performance.md).
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` and ``-n logical`` keep pytest-xdist's meaning."""
+    """``-n auto``: two workers more than the cores this process may use (``--maxprocesses``
+    caps it: 4 on 2 cores). Part of the suite's time is spent waiting (launched jobs, timeouts
+    of their own): with three workers on 2 cores the machine still stood idle 7% of a run, with
+    four 3% (docs/performance.md, stop 68). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` and ``-n logical``
+    keep pytest-xdist's meaning."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.option.numprocesses == "logical":
         return None
     usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
-    return (len(usable) or os.cpu_count() or 1) + 1
+    return (len(usable) or os.cpu_count() or 1) + 2
 
 
 def _start_order(item: pytest.Item) -> tuple[int, int]:
