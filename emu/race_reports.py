@@ -116,8 +116,10 @@ ADVICE = (
 )
 
 
-def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
-    """One report for the findings of a kernel of ``rank``."""
+def race_error(
+    rank: int, found: list[Finding], failed: BaseException | None = None
+) -> HcclRaceError:
+    """One report for the findings of a kernel of ``rank`` (that then ``failed``, if it did)."""
     found.sort(key=lambda f: (f.reader, f.window.name, f.lo))
     more = [f"  - and {len(found) - SHOWN} more"] * (len(found) > SHOWN)
     lines = [f"  - {f.text()}" for f in found[:SHOWN]] + more
@@ -130,4 +132,9 @@ def race_error(rank: int, found: list[Finding]) -> HcclRaceError:
         advice = A2AV_WRITE_ADVICE
     advice = advice.format(writer=w.rank, queue=queue, reader=first.reader)
     text = f"window race: a read of window bytes that {what} writes is not ordered with the write:"
+    if failed is not None:
+        lines.append(
+            f"  and then the kernel failed ({type(failed).__name__}: {failed}), most likely on "
+            "the 0xFF it read where the data had not arrived"
+        )
     return HcclRaceError("\n".join([text, *lines, advice]), rank=rank, domain=first.window.domain)

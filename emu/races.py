@@ -9,14 +9,16 @@ checked against a vector clock per rank, in the manner of a thread sanitizer:
   committing rank's clock, as do AlltoAllvWrite's Wait and a framework
   collective. A **flag** is an access of at most :data:`FLAG_BYTES` bytes: a
   read of at most that many bytes, or of bytes that a write of at most that
-  many bytes left, acquires the writer's clock. So a receiver that polls the
+  many bytes left (not an AlltoAllvWrite's copy: :data:`DATA_CALLS`), acquires
+  the writer's clock. So a receiver that polls the
   flag its sender wrote after the data is ordered after the data.
 - **Early read.** A larger read of bytes that a peer wrote (or that the
   reader's own BatchWrite or Hcomm channel lands, after the call), not ordered
-  after that write, sees 0xFF in those bytes (the data "has not arrived"). Reading
-  them again is a poll: it sees the data and is ordered after the write. A
-  kernel that returns without that second look read data that may not have
-  arrived: an :class:`~hccl_py.core.errors.HcclRaceError` when its kernel returns.
+  after that write, sees 0xFF in those bytes (the data "has not arrived"). The
+  same core reading some of them again is a poll: it sees the data and is ordered
+  after the write. A kernel that returns without that second look read data that
+  may not have arrived: an :class:`~hccl_py.core.errors.HcclRaceError` when its
+  kernel returns, or when it fails before (with the failure as its cause).
 - **Stale read.** A peer's write over bytes that a rank read, with nothing
   ordering the read before the write, means the read may have seen either
   value: reported when the reader's kernel returns, unless it read them again
@@ -43,6 +45,13 @@ from types import CodeType
 import torch
 
 from hccl_py.core import report
+from hccl_py.core.errors import (
+    HcclDeadlockError,
+    HcclPeerError,
+    HcclRaceError,
+    HcclTimeoutError,
+    WorldError,
+)
 from hccl_py.core.report import PACKAGE_DIR
 from hccl_py.kernel.context import core_name, current_core_context
 from hccl_py.server.windows import POLL_BYTES, WindowAllocation
@@ -53,6 +62,11 @@ from .views import HeldViews
 
 #: Reads and writes of at most this many bytes are flags (the size of a flag poll).
 FLAG_BYTES = POLL_BYTES
+#: Posting calls whose copies are data of any size, never a flag (their Wait orders them).
+DATA_CALLS = frozenset({"AlltoAllvWrite"})
+
+#: A kernel's failures that 0xFF data cannot have caused: they stay as they are.
+_NOT_CAUSED = (HcclRaceError, HcclPeerError, HcclDeadlockError, HcclTimeoutError, WorldError)
 
 #: Code of these packages is never "where" a kernel read or wrote.
 _SKIP = (*(os.path.dirname(path) + os.sep for path in (torch.__file__, __file__)), PACKAGE_DIR)
@@ -86,6 +100,13 @@ def user_place() -> tuple[CodeType, int] | None:
     return None
 
 
+def looker() -> tuple | None:
+    """The core making the current access (kind, block index), None outside a kernel: a poll
+    is one core reading the same bytes again, not two cores reading them once each."""
+    core = current_core_context()
+    return None if core is None else (core.kind, core.block_idx)
+
+
 def accessor(rank: int) -> str:
     """Who makes the current access, as a report names it: ``rank 0``, and in a kernel of
     several cores the core too (``rank 0 AIV core 1``)."""
@@ -110,6 +131,8 @@ class Read:
     epoch: int
     where: str
     launch: int
+    #: The core that read (:func:`looker`): only its own second look is a poll.
+    core: tuple | None = None
 
 
 class WindowRaces:
@@ -132,7 +155,8 @@ class WindowRaces:
         self.windows: dict[int, WindowAllocation] = {}
         self.writes: dict[WindowAllocation, IntervalMap] = {}
         self.reads: dict[WindowAllocation, IntervalMap] = {}
-        self.seen: set[tuple[int, int]] = set()
+        #: (reader, write seq, core) -> the byte ranges of that write the core looked at unordered
+        self.seen: dict[tuple[int, int, tuple | None], list[tuple[int, int]]] = {}
         self.findings: dict[tuple[int, int], Finding] = {}
         #: Bumped by every write (its ``seq``); a rank's last flag read: (window, runs, version)
         self.version = 0
@@ -257,23 +281,28 @@ class WindowRaces:
         with self.lock:
             self.held.settle(window, runs, rank)
             flag = nbytes <= FLAG_BYTES
-            if flag:  # a poll that nothing was written for since the last one learns nothing
-                look = (window, tuple(runs), self.version)
-                if self.last_flag[rank] == look:
-                    return []
-                self.last_flag[rank] = look
+            look = (window, tuple(runs), self.version)
+            if flag and self.last_flag[rank] == look:
+                return []  # a poll that nothing was written for since the last one learns nothing
             # a rank's own writes are program-ordered, but not what its Hcomm channel or its
             # BatchWrite queue lands for it later (a ReadNbi's destination, an item towards
             # its own window): those count like a peer's
             pieces = [p for p in self._pieces(window, runs) if p[2].agent != rank]
+            if flag:  # a poll, but of data only where a data call (AlltoAllvWrite) wrote it
+                data = [p for p in pieces if p[2].call in DATA_CALLS]
+                for _, _, w in pieces:
+                    if w.call not in DATA_CALLS:
+                        self._join(rank, w.clock)
+                if not data:
+                    self.last_flag[rank] = look
+                    return []
+                pieces, runs = data, [(lo, hi) for lo, hi, _ in data]
             for _, _, w in pieces:
-                if flag or w.flag:
+                if w.flag:
                     self._join(rank, w.clock)
-            if flag:
-                return []
-            where = user_frame()
+            where, core = user_frame(), looker()
             poison: Runs = []
-            first: set[tuple[int, int]] = set()
+            first: dict[tuple[int, int], list[tuple[int, int]]] = {}
             mine = self.clocks[rank]
             blind = self.held.blind(rank)
             for lo, hi, w in pieces:
@@ -282,16 +311,17 @@ class WindowRaces:
                     if key not in first:  # a look ordered after the write: it saw the data
                         self.findings.pop(key, None)
                     continue
-                if key in self.seen and key not in first:
-                    self._join(rank, w.clock)  # a second look: the data has arrived
+                if key not in first and self._looked((*key, core), lo, hi):
+                    self._join(rank, w.clock)  # a second look at these bytes: they have arrived
                     self.findings.pop(key, None)
                     continue
-                first.add(key)
+                first.setdefault(key, []).append((lo, hi))
                 if not blind:  # a poll through a numpy view may have ordered it: no 0xFF
                     poison.append((lo, hi))
                 self._note(key, Finding(True, rank, w, window, lo, hi, where, blind=blind))
-            self.seen |= first
-            record = Read(mine[rank], where, self.launches[rank])
+            for key, ranges in first.items():
+                self.seen.setdefault((*key, core), []).extend(ranges)
+            record = Read(mine[rank], where, self.launches[rank], core)
             reads = self.reads.setdefault(window, IntervalMap())
             for lo, hi in runs:
                 reads.update(lo, hi, lambda old, r=record: {**(old or {}), rank: r})
@@ -318,7 +348,7 @@ class WindowRaces:
                 clock = self._release(rank)
             self.version += 1
             hcomm = agent in self.agents.values()
-            flag = nbytes <= FLAG_BYTES
+            flag = nbytes <= FLAG_BYTES and call not in DATA_CALLS
             w = Write(rank, clock, self.version, where, flag, agent, hcomm, call)
             reads = self.reads.get(window)
             for lo, hi in runs:
@@ -335,10 +365,27 @@ class WindowRaces:
                 if q == w.rank or r.epoch <= w.clock[q]:
                     continue
                 key = (q, w.seq)
-                self.seen.add(key)
+                self.seen.setdefault((*key, r.core), []).append((lo, hi))
                 orphan = self.in_kernel[q] == 0 or r.launch != self.launches[q]
                 blind = self.held.blind(w.rank)
                 self._note(key, Finding(False, q, w, window, lo, hi, r.where, orphan, blind))
+
+    def _ended(self, rank: int) -> list[Finding]:
+        """A kernel of ``rank`` ended: the findings it reports (its reads', and those of readers
+        whose kernel had returned before its write)."""
+        with self.lock:
+            self.in_kernel[rank] -= 1
+            due = [
+                key
+                for key, f in self.findings.items()
+                if (f.reader == rank and not f.orphan) or (f.orphan and f.write.rank == rank)
+            ]
+            return [self.findings.pop(key) for key in due]
+
+    def _looked(self, key: tuple[int, int, tuple | None], lo: int, hi: int) -> bool:
+        """Whether the reading core of ``key`` looked at some of bytes [lo, hi) of its write
+        before (a poll reads the same bytes again; other bytes may not have arrived)."""
+        return any(a < hi and lo < b for a, b in self.seen.get(key, ()))
 
     def _note(self, key: tuple[int, int], finding: Finding) -> None:
         """Keep ``finding``, merged with one of the same reader and write."""
@@ -351,23 +398,22 @@ class WindowRaces:
     # ----------------------------------------------------------------- kernels
     @contextmanager
     def kernel(self, rank: int) -> Iterator[None]:
-        """A kernel launch of ``rank``; on a normal return, raise what it left unordered."""
+        """A kernel launch of ``rank``; on a normal return, raise what it left unordered, and where
+        it failed after an early read (which saw 0xFF), that read, with the failure as its
+        cause: a crash on data that had not arrived points at the missing ordering."""
         with self.lock:
             self.launches[rank] += 1
             self.in_kernel[rank] += 1
         try:
             yield
-        finally:
-            with self.lock:
-                self.in_kernel[rank] -= 1
-                due = [
-                    key
-                    for key, f in self.findings.items()
-                    if (f.reader == rank and not f.orphan) or (f.orphan and f.write.rank == rank)
-                ]
-                found = [self.findings.pop(key) for key in due]
-        if sys.exc_info()[1] is not None:
-            return
+        except BaseException as failed:
+            found = self._ended(rank)
+            if isinstance(failed, Exception) and not isinstance(failed, _NOT_CAUSED):
+                poisoned = [f for f in found if f.early and f.reader == rank and not f.blind]
+                if poisoned:
+                    raise race_error(rank, poisoned, failed) from failed
+            raise
+        found = self._ended(rank)
         for f in (f for f in found if f.blind):
             report.warn("window-race", blind_text(f), rank=rank)
         found = [f for f in found if not f.blind]

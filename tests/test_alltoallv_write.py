@@ -500,43 +500,48 @@ def test_another_cores_wait_waits_for_the_sending_cores_commit(backend: str) -> 
         assert "AIV core 0 waits in SyncAll: 1 of 2 cores arrived" in err.reason, rank
 
 
-BIG = 100  # bytes per slice: more than a flag, so that the race check reads it as data
+BIG = 100  # bytes per slice: more than a flag's 64
 
 
-def _read_after_a_wait_that_waited_for_nothing(xGM, outGM, tilingGM) -> None:
+def _read_after_a_wait_that_waited_for_nothing(xGM, outGM, tilingGM, *, size: int) -> None:
     """Core 0 sends and commits; core 1, which did not commit, Waits (-1 at once) and reads."""
     h = Hccl[CCU]()
     h.InitV2(hp.GetHcclContext(0), hp.GET_TILING_DATA_WITH_STRUCT(WriteTiling, tilingGM))
     h.SetCcTilingV2(hp.offsetof(WriteTiling, "write"))
     me, dim = h.GetRankId(), h.GetRankDim()
-    handle = h.AlltoAllvWrite(xGM, [j * BIG for j in range(dim)] * 2, [BIG] * dim + [0] * dim,
-                              me * BIG, dim * BIG)  # fmt: skip
+    handle = h.AlltoAllvWrite(xGM, [j * size for j in range(dim)] * 2, [size] * dim + [0] * dim,
+                              me * size, dim * size)  # fmt: skip
     if hp.GetBlockIdx() == 0:
         h.Commit(handle)
         assert h.Wait(handle) == 0
     else:
         assert h.Wait(handle) == -1
         window = hp.GetHcclContext(0).windowsOut[0]
-        size = dim * BIG
-        hp.gm_tensor(outGM, torch.uint8, size)[:] = hp.gm_tensor(window, torch.uint8, size)
+        hp.gm_tensor(outGM, torch.uint8, dim * size)[:] = hp.gm_tensor(
+            window, torch.uint8, dim * size
+        )
     hp.SyncAll()
     h.Finalize()
 
 
-def _launch_read_after_minus_one() -> None:
-    x = torch.full((2 * BIG,), 10 + hp.get_rank(), dtype=torch.uint8)
-    out = torch.zeros(2 * BIG, dtype=torch.uint8)
-    hp.launch(_read_after_a_wait_that_waited_for_nothing, x, out, tiling(), block_dim=2)
+def _launch_read_after_minus_one(size: int) -> None:
+    x = torch.full((2 * size,), 10 + hp.get_rank(), dtype=torch.uint8)
+    out = torch.zeros(2 * size, dtype=torch.uint8)
+    kernel = functools.partial(_read_after_a_wait_that_waited_for_nothing, size=size)
+    hp.launch(kernel, x, out, tiling(), block_dim=2)
 
 
-def test_a_race_report_of_an_alltoallv_write_names_it_and_its_wait() -> None:
+@pytest.mark.parametrize("size", [BIG, 40, 16])
+def test_a_race_report_of_an_alltoallv_write_names_it_and_its_wait(size: int) -> None:
     """Another core's Wait of an AlltoAllvWrite it did not commit returns -1 at once: reading
     the window then races with the copies (what the kernel reads depends on the schedule, and
     on gloo on timing). Until 2026-12-01 the report named a BatchWrite and advised a flag item
-    on the data's queue, neither of which an AlltoAllvWrite has."""
+    on the data's queue, neither of which an AlltoAllvWrite has; until stop 69 slices of at
+    most 64 bytes counted as flags (a write that orders what it leaves), and such a read went
+    unreported: an AlltoAllvWrite carries data, never a flag."""
     with pytest.raises(hp.WorldError) as info:
-        hp.run(_launch_read_after_minus_one, world_size=2, platform="950", schedule="late",
-               poison=True, timeout=20)  # fmt: skip
+        hp.run(functools.partial(_launch_read_after_minus_one, size), world_size=2,
+               platform="950", schedule="late", poison=True, timeout=20)  # fmt: skip
     err = info.value.failures[0]
     assert isinstance(err, hp.HcclRaceError), err
     text = str(err)

@@ -130,6 +130,102 @@ def test_the_early_read_sees_0xff_where_the_data_has_not_arrived() -> None:
     np.testing.assert_array_equal(second, np.r_[[-1.0] * M, [5.0] * M])  # a second look: a poll
 
 
+def test_a_look_at_other_bytes_of_the_write_is_no_second_look() -> None:
+    """A second look is a poll only where it reads bytes the first look read: until stop 69
+    reading one half of a peer's write early and then the other half once counted as a poll
+    that saw the data, and the kernel, which never looked at either half twice, went
+    unreported."""
+    written = threading.Event()
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        win = h.GetWindowsInAddr(0)
+        if h.GetRankId() == 1:
+            hp.gm_tensor(win, torch.float32, 2 * M)[:] = 3.0  # halves-write
+            written.set()
+        else:
+            wait_until(written.is_set)
+            low = hp.gm_tensor(win, torch.float32, M).sum()  # low-half
+            high = hp.gm_tensor(win + 4 * M, torch.float32, M).sum()  # high-half
+            hp.gm_tensor(out, torch.float32, 2)[:] = torch.stack([low, high])
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, out_len=2, poison=True)
+    err = race_of(info, 0)
+    first = err.reason.splitlines()[1]
+    assert first.startswith("  - rank 0 read bytes [0, 256) of WindowsIn of rank 0"), first
+    assert f"which rank 1 wrote at {at('halves-write')}" in first, first
+
+
+def test_two_cores_reading_once_each_is_no_poll() -> None:
+    """Each core of a rank reads the peer's data once, unordered: a poll is one core looking
+    again. Until stop 69 the second core's read counted as the rank's second look, and
+    neither was reported."""
+    written = threading.Event()
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        win = h.GetWindowsInAddr(0)
+        if h.GetRankId() == 1:
+            if hp.GetBlockIdx() == 0:
+                hp.gm_tensor(win, torch.float32, M)[:] = 4.0  # core-write
+                written.set()
+        else:
+            wait_until(written.is_set)
+            got = hp.gm_tensor(win, torch.float32, M).sum()  # core-read
+            hp.gm_tensor(out + 4 * hp.GetBlockIdx(), torch.float32, 1)[0] = got
+        hp.SyncAll()
+        h.Finalize()
+
+    def main() -> list[float]:
+        out = torch.zeros(2)
+        hp.launch(kernel, out, tiling(), block_dim=2)
+        return out.tolist()
+
+    with pytest.raises(hp.WorldError) as info:
+        hp.run(main, world_size=2, poison=True)
+    err = race_of(info, 0)
+    assert err.reason.splitlines()[1] == (
+        "  - rank 0 read bytes [0, 128) of WindowsIn of rank 0 (domain hccl_world_group) at "
+        f"{at('core-read')}, which rank 1 wrote at {at('core-write')}, with no flag or "
+        "completed Wait in between: the data may not have arrived yet (the read saw 0xFF there)"
+    )
+
+
+def test_a_kernel_that_fails_on_data_that_had_not_arrived_reports_the_early_read() -> None:
+    """The 0xFF of an early read makes many kernels fail before they return (a count that is
+    NaN, an address past the window): the report is the read that fed it, with the failure
+    as its cause. Until stop 69 the kernel's own error came alone, and the early read that
+    explains it was dropped."""
+    written = threading.Event()
+
+    def kernel(out, tilingGM):
+        h = client(tilingGM)
+        win = h.GetWindowsInAddr(0)
+        if h.GetRankId() == 1:
+            hp.gm_tensor(win, torch.float32, M)[:] = 2.0  # count-write
+            written.set()
+        else:
+            wait_until(written.is_set)
+            counts = hp.gm_tensor(win, torch.float32, M).clone()  # count-read
+            hp.gm_tensor(out, torch.float32, 1)[0] = int(counts[0])
+        h.Finalize()
+
+    with pytest.raises(hp.WorldError) as info:
+        run_kernel(kernel, n=2, out_len=1, poison=True)
+    err = race_of(info, 0)
+    assert isinstance(err.__cause__, ValueError), err.__cause__
+    lines = err.reason.splitlines()
+    assert lines[1].startswith(f"  - rank 0 read bytes [0, 128) of WindowsIn of rank 0 (domain "
+                               f"hccl_world_group) at {at('count-read')}, which rank 1 wrote at "
+                               f"{at('count-write')}"), lines  # fmt: skip
+    assert lines[2] == (
+        "  and then the kernel failed (ValueError: cannot convert float NaN to integer), most "
+        "likely on the 0xFF it read where the data had not arrived"
+    )
+
+
 def test_read_before_the_peer_writes_is_reported_when_the_reader_returns() -> None:
     read = threading.Event()
 
