@@ -57,6 +57,11 @@ def race_of(info: pytest.ExceptionInfo, rank: int) -> hp.HcclRaceError:
     return err
 
 
+def first_finding(info: pytest.ExceptionInfo) -> str:
+    """The first finding line of rank 0's race report."""
+    return race_of(info, 0).reason.splitlines()[1]
+
+
 def early_text(
     reader: int, writer: int, lo: int, hi: int, read: str, wrote: str, queue: bool = False
 ) -> str:
@@ -152,8 +157,7 @@ def test_a_look_at_other_bytes_of_the_write_is_no_second_look() -> None:
 
     with pytest.raises(hp.WorldError) as info:
         run_kernel(kernel, n=2, out_len=2, poison=True)
-    err = race_of(info, 0)
-    first = err.reason.splitlines()[1]
+    first = first_finding(info)
     assert first.startswith("  - rank 0 read bytes [0, 256) of WindowsIn of rank 0"), first
     assert f"which rank 1 wrote at {at('halves-write')}" in first, first
 
@@ -185,8 +189,7 @@ def test_two_cores_reading_once_each_is_no_poll() -> None:
 
     with pytest.raises(hp.WorldError) as info:
         hp.run(main, world_size=2, poison=True)
-    err = race_of(info, 0)
-    assert err.reason.splitlines()[1] == (
+    assert first_finding(info) == (
         "  - rank 0 read bytes [0, 128) of WindowsIn of rank 0 (domain hccl_world_group) at "
         f"{at('core-read')}, which rank 1 wrote at {at('core-write')}, with no flag or "
         "completed Wait in between: the data may not have arrived yet (the read saw 0xFF there)"
@@ -246,8 +249,7 @@ def test_read_before_the_peer_writes_is_reported_when_the_reader_returns() -> No
 
     with pytest.raises(hp.WorldError) as info:
         run_kernel(kernel, n=2, out_len=1, poison=True)
-    err = race_of(info, 0)
-    assert err.reason.splitlines()[1] == (
+    assert first_finding(info) == (
         "  - rank 0 read bytes [256, 384) of WindowsIn of rank 0 (domain hccl_world_group) at "
         f"{at('stale-read')} before rank 1 wrote them at {at('stale-write')}, with no flag or "
         "completed Wait in between: the read may have seen the old bytes or the new ones"
