@@ -300,15 +300,25 @@ def kernel_or_framework_rank() -> None:
 
 def test_a_kernel_task_against_a_framework_collective_is_named_on_both_sides() -> None:
     """The descriptor and the framework arguments travel in the same exchange: each side
-    reads what the other called at once, not at the timeout."""
-    causes = _root_causes_of(kernel_or_framework_rank, 2)
-    assert sorted(causes) == [0, 1], causes
-    assert all(isinstance(e, hp.HcclMismatchError) for e in causes.values()), causes
-    assert "rank 0 all_gather_into_tensor, rank 1 kernel task #0 (AllGather(FP32, count=8" in (
-        str(causes[0])
-    )
-    assert "rank 1 compares kernel task #0 (handle 0, AllGather(FP32, count=8" in str(causes[1])
-    assert "rank 0 did not: it called all_gather_into_tensor" in str(causes[1])
+    reads what the other called at once, not at the timeout. The kernel's rank reports it
+    itself, or, where rank 0's report stopped its core's Wait before its own comparison ended
+    (seen once in a whole suite on a loaded machine), quotes that report (docs/backends.md):
+    which of the two comes first is up to the machine's timing."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel_or_framework_rank, 2, timeout=10.0)
+    failures = info.value.failures
+    assert sorted(failures) == [0, 1], failures
+    named = "rank 0 all_gather_into_tensor, rank 1 kernel task #0 (AllGather(FP32, count=8"
+    assert isinstance(failures[0], hp.HcclMismatchError), failures
+    assert named in str(failures[0])
+    if isinstance(failures[1], hp.HcclPeerError):
+        assert "stopped because rank 0 failed: HcclMismatchError" in str(failures[1])
+        assert named in str(failures[1])
+    else:
+        assert isinstance(failures[1], hp.HcclMismatchError), failures
+        text = "rank 1 compares kernel task #0 (handle 0, AllGather(FP32, count=8"
+        assert text in str(failures[1])
+        assert "rank 0 did not: it called all_gather_into_tensor" in str(failures[1])
     # the emulator has no exchange to meet in: the same program is a deadlock naming both
     emu = _root_causes_of(kernel_or_framework_rank, 2, backend="emu")
     assert all(isinstance(e, hp.HcclDeadlockError) for e in emu.values()), emu
