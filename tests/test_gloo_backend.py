@@ -327,6 +327,37 @@ def test_a_kernel_task_against_a_framework_collective_is_named_on_both_sides() -
     assert "rank 1 waits for round 0 of handle 0 AllGather(FP32, count=8" in text, text
 
 
+def kernel_rank_compares_after_the_peers_report() -> None:
+    """:func:`kernel_or_framework_rank`, but rank 1 compares the exchanged records only once
+    rank 0's report has stopped its waits (as a loaded machine may order it)."""
+    from hccl_py.backends.dist import first_round
+
+    if hp.get_rank() == 1:
+        real, blocker = first_round.received, current_rank_context().blocker
+
+        def late(*args: Any, **kwargs: Any) -> Any:
+            deadline = time.monotonic() + 20.0  # until rank 0's report stopped rank 1's waits
+            while blocker.error is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # a core that waited on this thread has stopped meanwhile
+            return real(*args, **kwargs)
+
+        first_round.received = late
+    kernel_or_framework_rank()
+
+
+def test_the_kernel_rank_reports_its_own_finding_when_the_peers_report_came_first() -> None:
+    """Until stop 69 a rank whose waits a peer's report stopped before its own comparison of
+    the exchanged records ended said only "stopped because rank 0 failed", although it found
+    the mismatch itself a moment later; its outcome is now that finding."""
+    with pytest.raises(hp.WorldError) as info:
+        _run(kernel_rank_compares_after_the_peers_report, 2, timeout=30.0)
+    failures = info.value.failures
+    assert isinstance(failures[1], hp.HcclMismatchError), failures
+    assert "rank 1 compares kernel task #0 (handle 0, AllGather(FP32, count=8" in str(failures[1])
+    assert sorted(info.value.root_causes) == [0, 1], failures
+
+
 def _root_causes_of(fn: Any, world: int, **kwargs: Any) -> dict[int, BaseException]:
     with pytest.raises(hp.WorldError) as info:
         _run(fn, world, timeout=10.0, **kwargs)

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import torch.distributed as dist
 
 from ...core.config import Config
-from ...core.errors import HcclError, HcclPeerError
+from ...core.errors import HcclError, HcclMismatchError, HcclPeerError
 from ...core.group import Group
 from ...core.task import Task
 from ...sanitizer.poison import in_place, save_and_poison
@@ -190,6 +190,13 @@ class DomainQueue:
         """Under the lock: forget the finished tasks of kernel launches up to ``launch`` (this
         rank returned from that launch, so nobody here waits for them; buffers released)."""
         self.queue.retire(launch)
+
+    def own_report(self) -> HcclMismatchError | None:
+        """This domain's first failure where it is this rank's own finding in an exchange (its
+        peers called something else): a peer's report may have stopped the rank's waits first."""
+        failed = self.queue.failed
+        error = None if failed is None else failed.error
+        return error if isinstance(error, HcclMismatchError) else None
 
     def failure_at(self, seq: int) -> HcclError | None:
         """The error that task ``seq`` of this domain ends with, if the domain failed at or before it."""

@@ -63,6 +63,16 @@ def watch_work(
         raise
 
 
+def finishes_within(work: dist.Work, seconds: float) -> bool:
+    """Whether ``work`` completes within ``seconds`` (polled; a failed call counts as done)."""
+    deadline = time.monotonic() + seconds
+    while not work.is_completed():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def _watch(
     work: dist.Work,
     every: float,
