@@ -281,7 +281,7 @@ class WindowRaces:
         with self.lock:
             self.held.settle(window, runs, rank)
             flag = nbytes <= FLAG_BYTES
-            look = (window, tuple(runs), self.version)
+            look = (window, tuple(runs), self.version) if flag else None
             if flag and self.last_flag[rank] == look:
                 return []  # a poll that nothing was written for since the last one learns nothing
             # a rank's own writes are program-ordered, but not what its Hcomm channel or its

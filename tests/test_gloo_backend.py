@@ -329,17 +329,25 @@ def test_a_kernel_task_against_a_framework_collective_is_named_on_both_sides() -
 
 def kernel_rank_compares_after_the_peers_report() -> None:
     """:func:`kernel_or_framework_rank`, but rank 1 compares the exchanged records only once
-    rank 0's report has stopped its waits (as a loaded machine may order it)."""
+    rank 0's report has stopped its waits (as a loaded machine may order it): where its domain
+    thread runs the round, once its function has failed; where the waiting core runs it
+    itself, once the report has reached the rank."""
     from hccl_py.backends.dist import first_round
+    from hccl_py.kernel.context import current_core_context
+    from hccl_py.launcher.store import failed_key
 
     if hp.get_rank() == 1:
-        real, blocker = first_round.received, current_rank_context().blocker
+        real, ctx = first_round.received, current_rank_context()
+
+        def stopped() -> bool:
+            if current_core_context() is not None:  # the core's own Wait: it cannot fail first
+                return ctx.blocker.error is not None
+            return ctx.server.session.store.check([failed_key(1)])
 
         def late(*args: Any, **kwargs: Any) -> Any:
-            deadline = time.monotonic() + 20.0  # until rank 0's report stopped rank 1's waits
-            while blocker.error is None and time.monotonic() < deadline:
+            deadline = time.monotonic() + 20.0
+            while not stopped() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            time.sleep(0.2)  # a core that waited on this thread has stopped meanwhile
             return real(*args, **kwargs)
 
         first_round.received = late

@@ -47,13 +47,11 @@ from ...launcher.supervise import outcome_of
 from ...server.blocking import Blocker
 from .. import get_backend
 from .session_backend import DistBackend
-from .waits import WaitBoard, Waiting, finishes_within, settle_abandoned, watch_work
+from .waits import WaitBoard, Waiting, settle_abandoned, watch_work
 
 #: How often a thread that waits for its peers (their descriptors, a framework
 #: collective's arguments) looks for a peer that will never come, and for an abort.
 LOOK_S = 0.05
-#: How long a call whose peer failed may still take to bring its data (read before stopping).
-PEER_DATA_S = 0.5
 
 #: Seconds the store and the default process group wait for the other ranks to join.
 JOIN_TIMEOUT_S = 300.0
@@ -142,8 +140,6 @@ class Session:
                 )
 
         def look() -> None:
-            if self.abort is not None and finishes_within(work, PEER_DATA_S):
-                return  # a peer failed, but this call's data came: the rank's own check reads it
             self.check_abort()
             no_one_left()
             if time.monotonic() >= deadline:
@@ -210,11 +206,15 @@ class Session:
         blocker = Blocker(config.timeout)
         server = self.backend.make_server(self, run, config, blocker)
         ctx = RankContext(
-            self.rank, self.world_size, config, server, blocker, self.device,
+            self.rank,
+            self.world_size,
+            config,
+            server,
+            blocker,
+            self.device,
             thread_init=self.thread_init,
-        )  # fmt: skip
-        ok = interrupted = False
-        failed: BaseException | None = None
+        )
+        ok, failed = False, None
         key = kv.result_key(run, self.rank)
         self.store.set(kv.running_key(self.rank), str(run).encode())
         blocker.enter(1)
@@ -235,7 +235,7 @@ class Session:
             outcome = exchange.encode_result(value, self.rank, key, self.store)
             ok = True
         except BaseException as exc:  # noqa: BLE001 - reported to every rank
-            failed, interrupted = exc, isinstance(exc, KeyboardInterrupt)
+            failed = exc
             exc.hccl_traceback = traceback.format_exc()
             outcome = exchange.encode_failure(exc, self.rank, key)
             with contextlib.suppress(RuntimeError):  # a store gone with the job: close anyway
@@ -249,13 +249,13 @@ class Session:
             # closed whatever happened: its domain threads and process groups go
             with kv.gone_store(self.rank, self.where), contextlib.closing(server):
                 server.rank_returned(self.rank)
-        own = next(filter(None, (q.own_report() for q in server.queues.values())), None)
-        if isinstance(failed, HcclPeerError) and own is not None:  # its own finding came late
-            outcome = exchange.encode_failure(own, self.rank, key)
+        if isinstance(failed, HcclPeerError):  # its own finding may have come after the stop
+            own = next(filter(None, (q.own_report() for q in server.queues.values())), None)
+            outcome = outcome if own is None else exchange.encode_failure(own, self.rank, key)
         with kv.gone_store(self.rank, self.where):
             self.store.set(key, outcome)
             self.store.delete_key(kv.running_key(self.rank))
-        if interrupted:  # reported to the others; here Ctrl-C goes on as Python's, not a WorldError
+        if isinstance(failed, KeyboardInterrupt):  # reported; Ctrl-C goes on, not a WorldError
             raise KeyboardInterrupt
         if not gather:
             return ok and exchange.decode(key, outcome)[0] == "ok"

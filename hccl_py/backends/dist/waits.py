@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ...core.errors import HcclDeadlockError
+from ...core.errors import HcclDeadlockError, HcclPeerError
 from ...server.latch import Latch
 
 #: Calls whose waiter stopped waiting (a peer failed or left, the timeout) while the process
@@ -25,6 +25,8 @@ _ABANDONED: list[tuple[dist.Work, Latch]] = []
 
 #: How often a wait asks a device process group whether its call finished (first, at most).
 DEVICE_POLL_S = (0.0001, 0.005)
+#: How long a call whose peer failed may still take to bring its data (read before stopping).
+PEER_DATA_S = 0.5
 
 
 def watch_work(
@@ -37,7 +39,9 @@ def watch_work(
 ) -> None:
     """Block until ``work`` finished; meanwhile call ``look()`` every ``every`` seconds.
 
-    ``look`` raises to stop waiting (an abort, an absent peer, the timeout); a failed
+    ``look`` raises to stop waiting (an abort, an absent peer, the timeout), except where
+    it reports a peer's failure and ``work`` still ends within :data:`PEER_DATA_S`: the
+    caller then reads its data (its own check of it names what it found); a failed
     ``work`` raises its own error, after ``failed()`` (which may raise a clearer one:
     the peer whose process ended). A done callback on the call's future wakes the thread:
     a :class:`queue.SimpleQueue`'s ``put``, C code that gloo's thread runs without a Python
@@ -64,12 +68,16 @@ def watch_work(
 
 
 def finishes_within(work: dist.Work, seconds: float) -> bool:
-    """Whether ``work`` completes within ``seconds`` (polled; a failed call counts as done)."""
+    """Whether ``work`` completes within ``seconds`` (a failed call counts as done): asked
+    :data:`DEVICE_POLL_S` apart, the pause doubling from the first to the second."""
     deadline = time.monotonic() + seconds
+    pause = DEVICE_POLL_S[0]
     while not work.is_completed():
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        time.sleep(0.005)
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, DEVICE_POLL_S[1])
     return True
 
 
@@ -92,7 +100,12 @@ def _watch(
         done = partial(_ended_within, ended)
     try:
         while not done(every):
-            look()
+            try:
+                look()
+            except HcclPeerError:  # a peer failed: a call whose data comes now is read first
+                if not finishes_within(work, PEER_DATA_S):
+                    raise
+                break
             if waiting is not None:
                 waiting.look()
     except BaseException:  # a wait that failed stays on the board, marked, until the rank's
@@ -119,16 +132,7 @@ def _device_done(work: dist.Work, queued: Latch) -> Callable[[float], bool]:
 
     def done(within: float) -> bool:
         deadline = time.monotonic() + within
-        if not queued.wait(within):
-            return False
-        pause = DEVICE_POLL_S[0]
-        while not work.is_completed():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(pause, left))
-            pause = min(2 * pause, DEVICE_POLL_S[1])
-        return True
+        return queued.wait(within) and finishes_within(work, deadline - time.monotonic())
 
     return done
 
